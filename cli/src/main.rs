@@ -1,0 +1,3 @@
+//! The `troupe` command.
+
+fn main() {}

@@ -1,0 +1,2 @@
+//! SSE parsing benchmark (placeholder).
+fn main() {}

@@ -1,0 +1,187 @@
+//! The serde shape of one configuration file (SPEC §1.2). Every key is optional;
+//! unknown keys are rejected so a typo is an error that names file, key and line.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use super::{PermissionMode, Protocol};
+
+/// One `config.toml` file as written.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ConfigFile {
+    /// Provider used when none is named on the command line.
+    pub default_provider: Option<String>,
+    /// `[providers.NAME]` entries.
+    #[serde(default)]
+    pub providers: BTreeMap<String, ProviderFile>,
+    /// `[mcp_servers.NAME]` entries.
+    #[serde(default)]
+    pub mcp_servers: BTreeMap<String, McpServerFile>,
+    /// `[permissions]`.
+    pub permissions: Option<PermissionsFile>,
+    /// `[limits]`.
+    pub limits: Option<LimitsFile>,
+    /// `[tools]`.
+    pub tools: Option<ToolsFile>,
+    /// `[telemetry]`.
+    pub telemetry: Option<TelemetryFile>,
+}
+
+/// `[providers.NAME]`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProviderFile {
+    /// Wire protocol; defaults from the entry name (`openai*` → openai, else anthropic).
+    pub protocol: Option<Protocol>,
+    /// Model id.
+    pub model: Option<String>,
+    /// Base URL; if absent, `ANTHROPIC_BASE_URL` / `OPENAI_BASE_URL`, then the public default.
+    pub base_url: Option<String>,
+    /// Variable holding the API key.
+    pub api_key_env: Option<String>,
+    /// Context window in tokens.
+    pub context_window: Option<u64>,
+    /// `max_tokens` per response.
+    pub max_tokens: Option<u32>,
+    /// `false`, `true` (16,000-token budget) or a budget in tokens.
+    pub thinking: Option<Thinking>,
+    /// USD per million tokens.
+    pub price: Option<Price>,
+    /// Seconds without data after which a stream counts as broken (default 300).
+    pub idle_timeout_secs: Option<u64>,
+    /// Retries of a failed request (default 4).
+    pub max_retries: Option<u32>,
+}
+
+/// `thinking = false | true | 16000`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum Thinking {
+    /// On with the default budget, or off.
+    Enabled(bool),
+    /// On with this budget in tokens.
+    Budget(u32),
+}
+
+/// Prices in USD per million tokens.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Price {
+    /// Uncached input.
+    pub input: f64,
+    /// Output.
+    pub output: f64,
+    /// Cache reads.
+    #[serde(default)]
+    pub cache_read: f64,
+    /// Cache writes.
+    #[serde(default)]
+    pub cache_write: f64,
+}
+
+impl Price {
+    /// Estimated cost in USD of the given usage.
+    pub fn cost_usd(&self, usage: &crate::model::Usage) -> f64 {
+        const PER: f64 = 1_000_000.0;
+        (usage.input as f64 * self.input
+            + usage.output as f64 * self.output
+            + usage.cache_read as f64 * self.cache_read
+            + usage.cache_write as f64 * self.cache_write)
+            / PER
+    }
+}
+
+/// `[mcp_servers.NAME]`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct McpServerFile {
+    /// `stdio` or `http`.
+    #[serde(rename = "type")]
+    pub transport: Option<McpTransport>,
+    /// Command (stdio).
+    pub command: Option<String>,
+    /// Arguments (stdio); `${VAR}` expanded.
+    #[serde(default)]
+    pub args: Vec<String>,
+    /// Environment (stdio); `${VAR}` expanded.
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+    /// URL (http); `${VAR}` expanded.
+    pub url: Option<String>,
+    /// Headers (http); `${VAR}` expanded.
+    #[serde(default)]
+    pub headers: BTreeMap<String, String>,
+    /// How long a run's first request waits for this server (default 3 s).
+    pub startup_grace_secs: Option<u64>,
+    /// Set false to keep the entry but not start the server.
+    pub enabled: Option<bool>,
+}
+
+/// MCP transport.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum McpTransport {
+    /// A child process speaking over stdin/stdout.
+    Stdio,
+    /// Streamable HTTP.
+    Http,
+}
+
+/// `[permissions]`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PermissionsFile {
+    /// Permission mode.
+    pub mode: Option<PermissionMode>,
+    /// Allow rules.
+    #[serde(default)]
+    pub allow: Vec<String>,
+    /// Ask rules.
+    #[serde(default)]
+    pub ask: Vec<String>,
+    /// Deny rules.
+    #[serde(default)]
+    pub deny: Vec<String>,
+    /// Extra allowed roots (relative paths are relative to the file's project root).
+    #[serde(default)]
+    pub extra_roots: Vec<String>,
+}
+
+/// `[limits]`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LimitsFile {
+    /// Model turns per user message.
+    pub max_turns: Option<u32>,
+    /// Tokens per run.
+    pub budget_tokens: Option<u64>,
+    /// Estimated USD per run.
+    pub budget_usd: Option<f64>,
+    /// Seconds per run.
+    pub wall_clock_secs: Option<u64>,
+    /// Tool calls per run.
+    pub max_tool_calls: Option<u32>,
+    /// Sub-agents at once per run.
+    pub max_parallel_subagents: Option<u32>,
+}
+
+/// `[tools]`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ToolsFile {
+    /// Extra environment variables passed to bash.
+    #[serde(default)]
+    pub env_allowlist: Vec<String>,
+    /// Default per-call timeout in seconds.
+    pub timeout_secs: Option<u64>,
+}
+
+/// `[telemetry]`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TelemetryFile {
+    /// Record prompt and completion content on spans.
+    pub capture_content: Option<bool>,
+}

@@ -1,0 +1,121 @@
+//! Typed provider errors (SPEC §2 errors).
+//!
+//! Every failure of a model call becomes one [`ProviderError`] with a
+//! [`ProviderErrorKind`] that the loop decides on: prompt-too-long triggers an
+//! emergency compaction, retryable kinds are retried by `llm::retry` while nothing
+//! has been delivered, the rest end the turn with an `error` event.
+
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+/// What kind of failure a provider call ended in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ProviderErrorKind {
+    /// The prompt exceeds the model's context window (Anthropic 400
+    /// `prompt is too long`, OpenAI `context_length_exceeded`).
+    PromptTooLong,
+    /// HTTP 429 rate limit (retryable).
+    RateLimited,
+    /// HTTP 529 or a mid-stream `overloaded_error` (retryable).
+    Overloaded,
+    /// HTTP 500/502/503 or another 5xx (500/502/503 are retryable).
+    Server,
+    /// HTTP 401/403: the key is missing, wrong, or lacks permission.
+    Authentication,
+    /// Out of quota or credit (a 429 that must not be retried).
+    Quota,
+    /// Another 4xx: the request was rejected as invalid.
+    InvalidRequest,
+    /// The connection failed or was reset (retryable before delivery).
+    Connection,
+    /// Nothing arrived for the idle timeout.
+    IdleTimeout,
+    /// The stream broke or ended before the response was complete.
+    StreamBroken,
+    /// The provider sent something that is not valid for its protocol
+    /// (malformed SSE data, non-JSON error body, unknown error shape).
+    MalformedResponse,
+    /// The request could not be built (bad base URL, missing API key).
+    Configuration,
+}
+
+impl ProviderErrorKind {
+    /// Name used in `error{kind}` events.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::PromptTooLong => "prompt_too_long",
+            Self::RateLimited => "rate_limited",
+            Self::Overloaded => "overloaded",
+            Self::Server => "server",
+            Self::Authentication => "authentication",
+            Self::Quota => "quota",
+            Self::InvalidRequest => "invalid_request",
+            Self::Connection => "connection",
+            Self::IdleTimeout => "idle_timeout",
+            Self::StreamBroken => "stream_broken",
+            Self::MalformedResponse => "malformed_response",
+            Self::Configuration => "configuration",
+        }
+    }
+}
+
+/// A failed model call.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{provider}: {kind_text}{status_text}: {message}", kind_text = .kind.as_str(), status_text = self.status.map(|s| format!(" (HTTP {s})")).unwrap_or_default())]
+pub struct ProviderError {
+    /// What kind of failure.
+    pub kind: ProviderErrorKind,
+    /// Human-readable explanation, including the provider's own message.
+    pub message: String,
+    /// Provider name the error came from.
+    pub provider: String,
+    /// HTTP status, when the failure was an HTTP response.
+    pub status: Option<u16>,
+    /// The provider's request id, when known.
+    pub request_id: Option<String>,
+    /// How long the provider asked us to wait (`retry-after`), when given.
+    pub retry_after: Option<Duration>,
+}
+
+impl ProviderError {
+    /// An error of the given kind with a message.
+    pub fn new(
+        provider: impl Into<String>,
+        kind: ProviderErrorKind,
+        message: impl Into<String>,
+    ) -> Self {
+        Self {
+            kind,
+            message: message.into(),
+            provider: provider.into(),
+            status: None,
+            request_id: None,
+            retry_after: None,
+        }
+    }
+
+    /// Sets the HTTP status.
+    pub fn with_status(mut self, status: u16) -> Self {
+        self.status = Some(status);
+        self
+    }
+
+    /// Sets the request id.
+    pub fn with_request_id(mut self, request_id: Option<String>) -> Self {
+        self.request_id = request_id;
+        self
+    }
+
+    /// Sets the server-requested delay.
+    pub fn with_retry_after(mut self, retry_after: Option<Duration>) -> Self {
+        self.retry_after = retry_after;
+        self
+    }
+
+    /// True for the prompt-too-long kind.
+    pub fn is_prompt_too_long(&self) -> bool {
+        self.kind == ProviderErrorKind::PromptTooLong
+    }
+}

@@ -1,0 +1,1 @@
+//! Shared HTTP plumbing of the adapters (placeholder).

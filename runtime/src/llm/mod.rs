@@ -1,0 +1,103 @@
+//! The LLM engine: the `Provider` trait, the request and stream-event types, typed
+//! provider errors, and the adapters (SPEC §2).
+//!
+//! Only `anthropic` and `openai` know a wire format. Everything above this module
+//! sees [`ChatRequest`], [`StreamEvent`] and [`ProviderError`]. Adding a protocol
+//! touches one adapter file and one match arm in [`build_provider`].
+
+pub mod accumulate;
+pub mod anthropic;
+pub mod error;
+pub mod http;
+pub mod openai;
+pub mod retry;
+
+use std::sync::Arc;
+
+use futures::stream::BoxStream;
+use serde::{Deserialize, Serialize};
+
+use crate::config::{Protocol, ResolvedProvider};
+use crate::model::{Message, StopReason, ToolCall, Usage};
+
+pub use accumulate::ResponseAccumulator;
+pub use error::{ProviderError, ProviderErrorKind};
+
+/// The system prompt in two parts (SPEC §2 prompt caching).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SystemPrompt {
+    /// Identity, rules, tool policy, style, project instructions, memory:
+    /// byte-identical for the life of a session. Anthropic puts a cache
+    /// breakpoint on it.
+    pub stable: String,
+    /// Working directory, platform, date (to the day), git status, model, active
+    /// skills. No cache breakpoint.
+    pub environment: String,
+}
+
+/// A tool as offered to the model.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolDefinition {
+    /// Tool name, `^[A-Za-z0-9_-]{1,64}$`.
+    pub name: String,
+    /// Description written for the model.
+    pub description: String,
+    /// JSON Schema (an object schema) of the tool's arguments.
+    pub input_schema: serde_json::Value,
+}
+
+/// One model call.
+#[derive(Debug, Clone, Default)]
+pub struct ChatRequest {
+    /// System prompt.
+    pub system: SystemPrompt,
+    /// The conversation so far, oldest first.
+    pub messages: Vec<Message>,
+    /// Tools offered, in the stable order they must be sent in.
+    pub tools: Vec<ToolDefinition>,
+}
+
+/// What a provider stream yields, in order. Text and thinking arrive as deltas;
+/// tool calls arrive complete (arguments fully accumulated); usage events carry
+/// cumulative totals for the response so far (the last one wins); `Stop` is the
+/// last event of a successful stream.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StreamEvent {
+    /// A piece of answer text.
+    TextDelta(String),
+    /// A piece of thinking text.
+    ThinkingDelta(String),
+    /// The signature closing the current thinking block.
+    ThinkingSignature(String),
+    /// An encrypted thinking block, to be sent back verbatim.
+    RedactedThinking(String),
+    /// A complete tool call.
+    ToolCall(ToolCall),
+    /// Cumulative usage of this response so far.
+    Usage(Usage),
+    /// The response ended normally.
+    Stop(StopReason),
+}
+
+/// A stream of events from one model call. Dropping it aborts the HTTP request.
+pub type EventStream = BoxStream<'static, Result<StreamEvent, ProviderError>>;
+
+/// A model provider: three capabilities only (SPEC §2). Optional capabilities
+/// live in separate traits.
+pub trait Provider: Send + Sync {
+    /// The configured provider name (e.g. `claude`).
+    fn name(&self) -> &str;
+    /// The model id sent to the provider.
+    fn model(&self) -> &str;
+    /// Starts one streaming model call. The request body is built before this
+    /// returns; the stream performs the HTTP call, its retries, and parsing.
+    fn stream(&self, request: &ChatRequest) -> EventStream;
+}
+
+/// Builds the adapter for a resolved provider configuration.
+pub fn build_provider(config: &ResolvedProvider) -> Result<Arc<dyn Provider>, ProviderError> {
+    match config.protocol {
+        Protocol::Anthropic => Ok(Arc::new(anthropic::AnthropicProvider::new(config)?)),
+        Protocol::OpenAi => Ok(Arc::new(openai::OpenAiProvider::new(config)?)),
+    }
+}
