@@ -1,8 +1,11 @@
 //! Troupe's domain layer: the protocol-neutral conversation model, LLM providers,
-//! configuration, tools, permissions, prompts. No actors, no HTTP server, no
-//! terminal: `troupe-actors` sequences what this crate decides and `troupe-cli`
-//! is the front door.
+//! configuration, tools, permissions, the path sandbox, prompts. No actors, no
+//! HTTP server, no terminal: `troupe-actors` sequences what this crate decides and
+//! `troupe-cli` is the front door.
 
 pub mod config;
 pub mod llm;
 pub mod model;
+pub mod permissions;
+pub mod sandbox;
+pub mod tools;

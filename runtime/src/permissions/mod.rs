@@ -1,0 +1,1 @@
+//! The permission engine (placeholder until it lands).
