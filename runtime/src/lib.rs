@@ -3,9 +3,12 @@
 //! HTTP server, no terminal: `troupe-actors` sequences what this crate decides and
 //! `troupe-cli` is the front door.
 
+pub mod agent;
 pub mod config;
+pub mod events;
 pub mod llm;
 pub mod model;
 pub mod permissions;
+pub mod prompt;
 pub mod sandbox;
 pub mod tools;

@@ -1,0 +1,351 @@
+//! The runtime event model (SPEC §1.4): one ordered stream of events per run,
+//! used unchanged by the CLI renderer, `--json`, the daemon API and the store.
+//!
+//! Serialised, an event is one flat JSON object: the envelope (`seq`, `run_id`,
+//! `session_id`, `agent_path`, `ts`) plus `type` and that type's fields at the top
+//! level. Sequence numbers are assigned by the run's event log, never here.
+
+use serde::{Deserialize, Serialize};
+
+use crate::model::Usage;
+
+/// SPEC §1.4: length of `args_preview` / `output_preview`, in characters.
+pub const PREVIEW_CHARS: usize = 200;
+
+/// How a run ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RunStatus {
+    /// The model finished its answer.
+    Finished,
+    /// A limit stopped the run (turns, budget, repeated calls, unknown tools).
+    Stopped,
+    /// Someone cancelled the run.
+    Cancelled,
+    /// A provider or runtime error ended the run.
+    Error,
+    /// The process died while the run was active (found on restart).
+    Interrupted,
+}
+
+impl RunStatus {
+    /// SPEC §1.1 exit code of `troupe run` for this status.
+    pub fn exit_code(self) -> i32 {
+        match self {
+            Self::Finished => 0,
+            Self::Error | Self::Interrupted => 1,
+            Self::Stopped => 3,
+            Self::Cancelled => 130,
+        }
+    }
+
+    /// The name used in events.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Finished => "finished",
+            Self::Stopped => "stopped",
+            Self::Cancelled => "cancelled",
+            Self::Error => "error",
+            Self::Interrupted => "interrupted",
+        }
+    }
+}
+
+/// Outcome of an approval request.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ApprovalOutcome {
+    /// Allow this call once.
+    Allow,
+    /// Allow this call and remember a rule for the session.
+    AllowAlways,
+    /// Deny, with an optional reason passed to the model.
+    Deny,
+    /// Cancel the run.
+    Cancel,
+}
+
+impl ApprovalOutcome {
+    /// The name used in events and the API.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Self::Allow => "allow",
+            Self::AllowAlways => "allow_always",
+            Self::Deny => "deny",
+            Self::Cancel => "cancel",
+        }
+    }
+
+    /// Parses the CLI/API spelling (`allow`, `allow-always`, `allow_always`, `deny`, `cancel`).
+    pub fn parse(text: &str) -> Option<Self> {
+        match text {
+            "allow" => Some(Self::Allow),
+            "allow-always" | "allow_always" => Some(Self::AllowAlways),
+            "deny" => Some(Self::Deny),
+            "cancel" => Some(Self::Cancel),
+            _ => None,
+        }
+    }
+}
+
+/// The type-specific part of an event.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum EventKind {
+    /// The run began.
+    RunStarted {
+        /// The prompt as submitted.
+        prompt: String,
+    },
+    /// A ReAct iteration began.
+    Iteration {
+        /// 1-based iteration number within the user message.
+        n: u32,
+    },
+    /// Answer text, in order.
+    TextDelta {
+        /// The text piece.
+        text: String,
+    },
+    /// Thinking text, in order.
+    ThinkingDelta {
+        /// The text piece.
+        text: String,
+    },
+    /// A tool call is about to run (or be refused).
+    ToolStarted {
+        /// Call id.
+        call_id: String,
+        /// Tool name.
+        name: String,
+        /// The arguments, shortened to one line.
+        args_preview: String,
+    },
+    /// A tool call finished.
+    ToolFinished {
+        /// Call id.
+        call_id: String,
+        /// Tool name.
+        name: String,
+        /// True when the result is an error.
+        is_error: bool,
+        /// The output, shortened to one line.
+        output_preview: String,
+        /// Execution time.
+        duration_ms: u64,
+    },
+    /// A call waits for a person.
+    ApprovalRequested {
+        /// Id to answer with.
+        approval_id: String,
+        /// Tool name.
+        tool: String,
+        /// The full arguments.
+        args: String,
+        /// Why the call needs approval.
+        reason: String,
+    },
+    /// An approval was answered.
+    ApprovalResolved {
+        /// The approval id.
+        approval_id: String,
+        /// The answer.
+        outcome: ApprovalOutcome,
+    },
+    /// Token usage of one model response.
+    Usage {
+        /// Uncached input tokens.
+        input: u64,
+        /// Output tokens.
+        output: u64,
+        /// Cache reads.
+        cache_read: u64,
+        /// Cache writes.
+        cache_write: u64,
+    },
+    /// Context compaction progress.
+    Compaction {
+        /// `started`, `finished`, `failed`.
+        phase: String,
+        /// Estimated tokens before.
+        before_tokens: u64,
+        /// Estimated tokens after (0 until finished).
+        after_tokens: u64,
+    },
+    /// A sub-agent started (the envelope's `agent_path` is the child's).
+    SubagentStarted {
+        /// Role name.
+        role: String,
+        /// The task given.
+        task: String,
+    },
+    /// A sub-agent finished (the envelope's `agent_path` is the child's).
+    SubagentFinished {
+        /// How it ended.
+        status: RunStatus,
+    },
+    /// Text for people; never added to history.
+    Notice {
+        /// The text.
+        text: String,
+    },
+    /// An error.
+    Error {
+        /// Machine-readable kind.
+        kind: String,
+        /// Explanation.
+        message: String,
+    },
+    /// The run ended; always the last event.
+    RunFinished {
+        /// How it ended.
+        status: RunStatus,
+        /// The stop reason (`end_turn`, `max_turns`, `cancelled`, ...).
+        stop_reason: String,
+        /// The final answer text.
+        final_text: String,
+        /// Usage summed over every response of the run.
+        usage_total: Usage,
+    },
+}
+
+impl EventKind {
+    /// A usage event from a usage value.
+    pub fn usage(usage: &Usage) -> Self {
+        Self::Usage {
+            input: usage.input,
+            output: usage.output,
+            cache_read: usage.cache_read,
+            cache_write: usage.cache_write,
+        }
+    }
+
+    /// The `type` name.
+    pub fn type_name(&self) -> &'static str {
+        match self {
+            Self::RunStarted { .. } => "run_started",
+            Self::Iteration { .. } => "iteration",
+            Self::TextDelta { .. } => "text_delta",
+            Self::ThinkingDelta { .. } => "thinking_delta",
+            Self::ToolStarted { .. } => "tool_started",
+            Self::ToolFinished { .. } => "tool_finished",
+            Self::ApprovalRequested { .. } => "approval_requested",
+            Self::ApprovalResolved { .. } => "approval_resolved",
+            Self::Usage { .. } => "usage",
+            Self::Compaction { .. } => "compaction",
+            Self::SubagentStarted { .. } => "subagent_started",
+            Self::SubagentFinished { .. } => "subagent_finished",
+            Self::Notice { .. } => "notice",
+            Self::Error { .. } => "error",
+            Self::RunFinished { .. } => "run_finished",
+        }
+    }
+}
+
+/// One event with its envelope.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunEvent {
+    /// Position in the run, from 1.
+    pub seq: u64,
+    /// The run.
+    pub run_id: String,
+    /// The session the run belongs to.
+    pub session_id: String,
+    /// Which agent emitted it (`main`, `main/explorer-2`).
+    pub agent_path: String,
+    /// When it was recorded (RFC 3339).
+    pub ts: String,
+    /// Type and fields.
+    #[serde(flatten)]
+    pub kind: EventKind,
+}
+
+/// Shortens text to one line of at most [`PREVIEW_CHARS`] characters, cutting on
+/// a character boundary and marking the cut with `…`.
+pub fn preview(text: &str) -> String {
+    let mut out = String::with_capacity(text.len().min(PREVIEW_CHARS * 4));
+    let mut chars = 0usize;
+    let mut last_was_space = false;
+    for ch in text.chars() {
+        let ch = if ch.is_whitespace() { ' ' } else { ch };
+        if ch == ' ' && last_was_space {
+            continue;
+        }
+        last_was_space = ch == ' ';
+        if chars == PREVIEW_CHARS {
+            out.push('…');
+            return out.trim().to_string();
+        }
+        out.push(ch);
+        chars += 1;
+    }
+    out.trim().to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn serialises_flat_with_type() {
+        let event = RunEvent {
+            seq: 7,
+            run_id: "r".into(),
+            session_id: "s".into(),
+            agent_path: "main".into(),
+            ts: "2026-11-30T00:00:00Z".into(),
+            kind: EventKind::ToolStarted {
+                call_id: "c".into(),
+                name: "read_file".into(),
+                args_preview: "{}".into(),
+            },
+        };
+        let json = serde_json::to_value(&event).unwrap();
+        assert_eq!(json["type"], "tool_started");
+        assert_eq!(json["seq"], 7);
+        assert_eq!(json["call_id"], "c");
+        assert_eq!(json["agent_path"], "main");
+        let back: RunEvent = serde_json::from_value(json).unwrap();
+        assert_eq!(back, event);
+        assert_eq!(event.kind.type_name(), "tool_started");
+    }
+
+    #[test]
+    fn run_finished_shape() {
+        let kind = EventKind::RunFinished {
+            status: RunStatus::Stopped,
+            stop_reason: "max_turns".into(),
+            final_text: "x".into(),
+            usage_total: Usage::default(),
+        };
+        let json = serde_json::to_value(&kind).unwrap();
+        assert_eq!(json["status"], "stopped");
+        assert_eq!(json["usage_total"]["cache_read"], 0);
+    }
+
+    #[test]
+    fn exit_codes_follow_the_spec() {
+        assert_eq!(RunStatus::Finished.exit_code(), 0);
+        assert_eq!(RunStatus::Error.exit_code(), 1);
+        assert_eq!(RunStatus::Stopped.exit_code(), 3);
+        assert_eq!(RunStatus::Cancelled.exit_code(), 130);
+    }
+
+    #[test]
+    fn preview_is_one_line_and_cut_on_char_boundaries() {
+        assert_eq!(preview("a\n\n  b"), "a b");
+        let long: String = "é".repeat(500);
+        let p = preview(&long);
+        assert_eq!(p.chars().count(), PREVIEW_CHARS + 1);
+        assert!(p.ends_with('…'));
+    }
+
+    #[test]
+    fn approval_outcome_parsing() {
+        assert_eq!(
+            ApprovalOutcome::parse("allow-always"),
+            Some(ApprovalOutcome::AllowAlways)
+        );
+        assert_eq!(ApprovalOutcome::parse("nope"), None);
+    }
+}
