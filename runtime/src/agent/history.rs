@@ -74,14 +74,15 @@ pub fn validate_history(history: &[Message]) -> Result<(), HistoryError> {
                 (ContentBlock::Text { text }, _) if text.is_empty() => {
                     return Err(HistoryError::EmptyText { index });
                 }
-                (ContentBlock::ToolCall(call), Role::Assistant) => {
-                    if !seen_calls.insert(call.id.clone()) {
-                        return Err(HistoryError::Duplicate {
-                            index,
-                            id: call.id.clone(),
-                        });
-                    }
+                (ContentBlock::ToolCall(call), Role::Assistant)
+                    if !seen_calls.insert(call.id.clone()) =>
+                {
+                    return Err(HistoryError::Duplicate {
+                        index,
+                        id: call.id.clone(),
+                    });
                 }
+                (ContentBlock::ToolCall(_), Role::Assistant) => {}
                 (ContentBlock::ToolCall(_), role) => {
                     return Err(HistoryError::Misplaced {
                         index,
