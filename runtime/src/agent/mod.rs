@@ -27,3 +27,38 @@ pub const REPEATED_CALL_LIMIT: u32 = 3;
 pub const CANCELLED_RESULT: &str = "(cancelled)";
 /// SPEC §3: recorded in place of an empty final response.
 pub const EMPTY_RESPONSE_PLACEHOLDER: &str = "(no response)";
+
+/// Who an agent is and what it may do (DESIGN.md principle 4: the main agent,
+/// sub-agents and forks are the same actor with a different spec).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AgentSpec {
+    /// Path in the agent tree: `main`, `main/explorer-2`.
+    pub path: String,
+    /// Role name (`main`, `general`, `explorer`, or a project role).
+    pub role: String,
+    /// Turn limit per user message.
+    pub max_turns: u32,
+    /// Unknown-tool turns in a row that stop the loop.
+    pub unknown_tool_limit: u32,
+    /// Tools this agent may use (system tools are always allowed); `None` = all.
+    pub tool_allowlist: Option<Vec<String>>,
+    /// Nesting depth: 0 for the main agent.
+    pub depth: u32,
+    /// True for a fork (started from a copy of its parent's history).
+    pub is_fork: bool,
+}
+
+impl AgentSpec {
+    /// The main agent with the given turn limit.
+    pub fn main(max_turns: u32) -> Self {
+        Self {
+            path: "main".into(),
+            role: "main".into(),
+            max_turns,
+            unknown_tool_limit: UNKNOWN_TOOL_TURNS_MAIN,
+            tool_allowlist: None,
+            depth: 0,
+            is_fork: false,
+        }
+    }
+}

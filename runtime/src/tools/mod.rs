@@ -148,3 +148,4 @@ pub trait Tool: Send + Sync {
 }
 
 pub mod background;
+pub mod registry;

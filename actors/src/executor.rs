@@ -1,0 +1,126 @@
+//! The tool executor: one short-lived actor per tool call, spawned linked to its
+//! agent (DESIGN.md principle 3).
+//!
+//! It runs the tool inside its own `handle`, under the call's timeout and
+//! cancellation token, reports the output to the agent and stops. If the tool
+//! panics, ractor catches the panic, this actor fails, and the agent's
+//! supervision handler turns the failure into the error result
+//! "tool panicked: …" for this call only.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use ractor::{Actor, ActorProcessingErr, ActorRef};
+use serde_json::Value;
+use troupe_runtime::tools::{Tool, ToolContext, ToolOutput};
+
+/// After a timeout the tool's token is cancelled and it gets this long to stop
+/// its processes (bash needs 2 s between SIGTERM and SIGKILL) before the
+/// executor gives up on it.
+pub const CLEANUP_GRACE: Duration = Duration::from_secs(5);
+
+/// What an executor reports to its agent.
+#[derive(Debug)]
+pub struct ToolReport {
+    /// The execution turn the call belongs to.
+    pub turn: u64,
+    /// Index of the call within its assistant message.
+    pub index: usize,
+    /// What the tool produced.
+    pub output: ToolOutput,
+    /// How long it ran.
+    pub duration: Duration,
+}
+
+/// Where an executor reports: the agent's mailbox, through a conversion so the
+/// executor does not depend on the agent's message type.
+pub type ReportTo = Arc<dyn Fn(ToolReport) + Send + Sync>;
+
+/// Everything one call needs.
+pub struct ExecutorArgs {
+    /// The tool.
+    pub tool: Arc<dyn Tool>,
+    /// Validated arguments.
+    pub args: Value,
+    /// The call's context (its cancellation token is a child of the turn's).
+    pub context: ToolContext,
+    /// Time limit.
+    pub timeout: Duration,
+    /// Execution turn.
+    pub turn: u64,
+    /// Call index.
+    pub index: usize,
+    /// Where to report.
+    pub report_to: ReportTo,
+}
+
+/// Message of the executor: there is only one thing to do.
+pub enum ExecutorMsg {
+    /// Run the call.
+    Run,
+}
+
+/// The executor actor.
+pub struct ToolExecutor;
+
+impl Actor for ToolExecutor {
+    type Msg = ExecutorMsg;
+    type State = Option<ExecutorArgs>;
+    type Arguments = ExecutorArgs;
+
+    async fn pre_start(
+        &self,
+        myself: ActorRef<Self::Msg>,
+        args: Self::Arguments,
+    ) -> Result<Self::State, ActorProcessingErr> {
+        // Work runs in `handle`, where a panic is reported to the supervisor
+        // (a panic in `pre_start` would not be).
+        myself.cast(ExecutorMsg::Run)?;
+        Ok(Some(args))
+    }
+
+    async fn handle(
+        &self,
+        myself: ActorRef<Self::Msg>,
+        _message: Self::Msg,
+        state: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
+        let Some(args) = state.take() else {
+            return Ok(());
+        };
+        let started = Instant::now();
+        let output = run_with_limits(&args).await;
+        (args.report_to)(ToolReport {
+            turn: args.turn,
+            index: args.index,
+            output,
+            duration: started.elapsed(),
+        });
+        myself.stop(None);
+        Ok(())
+    }
+}
+
+/// Runs the tool under its timeout and cancellation.
+async fn run_with_limits(args: &ExecutorArgs) -> ToolOutput {
+    let cancel = args.context.cancel.clone();
+    let execution = args.tool.execute(args.args.clone(), &args.context);
+    tokio::pin!(execution);
+    tokio::select! {
+        output = &mut execution => output,
+        _ = tokio::time::sleep(args.timeout) => {
+            cancel.cancel();
+            // Let the tool kill what it started; its own output is discarded.
+            let _ = tokio::time::timeout(CLEANUP_GRACE, &mut execution).await;
+            ToolOutput::error(format!(
+                "{} timed out after {} s and was stopped",
+                args.tool.name(),
+                args.timeout.as_secs_f64()
+            ))
+        }
+        _ = cancel.cancelled() => {
+            let _ = tokio::time::timeout(CLEANUP_GRACE, &mut execution).await;
+            ToolOutput::error(troupe_runtime::agent::CANCELLED_RESULT)
+        }
+    }
+}
