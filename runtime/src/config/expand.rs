@@ -106,7 +106,8 @@ pub fn expand_mcp_server(server: &McpServerFile, env: &impl Env) -> (McpServerFi
 /// Logs one `tracing` warning per undefined variable name for the life of the
 /// process (a name already warned about, by any server, is not repeated).
 /// `context` says where the variables were used (e.g. `MCP server "search"`).
-pub fn warn_undefined_once(context: &str, names: &[String]) {
+/// Returns the names warned about by this call.
+pub fn warn_undefined_once(context: &str, names: &[String]) -> Vec<String> {
     static WARNED: OnceLock<Mutex<HashSet<String>>> = OnceLock::new();
     let warned = WARNED.get_or_init(|| Mutex::new(HashSet::new()));
     // A poisoned lock only means another thread panicked while inserting a
@@ -114,14 +115,17 @@ pub fn warn_undefined_once(context: &str, names: &[String]) {
     let mut warned = warned
         .lock()
         .unwrap_or_else(|poisoned| poisoned.into_inner());
+    let mut fresh = Vec::new();
     for name in names {
         if warned.insert(name.clone()) {
             tracing::warn!(
                 variable = %name,
                 "{context}: environment variable {name} is not set; ${{{name}}} expands to \"\""
             );
+            fresh.push(name.clone());
         }
     }
+    fresh
 }
 
 #[cfg(test)]
@@ -182,6 +186,21 @@ mod tests {
             expand("${bad name} ${TOKEN}", &env()).0,
             "${bad name} s3cret"
         );
+    }
+
+    #[test]
+    fn warnings_are_issued_once_per_name_per_process() {
+        let a = "TROUPE_TEST_UNDEFINED_A".to_owned();
+        let b = "TROUPE_TEST_UNDEFINED_B".to_owned();
+        assert_eq!(
+            warn_undefined_once("server one", std::slice::from_ref(&a)),
+            vec![a.clone()]
+        );
+        assert_eq!(
+            warn_undefined_once("server two", &[a.clone(), b.clone()]),
+            vec![b.clone()]
+        );
+        assert!(warn_undefined_once("server three", &[a, b]).is_empty());
     }
 
     #[test]

@@ -125,11 +125,11 @@ impl ConfigError {
 /// skipped, an unreadable one is an error), validates both and merges them.
 pub fn load_config(sources: &ConfigSources) -> Result<Config, ConfigError> {
     let mut layers = Vec::new();
-    if let Some(path) = &sources.user {
-        if let Some(text) = read_optional(path)? {
-            let base = RootBase::Home(sources.home.as_deref());
-            layers.push(load_layer(path, &text, RuleSource::User, base, sources)?);
-        }
+    if let Some(path) = &sources.user
+        && let Some(text) = read_optional(path)?
+    {
+        let base = RootBase::Home(sources.home.as_deref());
+        layers.push(load_layer(path, &text, RuleSource::User, base, sources)?);
     }
     if let Some(path) = sources.project_file() {
         // The same file configured twice (XDG_CONFIG_HOME pointed into the
