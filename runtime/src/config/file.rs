@@ -56,13 +56,49 @@ pub struct ProviderFile {
 }
 
 /// `thinking = false | true | 16000`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+///
+/// Deserialised by hand rather than as an untagged enum so a wrong value gets
+/// a message that says what is accepted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(untagged)]
 pub enum Thinking {
     /// On with the default budget, or off.
     Enabled(bool),
     /// On with this budget in tokens.
     Budget(u32),
+}
+
+impl<'de> Deserialize<'de> for Thinking {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_any(ThinkingVisitor)
+    }
+}
+
+/// Accepts a boolean or a token budget that fits a `u32`.
+struct ThinkingVisitor;
+
+impl serde::de::Visitor<'_> for ThinkingVisitor {
+    type Value = Thinking;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("true, false or a thinking budget in tokens")
+    }
+
+    fn visit_bool<E: serde::de::Error>(self, v: bool) -> Result<Thinking, E> {
+        Ok(Thinking::Enabled(v))
+    }
+
+    fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<Thinking, E> {
+        u32::try_from(v)
+            .map(Thinking::Budget)
+            .map_err(|_| E::invalid_value(serde::de::Unexpected::Unsigned(v), &self))
+    }
+
+    fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<Thinking, E> {
+        u32::try_from(v)
+            .map(Thinking::Budget)
+            .map_err(|_| E::invalid_value(serde::de::Unexpected::Signed(v), &self))
+    }
 }
 
 /// Prices in USD per million tokens.
@@ -119,6 +155,25 @@ pub struct McpServerFile {
     pub enabled: Option<bool>,
 }
 
+impl McpServerFile {
+    /// The transport: `type` when written, else inferred from the keys present
+    /// (`command` → stdio, `url` → http). `None` when `type` is absent and the
+    /// entry has both or neither of `command` and `url`.
+    pub fn effective_transport(&self) -> Option<McpTransport> {
+        match (self.transport, &self.command, &self.url) {
+            (Some(transport), _, _) => Some(transport),
+            (None, Some(_), None) => Some(McpTransport::Stdio),
+            (None, None, Some(_)) => Some(McpTransport::Http),
+            (None, _, _) => None,
+        }
+    }
+
+    /// Whether the server should be started (`enabled` defaults to true).
+    pub fn is_enabled(&self) -> bool {
+        self.enabled.unwrap_or(true)
+    }
+}
+
 /// MCP transport.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -144,7 +199,9 @@ pub struct PermissionsFile {
     /// Deny rules.
     #[serde(default)]
     pub deny: Vec<String>,
-    /// Extra allowed roots (relative paths are relative to the file's project root).
+    /// Extra allowed roots. `~` and `~/…` expand to the home directory; other
+    /// relative paths are relative to the project root (project file) or the
+    /// home directory (user file).
     #[serde(default)]
     pub extra_roots: Vec<String>,
 }

@@ -3,13 +3,17 @@
 //! variables.
 //!
 //! `file` holds the serde shape of one TOML file (every key optional, unknown keys
-//! rejected); `load` reads the user and project files, reports errors with file,
-//! key and line, and merges them (a named entry at project level replaces the user
-//! entry of the same name whole); `resolve` picks the provider to use. This module
-//! reads files and the environment only; it never touches the network.
+//! rejected); `paths` locates the data directory, the user and project files and
+//! the project root; `load` reads the user and project files, reports errors with
+//! file, key and line, and merges them (a named entry at project level replaces
+//! the user entry of the same name whole); `expand` applies `${VAR}` expansion to
+//! MCP entries; `resolve` picks the provider to use. This module reads files and
+//! the environment only; it never touches the network.
 
+pub mod expand;
 pub mod file;
 pub mod load;
+pub mod paths;
 pub mod resolve;
 
 use std::collections::BTreeMap;
@@ -18,12 +22,14 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+pub use expand::{expand, expand_mcp_server, warn_undefined_once};
 pub use file::{
-    ConfigFile, LimitsFile, McpServerFile, PermissionsFile, Price, ProviderFile, TelemetryFile,
-    Thinking, ToolsFile,
+    ConfigFile, LimitsFile, McpServerFile, McpTransport, PermissionsFile, Price, ProviderFile,
+    TelemetryFile, Thinking, ToolsFile,
 };
-pub use load::{ConfigError, ConfigSources, load_config};
-pub use resolve::{ResolveError, resolve_provider};
+pub use load::{ConfigError, ConfigSources, check_rule_syntax, load_config, parse_config_file};
+pub use paths::{Env, PathError, ProcessEnv};
+pub use resolve::{ResolveError, resolve_provider, resolve_provider_from_process_env};
 
 /// SPEC §1.2: default context window when a provider entry names none.
 pub const DEFAULT_CONTEXT_WINDOW: u64 = 200_000;

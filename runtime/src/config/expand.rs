@@ -1,0 +1,229 @@
+//! `${VAR}` expansion of MCP server settings (SPEC §1.2).
+//!
+//! Exactly the form `${NAME}` expands, where NAME is an environment-variable
+//! name (`[A-Za-z_][A-Za-z0-9_]*`); `$NAME` is left alone and there is no escape
+//! sequence (`$${X}` is a literal `$` followed by the expansion of `${X}`). A
+//! `${` that is not closed, or that does not hold a valid name, is kept as
+//! written. An undefined variable expands to "" and its name is reported once,
+//! so the caller can warn once per variable. Expansion applies to MCP `env`
+//! values, `headers` values, `url` and `args`; nothing else is expanded. This
+//! module only transforms strings: it reads the environment through an [`Env`]
+//! and never the process environment directly.
+
+use std::collections::HashSet;
+use std::sync::{Mutex, OnceLock};
+
+use super::file::McpServerFile;
+use super::paths::Env;
+
+/// Opening of an expansion.
+const OPEN: &str = "${";
+/// Closing of an expansion.
+const CLOSE: char = '}';
+
+/// Whether `name` is a valid environment-variable name for expansion.
+fn is_var_name(name: &str) -> bool {
+    let mut chars = name.chars();
+    match chars.next() {
+        Some(first) if first == '_' || first.is_ascii_alphabetic() => {}
+        _ => return false,
+    }
+    chars.all(|c| c == '_' || c.is_ascii_alphanumeric())
+}
+
+/// Expands every `${NAME}` in `input`. Names of undefined variables are pushed
+/// onto `undefined` unless already there.
+pub fn expand_into(input: &str, env: &impl Env, undefined: &mut Vec<String>) -> String {
+    let mut out = String::with_capacity(input.len());
+    let mut rest = input;
+    while let Some(start) = rest.find(OPEN) {
+        out.push_str(&rest[..start]);
+        let after_open = &rest[start + OPEN.len()..];
+        let name = after_open
+            .find(CLOSE)
+            .map(|end| &after_open[..end])
+            .filter(|name| is_var_name(name));
+        match name {
+            Some(name) => {
+                match env.var(name) {
+                    Some(value) => out.push_str(&value),
+                    None => {
+                        if !undefined.iter().any(|seen| seen == name) {
+                            undefined.push(name.to_owned());
+                        }
+                    }
+                }
+                rest = &after_open[name.len() + CLOSE.len_utf8()..];
+            }
+            None => {
+                // Not an expansion: keep the `${` and continue after it, so a
+                // later well-formed `${X}` in the same string still expands.
+                out.push_str(OPEN);
+                rest = after_open;
+            }
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
+/// Expands every `${NAME}` in `input`; returns the result and the names of the
+/// undefined variables (each once, in order of first appearance).
+pub fn expand(input: &str, env: &impl Env) -> (String, Vec<String>) {
+    let mut undefined = Vec::new();
+    let out = expand_into(input, env, &mut undefined);
+    (out, undefined)
+}
+
+/// Expands an MCP server entry's `env` values, `headers` values, `url` and
+/// `args`. Returns the expanded entry and the names of undefined variables
+/// (each once, in order of first appearance: args, env, url, headers).
+pub fn expand_mcp_server(server: &McpServerFile, env: &impl Env) -> (McpServerFile, Vec<String>) {
+    let mut undefined = Vec::new();
+    let mut out = server.clone();
+    out.args = server
+        .args
+        .iter()
+        .map(|arg| expand_into(arg, env, &mut undefined))
+        .collect();
+    out.env = server
+        .env
+        .iter()
+        .map(|(k, v)| (k.clone(), expand_into(v, env, &mut undefined)))
+        .collect();
+    out.url = server
+        .url
+        .as_deref()
+        .map(|url| expand_into(url, env, &mut undefined));
+    out.headers = server
+        .headers
+        .iter()
+        .map(|(k, v)| (k.clone(), expand_into(v, env, &mut undefined)))
+        .collect();
+    (out, undefined)
+}
+
+/// Logs one `tracing` warning per undefined variable name for the life of the
+/// process (a name already warned about, by any server, is not repeated).
+/// `context` says where the variables were used (e.g. `MCP server "search"`).
+/// Returns the names warned about by this call.
+pub fn warn_undefined_once(context: &str, names: &[String]) -> Vec<String> {
+    static WARNED: OnceLock<Mutex<HashSet<String>>> = OnceLock::new();
+    let warned = WARNED.get_or_init(|| Mutex::new(HashSet::new()));
+    // A poisoned lock only means another thread panicked while inserting a
+    // name; the set is still usable.
+    let mut warned = warned
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    let mut fresh = Vec::new();
+    for name in names {
+        if warned.insert(name.clone()) {
+            tracing::warn!(
+                variable = %name,
+                "{context}: environment variable {name} is not set; ${{{name}}} expands to \"\""
+            );
+            fresh.push(name.clone());
+        }
+    }
+    fresh
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use super::*;
+
+    fn env() -> BTreeMap<String, String> {
+        [("TOKEN", "s3cret"), ("HOST", "127.0.0.1"), ("EMPTY", "")]
+            .into_iter()
+            .map(|(k, v)| (k.to_owned(), v.to_owned()))
+            .collect()
+    }
+
+    #[test]
+    fn braced_form_expands() {
+        assert_eq!(
+            expand("Bearer ${TOKEN}", &env()),
+            ("Bearer s3cret".to_owned(), vec![])
+        );
+        assert_eq!(
+            expand("http://${HOST}:8080/${TOKEN}", &env()).0,
+            "http://127.0.0.1:8080/s3cret"
+        );
+    }
+
+    #[test]
+    fn bare_dollar_form_is_left_alone() {
+        assert_eq!(expand("$TOKEN and $ alone", &env()).0, "$TOKEN and $ alone");
+    }
+
+    #[test]
+    fn double_dollar_is_not_an_escape() {
+        assert_eq!(expand("$${TOKEN}", &env()).0, "$s3cret");
+    }
+
+    #[test]
+    fn undefined_expands_to_empty_and_is_reported_once() {
+        let (out, undefined) = expand("${NOPE}-${NOPE}-${ALSO}", &env());
+        assert_eq!(out, "--");
+        assert_eq!(undefined, vec!["NOPE".to_owned(), "ALSO".to_owned()]);
+    }
+
+    #[test]
+    fn set_but_empty_is_defined() {
+        assert_eq!(expand("a${EMPTY}b", &env()), ("ab".to_owned(), vec![]));
+    }
+
+    #[test]
+    fn malformed_forms_are_kept() {
+        assert_eq!(expand("${", &env()).0, "${");
+        assert_eq!(expand("${TOKEN", &env()).0, "${TOKEN");
+        assert_eq!(expand("${}", &env()).0, "${}");
+        assert_eq!(expand("${1X}", &env()).0, "${1X}");
+        assert_eq!(expand("${A B}", &env()).0, "${A B}");
+        assert_eq!(
+            expand("${bad name} ${TOKEN}", &env()).0,
+            "${bad name} s3cret"
+        );
+    }
+
+    #[test]
+    fn warnings_are_issued_once_per_name_per_process() {
+        let a = "TROUPE_TEST_UNDEFINED_A".to_owned();
+        let b = "TROUPE_TEST_UNDEFINED_B".to_owned();
+        assert_eq!(
+            warn_undefined_once("server one", std::slice::from_ref(&a)),
+            vec![a.clone()]
+        );
+        assert_eq!(
+            warn_undefined_once("server two", &[a.clone(), b.clone()]),
+            vec![b.clone()]
+        );
+        assert!(warn_undefined_once("server three", &[a, b]).is_empty());
+    }
+
+    #[test]
+    fn non_ascii_text_survives() {
+        assert_eq!(expand("é${TOKEN}ü", &env()).0, "és3cretü");
+    }
+
+    #[test]
+    fn mcp_server_fields_expand_and_others_do_not() {
+        let server = McpServerFile {
+            command: Some("${TOKEN}".into()),
+            args: vec!["--token=${TOKEN}".into(), "${MISSING}".into()],
+            env: [("API_TOKEN".to_owned(), "${TOKEN}".to_owned())].into(),
+            url: Some("http://${HOST}/mcp".into()),
+            headers: [("Authorization".to_owned(), "Bearer ${MISSING}".to_owned())].into(),
+            ..McpServerFile::default()
+        };
+        let (out, undefined) = expand_mcp_server(&server, &env());
+        assert_eq!(out.command.as_deref(), Some("${TOKEN}"));
+        assert_eq!(out.args, vec!["--token=s3cret".to_owned(), String::new()]);
+        assert_eq!(out.env["API_TOKEN"], "s3cret");
+        assert_eq!(out.url.as_deref(), Some("http://127.0.0.1/mcp"));
+        assert_eq!(out.headers["Authorization"], "Bearer ");
+        assert_eq!(undefined, vec!["MISSING".to_owned()]);
+    }
+}
