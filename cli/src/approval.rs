@@ -1,0 +1,96 @@
+//! Approval prompts on the terminal (SPEC §5 human in the loop).
+//!
+//! `troupe run` answers `approval_requested` events by asking on the controlling
+//! terminal (`/dev/tty`), so prompts work even when stdout is redirected. When
+//! there is no terminal the run is started with nobody to ask, and the agent
+//! denies with a reason instead of waiting.
+
+use std::io::{BufRead, BufReader, IsTerminal, Write};
+
+use troupe_runtime::events::ApprovalOutcome;
+
+/// True when a person can be asked: stdin is a terminal and `/dev/tty` opens.
+pub fn terminal_available() -> bool {
+    std::io::stdin().is_terminal()
+        && std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open("/dev/tty")
+            .is_ok()
+}
+
+/// Parses an answer typed at the prompt: `y`/`yes`, `a`/`always`, `n`/`no`
+/// (anything after the first word is the reason), `c`/`cancel`.
+pub fn parse_answer(line: &str) -> Option<(ApprovalOutcome, Option<String>)> {
+    let line = line.trim();
+    let (word, rest) = match line.split_once(char::is_whitespace) {
+        Some((word, rest)) => (
+            word,
+            Some(rest.trim().to_string()).filter(|r| !r.is_empty()),
+        ),
+        None => (line, None),
+    };
+    match word.to_ascii_lowercase().as_str() {
+        "y" | "yes" => Some((ApprovalOutcome::Allow, None)),
+        "a" | "always" => Some((ApprovalOutcome::AllowAlways, None)),
+        "n" | "no" => Some((ApprovalOutcome::Deny, rest)),
+        "c" | "cancel" => Some((ApprovalOutcome::Cancel, None)),
+        _ => None,
+    }
+}
+
+/// Asks on the terminal until a valid answer is typed. Blocking: call it from
+/// a blocking task. End of input or an unusable terminal counts as a denial.
+pub fn ask(tool: &str, args: &str, reason: &str) -> (ApprovalOutcome, Option<String>) {
+    let Ok(tty) = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/tty")
+    else {
+        return (ApprovalOutcome::Deny, Some("no terminal to ask on".into()));
+    };
+    let Ok(mut writer) = tty.try_clone() else {
+        return (ApprovalOutcome::Deny, Some("no terminal to ask on".into()));
+    };
+    let mut reader = BufReader::new(tty);
+    let shown: String = args.chars().take(2_000).collect();
+    let _ = writeln!(writer, "\n{tool} wants to run: {shown}\n  ({reason})");
+    loop {
+        let _ = write!(
+            writer,
+            "Allow? [y]es / [a]lways / [n]o [reason] / [c]ancel run: "
+        );
+        let _ = writer.flush();
+        let mut line = String::new();
+        match reader.read_line(&mut line) {
+            Ok(0) | Err(_) => return (ApprovalOutcome::Deny, Some("no answer".into())),
+            Ok(_) => {
+                if let Some(answer) = parse_answer(&line) {
+                    return answer;
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn answers() {
+        assert_eq!(parse_answer("y\n"), Some((ApprovalOutcome::Allow, None)));
+        assert_eq!(
+            parse_answer("Always"),
+            Some((ApprovalOutcome::AllowAlways, None))
+        );
+        assert_eq!(
+            parse_answer("n  use the test database "),
+            Some((ApprovalOutcome::Deny, Some("use the test database".into())))
+        );
+        assert_eq!(parse_answer("no"), Some((ApprovalOutcome::Deny, None)));
+        assert_eq!(parse_answer("c"), Some((ApprovalOutcome::Cancel, None)));
+        assert_eq!(parse_answer("maybe"), None);
+        assert_eq!(parse_answer(""), None);
+    }
+}

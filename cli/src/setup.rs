@@ -1,0 +1,178 @@
+//! Turns command-line options and configuration into what a run needs: the
+//! provider, the tool registry, the sandbox, the permission engine, the system
+//! prompt, the child-process environment and the limits. Every failure here is a
+//! usage or configuration error (exit code 2) with a message that says what to fix.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use troupe_actors::AgentEnv;
+use troupe_runtime::config::paths::{self, ProcessEnv};
+use troupe_runtime::config::{
+    Config, ConfigSources, Limits, PermissionMode, ResolvedProvider, load_config, resolve_provider,
+};
+use troupe_runtime::llm::{Provider, build_provider};
+use troupe_runtime::permissions::PermissionEngine;
+use troupe_runtime::prompt::build_system_prompt;
+use troupe_runtime::sandbox::PathSandbox;
+use troupe_runtime::tools::background::BackgroundTasks;
+use troupe_runtime::tools::bash::child_environment;
+use troupe_runtime::tools::registry::builtin_registry;
+
+/// A setup failure, already worded for the person at the terminal.
+#[derive(Debug)]
+pub struct SetupError(pub String);
+
+impl std::fmt::Display for SetupError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// What the command line says about a run.
+#[derive(Debug, Clone, Default)]
+pub struct RunOptions {
+    /// `--cwd`.
+    pub cwd: Option<PathBuf>,
+    /// `--provider`.
+    pub provider: Option<String>,
+    /// `--model`.
+    pub model: Option<String>,
+    /// `--mode`.
+    pub mode: Option<PermissionMode>,
+    /// `--max-turns`.
+    pub max_turns: Option<u32>,
+    /// `--budget-tokens`.
+    pub budget_tokens: Option<u64>,
+    /// `--timeout` in seconds.
+    pub timeout_secs: Option<u64>,
+}
+
+/// Everything a run needs, ready to submit.
+pub struct Prepared {
+    /// The agent's environment.
+    pub env: Arc<AgentEnv>,
+    /// The permission engine.
+    pub permissions: PermissionEngine,
+    /// The effective mode.
+    pub mode: PermissionMode,
+    /// The effective limits.
+    pub limits: Limits,
+    /// The session id the run will use.
+    pub session_id: String,
+    /// The provider as resolved (name, model, URL).
+    pub provider: ResolvedProvider,
+}
+
+/// Loads configuration for `options` and prepares a run. `provider_override`
+/// replaces the configured provider (the demo's scripted model).
+pub async fn prepare(
+    options: &RunOptions,
+    provider_override: Option<ResolvedProvider>,
+) -> Result<Prepared, SetupError> {
+    let cwd = working_directory(options.cwd.as_deref())?;
+    let sources = ConfigSources::discover(&cwd);
+    let config = load_config(&sources).map_err(|err| SetupError(err.to_string()))?;
+    let project_root = sources.project_root.clone().unwrap_or_else(|| cwd.clone());
+    let resolved = match provider_override {
+        Some(resolved) => resolved,
+        None => {
+            let resolved = resolve_provider(&config, options.provider.as_deref(), &ProcessEnv)
+                .map_err(|err| SetupError(err.to_string()))?;
+            match &options.model {
+                Some(model) => resolved.with_model(model.clone()),
+                None => resolved,
+            }
+        }
+    };
+    let provider = build_provider(&resolved).map_err(|err| SetupError(err.to_string()))?;
+    let session_id = uuid::Uuid::now_v7().to_string();
+    let data_dir = paths::data_dir(&ProcessEnv).map_err(|err| SetupError(err.to_string()))?;
+    let spill_dir = data_dir.join("spill").join(&session_id);
+    assemble(
+        &config,
+        options,
+        &project_root,
+        spill_dir,
+        provider,
+        resolved,
+        session_id,
+    )
+    .await
+}
+
+/// Builds the pieces once configuration and provider are known.
+async fn assemble(
+    config: &Config,
+    options: &RunOptions,
+    project_root: &Path,
+    spill_dir: PathBuf,
+    provider: Arc<dyn Provider>,
+    resolved: ResolvedProvider,
+    session_id: String,
+) -> Result<Prepared, SetupError> {
+    let mut roots = vec![spill_dir.clone()];
+    roots.extend(config.permissions.extra_roots.iter().cloned());
+    let home = paths::home_dir(&ProcessEnv);
+    let sandbox = Arc::new(
+        PathSandbox::new(project_root, &roots, home)
+            .map_err(|err| SetupError(format!("cannot set up the path sandbox: {err}")))?,
+    );
+    let mode = options.mode.unwrap_or(config.permissions.mode);
+    let mut settings = config.permissions.clone();
+    settings.mode = mode;
+    let permissions = PermissionEngine::new(&settings, sandbox.clone())
+        .map_err(|err| SetupError(err.to_string()))?;
+    let config_dir = paths::config_dir(&ProcessEnv).ok();
+    let system = build_system_prompt(config_dir.as_deref(), project_root, provider.model()).await;
+    let child_env = child_environment(&config.tools.env_allowlist, |name| std::env::var(name).ok());
+    let mut limits = config.limits;
+    if let Some(max_turns) = options.max_turns {
+        limits.max_turns = max_turns;
+    }
+    if let Some(tokens) = options.budget_tokens {
+        limits.budget_tokens = tokens;
+    }
+    if let Some(secs) = options.timeout_secs {
+        limits.wall_clock = Duration::from_secs(secs);
+    }
+    let env = AgentEnv {
+        provider,
+        price: resolved.price,
+        registry: Arc::new(builtin_registry()),
+        sandbox,
+        system,
+        spill_dir,
+        child_env: Arc::new(child_env),
+        background: Arc::new(BackgroundTasks::new()),
+        tool_timeout: config.tools.timeout,
+    };
+    Ok(Prepared {
+        env: Arc::new(env),
+        permissions,
+        mode,
+        limits,
+        session_id,
+        provider: resolved,
+    })
+}
+
+/// The working directory: `--cwd` (which must be an existing directory) or the
+/// current one, made absolute.
+fn working_directory(cwd: Option<&Path>) -> Result<PathBuf, SetupError> {
+    let current = std::env::current_dir()
+        .map_err(|err| SetupError(format!("cannot read the current directory: {err}")))?;
+    let dir = match cwd {
+        Some(dir) => current.join(dir),
+        None => current,
+    };
+    match std::fs::metadata(&dir) {
+        Ok(meta) if meta.is_dir() => Ok(dir),
+        Ok(_) => Err(SetupError(format!(
+            "--cwd {}: not a directory",
+            dir.display()
+        ))),
+        Err(err) => Err(SetupError(format!("--cwd {}: {err}", dir.display()))),
+    }
+}
