@@ -1006,7 +1006,13 @@ impl Feed {
             feed.finished = true;
             match feed.ending {
                 Ending::Complete => None,
-                Ending::Cut => Some((Err(StreamClosed), feed)),
+                Ending::Cut => {
+                    // Let the connection flush what was sent before failing the
+                    // body: a body error closes the connection at once and
+                    // would drop bytes still buffered.
+                    tokio::task::yield_now().await;
+                    Some((Err(StreamClosed), feed))
+                }
                 Ending::Stall => {
                     feed.shutdown.cancelled().await;
                     Some((Err(StreamClosed), feed))

@@ -7,7 +7,7 @@ use std::collections::HashSet;
 
 use serde_json::{Map, Value};
 
-use super::{Findings, MAX_CACHE_BREAKPOINTS, Rule, is_blank, is_valid_tool_name};
+use super::{Findings, MAX_CACHE_BREAKPOINTS, Rule, is_blank, is_valid_tool_name, non_empty_str};
 
 pub(super) fn check(body: &Value, out: &mut Findings) {
     let Some(request) = body.as_object() else {
@@ -17,20 +17,16 @@ pub(super) fn check(body: &Value, out: &mut Findings) {
         );
         return;
     };
-    if !request
-        .get("model")
-        .and_then(Value::as_str)
-        .is_some_and(|model| !model.is_empty())
-    {
+    if !non_empty_str(request.get("model")) {
         out.push(
             Rule::MalformedRequest,
             "`model` is missing or not a non-empty string",
         );
     }
-    if !request
+    if request
         .get("max_tokens")
         .and_then(Value::as_u64)
-        .is_some_and(|max| max > 0)
+        .is_none_or(|max| max == 0)
     {
         out.push(
             Rule::MalformedRequest,
@@ -232,30 +228,14 @@ fn check_block(
                 format!("{at} is a text block without `text`"),
             ),
         },
-        "thinking" => {
-            if !block
-                .get("signature")
-                .and_then(Value::as_str)
-                .is_some_and(|signature| !signature.is_empty())
-            {
-                out.push(
-                    Rule::UnsignedThinking,
-                    format!("{at} is a thinking block without its signature"),
-                );
-            }
-        }
-        "redacted_thinking" => {
-            if !block
-                .get("data")
-                .and_then(Value::as_str)
-                .is_some_and(|data| !data.is_empty())
-            {
-                out.push(
-                    Rule::UnsignedThinking,
-                    format!("{at} is a redacted_thinking block without `data`"),
-                );
-            }
-        }
+        "thinking" if !non_empty_str(block.get("signature")) => out.push(
+            Rule::UnsignedThinking,
+            format!("{at} is a thinking block without its signature"),
+        ),
+        "redacted_thinking" if !non_empty_str(block.get("data")) => out.push(
+            Rule::UnsignedThinking,
+            format!("{at} is a redacted_thinking block without `data`"),
+        ),
         "tool_use" => {
             if role != "assistant" {
                 out.push(
@@ -301,11 +281,7 @@ fn check_block(
                     format!("{at} is a tool_result after another block; tool_result blocks must come first"),
                 );
             }
-            if !block
-                .get("tool_use_id")
-                .and_then(Value::as_str)
-                .is_some_and(|id| !id.is_empty())
-            {
+            if !non_empty_str(block.get("tool_use_id")) {
                 out.push(
                     Rule::MalformedRequest,
                     format!("{at} is a tool_result without `tool_use_id`"),
@@ -325,15 +301,11 @@ fn check_block(
 
 fn check_result_content(content: Option<&Value>, at: &str, out: &mut Findings) {
     match content {
-        None => {}
-        Some(Value::String(text)) => {
-            if is_blank(text) {
-                out.push(
-                    Rule::EmptyContent,
-                    format!("{at} tool_result content is an empty string"),
-                );
-            }
-        }
+        Some(Value::String(text)) if is_blank(text) => out.push(
+            Rule::EmptyContent,
+            format!("{at} tool_result content is an empty string"),
+        ),
+        None | Some(Value::String(_)) => {}
         Some(Value::Array(parts)) => {
             for (k, part) in parts.iter().enumerate() {
                 if block_type(part) == Some("text")
@@ -498,7 +470,9 @@ mod tests {
     fn malformed_bodies() {
         assert_eq!(rules(&json!([1, 2])), [Rule::MalformedRequest]);
         let mut body = valid();
-        body.as_object_mut().map(|o| o.remove("max_tokens"));
+        if let Some(object) = body.as_object_mut() {
+            object.remove("max_tokens");
+        }
         assert_eq!(rules(&body), [Rule::MalformedRequest]);
         let mut body = valid();
         body["model"] = json!("");
@@ -507,7 +481,7 @@ mod tests {
         body["messages"][1]["content"][2]["input"] = json!("{\"path\":\"a\"}");
         assert_eq!(rules(&body), [Rule::MalformedRequest]);
         let mut body = valid();
-        body.as_object_mut().map(|o| o.remove("messages"));
+        body.as_object_mut().expect("object").remove("messages");
         assert_eq!(rules(&body), [Rule::MalformedRequest]);
     }
 
@@ -559,7 +533,8 @@ mod tests {
         let mut body = valid();
         body["messages"][2]["content"]
             .as_array_mut()
-            .map(|c| c.remove(1));
+            .expect("array")
+            .remove(1);
         assert_eq!(rules(&body), [Rule::UnansweredToolCall]);
         // A tool call answered two messages later is still unanswered.
         let body = request(json!([
@@ -606,7 +581,8 @@ mod tests {
         let extra = json!({"type": "tool_result", "tool_use_id": "toolu_1", "content": "again"});
         body["messages"][2]["content"]
             .as_array_mut()
-            .map(|c| c.insert(2, extra));
+            .expect("array")
+            .insert(2, extra);
         assert_eq!(rules(&body), [Rule::DuplicateToolResult]);
     }
 

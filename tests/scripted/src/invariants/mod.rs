@@ -243,6 +243,11 @@ impl Findings {
     }
 }
 
+/// Whether `value` is a non-empty string.
+fn non_empty_str(value: Option<&Value>) -> bool {
+    value.and_then(Value::as_str).is_some_and(|s| !s.is_empty())
+}
+
 /// Whether a string is empty or only whitespace (both APIs reject such text).
 fn is_blank(text: &str) -> bool {
     text.trim().is_empty()

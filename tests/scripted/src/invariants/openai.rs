@@ -7,7 +7,7 @@ use std::collections::HashSet;
 
 use serde_json::Value;
 
-use super::{Findings, Rule, is_blank, is_valid_tool_name};
+use super::{Findings, Rule, is_blank, is_valid_tool_name, non_empty_str};
 
 /// Roles Chat Completions accepts.
 const ROLES: [&str; 5] = ["system", "developer", "user", "assistant", "tool"];
@@ -20,11 +20,7 @@ pub(super) fn check(body: &Value, out: &mut Findings) {
         );
         return;
     };
-    if !request
-        .get("model")
-        .and_then(Value::as_str)
-        .is_some_and(|model| !model.is_empty())
-    {
+    if !non_empty_str(request.get("model")) {
         out.push(
             Rule::MalformedRequest,
             "`model` is missing or not a non-empty string",
@@ -101,11 +97,7 @@ fn check_messages(messages: &[Value], out: &mut Findings) {
         match role {
             "assistant" => check_assistant(message, &at, &mut call_ids, out),
             "tool" => {
-                if !message
-                    .get("tool_call_id")
-                    .and_then(Value::as_str)
-                    .is_some_and(|id| !id.is_empty())
-                {
+                if !non_empty_str(message.get("tool_call_id")) {
                     out.push(
                         Rule::MalformedRequest,
                         format!("{at} is a tool message without `tool_call_id`"),
@@ -347,7 +339,8 @@ mod tests {
         let mut body = valid();
         body["messages"][3]
             .as_object_mut()
-            .map(|m| m.remove("content"));
+            .expect("object")
+            .remove("content");
         assert_eq!(rules(&body), []);
     }
 
@@ -410,7 +403,7 @@ mod tests {
     #[test]
     fn unanswered_tool_call() {
         let mut body = valid();
-        body["messages"].as_array_mut().map(|m| m.pop());
+        body["messages"].as_array_mut().expect("array").pop();
         assert_eq!(rules(&body), [Rule::UnansweredToolCall]);
         // A result separated from its call by a user message does not count.
         let mut body = valid();

@@ -112,7 +112,7 @@ pub(crate) fn stream_frames(plan: &Plan) -> Vec<SseFrame> {
             &json!({"type": "content_block_delta", "index": index, "delta": delta}),
         ));
         deltas += 1;
-        if deltas % PING_EVERY_DELTAS == 0 {
+        if deltas.is_multiple_of(PING_EVERY_DELTAS) {
             frames.push(ping());
         }
     };
