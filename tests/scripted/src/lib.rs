@@ -72,6 +72,8 @@
 //! # }
 //! ```
 
+#![warn(missing_docs)]
+
 mod fault;
 mod ids;
 pub mod invariants;

@@ -396,67 +396,37 @@ impl Shared {
                 body_len: raw.len(),
                 turn: None,
             };
-            let mut violations = match &parsed {
+            let violations = match &parsed {
                 Ok(body) => check_request(protocol, body),
-                Err(error) => vec![Violation {
-                    rule: Rule::MalformedRequest,
-                    detail: format!("the request body is not JSON: {error}"),
-                    request_index: None,
-                    protocol: Some(protocol),
-                }],
+                Err(error) => vec![violation(
+                    Rule::MalformedRequest,
+                    format!("the request body is not JSON: {error}"),
+                    protocol,
+                )],
             };
-            let admission = if violations.is_empty() {
-                match select_turn(&state.turns, &record) {
-                    Selection::Turn(slot) => {
-                        record.turn = Some(slot);
-                        match state.turns[slot].take() {
-                            Some(turn) => Admission::Answer(Box::new(prepare(
-                                turn,
-                                &record,
-                                request_id,
-                                &mut state.ids,
-                                self,
-                            ))),
-                            None => unreachable_slot(protocol, &request_id),
-                        }
-                    }
-                    Selection::Exhausted { total } => {
-                        violations.push(Violation {
-                            rule: Rule::ScriptExhausted,
-                            detail: format!(
-                                "script exhausted: all {total} turn(s) were consumed before this request"
-                            ),
-                            request_index: None,
-                            protocol: Some(protocol),
-                        });
-                        Admission::Reject(script_error(protocol, &violations, &request_id))
-                    }
-                    Selection::NoMatch { pending } => {
-                        let pending: Vec<String> = pending
-                            .iter()
-                            .map(|(i, m)| format!("turn {i}: {m}"))
-                            .collect();
-                        violations.push(Violation {
-                            rule: Rule::NoTurnMatched,
-                            detail: format!(
-                                "no turn matched; unconsumed turns: {}",
-                                pending.join("; ")
-                            ),
-                            request_index: None,
-                            protocol: Some(protocol),
-                        });
-                        Admission::Reject(script_error(protocol, &violations, &request_id))
+            let (admission, violations) = if violations.is_empty() {
+                match take_turn(&mut state, &mut record, &request_id, &self.config) {
+                    Ok(prepared) => (Admission::Answer(Box::new(prepared)), Vec::new()),
+                    Err(unscripted) => {
+                        let reply = render::json_error(
+                            protocol,
+                            STATUS_INTERNAL,
+                            ErrorKind::Server,
+                            &format!("scripted model server: {}", unscripted.detail),
+                            &request_id,
+                        );
+                        (Admission::Reject(reply), vec![unscripted])
                     }
                 }
             } else {
-                let message = violation_message(&violations);
-                Admission::Reject(render::json_error(
+                let reply = render::json_error(
                     protocol,
                     render::STATUS_BAD_REQUEST,
                     ErrorKind::InvalidRequest,
-                    &message,
+                    &violation_message(&violations),
                     &request_id,
-                ))
+                );
+                (Admission::Reject(reply), violations)
             };
             for mut violation in violations {
                 violation.request_index = Some(index);
@@ -472,16 +442,60 @@ impl Shared {
     }
 }
 
-/// A consumed slot was selected: impossible, since `select_turn` skips `None`
-/// slots and the lock is held between selection and take. Answer with a 500
-/// rather than panic inside the server.
-fn unreachable_slot(protocol: Protocol, request_id: &str) -> Admission {
-    Admission::Reject(render::json_error(
-        protocol,
-        STATUS_INTERNAL,
-        ErrorKind::Server,
-        "scripted model server: selected turn was already consumed",
-        request_id,
+fn violation(rule: Rule, detail: String, protocol: Protocol) -> Violation {
+    Violation {
+        rule,
+        detail,
+        request_index: None,
+        protocol: Some(protocol),
+    }
+}
+
+/// Consumes the turn that answers `record` and prepares it, or explains why no
+/// turn can (script exhausted, no turn matched).
+fn take_turn(
+    state: &mut ScriptState,
+    record: &mut RecordedRequest,
+    request_id: &str,
+    config: &ServerConfig,
+) -> Result<Prepared, Violation> {
+    let slot = match select_turn(&state.turns, record) {
+        Selection::Turn(slot) => slot,
+        Selection::Exhausted { total } => {
+            return Err(violation(
+                Rule::ScriptExhausted,
+                format!("script exhausted: all {total} turn(s) were consumed before this request"),
+                record.protocol,
+            ));
+        }
+        Selection::NoMatch { pending } => {
+            let pending: Vec<String> = pending
+                .iter()
+                .map(|(i, matcher)| format!("turn {i}: {matcher}"))
+                .collect();
+            return Err(violation(
+                Rule::NoTurnMatched,
+                format!("no turn matched; unconsumed turns: {}", pending.join("; ")),
+                record.protocol,
+            ));
+        }
+    };
+    // `select_turn` only returns occupied slots and the lock is held, so the
+    // slot is occupied; a `None` would be a bug in selection, reported as such.
+    let turn = state.turns[slot].take().ok_or_else(|| {
+        violation(
+            Rule::NoTurnMatched,
+            format!("internal error: turn {slot} was selected but already consumed"),
+            record.protocol,
+        )
+    })?;
+    record.turn = Some(slot);
+    Ok(prepare(
+        turn,
+        record,
+        request_id.to_owned(),
+        &mut state.ids,
+        config.chunk_chars,
     ))
 }
 
@@ -493,20 +507,6 @@ fn violation_message(violations: &[Violation]) -> String {
     format!(
         "scripted model server: request violates protocol invariants: {}",
         parts.join("; ")
-    )
-}
-
-fn script_error(protocol: Protocol, violations: &[Violation], request_id: &str) -> ErrorReply {
-    let message = violations
-        .last()
-        .map(|v| format!("scripted model server: {}", v.detail))
-        .unwrap_or_default();
-    render::json_error(
-        protocol,
-        STATUS_INTERNAL,
-        ErrorKind::Server,
-        &message,
-        request_id,
     )
 }
 
@@ -543,8 +543,12 @@ struct Prepared {
 
 /// What an admitted turn sends.
 enum Content {
+    /// A normal response.
     Reply(Plan),
-    Fault { fault: Fault, plan: Option<Plan> },
+    /// A fault answered with an HTTP error before any response byte.
+    Error(Fault),
+    /// A stream fault: part of `plan`, then the break `fault` describes.
+    Broken { fault: Fault, plan: Plan },
 }
 
 fn prepare(
@@ -552,7 +556,7 @@ fn prepare(
     record: &RecordedRequest,
     request_id: String,
     ids: &mut IdGen,
-    shared: &Shared,
+    default_chunk_chars: usize,
 ) -> Prepared {
     let delay = turn.delay();
     let chunk_delay = turn.chunk_delay();
@@ -565,16 +569,17 @@ fn prepare(
             .and_then(Value::as_bool)
             == Some(true),
         body_len: record.body_len,
-        chunk_chars: shared.config.chunk_chars,
+        chunk_chars: default_chunk_chars,
     };
     let content = match turn.into_action() {
         Action::Reply(mut response) => Content::Reply(plan(&mut response, &context, ids)),
-        Action::Fault(mut fault) => {
-            let plan = fault
-                .stream_response_mut()
-                .map(|response| plan(response, &context, ids));
-            Content::Fault { fault, plan }
-        }
+        Action::Fault(mut fault) => match fault.stream_response_mut() {
+            Some(response) => {
+                let plan = plan(response, &context, ids);
+                Content::Broken { fault, plan }
+            }
+            None => Content::Error(fault),
+        },
     };
     Prepared {
         protocol: record.protocol,
@@ -704,6 +709,80 @@ async fn serve_request(
     respond(&shared, prepared)
 }
 
+/// What goes on the wire for an admitted turn.
+#[derive(Debug, PartialEq, Eq)]
+enum Outgoing {
+    /// A 200 with this whole body.
+    Whole {
+        content_type: &'static str,
+        body: String,
+    },
+    /// An HTTP error.
+    Error(ErrorReply),
+    /// A 200 whose body is sent piece by piece (paced by the chunk delay) and
+    /// ends as `ending`.
+    Paced {
+        kind: BodyKind,
+        pieces: Vec<Bytes>,
+        ending: Ending,
+    },
+}
+
+/// The kind of a paced body.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum BodyKind {
+    /// `text/event-stream`.
+    EventStream,
+    /// `application/json` declaring this `Content-Length` (a fault may send
+    /// less).
+    Json { content_length: usize },
+}
+
+/// Decides the bytes for a turn: streamed or complete, normal or faulty.
+fn outgoing(protocol: Protocol, streaming: bool, content: Content, request_id: &str) -> Outgoing {
+    let events = |frames: Vec<render::SseFrame>| -> Vec<Bytes> {
+        frames.iter().map(render::SseFrame::to_bytes).collect()
+    };
+    match content {
+        Content::Reply(plan) if streaming => Outgoing::Paced {
+            kind: BodyKind::EventStream,
+            pieces: events(render::stream_frames(protocol, &plan)),
+            ending: Ending::Complete,
+        },
+        Content::Reply(plan) => Outgoing::Whole {
+            content_type: "application/json",
+            body: render::complete_body(protocol, &plan).to_string(),
+        },
+        Content::Error(fault) => match render::fault_reply(protocol, &fault, request_id) {
+            Some(reply) => Outgoing::Error(reply),
+            // `prepare` puts only up-front faults here; a stream fault that
+            // lands here anyway is answered as the overloaded error it breaks
+            // with.
+            None => Outgoing::Error(overloaded(protocol, request_id)),
+        },
+        Content::Broken { fault, plan } if streaming => {
+            let frames = render::stream_frames(protocol, &plan);
+            let (frames, ending) = stream_fault_frames(protocol, &fault, frames, request_id);
+            Outgoing::Paced {
+                kind: BodyKind::EventStream,
+                pieces: events(frames),
+                ending,
+            }
+        }
+        Content::Broken { fault, plan } => non_streaming_fault(protocol, &fault, &plan, request_id),
+    }
+}
+
+fn overloaded(protocol: Protocol, request_id: &str) -> ErrorReply {
+    render::json_error(
+        protocol,
+        STATUS_OVERLOADED,
+        ErrorKind::Overloaded,
+        "Overloaded",
+        request_id,
+    )
+}
+
 fn respond(shared: &Arc<Shared>, prepared: Prepared) -> HttpResponse {
     let Prepared {
         protocol,
@@ -714,102 +793,50 @@ fn respond(shared: &Arc<Shared>, prepared: Prepared) -> HttpResponse {
         content,
         ..
     } = prepared;
-    let feed = |chunks: Vec<Bytes>, ending: Ending| Feed {
-        chunks: chunks.into(),
-        delay: chunk_delay,
-        ending,
-        shutdown: shared.shutdown.clone(),
-        finished: false,
-    };
-    let frames_bytes = |frames: Vec<render::SseFrame>| -> Vec<Bytes> {
-        frames.iter().map(render::SseFrame::to_bytes).collect()
-    };
-    let (transmission, kind) = match content {
-        Content::Reply(plan) if streaming => (
-            feed(
-                frames_bytes(render::stream_frames(protocol, &plan)),
-                Ending::Complete,
-            ),
-            BodyKind::EventStream,
-        ),
-        Content::Reply(plan) => {
-            let body = render::complete_body(protocol, &plan).to_string();
-            return success_response(protocol, &request_id, "application/json", Body::from(body));
+    match outgoing(protocol, streaming, content, &request_id) {
+        Outgoing::Whole { content_type, body } => {
+            success_response(protocol, &request_id, content_type, Body::from(body))
         }
-        Content::Fault { fault, plan } => {
-            if let Some(reply) = render::fault_reply(protocol, &fault, &request_id) {
-                return error_response(protocol, &reply, Some(&request_id));
-            }
-            let Some(plan) = plan else {
-                // Stream faults always carry a plan (see `prepare`).
-                let reply = render::json_error(
-                    protocol,
-                    STATUS_INTERNAL,
-                    ErrorKind::Server,
-                    "scripted model server: stream fault without a response",
-                    &request_id,
-                );
-                return error_response(protocol, &reply, Some(&request_id));
+        Outgoing::Error(reply) => error_response(protocol, &reply, Some(&request_id)),
+        Outgoing::Paced {
+            kind,
+            pieces,
+            ending,
+        } => {
+            let feed = Feed {
+                chunks: pieces.into(),
+                delay: chunk_delay,
+                ending,
+                shutdown: shared.shutdown.clone(),
+                finished: false,
             };
-            if streaming {
-                let frames = render::stream_frames(protocol, &plan);
-                let (frames, ending) = stream_fault_frames(protocol, &fault, frames, &request_id);
-                (feed(frames_bytes(frames), ending), BodyKind::EventStream)
-            } else {
-                match non_streaming_fault(protocol, &fault, &plan, &request_id) {
-                    NonStreamingFault::Reply(reply) => {
-                        return error_response(protocol, &reply, Some(&request_id));
-                    }
-                    NonStreamingFault::Partial { body, sent, ending } => (
-                        feed(vec![sent], ending),
-                        BodyKind::Json {
-                            content_length: body,
-                        },
-                    ),
-                    NonStreamingFault::Malformed(text) => {
-                        return success_response(
-                            protocol,
-                            &request_id,
-                            "application/json",
-                            Body::from(text),
-                        );
-                    }
+            let body = Body::from_stream(Tracked {
+                feed: Box::pin(feed.into_stream()),
+                finished: false,
+                events_sent: 0,
+                shared: Arc::clone(shared),
+                request_index,
+            });
+            match kind {
+                BodyKind::EventStream => {
+                    let mut response =
+                        success_response(protocol, &request_id, "text/event-stream", body);
+                    response
+                        .headers_mut()
+                        .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+                    response
+                }
+                BodyKind::Json { content_length } => {
+                    let mut response =
+                        success_response(protocol, &request_id, "application/json", body);
+                    response
+                        .headers_mut()
+                        .insert(header::CONTENT_LENGTH, HeaderValue::from(content_length));
+                    response
                 }
             }
         }
-    };
-    let stream = Tracked {
-        feed: Box::pin(transmission.into_stream()),
-        finished: false,
-        events_sent: 0,
-        shared: Arc::clone(shared),
-        request_index,
-    };
-    let body = Body::from_stream(stream);
-    match kind {
-        BodyKind::EventStream => {
-            let mut response = success_response(protocol, &request_id, "text/event-stream", body);
-            response
-                .headers_mut()
-                .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
-            response
-        }
-        BodyKind::Json { content_length } => {
-            let mut response = success_response(protocol, &request_id, "application/json", body);
-            response
-                .headers_mut()
-                .insert(header::CONTENT_LENGTH, HeaderValue::from(content_length));
-            response
-        }
     }
-}
-
-enum BodyKind {
-    EventStream,
-    /// A JSON body of this declared length (sent partially by a fault).
-    Json {
-        content_length: usize,
-    },
 }
 
 /// The events a stream fault sends, and how the stream ends.
@@ -845,17 +872,6 @@ fn stream_fault_frames(
     }
 }
 
-enum NonStreamingFault {
-    Reply(ErrorReply),
-    /// Declare `body` bytes, send `sent`, then end as `ending`.
-    Partial {
-        body: usize,
-        sent: Bytes,
-        ending: Ending,
-    },
-    Malformed(String),
-}
-
 /// Stream faults on a non-streaming request: cut and stall send half of the
 /// JSON body; malformed sends a body that is not JSON; an error mid-stream
 /// becomes the equivalent HTTP 529.
@@ -864,30 +880,28 @@ fn non_streaming_fault(
     fault: &Fault,
     plan: &Plan,
     request_id: &str,
-) -> NonStreamingFault {
+) -> Outgoing {
     let body = render::complete_body(protocol, plan).to_string();
-    let half = Bytes::from(body.as_bytes()[..body.len() / 2].to_vec());
+    let half = || vec![Bytes::from(body.as_bytes()[..body.len() / 2].to_vec())];
+    let kind = BodyKind::Json {
+        content_length: body.len(),
+    };
     match fault {
-        Fault::CutStream { .. } => NonStreamingFault::Partial {
-            body: body.len(),
-            sent: half,
+        Fault::CutStream { .. } => Outgoing::Paced {
+            kind,
+            pieces: half(),
             ending: Ending::Cut,
         },
-        Fault::StallStream { .. } => NonStreamingFault::Partial {
-            body: body.len(),
-            sent: half,
+        Fault::StallStream { .. } => Outgoing::Paced {
+            kind,
+            pieces: half(),
             ending: Ending::Stall,
         },
-        Fault::MalformedSse { .. } => {
-            NonStreamingFault::Malformed(render::MALFORMED_DATA.to_owned())
-        }
-        _ => NonStreamingFault::Reply(render::json_error(
-            protocol,
-            STATUS_OVERLOADED,
-            ErrorKind::Overloaded,
-            "Overloaded",
-            request_id,
-        )),
+        Fault::MalformedSse { .. } => Outgoing::Whole {
+            content_type: "application/json",
+            body: render::MALFORMED_DATA.to_owned(),
+        },
+        _ => Outgoing::Error(overloaded(protocol, request_id)),
     }
 }
 
@@ -1062,6 +1076,122 @@ impl<S> Drop for Tracked<S> {
 mod tests {
     use super::*;
     use crate::response::text;
+
+    fn test_plan(response: &mut Response, protocol: Protocol) -> Plan {
+        let context = PlanContext {
+            protocol,
+            model: "m".into(),
+            include_usage: false,
+            body_len: 40,
+            chunk_chars: 3,
+        };
+        plan(response, &context, &mut IdGen::new(1))
+    }
+
+    #[test]
+    fn plan_fills_generated_ids_and_estimates_usage() {
+        let mut response = crate::response::tool_call("ls", serde_json::json!({}))
+            .and_tool_call_with_id("mine", "ls", serde_json::json!({}));
+        let plan = test_plan(&mut response, Protocol::OpenAi);
+        let ids: Vec<Option<String>> = response.tool_calls().map(|c| c.id.clone()).collect();
+        assert!(ids[0].as_deref().is_some_and(|id| id.starts_with("call_")));
+        assert_eq!(ids[1].as_deref(), Some("mine"));
+        assert_eq!(plan.usage.input_tokens, 10);
+        assert_eq!(plan.chunk_chars, 3);
+        assert!(plan.message_id.starts_with("chatcmpl-"));
+    }
+
+    #[test]
+    fn outgoing_decisions() {
+        let mut response = text("hello");
+        let reply = test_plan(&mut response, Protocol::Anthropic);
+        match outgoing(
+            Protocol::Anthropic,
+            false,
+            Content::Reply(reply.clone()),
+            "r",
+        ) {
+            Outgoing::Whole { content_type, body } => {
+                assert_eq!(content_type, "application/json");
+                assert!(body.contains("\"type\":\"message\""));
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+        match outgoing(
+            Protocol::Anthropic,
+            true,
+            Content::Reply(reply.clone()),
+            "r",
+        ) {
+            Outgoing::Paced {
+                kind,
+                ending,
+                pieces,
+            } => {
+                assert_eq!(kind, BodyKind::EventStream);
+                assert_eq!(ending, Ending::Complete);
+                assert!(pieces.len() > 3);
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+        match outgoing(
+            Protocol::OpenAi,
+            true,
+            Content::Error(Fault::Unauthorized),
+            "r",
+        ) {
+            Outgoing::Error(error) => assert_eq!(error.status, 401),
+            other => panic!("unexpected {other:?}"),
+        }
+        let broken = |fault: Fault| Content::Broken {
+            fault,
+            plan: reply.clone(),
+        };
+        match outgoing(
+            Protocol::Anthropic,
+            false,
+            broken(Fault::cut_after(1, text("x"))),
+            "r",
+        ) {
+            Outgoing::Paced {
+                kind: BodyKind::Json { content_length },
+                pieces,
+                ending,
+            } => {
+                assert_eq!(ending, Ending::Cut);
+                assert_eq!(pieces.len(), 1);
+                assert_eq!(pieces[0].len(), content_length / 2);
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+        match outgoing(
+            Protocol::Anthropic,
+            false,
+            broken(Fault::stall_after(1, text("x"))),
+            "r",
+        ) {
+            Outgoing::Paced { ending, .. } => assert_eq!(ending, Ending::Stall),
+            other => panic!("unexpected {other:?}"),
+        }
+        match outgoing(
+            Protocol::Anthropic,
+            false,
+            broken(Fault::malformed_after(1, text("x"))),
+            "r",
+        ) {
+            Outgoing::Whole { body, .. } => assert!(serde_json::from_str::<Value>(&body).is_err()),
+            other => panic!("unexpected {other:?}"),
+        }
+        match outgoing(
+            Protocol::Anthropic,
+            false,
+            broken(Fault::error_after(1, text("x"))),
+            "r",
+        ) {
+            Outgoing::Error(error) => assert_eq!(error.status, STATUS_OVERLOADED),
+            other => panic!("unexpected {other:?}"),
+        }
+    }
 
     #[test]
     fn usage_estimate_rounds_up() {

@@ -311,6 +311,42 @@ async fn stalled_stream_ends_at_shutdown() {
 }
 
 #[tokio::test]
+async fn stalled_non_streaming_body_sends_half_then_nothing() {
+    let server = ScriptedServer::start(
+        Script::new().then(Fault::stall_after(0, text("complete JSON would be here"))),
+    )
+    .await
+    .unwrap();
+    let response = post(
+        &server,
+        Protocol::OpenAi,
+        &ask(Protocol::OpenAi, "x", false),
+    )
+    .await;
+    assert_eq!(response.status(), 200);
+    let declared: usize = response.headers()["content-length"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    let mut stream = response.bytes_stream();
+    let first = tokio::time::timeout(WAIT, stream.next())
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert!(!first.is_empty() && first.len() < declared);
+    let idle = Duration::from_millis(200);
+    assert!(
+        tokio::time::timeout(idle, stream.next()).await.is_err(),
+        "nothing after the first half"
+    );
+    drop(stream);
+    let aborted = server.wait_for_aborted_streams(1, WAIT).await.unwrap();
+    assert_eq!(aborted[0].events_sent, 1);
+}
+
+#[tokio::test]
 async fn malformed_sse_line_then_the_rest() {
     let server = serve_twice(Fault::malformed_after(2, text("abc").with_chunk_chars(1))).await;
     for protocol in BOTH {

@@ -276,3 +276,10 @@ async fn unknown_endpoints_are_404_violations() {
     assert!(violations[1].detail.starts_with("GET /v1/messages"));
     assert_eq!(server.remaining_turns(), 1);
 }
+
+#[test]
+fn server_handles_can_be_shared_across_tasks() {
+    fn assert_send_sync<T: Send + Sync + 'static>() {}
+    assert_send_sync::<ScriptedServer>();
+    assert_send_sync::<Script>();
+}
