@@ -7,7 +7,7 @@ use troupe_scripted::{Protocol, Script, ScriptedServer, Turn, text};
 
 use crate::support::{WAIT, ask, events, post};
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dropping_a_client_stream_is_recorded_as_aborted() {
     let reply = text("a slow answer that the client will not wait for").with_chunk_chars(2);
     let script = Script::new()

@@ -214,7 +214,7 @@ async fn non_json_and_custom_bodies() {
     assert_eq!(body["error"]["code"], "insufficient_quota");
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cut_stream_closes_without_terminating_events() {
     let reply = text("This answer never finishes.").with_chunk_chars(4);
     let server = serve_twice(Fault::cut_after(4, reply)).await;
@@ -261,7 +261,7 @@ async fn cut_non_streaming_body_is_truncated() {
     assert!(text.len() < declared);
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stalled_stream_sends_nothing_after_k_events() {
     let server = serve_twice(Fault::stall_after(3, text("stalls before this is done"))).await;
     for protocol in BOTH {
