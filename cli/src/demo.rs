@@ -1,8 +1,167 @@
-//! `troupe demo` (SPEC §1.6) — filled in once the scripted model server lands.
+//! `troupe demo` (SPEC §1.6): an offline demonstration that needs no API key.
+//!
+//! It starts the built-in scripted model server on loopback (the same one the
+//! test suite uses, speaking the real Anthropic wire protocol), writes a
+//! throw-away sample repository, and runs a scripted task on the real embedded
+//! runtime: a read-only batch of three tools that run concurrently, then an edit
+//! that needs approval (granted automatically by the demo), then the final
+//! answer. The live event stream is printed as it happens. It says plainly that
+//! the model is scripted.
 
-use crate::DemoArgs;
+use std::path::Path;
+use std::time::Duration;
 
-/// Runs the demo.
-pub async fn demo(_args: DemoArgs) -> u8 {
-    crate::EXIT_RUNTIME
+use serde_json::json;
+use troupe_runtime::config::{
+    DEFAULT_CONTEXT_WINDOW, DEFAULT_MAX_TOKENS, PermissionMode, Protocol, ResolvedProvider,
+};
+use troupe_scripted::{Response, Script, ScriptedServer, ServerConfig, Usage};
+
+use crate::run::{Approvals, execute};
+use crate::setup::{self, RunOptions};
+use crate::{DemoArgs, EXIT_RUNTIME, EXIT_USAGE};
+
+/// The task the scripted model "works" on.
+const DEMO_PROMPT: &str = "The test for `mean` in the stats package fails. Find the bug and fix it.";
+
+/// What the demo says before and after, so nobody mistakes it for a real model.
+const SCRIPTED_NOTICE: &str = "This demo talks to Troupe's built-in SCRIPTED model server on \
+127.0.0.1: the model's replies are pre-written, no real model is called and no API key is \
+needed. Everything else is real: the actor runtime, the Anthropic wire protocol over HTTP, \
+the tools, the permission engine and the event stream.";
+
+/// The sample repository: a tiny Python package with an off-by-one bug.
+const SAMPLE_FILES: [(&str, &str); 3] = [
+    (
+        "README.md",
+        "# stats\n\nA tiny statistics helper used by the Troupe demo.\n",
+    ),
+    (
+        "stats.py",
+        "\"\"\"Small statistics helpers.\"\"\"\n\n\ndef mean(values):\n    \"\"\"Arithmetic mean of a non-empty list.\"\"\"\n    return sum(values) / (len(values) - 1)\n\n\ndef median(values):\n    \"\"\"Middle value of a non-empty list.\"\"\"\n    ordered = sorted(values)\n    middle = len(ordered) // 2\n    if len(ordered) % 2:\n        return ordered[middle]\n    return (ordered[middle - 1] + ordered[middle]) / 2\n",
+    ),
+    (
+        "test_stats.py",
+        "from stats import mean, median\n\n\ndef test_mean():\n    assert mean([1, 2, 3]) == 2\n\n\ndef test_median():\n    assert median([3, 1, 2]) == 2\n",
+    ),
+];
+
+/// The scripted conversation: a read-only batch, an edit, the answer.
+fn demo_script() -> Script {
+    Script::new()
+        .then(
+            Response::empty()
+                .and_text("I'll look at the package and its test first.")
+                .and_tool_call("glob", json!({"pattern": "**/*.py"}))
+                .and_tool_call("grep", json!({"pattern": "def ", "output_mode": "content"}))
+                .and_tool_call("read_file", json!({"path": "stats.py"}))
+                .with_usage(Usage::new(1_850, 96).with_cache_creation(2_400)),
+        )
+        .then(
+            Response::empty()
+                .and_text(
+                    "`mean` divides by `len(values) - 1` instead of `len(values)`. Fixing it.",
+                )
+                .and_tool_call(
+                    "edit_file",
+                    json!({
+                        "path": "stats.py",
+                        "old_string": "return sum(values) / (len(values) - 1)",
+                        "new_string": "return sum(values) / len(values)"
+                    }),
+                )
+                .with_usage(Usage::new(620, 88).with_cache_read(2_400).with_cache_creation(1_900)),
+        )
+        .then(
+            Response::empty()
+                .and_text(
+                    "Fixed the bug in `stats.py`: `mean` divided the sum by `n - 1`, so \
+                     `mean([1, 2, 3])` returned 3 instead of 2. It now divides by `len(values)`, \
+                     which makes `test_mean` pass; `median` was already correct.",
+                )
+                .with_usage(Usage::new(240, 64).with_cache_read(4_300)),
+        )
+}
+
+/// Writes the sample repository into `dir`.
+fn write_sample(dir: &Path) -> std::io::Result<()> {
+    for (name, content) in SAMPLE_FILES {
+        std::fs::write(dir.join(name), content)?;
+    }
+    // A `.troupe` directory marks the project root for config discovery.
+    std::fs::create_dir_all(dir.join(".troupe"))
+}
+
+/// Runs the demo; returns the exit code.
+pub async fn demo(args: DemoArgs) -> u8 {
+    let sample = match tempfile::Builder::new().prefix("troupe-demo-").tempdir() {
+        Ok(dir) => dir,
+        Err(err) => {
+            eprintln!("troupe demo: cannot create the sample repository: {err}");
+            return EXIT_RUNTIME;
+        }
+    };
+    if let Err(err) = write_sample(sample.path()) {
+        eprintln!("troupe demo: cannot write the sample repository: {err}");
+        return EXIT_RUNTIME;
+    }
+    let server = match ScriptedServer::start_with(demo_script(), ServerConfig::non_strict()).await
+    {
+        Ok(server) => server,
+        Err(err) => {
+            eprintln!("troupe demo: cannot start the scripted model server: {err}");
+            return EXIT_RUNTIME;
+        }
+    };
+    let provider = ResolvedProvider {
+        name: "scripted".into(),
+        protocol: Protocol::Anthropic,
+        model: "scripted-demo-model".into(),
+        base_url: server.anthropic_base_url(),
+        api_key: None,
+        api_key_env: "ANTHROPIC_API_KEY".into(),
+        context_window: DEFAULT_CONTEXT_WINDOW,
+        max_tokens: DEFAULT_MAX_TOKENS,
+        thinking_budget: None,
+        price: None,
+        idle_timeout: Duration::from_secs(30),
+        max_retries: 0,
+    };
+    let options = RunOptions {
+        cwd: Some(sample.path().to_path_buf()),
+        mode: Some(PermissionMode::Default),
+        ..RunOptions::default()
+    };
+    let prepared = match setup::prepare(&options, Some(provider)).await {
+        Ok(prepared) => prepared,
+        Err(err) => {
+            eprintln!("troupe demo: {err}");
+            return EXIT_USAGE;
+        }
+    };
+    if !args.json {
+        eprintln!("{SCRIPTED_NOTICE}\n");
+        eprintln!("Sample repository: {}", sample.path().display());
+        eprintln!("Task: {DEMO_PROMPT}\n");
+    }
+    let code = execute(prepared, DEMO_PROMPT.to_string(), args.json, Approvals::AutoAllow).await;
+    if !args.json {
+        let fixed = std::fs::read_to_string(sample.path().join("stats.py"))
+            .map(|text| text.contains("return sum(values) / len(values)"))
+            .unwrap_or(false);
+        eprintln!(
+            "\nThe scripted model made {} requests; stats.py {}.",
+            server.request_count(),
+            if fixed { "is fixed" } else { "was not changed" }
+        );
+        eprintln!("Reminder: the model in this demo is scripted.");
+    }
+    if args.keep {
+        let kept = sample.keep();
+        if !args.json {
+            eprintln!("Sample repository kept at {}", kept.display());
+        }
+    }
+    server.shutdown().await;
+    code
 }
