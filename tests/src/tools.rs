@@ -1,0 +1,197 @@
+//! Tools that exist only to test the runtime: they make concurrency, panics,
+//! slowness and ordering observable. They implement the real `Tool` trait and
+//! run in the real executors; nothing of the product is replaced.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+use serde_json::{Value, json};
+use tokio::sync::Barrier;
+use troupe_runtime::tools::{Tool, ToolCategory, ToolContext, ToolOutput};
+
+/// A shared log of what test tools did, in order.
+#[derive(Debug, Default, Clone)]
+pub struct ActivityLog(Arc<Mutex<Vec<String>>>);
+
+impl ActivityLog {
+    /// Records one line.
+    pub fn record(&self, line: impl Into<String>) {
+        if let Ok(mut lines) = self.0.lock() {
+            lines.push(line.into());
+        }
+    }
+
+    /// Every line so far.
+    pub fn lines(&self) -> Vec<String> {
+        self.0.lock().map(|lines| lines.clone()).unwrap_or_default()
+    }
+}
+
+fn schema_with_label() -> Value {
+    json!({
+        "type": "object",
+        "properties": {"label": {"type": "string"}},
+        "required": ["label"],
+        "additionalProperties": false
+    })
+}
+
+fn label(args: &Value) -> String {
+    args["label"].as_str().unwrap_or_default().to_string()
+}
+
+/// Read-only: waits until `parties` calls have all started (so it only
+/// completes when they run concurrently), then answers `met <label>`. Gives up
+/// with an error after `patience`.
+pub struct RendezvousTool {
+    barrier: Arc<Barrier>,
+    patience: Duration,
+    log: ActivityLog,
+    schema: Value,
+}
+
+impl RendezvousTool {
+    /// A rendezvous of `parties` calls.
+    pub fn new(parties: usize, patience: Duration, log: ActivityLog) -> Self {
+        Self {
+            barrier: Arc::new(Barrier::new(parties)),
+            patience,
+            log,
+            schema: schema_with_label(),
+        }
+    }
+}
+
+impl Tool for RendezvousTool {
+    fn name(&self) -> &str {
+        "rendezvous"
+    }
+    fn description(&self) -> &str {
+        "Waits for the other rendezvous calls of the batch."
+    }
+    fn input_schema(&self) -> &Value {
+        &self.schema
+    }
+    fn read_only(&self) -> bool {
+        true
+    }
+    fn category(&self) -> ToolCategory {
+        ToolCategory::Read
+    }
+    fn execute<'a>(&'a self, args: Value, _ctx: &'a ToolContext) -> BoxFuture<'a, ToolOutput> {
+        Box::pin(async move {
+            let label = label(&args);
+            self.log.record(format!("start {label}"));
+            let met = tokio::time::timeout(self.patience, self.barrier.wait()).await;
+            self.log.record(format!("end {label}"));
+            match met {
+                Ok(_) => ToolOutput::ok(format!("met {label}")),
+                Err(_) => ToolOutput::error(format!("{label}: the others never started")),
+            }
+        })
+    }
+}
+
+/// Panics with the given message (read-only or not).
+pub struct PanicTool {
+    read_only: bool,
+    schema: Value,
+}
+
+impl PanicTool {
+    /// A panicking tool.
+    pub fn new(read_only: bool) -> Self {
+        Self {
+            read_only,
+            schema: schema_with_label(),
+        }
+    }
+}
+
+impl Tool for PanicTool {
+    fn name(&self) -> &str {
+        "explode"
+    }
+    fn description(&self) -> &str {
+        "Panics."
+    }
+    fn input_schema(&self) -> &Value {
+        &self.schema
+    }
+    fn read_only(&self) -> bool {
+        self.read_only
+    }
+    fn category(&self) -> ToolCategory {
+        if self.read_only {
+            ToolCategory::Read
+        } else {
+            ToolCategory::Execute
+        }
+    }
+    fn execute<'a>(&'a self, args: Value, _ctx: &'a ToolContext) -> BoxFuture<'a, ToolOutput> {
+        Box::pin(async move {
+            let label = label(&args);
+            panic!("boom {label}");
+        })
+    }
+}
+
+/// Records start and end in the log; read-only or a side effect. With `hold`,
+/// it waits until cancelled and records that.
+pub struct StepTool {
+    name: String,
+    read_only: bool,
+    hold: bool,
+    log: ActivityLog,
+    schema: Value,
+}
+
+impl StepTool {
+    /// A step tool named `name`.
+    pub fn new(name: &str, read_only: bool, hold: bool, log: ActivityLog) -> Self {
+        Self {
+            name: name.to_string(),
+            read_only,
+            hold,
+            log,
+            schema: schema_with_label(),
+        }
+    }
+}
+
+impl Tool for StepTool {
+    fn name(&self) -> &str {
+        &self.name
+    }
+    fn description(&self) -> &str {
+        "Records its start and end."
+    }
+    fn input_schema(&self) -> &Value {
+        &self.schema
+    }
+    fn read_only(&self) -> bool {
+        self.read_only
+    }
+    fn category(&self) -> ToolCategory {
+        if self.read_only {
+            ToolCategory::Read
+        } else {
+            ToolCategory::Execute
+        }
+    }
+    fn execute<'a>(&'a self, args: Value, ctx: &'a ToolContext) -> BoxFuture<'a, ToolOutput> {
+        Box::pin(async move {
+            let label = label(&args);
+            self.log.record(format!("start {} {label}", self.name));
+            if self.hold {
+                ctx.cancel.cancelled().await;
+                self.log.record(format!("cancelled {} {label}", self.name));
+                return ToolOutput::error("stopped");
+            }
+            tokio::task::yield_now().await;
+            self.log.record(format!("end {} {label}", self.name));
+            ToolOutput::ok(format!("{} {label} done", self.name))
+        })
+    }
+}
