@@ -153,6 +153,7 @@ fn tool_message<'a>(result: &'a crate::model::ToolResult) -> WireMessage<'a> {
     let mut content = String::new();
     for part in &result.content {
         let text = match part {
+            ToolOutputPart::Text { text } if text.is_empty() => continue,
             ToolOutputPart::Text { text } => text.as_str(),
             ToolOutputPart::Image { .. } => IMAGE_OMITTED,
         };
