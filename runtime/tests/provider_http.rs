@@ -62,6 +62,8 @@ enum Reply {
     /// A `text/event-stream` response played step by step; a script that does not
     /// end in `Cut` or `Stall` finishes the body normally.
     Stream(Vec<Step>),
+    /// No answer at all; report when the client goes away.
+    Silent,
 }
 
 fn full(status: u16, headers: &[(&'static str, &str)], body: &str) -> Reply {
@@ -204,6 +206,16 @@ async fn serve(
             )
         });
         match reply {
+            Reply::Silent => {
+                let mut sink = [0u8; 1024];
+                while let Ok(n) = socket.read(&mut sink).await {
+                    if n == 0 {
+                        break;
+                    }
+                }
+                let _ = gone.send(());
+                return;
+            }
             Reply::Full {
                 status,
                 headers,
@@ -692,6 +704,10 @@ async fn stream_cut_after_content_is_broken_without_retry() {
     .await;
     let (events, error) = split_error(collect(anthropic(&server, 4).stream(&request())).await);
     assert_eq!(error.kind, ProviderErrorKind::StreamBroken, "{error}");
+    assert!(
+        error.message.contains("broke"),
+        "a transport error: {error}"
+    );
     assert_eq!(text_of(&events), "Hello");
     assert!(!events.iter().any(|e| matches!(e, StreamEvent::Stop(_))));
     assert_eq!(server.requests().len(), 1);
@@ -752,6 +768,47 @@ async fn stalled_stream_after_content_hits_the_idle_timeout() {
     assert!(started.elapsed() >= Duration::from_millis(300));
     assert_eq!(text_of(&events), "Hello");
     assert_eq!(server.requests().len(), 1);
+}
+
+#[tokio::test]
+async fn a_server_that_never_answers_hits_the_idle_timeout() {
+    let mut server = Server::start(vec![Reply::Silent, Reply::Silent]).await;
+    let provider = anthropic_with_idle(&server, 1, Duration::from_millis(200));
+    let error = only_error(collect(provider.stream(&request())).await);
+    assert_eq!(error.kind, ProviderErrorKind::IdleTimeout, "{error}");
+    assert!(error.message.contains("response headers"), "{error}");
+    assert_eq!(server.requests().len(), 2, "retried once before giving up");
+    for _ in 0..2 {
+        tokio::time::timeout(TEST_TIMEOUT, server.gone.recv())
+            .await
+            .expect("each abandoned request is closed")
+            .expect("the server is running");
+    }
+}
+
+#[tokio::test]
+async fn a_body_ending_right_after_done_without_a_blank_line_completes() {
+    let server = Server::start(vec![stream(&[send(
+        "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"ok\"},\"finish_reason\":\"stop\"}]}\n\ndata: [DONE]\n",
+    )])])
+    .await;
+    let mut stream = openai(&server, 0).stream(&request());
+    let mut events = Vec::new();
+    while let Some(event) = tokio::time::timeout(TEST_TIMEOUT, stream.next())
+        .await
+        .expect("an item in time")
+    {
+        events.push(event.unwrap());
+    }
+    assert_eq!(
+        events,
+        vec![
+            StreamEvent::TextDelta("ok".into()),
+            StreamEvent::Stop(StopReason::EndTurn)
+        ]
+    );
+    // Polling a finished stream again is harmless.
+    assert!(stream.next().await.is_none());
 }
 
 #[tokio::test]

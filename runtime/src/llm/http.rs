@@ -469,6 +469,8 @@ pub(crate) fn stream_call<W: Wire>(endpoint: Arc<Endpoint<W>>, body: Bytes) -> E
             }
         }
     })
+    // Polling again after the end yields `None` instead of a panic.
+    .fuse()
     .boxed()
 }
 

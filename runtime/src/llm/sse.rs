@@ -19,7 +19,8 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
-use futures::Stream;
+use futures::stream::Fuse;
+use futures::{Stream, StreamExt};
 
 use super::{ProviderError, ProviderErrorKind, StreamEvent};
 
@@ -288,7 +289,7 @@ enum State {
 /// Decodes a body into stream events with a protocol decoder.
 pub(crate) struct DecodeStream<D> {
     provider: String,
-    body: ByteStream,
+    body: Fuse<ByteStream>,
     parser: SseParser,
     decoder: D,
     queue: VecDeque<StreamEvent>,
@@ -301,7 +302,7 @@ impl<D: WireDecoder> DecodeStream<D> {
     pub(crate) fn new(provider: &str, body: ByteStream, decoder: D) -> Self {
         Self {
             provider: provider.to_string(),
-            body,
+            body: body.fuse(),
             parser: SseParser::new(),
             decoder,
             queue: VecDeque::new(),
@@ -367,13 +368,13 @@ impl<D: WireDecoder> Stream for DecodeStream<D> {
             }
             match this.state {
                 State::Ended => return Poll::Ready(None),
-                State::Draining => match this.body.as_mut().poll_next(cx) {
+                State::Draining => match this.body.poll_next_unpin(cx) {
                     Poll::Ready(Some(Ok(_))) => {}
                     Poll::Ready(Some(Err(_))) | Poll::Ready(None) | Poll::Pending => {
                         this.state = State::Ended;
                     }
                 },
-                State::Reading => match this.body.as_mut().poll_next(cx) {
+                State::Reading => match this.body.poll_next_unpin(cx) {
                     Poll::Pending => return Poll::Pending,
                     Poll::Ready(Some(Ok(chunk))) => {
                         this.parser.push(&chunk);
@@ -382,11 +383,11 @@ impl<D: WireDecoder> Stream for DecodeStream<D> {
                     Poll::Ready(Some(Err(err))) => this.fail(err),
                     Poll::Ready(None) => {
                         this.drain_parser(true);
-                        if matches!(this.state, State::Reading) {
-                            this.state = State::Ended;
-                            if let Err(err) = this.decoder.on_end(&mut this.queue) {
-                                this.error = Some(err);
-                            }
+                        let open = matches!(this.state, State::Reading);
+                        // The body is over: never poll it again.
+                        this.state = State::Ended;
+                        if open && let Err(err) = this.decoder.on_end(&mut this.queue) {
+                            this.error = Some(err);
                         }
                     }
                 },
