@@ -116,6 +116,11 @@ fn parse_non_negative(text: &str) -> Option<f64> {
         .filter(|value| value.is_finite() && *value >= 0.0)
 }
 
+/// Whether an HTTP status is a success (2xx).
+pub fn is_success(status: u16) -> bool {
+    reqwest::StatusCode::from_u16(status).is_ok_and(|code| code.is_success())
+}
+
 /// The error kind an HTTP status means when the body says nothing more specific.
 pub fn status_kind(status: u16) -> ProviderErrorKind {
     match status {

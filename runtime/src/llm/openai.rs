@@ -368,7 +368,7 @@ pub fn error_kind(fields: &ErrorFields, status: Option<u16>) -> ProviderErrorKin
     if http::is_prompt_too_long_text(status, &fields.message) {
         return ProviderErrorKind::PromptTooLong;
     }
-    if let Some(status) = status.filter(|status| !(200..300).contains(status)) {
+    if let Some(status) = status.filter(|status| !http::is_success(*status)) {
         return http::status_kind(status);
     }
     match code.or(error_type) {
