@@ -11,6 +11,7 @@ pub mod error;
 pub mod http;
 pub mod openai;
 pub mod retry;
+pub mod sse;
 
 use std::sync::Arc;
 
