@@ -1,1 +1,273 @@
-//! Shared helpers of the end-to-end scenarios.
+//! Shared helpers of the end-to-end scenarios: a scripted model server, a
+//! throw-away project, the real actor runtime wired to them, and ways to wait on
+//! a run's events with timeouts (never sleeps).
+
+pub mod tools;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tempfile::TempDir;
+use troupe_actors::{AgentEnv, Approver, RunHandle, RunOutcome, RunSubmission, Runtime};
+use troupe_runtime::config::{
+    DEFAULT_CONTEXT_WINDOW, DEFAULT_MAX_TOKENS, Limits, PermissionMode, PermissionSettings,
+    Protocol, ResolvedProvider,
+};
+use troupe_runtime::events::{EventKind, RunEvent};
+use troupe_runtime::llm::retry::RetryPolicy;
+use troupe_runtime::llm::{Provider, SystemPrompt, anthropic, openai};
+use troupe_runtime::model::Message;
+use troupe_runtime::permissions::PermissionEngine;
+use troupe_runtime::sandbox::PathSandbox;
+use troupe_runtime::tools::background::BackgroundTasks;
+use troupe_runtime::tools::{Tool, ToolRegistry, builtin_registry};
+use troupe_scripted::{Script, ScriptedServer};
+
+/// How long any single wait in a scenario may take before the test fails.
+pub const WAIT: Duration = Duration::from_secs(20);
+
+/// The stable system prompt used by scenarios (its bytes are asserted).
+pub const TEST_STABLE_PROMPT: &str = "You are a test agent.";
+/// The environment part used by scenarios.
+pub const TEST_ENVIRONMENT: &str = "# Environment\nWorking directory: (test)";
+
+/// A scripted server, a project directory and a runtime.
+pub struct Harness {
+    /// The scripted model server.
+    pub server: ScriptedServer,
+    /// The runtime under test.
+    pub runtime: Runtime,
+    /// The project root.
+    pub project: TempDir,
+    /// The data directory (spill files).
+    pub data: TempDir,
+    /// Wire protocol used.
+    pub protocol: Protocol,
+}
+
+impl Harness {
+    /// Starts a harness speaking `protocol`.
+    pub async fn start(script: Script, protocol: Protocol) -> Self {
+        let server = ScriptedServer::start(script)
+            .await
+            .expect("scripted server starts");
+        let runtime = Runtime::start().await.expect("runtime starts");
+        Self {
+            server,
+            runtime,
+            project: tempfile::tempdir().expect("project dir"),
+            data: tempfile::tempdir().expect("data dir"),
+            protocol,
+        }
+    }
+
+    /// Starts a harness speaking the Anthropic protocol.
+    pub async fn anthropic(script: Script) -> Self {
+        Self::start(script, Protocol::Anthropic).await
+    }
+
+    /// The project root path.
+    pub fn root(&self) -> &Path {
+        self.project.path()
+    }
+
+    /// The provider configuration pointing at the scripted server.
+    pub fn resolved_provider(&self) -> ResolvedProvider {
+        let base_url = match self.protocol {
+            Protocol::Anthropic => self.server.anthropic_base_url(),
+            Protocol::OpenAi => self.server.openai_base_url(),
+        };
+        ResolvedProvider {
+            name: "scripted".into(),
+            protocol: self.protocol,
+            model: "scripted-model".into(),
+            base_url,
+            api_key: Some("test-key".into()),
+            api_key_env: "TEST_KEY".into(),
+            context_window: DEFAULT_CONTEXT_WINDOW,
+            max_tokens: DEFAULT_MAX_TOKENS,
+            thinking_budget: None,
+            price: None,
+            idle_timeout: Duration::from_secs(10),
+            max_retries: 0,
+        }
+    }
+
+    /// The real adapter for the scripted server, with fast retries.
+    pub fn provider(&self) -> Arc<dyn Provider> {
+        let resolved = self.resolved_provider();
+        let policy = RetryPolicy {
+            max_retries: 2,
+            base_delay: Duration::from_millis(5),
+            max_delay: Duration::from_millis(20),
+        };
+        match self.protocol {
+            Protocol::Anthropic => Arc::new(
+                anthropic::AnthropicProvider::with_retry_policy(&resolved, policy)
+                    .expect("anthropic provider"),
+            ),
+            Protocol::OpenAi => Arc::new(
+                openai::OpenAiProvider::with_retry_policy(&resolved, policy)
+                    .expect("openai provider"),
+            ),
+        }
+    }
+
+    /// The sandbox of the project (spill directory included).
+    pub fn sandbox(&self) -> Arc<PathSandbox> {
+        Arc::new(
+            PathSandbox::new(self.root(), &[self.spill_dir()], None).expect("sandbox"),
+        )
+    }
+
+    /// The spill directory.
+    pub fn spill_dir(&self) -> PathBuf {
+        self.data.path().join("spill")
+    }
+
+    /// An agent environment with the built-in tools plus `extra` test tools.
+    pub fn env_with(&self, extra: Vec<Arc<dyn Tool>>) -> Arc<AgentEnv> {
+        let mut registry = builtin_registry();
+        for tool in extra {
+            registry.register(tool).expect("test tool registers");
+        }
+        self.env_with_registry(registry)
+    }
+
+    /// An agent environment with the given registry.
+    pub fn env_with_registry(&self, registry: ToolRegistry) -> Arc<AgentEnv> {
+        Arc::new(AgentEnv {
+            provider: self.provider(),
+            price: None,
+            registry: Arc::new(registry),
+            sandbox: self.sandbox(),
+            system: SystemPrompt {
+                stable: TEST_STABLE_PROMPT.into(),
+                environment: TEST_ENVIRONMENT.into(),
+            },
+            spill_dir: self.spill_dir(),
+            child_env: Arc::new(vec![("PATH".into(), "/usr/bin:/bin".into())]),
+            background: Arc::new(BackgroundTasks::new()),
+            tool_timeout: Duration::from_secs(30),
+        })
+    }
+
+    /// A permission engine for `mode` with no rules.
+    pub fn permissions(&self, mode: PermissionMode) -> PermissionEngine {
+        let settings = PermissionSettings {
+            mode,
+            ..PermissionSettings::default()
+        };
+        PermissionEngine::new(&settings, self.sandbox()).expect("permission engine")
+    }
+
+    /// Submits a run in a new session.
+    pub async fn submit(&self, prompt: &str, options: RunOptions) -> RunHandle {
+        self.runtime
+            .submit(RunSubmission {
+                prompt: prompt.into(),
+                session_id: options.session_id,
+                env: options.env,
+                permissions: self.permissions(options.mode),
+                mode: options.mode,
+                limits: options.limits,
+                approver: options.approver,
+                history: Vec::new(),
+            })
+            .await
+            .expect("run starts")
+    }
+
+    /// The history of a session's agent.
+    pub async fn history(&self, session_id: &str) -> Vec<Message> {
+        let agent = self
+            .runtime
+            .agent(session_id)
+            .await
+            .expect("session has an agent");
+        tokio::time::timeout(
+            WAIT,
+            ractor::call!(agent, troupe_actors::AgentMsg::History),
+        )
+        .await
+        .expect("history in time")
+        .expect("history answered")
+    }
+}
+
+/// Options of a submitted run.
+pub struct RunOptions {
+    /// Agent environment.
+    pub env: Arc<AgentEnv>,
+    /// Permission mode.
+    pub mode: PermissionMode,
+    /// Limits.
+    pub limits: Limits,
+    /// Who answers approvals.
+    pub approver: Approver,
+    /// Session to continue.
+    pub session_id: Option<String>,
+}
+
+impl RunOptions {
+    /// Bypass mode (no approvals), default limits, nobody to ask.
+    pub fn bypass(env: Arc<AgentEnv>) -> Self {
+        Self {
+            env,
+            mode: PermissionMode::Bypass,
+            limits: Limits::default(),
+            approver: Approver::Absent,
+            session_id: None,
+        }
+    }
+}
+
+/// Receives events until `run_finished` of the main agent; fails the test on
+/// timeout.
+pub async fn run_events(handle: &mut RunHandle) -> Vec<RunEvent> {
+    let mut events = Vec::new();
+    loop {
+        let event = tokio::time::timeout(WAIT, handle.events.recv())
+            .await
+            .expect("next event in time")
+            .expect("event stream open until run_finished");
+        let last = matches!(event.kind, EventKind::RunFinished { .. }) && event.agent_path == "main";
+        events.push(event);
+        if last {
+            return events;
+        }
+    }
+}
+
+/// Receives events until one matches `pred`; returns everything received.
+pub async fn events_until(
+    handle: &mut RunHandle,
+    pred: impl Fn(&RunEvent) -> bool,
+) -> Vec<RunEvent> {
+    let mut events = Vec::new();
+    loop {
+        let event = tokio::time::timeout(WAIT, handle.events.recv())
+            .await
+            .expect("next event in time")
+            .expect("event stream open");
+        let hit = pred(&event);
+        events.push(event);
+        if hit {
+            return events;
+        }
+    }
+}
+
+/// The outcome of a run.
+pub async fn outcome(handle: RunHandle) -> RunOutcome {
+    tokio::time::timeout(WAIT, handle.outcome)
+        .await
+        .expect("outcome in time")
+        .expect("outcome sent")
+}
+
+/// The `type` names of events, in order.
+pub fn types(events: &[RunEvent]) -> Vec<&'static str> {
+    events.iter().map(|event| event.kind.type_name()).collect()
+}
