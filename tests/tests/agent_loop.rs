@@ -1,0 +1,633 @@
+//! The agent loop end to end: the real actor tree, the real providers over
+//! loopback HTTP, the scripted model server checking every request.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use troupe_actors::Approver;
+use troupe_runtime::agent::validate_history;
+use troupe_runtime::config::{Limits, PermissionMode, Protocol};
+use troupe_runtime::events::{ApprovalOutcome, EventKind, RunEvent, RunStatus};
+use troupe_runtime::model::{Message, Role};
+use troupe_scripted::{Fault, Response, Script, Usage, text, tool_call, tool_calls};
+use troupe_tests::tools::{ActivityLog, PanicTool, RendezvousTool, StepTool};
+use troupe_tests::{Harness, RunOptions, events_until, outcome, run_events, types};
+
+fn tool_results(event_list: &[RunEvent]) -> Vec<(String, bool, String)> {
+    event_list
+        .iter()
+        .filter_map(|event| match &event.kind {
+            EventKind::ToolFinished {
+                name,
+                is_error,
+                output_preview,
+                ..
+            } => Some((name.clone(), *is_error, output_preview.clone())),
+            _ => None,
+        })
+        .collect()
+}
+
+fn finished(events: &[RunEvent]) -> (RunStatus, String, String) {
+    match &events.last().expect("events").kind {
+        EventKind::RunFinished {
+            status,
+            stop_reason,
+            final_text,
+            ..
+        } => (*status, stop_reason.clone(), final_text.clone()),
+        other => panic!("last event is {other:?}"),
+    }
+}
+
+/// The history is valid and ends with an assistant message.
+fn assert_closed(history: &[Message]) {
+    validate_history(history).expect("valid history");
+    let last = history.last().expect("non-empty history");
+    assert_eq!(last.role, Role::Assistant, "history ends with assistant: {history:#?}");
+    assert!(last.tool_calls().next().is_none());
+}
+
+fn labels(calls: &[(&str, &str)]) -> Response {
+    tool_calls(
+        calls
+            .iter()
+            .map(|(name, label)| (name.to_string(), json!({ "label": label }))),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn read_only_batch_runs_concurrently_and_reports_in_order() {
+    let script = Script::new()
+        .then(labels(&[("rendezvous", "a"), ("rendezvous", "b"), ("rendezvous", "c")]))
+        .then(text("all met"));
+    let h = Harness::anthropic(script).await;
+    let log = ActivityLog::default();
+    let env = h.env_with(vec![Arc::new(RendezvousTool::new(
+        3,
+        Duration::from_secs(10),
+        log.clone(),
+    ))]);
+    let mut run = h.submit("meet", RunOptions::bypass(env)).await;
+    let events = run_events(&mut run).await;
+
+    // Each call only completes when all three are running at once.
+    let results = tool_results(&events);
+    assert_eq!(
+        results,
+        vec![
+            ("rendezvous".into(), false, "met a".into()),
+            ("rendezvous".into(), false, "met b".into()),
+            ("rendezvous".into(), false, "met c".into()),
+        ]
+    );
+    let tool_events: Vec<&str> = types(&events)
+        .into_iter()
+        .filter(|t| t.starts_with("tool_"))
+        .collect();
+    assert_eq!(
+        tool_events,
+        vec![
+            "tool_started",
+            "tool_started",
+            "tool_started",
+            "tool_finished",
+            "tool_finished",
+            "tool_finished"
+        ]
+    );
+    assert_eq!(finished(&events), (RunStatus::Finished, "end_turn".into(), "all met".into()));
+
+    // The model got the results in call order, in one user message.
+    let requests = h.server.requests();
+    assert_eq!(requests.len(), 2);
+    let results = requests[1].tool_results();
+    assert_eq!(results.len(), 3);
+    let body = &requests[1].body;
+    let last = body["messages"].as_array().unwrap().last().unwrap();
+    assert_eq!(last["role"], "user");
+    let texts: Vec<String> = last["content"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|block| block["content"].to_string())
+        .collect();
+    assert!(texts[0].contains("met a") && texts[1].contains("met b") && texts[2].contains("met c"));
+    assert_closed(&h.history(&run.session_id).await);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn side_effect_calls_run_alone_and_in_order_between_batches() {
+    let script = Script::new()
+        .then(labels(&[
+            ("look", "r1"),
+            ("look", "r2"),
+            ("change", "w1"),
+            ("change", "w2"),
+            ("look", "r3"),
+        ]))
+        .then(text("done"));
+    let h = Harness::anthropic(script).await;
+    let log = ActivityLog::default();
+    let env = h.env_with(vec![
+        Arc::new(StepTool::new("look", true, false, log.clone())),
+        Arc::new(StepTool::new("change", false, false, log.clone())),
+    ]);
+    let mut run = h.submit("go", RunOptions::bypass(env)).await;
+    let events = run_events(&mut run).await;
+    let lines = log.lines();
+    let at = |line: &str| {
+        lines
+            .iter()
+            .position(|l| l == line)
+            .unwrap_or_else(|| panic!("{line} missing from {lines:?}"))
+    };
+    // The writes start only after both reads of the first batch ended, one at a time.
+    assert!(at("end look r1") < at("start change w1"));
+    assert!(at("end look r2") < at("start change w1"));
+    assert!(at("end change w1") < at("start change w2"));
+    assert!(at("end change w2") < at("start look r3"));
+
+    let order: Vec<String> = events
+        .iter()
+        .filter_map(|event| match &event.kind {
+            EventKind::ToolStarted { args_preview, .. } => Some(format!("s {args_preview}")),
+            EventKind::ToolFinished { output_preview, .. } => Some(format!("f {output_preview}")),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        order,
+        vec![
+            r#"s {"label":"r1"}"#,
+            r#"s {"label":"r2"}"#,
+            "f look r1 done",
+            "f look r2 done",
+            r#"s {"label":"w1"}"#,
+            "f change w1 done",
+            r#"s {"label":"w2"}"#,
+            "f change w2 done",
+            r#"s {"label":"r3"}"#,
+            "f look r3 done",
+        ]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_panicking_tool_fails_only_its_own_call() {
+    let script = Script::new()
+        .then(labels(&[("look", "a"), ("explode", "b"), ("look", "c")]))
+        .then(labels(&[("explode", "alone")]))
+        .then(text("survived"));
+    let h = Harness::anthropic(script).await;
+    let log = ActivityLog::default();
+    let env = h.env_with(vec![
+        Arc::new(StepTool::new("look", true, false, log.clone())),
+        Arc::new(PanicTool::new(true)),
+    ]);
+    let mut run = h.submit("go", RunOptions::bypass(env)).await;
+    let events = run_events(&mut run).await;
+    let results = tool_results(&events);
+    assert_eq!(results[0], ("look".into(), false, "look a done".into()));
+    assert_eq!(results[1].0, "explode");
+    assert!(results[1].1);
+    assert!(results[1].2.starts_with("tool panicked: boom b"), "{:?}", results[1]);
+    assert_eq!(results[2], ("look".into(), false, "look c done".into()));
+    assert!(results[3].2.starts_with("tool panicked: boom alone"));
+    assert_eq!(finished(&events).0, RunStatus::Finished);
+    // The model saw the panic as an error result.
+    let request = &h.server.requests()[1];
+    let panic_result = &request.body["messages"].as_array().unwrap().last().unwrap()["content"][1];
+    assert_eq!(panic_result["is_error"], true);
+    assert_closed(&h.history(&run.session_id).await);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unknown_tools_three_turns_in_a_row_stop_the_run() {
+    let script = Script::new()
+        .then(tool_call("no_such_tool", json!({})))
+        .then(tool_call("also_missing", json!({"x": 1})))
+        .then(tool_call("still_missing", json!({})));
+    let h = Harness::anthropic(script).await;
+    let env = h.env_with(vec![]);
+    let mut run = h.submit("go", RunOptions::bypass(env)).await;
+    let events = run_events(&mut run).await;
+    let (status, reason, text) = finished(&events);
+    assert_eq!((status, reason.as_str()), (RunStatus::Stopped, "unknown_tools"));
+    assert!(text.contains("still_missing"));
+    assert_eq!(status.exit_code(), 3);
+    // The first two unknown calls were answered with the list of real tools.
+    let second = &h.server.requests()[1];
+    assert!(second.tool_results()[0].text.contains("Unknown tool \"no_such_tool\""));
+    assert!(second.tool_results()[0].text.contains("read_file"));
+    assert_closed(&h.history(&run.session_id).await);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn repeated_identical_calls_stop_the_run() {
+    let same = || tool_call("read_file", json!({"path": "a.txt"}));
+    let script = Script::new().then(same()).then(same()).then(same());
+    let h = Harness::anthropic(script).await;
+    std::fs::write(h.root().join("a.txt"), "hello\n").unwrap();
+    let env = h.env_with(vec![]);
+    let mut run = h.submit("go", RunOptions::bypass(env)).await;
+    let events = run_events(&mut run).await;
+    let (status, reason, _) = finished(&events);
+    assert_eq!((status, reason.as_str()), (RunStatus::Stopped, "repeated_calls"));
+    assert_eq!(tool_results(&events).len(), 2, "the third call is not run");
+    assert_closed(&h.history(&run.session_id).await);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_turn_limit_stops_the_run_with_a_notice() {
+    let script = Script::new()
+        .then(labels(&[("look", "1")]))
+        .then(labels(&[("look", "2")]))
+        .then(labels(&[("look", "3")]));
+    let h = Harness::anthropic(script).await;
+    let env = h.env_with(vec![Arc::new(StepTool::new("look", true, false, ActivityLog::default()))]);
+    let mut options = RunOptions::bypass(env);
+    options.limits = Limits {
+        max_turns: 2,
+        ..Limits::default()
+    };
+    let mut run = h.submit("go", options).await;
+    let events = run_events(&mut run).await;
+    let (status, reason, text) = finished(&events);
+    assert_eq!((status, reason.as_str()), (RunStatus::Stopped, "max_turns"));
+    assert!(text.contains("limit of 2 turns"));
+    assert!(events.iter().any(|e| matches!(&e.kind, EventKind::Notice { text } if text.contains("limit of 2 turns"))));
+    assert_eq!(h.server.request_count(), 2);
+    assert_eq!(h.server.remaining_turns(), 1);
+    assert_closed(&h.history(&run.session_id).await);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn budgets_are_checked_before_every_model_call() {
+    // Tokens.
+    let script = Script::new()
+        .then(labels(&[("look", "1")]).with_usage(Usage::new(900, 200)))
+        .then(text("unreachable"));
+    let h = Harness::anthropic(script).await;
+    let env = h.env_with(vec![Arc::new(StepTool::new("look", true, false, ActivityLog::default()))]);
+    let mut options = RunOptions::bypass(env);
+    options.limits = Limits {
+        budget_tokens: 1_000,
+        ..Limits::default()
+    };
+    let mut run = h.submit("go", options).await;
+    let events = run_events(&mut run).await;
+    assert_eq!(finished(&events).1, "budget_tokens");
+    assert_eq!(h.server.request_count(), 1);
+    assert_closed(&h.history(&run.session_id).await);
+    h.server.take_violations();
+
+    // Tool calls.
+    let script = Script::new()
+        .then(labels(&[("look", "1"), ("look", "2")]))
+        .then(text("unreachable"));
+    let h = Harness::anthropic(script).await;
+    let env = h.env_with(vec![Arc::new(StepTool::new("look", true, false, ActivityLog::default()))]);
+    let mut options = RunOptions::bypass(env);
+    options.limits = Limits {
+        max_tool_calls: 2,
+        ..Limits::default()
+    };
+    let mut run = h.submit("go", options).await;
+    let events = run_events(&mut run).await;
+    assert_eq!(finished(&events).1, "max_tool_calls");
+    assert_eq!(finished(&events).0.exit_code(), 3);
+    assert_closed(&h.history(&run.session_id).await);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_wall_clock_stops_a_run_in_the_middle_of_a_tool() {
+    let script = Script::new().then(labels(&[("hold", "forever")]));
+    let h = Harness::anthropic(script).await;
+    let log = ActivityLog::default();
+    let env = h.env_with(vec![Arc::new(StepTool::new("hold", false, true, log.clone()))]);
+    let mut options = RunOptions::bypass(env);
+    options.limits = Limits {
+        wall_clock: Duration::from_millis(300),
+        ..Limits::default()
+    };
+    let mut run = h.submit("go", options).await;
+    let events = run_events(&mut run).await;
+    let (status, reason, _) = finished(&events);
+    assert_eq!((status, reason.as_str()), (RunStatus::Stopped, "wall_clock"));
+    assert!(log.lines().contains(&"cancelled hold forever".to_string()));
+    assert_closed(&h.history(&run.session_id).await);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_provider_error_ends_the_run_with_a_valid_history() {
+    let script = Script::new().then(Fault::Unauthorized);
+    let h = Harness::anthropic(script).await;
+    let env = h.env_with(vec![]);
+    let mut run = h.submit("go", RunOptions::bypass(env)).await;
+    let events = run_events(&mut run).await;
+    let error = events
+        .iter()
+        .find_map(|e| match &e.kind {
+            EventKind::Error { kind, .. } => Some(kind.clone()),
+            _ => None,
+        })
+        .expect("error event");
+    assert_eq!(error, "authentication");
+    let (status, reason, _) = finished(&events);
+    assert_eq!((status, reason.as_str()), (RunStatus::Error, "provider_error"));
+    assert_eq!(status.exit_code(), 1);
+    assert_closed(&h.history(&run.session_id).await);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_broken_after_content_keeps_the_text_and_the_next_message_works() {
+    let script = Script::new()
+        .then(Fault::cut_after(4, text("partial answer that goes on and on")))
+        .then(text("second answer"));
+    let h = Harness::anthropic(script).await;
+    let env = h.env_with(vec![]);
+    let mut run = h.submit("first", RunOptions::bypass(env.clone())).await;
+    let events = run_events(&mut run).await;
+    assert_eq!(finished(&events).0, RunStatus::Error);
+    let history = h.history(&run.session_id).await;
+    assert_closed(&history);
+    assert!(history[1].text().starts_with("partial"));
+
+    let mut options = RunOptions::bypass(env);
+    options.session_id = Some(run.session_id.clone());
+    let mut next = h.submit("again", options).await;
+    let events = run_events(&mut next).await;
+    assert_eq!(finished(&events), (RunStatus::Finished, "end_turn".into(), "second answer".into()));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancelling_while_streaming_aborts_the_http_request() {
+    let script = Script::new()
+        .then(Fault::stall_after(3, text("a long answer that never finishes")))
+        .then(text("after cancel"));
+    let h = Harness::anthropic(script).await;
+    let env = h.env_with(vec![]);
+    let mut run = h.submit("go", RunOptions::bypass(env.clone())).await;
+    let mut events =
+        events_until(&mut run, |e| matches!(e.kind, EventKind::TextDelta { .. })).await;
+    h.runtime.cancel(&run.run_id).await.unwrap();
+    events.extend(run_events(&mut run).await);
+    let (status, reason, _) = finished(&events);
+    assert_eq!((status, reason.as_str()), (RunStatus::Cancelled, "cancelled"));
+    assert_eq!(status.exit_code(), 130);
+    h.server
+        .wait_for_aborted_streams(1, Duration::from_secs(10))
+        .await
+        .expect("the HTTP stream was aborted");
+    assert_closed(&h.history(&run.session_id).await);
+
+    let mut options = RunOptions::bypass(env);
+    options.session_id = Some(run.session_id.clone());
+    let mut next = h.submit("continue", options).await;
+    assert_eq!(finished(&run_events(&mut next).await).0, RunStatus::Finished);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancelling_during_a_batch_stops_tools_and_fills_results() {
+    let script = Script::new()
+        .then(labels(&[("look", "quick"), ("hold", "slow"), ("look", "never")]))
+        .then(text("after cancel"));
+    let h = Harness::anthropic(script).await;
+    let log = ActivityLog::default();
+    let env = h.env_with(vec![
+        Arc::new(StepTool::new("look", true, false, log.clone())),
+        Arc::new(StepTool::new("hold", true, true, log.clone())),
+    ]);
+    let mut run = h.submit("go", RunOptions::bypass(env.clone())).await;
+    let mut events =
+        events_until(&mut run, |e| matches!(e.kind, EventKind::ToolStarted { .. })).await;
+    h.runtime.cancel(&run.run_id).await.unwrap();
+    events.extend(run_events(&mut run).await);
+    assert_eq!(finished(&events).0, RunStatus::Cancelled);
+    assert!(log.lines().contains(&"cancelled hold slow".to_string()));
+    let history = h.history(&run.session_id).await;
+    assert_closed(&history);
+    let results: Vec<_> = history[2].tool_results_iter().collect();
+    assert_eq!(results.len(), 3);
+    assert!(results[1].is_error);
+    assert_eq!(results[1].joined_text(), "(cancelled)");
+
+    let mut options = RunOptions::bypass(env);
+    options.session_id = Some(run.session_id.clone());
+    let mut next = h.submit("continue", options).await;
+    assert_eq!(finished(&run_events(&mut next).await).0, RunStatus::Finished);
+}
+
+fn approval_id(events: &[RunEvent]) -> String {
+    events
+        .iter()
+        .find_map(|e| match &e.kind {
+            EventKind::ApprovalRequested { approval_id, .. } => Some(approval_id.clone()),
+            _ => None,
+        })
+        .expect("approval requested")
+}
+
+fn write_call(path: &str) -> Response {
+    tool_call("write_file", json!({"path": path, "content": "x\n"}))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn approvals_allow_deny_and_allow_always() {
+    let script = Script::new()
+        .then(write_call("one.txt"))
+        .then(write_call("two.txt"))
+        .then(tool_call("bash", json!({"command": "echo hi"})))
+        .then(tool_call("bash", json!({"command": "echo hi"})))
+        .then(text("done"));
+    let h = Harness::anthropic(script).await;
+    let env = h.env_with(vec![]);
+    let mut options = RunOptions::bypass(env);
+    options.mode = PermissionMode::Default;
+    options.approver = Approver::Present;
+    let mut run = h.submit("go", options).await;
+
+    let events = events_until(&mut run, |e| matches!(e.kind, EventKind::ApprovalRequested { .. })).await;
+    h.runtime
+        .approve(&run.run_id, &approval_id(&events), ApprovalOutcome::Allow, None)
+        .await
+        .unwrap();
+    let events = events_until(&mut run, |e| matches!(e.kind, EventKind::ApprovalRequested { .. })).await;
+    h.runtime
+        .approve(
+            &run.run_id,
+            &approval_id(&events),
+            ApprovalOutcome::Deny,
+            Some("not that file".into()),
+        )
+        .await
+        .unwrap();
+    let events = events_until(&mut run, |e| matches!(e.kind, EventKind::ApprovalRequested { .. })).await;
+    h.runtime
+        .approve(&run.run_id, &approval_id(&events), ApprovalOutcome::AllowAlways, None)
+        .await
+        .unwrap();
+    // The identical bash call is not asked again.
+    let rest = run_events(&mut run).await;
+    assert!(!rest.iter().any(|e| matches!(e.kind, EventKind::ApprovalRequested { .. })));
+    assert_eq!(finished(&rest).0, RunStatus::Finished);
+
+    assert!(h.root().join("one.txt").exists());
+    assert!(!h.root().join("two.txt").exists());
+    let denied = &h.server.requests()[2].tool_results()[0];
+    assert!(denied.is_error);
+    assert!(denied.text.contains("not that file"));
+    assert_closed(&h.history(&run.session_id).await);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_nobody_to_ask_a_call_is_denied_with_a_reason() {
+    let script = Script::new().then(write_call("x.txt")).then(text("ok"));
+    let h = Harness::anthropic(script).await;
+    let env = h.env_with(vec![]);
+    let mut options = RunOptions::bypass(env);
+    options.mode = PermissionMode::Default;
+    options.approver = Approver::Absent;
+    let mut run = h.submit("go", options).await;
+    let events = run_events(&mut run).await;
+    assert!(!events.iter().any(|e| matches!(e.kind, EventKind::ApprovalRequested { .. })));
+    assert_eq!(finished(&events).0, RunStatus::Finished);
+    let result = &h.server.requests()[1].tool_results()[0];
+    assert!(result.is_error);
+    assert!(result.text.contains("nobody can answer"), "{}", result.text);
+    assert!(!h.root().join("x.txt").exists());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancelling_during_an_approval_wait() {
+    let script = Script::new().then(write_call("x.txt")).then(text("after"));
+    let h = Harness::anthropic(script).await;
+    let env = h.env_with(vec![]);
+    let mut options = RunOptions::bypass(env.clone());
+    options.mode = PermissionMode::Default;
+    options.approver = Approver::Present;
+    let mut run = h.submit("go", options).await;
+    let mut events =
+        events_until(&mut run, |e| matches!(e.kind, EventKind::ApprovalRequested { .. })).await;
+    h.runtime.cancel(&run.run_id).await.unwrap();
+    events.extend(run_events(&mut run).await);
+    assert_eq!(finished(&events).0, RunStatus::Cancelled);
+    assert!(events.iter().any(|e| matches!(
+        &e.kind,
+        EventKind::ApprovalResolved { outcome: ApprovalOutcome::Cancel, .. }
+    )));
+    assert!(!h.root().join("x.txt").exists());
+    let history = h.history(&run.session_id).await;
+    assert_closed(&history);
+
+    let mut options = RunOptions::bypass(env);
+    options.session_id = Some(run.session_id.clone());
+    let mut next = h.submit("continue", options).await;
+    assert_eq!(finished(&run_events(&mut next).await).0, RunStatus::Finished);
+}
+
+/// The request prefix is stable: each request extends the previous one.
+fn assert_prefix_extends(previous: &Value, next: &Value) {
+    assert_eq!(previous["system"], next["system"]);
+    assert_eq!(previous["tools"], next["tools"]);
+    let strip = |message: &Value| {
+        let mut message = message.clone();
+        if let Some(blocks) = message["content"].as_array_mut() {
+            for block in blocks {
+                if let Some(object) = block.as_object_mut() {
+                    object.remove("cache_control");
+                }
+            }
+        }
+        message
+    };
+    let before = previous["messages"].as_array().unwrap();
+    let after = next["messages"].as_array().unwrap();
+    assert!(after.len() > before.len());
+    for (a, b) in before.iter().zip(after) {
+        assert_eq!(strip(a), strip(b));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn anthropic_request_bodies_across_a_multi_turn_run() {
+    let script = Script::new()
+        .then(
+            Response::empty()
+                .and_text("Reading.")
+                .and_tool_call("read_file", json!({"path": "a.txt"}))
+                .and_tool_call("glob", json!({"pattern": "*.txt"})),
+        )
+        .then(tool_call("write_file", json!({"path": "b.txt", "content": "B"})))
+        .then(text("done"));
+    let h = Harness::anthropic(script).await;
+    std::fs::write(h.root().join("a.txt"), "alpha\n").unwrap();
+    let env = h.env_with(vec![]);
+    let definitions: Vec<String> = env.registry.definitions().into_iter().map(|d| d.name).collect();
+    let mut run = h.submit("do it", RunOptions::bypass(env)).await;
+    let events = run_events(&mut run).await;
+    assert_eq!(finished(&events).0, RunStatus::Finished);
+    let requests = h.server.requests();
+    assert_eq!(requests.len(), 3);
+    for request in &requests {
+        let body = &request.body;
+        // Stable part with a breakpoint, environment without.
+        assert_eq!(body["system"][0]["text"], troupe_tests::TEST_STABLE_PROMPT);
+        assert_eq!(body["system"][0]["cache_control"]["type"], "ephemeral");
+        assert_eq!(body["system"][1]["text"], troupe_tests::TEST_ENVIRONMENT);
+        assert!(body["system"][1].get("cache_control").is_none());
+        // Tools in registry order.
+        let names: Vec<&str> = body["tools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t["name"].as_str().unwrap())
+            .collect();
+        assert_eq!(names, definitions);
+        // A rolling breakpoint on the last block of the newest message.
+        let last = body["messages"].as_array().unwrap().last().unwrap();
+        let last_block = last["content"].as_array().unwrap().last().unwrap();
+        assert_eq!(last_block["cache_control"]["type"], "ephemeral");
+    }
+    let second = &requests[1].body["messages"];
+    assert_eq!(second[1]["role"], "assistant");
+    assert_eq!(second[1]["content"][0]["text"], "Reading.");
+    assert_eq!(second[1]["content"][1]["type"], "tool_use");
+    assert_eq!(second[2]["role"], "user");
+    assert_eq!(second[2]["content"].as_array().unwrap().len(), 2);
+    assert!(second[2]["content"][0]["content"].to_string().contains("alpha"));
+    assert_prefix_extends(&requests[0].body, &requests[1].body);
+    assert_prefix_extends(&requests[1].body, &requests[2].body);
+    assert_eq!(std::fs::read_to_string(h.root().join("b.txt")).unwrap(), "B");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn openai_request_bodies_across_a_multi_turn_run() {
+    let script = Script::new()
+        .then(tool_calls([
+            ("read_file", json!({"path": "a.txt"})),
+            ("grep", json!({"pattern": "alpha"})),
+        ]))
+        .then(text("done"));
+    let h = Harness::start(script, Protocol::OpenAi).await;
+    std::fs::write(h.root().join("a.txt"), "alpha\n").unwrap();
+    let env = h.env_with(vec![]);
+    let mut run = h.submit("do it", RunOptions::bypass(env)).await;
+    let events = run_events(&mut run).await;
+    assert_eq!(finished(&events), (RunStatus::Finished, "end_turn".into(), "done".into()));
+    let requests = h.server.requests();
+    let messages = requests[1].body["messages"].as_array().unwrap().clone();
+    assert_eq!(messages[0]["role"], "system");
+    assert_eq!(
+        messages[0]["content"],
+        format!("{}\n\n{}", troupe_tests::TEST_STABLE_PROMPT, troupe_tests::TEST_ENVIRONMENT)
+    );
+    assert_eq!(messages[2]["role"], "assistant");
+    assert_eq!(messages[2]["tool_calls"].as_array().unwrap().len(), 2);
+    assert_eq!(messages[3]["role"], "tool");
+    assert_eq!(messages[4]["role"], "tool");
+    assert_eq!(messages[3]["tool_call_id"], messages[2]["tool_calls"][0]["id"]);
+    assert_eq!(requests[1].body["stream_options"]["include_usage"], true);
+}
