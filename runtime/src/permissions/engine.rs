@@ -356,3 +356,169 @@ fn fallback(
         )),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::RuleSource;
+
+    struct Setup {
+        _dir: tempfile::TempDir,
+        base: PathBuf,
+        sandbox: Arc<PathSandbox>,
+    }
+
+    fn setup() -> Setup {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let base = resolve_path(dir.path()).expect("resolve");
+        std::fs::create_dir_all(base.join("project/src")).expect("mkdir");
+        let sandbox = Arc::new(
+            PathSandbox::new(&base.join("project"), &[], Some(base.join("home"))).expect("sandbox"),
+        );
+        Setup {
+            _dir: dir,
+            base,
+            sandbox,
+        }
+    }
+
+    fn settings(mode: PermissionMode, allow: &[&str], deny: &[&str]) -> PermissionSettings {
+        let entries = |rules: &[&str]| {
+            rules
+                .iter()
+                .map(|rule| RuleEntry {
+                    rule: (*rule).to_owned(),
+                    source: RuleSource::User,
+                })
+                .collect()
+        };
+        PermissionSettings {
+            mode,
+            allow: entries(allow),
+            deny: entries(deny),
+            ..PermissionSettings::default()
+        }
+    }
+
+    fn request(subject: PermissionSubject, category: ToolCategory) -> PermissionRequest {
+        PermissionRequest {
+            tool_name: "t".into(),
+            category,
+            read_only: false,
+            subject,
+        }
+    }
+
+    fn write(path: &str) -> PermissionRequest {
+        request(
+            PermissionSubject::Path {
+                path: path.into(),
+                access: Access::Write,
+            },
+            ToolCategory::Write,
+        )
+    }
+
+    #[test]
+    fn mode_can_be_switched() {
+        let s = setup();
+        let engine = PermissionEngine::new(&settings(PermissionMode::Default, &[], &[]), s.sandbox)
+            .expect("engine");
+        assert_eq!(engine.mode(), PermissionMode::Default);
+        assert!(engine.decide(&write("src/a.rs")).is_ask());
+        engine.set_mode(PermissionMode::AcceptEdits);
+        assert_eq!(engine.mode(), PermissionMode::AcceptEdits);
+        assert!(engine.decide(&write("src/a.rs")).is_allow());
+        engine.set_mode(PermissionMode::Plan);
+        assert!(engine.decide(&write("src/a.rs")).is_deny());
+    }
+
+    #[test]
+    fn deny_rule_reason_wins_over_plan_mode() {
+        let s = setup();
+        let engine = PermissionEngine::new(
+            &settings(PermissionMode::Plan, &[], &["Write(src/**)"]),
+            s.sandbox,
+        )
+        .expect("engine");
+        let decision = engine.decide(&write("src/a.rs"));
+        assert_eq!(
+            decision.reason(),
+            "denied by rule \"Write(src/**)\" from user config"
+        );
+    }
+
+    #[test]
+    fn session_rules_are_kept_once_and_validated() {
+        let s = setup();
+        let engine = PermissionEngine::new(&settings(PermissionMode::Default, &[], &[]), s.sandbox)
+            .expect("engine");
+        let entry = RuleEntry {
+            rule: "Bash(cargo build)".into(),
+            source: RuleSource::Session,
+        };
+        engine.add_session_rule(entry.clone()).expect("valid");
+        engine.add_session_rule(entry.clone()).expect("valid");
+        assert_eq!(engine.session_rules(), vec![entry]);
+        let bad = engine.add_session_rule(RuleEntry {
+            rule: "Write(".into(),
+            source: RuleSource::Session,
+        });
+        assert!(matches!(
+            bad,
+            Err(PermissionError::InvalidRule {
+                origin: RuleSource::Session,
+                ..
+            })
+        ));
+        assert_eq!(engine.session_rules().len(), 1);
+    }
+
+    #[test]
+    fn always_rules_escape_glob_characters_and_round_trip() {
+        let s = setup();
+        let engine = PermissionEngine::new(&settings(PermissionMode::Default, &[], &[]), s.sandbox)
+            .expect("engine");
+        let odd = write("src/[id]*.rs");
+        let rule = engine.always_rule_for(&odd);
+        assert_eq!(rule, "Write(src/[[]id[]][*].rs)");
+        engine
+            .add_session_rule(RuleEntry {
+                rule,
+                source: RuleSource::Session,
+            })
+            .expect("valid");
+        assert!(engine.decide(&odd).is_allow());
+        assert!(engine.decide(&write("src/i.rs")).is_ask());
+        assert_eq!(
+            engine.always_rule_for(&request(PermissionSubject::None, ToolCategory::Agent)),
+            "t"
+        );
+    }
+
+    #[test]
+    fn lexical_form_expands_home_and_applies_dot_dot() {
+        let s = setup();
+        let engine = PermissionEngine::new(&settings(PermissionMode::Default, &[], &[]), s.sandbox)
+            .expect("engine");
+        assert_eq!(engine.lexical("~/x/../y"), s.base.join("home/y"));
+        assert_eq!(engine.lexical("~"), s.base.join("home"));
+        assert_eq!(engine.lexical("src/../../z"), s.base.join("z"));
+        assert_eq!(engine.lexical("/a/./b"), PathBuf::from("/a/b"));
+    }
+
+    #[test]
+    fn write_category_without_a_path_asks_in_accept_edits() {
+        let s = setup();
+        let engine =
+            PermissionEngine::new(&settings(PermissionMode::AcceptEdits, &[], &[]), s.sandbox)
+                .expect("engine");
+        let decision = engine.decide(&request(PermissionSubject::None, ToolCategory::Write));
+        assert!(decision.is_ask());
+        assert!(
+            decision
+                .reason()
+                .contains("cannot place inside the project")
+        );
+    }
+}

@@ -65,6 +65,9 @@ const TRANSPARENT_WORDS: &[&str] = &[
     "!", "{", "}", "if", "then", "elif", "else", "fi", "while", "until", "do", "done", "esac",
 ];
 
+/// Words that stand for the current directory.
+const CWD_WORDS: &[&str] = &["$PWD", "${PWD}", "$(pwd)", "`pwd`"];
+
 /// Names under `/dev` that are not storage: writing to them destroys nothing.
 const HARMLESS_DEVICES: &[&str] = &[
     "null", "zero", "full", "random", "urandom", "stdout", "stderr", "stdin", "ptmx", "console",
@@ -596,14 +599,27 @@ impl Walker<'_, '_> {
     /// Walks a pipeline; returns the directories after it succeeds.
     fn pipeline(&mut self, pipeline: &Pipeline, cwds: &[Cwd], depth: usize) -> Vec<Cwd> {
         let mut downloaded = false;
+        // Literal text (echo, printf, a here-document) piped into a shell is
+        // shell source: it is checked like a `-c` script.
+        let mut piped_text: Vec<String> = Vec::new();
         for command in &pipeline.commands {
-            if downloaded && self.executes_stdin(command) {
-                self.block(
-                    HardBlockKind::PipeToShell,
-                    "downloaded content is piped into a shell or interpreter; download the script, read it, then run it",
-                );
+            if self.executes_stdin(command) {
+                if downloaded {
+                    self.block(
+                        HardBlockKind::PipeToShell,
+                        "downloaded content is piped into a shell or interpreter; download the script, read it, then run it",
+                    );
+                }
+                for text in &piped_text {
+                    self.nested(text, cwds, depth);
+                }
             }
             downloaded |= self.downloads(command, depth);
+            if let Command::Simple(simple) = command
+                && let Some(text) = literal_output(simple)
+            {
+                piped_text.push(text);
+            }
         }
         let single = pipeline.commands.len() == 1;
         let mut after = cwds.to_vec();
@@ -979,6 +995,14 @@ impl Walker<'_, '_> {
         if let Some(rest) = home_rest {
             return self.ctx.home.map(|home| normalize(&home.join(rest)));
         }
+        for pwd in CWD_WORDS {
+            if let Some(rest) = raw.strip_prefix(pwd)
+                && (rest.is_empty() || rest.starts_with('/'))
+            {
+                let rest = rest.trim_start_matches('/');
+                return cwd.as_ref().map(|cwd| normalize(&cwd.join(rest)));
+            }
+        }
         if raw.contains('$') || raw.contains('`') || raw.starts_with('~') {
             return None;
         }
@@ -1134,6 +1158,31 @@ fn source_downloads(source: &str, depth: usize) -> bool {
     script_downloads(&shell::parse(source), depth)
 }
 
+/// The text a command writes when it only prints literal arguments or a
+/// here-document (`echo`, `printf`, `cat <<EOF`).
+fn literal_output(simple: &SimpleCommand) -> Option<String> {
+    let (program, args) = program_of(simple);
+    let values = args.iter().map(|w| w.value.as_str());
+    match program {
+        "echo" => {
+            let words: Vec<&str> = values
+                .skip_while(|v| matches!(*v, "-n" | "-e" | "-E" | "-ne" | "-en"))
+                .collect();
+            Some(words.join(" "))
+        }
+        "printf" => {
+            let words: Vec<&str> = values.collect();
+            Some(words.join(" ").replace("\\n", "\n"))
+        }
+        "cat" if args.is_empty() => simple.redirects.iter().find_map(|r| match r.op {
+            RedirOp::HereDoc => r.heredoc.as_ref().map(|doc| doc.body.clone()),
+            RedirOp::HereString => Some(r.target.value.clone()),
+            _ => None,
+        }),
+        _ => None,
+    }
+}
+
 fn simple_executes_stdin(simple: &SimpleCommand) -> bool {
     let (program, args) = program_of(simple);
     if SHELLS.contains(&program) {
@@ -1265,6 +1314,9 @@ mod tests {
             "rm -rf ./",
             "rm -rf *",
             "rm -rf ./*",
+            "rm -rf $(pwd)",
+            "rm -rf \"$PWD\"/*",
+            "cd src && rm -rf `pwd`/..",
             "rm -rf /home/dev/proj",
             "sudo rm -rf /",
             "sudo -u root rm -rf /",
@@ -1396,6 +1448,18 @@ mod tests {
             assert_blocked(line, HardBlockKind::PipeToShell);
         }
         assert_free("curl -s https://api.example.com/x | jq .name");
+        assert_blocked("echo 'rm -rf /' | sh", HardBlockKind::RecursiveDelete);
+        assert_blocked(
+            "printf 'ls\\nrm -rf ~\\n' | bash",
+            HardBlockKind::RecursiveDelete,
+        );
+        assert_blocked(
+            "cat <<EOF | sudo bash\nrm -rf /\nEOF",
+            HardBlockKind::RecursiveDelete,
+        );
+        assert_blocked("echo ':(){ :|:& };:' | bash", HardBlockKind::ForkBomb);
+        assert_free("echo 'cargo test' | bash");
+        assert_free("echo 'rm -rf /' | cat");
         assert_free(
             "curl -s https://x | python3 -c 'import json,sys; print(json.load(sys.stdin))'",
         );

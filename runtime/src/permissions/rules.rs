@@ -505,14 +505,19 @@ pub(crate) fn allowing_rules<'a>(rules: &[&'a Rule], facts: &RequestFacts<'_>) -
             .map(|rule| vec![*rule])
             .unwrap_or_default();
     };
-    if let Some(rule) = rules.iter().find(|rule| rule.allows_any_command(facts)) {
-        return vec![*rule];
-    }
-    let exact = rules.iter().find(|rule| {
-        rule.command_pattern()
-            .is_some_and(|p| p.is_literal() && p.matches(&command.line))
+    let view_matches = |pattern: &Wildcard, view: &CommandView| {
+        pattern.matches(&view.source) || pattern.matches(&view.words)
+    };
+    // The first rule, in configured order, that allows the line on its own.
+    let alone = rules.iter().find(|rule| {
+        rule.allows_any_command(facts)
+            || rule.command_pattern().is_some_and(|p| {
+                (p.is_literal() && p.matches(&command.line))
+                    || (!command.views.is_empty()
+                        && command.views.iter().all(|view| view_matches(p, view)))
+            })
     });
-    if let Some(rule) = exact {
+    if let Some(rule) = alone {
         return vec![*rule];
     }
     if command.views.is_empty() {
@@ -522,7 +527,7 @@ pub(crate) fn allowing_rules<'a>(rules: &[&'a Rule], facts: &RequestFacts<'_>) -
     for view in &command.views {
         let found = rules.iter().find(|rule| {
             rule.command_pattern()
-                .is_some_and(|p| p.matches(&view.source) || p.matches(&view.words))
+                .is_some_and(|pattern| view_matches(pattern, view))
         });
         match found {
             Some(rule) => {
