@@ -1608,6 +1608,32 @@ mod tests {
     }
 
     #[test]
+    fn arbitrary_input_never_panics() {
+        use rand::{Rng, SeedableRng};
+        const PIECES: &[&str] = &[
+            "rm", " -rf ", "/", "~", "$HOME", "$(", ")", "`", "'", "\"", "\\", ";", "&&", "||",
+            "|", "&", "(", ")", "{", "}", "<<", "EOF", "\n", ">", "<(", "bash -c ", "cd ", "..",
+            "*", ":", "f()", "$'\\x", "${", "#", " ", "sudo ", "curl x", "sh", ".git/x", "=",
+        ];
+        let ctx = ShellContext {
+            project_root: Path::new(ROOT),
+            home: Some(Path::new(HOME)),
+            resolve: &no_resolve,
+        };
+        let mut rng = rand::rngs::StdRng::seed_from_u64(0x7e0_0be);
+        for _ in 0..3_000 {
+            let len = rng.random_range(0..40);
+            let line: String = (0..len)
+                .map(|_| PIECES[rng.random_range(0..PIECES.len())])
+                .collect();
+            let analysis = analyse_command(&line, &ctx);
+            if let Some(block) = analysis.block {
+                assert!(block.reason.ends_with(EVERY_MODE), "{line:?}");
+            }
+        }
+    }
+
+    #[test]
     fn every_reason_says_every_mode() {
         let block = check("rm -rf /").expect("blocked");
         assert!(block.reason.starts_with("hard block (recursive delete"));

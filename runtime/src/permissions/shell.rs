@@ -708,6 +708,7 @@ impl Lexer {
                         word.value.push(ch);
                         continue;
                     }
+                    // Bash's numeric escapes: `\xHH`, `\uHHHH`, `\UHHHHHHHH`, `\NNN` (octal).
                     let (radix, max_digits) = match esc {
                         'x' => (16, 2),
                         'u' => (16, 4),
