@@ -94,6 +94,11 @@ impl PathSandbox {
         &self.project_root
     }
 
+    /// The home directory a leading `~` expands to, when known.
+    pub fn home(&self) -> Option<&Path> {
+        self.home.as_deref()
+    }
+
     /// The allowed roots, project root first.
     pub fn roots(&self) -> &[PathBuf] {
         &self.roots

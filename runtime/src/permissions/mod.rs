@@ -1,37 +1,175 @@
-//! Temporary permission shape (replaced by the permission engine).
-use crate::config::{PermissionMode, RuleEntry};
+//! Permissions (SPEC §5): whether a tool call may run, must be approved by a
+//! person, or is refused — and why, in a sentence for the model and the person.
+//!
+//! [`PermissionEngine::decide`] applies, in order: hard blocks (destructive
+//! commands, writes into `.git` internals) and the path sandbox's write limit,
+//! which hold in every mode; deny rules; plan mode; reads outside the allowed
+//! roots (ask); ask rules; allow rules; the mode's fallback. Rules look like
+//! `Bash(git push*)`, `Read(.env)`, `Write(src/**)`, `mcp__github__*`.
+//!
+//! The module is pure and synchronous: it decides, it never waits for an
+//! approval, emits events or runs anything (the agent actor does), and its only
+//! contact with the file system is path resolution through the sandbox. Its
+//! parts: `rules` (rule syntax and matching), `shell` (a small shell parser),
+//! `hard_blocks` (destructive-command analysis), `engine` (the decision order).
+//! It must not touch the tool implementations, the configuration loader or the
+//! providers.
+
+mod engine;
+mod hard_blocks;
+mod rules;
+mod shell;
+
+use serde::{Deserialize, Serialize};
+
+use crate::config::{PermissionMode, RuleEntry, RuleSource};
 use crate::tools::{PermissionSubject, ToolCategory};
-/// Request.
-#[derive(Debug, Clone)]
-pub struct PermissionRequest {
-    pub tool_name: String,
-    pub category: ToolCategory,
-    pub read_only: bool,
-    pub subject: PermissionSubject,
-}
-/// Decision.
+
+pub use engine::PermissionEngine;
+pub use rules::RuleParseError;
+
+/// The answer for one call.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(tag = "decision", rename_all = "snake_case")]
 pub enum Decision {
-    Allow { reason: String },
-    Ask { reason: String },
-    Deny { reason: String },
+    /// Run it.
+    Allow {
+        /// Why (the rule and its source, or the mode).
+        reason: String,
+    },
+    /// Ask a person first.
+    Ask {
+        /// Why approval is needed.
+        reason: String,
+    },
+    /// Refuse it; the reason goes back to the model as an error result.
+    Deny {
+        /// Why it was refused.
+        reason: String,
+    },
 }
-/// Engine.
-pub struct PermissionEngine;
-impl PermissionEngine {
-    /// Decide.
-    pub fn decide_in_mode(&self, _r: &PermissionRequest, _m: PermissionMode) -> Decision {
-        Decision::Allow {
-            reason: String::new(),
+
+impl Decision {
+    /// The sentence explaining the decision.
+    pub fn reason(&self) -> &str {
+        match self {
+            Self::Allow { reason } | Self::Ask { reason } | Self::Deny { reason } => reason,
         }
     }
-    /// Add.
-    pub fn add_session_rule(&mut self, _r: RuleEntry) {}
+
+    /// True for [`Decision::Allow`].
+    pub fn is_allow(&self) -> bool {
+        matches!(self, Self::Allow { .. })
+    }
+
+    /// True for [`Decision::Ask`].
+    pub fn is_ask(&self) -> bool {
+        matches!(self, Self::Ask { .. })
+    }
+
+    /// True for [`Decision::Deny`].
+    pub fn is_deny(&self) -> bool {
+        matches!(self, Self::Deny { .. })
+    }
 }
-/// Rule.
-pub fn always_rule_for(r: &PermissionRequest) -> String {
-    r.tool_name.clone()
+
+/// One call as the engine sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PermissionRequest {
+    /// The tool's registered name (`bash`, `write_file`, `mcp__github__create_issue`).
+    pub tool_name: String,
+    /// The tool's category.
+    pub category: ToolCategory,
+    /// The tool's `read_only` flag.
+    pub read_only: bool,
+    /// What the call touches.
+    pub subject: PermissionSubject,
 }
-/// Offered.
-pub fn offered_in_mode(m: PermissionMode, ro: bool) -> bool {
-    ro || m != PermissionMode::Plan
+
+/// Why the engine could not be built or a rule not added.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PermissionError {
+    /// A rule does not parse.
+    #[error("invalid permission rule \"{rule}\" from {}: {error}", rules::source_name(*.origin))]
+    InvalidRule {
+        /// The rule text.
+        rule: String,
+        /// Where it came from.
+        origin: RuleSource,
+        /// What is wrong with it.
+        #[source]
+        error: RuleParseError,
+    },
+}
+
+/// Whether a tool is offered to the model in `mode`: plan mode offers only
+/// read-only tools (SPEC §5, §12); every other mode offers every tool.
+pub fn offered_in_mode(mode: PermissionMode, read_only: bool) -> bool {
+    mode != PermissionMode::Plan || read_only
+}
+
+/// Checks a rule's syntax without a project (for configuration validation and
+/// the command line). Path patterns are compiled against `/`, with `~` allowed.
+pub fn check_rule_syntax(rule: &str) -> Result<(), RuleParseError> {
+    let ctx = rules::PatternContext {
+        project_root: std::path::Path::new("/"),
+        home: Some(std::path::Path::new("/")),
+    };
+    let entry = RuleEntry {
+        rule: rule.to_owned(),
+        source: RuleSource::Cli,
+    };
+    rules::Rule::parse(&entry, &ctx).map(|_| ())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn plan_mode_offers_only_read_only_tools() {
+        assert!(offered_in_mode(PermissionMode::Plan, true));
+        assert!(!offered_in_mode(PermissionMode::Plan, false));
+        for mode in [
+            PermissionMode::Default,
+            PermissionMode::AcceptEdits,
+            PermissionMode::Bypass,
+        ] {
+            assert!(offered_in_mode(mode, true));
+            assert!(offered_in_mode(mode, false));
+        }
+    }
+
+    #[test]
+    fn decision_accessors_and_serialisation() {
+        let decision = Decision::Ask {
+            reason: "why".into(),
+        };
+        assert!(decision.is_ask() && !decision.is_allow() && !decision.is_deny());
+        assert_eq!(decision.reason(), "why");
+        let json = serde_json::to_value(&decision).expect("serialises");
+        assert_eq!(
+            json,
+            serde_json::json!({"decision": "ask", "reason": "why"})
+        );
+    }
+
+    #[test]
+    fn syntax_check_and_error_text() {
+        assert!(check_rule_syntax("Bash(git push*)").is_ok());
+        assert!(check_rule_syntax("Read(~/.ssh/**)").is_ok());
+        assert_eq!(
+            check_rule_syntax("Write(src/**"),
+            Err(RuleParseError::UnclosedParenthesis)
+        );
+        let err = PermissionError::InvalidRule {
+            rule: "Bash(".into(),
+            origin: RuleSource::Project,
+            error: RuleParseError::UnclosedParenthesis,
+        };
+        assert_eq!(
+            err.to_string(),
+            "invalid permission rule \"Bash(\" from project config: the pattern must end with `)`"
+        );
+    }
 }

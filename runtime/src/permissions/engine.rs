@@ -1,0 +1,524 @@
+//! The permission engine (SPEC §5): one [`PermissionEngine`] per session turns a
+//! [`PermissionRequest`] into a [`Decision`].
+//!
+//! Order: paths are resolved through the sandbox first, then hard blocks and the
+//! sandbox's write limit → deny rules → plan mode → reads outside the allowed
+//! roots (ask unless an allow rule names the path) → ask rules (never for
+//! read-only calls) → allow rules (static, then session "always" answers) →
+//! the mode's fallback. This module owns that order and the reason texts; it
+//! does not wait for anyone, emit events or run anything (the agent actor
+//! does), and it touches the file system only through the sandbox's resolver.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, PoisonError, RwLock};
+
+use crate::config::{PermissionMode, PermissionSettings, RuleEntry};
+use crate::sandbox::{PathSandbox, resolve_path};
+use crate::tools::{Access, PermissionSubject, ToolCategory};
+
+use super::hard_blocks::{self, HardBlock, ShellContext, normalize};
+use super::rules::{
+    Candidate, CommandFacts, PathFacts, PatternContext, RequestFacts, Rule, allowing_rules,
+    escape_command,
+};
+use super::{Decision, PermissionError, PermissionRequest};
+
+/// Decides tool calls for one session. Cheap to share behind an `Arc`: the mode
+/// and the session's "always" rules sit behind locks.
+#[derive(Debug)]
+pub struct PermissionEngine {
+    sandbox: Arc<PathSandbox>,
+    home: Option<PathBuf>,
+    mode: RwLock<PermissionMode>,
+    allow: Vec<Rule>,
+    ask: Vec<Rule>,
+    deny: Vec<Rule>,
+    session: RwLock<Vec<(RuleEntry, Rule)>>,
+}
+
+impl PermissionEngine {
+    /// Builds the engine from the effective settings. The sandbox must already
+    /// hold the settings' `extra_roots` (and the spill directory). Fails with
+    /// the first rule that does not parse, naming its text and source.
+    pub fn new(
+        settings: &PermissionSettings,
+        sandbox: Arc<PathSandbox>,
+    ) -> Result<Self, PermissionError> {
+        let home = sandbox
+            .home()
+            .map(|home| resolve_path(home).unwrap_or_else(|_| normalize(home)));
+        let ctx = PatternContext {
+            project_root: sandbox.project_root(),
+            home: home.as_deref(),
+        };
+        let compile = |entries: &[RuleEntry]| -> Result<Vec<Rule>, PermissionError> {
+            entries
+                .iter()
+                .map(|entry| parse_entry(entry, &ctx))
+                .collect()
+        };
+        let allow = compile(&settings.allow)?;
+        let ask = compile(&settings.ask)?;
+        let deny = compile(&settings.deny)?;
+        Ok(Self {
+            sandbox,
+            home,
+            mode: RwLock::new(settings.mode),
+            allow,
+            ask,
+            deny,
+            session: RwLock::new(Vec::new()),
+        })
+    }
+
+    /// The sandbox the engine resolves paths with.
+    pub fn sandbox(&self) -> &Arc<PathSandbox> {
+        &self.sandbox
+    }
+
+    /// The current mode.
+    pub fn mode(&self) -> PermissionMode {
+        *self.mode.read().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Switches mode (`/plan`, `/do`, `/mode`).
+    pub fn set_mode(&self, mode: PermissionMode) {
+        *self.mode.write().unwrap_or_else(PoisonError::into_inner) = mode;
+    }
+
+    /// Remembers an "allow always" answer for the rest of the session: an allow
+    /// rule consulted after the configured allow rules.
+    pub fn add_session_rule(&self, entry: RuleEntry) -> Result<(), PermissionError> {
+        let ctx = PatternContext {
+            project_root: self.sandbox.project_root(),
+            home: self.home.as_deref(),
+        };
+        let rule = parse_entry(&entry, &ctx)?;
+        let mut session = self.session.write().unwrap_or_else(PoisonError::into_inner);
+        if !session
+            .iter()
+            .any(|(existing, _)| existing.rule == entry.rule)
+        {
+            session.push((entry, rule));
+        }
+        Ok(())
+    }
+
+    /// The session's "always" rules, in the order they were added (to keep
+    /// with the session and restore on resume).
+    pub fn session_rules(&self) -> Vec<RuleEntry> {
+        self.session
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .iter()
+            .map(|(entry, _)| entry.clone())
+            .collect()
+    }
+
+    /// The rule an "allow always" answer to `request` should remember: a
+    /// command gives `Bash(<exact command>)` (stars escaped), a write gives
+    /// `Write(<path relative to the project root>)`, a read (asked only outside
+    /// the allowed roots) gives `Read(<absolute path>)`, anything else the tool
+    /// name. Paths are the resolved ones, glob characters escaped.
+    pub fn always_rule_for(&self, request: &PermissionRequest) -> String {
+        match &request.subject {
+            PermissionSubject::Command { command } => {
+                format!("Bash({})", escape_command(command.trim()))
+            }
+            PermissionSubject::Path { path, access } => {
+                let resolved = self
+                    .sandbox
+                    .resolve(path)
+                    .map(|r| r.path)
+                    .unwrap_or_else(|_| self.lexical(path));
+                let root = self.sandbox.project_root();
+                let shown = match resolved.strip_prefix(root) {
+                    Ok(rel) if !rel.as_os_str().is_empty() => rel.to_string_lossy().into_owned(),
+                    _ => resolved.to_string_lossy().into_owned(),
+                };
+                let name = match access {
+                    Access::Read => "Read",
+                    Access::Write => "Write",
+                };
+                format!("{name}({})", globset::escape(&shown))
+            }
+            PermissionSubject::None => request.tool_name.clone(),
+        }
+    }
+
+    /// Decides one call.
+    pub fn decide(&self, request: &PermissionRequest) -> Decision {
+        let mode = self.mode();
+        let root = self.sandbox.project_root();
+        let mut facts = RequestFacts {
+            tool_name: &request.tool_name,
+            category: request.category,
+            path: None,
+            command: None,
+        };
+        let mut inside = true;
+        match &request.subject {
+            PermissionSubject::None => {}
+            PermissionSubject::Command { command } => {
+                let resolve = |path: &Path| resolve_path(path).ok();
+                let ctx = ShellContext {
+                    project_root: root,
+                    home: self.home.as_deref(),
+                    resolve: &resolve,
+                };
+                let analysis = hard_blocks::analyse_command(command, &ctx);
+                if let Some(block) = analysis.block {
+                    return Decision::Deny {
+                        reason: block.reason,
+                    };
+                }
+                facts.command = Some(CommandFacts {
+                    line: command.trim().to_owned(),
+                    views: analysis.commands,
+                });
+            }
+            PermissionSubject::Path { path, access } => {
+                let resolved = match self.sandbox.resolve(path) {
+                    Ok(resolved) => resolved,
+                    Err(err) => {
+                        return Decision::Deny {
+                            reason: format!("cannot check the path `{path}`: {err}"),
+                        };
+                    }
+                };
+                inside = resolved.is_inside();
+                let lexical = self.lexical(path);
+                if *access == Access::Write {
+                    for candidate in [&resolved.path, &lexical] {
+                        if hard_blocks::in_git_internals(candidate, root) {
+                            return Decision::Deny {
+                                reason: HardBlock::git_write(candidate).reason,
+                            };
+                        }
+                    }
+                    if !inside {
+                        return Decision::Deny {
+                            reason: format!(
+                                "`{path}` resolves to `{}`, outside the allowed roots ({}); writes outside the allowed roots are refused in every mode, bypass included",
+                                resolved.path.display(),
+                                self.roots_text()
+                            ),
+                        };
+                    }
+                }
+                facts.path = Some(PathFacts {
+                    access: *access,
+                    resolved: Candidate::new(resolved.path, root),
+                    lexical: Candidate::new(lexical, root),
+                });
+            }
+        }
+
+        if let Some(rule) = self.deny.iter().find(|rule| rule.restricts(&facts)) {
+            return Decision::Deny {
+                reason: format!("denied by rule {}", rule.describe()),
+            };
+        }
+
+        if mode == PermissionMode::Plan && !request.read_only {
+            return Decision::Deny {
+                reason: format!(
+                    "plan mode offers only read-only tools; `{}` changes things, so it is refused until plan mode ends",
+                    request.tool_name
+                ),
+            };
+        }
+
+        let session = self.session.read().unwrap_or_else(PoisonError::into_inner);
+        let allow: Vec<&Rule> = self
+            .allow
+            .iter()
+            .chain(session.iter().map(|(_, rule)| rule))
+            .collect();
+
+        if let Some(path) = facts.path.as_ref().filter(|_| !inside) {
+            // Only reads reach here: writes outside were refused above.
+            if let Some(rule) = allow
+                .iter()
+                .find(|rule| rule.allows_path_explicitly(&facts))
+            {
+                return Decision::Allow {
+                    reason: format!(
+                        "allowed by rule {}, which names this path outside the allowed roots",
+                        rule.describe()
+                    ),
+                };
+            }
+            return Decision::Ask {
+                reason: format!(
+                    "`{}` is outside the allowed roots ({}); reading it needs approval",
+                    path.resolved.abs.display(),
+                    self.roots_text()
+                ),
+            };
+        }
+
+        if !request.read_only
+            && let Some(rule) = self.ask.iter().find(|rule| rule.restricts(&facts))
+        {
+            return Decision::Ask {
+                reason: format!("approval required by rule {}", rule.describe()),
+            };
+        }
+
+        let allowing = allowing_rules(&allow, &facts);
+        if !allowing.is_empty() {
+            let names: Vec<String> = allowing.iter().map(|rule| rule.describe()).collect();
+            let noun = if names.len() == 1 { "rule" } else { "rules" };
+            return Decision::Allow {
+                reason: format!("allowed by {noun} {}", names.join(" and ")),
+            };
+        }
+
+        fallback(mode, request, &facts, inside)
+    }
+
+    /// `path` as written, `~` expanded and `..` applied without following
+    /// symlinks, absolute.
+    fn lexical(&self, raw: &str) -> PathBuf {
+        let expanded = match (self.sandbox.home(), raw.strip_prefix('~')) {
+            (Some(home), Some("")) => home.to_path_buf(),
+            (Some(home), Some(rest)) if rest.starts_with('/') => {
+                home.join(rest.trim_start_matches('/'))
+            }
+            _ => PathBuf::from(raw),
+        };
+        normalize(&self.sandbox.project_root().join(expanded))
+    }
+
+    fn roots_text(&self) -> String {
+        let roots: Vec<String> = self
+            .sandbox
+            .roots()
+            .iter()
+            .map(|root| root.display().to_string())
+            .collect();
+        roots.join(", ")
+    }
+}
+
+fn parse_entry(entry: &RuleEntry, ctx: &PatternContext<'_>) -> Result<Rule, PermissionError> {
+    Rule::parse(entry, ctx).map_err(|error| PermissionError::InvalidRule {
+        rule: entry.rule.clone(),
+        origin: entry.source,
+        error,
+    })
+}
+
+/// The mode's answer when no rule decided (SPEC §5 modes).
+fn fallback(
+    mode: PermissionMode,
+    request: &PermissionRequest,
+    facts: &RequestFacts<'_>,
+    inside: bool,
+) -> Decision {
+    if request.read_only || request.category == ToolCategory::Read {
+        return Decision::Allow {
+            reason: "read-only call: allowed in every mode".to_owned(),
+        };
+    }
+    let allow = |reason: String| Decision::Allow { reason };
+    let ask = |reason: &str| Decision::Ask {
+        reason: reason.to_owned(),
+    };
+    match (mode, request.category) {
+        (PermissionMode::Bypass, _) => allow(
+            "bypass mode allows what no deny rule, hard block or sandbox limit forbids".to_owned(),
+        ),
+        (PermissionMode::Plan, _) => Decision::Deny {
+            reason: format!(
+                "plan mode offers only read-only tools; `{}` changes things, so it is refused until plan mode ends",
+                request.tool_name
+            ),
+        },
+        (_, ToolCategory::Agent) => allow(format!(
+            "starting a sub-agent is allowed in {} mode; each call it makes is checked on its own",
+            mode.as_str()
+        )),
+        (PermissionMode::AcceptEdits, ToolCategory::Write) => {
+            if facts.path.is_some() && inside {
+                allow("accept-edits mode allows writes inside the allowed roots".to_owned())
+            } else {
+                ask("accept-edits mode asks for writes it cannot place inside the project")
+            }
+        }
+        (PermissionMode::Default, ToolCategory::Write) => {
+            ask("default mode asks before changing files")
+        }
+        (PermissionMode::Default | PermissionMode::AcceptEdits, _) => ask(&format!(
+            "{} mode asks before running commands or tools with side effects",
+            mode.as_str()
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::RuleSource;
+
+    struct Setup {
+        _dir: tempfile::TempDir,
+        base: PathBuf,
+        sandbox: Arc<PathSandbox>,
+    }
+
+    fn setup() -> Setup {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let base = resolve_path(dir.path()).expect("resolve");
+        std::fs::create_dir_all(base.join("project/src")).expect("mkdir");
+        let sandbox = Arc::new(
+            PathSandbox::new(&base.join("project"), &[], Some(base.join("home"))).expect("sandbox"),
+        );
+        Setup {
+            _dir: dir,
+            base,
+            sandbox,
+        }
+    }
+
+    fn settings(mode: PermissionMode, allow: &[&str], deny: &[&str]) -> PermissionSettings {
+        let entries = |rules: &[&str]| {
+            rules
+                .iter()
+                .map(|rule| RuleEntry {
+                    rule: (*rule).to_owned(),
+                    source: RuleSource::User,
+                })
+                .collect()
+        };
+        PermissionSettings {
+            mode,
+            allow: entries(allow),
+            deny: entries(deny),
+            ..PermissionSettings::default()
+        }
+    }
+
+    fn request(subject: PermissionSubject, category: ToolCategory) -> PermissionRequest {
+        PermissionRequest {
+            tool_name: "t".into(),
+            category,
+            read_only: false,
+            subject,
+        }
+    }
+
+    fn write(path: &str) -> PermissionRequest {
+        request(
+            PermissionSubject::Path {
+                path: path.into(),
+                access: Access::Write,
+            },
+            ToolCategory::Write,
+        )
+    }
+
+    #[test]
+    fn mode_can_be_switched() {
+        let s = setup();
+        let engine = PermissionEngine::new(&settings(PermissionMode::Default, &[], &[]), s.sandbox)
+            .expect("engine");
+        assert_eq!(engine.mode(), PermissionMode::Default);
+        assert!(engine.decide(&write("src/a.rs")).is_ask());
+        engine.set_mode(PermissionMode::AcceptEdits);
+        assert_eq!(engine.mode(), PermissionMode::AcceptEdits);
+        assert!(engine.decide(&write("src/a.rs")).is_allow());
+        engine.set_mode(PermissionMode::Plan);
+        assert!(engine.decide(&write("src/a.rs")).is_deny());
+    }
+
+    #[test]
+    fn deny_rule_reason_wins_over_plan_mode() {
+        let s = setup();
+        let engine = PermissionEngine::new(
+            &settings(PermissionMode::Plan, &[], &["Write(src/**)"]),
+            s.sandbox,
+        )
+        .expect("engine");
+        let decision = engine.decide(&write("src/a.rs"));
+        assert_eq!(
+            decision.reason(),
+            "denied by rule \"Write(src/**)\" from user config"
+        );
+    }
+
+    #[test]
+    fn session_rules_are_kept_once_and_validated() {
+        let s = setup();
+        let engine = PermissionEngine::new(&settings(PermissionMode::Default, &[], &[]), s.sandbox)
+            .expect("engine");
+        let entry = RuleEntry {
+            rule: "Bash(cargo build)".into(),
+            source: RuleSource::Session,
+        };
+        engine.add_session_rule(entry.clone()).expect("valid");
+        engine.add_session_rule(entry.clone()).expect("valid");
+        assert_eq!(engine.session_rules(), vec![entry]);
+        let bad = engine.add_session_rule(RuleEntry {
+            rule: "Write(".into(),
+            source: RuleSource::Session,
+        });
+        assert!(matches!(
+            bad,
+            Err(PermissionError::InvalidRule {
+                origin: RuleSource::Session,
+                ..
+            })
+        ));
+        assert_eq!(engine.session_rules().len(), 1);
+    }
+
+    #[test]
+    fn always_rules_escape_glob_characters_and_round_trip() {
+        let s = setup();
+        let engine = PermissionEngine::new(&settings(PermissionMode::Default, &[], &[]), s.sandbox)
+            .expect("engine");
+        let odd = write("src/[id]*.rs");
+        let rule = engine.always_rule_for(&odd);
+        assert_eq!(rule, "Write(src/[[]id[]][*].rs)");
+        engine
+            .add_session_rule(RuleEntry {
+                rule,
+                source: RuleSource::Session,
+            })
+            .expect("valid");
+        assert!(engine.decide(&odd).is_allow());
+        assert!(engine.decide(&write("src/i.rs")).is_ask());
+        assert_eq!(
+            engine.always_rule_for(&request(PermissionSubject::None, ToolCategory::Agent)),
+            "t"
+        );
+    }
+
+    #[test]
+    fn lexical_form_expands_home_and_applies_dot_dot() {
+        let s = setup();
+        let engine = PermissionEngine::new(&settings(PermissionMode::Default, &[], &[]), s.sandbox)
+            .expect("engine");
+        assert_eq!(engine.lexical("~/x/../y"), s.base.join("home/y"));
+        assert_eq!(engine.lexical("~"), s.base.join("home"));
+        assert_eq!(engine.lexical("src/../../z"), s.base.join("z"));
+        assert_eq!(engine.lexical("/a/./b"), PathBuf::from("/a/b"));
+    }
+
+    #[test]
+    fn write_category_without_a_path_asks_in_accept_edits() {
+        let s = setup();
+        let engine =
+            PermissionEngine::new(&settings(PermissionMode::AcceptEdits, &[], &[]), s.sandbox)
+                .expect("engine");
+        let decision = engine.decide(&request(PermissionSubject::None, ToolCategory::Write));
+        assert!(decision.is_ask());
+        assert!(
+            decision
+                .reason()
+                .contains("cannot place inside the project")
+        );
+    }
+}
