@@ -37,7 +37,7 @@ use troupe_runtime::llm::{
     ToolDefinition,
 };
 use troupe_runtime::model::{ContentBlock, Message, ToolCall, ToolResult, Usage};
-use troupe_runtime::permissions::{Decision, PermissionEngine, PermissionRequest, always_rule_for};
+use troupe_runtime::permissions::{Decision, PermissionEngine, PermissionRequest};
 use troupe_runtime::sandbox::PathSandbox;
 use troupe_runtime::tools::background::BackgroundTasks;
 use troupe_runtime::tools::registry::ToolRegistry;
@@ -284,6 +284,7 @@ impl Actor for AgentActor {
         _myself: ActorRef<Self::Msg>,
         args: Self::Arguments,
     ) -> Result<Self::State, ActorProcessingErr> {
+        args.permissions.set_mode(args.mode);
         Ok(AgentState {
             spec: args.spec,
             env: args.env,
@@ -323,7 +324,10 @@ impl Actor for AgentActor {
             AgentMsg::History(reply) => {
                 let _ = reply.send(state.history.clone());
             }
-            AgentMsg::SetMode(mode) => state.mode = mode,
+            AgentMsg::SetMode(mode) => {
+                state.mode = mode;
+                state.permissions.set_mode(mode);
+            }
         }
         state.launch_pending(&myself).await;
         Ok(())
@@ -741,7 +745,7 @@ impl AgentState {
             read_only: tool.read_only(),
             subject: tool.permission_subject(&args),
         };
-        match self.permissions.decide_in_mode(&request, self.mode) {
+        match self.permissions.decide(&request) {
             Decision::Allow { .. } => Prepared::Run {
                 tool,
                 args,
@@ -853,10 +857,13 @@ impl AgentState {
             }
             ApprovalOutcome::Allow | ApprovalOutcome::AllowAlways => {
                 if outcome == ApprovalOutcome::AllowAlways {
-                    self.permissions.add_session_rule(RuleEntry {
-                        rule: always_rule_for(&pending.request),
+                    let rule = self.permissions.always_rule_for(&pending.request);
+                    if let Err(err) = self.permissions.add_session_rule(RuleEntry {
+                        rule,
                         source: RuleSource::Session,
-                    });
+                    }) {
+                        tracing::warn!(%err, "could not remember the approval as a rule");
+                    }
                 }
                 let Some(tool) = self.env.registry.get(&execution.calls[index].name) else {
                     return;
