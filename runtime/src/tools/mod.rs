@@ -148,3 +148,9 @@ pub trait Tool: Send + Sync {
 }
 
 pub mod background;
+pub mod files;
+pub mod output;
+pub mod process;
+pub mod registry;
+
+pub use registry::{RegistryError, ToolRegistry};
