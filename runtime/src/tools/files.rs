@@ -115,8 +115,9 @@ pub enum OpenMode {
     Read,
     /// Create a new file for writing; fails if it exists.
     CreateNew,
-    /// Open an existing file for writing, truncating it.
-    Truncate,
+    /// Open an existing file for writing (not truncated: the caller checks
+    /// it with [`ensure_regular`] first, then truncates).
+    Write,
 }
 
 /// Mode of files created by `write_file` (before the umask).
@@ -175,12 +176,15 @@ pub fn open_beneath(path: &Path, mode: OpenMode, create_dirs: bool) -> io::Resul
         };
     }
     let name = c_name(last)?;
+    // O_NONBLOCK: opening a FIFO must not hang; it has no effect on regular
+    // files, and callers refuse anything else with `ensure_regular`.
     let flags = libc::O_NOFOLLOW
         | libc::O_CLOEXEC
+        | libc::O_NONBLOCK
         | match mode {
             OpenMode::Read => libc::O_RDONLY,
             OpenMode::CreateNew => libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL,
-            OpenMode::Truncate => libc::O_WRONLY | libc::O_TRUNC,
+            OpenMode::Write => libc::O_WRONLY,
         };
     // SAFETY: valid dir fd and C string; the mode argument is read only with O_CREAT.
     let fd = unsafe {
@@ -196,6 +200,22 @@ pub fn open_beneath(path: &Path, mode: OpenMode, create_dirs: bool) -> io::Resul
     }
     // SAFETY: `fd` was just returned by openat and is owned by nobody else.
     Ok(File::from(unsafe { OwnedFd::from_raw_fd(fd) }))
+}
+
+/// The metadata of `file` when it is a regular file; an error otherwise
+/// (directories, FIFOs, devices, sockets).
+pub fn ensure_regular(file: &File) -> io::Result<std::fs::Metadata> {
+    let meta = file.metadata()?;
+    if meta.is_dir() {
+        return Err(io::Error::from(io::ErrorKind::IsADirectory));
+    }
+    if !meta.is_file() {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "not a regular file (a device, FIFO or socket)",
+        ));
+    }
+    Ok(meta)
 }
 
 /// True when an error from [`open_beneath`] means a symlink was met.
@@ -300,13 +320,28 @@ mod tests {
         symlink(base.join("real"), base.join("dirlink")).unwrap();
         let err = open_beneath(&base.join("link"), OpenMode::Read, false).unwrap_err();
         assert!(is_symlink_error(&err), "{err}");
-        let err = open_beneath(&base.join("link"), OpenMode::Truncate, false).unwrap_err();
+        let err = open_beneath(&base.join("link"), OpenMode::Write, false).unwrap_err();
         assert!(is_symlink_error(&err), "{err}");
         let err = open_beneath(&base.join("dirlink/f"), OpenMode::Read, false).unwrap_err();
         assert!(is_symlink_error(&err), "{err}");
         let err = open_beneath(&base.join("dirlink/new/f"), OpenMode::CreateNew, true).unwrap_err();
         assert!(is_symlink_error(&err), "{err}");
         assert!(!base.join("real/new").exists());
+    }
+
+    #[test]
+    fn fifo_does_not_hang_and_is_not_regular() {
+        let (_d, base) = base();
+        let fifo = base.join("fifo");
+        let c = CString::new(fifo.as_os_str().as_bytes()).unwrap();
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        let file = open_beneath(&fifo, OpenMode::Read, false).unwrap();
+        assert!(ensure_regular(&file).is_err());
+        let dir = open_beneath(&base, OpenMode::Read, false).unwrap();
+        assert_eq!(
+            ensure_regular(&dir).unwrap_err().kind(),
+            io::ErrorKind::IsADirectory
+        );
     }
 
     #[test]

@@ -246,10 +246,8 @@ pub fn group_has_live_members(pgid: libc::pid_t) -> bool {
     if rc != 0 && io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH) {
         return false;
     }
-    match scan_proc_for_group(pgid) {
-        Some(alive) => alive,
-        None => true,
-    }
+    // Without /proc, existence is all we know: count the group as alive.
+    scan_proc_for_group(pgid).unwrap_or(true)
 }
 
 /// `Some(true)` when `/proc` lists a live (non-zombie) member of `pgid`,
