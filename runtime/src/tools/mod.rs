@@ -147,5 +147,180 @@ pub trait Tool: Send + Sync {
     fn execute<'a>(&'a self, args: Value, ctx: &'a ToolContext) -> BoxFuture<'a, ToolOutput>;
 }
 
+/// Deserialises validated arguments into a tool's argument struct; a mismatch
+/// (arguments that skipped validation) becomes an error result.
+pub(crate) fn parse_args<T: serde::de::DeserializeOwned>(
+    tool: &str,
+    args: Value,
+) -> Result<T, ToolOutput> {
+    serde_json::from_value(args)
+        .map_err(|err| ToolOutput::error(format!("Invalid arguments for {tool}: {err}.")))
+}
+
+/// `1 line`, `2 lines`.
+pub(crate) fn plural(n: u64, noun: &str) -> String {
+    if n == 1 {
+        format!("{n} {noun}")
+    } else {
+        format!("{n} {noun}s")
+    }
+}
+
 pub mod background;
+pub mod bash;
+pub mod edit_file;
+pub mod files;
+pub mod glob;
+pub mod grep;
+pub mod output;
+pub mod process;
+pub mod read_file;
 pub mod registry;
+pub mod tasks;
+pub mod walk;
+pub mod write_file;
+
+pub use registry::{RegistryError, ToolRegistry};
+
+/// Every built-in tool of the tool layer, in the fixed definition order (the
+/// request prefix depends on it, SPEC §14): read_file, write_file, edit_file,
+/// glob, grep, bash, task_output, task_list, task_kill. `agent` and
+/// `load_skill` are registered by the layers that own them.
+pub fn builtin_tools() -> Vec<Arc<dyn Tool>> {
+    vec![
+        Arc::new(read_file::ReadFile::new()),
+        Arc::new(write_file::WriteFile::new()),
+        Arc::new(edit_file::EditFile::new()),
+        Arc::new(glob::Glob::new()),
+        Arc::new(grep::Grep::new()),
+        Arc::new(bash::Bash::new()),
+        Arc::new(tasks::TaskOutput::new()),
+        Arc::new(tasks::TaskList::new()),
+        Arc::new(tasks::TaskKill::new()),
+    ]
+}
+
+/// A registry with [`builtin_tools`]. A built-in tool whose registration fails
+/// (impossible unless its schema is broken, which the unit tests rule out) is
+/// logged and left out rather than taking the runtime down.
+pub fn builtin_registry() -> ToolRegistry {
+    let mut registry = ToolRegistry::new();
+    for tool in builtin_tools() {
+        let name = tool.name().to_string();
+        if let Err(err) = registry.register(tool) {
+            tracing::error!(tool = %name, error = %err, "built-in tool not registered");
+        }
+    }
+    registry
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// SPEC §14: the fixed request prefix (tool definitions + system prompt)
+    /// stays within 10 KB; the built-in tool definitions get about 6 KB of it.
+    const DEFINITIONS_BUDGET_BYTES: usize = 6_500;
+
+    #[test]
+    fn builtin_registry_has_every_tool_in_order() {
+        let registry = builtin_registry();
+        assert_eq!(
+            registry.names().collect::<Vec<_>>(),
+            [
+                "read_file",
+                "write_file",
+                "edit_file",
+                "glob",
+                "grep",
+                "bash",
+                "task_output",
+                "task_list",
+                "task_kill"
+            ]
+        );
+    }
+
+    #[test]
+    fn builtin_definitions_fit_the_prefix_budget() {
+        let defs = builtin_registry().definitions();
+        let bytes = serde_json::to_string(&defs).unwrap().len();
+        assert!(
+            bytes <= DEFINITIONS_BUDGET_BYTES,
+            "tool definitions take {bytes} bytes, over {DEFINITIONS_BUDGET_BYTES}"
+        );
+    }
+
+    #[test]
+    fn builtin_schemas_are_strict_objects() {
+        for tool in builtin_tools() {
+            let schema = tool.input_schema();
+            assert_eq!(schema["type"], "object", "{}", tool.name());
+            assert_eq!(schema["additionalProperties"], false, "{}", tool.name());
+            let props = schema["properties"].as_object().unwrap();
+            for required in schema["required"].as_array().into_iter().flatten() {
+                assert!(
+                    props.contains_key(required.as_str().unwrap()),
+                    "{}",
+                    tool.name()
+                );
+            }
+            assert!(!tool.description().is_empty());
+        }
+    }
+
+    #[test]
+    fn builtin_flags() {
+        let registry = builtin_registry();
+        let read_only = registry.read_only_subset();
+        let read_only: Vec<&str> = read_only.names().collect();
+        assert_eq!(
+            read_only,
+            ["read_file", "glob", "grep", "task_output", "task_list"]
+        );
+        let system = registry.filtered::<&str>(&[]);
+        let system: Vec<&str> = system.names().collect();
+        assert_eq!(system, ["task_output", "task_list", "task_kill"]);
+        let category = |name: &str| registry.get(name).unwrap().category();
+        assert_eq!(category("read_file"), ToolCategory::Read);
+        assert_eq!(category("write_file"), ToolCategory::Write);
+        assert_eq!(category("edit_file"), ToolCategory::Write);
+        assert_eq!(category("bash"), ToolCategory::Execute);
+        assert_eq!(category("task_kill"), ToolCategory::Execute);
+    }
+
+    #[test]
+    fn permission_subjects() {
+        let registry = builtin_registry();
+        let subject = |name: &str, args: serde_json::Value| {
+            registry.get(name).unwrap().permission_subject(&args)
+        };
+        assert_eq!(
+            subject("read_file", serde_json::json!({"path": "a"})),
+            PermissionSubject::Path {
+                path: "a".into(),
+                access: Access::Read
+            }
+        );
+        assert_eq!(
+            subject("edit_file", serde_json::json!({"path": "a"})),
+            PermissionSubject::Path {
+                path: "a".into(),
+                access: Access::Write
+            }
+        );
+        assert_eq!(
+            subject("grep", serde_json::json!({"pattern": "x"})),
+            PermissionSubject::Path {
+                path: ".".into(),
+                access: Access::Read
+            }
+        );
+        assert_eq!(
+            subject("bash", serde_json::json!({"command": "ls"})),
+            PermissionSubject::Command {
+                command: "ls".into()
+            }
+        );
+    }
+}

@@ -1,0 +1,2 @@
+//! Benchmark: the grep tool against the ripgrep binary.
+fn main() {}

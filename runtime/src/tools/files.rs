@@ -1,0 +1,376 @@
+//! Path checks and file access at the moment of use, shared by the path-taking
+//! tools (SPEC §5 path sandbox, defence in depth).
+//!
+//! [`resolve_for_use`] resolves a raw path with the session's sandbox right
+//! before the tool touches it: writes outside the allowed roots are refused
+//! always; reads outside are refused unless a person approved that very call.
+//! [`open_beneath`] then opens the resolved path one component at a time with
+//! `O_NOFOLLOW`, so a symlink swapped into any component after the check makes
+//! the open fail instead of escaping. Permission decisions are not made here.
+
+use std::ffi::CString;
+use std::fs::File;
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Component, Path, PathBuf};
+
+use super::{Access, ToolContext};
+
+/// A path checked for one use.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UsePath {
+    /// The resolved absolute path (no symlinks, no `..`).
+    pub path: PathBuf,
+    /// How to show it to the model: relative to the project root when inside
+    /// it, absolute otherwise.
+    pub display: String,
+}
+
+/// Resolves `raw` for `access` at the moment of use, or explains (for the
+/// model) why it may not be used.
+pub fn resolve_for_use(ctx: &ToolContext, raw: &str, access: Access) -> Result<UsePath, String> {
+    let resolved = ctx
+        .sandbox
+        .resolve(raw)
+        .map_err(|err| format!("Cannot use path `{raw}`: {err}."))?;
+    let display = display_path(ctx.sandbox.project_root(), &resolved.path);
+    if !resolved.is_inside() {
+        let through_link = symlink_note(ctx, raw, &resolved.path);
+        match access {
+            Access::Write => {
+                return Err(format!(
+                    "Refused: `{raw}` resolves to {}, outside the project and the other allowed \
+                     directories; writing there is never allowed.{through_link}",
+                    resolved.path.display()
+                ));
+            }
+            Access::Read if !ctx.outside_read_approved => {
+                return Err(format!(
+                    "Refused: `{raw}` resolves to {}, outside the project and the other allowed \
+                     directories; reading it needs a person's approval of this call.{through_link}",
+                    resolved.path.display()
+                ));
+            }
+            Access::Read => {}
+        }
+    }
+    Ok(UsePath {
+        path: resolved.path,
+        display,
+    })
+}
+
+/// When the lexical form of `raw` lies inside a root but its resolution does
+/// not, a symlink is involved: say so, since the permission check may have seen
+/// the path before the link changed.
+fn symlink_note(ctx: &ToolContext, raw: &str, resolved: &Path) -> String {
+    if raw.starts_with('~') {
+        return String::new();
+    }
+    let lexical = lexical_normalize(&ctx.sandbox.project_root().join(raw));
+    let lexically_inside = ctx
+        .sandbox
+        .roots()
+        .iter()
+        .any(|root| lexical.starts_with(root));
+    if lexically_inside && lexical != resolved {
+        " It goes through a symbolic link: if the link changed after the permission check, \
+         that check saw a different path."
+            .to_string()
+    } else {
+        String::new()
+    }
+}
+
+/// Applies `.` and `..` without touching the file system.
+pub fn lexical_normalize(path: &Path) -> PathBuf {
+    let mut out = PathBuf::from("/");
+    for component in path.components() {
+        match component {
+            Component::Normal(part) => out.push(part),
+            Component::ParentDir => {
+                out.pop();
+            }
+            Component::CurDir | Component::RootDir | Component::Prefix(_) => {}
+        }
+    }
+    out
+}
+
+/// `path` relative to `project_root` when inside it (`.` for the root itself),
+/// absolute otherwise.
+pub fn display_path(project_root: &Path, path: &Path) -> String {
+    match path.strip_prefix(project_root) {
+        Ok(rel) if rel.as_os_str().is_empty() => ".".to_string(),
+        Ok(rel) => rel.display().to_string(),
+        Err(_) => path.display().to_string(),
+    }
+}
+
+/// How to open the final component.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OpenMode {
+    /// Read only.
+    Read,
+    /// Create a new file for writing; fails if it exists.
+    CreateNew,
+    /// Open an existing file for writing (not truncated: the caller checks
+    /// it with [`ensure_regular`] first, then truncates).
+    Write,
+}
+
+/// Mode of files created by `write_file` (before the umask).
+const NEW_FILE_MODE: libc::mode_t = 0o666;
+/// Mode of directories created for `write_file` (before the umask).
+const NEW_DIR_MODE: libc::mode_t = 0o777;
+
+/// Opens an absolute, already resolved path without following any symlink in
+/// any component: each directory is opened with `O_NOFOLLOW | O_DIRECTORY`
+/// relative to its parent, the final component with `O_NOFOLLOW`. A symlink
+/// found anywhere fails with `ELOOP`/`ENOTDIR`. With `create_dirs`, missing
+/// directories are created on the way.
+pub fn open_beneath(path: &Path, mode: OpenMode, create_dirs: bool) -> io::Result<File> {
+    let mut parts: Vec<&std::ffi::OsStr> = Vec::new();
+    for component in path.components() {
+        match component {
+            Component::RootDir => {}
+            Component::Normal(part) => parts.push(part),
+            _ => {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    "path must be absolute and resolved",
+                ));
+            }
+        }
+    }
+    if !path.is_absolute() {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "path must be absolute and resolved",
+        ));
+    }
+    let Some((last, dirs)) = parts.split_last() else {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "cannot open the root directory as a file",
+        ));
+    };
+    let mut dir = open_root()?;
+    for part in dirs {
+        let name = c_name(part)?;
+        dir = match open_dir_at(&dir, &name) {
+            Ok(next) => next,
+            Err(err) if create_dirs && err.kind() == io::ErrorKind::NotFound => {
+                // SAFETY: `dir` is a valid directory fd and `name` a valid C string.
+                let rc = unsafe { libc::mkdirat(dir.as_raw_fd(), name.as_ptr(), NEW_DIR_MODE) };
+                if rc != 0 {
+                    let err = io::Error::last_os_error();
+                    if err.kind() != io::ErrorKind::AlreadyExists {
+                        return Err(err);
+                    }
+                }
+                open_dir_at(&dir, &name)?
+            }
+            Err(err) => return Err(err),
+        };
+    }
+    let name = c_name(last)?;
+    // O_NONBLOCK: opening a FIFO must not hang; it has no effect on regular
+    // files, and callers refuse anything else with `ensure_regular`.
+    let flags = libc::O_NOFOLLOW
+        | libc::O_CLOEXEC
+        | libc::O_NONBLOCK
+        | match mode {
+            OpenMode::Read => libc::O_RDONLY,
+            OpenMode::CreateNew => libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL,
+            OpenMode::Write => libc::O_WRONLY,
+        };
+    // SAFETY: valid dir fd and C string; the mode argument is read only with O_CREAT.
+    let fd = unsafe {
+        libc::openat(
+            dir.as_raw_fd(),
+            name.as_ptr(),
+            flags,
+            libc::c_uint::from(NEW_FILE_MODE),
+        )
+    };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `fd` was just returned by openat and is owned by nobody else.
+    Ok(File::from(unsafe { OwnedFd::from_raw_fd(fd) }))
+}
+
+/// The metadata of `file` when it is a regular file; an error otherwise
+/// (directories, FIFOs, devices, sockets).
+pub fn ensure_regular(file: &File) -> io::Result<std::fs::Metadata> {
+    let meta = file.metadata()?;
+    if meta.is_dir() {
+        return Err(io::Error::from(io::ErrorKind::IsADirectory));
+    }
+    if !meta.is_file() {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "not a regular file (a device, FIFO or socket)",
+        ));
+    }
+    Ok(meta)
+}
+
+/// True when an error from [`open_beneath`] means a symlink was met.
+pub fn is_symlink_error(err: &io::Error) -> bool {
+    matches!(err.raw_os_error(), Some(libc::ELOOP) | Some(libc::ENOTDIR))
+}
+
+fn c_name(part: &std::ffi::OsStr) -> io::Result<CString> {
+    CString::new(part.as_bytes())
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "path contains a NUL byte"))
+}
+
+/// Directory flags: search-only handles where the platform has them.
+#[cfg(any(target_os = "linux", target_os = "android"))]
+const DIR_FLAGS: libc::c_int =
+    libc::O_PATH | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC;
+#[cfg(not(any(target_os = "linux", target_os = "android")))]
+const DIR_FLAGS: libc::c_int =
+    libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC;
+
+fn open_root() -> io::Result<OwnedFd> {
+    let root = c"/";
+    // SAFETY: a valid C string; the returned fd is checked below.
+    let fd = unsafe { libc::open(root.as_ptr(), DIR_FLAGS) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: fresh fd owned by nobody else.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+fn open_dir_at(dir: &OwnedFd, name: &CString) -> io::Result<OwnedFd> {
+    // SAFETY: valid dir fd and C string; the returned fd is checked below.
+    let fd = unsafe { libc::openat(dir.as_raw_fd(), name.as_ptr(), DIR_FLAGS) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: fresh fd owned by nobody else.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// Bytes examined for a NUL to call a file binary.
+pub const BINARY_SNIFF_BYTES: usize = 8 * 1024;
+
+/// True when the first [`BINARY_SNIFF_BYTES`] of `head` contain a NUL byte.
+pub fn looks_binary(head: &[u8]) -> bool {
+    memchr::memchr(0, &head[..head.len().min(BINARY_SNIFF_BYTES)]).is_some()
+}
+
+/// A model-facing explanation of an I/O error on `display`.
+pub fn explain_io(display: &str, err: &io::Error) -> String {
+    if is_symlink_error(err) {
+        return format!(
+            "Refused: a component of `{display}` is a symbolic link (it changed after the path \
+             was checked); nothing was done."
+        );
+    }
+    match err.kind() {
+        io::ErrorKind::NotFound => format!("File not found: {display}."),
+        io::ErrorKind::PermissionDenied => format!("Permission denied: {display}."),
+        io::ErrorKind::IsADirectory => {
+            format!("{display} is a directory, not a file; use glob to list files.")
+        }
+        _ => format!("Cannot access {display}: {err}."),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::{Read, Write};
+    use std::os::unix::fs::symlink;
+
+    fn base() -> (tempfile::TempDir, PathBuf) {
+        let dir = tempfile::tempdir().unwrap();
+        let base = crate::sandbox::resolve_path(dir.path()).unwrap();
+        (dir, base)
+    }
+
+    #[test]
+    fn opens_creates_and_reads() {
+        let (_d, base) = base();
+        let path = base.join("a/b/c.txt");
+        let mut f = open_beneath(&path, OpenMode::CreateNew, true).unwrap();
+        f.write_all(b"hi").unwrap();
+        let err = open_beneath(&path, OpenMode::CreateNew, true).unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::AlreadyExists);
+        let mut s = String::new();
+        open_beneath(&path, OpenMode::Read, false)
+            .unwrap()
+            .read_to_string(&mut s)
+            .unwrap();
+        assert_eq!(s, "hi");
+    }
+
+    #[test]
+    fn refuses_symlink_in_final_and_middle_components() {
+        let (_d, base) = base();
+        std::fs::create_dir(base.join("real")).unwrap();
+        std::fs::write(base.join("real/f"), "x").unwrap();
+        symlink(base.join("real/f"), base.join("link")).unwrap();
+        symlink(base.join("real"), base.join("dirlink")).unwrap();
+        let err = open_beneath(&base.join("link"), OpenMode::Read, false).unwrap_err();
+        assert!(is_symlink_error(&err), "{err}");
+        let err = open_beneath(&base.join("link"), OpenMode::Write, false).unwrap_err();
+        assert!(is_symlink_error(&err), "{err}");
+        let err = open_beneath(&base.join("dirlink/f"), OpenMode::Read, false).unwrap_err();
+        assert!(is_symlink_error(&err), "{err}");
+        let err = open_beneath(&base.join("dirlink/new/f"), OpenMode::CreateNew, true).unwrap_err();
+        assert!(is_symlink_error(&err), "{err}");
+        assert!(!base.join("real/new").exists());
+    }
+
+    #[test]
+    fn fifo_does_not_hang_and_is_not_regular() {
+        let (_d, base) = base();
+        let fifo = base.join("fifo");
+        let c = CString::new(fifo.as_os_str().as_bytes()).unwrap();
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        let file = open_beneath(&fifo, OpenMode::Read, false).unwrap();
+        assert!(ensure_regular(&file).is_err());
+        let dir = open_beneath(&base, OpenMode::Read, false).unwrap();
+        assert_eq!(
+            ensure_regular(&dir).unwrap_err().kind(),
+            io::ErrorKind::IsADirectory
+        );
+    }
+
+    #[test]
+    fn rejects_relative_and_dot_dot() {
+        assert!(open_beneath(Path::new("rel/x"), OpenMode::Read, false).is_err());
+        assert!(open_beneath(Path::new("/tmp/../etc/passwd"), OpenMode::Read, false).is_err());
+        assert!(open_beneath(Path::new("/"), OpenMode::Read, false).is_err());
+    }
+
+    #[test]
+    fn lexical_and_display() {
+        assert_eq!(
+            lexical_normalize(Path::new("/a/b/../c/./d")),
+            PathBuf::from("/a/c/d")
+        );
+        assert_eq!(
+            display_path(Path::new("/p"), Path::new("/p/src/x")),
+            "src/x"
+        );
+        assert_eq!(display_path(Path::new("/p"), Path::new("/p")), ".");
+        assert_eq!(display_path(Path::new("/p"), Path::new("/q/x")), "/q/x");
+    }
+
+    #[test]
+    fn binary_sniffing_looks_at_first_8_kb_only() {
+        assert!(looks_binary(b"ab\0c"));
+        assert!(!looks_binary(b"plain text"));
+        let mut late = vec![b'a'; BINARY_SNIFF_BYTES];
+        late.push(0);
+        assert!(!looks_binary(&late));
+    }
+}

@@ -1,0 +1,605 @@
+//! `grep` (SPEC §4): regular-expression search over files with ripgrep's
+//! library crates (`grep-regex`, `grep-searcher`, `ignore`'s parallel walker).
+//! Output modes: `files_with_matches` (default), `content` (`path:line:text`),
+//! `count` (`path:count`); at most 500 entries, sorted by path then line, with a
+//! note when more matched. Binary files (a NUL byte) are skipped, `.gitignore`d
+//! and hidden files too (see `walk`). Reads only; the searched path is resolved
+//! at the moment of use like every path.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, PoisonError};
+
+use futures::future::BoxFuture;
+use grep_regex::{RegexMatcher, RegexMatcherBuilder};
+use grep_searcher::{BinaryDetection, Searcher, SearcherBuilder, Sink, SinkMatch};
+use ignore::overrides::{Override, OverrideBuilder};
+use ignore::{DirEntry, ParallelVisitor, ParallelVisitorBuilder, WalkState};
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use super::files::{self, display_path};
+use super::output::MAX_OUTPUT_BYTES;
+use super::walk::{BoundedBest, MAX_RESULTS, walk_builder};
+use super::{
+    Access, PermissionSubject, Tool, ToolCategory, ToolContext, ToolOutput, parse_args, plural,
+};
+
+/// Bytes of one matching line shown in `content` mode; longer lines (minified
+/// code) are cut with `…`.
+pub const MAX_LINE_BYTES: usize = 400;
+
+/// The `grep` tool.
+#[derive(Debug)]
+pub struct Grep {
+    schema: Value,
+}
+
+/// What `grep` returns.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OutputMode {
+    /// Paths of matching files.
+    #[default]
+    FilesWithMatches,
+    /// `path:line:text` per matching line.
+    Content,
+    /// `path:count` per matching file.
+    Count,
+}
+
+#[derive(Debug, Deserialize)]
+struct Args {
+    pattern: String,
+    path: Option<String>,
+    glob: Option<String>,
+    #[serde(default)]
+    output_mode: OutputMode,
+}
+
+impl Grep {
+    /// The tool with its schema.
+    pub fn new() -> Self {
+        Self {
+            schema: json!({
+                "type": "object",
+                "properties": {
+                    "pattern": {"type": "string", "description": "Regex (Rust syntax)"},
+                    "path": {"type": "string", "description": "File or directory (default: project root)"},
+                    "glob": {"type": "string", "description": "Only files matching this glob, e.g. *.rs"},
+                    "output_mode": {"enum": ["files_with_matches", "content", "count"]}
+                },
+                "required": ["pattern"],
+                "additionalProperties": false
+            }),
+        }
+    }
+}
+
+impl Default for Grep {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Tool for Grep {
+    fn name(&self) -> &str {
+        "grep"
+    }
+
+    fn description(&self) -> &str {
+        "Search file contents with a regex (Rust syntax; `(?i)` ignores case). Skips \
+         .gitignored, hidden and binary files. output_mode: files_with_matches (default, \
+         paths), content (path:line:text), count (path:count). At most 500 entries, sorted by \
+         path."
+    }
+
+    fn input_schema(&self) -> &Value {
+        &self.schema
+    }
+
+    fn read_only(&self) -> bool {
+        true
+    }
+
+    fn category(&self) -> ToolCategory {
+        ToolCategory::Read
+    }
+
+    fn permission_subject(&self, args: &Value) -> PermissionSubject {
+        super::read_file::path_subject(args, Access::Read)
+    }
+
+    fn execute<'a>(&'a self, args: Value, ctx: &'a ToolContext) -> BoxFuture<'a, ToolOutput> {
+        Box::pin(async move {
+            let args: Args = match parse_args(self.name(), args) {
+                Ok(args) => args,
+                Err(out) => return out,
+            };
+            let root = match files::resolve_for_use(
+                ctx,
+                args.path.as_deref().unwrap_or("."),
+                Access::Read,
+            ) {
+                Ok(root) => root,
+                Err(message) => return ToolOutput::error(message),
+            };
+            let query = match GrepQuery::new(
+                &args.pattern,
+                args.glob.as_deref(),
+                &root.path,
+                args.output_mode,
+            ) {
+                Ok(query) => query,
+                Err(message) => return ToolOutput::error(message),
+            };
+            let project_root = ctx.sandbox.project_root().to_path_buf();
+            let work = tokio::task::spawn_blocking(move || {
+                if let Err(err) = std::fs::metadata(&root.path) {
+                    return Err(files::explain_io(&root.display, &err));
+                }
+                let report = query.run(&root.path);
+                Ok(report.render(&project_root, &args.pattern, &root.display))
+            });
+            match work.await {
+                Ok(Ok(text)) => ToolOutput::ok(text),
+                Ok(Err(message)) => ToolOutput::error(message),
+                Err(err) => ToolOutput::error(format!("grep failed: {err}")),
+            }
+        })
+    }
+}
+
+/// A compiled search: matcher, file filter and mode.
+#[derive(Debug, Clone)]
+pub struct GrepQuery {
+    matcher: RegexMatcher,
+    overrides: Option<Override>,
+    mode: OutputMode,
+    cap: usize,
+}
+
+/// One result entry, ordered by path then line.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Entry {
+    /// The file.
+    pub path: PathBuf,
+    /// Line number (content mode) or 0.
+    pub line: u64,
+    /// Line text (content mode) or empty.
+    pub text: String,
+    /// Matching lines in the file (count mode) or 0.
+    pub count: u64,
+}
+
+/// What a search found.
+#[derive(Debug, Clone, Default)]
+pub struct GrepReport {
+    /// The first entries by path (and line).
+    pub entries: Vec<Entry>,
+    /// Entries there would be without the cap (files for files_with_matches
+    /// and count, matching lines for content).
+    pub total_entries: u64,
+    /// Matching lines in all files (count and content modes).
+    pub total_matches: u64,
+    /// Files with at least one match.
+    pub matching_files: u64,
+    /// Paths that could not be read.
+    pub unreadable: u64,
+    /// The mode searched in.
+    pub mode: OutputMode,
+}
+
+impl GrepQuery {
+    /// Compiles `pattern` (and the optional glob filter relative to `root`).
+    /// Errors are written for the model.
+    pub fn new(
+        pattern: &str,
+        glob: Option<&str>,
+        root: &Path,
+        mode: OutputMode,
+    ) -> Result<Self, String> {
+        if pattern.is_empty() {
+            return Err("pattern is empty.".into());
+        }
+        let matcher = RegexMatcherBuilder::new()
+            .line_terminator(Some(b'\n'))
+            .build(pattern)
+            .map_err(|err| format!("Invalid regex `{pattern}`: {err}"))?;
+        let overrides = match glob.map(str::trim).filter(|g| !g.is_empty()) {
+            None => None,
+            Some(glob) => {
+                let mut builder = OverrideBuilder::new(root);
+                builder
+                    .add(glob)
+                    .map_err(|err| format!("Invalid glob `{glob}`: {err}"))?;
+                Some(
+                    builder
+                        .build()
+                        .map_err(|err| format!("Invalid glob `{glob}`: {err}"))?,
+                )
+            }
+        };
+        Ok(Self {
+            matcher,
+            overrides,
+            mode,
+            cap: MAX_RESULTS,
+        })
+    }
+
+    /// Searches `root` (a file or a directory) with the parallel walker.
+    pub fn run(&self, root: &Path) -> GrepReport {
+        let shared = Arc::new(Mutex::new(Totals::new(self.cap)));
+        let mut builder = VisitorBuilder {
+            query: self,
+            shared: Arc::clone(&shared),
+        };
+        let mut walk = walk_builder(root);
+        if let Some(overrides) = &self.overrides {
+            walk.overrides(overrides.clone());
+        }
+        walk.build_parallel().visit(&mut builder);
+        drop(builder);
+        let totals = std::mem::replace(
+            &mut *shared.lock().unwrap_or_else(PoisonError::into_inner),
+            Totals::new(0),
+        );
+        GrepReport {
+            entries: totals.best.into_sorted(),
+            total_entries: totals.entries,
+            total_matches: totals.matches,
+            matching_files: totals.files,
+            unreadable: totals.unreadable,
+            mode: self.mode,
+        }
+    }
+}
+
+impl GrepReport {
+    /// The text shown to the model; paths relative to `project_root`.
+    pub fn render(&self, project_root: &Path, pattern: &str, root_display: &str) -> String {
+        if self.entries.is_empty() {
+            let mut text = format!("No matches for `{pattern}` in `{root_display}`.");
+            if self.unreadable > 0 {
+                text.push_str(&format!(
+                    " ({} could not be read.)",
+                    plural(self.unreadable, "path")
+                ));
+            }
+            return text;
+        }
+        let mut text = String::new();
+        let mut shown = 0usize;
+        let mut byte_capped = false;
+        for entry in &self.entries {
+            let path = display_path(project_root, &entry.path);
+            let line = match self.mode {
+                OutputMode::FilesWithMatches => path,
+                OutputMode::Count => format!("{path}:{}", entry.count),
+                OutputMode::Content => format!("{path}:{}:{}", entry.line, entry.text),
+            };
+            if text.len() + line.len() + 1
+                > MAX_OUTPUT_BYTES - crate::tools::output::NOTES_RESERVE_BYTES
+            {
+                byte_capped = true;
+                break;
+            }
+            text.push_str(&line);
+            text.push('\n');
+            shown += 1;
+        }
+        let noun = match self.mode {
+            OutputMode::Content => "matching lines",
+            OutputMode::FilesWithMatches | OutputMode::Count => "files",
+        };
+        if byte_capped || self.total_entries > shown as u64 {
+            text.push_str(&format!(
+                "(showing {shown} of {} {noun}; narrow the pattern, path or glob)\n",
+                self.total_entries
+            ));
+        }
+        if self.mode == OutputMode::Count {
+            text.push_str(&format!(
+                "({} in {})\n",
+                plural(self.total_matches, "matching line"),
+                plural(self.matching_files, "file")
+            ));
+        }
+        if self.unreadable > 0 {
+            text.push_str(&format!(
+                "({} could not be read)\n",
+                plural(self.unreadable, "path")
+            ));
+        }
+        text.truncate(text.trim_end_matches('\n').len());
+        text
+    }
+}
+
+struct Totals {
+    best: BoundedBest<Entry>,
+    entries: u64,
+    matches: u64,
+    files: u64,
+    unreadable: u64,
+}
+
+impl Totals {
+    fn new(cap: usize) -> Self {
+        Self {
+            best: BoundedBest::new(cap),
+            entries: 0,
+            matches: 0,
+            files: 0,
+            unreadable: 0,
+        }
+    }
+
+    fn absorb(&mut self, other: Totals) {
+        self.entries += other.entries;
+        self.matches += other.matches;
+        self.files += other.files;
+        self.unreadable += other.unreadable;
+        self.best.merge(other.best);
+    }
+}
+
+struct VisitorBuilder<'a> {
+    query: &'a GrepQuery,
+    shared: Arc<Mutex<Totals>>,
+}
+
+impl<'s> ParallelVisitorBuilder<'s> for VisitorBuilder<'s> {
+    fn build(&mut self) -> Box<dyn ParallelVisitor + 's> {
+        let searcher = SearcherBuilder::new()
+            .binary_detection(BinaryDetection::quit(0))
+            .line_number(self.query.mode == OutputMode::Content)
+            .build();
+        Box::new(Visitor {
+            query: self.query,
+            matcher: self.query.matcher.clone(),
+            searcher,
+            totals: Totals::new(self.query.cap),
+            shared: Arc::clone(&self.shared),
+        })
+    }
+}
+
+struct Visitor<'a> {
+    query: &'a GrepQuery,
+    matcher: RegexMatcher,
+    searcher: Searcher,
+    totals: Totals,
+    shared: Arc<Mutex<Totals>>,
+}
+
+impl ParallelVisitor for Visitor<'_> {
+    fn visit(&mut self, entry: Result<DirEntry, ignore::Error>) -> WalkState {
+        let entry = match entry {
+            Ok(entry) => entry,
+            Err(_) => {
+                self.totals.unreadable += 1;
+                return WalkState::Continue;
+            }
+        };
+        if !entry.file_type().is_some_and(|t| t.is_file()) {
+            return WalkState::Continue;
+        }
+        let mode = self.query.mode;
+        let mut sink = FileSink {
+            mode,
+            lines: Vec::new(),
+            matches: 0,
+            binary: false,
+            keep_lines: self.query.cap,
+        };
+        if self
+            .searcher
+            .search_path(&self.matcher, entry.path(), &mut sink)
+            .is_err()
+        {
+            self.totals.unreadable += 1;
+            return WalkState::Continue;
+        }
+        if sink.binary || sink.matches == 0 {
+            return WalkState::Continue;
+        }
+        self.totals.files += 1;
+        self.totals.matches += sink.matches;
+        match mode {
+            OutputMode::FilesWithMatches | OutputMode::Count => {
+                self.totals.entries += 1;
+                let probe = Entry {
+                    path: entry.path().to_path_buf(),
+                    line: 0,
+                    text: String::new(),
+                    count: sink.matches,
+                };
+                self.totals.best.push(probe);
+            }
+            OutputMode::Content => {
+                self.totals.entries += sink.matches;
+                let path = entry.into_path();
+                for (line, text) in sink.lines {
+                    let item = Entry {
+                        path: path.clone(),
+                        line,
+                        text,
+                        count: 0,
+                    };
+                    if !self.totals.best.would_keep(&item) {
+                        break;
+                    }
+                    self.totals.best.push(item);
+                }
+            }
+        }
+        WalkState::Continue
+    }
+}
+
+impl Drop for Visitor<'_> {
+    fn drop(&mut self) {
+        let mine = std::mem::replace(&mut self.totals, Totals::new(0));
+        self.shared
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .absorb(mine);
+    }
+}
+
+/// Collects the matches of one file.
+struct FileSink {
+    mode: OutputMode,
+    lines: Vec<(u64, String)>,
+    matches: u64,
+    binary: bool,
+    keep_lines: usize,
+}
+
+impl Sink for FileSink {
+    type Error = std::io::Error;
+
+    fn matched(&mut self, _searcher: &Searcher, mat: &SinkMatch<'_>) -> Result<bool, Self::Error> {
+        match self.mode {
+            OutputMode::FilesWithMatches => {
+                self.matches += 1;
+                Ok(false)
+            }
+            OutputMode::Count => {
+                self.matches += mat.lines().count() as u64;
+                Ok(true)
+            }
+            OutputMode::Content => {
+                let first = mat.line_number().unwrap_or(0);
+                for (i, line) in mat.lines().enumerate() {
+                    self.matches += 1;
+                    if self.lines.len() < self.keep_lines {
+                        self.lines.push((first + i as u64, shorten_line(line)));
+                    }
+                }
+                Ok(true)
+            }
+        }
+    }
+
+    fn binary_data(&mut self, _searcher: &Searcher, _offset: u64) -> Result<bool, Self::Error> {
+        self.binary = true;
+        Ok(false)
+    }
+}
+
+/// A matching line for display: line terminator dropped, decoded lossily, cut
+/// at [`MAX_LINE_BYTES`] on a char boundary.
+fn shorten_line(line: &[u8]) -> String {
+    let line = line.strip_suffix(b"\n").unwrap_or(line);
+    let line = line.strip_suffix(b"\r").unwrap_or(line);
+    let text = String::from_utf8_lossy(line);
+    if text.len() <= MAX_LINE_BYTES {
+        return text.into_owned();
+    }
+    let mut end = MAX_LINE_BYTES;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &text[..end])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tree() -> tempfile::TempDir {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        std::fs::create_dir_all(root.join("src")).unwrap();
+        std::fs::create_dir_all(root.join("target")).unwrap();
+        std::fs::write(root.join(".gitignore"), "target/\n").unwrap();
+        std::fs::write(
+            root.join("src/a.rs"),
+            "fn alpha() {}\nfn beta() {}\n// alpha again\n",
+        )
+        .unwrap();
+        std::fs::write(root.join("src/b.txt"), "alpha in text\n").unwrap();
+        std::fs::write(root.join("target/c.rs"), "alpha ignored\n").unwrap();
+        std::fs::write(root.join("bin.dat"), b"alpha\0binary").unwrap();
+        dir
+    }
+
+    fn run(dir: &Path, pattern: &str, glob: Option<&str>, mode: OutputMode) -> GrepReport {
+        GrepQuery::new(pattern, glob, dir, mode).unwrap().run(dir)
+    }
+
+    #[test]
+    fn files_with_matches_sorted_skipping_ignored_and_binary() {
+        let dir = tree();
+        let report = run(dir.path(), "alpha", None, OutputMode::FilesWithMatches);
+        let text = report.render(dir.path(), "alpha", ".");
+        assert_eq!(text, "src/a.rs\nsrc/b.txt");
+    }
+
+    #[test]
+    fn content_and_count_modes() {
+        let dir = tree();
+        let report = run(dir.path(), "alpha", Some("*.rs"), OutputMode::Content);
+        let text = report.render(dir.path(), "alpha", ".");
+        assert_eq!(text, "src/a.rs:1:fn alpha() {}\nsrc/a.rs:3:// alpha again");
+        let report = run(dir.path(), "(?i)ALPHA", None, OutputMode::Count);
+        let text = report.render(dir.path(), "alpha", ".");
+        assert_eq!(
+            text,
+            "src/a.rs:2\nsrc/b.txt:1\n(3 matching lines in 2 files)"
+        );
+    }
+
+    #[test]
+    fn cap_and_note() {
+        let dir = tempfile::tempdir().unwrap();
+        let body: String = (0..700).map(|i| format!("hit {i}\n")).collect();
+        std::fs::write(dir.path().join("many.txt"), body).unwrap();
+        let report = run(dir.path(), "hit", None, OutputMode::Content);
+        assert_eq!(report.entries.len(), MAX_RESULTS);
+        assert_eq!(report.total_entries, 700);
+        let text = report.render(dir.path(), "hit", ".");
+        assert!(text.starts_with("many.txt:1:hit 0\nmany.txt:2:hit 1\n"));
+        assert!(
+            text.ends_with("(showing 500 of 700 matching lines; narrow the pattern, path or glob)"),
+            "{}",
+            &text[text.len() - 200..]
+        );
+    }
+
+    #[test]
+    fn invalid_regex_and_no_match() {
+        let dir = tree();
+        let err = GrepQuery::new("(unclosed", None, dir.path(), OutputMode::Content).unwrap_err();
+        assert!(err.starts_with("Invalid regex `(unclosed`:"), "{err}");
+        let report = run(
+            dir.path(),
+            "zzz_nothing",
+            None,
+            OutputMode::FilesWithMatches,
+        );
+        assert_eq!(
+            report.render(dir.path(), "zzz_nothing", "."),
+            "No matches for `zzz_nothing` in `.`."
+        );
+    }
+
+    #[test]
+    fn single_file_root_and_long_lines() {
+        let dir = tree();
+        let long = format!("needle {}\n", "x".repeat(2000));
+        std::fs::write(dir.path().join("long.txt"), long).unwrap();
+        let report = run(
+            &dir.path().join("long.txt"),
+            "needle",
+            None,
+            OutputMode::Content,
+        );
+        let text = report.render(dir.path(), "needle", "long.txt");
+        assert!(text.starts_with("long.txt:1:needle xxx"));
+        assert!(text.ends_with('…'));
+        assert!(text.len() < MAX_LINE_BYTES + 40);
+    }
+}

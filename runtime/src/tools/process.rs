@@ -1,0 +1,571 @@
+//! Process discipline for every child the runtime starts (SPEC §4, §6, §8): each
+//! child leads its own process group, gets stdin from /dev/null and only the
+//! environment it is given; stopping it stops the WHOLE group (SIGTERM, then
+//! SIGKILL after [`KILL_GRACE`]), so no grandchild survives a timeout or a
+//! cancellation. Used by `bash` and background tasks, and meant for hooks and MCP
+//! stdio servers too, so it knows nothing about tools.
+//!
+//! This module starts, watches and stops processes; it does not decide what may
+//! run (permissions) nor how output is shown (`output`).
+
+use std::io;
+use std::path::Path;
+use std::process::{ExitStatus, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use tokio::io::AsyncReadExt;
+use tokio::net::unix::pipe;
+use tokio::process::{Child, Command};
+use tokio_util::sync::CancellationToken;
+
+/// SPEC §4: after SIGTERM a process group has this long to exit before SIGKILL.
+pub const KILL_GRACE: Duration = Duration::from_secs(2);
+
+/// How often a group being stopped is checked for live members. Group members
+/// that are not our children cannot be waited for, only observed.
+pub const GROUP_POLL_INTERVAL: Duration = Duration::from_millis(10);
+
+/// After SIGKILL, how long to wait for the kernel to finish the group off
+/// before reporting it gone anyway (SIGKILL cannot be caught; only a process in
+/// uninterruptible sleep lingers).
+pub const KILL_CONFIRM: Duration = Duration::from_secs(1);
+
+/// Once every process of the group is gone, how long to keep reading output
+/// still buffered in the pipe. Only a process that left the group (`setsid`)
+/// can hold the pipe open longer; its output is then abandoned.
+pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// Size of one read from a child's output pipe.
+const READ_CHUNK_BYTES: usize = 64 * 1024;
+
+/// SPEC §4: the only variables of the runtime's environment a command sees,
+/// besides the configured allowlist.
+pub const BASE_ENV_VARS: [&str; 5] = ["HOME", "PATH", "USER", "TERM", "LANG"];
+
+/// SPEC §15: commands never see provider keys. These names are withheld even
+/// when a configuration allowlists them.
+pub const WITHHELD_ENV_VARS: [&str; 3] = [
+    "ANTHROPIC_API_KEY",
+    "OPENAI_API_KEY",
+    "ANTHROPIC_AUTH_TOKEN",
+];
+
+/// The environment of child processes: [`BASE_ENV_VARS`] plus the allowlisted
+/// names, in that order, each once, those `lookup` knows; never the
+/// [`WITHHELD_ENV_VARS`]. Pure: pass `|name| std::env::var(name).ok()` to read
+/// the runtime's environment (once per session).
+pub fn child_environment<F>(allowlist: &[String], lookup: F) -> Vec<(String, String)>
+where
+    F: Fn(&str) -> Option<String>,
+{
+    let mut out: Vec<(String, String)> = Vec::new();
+    let names = BASE_ENV_VARS
+        .iter()
+        .copied()
+        .chain(allowlist.iter().map(String::as_str));
+    for name in names {
+        if name.is_empty()
+            || WITHHELD_ENV_VARS.contains(&name)
+            || out.iter().any(|(existing, _)| existing == name)
+        {
+            continue;
+        }
+        if let Some(value) = lookup(name) {
+            out.push((name.to_string(), value));
+        }
+    }
+    out
+}
+
+/// Why a process could not be started.
+#[derive(Debug, thiserror::Error)]
+pub enum ProcessError {
+    /// Spawning failed.
+    #[error("cannot start `{program}`: {source}")]
+    Spawn {
+        /// The program.
+        program: String,
+        /// The OS error.
+        source: io::Error,
+    },
+    /// The output pipe could not be created.
+    #[error("cannot create the output pipe: {0}")]
+    Pipe(io::Error),
+    /// The child has no usable process id.
+    #[error("the started process has no usable process id")]
+    NoPid,
+}
+
+/// How stopping a group ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KillOutcome {
+    /// No live member was left; nothing was sent.
+    AlreadyGone,
+    /// Every member exited after SIGTERM within the grace period.
+    Terminated,
+    /// Some member outlived the grace period and got SIGKILL.
+    Killed,
+}
+
+/// A process group led by a child we started. Dropping it while armed sends
+/// SIGKILL to the group (the emergency path: a future dropped mid-run leaves no
+/// process behind); [`ProcessGroup::terminate`] is the graceful path.
+#[derive(Debug)]
+pub struct ProcessGroup {
+    pgid: libc::pid_t,
+    /// Set once the group was seen empty: it is never signalled again, so a
+    /// recycled id can never be hit.
+    gone: AtomicBool,
+    armed: AtomicBool,
+}
+
+impl ProcessGroup {
+    /// The group led by process `pid`. `None` for ids that would address more
+    /// than one group (0, 1, or out of range).
+    pub fn new(pid: u32) -> Option<Self> {
+        let pgid = libc::pid_t::try_from(pid).ok()?;
+        if pgid <= 1 {
+            return None;
+        }
+        Some(Self {
+            pgid,
+            gone: AtomicBool::new(false),
+            armed: AtomicBool::new(true),
+        })
+    }
+
+    /// The process group id (the leader's pid).
+    pub fn id(&self) -> u32 {
+        // pgid > 1 was checked in `new`.
+        self.pgid.unsigned_abs()
+    }
+
+    /// Sends `signal` to every member of the group. A group without members is
+    /// not an error.
+    pub fn signal(&self, signal: libc::c_int) -> io::Result<()> {
+        if self.gone.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        // SAFETY: kill(2) takes plain integers; a negative pid addresses the
+        // group, and `new` refused the ids 0 and 1 that would address more.
+        let rc = unsafe { libc::kill(-self.pgid, signal) };
+        if rc == 0 {
+            return Ok(());
+        }
+        let err = io::Error::last_os_error();
+        if err.raw_os_error() == Some(libc::ESRCH) {
+            self.gone.store(true, Ordering::Release);
+            return Ok(());
+        }
+        Err(err)
+    }
+
+    /// True while some member of the group is alive. Zombies (exited, waiting
+    /// for their parent) run nothing and do not count.
+    pub fn has_live_members(&self) -> bool {
+        if self.gone.load(Ordering::Acquire) {
+            return false;
+        }
+        let alive = group_has_live_members(self.pgid);
+        if !alive {
+            self.gone.store(true, Ordering::Release);
+        }
+        alive
+    }
+
+    /// Stops the group: SIGTERM (and SIGCONT, so stopped members can act on it),
+    /// then SIGKILL to whatever is still alive after `grace`.
+    pub async fn terminate(&self, grace: Duration) -> KillOutcome {
+        if !self.has_live_members() {
+            return KillOutcome::AlreadyGone;
+        }
+        self.send_logged(libc::SIGTERM);
+        self.send_logged(libc::SIGCONT);
+        if self.wait_until_empty(grace).await {
+            return KillOutcome::Terminated;
+        }
+        tracing::debug!(
+            pgid = self.pgid,
+            "process group outlived SIGTERM; sending SIGKILL"
+        );
+        self.send_logged(libc::SIGKILL);
+        if !self.wait_until_empty(KILL_CONFIRM).await {
+            tracing::warn!(
+                pgid = self.pgid,
+                "process group still has live members after SIGKILL"
+            );
+        }
+        KillOutcome::Killed
+    }
+
+    /// SIGKILL to the group at once.
+    pub fn kill_now(&self) {
+        self.send_logged(libc::SIGKILL);
+    }
+
+    /// After this, dropping the group sends nothing.
+    pub fn disarm(&self) {
+        self.armed.store(false, Ordering::Release);
+    }
+
+    async fn wait_until_empty(&self, limit: Duration) -> bool {
+        let deadline = tokio::time::Instant::now() + limit;
+        loop {
+            if !self.has_live_members() {
+                return true;
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return false;
+            }
+            tokio::time::sleep(GROUP_POLL_INTERVAL).await;
+        }
+    }
+
+    fn send_logged(&self, signal: libc::c_int) {
+        if let Err(err) = self.signal(signal) {
+            tracing::warn!(pgid = self.pgid, signal, error = %err, "cannot signal process group");
+        }
+    }
+}
+
+impl Drop for ProcessGroup {
+    fn drop(&mut self) {
+        if self.armed.load(Ordering::Acquire) && self.has_live_members() {
+            self.kill_now();
+        }
+    }
+}
+
+/// True when some process of group `pgid` is alive (not a zombie). Reads
+/// `/proc` where it exists; elsewhere any member counts, zombies included.
+pub fn group_has_live_members(pgid: libc::pid_t) -> bool {
+    // SAFETY: signal 0 only checks for existence and permission.
+    let rc = unsafe { libc::kill(-pgid, 0) };
+    if rc != 0 && io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH) {
+        return false;
+    }
+    // Without /proc, existence is all we know: count the group as alive.
+    scan_proc_for_group(pgid).unwrap_or(true)
+}
+
+/// `Some(true)` when `/proc` lists a live (non-zombie) member of `pgid`,
+/// `Some(false)` when it lists none, `None` when `/proc` cannot be read.
+fn scan_proc_for_group(pgid: libc::pid_t) -> Option<bool> {
+    let entries = std::fs::read_dir("/proc").ok()?;
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(name) = name.to_str() else { continue };
+        if !name.bytes().all(|b| b.is_ascii_digit()) {
+            continue;
+        }
+        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
+            continue;
+        };
+        if let Some((state, group)) = parse_proc_stat(&stat)
+            && group == pgid
+            && state != 'Z'
+            && state != 'X'
+        {
+            return Some(true);
+        }
+    }
+    Some(false)
+}
+
+/// Parses the state and process group of a `/proc/PID/stat` line. The command
+/// name is in parentheses and may contain anything, so fields are counted from
+/// the last `)`.
+pub fn parse_proc_stat(stat: &str) -> Option<(char, libc::pid_t)> {
+    let rest = &stat[stat.rfind(')')? + 1..];
+    let mut fields = rest.split_ascii_whitespace();
+    let state = fields.next()?.chars().next()?;
+    let _ppid = fields.next()?;
+    let pgrp = fields.next()?.parse().ok()?;
+    Some((state, pgrp))
+}
+
+/// True when process `pid` is alive (exists and is not a zombie).
+pub fn process_is_alive(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => parse_proc_stat(&stat).is_some_and(|(state, _)| state != 'Z' && state != 'X'),
+        Err(_) => {
+            let Ok(pid) = libc::pid_t::try_from(pid) else {
+                return false;
+            };
+            // SAFETY: signal 0 only checks for existence.
+            unsafe { libc::kill(pid, 0) == 0 }
+        }
+    }
+}
+
+/// Makes `command` lead its own process group and spawns it. The caller sets
+/// the environment (`env_clear` plus [`child_environment`]), directory and
+/// stdio (stdin from /dev/null unless it feeds the child, as hooks do). The
+/// returned group kills every member when dropped while armed.
+pub fn spawn_in_group(command: &mut Command) -> Result<(Child, Arc<ProcessGroup>), ProcessError> {
+    command.process_group(0).kill_on_drop(false);
+    let program = command
+        .as_std()
+        .get_program()
+        .to_string_lossy()
+        .into_owned();
+    let child = command
+        .spawn()
+        .map_err(|source| ProcessError::Spawn { program, source })?;
+    let group = child
+        .id()
+        .and_then(ProcessGroup::new)
+        .ok_or(ProcessError::NoPid)?;
+    Ok((child, Arc::new(group)))
+}
+
+/// A shell command running in its own group, with stdout and stderr combined
+/// into one pipe (so output arrives in the order it was written).
+#[derive(Debug)]
+pub struct ShellProcess {
+    /// The `bash` process.
+    pub child: Child,
+    /// Its process group.
+    pub group: Arc<ProcessGroup>,
+    /// Read end of the combined stdout/stderr pipe.
+    pub output: pipe::Receiver,
+}
+
+/// Starts `bash -c COMMAND` in `cwd` with exactly `env`, in its own process
+/// group, stdin from /dev/null, stdout and stderr into one pipe. Must be called
+/// inside a Tokio runtime.
+pub fn spawn_shell(
+    command: &str,
+    cwd: &Path,
+    env: &[(String, String)],
+) -> Result<ShellProcess, ProcessError> {
+    let (reader, writer) = io::pipe().map_err(ProcessError::Pipe)?;
+    let stderr_writer = writer.try_clone().map_err(ProcessError::Pipe)?;
+    let mut cmd = Command::new("bash");
+    cmd.arg("-c")
+        .arg(command)
+        .current_dir(cwd)
+        .env_clear()
+        .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+        .stdin(Stdio::null())
+        .stdout(Stdio::from(writer))
+        .stderr(Stdio::from(stderr_writer));
+    let (child, group) = spawn_in_group(&mut cmd)?;
+    // Dropping the command closes our copies of the write end, so the pipe
+    // reaches end-of-file once every process holding it is gone.
+    drop(cmd);
+    let output = pipe::Receiver::from_owned_fd(reader.into()).map_err(ProcessError::Pipe)?;
+    Ok(ShellProcess {
+        child,
+        group,
+        output,
+    })
+}
+
+/// Why [`drive`] stopped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ending {
+    /// The main process exited by itself.
+    Exited,
+    /// The timeout passed; the group was stopped.
+    TimedOut,
+    /// The cancellation token fired; the group was stopped.
+    Cancelled,
+}
+
+/// What [`drive`] observed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DriveOutcome {
+    /// Why it stopped.
+    pub ending: Ending,
+    /// The main process's exit status, when it was collected.
+    pub status: Option<ExitStatus>,
+    /// How the group was stopped (timeout, cancellation, or members left
+    /// running after the main process exited); `None` when nothing was left.
+    pub stopped: Option<KillOutcome>,
+    /// False when reading stopped before end-of-file (a process outside the
+    /// group still held the pipe open).
+    pub output_complete: bool,
+}
+
+/// Runs a started shell to its end: streams its output into `sink`, stops the
+/// whole group on timeout or cancellation, and once the main process exits
+/// stops anything it left running in its group, so reading never hangs.
+pub async fn drive<F>(
+    process: &mut ShellProcess,
+    timeout: Option<Duration>,
+    cancel: &CancellationToken,
+    mut sink: F,
+) -> DriveOutcome
+where
+    F: FnMut(&[u8]),
+{
+    let deadline = timeout.map(|t| tokio::time::Instant::now() + t);
+    let mut buf = vec![0u8; READ_CHUNK_BYTES];
+    let mut eof = false;
+    let mut status: Option<ExitStatus> = None;
+    let ending = loop {
+        if status.is_some() {
+            break Ending::Exited;
+        }
+        tokio::select! {
+            biased;
+            () = cancel.cancelled() => break Ending::Cancelled,
+            () = sleep_until_opt(deadline) => break Ending::TimedOut,
+            // Exit before reads: a process left writing in the background must
+            // not hide the main process's exit.
+            waited = process.child.wait() => match waited {
+                Ok(exit) => status = Some(exit),
+                Err(err) => {
+                    tracing::warn!(error = %err, "waiting for command failed");
+                    break Ending::Exited;
+                }
+            },
+            read = process.output.read(&mut buf), if !eof => match read {
+                Ok(0) => eof = true,
+                Ok(n) => sink(&buf[..n]),
+                Err(err) => {
+                    tracing::warn!(error = %err, "reading command output failed");
+                    eof = true;
+                }
+            },
+        }
+    };
+
+    // Stop the group (everything on timeout/cancel; leftovers after an exit)
+    // while still draining the pipe, so a full pipe never blocks a dying writer.
+    let group = Arc::clone(&process.group);
+    let stop = async move {
+        let outcome = group.terminate(KILL_GRACE).await;
+        match outcome {
+            KillOutcome::AlreadyGone => None,
+            other => Some(other),
+        }
+    };
+    tokio::pin!(stop);
+    let mut stopped: Option<Option<KillOutcome>> = None;
+    let mut drain_deadline: Option<tokio::time::Instant> = None;
+    while !eof {
+        tokio::select! {
+            biased;
+            read = process.output.read(&mut buf) => match read {
+                Ok(0) => eof = true,
+                Ok(n) => sink(&buf[..n]),
+                Err(_) => eof = true,
+            },
+            outcome = &mut stop, if stopped.is_none() => {
+                stopped = Some(outcome);
+                drain_deadline = Some(tokio::time::Instant::now() + DRAIN_TIMEOUT);
+            },
+            () = sleep_until_opt(drain_deadline) => break,
+        }
+    }
+    let stopped = match stopped {
+        Some(outcome) => outcome,
+        None => stop.await,
+    };
+    if status.is_none() {
+        // The group is gone (or SIGKILLed): collect the exit status.
+        status = process.child.wait().await.ok();
+    }
+    process.group.disarm();
+    DriveOutcome {
+        ending,
+        status,
+        stopped,
+        output_complete: eof,
+    }
+}
+
+async fn sleep_until_opt(deadline: Option<tokio::time::Instant>) {
+    match deadline {
+        Some(deadline) => tokio::time::sleep_until(deadline).await,
+        None => std::future::pending().await,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lookup(name: &str) -> Option<String> {
+        match name {
+            "HOME" => Some("/home/u".into()),
+            "PATH" => Some("/bin".into()),
+            "LANG" => Some("C.UTF-8".into()),
+            "CARGO_HOME" => Some("/cargo".into()),
+            "ANTHROPIC_API_KEY" => Some("sk-secret".into()),
+            "SECRET" => Some("s3cr3t".into()),
+            _ => None,
+        }
+    }
+
+    #[test]
+    fn environment_keeps_base_and_allowlist_only() {
+        let env = child_environment(&["CARGO_HOME".into(), "MISSING".into()], lookup);
+        assert_eq!(
+            env,
+            vec![
+                ("HOME".into(), "/home/u".into()),
+                ("PATH".into(), "/bin".into()),
+                ("LANG".into(), "C.UTF-8".into()),
+                ("CARGO_HOME".into(), "/cargo".into()),
+            ]
+        );
+    }
+
+    #[test]
+    fn environment_withholds_provider_keys_and_duplicates() {
+        let env = child_environment(
+            &["ANTHROPIC_API_KEY".into(), "PATH".into(), String::new()],
+            lookup,
+        );
+        assert!(env.iter().all(|(k, _)| k != "ANTHROPIC_API_KEY"));
+        assert_eq!(env.iter().filter(|(k, _)| k == "PATH").count(), 1);
+        assert!(env.iter().all(|(k, _)| k != "SECRET"));
+    }
+
+    #[test]
+    fn proc_stat_parsing_survives_odd_command_names() {
+        let stat = "1234 (a) b (c)) S 1 999 999 0 -1";
+        assert_eq!(parse_proc_stat(stat), Some(('S', 999)));
+        assert_eq!(parse_proc_stat("garbage"), None);
+        assert_eq!(parse_proc_stat("5 (x) Z 1 5"), Some(('Z', 5)));
+    }
+
+    #[test]
+    fn group_ids_that_address_everything_are_refused() {
+        assert!(ProcessGroup::new(0).is_none());
+        assert!(ProcessGroup::new(1).is_none());
+        assert!(ProcessGroup::new(u32::MAX).is_none());
+    }
+
+    #[tokio::test]
+    async fn drive_collects_combined_output_and_status() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut p = spawn_shell("echo out; echo err >&2; exit 3", dir.path(), &[]).unwrap();
+        let mut out = Vec::new();
+        let outcome = drive(&mut p, None, &CancellationToken::new(), |b| {
+            out.extend_from_slice(b)
+        })
+        .await;
+        assert_eq!(outcome.ending, Ending::Exited);
+        assert_eq!(outcome.status.and_then(|s| s.code()), Some(3));
+        assert_eq!(String::from_utf8(out).unwrap(), "out\nerr\n");
+        assert!(outcome.output_complete);
+        assert_eq!(outcome.stopped, None);
+    }
+
+    #[tokio::test]
+    async fn drive_stops_leftovers_after_exit() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut p = spawn_shell("sleep 300 & echo started", dir.path(), &[]).unwrap();
+        let group = Arc::clone(&p.group);
+        let outcome = drive(&mut p, None, &CancellationToken::new(), |_| {}).await;
+        assert_eq!(outcome.ending, Ending::Exited);
+        assert_eq!(outcome.stopped, Some(KillOutcome::Terminated));
+        assert!(!group_has_live_members(group.id() as libc::pid_t));
+    }
+}

@@ -1,0 +1,117 @@
+//! Directory walking shared by `glob` and `grep`: ripgrep's `ignore` walker with
+//! ripgrep's default filters (`.gitignore`, `.ignore`, `.git/info/exclude`, the
+//! global git excludes, hidden files and directories skipped, symlinks not
+//! followed), except that `.gitignore` files are honoured outside git
+//! repositories too. Also the bounded "best N" collector both tools use to cap
+//! their results without holding every match in memory.
+//!
+//! Walking only; what is matched or searched belongs to the tools.
+
+use std::collections::BinaryHeap;
+use std::path::Path;
+
+use ignore::WalkBuilder;
+
+/// SPEC §4: `grep` and `glob` return at most this many entries by default.
+pub const MAX_RESULTS: usize = 500;
+
+/// A walker over `root` with the filters described in the module docs.
+pub fn walk_builder(root: &Path) -> WalkBuilder {
+    let mut builder = WalkBuilder::new(root);
+    builder
+        .standard_filters(true)
+        .hidden(true)
+        .require_git(false)
+        .follow_links(false);
+    builder
+}
+
+/// Keeps the `cap` smallest items pushed into it (by `Ord`), in bounded memory.
+#[derive(Debug, Clone)]
+pub struct BoundedBest<T: Ord> {
+    heap: BinaryHeap<T>,
+    cap: usize,
+}
+
+impl<T: Ord> BoundedBest<T> {
+    /// An empty collector keeping at most `cap` items.
+    pub fn new(cap: usize) -> Self {
+        Self {
+            heap: BinaryHeap::with_capacity(cap.saturating_add(1).min(1024)),
+            cap,
+        }
+    }
+
+    /// True when `item` would be kept (cheap pre-check before building it).
+    pub fn would_keep(&self, item: &T) -> bool {
+        self.heap.len() < self.cap || self.heap.peek().is_some_and(|worst| item < worst)
+    }
+
+    /// Offers an item.
+    pub fn push(&mut self, item: T) {
+        if self.cap == 0 {
+            return;
+        }
+        if self.heap.len() < self.cap {
+            self.heap.push(item);
+        } else if self.heap.peek().is_some_and(|worst| item < *worst) {
+            self.heap.pop();
+            self.heap.push(item);
+        }
+    }
+
+    /// Merges another collector into this one.
+    pub fn merge(&mut self, other: BoundedBest<T>) {
+        for item in other.heap {
+            self.push(item);
+        }
+    }
+
+    /// The kept items, smallest first.
+    pub fn into_sorted(self) -> Vec<T> {
+        self.heap.into_sorted_vec()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keeps_the_smallest() {
+        let mut best = BoundedBest::new(3);
+        for x in [5, 1, 9, 3, 7, 2] {
+            best.push(x);
+        }
+        assert!(best.would_keep(&0));
+        assert!(!best.would_keep(&8));
+        let mut other = BoundedBest::new(3);
+        other.push(0);
+        best.merge(other);
+        assert_eq!(best.into_sorted(), vec![0, 1, 2]);
+        let mut none = BoundedBest::new(0);
+        none.push(1);
+        assert!(none.into_sorted().is_empty());
+    }
+
+    #[test]
+    fn walker_respects_gitignore_without_git_and_skips_hidden() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        std::fs::write(root.join(".gitignore"), "ignored/\n*.log\n").unwrap();
+        std::fs::create_dir_all(root.join("ignored")).unwrap();
+        std::fs::create_dir_all(root.join(".hidden")).unwrap();
+        std::fs::write(root.join("ignored/a.txt"), "").unwrap();
+        std::fs::write(root.join(".hidden/b.txt"), "").unwrap();
+        std::fs::write(root.join("x.log"), "").unwrap();
+        std::fs::write(root.join("keep.txt"), "").unwrap();
+        let mut files: Vec<String> = walk_builder(root)
+            .build()
+            .flatten()
+            .filter(|e| e.file_type().is_some_and(|t| t.is_file()))
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect();
+        files.sort();
+        assert_eq!(files, ["keep.txt"]);
+    }
+}

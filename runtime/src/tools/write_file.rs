@@ -1,0 +1,143 @@
+//! `write_file` (SPEC §4): creates or overwrites a file, creating parent
+//! directories. The path is resolved at the moment of use; writes outside the
+//! allowed roots are refused whatever the permission engine said, and every
+//! component is opened without following symlinks.
+
+use std::io::{self, Write};
+use std::path::Path;
+
+use futures::future::BoxFuture;
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use super::files::{self, OpenMode};
+use super::{
+    Access, PermissionSubject, Tool, ToolCategory, ToolContext, ToolOutput, parse_args, plural,
+};
+
+/// The `write_file` tool.
+#[derive(Debug)]
+pub struct WriteFile {
+    schema: Value,
+}
+
+#[derive(Debug, Deserialize)]
+struct Args {
+    path: String,
+    content: String,
+}
+
+impl WriteFile {
+    /// The tool with its schema.
+    pub fn new() -> Self {
+        Self {
+            schema: json!({
+                "type": "object",
+                "properties": {
+                    "path": {"type": "string", "description": "File path, relative to the project root or absolute"},
+                    "content": {"type": "string", "description": "The complete new content"}
+                },
+                "required": ["path", "content"],
+                "additionalProperties": false
+            }),
+        }
+    }
+}
+
+impl Default for WriteFile {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Tool for WriteFile {
+    fn name(&self) -> &str {
+        "write_file"
+    }
+
+    fn description(&self) -> &str {
+        "Create a file or replace its whole content; parent directories are created. Prefer \
+         edit_file to change part of an existing file. Only paths inside the project (or other \
+         allowed directories) can be written."
+    }
+
+    fn input_schema(&self) -> &Value {
+        &self.schema
+    }
+
+    fn read_only(&self) -> bool {
+        false
+    }
+
+    fn category(&self) -> ToolCategory {
+        ToolCategory::Write
+    }
+
+    fn permission_subject(&self, args: &Value) -> PermissionSubject {
+        super::read_file::path_subject(args, Access::Write)
+    }
+
+    fn execute<'a>(&'a self, args: Value, ctx: &'a ToolContext) -> BoxFuture<'a, ToolOutput> {
+        Box::pin(async move {
+            let args: Args = match parse_args(self.name(), args) {
+                Ok(args) => args,
+                Err(out) => return out,
+            };
+            let target = match files::resolve_for_use(ctx, &args.path, Access::Write) {
+                Ok(target) => target,
+                Err(message) => return ToolOutput::error(message),
+            };
+            let work = tokio::task::spawn_blocking(move || {
+                write_whole(&target.path, args.content.as_bytes())
+                    .map(|outcome| describe(&target.display, args.content.len(), outcome))
+                    .map_err(|err| files::explain_io(&target.display, &err))
+            });
+            match work.await {
+                Ok(Ok(text)) => ToolOutput::ok(text),
+                Ok(Err(message)) => ToolOutput::error(message),
+                Err(err) => ToolOutput::error(format!("write_file failed: {err}")),
+            }
+        })
+    }
+}
+
+/// Whether a write created the file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WriteOutcome {
+    /// The file did not exist.
+    Created,
+    /// An existing file of this many bytes was replaced.
+    Overwritten {
+        /// Its previous size.
+        previous_bytes: u64,
+    },
+}
+
+/// Writes `content` to the resolved `path`, creating parents, never following
+/// a symlink in any component.
+pub fn write_whole(path: &Path, content: &[u8]) -> io::Result<WriteOutcome> {
+    let (mut file, outcome) = match files::open_beneath(path, OpenMode::CreateNew, true) {
+        Ok(file) => (file, WriteOutcome::Created),
+        Err(err) if err.kind() == io::ErrorKind::AlreadyExists => {
+            let file = files::open_beneath(path, OpenMode::Write, false)?;
+            let previous_bytes = files::ensure_regular(&file)?.len();
+            file.set_len(0)?;
+            (file, WriteOutcome::Overwritten { previous_bytes })
+        }
+        Err(err) => return Err(err),
+    };
+    file.write_all(content)?;
+    file.flush()?;
+    Ok(outcome)
+}
+
+fn describe(display: &str, bytes: usize, outcome: WriteOutcome) -> String {
+    let size = plural(bytes as u64, "byte");
+    match outcome {
+        WriteOutcome::Created => format!("Created {display} ({size})."),
+        WriteOutcome::Overwritten { previous_bytes } => format!(
+            "Overwrote {display} ({size}; it had {}).",
+            plural(previous_bytes, "byte")
+        ),
+    }
+}
