@@ -718,7 +718,7 @@ impl AgentState {
 
     /// The permission step for one call (pure decisions from the runtime).
     fn prepare(&self, call: &ToolCall, approver: Approver) -> Prepared {
-        let Some(tool) = self.env.registry.get(&call.name) else {
+        let Some(tool) = self.env.registry.get(&call.name).cloned() else {
             return Prepared::Refuse(format!(
                 "Unknown tool \"{}\". Available tools: {}.",
                 call.name,
@@ -865,7 +865,8 @@ impl AgentState {
                         tracing::warn!(%err, "could not remember the approval as a rule");
                     }
                 }
-                let Some(tool) = self.env.registry.get(&execution.calls[index].name) else {
+                let Some(tool) = self.env.registry.get(&execution.calls[index].name).cloned()
+                else {
                     return;
                 };
                 self.launches.push(Launch {

@@ -106,21 +106,24 @@ async fn run_with_limits(args: &ExecutorArgs) -> ToolOutput {
     let cancel = args.context.cancel.clone();
     let execution = args.tool.execute(args.args.clone(), &args.context);
     tokio::pin!(execution);
+    // Biased: once the call is cancelled its result is "(cancelled)" whatever
+    // the tool returns while stopping (SPEC §3).
     tokio::select! {
+        biased;
+        _ = cancel.cancelled() => {
+            // Let the tool kill what it started; its own output is discarded.
+            let _ = tokio::time::timeout(CLEANUP_GRACE, &mut execution).await;
+            ToolOutput::error(troupe_runtime::agent::CANCELLED_RESULT)
+        }
         output = &mut execution => output,
         _ = tokio::time::sleep(args.timeout) => {
             cancel.cancel();
-            // Let the tool kill what it started; its own output is discarded.
             let _ = tokio::time::timeout(CLEANUP_GRACE, &mut execution).await;
             ToolOutput::error(format!(
                 "{} timed out after {} s and was stopped",
                 args.tool.name(),
                 args.timeout.as_secs_f64()
             ))
-        }
-        _ = cancel.cancelled() => {
-            let _ = tokio::time::timeout(CLEANUP_GRACE, &mut execution).await;
-            ToolOutput::error(troupe_runtime::agent::CANCELLED_RESULT)
         }
     }
 }

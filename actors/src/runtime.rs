@@ -183,8 +183,9 @@ impl Actor for RuntimeActor {
             }
             RuntimeMsg::RunEnded(run_id) => {
                 if let Some(run) = state.runs.remove(&run_id) {
-                    // Subscribers already hold every event; the log's job is done.
-                    run.log.stop(None);
+                    // Let the log deliver what is queued (run_finished among it),
+                    // then stop: subscribers then hold every event.
+                    let _ = run.log.drain();
                 }
             }
         }

@@ -22,7 +22,8 @@ use crate::setup::{self, RunOptions};
 use crate::{DemoArgs, EXIT_RUNTIME, EXIT_USAGE};
 
 /// The task the scripted model "works" on.
-const DEMO_PROMPT: &str = "The test for `mean` in the stats package fails. Find the bug and fix it.";
+const DEMO_PROMPT: &str =
+    "The test for `mean` in the stats package fails. Find the bug and fix it.";
 
 /// What the demo says before and after, so nobody mistakes it for a real model.
 const SCRIPTED_NOTICE: &str = "This demo talks to Troupe's built-in SCRIPTED model server on \
@@ -70,7 +71,11 @@ fn demo_script() -> Script {
                         "new_string": "return sum(values) / len(values)"
                     }),
                 )
-                .with_usage(Usage::new(620, 88).with_cache_read(2_400).with_cache_creation(1_900)),
+                .with_usage(
+                    Usage::new(620, 88)
+                        .with_cache_read(2_400)
+                        .with_cache_creation(1_900),
+                ),
         )
         .then(
             Response::empty()
@@ -105,8 +110,7 @@ pub async fn demo(args: DemoArgs) -> u8 {
         eprintln!("troupe demo: cannot write the sample repository: {err}");
         return EXIT_RUNTIME;
     }
-    let server = match ScriptedServer::start_with(demo_script(), ServerConfig::non_strict()).await
-    {
+    let server = match ScriptedServer::start_with(demo_script(), ServerConfig::non_strict()).await {
         Ok(server) => server,
         Err(err) => {
             eprintln!("troupe demo: cannot start the scripted model server: {err}");
@@ -144,7 +148,13 @@ pub async fn demo(args: DemoArgs) -> u8 {
         eprintln!("Sample repository: {}", sample.path().display());
         eprintln!("Task: {DEMO_PROMPT}\n");
     }
-    let code = execute(prepared, DEMO_PROMPT.to_string(), args.json, Approvals::AutoAllow).await;
+    let code = execute(
+        prepared,
+        DEMO_PROMPT.to_string(),
+        args.json,
+        Approvals::AutoAllow,
+    )
+    .await;
     if !args.json {
         let fixed = std::fs::read_to_string(sample.path().join("stats.py"))
             .map(|text| text.contains("return sum(values) / len(values)"))

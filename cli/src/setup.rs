@@ -17,8 +17,8 @@ use troupe_runtime::permissions::PermissionEngine;
 use troupe_runtime::prompt::build_system_prompt;
 use troupe_runtime::sandbox::PathSandbox;
 use troupe_runtime::tools::background::BackgroundTasks;
-use troupe_runtime::tools::bash::child_environment;
-use troupe_runtime::tools::registry::builtin_registry;
+use troupe_runtime::tools::builtin_registry;
+use troupe_runtime::tools::process::child_environment;
 
 /// A setup failure, already worded for the person at the terminal.
 #[derive(Debug)]
@@ -61,8 +61,6 @@ pub struct Prepared {
     pub limits: Limits,
     /// The session id the run will use.
     pub session_id: String,
-    /// The provider as resolved (name, model, URL).
-    pub provider: ResolvedProvider,
 }
 
 /// Loads configuration for `options` and prepares a run. `provider_override`
@@ -154,7 +152,6 @@ async fn assemble(
         mode,
         limits,
         session_id,
-        provider: resolved,
     })
 }
 

@@ -116,9 +116,7 @@ impl Harness {
 
     /// The sandbox of the project (spill directory included).
     pub fn sandbox(&self) -> Arc<PathSandbox> {
-        Arc::new(
-            PathSandbox::new(self.root(), &[self.spill_dir()], None).expect("sandbox"),
-        )
+        Arc::new(PathSandbox::new(self.root(), &[self.spill_dir()], None).expect("sandbox"))
     }
 
     /// The spill directory.
@@ -186,13 +184,12 @@ impl Harness {
             .agent(session_id)
             .await
             .expect("session has an agent");
-        tokio::time::timeout(
-            WAIT,
-            ractor::call!(agent, troupe_actors::AgentMsg::History),
+        ractor::call_t!(
+            agent,
+            troupe_actors::AgentMsg::History,
+            WAIT.as_millis() as u64
         )
-        .await
-        .expect("history in time")
-        .expect("history answered")
+        .expect("history answered in time")
     }
 }
 
@@ -232,7 +229,8 @@ pub async fn run_events(handle: &mut RunHandle) -> Vec<RunEvent> {
             .await
             .expect("next event in time")
             .expect("event stream open until run_finished");
-        let last = matches!(event.kind, EventKind::RunFinished { .. }) && event.agent_path == "main";
+        let last =
+            matches!(event.kind, EventKind::RunFinished { .. }) && event.agent_path == "main";
         events.push(event);
         if last {
             return events;

@@ -12,7 +12,7 @@ use troupe_runtime::events::{ApprovalOutcome, EventKind, RunEvent, RunStatus};
 use troupe_runtime::model::{Message, Role};
 use troupe_scripted::{Fault, Response, Script, Usage, text, tool_call, tool_calls};
 use troupe_tests::tools::{ActivityLog, PanicTool, RendezvousTool, StepTool};
-use troupe_tests::{Harness, RunOptions, events_until, outcome, run_events, types};
+use troupe_tests::{Harness, RunOptions, events_until, run_events, types};
 
 fn tool_results(event_list: &[RunEvent]) -> Vec<(String, bool, String)> {
     event_list
@@ -45,7 +45,11 @@ fn finished(events: &[RunEvent]) -> (RunStatus, String, String) {
 fn assert_closed(history: &[Message]) {
     validate_history(history).expect("valid history");
     let last = history.last().expect("non-empty history");
-    assert_eq!(last.role, Role::Assistant, "history ends with assistant: {history:#?}");
+    assert_eq!(
+        last.role,
+        Role::Assistant,
+        "history ends with assistant: {history:#?}"
+    );
     assert!(last.tool_calls().next().is_none());
 }
 
@@ -60,7 +64,11 @@ fn labels(calls: &[(&str, &str)]) -> Response {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn read_only_batch_runs_concurrently_and_reports_in_order() {
     let script = Script::new()
-        .then(labels(&[("rendezvous", "a"), ("rendezvous", "b"), ("rendezvous", "c")]))
+        .then(labels(&[
+            ("rendezvous", "a"),
+            ("rendezvous", "b"),
+            ("rendezvous", "c"),
+        ]))
         .then(text("all met"));
     let h = Harness::anthropic(script).await;
     let log = ActivityLog::default();
@@ -97,7 +105,10 @@ async fn read_only_batch_runs_concurrently_and_reports_in_order() {
             "tool_finished"
         ]
     );
-    assert_eq!(finished(&events), (RunStatus::Finished, "end_turn".into(), "all met".into()));
+    assert_eq!(
+        finished(&events),
+        (RunStatus::Finished, "end_turn".into(), "all met".into())
+    );
 
     // The model got the results in call order, in one user message.
     let requests = h.server.requests();
@@ -192,7 +203,11 @@ async fn a_panicking_tool_fails_only_its_own_call() {
     assert_eq!(results[0], ("look".into(), false, "look a done".into()));
     assert_eq!(results[1].0, "explode");
     assert!(results[1].1);
-    assert!(results[1].2.starts_with("tool panicked: boom b"), "{:?}", results[1]);
+    assert!(
+        results[1].2.starts_with("tool panicked: boom b"),
+        "{:?}",
+        results[1]
+    );
     assert_eq!(results[2], ("look".into(), false, "look c done".into()));
     assert!(results[3].2.starts_with("tool panicked: boom alone"));
     assert_eq!(finished(&events).0, RunStatus::Finished);
@@ -214,13 +229,20 @@ async fn unknown_tools_three_turns_in_a_row_stop_the_run() {
     let mut run = h.submit("go", RunOptions::bypass(env)).await;
     let events = run_events(&mut run).await;
     let (status, reason, text) = finished(&events);
-    assert_eq!((status, reason.as_str()), (RunStatus::Stopped, "unknown_tools"));
+    assert_eq!(
+        (status, reason.as_str()),
+        (RunStatus::Stopped, "unknown_tools")
+    );
     assert!(text.contains("still_missing"));
     assert_eq!(status.exit_code(), 3);
     // The first two unknown calls were answered with the list of real tools.
     let second = &h.server.requests()[1];
-    assert!(second.tool_results()[0].text.contains("Unknown tool \"no_such_tool\""));
-    assert!(second.tool_results()[0].text.contains("read_file"));
+    assert!(
+        second.tool_results()[0]
+            .content
+            .contains("Unknown tool \"no_such_tool\"")
+    );
+    assert!(second.tool_results()[0].content.contains("read_file"));
     assert_closed(&h.history(&run.session_id).await);
 }
 
@@ -234,7 +256,10 @@ async fn repeated_identical_calls_stop_the_run() {
     let mut run = h.submit("go", RunOptions::bypass(env)).await;
     let events = run_events(&mut run).await;
     let (status, reason, _) = finished(&events);
-    assert_eq!((status, reason.as_str()), (RunStatus::Stopped, "repeated_calls"));
+    assert_eq!(
+        (status, reason.as_str()),
+        (RunStatus::Stopped, "repeated_calls")
+    );
     assert_eq!(tool_results(&events).len(), 2, "the third call is not run");
     assert_closed(&h.history(&run.session_id).await);
 }
@@ -246,7 +271,12 @@ async fn the_turn_limit_stops_the_run_with_a_notice() {
         .then(labels(&[("look", "2")]))
         .then(labels(&[("look", "3")]));
     let h = Harness::anthropic(script).await;
-    let env = h.env_with(vec![Arc::new(StepTool::new("look", true, false, ActivityLog::default()))]);
+    let env = h.env_with(vec![Arc::new(StepTool::new(
+        "look",
+        true,
+        false,
+        ActivityLog::default(),
+    ))]);
     let mut options = RunOptions::bypass(env);
     options.limits = Limits {
         max_turns: 2,
@@ -257,7 +287,9 @@ async fn the_turn_limit_stops_the_run_with_a_notice() {
     let (status, reason, text) = finished(&events);
     assert_eq!((status, reason.as_str()), (RunStatus::Stopped, "max_turns"));
     assert!(text.contains("limit of 2 turns"));
-    assert!(events.iter().any(|e| matches!(&e.kind, EventKind::Notice { text } if text.contains("limit of 2 turns"))));
+    assert!(events.iter().any(
+        |e| matches!(&e.kind, EventKind::Notice { text } if text.contains("limit of 2 turns"))
+    ));
     assert_eq!(h.server.request_count(), 2);
     assert_eq!(h.server.remaining_turns(), 1);
     assert_closed(&h.history(&run.session_id).await);
@@ -270,7 +302,12 @@ async fn budgets_are_checked_before_every_model_call() {
         .then(labels(&[("look", "1")]).with_usage(Usage::new(900, 200)))
         .then(text("unreachable"));
     let h = Harness::anthropic(script).await;
-    let env = h.env_with(vec![Arc::new(StepTool::new("look", true, false, ActivityLog::default()))]);
+    let env = h.env_with(vec![Arc::new(StepTool::new(
+        "look",
+        true,
+        false,
+        ActivityLog::default(),
+    ))]);
     let mut options = RunOptions::bypass(env);
     options.limits = Limits {
         budget_tokens: 1_000,
@@ -288,7 +325,12 @@ async fn budgets_are_checked_before_every_model_call() {
         .then(labels(&[("look", "1"), ("look", "2")]))
         .then(text("unreachable"));
     let h = Harness::anthropic(script).await;
-    let env = h.env_with(vec![Arc::new(StepTool::new("look", true, false, ActivityLog::default()))]);
+    let env = h.env_with(vec![Arc::new(StepTool::new(
+        "look",
+        true,
+        false,
+        ActivityLog::default(),
+    ))]);
     let mut options = RunOptions::bypass(env);
     options.limits = Limits {
         max_tool_calls: 2,
@@ -306,7 +348,12 @@ async fn the_wall_clock_stops_a_run_in_the_middle_of_a_tool() {
     let script = Script::new().then(labels(&[("hold", "forever")]));
     let h = Harness::anthropic(script).await;
     let log = ActivityLog::default();
-    let env = h.env_with(vec![Arc::new(StepTool::new("hold", false, true, log.clone()))]);
+    let env = h.env_with(vec![Arc::new(StepTool::new(
+        "hold",
+        false,
+        true,
+        log.clone(),
+    ))]);
     let mut options = RunOptions::bypass(env);
     options.limits = Limits {
         wall_clock: Duration::from_millis(300),
@@ -315,7 +362,10 @@ async fn the_wall_clock_stops_a_run_in_the_middle_of_a_tool() {
     let mut run = h.submit("go", options).await;
     let events = run_events(&mut run).await;
     let (status, reason, _) = finished(&events);
-    assert_eq!((status, reason.as_str()), (RunStatus::Stopped, "wall_clock"));
+    assert_eq!(
+        (status, reason.as_str()),
+        (RunStatus::Stopped, "wall_clock")
+    );
     assert!(log.lines().contains(&"cancelled hold forever".to_string()));
     assert_closed(&h.history(&run.session_id).await);
 }
@@ -336,7 +386,10 @@ async fn a_provider_error_ends_the_run_with_a_valid_history() {
         .expect("error event");
     assert_eq!(error, "authentication");
     let (status, reason, _) = finished(&events);
-    assert_eq!((status, reason.as_str()), (RunStatus::Error, "provider_error"));
+    assert_eq!(
+        (status, reason.as_str()),
+        (RunStatus::Error, "provider_error")
+    );
     assert_eq!(status.exit_code(), 1);
     assert_closed(&h.history(&run.session_id).await);
 }
@@ -344,7 +397,10 @@ async fn a_provider_error_ends_the_run_with_a_valid_history() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stream_broken_after_content_keeps_the_text_and_the_next_message_works() {
     let script = Script::new()
-        .then(Fault::cut_after(4, text("partial answer that goes on and on")))
+        .then(Fault::cut_after(
+            4,
+            text("partial answer that goes on and on"),
+        ))
         .then(text("second answer"));
     let h = Harness::anthropic(script).await;
     let env = h.env_with(vec![]);
@@ -359,13 +415,23 @@ async fn a_stream_broken_after_content_keeps_the_text_and_the_next_message_works
     options.session_id = Some(run.session_id.clone());
     let mut next = h.submit("again", options).await;
     let events = run_events(&mut next).await;
-    assert_eq!(finished(&events), (RunStatus::Finished, "end_turn".into(), "second answer".into()));
+    assert_eq!(
+        finished(&events),
+        (
+            RunStatus::Finished,
+            "end_turn".into(),
+            "second answer".into()
+        )
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cancelling_while_streaming_aborts_the_http_request() {
     let script = Script::new()
-        .then(Fault::stall_after(3, text("a long answer that never finishes")))
+        .then(Fault::stall_after(
+            6,
+            text("a long answer that never finishes"),
+        ))
         .then(text("after cancel"));
     let h = Harness::anthropic(script).await;
     let env = h.env_with(vec![]);
@@ -375,7 +441,10 @@ async fn cancelling_while_streaming_aborts_the_http_request() {
     h.runtime.cancel(&run.run_id).await.unwrap();
     events.extend(run_events(&mut run).await);
     let (status, reason, _) = finished(&events);
-    assert_eq!((status, reason.as_str()), (RunStatus::Cancelled, "cancelled"));
+    assert_eq!(
+        (status, reason.as_str()),
+        (RunStatus::Cancelled, "cancelled")
+    );
     assert_eq!(status.exit_code(), 130);
     h.server
         .wait_for_aborted_streams(1, Duration::from_secs(10))
@@ -386,13 +455,20 @@ async fn cancelling_while_streaming_aborts_the_http_request() {
     let mut options = RunOptions::bypass(env);
     options.session_id = Some(run.session_id.clone());
     let mut next = h.submit("continue", options).await;
-    assert_eq!(finished(&run_events(&mut next).await).0, RunStatus::Finished);
+    assert_eq!(
+        finished(&run_events(&mut next).await).0,
+        RunStatus::Finished
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cancelling_during_a_batch_stops_tools_and_fills_results() {
     let script = Script::new()
-        .then(labels(&[("look", "quick"), ("hold", "slow"), ("look", "never")]))
+        .then(labels(&[
+            ("look", "quick"),
+            ("hold", "slow"),
+            ("look", "never"),
+        ]))
         .then(text("after cancel"));
     let h = Harness::anthropic(script).await;
     let log = ActivityLog::default();
@@ -401,8 +477,10 @@ async fn cancelling_during_a_batch_stops_tools_and_fills_results() {
         Arc::new(StepTool::new("hold", true, true, log.clone())),
     ]);
     let mut run = h.submit("go", RunOptions::bypass(env.clone())).await;
-    let mut events =
-        events_until(&mut run, |e| matches!(e.kind, EventKind::ToolStarted { .. })).await;
+    let mut events = events_until(&mut run, |e| {
+        matches!(e.kind, EventKind::ToolStarted { .. })
+    })
+    .await;
     h.runtime.cancel(&run.run_id).await.unwrap();
     events.extend(run_events(&mut run).await);
     assert_eq!(finished(&events).0, RunStatus::Cancelled);
@@ -417,7 +495,10 @@ async fn cancelling_during_a_batch_stops_tools_and_fills_results() {
     let mut options = RunOptions::bypass(env);
     options.session_id = Some(run.session_id.clone());
     let mut next = h.submit("continue", options).await;
-    assert_eq!(finished(&run_events(&mut next).await).0, RunStatus::Finished);
+    assert_eq!(
+        finished(&run_events(&mut next).await).0,
+        RunStatus::Finished
+    );
 }
 
 fn approval_id(events: &[RunEvent]) -> String {
@@ -449,12 +530,23 @@ async fn approvals_allow_deny_and_allow_always() {
     options.approver = Approver::Present;
     let mut run = h.submit("go", options).await;
 
-    let events = events_until(&mut run, |e| matches!(e.kind, EventKind::ApprovalRequested { .. })).await;
+    let events = events_until(&mut run, |e| {
+        matches!(e.kind, EventKind::ApprovalRequested { .. })
+    })
+    .await;
     h.runtime
-        .approve(&run.run_id, &approval_id(&events), ApprovalOutcome::Allow, None)
+        .approve(
+            &run.run_id,
+            &approval_id(&events),
+            ApprovalOutcome::Allow,
+            None,
+        )
         .await
         .unwrap();
-    let events = events_until(&mut run, |e| matches!(e.kind, EventKind::ApprovalRequested { .. })).await;
+    let events = events_until(&mut run, |e| {
+        matches!(e.kind, EventKind::ApprovalRequested { .. })
+    })
+    .await;
     h.runtime
         .approve(
             &run.run_id,
@@ -464,21 +556,37 @@ async fn approvals_allow_deny_and_allow_always() {
         )
         .await
         .unwrap();
-    let events = events_until(&mut run, |e| matches!(e.kind, EventKind::ApprovalRequested { .. })).await;
+    let events = events_until(&mut run, |e| {
+        matches!(e.kind, EventKind::ApprovalRequested { .. })
+    })
+    .await;
     h.runtime
-        .approve(&run.run_id, &approval_id(&events), ApprovalOutcome::AllowAlways, None)
+        .approve(
+            &run.run_id,
+            &approval_id(&events),
+            ApprovalOutcome::AllowAlways,
+            None,
+        )
         .await
         .unwrap();
     // The identical bash call is not asked again.
     let rest = run_events(&mut run).await;
-    assert!(!rest.iter().any(|e| matches!(e.kind, EventKind::ApprovalRequested { .. })));
+    assert!(
+        !rest
+            .iter()
+            .any(|e| matches!(e.kind, EventKind::ApprovalRequested { .. }))
+    );
     assert_eq!(finished(&rest).0, RunStatus::Finished);
 
     assert!(h.root().join("one.txt").exists());
     assert!(!h.root().join("two.txt").exists());
-    let denied = &h.server.requests()[2].tool_results()[0];
+    let denied = h.server.requests()[2]
+        .tool_results()
+        .last()
+        .cloned()
+        .expect("result");
     assert!(denied.is_error);
-    assert!(denied.text.contains("not that file"));
+    assert!(denied.content.contains("not that file"));
     assert_closed(&h.history(&run.session_id).await);
 }
 
@@ -492,11 +600,19 @@ async fn with_nobody_to_ask_a_call_is_denied_with_a_reason() {
     options.approver = Approver::Absent;
     let mut run = h.submit("go", options).await;
     let events = run_events(&mut run).await;
-    assert!(!events.iter().any(|e| matches!(e.kind, EventKind::ApprovalRequested { .. })));
+    assert!(
+        !events
+            .iter()
+            .any(|e| matches!(e.kind, EventKind::ApprovalRequested { .. }))
+    );
     assert_eq!(finished(&events).0, RunStatus::Finished);
     let result = &h.server.requests()[1].tool_results()[0];
     assert!(result.is_error);
-    assert!(result.text.contains("nobody can answer"), "{}", result.text);
+    assert!(
+        result.content.contains("nobody can answer"),
+        "{}",
+        result.content
+    );
     assert!(!h.root().join("x.txt").exists());
 }
 
@@ -509,14 +625,19 @@ async fn cancelling_during_an_approval_wait() {
     options.mode = PermissionMode::Default;
     options.approver = Approver::Present;
     let mut run = h.submit("go", options).await;
-    let mut events =
-        events_until(&mut run, |e| matches!(e.kind, EventKind::ApprovalRequested { .. })).await;
+    let mut events = events_until(&mut run, |e| {
+        matches!(e.kind, EventKind::ApprovalRequested { .. })
+    })
+    .await;
     h.runtime.cancel(&run.run_id).await.unwrap();
     events.extend(run_events(&mut run).await);
     assert_eq!(finished(&events).0, RunStatus::Cancelled);
     assert!(events.iter().any(|e| matches!(
         &e.kind,
-        EventKind::ApprovalResolved { outcome: ApprovalOutcome::Cancel, .. }
+        EventKind::ApprovalResolved {
+            outcome: ApprovalOutcome::Cancel,
+            ..
+        }
     )));
     assert!(!h.root().join("x.txt").exists());
     let history = h.history(&run.session_id).await;
@@ -525,7 +646,10 @@ async fn cancelling_during_an_approval_wait() {
     let mut options = RunOptions::bypass(env);
     options.session_id = Some(run.session_id.clone());
     let mut next = h.submit("continue", options).await;
-    assert_eq!(finished(&run_events(&mut next).await).0, RunStatus::Finished);
+    assert_eq!(
+        finished(&run_events(&mut next).await).0,
+        RunStatus::Finished
+    );
 }
 
 /// The request prefix is stable: each request extends the previous one.
@@ -560,12 +684,20 @@ async fn anthropic_request_bodies_across_a_multi_turn_run() {
                 .and_tool_call("read_file", json!({"path": "a.txt"}))
                 .and_tool_call("glob", json!({"pattern": "*.txt"})),
         )
-        .then(tool_call("write_file", json!({"path": "b.txt", "content": "B"})))
+        .then(tool_call(
+            "write_file",
+            json!({"path": "b.txt", "content": "B"}),
+        ))
         .then(text("done"));
     let h = Harness::anthropic(script).await;
     std::fs::write(h.root().join("a.txt"), "alpha\n").unwrap();
     let env = h.env_with(vec![]);
-    let definitions: Vec<String> = env.registry.definitions().into_iter().map(|d| d.name).collect();
+    let definitions: Vec<String> = env
+        .registry
+        .definitions()
+        .into_iter()
+        .map(|d| d.name)
+        .collect();
     let mut run = h.submit("do it", RunOptions::bypass(env)).await;
     let events = run_events(&mut run).await;
     assert_eq!(finished(&events).0, RunStatus::Finished);
@@ -597,10 +729,17 @@ async fn anthropic_request_bodies_across_a_multi_turn_run() {
     assert_eq!(second[1]["content"][1]["type"], "tool_use");
     assert_eq!(second[2]["role"], "user");
     assert_eq!(second[2]["content"].as_array().unwrap().len(), 2);
-    assert!(second[2]["content"][0]["content"].to_string().contains("alpha"));
+    assert!(
+        second[2]["content"][0]["content"]
+            .to_string()
+            .contains("alpha")
+    );
     assert_prefix_extends(&requests[0].body, &requests[1].body);
     assert_prefix_extends(&requests[1].body, &requests[2].body);
-    assert_eq!(std::fs::read_to_string(h.root().join("b.txt")).unwrap(), "B");
+    assert_eq!(
+        std::fs::read_to_string(h.root().join("b.txt")).unwrap(),
+        "B"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -616,18 +755,28 @@ async fn openai_request_bodies_across_a_multi_turn_run() {
     let env = h.env_with(vec![]);
     let mut run = h.submit("do it", RunOptions::bypass(env)).await;
     let events = run_events(&mut run).await;
-    assert_eq!(finished(&events), (RunStatus::Finished, "end_turn".into(), "done".into()));
+    assert_eq!(
+        finished(&events),
+        (RunStatus::Finished, "end_turn".into(), "done".into())
+    );
     let requests = h.server.requests();
     let messages = requests[1].body["messages"].as_array().unwrap().clone();
     assert_eq!(messages[0]["role"], "system");
     assert_eq!(
         messages[0]["content"],
-        format!("{}\n\n{}", troupe_tests::TEST_STABLE_PROMPT, troupe_tests::TEST_ENVIRONMENT)
+        format!(
+            "{}\n\n{}",
+            troupe_tests::TEST_STABLE_PROMPT,
+            troupe_tests::TEST_ENVIRONMENT
+        )
     );
     assert_eq!(messages[2]["role"], "assistant");
     assert_eq!(messages[2]["tool_calls"].as_array().unwrap().len(), 2);
     assert_eq!(messages[3]["role"], "tool");
     assert_eq!(messages[4]["role"], "tool");
-    assert_eq!(messages[3]["tool_call_id"], messages[2]["tool_calls"][0]["id"]);
+    assert_eq!(
+        messages[3]["tool_call_id"],
+        messages[2]["tool_calls"][0]["id"]
+    );
     assert_eq!(requests[1].body["stream_options"]["include_usage"], true);
 }
