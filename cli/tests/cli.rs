@@ -1,0 +1,320 @@
+//! The real `troupe` binary end to end against the scripted model server:
+//! output streams, `--json`, exit codes of SPEC §1.1, approvals with nobody to
+//! ask, cancellation by SIGINT, and the offline demo.
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use troupe_scripted::{Fault, Script, ScriptedServer, ServerConfig, text, tool_call};
+
+const TROUPE: &str = env!("CARGO_BIN_EXE_troupe");
+
+/// A sandboxed environment: empty home, config and data directories.
+struct Env {
+    home: tempfile::TempDir,
+    project: tempfile::TempDir,
+}
+
+impl Env {
+    fn new() -> Self {
+        let env = Self {
+            home: tempfile::tempdir().unwrap(),
+            project: tempfile::tempdir().unwrap(),
+        };
+        std::fs::create_dir_all(env.project.path().join(".troupe")).unwrap();
+        env
+    }
+
+    fn command(&self, server: Option<&ScriptedServer>) -> Command {
+        let mut command = Command::new(TROUPE);
+        command
+            .env_clear()
+            .env("PATH", std::env::var("PATH").unwrap_or_default())
+            .env("HOME", self.home.path())
+            .env("XDG_CONFIG_HOME", self.home.path().join("config"))
+            .env("TROUPE_HOME", self.home.path().join("data"))
+            .current_dir(self.project.path())
+            .stdin(Stdio::null());
+        if let Some(server) = server {
+            command
+                .env("ANTHROPIC_BASE_URL", server.anthropic_base_url())
+                .env("ANTHROPIC_API_KEY", "test-key");
+        }
+        command
+    }
+
+    fn root(&self) -> &Path {
+        self.project.path()
+    }
+}
+
+async fn run(command: &mut Command) -> Output {
+    let mut command =
+        tokio::process::Command::from(std::mem::replace(command, Command::new("true")));
+    tokio::time::timeout(Duration::from_secs(60), command.output())
+        .await
+        .expect("troupe finishes in time")
+        .expect("troupe runs")
+}
+
+fn json_lines(stdout: &[u8]) -> Vec<Value> {
+    String::from_utf8_lossy(stdout)
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap_or_else(|e| panic!("{line}: {e}")))
+        .collect()
+}
+
+#[tokio::test]
+async fn version_prints_and_exits_zero() {
+    let output = run(Command::new(TROUPE).arg("--version")).await;
+    assert!(output.status.success());
+    assert_eq!(
+        String::from_utf8_lossy(&output.stdout).trim(),
+        format!("troupe {}", env!("CARGO_PKG_VERSION"))
+    );
+}
+
+#[tokio::test]
+async fn run_streams_progress_to_stderr_and_the_answer_to_stdout() {
+    let server = ScriptedServer::start(
+        Script::new()
+            .then(tool_call("read_file", json!({"path": "notes.txt"})))
+            .then(text("The notes say hello.")),
+    )
+    .await
+    .unwrap();
+    let env = Env::new();
+    std::fs::write(env.root().join("notes.txt"), "hello\n").unwrap();
+    let output = run(env
+        .command(Some(&server))
+        .args(["run", "What do the notes say?"]))
+    .await;
+    assert_eq!(
+        output.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&output.stdout),
+        "The notes say hello.\n"
+    );
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("→ read_file"), "{stderr}");
+    assert!(stderr.contains("finished (end_turn)"), "{stderr}");
+    assert_eq!(server.request_count(), 2);
+}
+
+#[tokio::test]
+async fn json_mode_writes_only_events_one_per_line() {
+    let server = ScriptedServer::start(Script::new().then(text("Hi there, all good.")))
+        .await
+        .unwrap();
+    let env = Env::new();
+    let output = run(env.command(Some(&server)).args(["run", "--json", "hello"])).await;
+    assert_eq!(output.status.code(), Some(0));
+    let events = json_lines(&output.stdout);
+    let types: Vec<&str> = events.iter().map(|e| e["type"].as_str().unwrap()).collect();
+    assert_eq!(types.first(), Some(&"run_started"));
+    assert_eq!(types.last(), Some(&"run_finished"));
+    assert!(
+        types.contains(&"iteration") && types.contains(&"text_delta") && types.contains(&"usage")
+    );
+    for (index, event) in events.iter().enumerate() {
+        assert_eq!(event["seq"], index as u64 + 1);
+        assert_eq!(event["agent_path"], "main");
+        assert!(
+            event["run_id"].is_string()
+                && event["session_id"].is_string()
+                && event["ts"].is_string()
+        );
+    }
+    let last = events.last().unwrap();
+    assert_eq!(last["status"], "finished");
+    assert_eq!(last["final_text"], "Hi there, all good.");
+    assert!(last["usage_total"]["input"].as_u64().unwrap() > 0);
+    let text: String = events
+        .iter()
+        .filter(|e| e["type"] == "text_delta")
+        .map(|e| e["text"].as_str().unwrap())
+        .collect();
+    assert_eq!(text, "Hi there, all good.");
+}
+
+#[tokio::test]
+async fn usage_and_configuration_errors_exit_two() {
+    let env = Env::new();
+    let output = run(env.command(None).args(["run", "--mode", "yolo", "x"])).await;
+    assert_eq!(output.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&output.stderr).contains("unknown mode"));
+
+    let output = run(env
+        .command(None)
+        .args(["run", "--cwd", "/no/such/dir", "x"]))
+    .await;
+    assert_eq!(output.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&output.stderr).contains("/no/such/dir"));
+
+    std::fs::write(
+        env.root().join(".troupe/config.toml"),
+        "[providers.claude]\nprotocol = \"anthropic\"\nmodle = \"x\"\n",
+    )
+    .unwrap();
+    let output = run(env.command(None).args(["run", "x"])).await;
+    assert_eq!(output.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("config.toml:3"), "{stderr}");
+    assert!(stderr.contains("providers.claude.modle"), "{stderr}");
+
+    std::fs::remove_file(env.root().join(".troupe/config.toml")).unwrap();
+    let output = run(env.command(None).args(["run", "x"])).await;
+    assert_eq!(output.status.code(), Some(2), "no provider configured");
+}
+
+#[tokio::test]
+async fn provider_errors_exit_one_and_limits_exit_three() {
+    let server = ScriptedServer::start(Script::new().then(Fault::Unauthorized))
+        .await
+        .unwrap();
+    let env = Env::new();
+    let output = run(env.command(Some(&server)).args(["run", "x"])).await;
+    assert_eq!(output.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&output.stderr).contains("authentication"));
+
+    let server = ScriptedServer::start(
+        Script::new()
+            .then(tool_call("glob", json!({"pattern": "*"})))
+            .then(tool_call("glob", json!({"pattern": "*.rs"}))),
+    )
+    .await
+    .unwrap();
+    let output = run(env
+        .command(Some(&server))
+        .args(["run", "--max-turns", "1", "x"]))
+    .await;
+    assert_eq!(output.status.code(), Some(3));
+    assert!(String::from_utf8_lossy(&output.stderr).contains("limit of 1 turns"));
+    assert_eq!(server.remaining_turns(), 1);
+}
+
+#[tokio::test]
+async fn without_a_terminal_an_edit_is_denied_not_hung() {
+    let server = ScriptedServer::start(
+        Script::new()
+            .then(tool_call(
+                "write_file",
+                json!({"path": "out.txt", "content": "x"}),
+            ))
+            .then(text("Could not write.")),
+    )
+    .await
+    .unwrap();
+    let env = Env::new();
+    let output = run(env.command(Some(&server)).args(["run", "write it"])).await;
+    assert_eq!(output.status.code(), Some(0));
+    assert!(!env.root().join("out.txt").exists());
+    let result = &server.requests()[1].tool_results()[0];
+    assert!(result.is_error && result.content.contains("nobody can answer"));
+
+    // With a permissive mode the same call runs.
+    let server = ScriptedServer::start(
+        Script::new()
+            .then(tool_call(
+                "write_file",
+                json!({"path": "out.txt", "content": "x"}),
+            ))
+            .then(text("Written.")),
+    )
+    .await
+    .unwrap();
+    let output =
+        run(env
+            .command(Some(&server))
+            .args(["run", "--mode", "accept-edits", "write it"]))
+        .await;
+    assert_eq!(output.status.code(), Some(0));
+    assert_eq!(
+        std::fs::read_to_string(env.root().join("out.txt")).unwrap(),
+        "x"
+    );
+}
+
+#[tokio::test]
+async fn sigint_cancels_the_run_and_exits_130() {
+    let server = ScriptedServer::start_with(
+        Script::new().then(Fault::stall_after(6, text("a long answer that never ends"))),
+        ServerConfig::non_strict(),
+    )
+    .await
+    .unwrap();
+    let env = Env::new();
+    let mut child = env
+        .command(Some(&server))
+        .args(["run", "--json", "go"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let pid = child.id() as i32;
+    let lines = tokio::task::spawn_blocking(move || {
+        let mut lines = Vec::new();
+        let mut sent = false;
+        for line in BufReader::new(stdout).lines() {
+            let line = line.unwrap();
+            if !sent && line.contains("\"text_delta\"") {
+                // SAFETY: plain signal delivery to our own child process.
+                unsafe { libc::kill(pid, libc::SIGINT) };
+                sent = true;
+            }
+            lines.push(line);
+        }
+        lines
+    });
+    let lines = tokio::time::timeout(Duration::from_secs(30), lines)
+        .await
+        .expect("output ends")
+        .unwrap();
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(130));
+    let last: Value = serde_json::from_str(lines.last().unwrap()).unwrap();
+    assert_eq!(last["type"], "run_finished");
+    assert_eq!(last["status"], "cancelled");
+    server
+        .wait_for_aborted_streams(1, Duration::from_secs(10))
+        .await
+        .expect("the model stream was aborted");
+}
+
+#[tokio::test]
+async fn demo_runs_offline_and_says_the_model_is_scripted() {
+    let env = Env::new();
+    let output = run(env.command(None).arg("demo")).await;
+    assert_eq!(
+        output.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("SCRIPTED model"), "{stderr}");
+    assert!(stderr.contains("stats.py is fixed"), "{stderr}");
+    assert!(
+        stderr.contains("approving edit_file automatically"),
+        "{stderr}"
+    );
+    assert!(String::from_utf8_lossy(&output.stdout).contains("Fixed the bug"));
+
+    let output = run(env.command(None).args(["demo", "--json"])).await;
+    assert_eq!(output.status.code(), Some(0));
+    let events = json_lines(&output.stdout);
+    let started = events
+        .iter()
+        .filter(|e| e["type"] == "tool_started")
+        .count();
+    assert_eq!(started, 4);
+    assert_eq!(events.last().unwrap()["type"], "run_finished");
+}
