@@ -135,7 +135,22 @@ impl Harness {
 
     /// An agent environment with the given registry.
     pub fn env_with_registry(&self, registry: ToolRegistry) -> Arc<AgentEnv> {
-        Arc::new(AgentEnv {
+        Arc::new(self.agent_env(registry))
+    }
+
+    /// An agent environment with test tools and a per-call timeout.
+    pub fn env_with_timeout(&self, extra: Vec<Arc<dyn Tool>>, timeout: Duration) -> Arc<AgentEnv> {
+        let mut registry = builtin_registry();
+        for tool in extra {
+            registry.register(tool).expect("test tool registers");
+        }
+        let mut env = self.agent_env(registry);
+        env.tool_timeout = timeout;
+        Arc::new(env)
+    }
+
+    fn agent_env(&self, registry: ToolRegistry) -> AgentEnv {
+        AgentEnv {
             provider: self.provider(),
             price: None,
             registry: Arc::new(registry),
@@ -148,7 +163,7 @@ impl Harness {
             child_env: Arc::new(vec![("PATH".into(), "/usr/bin:/bin".into())]),
             background: Arc::new(BackgroundTasks::new()),
             tool_timeout: Duration::from_secs(30),
-        })
+        }
     }
 
     /// A permission engine for `mode` with no rules.
@@ -263,6 +278,18 @@ pub async fn outcome(handle: RunHandle) -> RunOutcome {
         .await
         .expect("outcome in time")
         .expect("outcome sent")
+}
+
+/// True when process `pid` exists and is not a zombie.
+pub fn process_alive(pid: i32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        // The state follows the command name in parentheses: "pid (comm) S ...".
+        Ok(stat) => stat
+            .rsplit_once(')')
+            .map(|(_, rest)| !rest.trim_start().starts_with('Z'))
+            .unwrap_or(false),
+        Err(_) => false,
+    }
 }
 
 /// The `type` names of events, in order.

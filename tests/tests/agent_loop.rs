@@ -780,3 +780,120 @@ async fn openai_request_bodies_across_a_multi_turn_run() {
     );
     assert_eq!(requests[1].body["stream_options"]["include_usage"], true);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_is_answered_at_once_while_tools_run_and_approvals_wait() {
+    let script = Script::new()
+        .then(labels(&[("hold", "h")]))
+        .then(write_call("y.txt"))
+        .then(text("done"));
+    let h = Harness::anthropic(script).await;
+    let env = h.env_with(vec![Arc::new(StepTool::new(
+        "hold",
+        true,
+        true,
+        ActivityLog::default(),
+    ))]);
+    let mut options = RunOptions::bypass(env);
+    options.mode = PermissionMode::Default;
+    options.approver = Approver::Present;
+    let mut run = h.submit("go", options).await;
+    events_until(&mut run, |e| {
+        matches!(e.kind, EventKind::ToolStarted { .. })
+    })
+    .await;
+    let agent = h.runtime.agent(&run.session_id).await.unwrap();
+    let status = ractor::call_t!(agent, troupe_actors::AgentMsg::Status, 2_000).unwrap();
+    assert_eq!(status.phase, "executing");
+    assert_eq!(status.turns, 1);
+    // The held tool ends only when its call is cancelled.
+    h.runtime.cancel(&run.run_id).await.unwrap();
+    assert_eq!(
+        finished(&run_events(&mut run).await).0,
+        RunStatus::Cancelled
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_over_its_timeout_is_stopped_with_an_error_result() {
+    let script = Script::new()
+        .then(labels(&[("hold", "slow")]))
+        .then(text("moved on"));
+    let h = Harness::anthropic(script).await;
+    let log = ActivityLog::default();
+    let env = h.env_with_timeout(
+        vec![Arc::new(StepTool::new("hold", true, true, log.clone()))],
+        Duration::from_millis(200),
+    );
+    let mut run = h.submit("go", RunOptions::bypass(env)).await;
+    let events = run_events(&mut run).await;
+    let results = tool_results(&events);
+    assert!(results[0].1);
+    assert!(results[0].2.contains("timed out"), "{:?}", results[0]);
+    assert!(log.lines().contains(&"cancelled hold slow".to_string()));
+    assert_eq!(finished(&events).2, "moved on");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancelling_kills_the_whole_process_group_of_a_running_command() {
+    let h_dir = tempfile::tempdir().unwrap();
+    let fifo = h_dir.path().join("pids");
+    let made = std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap();
+    assert!(made.success());
+    let command = format!("sleep 300 & echo $$ $! > {}; wait", fifo.display());
+    let script = Script::new()
+        .then(tool_call("bash", json!({ "command": command })))
+        .then(text("after"));
+    let h = Harness::anthropic(script).await;
+    let env = h.env_with(vec![]);
+    let mut run = h.submit("go", RunOptions::bypass(env)).await;
+    // Reading the FIFO blocks until the command has written both pids.
+    let reader = fifo.clone();
+    let pids = tokio::time::timeout(
+        Duration::from_secs(20),
+        tokio::task::spawn_blocking(move || std::fs::read_to_string(reader).unwrap()),
+    )
+    .await
+    .expect("command started")
+    .unwrap();
+    let pids: Vec<i32> = pids
+        .split_whitespace()
+        .map(|p| p.parse().unwrap())
+        .collect();
+    assert_eq!(pids.len(), 2);
+    assert!(pids.iter().all(|pid| troupe_tests::process_alive(*pid)));
+    h.runtime.cancel(&run.run_id).await.unwrap();
+    let events = run_events(&mut run).await;
+    assert_eq!(finished(&events).0, RunStatus::Cancelled);
+    // The run finishes only after its tools stopped their processes.
+    for pid in pids {
+        assert!(!troupe_tests::process_alive(pid), "process {pid} survived");
+    }
+    assert_closed(&h.history(&run.session_id).await);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_empty_response_is_recorded_as_a_placeholder() {
+    let script = Script::new().then(Response::empty()).then(text("second"));
+    let h = Harness::anthropic(script).await;
+    let env = h.env_with(vec![]);
+    let mut run = h.submit("first", RunOptions::bypass(env.clone())).await;
+    let events = run_events(&mut run).await;
+    assert_eq!(
+        finished(&events),
+        (
+            RunStatus::Finished,
+            "end_turn".into(),
+            "(no response)".into()
+        )
+    );
+    let mut options = RunOptions::bypass(env);
+    options.session_id = Some(run.session_id.clone());
+    let mut next = h.submit("again", options).await;
+    run_events(&mut next).await;
+    let second = &h.server.requests()[1].body["messages"];
+    assert_eq!(second[1]["content"][0]["text"], "(no response)");
+}
