@@ -6,6 +6,7 @@
 pub mod guard;
 pub mod history;
 pub mod plan;
+pub mod resume;
 
 pub use guard::{Budget, LimitHit, LoopGuard, RunTally};
 pub use history::{HistoryError, validate_history};
