@@ -21,6 +21,6 @@ echo "cores:   $(nproc)"
 echo "cpu:     $(lscpu | sed -n 's/^Model name: *//p' | head -n 1)"
 echo "load:    $(cut -d' ' -f1-3 /proc/loadavg)"
 if command -v rg >/dev/null 2>&1; then
-    echo "rg:      $(rg --version | head -n 1)"
+    echo "rg:      $(rg --version | sed -n 1p)"
 fi
 cargo bench -p troupe-runtime --bench grep_vs_rg
