@@ -142,6 +142,9 @@ impl Tool for Bash {
             if args.command.trim().is_empty() {
                 return ToolOutput::error("command is empty.");
             }
+            if ctx.cancel.is_cancelled() {
+                return ToolOutput::error("cancelled before the command started.");
+            }
             if args.run_in_background {
                 return start_background(&args.command, ctx);
             }

@@ -16,7 +16,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::files::{self, display_path};
-use super::walk::{BoundedBest, MAX_RESULTS, walk_builder};
+use super::walk::{BoundedBest, MAX_RESULTS, StopFlag, walk_builder};
 use super::{Access, PermissionSubject, Tool, ToolCategory, ToolContext, ToolOutput, parse_args};
 
 /// The `glob` tool.
@@ -104,13 +104,25 @@ impl Tool for Glob {
             };
             let project_root = ctx.sandbox.project_root().to_path_buf();
             let pattern = pattern.to_string();
+            let stop = StopFlag::new();
+            let _stop_on_drop = stop.guard();
             let work = tokio::task::spawn_blocking(move || {
-                run_glob(&root.path, &root.display, &matcher, &project_root, &pattern)
+                run_glob(
+                    &root.path,
+                    &root.display,
+                    &matcher,
+                    &project_root,
+                    &pattern,
+                    &stop,
+                )
             });
-            match work.await {
-                Ok(Ok(text)) => ToolOutput::ok(text),
-                Ok(Err(message)) => ToolOutput::error(message),
-                Err(err) => ToolOutput::error(format!("glob failed: {err}")),
+            tokio::select! {
+                joined = work => match joined {
+                    Ok(Ok(text)) => ToolOutput::ok(text),
+                    Ok(Err(message)) => ToolOutput::error(message),
+                    Err(err) => ToolOutput::error(format!("glob failed: {err}")),
+                },
+                () = ctx.cancel.cancelled() => ToolOutput::error("glob was cancelled."),
             }
         })
     }
@@ -161,6 +173,7 @@ struct Builder<'a> {
     root: &'a Path,
     matcher: &'a GlobMatcher,
     shared: Arc<Mutex<Shared>>,
+    stop: &'a StopFlag,
 }
 
 impl<'s> ParallelVisitorBuilder<'s> for Builder<'s> {
@@ -171,6 +184,7 @@ impl<'s> ParallelVisitorBuilder<'s> for Builder<'s> {
             best: BoundedBest::new(MAX_RESULTS),
             total: 0,
             shared: Arc::clone(&self.shared),
+            stop: self.stop,
         })
     }
 }
@@ -181,10 +195,14 @@ struct Visitor<'a> {
     best: BoundedBest<Ranked>,
     total: u64,
     shared: Arc<Mutex<Shared>>,
+    stop: &'a StopFlag,
 }
 
 impl ParallelVisitor for Visitor<'_> {
     fn visit(&mut self, entry: Result<DirEntry, ignore::Error>) -> WalkState {
+        if self.stop.is_stopped() {
+            return WalkState::Quit;
+        }
         let Ok(entry) = entry else {
             return WalkState::Continue;
         };
@@ -223,6 +241,7 @@ fn run_glob(
     matcher: &GlobMatcher,
     project_root: &Path,
     pattern: &str,
+    stop: &StopFlag,
 ) -> Result<String, String> {
     match std::fs::metadata(root) {
         Ok(meta) if meta.is_dir() => {}
@@ -241,6 +260,7 @@ fn run_glob(
         root,
         matcher,
         shared: Arc::clone(&shared),
+        stop,
     };
     walk_builder(root).build_parallel().visit(&mut builder);
     drop(builder);

@@ -19,7 +19,7 @@ use serde_json::{Value, json};
 
 use super::files::{self, display_path};
 use super::output::MAX_OUTPUT_BYTES;
-use super::walk::{BoundedBest, MAX_RESULTS, walk_builder};
+use super::walk::{BoundedBest, MAX_RESULTS, StopFlag, walk_builder};
 use super::{
     Access, PermissionSubject, Tool, ToolCategory, ToolContext, ToolOutput, parse_args, plural,
 };
@@ -133,17 +133,22 @@ impl Tool for Grep {
                 Err(message) => return ToolOutput::error(message),
             };
             let project_root = ctx.sandbox.project_root().to_path_buf();
+            let stop = StopFlag::new();
+            let _stop_on_drop = stop.guard();
             let work = tokio::task::spawn_blocking(move || {
                 if let Err(err) = std::fs::metadata(&root.path) {
                     return Err(files::explain_io(&root.display, &err));
                 }
-                let report = query.run(&root.path);
+                let report = query.run(&root.path, &stop);
                 Ok(report.render(&project_root, &args.pattern, &root.display))
             });
-            match work.await {
-                Ok(Ok(text)) => ToolOutput::ok(text),
-                Ok(Err(message)) => ToolOutput::error(message),
-                Err(err) => ToolOutput::error(format!("grep failed: {err}")),
+            tokio::select! {
+                joined = work => match joined {
+                    Ok(Ok(text)) => ToolOutput::ok(text),
+                    Ok(Err(message)) => ToolOutput::error(message),
+                    Err(err) => ToolOutput::error(format!("grep failed: {err}")),
+                },
+                () = ctx.cancel.cancelled() => ToolOutput::error("grep was cancelled."),
             }
         })
     }
@@ -227,12 +232,14 @@ impl GrepQuery {
         })
     }
 
-    /// Searches `root` (a file or a directory) with the parallel walker.
-    pub fn run(&self, root: &Path) -> GrepReport {
+    /// Searches `root` (a file or a directory) with the parallel walker; stops
+    /// early (with partial results) once `stop` is raised.
+    pub fn run(&self, root: &Path, stop: &StopFlag) -> GrepReport {
         let shared = Arc::new(Mutex::new(Totals::new(self.cap)));
         let mut builder = VisitorBuilder {
             query: self,
             shared: Arc::clone(&shared),
+            stop,
         };
         let mut walk = walk_builder(root);
         if let Some(overrides) = &self.overrides {
@@ -347,6 +354,7 @@ impl Totals {
 struct VisitorBuilder<'a> {
     query: &'a GrepQuery,
     shared: Arc<Mutex<Totals>>,
+    stop: &'a StopFlag,
 }
 
 impl<'s> ParallelVisitorBuilder<'s> for VisitorBuilder<'s> {
@@ -361,6 +369,7 @@ impl<'s> ParallelVisitorBuilder<'s> for VisitorBuilder<'s> {
             searcher,
             totals: Totals::new(self.query.cap),
             shared: Arc::clone(&self.shared),
+            stop: self.stop,
         })
     }
 }
@@ -371,10 +380,14 @@ struct Visitor<'a> {
     searcher: Searcher,
     totals: Totals,
     shared: Arc<Mutex<Totals>>,
+    stop: &'a StopFlag,
 }
 
 impl ParallelVisitor for Visitor<'_> {
     fn visit(&mut self, entry: Result<DirEntry, ignore::Error>) -> WalkState {
+        if self.stop.is_stopped() {
+            return WalkState::Quit;
+        }
         let entry = match entry {
             Ok(entry) => entry,
             Err(_) => {
@@ -527,7 +540,9 @@ mod tests {
     }
 
     fn run(dir: &Path, pattern: &str, glob: Option<&str>, mode: OutputMode) -> GrepReport {
-        GrepQuery::new(pattern, glob, dir, mode).unwrap().run(dir)
+        GrepQuery::new(pattern, glob, dir, mode)
+            .unwrap()
+            .run(dir, &StopFlag::new())
     }
 
     #[test]
@@ -567,6 +582,16 @@ mod tests {
             "{}",
             &text[text.len() - 200..]
         );
+    }
+
+    #[test]
+    fn a_raised_stop_flag_ends_the_walk() {
+        let dir = tree();
+        let stop = StopFlag::new();
+        stop.stop();
+        let query =
+            GrepQuery::new("alpha", None, dir.path(), OutputMode::FilesWithMatches).unwrap();
+        assert_eq!(query.run(dir.path(), &stop).matching_files, 0);
     }
 
     #[test]

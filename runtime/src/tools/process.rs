@@ -96,6 +96,9 @@ pub enum ProcessError {
     /// The child has no usable process id.
     #[error("the started process has no usable process id")]
     NoPid,
+    /// Called outside a Tokio runtime, which watching the output needs.
+    #[error("no async runtime is running to watch the process")]
+    NoRuntime,
 }
 
 /// How stopping a group ended.
@@ -341,6 +344,9 @@ pub fn spawn_shell(
     cwd: &Path,
     env: &[(String, String)],
 ) -> Result<ShellProcess, ProcessError> {
+    if tokio::runtime::Handle::try_current().is_err() {
+        return Err(ProcessError::NoRuntime);
+    }
     let (reader, writer) = io::pipe().map_err(ProcessError::Pipe)?;
     let stderr_writer = writer.try_clone().map_err(ProcessError::Pipe)?;
     let mut cmd = Command::new("bash");
@@ -540,6 +546,15 @@ mod tests {
         assert!(ProcessGroup::new(0).is_none());
         assert!(ProcessGroup::new(1).is_none());
         assert!(ProcessGroup::new(u32::MAX).is_none());
+    }
+
+    #[test]
+    fn spawning_outside_a_runtime_is_an_error() {
+        let dir = tempfile::tempdir().unwrap();
+        assert!(matches!(
+            spawn_shell("true", dir.path(), &[]),
+            Err(ProcessError::NoRuntime)
+        ));
     }
 
     #[tokio::test]

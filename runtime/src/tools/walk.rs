@@ -9,6 +9,8 @@
 
 use std::collections::BinaryHeap;
 use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use ignore::WalkBuilder;
 
@@ -24,6 +26,44 @@ pub fn walk_builder(root: &Path) -> WalkBuilder {
         .require_git(false)
         .follow_links(false);
     builder
+}
+
+/// Tells a blocking walk to stop. The async side holds a [`StopOnDrop`]: when
+/// the call's future is dropped (an outer timeout) or cancelled, the walk quits
+/// at its next entry instead of running on unobserved.
+#[derive(Debug, Clone, Default)]
+pub struct StopFlag(Arc<AtomicBool>);
+
+impl StopFlag {
+    /// A flag not yet raised.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Raises the flag.
+    pub fn stop(&self) {
+        self.0.store(true, Ordering::Relaxed);
+    }
+
+    /// True once raised.
+    pub fn is_stopped(&self) -> bool {
+        self.0.load(Ordering::Relaxed)
+    }
+
+    /// A guard raising the flag when dropped.
+    pub fn guard(&self) -> StopOnDrop {
+        StopOnDrop(self.clone())
+    }
+}
+
+/// Raises its [`StopFlag`] when dropped.
+#[derive(Debug)]
+pub struct StopOnDrop(StopFlag);
+
+impl Drop for StopOnDrop {
+    fn drop(&mut self) {
+        self.0.stop();
+    }
 }
 
 /// Keeps the `cap` smallest items pushed into it (by `Ord`), in bounded memory.
@@ -92,6 +132,15 @@ mod tests {
         let mut none = BoundedBest::new(0);
         none.push(1);
         assert!(none.into_sorted().is_empty());
+    }
+
+    #[test]
+    fn stop_flag_is_raised_by_its_guard() {
+        let flag = StopFlag::new();
+        let guard = flag.guard();
+        assert!(!flag.is_stopped());
+        drop(guard);
+        assert!(flag.is_stopped());
     }
 
     #[test]
