@@ -61,6 +61,17 @@ pub async fn execute(prepared: Prepared, prompt: String, json: bool, approvals: 
             return EXIT_RUNTIME;
         }
     };
+    // One listener for the whole run: a SIGINT arriving between two polls is
+    // kept, not lost.
+    let mut interrupt =
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt()) {
+            Ok(signal) => signal,
+            Err(err) => {
+                eprintln!("troupe: cannot listen for Ctrl-C: {err}");
+                runtime.shutdown().await;
+                return EXIT_RUNTIME;
+            }
+        };
     let submission = RunSubmission {
         prompt,
         session_id: Some(prepared.session_id.clone()),
@@ -112,7 +123,7 @@ pub async fn execute(prepared: Prepared, prompt: String, json: bool, approvals: 
                     _ => {}
                 }
             }
-            _ = tokio::signal::ctrl_c() => {
+            _ = interrupt.recv() => {
                 interrupts += 1;
                 if interrupts > 1 {
                     eprintln!("troupe: interrupted twice; exiting without waiting");

@@ -320,7 +320,7 @@ async fn demo_runs_offline_and_says_the_model_is_scripted() {
 }
 
 /// Runs `troupe` on a pseudo-terminal (through `script`), typing `answers`.
-async fn run_on_terminal(mut command: Command, answers: &str) -> (Option<i32>, String) {
+async fn run_on_terminal(command: Command, answers: &str) -> (Option<i32>, String) {
     use std::io::Write;
     let program = command.get_program().to_string_lossy().into_owned();
     let args: Vec<String> = command
