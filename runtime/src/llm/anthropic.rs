@@ -21,16 +21,15 @@
 
 use std::borrow::Cow;
 use std::collections::VecDeque;
-use std::sync::Arc;
 
 use bytes::Bytes;
 use futures::StreamExt;
-use reqwest::header::{ACCEPT, CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue};
+use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 use serde::ser::SerializeMap;
 use serde::{Deserialize, Serialize, Serializer};
 use serde_json::value::RawValue;
 
-use super::http::{self, Endpoint, ErrorResponse, Wire};
+use super::http::{self, ErrorResponse, Wire, WireProvider};
 use super::retry::RetryPolicy;
 use super::sse::{ByteStream, DecodeStream, Progress, SseEvent, WireDecoder, excerpt};
 use super::{
@@ -853,6 +852,7 @@ pub(crate) struct AnthropicWire;
 
 impl Wire for AnthropicWire {
     type Decoder = AnthropicDecoder;
+    const PATH: &'static str = MESSAGES_PATH;
 
     fn decoder(&self, provider: &str, request_id: Option<String>) -> AnthropicDecoder {
         AnthropicDecoder::new(provider, request_id)
@@ -861,13 +861,37 @@ impl Wire for AnthropicWire {
     fn error(&self, provider: &str, response: &ErrorResponse) -> ProviderError {
         error_from_response(provider, response)
     }
+
+    fn add_headers(
+        &self,
+        config: &ResolvedProvider,
+        headers: &mut HeaderMap,
+    ) -> Result<(), ProviderError> {
+        let name = &config.name;
+        if let Some(key) = &config.api_key {
+            headers.insert(
+                HeaderName::from_static("x-api-key"),
+                http::header_value(name, "x-api-key", key, true)?,
+            );
+        }
+        headers.insert(
+            HeaderName::from_static("anthropic-version"),
+            HeaderValue::from_static(ANTHROPIC_VERSION),
+        );
+        Ok(())
+    }
+
+    fn request_body(
+        &self,
+        config: &ResolvedProvider,
+        request: &ChatRequest,
+    ) -> Result<Vec<u8>, ProviderError> {
+        request_body(config, request)
+    }
 }
 
 /// Anthropic Messages streaming provider.
-pub struct AnthropicProvider {
-    config: ResolvedProvider,
-    endpoint: Arc<Endpoint<AnthropicWire>>,
-}
+pub struct AnthropicProvider(WireProvider<AnthropicWire>);
 
 impl AnthropicProvider {
     /// Builds the provider with the retry policy of the configuration.
@@ -880,54 +904,21 @@ impl AnthropicProvider {
         config: &ResolvedProvider,
         retry: RetryPolicy,
     ) -> Result<Self, ProviderError> {
-        let name = &config.name;
-        let url = http::endpoint_url(
-            name,
-            &format!("{}{MESSAGES_PATH}", config.base_url.trim_end_matches('/')),
-        )?;
-        let mut headers = HeaderMap::new();
-        if let Some(key) = &config.api_key {
-            headers.insert(
-                HeaderName::from_static("x-api-key"),
-                http::header_value(name, "x-api-key", key, true)?,
-            );
-        }
-        headers.insert(
-            HeaderName::from_static("anthropic-version"),
-            HeaderValue::from_static(ANTHROPIC_VERSION),
-        );
-        headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
-        headers.insert(ACCEPT, HeaderValue::from_static("text/event-stream"));
-        let endpoint = Endpoint {
-            provider: name.clone(),
-            client: http::build_client(name)?,
-            url,
-            headers,
-            idle_timeout: config.idle_timeout,
-            retry,
-            wire: AnthropicWire,
-        };
-        Ok(Self {
-            config: config.clone(),
-            endpoint: Arc::new(endpoint),
-        })
+        WireProvider::new(config, retry, AnthropicWire).map(Self)
     }
 }
 
 impl Provider for AnthropicProvider {
     fn name(&self) -> &str {
-        &self.config.name
+        self.0.name()
     }
 
     fn model(&self) -> &str {
-        &self.config.model
+        self.0.model()
     }
 
     fn stream(&self, request: &ChatRequest) -> EventStream {
-        match request_body(&self.config, request) {
-            Ok(body) => http::stream_call(self.endpoint.clone(), Bytes::from(body)),
-            Err(err) => Box::pin(futures::stream::once(async move { Err(err) })),
-        }
+        self.0.stream(request)
     }
 }
 

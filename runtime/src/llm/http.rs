@@ -14,11 +14,12 @@ use std::time::Duration;
 use bytes::Bytes;
 use chrono::{DateTime, Utc};
 use futures::StreamExt;
-use reqwest::header::{CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue};
+use reqwest::header::{ACCEPT, CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue};
 
 use super::retry::RetryPolicy;
 use super::sse::{ByteStream, DecodeStream, WireDecoder, excerpt};
-use super::{EventStream, ProviderError, ProviderErrorKind, StreamEvent};
+use super::{ChatRequest, EventStream, ProviderError, ProviderErrorKind, StreamEvent};
+use crate::config::ResolvedProvider;
 
 /// Time allowed to open a TCP (and TLS) connection to the provider.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
@@ -203,14 +204,87 @@ impl ErrorResponse {
     }
 }
 
-/// What an adapter supplies to the streaming call.
+/// What an adapter supplies: its endpoint path, headers, request body, SSE
+/// decoder and error classification. Everything else of a provider — the
+/// client, retries, idle timeout, decoding loop — is shared ([`WireProvider`]).
 pub(crate) trait Wire: Send + Sync + 'static {
     /// The SSE event decoder of one response.
     type Decoder: WireDecoder;
+    /// Path of the streaming endpoint, appended to the base URL.
+    const PATH: &'static str;
     /// A decoder for a response with the given request id header.
     fn decoder(&self, provider: &str, request_id: Option<String>) -> Self::Decoder;
     /// Classifies an error response.
     fn error(&self, provider: &str, response: &ErrorResponse) -> ProviderError;
+    /// Adds the protocol's own headers (authentication, version).
+    fn add_headers(
+        &self,
+        config: &ResolvedProvider,
+        headers: &mut HeaderMap,
+    ) -> Result<(), ProviderError>;
+    /// Serialises one request.
+    fn request_body(
+        &self,
+        config: &ResolvedProvider,
+        request: &ChatRequest,
+    ) -> Result<Vec<u8>, ProviderError>;
+}
+
+/// A provider speaking wire protocol `W` over HTTP; the adapters' public
+/// provider types wrap one.
+pub(crate) struct WireProvider<W> {
+    config: ResolvedProvider,
+    endpoint: Arc<Endpoint<W>>,
+}
+
+impl<W: Wire> WireProvider<W> {
+    /// Builds the endpoint (URL, headers, client) for `config`.
+    pub(crate) fn new(
+        config: &ResolvedProvider,
+        retry: RetryPolicy,
+        wire: W,
+    ) -> Result<Self, ProviderError> {
+        let name = &config.name;
+        let url = endpoint_url(
+            name,
+            &format!("{}{}", config.base_url.trim_end_matches('/'), W::PATH),
+        )?;
+        let mut headers = HeaderMap::new();
+        wire.add_headers(config, &mut headers)?;
+        headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        headers.insert(ACCEPT, HeaderValue::from_static("text/event-stream"));
+        let endpoint = Endpoint {
+            provider: name.clone(),
+            client: build_client(name)?,
+            url,
+            headers,
+            idle_timeout: config.idle_timeout,
+            retry,
+            wire,
+        };
+        Ok(Self {
+            config: config.clone(),
+            endpoint: Arc::new(endpoint),
+        })
+    }
+
+    /// The configured provider name.
+    pub(crate) fn name(&self) -> &str {
+        &self.config.name
+    }
+
+    /// The model id.
+    pub(crate) fn model(&self) -> &str {
+        &self.config.model
+    }
+
+    /// Builds the body now and returns the streaming call.
+    pub(crate) fn stream(&self, request: &ChatRequest) -> EventStream {
+        match self.endpoint.wire.request_body(&self.config, request) {
+            Ok(body) => stream_call(self.endpoint.clone(), Bytes::from(body)),
+            Err(err) => Box::pin(futures::stream::once(async move { Err(err) })),
+        }
+    }
 }
 
 /// Everything needed to send one provider's requests.

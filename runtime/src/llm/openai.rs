@@ -20,14 +20,13 @@
 
 use std::borrow::Cow;
 use std::collections::{BTreeMap, VecDeque};
-use std::sync::Arc;
 
 use bytes::Bytes;
 use futures::StreamExt;
-use reqwest::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE, HeaderMap, HeaderValue};
+use reqwest::header::{AUTHORIZATION, HeaderMap};
 use serde::{Deserialize, Serialize};
 
-use super::http::{self, Endpoint, ErrorResponse, Wire};
+use super::http::{self, ErrorResponse, Wire, WireProvider};
 use super::retry::RetryPolicy;
 use super::sse::{ByteStream, DecodeStream, Progress, SseEvent, WireDecoder, excerpt};
 use super::{ChatRequest, EventStream, Provider, ProviderError, ProviderErrorKind, StreamEvent};
@@ -667,6 +666,7 @@ pub(crate) struct OpenAiWire;
 
 impl Wire for OpenAiWire {
     type Decoder = OpenAiDecoder;
+    const PATH: &'static str = CHAT_COMPLETIONS_PATH;
 
     fn decoder(&self, provider: &str, request_id: Option<String>) -> OpenAiDecoder {
         OpenAiDecoder::new(provider, request_id)
@@ -675,13 +675,37 @@ impl Wire for OpenAiWire {
     fn error(&self, provider: &str, response: &ErrorResponse) -> ProviderError {
         error_from_response(provider, response)
     }
+
+    fn add_headers(
+        &self,
+        config: &ResolvedProvider,
+        headers: &mut HeaderMap,
+    ) -> Result<(), ProviderError> {
+        if let Some(key) = &config.api_key {
+            headers.insert(
+                AUTHORIZATION,
+                http::header_value(
+                    &config.name,
+                    "Authorization",
+                    &format!("Bearer {key}"),
+                    true,
+                )?,
+            );
+        }
+        Ok(())
+    }
+
+    fn request_body(
+        &self,
+        config: &ResolvedProvider,
+        request: &ChatRequest,
+    ) -> Result<Vec<u8>, ProviderError> {
+        request_body(config, request)
+    }
 }
 
 /// OpenAI Chat Completions streaming provider.
-pub struct OpenAiProvider {
-    config: ResolvedProvider,
-    endpoint: Arc<Endpoint<OpenAiWire>>,
-}
+pub struct OpenAiProvider(WireProvider<OpenAiWire>);
 
 impl OpenAiProvider {
     /// Builds the provider with the retry policy of the configuration.
@@ -694,53 +718,21 @@ impl OpenAiProvider {
         config: &ResolvedProvider,
         retry: RetryPolicy,
     ) -> Result<Self, ProviderError> {
-        let name = &config.name;
-        let url = http::endpoint_url(
-            name,
-            &format!(
-                "{}{CHAT_COMPLETIONS_PATH}",
-                config.base_url.trim_end_matches('/')
-            ),
-        )?;
-        let mut headers = HeaderMap::new();
-        if let Some(key) = &config.api_key {
-            headers.insert(
-                AUTHORIZATION,
-                http::header_value(name, "Authorization", &format!("Bearer {key}"), true)?,
-            );
-        }
-        headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
-        headers.insert(ACCEPT, HeaderValue::from_static("text/event-stream"));
-        let endpoint = Endpoint {
-            provider: name.clone(),
-            client: http::build_client(name)?,
-            url,
-            headers,
-            idle_timeout: config.idle_timeout,
-            retry,
-            wire: OpenAiWire,
-        };
-        Ok(Self {
-            config: config.clone(),
-            endpoint: Arc::new(endpoint),
-        })
+        WireProvider::new(config, retry, OpenAiWire).map(Self)
     }
 }
 
 impl Provider for OpenAiProvider {
     fn name(&self) -> &str {
-        &self.config.name
+        self.0.name()
     }
 
     fn model(&self) -> &str {
-        &self.config.model
+        self.0.model()
     }
 
     fn stream(&self, request: &ChatRequest) -> EventStream {
-        match request_body(&self.config, request) {
-            Ok(body) => http::stream_call(self.endpoint.clone(), Bytes::from(body)),
-            Err(err) => Box::pin(futures::stream::once(async move { Err(err) })),
-        }
+        self.0.stream(request)
     }
 }
 
