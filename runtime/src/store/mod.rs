@@ -80,6 +80,12 @@ struct Inner {
     spans: sled::Tree,
 }
 
+// A store is shared between actors and blocking tasks.
+const _: fn() = || {
+    fn shareable<T: Send + Sync + Clone + 'static>() {}
+    shareable::<Store>();
+};
+
 impl fmt::Debug for Store {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Store")
