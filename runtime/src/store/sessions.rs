@@ -1,0 +1,264 @@
+//! Sessions and their messages: creation, metadata, listing, message writes
+//! that keep metadata in step (one transaction), resume loading and JSONL
+//! export.
+//!
+//! Listing reads only the `sessions` tree, never a message. Nothing here
+//! touches runs, events or the cleanup policy.
+
+use std::io::Write;
+
+use sled::Transactional;
+use sled::transaction::ConflictableTransactionError;
+
+use super::history::HistoryBuilder;
+use super::layout::{self, check_id};
+use super::records::{
+    CompactionMarker, LoadedHistory, NewSession, SessionMeta, SessionRecord, SkippedRecord,
+};
+use super::{Store, StoreError, decode_listed, decode_one, session_what};
+use crate::model::Message;
+
+/// How an export's destination is named in errors (it is a writer, not a path).
+const EXPORT_TARGET: &str = "the output";
+
+/// Messages expected in a history when the metadata gives no better figure.
+const MAX_PREALLOCATED_MESSAGES: u64 = 100_000;
+
+impl Store {
+    /// Creates a session with no messages. Fails with
+    /// [`StoreError::AlreadyExists`] when the id is taken.
+    pub fn create_session(&self, new: &NewSession) -> Result<SessionMeta, StoreError> {
+        check_id("session", &new.id)?;
+        if let Some(parent) = &new.parent {
+            check_id("session", parent)?;
+        }
+        let record = SessionRecord::new(new, self.now());
+        let value = layout::encode(&record)?;
+        let swapped = self
+            .inner
+            .sessions
+            .compare_and_swap(new.id.as_bytes(), None as Option<&[u8]>, Some(value))
+            .map_err(self.sled_err("create a session"))?;
+        if swapped.is_err() {
+            return Err(StoreError::AlreadyExists {
+                what: session_what(&new.id),
+            });
+        }
+        Ok(record.meta)
+    }
+
+    /// The metadata of a session, `None` when it does not exist.
+    pub fn session(&self, id: &str) -> Result<Option<SessionMeta>, StoreError> {
+        Ok(self.session_record(id)?.map(|record| record.meta))
+    }
+
+    /// Every session, most recently updated first. Reads only metadata, never
+    /// a history; a damaged metadata record is skipped with a warning.
+    pub fn list_sessions(&self) -> Result<Vec<SessionMeta>, StoreError> {
+        let mut sessions = Vec::new();
+        for item in self.inner.sessions.iter() {
+            let (key, value) = item.map_err(self.sled_err("list sessions"))?;
+            if let Some(record) =
+                decode_listed::<SessionRecord>(layout::SESSIONS_TREE, &key, &value)
+            {
+                sessions.push(record.meta);
+            }
+        }
+        sessions.sort_by(|a, b| b.updated.cmp(&a.updated).then_with(|| b.id.cmp(&a.id)));
+        Ok(sessions)
+    }
+
+    /// Inserts or overwrites message `index` (0-based position in the full
+    /// history) and, in the same transaction, updates the session's message
+    /// count (highest index + 1), update time and title, so metadata never
+    /// disagrees with messages. Durable after [`Store::flush`].
+    pub fn put_message(
+        &self,
+        session: &str,
+        index: u64,
+        message: &Message,
+    ) -> Result<(), StoreError> {
+        check_id("session", session)?;
+        let value = layout::encode(message)?;
+        let key = layout::numbered_key(session, index);
+        let now = self.now();
+        (&self.inner.sessions, &self.inner.messages)
+            .transaction(|(sessions, messages)| {
+                let Some(raw) = sessions.get(session.as_bytes())? else {
+                    return Err(ConflictableTransactionError::Abort(StoreError::NotFound {
+                        what: session_what(session),
+                    }));
+                };
+                let mut record: SessionRecord = decode_one(session_what(session), &raw)
+                    .map_err(ConflictableTransactionError::Abort)?;
+                record.apply_message(index, message, now);
+                let meta = layout::encode(&record).map_err(ConflictableTransactionError::Abort)?;
+                sessions.insert(session.as_bytes(), meta)?;
+                messages.insert(key.as_slice(), value.as_slice())?;
+                Ok(())
+            })
+            .map_err(self.tx_err("write a message"))
+    }
+
+    /// Removes every message from index `len` on (a repair dropping a trailing
+    /// message) and lowers the message count to `len`, in one transaction.
+    /// Returns how many message records were removed.
+    pub fn truncate_history(&self, session: &str, len: u64) -> Result<u64, StoreError> {
+        check_id("session", session)?;
+        let start = layout::numbered_key(session, len);
+        let end = layout::owner_end(session);
+        let mut keys = Vec::new();
+        for key in self.inner.messages.range(start..end).keys() {
+            keys.push(key.map_err(self.sled_err("read messages"))?);
+        }
+        let now = self.now();
+        (&self.inner.sessions, &self.inner.messages)
+            .transaction(|(sessions, messages)| {
+                let Some(raw) = sessions.get(session.as_bytes())? else {
+                    return Err(ConflictableTransactionError::Abort(StoreError::NotFound {
+                        what: session_what(session),
+                    }));
+                };
+                let mut record: SessionRecord = decode_one(session_what(session), &raw)
+                    .map_err(ConflictableTransactionError::Abort)?;
+                record.apply_truncate(len, now);
+                let meta = layout::encode(&record).map_err(ConflictableTransactionError::Abort)?;
+                sessions.insert(session.as_bytes(), meta)?;
+                for key in &keys {
+                    messages.remove(key)?;
+                }
+                Ok(())
+            })
+            .map_err(self.tx_err("truncate a history"))?;
+        Ok(keys.len() as u64)
+    }
+
+    /// The history to resume from (SPEC §9): the summary of the last readable
+    /// compaction marker, then every stored message from its `first_kept` on.
+    /// Undecodable or truncated records and missing index ranges are skipped
+    /// and reported in [`LoadedHistory::skipped`], never an error.
+    pub fn load_history(&self, session: &str) -> Result<LoadedHistory, StoreError> {
+        let Some(record) = self.session_record(session)? else {
+            return Err(StoreError::NotFound {
+                what: session_what(session),
+            });
+        };
+        let (marker, skipped_markers) = self.last_marker(session)?;
+        let first_kept = marker.as_ref().map_or(0, |m| m.first_kept);
+        let expected = record
+            .meta
+            .message_count
+            .saturating_sub(first_kept)
+            .min(MAX_PREALLOCATED_MESSAGES);
+        let mut builder = HistoryBuilder::new(marker, usize::try_from(expected).unwrap_or(0));
+        let start = layout::numbered_key(session, first_kept);
+        let end = layout::owner_end(session);
+        for item in self.inner.messages.range(start..end) {
+            let (key, value) = item.map_err(self.sled_err("read messages"))?;
+            match layout::parse_numbered_key(session, &key) {
+                Some(index) => builder.push(index, layout::decode::<Message>(&value)),
+                None => builder.push_bad_key(&key),
+            }
+        }
+        let history = builder.finish(
+            record.meta.message_count,
+            Some(record.meta.updated),
+            skipped_markers,
+        );
+        for skipped in &history.skipped {
+            tracing::warn!(session, index = skipped.index, reason = %skipped.reason, "message skipped while loading a session");
+        }
+        Ok(history)
+    }
+
+    /// Writes every stored message of the session, oldest first, as one JSON
+    /// object per line (compacted messages included). Unreadable records are
+    /// left out with a warning. Returns the number of lines written.
+    pub fn export_jsonl(&self, session: &str, out: &mut dyn Write) -> Result<u64, StoreError> {
+        if self.session_record(session)?.is_none() {
+            return Err(StoreError::NotFound {
+                what: session_what(session),
+            });
+        }
+        let export_error = |source| StoreError::Io {
+            op: format!("write the export of {}", session_what(session)),
+            path: EXPORT_TARGET.into(),
+            source,
+        };
+        let mut lines = 0u64;
+        for item in self
+            .inner
+            .messages
+            .scan_prefix(layout::owner_prefix(session))
+        {
+            let (key, value) = item.map_err(self.sled_err("read messages"))?;
+            let Some(message) = decode_listed::<Message>(layout::MESSAGES_TREE, &key, &value)
+            else {
+                continue;
+            };
+            serde_json::to_writer(&mut *out, &message).map_err(|e| match e.classify() {
+                serde_json::error::Category::Io => export_error(e.into()),
+                _ => StoreError::Encode(e),
+            })?;
+            out.write_all(b"\n").map_err(export_error)?;
+            lines += 1;
+        }
+        out.flush().map_err(export_error)?;
+        Ok(lines)
+    }
+
+    /// The stored record of a session; damage is an error.
+    pub(crate) fn session_record(&self, id: &str) -> Result<Option<SessionRecord>, StoreError> {
+        check_id("session", id)?;
+        let raw = self
+            .inner
+            .sessions
+            .get(id.as_bytes())
+            .map_err(self.sled_err("read a session"))?;
+        raw.map(|raw| decode_one(session_what(id), &raw))
+            .transpose()
+    }
+
+    /// Fails with [`StoreError::NotFound`] unless the session exists.
+    pub(crate) fn require_session(&self, id: &str) -> Result<(), StoreError> {
+        check_id("session", id)?;
+        let exists = self
+            .inner
+            .sessions
+            .contains_key(id.as_bytes())
+            .map_err(self.sled_err("read a session"))?;
+        if exists {
+            Ok(())
+        } else {
+            Err(StoreError::NotFound {
+                what: session_what(id),
+            })
+        }
+    }
+
+    /// The newest readable compaction marker, and the newer ones that could not
+    /// be read (index = marker sequence number).
+    fn last_marker(
+        &self,
+        session: &str,
+    ) -> Result<(Option<CompactionMarker>, Vec<SkippedRecord>), StoreError> {
+        let mut skipped = Vec::new();
+        for item in self
+            .inner
+            .markers
+            .scan_prefix(layout::owner_prefix(session))
+            .rev()
+        {
+            let (key, value) = item.map_err(self.sled_err("read compaction markers"))?;
+            let seq = layout::parse_numbered_key(session, &key).unwrap_or(u64::MAX);
+            match layout::decode::<CompactionMarker>(&value) {
+                Ok(marker) => return Ok((Some(marker), skipped)),
+                Err(reason) => {
+                    tracing::warn!(session, seq, %reason, "compaction marker skipped");
+                    skipped.push(SkippedRecord { index: seq, reason });
+                }
+            }
+        }
+        Ok((None, skipped))
+    }
+}
