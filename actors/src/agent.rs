@@ -25,7 +25,8 @@ use ractor::{
 use serde_json::Value;
 use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
-use troupe_runtime::agent::history::{close_with, complete_results};
+use troupe_runtime::agent::history::complete_results;
+use troupe_runtime::agent::resume::{pause_note, user_message};
 use troupe_runtime::agent::{
     AgentSpec, Budget, CANCELLED_RESULT, EMPTY_RESPONSE_PLACEHOLDER, ExecutionGroup, LimitHit,
     LoopGuard, RunTally, plan_execution,
@@ -39,6 +40,8 @@ use troupe_runtime::llm::{
 use troupe_runtime::model::{ContentBlock, Message, ToolCall, ToolResult, Usage};
 use troupe_runtime::permissions::{Decision, PermissionEngine, PermissionRequest};
 use troupe_runtime::sandbox::PathSandbox;
+use troupe_runtime::session::Transcript;
+use troupe_runtime::store::{RunRecord, RunState, Store, StoreError};
 use troupe_runtime::tools::background::BackgroundTasks;
 use troupe_runtime::tools::registry::ToolRegistry;
 use troupe_runtime::tools::{Tool, ToolContext, ToolOutput};
@@ -66,6 +69,8 @@ pub struct AgentEnv {
     pub background: Arc<BackgroundTasks>,
     /// Default per-call timeout.
     pub tool_timeout: Duration,
+    /// The durable store of sessions, runs and events.
+    pub store: Store,
 }
 
 /// Whether someone can answer approval requests during a run.
@@ -164,6 +169,8 @@ pub enum AgentMsg {
 
 /// Arguments of a new agent.
 pub struct AgentArgs {
+    /// The session whose history this agent carries.
+    pub session_id: String,
     /// Who the agent is.
     pub spec: AgentSpec,
     /// Its environment.
@@ -172,8 +179,10 @@ pub struct AgentArgs {
     pub permissions: PermissionEngine,
     /// Initial permission mode.
     pub mode: PermissionMode,
-    /// Initial history (empty for a new session).
-    pub history: Vec<Message>,
+    /// The history so far (empty for a new session).
+    pub transcript: Transcript,
+    /// When the session was last active (for the pause note).
+    pub last_active: Option<chrono::DateTime<chrono::Utc>>,
 }
 
 /// The agent actor.
@@ -181,11 +190,15 @@ pub struct AgentActor;
 
 /// State of one agent.
 pub struct AgentState {
+    session_id: String,
     spec: AgentSpec,
     env: Arc<AgentEnv>,
     permissions: PermissionEngine,
     mode: PermissionMode,
-    history: Vec<Message>,
+    transcript: Transcript,
+    last_active: Option<chrono::DateTime<chrono::Utc>>,
+    /// Results of the running turn were stored as pending results.
+    pending_stored: bool,
     /// Increases with every model call and every execution, so late messages
     /// of an earlier turn are recognised and ignored.
     turn: u64,
@@ -286,11 +299,14 @@ impl Actor for AgentActor {
     ) -> Result<Self::State, ActorProcessingErr> {
         args.permissions.set_mode(args.mode);
         Ok(AgentState {
+            session_id: args.session_id,
             spec: args.spec,
             env: args.env,
             permissions: args.permissions,
             mode: args.mode,
-            history: args.history,
+            transcript: args.transcript,
+            last_active: args.last_active,
+            pending_stored: false,
             turn: 0,
             run: None,
             launches: Vec::new(),
@@ -322,7 +338,7 @@ impl Actor for AgentActor {
                 let _ = reply.send(state.status());
             }
             AgentMsg::History(reply) => {
-                let _ = reply.send(state.history.clone());
+                let _ = reply.send(state.transcript.messages().to_vec());
             }
             AgentMsg::SetMode(mode) => {
                 state.mode = mode;
@@ -375,7 +391,7 @@ impl AgentState {
         AgentStatus {
             path: self.spec.path.clone(),
             phase,
-            history_len: self.history.len(),
+            history_len: self.transcript.len(),
             turns: self.run.as_ref().map(|run| run.guard.turns()).unwrap_or(0),
             pending_approvals: pending,
         }
@@ -394,7 +410,23 @@ impl AgentState {
         start.events.emit(EventKind::RunStarted {
             prompt: start.prompt.clone(),
         });
-        self.history.push(Message::user_text(start.prompt));
+        let now = chrono::Utc::now();
+        let note = self
+            .last_active
+            .and_then(|last| (now - last).to_std().ok())
+            .and_then(pause_note);
+        self.transcript.push(user_message(&start.prompt, note));
+        self.last_active = Some(now);
+        let record = RunRecord {
+            run_id: start.run_id.clone(),
+            session_id: self.session_id.clone(),
+            prompt: start.prompt.clone(),
+            status: RunState::Running,
+            stop_reason: None,
+            started: now,
+            ended: None,
+            pid: std::process::id(),
+        };
         let max_turns = start.limits.max_turns.min(self.spec.max_turns);
         self.run = Some(ActiveRun {
             run_id: start.run_id,
@@ -428,7 +460,44 @@ impl AgentState {
                 _ = cancel.cancelled() => {}
             }
         });
+        // Durable before the first request: the run record and the prompt.
+        if let Err(err) = self.env.store.put_run(&record) {
+            self.fail_store(err);
+            return;
+        }
         self.next_model_call(myself);
+    }
+
+    /// Writes what the store lacks of the history; with `flush`, durably.
+    fn persist(&mut self, flush: bool) -> Result<(), StoreError> {
+        self.transcript
+            .save(&self.env.store, &self.session_id, flush)?;
+        if flush && self.pending_stored {
+            // The tool message holding them is durable now.
+            self.env.store.clear_pending_results(&self.session_id)?;
+            self.pending_stored = false;
+        }
+        Ok(())
+    }
+
+    /// The store refused a write: say so and end the run rather than go on
+    /// with work that would not survive (SPEC §9).
+    fn fail_store(&mut self, err: StoreError) {
+        tracing::error!(session = %self.session_id, %err, "store write failed");
+        if let Some(run) = self.run.as_ref() {
+            run.events.emit(EventKind::Error {
+                kind: "store".into(),
+                message: format!("the session could not be saved: {err}"),
+            });
+        }
+        let text = "(The run stopped: its history could not be saved.)";
+        self.transcript.close(text);
+        self.finish(RunOutcome {
+            status: RunStatus::Error,
+            stop_reason: "store_error".into(),
+            final_text: text.into(),
+            usage: Usage::default(),
+        });
     }
 
     /// Checks limits and starts one model call.
@@ -438,6 +507,12 @@ impl AgentState {
             self.cancel_run(myself);
             return;
         }
+        // Durable before visible: everything the model is about to see.
+        if let Err(err) = self.persist(true) {
+            self.fail_store(err);
+            return;
+        }
+        let Some(run) = self.run.as_mut() else { return };
         if let Some(hit) = run.budget.check(&run.tally, run.started.elapsed()) {
             self.stop_on_limit(hit);
             return;
@@ -454,7 +529,7 @@ impl AgentState {
         let turn = self.turn;
         let request = ChatRequest {
             system: self.env.system.clone(),
-            messages: self.history.clone(),
+            messages: self.transcript.messages().to_vec(),
             tools: self.offered_tools(),
         };
         let stream = self.env.provider.stream(&request);
@@ -557,7 +632,7 @@ impl AgentState {
         let partial = acc.into_message();
         let closing = format!("(The model request failed: {}.)", err.message);
         self.keep_partial_response(partial, "(not run: the model response was cut off)");
-        close_with(&mut self.history, &closing);
+        self.transcript.close(&closing);
         self.finish(RunOutcome {
             status: RunStatus::Error,
             stop_reason: "provider_error".into(),
@@ -573,10 +648,10 @@ impl AgentState {
             return;
         }
         let calls: Vec<ToolCall> = partial.tool_calls().cloned().collect();
-        self.history.push(partial);
+        self.transcript.push(partial);
         if !calls.is_empty() {
             let results = complete_results(&calls, Vec::new(), unrun_text);
-            self.history.push(Message::tool_results(results));
+            self.transcript.push(Message::tool_results(results));
         }
     }
 
@@ -596,7 +671,7 @@ impl AgentState {
         }
         let calls: Vec<ToolCall> = message.tool_calls().cloned().collect();
         let text = message.text();
-        self.history.push(message);
+        self.transcript.push(message);
         if calls.is_empty() {
             self.finish(RunOutcome {
                 status: RunStatus::Finished,
@@ -611,8 +686,14 @@ impl AgentState {
         if let Some(hit) = run.guard.observe_calls(&calls, known) {
             let notice = hit.notice();
             let results = complete_results(&calls, Vec::new(), &format!("Not run. {notice}"));
-            self.history.push(Message::tool_results(results));
+            self.transcript.push(Message::tool_results(results));
             self.stop_on_limit(hit);
+            return;
+        }
+        // The calls are durable before any of them runs: a crash during
+        // execution leaves them answered "interrupted", never re-run.
+        if let Err(err) = self.persist(true) {
+            self.fail_store(err);
             return;
         }
         self.start_execution(myself, calls);
@@ -783,13 +864,33 @@ impl AgentState {
         execution
             .executors
             .retain(|_, index| *index != report.index);
+        let mut stored = None;
         if execution.results[report.index].is_none() {
             let id = execution.calls[report.index].id.clone();
-            execution.results[report.index] = Some(report.output.into_result(id));
+            let result = report.output.into_result(id);
+            stored = Some(result.clone());
+            execution.results[report.index] = Some(result);
             execution.durations[report.index] = report.duration.as_millis() as u64;
             execution.waiting = execution.waiting.saturating_sub(1);
         }
+        // A finished call's work is durable at once, not only with its turn.
+        if let Some(result) = stored
+            && let Err(err) = self.store_pending(&result)
+        {
+            self.fail_store(err);
+            return;
+        }
         self.maybe_finish_group(myself);
+    }
+
+    /// Stores one finished call's result before its turn's tool message exists.
+    fn store_pending(&mut self, result: &ToolResult) -> Result<(), StoreError> {
+        self.env
+            .store
+            .put_pending_result(&self.session_id, result)?;
+        self.env.store.flush()?;
+        self.pending_stored = true;
+        Ok(())
     }
 
     fn on_executor_failed(&mut self, myself: &ActorRef<AgentMsg>, cell: &ActorCell, panic: String) {
@@ -924,7 +1025,7 @@ impl AgentState {
             return;
         };
         let results = complete_results(&execution.calls, execution.results, CANCELLED_RESULT);
-        self.history.push(Message::tool_results(results));
+        self.transcript.push(Message::tool_results(results));
         self.next_model_call(myself);
     }
 
@@ -981,7 +1082,7 @@ impl AgentState {
                 let partial = acc.into_message();
                 self.keep_partial_response(partial, unfinished);
                 let closing = outcome.final_text.clone();
-                close_with(&mut self.history, &closing);
+                self.transcript.close(&closing);
                 self.finish(outcome);
             }
             Phase::Executing(execution) => {
@@ -1027,7 +1128,7 @@ impl AgentState {
             }
             Phase::Between => {
                 let closing = outcome.final_text.clone();
-                close_with(&mut self.history, &closing);
+                self.transcript.close(&closing);
                 self.finish(outcome);
             }
         }
@@ -1061,10 +1162,10 @@ impl AgentState {
                 }
             }
             let results = complete_results(&execution.calls, execution.results, CANCELLED_RESULT);
-            self.history.push(Message::tool_results(results));
+            self.transcript.push(Message::tool_results(results));
         }
         let closing = outcome.final_text.clone();
-        close_with(&mut self.history, &closing);
+        self.transcript.close(&closing);
         self.finish(outcome);
     }
 
@@ -1075,7 +1176,7 @@ impl AgentState {
                 text: notice.clone(),
             });
         }
-        close_with(&mut self.history, &notice);
+        self.transcript.close(&notice);
         self.finish(RunOutcome {
             status: RunStatus::Stopped,
             stop_reason: hit.stop_reason().to_string(),
@@ -1090,6 +1191,29 @@ impl AgentState {
             return;
         };
         outcome.usage = run.tally.usage;
+        let now = chrono::Utc::now();
+        self.last_active = Some(now);
+        let ended = self.persist(false).and_then(|()| {
+            let mut record =
+                self.env
+                    .store
+                    .run(&run.run_id)?
+                    .ok_or_else(|| StoreError::NotFound {
+                        what: format!("run {}", run.run_id),
+                    })?;
+            record.status = RunState::Ended(outcome.status);
+            record.stop_reason = Some(outcome.stop_reason.clone());
+            record.ended = Some(now);
+            self.env.store.put_run(&record)?;
+            self.env.store.flush()
+        });
+        if let Err(err) = ended {
+            tracing::error!(session = %self.session_id, %err, "could not record the end of the run");
+            run.events.emit(EventKind::Error {
+                kind: "store".into(),
+                message: format!("the end of the run could not be saved: {err}"),
+            });
+        }
         run.events.emit(EventKind::RunFinished {
             status: outcome.status,
             stop_reason: outcome.stop_reason.clone(),

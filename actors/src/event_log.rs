@@ -13,6 +13,7 @@ use std::sync::Arc;
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 use tokio::sync::mpsc;
 use troupe_runtime::events::{EventKind, RunEvent};
+use troupe_runtime::store::Store;
 
 /// Messages of the event log.
 pub enum EventLogMsg {
@@ -43,6 +44,8 @@ pub struct EventLogArgs {
     pub run_id: String,
     /// Session id.
     pub session_id: String,
+    /// Where events are stored before they are broadcast.
+    pub store: Option<Store>,
 }
 
 /// State of the event log.
@@ -51,6 +54,8 @@ pub struct EventLogState {
     session_id: String,
     events: Vec<RunEvent>,
     subscribers: Vec<mpsc::UnboundedSender<RunEvent>>,
+    store: Option<Store>,
+    store_failed: bool,
 }
 
 impl Actor for EventLog {
@@ -68,6 +73,8 @@ impl Actor for EventLog {
             session_id: args.session_id,
             events: Vec::new(),
             subscribers: Vec::new(),
+            store: args.store,
+            store_failed: false,
         })
     }
 
@@ -78,20 +85,7 @@ impl Actor for EventLog {
         state: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
         match message {
-            EventLogMsg::Emit { agent_path, kind } => {
-                let event = RunEvent {
-                    seq: state.events.len() as u64 + 1,
-                    run_id: state.run_id.clone(),
-                    session_id: state.session_id.clone(),
-                    agent_path: agent_path.to_string(),
-                    ts: chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
-                    kind,
-                };
-                state
-                    .subscribers
-                    .retain(|subscriber| subscriber.send(event.clone()).is_ok());
-                state.events.push(event);
-            }
+            EventLogMsg::Emit { agent_path, kind } => state.record(&agent_path, kind),
             EventLogMsg::Subscribe { from_seq, sender } => {
                 let start = from_seq.saturating_sub(1) as usize;
                 let delivered = state
@@ -109,6 +103,75 @@ impl Actor for EventLog {
             }
         }
         Ok(())
+    }
+}
+
+impl EventLogState {
+    /// Stores an event before anyone sees it (DESIGN.md principle 6); the
+    /// last event of a run is flushed. Returns the store's error the first
+    /// time it fails (later failures of the same run are only logged).
+    fn store_event(&mut self, event: &RunEvent) -> Option<String> {
+        let store = self.store.as_ref()?;
+        let last =
+            matches!(event.kind, EventKind::RunFinished { .. }) && event.agent_path == "main";
+        let stored = store
+            .append_event(event)
+            .and_then(|()| if last { store.flush() } else { Ok(()) });
+        match stored {
+            Ok(()) => None,
+            Err(err) => {
+                tracing::error!(run = %self.run_id, %err, "an event could not be stored");
+                if self.store_failed {
+                    return None;
+                }
+                self.store_failed = true;
+                Some(err.to_string())
+            }
+        }
+    }
+
+    /// Numbers, keeps and sends one event.
+    fn record(&mut self, agent_path: &str, kind: EventKind) {
+        let event = RunEvent {
+            seq: self.events.len() as u64 + 1,
+            run_id: self.run_id.clone(),
+            session_id: self.session_id.clone(),
+            agent_path: agent_path.to_string(),
+            ts: chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
+            kind,
+        };
+        let failure = self.store_event(&event);
+        let finished = matches!(event.kind, EventKind::RunFinished { .. });
+        let error = failure.map(|message| EventKind::Error {
+            kind: "store".into(),
+            message: format!("events of this run could not be stored: {message}"),
+        });
+        match error {
+            // The run's last event stays last: the store error goes before it.
+            Some(error) if finished => {
+                let mut event = event;
+                let numbered = self.events.len() as u64 + 1;
+                self.broadcast(RunEvent {
+                    seq: numbered,
+                    kind: error,
+                    ..event.clone()
+                });
+                event.seq = numbered + 1;
+                self.broadcast(event);
+            }
+            Some(error) => {
+                let path = event.agent_path.clone();
+                self.broadcast(event);
+                self.record(&path, error);
+            }
+            None => self.broadcast(event),
+        }
+    }
+
+    fn broadcast(&mut self, event: RunEvent) {
+        self.subscribers
+            .retain(|subscriber| subscriber.send(event.clone()).is_ok());
+        self.events.push(event);
     }
 }
 
@@ -170,6 +233,7 @@ mod tests {
             EventLogArgs {
                 run_id: "r1".into(),
                 session_id: "s1".into(),
+                store: None,
             },
         )
         .await

@@ -9,4 +9,4 @@ pub mod runtime;
 
 pub use agent::{AgentActor, AgentEnv, AgentMsg, AgentStatus, Approver, RunOutcome};
 pub use event_log::{EventLog, EventLogMsg, EventSink};
-pub use runtime::{RunHandle, RunSubmission, Runtime, RuntimeError};
+pub use runtime::{RunHandle, RunSubmission, Runtime, RuntimeError, SessionTarget};

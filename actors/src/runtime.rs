@@ -15,8 +15,10 @@ use tokio_util::sync::CancellationToken;
 use troupe_runtime::agent::AgentSpec;
 use troupe_runtime::config::{Limits, PermissionMode};
 use troupe_runtime::events::{ApprovalOutcome, EventKind, RunEvent, RunStatus};
-use troupe_runtime::model::{Message, Usage};
+use troupe_runtime::model::Usage;
 use troupe_runtime::permissions::PermissionEngine;
+use troupe_runtime::session::{Transcript, open_session};
+use troupe_runtime::store::{NewSession, Store, StoreError};
 
 use crate::agent::{AgentActor, AgentArgs, AgentEnv, AgentMsg, Approver, RunOutcome, RunStart};
 use crate::event_log::{EventLog, EventLogArgs, EventLogMsg, EventSink};
@@ -36,14 +38,29 @@ pub enum RuntimeError {
     /// A run could not start.
     #[error("the run could not start: {0}")]
     RunStart(String),
+    /// No session with this id exists.
+    #[error("no session {0}; list sessions with `troupe sessions list`")]
+    UnknownSession(String),
+    /// The store refused a read or write.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// Which session a run belongs to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SessionTarget {
+    /// A new session, with this id when given.
+    New(Option<String>),
+    /// An existing session: its live agent, or its stored history (repaired).
+    Continue(String),
 }
 
 /// What a front door submits.
 pub struct RunSubmission {
     /// The user's message.
     pub prompt: String,
-    /// Session to continue; a new one is created when `None`.
-    pub session_id: Option<String>,
+    /// The session: a new one, or one to continue.
+    pub session: SessionTarget,
     /// The agent's environment (used when the session's agent is created).
     pub env: Arc<AgentEnv>,
     /// The permission engine (used when the session's agent is created).
@@ -54,8 +71,6 @@ pub struct RunSubmission {
     pub limits: Limits,
     /// Who answers approvals.
     pub approver: Approver,
-    /// History to start a new session's agent with (resume).
-    pub history: Vec<Message>,
 }
 
 /// A started run.
@@ -106,6 +121,7 @@ struct RunEntry {
 
 /// State of the runtime actor.
 pub struct RuntimeState {
+    store: Store,
     agents: HashMap<String, ActorRef<AgentMsg>>,
     agent_sessions: HashMap<ActorId, String>,
     runs: HashMap<String, RunEntry>,
@@ -117,14 +133,15 @@ pub struct RuntimeActor;
 impl Actor for RuntimeActor {
     type Msg = RuntimeMsg;
     type State = RuntimeState;
-    type Arguments = ();
+    type Arguments = Store;
 
     async fn pre_start(
         &self,
         _myself: ActorRef<Self::Msg>,
-        _args: (),
+        store: Store,
     ) -> Result<Self::State, ActorProcessingErr> {
         Ok(RuntimeState {
+            store,
             agents: HashMap::new(),
             agent_sessions: HashMap::new(),
             runs: HashMap::new(),
@@ -238,10 +255,26 @@ impl RuntimeState {
         myself: &ActorRef<RuntimeMsg>,
         submission: RunSubmission,
     ) -> Result<RunHandle, RuntimeError> {
-        let session_id = submission
-            .session_id
-            .clone()
-            .unwrap_or_else(|| uuid::Uuid::now_v7().to_string());
+        let (session_id, opened) = match &submission.session {
+            SessionTarget::New(id) => {
+                let id = id
+                    .clone()
+                    .unwrap_or_else(|| uuid::Uuid::now_v7().to_string());
+                self.store.create_session(&NewSession {
+                    id: id.clone(),
+                    cwd: submission.env.sandbox.project_root().to_path_buf(),
+                    provider: submission.env.provider.name().to_string(),
+                    model: submission.env.provider.model().to_string(),
+                    parent: None,
+                })?;
+                (id, None)
+            }
+            SessionTarget::Continue(id) if self.agents.contains_key(id) => (id.clone(), None),
+            SessionTarget::Continue(id) => match open_session(&self.store, id)? {
+                Some(opened) => (id.clone(), Some(opened)),
+                None => return Err(RuntimeError::UnknownSession(id.clone())),
+            },
+        };
         let run_id = uuid::Uuid::now_v7().to_string();
         let (log, _) = Actor::spawn_linked(
             None,
@@ -249,6 +282,7 @@ impl RuntimeState {
             EventLogArgs {
                 run_id: run_id.clone(),
                 session_id: session_id.clone(),
+                store: Some(self.store.clone()),
             },
             myself.get_cell(),
         )
@@ -269,15 +303,29 @@ impl RuntimeState {
                 agent.clone()
             }
             None => {
+                let (transcript, last_active) = match &opened {
+                    Some(opened) => {
+                        for rule in &opened.rules {
+                            if let Err(err) = submission.permissions.add_session_rule(rule.clone())
+                            {
+                                tracing::warn!(%err, "a stored session rule was not restored");
+                            }
+                        }
+                        (Transcript::from_opened(opened), opened.last_updated)
+                    }
+                    None => (Transcript::new(), None),
+                };
                 let (agent, _) = Actor::spawn_linked(
                     None,
                     AgentActor,
                     AgentArgs {
+                        session_id: session_id.clone(),
                         spec: AgentSpec::main(submission.limits.max_turns),
                         env: submission.env,
                         permissions: submission.permissions,
                         mode: submission.mode,
-                        history: submission.history,
+                        transcript,
+                        last_active,
                     },
                     myself.get_cell(),
                 )
@@ -337,9 +385,9 @@ pub struct Runtime {
 }
 
 impl Runtime {
-    /// Starts the runtime actor.
-    pub async fn start() -> Result<Self, RuntimeError> {
-        let (actor, _) = Actor::spawn(None, RuntimeActor, ())
+    /// Starts the runtime actor over `store`.
+    pub async fn start(store: Store) -> Result<Self, RuntimeError> {
+        let (actor, _) = Actor::spawn(None, RuntimeActor, store)
             .await
             .map_err(|err| RuntimeError::Start(err.to_string()))?;
         Ok(Self { actor })

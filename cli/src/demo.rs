@@ -19,7 +19,7 @@ use troupe_scripted::{Response, Script, ScriptedServer, ServerConfig, Usage};
 
 use crate::run::{Approvals, execute};
 use crate::setup::{self, RunOptions};
-use crate::{DemoArgs, EXIT_RUNTIME, EXIT_USAGE};
+use crate::{DemoArgs, EXIT_RUNTIME};
 
 /// The task the scripted model "works" on.
 const DEMO_PROMPT: &str =
@@ -136,11 +136,18 @@ pub async fn demo(args: DemoArgs) -> u8 {
         mode: Some(PermissionMode::Default),
         ..RunOptions::default()
     };
-    let prepared = match setup::prepare(&options, Some(provider)).await {
+    let store = match setup::open_store() {
+        Ok(store) => store,
+        Err(err) => {
+            eprintln!("troupe demo: {err}");
+            return err.code;
+        }
+    };
+    let prepared = match setup::prepare(&options, Some(provider), &store, None).await {
         Ok(prepared) => prepared,
         Err(err) => {
             eprintln!("troupe demo: {err}");
-            return EXIT_USAGE;
+            return err.code;
         }
     };
     if !args.json {
@@ -150,6 +157,7 @@ pub async fn demo(args: DemoArgs) -> u8 {
     }
     let code = execute(
         prepared,
+        store,
         DEMO_PROMPT.to_string(),
         args.json,
         Approvals::AutoAllow,

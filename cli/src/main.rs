@@ -8,6 +8,7 @@ mod approval;
 mod demo;
 mod render;
 mod run;
+mod sessions;
 mod setup;
 
 use std::path::PathBuf;
@@ -32,15 +33,18 @@ struct Cli {
 enum Command {
     /// Run one task to completion and exit.
     Run(RunArgs),
+    /// Continue a stored session.
+    Resume(ResumeArgs),
+    /// List, show, export or remove stored sessions.
+    #[command(subcommand)]
+    Sessions(SessionsCommand),
     /// Run an offline demonstration against the built-in scripted model.
     Demo(DemoArgs),
 }
 
-/// Options of `troupe run`.
+/// Options shared by the commands that start a run.
 #[derive(Debug, Args)]
-pub struct RunArgs {
-    /// The task.
-    pub prompt: String,
+pub struct RunFlags {
     /// Provider entry to use (default: `default_provider`, or the one configured).
     #[arg(long)]
     pub provider: Option<String>,
@@ -50,7 +54,7 @@ pub struct RunArgs {
     /// Permission mode: default, accept-edits, plan or bypass.
     #[arg(long, value_parser = parse_mode)]
     pub mode: Option<troupe_runtime::config::PermissionMode>,
-    /// Working directory (default: the current one).
+    /// Working directory (default: the current one; a continued session's own).
     #[arg(long)]
     pub cwd: Option<PathBuf>,
     /// Write every runtime event as one JSON object per line to stdout.
@@ -65,6 +69,55 @@ pub struct RunArgs {
     /// Wall-clock limit for this run, in seconds.
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
     pub timeout: Option<u64>,
+}
+
+/// Options of `troupe run`.
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// The task.
+    pub prompt: String,
+    /// Continue this session instead of starting a new one.
+    #[arg(long)]
+    pub session: Option<String>,
+    #[command(flatten)]
+    pub flags: RunFlags,
+}
+
+/// Options of `troupe resume`.
+#[derive(Debug, Args)]
+pub struct ResumeArgs {
+    /// The session to continue.
+    pub id: String,
+    /// What to say (default: ask the agent to carry on where it stopped).
+    pub prompt: Option<String>,
+    #[command(flatten)]
+    pub flags: RunFlags,
+}
+
+/// `troupe sessions` subcommands.
+#[derive(Debug, Subcommand)]
+pub enum SessionsCommand {
+    /// List sessions, newest first.
+    List {
+        /// One JSON object per line.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Show a session: metadata, runs and its conversation.
+    Show {
+        /// Session id.
+        id: String,
+    },
+    /// Write a session's messages as JSON Lines (one message per line).
+    Export {
+        /// Session id.
+        id: String,
+    },
+    /// Remove a session and everything stored with it.
+    Rm {
+        /// Session id.
+        id: String,
+    },
 }
 
 /// Options of `troupe demo`.
@@ -101,6 +154,8 @@ fn main() -> ExitCode {
     let code = runtime.block_on(async move {
         match cli.command {
             Command::Run(args) => run::run(args).await,
+            Command::Resume(args) => run::resume(args).await,
+            Command::Sessions(command) => sessions::sessions(command),
             Command::Demo(args) => demo::demo(args).await,
         }
     });

@@ -7,12 +7,16 @@
 
 use std::io::{IsTerminal, Write};
 
+use std::collections::HashSet;
 use troupe_actors::{Approver, RunSubmission, Runtime};
+
 use troupe_runtime::events::{ApprovalOutcome, EventKind, RunStatus};
+use troupe_runtime::session::{open_session, recover_interrupted_runs};
+use troupe_runtime::store::{SESSION_MAX_AGE, Store};
 
 use crate::render::{HumanRenderer, write_json_line};
 use crate::setup::{self, Prepared, RunOptions};
-use crate::{EXIT_RUNTIME, EXIT_USAGE, RunArgs, approval};
+use crate::{EXIT_RUNTIME, ResumeArgs, RunArgs, RunFlags, approval};
 
 /// Who answers approval requests of a run started from the command line.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -25,36 +29,129 @@ pub enum Approvals {
     AutoAllow,
 }
 
+/// SPEC §9: what `troupe resume ID` says when no prompt is given.
+pub const CONTINUE_PROMPT: &str =
+    "Continue where you left off. If the task is done, say so briefly.";
+
 /// Runs `troupe run`.
 pub async fn run(args: RunArgs) -> u8 {
+    start(args.prompt, args.session.as_deref(), &args.flags).await
+}
+
+/// Runs `troupe resume ID [PROMPT]`.
+pub async fn resume(args: ResumeArgs) -> u8 {
+    let prompt = args.prompt.unwrap_or_else(|| CONTINUE_PROMPT.to_string());
+    start(prompt, Some(&args.id), &args.flags).await
+}
+
+/// Opens the store, recovers interrupted runs, prepares and executes a run.
+async fn start(prompt: String, session: Option<&str>, flags: &RunFlags) -> u8 {
     let options = RunOptions {
-        cwd: args.cwd.clone(),
-        provider: args.provider.clone(),
-        model: args.model.clone(),
-        mode: args.mode,
-        max_turns: args.max_turns,
-        budget_tokens: args.budget_tokens,
-        timeout_secs: args.timeout,
+        cwd: flags.cwd.clone(),
+        provider: flags.provider.clone(),
+        model: flags.model.clone(),
+        mode: flags.mode,
+        max_turns: flags.max_turns,
+        budget_tokens: flags.budget_tokens,
+        timeout_secs: flags.timeout,
     };
-    let prepared = match setup::prepare(&options, None).await {
+    let store = match setup::open_store() {
+        Ok(store) => store,
+        Err(err) => {
+            eprintln!("troupe: {err}");
+            return err.code;
+        }
+    };
+    report_recovered(&store, flags.json);
+    let prepared = match setup::prepare(&options, None, &store, session).await {
         Ok(prepared) => prepared,
         Err(err) => {
             eprintln!("troupe: {err}");
-            return EXIT_USAGE;
+            return err.code;
         }
     };
+    if let Some(id) = session
+        && !flags.json
+    {
+        report_repair(&store, id);
+    }
+    remove_old_sessions(&store);
     let approvals = if approval::terminal_available() {
         Approvals::Terminal
     } else {
         Approvals::Nobody
     };
-    execute(prepared, args.prompt, args.json, approvals).await
+    execute(prepared, store, prompt, flags.json, approvals).await
+}
+
+/// Marks runs a dead process left unfinished as interrupted (repairing their
+/// sessions) and tells the person how to continue them.
+pub fn report_recovered(store: &Store, json: bool) {
+    match recover_interrupted_runs(store, chrono::Utc::now()) {
+        Ok(recovered) => {
+            for run in recovered {
+                if !json {
+                    eprintln!(
+                        "troupe: run {} was interrupted (its process stopped); continue it with: troupe run --session {} \"continue\"",
+                        run.run.run_id, run.run.session_id
+                    );
+                }
+            }
+        }
+        Err(err) => eprintln!("troupe: could not recover interrupted runs: {err}"),
+    }
+}
+
+/// Prints what resuming had to repair in a stored session.
+fn report_repair(store: &Store, id: &str) {
+    match open_session(store, id) {
+        Ok(Some(opened)) => {
+            let report = &opened.report;
+            if !opened.skipped.is_empty() {
+                eprintln!(
+                    "troupe: {} unreadable record(s) of session {id} were skipped",
+                    opened.skipped.len()
+                );
+            }
+            if !report.interrupted_calls.is_empty() || !report.recovered_results.is_empty() {
+                eprintln!(
+                    "troupe: session {id} repaired: {} call(s) answered as interrupted, {} result(s) recovered",
+                    report.interrupted_calls.len(),
+                    report.recovered_results.len()
+                );
+            }
+        }
+        Ok(None) => {}
+        Err(err) => eprintln!("troupe: cannot read session {id}: {err}"),
+    }
+}
+
+/// SPEC §9: sessions older than 30 days are removed in the background; the
+/// store keeps any session with a running run, so the one about to run is safe.
+fn remove_old_sessions(store: &Store) {
+    let store = store.clone();
+    tokio::task::spawn_blocking(move || {
+        match store.remove_sessions_older_than(SESSION_MAX_AGE, chrono::Utc::now(), &HashSet::new())
+        {
+            Ok(removed) if !removed.is_empty() => {
+                tracing::info!(count = removed.len(), "removed sessions older than 30 days");
+            }
+            Ok(_) => {}
+            Err(err) => tracing::warn!(%err, "could not remove old sessions"),
+        }
+    });
 }
 
 /// Submits `prompt` on a fresh embedded runtime and follows the run to its end.
 /// Returns the exit code.
-pub async fn execute(prepared: Prepared, prompt: String, json: bool, approvals: Approvals) -> u8 {
-    let runtime = match Runtime::start().await {
+pub async fn execute(
+    prepared: Prepared,
+    store: Store,
+    prompt: String,
+    json: bool,
+    approvals: Approvals,
+) -> u8 {
+    let runtime = match Runtime::start(store).await {
         Ok(runtime) => runtime,
         Err(err) => {
             eprintln!("troupe: {err}");
@@ -74,7 +171,7 @@ pub async fn execute(prepared: Prepared, prompt: String, json: bool, approvals: 
         };
     let submission = RunSubmission {
         prompt,
-        session_id: Some(prepared.session_id.clone()),
+        session: prepared.session,
         env: prepared.env,
         permissions: prepared.permissions,
         mode: prepared.mode,
@@ -83,7 +180,6 @@ pub async fn execute(prepared: Prepared, prompt: String, json: bool, approvals: 
             Approvals::Nobody => Approver::Absent,
             Approvals::Terminal | Approvals::AutoAllow => Approver::Present,
         },
-        history: Vec::new(),
     };
     let mut handle = match runtime.submit(submission).await {
         Ok(handle) => handle,

@@ -7,7 +7,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use troupe_actors::AgentEnv;
+use crate::{EXIT_RUNTIME, EXIT_USAGE};
+
+use troupe_actors::{AgentEnv, SessionTarget};
 use troupe_runtime::config::paths::{self, ProcessEnv};
 use troupe_runtime::config::{
     Config, ConfigSources, Limits, PermissionMode, ResolvedProvider, load_config, resolve_provider,
@@ -16,18 +18,50 @@ use troupe_runtime::llm::{Provider, build_provider};
 use troupe_runtime::permissions::PermissionEngine;
 use troupe_runtime::prompt::build_system_prompt;
 use troupe_runtime::sandbox::PathSandbox;
+use troupe_runtime::store::Store;
 use troupe_runtime::tools::background::BackgroundTasks;
 use troupe_runtime::tools::builtin_registry;
 use troupe_runtime::tools::process::child_environment;
 
-/// A setup failure, already worded for the person at the terminal.
+/// A setup failure, already worded for the person at the terminal, with the
+/// exit code it deserves.
 #[derive(Debug)]
-pub struct SetupError(pub String);
+pub struct SetupError {
+    /// What went wrong and what to do.
+    pub message: String,
+    /// SPEC §1.1 exit code: 2 for usage and configuration, 1 for the rest.
+    pub code: u8,
+}
+
+impl SetupError {
+    /// A usage or configuration error (exit code 2).
+    pub fn usage(message: impl Into<String>) -> Self {
+        Self {
+            message: message.into(),
+            code: EXIT_USAGE,
+        }
+    }
+
+    /// A runtime error such as an unusable store (exit code 1).
+    pub fn runtime(message: impl Into<String>) -> Self {
+        Self {
+            message: message.into(),
+            code: EXIT_RUNTIME,
+        }
+    }
+}
 
 impl std::fmt::Display for SetupError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
+        f.write_str(&self.message)
     }
+}
+
+/// Opens the session store in the data directory (`TROUPE_HOME`).
+pub fn open_store() -> Result<Store, SetupError> {
+    let data_dir =
+        paths::data_dir(&ProcessEnv).map_err(|err| SetupError::usage(err.to_string()))?;
+    Store::open(&data_dir).map_err(|err| SetupError::runtime(err.to_string()))
 }
 
 /// What the command line says about a run.
@@ -59,8 +93,8 @@ pub struct Prepared {
     pub mode: PermissionMode,
     /// The effective limits.
     pub limits: Limits,
-    /// The session id the run will use.
-    pub session_id: String,
+    /// The session the run belongs to.
+    pub session: SessionTarget,
 }
 
 /// Loads configuration for `options` and prepares a run. `provider_override`
@@ -68,25 +102,50 @@ pub struct Prepared {
 pub async fn prepare(
     options: &RunOptions,
     provider_override: Option<ResolvedProvider>,
+    store: &Store,
+    continue_session: Option<&str>,
 ) -> Result<Prepared, SetupError> {
-    let cwd = working_directory(options.cwd.as_deref())?;
+    // A continued session runs where it ran before, unless told otherwise.
+    let stored_cwd = match continue_session {
+        Some(id) => match store.session(id) {
+            Ok(Some(meta)) => Some(meta.cwd),
+            Ok(None) => {
+                return Err(SetupError::usage(format!(
+                    "no session {id}; list sessions with `troupe sessions list`"
+                )));
+            }
+            Err(err) => return Err(SetupError::runtime(err.to_string())),
+        },
+        None => None,
+    };
+    let cwd = match (&options.cwd, stored_cwd) {
+        (None, Some(stored)) if stored.is_dir() => stored,
+        _ => working_directory(options.cwd.as_deref())?,
+    };
     let sources = ConfigSources::discover(&cwd);
-    let config = load_config(&sources).map_err(|err| SetupError(err.to_string()))?;
+    let config = load_config(&sources).map_err(|err| SetupError::usage(err.to_string()))?;
     let project_root = sources.project_root.clone().unwrap_or_else(|| cwd.clone());
     let resolved = match provider_override {
         Some(resolved) => resolved,
         None => {
             let resolved = resolve_provider(&config, options.provider.as_deref(), &ProcessEnv)
-                .map_err(|err| SetupError(err.to_string()))?;
+                .map_err(|err| SetupError::usage(err.to_string()))?;
             match &options.model {
                 Some(model) => resolved.with_model(model.clone()),
                 None => resolved,
             }
         }
     };
-    let provider = build_provider(&resolved).map_err(|err| SetupError(err.to_string()))?;
-    let session_id = uuid::Uuid::now_v7().to_string();
-    let data_dir = paths::data_dir(&ProcessEnv).map_err(|err| SetupError(err.to_string()))?;
+    let provider = build_provider(&resolved).map_err(|err| SetupError::usage(err.to_string()))?;
+    let (session_id, session) = match continue_session {
+        Some(id) => (id.to_string(), SessionTarget::Continue(id.to_string())),
+        None => {
+            let id = uuid::Uuid::now_v7().to_string();
+            (id.clone(), SessionTarget::New(Some(id)))
+        }
+    };
+    let data_dir =
+        paths::data_dir(&ProcessEnv).map_err(|err| SetupError::usage(err.to_string()))?;
     let spill_dir = data_dir.join("spill").join(&session_id);
     assemble(
         &config,
@@ -95,7 +154,8 @@ pub async fn prepare(
         spill_dir,
         provider,
         resolved,
-        session_id,
+        session,
+        store.clone(),
     )
     .await
 }
@@ -108,20 +168,21 @@ async fn assemble(
     spill_dir: PathBuf,
     provider: Arc<dyn Provider>,
     resolved: ResolvedProvider,
-    session_id: String,
+    session: SessionTarget,
+    store: Store,
 ) -> Result<Prepared, SetupError> {
     let mut roots = vec![spill_dir.clone()];
     roots.extend(config.permissions.extra_roots.iter().cloned());
     let home = paths::home_dir(&ProcessEnv);
     let sandbox = Arc::new(
         PathSandbox::new(project_root, &roots, home)
-            .map_err(|err| SetupError(format!("cannot set up the path sandbox: {err}")))?,
+            .map_err(|err| SetupError::usage(format!("cannot set up the path sandbox: {err}")))?,
     );
     let mode = options.mode.unwrap_or(config.permissions.mode);
     let mut settings = config.permissions.clone();
     settings.mode = mode;
     let permissions = PermissionEngine::new(&settings, sandbox.clone())
-        .map_err(|err| SetupError(err.to_string()))?;
+        .map_err(|err| SetupError::usage(err.to_string()))?;
     let config_dir = paths::config_dir(&ProcessEnv).ok();
     let system = build_system_prompt(config_dir.as_deref(), project_root, provider.model()).await;
     let child_env = child_environment(&config.tools.env_allowlist, |name| std::env::var(name).ok());
@@ -145,13 +206,14 @@ async fn assemble(
         child_env: Arc::new(child_env),
         background: Arc::new(BackgroundTasks::new()),
         tool_timeout: config.tools.timeout,
+        store,
     };
     Ok(Prepared {
         env: Arc::new(env),
         permissions,
         mode,
         limits,
-        session_id,
+        session,
     })
 }
 
@@ -159,17 +221,17 @@ async fn assemble(
 /// current one, made absolute.
 fn working_directory(cwd: Option<&Path>) -> Result<PathBuf, SetupError> {
     let current = std::env::current_dir()
-        .map_err(|err| SetupError(format!("cannot read the current directory: {err}")))?;
+        .map_err(|err| SetupError::usage(format!("cannot read the current directory: {err}")))?;
     let dir = match cwd {
         Some(dir) => current.join(dir),
         None => current,
     };
     match std::fs::metadata(&dir) {
         Ok(meta) if meta.is_dir() => Ok(dir),
-        Ok(_) => Err(SetupError(format!(
+        Ok(_) => Err(SetupError::usage(format!(
             "--cwd {}: not a directory",
             dir.display()
         ))),
-        Err(err) => Err(SetupError(format!("--cwd {}: {err}", dir.display()))),
+        Err(err) => Err(SetupError::usage(format!("--cwd {}: {err}", dir.display()))),
     }
 }

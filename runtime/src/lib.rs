@@ -11,5 +11,6 @@ pub mod model;
 pub mod permissions;
 pub mod prompt;
 pub mod sandbox;
+pub mod session;
 pub mod store;
 pub mod tools;

@@ -9,7 +9,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tempfile::TempDir;
-use troupe_actors::{AgentEnv, Approver, RunHandle, RunOutcome, RunSubmission, Runtime};
+use troupe_actors::{
+    AgentEnv, Approver, RunHandle, RunOutcome, RunSubmission, Runtime, SessionTarget,
+};
 use troupe_runtime::config::{
     DEFAULT_CONTEXT_WINDOW, DEFAULT_MAX_TOKENS, Limits, PermissionMode, PermissionSettings,
     Protocol, ResolvedProvider,
@@ -20,6 +22,7 @@ use troupe_runtime::llm::{Provider, SystemPrompt, anthropic, openai};
 use troupe_runtime::model::Message;
 use troupe_runtime::permissions::PermissionEngine;
 use troupe_runtime::sandbox::PathSandbox;
+use troupe_runtime::store::Store;
 use troupe_runtime::tools::background::BackgroundTasks;
 use troupe_runtime::tools::{Tool, ToolRegistry, builtin_registry};
 use troupe_scripted::{Script, ScriptedServer};
@@ -44,6 +47,8 @@ pub struct Harness {
     pub data: TempDir,
     /// Wire protocol used.
     pub protocol: Protocol,
+    /// The session store (in `data`).
+    pub store: Store,
 }
 
 impl Harness {
@@ -52,13 +57,16 @@ impl Harness {
         let server = ScriptedServer::start(script)
             .await
             .expect("scripted server starts");
-        let runtime = Runtime::start().await.expect("runtime starts");
+        let data = tempfile::tempdir().expect("data dir");
+        let store = Store::open(data.path()).expect("store opens");
+        let runtime = Runtime::start(store.clone()).await.expect("runtime starts");
         Self {
             server,
             runtime,
             project: tempfile::tempdir().expect("project dir"),
-            data: tempfile::tempdir().expect("data dir"),
+            data,
             protocol,
+            store,
         }
     }
 
@@ -163,6 +171,7 @@ impl Harness {
             child_env: Arc::new(vec![("PATH".into(), "/usr/bin:/bin".into())]),
             background: Arc::new(BackgroundTasks::new()),
             tool_timeout: Duration::from_secs(30),
+            store: self.store.clone(),
         }
     }
 
@@ -180,13 +189,15 @@ impl Harness {
         self.runtime
             .submit(RunSubmission {
                 prompt: prompt.into(),
-                session_id: options.session_id,
+                session: match options.session_id {
+                    Some(id) => SessionTarget::Continue(id),
+                    None => SessionTarget::New(None),
+                },
                 env: options.env,
                 permissions: self.permissions(options.mode),
                 mode: options.mode,
                 limits: options.limits,
                 approver: options.approver,
-                history: Vec::new(),
             })
             .await
             .expect("run starts")

@@ -1,0 +1,187 @@
+//! `troupe sessions list|show|export|rm` (SPEC §1.1, §9): read-only views of the
+//! store and removal. Listing reads session metadata only, never histories.
+
+use std::io::Write;
+
+use troupe_runtime::events::preview;
+use troupe_runtime::model::{ContentBlock, Message, Role};
+use troupe_runtime::store::{SessionMeta, Store};
+
+use crate::setup::open_store;
+use crate::{EXIT_RUNTIME, EXIT_USAGE, SessionsCommand};
+
+/// Runs a `troupe sessions` subcommand; returns the exit code.
+pub fn sessions(command: SessionsCommand) -> u8 {
+    let store = match open_store() {
+        Ok(store) => store,
+        Err(err) => {
+            eprintln!("troupe: {err}");
+            return err.code;
+        }
+    };
+    let mut stdout = std::io::stdout().lock();
+    let result = match command {
+        SessionsCommand::List { json } => list(&store, json, &mut stdout),
+        SessionsCommand::Show { id } => show(&store, &id, &mut stdout),
+        SessionsCommand::Export { id } => export(&store, &id, &mut stdout),
+        SessionsCommand::Rm { id } => remove(&store, &id, &mut stdout),
+    };
+    match result {
+        Ok(()) => 0,
+        Err((code, message)) => {
+            eprintln!("troupe: {message}");
+            code
+        }
+    }
+}
+
+type CommandResult = Result<(), (u8, String)>;
+
+fn runtime_error(err: impl std::fmt::Display) -> (u8, String) {
+    (EXIT_RUNTIME, err.to_string())
+}
+
+fn meta_or_usage(store: &Store, id: &str) -> Result<SessionMeta, (u8, String)> {
+    match store.session(id).map_err(runtime_error)? {
+        Some(meta) => Ok(meta),
+        None => Err((
+            EXIT_USAGE,
+            format!("no session {id}; list sessions with `troupe sessions list`"),
+        )),
+    }
+}
+
+/// One line per session, newest first.
+pub fn format_list_line(meta: &SessionMeta) -> String {
+    format!(
+        "{}  {}  {:>5}  {:<24}  {}",
+        meta.id,
+        meta.updated.format("%Y-%m-%d %H:%M"),
+        meta.message_count,
+        meta.model,
+        meta.title
+    )
+}
+
+fn list(store: &Store, json: bool, out: &mut impl Write) -> CommandResult {
+    let sessions = store.list_sessions().map_err(runtime_error)?;
+    for meta in &sessions {
+        let line = if json {
+            serde_json::to_string(meta).map_err(runtime_error)?
+        } else {
+            format_list_line(meta)
+        };
+        writeln!(out, "{line}").map_err(runtime_error)?;
+    }
+    Ok(())
+}
+
+/// A message as people read it in `sessions show`.
+pub fn format_message(message: &Message) -> String {
+    let role = match message.role {
+        Role::User => "user",
+        Role::Assistant => "assistant",
+        Role::Tool => "tool",
+    };
+    let mut lines = Vec::new();
+    for block in &message.content {
+        match block {
+            ContentBlock::Text { text } => lines.push(text.trim_end().to_string()),
+            ContentBlock::Thinking { thinking, .. } => {
+                lines.push(format!("(thinking) {}", preview(thinking)))
+            }
+            ContentBlock::RedactedThinking { .. } => lines.push("(redacted thinking)".into()),
+            ContentBlock::ToolCall(call) => {
+                lines.push(format!("→ {} {}", call.name, preview(&call.input)))
+            }
+            ContentBlock::ToolResult(result) => lines.push(format!(
+                "{} {}",
+                if result.is_error { "✗" } else { "←" },
+                preview(&result.joined_text())
+            )),
+            ContentBlock::Image { media_type, .. } => lines.push(format!("(image {media_type})")),
+        }
+    }
+    format!("[{role}] {}", lines.join("\n  "))
+}
+
+fn show(store: &Store, id: &str, out: &mut impl Write) -> CommandResult {
+    let meta = meta_or_usage(store, id)?;
+    let mut text = format!(
+        "session   {}\ntitle     {}\ncwd       {}\nmodel     {} ({})\ncreated   {}\nupdated   {}\nmessages  {}\n",
+        meta.id,
+        meta.title,
+        meta.cwd.display(),
+        meta.model,
+        meta.provider,
+        meta.created.to_rfc3339(),
+        meta.updated.to_rfc3339(),
+        meta.message_count
+    );
+    if let Some(parent) = &meta.parent {
+        text.push_str(&format!("parent    {parent}\n"));
+    }
+    let runs = store.list_runs(Some(id)).map_err(runtime_error)?;
+    for run in runs.iter().rev() {
+        text.push_str(&format!(
+            "run       {} {} {}\n",
+            run.run_id,
+            run.status.as_str(),
+            run.stop_reason.as_deref().unwrap_or("")
+        ));
+    }
+    let loaded = store.load_history(id).map_err(runtime_error)?;
+    for skipped in &loaded.skipped {
+        text.push_str(&format!(
+            "(record {} unreadable: {})\n",
+            skipped.index, skipped.reason
+        ));
+    }
+    text.push('\n');
+    for message in &loaded.messages {
+        text.push_str(&format_message(message));
+        text.push('\n');
+    }
+    out.write_all(text.as_bytes()).map_err(runtime_error)
+}
+
+fn export(store: &Store, id: &str, out: &mut impl Write) -> CommandResult {
+    meta_or_usage(store, id)?;
+    store.export_jsonl(id, out).map_err(runtime_error)?;
+    out.flush().map_err(runtime_error)
+}
+
+fn remove(store: &Store, id: &str, out: &mut impl Write) -> CommandResult {
+    meta_or_usage(store, id)?;
+    store.remove_session(id).map_err(runtime_error)?;
+    writeln!(out, "removed session {id}").map_err(runtime_error)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use troupe_runtime::model::{ToolCall, ToolResult};
+
+    #[test]
+    fn messages_read_well() {
+        let call = Message {
+            role: Role::Assistant,
+            content: vec![
+                ContentBlock::Text {
+                    text: "Looking.".into(),
+                },
+                ContentBlock::ToolCall(ToolCall {
+                    id: "1".into(),
+                    name: "read_file".into(),
+                    input: r#"{"path":"a"}"#.into(),
+                }),
+            ],
+        };
+        assert_eq!(
+            format_message(&call),
+            "[assistant] Looking.\n  → read_file {\"path\":\"a\"}"
+        );
+        let result = Message::tool_results(vec![ToolResult::text("1", "boom", true)]);
+        assert_eq!(format_message(&result), "[tool] ✗ boom");
+    }
+}

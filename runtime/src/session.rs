@@ -1,0 +1,386 @@
+//! Opening stored sessions for another run, and recovering runs a dead process
+//! left behind (SPEC §9). Joins the store with the pure repairs of
+//! `agent::resume`: a repair is written back once, so the next load is clean.
+
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+
+use crate::agent::history::{close_with, ends_with_assistant};
+use crate::agent::resume::{RepairReport, repair_history};
+use crate::config::RuleEntry;
+use crate::events::{EventKind, RunEvent, RunStatus};
+use crate::model::{Message, Usage};
+use crate::store::{RunRecord, RunState, SkippedRecord, Store, StoreError};
+
+/// A session loaded for its next run.
+#[derive(Debug, Clone, PartialEq)]
+pub struct OpenedSession {
+    /// The history to continue from (compaction summary first, if any).
+    pub history: Vec<Message>,
+    /// How many leading messages are a compaction summary (not message records).
+    pub summary_len: usize,
+    /// Store index of `history[summary_len]`.
+    pub first_index: u64,
+    /// What the repair changed (already written back).
+    pub report: RepairReport,
+    /// Records that could not be read and were left out.
+    pub skipped: Vec<SkippedRecord>,
+    /// When the session last had a message written.
+    pub last_updated: Option<DateTime<Utc>>,
+    /// "Allow always" rules kept with the session.
+    pub rules: Vec<RuleEntry>,
+}
+
+impl OpenedSession {
+    /// Store index the next appended message gets.
+    pub fn next_index(&self) -> u64 {
+        self.first_index + (self.history.len() - self.summary_len) as u64
+    }
+
+    /// How long the session has been idle at `now`.
+    pub fn paused_for(&self, now: DateTime<Utc>) -> Option<Duration> {
+        self.last_updated
+            .and_then(|updated| (now - updated).to_std().ok())
+    }
+}
+
+/// Loads session `id`, repairs what a killed process left (unanswered calls,
+/// orphan results, unreadable records), and writes the repair back once.
+/// `None` when the session does not exist.
+pub fn open_session(store: &Store, id: &str) -> Result<Option<OpenedSession>, StoreError> {
+    if store.session(id)?.is_none() {
+        return Ok(None);
+    }
+    let loaded = store.load_history(id)?;
+    let pending = store.pending_results(id)?;
+    let mut history = loaded.messages;
+    let report = repair_history(&mut history, &pending);
+    let stored_len = loaded.next_index - loaded.first_index;
+    let kept = (history.len() - loaded.summary_len.min(history.len())) as u64;
+    let must_write = !report.is_clean() || !loaded.skipped.is_empty() || kept != stored_len;
+    if must_write {
+        for (offset, message) in history.iter().skip(loaded.summary_len).enumerate() {
+            store.put_message(id, loaded.first_index + offset as u64, message)?;
+        }
+        store.truncate_history(id, loaded.first_index + kept)?;
+    }
+    if must_write || !pending.is_empty() {
+        store.clear_pending_results(id)?;
+        store.flush()?;
+    }
+    Ok(Some(OpenedSession {
+        history,
+        summary_len: loaded.summary_len,
+        first_index: loaded.first_index,
+        report,
+        skipped: loaded.skipped,
+        last_updated: loaded.last_updated,
+        rules: store.session_rules(id)?,
+    }))
+}
+
+/// The history of a live agent and which of its messages are already stored.
+///
+/// Messages are stored under their index in the full history; after a
+/// compaction the first `summary_len` messages are the summary (kept with the
+/// marker, not as message records) and `history[summary_len]` is stored at
+/// `first_index`. Every change marks what must be written; [`Transcript::save`]
+/// writes exactly that.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Transcript {
+    messages: Vec<Message>,
+    summary_len: usize,
+    first_index: u64,
+    /// Messages `[..saved]` are stored as they are in memory.
+    saved: usize,
+}
+
+impl Transcript {
+    /// An empty transcript of a new session.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The transcript of a session opened from the store (all of it stored).
+    pub fn from_opened(opened: &OpenedSession) -> Self {
+        Self {
+            messages: opened.history.clone(),
+            summary_len: opened.summary_len,
+            first_index: opened.first_index,
+            saved: opened.history.len(),
+        }
+    }
+
+    /// The messages, oldest first.
+    pub fn messages(&self) -> &[Message] {
+        &self.messages
+    }
+
+    /// Number of messages.
+    pub fn len(&self) -> usize {
+        self.messages.len()
+    }
+
+    /// True when there are no messages.
+    pub fn is_empty(&self) -> bool {
+        self.messages.is_empty()
+    }
+
+    /// Appends a message.
+    pub fn push(&mut self, message: Message) {
+        self.messages.push(message);
+    }
+
+    /// Closes an early exit with `text` (see `agent::history::close_with`),
+    /// marking a changed last message for rewriting.
+    pub fn close(&mut self, text: &str) {
+        if ends_with_assistant(&self.messages) {
+            self.saved = self.saved.min(self.messages.len() - 1);
+        }
+        close_with(&mut self.messages, text);
+    }
+
+    /// The messages not yet stored, with their store indices.
+    pub fn unsaved(&self) -> impl Iterator<Item = (u64, &Message)> {
+        let start = self.saved.max(self.summary_len);
+        self.messages
+            .iter()
+            .enumerate()
+            .skip(start)
+            .map(|(i, message)| (self.first_index + (i - self.summary_len) as u64, message))
+    }
+
+    /// True when every message is stored.
+    pub fn is_saved(&self) -> bool {
+        self.saved >= self.messages.len()
+    }
+
+    /// Writes the unsaved messages of session `id`; with `flush`, makes
+    /// everything written so far durable before returning.
+    pub fn save(&mut self, store: &Store, id: &str, flush: bool) -> Result<(), StoreError> {
+        for (index, message) in self.unsaved() {
+            store.put_message(id, index, message)?;
+        }
+        self.saved = self.messages.len();
+        if flush {
+            store.flush()?;
+        }
+        Ok(())
+    }
+}
+
+/// A run found unfinished at start-up and marked interrupted.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RecoveredRun {
+    /// The run as it is now stored.
+    pub run: RunRecord,
+    /// What the repair of its session changed.
+    pub report: RepairReport,
+}
+
+/// SPEC §9: marks every run still recorded as running — its process is gone,
+/// since this one holds the store — as interrupted, repairs its session's
+/// history (started calls are answered "interrupted before completion", never
+/// re-run) and closes its event stream with `run_finished{interrupted}`.
+pub fn recover_interrupted_runs(
+    store: &Store,
+    now: DateTime<Utc>,
+) -> Result<Vec<RecoveredRun>, StoreError> {
+    let mut recovered = Vec::new();
+    for mut run in store.unfinished_runs()? {
+        let report = open_session(store, &run.session_id)?
+            .map(|session| session.report)
+            .unwrap_or_default();
+        let next_seq = store
+            .events(&run.run_id, 1)?
+            .last()
+            .map(|event| event.seq + 1)
+            .unwrap_or(1);
+        let text = "(The process running this run stopped before it finished; the session was repaired and can be continued.)";
+        store.append_event(&RunEvent {
+            seq: next_seq,
+            run_id: run.run_id.clone(),
+            session_id: run.session_id.clone(),
+            agent_path: "main".into(),
+            ts: now.to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
+            kind: EventKind::RunFinished {
+                status: RunStatus::Interrupted,
+                stop_reason: "interrupted".into(),
+                final_text: text.into(),
+                usage_total: Usage::default(),
+            },
+        })?;
+        run.status = RunState::Ended(RunStatus::Interrupted);
+        run.stop_reason = Some("interrupted".into());
+        run.ended = Some(now);
+        store.put_run(&run)?;
+        recovered.push(RecoveredRun { run, report });
+    }
+    if !recovered.is_empty() {
+        store.flush()?;
+    }
+    Ok(recovered)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::agent::resume::{INTERRUPTED_CLOSING, INTERRUPTED_RESULT};
+    use crate::agent::validate_history;
+    use crate::model::{ContentBlock, Role, ToolCall, ToolResult};
+    use crate::store::NewSession;
+
+    fn store() -> (tempfile::TempDir, Store) {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        (dir, store)
+    }
+
+    fn session(store: &Store, id: &str) {
+        store
+            .create_session(&NewSession {
+                id: id.into(),
+                cwd: "/tmp".into(),
+                provider: "p".into(),
+                model: "m".into(),
+                parent: None,
+            })
+            .unwrap();
+    }
+
+    fn calls(ids: &[&str]) -> Message {
+        Message {
+            role: Role::Assistant,
+            content: ids
+                .iter()
+                .map(|id| {
+                    ContentBlock::ToolCall(ToolCall {
+                        id: (*id).into(),
+                        name: "bash".into(),
+                        input: "{}".into(),
+                    })
+                })
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn missing_session_is_none() {
+        let (_dir, store) = store();
+        assert_eq!(open_session(&store, "nope").unwrap(), None);
+    }
+
+    #[test]
+    fn a_killed_turn_is_repaired_once_and_written_back() {
+        let (_dir, store) = store();
+        session(&store, "s");
+        store
+            .put_message("s", 0, &Message::user_text("go"))
+            .unwrap();
+        store.put_message("s", 1, &calls(&["a", "b"])).unwrap();
+        store
+            .put_pending_result("s", &ToolResult::text("a", "done a", false))
+            .unwrap();
+        store.flush().unwrap();
+
+        let opened = open_session(&store, "s").unwrap().unwrap();
+        assert_eq!(opened.report.recovered_results, vec!["a"]);
+        assert_eq!(opened.report.interrupted_calls, vec!["b"]);
+        validate_history(&opened.history).unwrap();
+        assert_eq!(opened.history.len(), 4);
+        assert_eq!(opened.next_index(), 4);
+        let results: Vec<_> = opened.history[2].tool_results_iter().collect();
+        assert_eq!(results[1].joined_text(), INTERRUPTED_RESULT);
+
+        // Written back: the second open needs no repair and sees the same.
+        let again = open_session(&store, "s").unwrap().unwrap();
+        assert!(again.report.is_clean());
+        assert_eq!(again.history, opened.history);
+        assert!(store.pending_results("s").unwrap().is_empty());
+    }
+
+    #[test]
+    fn orphans_shift_the_tail_and_the_store_is_truncated() {
+        let (_dir, store) = store();
+        session(&store, "s");
+        store
+            .put_message("s", 0, &Message::user_text("go"))
+            .unwrap();
+        store
+            .put_message(
+                "s",
+                1,
+                &Message::tool_results(vec![ToolResult::text("x", "o", false)]),
+            )
+            .unwrap();
+        store
+            .put_message("s", 2, &Message::assistant_text("hi"))
+            .unwrap();
+        let opened = open_session(&store, "s").unwrap().unwrap();
+        assert_eq!(opened.history.len(), 2);
+        assert_eq!(store.session("s").unwrap().unwrap().message_count, 2);
+        assert_eq!(store.load_history("s").unwrap().messages, opened.history);
+    }
+
+    #[test]
+    fn transcript_saves_only_what_changed() {
+        let (_dir, store) = store();
+        session(&store, "s");
+        let mut transcript = Transcript::new();
+        transcript.push(Message::user_text("go"));
+        transcript.push(Message::assistant_text("answer"));
+        assert_eq!(transcript.unsaved().count(), 2);
+        transcript.save(&store, "s", true).unwrap();
+        assert!(transcript.is_saved());
+        // Closing extends the stored last message: it is written again.
+        transcript.close("(stopped)");
+        let unsaved: Vec<u64> = transcript.unsaved().map(|(index, _)| index).collect();
+        assert_eq!(unsaved, vec![1]);
+        transcript.save(&store, "s", true).unwrap();
+        let opened = open_session(&store, "s").unwrap().unwrap();
+        assert_eq!(opened.history, transcript.messages());
+        let mut reopened = Transcript::from_opened(&opened);
+        assert!(reopened.is_saved());
+        reopened.push(Message::user_text("more"));
+        assert_eq!(reopened.unsaved().next().unwrap().0, 2);
+    }
+
+    #[test]
+    fn interrupted_runs_are_marked_repaired_and_closed() {
+        let (_dir, store) = store();
+        session(&store, "s");
+        store
+            .put_message("s", 0, &Message::user_text("go"))
+            .unwrap();
+        let now = Utc::now();
+        store
+            .put_run(&RunRecord {
+                run_id: "r".into(),
+                session_id: "s".into(),
+                prompt: "go".into(),
+                status: RunState::Running,
+                stop_reason: None,
+                started: now,
+                ended: None,
+                pid: 1,
+            })
+            .unwrap();
+        let recovered = recover_interrupted_runs(&store, now).unwrap();
+        assert_eq!(recovered.len(), 1);
+        assert!(recovered[0].report.closed);
+        let run = store.run("r").unwrap().unwrap();
+        assert_eq!(run.status, RunState::Ended(RunStatus::Interrupted));
+        let events = store.events("r", 1).unwrap();
+        assert!(matches!(
+            events.last().unwrap().kind,
+            EventKind::RunFinished {
+                status: RunStatus::Interrupted,
+                ..
+            }
+        ));
+        let history = store.load_history("s").unwrap().messages;
+        assert_eq!(history.last().unwrap().text(), INTERRUPTED_CLOSING);
+        assert!(recover_interrupted_runs(&store, now).unwrap().is_empty());
+    }
+}
