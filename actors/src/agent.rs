@@ -407,9 +407,6 @@ impl AgentState {
             });
             return;
         }
-        start.events.emit(EventKind::RunStarted {
-            prompt: start.prompt.clone(),
-        });
         let now = chrono::Utc::now();
         let note = self
             .last_active
@@ -460,10 +457,21 @@ impl AgentState {
                 _ = cancel.cancelled() => {}
             }
         });
-        // Durable before the first request: the run record and the prompt.
-        if let Err(err) = self.env.store.put_run(&record) {
+        // Durable before visible: the run record and the prompt are on disk
+        // before anyone is told the run started, let alone the model.
+        if let Err(err) = self
+            .env
+            .store
+            .put_run(&record)
+            .and_then(|()| self.persist(true))
+        {
             self.fail_store(err);
             return;
+        }
+        if let Some(run) = self.run.as_ref() {
+            run.events.emit(EventKind::RunStarted {
+                prompt: record.prompt.clone(),
+            });
         }
         self.next_model_call(myself);
     }
