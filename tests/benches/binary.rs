@@ -1,0 +1,366 @@
+//! Benchmark: the real `troupe` binary (release build) against the scripted
+//! model server (SPEC §14):
+//!
+//! - `troupe --version` ≤ 10 ms (spawn to exit);
+//! - start to first model request ≤ 30 ms (embedded run ≤ 100 ms): from just
+//!   before spawning `troupe run` to the server's admission of the request
+//!   (stamped by a matcher predicate when the body has been received and
+//!   checked);
+//! - exit ≤ 10 ms after the final answer: from the admission of the last
+//!   request (the server answers at once, so this includes sending and
+//!   reading the final response) to the process's exit, as seen by `wait4`;
+//! - peak memory of a single run ≤ 25 MB RSS: `ru_maxrss` of the child from
+//!   `wait4` (the largest of the process and the children it waited for).
+//!
+//! Two kinds of run: `x` (one model call that answers text at once) and a
+//! run with tools (`read_file`, `glob`, `grep`, `bash` in bypass mode, then the
+//! answer). Each run gets fresh, empty `HOME`, XDG directories and
+//! `TROUPE_HOME` in a temporary directory, and a small project with a
+//! `.troupe` directory. The scripted server runs in this process on one tokio
+//! worker; the binary is `TROUPE_BIN` or `troupe` beside this bench's
+//! directory (`target/release/troupe`; `tests/benches/run-all.sh` builds it).
+//!
+//! Environment: `TROUPE_BENCH_SAMPLES` (default 30). Figures go to
+//! `docs/performance.md`, never into assertions.
+
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+use troupe_scripted::{Matcher, Response, Script, ScriptedServer, Turn, text, tool_call};
+use troupe_tests::bench::stats::Summary;
+use troupe_tests::bench::system::{kib_to_mib, machine_line};
+use troupe_tests::bench::{count_from_env, invoked_as_benchmark};
+
+/// Measured runs of each kind unless `TROUPE_BENCH_SAMPLES` says otherwise.
+const DEFAULT_SAMPLES: usize = 30;
+/// Runs of each kind before measuring (page cache, dynamic loader).
+const WARMUP_RUNS: usize = 3;
+/// Exit code of a finished run (SPEC §1.1).
+const EXIT_FINISHED: i32 = 0;
+/// Final answer of every scripted run.
+const ANSWER: &str = "Done looking.";
+
+/// Arrival stamps of the requests, in order.
+type Stamps = Arc<Mutex<Vec<Instant>>>;
+
+/// A turn that stamps the arrival of the request it answers.
+fn stamped(stamps: &Stamps, response: Response) -> Turn {
+    let stamps = stamps.clone();
+    Turn::new(response).when(Matcher::predicate("stamps its arrival", move |_| {
+        stamps
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(Instant::now());
+        true
+    }))
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    /// `troupe run x`: one model call answering text.
+    Trivial,
+    /// `troupe run --mode bypass …`: four tool turns, then the answer.
+    WithTools,
+}
+
+impl Kind {
+    fn label(self) -> &'static str {
+        match self {
+            Self::Trivial => "troupe run x (one text answer)",
+            Self::WithTools => "troupe run --mode bypass (read_file, glob, grep, bash, answer)",
+        }
+    }
+
+    fn script(self, stamps: &Stamps) -> Script {
+        let responses = match self {
+            Self::Trivial => vec![text(ANSWER)],
+            Self::WithTools => vec![
+                tool_call("read_file", json!({"path": "README.md"})),
+                tool_call("glob", json!({"pattern": "**/*.rs"})),
+                tool_call(
+                    "grep",
+                    json!({"pattern": "fn \\w+", "output_mode": "content"}),
+                ),
+                tool_call("bash", json!({"command": "echo checked && ls src"})),
+                text(ANSWER),
+            ],
+        };
+        responses
+            .into_iter()
+            .fold(Script::new(), |script, r| script.then(stamped(stamps, r)))
+    }
+
+    fn args(self) -> &'static [&'static str] {
+        match self {
+            Self::Trivial => &["run", "x"],
+            Self::WithTools => &["run", "--mode", "bypass", "Look around the project."],
+        }
+    }
+}
+
+/// A throw-away home and project.
+struct Sandbox {
+    home: tempfile::TempDir,
+    project: tempfile::TempDir,
+}
+
+impl Sandbox {
+    fn new() -> Result<Self, String> {
+        let sandbox = Self {
+            home: tempfile::tempdir().map_err(|e| e.to_string())?,
+            project: tempfile::tempdir().map_err(|e| e.to_string())?,
+        };
+        let root = sandbox.project.path();
+        let write = |path: &str, body: &str| -> Result<(), String> {
+            let path = root.join(path);
+            if let Some(parent) = path.parent() {
+                std::fs::create_dir_all(parent).map_err(|e| e.to_string())?;
+            }
+            std::fs::write(path, body).map_err(|e| e.to_string())
+        };
+        std::fs::create_dir_all(root.join(".troupe")).map_err(|e| e.to_string())?;
+        write("README.md", "# sample\n\nA small crate to look at.\n")?;
+        write(
+            "src/lib.rs",
+            "pub fn add(a: i32, b: i32) -> i32 {\n    a + b\n}\n\npub fn twice(a: i32) -> i32 {\n    add(a, a)\n}\n",
+        )?;
+        write(
+            "src/main.rs",
+            "fn main() {\n    println!(\"{}\", sample::twice(2));\n}\n",
+        )?;
+        Ok(sandbox)
+    }
+
+    fn command(
+        &self,
+        bin: &Path,
+        server: &ScriptedServer,
+        args: &[&str],
+    ) -> Result<Command, String> {
+        let home = self.home.path();
+        let mut command = Command::new(bin);
+        command
+            .env_clear()
+            .env("PATH", std::env::var("PATH").unwrap_or_default())
+            .env("HOME", home)
+            .env("XDG_CONFIG_HOME", home.join("config"))
+            .env("XDG_STATE_HOME", home.join("state"))
+            .env("XDG_DATA_HOME", home.join("share"))
+            .env("XDG_CACHE_HOME", home.join("cache"))
+            .env("TROUPE_HOME", home.join("troupe"))
+            .env("ANTHROPIC_BASE_URL", server.anthropic_base_url())
+            .env("ANTHROPIC_API_KEY", "bench-key")
+            .args(args)
+            .current_dir(self.project.path())
+            .stdin(Stdio::null())
+            .stdout(File::create(home.join("stdout")).map_err(|e| e.to_string())?)
+            .stderr(File::create(home.join("stderr")).map_err(|e| e.to_string())?);
+        Ok(command)
+    }
+
+    fn output(&self, name: &str) -> String {
+        std::fs::read_to_string(self.home.path().join(name)).unwrap_or_default()
+    }
+}
+
+/// How a child ended, from `wait4`.
+struct Exit {
+    code: Option<i32>,
+    at: Instant,
+    max_rss_kib: u64,
+}
+
+/// Waits for the child `pid` with `wait4`, so its resource usage comes back
+/// with its status.
+fn wait4(pid: u32) -> Result<Exit, String> {
+    let pid = libc::pid_t::try_from(pid).map_err(|e| e.to_string())?;
+    let mut status: libc::c_int = 0;
+    // SAFETY: `rusage` is a plain C struct for which all-zero bytes are valid.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    loop {
+        // SAFETY: both pointers are to live, writable locals of the right types.
+        let reaped = unsafe { libc::wait4(pid, &mut status, 0, &mut usage) };
+        if reaped == pid {
+            break;
+        }
+        let err = std::io::Error::last_os_error();
+        if err.kind() != std::io::ErrorKind::Interrupted {
+            return Err(format!("wait4({pid}): {err}"));
+        }
+    }
+    let at = Instant::now();
+    let code = libc::WIFEXITED(status).then(|| libc::WEXITSTATUS(status));
+    // Linux reports ru_maxrss in KiB.
+    let max_rss_kib = u64::try_from(usage.ru_maxrss).unwrap_or(0);
+    Ok(Exit {
+        code,
+        at,
+        max_rss_kib,
+    })
+}
+
+/// One measured run of the binary.
+struct RunSample {
+    to_first_request: Duration,
+    last_request_to_exit: Duration,
+    total: Duration,
+    max_rss_kib: u64,
+}
+
+fn run_once(bin: &Path, tokio: &tokio::runtime::Runtime, kind: Kind) -> Result<RunSample, String> {
+    let stamps: Stamps = Arc::default();
+    let server = tokio
+        .block_on(ScriptedServer::start(kind.script(&stamps)))
+        .map_err(|e| format!("scripted server: {e}"))?;
+    let sandbox = Sandbox::new()?;
+    let mut command = sandbox.command(bin, &server, kind.args())?;
+    let spawned = Instant::now();
+    let child = command
+        .spawn()
+        .map_err(|e| format!("cannot start {}: {e}", bin.display()))?;
+    let exit = wait4(child.id())?;
+    drop(child);
+    let stderr = sandbox.output("stderr");
+    if exit.code != Some(EXIT_FINISHED) {
+        return Err(format!("troupe exited {:?}; stderr:\n{stderr}", exit.code));
+    }
+    let stdout = sandbox.output("stdout");
+    if stdout.trim() != ANSWER {
+        return Err(format!("unexpected stdout {stdout:?}; stderr:\n{stderr}"));
+    }
+    let stamps = stamps
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .clone();
+    let violations = server.take_violations();
+    let (Some(first), Some(last)) = (stamps.first(), stamps.last()) else {
+        return Err("no request reached the server".into());
+    };
+    if stamps.len() != server.request_count()
+        || !violations.is_empty()
+        || server.remaining_turns() != 0
+    {
+        return Err(format!(
+            "{} stamps, {} requests, {} turns left, violations {violations:?}",
+            stamps.len(),
+            server.request_count(),
+            server.remaining_turns()
+        ));
+    }
+    let sample = RunSample {
+        to_first_request: *first - spawned,
+        last_request_to_exit: exit.at - *last,
+        total: exit.at - spawned,
+        max_rss_kib: exit.max_rss_kib,
+    };
+    tokio.block_on(server.shutdown());
+    Ok(sample)
+}
+
+fn version_once(bin: &Path) -> Result<Duration, String> {
+    let started = Instant::now();
+    let status = Command::new(bin)
+        .arg("--version")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .map_err(|e| format!("cannot start {}: {e}", bin.display()))?;
+    let elapsed = started.elapsed();
+    if !status.success() {
+        return Err(format!("troupe --version exited {status}"));
+    }
+    Ok(elapsed)
+}
+
+/// `TROUPE_BIN`, or `troupe` in the profile directory this bench runs from
+/// (`target/release/deps/binary-…` → `target/release/troupe`).
+fn binary() -> Result<PathBuf, String> {
+    if let Ok(path) = std::env::var("TROUPE_BIN") {
+        return Ok(PathBuf::from(path));
+    }
+    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    let profile_dir = exe
+        .parent()
+        .and_then(Path::parent)
+        .ok_or("cannot locate the target directory")?;
+    let bin = profile_dir.join("troupe");
+    if bin.is_file() {
+        Ok(bin)
+    } else {
+        Err(format!(
+            "{} not found: build it first with `cargo build --release -p troupe-cli` \
+             (tests/benches/run-all.sh does)",
+            bin.display()
+        ))
+    }
+}
+
+fn line(name: &str, values: &[f64]) {
+    let summary = Summary::of(values).map_or_else(|| "no samples".into(), |s| s.to_string());
+    println!("  {name:<40} {summary}");
+}
+
+fn bench() -> Result<(), String> {
+    let samples = count_from_env("TROUPE_BENCH_SAMPLES", DEFAULT_SAMPLES)?;
+    let bin = binary()?;
+    let size = std::fs::metadata(&bin).map(|m| m.len()).unwrap_or(0);
+    println!(
+        "binary: {} ({:.1} MiB), {samples} runs of each kind after {WARMUP_RUNS} warm-up runs",
+        bin.display(),
+        size as f64 / (1024.0 * 1024.0)
+    );
+    println!("{}", machine_line());
+    let tokio = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .map_err(|e| format!("cannot start tokio: {e}"))?;
+
+    for _ in 0..WARMUP_RUNS {
+        version_once(&bin)?;
+    }
+    let mut version = Vec::with_capacity(samples);
+    for _ in 0..samples {
+        version.push(version_once(&bin)?.as_secs_f64() * 1_000.0);
+    }
+    println!("\n== troupe --version ==");
+    line("spawn → exit (ms)", &version);
+
+    for kind in [Kind::Trivial, Kind::WithTools] {
+        for _ in 0..WARMUP_RUNS {
+            run_once(&bin, &tokio, kind)?;
+        }
+        let mut runs = Vec::with_capacity(samples);
+        for _ in 0..samples {
+            runs.push(run_once(&bin, &tokio, kind)?);
+        }
+        let ms = |pick: &dyn Fn(&RunSample) -> Duration| -> Vec<f64> {
+            runs.iter()
+                .map(|r| pick(r).as_secs_f64() * 1_000.0)
+                .collect()
+        };
+        println!("\n== {} ==", kind.label());
+        line("spawn → first request (ms)", &ms(&|r| r.to_first_request));
+        line("last request → exit (ms)", &ms(&|r| r.last_request_to_exit));
+        line("spawn → exit (ms)", &ms(&|r| r.total));
+        let rss: Vec<f64> = runs.iter().map(|r| kib_to_mib(r.max_rss_kib)).collect();
+        line("peak RSS, ru_maxrss (MiB)", &rss);
+    }
+    println!("\n{}", machine_line());
+    Ok(())
+}
+
+fn main() {
+    if !invoked_as_benchmark() {
+        return;
+    }
+    if let Err(err) = bench() {
+        eprintln!("binary: {err}");
+        std::process::exit(1);
+    }
+}
