@@ -40,7 +40,9 @@ use troupe_tests::bench::replay::{replay_provider, replay_raw};
 use troupe_tests::bench::stats::{Summary, millis};
 use troupe_tests::bench::system::machine_line;
 use troupe_tests::bench::tools::NoopTool;
-use troupe_tests::bench::{count_from_env, invoked_as_benchmark, scripted_provider};
+use troupe_tests::bench::{
+    count_from_env, invoked_as_benchmark, run_on_tokio_workers, scripted_provider,
+};
 use troupe_tests::{Harness, RunOptions, WAIT};
 
 /// Model calls per run unless `TROUPE_BENCH_TURNS` says otherwise.
@@ -258,17 +260,7 @@ fn main() {
     if !invoked_as_benchmark() {
         return;
     }
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(runtime) => runtime,
-        Err(err) => {
-            eprintln!("agent_turn: cannot start tokio: {err}");
-            std::process::exit(1);
-        }
-    };
-    if let Err(err) = runtime.block_on(bench()) {
+    if let Err(err) = run_on_tokio_workers(bench()) {
         eprintln!("agent_turn: {err}");
         std::process::exit(1);
     }

@@ -32,7 +32,9 @@ use troupe_runtime::tools::builtin_registry;
 use troupe_scripted::{Script, ScriptedServer, text};
 use troupe_tests::WAIT;
 use troupe_tests::bench::system::{Memory, kib_to_mib, machine_line};
-use troupe_tests::bench::{agent_env, count_from_env, invoked_as_benchmark, scripted_provider};
+use troupe_tests::bench::{
+    agent_env, count_from_env, invoked_as_benchmark, run_on_tokio_workers, scripted_provider,
+};
 
 /// Sessions unless `TROUPE_BENCH_AGENTS` says otherwise (SPEC §14).
 const DEFAULT_AGENTS: usize = 1_000;
@@ -266,17 +268,7 @@ fn main() {
     };
     println!("idle_agents: {agents} sessions, each one short run, then idle");
     println!("{}", machine_line());
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(runtime) => runtime,
-        Err(err) => {
-            eprintln!("idle_agents: cannot start tokio: {err}");
-            std::process::exit(1);
-        }
-    };
-    if let Err(err) = runtime.block_on(bench(agents, start)) {
+    if let Err(err) = run_on_tokio_workers(bench(agents, start)) {
         eprintln!("idle_agents: {err}");
         std::process::exit(1);
     }

@@ -25,7 +25,7 @@ use troupe_scripted::{Script, text, tool_calls};
 use troupe_tests::bench::stats::Summary;
 use troupe_tests::bench::system::machine_line;
 use troupe_tests::bench::tools::SleepTool;
-use troupe_tests::bench::{count_from_env, invoked_as_benchmark};
+use troupe_tests::bench::{count_from_env, invoked_as_benchmark, run_on_tokio_workers};
 use troupe_tests::{Harness, RunOptions, WAIT};
 
 /// Measured runs unless `TROUPE_BENCH_SAMPLES` says otherwise.
@@ -165,17 +165,7 @@ fn main() {
     if !invoked_as_benchmark() {
         return;
     }
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(runtime) => runtime,
-        Err(err) => {
-            eprintln!("read_only_batch: cannot start tokio: {err}");
-            std::process::exit(1);
-        }
-    };
-    if let Err(err) = runtime.block_on(bench()) {
+    if let Err(err) = run_on_tokio_workers(bench()) {
         eprintln!("read_only_batch: {err}");
         std::process::exit(1);
     }

@@ -13,6 +13,7 @@ pub mod stats;
 pub mod system;
 pub mod tools;
 
+use std::future::Future;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
@@ -43,6 +44,25 @@ pub const STREAM_IDLE_TIMEOUT: Duration = Duration::from_secs(30);
 /// return at once, so no timing ever runs as a test.
 pub fn invoked_as_benchmark() -> bool {
     std::env::args().any(|arg| arg == CARGO_BENCH_FLAG)
+}
+
+/// Runs `task` on a worker thread of a new multi-threaded tokio runtime
+/// (where the product's own tasks run, rather than on the thread that blocks
+/// on it) and returns its result.
+pub fn run_on_tokio_workers<T, F>(task: F) -> Result<T, String>
+where
+    T: Send + 'static,
+    F: Future<Output = Result<T, String>> + Send + 'static,
+{
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|err| format!("cannot start tokio: {err}"))?;
+    runtime.block_on(async move {
+        tokio::spawn(task)
+            .await
+            .map_err(|err| format!("the benchmark task failed: {err}"))?
+    })
 }
 
 /// A positive count from the environment variable `name`, or `default` when it
@@ -124,6 +144,18 @@ mod tests {
                 .contains("N must be")
         );
         assert!(parse_count("N", Some("many"), 7).is_err());
+    }
+
+    #[test]
+    fn tasks_run_on_workers_and_pass_results_and_errors_back() {
+        let on_worker =
+            run_on_tokio_workers(async { Ok(std::thread::current().name().map(str::to_string)) })
+                .unwrap();
+        assert_ne!(on_worker, std::thread::current().name().map(str::to_string));
+        assert_eq!(
+            run_on_tokio_workers(async { Err::<(), _>("no".to_string()) }),
+            Err("no".to_string())
+        );
     }
 
     #[tokio::test]
