@@ -24,7 +24,9 @@
 //!
 //! Also printed: the median duration of a turn near the start and near the end
 //! of the run (iteration event to iteration event), to show whether a turn gets
-//! dearer as the history grows.
+//! dearer as the history grows, and what building the last model request costs
+//! the agent: copying the history into the request (`ChatRequest.messages`),
+//! the tool definitions, and encoding the body (`anthropic::request_body`).
 //!
 //! Environment: `TROUPE_BENCH_TURNS` (default 50), `TROUPE_BENCH_SAMPLES`
 //! (default 30). Figures go to `docs/performance.md`, never into assertions.
@@ -35,6 +37,7 @@ use std::time::{Duration, Instant};
 use serde_json::json;
 use troupe_runtime::config::Limits;
 use troupe_runtime::events::{EventKind, RunStatus};
+use troupe_runtime::llm::{ChatRequest, anthropic};
 use troupe_scripted::{Script, ScriptedServer, text, tool_call};
 use troupe_tests::bench::replay::{replay_provider, replay_raw};
 use troupe_tests::bench::stats::{Summary, millis};
@@ -110,6 +113,16 @@ struct Sample {
     server: Duration,
     model: Duration,
     turn_times: Vec<Duration>,
+    last_request: RequestCost,
+}
+
+/// What building the last model request of a run costs.
+struct RequestCost {
+    messages: usize,
+    clone_history: Duration,
+    definitions: Duration,
+    body: Duration,
+    body_bytes: usize,
 }
 
 async fn one_run(kind: ToolKind, turns: usize) -> Result<Sample, String> {
@@ -157,6 +170,29 @@ async fn one_run(kind: ToolKind, turns: usize) -> Result<Sample, String> {
     let turn_times = iterations.windows(2).map(|w| w[1] - w[0]).collect();
     let history = h.history(&handle.session_id).await;
 
+    let prefix = &history[..history.len().saturating_sub(1)];
+    let clock = Instant::now();
+    let messages = prefix.to_vec();
+    let clone_history = clock.elapsed();
+    let clock = Instant::now();
+    let tools = env.registry.definitions();
+    let definitions = clock.elapsed();
+    let request = ChatRequest {
+        system: env.system.clone(),
+        messages,
+        tools,
+    };
+    let clock = Instant::now();
+    let encoded =
+        anthropic::request_body(&h.resolved_provider(), &request).map_err(|e| e.to_string())?;
+    let last_request = RequestCost {
+        messages: request.messages.len(),
+        clone_history,
+        definitions,
+        body: clock.elapsed(),
+        body_bytes: encoded.len(),
+    };
+
     let raw_server = ScriptedServer::start(script.clone())
         .await
         .map_err(|e| e.to_string())?;
@@ -188,6 +224,7 @@ async fn one_run(kind: ToolKind, turns: usize) -> Result<Sample, String> {
         server,
         model,
         turn_times,
+        last_request,
     })
 }
 
@@ -229,6 +266,25 @@ fn report(kind: ToolKind, samples: &[Sample]) {
         "  turn duration, last {EDGE_TURNS} turns (ms)  {}",
         edge(&|s| &s.turn_times[s.turn_times.len().saturating_sub(EDGE_TURNS)..])
     );
+    if let Some(first) = samples.first() {
+        println!(
+            "  last request: {} messages, {} bytes; building it, µs:",
+            first.last_request.messages, first.last_request.body_bytes
+        );
+        let micros = |d: Duration| millis(d) * 1_000.0;
+        println!(
+            "    copy of the history    {}",
+            column(&|s| micros(s.last_request.clone_history))
+        );
+        println!(
+            "    tool definitions       {}",
+            column(&|s| micros(s.last_request.definitions))
+        );
+        println!(
+            "    request_body (encode)  {}",
+            column(&|s| micros(s.last_request.body))
+        );
+    }
 }
 
 async fn bench() -> Result<(), String> {
