@@ -12,16 +12,26 @@
 //! - peak memory of a single run ≤ 25 MB RSS: `ru_maxrss` of the child from
 //!   `wait4` (the largest of the process and the children it waited for).
 //!
-//! Two kinds of run: `x` (one model call that answers text at once) and a
-//! run with tools (`read_file`, `glob`, `grep`, `bash` in bypass mode, then the
-//! answer). Each run gets fresh, empty `HOME`, XDG directories and
-//! `TROUPE_HOME` in a temporary directory, and a small project with a
-//! `.troupe` directory. The scripted server runs in this process on one tokio
-//! worker; the binary is `TROUPE_BIN` or `troupe` beside this bench's
-//! directory (`target/release/troupe`; `tests/benches/run-all.sh` builds it).
+//! Three kinds of run: `x` (one model call that answers text at once) in a
+//! small project that is not a git repository; the same in a git repository
+//! of `TROUPE_BENCH_GIT_FILES` committed files (default 10,000), because the
+//! environment part of the system prompt runs `git status` before the first
+//! request; and a run with tools (`read_file`, `glob`, `grep`, `bash` in bypass
+//! mode, then the answer) in the small project. Each run gets fresh, empty
+//! `HOME`, XDG directories and `TROUPE_HOME` in a temporary directory; the
+//! small project (with a `.troupe` directory) is fresh too, the git repository
+//! is made once. The scripted server runs in this process on one tokio worker;
+//! the binary is `TROUPE_BIN` or `troupe` beside this bench's directory
+//! (`target/release/troupe`; `tests/benches/run-all.sh` builds it).
 //!
-//! Environment: `TROUPE_BENCH_SAMPLES` (default 30). Figures go to
-//! `docs/performance.md`, never into assertions.
+//! To explain the start time, two steps of the binary's setup are also timed
+//! in this process: building the provider's HTTP client
+//! (`llm::http::build_client`, first call in the process and later calls) and
+//! building the system prompt (`prompt::build_system_prompt`) in each project.
+//!
+//! Environment: `TROUPE_BENCH_SAMPLES` (default 30), `TROUPE_BENCH_GIT_FILES`
+//! (default 10000). Figures go to `docs/performance.md`, never into
+//! assertions.
 
 use std::fs::File;
 use std::path::{Path, PathBuf};
@@ -30,6 +40,8 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use serde_json::json;
+use troupe_runtime::llm::http::build_client;
+use troupe_runtime::prompt::build_system_prompt;
 use troupe_scripted::{Matcher, Response, Script, ScriptedServer, Turn, text, tool_call};
 use troupe_tests::bench::stats::Summary;
 use troupe_tests::bench::system::{kib_to_mib, machine_line};
@@ -43,6 +55,13 @@ const WARMUP_RUNS: usize = 3;
 const EXIT_FINISHED: i32 = 0;
 /// Final answer of every scripted run.
 const ANSWER: &str = "Done looking.";
+/// Committed files of the git repository unless `TROUPE_BENCH_GIT_FILES` says
+/// otherwise.
+const DEFAULT_GIT_FILES: usize = 10_000;
+/// Files per directory of the git repository.
+const FILES_PER_DIR: usize = 100;
+/// Timed calls of each in-process setup step.
+const STEP_SAMPLES: usize = 20;
 
 /// Arrival stamps of the requests, in order.
 type Stamps = Arc<Mutex<Vec<Instant>>>;
@@ -63,6 +82,8 @@ fn stamped(stamps: &Stamps, response: Response) -> Turn {
 enum Kind {
     /// `troupe run x`: one model call answering text.
     Trivial,
+    /// `troupe run x` in the git repository.
+    TrivialInGitRepo,
     /// `troupe run --mode bypass …`: four tool turns, then the answer.
     WithTools,
 }
@@ -70,14 +91,15 @@ enum Kind {
 impl Kind {
     fn label(self) -> &'static str {
         match self {
-            Self::Trivial => "troupe run x (one text answer)",
+            Self::Trivial => "troupe run x (one text answer; not a git repository)",
+            Self::TrivialInGitRepo => "troupe run x (one text answer; in the git repository)",
             Self::WithTools => "troupe run --mode bypass (read_file, glob, grep, bash, answer)",
         }
     }
 
     fn script(self, stamps: &Stamps) -> Script {
         let responses = match self {
-            Self::Trivial => vec![text(ANSWER)],
+            Self::Trivial | Self::TrivialInGitRepo => vec![text(ANSWER)],
             Self::WithTools => vec![
                 tool_call("read_file", json!({"path": "README.md"})),
                 tool_call("glob", json!({"pattern": "**/*.rs"})),
@@ -96,43 +118,106 @@ impl Kind {
 
     fn args(self) -> &'static [&'static str] {
         match self {
-            Self::Trivial => &["run", "x"],
+            Self::Trivial | Self::TrivialInGitRepo => &["run", "x"],
             Self::WithTools => &["run", "--mode", "bypass", "Look around the project."],
         }
     }
 }
 
-/// A throw-away home and project.
+fn write_file(root: &Path, path: &str, body: &str) -> Result<(), String> {
+    let path = root.join(path);
+    if let Some(parent) = path.parent() {
+        std::fs::create_dir_all(parent).map_err(|e| e.to_string())?;
+    }
+    std::fs::write(path, body).map_err(|e| e.to_string())
+}
+
+/// A small crate with a `.troupe` directory in `root`.
+fn small_project(root: &Path) -> Result<(), String> {
+    std::fs::create_dir_all(root.join(".troupe")).map_err(|e| e.to_string())?;
+    write_file(root, "README.md", "# sample\n\nA small crate to look at.\n")?;
+    write_file(
+        root,
+        "src/lib.rs",
+        "pub fn add(a: i32, b: i32) -> i32 {\n    a + b\n}\n\npub fn twice(a: i32) -> i32 {\n    add(a, a)\n}\n",
+    )?;
+    write_file(
+        root,
+        "src/main.rs",
+        "fn main() {\n    println!(\"{}\", sample::twice(2));\n}\n",
+    )
+}
+
+fn git(root: &Path, args: &[&str]) -> Result<(), String> {
+    let status = Command::new("git")
+        .args(args)
+        .current_dir(root)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .status()
+        .map_err(|e| format!("git {args:?}: {e}"))?;
+    if status.success() {
+        Ok(())
+    } else {
+        Err(format!("git {args:?} exited {status}"))
+    }
+}
+
+/// The small project plus `files` generated files, committed to a new git
+/// repository.
+fn git_project(files: usize) -> Result<tempfile::TempDir, String> {
+    let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
+    let root = dir.path();
+    small_project(root)?;
+    for i in 0..files {
+        let path = format!("generated/d{:03}/f{i:05}.txt", i / FILES_PER_DIR);
+        write_file(root, &path, &format!("generated file {i}\n"))?;
+    }
+    git(root, &["init", "-q"])?;
+    git(root, &["add", "-A"])?;
+    git(
+        root,
+        &[
+            "-c",
+            "user.name=bench",
+            "-c",
+            "user.email=bench@localhost",
+            "-c",
+            "commit.gpgsign=false",
+            "commit",
+            "-q",
+            "-m",
+            "generated",
+        ],
+    )?;
+    Ok(dir)
+}
+
+/// A throw-away home, and the project a run works in (fresh, or shared).
 struct Sandbox {
     home: tempfile::TempDir,
-    project: tempfile::TempDir,
+    fresh_project: Option<tempfile::TempDir>,
+    project: PathBuf,
 }
 
 impl Sandbox {
-    fn new() -> Result<Self, String> {
-        let sandbox = Self {
-            home: tempfile::tempdir().map_err(|e| e.to_string())?,
-            project: tempfile::tempdir().map_err(|e| e.to_string())?,
-        };
-        let root = sandbox.project.path();
-        let write = |path: &str, body: &str| -> Result<(), String> {
-            let path = root.join(path);
-            if let Some(parent) = path.parent() {
-                std::fs::create_dir_all(parent).map_err(|e| e.to_string())?;
+    /// A fresh home; the project is `shared`, or a fresh small project.
+    fn new(shared: Option<&Path>) -> Result<Self, String> {
+        let home = tempfile::tempdir().map_err(|e| e.to_string())?;
+        let (fresh_project, project) = match shared {
+            Some(path) => (None, path.to_path_buf()),
+            None => {
+                let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
+                small_project(dir.path())?;
+                let path = dir.path().to_path_buf();
+                (Some(dir), path)
             }
-            std::fs::write(path, body).map_err(|e| e.to_string())
         };
-        std::fs::create_dir_all(root.join(".troupe")).map_err(|e| e.to_string())?;
-        write("README.md", "# sample\n\nA small crate to look at.\n")?;
-        write(
-            "src/lib.rs",
-            "pub fn add(a: i32, b: i32) -> i32 {\n    a + b\n}\n\npub fn twice(a: i32) -> i32 {\n    add(a, a)\n}\n",
-        )?;
-        write(
-            "src/main.rs",
-            "fn main() {\n    println!(\"{}\", sample::twice(2));\n}\n",
-        )?;
-        Ok(sandbox)
+        Ok(Self {
+            home,
+            fresh_project,
+            project,
+        })
     }
 
     fn command(
@@ -155,7 +240,7 @@ impl Sandbox {
             .env("ANTHROPIC_BASE_URL", server.anthropic_base_url())
             .env("ANTHROPIC_API_KEY", "bench-key")
             .args(args)
-            .current_dir(self.project.path())
+            .current_dir(&self.project)
             .stdin(Stdio::null())
             .stdout(File::create(home.join("stdout")).map_err(|e| e.to_string())?)
             .stderr(File::create(home.join("stderr")).map_err(|e| e.to_string())?);
@@ -211,12 +296,17 @@ struct RunSample {
     max_rss_kib: u64,
 }
 
-fn run_once(bin: &Path, tokio: &tokio::runtime::Runtime, kind: Kind) -> Result<RunSample, String> {
+fn run_once(
+    bin: &Path,
+    tokio: &tokio::runtime::Runtime,
+    kind: Kind,
+    project: Option<&Path>,
+) -> Result<RunSample, String> {
     let stamps: Stamps = Arc::default();
     let server = tokio
         .block_on(ScriptedServer::start(kind.script(&stamps)))
         .map_err(|e| format!("scripted server: {e}"))?;
-    let sandbox = Sandbox::new()?;
+    let sandbox = Sandbox::new(project)?;
     let mut command = sandbox.command(bin, &server, kind.args())?;
     let spawned = Instant::now();
     let child = command
@@ -258,6 +348,7 @@ fn run_once(bin: &Path, tokio: &tokio::runtime::Runtime, kind: Kind) -> Result<R
         max_rss_kib: exit.max_rss_kib,
     };
     tokio.block_on(server.shutdown());
+    drop(sandbox.fresh_project);
     Ok(sample)
 }
 
@@ -300,6 +391,40 @@ fn binary() -> Result<PathBuf, String> {
     }
 }
 
+/// Times two steps of the binary's setup in this process: the provider's
+/// HTTP client, and the system prompt in a plain project and in the git
+/// repository.
+fn setup_steps(tokio: &tokio::runtime::Runtime, plain: &Path, repo: &Path) -> Result<(), String> {
+    let time = |step: &dyn Fn() -> Result<(), String>| -> Result<f64, String> {
+        let started = Instant::now();
+        step()?;
+        Ok(started.elapsed().as_secs_f64() * 1_000.0)
+    };
+    let client = || build_client("bench").map(drop).map_err(|e| e.to_string());
+    println!("\n== setup steps, timed in this process ==");
+    println!(
+        "  {:<40} {:.3} ms",
+        "llm::http::build_client, first call",
+        time(&client)?
+    );
+    let later = (0..STEP_SAMPLES)
+        .map(|_| time(&client))
+        .collect::<Result<Vec<_>, _>>()?;
+    line("llm::http::build_client, later (ms)", &later);
+    for (name, dir) in [("plain project", plain), ("git repository", repo)] {
+        let prompt = || {
+            tokio.block_on(build_system_prompt(None, dir, "scripted-model"));
+            Ok(())
+        };
+        time(&prompt)?;
+        let values = (0..STEP_SAMPLES)
+            .map(|_| time(&prompt))
+            .collect::<Result<Vec<_>, _>>()?;
+        line(&format!("build_system_prompt, {name} (ms)"), &values);
+    }
+    Ok(())
+}
+
 fn line(name: &str, values: &[f64]) {
     let summary = Summary::of(values).map_or_else(|| "no samples".into(), |s| s.to_string());
     println!("  {name:<40} {summary}");
@@ -331,13 +456,25 @@ fn bench() -> Result<(), String> {
     println!("\n== troupe --version ==");
     line("spawn → exit (ms)", &version);
 
-    for kind in [Kind::Trivial, Kind::WithTools] {
+    let git_files = count_from_env("TROUPE_BENCH_GIT_FILES", DEFAULT_GIT_FILES)?;
+    let made = Instant::now();
+    let repo = git_project(git_files)?;
+    println!(
+        "\ngit repository: {git_files} committed files plus the small crate, made in {:.1} s",
+        made.elapsed().as_secs_f64()
+    );
+    let plain = tempfile::tempdir().map_err(|e| e.to_string())?;
+    small_project(plain.path())?;
+    setup_steps(&tokio, plain.path(), repo.path())?;
+
+    for kind in [Kind::Trivial, Kind::TrivialInGitRepo, Kind::WithTools] {
+        let project = (kind == Kind::TrivialInGitRepo).then(|| repo.path());
         for _ in 0..WARMUP_RUNS {
-            run_once(&bin, &tokio, kind)?;
+            run_once(&bin, &tokio, kind, project)?;
         }
         let mut runs = Vec::with_capacity(samples);
         for _ in 0..samples {
-            runs.push(run_once(&bin, &tokio, kind)?);
+            runs.push(run_once(&bin, &tokio, kind, project)?);
         }
         let ms = |pick: &dyn Fn(&RunSample) -> Duration| -> Vec<f64> {
             runs.iter()
