@@ -23,7 +23,8 @@
 //! - `loop`     = gross − model (agent actor, executors, tools, event log)
 //!
 //! Also printed: the median duration of a turn near the start and near the end
-//! of the run (iteration event to iteration event), to show whether a turn gets
+//! of the run (from one request's arrival at the server to the next's), to
+//! show whether a turn gets
 //! dearer as the history grows, and what building the last model request costs
 //! the agent: copying the history into the request (`ChatRequest.messages`),
 //! the tool definitions, and encoding the body (`anthropic::request_body`).
@@ -39,6 +40,7 @@ use troupe_runtime::config::Limits;
 use troupe_runtime::events::{EventKind, RunStatus};
 use troupe_runtime::llm::{ChatRequest, anthropic};
 use troupe_scripted::{Script, ScriptedServer, text, tool_call};
+use troupe_tests::bench::arrivals::ArrivalStamps;
 use troupe_tests::bench::replay::{replay_provider, replay_raw};
 use troupe_tests::bench::stats::{Summary, millis};
 use troupe_tests::bench::system::machine_line;
@@ -76,18 +78,17 @@ impl ToolKind {
 
 /// `turns` model calls: `turns − 1` asking for one call of `kind` each (with
 /// distinct arguments, so the repeated-call guard never stops the run), then
-/// a text answer.
-fn script(kind: ToolKind, turns: usize) -> Script {
+/// a text answer. Every request's arrival is stamped in `stamps`.
+fn script(kind: ToolKind, turns: usize, stamps: &ArrivalStamps) -> Script {
     let mut script = Script::new();
     for i in 0..turns.saturating_sub(1) {
-        script = match kind {
-            ToolKind::ReadFile => {
-                script.then(tool_call("read_file", json!({ "path": file_name(i) })))
-            }
-            ToolKind::Noop => script.then(tool_call("noop", json!({ "n": i }))),
+        let response = match kind {
+            ToolKind::ReadFile => tool_call("read_file", json!({ "path": file_name(i) })),
+            ToolKind::Noop => tool_call("noop", json!({ "n": i })),
         };
+        script = script.then(stamps.turn(response));
     }
-    script.then(text("All files read; nothing else to do."))
+    script.then(stamps.turn(text("All files read; nothing else to do.")))
 }
 
 fn file_name(i: usize) -> String {
@@ -126,8 +127,8 @@ struct RequestCost {
 }
 
 async fn one_run(kind: ToolKind, turns: usize) -> Result<Sample, String> {
-    let script = script(kind, turns);
-    let h = Harness::anthropic(script.clone()).await;
+    let stamps = ArrivalStamps::new();
+    let h = Harness::anthropic(script(kind, turns, &stamps)).await;
     std::fs::create_dir_all(h.root().join("src")).map_err(|e| e.to_string())?;
     for i in 0..turns {
         let body: String = (0..FILE_LINES)
@@ -141,20 +142,18 @@ async fn one_run(kind: ToolKind, turns: usize) -> Result<Sample, String> {
 
     let started = Instant::now();
     let mut handle = h.submit("Read the files one by one.", options).await;
-    let mut iterations = Vec::with_capacity(turns);
     let status = loop {
         let event = tokio::time::timeout(WAIT, handle.events.recv())
             .await
             .map_err(|_| "no event in time".to_string())?
             .ok_or("event stream closed before run_finished")?;
-        match event.kind {
-            EventKind::Iteration { .. } => iterations.push(Instant::now()),
-            EventKind::RunFinished { status, .. } if event.agent_path == "main" => break status,
-            _ => {}
+        if let EventKind::RunFinished { status, .. } = event.kind
+            && event.agent_path == "main"
+        {
+            break status;
         }
     };
-    let finished = Instant::now();
-    let wall = finished - started;
+    let wall = started.elapsed();
     if status != RunStatus::Finished {
         return Err(format!("run ended {status:?}"));
     }
@@ -166,8 +165,7 @@ async fn one_run(kind: ToolKind, turns: usize) -> Result<Sample, String> {
             h.server.violations()
         ));
     }
-    iterations.push(finished);
-    let turn_times = iterations.windows(2).map(|w| w[1] - w[0]).collect();
+    let turn_times = stamps.times().windows(2).map(|w| w[1] - w[0]).collect();
     let history = h.history(&handle.session_id).await;
 
     let prefix = &history[..history.len().saturating_sub(1)];
@@ -193,7 +191,7 @@ async fn one_run(kind: ToolKind, turns: usize) -> Result<Sample, String> {
         body_bytes: encoded.len(),
     };
 
-    let raw_server = ScriptedServer::start(script.clone())
+    let raw_server = ScriptedServer::start(script(kind, turns, &ArrivalStamps::new()))
         .await
         .map_err(|e| e.to_string())?;
     let server: Duration = replay_raw(raw_server.addr(), &requests)
@@ -202,7 +200,7 @@ async fn one_run(kind: ToolKind, turns: usize) -> Result<Sample, String> {
         .into_iter()
         .sum();
 
-    let adapter_server = ScriptedServer::start(script)
+    let adapter_server = ScriptedServer::start(script(kind, turns, &ArrivalStamps::new()))
         .await
         .map_err(|e| e.to_string())?;
     let provider = scripted_provider(&adapter_server.anthropic_base_url())?;
@@ -259,11 +257,11 @@ fn report(kind: ToolKind, samples: &[Sample]) {
         Summary::of_millis(&values).map_or_else(|| "no samples".into(), |s| s.to_string())
     };
     println!(
-        "  turn duration, first {EDGE_TURNS} turns (ms) {}",
+        "  turn (request → next request at the server), first {EDGE_TURNS} (ms) {}",
         edge(&|s| &s.turn_times[..EDGE_TURNS.min(s.turn_times.len())])
     );
     println!(
-        "  turn duration, last {EDGE_TURNS} turns (ms)  {}",
+        "  turn (request → next request at the server), last {EDGE_TURNS} (ms)  {}",
         edge(&|s| &s.turn_times[s.turn_times.len().saturating_sub(EDGE_TURNS)..])
     );
     if let Some(first) = samples.first() {

@@ -4,8 +4,8 @@
 //! - `troupe --version` ≤ 10 ms (spawn to exit);
 //! - start to first model request ≤ 30 ms (embedded run ≤ 100 ms): from just
 //!   before spawning `troupe run` to the server's admission of the request
-//!   (stamped by a matcher predicate when the body has been received and
-//!   checked);
+//!   (stamped by the scripted server when it has received and checked the
+//!   body: `bench::arrivals`);
 //! - exit ≤ 10 ms after the final answer: from the admission of the last
 //!   request (the server answers at once, so this includes sending and
 //!   reading the final response) to the process's exit, as seen by `wait4`;
@@ -36,13 +36,13 @@
 use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use serde_json::json;
 use troupe_runtime::llm::http::build_client;
 use troupe_runtime::prompt::build_system_prompt;
-use troupe_scripted::{Matcher, Response, Script, ScriptedServer, Turn, text, tool_call};
+use troupe_scripted::{Script, ScriptedServer, text, tool_call};
+use troupe_tests::bench::arrivals::ArrivalStamps;
 use troupe_tests::bench::stats::Summary;
 use troupe_tests::bench::system::{kib_to_mib, machine_line};
 use troupe_tests::bench::{count_from_env, invoked_as_benchmark};
@@ -63,21 +63,6 @@ const FILES_PER_DIR: usize = 100;
 /// Timed calls of each in-process setup step.
 const STEP_SAMPLES: usize = 20;
 
-/// Arrival stamps of the requests, in order.
-type Stamps = Arc<Mutex<Vec<Instant>>>;
-
-/// A turn that stamps the arrival of the request it answers.
-fn stamped(stamps: &Stamps, response: Response) -> Turn {
-    let stamps = stamps.clone();
-    Turn::new(response).when(Matcher::predicate("stamps its arrival", move |_| {
-        stamps
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .push(Instant::now());
-        true
-    }))
-}
-
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Kind {
     /// `troupe run x`: one model call answering text.
@@ -97,7 +82,7 @@ impl Kind {
         }
     }
 
-    fn script(self, stamps: &Stamps) -> Script {
+    fn script(self, stamps: &ArrivalStamps) -> Script {
         let responses = match self {
             Self::Trivial | Self::TrivialInGitRepo => vec![text(ANSWER)],
             Self::WithTools => vec![
@@ -113,7 +98,7 @@ impl Kind {
         };
         responses
             .into_iter()
-            .fold(Script::new(), |script, r| script.then(stamped(stamps, r)))
+            .fold(Script::new(), |script, r| script.then(stamps.turn(r)))
     }
 
     fn args(self) -> &'static [&'static str] {
@@ -302,7 +287,7 @@ fn run_once(
     kind: Kind,
     project: Option<&Path>,
 ) -> Result<RunSample, String> {
-    let stamps: Stamps = Arc::default();
+    let stamps = ArrivalStamps::new();
     let server = tokio
         .block_on(ScriptedServer::start(kind.script(&stamps)))
         .map_err(|e| format!("scripted server: {e}"))?;
@@ -322,10 +307,7 @@ fn run_once(
     if stdout.trim() != ANSWER {
         return Err(format!("unexpected stdout {stdout:?}; stderr:\n{stderr}"));
     }
-    let stamps = stamps
-        .lock()
-        .unwrap_or_else(PoisonError::into_inner)
-        .clone();
+    let stamps = stamps.times();
     let violations = server.take_violations();
     let (Some(first), Some(last)) = (stamps.first(), stamps.last()) else {
         return Err("no request reached the server".into());

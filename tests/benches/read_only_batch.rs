@@ -8,7 +8,9 @@
 //! never wait for a person). Measured from the subscriber's side of the event
 //! stream:
 //!
-//! - `batch`: the first `tool_started` to the last `tool_finished`;
+//! - `batch`: the first `tool_started` to the last `tool_finished`, as
+//!   received by the subscriber, and by the events' own `ts` (stamped by the
+//!   event log, millisecond resolution);
 //! - `turn`:  `iteration 1` to `iteration 2` (model call, the batch, results);
 //! - `run`:   submit to `run_finished` (two model calls and the batch).
 //!
@@ -39,6 +41,7 @@ const CALL_MILLIS: u64 = 1_000;
 
 struct Sample {
     batch: Duration,
+    batch_by_ts: Duration,
     turn: Duration,
     run: Duration,
     tool_durations_ms: Vec<u64>,
@@ -66,6 +69,8 @@ async fn one_run() -> Result<Sample, String> {
     let mut handle = h.submit("Wait four times.", options).await;
     let mut first_started = None;
     let mut last_finished = None;
+    let mut first_started_ts = None;
+    let mut last_finished_ts = None;
     let mut iterations = Vec::new();
     let mut tool_durations_ms = Vec::new();
     let status = loop {
@@ -74,10 +79,13 @@ async fn one_run() -> Result<Sample, String> {
             .map_err(|_| "no event in time".to_string())?
             .ok_or("event stream closed before run_finished")?;
         let now = Instant::now();
+        let ts = chrono::DateTime::parse_from_rfc3339(&event.ts)
+            .map_err(|e| format!("event ts {:?}: {e}", event.ts))?;
         match event.kind {
             EventKind::Iteration { .. } => iterations.push(now),
             EventKind::ToolStarted { .. } => {
                 first_started.get_or_insert(now);
+                first_started_ts.get_or_insert(ts);
             }
             EventKind::ToolFinished {
                 is_error,
@@ -90,6 +98,7 @@ async fn one_run() -> Result<Sample, String> {
                 }
                 tool_durations_ms.push(duration_ms);
                 last_finished = Some(now);
+                last_finished_ts = Some(ts);
             }
             EventKind::RunFinished { status, .. } if event.agent_path == "main" => break status,
             _ => {}
@@ -99,9 +108,13 @@ async fn one_run() -> Result<Sample, String> {
     if status != RunStatus::Finished {
         return Err(format!("run ended {status:?}"));
     }
-    let (Some(first), Some(last), [one, two]) =
-        (first_started, last_finished, iterations.as_slice())
-    else {
+    let (Some(first), Some(last), Some(first_ts), Some(last_ts), [one, two]) = (
+        first_started,
+        last_finished,
+        first_started_ts,
+        last_finished_ts,
+        iterations.as_slice(),
+    ) else {
         return Err(format!(
             "unexpected event shape: {} iterations, {} tool results",
             iterations.len(),
@@ -113,6 +126,9 @@ async fn one_run() -> Result<Sample, String> {
     }
     let sample = Sample {
         batch: last - first,
+        batch_by_ts: (last_ts - first_ts)
+            .to_std()
+            .map_err(|e| format!("tool_finished before tool_started: {e}"))?,
         turn: *two - *one,
         run,
         tool_durations_ms,
@@ -144,6 +160,9 @@ async fn bench() -> Result<(), String> {
     println!("times in ms:");
     show("batch (first tool_started → last tool_finished)", &|s| {
         s.batch
+    });
+    show("batch, by the events' ts (1 ms resolution)", &|s| {
+        s.batch_by_ts
     });
     show("turn (iteration 1 → iteration 2)", &|s| s.turn);
     show("run (submit → run_finished)", &|s| s.run);

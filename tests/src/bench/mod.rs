@@ -1,12 +1,14 @@
 //! Support for the whole-runtime benchmarks in `tests/benches/` (SPEC §14):
-//! bench-only tools, summary statistics, a bare HTTP client and replays that
-//! split a run's time into parts, readings of `/proc`, and the agent
+//! bench-only tools, summary statistics, request arrival times at the scripted
+//! server, a bare HTTP client and replays that split a run's time into parts,
+//! readings of `/proc`, and the agent
 //! environment for a scripted server that runs in another process.
 //!
 //! Nothing here asserts a timing: benchmarks print figures, which are recorded
 //! in `docs/performance.md`. This module must not change how the product
 //! behaves; it only drives and observes it.
 
+pub mod arrivals;
 pub mod http;
 pub mod replay;
 pub mod stats;
