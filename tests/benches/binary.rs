@@ -41,7 +41,7 @@ use std::time::{Duration, Instant};
 use serde_json::json;
 use troupe_runtime::llm::http::build_client;
 use troupe_runtime::prompt::build_system_prompt;
-use troupe_scripted::{Script, ScriptedServer, text, tool_call};
+use troupe_scripted::{Script, ScriptedServer, ServerConfig, text, tool_call};
 use troupe_tests::bench::arrivals::ArrivalStamps;
 use troupe_tests::bench::stats::Summary;
 use troupe_tests::bench::system::{kib_to_mib, machine_line};
@@ -289,7 +289,11 @@ fn run_once(
 ) -> Result<RunSample, String> {
     let stamps = ArrivalStamps::new();
     let server = tokio
-        .block_on(ScriptedServer::start(kind.script(&stamps)))
+        .block_on(ScriptedServer::start_with(
+            kind.script(&stamps),
+            // Violations are checked below and reported as the run's error.
+            ServerConfig::non_strict(),
+        ))
         .map_err(|e| format!("scripted server: {e}"))?;
     let sandbox = Sandbox::new(project)?;
     let mut command = sandbox.command(bin, &server, kind.args())?;
