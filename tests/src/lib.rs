@@ -2,6 +2,7 @@
 //! throw-away project, the real actor runtime wired to them, and ways to wait on
 //! a run's events with timeouts (never sleeps).
 
+pub mod bench;
 pub mod tools;
 
 use std::path::{Path, PathBuf};

@@ -1,0 +1,489 @@
+//! Benchmark: the real `troupe` binary (release build) against the scripted
+//! model server (SPEC §14):
+//!
+//! - `troupe --version` ≤ 10 ms (spawn to exit);
+//! - start to first model request ≤ 30 ms (embedded run ≤ 100 ms): from just
+//!   before spawning `troupe run` to the server's admission of the request
+//!   (stamped by the scripted server when it has received and checked the
+//!   body: `bench::arrivals`);
+//! - exit ≤ 10 ms after the final answer: from the admission of the last
+//!   request (the server answers at once, so this includes sending and
+//!   reading the final response) to the process's exit, as seen by `wait4`;
+//! - peak memory of a single run ≤ 25 MB RSS: `ru_maxrss` of the child from
+//!   `wait4` (the largest of the process and the children it waited for).
+//!
+//! Three kinds of run: `x` (one model call that answers text at once) in a
+//! small project that is not a git repository; the same in a git repository
+//! of `TROUPE_BENCH_GIT_FILES` committed files (default 10,000), because the
+//! environment part of the system prompt runs `git status` before the first
+//! request; and a run with tools (`read_file`, `glob`, `grep`, `bash` in bypass
+//! mode, then the answer) in the small project. Each run gets fresh, empty
+//! `HOME`, XDG directories and `TROUPE_HOME` in a temporary directory; the
+//! small project (with a `.troupe` directory) is fresh too, the git repository
+//! is made once. The scripted server runs in this process on one tokio worker;
+//! the binary is `TROUPE_BIN` or `troupe` beside this bench's directory
+//! (`target/release/troupe`; `tests/benches/run-all.sh` builds it).
+//!
+//! To explain the start time, two steps of the binary's setup are also timed
+//! in this process: building the provider's HTTP client
+//! (`llm::http::build_client`, first call in the process and later calls) and
+//! building the system prompt (`prompt::build_system_prompt`) in each project.
+//!
+//! Environment: `TROUPE_BENCH_SAMPLES` (default 30), `TROUPE_BENCH_GIT_FILES`
+//! (default 10000). Figures go to `docs/performance.md`, never into
+//! assertions.
+
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+use troupe_runtime::llm::http::build_client;
+use troupe_runtime::prompt::build_system_prompt;
+use troupe_scripted::{Script, ScriptedServer, ServerConfig, text, tool_call};
+use troupe_tests::bench::arrivals::ArrivalStamps;
+use troupe_tests::bench::stats::Summary;
+use troupe_tests::bench::system::{kib_to_mib, machine_line};
+use troupe_tests::bench::{count_from_env, invoked_as_benchmark};
+
+/// Measured runs of each kind unless `TROUPE_BENCH_SAMPLES` says otherwise.
+const DEFAULT_SAMPLES: usize = 30;
+/// Runs of each kind before measuring (page cache, dynamic loader).
+const WARMUP_RUNS: usize = 3;
+/// Exit code of a finished run (SPEC §1.1).
+const EXIT_FINISHED: i32 = 0;
+/// Final answer of every scripted run.
+const ANSWER: &str = "Done looking.";
+/// Committed files of the git repository unless `TROUPE_BENCH_GIT_FILES` says
+/// otherwise.
+const DEFAULT_GIT_FILES: usize = 10_000;
+/// Files per directory of the git repository.
+const FILES_PER_DIR: usize = 100;
+/// Timed calls of each in-process setup step.
+const STEP_SAMPLES: usize = 20;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    /// `troupe run x`: one model call answering text.
+    Trivial,
+    /// `troupe run x` in the git repository.
+    TrivialInGitRepo,
+    /// `troupe run --mode bypass …`: four tool turns, then the answer.
+    WithTools,
+}
+
+impl Kind {
+    fn label(self) -> &'static str {
+        match self {
+            Self::Trivial => "troupe run x (one text answer; not a git repository)",
+            Self::TrivialInGitRepo => "troupe run x (one text answer; in the git repository)",
+            Self::WithTools => "troupe run --mode bypass (read_file, glob, grep, bash, answer)",
+        }
+    }
+
+    fn script(self, stamps: &ArrivalStamps) -> Script {
+        let responses = match self {
+            Self::Trivial | Self::TrivialInGitRepo => vec![text(ANSWER)],
+            Self::WithTools => vec![
+                tool_call("read_file", json!({"path": "README.md"})),
+                tool_call("glob", json!({"pattern": "**/*.rs"})),
+                tool_call(
+                    "grep",
+                    json!({"pattern": "fn \\w+", "output_mode": "content"}),
+                ),
+                tool_call("bash", json!({"command": "echo checked && ls src"})),
+                text(ANSWER),
+            ],
+        };
+        responses
+            .into_iter()
+            .fold(Script::new(), |script, r| script.then(stamps.turn(r)))
+    }
+
+    fn args(self) -> &'static [&'static str] {
+        match self {
+            Self::Trivial | Self::TrivialInGitRepo => &["run", "x"],
+            Self::WithTools => &["run", "--mode", "bypass", "Look around the project."],
+        }
+    }
+}
+
+fn write_file(root: &Path, path: &str, body: &str) -> Result<(), String> {
+    let path = root.join(path);
+    if let Some(parent) = path.parent() {
+        std::fs::create_dir_all(parent).map_err(|e| e.to_string())?;
+    }
+    std::fs::write(path, body).map_err(|e| e.to_string())
+}
+
+/// A small crate with a `.troupe` directory in `root`.
+fn small_project(root: &Path) -> Result<(), String> {
+    std::fs::create_dir_all(root.join(".troupe")).map_err(|e| e.to_string())?;
+    write_file(root, "README.md", "# sample\n\nA small crate to look at.\n")?;
+    write_file(
+        root,
+        "src/lib.rs",
+        "pub fn add(a: i32, b: i32) -> i32 {\n    a + b\n}\n\npub fn twice(a: i32) -> i32 {\n    add(a, a)\n}\n",
+    )?;
+    write_file(
+        root,
+        "src/main.rs",
+        "fn main() {\n    println!(\"{}\", sample::twice(2));\n}\n",
+    )
+}
+
+fn git(root: &Path, args: &[&str]) -> Result<(), String> {
+    let status = Command::new("git")
+        .args(args)
+        .current_dir(root)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .status()
+        .map_err(|e| format!("git {args:?}: {e}"))?;
+    if status.success() {
+        Ok(())
+    } else {
+        Err(format!("git {args:?} exited {status}"))
+    }
+}
+
+/// The small project plus `files` generated files, committed to a new git
+/// repository.
+fn git_project(files: usize) -> Result<tempfile::TempDir, String> {
+    let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
+    let root = dir.path();
+    small_project(root)?;
+    for i in 0..files {
+        let path = format!("generated/d{:03}/f{i:05}.txt", i / FILES_PER_DIR);
+        write_file(root, &path, &format!("generated file {i}\n"))?;
+    }
+    git(root, &["init", "-q"])?;
+    git(root, &["add", "-A"])?;
+    git(
+        root,
+        &[
+            "-c",
+            "user.name=bench",
+            "-c",
+            "user.email=bench@localhost",
+            "-c",
+            "commit.gpgsign=false",
+            "commit",
+            "-q",
+            "-m",
+            "generated",
+        ],
+    )?;
+    Ok(dir)
+}
+
+/// A throw-away home, and the project a run works in (fresh, or shared).
+struct Sandbox {
+    home: tempfile::TempDir,
+    fresh_project: Option<tempfile::TempDir>,
+    project: PathBuf,
+}
+
+impl Sandbox {
+    /// A fresh home; the project is `shared`, or a fresh small project.
+    fn new(shared: Option<&Path>) -> Result<Self, String> {
+        let home = tempfile::tempdir().map_err(|e| e.to_string())?;
+        let (fresh_project, project) = match shared {
+            Some(path) => (None, path.to_path_buf()),
+            None => {
+                let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
+                small_project(dir.path())?;
+                let path = dir.path().to_path_buf();
+                (Some(dir), path)
+            }
+        };
+        Ok(Self {
+            home,
+            fresh_project,
+            project,
+        })
+    }
+
+    fn command(
+        &self,
+        bin: &Path,
+        server: &ScriptedServer,
+        args: &[&str],
+    ) -> Result<Command, String> {
+        let home = self.home.path();
+        let mut command = Command::new(bin);
+        command
+            .env_clear()
+            .env("PATH", std::env::var("PATH").unwrap_or_default())
+            .env("HOME", home)
+            .env("XDG_CONFIG_HOME", home.join("config"))
+            .env("XDG_STATE_HOME", home.join("state"))
+            .env("XDG_DATA_HOME", home.join("share"))
+            .env("XDG_CACHE_HOME", home.join("cache"))
+            .env("TROUPE_HOME", home.join("troupe"))
+            .env("ANTHROPIC_BASE_URL", server.anthropic_base_url())
+            .env("ANTHROPIC_API_KEY", "bench-key")
+            .args(args)
+            .current_dir(&self.project)
+            .stdin(Stdio::null())
+            .stdout(File::create(home.join("stdout")).map_err(|e| e.to_string())?)
+            .stderr(File::create(home.join("stderr")).map_err(|e| e.to_string())?);
+        Ok(command)
+    }
+
+    fn output(&self, name: &str) -> String {
+        std::fs::read_to_string(self.home.path().join(name)).unwrap_or_default()
+    }
+}
+
+/// How a child ended, from `wait4`.
+struct Exit {
+    code: Option<i32>,
+    at: Instant,
+    max_rss_kib: u64,
+}
+
+/// Waits for the child `pid` with `wait4`, so its resource usage comes back
+/// with its status.
+fn wait4(pid: u32) -> Result<Exit, String> {
+    let pid = libc::pid_t::try_from(pid).map_err(|e| e.to_string())?;
+    let mut status: libc::c_int = 0;
+    // SAFETY: `rusage` is a plain C struct for which all-zero bytes are valid.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    loop {
+        // SAFETY: both pointers are to live, writable locals of the right types.
+        let reaped = unsafe { libc::wait4(pid, &mut status, 0, &mut usage) };
+        if reaped == pid {
+            break;
+        }
+        let err = std::io::Error::last_os_error();
+        if err.kind() != std::io::ErrorKind::Interrupted {
+            return Err(format!("wait4({pid}): {err}"));
+        }
+    }
+    let at = Instant::now();
+    let code = libc::WIFEXITED(status).then(|| libc::WEXITSTATUS(status));
+    // Linux reports ru_maxrss in KiB.
+    let max_rss_kib = u64::try_from(usage.ru_maxrss).unwrap_or(0);
+    Ok(Exit {
+        code,
+        at,
+        max_rss_kib,
+    })
+}
+
+/// One measured run of the binary.
+struct RunSample {
+    to_first_request: Duration,
+    last_request_to_exit: Duration,
+    total: Duration,
+    max_rss_kib: u64,
+}
+
+fn run_once(
+    bin: &Path,
+    tokio: &tokio::runtime::Runtime,
+    kind: Kind,
+    project: Option<&Path>,
+) -> Result<RunSample, String> {
+    let stamps = ArrivalStamps::new();
+    let server = tokio
+        .block_on(ScriptedServer::start_with(
+            kind.script(&stamps),
+            // Violations are checked below and reported as the run's error.
+            ServerConfig::non_strict(),
+        ))
+        .map_err(|e| format!("scripted server: {e}"))?;
+    let sandbox = Sandbox::new(project)?;
+    let mut command = sandbox.command(bin, &server, kind.args())?;
+    let spawned = Instant::now();
+    let child = command
+        .spawn()
+        .map_err(|e| format!("cannot start {}: {e}", bin.display()))?;
+    let exit = wait4(child.id())?;
+    drop(child);
+    let stderr = sandbox.output("stderr");
+    if exit.code != Some(EXIT_FINISHED) {
+        return Err(format!("troupe exited {:?}; stderr:\n{stderr}", exit.code));
+    }
+    let stdout = sandbox.output("stdout");
+    if stdout.trim() != ANSWER {
+        return Err(format!("unexpected stdout {stdout:?}; stderr:\n{stderr}"));
+    }
+    let stamps = stamps.times();
+    let violations = server.take_violations();
+    let (Some(first), Some(last)) = (stamps.first(), stamps.last()) else {
+        return Err("no request reached the server".into());
+    };
+    if stamps.len() != server.request_count()
+        || !violations.is_empty()
+        || server.remaining_turns() != 0
+    {
+        return Err(format!(
+            "{} stamps, {} requests, {} turns left, violations {violations:?}",
+            stamps.len(),
+            server.request_count(),
+            server.remaining_turns()
+        ));
+    }
+    let sample = RunSample {
+        to_first_request: *first - spawned,
+        last_request_to_exit: exit.at - *last,
+        total: exit.at - spawned,
+        max_rss_kib: exit.max_rss_kib,
+    };
+    tokio.block_on(server.shutdown());
+    drop(sandbox.fresh_project);
+    Ok(sample)
+}
+
+fn version_once(bin: &Path) -> Result<Duration, String> {
+    let started = Instant::now();
+    let status = Command::new(bin)
+        .arg("--version")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .map_err(|e| format!("cannot start {}: {e}", bin.display()))?;
+    let elapsed = started.elapsed();
+    if !status.success() {
+        return Err(format!("troupe --version exited {status}"));
+    }
+    Ok(elapsed)
+}
+
+/// `TROUPE_BIN`, or `troupe` in the profile directory this bench runs from
+/// (`target/release/deps/binary-…` → `target/release/troupe`).
+fn binary() -> Result<PathBuf, String> {
+    if let Ok(path) = std::env::var("TROUPE_BIN") {
+        return Ok(PathBuf::from(path));
+    }
+    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    let profile_dir = exe
+        .parent()
+        .and_then(Path::parent)
+        .ok_or("cannot locate the target directory")?;
+    let bin = profile_dir.join("troupe");
+    if bin.is_file() {
+        Ok(bin)
+    } else {
+        Err(format!(
+            "{} not found: build it first with `cargo build --release -p troupe-cli` \
+             (tests/benches/run-all.sh does)",
+            bin.display()
+        ))
+    }
+}
+
+/// Times two steps of the binary's setup in this process: the provider's
+/// HTTP client, and the system prompt in a plain project and in the git
+/// repository.
+fn setup_steps(tokio: &tokio::runtime::Runtime, plain: &Path, repo: &Path) -> Result<(), String> {
+    let time = |step: &dyn Fn() -> Result<(), String>| -> Result<f64, String> {
+        let started = Instant::now();
+        step()?;
+        Ok(started.elapsed().as_secs_f64() * 1_000.0)
+    };
+    let client = || build_client("bench").map(drop).map_err(|e| e.to_string());
+    println!("\n== setup steps, timed in this process ==");
+    println!(
+        "  {:<40} {:.3} ms",
+        "llm::http::build_client, first call",
+        time(&client)?
+    );
+    let later = (0..STEP_SAMPLES)
+        .map(|_| time(&client))
+        .collect::<Result<Vec<_>, _>>()?;
+    line("llm::http::build_client, later (ms)", &later);
+    for (name, dir) in [("plain project", plain), ("git repository", repo)] {
+        let prompt = || {
+            tokio.block_on(build_system_prompt(None, dir, "scripted-model"));
+            Ok(())
+        };
+        time(&prompt)?;
+        let values = (0..STEP_SAMPLES)
+            .map(|_| time(&prompt))
+            .collect::<Result<Vec<_>, _>>()?;
+        line(&format!("build_system_prompt, {name} (ms)"), &values);
+    }
+    Ok(())
+}
+
+fn line(name: &str, values: &[f64]) {
+    let summary = Summary::of(values).map_or_else(|| "no samples".into(), |s| s.to_string());
+    println!("  {name:<40} {summary}");
+}
+
+fn bench() -> Result<(), String> {
+    let samples = count_from_env("TROUPE_BENCH_SAMPLES", DEFAULT_SAMPLES)?;
+    let bin = binary()?;
+    let size = std::fs::metadata(&bin).map(|m| m.len()).unwrap_or(0);
+    println!(
+        "binary: {} ({:.1} MiB), {samples} runs of each kind after {WARMUP_RUNS} warm-up runs",
+        bin.display(),
+        size as f64 / (1024.0 * 1024.0)
+    );
+    println!("{}", machine_line());
+    let tokio = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .map_err(|e| format!("cannot start tokio: {e}"))?;
+
+    for _ in 0..WARMUP_RUNS {
+        version_once(&bin)?;
+    }
+    let mut version = Vec::with_capacity(samples);
+    for _ in 0..samples {
+        version.push(version_once(&bin)?.as_secs_f64() * 1_000.0);
+    }
+    println!("\n== troupe --version ==");
+    line("spawn → exit (ms)", &version);
+
+    let git_files = count_from_env("TROUPE_BENCH_GIT_FILES", DEFAULT_GIT_FILES)?;
+    let made = Instant::now();
+    let repo = git_project(git_files)?;
+    println!(
+        "\ngit repository: {git_files} committed files plus the small crate, made in {:.1} s",
+        made.elapsed().as_secs_f64()
+    );
+    let plain = tempfile::tempdir().map_err(|e| e.to_string())?;
+    small_project(plain.path())?;
+    setup_steps(&tokio, plain.path(), repo.path())?;
+
+    for kind in [Kind::Trivial, Kind::TrivialInGitRepo, Kind::WithTools] {
+        let project = (kind == Kind::TrivialInGitRepo).then(|| repo.path());
+        for _ in 0..WARMUP_RUNS {
+            run_once(&bin, &tokio, kind, project)?;
+        }
+        let mut runs = Vec::with_capacity(samples);
+        for _ in 0..samples {
+            runs.push(run_once(&bin, &tokio, kind, project)?);
+        }
+        let ms = |pick: &dyn Fn(&RunSample) -> Duration| -> Vec<f64> {
+            runs.iter()
+                .map(|r| pick(r).as_secs_f64() * 1_000.0)
+                .collect()
+        };
+        println!("\n== {} ==", kind.label());
+        line("spawn → first request (ms)", &ms(&|r| r.to_first_request));
+        line("last request → exit (ms)", &ms(&|r| r.last_request_to_exit));
+        line("spawn → exit (ms)", &ms(&|r| r.total));
+        let rss: Vec<f64> = runs.iter().map(|r| kib_to_mib(r.max_rss_kib)).collect();
+        line("peak RSS, ru_maxrss (MiB)", &rss);
+    }
+    println!("\n{}", machine_line());
+    Ok(())
+}
+
+fn main() {
+    if !invoked_as_benchmark() {
+        return;
+    }
+    if let Err(err) = bench() {
+        eprintln!("binary: {err}");
+        std::process::exit(1);
+    }
+}
