@@ -1231,6 +1231,9 @@ impl AgentState {
         if let Some(done) = run.done.take() {
             let _ = done.send(outcome);
         }
+        // The run is over: release what still waits on its token (the
+        // wall-clock watchdog) instead of leaving it for up to an hour.
+        run.cancel.cancel();
     }
 }
 

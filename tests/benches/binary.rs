@@ -386,7 +386,13 @@ fn setup_steps(tokio: &tokio::runtime::Runtime, plain: &Path, repo: &Path) -> Re
         step()?;
         Ok(started.elapsed().as_secs_f64() * 1_000.0)
     };
-    let client = || build_client("bench").map(drop).map_err(|e| e.to_string());
+    let endpoint =
+        reqwest::Url::parse("https://api.anthropic.com/v1/messages").map_err(|e| e.to_string())?;
+    let client = || {
+        build_client("bench", &endpoint)
+            .map(drop)
+            .map_err(|e| e.to_string())
+    };
     println!("\n== setup steps, timed in this process ==");
     println!(
         "  {:<40} {:.3} ms",

@@ -24,10 +24,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
-use troupe_actors::{AgentEnv, AgentMsg, Approver, RunSubmission, Runtime};
+use troupe_actors::{AgentEnv, AgentMsg, Approver, RunSubmission, Runtime, SessionTarget};
 use troupe_runtime::config::{Limits, PermissionMode, PermissionSettings};
 use troupe_runtime::events::RunStatus;
 use troupe_runtime::permissions::PermissionEngine;
+use troupe_runtime::store::Store;
 use troupe_runtime::tools::builtin_registry;
 use troupe_scripted::{Script, ScriptedServer, text};
 use troupe_tests::WAIT;
@@ -111,13 +112,12 @@ async fn one_session(runtime: &Runtime, env: &Arc<AgentEnv>) -> Result<String, S
     let handle = runtime
         .submit(RunSubmission {
             prompt: "Say something short.".into(),
-            session_id: None,
+            session: SessionTarget::New(None),
             env: env.clone(),
             permissions,
             mode: PermissionMode::Default,
             limits: Limits::default(),
             approver: Approver::Absent,
-            history: Vec::new(),
         })
         .await
         .map_err(|e| e.to_string())?;
@@ -170,12 +170,16 @@ async fn bench(agents: usize, start: Memory) -> Result<(), String> {
     let (mut server, url) = spawn_server(agents + WARMUP_SESSIONS)?;
     let project = tempfile::tempdir().map_err(|e| e.to_string())?;
     let data = tempfile::tempdir().map_err(|e| e.to_string())?;
-    let runtime = Runtime::start().await.map_err(|e| e.to_string())?;
+    let store = Store::open(data.path()).map_err(|e| e.to_string())?;
+    let runtime = Runtime::start(store.clone())
+        .await
+        .map_err(|e| e.to_string())?;
     let env = agent_env(
         scripted_provider(&url)?,
         builtin_registry(),
         project.path(),
         data.path(),
+        store,
     )?;
 
     let mut ids = sessions(&runtime, &env, WARMUP_SESSIONS).await?;

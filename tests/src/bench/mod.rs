@@ -26,6 +26,7 @@ use troupe_runtime::config::{
 };
 use troupe_runtime::llm::{Provider, SystemPrompt, anthropic};
 use troupe_runtime::sandbox::PathSandbox;
+use troupe_runtime::store::Store;
 use troupe_runtime::tools::ToolRegistry;
 use troupe_runtime::tools::background::BackgroundTasks;
 
@@ -112,6 +113,7 @@ pub fn agent_env(
     registry: ToolRegistry,
     project: &Path,
     data: &Path,
+    store: Store,
 ) -> Result<Arc<AgentEnv>, String> {
     let spill_dir = data.join("spill");
     let sandbox = PathSandbox::new(project, std::slice::from_ref(&spill_dir), None)
@@ -129,6 +131,7 @@ pub fn agent_env(
         child_env: Arc::new(vec![("PATH".into(), "/usr/bin:/bin".into())]),
         background: Arc::new(BackgroundTasks::new()),
         tool_timeout: TOOL_TIMEOUT,
+        store,
     }))
 }
 
@@ -165,11 +168,13 @@ mod tests {
         let project = tempfile::tempdir().unwrap();
         let data = tempfile::tempdir().unwrap();
         let provider = scripted_provider("http://127.0.0.1:9").unwrap();
+        let store = Store::open(data.path()).unwrap();
         let env = agent_env(
             provider,
             troupe_runtime::tools::builtin_registry(),
             project.path(),
             data.path(),
+            store,
         )
         .unwrap();
         assert_eq!(env.provider.model(), "scripted-model");
