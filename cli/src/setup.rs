@@ -14,9 +14,9 @@ use troupe_runtime::config::paths::{self, ProcessEnv};
 use troupe_runtime::config::{
     Config, ConfigSources, Limits, PermissionMode, ResolvedProvider, load_config, resolve_provider,
 };
-use troupe_runtime::llm::{Provider, build_provider};
+use troupe_runtime::llm::build_provider;
 use troupe_runtime::permissions::PermissionEngine;
-use troupe_runtime::prompt::build_system_prompt;
+use troupe_runtime::prompt::{GIT_STATUS_BUDGET, GitStatus, build_system_prompt, read_git_status};
 use troupe_runtime::sandbox::PathSandbox;
 use troupe_runtime::store::Store;
 use troupe_runtime::tools::background::BackgroundTasks;
@@ -125,6 +125,12 @@ pub async fn prepare(
     let sources = ConfigSources::discover(&cwd);
     let config = load_config(&sources).map_err(|err| SetupError::usage(err.to_string()))?;
     let project_root = sources.project_root.clone().unwrap_or_else(|| cwd.clone());
+    // git status runs while the rest is set up; the first request waits for it
+    // at most GIT_STATUS_BUDGET from here.
+    let git_status = tokio::spawn({
+        let root = project_root.clone();
+        async move { read_git_status(&root, GIT_STATUS_BUDGET).await }
+    });
     let resolved = match provider_override {
         Some(resolved) => resolved,
         None => {
@@ -136,26 +142,19 @@ pub async fn prepare(
             }
         }
     };
-    let provider = build_provider(&resolved).map_err(|err| SetupError::usage(err.to_string()))?;
-    let (session_id, session) = match continue_session {
-        Some(id) => (id.to_string(), SessionTarget::Continue(id.to_string())),
-        None => {
-            let id = uuid::Uuid::now_v7().to_string();
-            (id.clone(), SessionTarget::New(Some(id)))
-        }
+    let session = match continue_session {
+        Some(id) => SessionTarget::Continue(id.to_string()),
+        None => SessionTarget::New(Some(uuid::Uuid::now_v7().to_string())),
     };
-    let data_dir =
-        paths::data_dir(&ProcessEnv).map_err(|err| SetupError::usage(err.to_string()))?;
-    let spill_dir = data_dir.join("spill").join(&session_id);
+    let git_status = git_status.await.unwrap_or(GitStatus::TooSlow);
     assemble(
         &config,
         options,
         &project_root,
-        spill_dir,
-        provider,
         resolved,
         session,
         store.clone(),
+        git_status,
     )
     .await
 }
@@ -165,12 +164,19 @@ async fn assemble(
     config: &Config,
     options: &RunOptions,
     project_root: &Path,
-    spill_dir: PathBuf,
-    provider: Arc<dyn Provider>,
     resolved: ResolvedProvider,
     session: SessionTarget,
     store: Store,
+    git_status: GitStatus,
 ) -> Result<Prepared, SetupError> {
+    let provider = build_provider(&resolved).map_err(|err| SetupError::usage(err.to_string()))?;
+    let session_id = match &session {
+        SessionTarget::New(Some(id)) | SessionTarget::Continue(id) => id.clone(),
+        SessionTarget::New(None) => uuid::Uuid::now_v7().to_string(),
+    };
+    let data_dir =
+        paths::data_dir(&ProcessEnv).map_err(|err| SetupError::usage(err.to_string()))?;
+    let spill_dir = data_dir.join("spill").join(session_id);
     let mut roots = vec![spill_dir.clone()];
     roots.extend(config.permissions.extra_roots.iter().cloned());
     let home = paths::home_dir(&ProcessEnv);
@@ -184,7 +190,12 @@ async fn assemble(
     let permissions = PermissionEngine::new(&settings, sandbox.clone())
         .map_err(|err| SetupError::usage(err.to_string()))?;
     let config_dir = paths::config_dir(&ProcessEnv).ok();
-    let system = build_system_prompt(config_dir.as_deref(), project_root, provider.model()).await;
+    let system = build_system_prompt(
+        config_dir.as_deref(),
+        project_root,
+        provider.model(),
+        git_status,
+    );
     let child_env = child_environment(&config.tools.env_allowlist, |name| std::env::var(name).ok());
     let mut limits = config.limits;
     if let Some(max_turns) = options.max_turns {

@@ -20,8 +20,10 @@ use crate::llm::SystemPrompt;
 pub const INSTRUCTION_FILES: [&str; 2] = ["AGENTS.md", "TROUPE.md"];
 /// Lines of `git status` kept in the environment part.
 pub const GIT_STATUS_MAX_LINES: usize = 20;
-/// How long reading git status may take before it is left out.
-pub const GIT_STATUS_TIMEOUT: Duration = Duration::from_secs(2);
+/// How long the first request may wait for `git status` before the
+/// environment goes without it (SPEC §14: first request within 30 ms; git
+/// status of a very large repository alone takes longer).
+pub const GIT_STATUS_BUDGET: Duration = Duration::from_millis(15);
 /// Largest instruction file loaded, in bytes; longer files are cut with a note.
 pub const INSTRUCTION_FILE_MAX_BYTES: usize = 40_000;
 
@@ -62,6 +64,17 @@ pub struct InstructionFile {
     pub content: String,
 }
 
+/// The git status part of the environment.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum GitStatus {
+    /// `git status --short --branch`, cut to [`GIT_STATUS_MAX_LINES`].
+    Status(String),
+    /// Not a git repository (or git is not installed).
+    NotRepository,
+    /// git did not answer within the budget.
+    TooSlow,
+}
+
 /// Everything the environment part says.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct EnvironmentFacts {
@@ -71,8 +84,8 @@ pub struct EnvironmentFacts {
     pub platform: String,
     /// Today's date, `YYYY-MM-DD`.
     pub date: String,
-    /// `git status --short --branch` output, cut, or `None` outside a repository.
-    pub git_status: Option<String>,
+    /// What `git status` said.
+    pub git_status: GitStatus,
     /// Model id.
     pub model: String,
 }
@@ -109,11 +122,14 @@ pub fn assemble_environment(facts: &EnvironmentFacts) -> String {
         facts.model
     );
     match &facts.git_status {
-        Some(status) => {
+        GitStatus::Status(status) => {
             out.push_str("\nGit status:\n");
             out.push_str(status.trim_end());
         }
-        None => out.push_str("\nNot a git repository."),
+        GitStatus::NotRepository => out.push_str("\nNot a git repository."),
+        GitStatus::TooSlow => out.push_str(
+            "\nGit status: not collected (the repository is large); run `git status` when you need it.",
+        ),
     }
     out
 }
@@ -149,9 +165,9 @@ pub fn load_instructions(config_dir: Option<&Path>, project_root: &Path) -> Vec<
     files
 }
 
-/// `git status --short --branch` in `dir`, cut to [`GIT_STATUS_MAX_LINES`];
-/// `None` outside a repository or when git is missing or slow.
-pub async fn read_git_status(dir: &Path) -> Option<String> {
+/// `git status --short --branch` in `dir`, cut to [`GIT_STATUS_MAX_LINES`],
+/// waiting at most `budget` (the git process is killed after it).
+pub async fn read_git_status(dir: &Path, budget: Duration) -> GitStatus {
     let child = tokio::process::Command::new("git")
         .args(["status", "--short", "--branch"])
         .current_dir(dir)
@@ -159,12 +175,13 @@ pub async fn read_git_status(dir: &Path) -> Option<String> {
         .stderr(Stdio::null())
         .kill_on_drop(true)
         .output();
-    let output = tokio::time::timeout(GIT_STATUS_TIMEOUT, child)
-        .await
-        .ok()?
-        .ok()?;
+    let output = match tokio::time::timeout(budget, child).await {
+        Err(_) => return GitStatus::TooSlow,
+        Ok(Err(_)) => return GitStatus::NotRepository,
+        Ok(Ok(output)) => output,
+    };
     if !output.status.success() {
-        return None;
+        return GitStatus::NotRepository;
     }
     let text = String::from_utf8_lossy(&output.stdout);
     let lines: Vec<&str> = text.lines().collect();
@@ -180,7 +197,7 @@ pub async fn read_git_status(dir: &Path) -> Option<String> {
             lines.len() - GIT_STATUS_MAX_LINES
         ));
     }
-    Some(kept)
+    GitStatus::Status(kept)
 }
 
 /// Today's date in local time, `YYYY-MM-DD`.
@@ -193,18 +210,20 @@ pub fn platform() -> String {
     format!("{} {}", std::env::consts::OS, std::env::consts::ARCH)
 }
 
-/// Builds both parts for a session in `project_root` with `model`.
-pub async fn build_system_prompt(
+/// Builds both parts for a session in `project_root` with `model`, given the
+/// git status (start [`read_git_status`] early: it overlaps other start-up work).
+pub fn build_system_prompt(
     config_dir: Option<&Path>,
     project_root: &Path,
     model: &str,
+    git_status: GitStatus,
 ) -> SystemPrompt {
     let instructions = load_instructions(config_dir, project_root);
     let facts = EnvironmentFacts {
         cwd: project_root.to_path_buf(),
         platform: platform(),
         date: today(),
-        git_status: read_git_status(project_root).await,
+        git_status,
         model: model.to_string(),
     };
     SystemPrompt {
@@ -250,7 +269,7 @@ mod tests {
             cwd: "/repo".into(),
             platform: "linux x86_64".into(),
             date: "2026-11-30".into(),
-            git_status: Some("## main\n M src/lib.rs\n".into()),
+            git_status: GitStatus::Status("## main\n M src/lib.rs\n".into()),
             model: "m-1".into(),
         });
         for needle in [
@@ -266,10 +285,18 @@ mod tests {
             cwd: "/x".into(),
             platform: "p".into(),
             date: "d".into(),
-            git_status: None,
+            git_status: GitStatus::NotRepository,
             model: "m".into(),
         });
         assert!(no_git.contains("Not a git repository"));
+        let slow = assemble_environment(&EnvironmentFacts {
+            cwd: "/x".into(),
+            platform: "p".into(),
+            date: "d".into(),
+            git_status: GitStatus::TooSlow,
+            model: "m".into(),
+        });
+        assert!(slow.contains("run `git status`"));
     }
 
     #[test]
@@ -291,8 +318,27 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn git_status_outside_a_repository_is_none() {
+    async fn git_status_outside_a_repository_and_in_one() {
         let dir = tempfile::tempdir().unwrap();
-        assert_eq!(read_git_status(dir.path()).await, None);
+        let patient = Duration::from_secs(5);
+        assert_eq!(
+            read_git_status(dir.path(), patient).await,
+            GitStatus::NotRepository
+        );
+        let init = std::process::Command::new("git")
+            .args(["init", "-q"])
+            .current_dir(dir.path())
+            .status()
+            .unwrap();
+        assert!(init.success());
+        std::fs::write(dir.path().join("new.txt"), "x").unwrap();
+        match read_git_status(dir.path(), patient).await {
+            GitStatus::Status(text) => assert!(text.contains("?? new.txt"), "{text}"),
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(
+            read_git_status(dir.path(), Duration::ZERO).await,
+            GitStatus::TooSlow
+        );
     }
 }

@@ -40,7 +40,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 use troupe_runtime::llm::http::build_client;
-use troupe_runtime::prompt::build_system_prompt;
+use troupe_runtime::prompt::{GIT_STATUS_BUDGET, build_system_prompt, read_git_status};
 use troupe_scripted::{Script, ScriptedServer, ServerConfig, text, tool_call};
 use troupe_tests::bench::arrivals::ArrivalStamps;
 use troupe_tests::bench::stats::Summary;
@@ -405,7 +405,8 @@ fn setup_steps(tokio: &tokio::runtime::Runtime, plain: &Path, repo: &Path) -> Re
     line("llm::http::build_client, later (ms)", &later);
     for (name, dir) in [("plain project", plain), ("git repository", repo)] {
         let prompt = || {
-            tokio.block_on(build_system_prompt(None, dir, "scripted-model"));
+            let git = tokio.block_on(read_git_status(dir, GIT_STATUS_BUDGET));
+            build_system_prompt(None, dir, "scripted-model", git);
             Ok(())
         };
         time(&prompt)?;
