@@ -11,4 +11,5 @@ pub mod model;
 pub mod permissions;
 pub mod prompt;
 pub mod sandbox;
+pub mod telemetry;
 pub mod tools;
