@@ -45,7 +45,7 @@ fn capture_settings() -> TelemetrySettings {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_run_is_one_trace_with_the_exact_tree_and_attributes() {
+async fn telemetry_a_run_is_one_trace_with_the_exact_tree_and_attributes() {
     let captured = CapturedSpans::new();
     let logs = LogBuffer::default();
     let telemetry = Telemetry::builder(&capture_settings())
@@ -212,7 +212,7 @@ async fn a_run_is_one_trace_with_the_exact_tree_and_attributes() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn two_runs_are_two_traces() {
+async fn telemetry_two_runs_are_two_traces() {
     let (telemetry, captured) = capture(&TelemetrySettings::default()).unwrap();
     {
         let _default = tracing::dispatcher::set_default(telemetry.dispatch());
@@ -229,7 +229,7 @@ async fn two_runs_are_two_traces() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn content_is_recorded_only_when_capture_is_on() {
+async fn telemetry_content_is_recorded_only_when_capture_is_on() {
     let (telemetry, captured) = capture(&TelemetrySettings::default()).unwrap();
     {
         let _default = tracing::dispatcher::set_default(telemetry.dispatch());
@@ -255,7 +255,7 @@ async fn content_is_recorded_only_when_capture_is_on() {
 }
 
 #[test]
-fn a_remote_traceparent_becomes_the_parent_of_the_run() {
+fn telemetry_a_remote_traceparent_becomes_the_parent_of_the_run() {
     let (telemetry, captured) = capture(&TelemetrySettings::default()).unwrap();
     let remote = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
     tracing::dispatcher::with_default(telemetry.dispatch(), || {
@@ -299,7 +299,7 @@ fn normalised(mut records: Vec<SpanRecord>) -> Vec<SpanRecord> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_local_store_keeps_the_run_and_renders_its_tree() {
+async fn telemetry_the_local_store_keeps_the_run_and_renders_its_tree() {
     let sink = Arc::new(MemorySpanSink::new());
     let telemetry = Telemetry::builder(&TelemetrySettings::default())
         .local_sink(sink.clone())
@@ -344,7 +344,7 @@ invoke_agent main  2.35 s  run=run-7 conversation=sess-1 status=finished
 }
 
 #[test]
-fn a_live_runs_finished_steps_are_stored_before_the_run_ends() {
+fn telemetry_a_live_runs_finished_steps_are_stored_before_the_run_ends() {
     let sink = Arc::new(MemorySpanSink::new());
     let telemetry = Telemetry::builder(&TelemetrySettings::default())
         .local_sink(sink.clone())

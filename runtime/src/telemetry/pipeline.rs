@@ -606,13 +606,10 @@ impl TelemetryGuard {
     }
 
     /// Flushes queued spans and stops export, waiting at most the shutdown
-    /// bound even when the collector hangs. Blocks the calling thread: call it
-    /// at the end of `main` or from `spawn_blocking`.
-    pub fn shutdown(mut self) -> Result<(), TelemetryError> {
-        self.shutdown_now()
-    }
-
-    fn shutdown_now(&mut self) -> Result<(), TelemetryError> {
+    /// bound even when the collector hangs; later calls do nothing. Counters
+    /// stay readable afterwards. Blocks the calling thread: call it at the end
+    /// of `main` or from `spawn_blocking`. Dropping the guard does the same.
+    pub fn shutdown(&mut self) -> Result<(), TelemetryError> {
         let Some(provider) = self.provider.take() else {
             return Ok(());
         };
@@ -636,7 +633,7 @@ impl TelemetryGuard {
 
 impl Drop for TelemetryGuard {
     fn drop(&mut self) {
-        if let Err(err) = self.shutdown_now() {
+        if let Err(err) = self.shutdown() {
             tracing::warn!(target: LOG_TARGET, "{err}");
         }
     }

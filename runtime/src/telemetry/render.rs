@@ -211,7 +211,7 @@ mod tests {
     #[test]
     fn durations_are_readable() {
         assert_eq!(format_duration(0.421), "0.42 ms");
-        assert_eq!(format_duration(3.14), "3.1 ms");
+        assert_eq!(format_duration(3.06), "3.1 ms");
         assert_eq!(format_duration(812.4), "812 ms");
         assert_eq!(format_duration(1_234.0), "1.23 s");
         assert_eq!(format_duration(75_000.0), "75.0 s");

@@ -130,8 +130,7 @@ pub async fn mimic_run(run_id: &str, capture: ContentCapture) -> Observed {
 
     genai::record_run_end(&agent, RunStatus::Finished);
     drop(agent);
-    let observed = observed.lock().unwrap().clone();
-    observed
+    observed.lock().unwrap().clone()
 }
 
 /// A log writer that keeps everything written, for assertions on log lines.
