@@ -362,3 +362,36 @@ async fn telemetry_a_hanging_collector_never_blocks_the_run_and_drops_are_counte
         "{stats:?}"
     );
 }
+
+#[cfg(feature = "grpc")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn telemetry_grpc_export_to_a_collector_that_is_down_is_bounded() {
+    let port = {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.local_addr().unwrap().port()
+    };
+    let vars = BTreeMap::from([
+        (
+            "OTEL_EXPORTER_OTLP_ENDPOINT",
+            format!("http://127.0.0.1:{port}"),
+        ),
+        ("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc".to_string()),
+    ]);
+    let settings = TelemetrySettings::from_env(|name| vars.get(name).cloned()).unwrap();
+    let runs = 5;
+    let (stats, result) = run_against(
+        &settings,
+        runs,
+        Duration::from_millis(300),
+        Duration::from_secs(5),
+    )
+    .await;
+    result.expect("shutdown completes: every export fails fast");
+    assert_eq!(stats.exported, 0, "{stats:?}");
+    assert!(stats.failed > 0, "{stats:?}");
+    assert_eq!(
+        stats.failed + stats.dropped,
+        (runs * SPANS_PER_RUN) as u64,
+        "{stats:?}"
+    );
+}
