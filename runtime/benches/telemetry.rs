@@ -100,7 +100,8 @@ fn serve(stream: std::net::TcpStream) {
         if reader.read_exact(&mut body).is_err() {
             return;
         }
-        let response = "HTTP/1.1 200 OK\r\ncontent-type: application/x-protobuf\r\ncontent-length: 0\r\n\r\n";
+        let response =
+            "HTTP/1.1 200 OK\r\ncontent-type: application/x-protobuf\r\ncontent-length: 0\r\n\r\n";
         if writer.write_all(response.as_bytes()).is_err() {
             return;
         }

@@ -30,8 +30,8 @@ mod settings;
 pub mod testing;
 
 pub use local::{
-    LocalSpanProcessor, MAX_PENDING_SPANS, MemorySpanSink, RECENT_RUNS, SpanEventRecord,
-    SpanRecord, SpanSink, SpanStatus,
+    LocalSpanProcessor, MAX_ATTRIBUTE_CHARS, MAX_PENDING_SPANS, MemorySpanSink, RECENT_RUNS,
+    SpanEventRecord, SpanRecord, SpanSink, SpanStatus,
 };
 pub use pipeline::{
     DROP_LOG_EVERY, EXPORT_BATCH_SIZE, EXPORT_FAILURE_LOG_EVERY, EXPORT_INTERVAL,
