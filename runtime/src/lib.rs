@@ -13,4 +13,5 @@ pub mod prompt;
 pub mod sandbox;
 pub mod session;
 pub mod store;
+pub mod telemetry;
 pub mod tools;
