@@ -25,6 +25,7 @@ use ractor::{
 use serde_json::Value;
 use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
+use tracing::{Instrument, Span};
 use troupe_runtime::agent::history::complete_results;
 use troupe_runtime::agent::resume::{pause_note, user_message};
 use troupe_runtime::agent::{
@@ -37,11 +38,13 @@ use troupe_runtime::llm::{
     ChatRequest, Provider, ProviderError, ResponseAccumulator, StreamEvent, SystemPrompt,
     ToolDefinition,
 };
-use troupe_runtime::model::{ContentBlock, Message, ToolCall, ToolResult, Usage};
+use troupe_runtime::model::{ContentBlock, Message, StopReason, ToolCall, ToolResult, Usage};
 use troupe_runtime::permissions::{Decision, PermissionEngine, PermissionRequest};
 use troupe_runtime::sandbox::PathSandbox;
 use troupe_runtime::session::Transcript;
 use troupe_runtime::store::{RunRecord, RunState, Store, StoreError};
+use troupe_runtime::telemetry::genai::{self, ContentCapture, ToolErrorKind};
+use troupe_runtime::telemetry::propagation::traceparent_of;
 use troupe_runtime::tools::background::BackgroundTasks;
 use troupe_runtime::tools::registry::ToolRegistry;
 use troupe_runtime::tools::{Tool, ToolContext, ToolOutput};
@@ -71,6 +74,8 @@ pub struct AgentEnv {
     pub tool_timeout: Duration,
     /// The durable store of sessions, runs and events.
     pub store: Store,
+    /// Whether prompts, completions and tool arguments go on spans.
+    pub capture: ContentCapture,
 }
 
 /// Whether someone can answer approval requests during a run.
@@ -111,6 +116,10 @@ pub struct RunStart {
     pub cancel: CancellationToken,
     /// Receives the outcome.
     pub done: oneshot::Sender<RunOutcome>,
+    /// Parent of the run's `invoke_agent` span: `Span::none()` for a main
+    /// agent (its span is the trace root), the spawning `execute_tool` span for
+    /// a sub-agent.
+    pub parent_span: Span,
 }
 
 /// A snapshot of what the agent is doing.
@@ -215,6 +224,7 @@ struct Launch {
     tool: Arc<dyn Tool>,
     args: Value,
     outside_read_approved: bool,
+    span: Span,
 }
 
 /// A run in progress.
@@ -229,6 +239,8 @@ struct ActiveRun {
     approver: Approver,
     done: Option<oneshot::Sender<RunOutcome>>,
     phase: Phase,
+    /// `invoke_agent`: the run's span; every step's span is below it.
+    span: Span,
 }
 
 enum Phase {
@@ -238,6 +250,8 @@ enum Phase {
     Streaming {
         acc: ResponseAccumulator,
         cancel: CancellationToken,
+        /// `chat {model}` of this call.
+        span: Span,
     },
     /// Tool calls of the last response are running.
     Executing(Execution),
@@ -261,12 +275,40 @@ struct Execution {
     approvals: HashMap<String, PendingApproval>,
     executors: HashMap<ActorId, usize>,
     cancel: CancellationToken,
+    /// `execute_tool {tool}` of each call, from its decision to its result.
+    spans: Vec<Option<Span>>,
+}
+
+impl Execution {
+    /// Records call `index`'s result (once) and ends its span.
+    fn settle(
+        &mut self,
+        index: usize,
+        result: ToolResult,
+        error: Option<ToolErrorKind>,
+        capture: ContentCapture,
+    ) -> bool {
+        if self.results[index].is_some() {
+            return false;
+        }
+        if let Some(span) = self.spans[index].take() {
+            capture.record_tool_result(&span, &result);
+            if let Some(kind) = error.or(result.is_error.then_some(ToolErrorKind::Failed)) {
+                genai::record_tool_error(&span, kind);
+            }
+        }
+        self.results[index] = Some(result);
+        self.waiting = self.waiting.saturating_sub(1);
+        true
+    }
 }
 
 struct PendingApproval {
     index: usize,
     request: PermissionRequest,
     args: Value,
+    /// The wait for the answer.
+    span: Span,
 }
 
 /// What the permission step decided for one call, before anything runs.
@@ -278,7 +320,7 @@ enum Prepared {
         outside_approved: bool,
     },
     /// Answer it at once with this error.
-    Refuse(String),
+    Refuse(String, ToolErrorKind),
     /// Ask a person first.
     Ask {
         request: PermissionRequest,
@@ -425,7 +467,14 @@ impl AgentState {
             pid: std::process::id(),
         };
         let max_turns = start.limits.max_turns.min(self.spec.max_turns);
+        let span = genai::agent_span(
+            &start.parent_span,
+            &start.run_id,
+            &self.spec.path,
+            &self.session_id,
+        );
         self.run = Some(ActiveRun {
+            span,
             run_id: start.run_id,
             events: start.events,
             cancel: start.cancel,
@@ -542,13 +591,29 @@ impl AgentState {
         };
         let stream = self.env.provider.stream(&request);
         let Some(run) = self.run.as_mut() else { return };
+        let span = genai::chat_span(
+            &run.span,
+            self.env.provider.name(),
+            self.env.provider.model(),
+            &self.session_id,
+        );
+        let capture = self.env.capture;
+        if capture.is_enabled() {
+            let system = format!(
+                "{}\n\n{}",
+                request.system.stable, request.system.environment
+            );
+            capture.record_system_instructions(&span, &system);
+            capture.record_input_messages(&span, &request.messages);
+        }
         let cancel = run.cancel.child_token();
         run.phase = Phase::Streaming {
             acc: ResponseAccumulator::new(),
             cancel: cancel.clone(),
+            span: span.clone(),
         };
         let agent = myself.clone();
-        tokio::spawn(async move {
+        let stream_task = async move {
             let mut stream = stream;
             loop {
                 tokio::select! {
@@ -568,7 +633,8 @@ impl AgentState {
                     }
                 }
             }
-        });
+        };
+        tokio::spawn(stream_task.instrument(span));
     }
 
     /// Tool definitions offered in this mode, in stable order.
@@ -628,10 +694,14 @@ impl AgentState {
     /// A failed model call: keep what was delivered, close the history, end the run.
     fn on_model_error(&mut self, _myself: &ActorRef<AgentMsg>, err: ProviderError) {
         let Some(run) = self.run.as_mut() else { return };
-        let Phase::Streaming { acc, .. } = std::mem::replace(&mut run.phase, Phase::Between) else {
+        let Phase::Streaming { acc, span, .. } = std::mem::replace(&mut run.phase, Phase::Between)
+        else {
             return;
         };
         let usage = acc.usage();
+        genai::record_usage(&span, &usage);
+        genai::record_chat_error(&span, err.kind);
+        drop(span);
         run.tally.add_usage(&usage, self.env.price.as_ref());
         run.events.emit(EventKind::Error {
             kind: err.kind.as_str().to_string(),
@@ -665,10 +735,15 @@ impl AgentState {
 
     fn on_model_end(&mut self, myself: &ActorRef<AgentMsg>) {
         let Some(run) = self.run.as_mut() else { return };
-        let Phase::Streaming { acc, .. } = std::mem::replace(&mut run.phase, Phase::Between) else {
+        let Phase::Streaming { acc, span, .. } = std::mem::replace(&mut run.phase, Phase::Between)
+        else {
             return;
         };
         let usage = acc.usage();
+        let reason = acc.stop_reason().cloned().unwrap_or(StopReason::EndTurn);
+        genai::record_usage(&span, &usage);
+        genai::record_response(&span, self.env.provider.model(), None);
+        genai::record_finish(&span, &reason);
         run.tally.add_usage(&usage, self.env.price.as_ref());
         run.events.emit(EventKind::usage(&usage));
         let mut message = acc.into_message();
@@ -677,6 +752,10 @@ impl AgentState {
                 text: EMPTY_RESPONSE_PLACEHOLDER.to_string(),
             });
         }
+        self.env
+            .capture
+            .record_output_message(&span, &message, &reason);
+        drop(span);
         let calls: Vec<ToolCall> = message.tool_calls().cloned().collect();
         let text = message.text();
         self.transcript.push(message);
@@ -725,6 +804,7 @@ impl AgentState {
             approvals: HashMap::new(),
             executors: HashMap::new(),
             cancel: run.cancel.child_token(),
+            spans: vec![None; count],
         });
         self.start_group(myself);
     }
@@ -732,7 +812,7 @@ impl AgentState {
     /// Starts the current group: decide every call, emit the start events in
     /// order, then launch the allowed calls and ask for the others.
     fn start_group(&mut self, myself: &ActorRef<AgentMsg>) {
-        let prepared: Vec<(usize, Prepared)> = {
+        let prepared: Vec<(usize, Prepared, Option<Decision>)> = {
             let Some(run) = self.run.as_ref() else { return };
             let Phase::Executing(execution) = &run.phase else {
                 return;
@@ -740,16 +820,26 @@ impl AgentState {
             let group = execution.groups[execution.group];
             group
                 .indices()
-                .map(|index| (index, self.prepare(&execution.calls[index], run.approver)))
+                .map(|index| {
+                    let (prepared, decision) = self.prepare(&execution.calls[index], run.approver);
+                    (index, prepared, decision)
+                })
                 .collect()
         };
         let turn = self.turn;
+        let capture = self.env.capture;
         let Some(run) = self.run.as_mut() else { return };
         let Phase::Executing(execution) = &mut run.phase else {
             return;
         };
-        for (index, _) in &prepared {
+        for (index, _, decision) in &prepared {
             let call = &execution.calls[*index];
+            let span = genai::tool_span(&run.span, &call.name, &call.id);
+            if let Some(decision) = decision {
+                genai::permission_event(&span, decision);
+            }
+            capture.record_tool_arguments(&span, &call.input);
+            execution.spans[*index] = Some(span);
             run.events.emit(EventKind::ToolStarted {
                 call_id: call.id.clone(),
                 name: call.name.clone(),
@@ -758,15 +848,11 @@ impl AgentState {
         }
         run.tally.tool_calls += prepared.len() as u32;
         execution.waiting = prepared.len();
-        for (index, prep) in prepared {
+        for (index, prep, _) in prepared {
             match prep {
-                Prepared::Refuse(text) => {
-                    execution.results[index] = Some(ToolResult::text(
-                        execution.calls[index].id.clone(),
-                        text,
-                        true,
-                    ));
-                    execution.waiting -= 1;
+                Prepared::Refuse(text, kind) => {
+                    let result = ToolResult::text(execution.calls[index].id.clone(), text, true);
+                    execution.settle(index, result, Some(kind), capture);
                 }
                 Prepared::Run {
                     tool,
@@ -778,17 +864,25 @@ impl AgentState {
                     tool,
                     args,
                     outside_read_approved: outside_approved,
+                    span: execution.spans[index].clone().unwrap_or_else(Span::none),
                 }),
                 Prepared::Ask {
                     request,
                     args,
                     reason,
                 } => {
-                    let approval_id = format!("{}-{}", run.run_id, execution.calls[index].id);
+                    let call = &execution.calls[index];
+                    let approval_id = format!("{}-{}", run.run_id, call.id);
+                    let span = genai::approval_span(
+                        execution.spans[index].as_ref().unwrap_or(&Span::none()),
+                        &call.name,
+                        &call.id,
+                        &approval_id,
+                    );
                     run.events.emit(EventKind::ApprovalRequested {
                         approval_id: approval_id.clone(),
-                        tool: execution.calls[index].name.clone(),
-                        args: execution.calls[index].input.clone(),
+                        tool: call.name.clone(),
+                        args: call.input.clone(),
                         reason,
                     });
                     execution.approvals.insert(
@@ -797,6 +891,7 @@ impl AgentState {
                             index,
                             request,
                             args,
+                            span,
                         },
                     );
                 }
@@ -805,10 +900,11 @@ impl AgentState {
         self.maybe_finish_group(myself);
     }
 
-    /// The permission step for one call (pure decisions from the runtime).
-    fn prepare(&self, call: &ToolCall, approver: Approver) -> Prepared {
+    /// The permission step for one call (pure decisions from the runtime),
+    /// with the permission decision when one was made.
+    fn prepare(&self, call: &ToolCall, approver: Approver) -> (Prepared, Option<Decision>) {
         let Some(tool) = self.env.registry.get(&call.name).cloned() else {
-            return Prepared::Refuse(format!(
+            let text = format!(
                 "Unknown tool \"{}\". Available tools: {}.",
                 call.name,
                 self.offered_tools()
@@ -816,17 +912,24 @@ impl AgentState {
                     .map(|def| def.name.as_str())
                     .collect::<Vec<_>>()
                     .join(", ")
-            ));
+            );
+            return (Prepared::Refuse(text, ToolErrorKind::UnknownTool), None);
         };
         if !self.allowed_by_spec(&call.name) {
-            return Prepared::Refuse(format!(
+            let text = format!(
                 "Tool \"{}\" is not available to the {} role.",
                 call.name, self.spec.role
-            ));
+            );
+            return (Prepared::Refuse(text, ToolErrorKind::Denied), None);
         }
         let args = match self.env.registry.validate(&call.name, &call.input) {
             Ok(args) => args,
-            Err(message) => return Prepared::Refuse(message),
+            Err(message) => {
+                return (
+                    Prepared::Refuse(message, ToolErrorKind::InvalidArguments),
+                    None,
+                );
+            }
         };
         let request = PermissionRequest {
             tool_name: call.name.clone(),
@@ -834,26 +937,34 @@ impl AgentState {
             read_only: tool.read_only(),
             subject: tool.permission_subject(&args),
         };
-        match self.permissions.decide(&request) {
+        let decision = self.permissions.decide(&request);
+        let prepared = match &decision {
             Decision::Allow { .. } => Prepared::Run {
                 tool,
                 args,
                 outside_approved: false,
             },
-            Decision::Deny { reason } => Prepared::Refuse(format!("Permission denied: {reason}")),
+            Decision::Deny { reason } => Prepared::Refuse(
+                format!("Permission denied: {reason}"),
+                ToolErrorKind::Denied,
+            ),
             Decision::Ask { reason } => match approver {
                 Approver::Present => Prepared::Ask {
                     request,
                     args,
-                    reason,
+                    reason: reason.clone(),
                 },
-                Approver::Absent => Prepared::Refuse(format!(
-                    "Permission denied: this call needs approval ({reason}) and nobody can \
-                     answer in this run. The user can rerun with --mode accept-edits or \
-                     --mode bypass, or add an allow rule."
-                )),
+                Approver::Absent => Prepared::Refuse(
+                    format!(
+                        "Permission denied: this call needs approval ({reason}) and nobody can \
+                         answer in this run. The user can rerun with --mode accept-edits or \
+                         --mode bypass, or add an allow rule."
+                    ),
+                    ToolErrorKind::Denied,
+                ),
             },
-        }
+        };
+        (prepared, Some(decision))
     }
 
     fn on_tool_done(&mut self, myself: &ActorRef<AgentMsg>, report: ToolReport) {
@@ -872,14 +983,13 @@ impl AgentState {
         execution
             .executors
             .retain(|_, index| *index != report.index);
-        let mut stored = None;
-        if execution.results[report.index].is_none() {
-            let id = execution.calls[report.index].id.clone();
-            let result = report.output.into_result(id);
-            stored = Some(result.clone());
-            execution.results[report.index] = Some(result);
+        let id = execution.calls[report.index].id.clone();
+        let result = report.output.into_result(id);
+        let stored = execution
+            .settle(report.index, result.clone(), report.error, self.env.capture)
+            .then_some(result);
+        if stored.is_some() {
             execution.durations[report.index] = report.duration.as_millis() as u64;
-            execution.waiting = execution.waiting.saturating_sub(1);
         }
         // A finished call's work is durable at once, not only with its turn.
         if let Some(result) = stored
@@ -915,15 +1025,14 @@ impl AgentState {
             return;
         };
         tracing::warn!(tool = %execution.calls[index].name, %panic, "tool panicked");
-        if execution.results[index].is_none() {
-            let id = execution.calls[index].id.clone();
-            execution.results[index] = Some(ToolResult::text(
-                id,
-                format!("tool panicked: {panic}"),
-                true,
-            ));
-            execution.waiting = execution.waiting.saturating_sub(1);
-        }
+        let id = execution.calls[index].id.clone();
+        let result = ToolResult::text(id, format!("tool panicked: {panic}"), true);
+        execution.settle(
+            index,
+            result,
+            Some(ToolErrorKind::Panicked),
+            self.env.capture,
+        );
         self.maybe_finish_group(myself);
     }
 
@@ -947,6 +1056,7 @@ impl AgentState {
             approval_id,
             outcome: outcome.clone(),
         });
+        genai::record_approval(&pending.span, &outcome);
         let index = pending.index;
         match outcome {
             ApprovalOutcome::Cancel => {
@@ -961,16 +1071,30 @@ impl AgentState {
                     _ => "The user denied this call.".to_string(),
                 };
                 let id = execution.calls[index].id.clone();
-                execution.results[index] = Some(ToolResult::text(id, text, true));
-                execution.waiting = execution.waiting.saturating_sub(1);
+                let result = ToolResult::text(id, text, true);
+                execution.settle(index, result, Some(ToolErrorKind::Denied), self.env.capture);
             }
             ApprovalOutcome::Allow | ApprovalOutcome::AllowAlways => {
                 if outcome == ApprovalOutcome::AllowAlways {
                     let rule = self.permissions.always_rule_for(&pending.request);
-                    if let Err(err) = self.permissions.add_session_rule(RuleEntry {
-                        rule,
-                        source: RuleSource::Session,
-                    }) {
+                    let kept = self
+                        .permissions
+                        .add_session_rule(RuleEntry {
+                            rule,
+                            source: RuleSource::Session,
+                        })
+                        .map_err(|err| err.to_string())
+                        .and_then(|()| {
+                            // Kept with the session, so a resumed run remembers it.
+                            self.env
+                                .store
+                                .put_session_rules(
+                                    &self.session_id,
+                                    &self.permissions.session_rules(),
+                                )
+                                .map_err(|err| err.to_string())
+                        });
+                    if let Err(err) = kept {
                         tracing::warn!(%err, "could not remember the approval as a rule");
                     }
                 }
@@ -984,6 +1108,7 @@ impl AgentState {
                     tool,
                     args: pending.args,
                     outside_read_approved: true,
+                    span: execution.spans[index].clone().unwrap_or_else(Span::none),
                 });
                 return;
             }
@@ -1084,7 +1209,9 @@ impl AgentState {
         let Some(run) = self.run.as_mut() else { return };
         run.cancel.cancel();
         match std::mem::replace(&mut run.phase, Phase::Between) {
-            Phase::Streaming { acc, cancel } => {
+            Phase::Streaming { acc, cancel, span } => {
+                genai::record_error(&span, "cancelled");
+                drop(span);
                 cancel.cancel();
                 run.tally.add_usage(&acc.usage(), self.env.price.as_ref());
                 let partial = acc.into_message();
@@ -1150,7 +1277,10 @@ impl AgentState {
         else {
             return;
         };
-        if let Some(execution) = execution {
+        if let Some(mut execution) = execution {
+            for span in execution.spans.iter_mut().filter_map(Option::take) {
+                genai::record_tool_error(&span, ToolErrorKind::Cancelled);
+            }
             for (index, call) in execution.calls.iter().enumerate() {
                 let started_group = execution
                     .groups
@@ -1222,6 +1352,7 @@ impl AgentState {
                 message: format!("the end of the run could not be saved: {err}"),
             });
         }
+        genai::record_run_end(&run.span, outcome.status);
         run.events.emit(EventKind::RunFinished {
             status: outcome.status,
             stop_reason: outcome.stop_reason.clone(),
@@ -1258,12 +1389,21 @@ impl AgentState {
                 .timeout(&launch.args)
                 .map(|own| own + CLEANUP_GRACE)
                 .unwrap_or(self.env.tool_timeout);
+            // Child processes continue the trace: TRACEPARENT of the call's span.
+            let child_env = match traceparent_of(&launch.span) {
+                Some(traceparent) => {
+                    let mut env = (*self.env.child_env).clone();
+                    env.push(("TRACEPARENT".into(), traceparent));
+                    Arc::new(env)
+                }
+                None => self.env.child_env.clone(),
+            };
             let context = ToolContext {
                 call_id: call.id.clone(),
                 sandbox: self.env.sandbox.clone(),
                 spill_dir: self.env.spill_dir.clone(),
                 cancel: execution.cancel.child_token(),
-                child_env: self.env.child_env.clone(),
+                child_env,
                 background: self.env.background.clone(),
                 outside_read_approved: launch.outside_read_approved,
             };
@@ -1280,6 +1420,7 @@ impl AgentState {
                 turn: launch.turn,
                 index,
                 report_to,
+                span: launch.span,
             };
             match ToolExecutor::spawn_linked(None, ToolExecutor, args, myself.get_cell()).await {
                 Ok((executor, _join)) => {
@@ -1287,12 +1428,8 @@ impl AgentState {
                 }
                 Err(err) => {
                     let id = execution.calls[index].id.clone();
-                    execution.results[index] = Some(ToolResult::text(
-                        id,
-                        format!("tool could not start: {err}"),
-                        true,
-                    ));
-                    execution.waiting = execution.waiting.saturating_sub(1);
+                    let result = ToolResult::text(id, format!("tool could not start: {err}"), true);
+                    execution.settle(index, result, Some(ToolErrorKind::Failed), self.env.capture);
                     self.maybe_finish_group(myself);
                 }
             }

@@ -12,6 +12,8 @@ use std::time::{Duration, Instant};
 
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 use serde_json::Value;
+use tracing::{Instrument, Span};
+use troupe_runtime::telemetry::genai::ToolErrorKind;
 use troupe_runtime::tools::{Tool, ToolContext, ToolOutput};
 
 /// After a timeout the tool's token is cancelled and it gets this long to stop
@@ -30,6 +32,9 @@ pub struct ToolReport {
     pub output: ToolOutput,
     /// How long it ran.
     pub duration: Duration,
+    /// Why it failed, when the executor knows better than the output
+    /// (timeout, cancellation).
+    pub error: Option<ToolErrorKind>,
 }
 
 /// Where an executor reports: the agent's mailbox, through a conversion so the
@@ -52,6 +57,8 @@ pub struct ExecutorArgs {
     pub index: usize,
     /// Where to report.
     pub report_to: ReportTo,
+    /// The call's `execute_tool` span; the tool runs inside it.
+    pub span: Span,
 }
 
 /// Message of the executor: there is only one thing to do.
@@ -89,12 +96,13 @@ impl Actor for ToolExecutor {
             return Ok(());
         };
         let started = Instant::now();
-        let output = run_with_limits(&args).await;
+        let (output, error) = run_with_limits(&args).instrument(args.span.clone()).await;
         (args.report_to)(ToolReport {
             turn: args.turn,
             index: args.index,
             output,
             duration: started.elapsed(),
+            error,
         });
         myself.stop(None);
         Ok(())
@@ -102,7 +110,7 @@ impl Actor for ToolExecutor {
 }
 
 /// Runs the tool under its timeout and cancellation.
-async fn run_with_limits(args: &ExecutorArgs) -> ToolOutput {
+async fn run_with_limits(args: &ExecutorArgs) -> (ToolOutput, Option<ToolErrorKind>) {
     let cancel = args.context.cancel.clone();
     let execution = args.tool.execute(args.args.clone(), &args.context);
     tokio::pin!(execution);
@@ -113,17 +121,23 @@ async fn run_with_limits(args: &ExecutorArgs) -> ToolOutput {
         _ = cancel.cancelled() => {
             // Let the tool kill what it started; its own output is discarded.
             let _ = tokio::time::timeout(CLEANUP_GRACE, &mut execution).await;
-            ToolOutput::error(troupe_runtime::agent::CANCELLED_RESULT)
+            (
+                ToolOutput::error(troupe_runtime::agent::CANCELLED_RESULT),
+                Some(ToolErrorKind::Cancelled),
+            )
         }
-        output = &mut execution => output,
+        output = &mut execution => (output, None),
         _ = tokio::time::sleep(args.timeout) => {
             cancel.cancel();
             let _ = tokio::time::timeout(CLEANUP_GRACE, &mut execution).await;
-            ToolOutput::error(format!(
-                "{} timed out after {} s and was stopped",
-                args.tool.name(),
-                args.timeout.as_secs_f64()
-            ))
+            (
+                ToolOutput::error(format!(
+                    "{} timed out after {} s and was stopped",
+                    args.tool.name(),
+                    args.timeout.as_secs_f64()
+                )),
+                Some(ToolErrorKind::TimedOut),
+            )
         }
     }
 }

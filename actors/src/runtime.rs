@@ -350,6 +350,8 @@ impl RuntimeState {
                 approver: submission.approver,
                 cancel: cancel.clone(),
                 done: done_tx,
+                // The main agent's span is the root of the run's trace.
+                parent_span: tracing::Span::none(),
             })))
             .map_err(|_| RuntimeError::Gone)?;
         self.runs.insert(

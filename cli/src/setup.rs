@@ -19,6 +19,7 @@ use troupe_runtime::permissions::PermissionEngine;
 use troupe_runtime::prompt::{GIT_STATUS_BUDGET, GitStatus, build_system_prompt, read_git_status};
 use troupe_runtime::sandbox::PathSandbox;
 use troupe_runtime::store::Store;
+use troupe_runtime::telemetry::genai::ContentCapture;
 use troupe_runtime::tools::background::BackgroundTasks;
 use troupe_runtime::tools::builtin_registry;
 use troupe_runtime::tools::process::child_environment;
@@ -218,6 +219,7 @@ async fn assemble(
         background: Arc::new(BackgroundTasks::new()),
         tool_timeout: config.tools.timeout,
         store,
+        capture: ContentCapture::new(config.telemetry.capture_content),
     };
     Ok(Prepared {
         env: Arc::new(env),

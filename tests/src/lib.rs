@@ -24,6 +24,7 @@ use troupe_runtime::model::Message;
 use troupe_runtime::permissions::PermissionEngine;
 use troupe_runtime::sandbox::PathSandbox;
 use troupe_runtime::store::Store;
+use troupe_runtime::telemetry::genai::ContentCapture;
 use troupe_runtime::tools::background::BackgroundTasks;
 use troupe_runtime::tools::{Tool, ToolRegistry, builtin_registry};
 use troupe_scripted::{Script, ScriptedServer};
@@ -50,6 +51,8 @@ pub struct Harness {
     pub protocol: Protocol,
     /// The session store (in `data`).
     pub store: Store,
+    /// Content capture on spans (off unless a test turns it on).
+    pub capture: ContentCapture,
 }
 
 impl Harness {
@@ -68,6 +71,7 @@ impl Harness {
             data,
             protocol,
             store,
+            capture: ContentCapture::default(),
         }
     }
 
@@ -173,6 +177,7 @@ impl Harness {
             background: Arc::new(BackgroundTasks::new()),
             tool_timeout: Duration::from_secs(30),
             store: self.store.clone(),
+            capture: self.capture,
         }
     }
 

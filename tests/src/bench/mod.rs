@@ -132,6 +132,7 @@ pub fn agent_env(
         background: Arc::new(BackgroundTasks::new()),
         tool_timeout: TOOL_TIMEOUT,
         store,
+        capture: troupe_runtime::telemetry::genai::ContentCapture::default(),
     }))
 }
 
