@@ -143,10 +143,12 @@ pub async fn demo(args: DemoArgs) -> u8 {
             return err.code;
         }
     };
+    let telemetry = crate::telemetry::start(&store);
     let prepared = match setup::prepare(&options, Some(provider), &store, None).await {
         Ok(prepared) => prepared,
         Err(err) => {
             eprintln!("troupe demo: {err}");
+            crate::telemetry::stop(telemetry);
             return err.code;
         }
     };
@@ -155,9 +157,9 @@ pub async fn demo(args: DemoArgs) -> u8 {
         eprintln!("Sample repository: {}", sample.path().display());
         eprintln!("Task: {DEMO_PROMPT}\n");
     }
-    let code = execute(
+    let (code, run_id) = execute(
         prepared,
-        store,
+        store.clone(),
         DEMO_PROMPT.to_string(),
         args.json,
         Approvals::AutoAllow,
@@ -172,6 +174,16 @@ pub async fn demo(args: DemoArgs) -> u8 {
             server.request_count(),
             if fixed { "is fixed" } else { "was not changed" }
         );
+        if let Some(run_id) = &run_id {
+            match crate::telemetry::span_tree(&store, run_id) {
+                Ok(Some(tree)) => {
+                    eprintln!("\nSpan tree of run {run_id} (also: troupe trace {run_id}):");
+                    eprintln!("{}", tree.trim_end());
+                }
+                Ok(None) => eprintln!("\nNo spans were recorded for run {run_id}."),
+                Err(err) => eprintln!("\nThe span tree could not be read: {err}"),
+            }
+        }
         eprintln!("Reminder: the model in this demo is scripted.");
     }
     if args.keep {
@@ -181,5 +193,6 @@ pub async fn demo(args: DemoArgs) -> u8 {
         }
     }
     server.shutdown().await;
+    crate::telemetry::stop(telemetry);
     code
 }

@@ -10,6 +10,7 @@ mod render;
 mod run;
 mod sessions;
 mod setup;
+mod telemetry;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -38,6 +39,11 @@ enum Command {
     /// List, show, export or remove stored sessions.
     #[command(subcommand)]
     Sessions(SessionsCommand),
+    /// Print the span tree of a run from the local span store.
+    Trace {
+        /// Run id.
+        run: String,
+    },
     /// Run an offline demonstration against the built-in scripted model.
     Demo(DemoArgs),
 }
@@ -139,7 +145,13 @@ fn parse_mode(text: &str) -> Result<troupe_runtime::config::PermissionMode, Stri
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    init_logging();
+    // Commands that run agents set up full telemetry once the store is open.
+    if !matches!(
+        cli.command,
+        Command::Run(_) | Command::Resume(_) | Command::Demo(_)
+    ) {
+        init_logging();
+    }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .thread_name("troupe")
@@ -156,6 +168,7 @@ fn main() -> ExitCode {
             Command::Run(args) => run::run(args).await,
             Command::Resume(args) => run::resume(args).await,
             Command::Sessions(command) => sessions::sessions(command),
+            Command::Trace { run } => sessions::trace(&run),
             Command::Demo(args) => demo::demo(args).await,
         }
     });

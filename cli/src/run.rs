@@ -62,11 +62,13 @@ async fn start(prompt: String, session: Option<&str>, flags: &RunFlags) -> u8 {
             return err.code;
         }
     };
+    let telemetry = crate::telemetry::start(&store);
     report_recovered(&store, flags.json);
     let prepared = match setup::prepare(&options, None, &store, session).await {
         Ok(prepared) => prepared,
         Err(err) => {
             eprintln!("troupe: {err}");
+            crate::telemetry::stop(telemetry);
             return err.code;
         }
     };
@@ -81,7 +83,9 @@ async fn start(prompt: String, session: Option<&str>, flags: &RunFlags) -> u8 {
     } else {
         Approvals::Nobody
     };
-    execute(prepared, store, prompt, flags.json, approvals).await
+    let (code, _run_id) = execute(prepared, store, prompt, flags.json, approvals).await;
+    crate::telemetry::stop(telemetry);
+    code
 }
 
 /// Marks runs a dead process left unfinished as interrupted (repairing their
@@ -143,19 +147,19 @@ fn remove_old_sessions(store: &Store) {
 }
 
 /// Submits `prompt` on a fresh embedded runtime and follows the run to its end.
-/// Returns the exit code.
+/// Returns the exit code and the run id (when the run started).
 pub async fn execute(
     prepared: Prepared,
     store: Store,
     prompt: String,
     json: bool,
     approvals: Approvals,
-) -> u8 {
+) -> (u8, Option<String>) {
     let runtime = match Runtime::start(store).await {
         Ok(runtime) => runtime,
         Err(err) => {
             eprintln!("troupe: {err}");
-            return EXIT_RUNTIME;
+            return (EXIT_RUNTIME, None);
         }
     };
     // One listener for the whole run: a SIGINT arriving between two polls is
@@ -166,7 +170,7 @@ pub async fn execute(
             Err(err) => {
                 eprintln!("troupe: cannot listen for Ctrl-C: {err}");
                 runtime.shutdown().await;
-                return EXIT_RUNTIME;
+                return (EXIT_RUNTIME, None);
             }
         };
     let submission = RunSubmission {
@@ -186,7 +190,7 @@ pub async fn execute(
         Err(err) => {
             eprintln!("troupe: {err}");
             runtime.shutdown().await;
-            return EXIT_RUNTIME;
+            return (EXIT_RUNTIME, None);
         }
     };
     let mut renderer = HumanRenderer::new(std::io::stderr().is_terminal());
@@ -223,7 +227,7 @@ pub async fn execute(
                 interrupts += 1;
                 if interrupts > 1 {
                     eprintln!("troupe: interrupted twice; exiting without waiting");
-                    return RunStatus::Cancelled.exit_code() as u8;
+                    return (RunStatus::Cancelled.exit_code() as u8, Some(handle.run_id.clone()));
                 }
                 if !json {
                     eprintln!("troupe: cancelling (Ctrl-C again to exit at once)");
@@ -238,7 +242,7 @@ pub async fn execute(
         let _ = stdout.flush();
     }
     runtime.shutdown().await;
-    final_status.exit_code() as u8
+    (final_status.exit_code() as u8, Some(handle.run_id.clone()))
 }
 
 /// Answers one approval request according to `approvals`, without blocking the

@@ -51,6 +51,42 @@ fn meta_or_usage(store: &Store, id: &str) -> Result<SessionMeta, (u8, String)> {
     }
 }
 
+/// `troupe trace RUN`: the run's span tree from the local span store.
+pub fn trace(run_id: &str) -> u8 {
+    let store = match open_store() {
+        Ok(store) => store,
+        Err(err) => {
+            eprintln!("troupe: {err}");
+            return err.code;
+        }
+    };
+    match store.run(run_id) {
+        Ok(Some(_)) => {}
+        Ok(None) => {
+            eprintln!("troupe: no run {run_id}; see `troupe sessions show SESSION` for run ids");
+            return EXIT_USAGE;
+        }
+        Err(err) => {
+            eprintln!("troupe: {err}");
+            return EXIT_RUNTIME;
+        }
+    }
+    match crate::telemetry::span_tree(&store, run_id) {
+        Ok(Some(tree)) => {
+            println!("{}", tree.trim_end());
+            0
+        }
+        Ok(None) => {
+            eprintln!("troupe: no spans were recorded for run {run_id}");
+            EXIT_RUNTIME
+        }
+        Err(err) => {
+            eprintln!("troupe: {err}");
+            EXIT_RUNTIME
+        }
+    }
+}
+
 /// One line per session, newest first.
 pub fn format_list_line(meta: &SessionMeta) -> String {
     format!(

@@ -178,3 +178,17 @@ impl Store {
         Ok(runs)
     }
 }
+
+/// The local span store (SPEC §11): each finished span of a run is kept with
+/// the run, so `troupe trace RUN` needs no collector. A failed write is logged,
+/// never raised: telemetry must not break a run.
+impl crate::telemetry::SpanSink for Store {
+    fn record(&self, run_id: &str, span: crate::telemetry::SpanRecord) {
+        let stored = serde_json::to_value(&span)
+            .map_err(StoreError::Encode)
+            .and_then(|value| self.put_span(run_id, &span.span_id, &value));
+        if let Err(err) = stored {
+            tracing::warn!(run = run_id, %err, "a span could not be stored");
+        }
+    }
+}

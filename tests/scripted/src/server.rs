@@ -22,6 +22,7 @@ use axum::extract::{DefaultBodyLimit, State};
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, Uri, header};
 use axum::response::Response as HttpResponse;
 use axum::routing::post;
+use axum::serve::ListenerExt;
 use futures::Stream;
 use serde_json::{Value, json};
 use tokio::net::TcpListener;
@@ -188,6 +189,14 @@ impl ScriptedServer {
             .layer(DefaultBodyLimit::max(MAX_REQUEST_BYTES))
             .with_state(Arc::clone(&shared));
         let task = tokio::spawn(async move {
+            // Every SSE event goes out at once, as a real API sends it: without
+            // TCP_NODELAY, Nagle's algorithm and delayed ACKs hold small writes
+            // back for tens of milliseconds on a kept-alive connection.
+            let listener = listener.tap_io(|stream| {
+                if let Err(error) = stream.set_nodelay(true) {
+                    tracing::debug!(%error, "TCP_NODELAY not set");
+                }
+            });
             let served = axum::serve(listener, router)
                 .with_graceful_shutdown(shutdown.cancelled_owned())
                 .await;

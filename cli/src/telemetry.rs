@@ -1,0 +1,60 @@
+//! Telemetry for the commands that run agents (SPEC §11): logs on stderr with
+//! trace ids, OTLP export when the standard `OTEL_*` variables ask for it, and
+//! the local span store in the session store, so `troupe trace RUN` works with
+//! no collector. Telemetry never stops a run: a bad setting is a warning.
+
+use std::sync::Arc;
+
+use troupe_runtime::store::Store;
+use troupe_runtime::telemetry::{
+    SpanRecord, TelemetryGuard, TelemetrySettings, init, render_span_tree,
+};
+
+/// Starts the process's telemetry with `store` as the local span store.
+pub fn start(store: &Store) -> Option<TelemetryGuard> {
+    let settings = TelemetrySettings::from_process_env().unwrap_or_else(|err| {
+        eprintln!("troupe: telemetry export is off: {err}");
+        TelemetrySettings::from_env(|name| {
+            // Keep the log filter; drop the OTLP settings that failed.
+            matches!(name, "TROUPE_LOG" | "RUST_LOG")
+                .then(|| std::env::var(name).ok())
+                .flatten()
+        })
+        .unwrap_or_default()
+    });
+    match init(&settings, Some(Arc::new(store.clone()))) {
+        Ok(guard) => Some(guard),
+        Err(err) => {
+            eprintln!("troupe: telemetry is off: {err}");
+            None
+        }
+    }
+}
+
+/// Flushes export at exit, within the guard's bound.
+pub fn stop(guard: Option<TelemetryGuard>) {
+    if let Some(mut guard) = guard
+        && let Err(err) = guard.shutdown()
+    {
+        tracing::warn!(%err, "telemetry did not flush in time");
+    }
+}
+
+/// The span tree of `run_id` from the store, or `None` when nothing was kept.
+pub fn span_tree(store: &Store, run_id: &str) -> Result<Option<String>, String> {
+    let values = store.spans(run_id).map_err(|err| err.to_string())?;
+    let records: Vec<SpanRecord> = values
+        .into_iter()
+        .filter_map(|value| match serde_json::from_value(value) {
+            Ok(record) => Some(record),
+            Err(err) => {
+                tracing::warn!(%err, "an unreadable span record was skipped");
+                None
+            }
+        })
+        .collect();
+    if records.is_empty() {
+        return Ok(None);
+    }
+    Ok(Some(render_span_tree(&records)))
+}
