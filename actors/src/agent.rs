@@ -613,28 +613,47 @@ impl AgentState {
             span: span.clone(),
         };
         let agent = myself.clone();
+        // The stream is polled inside the `chat` span (its logs carry the
+        // trace), but messages are sent outside it, and the task lets go of
+        // the span before the last one: the span ends with the call, not
+        // whenever this task happens to be dropped.
         let stream_task = async move {
             let mut stream = stream;
             loop {
-                tokio::select! {
+                let item = tokio::select! {
                     // Dropping the stream aborts the HTTP request.
                     _ = cancel.cancelled() => return,
-                    item = stream.next() => match item {
-                        Some(item) => {
-                            let failed = item.is_err();
-                            if agent.cast(AgentMsg::Model { turn, item }).is_err() || failed {
-                                return;
-                            }
-                        }
-                        None => {
-                            let _ = agent.cast(AgentMsg::ModelEnded { turn });
+                    item = stream.next().instrument(span.clone()) => item,
+                };
+                match item {
+                    Some(Ok(event)) => {
+                        if agent
+                            .cast(AgentMsg::Model {
+                                turn,
+                                item: Ok(event),
+                            })
+                            .is_err()
+                        {
                             return;
                         }
+                    }
+                    Some(Err(err)) => {
+                        drop(span);
+                        let _ = agent.cast(AgentMsg::Model {
+                            turn,
+                            item: Err(err),
+                        });
+                        return;
+                    }
+                    None => {
+                        drop(span);
+                        let _ = agent.cast(AgentMsg::ModelEnded { turn });
+                        return;
                     }
                 }
             }
         };
-        tokio::spawn(stream_task.instrument(span));
+        tokio::spawn(stream_task);
     }
 
     /// Tool definitions offered in this mode, in stable order.
@@ -1352,7 +1371,10 @@ impl AgentState {
                 message: format!("the end of the run could not be saved: {err}"),
             });
         }
+        // The run's span ends before anyone hears the run ended, so a front
+        // door that exits right after `run_finished` still exports it.
         genai::record_run_end(&run.span, outcome.status);
+        drop(std::mem::replace(&mut run.span, Span::none()));
         run.events.emit(EventKind::RunFinished {
             status: outcome.status,
             stop_reason: outcome.stop_reason.clone(),

@@ -97,9 +97,19 @@ impl Actor for ToolExecutor {
         };
         let started = Instant::now();
         let (output, error) = run_with_limits(&args).instrument(args.span.clone()).await;
-        (args.report_to)(ToolReport {
-            turn: args.turn,
-            index: args.index,
+        // Report outside the call's span, holding no clone of it: the span
+        // ends when the agent records the result.
+        let ExecutorArgs {
+            report_to,
+            span,
+            turn,
+            index,
+            ..
+        } = args;
+        drop(span);
+        report_to(ToolReport {
+            turn,
+            index,
             output,
             duration: started.elapsed(),
             error,

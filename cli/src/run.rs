@@ -155,7 +155,7 @@ pub async fn execute(
     json: bool,
     approvals: Approvals,
 ) -> (u8, Option<String>) {
-    let runtime = match Runtime::start(store).await {
+    let runtime = match Runtime::start(store.clone()).await {
         Ok(runtime) => runtime,
         Err(err) => {
             eprintln!("troupe: {err}");
@@ -242,6 +242,11 @@ pub async fn execute(
         let _ = stdout.flush();
     }
     runtime.shutdown().await;
+    // Spans that ended after the run's last write (its root, the last model
+    // call) go to the store too before the process exits.
+    if let Err(err) = store.flush() {
+        eprintln!("troupe: the store could not be flushed at exit: {err}");
+    }
     (final_status.exit_code() as u8, Some(handle.run_id.clone()))
 }
 

@@ -1,0 +1,204 @@
+//! The real binary exports its run over OTLP/HTTP protobuf (SPEC §11): a
+//! loopback collector decodes the `ExportTraceServiceRequest`s and finds one
+//! trace with the run's tree; `troupe trace RUN` prints the same tree from the
+//! local span store; a collector that is down costs the run nothing.
+
+use std::collections::BTreeMap;
+use std::process::{Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::routing::post;
+use opentelemetry_proto::tonic::collector::trace::v1::{
+    ExportTraceServiceRequest, ExportTraceServiceResponse,
+};
+use opentelemetry_proto::tonic::common::v1::{KeyValue, any_value};
+use opentelemetry_proto::tonic::trace::v1::Span as ProtoSpan;
+use prost::Message as _;
+use serde_json::{Value, json};
+use troupe_scripted::{Response, Script, ScriptedServer, text};
+
+const TROUPE: &str = env!("CARGO_BIN_EXE_troupe");
+
+type Received = Arc<Mutex<Vec<(BTreeMap<String, String>, ProtoSpan)>>>;
+
+fn attributes(list: &[KeyValue]) -> BTreeMap<String, String> {
+    list.iter()
+        .map(|kv| {
+            let value = match kv.value.as_ref().and_then(|v| v.value.as_ref()) {
+                Some(any_value::Value::StringValue(s)) => s.clone(),
+                Some(any_value::Value::IntValue(i)) => i.to_string(),
+                Some(other) => format!("{other:?}"),
+                None => String::new(),
+            };
+            (kv.key.clone(), value)
+        })
+        .collect()
+}
+
+async fn collector() -> (String, Received) {
+    let received: Received = Arc::default();
+    let sink = received.clone();
+    let app = Router::new().route(
+        "/v1/traces",
+        post(move |body: Bytes| {
+            let sink = sink.clone();
+            async move {
+                let request = ExportTraceServiceRequest::decode(body).expect("protobuf body");
+                let mut spans = sink.lock().unwrap();
+                for resource_spans in request.resource_spans {
+                    let resource = resource_spans
+                        .resource
+                        .map(|r| attributes(&r.attributes))
+                        .unwrap_or_default();
+                    for scope in resource_spans.scope_spans {
+                        for span in scope.spans {
+                            spans.push((resource.clone(), span));
+                        }
+                    }
+                }
+                ExportTraceServiceResponse::default().encode_to_vec()
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    (format!("http://{addr}"), received)
+}
+
+fn troupe(home: &std::path::Path, project: &std::path::Path, server: &ScriptedServer) -> Command {
+    let mut command = Command::new(TROUPE);
+    command
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("HOME", home)
+        .env("XDG_CONFIG_HOME", home.join("config"))
+        .env("TROUPE_HOME", home.join("data"))
+        .env("ANTHROPIC_BASE_URL", server.anthropic_base_url())
+        .env("ANTHROPIC_API_KEY", "test-key")
+        .current_dir(project)
+        .stdin(Stdio::null());
+    command
+}
+
+async fn output(mut command: Command) -> std::process::Output {
+    let mut command =
+        tokio::process::Command::from(std::mem::replace(&mut command, Command::new("true")));
+    tokio::time::timeout(Duration::from_secs(60), command.output())
+        .await
+        .expect("troupe finishes")
+        .expect("troupe runs")
+}
+
+fn script() -> Script {
+    Script::new()
+        .then(
+            Response::empty()
+                .and_tool_call("read_file", json!({"path": "a.txt"}))
+                .and_tool_call("glob", json!({"pattern": "*.txt"})),
+        )
+        .then(text("All read."))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_reaches_the_collector_as_one_trace_and_troupe_trace_prints_it() {
+    let (endpoint, received) = collector().await;
+    let server = ScriptedServer::start(script()).await.unwrap();
+    let home = tempfile::tempdir().unwrap();
+    let project = tempfile::tempdir().unwrap();
+    std::fs::write(project.path().join("a.txt"), "alpha\n").unwrap();
+    let mut command = troupe(home.path(), project.path(), &server);
+    command
+        .env("OTEL_EXPORTER_OTLP_ENDPOINT", &endpoint)
+        .env("OTEL_SERVICE_NAME", "troupe")
+        .args(["run", "--json", "read it"]);
+    let run = output(command).await;
+    assert_eq!(
+        run.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    let first: Value =
+        serde_json::from_slice(run.stdout.split(|b| *b == b'\n').next().unwrap()).unwrap();
+    let run_id = first["run_id"].as_str().unwrap().to_string();
+
+    // The process flushed before exiting: every span is at the collector.
+    let spans = received.lock().unwrap().clone();
+    let names: Vec<&str> = spans.iter().map(|(_, s)| s.name.as_str()).collect();
+    assert_eq!(spans.len(), 5, "{names:?}");
+    let root = spans
+        .iter()
+        .find(|(_, s)| s.name == "invoke_agent main")
+        .expect("root span");
+    assert!(root.1.parent_span_id.is_empty());
+    for (resource, span) in &spans {
+        assert_eq!(resource["service.name"], "troupe");
+        assert_eq!(span.trace_id, root.1.trace_id, "one trace");
+        if span.name != "invoke_agent main" {
+            assert_eq!(span.parent_span_id, root.1.span_id, "{}", span.name);
+        }
+    }
+    assert_eq!(names.iter().filter(|n| n.starts_with("chat ")).count(), 2);
+    let tools: Vec<String> = spans
+        .iter()
+        .filter(|(_, s)| s.name.starts_with("execute_tool"))
+        .map(|(_, s)| attributes(&s.attributes)["gen_ai.tool.name"].clone())
+        .collect();
+    assert_eq!(tools.len(), 2);
+    assert!(tools.contains(&"read_file".to_string()) && tools.contains(&"glob".to_string()));
+    assert_eq!(attributes(&root.1.attributes)["troupe.run_id"], run_id);
+
+    // The same tree from the local span store, no collector needed.
+    let mut command = troupe(home.path(), project.path(), &server);
+    command.args(["trace", &run_id]);
+    let trace = output(command).await;
+    assert_eq!(
+        trace.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&trace.stderr)
+    );
+    let tree = String::from_utf8_lossy(&trace.stdout);
+    assert!(tree.starts_with("invoke_agent main"), "{tree}");
+    assert_eq!(
+        tree.matches("├─ chat ").count() + tree.matches("└─ chat ").count(),
+        2,
+        "{tree}"
+    );
+    assert!(
+        tree.contains("execute_tool read_file") && tree.contains("execute_tool glob"),
+        "{tree}"
+    );
+
+    let mut command = troupe(home.path(), project.path(), &server);
+    command.args(["trace", "no-such-run"]);
+    assert_eq!(output(command).await.status.code(), Some(2));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_collector_that_is_down_does_not_fail_the_run() {
+    // A port nobody listens on.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let endpoint = format!("http://{}", closed.local_addr().unwrap());
+    drop(closed);
+    let server = ScriptedServer::start(script()).await.unwrap();
+    let home = tempfile::tempdir().unwrap();
+    let project = tempfile::tempdir().unwrap();
+    std::fs::write(project.path().join("a.txt"), "alpha\n").unwrap();
+    let mut command = troupe(home.path(), project.path(), &server);
+    command
+        .env("OTEL_EXPORTER_OTLP_ENDPOINT", &endpoint)
+        .args(["run", "read it"]);
+    let run = output(command).await;
+    assert_eq!(
+        run.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    assert_eq!(String::from_utf8_lossy(&run.stdout), "All read.\n");
+}
