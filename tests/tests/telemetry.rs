@@ -149,3 +149,25 @@ async fn a_run_is_one_trace_with_a_span_for_every_step() {
     // Nothing else: no spans of libraries or internals.
     assert_eq!(spans.len(), 1 + 3 + 4);
 }
+
+#[tokio::test(flavor = "current_thread")]
+async fn commands_run_by_a_tool_continue_the_trace() {
+    let (telemetry, captured) = testing::capture(&TelemetrySettings::default()).unwrap();
+    let _default = tracing::dispatcher::set_default(telemetry.dispatch());
+    let script = Script::new()
+        .then(tool_call("bash", json!({"command": "echo \"tp=$TRACEPARENT\""})))
+        .then(text("done"));
+    let h = Harness::anthropic(script).await;
+    let env = h.env_with(vec![]);
+    let mut run = h.submit("go", RunOptions::bypass(env)).await;
+    run_events(&mut run).await;
+    let output = h.server.requests()[1].tool_results()[0].content.clone();
+    let spans = captured.spans();
+    let bash = named(&spans, "execute_tool bash")[0];
+    let expected = format!(
+        "tp=00-{}-{}-01",
+        bash.span_context.trace_id(),
+        bash.span_context.span_id()
+    );
+    assert!(output.contains(&expected), "{output} lacks {expected}");
+}
