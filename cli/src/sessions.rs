@@ -19,6 +19,8 @@ pub fn sessions(command: SessionsCommand) -> u8 {
             return err.code;
         }
     };
+    // Runs a dead process left unfinished show as interrupted, not running.
+    crate::run::report_recovered(&store, false);
     let mut stdout = std::io::stdout().lock();
     let result = match command {
         SessionsCommand::List { json } => list(&store, json, &mut stdout),
