@@ -1370,6 +1370,11 @@ impl AgentState {
                 kind: "store".into(),
                 message: format!("the end of the run could not be saved: {err}"),
             });
+            // The answer was given but is not on disk: the run did not end well.
+            if outcome.status == RunStatus::Finished {
+                outcome.status = RunStatus::Error;
+                outcome.stop_reason = "store_error".into();
+            }
         }
         // The run's span ends before anyone hears the run ended, so a front
         // door that exits right after `run_finished` still exports it.
