@@ -336,8 +336,15 @@ mod tests {
             GitStatus::Status(text) => assert!(text.contains("?? new.txt"), "{text}"),
             other => panic!("{other:?}"),
         }
+        // A git that cannot answer in time: its fsmonitor hook hangs.
+        let hang = std::process::Command::new("git")
+            .args(["config", "core.fsmonitor", "sleep 5; false"])
+            .current_dir(dir.path())
+            .status()
+            .unwrap();
+        assert!(hang.success());
         assert_eq!(
-            read_git_status(dir.path(), Duration::ZERO).await,
+            read_git_status(dir.path(), Duration::from_millis(100)).await,
             GitStatus::TooSlow
         );
     }
