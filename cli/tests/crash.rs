@@ -12,13 +12,11 @@ mod support;
 
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
-use std::process::Stdio;
 use std::time::Duration;
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde_json::{Value, json};
-use tokio::io::{AsyncBufReadExt, BufReader};
 use troupe_runtime::agent::resume::{INTERRUPTED_CLOSING, INTERRUPTED_RESULT};
 use troupe_runtime::agent::validate_history;
 use troupe_runtime::events::RunStatus;
@@ -27,7 +25,10 @@ use troupe_runtime::session::open_session;
 use troupe_runtime::store::{RunState, Store};
 use troupe_scripted::{Response, Script, ScriptedServer, Turn, text};
 
-use support::{Env, describe, export, json_lines, run, session_of, wire_messages, wire_of};
+use support::{
+    Env, describe, export, json_lines, run, run_then_kill, session_of, wait_until_unlocked,
+    wire_messages, wire_of,
+};
 
 /// Random kill points drawn per test run (the boundaries 1 and N-1 come on top).
 const RANDOM_KILL_POINTS: usize = 50;
@@ -36,8 +37,10 @@ const DEFAULT_SEED: u64 = 0x7A0C_E5EE_D15C_0001;
 /// Delay before each streamed SSE event, so a run spreads over a few hundred
 /// milliseconds and kills land inside streams as well as between them.
 const CHUNK_DELAY: Duration = Duration::from_millis(3);
-/// How long to wait for one line of a run's output before giving up.
-const LINE_LIMIT: Duration = Duration::from_secs(30);
+
+/// How long the database may stay locked after the killed process is reaped
+/// (a child it was starting holds the descriptor until it executes).
+const UNLOCK_LIMIT: Duration = Duration::from_secs(2);
 
 /// The task given to every run.
 const PROMPT: &str = "Write the notes, record four steps and check the summary.";
@@ -261,31 +264,12 @@ impl Killed {
 
 /// Starts the scripted run and SIGKILLs it right after its `k`-th output line.
 async fn run_and_kill(env: &Env, server: &ScriptedServer, k: usize) -> Killed {
-    let stderr = std::fs::File::create(env.home.path().join("killed.stderr")).unwrap();
-    let mut command = run_command(env, server, &[PROMPT]);
-    command.stdout(Stdio::piped()).stderr(stderr);
-    let mut child = tokio::process::Command::from(command).spawn().unwrap();
-    let pid = child.id().expect("the child has a pid") as i32;
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    let mut events = Vec::new();
-    while events.len() < k {
-        let line = tokio::time::timeout(LINE_LIMIT, lines.next_line())
-            .await
-            .expect("troupe writes its next line in time")
-            .expect("stdout is readable");
-        match line {
-            Some(line) => events.push(serde_json::from_str(&line).unwrap()),
-            None => break,
-        }
-    }
-    // SAFETY: plain signal delivery to our own child, which is not reaped yet
-    // (so the pid cannot have been reused).
-    let sent = unsafe { libc::kill(pid, libc::SIGKILL) };
-    assert_eq!(sent, 0, "SIGKILL delivered");
-    tokio::time::timeout(LINE_LIMIT, child.wait())
-        .await
-        .expect("the killed process is reaped")
-        .unwrap();
+    let events = run_then_kill(
+        run_command(env, server, &[PROMPT]),
+        &env.home.path().join("killed.stderr"),
+        |events| events.len() >= k,
+    )
+    .await;
     Killed { events }
 }
 
@@ -310,6 +294,7 @@ async fn kill_and_resume(
     prepare_project(&env);
     let first = ScriptedServer::start(script()).await.unwrap();
     let killed = run_and_kill(&env, &first, k).await;
+    wait_until_unlocked(&env.data_dir(), UNLOCK_LIMIT).await?;
     let Some(first_event) = killed.events.first() else {
         return Err("no output line before the kill".into());
     };

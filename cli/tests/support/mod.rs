@@ -80,6 +80,76 @@ impl Env {
     }
 }
 
+/// Starts a prepared command with stdout piped and stderr to `stderr_file`,
+/// reads its `--json` lines until `stop` says so (or the output ends), then
+/// SIGKILLs it and reaps it. Returns the lines read, parsed.
+pub async fn run_then_kill(
+    mut command: Command,
+    stderr_file: &Path,
+    mut stop: impl FnMut(&[Value]) -> bool,
+) -> Vec<Value> {
+    use tokio::io::{AsyncBufReadExt, BufReader};
+    let stderr = std::fs::File::create(stderr_file).unwrap();
+    command.stdout(Stdio::piped()).stderr(stderr);
+    let mut child = tokio::process::Command::from(command).spawn().unwrap();
+    let pid = child.id().expect("the child has a pid") as i32;
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut events = Vec::new();
+    while !stop(&events) {
+        let line = tokio::time::timeout(COMMAND_LIMIT, lines.next_line())
+            .await
+            .expect("troupe writes its next line in time")
+            .expect("stdout is readable");
+        match line {
+            Some(line) => events.push(serde_json::from_str(&line).unwrap()),
+            None => break,
+        }
+    }
+    // SAFETY: plain signal delivery to our own child, which is not reaped yet
+    // (so its pid cannot have been reused).
+    let sent = unsafe { libc::kill(pid, libc::SIGKILL) };
+    assert_eq!(sent, 0, "SIGKILL delivered");
+    tokio::time::timeout(COMMAND_LIMIT, child.wait())
+        .await
+        .expect("the killed process is reaped")
+        .unwrap();
+    events
+}
+
+/// Waits until no process holds the database lock of `data_dir` (sled takes
+/// an exclusive `flock` on `db/db`), for at most `limit`. A process killed
+/// while it was starting a child can leave that child holding the lock for
+/// the moment until it executes its program (the descriptor is close-on-exec);
+/// anything longer means a process kept the database open.
+pub async fn wait_until_unlocked(data_dir: &Path, limit: Duration) -> Result<(), String> {
+    use std::os::fd::AsRawFd;
+    /// How often the lock is tried while it is held.
+    const RETRY: Duration = Duration::from_millis(5);
+    let path = data_dir.join("db").join("db");
+    let deadline = tokio::time::Instant::now() + limit;
+    loop {
+        let file = match std::fs::OpenOptions::new().read(true).open(&path) {
+            Ok(file) => file,
+            Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+            Err(err) => return Err(format!("cannot open {}: {err}", path.display())),
+        };
+        // SAFETY: flock on a descriptor this function owns; the lock goes
+        // with the descriptor when `file` is dropped.
+        let locked = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+        if locked == 0 {
+            return Ok(());
+        }
+        drop(file);
+        if tokio::time::Instant::now() >= deadline {
+            return Err(format!(
+                "the database {} was still locked {limit:?} after its process was killed",
+                path.display()
+            ));
+        }
+        tokio::time::sleep(RETRY).await;
+    }
+}
+
 /// Runs a prepared command to its end within [`COMMAND_LIMIT`].
 pub async fn run(mut command: Command) -> Output {
     command.stdout(Stdio::piped()).stderr(Stdio::piped());
