@@ -26,8 +26,8 @@ use troupe_runtime::store::{RunState, Store};
 use troupe_scripted::{Response, Script, ScriptedServer, Turn, text};
 
 use support::{
-    Env, describe, export, json_lines, run, run_then_kill, session_of, wait_until_unlocked,
-    wire_messages, wire_of,
+    Env, describe, export, fd_guard, json_lines, run, run_then_kill, session_of,
+    wait_until_unlocked, wire_messages, wire_of,
 };
 
 /// Random kill points drawn per test run (the boundaries 1 and N-1 come on top).
@@ -248,6 +248,7 @@ struct Killed {
 }
 
 impl Killed {
+    /// `(call id, is_error)` of every `tool_finished` shown.
     fn finished_calls(&self) -> Vec<(String, bool)> {
         self.events
             .iter()
@@ -335,7 +336,8 @@ async fn kill_and_resume(
     let resumed_results = wire_results(&resumed);
 
     // Nothing the model saw is lost: the last request before the kill is an
-    // in-order prefix of the first request after it.
+    // in-order prefix of the first request after it. (A request recorded
+    // after the kill was sent before it, so what it carries was durable.)
     let seen_by_first = first.requests();
     match seen_by_first.last() {
         Some(before) => {
@@ -497,6 +499,7 @@ async fn kill_and_resume(
 
     // The repair was written back once: opening again needs none, and both
     // runs are recorded as ended.
+    let guard = fd_guard();
     let store = Store::open(&env.data_dir()).map_err(|err| err.to_string())?;
     let opened = open_session(&store, &id)
         .map_err(|err| err.to_string())?
@@ -540,6 +543,7 @@ async fn kill_and_resume(
         return Err("an empty tool message was stored".into());
     }
     drop(store);
+    drop(guard);
     if !first.take_violations().is_empty() {
         return Err("the killed run sent an invalid request".into());
     }

@@ -20,7 +20,7 @@ use troupe_runtime::store::{NewSession, Store, TITLE_MAX_CHARS, layout};
 use troupe_scripted::{Script, ScriptedServer, Turn, text, tool_call};
 
 use support::{
-    Env, describe, export, json_lines, parse_export, run, run_then_kill, session_of,
+    Env, describe, export, fd_guard, json_lines, parse_export, run, run_then_kill, session_of,
     text as out_text, wait_until_unlocked, wire_messages, wire_of,
 };
 
@@ -32,6 +32,8 @@ const ORPHAN_SECS: u64 = 5;
 /// How long the database may stay locked after a killed process is reaped;
 /// shorter than [`ORPHAN_SECS`], so a command holding it would be noticed.
 const UNLOCK_LIMIT: Duration = Duration::from_secs(1);
+/// Question/answer pairs of the long planted history.
+const LONG_EXCHANGES: usize = 500;
 /// An id no session has.
 const UNKNOWN_ID: &str = "no-such-session-0193";
 /// Age past which the background cleanup removes a session (SPEC §9: 30 days),
@@ -75,11 +77,40 @@ async fn listed_ids(env: &Env) -> Vec<String> {
         .collect()
 }
 
-/// Writes a session of two messages through the store API, with a store clock
-/// `age` in the past (so its `created` and `updated` times are that old).
-fn plant_session(env: &Env, id: &str, age: TimeDelta) {
-    let clock = Arc::new(move || Utc::now() - age);
-    let store = Store::open_with_clock(&env.data_dir(), clock).unwrap();
+/// The conversation of a planted session: `exchanges` question/answer pairs.
+fn planted_history(id: &str, exchanges: usize) -> Vec<Message> {
+    (0..exchanges)
+        .flat_map(|n| {
+            [
+                Message::user_text(format!("task {n} of {id}")),
+                Message::assistant_text(format!("answer {n} of {id}")),
+            ]
+        })
+        .collect()
+}
+
+/// Writes a session through the store API with a store clock `age` in the
+/// past (so its `created` and `updated` times are that old).
+async fn plant_session(env: &Env, id: &str, age: TimeDelta, exchanges: usize) {
+    {
+        let _guard = fd_guard();
+        let clock = Arc::new(move || Utc::now() - age);
+        let store = Store::open_with_clock(&env.data_dir(), clock).unwrap();
+        write_planted(&store, env, id, exchanges);
+    }
+    released(env).await;
+}
+
+/// Waits until a database closed by this process is unlocked: sled finishes
+/// closing its files on background threads after the handle is dropped.
+async fn released(env: &Env) {
+    wait_until_unlocked(&env.data_dir(), UNLOCK_LIMIT)
+        .await
+        .unwrap();
+}
+
+/// Writes the planted session `id` into `store`.
+fn write_planted(store: &Store, env: &Env, id: &str, exchanges: usize) {
     store
         .create_session(&NewSession {
             id: id.into(),
@@ -89,12 +120,9 @@ fn plant_session(env: &Env, id: &str, age: TimeDelta) {
             parent: None,
         })
         .unwrap();
-    store
-        .put_message(id, 0, &Message::user_text(format!("task of {id}")))
-        .unwrap();
-    store
-        .put_message(id, 1, &Message::assistant_text(format!("answer of {id}")))
-        .unwrap();
+    for (index, message) in planted_history(id, exchanges).iter().enumerate() {
+        store.put_message(id, index as u64, message).unwrap();
+    }
     store.flush().unwrap();
 }
 
@@ -307,8 +335,8 @@ async fn run_with_a_session_and_resume_continue_the_conversation() {
 #[tokio::test]
 async fn a_later_run_removes_old_sessions_and_keeps_recent_ones() {
     let env = Env::new();
-    plant_session(&env, "old-session", OLD_AGE);
-    plant_session(&env, "recent-session", RECENT_AGE);
+    plant_session(&env, "old-session", OLD_AGE, 1).await;
+    plant_session(&env, "recent-session", RECENT_AGE, 1).await;
     assert_eq!(listed_ids(&env).await, ["recent-session", "old-session"]);
 
     // The cleanup runs in the background of the run; the answer is held back
@@ -330,7 +358,8 @@ async fn a_later_run_removes_old_sessions_and_keeps_recent_ones() {
 #[tokio::test]
 async fn continuing_a_session_older_than_thirty_days_keeps_it() {
     let env = Env::new();
-    plant_session(&env, "old-session", OLD_AGE);
+    // A long history: loading it keeps the run busy while the cleanup looks.
+    plant_session(&env, "old-session", OLD_AGE, LONG_EXCHANGES).await;
     let server = ScriptedServer::start(Script::new().then(text("Still here.")))
         .await
         .unwrap();
@@ -351,13 +380,9 @@ async fn continuing_a_session_older_than_thirty_days_keeps_it() {
     );
     // After 40 days idle the new message carries the pause note (SPEC §9).
     let paused = OLD_AGE.to_std().unwrap();
-    let expected = vec![
-        Message::user_text("task of old-session"),
-        Message::assistant_text("answer of old-session"),
-        user_message("Are you there?", pause_note(paused)),
-    ];
+    let mut expected = planted_history("old-session", LONG_EXCHANGES);
+    expected.push(user_message("Are you there?", pause_note(paused)));
     assert_eq!(wire_messages(&server.requests()[0]), wire_of(&expected));
-    let mut expected = expected;
     expected.push(Message::assistant_text("Still here."));
     assert_eq!(export(&env, "old-session").await, expected);
     assert_eq!(listed_ids(&env).await, ["old-session"]);
@@ -369,7 +394,10 @@ async fn a_database_held_by_another_process_is_a_clear_error_and_loses_nothing()
         .await
         .unwrap();
     let env = Env::new();
-    let held = Store::open(&env.data_dir()).unwrap();
+    let held = {
+        let _guard = fd_guard();
+        Store::open(&env.data_dir()).unwrap()
+    };
 
     let output = troupe(&env, &["sessions", "list"]).await;
     assert_eq!(output.status.code(), Some(1), "{}", describe(&output));
@@ -394,7 +422,12 @@ async fn a_database_held_by_another_process_is_a_clear_error_and_loses_nothing()
     );
     assert_eq!(server.request_count(), 0, "nothing ran without its store");
 
-    drop(held);
+    {
+        // Let no child being started keep a copy of the descriptor.
+        let _guard = fd_guard();
+        drop(held);
+    }
+    released(&env).await;
     let id = session_of(&json_run(&env, &server, &["hello"]).await);
     assert_eq!(listed_ids(&env).await, [id.as_str()]);
     assert_eq!(export(&env, &id).await.len(), 2);
@@ -540,12 +573,20 @@ async fn sessions_show_after_a_kill_reports_the_run_as_interrupted() {
 
 /// Replaces records of the stored messages of `id` with raw bytes (the store
 /// must not be open elsewhere).
-fn damage_messages(env: &Env, id: &str, damage: impl FnOnce(&sled::Tree, &dyn Fn(u64) -> Vec<u8>)) {
-    let db = sled::open(env.data_dir().join(layout::DB_DIR_NAME)).unwrap();
-    let tree = db.open_tree(layout::MESSAGES_TREE).unwrap();
-    let owner = id.to_string();
-    damage(&tree, &move |index| layout::numbered_key(&owner, index));
-    db.flush().unwrap();
+async fn damage_messages(
+    env: &Env,
+    id: &str,
+    damage: impl FnOnce(&sled::Tree, &dyn Fn(u64) -> Vec<u8>),
+) {
+    {
+        let _guard = fd_guard();
+        let db = sled::open(env.data_dir().join(layout::DB_DIR_NAME)).unwrap();
+        let tree = db.open_tree(layout::MESSAGES_TREE).unwrap();
+        let owner = id.to_string();
+        damage(&tree, &move |index| layout::numbered_key(&owner, index));
+        db.flush().unwrap();
+    }
+    released(env).await;
 }
 
 #[tokio::test]
@@ -570,7 +611,8 @@ async fn damaged_records_are_skipped_and_the_session_goes_on() {
             .unwrap();
         let whole = tree.get(key(3)).unwrap().unwrap();
         tree.insert(key(3), &whole[..whole.len() / 2]).unwrap();
-    });
+    })
+    .await;
 
     let output = troupe(&env, &["sessions", "show", &id]).await;
     assert_eq!(output.status.code(), Some(0), "{}", describe(&output));
@@ -621,13 +663,17 @@ async fn damaged_records_are_skipped_and_the_session_goes_on() {
 
 /// Plants a session whose metadata record is damaged, beside a sound one.
 async fn damaged_metadata(env: &Env) {
-    plant_session(env, "sound-session", RECENT_AGE);
-    plant_session(env, "damaged-session", RECENT_AGE);
-    let db = sled::open(env.data_dir().join(layout::DB_DIR_NAME)).unwrap();
-    let tree = db.open_tree(layout::SESSIONS_TREE).unwrap();
-    tree.insert("damaged-session", &b"{\"v\":1,\"data\":{\"id\":"[..])
-        .unwrap();
-    db.flush().unwrap();
+    plant_session(env, "sound-session", RECENT_AGE, 1).await;
+    plant_session(env, "damaged-session", RECENT_AGE, 1).await;
+    {
+        let _guard = fd_guard();
+        let db = sled::open(env.data_dir().join(layout::DB_DIR_NAME)).unwrap();
+        let tree = db.open_tree(layout::SESSIONS_TREE).unwrap();
+        tree.insert("damaged-session", &b"{\"v\":1,\"data\":{\"id\":"[..])
+            .unwrap();
+        db.flush().unwrap();
+    }
+    released(env).await;
 }
 
 #[tokio::test]

@@ -12,6 +12,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
+use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use serde_json::Value;
@@ -91,7 +92,7 @@ pub async fn run_then_kill(
     use tokio::io::{AsyncBufReadExt, BufReader};
     let stderr = std::fs::File::create(stderr_file).unwrap();
     command.stdout(Stdio::piped()).stderr(stderr);
-    let mut child = tokio::process::Command::from(command).spawn().unwrap();
+    let mut child = spawn(command);
     let pid = child.id().expect("the child has a pid") as i32;
     let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
     let mut events = Vec::new();
@@ -128,18 +129,20 @@ pub async fn wait_until_unlocked(data_dir: &Path, limit: Duration) -> Result<(),
     let path = data_dir.join("db").join("db");
     let deadline = tokio::time::Instant::now() + limit;
     loop {
-        let file = match std::fs::OpenOptions::new().read(true).open(&path) {
-            Ok(file) => file,
-            Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(()),
-            Err(err) => return Err(format!("cannot open {}: {err}", path.display())),
+        let unlocked = {
+            let _guard = fd_guard();
+            let file = match std::fs::OpenOptions::new().read(true).open(&path) {
+                Ok(file) => file,
+                Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+                Err(err) => return Err(format!("cannot open {}: {err}", path.display())),
+            };
+            // SAFETY: flock on a descriptor this block owns; the lock goes
+            // with the descriptor when `file` is dropped at the block's end.
+            unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) == 0 }
         };
-        // SAFETY: flock on a descriptor this function owns; the lock goes
-        // with the descriptor when `file` is dropped.
-        let locked = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
-        if locked == 0 {
+        if unlocked {
             return Ok(());
         }
-        drop(file);
         if tokio::time::Instant::now() >= deadline {
             return Err(format!(
                 "the database {} was still locked {limit:?} after its process was killed",
@@ -153,11 +156,35 @@ pub async fn wait_until_unlocked(data_dir: &Path, limit: Duration) -> Result<(),
 /// Runs a prepared command to its end within [`COMMAND_LIMIT`].
 pub async fn run(mut command: Command) -> Output {
     command.stdout(Stdio::piped()).stderr(Stdio::piped());
-    let mut command = tokio::process::Command::from(command);
-    tokio::time::timeout(COMMAND_LIMIT, command.output())
+    let child = spawn(command);
+    tokio::time::timeout(COMMAND_LIMIT, child.wait_with_output())
         .await
         .expect("troupe finishes in time")
         .expect("troupe runs")
+}
+
+/// Serialises, within this test process, starting a child process with
+/// having a session database open.
+///
+/// A child inherits a copy of every descriptor of the test process from the
+/// moment it is forked until it executes its program (the descriptors are
+/// close-on-exec). sled's lock is a `flock` on `db/db`, which lives as long as
+/// any copy of the descriptor: a store a test just closed could still be
+/// locked by another test's child that is being started. Holding this guard
+/// while spawning (which returns once the child has executed its program) and
+/// while a store is open in the test process rules that out.
+pub fn fd_guard() -> MutexGuard<'static, ()> {
+    static GUARD: Mutex<()> = Mutex::new(());
+    // A test that panicked while holding the guard leaves nothing to repair.
+    GUARD.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// Starts `command` under [`fd_guard`].
+pub fn spawn(command: Command) -> tokio::process::Child {
+    let _guard = fd_guard();
+    tokio::process::Command::from(command)
+        .spawn()
+        .expect("troupe starts")
 }
 
 /// The text of an output stream.
