@@ -2,7 +2,9 @@
 //! `troupe sessions list|show|export|rm`, continuing with `troupe run --session`
 //! and `troupe resume`, the background removal of old sessions, and the store
 //! under damage — damaged records, a database held by another process, an
-//! unwritable data directory, a run whose process was killed.
+//! unwritable data directory, a run whose process was killed. Records are
+//! planted or damaged through the store API and raw sled only while no
+//! `troupe` process holds the database.
 
 mod support;
 

@@ -4,6 +4,8 @@
 //! lines, the stored history of a session as `troupe sessions export` prints
 //! it, and the Anthropic wire form of a history (what a model request carries),
 //! so a stored history can be compared with the requests a scripted server saw.
+//! It also keeps the test process from holding a session database's lock by
+//! accident ([`fd_guard`], [`wait_until_unlocked`]).
 //!
 //! Nothing here decides what a test asserts; it only drives the binary and
 //! reads what it left behind.
@@ -30,7 +32,9 @@ pub const COMMAND_LIMIT: Duration = Duration::from_secs(60);
 /// A sandboxed environment: empty home, config and data directories, and a
 /// project directory with an (empty) `.troupe` folder.
 pub struct Env {
+    /// `HOME`; holds `config/` (`XDG_CONFIG_HOME`) and `data/` (`TROUPE_HOME`).
     pub home: tempfile::TempDir,
+    /// The project root and working directory.
     pub project: tempfile::TempDir,
 }
 
