@@ -77,7 +77,7 @@ async fn start(prompt: String, session: Option<&str>, flags: &RunFlags) -> u8 {
     {
         report_repair(&store, id);
     }
-    remove_old_sessions(&store);
+    remove_old_sessions(&store, session);
     let approvals = if approval::terminal_available() {
         Approvals::Terminal
     } else {
@@ -130,13 +130,14 @@ fn report_repair(store: &Store, id: &str) {
     }
 }
 
-/// SPEC §9: sessions older than 30 days are removed in the background; the
-/// store keeps any session with a running run, so the one about to run is safe.
-fn remove_old_sessions(store: &Store) {
+/// SPEC §9: sessions older than 30 days are removed in the background, never
+/// one in use: the session this run continues is in use before its run record
+/// exists, and the store also keeps any session with a running run.
+fn remove_old_sessions(store: &Store, continued: Option<&str>) {
     let store = store.clone();
+    let in_use: HashSet<String> = continued.map(str::to_string).into_iter().collect();
     tokio::task::spawn_blocking(move || {
-        match store.remove_sessions_older_than(SESSION_MAX_AGE, chrono::Utc::now(), &HashSet::new())
-        {
+        match store.remove_sessions_older_than(SESSION_MAX_AGE, chrono::Utc::now(), &in_use) {
             Ok(removed) if !removed.is_empty() => {
                 tracing::info!(count = removed.len(), "removed sessions older than 30 days");
             }

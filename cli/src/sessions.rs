@@ -5,7 +5,7 @@ use std::io::Write;
 
 use troupe_runtime::events::preview;
 use troupe_runtime::model::{ContentBlock, Message, Role};
-use troupe_runtime::store::{SessionMeta, Store};
+use troupe_runtime::store::{SessionMeta, Store, StoreError};
 
 use crate::setup::open_store;
 use crate::{EXIT_RUNTIME, EXIT_USAGE, SessionsCommand};
@@ -190,7 +190,11 @@ fn export(store: &Store, id: &str, out: &mut impl Write) -> CommandResult {
 }
 
 fn remove(store: &Store, id: &str, out: &mut impl Write) -> CommandResult {
-    meta_or_usage(store, id)?;
+    // A session whose metadata is damaged can still be removed (listing and
+    // cleanup skip it, so this is the only way its records go).
+    if !matches!(store.session(id), Err(StoreError::Corrupt { .. })) {
+        meta_or_usage(store, id)?;
+    }
     store.remove_session(id).map_err(runtime_error)?;
     writeln!(out, "removed session {id}").map_err(runtime_error)
 }

@@ -1,0 +1,297 @@
+//! Shared helpers of the `troupe` binary's durability tests: a sandboxed
+//! environment (home, config, data directory and project in temporary
+//! directories), running the binary with a time limit, reading `--json` event
+//! lines, the stored history of a session as `troupe sessions export` prints
+//! it, and the Anthropic wire form of a history (what a model request carries),
+//! so a stored history can be compared with the requests a scripted server saw.
+//! It also keeps the test process from holding a session database's lock by
+//! accident ([`fd_guard`], [`wait_until_unlocked`]).
+//!
+//! Nothing here decides what a test asserts; it only drives the binary and
+//! reads what it left behind.
+
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use serde_json::Value;
+use troupe_runtime::config::{Protocol, ResolvedProvider};
+use troupe_runtime::llm::{ChatRequest, SystemPrompt, anthropic};
+use troupe_runtime::model::Message;
+use troupe_scripted::{RecordedRequest, ScriptedServer};
+
+/// The binary under test.
+pub const TROUPE: &str = env!("CARGO_BIN_EXE_troupe");
+
+/// How long one `troupe` invocation may take before the test gives up.
+pub const COMMAND_LIMIT: Duration = Duration::from_secs(60);
+
+/// A sandboxed environment: empty home, config and data directories, and a
+/// project directory with an (empty) `.troupe` folder.
+pub struct Env {
+    /// `HOME`; holds `config/` (`XDG_CONFIG_HOME`) and `data/` (`TROUPE_HOME`).
+    pub home: tempfile::TempDir,
+    /// The project root and working directory.
+    pub project: tempfile::TempDir,
+}
+
+impl Env {
+    /// A fresh environment.
+    pub fn new() -> Self {
+        let env = Self {
+            home: tempfile::tempdir().unwrap(),
+            project: tempfile::tempdir().unwrap(),
+        };
+        std::fs::create_dir_all(env.project.path().join(".troupe")).unwrap();
+        env
+    }
+
+    /// The data directory (`TROUPE_HOME`).
+    pub fn data_dir(&self) -> PathBuf {
+        self.home.path().join("data")
+    }
+
+    /// The project root (the working directory of every command).
+    pub fn root(&self) -> &Path {
+        self.project.path()
+    }
+
+    /// `troupe` with a cleared environment pointing at this sandbox and, when
+    /// given, at `server` as the Anthropic endpoint.
+    pub fn command(&self, server: Option<&ScriptedServer>) -> Command {
+        self.command_with_home(server, &self.data_dir())
+    }
+
+    /// [`Env::command`] with another `TROUPE_HOME`.
+    pub fn command_with_home(&self, server: Option<&ScriptedServer>, data_dir: &Path) -> Command {
+        let mut command = Command::new(TROUPE);
+        command
+            .env_clear()
+            .env("PATH", std::env::var("PATH").unwrap_or_default())
+            .env("HOME", self.home.path())
+            .env("XDG_CONFIG_HOME", self.home.path().join("config"))
+            .env("TROUPE_HOME", data_dir)
+            .current_dir(self.project.path())
+            .stdin(Stdio::null());
+        if let Some(server) = server {
+            command
+                .env("ANTHROPIC_BASE_URL", server.anthropic_base_url())
+                .env("ANTHROPIC_API_KEY", "test-key");
+        }
+        command
+    }
+}
+
+/// Starts a prepared command with stdout piped and stderr to `stderr_file`,
+/// reads its `--json` lines until `stop` says so (or the output ends), then
+/// SIGKILLs it and reaps it. Returns the lines read, parsed.
+pub async fn run_then_kill(
+    mut command: Command,
+    stderr_file: &Path,
+    mut stop: impl FnMut(&[Value]) -> bool,
+) -> Vec<Value> {
+    use tokio::io::{AsyncBufReadExt, BufReader};
+    let stderr = std::fs::File::create(stderr_file).unwrap();
+    command.stdout(Stdio::piped()).stderr(stderr);
+    let mut child = spawn(command);
+    let pid = child.id().expect("the child has a pid") as i32;
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut events = Vec::new();
+    while !stop(&events) {
+        let line = tokio::time::timeout(COMMAND_LIMIT, lines.next_line())
+            .await
+            .expect("troupe writes its next line in time")
+            .expect("stdout is readable");
+        match line {
+            Some(line) => events.push(serde_json::from_str(&line).unwrap()),
+            None => break,
+        }
+    }
+    // SAFETY: plain signal delivery to our own child, which is not reaped yet
+    // (so its pid cannot have been reused).
+    let sent = unsafe { libc::kill(pid, libc::SIGKILL) };
+    assert_eq!(sent, 0, "SIGKILL delivered");
+    tokio::time::timeout(COMMAND_LIMIT, child.wait())
+        .await
+        .expect("the killed process is reaped")
+        .unwrap();
+    events
+}
+
+/// Waits until no process holds the database lock of `data_dir` (sled takes
+/// an exclusive `flock` on `db/db`), for at most `limit`. A process killed
+/// while it was starting a child can leave that child holding the lock for
+/// the moment until it executes its program (the descriptor is close-on-exec);
+/// anything longer means a process kept the database open.
+pub async fn wait_until_unlocked(data_dir: &Path, limit: Duration) -> Result<(), String> {
+    use std::os::fd::AsRawFd;
+    /// How often the lock is tried while it is held.
+    const RETRY: Duration = Duration::from_millis(5);
+    let path = data_dir.join("db").join("db");
+    let deadline = tokio::time::Instant::now() + limit;
+    loop {
+        let unlocked = {
+            let _guard = fd_guard();
+            let file = match std::fs::OpenOptions::new().read(true).open(&path) {
+                Ok(file) => file,
+                Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+                Err(err) => return Err(format!("cannot open {}: {err}", path.display())),
+            };
+            // SAFETY: flock on a descriptor this block owns; the lock goes
+            // with the descriptor when `file` is dropped at the block's end.
+            unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) == 0 }
+        };
+        if unlocked {
+            return Ok(());
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return Err(format!(
+                "the database {} was still locked {limit:?} after its process was killed",
+                path.display()
+            ));
+        }
+        tokio::time::sleep(RETRY).await;
+    }
+}
+
+/// Runs a prepared command to its end within [`COMMAND_LIMIT`].
+pub async fn run(mut command: Command) -> Output {
+    command.stdout(Stdio::piped()).stderr(Stdio::piped());
+    let child = spawn(command);
+    tokio::time::timeout(COMMAND_LIMIT, child.wait_with_output())
+        .await
+        .expect("troupe finishes in time")
+        .expect("troupe runs")
+}
+
+/// Serialises, within this test process, starting a child process with
+/// having a session database open.
+///
+/// A child inherits a copy of every descriptor of the test process from the
+/// moment it is forked until it executes its program (the descriptors are
+/// close-on-exec). sled's lock is a `flock` on `db/db`, which lives as long as
+/// any copy of the descriptor: a store a test just closed could still be
+/// locked by another test's child that is being started. Holding this guard
+/// while spawning (which returns once the child has executed its program) and
+/// while a store is open in the test process rules that out.
+pub fn fd_guard() -> MutexGuard<'static, ()> {
+    static GUARD: Mutex<()> = Mutex::new(());
+    // A test that panicked while holding the guard leaves nothing to repair.
+    GUARD.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// Starts `command` under [`fd_guard`].
+pub fn spawn(command: Command) -> tokio::process::Child {
+    let _guard = fd_guard();
+    tokio::process::Command::from(command)
+        .spawn()
+        .expect("troupe starts")
+}
+
+/// The text of an output stream.
+pub fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// Both output streams, for assertion messages.
+pub fn describe(output: &Output) -> String {
+    format!(
+        "exit {:?}\n--- stdout\n{}\n--- stderr\n{}",
+        output.status.code(),
+        text(&output.stdout),
+        text(&output.stderr)
+    )
+}
+
+/// Parses `--json` output: one event object per line.
+pub fn json_lines(stdout: &[u8]) -> Vec<Value> {
+    text(stdout)
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap_or_else(|e| panic!("{line}: {e}")))
+        .collect()
+}
+
+/// The session id carried by a run's events.
+pub fn session_of(events: &[Value]) -> String {
+    events
+        .first()
+        .and_then(|event| event["session_id"].as_str())
+        .expect("events carry a session id")
+        .to_string()
+}
+
+/// Parses `troupe sessions export` output: one message per line, each a
+/// `Message` of the conversation model.
+pub fn parse_export(stdout: &[u8]) -> Vec<Message> {
+    text(stdout)
+        .lines()
+        .map(|line| {
+            serde_json::from_str::<Message>(line)
+                .unwrap_or_else(|e| panic!("an exported line is not a message: {e}: {line}"))
+        })
+        .collect()
+}
+
+/// `troupe sessions export ID`, which must succeed, parsed.
+pub async fn export(env: &Env, id: &str) -> Vec<Message> {
+    let mut command = env.command(None);
+    command.args(["sessions", "export", id]);
+    let output = run(command).await;
+    assert_eq!(output.status.code(), Some(0), "{}", describe(&output));
+    parse_export(&output.stdout)
+}
+
+/// Removes every `cache_control` field: the rolling cache breakpoint moves to
+/// the newest message, so it is not part of what a message says.
+pub fn strip_cache_control(value: &mut Value) {
+    match value {
+        Value::Object(map) => {
+            map.remove("cache_control");
+            map.values_mut().for_each(strip_cache_control);
+        }
+        Value::Array(items) => items.iter_mut().for_each(strip_cache_control),
+        _ => {}
+    }
+}
+
+/// The messages of a recorded request, without `cache_control`.
+pub fn wire_messages(request: &RecordedRequest) -> Vec<Value> {
+    let mut messages = request.messages().to_vec();
+    messages.iter_mut().for_each(strip_cache_control);
+    messages
+}
+
+/// The Anthropic wire messages the runtime sends for `history`, without
+/// `cache_control` (built by the runtime's own request encoder).
+pub fn wire_of(history: &[Message]) -> Vec<Value> {
+    let provider = ResolvedProvider {
+        name: "claude".into(),
+        protocol: Protocol::Anthropic,
+        model: "scripted-model".into(),
+        base_url: "http://127.0.0.1:9".into(),
+        api_key: None,
+        api_key_env: "ANTHROPIC_API_KEY".into(),
+        context_window: 200_000,
+        max_tokens: 8_192,
+        thinking_budget: None,
+        price: None,
+        idle_timeout: Duration::from_secs(60),
+        max_retries: 0,
+    };
+    let request = ChatRequest {
+        system: SystemPrompt::default(),
+        messages: history.to_vec(),
+        tools: Vec::new(),
+    };
+    let body = anthropic::request_body(&provider, &request).expect("a history encodes");
+    let mut body: Value = serde_json::from_slice(&body).expect("the encoder writes JSON");
+    let mut messages = body["messages"].take();
+    strip_cache_control(&mut messages);
+    match messages {
+        Value::Array(messages) => messages,
+        other => panic!("messages is not an array: {other}"),
+    }
+}
