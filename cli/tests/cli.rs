@@ -397,3 +397,40 @@ async fn on_a_terminal_approvals_are_asked_and_answered() {
         "{refused:?}"
     );
 }
+
+#[tokio::test]
+async fn budget_and_timeout_flags_stop_the_run_with_exit_three() {
+    let env = Env::new();
+    let server = ScriptedServer::start(
+        Script::new()
+            .then(tool_call("glob", json!({"pattern": "*"})))
+            .then(text("unreachable")),
+    )
+    .await
+    .unwrap();
+    let output =
+        run(env
+            .command(Some(&server))
+            .args(["run", "--json", "--budget-tokens", "1", "x"]))
+        .await;
+    assert_eq!(output.status.code(), Some(3));
+    let events = json_lines(&output.stdout);
+    assert_eq!(events.last().unwrap()["stop_reason"], "budget_tokens");
+    assert_eq!(server.request_count(), 1);
+    server.take_violations();
+
+    let server = ScriptedServer::start_with(
+        Script::new().then(Fault::stall_after(6, text("a long answer that never ends"))),
+        ServerConfig::non_strict(),
+    )
+    .await
+    .unwrap();
+    let output = run(env
+        .command(Some(&server))
+        .args(["run", "--json", "--timeout", "1", "x"]))
+    .await;
+    assert_eq!(output.status.code(), Some(3));
+    let events = json_lines(&output.stdout);
+    assert_eq!(events.last().unwrap()["stop_reason"], "wall_clock");
+    assert!(events.iter().any(|e| e["type"] == "notice"));
+}
