@@ -12,12 +12,17 @@
 //! - peak memory of a single run ≤ 25 MB RSS: `ru_maxrss` of the child from
 //!   `wait4` (the largest of the process and the children it waited for).
 //!
-//! Three kinds of run: `x` (one model call that answers text at once) in a
+//! Four kinds of run: `x` (one model call that answers text at once) in a
 //! small project that is not a git repository; the same in a git repository
 //! of `TROUPE_BENCH_GIT_FILES` committed files (default 10,000), because the
 //! environment part of the system prompt runs `git status` before the first
-//! request; and a run with tools (`read_file`, `glob`, `grep`, `bash` in bypass
-//! mode, then the answer) in the small project. Each run gets fresh, empty
+//! request; the same as the first with OTLP export on
+//! (`OTEL_EXPORTER_OTLP_ENDPOINT` at a loopback collector in this process,
+//! `bench::collector`), because `troupe` flushes its spans before it exits; and
+//! a run with tools (`read_file`, `glob`, `grep`, `bash` in bypass mode, then
+//! the answer) in the small project. Every run opens its session store (sled)
+//! in `TROUPE_HOME`, writes the run durably and keeps its spans there (the
+//! local span store is always on). Each run gets fresh, empty
 //! `HOME`, XDG directories and `TROUPE_HOME` in a temporary directory; the
 //! small project (with a `.troupe` directory) is fresh too, the git repository
 //! is made once. The scripted server runs in this process on one tokio worker;
@@ -43,6 +48,7 @@ use troupe_runtime::llm::http::build_client;
 use troupe_runtime::prompt::{GIT_STATUS_BUDGET, build_system_prompt, read_git_status};
 use troupe_scripted::{Script, ScriptedServer, ServerConfig, text, tool_call};
 use troupe_tests::bench::arrivals::ArrivalStamps;
+use troupe_tests::bench::collector::OtlpCollector;
 use troupe_tests::bench::stats::Summary;
 use troupe_tests::bench::system::{kib_to_mib, machine_line};
 use troupe_tests::bench::{count_from_env, invoked_as_benchmark};
@@ -60,6 +66,8 @@ const ANSWER: &str = "Done looking.";
 const DEFAULT_GIT_FILES: usize = 10_000;
 /// Files per directory of the git repository.
 const FILES_PER_DIR: usize = 100;
+/// The standard variable naming the collector (SPEC §1.2).
+const ENDPOINT_VAR: &str = "OTEL_EXPORTER_OTLP_ENDPOINT";
 /// Timed calls of each in-process setup step.
 const STEP_SAMPLES: usize = 20;
 
@@ -69,6 +77,8 @@ enum Kind {
     Trivial,
     /// `troupe run x` in the git repository.
     TrivialInGitRepo,
+    /// `troupe run x` with OTLP export to the loopback collector.
+    TrivialWithExport,
     /// `troupe run --mode bypass …`: four tool turns, then the answer.
     WithTools,
 }
@@ -78,13 +88,18 @@ impl Kind {
         match self {
             Self::Trivial => "troupe run x (one text answer; not a git repository)",
             Self::TrivialInGitRepo => "troupe run x (one text answer; in the git repository)",
+            Self::TrivialWithExport => {
+                "troupe run x (one text answer; OTLP export to a loopback collector)"
+            }
             Self::WithTools => "troupe run --mode bypass (read_file, glob, grep, bash, answer)",
         }
     }
 
     fn script(self, stamps: &ArrivalStamps) -> Script {
         let responses = match self {
-            Self::Trivial | Self::TrivialInGitRepo => vec![text(ANSWER)],
+            Self::Trivial | Self::TrivialInGitRepo | Self::TrivialWithExport => {
+                vec![text(ANSWER)]
+            }
             Self::WithTools => vec![
                 tool_call("read_file", json!({"path": "README.md"})),
                 tool_call("glob", json!({"pattern": "**/*.rs"})),
@@ -103,7 +118,7 @@ impl Kind {
 
     fn args(self) -> &'static [&'static str] {
         match self {
-            Self::Trivial | Self::TrivialInGitRepo => &["run", "x"],
+            Self::Trivial | Self::TrivialInGitRepo | Self::TrivialWithExport => &["run", "x"],
             Self::WithTools => &["run", "--mode", "bypass", "Look around the project."],
         }
     }
@@ -286,6 +301,7 @@ fn run_once(
     tokio: &tokio::runtime::Runtime,
     kind: Kind,
     project: Option<&Path>,
+    collector: &OtlpCollector,
 ) -> Result<RunSample, String> {
     let stamps = ArrivalStamps::new();
     let server = tokio
@@ -297,6 +313,10 @@ fn run_once(
         .map_err(|e| format!("scripted server: {e}"))?;
     let sandbox = Sandbox::new(project)?;
     let mut command = sandbox.command(bin, &server, kind.args())?;
+    if kind == Kind::TrivialWithExport {
+        command.env(ENDPOINT_VAR, collector.endpoint());
+    }
+    let exports_before = collector.stats().requests;
     let spawned = Instant::now();
     let child = command
         .spawn()
@@ -310,6 +330,12 @@ fn run_once(
     let stdout = sandbox.output("stdout");
     if stdout.trim() != ANSWER {
         return Err(format!("unexpected stdout {stdout:?}; stderr:\n{stderr}"));
+    }
+    let exports = collector.stats().requests - exports_before;
+    match (kind == Kind::TrivialWithExport, exports) {
+        (true, 0) => return Err("the run exported no span before it exited".into()),
+        (false, n) if n > 0 => return Err(format!("a run without export sent {n} exports")),
+        _ => {}
     }
     let stamps = stamps.times();
     let violations = server.take_violations();
@@ -460,14 +486,22 @@ fn bench() -> Result<(), String> {
     small_project(plain.path())?;
     setup_steps(&tokio, plain.path(), repo.path())?;
 
-    for kind in [Kind::Trivial, Kind::TrivialInGitRepo, Kind::WithTools] {
+    let collector = tokio
+        .block_on(OtlpCollector::start())
+        .map_err(|e| format!("collector: {e}"))?;
+    for kind in [
+        Kind::Trivial,
+        Kind::TrivialInGitRepo,
+        Kind::TrivialWithExport,
+        Kind::WithTools,
+    ] {
         let project = (kind == Kind::TrivialInGitRepo).then(|| repo.path());
         for _ in 0..WARMUP_RUNS {
-            run_once(&bin, &tokio, kind, project)?;
+            run_once(&bin, &tokio, kind, project, &collector)?;
         }
         let mut runs = Vec::with_capacity(samples);
         for _ in 0..samples {
-            runs.push(run_once(&bin, &tokio, kind, project)?);
+            runs.push(run_once(&bin, &tokio, kind, project, &collector)?);
         }
         let ms = |pick: &dyn Fn(&RunSample) -> Duration| -> Vec<f64> {
             runs.iter()
@@ -481,6 +515,12 @@ fn bench() -> Result<(), String> {
         let rss: Vec<f64> = runs.iter().map(|r| kib_to_mib(r.max_rss_kib)).collect();
         line("peak RSS, ru_maxrss (MiB)", &rss);
     }
+    let received = tokio.block_on(collector.shutdown());
+    println!(
+        "\nOTLP collector: {} export requests ({:.1} KiB) from the runs with export on",
+        received.requests,
+        received.bytes as f64 / 1024.0
+    );
     println!("\n{}", machine_line());
     Ok(())
 }

@@ -155,7 +155,10 @@ async fn commands_run_by_a_tool_continue_the_trace() {
     let (telemetry, captured) = testing::capture(&TelemetrySettings::default()).unwrap();
     let _default = tracing::dispatcher::set_default(telemetry.dispatch());
     let script = Script::new()
-        .then(tool_call("bash", json!({"command": "echo \"tp=$TRACEPARENT\""})))
+        .then(tool_call(
+            "bash",
+            json!({"command": "echo \"tp=$TRACEPARENT\""}),
+        ))
         .then(text("done"));
     let h = Harness::anthropic(script).await;
     let env = h.env_with(vec![]);

@@ -1,19 +1,24 @@
 //! Support for the whole-runtime benchmarks in `tests/benches/` (SPEC §14):
 //! bench-only tools, summary statistics, request arrival times at the scripted
 //! server, a bare HTTP client and replays that split a run's time into parts,
-//! readings of `/proc`, and the agent
-//! environment for a scripted server that runs in another process.
+//! the measured multi-turn run shared by the per-turn benches, a loopback OTLP
+//! collector and a span sink for runs with telemetry on, readings of `/proc`,
+//! and the agent environment for a scripted server that runs in another
+//! process.
 //!
 //! Nothing here asserts a timing: benchmarks print figures, which are recorded
 //! in `docs/performance.md`. This module must not change how the product
 //! behaves; it only drives and observes it.
 
 pub mod arrivals;
+pub mod collector;
 pub mod http;
 pub mod replay;
+pub mod spans;
 pub mod stats;
 pub mod system;
 pub mod tools;
+pub mod turns;
 
 use std::future::Future;
 use std::path::Path;
