@@ -29,6 +29,12 @@
 //! the binary is `TROUPE_BIN` or `troupe` beside this bench's directory
 //! (`target/release/troupe`; `tests/benches/run-all.sh` builds it).
 //!
+//! Also printed, from the first request of each kind: the fixed request
+//! prefix (SPEC §14: tool definitions + stable system prompt ≤ 10 KB); and,
+//! from one more untimed run of each kind through a loopback relay that counts
+//! connections (`bench::proxy`), how many connections the binary opened to
+//! the model server (SPEC §14: one keep-alive connection per provider).
+//!
 //! To explain the start time, two steps of the binary's setup are also timed
 //! in this process: building the provider's HTTP client
 //! (`llm::http::build_client`, first call in the process and later calls) and
@@ -49,6 +55,7 @@ use troupe_runtime::prompt::{GIT_STATUS_BUDGET, build_system_prompt, read_git_st
 use troupe_scripted::{Script, ScriptedServer, ServerConfig, text, tool_call};
 use troupe_tests::bench::arrivals::ArrivalStamps;
 use troupe_tests::bench::collector::OtlpCollector;
+use troupe_tests::bench::proxy::CountingProxy;
 use troupe_tests::bench::stats::Summary;
 use troupe_tests::bench::system::{kib_to_mib, machine_line};
 use troupe_tests::bench::{count_from_env, invoked_as_benchmark};
@@ -294,6 +301,49 @@ struct RunSample {
     last_request_to_exit: Duration,
     total: Duration,
     max_rss_kib: u64,
+    prefix: Prefix,
+    /// Model requests of the run.
+    requests: usize,
+    /// Connections opened to the model server (relayed runs only).
+    connections: Option<u64>,
+}
+
+/// Sizes of the first request's parts (SPEC §14: the fixed request prefix,
+/// tool definitions + system prompt before project instructions, ≤ 10 KB).
+/// The projects have no instruction files, so the stable system block is all
+/// fixed prompt.
+#[derive(Debug, Clone, Copy)]
+struct Prefix {
+    /// JSON bytes of `tools`.
+    tools: usize,
+    /// JSON bytes of the first (stable, cached) `system` block.
+    stable_system: usize,
+    /// JSON bytes of the second `system` block (environment), if any.
+    environment: usize,
+    /// The whole body.
+    body: usize,
+}
+
+impl Prefix {
+    fn of(body: &serde_json::Value, body_len: usize) -> Self {
+        let bytes = |value: &serde_json::Value| {
+            if value.is_null() {
+                0
+            } else {
+                serde_json::to_vec(value).map_or(0, |v| v.len())
+            }
+        };
+        Self {
+            tools: bytes(&body["tools"]),
+            stable_system: bytes(&body["system"][0]),
+            environment: bytes(&body["system"][1]),
+            body: body_len,
+        }
+    }
+
+    fn fixed(&self) -> usize {
+        self.tools + self.stable_system
+    }
 }
 
 fn run_once(
@@ -302,6 +352,7 @@ fn run_once(
     kind: Kind,
     project: Option<&Path>,
     collector: &OtlpCollector,
+    relayed: bool,
 ) -> Result<RunSample, String> {
     let stamps = ArrivalStamps::new();
     let server = tokio
@@ -313,6 +364,15 @@ fn run_once(
         .map_err(|e| format!("scripted server: {e}"))?;
     let sandbox = Sandbox::new(project)?;
     let mut command = sandbox.command(bin, &server, kind.args())?;
+    let proxy = if relayed {
+        let proxy = tokio
+            .block_on(CountingProxy::start(server.addr()))
+            .map_err(|e| format!("relay: {e}"))?;
+        command.env("ANTHROPIC_BASE_URL", format!("http://{}", proxy.addr()));
+        Some(proxy)
+    } else {
+        None
+    };
     if kind == Kind::TrivialWithExport {
         command.env(ENDPOINT_VAR, collector.endpoint());
     }
@@ -353,7 +413,15 @@ fn run_once(
             server.remaining_turns()
         ));
     }
+    let prefix = server
+        .requests()
+        .first()
+        .map(|request| Prefix::of(&request.body, request.body_len))
+        .ok_or("no request recorded")?;
     let sample = RunSample {
+        prefix,
+        requests: stamps.len(),
+        connections: proxy.as_ref().map(CountingProxy::connections),
         to_first_request: *first - spawned,
         last_request_to_exit: exit.at - *last,
         total: exit.at - spawned,
@@ -497,11 +565,11 @@ fn bench() -> Result<(), String> {
     ] {
         let project = (kind == Kind::TrivialInGitRepo).then(|| repo.path());
         for _ in 0..WARMUP_RUNS {
-            run_once(&bin, &tokio, kind, project, &collector)?;
+            run_once(&bin, &tokio, kind, project, &collector, false)?;
         }
         let mut runs = Vec::with_capacity(samples);
         for _ in 0..samples {
-            runs.push(run_once(&bin, &tokio, kind, project, &collector)?);
+            runs.push(run_once(&bin, &tokio, kind, project, &collector, false)?);
         }
         let ms = |pick: &dyn Fn(&RunSample) -> Duration| -> Vec<f64> {
             runs.iter()
@@ -514,6 +582,25 @@ fn bench() -> Result<(), String> {
         line("spawn → exit (ms)", &ms(&|r| r.total));
         let rss: Vec<f64> = runs.iter().map(|r| kib_to_mib(r.max_rss_kib)).collect();
         line("peak RSS, ru_maxrss (MiB)", &rss);
+        if let Some(first) = runs.first() {
+            let p = first.prefix;
+            println!(
+                "  first request: fixed prefix {} bytes (tools {} + stable system {}), \
+                 environment {} bytes, body {} bytes",
+                p.fixed(),
+                p.tools,
+                p.stable_system,
+                p.environment,
+                p.body
+            );
+        }
+        let relayed = run_once(&bin, &tokio, kind, project, &collector, true)?;
+        println!(
+            "  one more run through a counting relay (not timed): {} connections to the model \
+             server for {} requests",
+            relayed.connections.unwrap_or(0),
+            relayed.requests
+        );
     }
     let received = tokio.block_on(collector.shutdown());
     println!(

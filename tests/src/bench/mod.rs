@@ -2,7 +2,8 @@
 //! bench-only tools, summary statistics, request arrival times at the scripted
 //! server, a bare HTTP client and replays that split a run's time into parts,
 //! the measured multi-turn run shared by the per-turn benches, a loopback OTLP
-//! collector and a span sink for runs with telemetry on, readings of `/proc`,
+//! collector and a span sink for runs with telemetry on, a relay that counts
+//! connections, readings of `/proc`,
 //! and the agent environment for a scripted server that runs in another
 //! process.
 //!
@@ -13,6 +14,7 @@
 pub mod arrivals;
 pub mod collector;
 pub mod http;
+pub mod proxy;
 pub mod replay;
 pub mod spans;
 pub mod stats;
