@@ -4,8 +4,8 @@
 //! The run is `agent_turn`'s (`bench::turns::one_run`): `TURNS` model calls
 //! (default 50) each asking for one `read_file` call, then a text answer, on
 //! the real actor tree with the real Anthropic adapter and a sled store in a
-//! temporary data directory (durable writes and fsyncs included). It is
-//! measured in two set-ups:
+//! temporary data directory (durable writes and fsyncs included). The two
+//! set-ups compared against the target:
 //!
 //! - `off`: no `tracing` subscriber in the process (telemetry disabled);
 //! - `on`: the product's pipeline installed as the process's global
@@ -17,23 +17,32 @@
 //!   collector (`bench::collector`, an axum receiver answering 200 to
 //!   `POST /v1/traces`) that runs in this parent process.
 //!
+//! Three more set-ups split the difference: `logs` (the pipeline installed
+//! with neither local store nor export: the log layer alone, no span reaches
+//! OpenTelemetry), `local` (local span store only) and `export` (OTLP export
+//! only).
+//!
 //! A global subscriber can be installed once per process and never removed,
 //! so each set-up runs in a child process (this binary, started with
-//! `TROUPE_BENCH_TRACING_CHILD=off|on`), and the parent alternates them in
-//! `ROUNDS` rounds (default 10) in ABBA order (off, on, on, off, …), each
-//! child making 2 warm-up runs and then its share of the samples. Alternation
-//! spreads the machine's changing load over both set-ups instead of charging
-//! it to whichever ran second.
+//! `TROUPE_BENCH_TRACING_CHILD=<set-up>`), and the parent runs them in
+//! `ROUNDS` rounds (default 10), each round running every set-up once in an
+//! order that rotates and reverses from round to round, each child making 2
+//! warm-up runs and then its share of the samples. Alternation spreads the
+//! machine's changing load over all set-ups instead of charging it to
+//! whichever ran last.
 //!
 //! Reported for each set-up, per turn: `gross` (wall / turns), `server`
 //! (bare-HTTP replay), `overhead` = gross − server (the SPEC §14 figure),
-//! `loop` = gross − adapter replay; then the ratio of the medians on / off,
-//! what tracing adds per turn, the ratio of each round's pair of medians, the
-//! spans stored per run, the exporter's counters and what the collector got.
+//! `loop` = gross − adapter replay; then each set-up against `off`: the ratio
+//! of the medians, what it adds per turn, and the ratio of each round's pair
+//! of medians; the spans stored per run, the exporter's counters and what the
+//! collector received.
 //!
 //! Environment: `TROUPE_BENCH_SAMPLES` (runs per set-up, default 60),
-//! `TROUPE_BENCH_ROUNDS` (default 10), `TROUPE_BENCH_TURNS` (default 50).
-//! Figures go to `docs/performance.md`, never into assertions.
+//! `TROUPE_BENCH_ROUNDS` (default 10), `TROUPE_BENCH_TURNS` (default 50),
+//! `TROUPE_BENCH_TRACING_SETUPS` (comma-separated set-ups, default all five;
+//! `off` is always measured). Figures go to `docs/performance.md`, never into
+//! assertions.
 
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
@@ -46,29 +55,35 @@ use troupe_tests::bench::spans::StoreSwitch;
 use troupe_tests::bench::stats::Summary;
 use troupe_tests::bench::system::machine_line;
 use troupe_tests::bench::turns::{ToolKind, one_run};
-use troupe_tests::bench::{count_from_env, invoked_as_benchmark, run_on_tokio_workers};
+use troupe_tests::bench::{
+    count_from_env, invoked_as_benchmark, round_order, run_on_tokio_workers,
+};
 
 /// Model calls per run unless `TROUPE_BENCH_TURNS` says otherwise.
 const DEFAULT_TURNS: usize = 50;
 /// Measured runs per set-up unless `TROUPE_BENCH_SAMPLES` says otherwise.
 const DEFAULT_SAMPLES: usize = 60;
-/// Alternations unless `TROUPE_BENCH_ROUNDS` says otherwise.
+/// Rounds unless `TROUPE_BENCH_ROUNDS` says otherwise.
 const DEFAULT_ROUNDS: usize = 10;
 /// Runs of each child before it measures (connection pool, lazy statics,
 /// compiled schemas, the exporter's first connection).
 const WARMUP_RUNS: usize = 2;
 /// Issue target: tracing adds at most 10% to the per-turn overhead.
 const TARGET_RATIO: f64 = 1.10;
-/// Variable that turns this binary into a measuring child, and its values.
+/// Variable that turns this binary into a measuring child; its value names
+/// the set-up.
 const CHILD_VAR: &str = "TROUPE_BENCH_TRACING_CHILD";
 /// Runs a child measures.
 const CHILD_SAMPLES_VAR: &str = "TROUPE_BENCH_CHILD_SAMPLES";
 /// Model calls per run, passed to the children.
 const TURNS_VAR: &str = "TROUPE_BENCH_TURNS";
+/// Set-ups to measure.
+const SETUPS_VAR: &str = "TROUPE_BENCH_TRACING_SETUPS";
 /// The standard variable naming the collector (SPEC §1.2).
 const ENDPOINT_VAR: &str = "OTEL_EXPORTER_OTLP_ENDPOINT";
-/// Telemetry variables the children must not inherit from this process: the
-/// `on` child gets the endpoint alone and the default log filter (`warn`).
+/// Telemetry variables the children must not inherit from this process: a
+/// child that exports gets the endpoint alone, and every child the default
+/// log filter (`warn`).
 const UNINHERITED_VARS: [&str; 6] = [
     ENDPOINT_VAR,
     "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
@@ -82,34 +97,77 @@ const SAMPLE_LINE: &str = "sample ";
 /// Prefix of a child's line carrying the exporter's counters.
 const EXPORT_LINE: &str = "export ";
 
+/// What telemetry a child installs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Mode {
+enum Setup {
+    /// No subscriber.
     Off,
+    /// The pipeline with neither local store nor export (log layer only).
+    Logs,
+    /// The pipeline with the local span store only.
+    Local,
+    /// The pipeline with OTLP export only.
+    Export,
+    /// The pipeline with the local span store and OTLP export.
     On,
 }
 
-impl Mode {
+impl Setup {
+    const ALL: [Self; 5] = [Self::Off, Self::Logs, Self::Local, Self::Export, Self::On];
+
     fn name(self) -> &'static str {
         match self {
             Self::Off => "off",
+            Self::Logs => "logs",
+            Self::Local => "local",
+            Self::Export => "export",
             Self::On => "on",
         }
     }
 
     fn parse(text: &str) -> Result<Self, String> {
-        match text {
-            "off" => Ok(Self::Off),
-            "on" => Ok(Self::On),
-            other => Err(format!("{CHILD_VAR} must be off or on, got {other:?}")),
-        }
+        Self::ALL
+            .into_iter()
+            .find(|setup| setup.name() == text.trim())
+            .ok_or_else(|| format!("unknown set-up {text:?} (off, logs, local, export, on)"))
     }
 
     fn label(self) -> &'static str {
         match self {
-            Self::Off => "telemetry off (no subscriber)",
-            Self::On => "telemetry on (local span store + OTLP export to loopback)",
+            Self::Off => "off: telemetry disabled (no subscriber)",
+            Self::Logs => "logs: pipeline installed, no local store, no export",
+            Self::Local => "local: local span store only",
+            Self::Export => "export: OTLP export to loopback only",
+            Self::On => "on: local span store + OTLP export to loopback",
         }
     }
+
+    fn installs(self) -> bool {
+        self != Self::Off
+    }
+
+    fn stores_spans(self) -> bool {
+        matches!(self, Self::Local | Self::On)
+    }
+
+    fn exports(self) -> bool {
+        matches!(self, Self::Export | Self::On)
+    }
+}
+
+/// The set-ups named in `text` (comma-separated), `off` first and always.
+fn parse_setups(text: Option<&str>) -> Result<Vec<Setup>, String> {
+    let Some(text) = text else {
+        return Ok(Setup::ALL.to_vec());
+    };
+    let mut setups = vec![Setup::Off];
+    for name in text.split(',').filter(|name| !name.trim().is_empty()) {
+        let setup = Setup::parse(name)?;
+        if !setups.contains(&setup) {
+            setups.push(setup);
+        }
+    }
+    Ok(setups)
 }
 
 /// Picks one per-turn figure.
@@ -159,33 +217,43 @@ impl Figures {
 }
 
 /// Installs the product's telemetry as the global subscriber, settings from
-/// the process environment as `troupe` reads them, spans kept through
-/// `switch`.
-fn install(switch: Arc<StoreSwitch>) -> Result<TelemetryGuard, String> {
+/// the process environment as `troupe` reads them; spans kept through
+/// `switch` when `setup` stores them.
+fn install(setup: Setup, switch: Arc<StoreSwitch>) -> Result<TelemetryGuard, String> {
     let settings = TelemetrySettings::from_process_env().map_err(|e| e.to_string())?;
-    if settings.export.is_none() {
+    if settings.export.is_some() != setup.exports() {
         return Err(format!(
-            "{ENDPOINT_VAR} is not set: no OTLP export to measure"
+            "set-up {} with {ENDPOINT_VAR} {}",
+            setup.name(),
+            if settings.export.is_some() {
+                "set"
+            } else {
+                "unset"
+            }
         ));
     }
-    Telemetry::builder(&settings)
-        .local_sink(switch)
+    let mut builder = Telemetry::builder(&settings);
+    if setup.stores_spans() {
+        builder = builder.local_sink(switch);
+    }
+    builder
         .build()
         .map_err(|e| e.to_string())?
         .install()
         .map_err(|e| e.to_string())
 }
 
-/// Child mode: measure `samples` runs in one set-up and print them.
-fn child(mode: Mode) -> Result<(), String> {
+/// Child mode: measure runs in one set-up and print them.
+fn child(setup: Setup) -> Result<(), String> {
     let samples = count_from_env(CHILD_SAMPLES_VAR, 1)?;
     let turns = count_from_env(TURNS_VAR, DEFAULT_TURNS)?;
     let switch = Arc::new(StoreSwitch::new());
-    let mut guard = match mode {
-        Mode::Off => None,
-        Mode::On => Some(install(switch.clone())?),
+    let mut guard = if setup.installs() {
+        Some(install(setup, switch.clone())?)
+    } else {
+        None
     };
-    let spans = (mode == Mode::On).then(|| switch.clone());
+    let spans = setup.stores_spans().then(|| switch.clone());
     let figures = run_on_tokio_workers(async move {
         for _ in 0..WARMUP_RUNS {
             one_run(ToolKind::ReadFile, turns, spans.as_deref()).await?;
@@ -227,28 +295,29 @@ struct ChildOutput {
 }
 
 fn run_child(
-    mode: Mode,
+    setup: Setup,
     samples: usize,
     turns: usize,
     endpoint: &str,
 ) -> Result<ChildOutput, String> {
+    let name = setup.name();
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
     let mut command = Command::new(exe);
     for var in UNINHERITED_VARS {
         command.env_remove(var);
     }
-    if mode == Mode::On {
+    if setup.exports() {
         command.env(ENDPOINT_VAR, endpoint);
     }
     let mut process = command
-        .env(CHILD_VAR, mode.name())
+        .env(CHILD_VAR, name)
         .env(CHILD_SAMPLES_VAR, samples.to_string())
         .env(TURNS_VAR, turns.to_string())
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
         .spawn()
-        .map_err(|e| format!("cannot start the {} child: {e}", mode.name()))?;
+        .map_err(|e| format!("cannot start the {name} child: {e}"))?;
     let stdout = process.stdout.take().ok_or("child has no stdout")?;
     let mut output = ChildOutput {
         figures: Vec::with_capacity(samples),
@@ -256,7 +325,7 @@ fn run_child(
         unfiled: 0,
     };
     for line in BufReader::new(stdout).lines() {
-        let line = line.map_err(|e| format!("{} child: {e}", mode.name()))?;
+        let line = line.map_err(|e| format!("{name} child: {e}"))?;
         let parse = |text: &str| -> Result<Value, String> {
             serde_json::from_str(text).map_err(|e| format!("child line {line:?}: {e}"))
         };
@@ -264,7 +333,7 @@ fn run_child(
             output.figures.push(Figures::from_json(&parse(rest)?)?);
         } else if let Some(rest) = line.strip_prefix(EXPORT_LINE) {
             let value = parse(rest)?;
-            let count = |name: &str| value[name].as_u64().unwrap_or(0);
+            let count = |field: &str| value[field].as_u64().unwrap_or(0);
             output.export = ExportStats {
                 queued: 0,
                 exported: count("exported"),
@@ -273,49 +342,63 @@ fn run_child(
             };
             output.unfiled = count("unfiled");
         } else {
-            println!("  [{} child] {line}", mode.name());
+            println!("  [{name} child] {line}");
         }
     }
     let status = process.wait().map_err(|e| e.to_string())?;
     if !status.success() {
-        return Err(format!("the {} child exited {status}", mode.name()));
+        return Err(format!("the {name} child exited {status}"));
     }
     if output.figures.len() != samples {
         return Err(format!(
-            "the {} child reported {} samples of {samples}",
-            mode.name(),
+            "the {name} child reported {} samples of {samples}",
             output.figures.len()
         ));
     }
-    // A comparison of two identical set-ups would be worthless: check that
-    // spans were kept exactly when telemetry was on.
+    // A comparison of identical set-ups would be worthless: check that spans
+    // were kept and exported exactly when the set-up says so.
     let traced = output.figures.iter().filter(|f| f.spans > 0.0).count();
-    match mode {
-        Mode::Off if traced > 0 => Err(format!("{traced} untraced runs stored spans")),
-        Mode::On if traced != samples => {
-            Err(format!("{} traced runs stored no span", samples - traced))
-        }
-        _ => Ok(output),
+    let expected = if setup.stores_spans() { samples } else { 0 };
+    if traced != expected {
+        return Err(format!(
+            "{traced} of {samples} runs of the {name} child stored spans"
+        ));
     }
-}
-
-fn summary(values: &[f64]) -> Option<Summary> {
-    Summary::of(values)
+    if setup.exports() != (output.export.exported > 0) {
+        return Err(format!(
+            "the {name} child exported {} spans",
+            output.export.exported
+        ));
+    }
+    Ok(output)
 }
 
 fn show(values: &[f64]) -> String {
-    summary(values).map_or_else(|| "no samples".into(), |s| s.to_string())
+    Summary::of(values).map_or_else(|| "no samples".into(), |s| s.to_string())
 }
 
 fn median(values: &[f64]) -> f64 {
-    summary(values).map_or(f64::NAN, |s| s.median)
+    Summary::of(values).map_or(f64::NAN, |s| s.median)
 }
 
-fn report_mode(mode: Mode, figures: &[Figures]) {
-    let column = |pick: &dyn Fn(&Figures) -> f64| -> String {
-        show(&figures.iter().map(pick).collect::<Vec<_>>())
-    };
-    println!("\n== {} ==", mode.label());
+fn median_of(figures: &[Figures], pick: &Pick) -> f64 {
+    median(&figures.iter().map(pick).collect::<Vec<_>>())
+}
+
+/// Everything measured in one set-up.
+struct Measured {
+    setup: Setup,
+    figures: Vec<Figures>,
+    /// The figures of each round.
+    rounds: Vec<Vec<Figures>>,
+    export: ExportStats,
+    unfiled: u64,
+}
+
+fn report_setup(measured: &Measured) {
+    let figures = &measured.figures;
+    let column = |pick: &Pick| -> String { show(&figures.iter().map(pick).collect::<Vec<_>>()) };
+    println!("\n== {} ==", measured.setup.label());
     println!("  per turn, ms:");
     println!("    gross                   {}", column(&|f| f.gross));
     println!("    server (bare HTTP)      {}", column(&|f| f.server));
@@ -325,56 +408,72 @@ fn report_mode(mode: Mode, figures: &[Figures]) {
         column(&Figures::loop_time)
     );
     println!("  spans stored per run      {}", column(&|f| f.spans));
+    if measured.setup.installs() {
+        let export = measured.export;
+        println!(
+            "  OTLP export (warm-ups included): {} spans exported, {} failed, {} dropped; \
+             {} spans ended with no store",
+            export.exported, export.failed, export.dropped, measured.unfiled
+        );
+    }
 }
 
-fn report_comparison(off: &[Figures], on: &[Figures], rounds: &[(Vec<Figures>, Vec<Figures>)]) {
-    println!("\n== tracing on / off ==");
+fn report_against_off(off: &Measured, other: &Measured) {
+    println!("\n== {} / off ==", other.setup.name());
     let metrics: [(&str, &Pick); 3] = [
         ("overhead = gross−server", &Figures::overhead),
         ("gross", &|f| f.gross),
         ("loop = gross−model", &Figures::loop_time),
     ];
     for (name, pick) in metrics {
-        let off_median = median(&off.iter().map(pick).collect::<Vec<_>>());
-        let on_median = median(&on.iter().map(pick).collect::<Vec<_>>());
+        let off_median = median_of(&off.figures, pick);
+        let other_median = median_of(&other.figures, pick);
         println!(
-            "  {name:<24} off {off_median:.3} ms, on {on_median:.3} ms: \
-             ratio {:.3}, tracing adds {:.1} µs per turn",
-            on_median / off_median,
-            (on_median - off_median) * 1_000.0
+            "  {name:<24} off {off_median:.3} ms, {} {other_median:.3} ms: \
+             ratio {:.3}, adds {:.1} µs per turn",
+            other.setup.name(),
+            other_median / off_median,
+            (other_median - off_median) * 1_000.0
         );
     }
-    let paired: Vec<f64> = rounds
+    let paired: Vec<f64> = off
+        .rounds
         .iter()
-        .map(|(off, on)| {
-            median(&on.iter().map(Figures::overhead).collect::<Vec<_>>())
-                / median(&off.iter().map(Figures::overhead).collect::<Vec<_>>())
+        .zip(&other.rounds)
+        .map(|(off, other)| {
+            median_of(other, &Figures::overhead) / median_of(off, &Figures::overhead)
         })
         .collect();
     println!(
         "  overhead ratio of each round's medians  {}",
         show(&paired)
     );
-    let ratio = median(&on.iter().map(Figures::overhead).collect::<Vec<_>>())
-        / median(&off.iter().map(Figures::overhead).collect::<Vec<_>>());
-    println!(
-        "  target: ratio ≤ {TARGET_RATIO:.2} (tracing adds at most 10%): {}",
-        if ratio <= TARGET_RATIO {
-            "met"
-        } else {
-            "missed"
-        }
-    );
+    if other.setup == Setup::On {
+        let ratio = median_of(&other.figures, &Figures::overhead)
+            / median_of(&off.figures, &Figures::overhead);
+        println!(
+            "  target: overhead ratio ≤ {TARGET_RATIO:.2} (tracing adds at most 10%): {}",
+            if ratio <= TARGET_RATIO {
+                "met"
+            } else {
+                "missed"
+            }
+        );
+    }
 }
 
 fn parent() -> Result<(), String> {
     let samples = count_from_env("TROUPE_BENCH_SAMPLES", DEFAULT_SAMPLES)?;
     let rounds = count_from_env("TROUPE_BENCH_ROUNDS", DEFAULT_ROUNDS)?.min(samples);
     let turns = count_from_env(TURNS_VAR, DEFAULT_TURNS)?;
+    let setups = parse_setups(std::env::var(SETUPS_VAR).ok().as_deref())?;
     let per_child = samples.div_ceil(rounds);
+    let names: Vec<&str> = setups.iter().map(|s| s.name()).collect();
     println!(
-        "tracing_turn: read_file turns, {turns} model calls per run; {rounds} rounds × \
-         {per_child} runs per set-up (ABBA order), {WARMUP_RUNS} warm-up runs per child"
+        "tracing_turn: read_file turns, {turns} model calls per run; set-ups {}; \
+         {rounds} rounds × {per_child} runs per set-up (order rotating), \
+         {WARMUP_RUNS} warm-up runs per child",
+        names.join(", ")
     );
     println!("{}", machine_line());
 
@@ -388,47 +487,43 @@ fn parent() -> Result<(), String> {
         .map_err(|e| format!("collector: {e}"))?;
     let endpoint = collector.endpoint();
 
-    let mut off = Vec::new();
-    let mut on = Vec::new();
-    let mut by_round = Vec::with_capacity(rounds);
-    let mut export = ExportStats::default();
-    let mut unfiled = 0;
+    let mut measured: Vec<Measured> = setups
+        .iter()
+        .map(|&setup| Measured {
+            setup,
+            figures: Vec::new(),
+            rounds: Vec::with_capacity(rounds),
+            export: ExportStats::default(),
+            unfiled: 0,
+        })
+        .collect();
     for round in 0..rounds {
-        let order = if round % 2 == 0 {
-            [Mode::Off, Mode::On]
-        } else {
-            [Mode::On, Mode::Off]
-        };
-        let mut pair = (Vec::new(), Vec::new());
-        for mode in order {
-            let output = run_child(mode, per_child, turns, &endpoint)?;
-            match mode {
-                Mode::Off => pair.0 = output.figures,
-                Mode::On => {
-                    pair.1 = output.figures;
-                    export.exported += output.export.exported;
-                    export.failed += output.export.failed;
-                    export.dropped += output.export.dropped;
-                    unfiled += output.unfiled;
-                }
-            }
+        for setup in round_order(&setups, round) {
+            let output = run_child(setup, per_child, turns, &endpoint)?;
+            let Some(slot) = measured.iter_mut().find(|m| m.setup == setup) else {
+                return Err(format!("set-up {} was not planned", setup.name()));
+            };
+            slot.figures.extend_from_slice(&output.figures);
+            slot.rounds.push(output.figures);
+            slot.export.exported += output.export.exported;
+            slot.export.failed += output.export.failed;
+            slot.export.dropped += output.export.dropped;
+            slot.unfiled += output.unfiled;
         }
-        off.extend_from_slice(&pair.0);
-        on.extend_from_slice(&pair.1);
-        by_round.push(pair);
     }
     let received = tokio.block_on(collector.shutdown());
 
-    report_mode(Mode::Off, &off);
-    report_mode(Mode::On, &on);
-    report_comparison(&off, &on, &by_round);
+    for one in &measured {
+        report_setup(one);
+    }
+    let Some((off, others)) = measured.split_first() else {
+        return Err("nothing measured".into());
+    };
+    for other in others {
+        report_against_off(off, other);
+    }
     println!(
-        "  OTLP export (all on-children, warm-ups included): {} spans exported, {} failed, \
-         {} dropped; {} spans with no store; the collector answered {} requests ({:.1} KiB)",
-        export.exported,
-        export.failed,
-        export.dropped,
-        unfiled,
+        "\nthe collector answered {} export requests ({:.1} KiB)",
         received.requests,
         received.bytes as f64 / 1024.0
     );
@@ -437,8 +532,8 @@ fn parent() -> Result<(), String> {
 }
 
 fn main() {
-    if let Ok(mode) = std::env::var(CHILD_VAR) {
-        if let Err(err) = Mode::parse(&mode).and_then(child) {
+    if let Ok(setup) = std::env::var(CHILD_VAR) {
+        if let Err(err) = Setup::parse(&setup).and_then(child) {
             eprintln!("tracing_turn child: {err}");
             std::process::exit(1);
         }
