@@ -27,6 +27,8 @@
 //! - `model`    = adapter replay / turns (server + the product's HTTP and SSE)
 //! - `loop`     = gross − model (agent actor, executors, tools, event log,
 //!   store writes and fsyncs)
+//! - `process CPU` = CPU time of every thread of the process during the run /
+//!   turns (runtime, in-process scripted server, sled's threads)
 //!
 //! Also printed: the median duration of a turn near the start and near the end
 //! of the run (from one request's arrival at the server to the next's), to
@@ -69,6 +71,7 @@ fn report(kind: ToolKind, samples: &[Sample]) {
     );
     println!("    model call (adapter)   {}", column(&Sample::model_ms));
     println!("    loop = gross−model     {}", column(&Sample::loop_ms));
+    println!("    process CPU            {}", column(&Sample::cpu_ms));
     let edge = |range: &dyn Fn(&Sample) -> &[Duration]| -> String {
         let values: Vec<Duration> = samples.iter().flat_map(|s| range(s).to_vec()).collect();
         Summary::of_millis(&values).map_or_else(|| "no samples".into(), |s| s.to_string())

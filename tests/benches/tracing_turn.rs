@@ -33,10 +33,13 @@
 //!
 //! Reported for each set-up, per turn: `gross` (wall / turns), `server`
 //! (bare-HTTP replay), `overhead` = gross − server (the SPEC §14 figure),
-//! `loop` = gross − adapter replay; then each set-up against `off`: the ratio
-//! of the medians, what it adds per turn, and the ratio of each round's pair
-//! of medians; the spans stored per run, the exporter's counters and what the
-//! collector received.
+//! `loop` = gross − adapter replay, and the CPU time the whole process used
+//! during the run (all threads: runtime, in-process scripted server, sled,
+//! exporter), which is less noisy than wall time on a shared machine and
+//! shows whether a difference is work or waiting; then each set-up against
+//! `off`: the ratio of the medians, what it adds per turn, and the ratio of
+//! each round's pair of medians; the spans stored per run, the exporter's
+//! counters and what the collector received.
 //!
 //! Environment: `TROUPE_BENCH_SAMPLES` (runs per set-up, default 60),
 //! `TROUPE_BENCH_ROUNDS` (default 10), `TROUPE_BENCH_TURNS` (default 50),
@@ -179,6 +182,7 @@ struct Figures {
     gross: f64,
     server: f64,
     model: f64,
+    cpu: f64,
     spans: f64,
 }
 
@@ -196,6 +200,7 @@ impl Figures {
             "gross_ms": self.gross,
             "server_ms": self.server,
             "model_ms": self.model,
+            "cpu_ms": self.cpu,
             "spans": self.spans,
         });
         format!("{SAMPLE_LINE}{value}")
@@ -211,6 +216,7 @@ impl Figures {
             gross: field("gross_ms")?,
             server: field("server_ms")?,
             model: field("model_ms")?,
+            cpu: field("cpu_ms")?,
             spans: field("spans")?,
         })
     }
@@ -265,6 +271,7 @@ fn child(setup: Setup) -> Result<(), String> {
                 gross: sample.gross_ms(),
                 server: sample.server_ms(),
                 model: sample.model_ms(),
+                cpu: sample.cpu_ms(),
                 spans: sample.spans_stored as f64,
             });
         }
@@ -407,6 +414,7 @@ fn report_setup(measured: &Measured) {
         "    loop = gross−model      {}",
         column(&Figures::loop_time)
     );
+    println!("    process CPU             {}", column(&|f| f.cpu));
     println!("  spans stored per run      {}", column(&|f| f.spans));
     if measured.setup.installs() {
         let export = measured.export;
@@ -420,10 +428,11 @@ fn report_setup(measured: &Measured) {
 
 fn report_against_off(off: &Measured, other: &Measured) {
     println!("\n== {} / off ==", other.setup.name());
-    let metrics: [(&str, &Pick); 3] = [
+    let metrics: [(&str, &Pick); 4] = [
         ("overhead = gross−server", &Figures::overhead),
         ("gross", &|f| f.gross),
         ("loop = gross−model", &Figures::loop_time),
+        ("process CPU", &|f| f.cpu),
     ];
     for (name, pick) in metrics {
         let off_median = median_of(&off.figures, pick);

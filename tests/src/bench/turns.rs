@@ -28,6 +28,7 @@ use super::replay::{replay_provider, replay_raw};
 use super::scripted_provider;
 use super::spans::StoreSwitch;
 use super::stats::millis;
+use super::system::process_cpu_time;
 use super::tools::NoopTool;
 use crate::{Harness, RunOptions, WAIT};
 
@@ -92,6 +93,10 @@ pub struct Sample {
     pub turns: usize,
     /// Submit to `run_finished`.
     pub wall: Duration,
+    /// CPU time the whole process used from submit to `run_finished` (the
+    /// runtime, the in-process scripted server, sled's threads and, with
+    /// telemetry on, the exporter).
+    pub cpu: Duration,
     /// The recorded requests replayed over one bare HTTP connection.
     pub server: Duration,
     /// The same conversation prefixes replayed through the real adapter.
@@ -113,6 +118,11 @@ impl Sample {
     /// Bare-HTTP replay per model call, in ms.
     pub fn server_ms(&self) -> f64 {
         per_turn(self.server, self.turns)
+    }
+
+    /// Process CPU time per model call, in ms.
+    pub fn cpu_ms(&self) -> f64 {
+        per_turn(self.cpu, self.turns)
     }
 
     /// Adapter replay per model call, in ms.
@@ -177,6 +187,7 @@ pub async fn one_run(
     let mut options = RunOptions::bypass(env.clone());
     options.limits = generous_limits(turns);
 
+    let cpu_before = process_cpu_time().map_err(|e| format!("getrusage: {e}"))?;
     let started = Instant::now();
     let mut handle = h.submit("Read the files one by one.", options).await;
     let status = loop {
@@ -191,6 +202,9 @@ pub async fn one_run(
         }
     };
     let wall = started.elapsed();
+    let cpu = process_cpu_time()
+        .map_err(|e| format!("getrusage: {e}"))?
+        .saturating_sub(cpu_before);
     if status != RunStatus::Finished {
         return Err(format!("run ended {status:?}"));
     }
@@ -261,6 +275,7 @@ pub async fn one_run(
     Ok(Sample {
         turns,
         wall,
+        cpu,
         server,
         model,
         turn_times,
@@ -278,6 +293,7 @@ mod tests {
         let sample = Sample {
             turns: 4,
             wall: Duration::from_millis(8),
+            cpu: Duration::from_millis(6),
             server: Duration::from_millis(2),
             model: Duration::from_millis(4),
             turn_times: Vec::new(),
@@ -295,6 +311,7 @@ mod tests {
         assert_eq!(sample.overhead_ms(), 1.5);
         assert_eq!(sample.model_ms(), 1.0);
         assert_eq!(sample.loop_ms(), 1.0);
+        assert_eq!(sample.cpu_ms(), 1.5);
         assert_eq!(
             per_turn(Duration::from_millis(3), 0),
             3.0,
