@@ -322,6 +322,36 @@ struct Prefix {
     environment: usize,
     /// The whole body.
     body: usize,
+    /// What the environment block says about git.
+    git: GitLine,
+}
+
+/// What the environment part of the first request says about git (the
+/// wording of `prompt::assemble_environment`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum GitLine {
+    /// `git status` answered within its budget and is in the prompt.
+    Collected,
+    /// `git status` did not answer within its budget (15 ms).
+    TooSlow,
+    /// Not a git repository.
+    NotRepository,
+    /// None of those (the wording changed).
+    Unknown,
+}
+
+impl GitLine {
+    fn of(environment: &str) -> Self {
+        if environment.contains("Git status: not collected") {
+            Self::TooSlow
+        } else if environment.contains("Not a git repository.") {
+            Self::NotRepository
+        } else if environment.contains("\nGit status:\n") {
+            Self::Collected
+        } else {
+            Self::Unknown
+        }
+    }
 }
 
 impl Prefix {
@@ -338,6 +368,7 @@ impl Prefix {
             stable_system: bytes(&body["system"][0]),
             environment: bytes(&body["system"][1]),
             body: body_len,
+            git: GitLine::of(body["system"][1]["text"].as_str().unwrap_or_default()),
         }
     }
 
@@ -594,6 +625,15 @@ fn bench() -> Result<(), String> {
                 p.body
             );
         }
+        let git = |line: GitLine| runs.iter().filter(|r| r.prefix.git == line).count();
+        println!(
+            "  git in the first request's environment: status collected in {} runs, \
+             not collected (too slow) in {}, not a repository in {}, unrecognised in {}",
+            git(GitLine::Collected),
+            git(GitLine::TooSlow),
+            git(GitLine::NotRepository),
+            git(GitLine::Unknown)
+        );
         let relayed = run_once(&bin, &tokio, kind, project, &collector, true)?;
         println!(
             "  one more run through a counting relay (not timed): {} connections to the model \
