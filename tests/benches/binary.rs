@@ -35,10 +35,13 @@
 //! connections (`bench::proxy`), how many connections the binary opened to
 //! the model server (SPEC §14: one keep-alive connection per provider).
 //!
-//! To explain the start time, two steps of the binary's setup are also timed
-//! in this process: building the provider's HTTP client
-//! (`llm::http::build_client`, first call in the process and later calls) and
-//! building the system prompt (`prompt::build_system_prompt`) in each project.
+//! To explain the start time, steps of the binary's setup are also timed in
+//! this process: building the provider's HTTP client
+//! (`llm::http::build_client`, first call in the process and later calls),
+//! `git status` within its budget plus the system prompt
+//! (`prompt::read_git_status`, `prompt::build_system_prompt`) in each project,
+//! and building the telemetry pipeline without and with OTLP export
+//! (`telemetry::Telemetry::builder(..).build()`).
 //!
 //! Environment: `TROUPE_BENCH_SAMPLES` (default 30), `TROUPE_BENCH_GIT_FILES`
 //! (default 10000). Figures go to `docs/performance.md`, never into
@@ -47,11 +50,13 @@
 use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::json;
 use troupe_runtime::llm::http::build_client;
 use troupe_runtime::prompt::{GIT_STATUS_BUDGET, build_system_prompt, read_git_status};
+use troupe_runtime::telemetry::{MemorySpanSink, Telemetry, TelemetrySettings};
 use troupe_scripted::{Script, ScriptedServer, ServerConfig, text, tool_call};
 use troupe_tests::bench::arrivals::ArrivalStamps;
 use troupe_tests::bench::collector::OtlpCollector;
@@ -502,10 +507,16 @@ fn binary() -> Result<PathBuf, String> {
     }
 }
 
-/// Times two steps of the binary's setup in this process: the provider's
-/// HTTP client, and the system prompt in a plain project and in the git
-/// repository.
-fn setup_steps(tokio: &tokio::runtime::Runtime, plain: &Path, repo: &Path) -> Result<(), String> {
+/// Times steps of the binary's setup in this process: the provider's HTTP
+/// client, `git status` with its budget plus the system prompt in a plain
+/// project and in the git repository, and building the telemetry pipeline
+/// (not installed) without and with OTLP export to `collector`.
+fn setup_steps(
+    tokio: &tokio::runtime::Runtime,
+    plain: &Path,
+    repo: &Path,
+    collector: &OtlpCollector,
+) -> Result<(), String> {
     let time = |step: &dyn Fn() -> Result<(), String>| -> Result<f64, String> {
         let started = Instant::now();
         step()?;
@@ -538,7 +549,35 @@ fn setup_steps(tokio: &tokio::runtime::Runtime, plain: &Path, repo: &Path) -> Re
         let values = (0..STEP_SAMPLES)
             .map(|_| time(&prompt))
             .collect::<Result<Vec<_>, _>>()?;
-        line(&format!("build_system_prompt, {name} (ms)"), &values);
+        line(&format!("git status + prompt, {name} (ms)"), &values);
+    }
+    let endpoint = collector.endpoint();
+    for (name, export) in [
+        ("telemetry build, no export", false),
+        ("telemetry build, OTLP export", true),
+    ] {
+        let settings = TelemetrySettings::from_env(|var| {
+            (export && var == ENDPOINT_VAR).then(|| endpoint.clone())
+        })
+        .map_err(|e| e.to_string())?;
+        let mut values = Vec::with_capacity(STEP_SAMPLES + 1);
+        for _ in 0..=STEP_SAMPLES {
+            let started = Instant::now();
+            let telemetry = Telemetry::builder(&settings)
+                .local_sink(Arc::new(MemorySpanSink::new()))
+                .log_writer(std::io::sink)
+                .build()
+                .map_err(|e| e.to_string())?;
+            values.push(started.elapsed().as_secs_f64() * 1_000.0);
+            // Shutting the exporter down is not part of start-up.
+            drop(telemetry);
+        }
+        println!(
+            "  {:<40} {:.3} ms",
+            format!("{name}, first call"),
+            values[0]
+        );
+        line(&format!("{name}, later (ms)"), &values[1..]);
     }
     Ok(())
 }
@@ -583,11 +622,12 @@ fn bench() -> Result<(), String> {
     );
     let plain = tempfile::tempdir().map_err(|e| e.to_string())?;
     small_project(plain.path())?;
-    setup_steps(&tokio, plain.path(), repo.path())?;
-
     let collector = tokio
         .block_on(OtlpCollector::start())
         .map_err(|e| format!("collector: {e}"))?;
+    setup_steps(&tokio, plain.path(), repo.path(), &collector)?;
+
+    let exports_before_runs = collector.stats();
     for kind in [
         Kind::Trivial,
         Kind::TrivialInGitRepo,
@@ -645,8 +685,8 @@ fn bench() -> Result<(), String> {
     let received = tokio.block_on(collector.shutdown());
     println!(
         "\nOTLP collector: {} export requests ({:.1} KiB) from the runs with export on",
-        received.requests,
-        received.bytes as f64 / 1024.0
+        received.requests - exports_before_runs.requests,
+        (received.bytes - exports_before_runs.bytes) as f64 / 1024.0
     );
     println!("\n{}", machine_line());
     Ok(())
