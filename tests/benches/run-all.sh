@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds the release binary and runs every whole-runtime benchmark of
 # tests/benches (SPEC §14), printing their figures. Record them in
-# docs/performance.md under "Agent loop and runtime" with the machine and date.
+# docs/performance.md (the summary table and the bench's own section) with the
+# machine, date and load average.
 #
 # Usage: tests/benches/run-all.sh [BENCH...]   (default: all five)
 # Environment: TROUPE_BENCH_SAMPLES, TROUPE_BENCH_TURNS, TROUPE_BENCH_AGENTS,
