@@ -12,22 +12,36 @@
 //! - peak memory of a single run ≤ 25 MB RSS: `ru_maxrss` of the child from
 //!   `wait4` (the largest of the process and the children it waited for).
 //!
-//! Three kinds of run: `x` (one model call that answers text at once) in a
+//! Four kinds of run: `x` (one model call that answers text at once) in a
 //! small project that is not a git repository; the same in a git repository
 //! of `TROUPE_BENCH_GIT_FILES` committed files (default 10,000), because the
 //! environment part of the system prompt runs `git status` before the first
-//! request; and a run with tools (`read_file`, `glob`, `grep`, `bash` in bypass
-//! mode, then the answer) in the small project. Each run gets fresh, empty
+//! request; the same as the first with OTLP export on
+//! (`OTEL_EXPORTER_OTLP_ENDPOINT` at a loopback collector in this process,
+//! `bench::collector`), because `troupe` flushes its spans before it exits; and
+//! a run with tools (`read_file`, `glob`, `grep`, `bash` in bypass mode, then
+//! the answer) in the small project. Every run opens its session store (sled)
+//! in `TROUPE_HOME`, writes the run durably and keeps its spans there (the
+//! local span store is always on). Each run gets fresh, empty
 //! `HOME`, XDG directories and `TROUPE_HOME` in a temporary directory; the
 //! small project (with a `.troupe` directory) is fresh too, the git repository
 //! is made once. The scripted server runs in this process on one tokio worker;
 //! the binary is `TROUPE_BIN` or `troupe` beside this bench's directory
 //! (`target/release/troupe`; `tests/benches/run-all.sh` builds it).
 //!
-//! To explain the start time, two steps of the binary's setup are also timed
-//! in this process: building the provider's HTTP client
-//! (`llm::http::build_client`, first call in the process and later calls) and
-//! building the system prompt (`prompt::build_system_prompt`) in each project.
+//! Also printed, from the first request of each kind: the fixed request
+//! prefix (SPEC §14: tool definitions + stable system prompt ≤ 10 KB); and,
+//! from one more untimed run of each kind through a loopback relay that counts
+//! connections (`bench::proxy`), how many connections the binary opened to
+//! the model server (SPEC §14: one keep-alive connection per provider).
+//!
+//! To explain the start time, steps of the binary's setup are also timed in
+//! this process: building the provider's HTTP client
+//! (`llm::http::build_client`, first call in the process and later calls),
+//! `git status` within its budget plus the system prompt
+//! (`prompt::read_git_status`, `prompt::build_system_prompt`) in each project,
+//! and building the telemetry pipeline without and with OTLP export
+//! (`telemetry::Telemetry::builder(..).build()`).
 //!
 //! Environment: `TROUPE_BENCH_SAMPLES` (default 30), `TROUPE_BENCH_GIT_FILES`
 //! (default 10000). Figures go to `docs/performance.md`, never into
@@ -36,13 +50,17 @@
 use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::json;
 use troupe_runtime::llm::http::build_client;
 use troupe_runtime::prompt::{GIT_STATUS_BUDGET, build_system_prompt, read_git_status};
+use troupe_runtime::telemetry::{MemorySpanSink, Telemetry, TelemetrySettings};
 use troupe_scripted::{Script, ScriptedServer, ServerConfig, text, tool_call};
 use troupe_tests::bench::arrivals::ArrivalStamps;
+use troupe_tests::bench::collector::OtlpCollector;
+use troupe_tests::bench::proxy::CountingProxy;
 use troupe_tests::bench::stats::Summary;
 use troupe_tests::bench::system::{kib_to_mib, machine_line};
 use troupe_tests::bench::{count_from_env, invoked_as_benchmark};
@@ -60,6 +78,8 @@ const ANSWER: &str = "Done looking.";
 const DEFAULT_GIT_FILES: usize = 10_000;
 /// Files per directory of the git repository.
 const FILES_PER_DIR: usize = 100;
+/// The standard variable naming the collector (SPEC §1.2).
+const ENDPOINT_VAR: &str = "OTEL_EXPORTER_OTLP_ENDPOINT";
 /// Timed calls of each in-process setup step.
 const STEP_SAMPLES: usize = 20;
 
@@ -69,6 +89,8 @@ enum Kind {
     Trivial,
     /// `troupe run x` in the git repository.
     TrivialInGitRepo,
+    /// `troupe run x` with OTLP export to the loopback collector.
+    TrivialWithExport,
     /// `troupe run --mode bypass …`: four tool turns, then the answer.
     WithTools,
 }
@@ -78,13 +100,18 @@ impl Kind {
         match self {
             Self::Trivial => "troupe run x (one text answer; not a git repository)",
             Self::TrivialInGitRepo => "troupe run x (one text answer; in the git repository)",
+            Self::TrivialWithExport => {
+                "troupe run x (one text answer; OTLP export to a loopback collector)"
+            }
             Self::WithTools => "troupe run --mode bypass (read_file, glob, grep, bash, answer)",
         }
     }
 
     fn script(self, stamps: &ArrivalStamps) -> Script {
         let responses = match self {
-            Self::Trivial | Self::TrivialInGitRepo => vec![text(ANSWER)],
+            Self::Trivial | Self::TrivialInGitRepo | Self::TrivialWithExport => {
+                vec![text(ANSWER)]
+            }
             Self::WithTools => vec![
                 tool_call("read_file", json!({"path": "README.md"})),
                 tool_call("glob", json!({"pattern": "**/*.rs"})),
@@ -103,7 +130,7 @@ impl Kind {
 
     fn args(self) -> &'static [&'static str] {
         match self {
-            Self::Trivial | Self::TrivialInGitRepo => &["run", "x"],
+            Self::Trivial | Self::TrivialInGitRepo | Self::TrivialWithExport => &["run", "x"],
             Self::WithTools => &["run", "--mode", "bypass", "Look around the project."],
         }
     }
@@ -279,6 +306,80 @@ struct RunSample {
     last_request_to_exit: Duration,
     total: Duration,
     max_rss_kib: u64,
+    prefix: Prefix,
+    /// Model requests of the run.
+    requests: usize,
+    /// Connections opened to the model server (relayed runs only).
+    connections: Option<u64>,
+}
+
+/// Sizes of the first request's parts (SPEC §14: the fixed request prefix,
+/// tool definitions + system prompt before project instructions, ≤ 10 KB).
+/// The projects have no instruction files, so the stable system block is all
+/// fixed prompt.
+#[derive(Debug, Clone, Copy)]
+struct Prefix {
+    /// JSON bytes of `tools`.
+    tools: usize,
+    /// JSON bytes of the first (stable, cached) `system` block.
+    stable_system: usize,
+    /// JSON bytes of the second `system` block (environment), if any.
+    environment: usize,
+    /// The whole body.
+    body: usize,
+    /// What the environment block says about git.
+    git: GitLine,
+}
+
+/// What the environment part of the first request says about git (the
+/// wording of `prompt::assemble_environment`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum GitLine {
+    /// `git status` answered within its budget and is in the prompt.
+    Collected,
+    /// `git status` did not answer within its budget (15 ms).
+    TooSlow,
+    /// Not a git repository.
+    NotRepository,
+    /// None of those (the wording changed).
+    Unknown,
+}
+
+impl GitLine {
+    fn of(environment: &str) -> Self {
+        if environment.contains("Git status: not collected") {
+            Self::TooSlow
+        } else if environment.contains("Not a git repository.") {
+            Self::NotRepository
+        } else if environment.contains("\nGit status:\n") {
+            Self::Collected
+        } else {
+            Self::Unknown
+        }
+    }
+}
+
+impl Prefix {
+    fn of(body: &serde_json::Value, body_len: usize) -> Self {
+        let bytes = |value: &serde_json::Value| {
+            if value.is_null() {
+                0
+            } else {
+                serde_json::to_vec(value).map_or(0, |v| v.len())
+            }
+        };
+        Self {
+            tools: bytes(&body["tools"]),
+            stable_system: bytes(&body["system"][0]),
+            environment: bytes(&body["system"][1]),
+            body: body_len,
+            git: GitLine::of(body["system"][1]["text"].as_str().unwrap_or_default()),
+        }
+    }
+
+    fn fixed(&self) -> usize {
+        self.tools + self.stable_system
+    }
 }
 
 fn run_once(
@@ -286,6 +387,8 @@ fn run_once(
     tokio: &tokio::runtime::Runtime,
     kind: Kind,
     project: Option<&Path>,
+    collector: &OtlpCollector,
+    relayed: bool,
 ) -> Result<RunSample, String> {
     let stamps = ArrivalStamps::new();
     let server = tokio
@@ -297,6 +400,19 @@ fn run_once(
         .map_err(|e| format!("scripted server: {e}"))?;
     let sandbox = Sandbox::new(project)?;
     let mut command = sandbox.command(bin, &server, kind.args())?;
+    let proxy = if relayed {
+        let proxy = tokio
+            .block_on(CountingProxy::start(server.addr()))
+            .map_err(|e| format!("relay: {e}"))?;
+        command.env("ANTHROPIC_BASE_URL", format!("http://{}", proxy.addr()));
+        Some(proxy)
+    } else {
+        None
+    };
+    if kind == Kind::TrivialWithExport {
+        command.env(ENDPOINT_VAR, collector.endpoint());
+    }
+    let exports_before = collector.stats().requests;
     let spawned = Instant::now();
     let child = command
         .spawn()
@@ -310,6 +426,12 @@ fn run_once(
     let stdout = sandbox.output("stdout");
     if stdout.trim() != ANSWER {
         return Err(format!("unexpected stdout {stdout:?}; stderr:\n{stderr}"));
+    }
+    let exports = collector.stats().requests - exports_before;
+    match (kind == Kind::TrivialWithExport, exports) {
+        (true, 0) => return Err("the run exported no span before it exited".into()),
+        (false, n) if n > 0 => return Err(format!("a run without export sent {n} exports")),
+        _ => {}
     }
     let stamps = stamps.times();
     let violations = server.take_violations();
@@ -327,7 +449,15 @@ fn run_once(
             server.remaining_turns()
         ));
     }
+    let prefix = server
+        .requests()
+        .first()
+        .map(|request| Prefix::of(&request.body, request.body_len))
+        .ok_or("no request recorded")?;
     let sample = RunSample {
+        prefix,
+        requests: stamps.len(),
+        connections: proxy.as_ref().map(CountingProxy::connections),
         to_first_request: *first - spawned,
         last_request_to_exit: exit.at - *last,
         total: exit.at - spawned,
@@ -377,10 +507,16 @@ fn binary() -> Result<PathBuf, String> {
     }
 }
 
-/// Times two steps of the binary's setup in this process: the provider's
-/// HTTP client, and the system prompt in a plain project and in the git
-/// repository.
-fn setup_steps(tokio: &tokio::runtime::Runtime, plain: &Path, repo: &Path) -> Result<(), String> {
+/// Times steps of the binary's setup in this process: the provider's HTTP
+/// client, `git status` with its budget plus the system prompt in a plain
+/// project and in the git repository, and building the telemetry pipeline
+/// (not installed) without and with OTLP export to `collector`.
+fn setup_steps(
+    tokio: &tokio::runtime::Runtime,
+    plain: &Path,
+    repo: &Path,
+    collector: &OtlpCollector,
+) -> Result<(), String> {
     let time = |step: &dyn Fn() -> Result<(), String>| -> Result<f64, String> {
         let started = Instant::now();
         step()?;
@@ -413,7 +549,35 @@ fn setup_steps(tokio: &tokio::runtime::Runtime, plain: &Path, repo: &Path) -> Re
         let values = (0..STEP_SAMPLES)
             .map(|_| time(&prompt))
             .collect::<Result<Vec<_>, _>>()?;
-        line(&format!("build_system_prompt, {name} (ms)"), &values);
+        line(&format!("git status + prompt, {name} (ms)"), &values);
+    }
+    let endpoint = collector.endpoint();
+    for (name, export) in [
+        ("telemetry build, no export", false),
+        ("telemetry build, OTLP export", true),
+    ] {
+        let settings = TelemetrySettings::from_env(|var| {
+            (export && var == ENDPOINT_VAR).then(|| endpoint.clone())
+        })
+        .map_err(|e| e.to_string())?;
+        let mut values = Vec::with_capacity(STEP_SAMPLES + 1);
+        for _ in 0..=STEP_SAMPLES {
+            let started = Instant::now();
+            let telemetry = Telemetry::builder(&settings)
+                .local_sink(Arc::new(MemorySpanSink::new()))
+                .log_writer(std::io::sink)
+                .build()
+                .map_err(|e| e.to_string())?;
+            values.push(started.elapsed().as_secs_f64() * 1_000.0);
+            // Shutting the exporter down is not part of start-up.
+            drop(telemetry);
+        }
+        println!(
+            "  {:<40} {:.3} ms",
+            format!("{name}, first call"),
+            values[0]
+        );
+        line(&format!("{name}, later (ms)"), &values[1..]);
     }
     Ok(())
 }
@@ -458,16 +622,25 @@ fn bench() -> Result<(), String> {
     );
     let plain = tempfile::tempdir().map_err(|e| e.to_string())?;
     small_project(plain.path())?;
-    setup_steps(&tokio, plain.path(), repo.path())?;
+    let collector = tokio
+        .block_on(OtlpCollector::start())
+        .map_err(|e| format!("collector: {e}"))?;
+    setup_steps(&tokio, plain.path(), repo.path(), &collector)?;
 
-    for kind in [Kind::Trivial, Kind::TrivialInGitRepo, Kind::WithTools] {
+    let exports_before_runs = collector.stats();
+    for kind in [
+        Kind::Trivial,
+        Kind::TrivialInGitRepo,
+        Kind::TrivialWithExport,
+        Kind::WithTools,
+    ] {
         let project = (kind == Kind::TrivialInGitRepo).then(|| repo.path());
         for _ in 0..WARMUP_RUNS {
-            run_once(&bin, &tokio, kind, project)?;
+            run_once(&bin, &tokio, kind, project, &collector, false)?;
         }
         let mut runs = Vec::with_capacity(samples);
         for _ in 0..samples {
-            runs.push(run_once(&bin, &tokio, kind, project)?);
+            runs.push(run_once(&bin, &tokio, kind, project, &collector, false)?);
         }
         let ms = |pick: &dyn Fn(&RunSample) -> Duration| -> Vec<f64> {
             runs.iter()
@@ -480,7 +653,41 @@ fn bench() -> Result<(), String> {
         line("spawn → exit (ms)", &ms(&|r| r.total));
         let rss: Vec<f64> = runs.iter().map(|r| kib_to_mib(r.max_rss_kib)).collect();
         line("peak RSS, ru_maxrss (MiB)", &rss);
+        if let Some(first) = runs.first() {
+            let p = first.prefix;
+            println!(
+                "  first request: fixed prefix {} bytes (tools {} + stable system {}), \
+                 environment {} bytes, body {} bytes",
+                p.fixed(),
+                p.tools,
+                p.stable_system,
+                p.environment,
+                p.body
+            );
+        }
+        let git = |line: GitLine| runs.iter().filter(|r| r.prefix.git == line).count();
+        println!(
+            "  git in the first request's environment: status collected in {} runs, \
+             not collected (too slow) in {}, not a repository in {}, unrecognised in {}",
+            git(GitLine::Collected),
+            git(GitLine::TooSlow),
+            git(GitLine::NotRepository),
+            git(GitLine::Unknown)
+        );
+        let relayed = run_once(&bin, &tokio, kind, project, &collector, true)?;
+        println!(
+            "  one more run through a counting relay (not timed): {} connections to the model \
+             server for {} requests",
+            relayed.connections.unwrap_or(0),
+            relayed.requests
+        );
     }
+    let received = tokio.block_on(collector.shutdown());
+    println!(
+        "\nOTLP collector: {} export requests ({:.1} KiB) from the runs with export on",
+        received.requests - exports_before_runs.requests,
+        (received.bytes - exports_before_runs.bytes) as f64 / 1024.0
+    );
     println!("\n{}", machine_line());
     Ok(())
 }

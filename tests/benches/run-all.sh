@@ -1,18 +1,22 @@
 #!/usr/bin/env bash
 # Builds the release binary and runs every whole-runtime benchmark of
 # tests/benches (SPEC §14), printing their figures. Record them in
-# docs/performance.md under "Agent loop and runtime" with the machine and date.
+# docs/performance.md (the summary table and the bench's own section) with the
+# machine, date and load average.
 #
-# Usage: tests/benches/run-all.sh [BENCH...]   (default: all four)
-# Environment: TROUPE_BENCH_SAMPLES, TROUPE_BENCH_TURNS, TROUPE_BENCH_AGENTS
-# override the defaults of the benches that read them.
+# Usage: tests/benches/run-all.sh [BENCH...]   (default: all five)
+# Environment: TROUPE_BENCH_SAMPLES, TROUPE_BENCH_TURNS, TROUPE_BENCH_AGENTS,
+# TROUPE_BENCH_ROUNDS, TROUPE_BENCH_GIT_FILES override the defaults of the
+# benches that read them. The runtime's own benches (SSE parsing, grep vs rg,
+# store, telemetry micro-bench) are run with `cargo bench -p troupe-runtime`
+# (grep vs rg through runtime/benches/grep_vs_rg.sh).
 set -euo pipefail
 
 cd "$(dirname "$0")/../.."
 
 benches=("$@")
 if [ ${#benches[@]} -eq 0 ]; then
-    benches=(binary agent_turn read_only_batch idle_agents)
+    benches=(binary agent_turn tracing_turn read_only_batch idle_agents)
 fi
 
 echo "== $(date -u +%Y-%m-%dT%H:%M:%SZ), $(nproc) CPUs, $(lscpu | sed -n 's/^Model name:[[:space:]]*//p' | head -n 1)"
@@ -25,6 +29,6 @@ cargo bench -p troupe-tests --no-run $(printf -- '--bench %s ' "${benches[@]}")
 
 for bench in "${benches[@]}"; do
     echo
-    echo "== cargo bench -p troupe-tests --bench ${bench}"
+    echo "== cargo bench -p troupe-tests --bench ${bench} (load average $(cut -d' ' -f1-3 /proc/loadavg))"
     cargo bench -p troupe-tests --bench "${bench}"
 done

@@ -1,19 +1,26 @@
 //! Support for the whole-runtime benchmarks in `tests/benches/` (SPEC §14):
 //! bench-only tools, summary statistics, request arrival times at the scripted
 //! server, a bare HTTP client and replays that split a run's time into parts,
-//! readings of `/proc`, and the agent
-//! environment for a scripted server that runs in another process.
+//! the measured multi-turn run shared by the per-turn benches, a loopback OTLP
+//! collector and a span sink for runs with telemetry on, a relay that counts
+//! connections, readings of `/proc`,
+//! and the agent environment for a scripted server that runs in another
+//! process.
 //!
 //! Nothing here asserts a timing: benchmarks print figures, which are recorded
 //! in `docs/performance.md`. This module must not change how the product
 //! behaves; it only drives and observes it.
 
 pub mod arrivals;
+pub mod collector;
 pub mod http;
+pub mod proxy;
 pub mod replay;
+pub mod spans;
 pub mod stats;
 pub mod system;
 pub mod tools;
+pub mod turns;
 
 use std::future::Future;
 use std::path::Path;
@@ -85,6 +92,22 @@ pub fn parse_count(name: &str, value: Option<&str>, default: usize) -> Result<us
     }
 }
 
+/// The order in which to run `items` in round `round` of an alternating
+/// benchmark: rotated by one place every two rounds and reversed in odd
+/// rounds, so that over the rounds no item is always first or always last
+/// (with two items: A B, B A, B A, A B, …).
+pub fn round_order<T: Clone>(items: &[T], round: usize) -> Vec<T> {
+    let mut order = items.to_vec();
+    if !order.is_empty() {
+        let shift = (round / 2) % order.len();
+        order.rotate_left(shift);
+    }
+    if round % 2 == 1 {
+        order.reverse();
+    }
+    order
+}
+
 /// The Anthropic adapter pointed at a scripted server at `base_url`, with no
 /// retries (a benchmark run that needs one is broken).
 pub fn scripted_provider(base_url: &str) -> Result<Arc<dyn Provider>, String> {
@@ -150,6 +173,21 @@ mod tests {
                 .contains("N must be")
         );
         assert!(parse_count("N", Some("many"), 7).is_err());
+    }
+
+    #[test]
+    fn round_orders_rotate_and_reverse() {
+        let items = ['a', 'b', 'c'];
+        let orders: Vec<String> = (0..6)
+            .map(|round| round_order(&items, round).into_iter().collect())
+            .collect();
+        assert_eq!(orders, ["abc", "cba", "bca", "acb", "cab", "bac"]);
+        let firsts: Vec<char> = orders.iter().filter_map(|o| o.chars().next()).collect();
+        for item in items {
+            assert_eq!(firsts.iter().filter(|c| **c == item).count(), 2);
+        }
+        assert_eq!(round_order(&['x', 'y'], 1), ['y', 'x']);
+        assert!(round_order::<char>(&[], 3).is_empty());
     }
 
     #[test]

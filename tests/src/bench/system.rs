@@ -1,9 +1,11 @@
-//! What the benchmarks read from Linux `/proc`: this process's resident memory
-//! (`/proc/self/status`), the CPU model (`/proc/cpuinfo`) and the load average
-//! (`/proc/loadavg`), so every printed figure carries the machine and the noise
-//! it was measured under. Parsing is pure; reading is a thin wrapper.
+//! What the benchmarks read from Linux `/proc` and the kernel: this process's
+//! resident memory (`/proc/self/status`), the CPU time it has used (all its
+//! threads, from `getrusage`), the CPU model (`/proc/cpuinfo`) and the load
+//! average (`/proc/loadavg`), so every printed figure carries the machine and
+//! the noise it was measured under. Parsing is pure; reading is a thin wrapper.
 
 use std::io;
+use std::time::Duration;
 
 /// This process's memory, from `/proc/self/status`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -38,6 +40,26 @@ impl Memory {
     pub fn rss_mib(&self) -> f64 {
         kib_to_mib(self.rss_kib)
     }
+}
+
+/// CPU time (user + system) used so far by every thread of this process,
+/// with microsecond resolution (`getrusage(RUSAGE_SELF)`).
+pub fn process_cpu_time() -> io::Result<Duration> {
+    // SAFETY: `rusage` is a plain C struct for which all-zero bytes are valid.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: the pointer is to a live, writable local of the right type.
+    if unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut usage) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(timeval(usage.ru_utime) + timeval(usage.ru_stime))
+}
+
+/// A `timeval` as a duration; negative fields (never set by the kernel) count
+/// as zero.
+fn timeval(tv: libc::timeval) -> Duration {
+    let secs = u64::try_from(tv.tv_sec).unwrap_or(0);
+    let micros = u64::try_from(tv.tv_usec).unwrap_or(0);
+    Duration::from_secs(secs) + Duration::from_micros(micros)
 }
 
 /// KiB to MiB.
@@ -112,6 +134,31 @@ mod tests {
         assert_eq!(status_kib(STATUS, "Threads"), None, "no unit");
         assert_eq!(status_kib("VmRSS: lots kB", "VmRSS"), None);
         assert_eq!(Memory::parse("VmRSS: 1 kB\n"), None);
+    }
+
+    #[test]
+    fn cpu_time_grows_with_work() {
+        let before = process_cpu_time().unwrap();
+        let started = std::time::Instant::now();
+        let mut x = 0u64;
+        while started.elapsed() < Duration::from_millis(30) {
+            x = std::hint::black_box(x.wrapping_mul(31).wrapping_add(7));
+        }
+        assert!(process_cpu_time().unwrap() > before);
+        assert_eq!(
+            timeval(libc::timeval {
+                tv_sec: 2,
+                tv_usec: 500
+            }),
+            Duration::from_micros(2_000_500)
+        );
+        assert_eq!(
+            timeval(libc::timeval {
+                tv_sec: -1,
+                tv_usec: -1
+            }),
+            Duration::ZERO
+        );
     }
 
     #[test]
