@@ -148,7 +148,7 @@ pub async fn demo(args: DemoArgs) -> u8 {
         Ok(prepared) => prepared,
         Err(err) => {
             eprintln!("troupe demo: {err}");
-            crate::telemetry::stop(telemetry);
+            telemetry.stop();
             return err.code;
         }
     };
@@ -175,6 +175,7 @@ pub async fn demo(args: DemoArgs) -> u8 {
             if fixed { "is fixed" } else { "was not changed" }
         );
         if let Some(run_id) = &run_id {
+            telemetry.sync_spans();
             match crate::telemetry::span_tree(&store, run_id) {
                 Ok(Some(tree)) => {
                     eprintln!("\nSpan tree of run {run_id} (also: troupe trace {run_id}):");
@@ -193,6 +194,6 @@ pub async fn demo(args: DemoArgs) -> u8 {
         }
     }
     server.shutdown().await;
-    crate::telemetry::stop(telemetry);
+    telemetry.stop();
     code
 }

@@ -68,7 +68,7 @@ async fn start(prompt: String, session: Option<&str>, flags: &RunFlags) -> u8 {
         Ok(prepared) => prepared,
         Err(err) => {
             eprintln!("troupe: {err}");
-            crate::telemetry::stop(telemetry);
+            telemetry.stop();
             return err.code;
         }
     };
@@ -84,7 +84,7 @@ async fn start(prompt: String, session: Option<&str>, flags: &RunFlags) -> u8 {
         Approvals::Nobody
     };
     let (code, _run_id) = execute(prepared, store, prompt, flags.json, approvals).await;
-    crate::telemetry::stop(telemetry);
+    telemetry.stop();
     code
 }
 

@@ -5,13 +5,19 @@
 
 use std::sync::Arc;
 
-use troupe_runtime::store::Store;
+use troupe_runtime::store::{SpanWriter, Store};
 use troupe_runtime::telemetry::{
     SpanRecord, TelemetryGuard, TelemetrySettings, init, render_span_tree,
 };
 
+/// The telemetry of one command: the pipeline's guard and the span writer.
+pub struct CliTelemetry {
+    guard: Option<TelemetryGuard>,
+    writer: Arc<SpanWriter>,
+}
+
 /// Starts the process's telemetry with `store` as the local span store.
-pub fn start(store: &Store) -> Option<TelemetryGuard> {
+pub fn start(store: &Store) -> CliTelemetry {
     let settings = TelemetrySettings::from_process_env().unwrap_or_else(|err| {
         eprintln!("troupe: telemetry export is off: {err}");
         TelemetrySettings::from_env(|name| {
@@ -22,21 +28,32 @@ pub fn start(store: &Store) -> Option<TelemetryGuard> {
         })
         .unwrap_or_default()
     });
-    match init(&settings, Some(Arc::new(store.clone()))) {
+    let writer = Arc::new(SpanWriter::start(store.clone()));
+    let guard = match init(&settings, Some(writer.clone())) {
         Ok(guard) => Some(guard),
         Err(err) => {
             eprintln!("troupe: telemetry is off: {err}");
             None
         }
-    }
+    };
+    CliTelemetry { guard, writer }
 }
 
-/// Flushes export at exit, within the guard's bound.
-pub fn stop(guard: Option<TelemetryGuard>) {
-    if let Some(mut guard) = guard
-        && let Err(err) = guard.shutdown()
-    {
-        tracing::warn!(%err, "telemetry did not flush in time");
+impl CliTelemetry {
+    /// Waits until every span that ended so far is in the store.
+    pub fn sync_spans(&self) {
+        self.writer.sync();
+    }
+
+    /// At exit: flushes export within the guard's bound, writes the last
+    /// spans and flushes the store.
+    pub fn stop(self) {
+        if let Some(mut guard) = self.guard
+            && let Err(err) = guard.shutdown()
+        {
+            tracing::warn!(%err, "telemetry did not flush in time");
+        }
+        self.writer.close();
     }
 }
 

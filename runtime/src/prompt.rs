@@ -168,8 +168,16 @@ pub fn load_instructions(config_dir: Option<&Path>, project_root: &Path) -> Vec<
 /// `git status --short --branch` in `dir`, cut to [`GIT_STATUS_MAX_LINES`],
 /// waiting at most `budget` (the git process is killed after it).
 pub async fn read_git_status(dir: &Path, budget: Duration) -> GitStatus {
+    // Without the parallel index preload, git stays on one core and the
+    // budget holds even in very large repositories.
     let child = tokio::process::Command::new("git")
-        .args(["status", "--short", "--branch"])
+        .args([
+            "-c",
+            "core.preloadIndex=false",
+            "status",
+            "--short",
+            "--branch",
+        ])
         .current_dir(dir)
         .stdin(Stdio::null())
         .stderr(Stdio::null())

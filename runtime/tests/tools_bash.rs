@@ -171,7 +171,16 @@ async fn background_task_lifecycle_through_the_tools() {
     assert!(out.starts_with("Started background task task_1."), "{out}");
     assert_eq!(read_fifo(&fifo, EVENT_LIMIT).await, "ready");
 
-    let out = ok_text(&h.call("task_output", json!({"id": "task_1"})).await);
+    // The task's output is read from its pipe concurrently: wait (bounded)
+    // until the reader has caught up with what the command wrote first.
+    let deadline = std::time::Instant::now() + EVENT_LIMIT;
+    let out = loop {
+        let out = ok_text(&h.call("task_output", json!({"id": "task_1"})).await);
+        if out.ends_with("first line") || std::time::Instant::now() > deadline {
+            break out;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    };
     assert!(out.starts_with("task_1: running after "), "{out}");
     assert!(out.ends_with("first line"), "{out}");
 

@@ -23,6 +23,7 @@ mod records;
 mod runs;
 mod session_data;
 mod sessions;
+mod span_writer;
 
 use std::fmt;
 use std::os::unix::fs::DirBuilderExt;
@@ -38,6 +39,7 @@ pub use records::{
     CompactionMarker, LedgerEntry, LoadedHistory, NewSession, RunRecord, RunState, SessionMeta,
     SkippedRecord, TITLE_MAX_CHARS, session_title,
 };
+pub use span_writer::{SPAN_SYNC_TIMEOUT, SpanWriter};
 
 /// Where the store's current time comes from (replaceable in tests).
 pub type Clock = Arc<dyn Fn() -> DateTime<Utc> + Send + Sync>;

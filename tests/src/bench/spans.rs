@@ -3,20 +3,21 @@
 //! [`SpanSink`] that files each finished span in the store of the run being
 //! measured, as the product files spans in its one session store (SPEC §11).
 //!
-//! It forwards to `Store`'s own `SpanSink` implementation (a sled insert per
-//! span, no fsync), so a traced run pays exactly what the product pays. It
-//! must not change how spans are made or exported; it only picks the store.
+//! It forwards to a [`SpanWriter`] over that store — the product's local span
+//! store, which writes spans on a thread of its own — so a traced run pays
+//! exactly what the product pays. It must not change how spans are made or
+//! exported; it only picks the store.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{PoisonError, RwLock};
 
-use troupe_runtime::store::Store;
+use troupe_runtime::store::{SpanWriter, Store};
 use troupe_runtime::telemetry::{SpanRecord, SpanSink};
 
 /// Forwards finished spans to the store set last.
 #[derive(Debug, Default)]
 pub struct StoreSwitch {
-    current: RwLock<Option<Store>>,
+    current: RwLock<Option<SpanWriter>>,
     unfiled: AtomicU64,
 }
 
@@ -28,7 +29,21 @@ impl StoreSwitch {
 
     /// Files later spans in `store`.
     pub fn set(&self, store: Store) {
-        *self.current.write().unwrap_or_else(PoisonError::into_inner) = Some(store);
+        // The previous writer drains and stops when it is replaced.
+        *self.current.write().unwrap_or_else(PoisonError::into_inner) =
+            Some(SpanWriter::start(store));
+    }
+
+    /// Waits until the current store has every span recorded so far.
+    pub fn sync(&self) {
+        if let Some(writer) = self
+            .current
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .as_ref()
+        {
+            writer.sync();
+        }
     }
 
     /// Spans that ended while no store was set.
@@ -43,7 +58,7 @@ impl SpanSink for StoreSwitch {
         // poisoned lock is still usable.
         let current = self.current.read().unwrap_or_else(PoisonError::into_inner);
         match current.as_ref() {
-            Some(store) => store.record(run_id, span),
+            Some(writer) => writer.record(run_id, span),
             None => {
                 self.unfiled.fetch_add(1, Ordering::Relaxed);
             }
@@ -93,6 +108,7 @@ mod tests {
         switch.record("run-b", record("00000000000000b1"));
         switch.record("run-b", record("00000000000000b2"));
 
+        switch.sync();
         assert_eq!(first.spans("run-a").unwrap().len(), 1);
         assert!(first.spans("run-b").unwrap().is_empty());
         assert_eq!(second.spans("run-b").unwrap().len(), 2);

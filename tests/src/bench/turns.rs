@@ -218,6 +218,10 @@ pub async fn one_run(
     }
     let turn_times = stamps.times().windows(2).map(|w| w[1] - w[0]).collect();
     let history = h.history(&handle.session_id).await;
+    if let Some(switch) = spans {
+        // Spans are written in the background; count them once written.
+        switch.sync();
+    }
     let spans_stored = h
         .store
         .spans(&handle.run_id)
