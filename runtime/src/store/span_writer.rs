@@ -1,8 +1,10 @@
-//! The local span store's writer (SPEC §11): finished spans are written to the
-//! store on a thread of their own, so the step that ends a span pays a channel
-//! send, not a sled insert. [`SpanWriter::sync`] waits until everything queued
-//! so far is written (before `troupe trace` or the demo reads a run's spans);
-//! [`SpanWriter::close`] drains the queue, stops the thread and flushes.
+//! The local span store's writer (SPEC §11): finished spans go to a thread of
+//! their own, which keeps each run's spans until its root span ends and then
+//! writes them together. The step that ends a span pays a channel send, and the
+//! fsyncs that make a run's history durable before each model call never carry
+//! span records. [`SpanWriter::sync`] writes everything received so far (before
+//! `troupe trace` or the demo reads a run's spans); [`SpanWriter::close`] drains
+//! the queue, writes the rest, stops the thread and flushes.
 
 use std::sync::mpsc;
 use std::sync::{Mutex, PoisonError};
@@ -14,6 +16,9 @@ use crate::telemetry::{SpanRecord, SpanSink};
 
 /// How long [`SpanWriter::sync`] waits for the queue to drain.
 pub const SPAN_SYNC_TIMEOUT: Duration = Duration::from_secs(5);
+/// Spans kept waiting for their root at most; beyond this the oldest run's
+/// spans are written at once (a run that never ends cannot grow memory).
+pub const MAX_BUFFERED_SPANS: usize = 4_096;
 
 enum Job {
     Span(String, Box<SpanRecord>),
@@ -46,13 +51,24 @@ impl SpanWriter {
         let thread = std::thread::Builder::new()
             .name("troupe-spans".into())
             .spawn(move || {
+                let mut pending = PendingSpans::default();
                 for job in receiver {
                     match job {
-                        Job::Span(run_id, span) => writer_store.record(&run_id, *span),
+                        Job::Span(run_id, span) => {
+                            for (run_id, span) in pending.add(run_id, *span) {
+                                writer_store.record(&run_id, span);
+                            }
+                        }
                         Job::Sync(done) => {
+                            for (run_id, span) in pending.take_all() {
+                                writer_store.record(&run_id, span);
+                            }
                             let _ = done.send(());
                         }
                     }
+                }
+                for (run_id, span) in pending.take_all() {
+                    writer_store.record(&run_id, span);
                 }
             });
         match thread {
@@ -111,6 +127,56 @@ impl SpanWriter {
     }
 }
 
+/// Spans waiting for their run's root span, in arrival order per run. Pure
+/// bookkeeping: what to write when.
+#[derive(Debug, Default)]
+struct PendingSpans {
+    runs: Vec<(String, Vec<SpanRecord>)>,
+    count: usize,
+}
+
+impl PendingSpans {
+    /// Adds a span; returns the spans to write now: the whole run when this is
+    /// its root (a span without parent), the oldest run when too many wait.
+    fn add(&mut self, run_id: String, span: SpanRecord) -> Vec<(String, SpanRecord)> {
+        let root = span.parent_span_id.is_none();
+        let position = match self.runs.iter().position(|(id, _)| *id == run_id) {
+            Some(position) => position,
+            None => {
+                self.runs.push((run_id, Vec::new()));
+                self.runs.len() - 1
+            }
+        };
+        self.runs[position].1.push(span);
+        self.count += 1;
+        if root {
+            return self.take_run(position);
+        }
+        if self.count > MAX_BUFFERED_SPANS {
+            return self.take_run(0);
+        }
+        Vec::new()
+    }
+
+    fn take_run(&mut self, position: usize) -> Vec<(String, SpanRecord)> {
+        let (run_id, spans) = self.runs.remove(position);
+        self.count -= spans.len();
+        spans
+            .into_iter()
+            .map(|span| (run_id.clone(), span))
+            .collect()
+    }
+
+    /// Everything waiting, oldest run first.
+    fn take_all(&mut self) -> Vec<(String, SpanRecord)> {
+        self.count = 0;
+        std::mem::take(&mut self.runs)
+            .into_iter()
+            .flat_map(|(run_id, spans)| spans.into_iter().map(move |span| (run_id.clone(), span)))
+            .collect()
+    }
+}
+
 impl SpanSink for SpanWriter {
     fn record(&self, run_id: &str, span: SpanRecord) {
         let sender = self.sender.lock().unwrap_or_else(PoisonError::into_inner);
@@ -154,6 +220,29 @@ mod tests {
             attributes: BTreeMap::new(),
             events: Vec::new(),
         }
+    }
+
+    #[test]
+    fn a_run_is_written_when_its_root_ends_and_memory_is_bounded() {
+        let mut pending = PendingSpans::default();
+        let mut child = record("0000000000000001");
+        child.parent_span_id = Some("0000000000000002".into());
+        assert!(pending.add("a".into(), child.clone()).is_empty());
+        assert!(pending.add("b".into(), child.clone()).is_empty());
+        let written = pending.add("a".into(), record("0000000000000002"));
+        assert_eq!(written.len(), 2);
+        assert!(written.iter().all(|(run, _)| run == "a"));
+        assert_eq!(pending.count, 1);
+        // A run that never ends: once too many spans wait, the oldest run goes.
+        let mut flushed = Vec::new();
+        for _ in 0..MAX_BUFFERED_SPANS {
+            flushed.extend(pending.add("c".into(), child.clone()));
+        }
+        assert_eq!(flushed.len(), 1);
+        assert_eq!(flushed[0].0, "b");
+        assert_eq!(pending.count, MAX_BUFFERED_SPANS);
+        assert_eq!(pending.take_all().len(), MAX_BUFFERED_SPANS);
+        assert_eq!(pending.count, 0);
     }
 
     #[test]
