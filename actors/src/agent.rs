@@ -47,7 +47,7 @@ use troupe_runtime::telemetry::genai::{self, ContentCapture, ToolErrorKind};
 use troupe_runtime::telemetry::propagation::traceparent_of;
 use troupe_runtime::tools::background::BackgroundTasks;
 use troupe_runtime::tools::registry::ToolRegistry;
-use troupe_runtime::tools::{Tool, ToolContext, ToolOutput};
+use troupe_runtime::tools::{Tool, ToolContext};
 
 use crate::event_log::EventSink;
 use crate::executor::{CLEANUP_GRACE, ExecutorArgs, ReportTo, ToolExecutor, ToolReport};
@@ -1462,9 +1462,4 @@ impl AgentState {
             }
         }
     }
-}
-
-/// Maps an output to a result for a call id (used by tests and sub-agents).
-pub fn output_result(call_id: &str, output: ToolOutput) -> ToolResult {
-    output.into_result(call_id)
 }
