@@ -81,7 +81,11 @@ impl Fixture {
     /// Closes the store and opens it again (as a new process would).
     pub fn reopen(&mut self) {
         self.store = None;
-        self.store = Some(Store::open_with_clock(self.data_dir(), self.clock.clock()).unwrap());
+        let clock = self.clock.clock();
+        let dir = self.data_dir().to_path_buf();
+        self.store = Some(until_unlocked(|| {
+            Store::open_with_clock(&dir, clock.clone())
+        }));
     }
 
     /// The data directory.
@@ -98,7 +102,8 @@ impl Fixture {
     pub fn with_raw<T>(&mut self, f: impl FnOnce(&sled::Db) -> T) -> T {
         self.store = None;
         let out = {
-            let db = sled::open(self.data_dir().join(layout::DB_DIR_NAME)).unwrap();
+            let path = self.data_dir().join(layout::DB_DIR_NAME);
+            let db = until_unlocked(|| sled::open(&path));
             let out = f(&db);
             db.flush().unwrap();
             out
@@ -287,4 +292,25 @@ pub fn report(line: &str) {
     let mut out = std::io::stdout().lock();
     writeln!(out, "{line}").unwrap();
     out.flush().unwrap();
+}
+
+/// Opens with `open`, waiting (at most 10 s) while the previous handle of the
+/// same database, just dropped, still holds its lock: sled releases the lock
+/// when its background threads let go of the database, a moment after the drop.
+pub fn until_unlocked<T, E: std::fmt::Display>(open: impl Fn() -> Result<T, E>) -> T {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        match open() {
+            Ok(opened) => return opened,
+            Err(err) if std::time::Instant::now() < deadline && is_lock_error(&err.to_string()) => {
+                std::thread::sleep(std::time::Duration::from_millis(5));
+            }
+            Err(err) => panic!("cannot open the database: {err}"),
+        }
+    }
+}
+
+fn is_lock_error(message: &str) -> bool {
+    let message = message.to_lowercase();
+    message.contains("lock") || message.contains("in use")
 }
