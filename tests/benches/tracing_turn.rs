@@ -113,10 +113,22 @@ enum Setup {
     Export,
     /// The pipeline with the local span store and OTLP export.
     On,
+    /// As `on`, but the collector is down (a closed port).
+    Down,
+    /// As `on`, but the collector accepts connections and never answers.
+    Hanging,
 }
 
 impl Setup {
-    const ALL: [Self; 5] = [Self::Off, Self::Logs, Self::Local, Self::Export, Self::On];
+    const ALL: [Self; 7] = [
+        Self::Off,
+        Self::Logs,
+        Self::Local,
+        Self::Export,
+        Self::On,
+        Self::Down,
+        Self::Hanging,
+    ];
 
     fn name(self) -> &'static str {
         match self {
@@ -125,6 +137,8 @@ impl Setup {
             Self::Local => "local",
             Self::Export => "export",
             Self::On => "on",
+            Self::Down => "down",
+            Self::Hanging => "hanging",
         }
     }
 
@@ -132,7 +146,9 @@ impl Setup {
         Self::ALL
             .into_iter()
             .find(|setup| setup.name() == text.trim())
-            .ok_or_else(|| format!("unknown set-up {text:?} (off, logs, local, export, on)"))
+            .ok_or_else(|| {
+                format!("unknown set-up {text:?} (off, logs, local, export, on, down, hanging)")
+            })
     }
 
     fn label(self) -> &'static str {
@@ -142,6 +158,10 @@ impl Setup {
             Self::Local => "local: local span store only",
             Self::Export => "export: OTLP export to loopback only",
             Self::On => "on: local span store + OTLP export to loopback",
+            Self::Down => "down: local span store + OTLP export to a closed port",
+            Self::Hanging => {
+                "hanging: local span store + OTLP export to a collector that never answers"
+            }
         }
     }
 
@@ -150,10 +170,16 @@ impl Setup {
     }
 
     fn stores_spans(self) -> bool {
-        matches!(self, Self::Local | Self::On)
+        matches!(self, Self::Local | Self::On | Self::Down | Self::Hanging)
     }
 
+    /// The child has an OTLP endpoint set.
     fn exports(self) -> bool {
+        matches!(self, Self::Export | Self::On | Self::Down | Self::Hanging)
+    }
+
+    /// Its spans reach a working collector.
+    fn reaches_collector(self) -> bool {
         matches!(self, Self::Export | Self::On)
     }
 }
@@ -281,7 +307,17 @@ fn child(setup: Setup) -> Result<(), String> {
         println!("{}", figure.to_line());
     }
     if let Some(guard) = guard.as_mut() {
-        guard.shutdown().map_err(|e| e.to_string())?;
+        // A collector that is down or hangs makes shutdown give up at its
+        // bound: that is the behaviour under test, not a failure.
+        if let Err(err) = guard.shutdown() {
+            if setup.reaches_collector() || !setup.exports() {
+                return Err(err.to_string());
+            }
+            eprintln!(
+                "  ({} set-up) shutdown gave up at its bound: {err}",
+                setup.name()
+            );
+        }
         let stats = guard.export_stats();
         let value = json!({
             "exported": stats.exported,
@@ -305,8 +341,13 @@ fn run_child(
     setup: Setup,
     samples: usize,
     turns: usize,
-    endpoint: &str,
+    endpoints: &Endpoints,
 ) -> Result<ChildOutput, String> {
+    let endpoint = match setup {
+        Setup::Down => &endpoints.down,
+        Setup::Hanging => &endpoints.hanging,
+        _ => &endpoints.collector,
+    };
     let name = setup.name();
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
     let mut command = Command::new(exe);
@@ -371,7 +412,7 @@ fn run_child(
             "{traced} of {samples} runs of the {name} child stored spans"
         ));
     }
-    if setup.exports() != (output.export.exported > 0) {
+    if setup.reaches_collector() != (output.export.exported > 0) {
         return Err(format!(
             "the {name} child exported {} spans",
             output.export.exported
@@ -494,7 +535,11 @@ fn parent() -> Result<(), String> {
     let collector = tokio
         .block_on(OtlpCollector::start())
         .map_err(|e| format!("collector: {e}"))?;
-    let endpoint = collector.endpoint();
+    let endpoints = Endpoints {
+        collector: collector.endpoint(),
+        down: tokio.block_on(closed_endpoint())?,
+        hanging: tokio.block_on(hanging_endpoint())?,
+    };
 
     let mut measured: Vec<Measured> = setups
         .iter()
@@ -508,7 +553,7 @@ fn parent() -> Result<(), String> {
         .collect();
     for round in 0..rounds {
         for setup in round_order(&setups, round) {
-            let output = run_child(setup, per_child, turns, &endpoint)?;
+            let output = run_child(setup, per_child, turns, &endpoints)?;
             let Some(slot) = measured.iter_mut().find(|m| m.setup == setup) else {
                 return Err(format!("set-up {} was not planned", setup.name()));
             };
@@ -538,6 +583,42 @@ fn parent() -> Result<(), String> {
     );
     println!("\n{}", machine_line());
     Ok(())
+}
+
+/// Where each set-up exports to.
+struct Endpoints {
+    /// The loopback collector.
+    collector: String,
+    /// A port nobody listens on.
+    down: String,
+    /// A listener that accepts and never answers.
+    hanging: String,
+}
+
+/// The URL of a loopback port that was free a moment ago: connections are refused.
+async fn closed_endpoint() -> Result<String, String> {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .map_err(|e| format!("cannot bind: {e}"))?;
+    let addr = listener.local_addr().map_err(|e| e.to_string())?;
+    drop(listener);
+    Ok(format!("http://{addr}"))
+}
+
+/// The URL of a collector that accepts every connection and never answers;
+/// the connections stay open for the life of the bench.
+async fn hanging_endpoint() -> Result<String, String> {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .map_err(|e| format!("cannot bind: {e}"))?;
+    let addr = listener.local_addr().map_err(|e| e.to_string())?;
+    tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((stream, _)) = listener.accept().await {
+            held.push(stream);
+        }
+    });
+    Ok(format!("http://{addr}"))
 }
 
 fn main() {
