@@ -338,6 +338,13 @@ impl RuntimeState {
             }
         };
 
+        // What opening the stored session repaired is told before the run starts.
+        if let Some(text) = opened
+            .as_ref()
+            .and_then(|opened| opened.repair_notice(&session_id))
+        {
+            EventSink::new(log.clone(), "main").emit(EventKind::Notice { text });
+        }
         let cancel = CancellationToken::new();
         let (done_tx, done_rx) = oneshot::channel();
         let (outcome_tx, outcome_rx) = oneshot::channel();

@@ -11,7 +11,7 @@ use std::collections::HashSet;
 use troupe_actors::{Approver, RunSubmission, Runtime};
 
 use troupe_runtime::events::{ApprovalOutcome, EventKind, RunStatus};
-use troupe_runtime::session::{open_session, recover_interrupted_runs};
+use troupe_runtime::session::recover_interrupted_runs;
 use troupe_runtime::store::{SESSION_MAX_AGE, Store};
 
 use crate::render::{HumanRenderer, write_json_line};
@@ -72,11 +72,6 @@ async fn start(prompt: String, session: Option<&str>, flags: &RunFlags) -> u8 {
             return err.code;
         }
     };
-    if let Some(id) = session
-        && !flags.json
-    {
-        report_repair(&store, id);
-    }
     remove_old_sessions(&store, session);
     let approvals = if approval::terminal_available() {
         Approvals::Terminal
@@ -103,30 +98,6 @@ pub fn report_recovered(store: &Store, json: bool) {
             }
         }
         Err(err) => eprintln!("troupe: could not recover interrupted runs: {err}"),
-    }
-}
-
-/// Prints what resuming had to repair in a stored session.
-fn report_repair(store: &Store, id: &str) {
-    match open_session(store, id) {
-        Ok(Some(opened)) => {
-            let report = &opened.report;
-            if !opened.skipped.is_empty() {
-                eprintln!(
-                    "troupe: {} unreadable record(s) of session {id} were skipped",
-                    opened.skipped.len()
-                );
-            }
-            if !report.interrupted_calls.is_empty() || !report.recovered_results.is_empty() {
-                eprintln!(
-                    "troupe: session {id} repaired: {} call(s) answered as interrupted, {} result(s) recovered",
-                    report.interrupted_calls.len(),
-                    report.recovered_results.len()
-                );
-            }
-        }
-        Ok(None) => {}
-        Err(err) => eprintln!("troupe: cannot read session {id}: {err}"),
     }
 }
 

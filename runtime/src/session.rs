@@ -38,6 +38,27 @@ impl OpenedSession {
         self.first_index + (self.history.len() - self.summary_len) as u64
     }
 
+    /// What opening session `id` had to repair, for people (a `notice`), or
+    /// `None` when the stored history was clean.
+    pub fn repair_notice(&self, id: &str) -> Option<String> {
+        let mut parts = Vec::new();
+        if !self.skipped.is_empty() {
+            parts.push(format!(
+                "{} unreadable record(s) of session {id} were skipped",
+                self.skipped.len()
+            ));
+        }
+        let report = &self.report;
+        if !report.interrupted_calls.is_empty() || !report.recovered_results.is_empty() {
+            parts.push(format!(
+                "session {id} repaired: {} call(s) answered as interrupted, {} result(s) recovered",
+                report.interrupted_calls.len(),
+                report.recovered_results.len()
+            ));
+        }
+        (!parts.is_empty()).then(|| parts.join("; "))
+    }
+
     /// How long the session has been idle at `now`.
     pub fn paused_for(&self, now: DateTime<Utc>) -> Option<Duration> {
         self.last_updated
@@ -292,10 +313,15 @@ mod tests {
         assert_eq!(opened.next_index(), 4);
         let results: Vec<_> = opened.history[2].tool_results_iter().collect();
         assert_eq!(results[1].joined_text(), INTERRUPTED_RESULT);
+        assert_eq!(
+            opened.repair_notice("s").as_deref(),
+            Some("session s repaired: 1 call(s) answered as interrupted, 1 result(s) recovered")
+        );
 
         // Written back: the second open needs no repair and sees the same.
         let again = open_session(&store, "s").unwrap().unwrap();
         assert!(again.report.is_clean());
+        assert_eq!(again.repair_notice("s"), None);
         assert_eq!(again.history, opened.history);
         assert!(store.pending_results("s").unwrap().is_empty());
     }

@@ -23,7 +23,6 @@ use std::borrow::Cow;
 use std::collections::VecDeque;
 
 use bytes::Bytes;
-use futures::StreamExt;
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 use serde::ser::SerializeMap;
 use serde::{Deserialize, Serialize, Serializer};
@@ -31,7 +30,7 @@ use serde_json::value::RawValue;
 
 use super::http::{self, ErrorResponse, Wire, WireProvider};
 use super::retry::RetryPolicy;
-use super::sse::{ByteStream, DecodeStream, Progress, SseEvent, WireDecoder, excerpt};
+use super::sse::{Progress, SseEvent, WireDecoder, excerpt};
 use super::{
     ChatRequest, EventStream, Provider, ProviderError, ProviderErrorKind, StreamEvent,
     ToolDefinition,
@@ -835,12 +834,7 @@ pub fn decode_sse(
     provider: &str,
     bytes: impl futures::Stream<Item = Result<Bytes, ProviderError>> + Send + 'static,
 ) -> EventStream {
-    let body: ByteStream = bytes.boxed();
-    Box::pin(DecodeStream::new(
-        provider,
-        body,
-        AnthropicDecoder::new(provider, None),
-    ))
+    super::sse::decode_body(provider, bytes, AnthropicDecoder::new(provider, None))
 }
 
 // ---------------------------------------------------------------------------

@@ -22,13 +22,12 @@ use std::borrow::Cow;
 use std::collections::{BTreeMap, VecDeque};
 
 use bytes::Bytes;
-use futures::StreamExt;
 use reqwest::header::{AUTHORIZATION, HeaderMap};
 use serde::{Deserialize, Serialize};
 
 use super::http::{self, ErrorResponse, Wire, WireProvider};
 use super::retry::RetryPolicy;
-use super::sse::{ByteStream, DecodeStream, Progress, SseEvent, WireDecoder, excerpt};
+use super::sse::{Progress, SseEvent, WireDecoder, excerpt};
 use super::{ChatRequest, EventStream, Provider, ProviderError, ProviderErrorKind, StreamEvent};
 use crate::config::ResolvedProvider;
 use crate::model::{ContentBlock, Message, Role, StopReason, ToolCall, ToolOutputPart, Usage};
@@ -649,12 +648,7 @@ pub fn decode_sse(
     provider: &str,
     bytes: impl futures::Stream<Item = Result<Bytes, ProviderError>> + Send + 'static,
 ) -> EventStream {
-    let body: ByteStream = bytes.boxed();
-    Box::pin(DecodeStream::new(
-        provider,
-        body,
-        OpenAiDecoder::new(provider, None),
-    ))
+    super::sse::decode_body(provider, bytes, OpenAiDecoder::new(provider, None))
 }
 
 // ---------------------------------------------------------------------------

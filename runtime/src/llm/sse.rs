@@ -297,6 +297,16 @@ pub(crate) struct DecodeStream<D> {
     state: State,
 }
 
+/// Decodes an SSE body with `decoder` into stream events: what each adapter's
+/// public `decode_sse` does (no HTTP involved; errors of `bytes` pass through).
+pub(crate) fn decode_body<D: WireDecoder>(
+    provider: &str,
+    bytes: impl Stream<Item = Result<Bytes, ProviderError>> + Send + 'static,
+    decoder: D,
+) -> super::EventStream {
+    Box::pin(DecodeStream::new(provider, bytes.boxed(), decoder))
+}
+
 impl<D: WireDecoder> DecodeStream<D> {
     /// A stream decoding `body` with `decoder`.
     pub(crate) fn new(provider: &str, body: ByteStream, decoder: D) -> Self {
