@@ -7,6 +7,7 @@ pub mod guard;
 pub mod history;
 pub mod plan;
 pub mod resume;
+pub mod roles;
 
 pub use guard::{Budget, LimitHit, LoopGuard, RunTally};
 pub use history::{HistoryError, validate_history};
