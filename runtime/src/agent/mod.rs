@@ -3,6 +3,7 @@
 //! history is checked and closed, and the texts shown when it stops. The actor
 //! that runs the loop (`troupe-actors`) only sequences these.
 
+pub mod agent_tool;
 pub mod guard;
 pub mod history;
 pub mod plan;
