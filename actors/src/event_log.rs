@@ -112,8 +112,8 @@ impl EventLogState {
     /// time it fails (later failures of the same run are only logged).
     fn store_event(&mut self, event: &RunEvent) -> Option<String> {
         let store = self.store.as_ref()?;
-        let last =
-            matches!(event.kind, EventKind::RunFinished { .. }) && event.agent_path == "main";
+        // Only the run actor emits `run_finished`, once, as the last event.
+        let last = matches!(event.kind, EventKind::RunFinished { .. });
         let stored = store
             .append_event(event)
             .and_then(|()| if last { store.flush() } else { Ok(()) });

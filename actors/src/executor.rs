@@ -16,16 +16,13 @@ use tracing::{Instrument, Span};
 use troupe_runtime::telemetry::genai::ToolErrorKind;
 use troupe_runtime::tools::{Tool, ToolContext, ToolOutput};
 
-/// After a timeout the tool's token is cancelled and it gets this long to stop
-/// its processes (bash needs 2 s between SIGTERM and SIGKILL) before the
-/// executor gives up on it.
-pub const CLEANUP_GRACE: Duration = Duration::from_secs(5);
+pub use troupe_runtime::agent::CLEANUP_GRACE;
 
 /// What an executor reports to its agent.
 #[derive(Debug)]
 pub struct ToolReport {
-    /// The execution turn the call belongs to.
-    pub turn: u64,
+    /// The execution epoch the call belongs to.
+    pub epoch: u64,
     /// Index of the call within its assistant message.
     pub index: usize,
     /// What the tool produced.
@@ -51,8 +48,8 @@ pub struct ExecutorArgs {
     pub context: ToolContext,
     /// Time limit.
     pub timeout: Duration,
-    /// Execution turn.
-    pub turn: u64,
+    /// Execution epoch.
+    pub epoch: u64,
     /// Call index.
     pub index: usize,
     /// Where to report.
@@ -102,13 +99,13 @@ impl Actor for ToolExecutor {
         let ExecutorArgs {
             report_to,
             span,
-            turn,
+            epoch,
             index,
             ..
         } = args;
         drop(span);
         report_to(ToolReport {
-            turn,
+            epoch,
             index,
             output,
             duration: started.elapsed(),

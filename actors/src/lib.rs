@@ -1,12 +1,20 @@
 //! Troupe's actor tree on `ractor` (DESIGN.md): the runtime actor at the root,
-//! one agent actor per agent, a tool executor per call, an event log per run.
-//! Actors only sequence the decisions that `troupe-runtime` makes.
+//! a run actor per run (record, first and last events, shared budget,
+//! watchdog, approval broker), one agent actor per agent of the run's tree
+//! (the main agent, sub-agents, forks — one loop for all), a tool executor per
+//! call, an event log per run. Actors only sequence the decisions that
+//! `troupe-runtime` makes.
 
 pub mod agent;
+pub mod env;
 pub mod event_log;
 pub mod executor;
+pub(crate) mod run;
 pub mod runtime;
 
-pub use agent::{AgentActor, AgentEnv, AgentMsg, AgentStatus, Approver, RunOutcome};
+pub use agent::{AgentMsg, Internal};
+pub use env::{AgentEnv, ProviderForModel};
 pub use event_log::{EventLog, EventLogMsg, EventSink};
+pub use run::SessionState;
 pub use runtime::{RunHandle, RunSubmission, Runtime, RuntimeError, SessionTarget};
+pub use troupe_runtime::agent::{AgentStatus, Approver, RunOutcome};

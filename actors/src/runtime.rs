@@ -1,8 +1,9 @@
 //! The runtime actor: the root of the supervision tree (DESIGN.md). It starts
-//! runs — an event log and, for a new session, an agent actor, both linked to it
-//! — routes cancellations and approvals to the right agent, and outlives any
-//! failure below it: an agent that fails ends its run with an error event
-//! instead of taking the process down.
+//! runs — an event log and a [run actor](crate::run) per run, both linked to
+//! it — keeps each session between its runs (history in memory, one run at a
+//! time), routes cancellations and approvals to the run, and outlives any
+//! failure below it: a run that fails ends with an error event instead of
+//! taking the process down.
 //!
 //! [`Runtime`] is the handle front doors (the CLI, the daemon, tests) use.
 
@@ -11,17 +12,17 @@ use std::sync::Arc;
 
 use ractor::{Actor, ActorId, ActorProcessingErr, ActorRef, RpcReplyPort, SupervisionEvent};
 use tokio::sync::{mpsc, oneshot};
-use tokio_util::sync::CancellationToken;
-use troupe_runtime::agent::AgentSpec;
+use troupe_runtime::agent::{AgentStatus, Approver, RunOutcome};
 use troupe_runtime::config::{Limits, PermissionMode};
 use troupe_runtime::events::{ApprovalOutcome, EventKind, RunEvent, RunStatus};
-use troupe_runtime::model::Usage;
+use troupe_runtime::model::{Message, Usage};
 use troupe_runtime::permissions::PermissionEngine;
 use troupe_runtime::session::{Transcript, open_session};
 use troupe_runtime::store::{NewSession, Store, StoreError};
 
-use crate::agent::{AgentActor, AgentArgs, AgentEnv, AgentMsg, Approver, RunOutcome, RunStart};
+use crate::env::AgentEnv;
 use crate::event_log::{EventLog, EventLogArgs, EventLogMsg, EventSink};
+use crate::run::{RunActor, RunArgs, RunMsg, SessionState};
 
 /// Errors of the runtime handle.
 #[derive(Debug, thiserror::Error)]
@@ -32,15 +33,24 @@ pub enum RuntimeError {
     /// The runtime actor is gone.
     #[error("the runtime is not running")]
     Gone,
-    /// No such run.
-    #[error("no run {0}")]
+    /// No such run (it may have ended).
+    #[error("no running run {0}")]
     UnknownRun(String),
+    /// No agent with this path in the run.
+    #[error("no running agent {0} in this run")]
+    UnknownAgent(String),
+    /// No approval with this id waits in the run.
+    #[error("no approval {0} is waiting in this run")]
+    UnknownApproval(String),
     /// A run could not start.
     #[error("the run could not start: {0}")]
     RunStart(String),
     /// No session with this id exists.
     #[error("no session {0}; list sessions with `troupe sessions list`")]
     UnknownSession(String),
+    /// The session already has a run in progress.
+    #[error("session {0} already has a run in progress; wait for it or cancel it")]
+    SessionBusy(String),
     /// The store refused a read or write.
     #[error(transparent)]
     Store(#[from] StoreError),
@@ -51,7 +61,8 @@ pub enum RuntimeError {
 pub enum SessionTarget {
     /// A new session, with this id when given.
     New(Option<String>),
-    /// An existing session: its live agent, or its stored history (repaired).
+    /// An existing session: kept in memory since its last run, or its stored
+    /// history (repaired).
     Continue(String),
 }
 
@@ -61,9 +72,9 @@ pub struct RunSubmission {
     pub prompt: String,
     /// The session: a new one, or one to continue.
     pub session: SessionTarget,
-    /// The agent's environment (used when the session's agent is created).
+    /// The agents' environment.
     pub env: Arc<AgentEnv>,
-    /// The permission engine (used when the session's agent is created).
+    /// The permission engine (the session's "always" rules are added to it).
     pub permissions: PermissionEngine,
     /// Permission mode for this run.
     pub mode: PermissionMode,
@@ -85,50 +96,60 @@ pub struct RunHandle {
     pub outcome: oneshot::Receiver<RunOutcome>,
 }
 
+/// Where a session's history is.
+pub(crate) enum HistorySource {
+    /// In memory.
+    Messages(Vec<Message>),
+    /// With the run in progress.
+    Run(ActorRef<RunMsg>),
+    /// Only in the store.
+    Stored,
+}
+
 /// Messages of the runtime actor.
-pub enum RuntimeMsg {
+pub(crate) enum RuntimeMsg {
     /// Start a run.
     Submit(
         Box<RunSubmission>,
         RpcReplyPort<Result<RunHandle, RuntimeError>>,
     ),
-    /// Cancel a run.
-    Cancel(String, RpcReplyPort<Result<(), RuntimeError>>),
-    /// Answer an approval of a run.
-    Approve {
-        /// Run id.
+    /// The run actor of a run in progress.
+    Run(String, RpcReplyPort<Option<ActorRef<RunMsg>>>),
+    /// Where a session's history is.
+    History(String, RpcReplyPort<HistorySource>),
+    /// A run ended (sent by its run actor).
+    RunEnded {
         run_id: String,
-        /// Approval id.
-        approval_id: String,
-        /// The answer.
-        outcome: ApprovalOutcome,
-        /// Reason given with a denial.
-        reason: Option<String>,
-        /// Result.
-        reply: RpcReplyPort<Result<(), RuntimeError>>,
+        outcome: RunOutcome,
+        session: Option<SessionState>,
     },
-    /// The agent of a session (tests, status).
-    Agent(String, RpcReplyPort<Option<ActorRef<AgentMsg>>>),
-    /// A run ended (sent by the run's watcher).
-    RunEnded(String),
 }
 
 struct RunEntry {
     session_id: String,
-    cancel: CancellationToken,
+    run: ActorRef<RunMsg>,
     log: ActorRef<EventLogMsg>,
+    outcome: Option<oneshot::Sender<RunOutcome>>,
+}
+
+/// A session the runtime knows.
+enum SessionSlot {
+    /// A run is in progress.
+    Running(String),
+    /// Between runs.
+    Idle(SessionState),
 }
 
 /// State of the runtime actor.
-pub struct RuntimeState {
+pub(crate) struct RuntimeState {
     store: Store,
-    agents: HashMap<String, ActorRef<AgentMsg>>,
-    agent_sessions: HashMap<ActorId, String>,
     runs: HashMap<String, RunEntry>,
+    run_actors: HashMap<ActorId, String>,
+    sessions: HashMap<String, SessionSlot>,
 }
 
 /// The runtime actor.
-pub struct RuntimeActor;
+pub(crate) struct RuntimeActor;
 
 impl Actor for RuntimeActor {
     type Msg = RuntimeMsg;
@@ -142,9 +163,9 @@ impl Actor for RuntimeActor {
     ) -> Result<Self::State, ActorProcessingErr> {
         Ok(RuntimeState {
             store,
-            agents: HashMap::new(),
-            agent_sessions: HashMap::new(),
             runs: HashMap::new(),
+            run_actors: HashMap::new(),
+            sessions: HashMap::new(),
         })
     }
 
@@ -159,52 +180,27 @@ impl Actor for RuntimeActor {
                 let result = state.submit(&myself, *submission).await;
                 let _ = reply.send(result);
             }
-            RuntimeMsg::Cancel(run_id, reply) => {
-                let result = match state.runs.get(&run_id) {
-                    Some(run) => {
-                        run.cancel.cancel();
-                        if let Some(agent) = state.agents.get(&run.session_id) {
-                            let _ = agent.cast(AgentMsg::Cancel);
-                        }
-                        Ok(())
+            RuntimeMsg::Run(run_id, reply) => {
+                let _ = reply.send(state.runs.get(&run_id).map(|run| run.run.clone()));
+            }
+            RuntimeMsg::History(session_id, reply) => {
+                let source = match state.sessions.get(&session_id) {
+                    Some(SessionSlot::Idle(session)) => {
+                        HistorySource::Messages(session.transcript.messages().to_vec())
                     }
-                    None => Err(RuntimeError::UnknownRun(run_id)),
+                    Some(SessionSlot::Running(run_id)) => match state.runs.get(run_id) {
+                        Some(run) => HistorySource::Run(run.run.clone()),
+                        None => HistorySource::Stored,
+                    },
+                    None => HistorySource::Stored,
                 };
-                let _ = reply.send(result);
+                let _ = reply.send(source);
             }
-            RuntimeMsg::Approve {
+            RuntimeMsg::RunEnded {
                 run_id,
-                approval_id,
                 outcome,
-                reason,
-                reply,
-            } => {
-                let agent = state
-                    .runs
-                    .get(&run_id)
-                    .and_then(|run| state.agents.get(&run.session_id));
-                let result = match agent {
-                    Some(agent) => agent
-                        .cast(AgentMsg::Approve {
-                            approval_id,
-                            outcome,
-                            reason,
-                        })
-                        .map_err(|_| RuntimeError::Gone),
-                    None => Err(RuntimeError::UnknownRun(run_id)),
-                };
-                let _ = reply.send(result);
-            }
-            RuntimeMsg::Agent(session_id, reply) => {
-                let _ = reply.send(state.agents.get(&session_id).cloned());
-            }
-            RuntimeMsg::RunEnded(run_id) => {
-                if let Some(run) = state.runs.remove(&run_id) {
-                    // Let the log deliver what is queued (run_finished among it),
-                    // then stop: subscribers then hold every event.
-                    let _ = run.log.drain();
-                }
-            }
+                session,
+            } => state.run_ended(&run_id, outcome, session),
         }
         Ok(())
     }
@@ -216,34 +212,36 @@ impl Actor for RuntimeActor {
         state: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
         // The runtime never stops because something below it did.
-        match event {
-            SupervisionEvent::ActorFailed(cell, err) => {
-                if let Some(session_id) = state.agent_sessions.remove(&cell.get_id()) {
-                    tracing::error!(%session_id, %err, "agent failed");
-                    state.agents.remove(&session_id);
-                    for run in state.runs.values().filter(|r| r.session_id == session_id) {
+        if let SupervisionEvent::ActorFailed(cell, err) = event {
+            match state.run_actors.get(&cell.get_id()).cloned() {
+                Some(run_id) => {
+                    tracing::error!(%run_id, %err, "run failed");
+                    if let Some(run) = state.runs.get(&run_id) {
                         let sink = EventSink::new(run.log.clone(), "main");
                         sink.emit(EventKind::Error {
-                            kind: "agent_failed".into(),
-                            message: format!("the agent failed: {err}"),
+                            kind: "run_failed".into(),
+                            message: format!("the run failed: {err}"),
                         });
                         sink.emit(EventKind::RunFinished {
                             status: RunStatus::Error,
-                            stop_reason: "agent_failed".into(),
+                            stop_reason: "run_failed".into(),
                             final_text: String::new(),
                             usage_total: Usage::default(),
                         });
                     }
-                } else {
-                    tracing::warn!(%err, "a runtime child failed");
+                    state.run_ended(
+                        &run_id,
+                        RunOutcome {
+                            status: RunStatus::Error,
+                            stop_reason: "run_failed".into(),
+                            final_text: String::new(),
+                            usage: Usage::default(),
+                        },
+                        None,
+                    );
                 }
+                None => tracing::warn!(%err, "a runtime child failed"),
             }
-            SupervisionEvent::ActorTerminated(cell, _, _) => {
-                if let Some(session_id) = state.agent_sessions.remove(&cell.get_id()) {
-                    state.agents.remove(&session_id);
-                }
-            }
-            _ => {}
         }
         Ok(())
     }
@@ -255,26 +253,13 @@ impl RuntimeState {
         myself: &ActorRef<RuntimeMsg>,
         submission: RunSubmission,
     ) -> Result<RunHandle, RuntimeError> {
-        let (session_id, opened) = match &submission.session {
-            SessionTarget::New(id) => {
-                let id = id
-                    .clone()
-                    .unwrap_or_else(|| uuid::Uuid::now_v7().to_string());
-                self.store.create_session(&NewSession {
-                    id: id.clone(),
-                    cwd: submission.env.sandbox.project_root().to_path_buf(),
-                    provider: submission.env.provider.name().to_string(),
-                    model: submission.env.provider.model().to_string(),
-                    parent: None,
-                })?;
-                (id, None)
+        let (session_id, session, notice) = self.open(&submission)?;
+        for rule in &session.rules {
+            if let Err(err) = submission.permissions.add_session_rule(rule.clone()) {
+                tracing::warn!(%err, "a stored session rule was not restored");
             }
-            SessionTarget::Continue(id) if self.agents.contains_key(id) => (id.clone(), None),
-            SessionTarget::Continue(id) => match open_session(&self.store, id)? {
-                Some(opened) => (id.clone(), Some(opened)),
-                None => return Err(RuntimeError::UnknownSession(id.clone())),
-            },
-        };
+        }
+        submission.permissions.set_mode(submission.mode);
         let run_id = uuid::Uuid::now_v7().to_string();
         let (log, _) = Actor::spawn_linked(
             None,
@@ -294,90 +279,44 @@ impl RuntimeState {
             sender: events_tx,
         })
         .map_err(|err| RuntimeError::RunStart(err.to_string()))?;
-
-        let agent = match self.agents.get(&session_id) {
-            Some(agent) => {
-                agent
-                    .cast(AgentMsg::SetMode(submission.mode))
-                    .map_err(|_| RuntimeError::Gone)?;
-                agent.clone()
-            }
-            None => {
-                let (transcript, last_active) = match &opened {
-                    Some(opened) => {
-                        for rule in &opened.rules {
-                            if let Err(err) = submission.permissions.add_session_rule(rule.clone())
-                            {
-                                tracing::warn!(%err, "a stored session rule was not restored");
-                            }
-                        }
-                        (Transcript::from_opened(opened), opened.last_updated)
-                    }
-                    None => (Transcript::new(), None),
-                };
-                let (agent, _) = Actor::spawn_linked(
-                    None,
-                    AgentActor,
-                    AgentArgs {
-                        session_id: session_id.clone(),
-                        spec: AgentSpec::main(submission.limits.max_turns),
-                        env: submission.env,
-                        permissions: submission.permissions,
-                        mode: submission.mode,
-                        transcript,
-                        last_active,
-                    },
-                    myself.get_cell(),
-                )
-                .await
-                .map_err(|err| RuntimeError::RunStart(err.to_string()))?;
-                self.agents.insert(session_id.clone(), agent.clone());
-                self.agent_sessions
-                    .insert(agent.get_id(), session_id.clone());
-                agent
+        let events = EventSink::new(log.clone(), "main");
+        // What opening the stored session repaired is told before the run starts.
+        if let Some(text) = notice {
+            events.emit(EventKind::Notice { text });
+        }
+        let args = RunArgs {
+            run_id: run_id.clone(),
+            session_id: session_id.clone(),
+            prompt: submission.prompt,
+            env: submission.env,
+            permissions: Arc::new(submission.permissions),
+            limits: submission.limits,
+            approver: submission.approver,
+            session,
+            events,
+            runtime: myself.clone(),
+        };
+        let run = match Actor::spawn_linked(None, RunActor, args, myself.get_cell()).await {
+            Ok((run, _)) => run,
+            Err(err) => {
+                self.sessions.remove(&session_id);
+                log.stop(None);
+                return Err(RuntimeError::RunStart(err.to_string()));
             }
         };
-
-        // What opening the stored session repaired is told before the run starts.
-        if let Some(text) = opened
-            .as_ref()
-            .and_then(|opened| opened.repair_notice(&session_id))
-        {
-            EventSink::new(log.clone(), "main").emit(EventKind::Notice { text });
-        }
-        let cancel = CancellationToken::new();
-        let (done_tx, done_rx) = oneshot::channel();
         let (outcome_tx, outcome_rx) = oneshot::channel();
-        agent
-            .cast(AgentMsg::Run(Box::new(RunStart {
-                run_id: run_id.clone(),
-                prompt: submission.prompt,
-                events: EventSink::new(log.clone(), "main"),
-                limits: submission.limits,
-                approver: submission.approver,
-                cancel: cancel.clone(),
-                done: done_tx,
-                // The main agent's span is the root of the run's trace.
-                parent_span: tracing::Span::none(),
-            })))
-            .map_err(|_| RuntimeError::Gone)?;
+        self.run_actors.insert(run.get_id(), run_id.clone());
+        self.sessions
+            .insert(session_id.clone(), SessionSlot::Running(run_id.clone()));
         self.runs.insert(
             run_id.clone(),
             RunEntry {
                 session_id: session_id.clone(),
-                cancel,
+                run,
                 log,
+                outcome: Some(outcome_tx),
             },
         );
-        // Watch the outcome: pass it on and tell the runtime the run ended.
-        let runtime = myself.clone();
-        let watched_run = run_id.clone();
-        tokio::spawn(async move {
-            if let Ok(outcome) = done_rx.await {
-                let _ = outcome_tx.send(outcome);
-            }
-            let _ = runtime.cast(RuntimeMsg::RunEnded(watched_run));
-        });
         Ok(RunHandle {
             run_id,
             session_id,
@@ -385,21 +324,91 @@ impl RuntimeState {
             outcome: outcome_rx,
         })
     }
+
+    /// The session a submission runs in: created, kept from its last run, or
+    /// opened from the store (with the notice of what was repaired).
+    fn open(
+        &mut self,
+        submission: &RunSubmission,
+    ) -> Result<(String, SessionState, Option<String>), RuntimeError> {
+        match &submission.session {
+            SessionTarget::New(id) => {
+                let id = id
+                    .clone()
+                    .unwrap_or_else(|| uuid::Uuid::now_v7().to_string());
+                self.store.create_session(&NewSession {
+                    id: id.clone(),
+                    cwd: submission.env.sandbox.project_root().to_path_buf(),
+                    provider: submission.env.provider.name().to_string(),
+                    model: submission.env.provider.model().to_string(),
+                    parent: None,
+                    agent_path: None,
+                    run_id: None,
+                })?;
+                Ok((id, SessionState::default(), None))
+            }
+            SessionTarget::Continue(id) => match self.sessions.remove(id) {
+                Some(SessionSlot::Running(run_id)) => {
+                    self.sessions
+                        .insert(id.clone(), SessionSlot::Running(run_id));
+                    Err(RuntimeError::SessionBusy(id.clone()))
+                }
+                Some(SessionSlot::Idle(session)) => Ok((id.clone(), session, None)),
+                None => match open_session(&self.store, id)? {
+                    Some(opened) => {
+                        let notice = opened.repair_notice(id);
+                        let session = SessionState {
+                            transcript: Transcript::from_opened(&opened),
+                            last_active: opened.last_updated,
+                            rules: opened.rules,
+                        };
+                        Ok((id.clone(), session, notice))
+                    }
+                    None => Err(RuntimeError::UnknownSession(id.clone())),
+                },
+            },
+        }
+    }
+
+    /// A run ended: keep its session for the next run, hand out the outcome,
+    /// let the log deliver what is queued and stop.
+    fn run_ended(&mut self, run_id: &str, outcome: RunOutcome, session: Option<SessionState>) {
+        let Some(mut run) = self.runs.remove(run_id) else {
+            return;
+        };
+        self.run_actors.retain(|_, id| id != run_id);
+        match session {
+            Some(session) => {
+                self.sessions
+                    .insert(run.session_id.clone(), SessionSlot::Idle(session));
+            }
+            // Reopened (and repaired) from the store next time.
+            None => {
+                self.sessions.remove(&run.session_id);
+            }
+        }
+        if let Some(outcome_tx) = run.outcome.take() {
+            let _ = outcome_tx.send(outcome);
+        }
+        // Subscribers then hold every event, run_finished last.
+        let _ = run.log.drain();
+    }
 }
 
 /// The handle to a running runtime.
 #[derive(Clone)]
 pub struct Runtime {
     actor: ActorRef<RuntimeMsg>,
+    store: Store,
 }
 
 impl Runtime {
     /// Starts the runtime actor over `store`.
     pub async fn start(store: Store) -> Result<Self, RuntimeError> {
-        let (actor, _) = Actor::spawn(None, RuntimeActor, store)
+        let (actor, _) = Actor::spawn(None, RuntimeActor, store.clone())
             .await
             .map_err(|err| RuntimeError::Start(err.to_string()))?;
-        Ok(Self { actor })
+        Ok(Self { actor, store })
     }
 
     /// Starts a run.
@@ -408,13 +417,32 @@ impl Runtime {
             .map_err(|_| RuntimeError::Gone)?
     }
 
-    /// Cancels a run.
-    pub async fn cancel(&self, run_id: &str) -> Result<(), RuntimeError> {
-        ractor::call!(self.actor, RuntimeMsg::Cancel, run_id.to_string())
+    async fn run(&self, run_id: &str) -> Result<ActorRef<RunMsg>, RuntimeError> {
+        ractor::call!(self.actor, RuntimeMsg::Run, run_id.to_string())
             .map_err(|_| RuntimeError::Gone)?
+            .ok_or_else(|| RuntimeError::UnknownRun(run_id.to_string()))
     }
 
-    /// Answers an approval.
+    /// Cancels a run: every agent, stream and process of its tree.
+    pub async fn cancel(&self, run_id: &str) -> Result<(), RuntimeError> {
+        self.run(run_id)
+            .await?
+            .cast(RunMsg::Cancel)
+            .map_err(|_| RuntimeError::UnknownRun(run_id.to_string()))
+    }
+
+    /// Cancels one agent of a run by path (`main/fork-2`) and what runs below
+    /// it; its parent goes on with an error result for that call.
+    pub async fn cancel_agent(&self, run_id: &str, path: &str) -> Result<(), RuntimeError> {
+        let run = self.run(run_id).await?;
+        let path = path.to_string();
+        run.call(|reply| RunMsg::CancelAgent { path, reply }, None)
+            .await
+            .map_err(|_| RuntimeError::UnknownRun(run_id.to_string()))?
+            .success_or(RuntimeError::UnknownRun(run_id.to_string()))?
+    }
+
+    /// Answers an approval of a run, whichever agent of its tree asked.
     pub async fn approve(
         &self,
         run_id: &str,
@@ -422,29 +450,45 @@ impl Runtime {
         outcome: ApprovalOutcome,
         reason: Option<String>,
     ) -> Result<(), RuntimeError> {
-        let run_id = run_id.to_string();
+        let run = self.run(run_id).await?;
         let approval_id = approval_id.to_string();
-        self.actor
-            .call(
-                |reply| RuntimeMsg::Approve {
-                    run_id,
-                    approval_id,
-                    outcome,
-                    reason,
-                    reply,
-                },
-                None,
-            )
-            .await
-            .map_err(|_| RuntimeError::Gone)?
-            .success_or(RuntimeError::Gone)?
+        run.call(
+            |reply| RunMsg::Approve {
+                approval_id,
+                outcome,
+                reason,
+                reply,
+            },
+            None,
+        )
+        .await
+        .map_err(|_| RuntimeError::UnknownRun(run_id.to_string()))?
+        .success_or(RuntimeError::UnknownRun(run_id.to_string()))?
     }
 
-    /// The agent actor of a session, if one is alive.
-    pub async fn agent(&self, session_id: &str) -> Option<ActorRef<AgentMsg>> {
-        ractor::call!(self.actor, RuntimeMsg::Agent, session_id.to_string())
-            .ok()
-            .flatten()
+    /// What every agent of a run in progress is doing, by path.
+    pub async fn agents(&self, run_id: &str) -> Result<Vec<AgentStatus>, RuntimeError> {
+        let run = self.run(run_id).await?;
+        ractor::call!(run, RunMsg::Statuses)
+            .map_err(|_| RuntimeError::UnknownRun(run_id.to_string()))
+    }
+
+    /// A session's history: live, kept since its last run, or stored.
+    pub async fn history(&self, session_id: &str) -> Result<Vec<Message>, RuntimeError> {
+        let source = ractor::call!(self.actor, RuntimeMsg::History, session_id.to_string())
+            .map_err(|_| RuntimeError::Gone)?;
+        match source {
+            HistorySource::Messages(messages) => Ok(messages),
+            HistorySource::Run(run) => {
+                ractor::call!(run, RunMsg::History).map_err(|_| RuntimeError::Gone)
+            }
+            HistorySource::Stored => {
+                if self.store.session(session_id)?.is_none() {
+                    return Err(RuntimeError::UnknownSession(session_id.to_string()));
+                }
+                Ok(self.store.load_history(session_id)?.messages)
+            }
+        }
     }
 
     /// Stops the runtime and everything under it.

@@ -5,14 +5,16 @@
 //! answer. JSON mode writes exactly one event per line to stdout, flushed per
 //! line, and nothing else.
 
+use std::collections::HashMap;
 use std::io::Write;
 
-use troupe_runtime::events::{EventKind, RunEvent};
+use troupe_runtime::events::{EventKind, RunEvent, preview};
 
 /// Renders events for people on stderr.
 pub struct HumanRenderer {
-    /// Text of the current response not yet shown.
-    pending_text: String,
+    /// Text of each agent's current response not yet shown (parallel
+    /// sub-agents interleave their events; each keeps its own text).
+    pending_text: HashMap<String, String>,
     color: bool,
 }
 
@@ -20,7 +22,7 @@ impl HumanRenderer {
     /// A renderer; colours when stderr is a terminal.
     pub fn new(color: bool) -> Self {
         Self {
-            pending_text: String::new(),
+            pending_text: HashMap::new(),
             color,
         }
     }
@@ -43,17 +45,24 @@ impl HumanRenderer {
         match &event.kind {
             EventKind::RunStarted { .. } => {}
             EventKind::Iteration { n } => {
-                self.pending_text.clear();
+                self.pending_text.remove(&event.agent_path);
                 if *n > 1 {
                     writeln!(out, "{}", self.dim(&format!("{prefix}· turn {n}")))?;
                 }
             }
-            EventKind::TextDelta { text } => self.pending_text.push_str(text),
+            EventKind::TextDelta { text } => self
+                .pending_text
+                .entry(event.agent_path.clone())
+                .or_default()
+                .push_str(text),
             EventKind::ThinkingDelta { .. } => {}
             EventKind::ToolStarted {
                 name, args_preview, ..
             } => {
-                let narration = std::mem::take(&mut self.pending_text);
+                let narration = self
+                    .pending_text
+                    .remove(&event.agent_path)
+                    .unwrap_or_default();
                 let narration = narration.trim();
                 if !narration.is_empty() {
                     writeln!(out, "{prefix}{narration}")?;
@@ -94,9 +103,10 @@ impl HumanRenderer {
                 ))
             )?,
             EventKind::SubagentStarted { role, task } => {
-                writeln!(out, "{prefix}started {role}: {task}")?;
+                writeln!(out, "{prefix}started ({role}): {}", preview(task))?;
             }
             EventKind::SubagentFinished { status } => {
+                self.pending_text.remove(&event.agent_path);
                 writeln!(out, "{prefix}finished: {}", status.as_str())?;
             }
             EventKind::Notice { text } => writeln!(out, "{prefix}{text}")?,

@@ -73,6 +73,11 @@ async fn start(prompt: String, session: Option<&str>, flags: &RunFlags) -> u8 {
         }
     };
     remove_old_sessions(&store, session);
+    if !flags.json {
+        for warning in &prepared.warnings {
+            eprintln!("troupe: {warning}");
+        }
+    }
     let approvals = if approval::terminal_available() {
         Approvals::Terminal
     } else {
@@ -185,7 +190,14 @@ pub async fn execute(
                 }
                 match &event.kind {
                     EventKind::ApprovalRequested { approval_id, tool, args, reason } => {
-                        answer_approval(&runtime, &handle.run_id, approvals, approval_id, tool, args, reason, json);
+                        let asker = ApprovalAsk {
+                            agent_path: &event.agent_path,
+                            approval_id,
+                            tool,
+                            args,
+                            reason,
+                        };
+                        answer_approval(&runtime, &handle.run_id, approvals, asker, json);
                     }
                     EventKind::RunFinished { status, final_text: text, .. } if event.agent_path == "main" => {
                         final_status = *status;
@@ -222,22 +234,34 @@ pub async fn execute(
     (final_status.exit_code() as u8, Some(handle.run_id.clone()))
 }
 
+/// One approval request as the event gave it.
+struct ApprovalAsk<'a> {
+    /// The agent that asks (`main`, `main/fork-1`).
+    agent_path: &'a str,
+    approval_id: &'a str,
+    tool: &'a str,
+    args: &'a str,
+    reason: &'a str,
+}
+
 /// Answers one approval request according to `approvals`, without blocking the
-/// event loop.
-#[allow(clippy::too_many_arguments)]
+/// event loop. Requests of sub-agents are labelled with their agent path.
 fn answer_approval(
     runtime: &Runtime,
     run_id: &str,
     approvals: Approvals,
-    approval_id: &str,
-    tool: &str,
-    args: &str,
-    reason: &str,
+    ask: ApprovalAsk<'_>,
     json: bool,
 ) {
     let runtime = runtime.clone();
     let run_id = run_id.to_string();
-    let approval_id = approval_id.to_string();
+    let approval_id = ask.approval_id.to_string();
+    let tool = if ask.agent_path == "main" {
+        ask.tool.to_string()
+    } else {
+        format!("[{}] {}", ask.agent_path, ask.tool)
+    };
+    let (args, reason) = (ask.args, ask.reason);
     match approvals {
         Approvals::Nobody => {}
         Approvals::AutoAllow => {
@@ -251,7 +275,7 @@ fn answer_approval(
             });
         }
         Approvals::Terminal => {
-            let (tool, args, reason) = (tool.to_string(), args.to_string(), reason.to_string());
+            let (args, reason) = (args.to_string(), reason.to_string());
             tokio::spawn(async move {
                 let answer =
                     tokio::task::spawn_blocking(move || approval::ask(&tool, &args, &reason)).await;

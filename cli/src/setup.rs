@@ -9,7 +9,8 @@ use std::time::Duration;
 
 use crate::{EXIT_RUNTIME, EXIT_USAGE};
 
-use troupe_actors::{AgentEnv, SessionTarget};
+use troupe_actors::{AgentEnv, ProviderForModel, SessionTarget};
+use troupe_runtime::agent::roles::RoleSet;
 use troupe_runtime::config::paths::{self, ProcessEnv};
 use troupe_runtime::config::{
     Config, ConfigSources, Limits, PermissionMode, ResolvedProvider, load_config, resolve_provider,
@@ -96,6 +97,8 @@ pub struct Prepared {
     pub limits: Limits,
     /// The session the run belongs to.
     pub session: SessionTarget,
+    /// Things the person should know before the run (a broken role file).
+    pub warnings: Vec<String>,
 }
 
 /// Loads configuration for `options` and prepares a run. `provider_override`
@@ -198,6 +201,11 @@ async fn assemble(
         git_status,
     );
     let child_env = child_environment(&config.tools.env_allowlist, |name| std::env::var(name).ok());
+    let (roles, role_warnings) = RoleSet::load(config_dir.as_deref(), project_root);
+    let warnings = role_warnings
+        .iter()
+        .map(|warning| format!("role ignored: {warning}"))
+        .collect();
     let mut limits = config.limits;
     if let Some(max_turns) = options.max_turns {
         limits.max_turns = max_turns;
@@ -208,10 +216,17 @@ async fn assemble(
     if let Some(secs) = options.timeout_secs {
         limits.wall_clock = Duration::from_secs(secs);
     }
+    let switch_from = resolved.clone();
+    let provider_for_model: ProviderForModel = Arc::new(move |model: &str| {
+        build_provider(&switch_from.clone().with_model(model.to_string()))
+            .map_err(|err| err.to_string())
+    });
     let env = AgentEnv {
         provider,
+        provider_for_model: Some(provider_for_model),
         price: resolved.price,
         registry: Arc::new(builtin_registry()),
+        roles: Arc::new(roles),
         sandbox,
         system,
         spill_dir,
@@ -227,6 +242,7 @@ async fn assemble(
         mode,
         limits,
         session,
+        warnings,
     })
 }
 

@@ -11,8 +11,10 @@ use std::time::Duration;
 
 use tempfile::TempDir;
 use troupe_actors::{
-    AgentEnv, Approver, RunHandle, RunOutcome, RunSubmission, Runtime, SessionTarget,
+    AgentEnv, Approver, ProviderForModel, RunHandle, RunOutcome, RunSubmission, Runtime,
+    SessionTarget,
 };
+use troupe_runtime::agent::roles::RoleSet;
 use troupe_runtime::config::{
     DEFAULT_CONTEXT_WINDOW, DEFAULT_MAX_TOKENS, Limits, PermissionMode, PermissionSettings,
     Protocol, ResolvedProvider,
@@ -162,11 +164,34 @@ impl Harness {
         Arc::new(env)
     }
 
+    /// Builds the scripted provider for another model (roles that name one).
+    pub fn provider_for_model(&self) -> ProviderForModel {
+        let resolved = self.resolved_provider();
+        let protocol = self.protocol;
+        Arc::new(move |model: &str| {
+            let resolved = resolved.clone().with_model(model.to_string());
+            let built: Result<Arc<dyn Provider>, String> = match protocol {
+                Protocol::Anthropic => anthropic::AnthropicProvider::new(&resolved)
+                    .map(|p| Arc::new(p) as Arc<dyn Provider>)
+                    .map_err(|err| err.to_string()),
+                Protocol::OpenAi => openai::OpenAiProvider::new(&resolved)
+                    .map(|p| Arc::new(p) as Arc<dyn Provider>)
+                    .map_err(|err| err.to_string()),
+            };
+            built
+        })
+    }
+
     fn agent_env(&self, registry: ToolRegistry) -> AgentEnv {
+        // Roles: the built-ins plus the project's `.troupe/agents/*.md`.
+        let (roles, warnings) = RoleSet::load(None, self.root());
+        assert!(warnings.is_empty(), "role files load: {warnings:?}");
         AgentEnv {
             provider: self.provider(),
+            provider_for_model: Some(self.provider_for_model()),
             price: None,
             registry: Arc::new(registry),
+            roles: Arc::new(roles),
             sandbox: self.sandbox(),
             system: SystemPrompt {
                 stable: TEST_STABLE_PROMPT.into(),
@@ -209,19 +234,12 @@ impl Harness {
             .expect("run starts")
     }
 
-    /// The history of a session's agent.
+    /// The history of a session (live, kept since its last run, or stored).
     pub async fn history(&self, session_id: &str) -> Vec<Message> {
-        let agent = self
-            .runtime
-            .agent(session_id)
+        tokio::time::timeout(WAIT, self.runtime.history(session_id))
             .await
-            .expect("session has an agent");
-        ractor::call_t!(
-            agent,
-            troupe_actors::AgentMsg::History,
-            WAIT.as_millis() as u64
-        )
-        .expect("history answered in time")
+            .expect("history answered in time")
+            .expect("session has a history")
     }
 }
 

@@ -692,12 +692,14 @@ async fn anthropic_request_bodies_across_a_multi_turn_run() {
     let h = Harness::anthropic(script).await;
     std::fs::write(h.root().join("a.txt"), "alpha\n").unwrap();
     let env = h.env_with(vec![]);
+    // The main agent's catalogue: every registered tool, then `agent`.
     let definitions: Vec<String> = env
-        .registry
-        .definitions()
-        .into_iter()
-        .map(|d| d.name)
+        .main_catalogue()
+        .unwrap()
+        .names()
+        .map(str::to_string)
         .collect();
+    assert_eq!(definitions.last().map(String::as_str), Some("agent"));
     let mut run = h.submit("do it", RunOptions::bypass(env)).await;
     let events = run_events(&mut run).await;
     assert_eq!(finished(&events).0, RunStatus::Finished);
@@ -802,8 +804,10 @@ async fn status_is_answered_at_once_while_tools_run_and_approvals_wait() {
         matches!(e.kind, EventKind::ToolStarted { .. })
     })
     .await;
-    let agent = h.runtime.agent(&run.session_id).await.unwrap();
-    let status = ractor::call_t!(agent, troupe_actors::AgentMsg::Status, 2_000).unwrap();
+    let statuses = h.runtime.agents(&run.run_id).await.unwrap();
+    assert_eq!(statuses.len(), 1);
+    let status = &statuses[0];
+    assert_eq!(status.path, "main");
     assert_eq!(status.phase, "executing");
     assert_eq!(status.turns, 1);
     // The held tool ends only when its call is cancelled.

@@ -1,20 +1,34 @@
-//! The agent loop's decisions as pure functions (SPEC §3; DESIGN.md principle 1):
-//! how a turn's tool calls are grouped for execution, when the loop stops, how a
-//! history is checked and closed, and the texts shown when it stops. The actor
-//! that runs the loop (`troupe-actors`) only sequences these.
+//! The agent loop and its decisions, without actors or I/O (SPEC §3, §7;
+//! DESIGN.md principles 1, 2 and 4): the loop itself as a sans-IO state machine
+//! ([`machine::AgentLoop`]: inputs in, effects out) that serves the main agent,
+//! sub-agents and forks alike, and the pure rules it applies — how a turn's
+//! tool calls are grouped for execution, when the loop stops, the run's shared
+//! account, each agent's tool catalogue, roles, forks, how a history is checked
+//! and closed, and the texts shown when it stops. The actors of
+//! `troupe-actors` only interpret the machine's effects.
 
+pub mod account;
 pub mod agent_tool;
+pub mod catalogue;
 pub mod guard;
 pub mod history;
+pub mod machine;
 pub mod plan;
 pub mod resume;
 pub mod roles;
+pub mod subagent;
 
+pub use account::{RunAccount, StopCause};
+pub use catalogue::ToolCatalogue;
 pub use guard::{Budget, LimitHit, LoopGuard, RunTally};
 pub use history::{HistoryError, validate_history};
-pub use plan::{ExecutionGroup, plan_execution};
+pub use machine::{AgentLaunch, AgentLoop, AgentStatus, Effect, Input, LoopSetup, ToolLaunch};
+pub use plan::{CallClass, ExecutionGroup, plan_execution};
 
 use std::time::Duration;
+
+use crate::events::RunStatus;
+use crate::model::Usage;
 
 /// SPEC §3: default per-call tool timeout.
 pub const DEFAULT_TOOL_TIMEOUT: Duration = Duration::from_secs(30);
@@ -30,9 +44,36 @@ pub const REPEATED_CALL_LIMIT: u32 = 3;
 pub const CANCELLED_RESULT: &str = "(cancelled)";
 /// SPEC §3: recorded in place of an empty final response.
 pub const EMPTY_RESPONSE_PLACEHOLDER: &str = "(no response)";
+/// After a timeout or a cancellation a tool's token is cancelled and it gets
+/// this long to stop its processes (bash needs 2 s between SIGTERM and
+/// SIGKILL) before it is given up on.
+pub const CLEANUP_GRACE: Duration = Duration::from_secs(5);
 
-/// Who an agent is and what it may do (DESIGN.md principle 4: the main agent,
-/// sub-agents and forks are the same actor with a different spec).
+/// Whether someone can answer approval requests during a run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Approver {
+    /// A person answers through the front door (terminal, API, `troupe approve`).
+    Present,
+    /// Nobody can answer: an `ask` decision becomes a reasoned denial.
+    Absent,
+}
+
+/// How an agent's run of the loop ended (for the main agent: how the run ended).
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunOutcome {
+    /// Status.
+    pub status: RunStatus,
+    /// Stop reason (`end_turn`, `cancelled`, a limit's reason, …).
+    pub stop_reason: String,
+    /// Final answer text, or the text that closed the history.
+    pub final_text: String,
+    /// Usage: the agent's own, or the whole tree's for a run.
+    pub usage: Usage,
+}
+
+/// Who an agent is in the tree (DESIGN.md principle 4: the main agent,
+/// sub-agents and forks are the same loop with a different spec; what it may
+/// call is its [`ToolCatalogue`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AgentSpec {
     /// Path in the agent tree: `main`, `main/explorer-2`.
@@ -43,8 +84,6 @@ pub struct AgentSpec {
     pub max_turns: u32,
     /// Unknown-tool turns in a row that stop the loop.
     pub unknown_tool_limit: u32,
-    /// Tools this agent may use (system tools are always allowed); `None` = all.
-    pub tool_allowlist: Option<Vec<String>>,
     /// Nesting depth: 0 for the main agent.
     pub depth: u32,
     /// True for a fork (started from a copy of its parent's history).
@@ -59,7 +98,6 @@ impl AgentSpec {
             role: "main".into(),
             max_turns,
             unknown_tool_limit: UNKNOWN_TOOL_TURNS_MAIN,
-            tool_allowlist: None,
             depth: 0,
             is_fork: false,
         }

@@ -1,6 +1,20 @@
-//! Execution plan of one turn's tool calls (SPEC §3): a maximal run of
-//! consecutive read-only calls is one concurrent batch; every other call runs
-//! alone, in order. Results are stored by original index by the caller.
+//! Execution plan of one turn's tool calls (SPEC §3, §7): a maximal run of
+//! consecutive read-only calls is one concurrent batch; a maximal run of
+//! consecutive `agent` calls is one concurrent batch of sub-agents (how many
+//! of them work at once is the run's slot limit, applied when they start);
+//! every other call runs alone, in order. Results are stored by original
+//! index by the caller.
+
+/// How a call takes part in the plan.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CallClass {
+    /// A read-only tool: runs concurrently with its read-only neighbours.
+    ReadOnly,
+    /// A tool with side effects, or an unknown tool: runs alone.
+    SideEffect,
+    /// The `agent` tool: runs concurrently with its `agent` neighbours.
+    Agent,
+}
 
 /// A contiguous group of calls `[start, end)` executed together.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -9,7 +23,7 @@ pub struct ExecutionGroup {
     pub start: usize,
     /// One past the last call index.
     pub end: usize,
-    /// True for a batch of read-only calls that run concurrently.
+    /// True for a batch whose calls run concurrently.
     pub concurrent: bool,
 }
 
@@ -20,40 +34,36 @@ impl ExecutionGroup {
     }
 }
 
-/// Groups calls given whether each is read-only (unknown tools count as not
-/// read-only: they run alone and fail at once).
-pub fn plan_execution(read_only: &[bool]) -> Vec<ExecutionGroup> {
+/// Groups calls by class: runs of read-only calls and runs of `agent` calls
+/// become concurrent batches, everything else runs alone.
+pub fn plan_execution(classes: &[CallClass]) -> Vec<ExecutionGroup> {
     let mut groups = Vec::new();
     let mut i = 0;
-    while i < read_only.len() {
-        if read_only[i] {
-            let start = i;
-            while i < read_only.len() && read_only[i] {
+    while i < classes.len() {
+        let class = classes[i];
+        let start = i;
+        i += 1;
+        if class != CallClass::SideEffect {
+            while i < classes.len() && classes[i] == class {
                 i += 1;
             }
-            groups.push(ExecutionGroup {
-                start,
-                end: i,
-                concurrent: true,
-            });
-        } else {
-            groups.push(ExecutionGroup {
-                start: i,
-                end: i + 1,
-                concurrent: false,
-            });
-            i += 1;
         }
+        groups.push(ExecutionGroup {
+            start,
+            end: i,
+            concurrent: class != CallClass::SideEffect,
+        });
     }
     groups
 }
 
 #[cfg(test)]
 mod tests {
+    use super::CallClass::{Agent as A, ReadOnly as R, SideEffect as S};
     use super::*;
 
-    fn shape(read_only: &[bool]) -> Vec<(usize, usize, bool)> {
-        plan_execution(read_only)
+    fn shape(classes: &[CallClass]) -> Vec<(usize, usize, bool)> {
+        plan_execution(classes)
             .into_iter()
             .map(|g| (g.start, g.end, g.concurrent))
             .collect()
@@ -66,14 +76,13 @@ mod tests {
 
     #[test]
     fn all_read_only_is_one_batch() {
-        assert_eq!(shape(&[true, true, true, true, true]), vec![(0, 5, true)]);
+        assert_eq!(shape(&[R, R, R, R, R]), vec![(0, 5, true)]);
     }
 
     #[test]
     fn side_effects_split_batches_and_run_alone_in_order() {
-        // read, read, write, bash, read, read, write
         assert_eq!(
-            shape(&[true, true, false, false, true, true, false]),
+            shape(&[R, R, S, S, R, R, S]),
             vec![
                 (0, 2, true),
                 (2, 3, false),
@@ -87,8 +96,22 @@ mod tests {
     #[test]
     fn write_bash_read_is_three_groups() {
         assert_eq!(
-            shape(&[false, false, true]),
+            shape(&[S, S, R]),
             vec![(0, 1, false), (1, 2, false), (2, 3, true)]
+        );
+    }
+
+    #[test]
+    fn consecutive_agent_calls_are_one_batch_apart_from_reads() {
+        assert_eq!(
+            shape(&[A, A, A, R, R, A, S, A]),
+            vec![
+                (0, 3, true),
+                (3, 5, true),
+                (5, 6, true),
+                (6, 7, false),
+                (7, 8, true)
+            ]
         );
     }
 }

@@ -180,7 +180,7 @@ pub mod tasks;
 pub mod walk;
 pub mod write_file;
 
-pub use registry::{RegistryError, ToolRegistry};
+pub use registry::{ArgumentSchema, RegistryError, ToolRegistry};
 
 /// Every built-in tool of the tool layer, in the fixed definition order (the
 /// request prefix depends on it, SPEC §14): read_file, write_file, edit_file,

@@ -47,9 +47,83 @@ pub enum RegistryError {
 #[derive(Clone)]
 struct Entry {
     tool: Arc<dyn Tool>,
+    schema: ArgumentSchema,
+}
+
+/// A compiled object schema of a tool's arguments: validates raw arguments and
+/// words every failure for the model. Cheap to clone.
+#[derive(Clone)]
+pub struct ArgumentSchema {
     validator: Arc<jsonschema::Validator>,
     /// `{path: string, offset?: integer}`: the expected shape, for messages.
     signature: Arc<str>,
+}
+
+impl std::fmt::Debug for ArgumentSchema {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("ArgumentSchema")
+            .field(&self.signature)
+            .finish()
+    }
+}
+
+impl ArgumentSchema {
+    /// Compiles the schema of tool `name`; it must be an object schema.
+    pub fn compile(name: &str, schema: &Value) -> Result<Self, RegistryError> {
+        if schema.get("type").and_then(Value::as_str) != Some("object") {
+            return Err(RegistryError::InvalidSchema {
+                name: name.to_string(),
+                message: "the schema must have \"type\": \"object\"".into(),
+            });
+        }
+        let validator =
+            jsonschema::validator_for(schema).map_err(|err| RegistryError::InvalidSchema {
+                name: name.to_string(),
+                message: err.to_string(),
+            })?;
+        Ok(Self {
+            validator: Arc::new(validator),
+            signature: signature_of(schema).into(),
+        })
+    }
+
+    /// Parses and validates the raw arguments of a call to tool `name`. The
+    /// error is written for the model: unparseable JSON (with an excerpt), or
+    /// the schema violations with the expected shape. Blank input is `{}`.
+    pub fn validate(&self, name: &str, raw_input: &str) -> Result<Value, String> {
+        let trimmed = raw_input.trim();
+        let source = if trimmed.is_empty() { "{}" } else { trimmed };
+        let value: Value = serde_json::from_str(source).map_err(|err| {
+            format!(
+                "Arguments for {name} are not valid JSON ({err}): {}\nExpected a JSON object: {}",
+                excerpt(raw_input),
+                self.signature
+            )
+        })?;
+        let violations: Vec<String> = self
+            .validator
+            .iter_errors(&value)
+            .map(|err| {
+                let at = err.instance_path().to_string();
+                if at.is_empty() {
+                    format!("- {err}")
+                } else {
+                    format!("- `{}`: {err}", at.trim_start_matches('/'))
+                }
+            })
+            .collect();
+        if violations.is_empty() {
+            return Ok(value);
+        }
+        let shown = violations.len().min(MAX_LISTED_VIOLATIONS);
+        let mut message = format!("Invalid arguments for {name}:\n");
+        message.push_str(&violations[..shown].join("\n"));
+        if violations.len() > shown {
+            message.push_str(&format!("\n- … and {} more", violations.len() - shown));
+        }
+        message.push_str(&format!("\nExpected: {}", self.signature));
+        Err(message)
+    }
 }
 
 /// The tools of one agent, in insertion order. Cheap to clone.
@@ -80,25 +154,9 @@ impl ToolRegistry {
         if self.index.contains_key(&name) {
             return Err(RegistryError::Duplicate(name));
         }
-        let schema = tool.input_schema();
-        if schema.get("type").and_then(Value::as_str) != Some("object") {
-            return Err(RegistryError::InvalidSchema {
-                name,
-                message: "the schema must have \"type\": \"object\"".into(),
-            });
-        }
-        let validator =
-            jsonschema::validator_for(schema).map_err(|err| RegistryError::InvalidSchema {
-                name: name.clone(),
-                message: err.to_string(),
-            })?;
-        let signature = signature_of(schema);
+        let schema = ArgumentSchema::compile(&name, tool.input_schema())?;
         self.index.insert(name, self.entries.len());
-        self.entries.push(Entry {
-            tool,
-            validator: Arc::new(validator),
-            signature: signature.into(),
-        });
+        self.entries.push(Entry { tool, schema });
         Ok(())
     }
 
@@ -150,12 +208,15 @@ impl ToolRegistry {
     /// An entry ending in `*` allows every name starting with what precedes it
     /// (`mcp__github__*`).
     pub fn filtered<S: AsRef<str>>(&self, allowlist: &[S]) -> ToolRegistry {
-        self.subset(|tool| {
-            tool.is_system()
-                || allowlist
-                    .iter()
-                    .any(|entry| name_matches(entry.as_ref(), tool.name()))
-        })
+        self.subset(|tool| tool.is_system() || Self::name_allowed(allowlist, tool.name()))
+    }
+
+    /// True when `allowlist` allows `name`: an entry equal to it, or an entry
+    /// ending in `*` whose prefix it starts with.
+    pub fn name_allowed<S: AsRef<str>>(allowlist: &[S], name: &str) -> bool {
+        allowlist
+            .iter()
+            .any(|entry| name_matches(entry.as_ref(), name))
     }
 
     /// The read-only tools only (plan mode, SPEC §5).
@@ -186,39 +247,7 @@ impl ToolRegistry {
                 available.join(", ")
             ));
         };
-        let entry = &self.entries[i];
-        let trimmed = raw_input.trim();
-        let source = if trimmed.is_empty() { "{}" } else { trimmed };
-        let value: Value = serde_json::from_str(source).map_err(|err| {
-            format!(
-                "Arguments for {name} are not valid JSON ({err}): {}\nExpected a JSON object: {}",
-                excerpt(raw_input),
-                entry.signature
-            )
-        })?;
-        let violations: Vec<String> = entry
-            .validator
-            .iter_errors(&value)
-            .map(|err| {
-                let at = err.instance_path().to_string();
-                if at.is_empty() {
-                    format!("- {err}")
-                } else {
-                    format!("- `{}`: {err}", at.trim_start_matches('/'))
-                }
-            })
-            .collect();
-        if violations.is_empty() {
-            return Ok(value);
-        }
-        let shown = violations.len().min(MAX_LISTED_VIOLATIONS);
-        let mut message = format!("Invalid arguments for {name}:\n");
-        message.push_str(&violations[..shown].join("\n"));
-        if violations.len() > shown {
-            message.push_str(&format!("\n- … and {} more", violations.len() - shown));
-        }
-        message.push_str(&format!("\nExpected: {}", entry.signature));
-        Err(message)
+        self.entries[i].schema.validate(name, raw_input)
     }
 }
 

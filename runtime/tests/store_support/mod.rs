@@ -121,6 +121,8 @@ pub fn new_session(id: &str, parent: Option<&str>) -> NewSession {
         provider: "claude".into(),
         model: "claude-sonnet-4-5".into(),
         parent: parent.map(Into::into),
+        agent_path: None,
+        run_id: None,
     }
 }
 

@@ -143,8 +143,10 @@ pub fn agent_env(
         .map_err(|err| format!("sandbox: {err}"))?;
     Ok(Arc::new(AgentEnv {
         provider,
+        provider_for_model: None,
         price: None,
         registry: Arc::new(registry),
+        roles: Arc::new(troupe_runtime::agent::roles::RoleSet::builtin()),
         sandbox: Arc::new(sandbox),
         system: SystemPrompt {
             stable: TEST_STABLE_PROMPT.into(),

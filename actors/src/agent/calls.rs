@@ -1,0 +1,362 @@
+//! Running an agent's calls: a [`ToolExecutor`] per tool call and a child
+//! [`AgentActor`] per `agent` call, each linked to this agent so a panic
+//! becomes that call's error result (DESIGN.md principle 3).
+//!
+//! A child needs one of the run's sub-agent slots while it works. An agent
+//! that holds a slot lends it to the first child it starts (a parent waiting
+//! for its children does no work of its own), so nested children can never
+//! wait forever for slots their waiting parents hold; other children take a
+//! free slot or wait for one outside the mailbox.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use ractor::{Actor, ActorId, ActorRef};
+use troupe_runtime::agent::subagent::{ChildKind, MAX_DEPTH, child_result};
+use troupe_runtime::agent::{
+    AgentLaunch, AgentLoop, Input, LoopSetup, RunOutcome, ToolCatalogue, ToolLaunch,
+};
+use troupe_runtime::events::{EventKind, RunStatus};
+use troupe_runtime::llm::SystemPrompt;
+use troupe_runtime::session::Transcript;
+use troupe_runtime::store::NewSession;
+use troupe_runtime::telemetry::genai::ToolErrorKind;
+use troupe_runtime::telemetry::propagation::traceparent_of;
+use troupe_runtime::tools::{ToolContext, ToolOutput};
+
+use super::{AgentActor, AgentArgs, AgentMsg, AgentState, ChildEntry, Report, Slot, Work};
+use crate::executor::{CLEANUP_GRACE, ExecutorArgs, ReportTo, ToolExecutor, ToolReport};
+
+impl AgentState {
+    /// Spawns the executor of one tool call.
+    pub(super) async fn start_tool(
+        &mut self,
+        myself: &ActorRef<AgentMsg>,
+        launch: ToolLaunch,
+    ) -> Option<Input> {
+        let timeout = launch
+            .tool
+            .timeout(&launch.args)
+            .map(|own| own + CLEANUP_GRACE)
+            .unwrap_or(self.env.tool_timeout);
+        // Child processes continue the trace: TRACEPARENT of the call's span.
+        let child_env = match traceparent_of(&launch.span) {
+            Some(traceparent) => {
+                let mut env = (*self.env.child_env).clone();
+                env.push(("TRACEPARENT".into(), traceparent));
+                Arc::new(env)
+            }
+            None => self.env.child_env.clone(),
+        };
+        let context = ToolContext {
+            call_id: launch.call_id,
+            sandbox: self.env.sandbox.clone(),
+            spill_dir: self.env.spill_dir.clone(),
+            cancel: launch.cancel,
+            child_env,
+            background: self.env.background.clone(),
+            outside_read_approved: launch.outside_read_approved,
+        };
+        let agent = myself.clone();
+        let report_to: ReportTo = Arc::new(move |report| {
+            let _ = agent.cast(AgentMsg::work(Work::ToolDone(report)));
+        });
+        let (epoch, index) = (launch.epoch, launch.index);
+        let args = ExecutorArgs {
+            tool: launch.tool,
+            args: launch.args,
+            context,
+            timeout,
+            epoch,
+            index,
+            report_to,
+            span: launch.span,
+        };
+        match ToolExecutor::spawn_linked(None, ToolExecutor, args, myself.get_cell()).await {
+            Ok((executor, _)) => {
+                self.executors.insert(executor.get_id(), (epoch, index));
+                None
+            }
+            Err(err) => Some(could_not_start(
+                epoch,
+                index,
+                format!("tool could not start: {err}"),
+            )),
+        }
+    }
+
+    /// Starts a child agent once it has a slot: the one this agent lends, a
+    /// free one, or the next one to come free.
+    pub(super) async fn start_child(
+        &mut self,
+        myself: &ActorRef<AgentMsg>,
+        launch: AgentLaunch,
+    ) -> Option<Input> {
+        if let Some(own) = self.slot.take() {
+            self.own_slot_lent = Some(own.lent);
+            let lent = Slot {
+                permit: own.permit,
+                lent: true,
+            };
+            return self.spawn_child(myself, launch, Some(lent)).await;
+        }
+        let slots = self.machine.account().slots().clone();
+        if let Ok(permit) = slots.clone().try_acquire_owned() {
+            let slot = Slot {
+                permit,
+                lent: false,
+            };
+            return self.spawn_child(myself, launch, Some(slot)).await;
+        }
+        let agent = myself.clone();
+        tokio::spawn(async move {
+            let cancel = launch.cancel.clone();
+            let (epoch, index) = (launch.epoch, launch.index);
+            tokio::select! {
+                permit = slots.acquire_owned() => {
+                    if let Ok(permit) = permit {
+                        let _ = agent.cast(AgentMsg::work(Work::SlotReady {
+                            launch: Box::new(launch),
+                            permit,
+                        }));
+                    }
+                }
+                _ = cancel.cancelled() => {
+                    let _ = agent.cast(AgentMsg::work(Work::ToolDone(ToolReport {
+                        epoch,
+                        index,
+                        output: ToolOutput::error(troupe_runtime::agent::CANCELLED_RESULT),
+                        duration: Duration::ZERO,
+                        error: Some(ToolErrorKind::Cancelled),
+                    })));
+                }
+            }
+        });
+        None
+    }
+
+    /// Builds the child's loop from its plan and spawns it linked to this
+    /// agent; its transcript is a child session of this agent's session.
+    pub(super) async fn spawn_child(
+        &mut self,
+        myself: &ActorRef<AgentMsg>,
+        launch: AgentLaunch,
+        slot: Option<Slot>,
+    ) -> Option<Input> {
+        let (epoch, index) = (launch.epoch, launch.index);
+        if launch.cancel.is_cancelled() {
+            return Some(Input::CallFinished {
+                epoch,
+                index,
+                output: ToolOutput::error(troupe_runtime::agent::CANCELLED_RESULT),
+                duration: Duration::ZERO,
+                error: Some(ToolErrorKind::Cancelled),
+            });
+        }
+        let plan = *launch.child;
+        let path = plan.spec.path.clone();
+        let is_fork = plan.spec.is_fork;
+        let (system, catalogue, provider) = match &plan.kind {
+            ChildKind::Fork => (
+                self.machine.system().clone(),
+                self.machine.catalogue().clone(),
+                self.provider.clone(),
+            ),
+            ChildKind::Role {
+                prompt,
+                tools,
+                model,
+            } => {
+                let agent_tool = (plan.spec.depth < MAX_DEPTH).then(|| self.env.agent_tool());
+                let catalogue = match ToolCatalogue::for_role(&self.env.registry, tools, agent_tool)
+                {
+                    Ok(catalogue) => Arc::new(catalogue),
+                    Err(err) => {
+                        return Some(could_not_start(
+                            epoch,
+                            index,
+                            format!("the sub-agent could not start: {err}"),
+                        ));
+                    }
+                };
+                let provider = match model {
+                    Some(model) => match self.env.provider_for_model(model) {
+                        Ok(provider) => provider,
+                        Err(err) => {
+                            return Some(could_not_start(
+                                epoch,
+                                index,
+                                format!("the sub-agent could not use model {model}: {err}"),
+                            ));
+                        }
+                    },
+                    None => self.provider.clone(),
+                };
+                let system = SystemPrompt {
+                    stable: prompt.clone(),
+                    environment: self.machine.system().environment.clone(),
+                };
+                (system, catalogue, provider)
+            }
+        };
+        let session_id = uuid::Uuid::now_v7().to_string();
+        let created = self.env.store.create_session(&NewSession {
+            id: session_id.clone(),
+            cwd: self.env.sandbox.project_root().to_path_buf(),
+            provider: provider.name().to_string(),
+            model: provider.model().to_string(),
+            parent: Some(self.machine.session_id().to_string()),
+            agent_path: Some(path.clone()),
+            run_id: Some(self.machine.run_id().to_string()),
+        });
+        if let Err(err) = created {
+            return Some(could_not_start(
+                epoch,
+                index,
+                format!("the sub-agent's session could not be created: {err}"),
+            ));
+        }
+        let mut transcript = Transcript::new();
+        for message in plan.history {
+            transcript.push(message);
+        }
+        let token = launch.cancel.clone();
+        let machine = AgentLoop::new(LoopSetup {
+            spec: plan.spec,
+            run_id: self.machine.run_id().to_string(),
+            session_id,
+            task: Some(plan.task),
+            system,
+            catalogue,
+            roles: self.env.roles.clone(),
+            permissions: self.machine.permissions().clone(),
+            account: self.machine.account().clone(),
+            approver: self.machine.approver(),
+            provider_name: provider.name().to_string(),
+            model: provider.model().to_string(),
+            price: self.env.price,
+            capture: self.env.capture,
+            transcript,
+            token: token.clone(),
+            parent_span: launch.span,
+        });
+        let events = self.events.for_agent(path.clone());
+        let args = AgentArgs {
+            machine,
+            env: self.env.clone(),
+            provider,
+            events: events.clone(),
+            run: self.run.clone(),
+            root_session: self.root_session.clone(),
+            report: Report::Parent {
+                agent: myself.clone(),
+                epoch,
+                index,
+            },
+            slot,
+        };
+        match Actor::spawn_linked(None, AgentActor, args, myself.get_cell()).await {
+            Ok((child, _)) => {
+                self.children.insert(
+                    child.get_id(),
+                    ChildEntry {
+                        epoch,
+                        index,
+                        path,
+                        is_fork,
+                        token,
+                        events,
+                        started: Instant::now(),
+                    },
+                );
+                None
+            }
+            Err(err) => Some(could_not_start(
+                epoch,
+                index,
+                format!("the sub-agent could not start: {err}"),
+            )),
+        }
+    }
+
+    /// A child ended: its outcome becomes the call's result; a lent slot
+    /// comes back.
+    pub(super) fn on_child_done(
+        &mut self,
+        epoch: u64,
+        index: usize,
+        outcome: RunOutcome,
+        slot: Option<tokio::sync::OwnedSemaphorePermit>,
+    ) -> Option<Input> {
+        if let Some(permit) = slot {
+            // The slot this agent lent comes back, as it held it before.
+            self.slot = Some(Slot {
+                permit,
+                lent: self.own_slot_lent.take().unwrap_or(false),
+            });
+        }
+        let id = self
+            .children
+            .iter()
+            .find(|(_, child)| child.epoch == epoch && child.index == index)
+            .map(|(id, _)| *id)?;
+        let child = self.children.remove(&id)?;
+        let (text, is_error) = child_result(&child.path, child.is_fork, &outcome);
+        Some(Input::CallFinished {
+            epoch,
+            index,
+            output: if is_error {
+                ToolOutput::error(text)
+            } else {
+                ToolOutput::ok(text)
+            },
+            duration: child.started.elapsed(),
+            error: is_error.then_some(ToolErrorKind::Failed),
+        })
+    }
+
+    /// An executor or a child failed (panicked): that call's error result.
+    pub(super) fn on_child_failed(&mut self, id: ActorId, panic: String) -> Option<Input> {
+        if let Some((epoch, index)) = self.executors.remove(&id) {
+            tracing::warn!(%panic, "tool panicked");
+            return Some(Input::CallFinished {
+                epoch,
+                index,
+                output: ToolOutput::error(format!("tool panicked: {panic}")),
+                duration: Duration::ZERO,
+                error: Some(ToolErrorKind::Panicked),
+            });
+        }
+        let child = self.children.remove(&id)?;
+        tracing::error!(path = %child.path, %panic, "sub-agent failed");
+        child.token.cancel();
+        child.events.emit(EventKind::SubagentFinished {
+            status: RunStatus::Error,
+        });
+        let _ = self.run.cast(crate::run::RunMsg::internal(
+            crate::run::RunInternal::AgentEnded {
+                path: child.path.clone(),
+            },
+        ));
+        Some(Input::CallFinished {
+            epoch: child.epoch,
+            index: child.index,
+            output: ToolOutput::error(format!(
+                "The sub-agent {} failed: it panicked ({panic}). Its work so far is in its session.",
+                child.path
+            )),
+            duration: child.started.elapsed(),
+            error: Some(ToolErrorKind::Panicked),
+        })
+    }
+}
+
+fn could_not_start(epoch: u64, index: usize, text: String) -> Input {
+    Input::CallFinished {
+        epoch,
+        index,
+        output: ToolOutput::error(text),
+        duration: Duration::ZERO,
+        error: Some(ToolErrorKind::Failed),
+    }
+}

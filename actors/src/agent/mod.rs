@@ -1,0 +1,359 @@
+//! The agent actor: one per agent — the main agent, a sub-agent or a fork —
+//! all running the same sans-IO loop ([`AgentLoop`], DESIGN.md principles 2
+//! and 4). The actor only interprets the loop's effects and feeds back what
+//! happened: it never decides.
+//!
+//! The mailbox stays responsive: the model stream runs in a task
+//! ([`stream`]), every tool call in its own [`ToolExecutor`] and every child
+//! agent in its own actor, both linked to this one ([`calls`]); saves are the
+//! only work done inside a handler. Cancellation arrives through the agent's
+//! token: a watcher task turns it into [`Input::Interrupted`], so stopping the
+//! run, an ancestor or this very agent reaches everything below.
+//!
+//! A panic in a handler fails only this actor: its state's drop guard cancels
+//! its token (so its tools, stream and children stop), and its supervisor —
+//! the parent agent or the run actor — answers for it.
+//!
+//! [`ToolExecutor`]: crate::executor::ToolExecutor
+
+mod calls;
+mod lifecycle;
+mod stream;
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+use std::time::Instant;
+
+use ractor::{Actor, ActorId, ActorProcessingErr, ActorRef, RpcReplyPort, SupervisionEvent};
+use tokio::sync::OwnedSemaphorePermit;
+use tokio_util::sync::{CancellationToken, DropGuard};
+use troupe_runtime::agent::{AgentLaunch, AgentLoop, AgentStatus, Effect, Input, RunOutcome};
+use troupe_runtime::events::ApprovalOutcome;
+use troupe_runtime::llm::{Provider, ProviderError, StreamEvent};
+use troupe_runtime::model::Message;
+
+use crate::env::AgentEnv;
+use crate::event_log::EventSink;
+use crate::executor::ToolReport;
+use crate::run::RunMsg;
+
+/// Messages of the agent actor. Only the queries are open to front doors;
+/// the loop's own traffic is [`Internal`], which only this crate can build.
+pub enum AgentMsg {
+    /// What the agent is doing.
+    Status(RpcReplyPort<AgentStatus>),
+    /// A copy of the history.
+    History(RpcReplyPort<Vec<Message>>),
+    /// Work of the agent itself: stream items, reports of its tools and
+    /// children, approvals routed by the run's broker, timers.
+    Internal(Internal),
+}
+
+/// A message only the actors of this crate can build.
+pub struct Internal(pub(crate) Work);
+
+/// The loop's traffic.
+pub(crate) enum Work {
+    /// Start the loop.
+    Begin,
+    /// One item of the model stream of `epoch`.
+    Model {
+        epoch: u64,
+        item: Result<StreamEvent, ProviderError>,
+    },
+    /// The model stream of `epoch` ended.
+    ModelEnded { epoch: u64 },
+    /// A tool executor reported.
+    ToolDone(ToolReport),
+    /// A child agent ended; a slot it borrowed comes back with it.
+    ChildDone {
+        epoch: u64,
+        index: usize,
+        outcome: RunOutcome,
+        slot: Option<OwnedSemaphorePermit>,
+    },
+    /// A sub-agent slot is free for this waiting child.
+    SlotReady {
+        launch: Box<AgentLaunch>,
+        permit: OwnedSemaphorePermit,
+    },
+    /// An approval of run `run_id` was answered.
+    Approve {
+        run_id: String,
+        approval_id: String,
+        outcome: ApprovalOutcome,
+        reason: Option<String>,
+    },
+    /// The agent's token was cancelled.
+    Interrupted,
+    /// The cleanup grace of the interrupted execution `epoch` is over.
+    CleanupGraceOver { epoch: u64 },
+}
+
+impl AgentMsg {
+    pub(crate) fn work(work: Work) -> Self {
+        Self::Internal(Internal(work))
+    }
+}
+
+/// Where an agent's outcome goes when its loop is over.
+pub(crate) enum Report {
+    /// The main agent: to the run actor, with the session's transcript.
+    Run,
+    /// A child: to its parent, as the result of call `index` of `epoch`.
+    Parent {
+        agent: ActorRef<AgentMsg>,
+        epoch: u64,
+        index: usize,
+    },
+}
+
+/// A sub-agent slot held by an agent, and whether it was lent by its parent
+/// (then it goes back to the parent, not to the pool).
+pub(crate) struct Slot {
+    pub permit: OwnedSemaphorePermit,
+    pub lent: bool,
+}
+
+/// Arguments of a new agent.
+pub(crate) struct AgentArgs {
+    /// The loop it runs.
+    pub machine: AgentLoop,
+    /// Its environment.
+    pub env: Arc<AgentEnv>,
+    /// The provider it calls (a role may name another model).
+    pub provider: Arc<dyn Provider>,
+    /// Where its events go, under its path.
+    pub events: EventSink,
+    /// The run actor (broker, registry).
+    pub run: ActorRef<RunMsg>,
+    /// The run's main session (where "always" rules are kept).
+    pub root_session: String,
+    /// Where its outcome goes.
+    pub report: Report,
+    /// Its sub-agent slot, if it holds one.
+    pub slot: Option<Slot>,
+}
+
+/// The agent actor.
+pub(crate) struct AgentActor;
+
+/// A child agent being run for a call.
+struct ChildEntry {
+    epoch: u64,
+    index: usize,
+    path: String,
+    is_fork: bool,
+    token: CancellationToken,
+    events: EventSink,
+    started: Instant,
+}
+
+/// State of one agent.
+pub(crate) struct AgentState {
+    machine: AgentLoop,
+    env: Arc<AgentEnv>,
+    provider: Arc<dyn Provider>,
+    events: EventSink,
+    run: ActorRef<RunMsg>,
+    root_session: String,
+    report: Option<Report>,
+    slot: Option<Slot>,
+    /// While this agent's own slot is lent to a child: whether it was itself lent.
+    own_slot_lent: Option<bool>,
+    /// Executors by actor, with the call they run.
+    executors: HashMap<ActorId, (u64, usize)>,
+    /// Children by actor.
+    children: HashMap<ActorId, ChildEntry>,
+    /// Pending results are stored and wait for the next save to clear them.
+    pending_stored: bool,
+    /// Cancels the agent's token when the state is dropped — also after a panic,
+    /// when `post_stop` does not run.
+    _stop_below_on_drop: DropGuard,
+}
+
+impl Actor for AgentActor {
+    type Msg = AgentMsg;
+    type State = AgentState;
+    type Arguments = AgentArgs;
+
+    async fn pre_start(
+        &self,
+        myself: ActorRef<Self::Msg>,
+        args: Self::Arguments,
+    ) -> Result<Self::State, ActorProcessingErr> {
+        let token = args.machine.token().clone();
+        lifecycle::register(&args.run, &myself, &args.machine, &token);
+        lifecycle::watch_token(&myself, token.clone());
+        myself.cast(AgentMsg::work(Work::Begin))?;
+        Ok(AgentState {
+            machine: args.machine,
+            env: args.env,
+            provider: args.provider,
+            events: args.events,
+            run: args.run,
+            root_session: args.root_session,
+            report: Some(args.report),
+            slot: args.slot,
+            own_slot_lent: None,
+            executors: HashMap::new(),
+            children: HashMap::new(),
+            pending_stored: false,
+            _stop_below_on_drop: token.drop_guard(),
+        })
+    }
+
+    async fn handle(
+        &self,
+        myself: ActorRef<Self::Msg>,
+        message: Self::Msg,
+        state: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
+        let input = match message {
+            AgentMsg::Status(reply) => {
+                let _ = reply.send(state.machine.status());
+                return Ok(());
+            }
+            AgentMsg::History(reply) => {
+                let _ = reply.send(state.machine.transcript().messages().to_vec());
+                return Ok(());
+            }
+            AgentMsg::Internal(Internal(work)) => state.input_of(&myself, work).await,
+        };
+        if let Some(input) = input {
+            state.drive(&myself, input).await;
+        }
+        Ok(())
+    }
+
+    async fn handle_supervisor_evt(
+        &self,
+        myself: ActorRef<Self::Msg>,
+        event: SupervisionEvent,
+        state: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
+        // Never stop because a child stopped: a failed executor or child
+        // agent is one failed call.
+        if let SupervisionEvent::ActorFailed(cell, err) = event
+            && let Some(input) = state.on_child_failed(cell.get_id(), err.to_string())
+        {
+            state.drive(&myself, input).await;
+        }
+        Ok(())
+    }
+}
+
+impl AgentState {
+    /// Turns the loop's traffic into the loop's input (some traffic is
+    /// handled here: a free slot starts a waiting child).
+    async fn input_of(&mut self, myself: &ActorRef<AgentMsg>, work: Work) -> Option<Input> {
+        match work {
+            Work::Begin => Some(Input::Begin),
+            Work::Model { epoch, item } => Some(match item {
+                Ok(event) => Input::Model { epoch, event },
+                Err(error) => Input::ModelFailed { epoch, error },
+            }),
+            Work::ModelEnded { epoch } => Some(Input::ModelEnded { epoch }),
+            Work::ToolDone(report) => {
+                self.executors
+                    .retain(|_, call| *call != (report.epoch, report.index));
+                Some(Input::CallFinished {
+                    epoch: report.epoch,
+                    index: report.index,
+                    output: report.output,
+                    duration: report.duration,
+                    error: report.error,
+                })
+            }
+            Work::ChildDone {
+                epoch,
+                index,
+                outcome,
+                slot,
+            } => self.on_child_done(epoch, index, outcome, slot),
+            Work::SlotReady { launch, permit } => {
+                let slot = Slot {
+                    permit,
+                    lent: false,
+                };
+                self.spawn_child(myself, *launch, Some(slot)).await
+            }
+            Work::Approve {
+                run_id,
+                approval_id,
+                outcome,
+                reason,
+            } => (run_id == self.machine.run_id()).then_some(Input::Approval {
+                approval_id,
+                outcome,
+                reason,
+            }),
+            Work::Interrupted => Some(Input::Interrupted),
+            Work::CleanupGraceOver { epoch } => Some(Input::CleanupGraceOver { epoch }),
+        }
+    }
+
+    /// Feeds `first` to the loop and carries out its effects; effects that
+    /// answer at once (saves) feed the loop again. A queue, not recursion.
+    async fn drive(&mut self, myself: &ActorRef<AgentMsg>, first: Input) {
+        let mut inputs = VecDeque::from([first]);
+        while let Some(input) = inputs.pop_front() {
+            for effect in self.machine.on(input) {
+                if let Some(next) = self.perform(myself, effect).await {
+                    inputs.push_back(next);
+                }
+            }
+        }
+    }
+
+    /// Carries out one effect; returns the input it produced at once, if any.
+    async fn perform(&mut self, myself: &ActorRef<AgentMsg>, effect: Effect) -> Option<Input> {
+        match effect {
+            Effect::Emit(kind) => {
+                self.events.emit(kind);
+                None
+            }
+            Effect::Save => Some(Input::Saved(self.save())),
+            Effect::SavePending {
+                epoch,
+                index,
+                result,
+            } => Some(Input::PendingSaved {
+                epoch,
+                index,
+                result: self.save_pending(&result),
+            }),
+            Effect::SaveRules(rules) => {
+                self.save_rules(&rules);
+                None
+            }
+            Effect::CallModel {
+                epoch,
+                request,
+                cancel,
+                span,
+            } => {
+                stream::start(myself, &self.provider, epoch, request, cancel, span);
+                None
+            }
+            Effect::RunTool(launch) => self.start_tool(myself, launch).await,
+            Effect::StartAgent(launch) => self.start_child(myself, launch).await,
+            Effect::AwaitApproval { approval_id } => {
+                lifecycle::open_approval(&self.run, myself, approval_id);
+                None
+            }
+            Effect::ApprovalsClosed(ids) => {
+                lifecycle::close_approvals(&self.run, ids);
+                None
+            }
+            Effect::ArmCleanupGrace { epoch, after } => {
+                lifecycle::arm_grace(myself, epoch, after);
+                None
+            }
+            Effect::Finished(outcome) => {
+                self.finish(myself, outcome);
+                None
+            }
+        }
+    }
+}

@@ -1,0 +1,527 @@
+//! The run actor: one per run, between the runtime and the run's agents
+//! (DESIGN.md: runtime → run → agents). It owns everything run-wide:
+//!
+//! - the run record and the first and last events (`run_started`,
+//!   `run_finished`): the prompt and the record are durable before
+//!   `run_started`, the record's end before `run_finished`;
+//! - the shared [`RunAccount`] (budgets, stop cause, the cancellation root,
+//!   sub-agent slots) and the wall-clock watchdog;
+//! - a registry of the tree's agents by path (cancel one child, status);
+//! - the approval broker: each open approval id routes answers to whichever
+//!   agent asked, at any depth.
+//!
+//! A panic of the main agent is contained here: the tree below is cancelled
+//! and the run ends with an error; the session is repaired from the store on
+//! its next run.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use chrono::{DateTime, Utc};
+use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort, SupervisionEvent};
+use tokio_util::sync::CancellationToken;
+use troupe_runtime::agent::resume::{pause_note, user_message};
+use troupe_runtime::agent::{
+    AgentLoop, AgentSpec, AgentStatus, Approver, Budget, LimitHit, LoopSetup, RunAccount,
+    RunOutcome, StopCause,
+};
+use troupe_runtime::config::{Limits, RuleEntry};
+use troupe_runtime::events::{ApprovalOutcome, EventKind, RunStatus};
+use troupe_runtime::model::{Message, Usage};
+use troupe_runtime::permissions::PermissionEngine;
+use troupe_runtime::session::Transcript;
+use troupe_runtime::store::{RunRecord, RunState, StoreError};
+
+use crate::agent::{AgentActor, AgentArgs, AgentMsg, Report, Work};
+use crate::env::AgentEnv;
+use crate::event_log::EventSink;
+use crate::runtime::{RuntimeError, RuntimeMsg};
+
+/// A session between runs: its history and what it keeps.
+#[derive(Debug, Clone, Default)]
+pub struct SessionState {
+    /// The history and what of it is stored.
+    pub transcript: Transcript,
+    /// When the session was last active (for the pause note).
+    pub last_active: Option<DateTime<Utc>>,
+    /// "Allow always" rules kept with the session.
+    pub rules: Vec<RuleEntry>,
+}
+
+/// What a run starts from.
+pub(crate) struct RunArgs {
+    pub run_id: String,
+    pub session_id: String,
+    pub prompt: String,
+    pub env: Arc<AgentEnv>,
+    pub permissions: Arc<PermissionEngine>,
+    pub limits: Limits,
+    pub approver: Approver,
+    pub session: SessionState,
+    pub events: EventSink,
+    pub runtime: ActorRef<RuntimeMsg>,
+}
+
+/// Messages of the run actor.
+pub(crate) enum RunMsg {
+    /// Cancel the whole run.
+    Cancel,
+    /// Cancel one agent (and what runs below it) by path.
+    CancelAgent {
+        path: String,
+        reply: RpcReplyPort<Result<(), RuntimeError>>,
+    },
+    /// Answer an approval (routed to the agent that asked).
+    Approve {
+        approval_id: String,
+        outcome: ApprovalOutcome,
+        reason: Option<String>,
+        reply: RpcReplyPort<Result<(), RuntimeError>>,
+    },
+    /// What every agent of the tree is doing.
+    Statuses(RpcReplyPort<Vec<AgentStatus>>),
+    /// The main agent's history.
+    History(RpcReplyPort<Vec<Message>>),
+    /// Traffic from the run's own agents and timers.
+    Internal(RunInternal),
+}
+
+/// Traffic from the run's agents and timers.
+pub(crate) enum RunInternal {
+    /// An agent of the tree started.
+    AgentStarted {
+        path: String,
+        agent: ActorRef<AgentMsg>,
+        token: CancellationToken,
+    },
+    /// An agent of the tree ended.
+    AgentEnded { path: String },
+    /// An agent waits for an answer to `approval_id`.
+    ApprovalOpened {
+        approval_id: String,
+        agent: ActorRef<AgentMsg>,
+    },
+    /// Approval requests that no longer wait.
+    ApprovalsClosed { approval_ids: Vec<String> },
+    /// The main agent's loop is over.
+    MainFinished {
+        outcome: RunOutcome,
+        transcript: Transcript,
+    },
+    /// The wall-clock budget is used up.
+    WallClock,
+}
+
+impl RunMsg {
+    pub(crate) fn internal(internal: RunInternal) -> Self {
+        Self::Internal(internal)
+    }
+}
+
+/// The run actor.
+pub(crate) struct RunActor;
+
+/// A registered agent of the tree.
+struct TreeAgent {
+    agent: ActorRef<AgentMsg>,
+    token: CancellationToken,
+}
+
+/// State of one run.
+pub(crate) struct RunActorState {
+    run_id: String,
+    session_id: String,
+    env: Arc<AgentEnv>,
+    permissions: Arc<PermissionEngine>,
+    events: EventSink,
+    runtime: ActorRef<RuntimeMsg>,
+    account: Arc<RunAccount>,
+    agents: HashMap<String, TreeAgent>,
+    broker: HashMap<String, ActorRef<AgentMsg>>,
+    main: Option<ActorRef<AgentMsg>>,
+    /// What the main agent starts with, until `post_start` spawns it.
+    start: Option<(Limits, Approver, Transcript)>,
+    ended: bool,
+}
+
+impl Actor for RunActor {
+    type Msg = RunMsg;
+    type State = RunActorState;
+    type Arguments = RunArgs;
+
+    async fn pre_start(
+        &self,
+        myself: ActorRef<Self::Msg>,
+        args: Self::Arguments,
+    ) -> Result<Self::State, ActorProcessingErr> {
+        let root = CancellationToken::new();
+        let budget = Budget::from_limits(&args.limits, args.env.price.is_some());
+        let account = Arc::new(RunAccount::new(
+            budget,
+            root.clone(),
+            args.limits.max_parallel_subagents,
+        ));
+        let mut state = RunActorState {
+            run_id: args.run_id,
+            session_id: args.session_id,
+            env: args.env,
+            permissions: args.permissions,
+            events: args.events,
+            runtime: args.runtime,
+            account,
+            agents: HashMap::new(),
+            broker: HashMap::new(),
+            main: None,
+            start: None,
+            ended: false,
+        };
+        let mut session = args.session;
+        // Durable before visible: the run record and the prompt are on disk
+        // before anyone is told the run started, let alone the model.
+        let now = Utc::now();
+        let note = session
+            .last_active
+            .and_then(|last| (now - last).to_std().ok())
+            .and_then(pause_note);
+        session.transcript.push(user_message(&args.prompt, note));
+        let record = RunRecord {
+            run_id: state.run_id.clone(),
+            session_id: state.session_id.clone(),
+            prompt: args.prompt.clone(),
+            status: RunState::Running,
+            stop_reason: None,
+            started: now,
+            ended: None,
+            pid: std::process::id(),
+        };
+        let started = state.env.store.put_run(&record).and_then(|()| {
+            session
+                .transcript
+                .save(&state.env.store, &state.session_id, true)
+        });
+        if let Err(err) = started {
+            state.fail_start(&myself, err, session.transcript);
+            return Ok(state);
+        }
+        state.events.emit(EventKind::RunStarted {
+            prompt: args.prompt,
+        });
+        watch_wall_clock(&myself, args.limits.wall_clock, root);
+        state.start = Some((args.limits, args.approver, session.transcript));
+        Ok(state)
+    }
+
+    async fn post_start(
+        &self,
+        myself: ActorRef<Self::Msg>,
+        state: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
+        // The main agent is linked once this actor runs (it supervises it).
+        let Some((limits, approver, transcript)) = state.start.take() else {
+            return Ok(());
+        };
+        match state
+            .spawn_main(&myself, limits, approver, transcript)
+            .await
+        {
+            Ok(main) => state.main = Some(main),
+            Err(err) => state.end(
+                &myself,
+                RunOutcome {
+                    status: RunStatus::Error,
+                    stop_reason: "agent_failed".into(),
+                    final_text: format!("the agent could not start: {err}"),
+                    usage: Usage::default(),
+                },
+                None,
+            ),
+        }
+        Ok(())
+    }
+
+    async fn handle(
+        &self,
+        myself: ActorRef<Self::Msg>,
+        message: Self::Msg,
+        state: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
+        match message {
+            RunMsg::Cancel => {
+                state.account.stop(StopCause::Cancelled);
+            }
+            RunMsg::CancelAgent { path, reply } => {
+                let result = match state.agents.get(&path) {
+                    Some(agent) => {
+                        agent.token.cancel();
+                        Ok(())
+                    }
+                    None => Err(RuntimeError::UnknownAgent(path)),
+                };
+                let _ = reply.send(result);
+            }
+            RunMsg::Approve {
+                approval_id,
+                outcome,
+                reason,
+                reply,
+            } => {
+                let result = match state.broker.get(&approval_id) {
+                    Some(agent) => agent
+                        .cast(AgentMsg::work(Work::Approve {
+                            run_id: state.run_id.clone(),
+                            approval_id,
+                            outcome,
+                            reason,
+                        }))
+                        .map_err(|_| RuntimeError::Gone),
+                    None => Err(RuntimeError::UnknownApproval(approval_id)),
+                };
+                let _ = reply.send(result);
+            }
+            RunMsg::Statuses(reply) => {
+                let agents: Vec<ActorRef<AgentMsg>> =
+                    state.agents.values().map(|a| a.agent.clone()).collect();
+                // Asked outside the mailbox: a busy agent never holds up the run.
+                tokio::spawn(async move {
+                    let mut statuses = Vec::with_capacity(agents.len());
+                    for agent in agents {
+                        if let Ok(status) =
+                            ractor::call_t!(agent, AgentMsg::Status, STATUS_TIMEOUT_MS)
+                        {
+                            statuses.push(status);
+                        }
+                    }
+                    statuses.sort_by(|a, b| a.path.cmp(&b.path));
+                    let _ = reply.send(statuses);
+                });
+            }
+            RunMsg::History(reply) => match state.main.clone() {
+                Some(main) => {
+                    tokio::spawn(async move {
+                        if let Ok(history) =
+                            ractor::call_t!(main, AgentMsg::History, STATUS_TIMEOUT_MS)
+                        {
+                            let _ = reply.send(history);
+                        }
+                    });
+                }
+                None => drop(reply),
+            },
+            RunMsg::Internal(internal) => state.on_internal(&myself, internal),
+        }
+        Ok(())
+    }
+
+    async fn handle_supervisor_evt(
+        &self,
+        myself: ActorRef<Self::Msg>,
+        event: SupervisionEvent,
+        state: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
+        // The run never stops because its agent did: it ends the run cleanly.
+        if let SupervisionEvent::ActorFailed(cell, err) = event
+            && state
+                .main
+                .as_ref()
+                .is_some_and(|main| main.get_id() == cell.get_id())
+        {
+            tracing::error!(run = %state.run_id, %err, "the main agent failed");
+            state.account.root().cancel();
+            state.events.emit(EventKind::Error {
+                kind: "agent_failed".into(),
+                message: format!("the agent failed: {err}"),
+            });
+            state.end(
+                &myself,
+                RunOutcome {
+                    status: RunStatus::Error,
+                    stop_reason: "agent_failed".into(),
+                    final_text: String::new(),
+                    usage: Usage::default(),
+                },
+                None,
+            );
+        }
+        Ok(())
+    }
+}
+
+/// How long a status or history query waits for one agent.
+const STATUS_TIMEOUT_MS: u64 = 5_000;
+
+/// Feeds [`RunInternal::WallClock`] when the wall-clock budget is used up,
+/// unless the run ends first.
+fn watch_wall_clock(run: &ActorRef<RunMsg>, limit: std::time::Duration, root: CancellationToken) {
+    let run = run.clone();
+    tokio::spawn(async move {
+        tokio::select! {
+            _ = tokio::time::sleep(limit) => {
+                let _ = run.cast(RunMsg::internal(RunInternal::WallClock));
+            }
+            _ = root.cancelled() => {}
+        }
+    });
+}
+
+impl RunActorState {
+    /// Spawns the main agent, linked to the run.
+    async fn spawn_main(
+        &mut self,
+        myself: &ActorRef<RunMsg>,
+        limits: Limits,
+        approver: Approver,
+        transcript: Transcript,
+    ) -> Result<ActorRef<AgentMsg>, String> {
+        let catalogue = self.env.main_catalogue().map_err(|err| err.to_string())?;
+        let machine = AgentLoop::new(LoopSetup {
+            spec: AgentSpec::main(limits.max_turns),
+            run_id: self.run_id.clone(),
+            session_id: self.session_id.clone(),
+            task: None,
+            system: self.env.system.clone(),
+            catalogue: Arc::new(catalogue),
+            roles: self.env.roles.clone(),
+            permissions: self.permissions.clone(),
+            account: self.account.clone(),
+            approver,
+            provider_name: self.env.provider.name().to_string(),
+            model: self.env.provider.model().to_string(),
+            price: self.env.price,
+            capture: self.env.capture,
+            transcript,
+            token: self.account.root().child_token(),
+            // The main agent's span is the root of the run's trace.
+            parent_span: tracing::Span::none(),
+        });
+        let args = AgentArgs {
+            machine,
+            env: self.env.clone(),
+            provider: self.env.provider.clone(),
+            events: self.events.clone(),
+            run: myself.clone(),
+            root_session: self.session_id.clone(),
+            report: Report::Run,
+            slot: None,
+        };
+        Actor::spawn_linked(None, AgentActor, args, myself.get_cell())
+            .await
+            .map(|(agent, _)| agent)
+            .map_err(|err| err.to_string())
+    }
+
+    fn on_internal(&mut self, myself: &ActorRef<RunMsg>, internal: RunInternal) {
+        match internal {
+            RunInternal::AgentStarted { path, agent, token } => {
+                self.agents.insert(path, TreeAgent { agent, token });
+            }
+            RunInternal::AgentEnded { path } => {
+                self.agents.remove(&path);
+            }
+            RunInternal::ApprovalOpened { approval_id, agent } => {
+                self.broker.insert(approval_id, agent);
+            }
+            RunInternal::ApprovalsClosed { approval_ids } => {
+                for id in approval_ids {
+                    self.broker.remove(&id);
+                }
+            }
+            RunInternal::MainFinished {
+                outcome,
+                transcript,
+            } => {
+                let session = SessionState {
+                    transcript,
+                    last_active: Some(Utc::now()),
+                    rules: self.permissions.session_rules(),
+                };
+                self.end(myself, outcome, Some(session));
+            }
+            RunInternal::WallClock => {
+                if self.ended {
+                    return;
+                }
+                let hit = LimitHit::WallClock {
+                    limit: self.account.budget().wall_clock,
+                };
+                if self.account.stop_cause().is_none() {
+                    self.events.emit(EventKind::Notice { text: hit.notice() });
+                }
+                self.account.stop(StopCause::Limit(hit));
+            }
+        }
+    }
+
+    /// The record or the prompt could not be stored: the run ends before it began.
+    fn fail_start(&mut self, myself: &ActorRef<RunMsg>, err: StoreError, transcript: Transcript) {
+        tracing::error!(run = %self.run_id, %err, "the run could not be recorded");
+        self.events.emit(EventKind::Error {
+            kind: "store".into(),
+            message: format!("the session could not be saved: {err}"),
+        });
+        let mut transcript = transcript;
+        let text = "(The run stopped: its history could not be saved.)";
+        transcript.close(text);
+        self.end(
+            myself,
+            RunOutcome {
+                status: RunStatus::Error,
+                stop_reason: "store_error".into(),
+                final_text: text.into(),
+                usage: Usage::default(),
+            },
+            None,
+        );
+    }
+
+    /// Ends the run once: the record's end durable, `run_finished` (the last
+    /// event) with the whole tree's usage, everything below cancelled, the
+    /// runtime told, the actor stopped.
+    fn end(
+        &mut self,
+        myself: &ActorRef<RunMsg>,
+        mut outcome: RunOutcome,
+        session: Option<SessionState>,
+    ) {
+        if self.ended {
+            return;
+        }
+        self.ended = true;
+        outcome.usage = self.account.tally().usage;
+        let store = &self.env.store;
+        let ended = store.run(&self.run_id).and_then(|record| {
+            let Some(mut record) = record else {
+                return Ok(());
+            };
+            record.status = RunState::Ended(outcome.status);
+            record.stop_reason = Some(outcome.stop_reason.clone());
+            record.ended = Some(Utc::now());
+            store.put_run(&record)?;
+            store.flush()
+        });
+        if let Err(err) = ended {
+            tracing::error!(run = %self.run_id, %err, "could not record the end of the run");
+            self.events.emit(EventKind::Error {
+                kind: "store".into(),
+                message: format!("the end of the run could not be saved: {err}"),
+            });
+            if outcome.status == RunStatus::Finished {
+                outcome.status = RunStatus::Error;
+                outcome.stop_reason = "store_error".into();
+            }
+        }
+        self.events.emit(EventKind::RunFinished {
+            status: outcome.status,
+            stop_reason: outcome.stop_reason.clone(),
+            final_text: outcome.final_text.clone(),
+            usage_total: outcome.usage,
+        });
+        // Nothing of the run outlives it (the watchdog, stragglers).
+        self.account.root().cancel();
+        let _ = self.runtime.cast(RuntimeMsg::RunEnded {
+            run_id: self.run_id.clone(),
+            outcome,
+            session,
+        });
+        myself.stop(None);
+    }
+}

@@ -1,0 +1,216 @@
+//! The model-call half of a turn: budget and turn checks, the request, the
+//! stream's events, and what its end means (finish, stop on a loop limit, or
+//! record the calls and run them).
+
+use crate::agent::StopCause;
+use crate::agent::history::complete_results;
+use crate::agent::{EMPTY_RESPONSE_PLACEHOLDER, RunOutcome};
+use crate::events::{EventKind, RunStatus};
+use crate::llm::{ChatRequest, ProviderError, ResponseAccumulator, StreamEvent};
+use crate::model::{ContentBlock, Message, StopReason, ToolCall, Usage};
+use crate::telemetry::genai;
+
+use super::{AfterSave, AgentLoop, Effect, Phase, Streaming};
+
+impl AgentLoop {
+    /// Checks the run's budgets and the turn limit, then starts one model call.
+    pub(super) fn model_call(&mut self, out: &mut Vec<Effect>) {
+        if self.token.is_cancelled() {
+            self.interrupt_now(out);
+            return;
+        }
+        if let Some(hit) = self.account.check() {
+            // Budgets are the run's: the whole tree stops.
+            self.account.stop(StopCause::Limit(hit.clone()));
+            self.stop_on_limit(hit, out);
+            return;
+        }
+        let n = match self.guard.begin_turn() {
+            Ok(n) => n,
+            Err(hit) => {
+                self.stop_on_limit(hit, out);
+                return;
+            }
+        };
+        out.push(Effect::Emit(EventKind::Iteration { n }));
+        self.epoch += 1;
+        let request = ChatRequest {
+            system: self.system.clone(),
+            messages: self.transcript.messages().to_vec(),
+            tools: self.catalogue.offered(self.permissions.mode()).to_vec(),
+        };
+        let span = genai::chat_span(
+            &self.span,
+            &self.provider_name,
+            &self.model,
+            &self.session_id,
+        );
+        if self.capture.is_enabled() {
+            let system = format!(
+                "{}\n\n{}",
+                request.system.stable, request.system.environment
+            );
+            self.capture.record_system_instructions(&span, &system);
+            self.capture.record_input_messages(&span, &request.messages);
+        }
+        let cancel = self.token.child_token();
+        self.phase = Phase::Streaming(Streaming {
+            epoch: self.epoch,
+            acc: ResponseAccumulator::new(),
+            cancel: cancel.clone(),
+            span: span.clone(),
+        });
+        out.push(Effect::CallModel {
+            epoch: self.epoch,
+            request,
+            cancel,
+            span,
+        });
+    }
+
+    /// The stream of the current call, if `epoch` is its epoch.
+    fn streaming(&mut self, epoch: u64) -> Option<&mut Streaming> {
+        match &mut self.phase {
+            Phase::Streaming(streaming) if streaming.epoch == epoch => Some(streaming),
+            _ => None,
+        }
+    }
+
+    pub(super) fn on_model_event(&mut self, epoch: u64, event: StreamEvent, out: &mut Vec<Effect>) {
+        let Some(streaming) = self.streaming(epoch) else {
+            return;
+        };
+        match &event {
+            StreamEvent::TextDelta(text) if !text.is_empty() => {
+                out.push(Effect::Emit(EventKind::TextDelta { text: text.clone() }))
+            }
+            StreamEvent::ThinkingDelta(text) if !text.is_empty() => {
+                out.push(Effect::Emit(EventKind::ThinkingDelta {
+                    text: text.clone(),
+                }))
+            }
+            _ => {}
+        }
+        streaming.acc.push(&event);
+    }
+
+    /// Ends the current stream: its usage is counted, its span closed.
+    fn end_stream(&mut self) -> Option<(ResponseAccumulator, tracing::Span)> {
+        let Phase::Streaming(_) = &self.phase else {
+            return None;
+        };
+        let Phase::Streaming(streaming) = std::mem::replace(&mut self.phase, Phase::Idle) else {
+            return None;
+        };
+        let usage = streaming.acc.usage();
+        genai::record_usage(&streaming.span, &usage);
+        self.count_usage(&usage);
+        Some((streaming.acc, streaming.span))
+    }
+
+    pub(super) fn count_usage(&mut self, usage: &Usage) {
+        self.usage.add(usage);
+        self.account.add_usage(usage, self.price.as_ref());
+    }
+
+    /// A failed model call: keep what was delivered, close the history, end.
+    pub(super) fn on_model_failed(
+        &mut self,
+        epoch: u64,
+        error: ProviderError,
+        out: &mut Vec<Effect>,
+    ) {
+        if self.streaming(epoch).is_none() {
+            return;
+        }
+        let Some((acc, span)) = self.end_stream() else {
+            return;
+        };
+        genai::record_chat_error(&span, error.kind);
+        drop(span);
+        out.push(Effect::Emit(EventKind::Error {
+            kind: error.kind.as_str().to_string(),
+            message: error.to_string(),
+        }));
+        let closing = format!("(The model request failed: {}.)", error.message);
+        self.keep_partial_response(
+            acc.into_message(),
+            "(not run: the model response was cut off)",
+        );
+        self.transcript.close(&closing);
+        self.finish_with(
+            RunOutcome {
+                status: RunStatus::Error,
+                stop_reason: "provider_error".into(),
+                final_text: closing,
+                usage: Usage::default(),
+            },
+            out,
+        );
+    }
+
+    /// Keeps a partial response in history; calls it contains are answered
+    /// with `unrun_text` so the history stays valid.
+    pub(super) fn keep_partial_response(&mut self, partial: Message, unrun_text: &str) {
+        if partial.content.is_empty() {
+            return;
+        }
+        let calls: Vec<ToolCall> = partial.tool_calls().cloned().collect();
+        self.transcript.push(partial);
+        if !calls.is_empty() {
+            let results = complete_results(&calls, Vec::new(), unrun_text);
+            self.transcript.push(Message::tool_results(results));
+        }
+    }
+
+    pub(super) fn on_model_ended(&mut self, epoch: u64, out: &mut Vec<Effect>) {
+        if self.streaming(epoch).is_none() {
+            return;
+        }
+        let Some((acc, span)) = self.end_stream() else {
+            return;
+        };
+        let usage = acc.usage();
+        let reason = acc.stop_reason().cloned().unwrap_or(StopReason::EndTurn);
+        genai::record_response(&span, &self.model, None);
+        genai::record_finish(&span, &reason);
+        out.push(Effect::Emit(EventKind::usage(&usage)));
+        let mut message = acc.into_message();
+        if message.content.is_empty() {
+            message.content.push(ContentBlock::Text {
+                text: EMPTY_RESPONSE_PLACEHOLDER.to_string(),
+            });
+        }
+        self.capture.record_output_message(&span, &message, &reason);
+        drop(span);
+        let calls: Vec<ToolCall> = message.tool_calls().cloned().collect();
+        let text = message.text();
+        self.transcript.push(message);
+        if calls.is_empty() {
+            self.finish_with(
+                RunOutcome {
+                    status: RunStatus::Finished,
+                    stop_reason: "end_turn".into(),
+                    final_text: text,
+                    usage: Usage::default(),
+                },
+                out,
+            );
+            return;
+        }
+        let catalogue = self.catalogue.clone();
+        if let Some(hit) = self
+            .guard
+            .observe_calls(&calls, |name| catalogue.contains(name))
+        {
+            let notice = hit.notice();
+            let results = complete_results(&calls, Vec::new(), &format!("Not run. {notice}"));
+            self.transcript.push(Message::tool_results(results));
+            self.stop_on_limit(hit, out);
+            return;
+        }
+        // The calls are durable before any of them runs: a crash during
+        // execution leaves them answered "interrupted", never re-run.
+        self.save_then(AfterSave::Execute(calls), out);
+    }
+}
