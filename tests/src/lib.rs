@@ -164,11 +164,15 @@ impl Harness {
         Arc::new(env)
     }
 
-    /// Builds the scripted provider for another model (roles that name one).
+    /// Builds the scripted provider for another model (roles that name one);
+    /// [`tools::PANIC_MODEL`] gives a provider that panics.
     pub fn provider_for_model(&self) -> ProviderForModel {
         let resolved = self.resolved_provider();
         let protocol = self.protocol;
         Arc::new(move |model: &str| {
+            if model == tools::PANIC_MODEL {
+                return Ok(Arc::new(tools::PanickingProvider) as Arc<dyn Provider>);
+            }
             let resolved = resolved.clone().with_model(model.to_string());
             let built: Result<Arc<dyn Provider>, String> = match protocol {
                 Protocol::Anthropic => anthropic::AnthropicProvider::new(&resolved)

@@ -195,3 +195,30 @@ impl Tool for StepTool {
         })
     }
 }
+
+/// A model id that makes the harness's provider switch return a
+/// [`PanickingProvider`]: a role naming it gives a sub-agent whose first
+/// model call panics inside the agent actor.
+pub const PANIC_MODEL: &str = "panic-model";
+
+/// A provider whose `stream` panics: the agent actor calling it fails, which
+/// is how a test makes a whole agent (not one of its tools) panic.
+pub struct PanickingProvider;
+
+impl troupe_runtime::llm::Provider for PanickingProvider {
+    fn name(&self) -> &str {
+        "panicking"
+    }
+    fn model(&self) -> &str {
+        PANIC_MODEL
+    }
+    fn stream(
+        &self,
+        _request: &troupe_runtime::llm::ChatRequest,
+    ) -> futures::stream::BoxStream<
+        'static,
+        Result<troupe_runtime::llm::StreamEvent, troupe_runtime::llm::ProviderError>,
+    > {
+        panic!("the panicking provider was asked for a response");
+    }
+}

@@ -124,6 +124,16 @@ impl RecordedRequest {
             .map(content_text)
     }
 
+    /// True when the text of some `user`-role message contains `needle`
+    /// (a fork's task sits after its copy of the parent's conversation).
+    pub fn any_user_text_contains(&self, needle: &str) -> bool {
+        self.messages()
+            .iter()
+            .filter(|m| role(m) == Some("user"))
+            .filter_map(|m| m.get("content"))
+            .any(|content| content_text(content).contains(needle))
+    }
+
     /// The text of the first `user`-role message (the task), if any.
     pub fn first_user_text(&self) -> Option<String> {
         self.messages()

@@ -21,6 +21,7 @@ enum MatcherKind {
     Any,
     LastUserContains(String),
     FirstUserContains(String),
+    AnyUserContains(String),
     SystemContains(String),
     Protocol(Protocol),
     Predicate {
@@ -57,6 +58,15 @@ impl Matcher {
     pub fn first_user_contains(needle: impl Into<String>) -> Self {
         Self {
             kind: MatcherKind::FirstUserContains(needle.into()),
+        }
+    }
+
+    /// Some user-role message's text contains `needle` (see
+    /// [`RecordedRequest::any_user_text_contains`]). Routes every turn of a
+    /// fork, whose first user message is its parent's.
+    pub fn any_user_contains(needle: impl Into<String>) -> Self {
+        Self {
+            kind: MatcherKind::AnyUserContains(needle.into()),
         }
     }
 
@@ -111,6 +121,7 @@ impl Matcher {
             MatcherKind::FirstUserContains(needle) => request
                 .first_user_text()
                 .is_some_and(|text| text.contains(needle.as_str())),
+            MatcherKind::AnyUserContains(needle) => request.any_user_text_contains(needle),
             MatcherKind::SystemContains(needle) => request.system_text().contains(needle.as_str()),
             MatcherKind::Protocol(protocol) => request.protocol == *protocol,
             MatcherKind::Predicate { predicate, .. } => predicate(request),
@@ -134,6 +145,9 @@ impl fmt::Display for Matcher {
             }
             MatcherKind::FirstUserContains(needle) => {
                 write!(f, "first user message contains {needle:?}")
+            }
+            MatcherKind::AnyUserContains(needle) => {
+                write!(f, "some user message contains {needle:?}")
             }
             MatcherKind::SystemContains(needle) => write!(f, "system prompt contains {needle:?}"),
             MatcherKind::Protocol(protocol) => write!(f, "{protocol} endpoint"),
