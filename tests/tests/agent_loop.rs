@@ -901,3 +901,33 @@ async fn an_empty_response_is_recorded_as_a_placeholder() {
     let second = &h.server.requests()[1].body["messages"];
     assert_eq!(second[1]["content"][0]["text"], "(no response)");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn five_thousand_refused_calls_finish_without_exhausting_the_stack() {
+    // Every call of the response is refused at once (plan mode refuses bash),
+    // so every group settles as soon as it starts: the loop walks them
+    // iteratively, on the actor's ordinary stack.
+    let calls = (0..5_000).map(|i| {
+        (
+            "bash".to_string(),
+            json!({ "command": format!("echo {i}") }),
+        )
+    });
+    let script = Script::new()
+        .then(tool_calls(calls))
+        .then(text("all refused"));
+    let h = Harness::anthropic(script).await;
+    let env = h.env_with(vec![]);
+    let mut options = RunOptions::bypass(env);
+    options.mode = PermissionMode::Plan;
+    options.limits.max_tool_calls = 10_000;
+    let mut run = h.submit("go", options).await;
+    let events = run_events(&mut run).await;
+    assert_eq!(finished(&events).2, "all refused");
+    let results = tool_results(&events);
+    assert_eq!(results.len(), 5_000);
+    assert!(results.iter().all(|(_, is_error, _)| *is_error));
+    let history = h.history(&run.session_id).await;
+    assert_eq!(history[2].tool_results_iter().count(), 5_000);
+    assert_closed(&history);
+}

@@ -13,7 +13,7 @@ use troupe_actors::Approver;
 use troupe_runtime::config::PermissionMode;
 use troupe_runtime::events::{EventKind, RunStatus};
 use troupe_runtime::telemetry::{TelemetrySettings, testing};
-use troupe_scripted::{Response, Script, Usage, text, tool_call};
+use troupe_scripted::{Matcher, Response, Script, Turn, Usage, text, tool_call};
 use troupe_tests::tools::PanicTool;
 use troupe_tests::{Harness, RunOptions, run_events};
 
@@ -173,4 +173,71 @@ async fn commands_run_by_a_tool_continue_the_trace() {
         bash.span_context.span_id()
     );
     assert!(output.contains(&expected), "{output} lacks {expected}");
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn each_child_agent_is_an_invoke_agent_span_under_its_execute_tool_agent_span() {
+    let (telemetry, captured) = testing::capture(&TelemetrySettings::default()).unwrap();
+    let _default = tracing::dispatcher::set_default(telemetry.dispatch());
+    let fork = |task: &str| json!({"description": "part", "prompt": task, "fork": true});
+    let script = Script::new()
+        .then(
+            Response::empty()
+                .and_tool_call("agent", fork("SPAN-A"))
+                .and_tool_call("agent", fork("SPAN-B"))
+                .and_tool_call("agent", fork("SPAN-C")),
+        )
+        .then(
+            Turn::new(tool_call("glob", json!({"pattern": "*"})))
+                .when(Matcher::any_user_contains("SPAN-A")),
+        )
+        .then(Turn::new(text("Scope: a.")).when(Matcher::any_user_contains("SPAN-A")))
+        .then(Turn::new(text("Scope: b.")).when(Matcher::any_user_contains("SPAN-B")))
+        .then(Turn::new(text("Scope: c.")).when(Matcher::any_user_contains("SPAN-C")))
+        .then(Turn::new(text("merged")).when(Matcher::first_user_contains("TREE")));
+    let h = Harness::anthropic(script).await;
+    let env = h.env_with(vec![]);
+    let mut run = h.submit("TREE of agents", RunOptions::bypass(env)).await;
+    run_events(&mut run).await;
+    let spans = captured.spans();
+    let trace = spans[0].span_context.trace_id();
+    assert!(
+        spans.iter().all(|s| s.span_context.trace_id() == trace),
+        "one trace"
+    );
+    let agents = named(&spans, "invoke_agent");
+    let root = agents
+        .iter()
+        .find(|s| s.name == "invoke_agent main")
+        .expect("the main agent's span");
+    let spawns: Vec<&SpanData> = named(&spans, "execute_tool agent")
+        .into_iter()
+        .filter(|s| s.parent_span_id == root.span_context.span_id())
+        .collect();
+    assert_eq!(spawns.len(), 3);
+    for n in 1..=3 {
+        let name = format!("invoke_agent main/fork-{n}");
+        let child = agents
+            .iter()
+            .find(|s| s.name == name)
+            .unwrap_or_else(|| panic!("no span {name}"));
+        let parent = spawns
+            .iter()
+            .find(|s| s.span_context.span_id() == child.parent_span_id)
+            .unwrap_or_else(|| panic!("{name} is not under an execute_tool agent span"));
+        assert_eq!(attributes(parent)["gen_ai.tool.name"], "agent");
+        // The child's own steps hang below its own span.
+        let chats = named(&spans, "chat ")
+            .into_iter()
+            .filter(|s| s.parent_span_id == child.span_context.span_id())
+            .count();
+        assert_eq!(chats, if n == 1 { 2 } else { 1 }, "{name}");
+    }
+    let glob = named(&spans, "execute_tool glob")[0];
+    let fork_one = agents
+        .iter()
+        .find(|s| s.name == "invoke_agent main/fork-1")
+        .unwrap();
+    assert_eq!(glob.parent_span_id, fork_one.span_context.span_id());
+    assert_eq!(agents.len(), 4);
 }
