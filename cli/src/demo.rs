@@ -4,9 +4,12 @@
 //! test suite uses, speaking the real Anthropic wire protocol), writes a
 //! throw-away sample repository, and runs a scripted task on the real embedded
 //! runtime: a read-only batch of three tools that run concurrently, then an edit
-//! that needs approval (granted automatically by the demo), then the final
-//! answer. The live event stream is printed as it happens. It says plainly that
-//! the model is scripted.
+//! that needs approval (granted automatically by the demo), then a fork into
+//! three sub-agents that check the rest of the package in parallel, then the
+//! final answer. The live event stream — the forks' events interleaved and
+//! labelled with their agent paths — is printed as it happens, then the span
+//! tree with the three forks' `invoke_agent` spans. It says plainly that the
+//! model is scripted.
 
 use std::path::Path;
 use std::time::Duration;
@@ -15,7 +18,7 @@ use serde_json::json;
 use troupe_runtime::config::{
     DEFAULT_CONTEXT_WINDOW, DEFAULT_MAX_TOKENS, PermissionMode, Protocol, ResolvedProvider,
 };
-use troupe_scripted::{Response, Script, ScriptedServer, ServerConfig, Usage};
+use troupe_scripted::{Matcher, Response, Script, ScriptedServer, ServerConfig, Turn, Usage, text};
 
 use crate::run::{Approvals, execute};
 use crate::setup::{self, RunOptions};
@@ -47,9 +50,41 @@ const SAMPLE_FILES: [(&str, &str); 3] = [
     ),
 ];
 
-/// The scripted conversation: a read-only batch, an edit, the answer.
+/// The three forked checks: the words of its task that route each fork's
+/// requests, its task, the file it reads and its report.
+const FORK_CHECKS: [(&str, &str, &str, &str); 3] = [
+    (
+        "Review `median` in stats.py",
+        "Review `median` in stats.py for wrong results on even-length or unsorted input.",
+        "stats.py",
+        "Scope: `median` in stats.py. It sorts its input and averages the two middle values          for even lengths, so it is correct; an empty list raises IndexError, which matches          its docstring (non-empty input).",
+    ),
+    (
+        "what test_stats.py covers",
+        "List what test_stats.py covers and what it misses.",
+        "test_stats.py",
+        "Scope: test_stats.py. It checks `mean([1, 2, 3])` and `median([3, 1, 2])`; it does          not cover even-length input to `median` or single-element lists.",
+    ),
+    (
+        "README.md describes the package",
+        "Check that README.md describes the package accurately.",
+        "README.md",
+        "Scope: README.md. It calls the package a tiny statistics helper, which is accurate;          it does not list the two functions.",
+    ),
+];
+
+/// The scripted conversation: a read-only batch, an edit, three forks, the answer.
 fn demo_script() -> Script {
-    Script::new()
+    let mut fan_out = Response::empty().and_text(
+        "Fixed. Three forked workers will now check the rest of the package in parallel.",
+    );
+    for (_, task, _, _) in FORK_CHECKS {
+        fan_out = fan_out.and_tool_call(
+            "agent",
+            json!({"description": "check one part", "prompt": task, "fork": true}),
+        );
+    }
+    let mut script = Script::new()
         .then(
             Response::empty()
                 .and_text("I'll look at the package and its test first.")
@@ -77,15 +112,35 @@ fn demo_script() -> Script {
                         .with_cache_creation(1_900),
                 ),
         )
-        .then(
-            Response::empty()
-                .and_text(
-                    "Fixed the bug in `stats.py`: `mean` divided the sum by `n - 1`, so \
-                     `mean([1, 2, 3])` returned 3 instead of 2. It now divides by `len(values)`, \
-                     which makes `test_mean` pass; `median` was already correct.",
+        .then(fan_out.with_usage(Usage::new(180, 150).with_cache_read(4_300)));
+    // Each fork's requests are told apart by its task; all three start from
+    // the same cached prefix (the parent's conversation).
+    for (marker, _, file, report) in FORK_CHECKS {
+        script = script
+            .then(
+                Turn::new(
+                    Response::empty()
+                        .and_tool_call("read_file", json!({ "path": file }))
+                        .with_usage(Usage::new(90, 40).with_cache_read(4_480)),
                 )
-                .with_usage(Usage::new(240, 64).with_cache_read(4_300)),
-        )
+                .when(Matcher::any_user_contains(marker)),
+            )
+            .then(
+                Turn::new(text(report).with_usage(Usage::new(260, 70).with_cache_read(4_480)))
+                    .when(Matcher::any_user_contains(marker)),
+            );
+    }
+    script.then(
+        Response::empty()
+            .and_text(
+                "Fixed the bug in `stats.py`: `mean` divided the sum by `n - 1`, so \
+                 `mean([1, 2, 3])` returned 3 instead of 2. It now divides by `len(values)`, \
+                 which makes `test_mean` pass. The forked checks found `median` correct, and \
+                 noted that the tests do not cover even-length input to `median` and that the \
+                 README does not list the functions.",
+            )
+            .with_usage(Usage::new(640, 90).with_cache_read(4_780)),
+    )
 }
 
 /// Writes the sample repository into `dir`.

@@ -307,16 +307,45 @@ async fn demo_runs_offline_and_says_the_model_is_scripted() {
         "{stderr}"
     );
     assert!(String::from_utf8_lossy(&output.stdout).contains("Fixed the bug"));
+    // The fork step: three labelled workers, and their spans in the tree.
+    for n in 1..=3 {
+        assert!(
+            stderr.contains(&format!("[main/fork-{n}] started (fork)")),
+            "{stderr}"
+        );
+        assert!(
+            stderr.contains(&format!("invoke_agent main/fork-{n}")),
+            "{stderr}"
+        );
+    }
 
     let output = run(env.command(None).args(["demo", "--json"])).await;
     assert_eq!(output.status.code(), Some(0));
     let events = json_lines(&output.stdout);
-    let started = events
+    let started_by_main = events
         .iter()
-        .filter(|e| e["type"] == "tool_started")
+        .filter(|e| e["type"] == "tool_started" && e["agent_path"] == "main")
         .count();
-    assert_eq!(started, 4);
+    // glob, grep, read_file, edit_file, then three `agent` calls.
+    assert_eq!(started_by_main, 7);
+    let forks: Vec<&str> = events
+        .iter()
+        .filter(|e| e["type"] == "subagent_started")
+        .map(|e| e["agent_path"].as_str().unwrap())
+        .collect();
+    assert_eq!(forks.len(), 3);
+    for n in 1..=3 {
+        assert!(forks.contains(&format!("main/fork-{n}").as_str()));
+    }
+    assert_eq!(
+        events
+            .iter()
+            .filter(|e| e["type"] == "subagent_finished" && e["status"] == "finished")
+            .count(),
+        3
+    );
     assert_eq!(events.last().unwrap()["type"], "run_finished");
+    assert_eq!(events.last().unwrap()["status"], "finished");
 }
 
 /// Runs `troupe` on a pseudo-terminal (through `script`), typing `answers`.
