@@ -463,3 +463,82 @@ async fn budget_and_timeout_flags_stop_the_run_with_exit_three() {
     assert_eq!(events.last().unwrap()["stop_reason"], "wall_clock");
     assert!(events.iter().any(|e| e["type"] == "notice"));
 }
+
+#[tokio::test]
+async fn a_sub_agents_approval_is_asked_on_the_terminal_with_its_path() {
+    use troupe_scripted::{Matcher, Turn};
+    let main = |response| Turn::new(response).when(Matcher::first_user_contains("delegate"));
+    let child = |response| Turn::new(response).when(Matcher::first_user_contains("CHILD-WRITE"));
+    let server = ScriptedServer::start(
+        Script::new()
+            .then(main(tool_call(
+                "agent",
+                json!({"description": "write a file", "prompt": "CHILD-WRITE: create child.txt", "role": "general"}),
+            )))
+            .then(child(tool_call(
+                "write_file",
+                json!({"path": "child.txt", "content": "c"}),
+            )))
+            .then(child(text("child.txt written")))
+            .then(main(text("The sub-agent wrote it."))),
+    )
+    .await
+    .unwrap();
+    let env = Env::new();
+    let mut command = env.command(Some(&server));
+    command.args(["run", "delegate the write"]);
+    let (code, terminal) = run_on_terminal(command, "y\n").await;
+    assert_eq!(code, Some(0), "{terminal}");
+    assert!(
+        terminal.contains("[main/general-1] write_file wants to run"),
+        "{terminal}"
+    );
+    assert!(env.root().join("child.txt").exists());
+}
+
+#[tokio::test]
+async fn sub_agents_using_up_the_runs_budget_stop_the_run_with_exit_three() {
+    use troupe_scripted::{Matcher, Response, Turn, Usage};
+    let fork = |task: &str| json!({"description": "part", "prompt": task, "fork": true});
+    let heavy = |task: &str| {
+        Turn::new(
+            Response::empty()
+                .and_tool_call("glob", json!({"pattern": "*"}))
+                .with_usage(Usage::new(700, 10)),
+        )
+        .when(Matcher::any_user_contains(task))
+    };
+    let server = ScriptedServer::start_with(
+        Script::new()
+            .then(
+                Response::empty()
+                    .and_tool_call("agent", fork("HEAVY-A"))
+                    .and_tool_call("agent", fork("HEAVY-B"))
+                    .with_usage(Usage::new(10, 10)),
+            )
+            .then(heavy("HEAVY-A"))
+            .then(heavy("HEAVY-B")),
+        ServerConfig::non_strict(),
+    )
+    .await
+    .unwrap();
+    let env = Env::new();
+    let output = run(env.command(Some(&server)).args([
+        "run",
+        "--json",
+        "--budget-tokens",
+        "1000",
+        "split it",
+    ]))
+    .await;
+    assert_eq!(output.status.code(), Some(3));
+    let events = json_lines(&output.stdout);
+    let last = events.last().unwrap();
+    assert_eq!(last["type"], "run_finished");
+    assert_eq!(last["stop_reason"], "budget_tokens");
+    assert!(last["usage_total"]["input"].as_u64().unwrap() >= 1_400);
+    assert!(
+        events.iter().any(|e| e["type"] == "notice"
+            && e["agent_path"].as_str().unwrap().starts_with("main/fork-"))
+    );
+}
