@@ -120,6 +120,8 @@ fn write_planted(store: &Store, env: &Env, id: &str, exchanges: usize) {
             provider: "claude".into(),
             model: "scripted-model".into(),
             parent: None,
+            agent_path: None,
+            run_id: None,
         })
         .unwrap();
     for (index, message) in planted_history(id, exchanges).iter().enumerate() {

@@ -71,6 +71,8 @@ fn session(id: &str) -> NewSession {
         provider: "claude".into(),
         model: "claude-sonnet-4-5".into(),
         parent: None,
+        agent_path: None,
+        run_id: None,
     }
 }
 

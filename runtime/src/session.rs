@@ -266,6 +266,8 @@ mod tests {
                 provider: "p".into(),
                 model: "m".into(),
                 parent: None,
+                agent_path: None,
+                run_id: None,
             })
             .unwrap();
     }

@@ -165,6 +165,8 @@ mod tests {
             updated: at(updated_day),
             message_count: 0,
             parent: parent.map(Into::into),
+            agent_path: None,
+            run_id: None,
         }
     }
 

@@ -27,8 +27,17 @@ pub struct NewSession {
     pub provider: String,
     /// Model id.
     pub model: String,
-    /// The parent session, for sub-agents and forks.
+    /// The parent session, for sub-agents and forks; `None` for a top-level
+    /// session.
     pub parent: Option<String>,
+    /// Where the session's agent sits in its run's agent tree (for example
+    /// `main/explorer-1`); `None` for a top-level session.
+    #[serde(default)]
+    pub agent_path: Option<String>,
+    /// The run that created this child session; `None` for a top-level
+    /// session.
+    #[serde(default)]
+    pub run_id: Option<String>,
 }
 
 /// What listing shows of a session (SPEC §9), kept apart from its history so
@@ -52,8 +61,26 @@ pub struct SessionMeta {
     pub updated: DateTime<Utc>,
     /// Number of messages of the full history (highest stored index + 1).
     pub message_count: u64,
-    /// The parent session, for sub-agents and forks.
+    /// The parent session, for sub-agents and forks; `None` for a top-level
+    /// session.
+    #[serde(default)]
     pub parent: Option<String>,
+    /// Where the session's agent sits in its run's agent tree (for example
+    /// `main/explorer-1`); `None` for a top-level session. Records written
+    /// before this field existed read as `None`.
+    #[serde(default)]
+    pub agent_path: Option<String>,
+    /// The run that created this child session; `None` for a top-level
+    /// session. Records written before this field existed read as `None`.
+    #[serde(default)]
+    pub run_id: Option<String>,
+}
+
+impl SessionMeta {
+    /// Whether this is a child session (a sub-agent's or a fork's transcript).
+    pub fn is_child(&self) -> bool {
+        self.parent.is_some()
+    }
 }
 
 /// The stored form of a session's metadata: the listed part plus what the
@@ -81,6 +108,8 @@ impl SessionRecord {
                 updated: now,
                 message_count: 0,
                 parent: new.parent.clone(),
+                agent_path: new.agent_path.clone(),
+                run_id: new.run_id.clone(),
             },
             title_index: None,
         }
@@ -323,6 +352,8 @@ mod tests {
                 provider: "claude".into(),
                 model: "m".into(),
                 parent: None,
+                agent_path: None,
+                run_id: None,
             },
             at(0),
         )
@@ -396,6 +427,52 @@ mod tests {
         assert_eq!(rec.title_index, None);
         rec.apply_truncate(7, at(4));
         assert_eq!(rec.meta.message_count, 0);
+    }
+
+    #[test]
+    fn records_written_before_child_sessions_still_decode() {
+        // A session record as stored before `agent_path` and `run_id` existed.
+        let old = br#"{"v":1,"data":{"meta":{"id":"s","title":"fix it","cwd":"/repo","provider":"claude","model":"m","created":"2026-11-01T00:00:00Z","updated":"2026-11-02T00:00:00Z","message_count":3,"parent":null},"title_index":0}}"#;
+        let record: SessionRecord = crate::store::layout::decode(old).unwrap();
+        assert_eq!(record.meta.id, "s");
+        assert_eq!(record.meta.message_count, 3);
+        assert_eq!(record.meta.parent, None);
+        assert_eq!(record.meta.agent_path, None);
+        assert_eq!(record.meta.run_id, None);
+        assert!(!record.meta.is_child());
+        assert_eq!(record.title_index, Some(0));
+
+        // Without `parent` too, and a child record keeps its new fields.
+        let older = br#"{"id":"s","title":"","cwd":"/","provider":"p","model":"m","created":"2026-11-01T00:00:00Z","updated":"2026-11-01T00:00:00Z","message_count":0}"#;
+        let meta: SessionMeta = serde_json::from_slice(older).unwrap();
+        assert_eq!(
+            (meta.parent, meta.agent_path, meta.run_id),
+            (None, None, None)
+        );
+        let new: NewSession = serde_json::from_str(
+            r#"{"id":"s","cwd":"/","provider":"p","model":"m","parent":null}"#,
+        )
+        .unwrap();
+        assert_eq!((new.agent_path, new.run_id), (None, None));
+
+        let child = SessionRecord::new(
+            &NewSession {
+                id: "c".into(),
+                cwd: "/repo".into(),
+                provider: "claude".into(),
+                model: "m".into(),
+                parent: Some("s".into()),
+                agent_path: Some("main/fork-1".into()),
+                run_id: Some("r".into()),
+            },
+            at(0),
+        );
+        let bytes = crate::store::layout::encode(&child).unwrap();
+        let back: SessionRecord = crate::store::layout::decode(&bytes).unwrap();
+        assert_eq!(back, child);
+        assert!(back.meta.is_child());
+        assert_eq!(back.meta.agent_path.as_deref(), Some("main/fork-1"));
+        assert_eq!(back.meta.run_id.as_deref(), Some("r"));
     }
 
     #[test]

@@ -26,11 +26,25 @@ const MAX_PREALLOCATED_MESSAGES: u64 = 100_000;
 
 impl Store {
     /// Creates a session with no messages. Fails with
-    /// [`StoreError::AlreadyExists`] when the id is taken.
+    /// [`StoreError::AlreadyExists`] when the id is taken, and with
+    /// [`StoreError::InvalidId`] for an id, parent id or run id that cannot be
+    /// a key, or a session that names itself as its parent. A child session
+    /// (with `parent`) is created like any other; its parent need not exist
+    /// yet.
     pub fn create_session(&self, new: &NewSession) -> Result<SessionMeta, StoreError> {
         check_id("session", &new.id)?;
         if let Some(parent) = &new.parent {
             check_id("session", parent)?;
+            if *parent == new.id {
+                return Err(StoreError::InvalidId {
+                    what: "parent session",
+                    id: parent.clone(),
+                    reason: "a session cannot be its own parent".to_owned(),
+                });
+            }
+        }
+        if let Some(run_id) = &new.run_id {
+            check_id("run", run_id)?;
         }
         let record = SessionRecord::new(new, self.now());
         let value = layout::encode(&record)?;
