@@ -195,8 +195,14 @@ fn remove(store: &Store, id: &str, out: &mut impl Write) -> CommandResult {
     if !matches!(store.session(id), Err(StoreError::Corrupt { .. })) {
         meta_or_usage(store, id)?;
     }
-    store.remove_session(id).map_err(runtime_error)?;
-    writeln!(out, "removed session {id}").map_err(runtime_error)
+    let removed = store.remove_session(id).map_err(runtime_error)?;
+    let children = removed.iter().filter(|removed| *removed != id).count();
+    match children {
+        0 => writeln!(out, "removed session {id}"),
+        1 => writeln!(out, "removed session {id} and its 1 child session"),
+        n => writeln!(out, "removed session {id} and its {n} child sessions"),
+    }
+    .map_err(runtime_error)
 }
 
 #[cfg(test)]
