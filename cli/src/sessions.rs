@@ -1,5 +1,7 @@
 //! `troupe sessions list|show|export|rm` (SPEC §1.1, §9): read-only views of the
 //! store and removal. Listing reads session metadata only, never histories.
+//! Child sessions (the transcripts of sub-agents and forks) are listed with
+//! their parent, shown under it, and removed with it.
 
 use std::io::Write;
 
@@ -89,16 +91,39 @@ pub fn trace(run_id: &str) -> u8 {
     }
 }
 
-/// One line per session, newest first.
+/// One line per session, newest first. A child session's line ends with
+/// `  ↳ PARENT_ID AGENT_PATH`; a top-level session's line has no suffix.
 pub fn format_list_line(meta: &SessionMeta) -> String {
-    format!(
+    let mut line = format!(
         "{}  {}  {:>5}  {:<24}  {}",
         meta.id,
         meta.updated.format("%Y-%m-%d %H:%M"),
         meta.message_count,
         meta.model,
         meta.title
+    );
+    if let Some(parent) = &meta.parent {
+        line.push_str(&format!("  ↳ {parent}"));
+        if let Some(agent_path) = &meta.agent_path {
+            line.push_str(&format!(" {agent_path}"));
+        }
+    }
+    line
+}
+
+/// One line of `sessions show` per child session: id, agent path, message
+/// count, title.
+pub fn format_child_line(child: &SessionMeta) -> String {
+    format!(
+        "child     {}  {}  {} message{}  {}",
+        child.id,
+        child.agent_path.as_deref().unwrap_or("-"),
+        child.message_count,
+        if child.message_count == 1 { "" } else { "s" },
+        child.title
     )
+    .trim_end()
+    .to_string()
 }
 
 fn list(store: &Store, json: bool, out: &mut impl Write) -> CommandResult {
@@ -159,6 +184,12 @@ fn show(store: &Store, id: &str, out: &mut impl Write) -> CommandResult {
     if let Some(parent) = &meta.parent {
         text.push_str(&format!("parent    {parent}\n"));
     }
+    if let Some(agent_path) = &meta.agent_path {
+        text.push_str(&format!("agent     {agent_path}\n"));
+    }
+    if let Some(run_id) = &meta.run_id {
+        text.push_str(&format!("from run  {run_id}\n"));
+    }
     let runs = store.list_runs(Some(id)).map_err(runtime_error)?;
     for run in runs.iter().rev() {
         text.push_str(&format!(
@@ -167,6 +198,10 @@ fn show(store: &Store, id: &str, out: &mut impl Write) -> CommandResult {
             run.status.as_str(),
             run.stop_reason.as_deref().unwrap_or("")
         ));
+    }
+    for child in store.child_sessions(id).map_err(runtime_error)? {
+        text.push_str(&format_child_line(&child));
+        text.push('\n');
     }
     let loaded = store.load_history(id).map_err(runtime_error)?;
     for skipped in &loaded.skipped {
@@ -195,8 +230,14 @@ fn remove(store: &Store, id: &str, out: &mut impl Write) -> CommandResult {
     if !matches!(store.session(id), Err(StoreError::Corrupt { .. })) {
         meta_or_usage(store, id)?;
     }
-    store.remove_session(id).map_err(runtime_error)?;
-    writeln!(out, "removed session {id}").map_err(runtime_error)
+    let removed = store.remove_session(id).map_err(runtime_error)?;
+    let children = removed.iter().filter(|removed| *removed != id).count();
+    match children {
+        0 => writeln!(out, "removed session {id}"),
+        1 => writeln!(out, "removed session {id} and its 1 child session"),
+        n => writeln!(out, "removed session {id} and its {n} child sessions"),
+    }
+    .map_err(runtime_error)
 }
 
 #[cfg(test)]
@@ -225,5 +266,50 @@ mod tests {
         );
         let result = Message::tool_results(vec![ToolResult::text("1", "boom", true)]);
         assert_eq!(format_message(&result), "[tool] ✗ boom");
+    }
+
+    fn meta(id: &str, parent: Option<&str>, agent_path: Option<&str>) -> SessionMeta {
+        let at = chrono::DateTime::parse_from_rfc3339("2026-11-01T09:30:00Z")
+            .unwrap()
+            .to_utc();
+        SessionMeta {
+            id: id.into(),
+            title: "Explore the parser".into(),
+            cwd: "/repo".into(),
+            provider: "claude".into(),
+            model: "claude-sonnet-4-5".into(),
+            created: at,
+            updated: at,
+            message_count: 1,
+            parent: parent.map(Into::into),
+            agent_path: agent_path.map(Into::into),
+            run_id: parent.map(|_| "r1".into()),
+        }
+    }
+
+    #[test]
+    fn child_sessions_are_marked_with_their_parent() {
+        let top = format_list_line(&meta("s1", None, None));
+        assert_eq!(
+            top,
+            "s1  2026-11-01 09:30      1  claude-sonnet-4-5         Explore the parser"
+        );
+        let child = format_list_line(&meta("c1", Some("s1"), Some("main/explorer-1")));
+        assert_eq!(
+            child,
+            "c1  2026-11-01 09:30      1  claude-sonnet-4-5         Explore the parser  ↳ s1 main/explorer-1"
+        );
+        let unnamed = format_list_line(&meta("c2", Some("s1"), None));
+        assert!(unnamed.ends_with("Explore the parser  ↳ s1"), "{unnamed}");
+
+        let shown = format_child_line(&meta("c1", Some("s1"), Some("main/explorer-1")));
+        assert_eq!(
+            shown,
+            "child     c1  main/explorer-1  1 message  Explore the parser"
+        );
+        let mut empty = meta("c2", Some("s1"), None);
+        empty.title.clear();
+        empty.message_count = 0;
+        assert_eq!(format_child_line(&empty), "child     c2  -  0 messages");
     }
 }

@@ -1,7 +1,8 @@
 //! What a person at the terminal sees of stored sessions (SPEC §1.1, §9):
-//! `troupe sessions list|show|export|rm`, continuing with `troupe run --session`
-//! and `troupe resume`, the background removal of old sessions, and the store
-//! under damage — damaged records, a database held by another process, an
+//! `troupe sessions list|show|export|rm`, child sessions (listed with their
+//! parent, shown under it, removed and repaired with it), continuing with
+//! `troupe run --session` and `troupe resume`, the background removal of old
+//! sessions, and the store under damage — damaged records, a database held by another process, an
 //! unwritable data directory, a run whose process was killed. Records are
 //! planted or damaged through the store API and raw sled only while no
 //! `troupe` process holds the database.
@@ -17,8 +18,9 @@ use troupe_runtime::agent::resume::{
     INTERRUPTED_CLOSING, INTERRUPTED_RESULT, pause_note, user_message,
 };
 use troupe_runtime::agent::validate_history;
-use troupe_runtime::model::{Message, Role};
-use troupe_runtime::store::{NewSession, Store, TITLE_MAX_CHARS, layout};
+use troupe_runtime::events::RunStatus;
+use troupe_runtime::model::{ContentBlock, Message, Role, ToolCall};
+use troupe_runtime::store::{NewSession, RunRecord, RunState, Store, TITLE_MAX_CHARS, layout};
 use troupe_scripted::{Script, ScriptedServer, Turn, text, tool_call};
 
 use support::{
@@ -101,6 +103,45 @@ async fn plant_session(env: &Env, id: &str, age: TimeDelta, exchanges: usize) {
         write_planted(&store, env, id, exchanges);
     }
     released(env).await;
+}
+
+/// Opens the store of `env` in this process, runs `write` on it, closes it and
+/// waits until it is released (no `troupe` process may hold it meanwhile).
+async fn with_store(env: &Env, write: impl FnOnce(&Store)) {
+    {
+        let _guard = fd_guard();
+        let store = Store::open(&env.data_dir()).unwrap();
+        write(&store);
+        store.flush().unwrap();
+    }
+    released(env).await;
+}
+
+/// Writes a child session of `parent` created by run `run_id` for the agent
+/// at `agent_path`, with `exchanges` question/answer pairs.
+fn write_child(
+    store: &Store,
+    env: &Env,
+    id: &str,
+    parent: &str,
+    agent_path: &str,
+    run_id: &str,
+    exchanges: usize,
+) {
+    store
+        .create_session(&NewSession {
+            id: id.into(),
+            cwd: env.root().to_path_buf(),
+            provider: "claude".into(),
+            model: "scripted-model".into(),
+            parent: Some(parent.into()),
+            agent_path: Some(agent_path.into()),
+            run_id: Some(run_id.into()),
+        })
+        .unwrap();
+    for (index, message) in planted_history(id, exchanges).iter().enumerate() {
+        store.put_message(id, index as u64, message).unwrap();
+    }
 }
 
 /// Waits until a database closed by this process is unlocked: sled finishes
@@ -713,4 +754,261 @@ async fn sessions_rm_removes_a_session_whose_metadata_is_damaged() {
     assert_eq!(output.status.code(), Some(2), "{}", describe(&output));
     assert_eq!(listed_ids(&env).await, ["sound-session"]);
     assert_eq!(export(&env, "sound-session").await.len(), 2);
+}
+
+/// A top-level session `top` with child sessions `child-one` (which has a
+/// child `grand-one`) and `child-two`, all written by run `run-1`, and an
+/// unrelated session `bystander`.
+async fn plant_family(env: &Env) {
+    plant_session(env, "bystander", RECENT_AGE, 1).await;
+    with_store(env, |store| {
+        write_planted(store, env, "top", 1);
+        write_child(store, env, "child-one", "top", "main/fork-1", "run-1", 1);
+        write_child(
+            store,
+            env,
+            "child-two",
+            "top",
+            "main/explorer-2",
+            "run-1",
+            2,
+        );
+        write_child(
+            store,
+            env,
+            "grand-one",
+            "child-one",
+            "main/fork-1/explorer-1",
+            "run-1",
+            1,
+        );
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn child_sessions_are_listed_with_their_parent_and_shown_under_it() {
+    let env = Env::new();
+    plant_family(&env).await;
+
+    let output = troupe(&env, &["sessions", "list"]).await;
+    assert_eq!(output.status.code(), Some(0), "{}", describe(&output));
+    let stdout = out_text(&output.stdout);
+    let line_of = |id: &str| {
+        stdout
+            .lines()
+            .find(|line| line.starts_with(&format!("{id}  ")))
+            .unwrap_or_else(|| panic!("{id} is not listed:\n{stdout}"))
+            .to_string()
+    };
+    assert_eq!(stdout.lines().count(), 5, "{stdout}");
+    // Top-level lines keep their format: they end with the title.
+    assert!(line_of("top").ends_with("    2  scripted-model            task 0 of top"));
+    assert!(line_of("bystander").ends_with("task 0 of bystander"));
+    assert!(
+        line_of("child-one").ends_with("task 0 of child-one  ↳ top main/fork-1"),
+        "{stdout}"
+    );
+    assert!(line_of("child-two").contains("    4  "), "{stdout}");
+    assert!(
+        line_of("child-two").ends_with("task 0 of child-two  ↳ top main/explorer-2"),
+        "{stdout}"
+    );
+    assert!(
+        line_of("grand-one").ends_with("  ↳ child-one main/fork-1/explorer-1"),
+        "{stdout}"
+    );
+
+    let metas = list_json(&env).await;
+    let meta_of = |id: &str| {
+        metas
+            .iter()
+            .find(|meta| meta["id"] == id)
+            .unwrap_or_else(|| panic!("{id} missing: {metas:?}"))
+    };
+    assert_eq!(meta_of("child-one")["parent"], "top");
+    assert_eq!(meta_of("child-one")["agent_path"], "main/fork-1");
+    assert_eq!(meta_of("child-one")["run_id"], "run-1");
+    assert_eq!(meta_of("grand-one")["parent"], "child-one");
+    for top in ["top", "bystander"] {
+        let meta = meta_of(top);
+        assert!(meta["parent"].is_null(), "{meta}");
+        assert!(meta["agent_path"].is_null(), "{meta}");
+        assert!(meta["run_id"].is_null(), "{meta}");
+    }
+
+    // The parent lists its direct children, oldest first, after its metadata.
+    let output = troupe(&env, &["sessions", "show", "top"]).await;
+    assert_eq!(output.status.code(), Some(0), "{}", describe(&output));
+    let shown = out_text(&output.stdout);
+    let expected_children = "child     child-one  main/fork-1  2 messages  task 0 of child-one\n\
+         child     child-two  main/explorer-2  4 messages  task 0 of child-two\n";
+    assert!(shown.contains(expected_children), "{shown}");
+    assert!(!shown.contains("grand-one"), "{shown}");
+    assert!(!shown.contains("parent    "), "{shown}");
+    let conversation = shown.find("[user] task 0 of top").unwrap();
+    assert!(
+        shown.find("child     child-one").unwrap() < conversation,
+        "{shown}"
+    );
+
+    // A child shows where it belongs, and its own children.
+    let output = troupe(&env, &["sessions", "show", "child-one"]).await;
+    assert_eq!(output.status.code(), Some(0), "{}", describe(&output));
+    let shown = out_text(&output.stdout);
+    for expected in [
+        "session   child-one\n",
+        "parent    top\n",
+        "agent     main/fork-1\n",
+        "from run  run-1\n",
+        "child     grand-one  main/fork-1/explorer-1  2 messages  task 0 of grand-one\n",
+        "[user] task 0 of child-one\n",
+    ] {
+        assert!(
+            shown.contains(expected),
+            "{expected:?} missing in:\n{shown}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn sessions_rm_removes_the_child_sessions_too() {
+    let env = Env::new();
+    plant_family(&env).await;
+
+    // A leaf goes alone.
+    let output = troupe(&env, &["sessions", "rm", "child-two"]).await;
+    assert_eq!(output.status.code(), Some(0), "{}", describe(&output));
+    assert_eq!(out_text(&output.stdout), "removed session child-two\n");
+    let output = troupe(&env, &["sessions", "show", "top"]).await;
+    assert!(
+        !out_text(&output.stdout).contains("child-two"),
+        "{}",
+        describe(&output)
+    );
+
+    // A child takes its own child.
+    with_store(&env, |store| {
+        write_child(store, &env, "child-three", "top", "main/fork-3", "run-2", 1);
+        write_child(
+            store,
+            &env,
+            "grand-three",
+            "child-three",
+            "main/fork-3/a",
+            "run-2",
+            1,
+        );
+    })
+    .await;
+    let output = troupe(&env, &["sessions", "rm", "child-three"]).await;
+    assert_eq!(output.status.code(), Some(0), "{}", describe(&output));
+    assert_eq!(
+        out_text(&output.stdout),
+        "removed session child-three and its 1 child session\n"
+    );
+
+    // The parent takes every descendant.
+    let output = troupe(&env, &["sessions", "rm", "top"]).await;
+    assert_eq!(output.status.code(), Some(0), "{}", describe(&output));
+    assert_eq!(
+        out_text(&output.stdout),
+        "removed session top and its 2 child sessions\n"
+    );
+    assert_eq!(listed_ids(&env).await, ["bystander"]);
+    for id in [
+        "top",
+        "child-one",
+        "grand-one",
+        "child-three",
+        "grand-three",
+    ] {
+        let output = troupe(&env, &["sessions", "export", id]).await;
+        assert_eq!(output.status.code(), Some(2), "{id}: {}", describe(&output));
+    }
+    assert_eq!(export(&env, "bystander").await.len(), 2);
+}
+
+/// An assistant message calling `bash` once with call id `call_id`.
+fn bash_call(call_id: &str) -> Message {
+    Message {
+        role: Role::Assistant,
+        content: vec![ContentBlock::ToolCall(ToolCall {
+            id: call_id.into(),
+            name: "bash".into(),
+            input: r#"{"command":"make"}"#.into(),
+        })],
+    }
+}
+
+/// A run killed while its agent, a sub-agent and the sub-agent's own
+/// sub-agent each waited for a tool call leaves three histories ending in an
+/// unanswered call. The next command that opens the store repairs all of
+/// them, and leaves the child session of another run alone.
+#[tokio::test]
+async fn the_next_command_repairs_the_child_sessions_of_an_interrupted_run() {
+    let env = Env::new();
+    let unanswered = |store: &Store, id: &str| {
+        store
+            .put_message(id, 0, &Message::user_text(format!("task of {id}")))
+            .unwrap();
+        store
+            .put_message(id, 1, &bash_call(&format!("call-{id}")))
+            .unwrap();
+    };
+    let run = |run_id: &str, status: RunState| RunRecord {
+        run_id: run_id.into(),
+        session_id: "top".into(),
+        prompt: "go".into(),
+        status,
+        stop_reason: None,
+        started: Utc::now(),
+        ended: None,
+        pid: 1,
+    };
+    with_store(&env, |store| {
+        write_planted(store, &env, "top", 0);
+        unanswered(store, "top");
+        store
+            .put_run(&run("killed-run", RunState::Running))
+            .unwrap();
+        store
+            .put_run(&run("earlier-run", RunState::Ended(RunStatus::Finished)))
+            .unwrap();
+        for (id, parent, agent_path, run_id) in [
+            ("child", "top", "main/fork-1", "killed-run"),
+            (
+                "grandchild",
+                "child",
+                "main/fork-1/explorer-1",
+                "killed-run",
+            ),
+            ("earlier-child", "top", "main/fork-1", "earlier-run"),
+        ] {
+            write_child(store, &env, id, parent, agent_path, run_id, 0);
+            unanswered(store, id);
+        }
+    })
+    .await;
+    let broken = export(&env, "earlier-child").await;
+    assert!(validate_history(&broken).is_err());
+
+    let output = troupe(&env, &["sessions", "show", "top"]).await;
+    assert_eq!(output.status.code(), Some(0), "{}", describe(&output));
+    let shown = out_text(&output.stdout);
+    assert!(
+        shown.contains("run       killed-run interrupted interrupted\n"),
+        "{shown}"
+    );
+
+    for id in ["top", "child", "grandchild"] {
+        let stored = export(&env, id).await;
+        validate_history(&stored).unwrap_or_else(|e| panic!("{id}: {e}: {stored:#?}"));
+        let results: Vec<_> = stored[2].tool_results_iter().collect();
+        assert_eq!(results.len(), 1, "{id}");
+        assert_eq!(results[0].call_id, format!("call-{id}"));
+        assert_eq!(results[0].joined_text(), INTERRUPTED_RESULT);
+        assert_eq!(stored.last().unwrap().text(), INTERRUPTED_CLOSING, "{id}");
+    }
+    assert_eq!(export(&env, "earlier-child").await, broken);
 }

@@ -1,6 +1,7 @@
 //! Opening stored sessions for another run, and recovering runs a dead process
-//! left behind (SPEC §9). Joins the store with the pure repairs of
-//! `agent::resume`: a repair is written back once, so the next load is clean.
+//! left behind (SPEC §9), with the child sessions their sub-agents and forks
+//! wrote. Joins the store with the pure repairs of `agent::resume`: a repair
+//! is written back once, so the next load is clean.
 
 use std::time::Duration;
 
@@ -198,27 +199,76 @@ pub struct RecoveredRun {
     pub run: RunRecord,
     /// What the repair of its session changed.
     pub report: RepairReport,
+    /// The child sessions the run created (sub-agents, forks, at any depth),
+    /// each repaired the same way, oldest first.
+    pub children: Vec<RecoveredChild>,
 }
+
+/// A child session of an interrupted run, repaired with it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RecoveredChild {
+    /// The child session's id.
+    pub session_id: String,
+    /// Where its agent sat in the run's agent tree (`main/explorer-1`).
+    pub agent_path: Option<String>,
+    /// What the repair of its history changed.
+    pub report: RepairReport,
+}
+
+/// What the interrupted run's event stream ends with.
+const INTERRUPTED_RUN_TEXT: &str = "(The process running this run stopped before it finished; the session was repaired and can be continued.)";
 
 /// SPEC §9: marks every run still recorded as running — its process is gone,
 /// since this one holds the store — as interrupted, repairs its session's
-/// history (started calls are answered "interrupted before completion", never
-/// re-run) and closes its event stream with `run_finished{interrupted}`.
+/// history and the history of every child session the run created (each
+/// session whose [`SessionMeta::run_id`](crate::store::SessionMeta::run_id) is
+/// the run's id: its sub-agents, their sub-agents, forks), and closes its event
+/// stream with `run_finished{interrupted}`. Started calls are answered
+/// "interrupted before completion", never re-run. Child sessions of other runs
+/// are not touched. The run is marked last, so recovery cut short is done
+/// again, whole, by the next process.
 pub fn recover_interrupted_runs(
     store: &Store,
     now: DateTime<Utc>,
 ) -> Result<Vec<RecoveredRun>, StoreError> {
+    let runs = store.unfinished_runs()?;
+    if runs.is_empty() {
+        return Ok(Vec::new());
+    }
+    // One pass over the metadata finds every run's child sessions.
+    let mut sessions = store.list_sessions()?;
+    sessions.sort_by(|a, b| a.created.cmp(&b.created).then_with(|| a.id.cmp(&b.id)));
     let mut recovered = Vec::new();
-    for mut run in store.unfinished_runs()? {
+    for mut run in runs {
         let report = open_session(store, &run.session_id)?
             .map(|session| session.report)
             .unwrap_or_default();
+        let mut children = Vec::new();
+        let created_by_run = sessions.iter().filter(|meta| {
+            meta.id != run.session_id && meta.run_id.as_deref() == Some(run.run_id.as_str())
+        });
+        for child in created_by_run {
+            if let Some(opened) = open_session(store, &child.id)? {
+                if !opened.report.is_clean() {
+                    tracing::info!(
+                        run = %run.run_id,
+                        session = %child.id,
+                        agent = child.agent_path.as_deref().unwrap_or(""),
+                        "child session of an interrupted run repaired"
+                    );
+                }
+                children.push(RecoveredChild {
+                    session_id: child.id.clone(),
+                    agent_path: child.agent_path.clone(),
+                    report: opened.report,
+                });
+            }
+        }
         let next_seq = store
             .events(&run.run_id, 1)?
             .last()
             .map(|event| event.seq + 1)
             .unwrap_or(1);
-        let text = "(The process running this run stopped before it finished; the session was repaired and can be continued.)";
         store.append_event(&RunEvent {
             seq: next_seq,
             run_id: run.run_id.clone(),
@@ -228,7 +278,7 @@ pub fn recover_interrupted_runs(
             kind: EventKind::RunFinished {
                 status: RunStatus::Interrupted,
                 stop_reason: "interrupted".into(),
-                final_text: text.into(),
+                final_text: INTERRUPTED_RUN_TEXT.into(),
                 usage_total: Usage::default(),
             },
         })?;
@@ -236,11 +286,13 @@ pub fn recover_interrupted_runs(
         run.stop_reason = Some("interrupted".into());
         run.ended = Some(now);
         store.put_run(&run)?;
-        recovered.push(RecoveredRun { run, report });
+        recovered.push(RecoveredRun {
+            run,
+            report,
+            children,
+        });
     }
-    if !recovered.is_empty() {
-        store.flush()?;
-    }
+    store.flush()?;
     Ok(recovered)
 }
 
@@ -410,5 +462,136 @@ mod tests {
         let history = store.load_history("s").unwrap().messages;
         assert_eq!(history.last().unwrap().text(), INTERRUPTED_CLOSING);
         assert!(recover_interrupted_runs(&store, now).unwrap().is_empty());
+    }
+
+    fn child_session(store: &Store, id: &str, parent: &str, agent_path: &str, run_id: &str) {
+        store
+            .create_session(&NewSession {
+                id: id.into(),
+                cwd: "/tmp".into(),
+                provider: "p".into(),
+                model: "m".into(),
+                parent: Some(parent.into()),
+                agent_path: Some(agent_path.into()),
+                run_id: Some(run_id.into()),
+            })
+            .unwrap();
+    }
+
+    /// A history killed while the call `call_id` ran: a prompt, then an
+    /// assistant message whose call has no result.
+    fn unanswered(store: &Store, id: &str, call_id: &str) {
+        store
+            .put_message(id, 0, &Message::user_text(format!("task of {id}")))
+            .unwrap();
+        store.put_message(id, 1, &calls(&[call_id])).unwrap();
+    }
+
+    fn running(run_id: &str, session_id: &str) -> RunRecord {
+        RunRecord {
+            run_id: run_id.into(),
+            session_id: session_id.into(),
+            prompt: "go".into(),
+            status: RunState::Running,
+            stop_reason: None,
+            started: Utc::now(),
+            ended: None,
+            pid: 1,
+        }
+    }
+
+    #[test]
+    fn an_interrupted_tree_run_repairs_its_child_and_grandchild_sessions() {
+        let (_dir, store) = store();
+        session(&store, "s");
+        unanswered(&store, "s", "main-call");
+        store.put_run(&running("r", "s")).unwrap();
+        child_session(&store, "child", "s", "main/fork-1", "r");
+        unanswered(&store, "child", "child-call");
+        child_session(&store, "grandchild", "child", "main/fork-1/explorer-1", "r");
+        unanswered(&store, "grandchild", "grand-call");
+        // The grandchild's call finished before its tool message was written.
+        store
+            .put_pending_result(
+                "grandchild",
+                &ToolResult::text("grand-call", "found", false),
+            )
+            .unwrap();
+        // A child session of another, finished run is left as it is.
+        store
+            .put_run(&RunRecord {
+                status: RunState::Ended(RunStatus::Finished),
+                stop_reason: Some("end_turn".into()),
+                ..running("r-other", "s")
+            })
+            .unwrap();
+        child_session(&store, "other-child", "s", "main/fork-2", "r-other");
+        unanswered(&store, "other-child", "other-call");
+        store
+            .put_pending_result(
+                "other-child",
+                &ToolResult::text("other-call", "late", false),
+            )
+            .unwrap();
+        store.flush().unwrap();
+        let other_before = store.load_history("other-child").unwrap();
+        for id in ["s", "child", "grandchild"] {
+            let stored = store.load_history(id).unwrap().messages;
+            assert!(validate_history(&stored).is_err(), "{id} starts broken");
+        }
+
+        let recovered = recover_interrupted_runs(&store, Utc::now()).unwrap();
+        assert_eq!(recovered.len(), 1);
+        let run = &recovered[0];
+        assert_eq!(run.run.run_id, "r");
+        assert_eq!(run.report.interrupted_calls, vec!["main-call"]);
+        let children: Vec<(&str, Option<&str>)> = run
+            .children
+            .iter()
+            .map(|child| (child.session_id.as_str(), child.agent_path.as_deref()))
+            .collect();
+        assert_eq!(
+            children,
+            [
+                ("child", Some("main/fork-1")),
+                ("grandchild", Some("main/fork-1/explorer-1"))
+            ]
+        );
+        assert_eq!(run.children[0].report.interrupted_calls, vec!["child-call"]);
+        assert_eq!(run.children[1].report.recovered_results, vec!["grand-call"]);
+        assert!(run.children[1].report.interrupted_calls.is_empty());
+
+        // Every history of the tree is valid, as stored; no call was re-run:
+        // each unanswered call has the interrupted result.
+        for (id, call) in [("s", "main-call"), ("child", "child-call")] {
+            let stored = store.load_history(id).unwrap().messages;
+            validate_history(&stored).unwrap_or_else(|e| panic!("{id}: {e}"));
+            let result = stored[2].tool_results_iter().next().unwrap();
+            assert_eq!(result.call_id, call);
+            assert_eq!(result.joined_text(), INTERRUPTED_RESULT);
+            assert_eq!(stored.last().unwrap().text(), INTERRUPTED_CLOSING);
+        }
+        let grand = store.load_history("grandchild").unwrap().messages;
+        validate_history(&grand).unwrap();
+        assert_eq!(
+            grand[2].tool_results_iter().next().unwrap().joined_text(),
+            "found"
+        );
+        assert!(store.pending_results("grandchild").unwrap().is_empty());
+
+        // The other run's child session is untouched, pending result and all.
+        assert_eq!(store.load_history("other-child").unwrap(), other_before);
+        assert_eq!(store.pending_results("other-child").unwrap().len(), 1);
+
+        // Done once: nothing is left to recover.
+        assert_eq!(
+            store.run("r").unwrap().unwrap().status,
+            RunState::Ended(RunStatus::Interrupted)
+        );
+        assert!(
+            recover_interrupted_runs(&store, Utc::now())
+                .unwrap()
+                .is_empty()
+        );
     }
 }

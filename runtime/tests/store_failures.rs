@@ -1,7 +1,8 @@
 //! The session store under damage and hostile conditions: corrupt and
 //! half-written records, a database locked by another process, an unwritable
-//! data directory, invalid ids. Each must end in a clear value, never a panic
-//! and never a lost readable record.
+//! data directory, invalid ids, a parent session whose metadata is damaged.
+//! Each must end in a clear value, never a panic and never a lost readable
+//! record.
 
 mod store_support;
 
@@ -243,7 +244,66 @@ mod store {
         assert_eq!(events.len(), 1);
         assert_eq!(events[0].seq, 2);
         // The damaged session can still be removed.
-        assert!(f.store().remove_session("bad").unwrap());
+        assert_eq!(f.store().remove_session("bad").unwrap(), ["bad"]);
+    }
+
+    #[test]
+    fn children_of_a_parent_with_damaged_metadata_are_kept_by_the_cleanup_and_removed_with_it() {
+        let mut f = Fixture::new();
+        filled(&f, "parent", 2);
+        f.child("child", "parent", "r");
+        f.child("grandchild", "child", "r");
+        for id in ["child", "grandchild"] {
+            for i in 0..2 {
+                f.store().put_message(id, i, &message(i)).unwrap();
+            }
+        }
+        f.store().flush().unwrap();
+        f.with_raw(|db| {
+            db.open_tree(layout::SESSIONS_TREE)
+                .unwrap()
+                .insert("parent", &b"{\"v\":1,\"data\":{\"id\":"[..])
+                .unwrap();
+        });
+        // The damaged parent is not listed; its children still are, and
+        // they are still its children.
+        let listed: Vec<String> = f
+            .store()
+            .list_sessions()
+            .unwrap()
+            .into_iter()
+            .map(|meta| meta.id)
+            .collect();
+        assert_eq!(listed, ["grandchild", "child"]);
+        let below: Vec<String> = f
+            .store()
+            .descendant_sessions("parent")
+            .unwrap()
+            .into_iter()
+            .map(|meta| meta.id)
+            .collect();
+        assert_eq!(below, ["child", "grandchild"]);
+
+        // Old as they are, the cleanup keeps them: their parent is kept.
+        f.clock.advance(chrono::TimeDelta::days(60));
+        let removed = f
+            .store()
+            .remove_sessions_older_than(
+                troupe_runtime::store::SESSION_MAX_AGE,
+                f.clock.now(),
+                &std::collections::HashSet::new(),
+            )
+            .unwrap();
+        assert!(removed.is_empty(), "{removed:?}");
+
+        // Removing the damaged parent takes them along.
+        assert_eq!(
+            f.store().remove_session("parent").unwrap(),
+            ["grandchild", "child", "parent"]
+        );
+        assert!(f.store().list_sessions().unwrap().is_empty());
+        let keys = f.with_raw(store_support::all_keys);
+        assert!(keys.is_empty(), "{keys:?}");
     }
 
     #[test]

@@ -1,7 +1,8 @@
 //! The session store's records through its public API: round trips of every
 //! record type, message order across key-byte boundaries, titles, listing,
 //! removal (ids that prefix each other), markers, pending results, runs,
-//! events, export, truncation and the age-based cleanup.
+//! events, export, truncation, the age-based cleanup, and child sessions
+//! (finding them, removing them with their parent, keeping them with it).
 
 mod store_support;
 
@@ -10,7 +11,9 @@ use std::path::PathBuf;
 
 use chrono::TimeDelta;
 use serde_json::json;
-use store_support::{Fixture, all_keys, ended, event, message, new_session, run};
+use store_support::{
+    Fixture, all_keys, ended, event, message, new_child_session, new_session, run,
+};
 use troupe_runtime::config::{RuleEntry, RuleSource};
 use troupe_runtime::events::RunStatus;
 use troupe_runtime::model::{ContentBlock, Message, Role, ToolOutputPart, ToolResult};
@@ -297,9 +300,9 @@ mod store {
         f.store().flush().unwrap();
         let before = f.with_raw(|db| all_keys(db).len());
 
-        assert!(f.store().remove_session("s1").unwrap());
+        assert_eq!(f.store().remove_session("s1").unwrap(), ["s1"]);
         assert!(
-            !f.store().remove_session("s1").unwrap(),
+            f.store().remove_session("s1").unwrap().is_empty(),
             "nothing left the second time"
         );
         assert!(f.store().session("s1").unwrap().is_none());
@@ -610,7 +613,7 @@ mod store {
             assert!(matches!(result, Err(StoreError::NotFound { .. })));
         }
         assert!(f.store().session_rules("s").unwrap().is_empty());
-        assert!(!f.store().remove_session("nope").unwrap());
+        assert!(f.store().remove_session("nope").unwrap().is_empty());
     }
 
     #[test]
@@ -622,5 +625,224 @@ mod store {
             .unwrap();
         assert!(f.store().session("via-clone").unwrap().is_some());
         assert_eq!(clone.path(), f.data_dir().join(layout::DB_DIR_NAME));
+    }
+
+    fn ids(sessions: &[troupe_runtime::store::SessionMeta]) -> Vec<&str> {
+        sessions.iter().map(|meta| meta.id.as_str()).collect()
+    }
+
+    /// `top` (run `r`) with children `c1`, `c2`, a grandchild `g` under
+    /// `c1` and a great-grandchild `gg`; `other` with its own child `oc`.
+    fn family(f: &Fixture) {
+        f.session("top");
+        f.session("other");
+        f.child("c1", "top", "r");
+        f.child("oc", "other", "r-other");
+        f.child("g", "c1", "r");
+        f.child("c2", "top", "r");
+        f.child("gg", "g", "r");
+        for id in ["top", "other", "c1", "oc", "g", "c2", "gg"] {
+            fill(f, id, 3);
+        }
+    }
+
+    #[test]
+    fn child_sessions_keep_their_links_and_are_found_without_histories() {
+        let mut f = Fixture::new();
+        family(&f);
+        let c1 = f.store().session("c1").unwrap().unwrap();
+        assert_eq!(c1.parent.as_deref(), Some("top"));
+        assert_eq!(c1.agent_path.as_deref(), Some("main/c1"));
+        assert_eq!(c1.run_id.as_deref(), Some("r"));
+        assert!(c1.is_child());
+        let top = f.store().session("top").unwrap().unwrap();
+        assert_eq!((top.parent, top.agent_path, top.run_id), (None, None, None));
+
+        // Direct children only, oldest first; nothing below a leaf.
+        assert_eq!(ids(&f.store().child_sessions("top").unwrap()), ["c1", "c2"]);
+        assert_eq!(ids(&f.store().child_sessions("c1").unwrap()), ["g"]);
+        assert!(f.store().child_sessions("gg").unwrap().is_empty());
+        assert!(f.store().child_sessions("no-such").unwrap().is_empty());
+        // Descendants: children before grandchildren.
+        assert_eq!(
+            ids(&f.store().descendant_sessions("top").unwrap()),
+            ["c1", "c2", "g", "gg"]
+        );
+        assert_eq!(
+            ids(&f.store().descendant_sessions("other").unwrap()),
+            ["oc"]
+        );
+        // Child sessions are listed like every session.
+        assert_eq!(f.store().list_sessions().unwrap().len(), 7);
+
+        // Finding children reads metadata only: it works with every message
+        // record damaged.
+        f.with_raw(|db| {
+            let messages = db.open_tree(layout::MESSAGES_TREE).unwrap();
+            for key in messages.iter().keys() {
+                messages.insert(key.unwrap(), &b"garbage"[..]).unwrap();
+            }
+        });
+        assert_eq!(
+            ids(&f.store().descendant_sessions("top").unwrap()),
+            ["c1", "c2", "g", "gg"]
+        );
+        // The links survive a reopen.
+        f.reopen();
+        assert_eq!(ids(&f.store().child_sessions("top").unwrap()), ["c1", "c2"]);
+    }
+
+    #[test]
+    fn descendants_end_at_damaged_cycles() {
+        let f = Fixture::new();
+        // Parents need not exist yet, so records can name each other.
+        f.store()
+            .create_session(&new_child_session("a", "b", "main/a", "r"))
+            .unwrap();
+        f.store()
+            .create_session(&new_child_session("b", "a", "main/b", "r"))
+            .unwrap();
+        f.store()
+            .create_session(&new_child_session("c", "b", "main/c", "r"))
+            .unwrap();
+        let mut below_a = ids(&f.store().descendant_sessions("a").unwrap())
+            .into_iter()
+            .map(String::from)
+            .collect::<Vec<_>>();
+        below_a.sort();
+        assert_eq!(below_a, ["b", "c"]);
+        let mut removed = f.store().remove_session("a").unwrap();
+        assert_eq!(removed.last().map(String::as_str), Some("a"));
+        removed.sort();
+        assert_eq!(removed, ["a", "b", "c"]);
+        assert!(f.store().list_sessions().unwrap().is_empty());
+    }
+
+    #[test]
+    fn a_session_cannot_be_its_own_parent_nor_name_a_bad_run() {
+        let f = Fixture::new();
+        let err = f
+            .store()
+            .create_session(&new_child_session("s", "s", "main/s", "r"))
+            .unwrap_err();
+        assert!(matches!(err, StoreError::InvalidId { .. }), "{err}");
+        assert!(err.to_string().contains("own parent"), "{err}");
+        let err = f
+            .store()
+            .create_session(&new_child_session("s", "p", "main/s", "r\0x"))
+            .unwrap_err();
+        assert!(
+            matches!(err, StoreError::InvalidId { what: "run", .. }),
+            "{err}"
+        );
+        assert!(f.store().session("s").unwrap().is_none());
+    }
+
+    #[test]
+    fn remove_session_takes_its_descendants_and_nothing_else() {
+        let mut f = Fixture::new();
+        family(&f);
+        // A child session with runs, events and spans of its own.
+        f.store()
+            .put_run(&run("r-g", "g", f.clock.now(), ended()))
+            .unwrap();
+        f.store().append_event(&event("r-g", "g", 1)).unwrap();
+        f.store().put_span("r-g", "sp", &json!({})).unwrap();
+        f.store()
+            .put_pending_result("gg", &ToolResult::text("c", "r", false))
+            .unwrap();
+        f.store().flush().unwrap();
+
+        let removed = f.store().remove_session("top").unwrap();
+        assert_eq!(removed, ["gg", "g", "c2", "c1", "top"], "deepest first");
+        assert_eq!(ids(&f.store().list_sessions().unwrap()), ["other", "oc"]);
+        assert!(f.store().run("r-g").unwrap().is_none());
+        assert_eq!(f.store().load_history("oc").unwrap().messages.len(), 3);
+        let keys = f.with_raw(all_keys);
+        for (tree, key) in &keys {
+            for gone in ["top", "c1", "c2", "g", "gg", "r-g"] {
+                let owned = key.as_slice() == gone.as_bytes()
+                    || key.starts_with(format!("{gone}\0").as_bytes());
+                assert!(!owned, "{tree}: {key:?} of {gone} survived");
+            }
+        }
+
+        // Removing a child removes its subtree only.
+        f.child("oc2", "oc", "r-other");
+        assert_eq!(f.store().remove_session("oc").unwrap(), ["oc2", "oc"]);
+        assert_eq!(ids(&f.store().list_sessions().unwrap()), ["other"]);
+    }
+
+    #[test]
+    fn cleanup_keeps_or_removes_a_family_whole() {
+        let f = Fixture::new();
+        // Old, all of it: goes, children first.
+        f.session("old");
+        f.child("old-child", "old", "r-old");
+        f.child("old-grandchild", "old-child", "r-old");
+        // Old parent, one child written recently: all kept.
+        f.session("old-parent");
+        f.child("stale-child", "old-parent", "r-2");
+        f.child("fresh-child", "old-parent", "r-2");
+        // Old child sessions of a run still marked running: kept, and their
+        // parent too.
+        f.session("busy");
+        f.child("busy-child", "busy", "r-busy");
+        f.store()
+            .put_run(&run("r-busy", "busy", f.clock.now(), RunState::Running))
+            .unwrap();
+        // A child session of a running run under an unrelated old parent.
+        f.session("stray-parent");
+        f.child("stray", "stray-parent", "r-busy");
+        // An old child of a parent in use.
+        f.session("in-use");
+        f.child("in-use-child", "in-use", "r-3");
+        for id in [
+            "old",
+            "old-child",
+            "old-grandchild",
+            "old-parent",
+            "stale-child",
+            "busy",
+            "busy-child",
+            "stray-parent",
+            "stray",
+            "in-use",
+            "in-use-child",
+        ] {
+            fill(&f, id, 2);
+        }
+        f.clock.advance(TimeDelta::days(35));
+        fill(&f, "fresh-child", 2);
+        let now = f.clock.now();
+
+        let in_use: HashSet<String> = ["in-use".to_owned()].into();
+        let removed = f
+            .store()
+            .remove_sessions_older_than(SESSION_MAX_AGE, now, &in_use)
+            .unwrap();
+        assert_eq!(removed, ["old-grandchild", "old-child", "old"]);
+        let mut left: Vec<String> = f
+            .store()
+            .list_sessions()
+            .unwrap()
+            .into_iter()
+            .map(|meta| meta.id)
+            .collect();
+        left.sort();
+        assert_eq!(
+            left,
+            [
+                "busy",
+                "busy-child",
+                "fresh-child",
+                "in-use",
+                "in-use-child",
+                "old-parent",
+                "stale-child",
+                "stray",
+                "stray-parent"
+            ]
+        );
     }
 }

@@ -1,18 +1,21 @@
-//! Removing sessions: one session on request (`troupe sessions rm`) and the
-//! background removal of sessions older than 30 days (SPEC §9), which never
-//! removes a session in use.
+//! Removing sessions: one session with its child sessions on request
+//! (`troupe sessions rm`) and the background removal of sessions older than
+//! 30 days (SPEC §9), which never removes a session in use.
 //!
 //! The choice of what to remove is the pure function [`sessions_to_remove`];
-//! the store only carries it out. Removal deletes a session's metadata last,
-//! so a removal cut short by a crash leaves a session that still lists and can
-//! be removed again, never records nobody can reach. Which sessions are in use
-//! is the caller's knowledge (the runtime passes its live sessions).
+//! the store only carries it out. A session and its child sessions (a family,
+//! see `store::family`) are kept or removed together, children first. Removal
+//! deletes a session's metadata last, so a removal cut short by a crash leaves
+//! a session that still lists and can be removed again, never records nobody
+//! can reach. Which sessions are in use is the caller's knowledge (the runtime
+//! passes its live sessions).
 
 use std::collections::HashSet;
 use std::time::Duration;
 
 use chrono::{DateTime, TimeDelta, Utc};
 
+use super::family;
 use super::layout::{self, check_id};
 use super::records::SessionMeta;
 use super::{Store, StoreError};
@@ -20,52 +23,111 @@ use super::{Store, StoreError};
 /// SPEC §9: sessions older than 30 days are removed in the background.
 pub const SESSION_MAX_AGE: Duration = Duration::from_secs(30 * 24 * 60 * 60);
 
-/// Which sessions the age-based cleanup removes: those last updated strictly
-/// before `cutoff`, except a session that is in use, has a run still marked
-/// running, is a sub-agent session of a session in use, or is the parent of a
-/// session in use. Ids are returned oldest first.
+/// Which sessions the age-based cleanup removes. Sessions go by family: a
+/// session together with its child sessions, their children and so on. A
+/// family is removed only when every member was last updated strictly before
+/// `cutoff`, is not in `in_use`, has no run in `running`, and names no parent
+/// outside the listing that is in `in_use` or `running`; otherwise all of it
+/// is kept. So a child whose parent is kept is never removed, and a removed
+/// parent takes its children with it. A session whose parent is not listed
+/// heads its own family.
+///
+/// Ids are returned family by family, the family with the oldest newest
+/// update first; within a family the deepest sessions come first and the
+/// family's head last, the order in which they are removed.
 pub fn sessions_to_remove(
     sessions: &[SessionMeta],
     cutoff: DateTime<Utc>,
     in_use: &HashSet<String>,
     running: &HashSet<String>,
 ) -> Vec<String> {
-    let parents_in_use: HashSet<&str> = sessions
-        .iter()
-        .filter(|meta| in_use.contains(&meta.id))
-        .filter_map(|meta| meta.parent.as_deref())
+    removable_families(sessions, cutoff, in_use, running)
+        .into_iter()
+        .flatten()
+        .map(|meta| meta.id.clone())
+        .collect()
+}
+
+/// [`sessions_to_remove`], family by family.
+fn removable_families<'a>(
+    sessions: &'a [SessionMeta],
+    cutoff: DateTime<Utc>,
+    in_use: &HashSet<String>,
+    running: &HashSet<String>,
+) -> Vec<Vec<&'a SessionMeta>> {
+    let busy = |id: &String| in_use.contains(id) || running.contains(id);
+    let removable = |meta: &SessionMeta| {
+        meta.updated < cutoff && !busy(&meta.id) && !meta.parent.as_ref().is_some_and(busy)
+    };
+    let mut chosen: Vec<Vec<&SessionMeta>> = family::families(sessions)
+        .into_iter()
+        .filter(|members| members.iter().all(|meta| removable(meta)))
         .collect();
-    let mut old: Vec<&SessionMeta> = sessions
-        .iter()
-        .filter(|meta| meta.updated < cutoff)
-        .filter(|meta| !in_use.contains(&meta.id) && !running.contains(&meta.id))
-        .filter(|meta| {
-            !meta
-                .parent
-                .as_ref()
-                .is_some_and(|parent| in_use.contains(parent))
-        })
-        .filter(|meta| !parents_in_use.contains(meta.id.as_str()))
-        .collect();
-    old.sort_by(|a, b| a.updated.cmp(&b.updated).then_with(|| a.id.cmp(&b.id)));
-    old.into_iter().map(|meta| meta.id.clone()).collect()
+    chosen.sort_by_cached_key(|members| {
+        let newest = members.iter().map(|meta| meta.updated).max();
+        let head = members.last().map(|meta| meta.id.clone());
+        (newest, head)
+    });
+    chosen
+}
+
+/// The sessions whose work is still marked running: the session of each
+/// `(run id, session id)` in `run_sessions` (runs marked running) and every
+/// child session one of those runs created.
+fn running_sessions(
+    sessions: &[SessionMeta],
+    run_sessions: impl IntoIterator<Item = (String, String)>,
+) -> HashSet<String> {
+    let mut running_runs = HashSet::new();
+    let mut running = HashSet::new();
+    for (run_id, session_id) in run_sessions {
+        running_runs.insert(run_id);
+        running.insert(session_id);
+    }
+    running.extend(
+        sessions
+            .iter()
+            .filter(|meta| {
+                meta.run_id
+                    .as_ref()
+                    .is_some_and(|run| running_runs.contains(run))
+            })
+            .map(|meta| meta.id.clone()),
+    );
+    running
 }
 
 impl Store {
-    /// Removes a session and every record of it: messages, pending results,
-    /// markers, ledger, rules, and its runs with their events and spans.
-    /// Nothing of another session is touched. Returns whether anything was
-    /// removed. Flushed before returning.
-    pub fn remove_session(&self, id: &str) -> Result<bool, StoreError> {
+    /// Removes a session, every session below it (its child sessions, their
+    /// children, …) and every record of each: messages, pending results,
+    /// markers, ledger, rules, and runs with their events and spans. Nothing
+    /// of another session is touched. The deepest sessions go first and `id`
+    /// last, so a removal cut short leaves `id` listed, to be removed again.
+    ///
+    /// Returns the ids of the sessions of which something was removed, in
+    /// that order (`id` last); empty when nothing was stored. Removes a
+    /// session with damaged metadata too. Flushed before returning.
+    pub fn remove_session(&self, id: &str) -> Result<Vec<String>, StoreError> {
         check_id("session", id)?;
-        let removed = self.remove_session_records(id)?;
+        let descendants = self.descendant_sessions(id)?;
+        let mut removed = Vec::new();
+        for meta in descendants.iter().rev() {
+            if self.remove_session_records(&meta.id)? {
+                removed.push(meta.id.clone());
+            }
+        }
+        if self.remove_session_records(id)? {
+            removed.push(id.to_owned());
+        }
         self.flush()?;
         Ok(removed)
     }
 
     /// Removes sessions last updated more than `age` before `now` (use
     /// [`SESSION_MAX_AGE`]), never one in `in_use` (see
-    /// [`sessions_to_remove`] for every exception). Returns the removed ids.
+    /// [`sessions_to_remove`] for every exception: a family goes whole or not
+    /// at all). Sessions with a run still marked running, and the child
+    /// sessions such a run created, count as running. Returns the removed ids.
     /// Meant to run in the background; it holds no lock between sessions.
     pub fn remove_sessions_older_than(
         &self,
@@ -79,20 +141,23 @@ impl Store {
         else {
             return Ok(Vec::new());
         };
-        let sessions = self.list_sessions()?;
-        let running: HashSet<String> = self
-            .unfinished_runs()?
-            .into_iter()
-            .map(|run| run.session_id)
-            .collect();
+        let sessions = self.read_sessions()?;
+        let running = running_sessions(
+            &sessions,
+            self.unfinished_runs()?
+                .into_iter()
+                .map(|run| (run.run_id, run.session_id)),
+        );
+        let listed: HashSet<&str> = sessions.iter().map(|meta| meta.id.as_str()).collect();
         let mut removed = Vec::new();
-        for id in sessions_to_remove(&sessions, cutoff, in_use, &running) {
-            // Written to since the listing: no longer old.
-            let still_old = self
-                .session_record(&id)?
-                .is_some_and(|record| record.meta.updated < cutoff);
-            if still_old && self.remove_session_records(&id)? {
-                removed.push(id);
+        for members in removable_families(&sessions, cutoff, in_use, &running) {
+            if !self.family_still_removable(&members, &listed, cutoff)? {
+                continue;
+            }
+            for meta in members {
+                if self.remove_session_records(&meta.id)? {
+                    removed.push(meta.id.clone());
+                }
             }
         }
         if !removed.is_empty() {
@@ -100,6 +165,38 @@ impl Store {
             tracing::info!(count = removed.len(), "old sessions removed");
         }
         Ok(removed)
+    }
+
+    /// Whether a family chosen from the listing may still go: no member was
+    /// written to since the listing, and its head's parent is not a session
+    /// whose metadata is damaged (listing skips it, but it is kept, so its
+    /// children are too).
+    fn family_still_removable(
+        &self,
+        members: &[&SessionMeta],
+        listed: &HashSet<&str>,
+        cutoff: DateTime<Utc>,
+    ) -> Result<bool, StoreError> {
+        if let Some(parent) = members.last().and_then(|head| head.parent.as_deref())
+            && !listed.contains(parent)
+            && check_id("session", parent).is_ok()
+            && self
+                .inner
+                .sessions
+                .contains_key(parent.as_bytes())
+                .map_err(self.sled_err("read a session"))?
+        {
+            return Ok(false);
+        }
+        for meta in members {
+            let still_old = self
+                .session_record(&meta.id)?
+                .is_some_and(|record| record.meta.updated < cutoff);
+            if !still_old {
+                return Ok(false);
+            }
+        }
+        Ok(true)
     }
 
     /// Removes every record of a session, metadata last. Not flushed.
@@ -165,8 +262,15 @@ mod tests {
             updated: at(updated_day),
             message_count: 0,
             parent: parent.map(Into::into),
-            agent_path: None,
+            agent_path: parent.map(|_| format!("main/{id}")),
             run_id: None,
+        }
+    }
+
+    fn child_of_run(id: &str, updated_day: i64, parent: &str, run: &str) -> SessionMeta {
+        SessionMeta {
+            run_id: Some(run.into()),
+            ..meta(id, updated_day, Some(parent))
         }
     }
 
@@ -209,5 +313,89 @@ mod tests {
             &set(&[]),
         );
         assert_eq!(chosen, vec!["loner"]);
+    }
+
+    #[test]
+    fn a_child_of_a_kept_parent_is_never_removed() {
+        // Old children of a recent parent, of a parent in use, of a parent
+        // with a running run: all kept, grandchildren too.
+        let sessions = [
+            meta("recent", 40, None),
+            meta("old-child", 1, Some("recent")),
+            meta("old-grandchild", 1, Some("old-child")),
+            meta("busy", 1, None),
+            meta("busy-child", 1, Some("busy")),
+            meta("running", 1, None),
+            meta("running-child", 1, Some("running")),
+        ];
+        let chosen = sessions_to_remove(&sessions, at(10), &set(&["busy"]), &set(&["running"]));
+        assert!(chosen.is_empty(), "{chosen:?}");
+        // A parent that is not listed but in use keeps its children as well.
+        let orphans = [
+            meta("child", 1, Some("live")),
+            meta("grand", 1, Some("child")),
+        ];
+        let chosen = sessions_to_remove(&orphans, at(10), &set(&["live"]), &set(&[]));
+        assert!(chosen.is_empty(), "{chosen:?}");
+    }
+
+    #[test]
+    fn an_old_parent_with_a_recent_or_busy_child_is_kept_with_its_family() {
+        let sessions = [
+            meta("parent", 1, None),
+            meta("old-child", 1, Some("parent")),
+            meta("recent-grandchild", 40, Some("old-child")),
+            meta("other", 1, None),
+            meta("other-child", 1, Some("other")),
+        ];
+        let chosen = sessions_to_remove(&sessions, at(10), &set(&[]), &set(&[]));
+        assert_eq!(chosen, vec!["other-child", "other"]);
+        let chosen = sessions_to_remove(&sessions, at(10), &set(&["other-child"]), &set(&[]));
+        assert!(chosen.is_empty(), "{chosen:?}");
+    }
+
+    #[test]
+    fn a_removed_parent_takes_its_family_children_first() {
+        let sessions = [
+            meta("parent", 3, None),
+            meta("child-b", 2, Some("parent")),
+            meta("child-a", 1, Some("parent")),
+            meta("grandchild", 2, Some("child-a")),
+            meta("older-loner", 0, None),
+            meta("orphan", 5, Some("gone")),
+            meta("orphan-child", 1, Some("orphan")),
+        ];
+        let chosen = sessions_to_remove(&sessions, at(10), &set(&[]), &set(&[]));
+        assert_eq!(
+            chosen,
+            vec![
+                "older-loner",
+                "grandchild",
+                "child-a",
+                "child-b",
+                "parent",
+                "orphan-child",
+                "orphan",
+            ]
+        );
+        // A damaged cycle goes whole when all of it is old.
+        let cycle = [meta("a", 1, Some("b")), meta("b", 1, Some("a"))];
+        let mut chosen = sessions_to_remove(&cycle, at(10), &set(&[]), &set(&[]));
+        chosen.sort();
+        assert_eq!(chosen, vec!["a", "b"]);
+    }
+
+    #[test]
+    fn child_sessions_of_a_running_run_count_as_running() {
+        let sessions = [
+            meta("top", 1, None),
+            child_of_run("child", 1, "top", "live-run"),
+            child_of_run("stray", 1, "elsewhere", "live-run"),
+            child_of_run("done", 1, "finished-top", "old-run"),
+        ];
+        let running = running_sessions(&sessions, [("live-run".into(), "top".into())]);
+        assert_eq!(running, set(&["top", "child", "stray"]));
+        let chosen = sessions_to_remove(&sessions, at(10), &set(&[]), &running);
+        assert_eq!(chosen, vec!["done"]);
     }
 }

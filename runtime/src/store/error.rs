@@ -84,7 +84,7 @@ pub enum StoreError {
     /// An id cannot be used as a key.
     #[error("invalid {what} id {id:?}: {reason}")]
     InvalidId {
-        /// `session`, `run`, `call` or `span`.
+        /// `session`, `parent session`, `run`, `call` or `span`.
         what: &'static str,
         /// The id as given.
         id: String,

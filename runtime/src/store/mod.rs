@@ -17,6 +17,7 @@
 
 mod cleanup;
 mod error;
+mod family;
 mod history;
 pub mod layout;
 mod records;

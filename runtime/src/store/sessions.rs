@@ -2,14 +2,16 @@
 //! that keep metadata in step (one transaction), resume loading and JSONL
 //! export.
 //!
-//! Listing reads only the `sessions` tree, never a message. Nothing here
-//! touches runs, events or the cleanup policy.
+//! Listing reads only the `sessions` tree, never a message; so does finding a
+//! session's child sessions (`SessionMeta::parent`). Nothing here touches
+//! runs, events or the cleanup policy.
 
 use std::io::Write;
 
 use sled::Transactional;
 use sled::transaction::ConflictableTransactionError;
 
+use super::family;
 use super::history::HistoryBuilder;
 use super::layout::{self, check_id};
 use super::records::{
@@ -26,11 +28,25 @@ const MAX_PREALLOCATED_MESSAGES: u64 = 100_000;
 
 impl Store {
     /// Creates a session with no messages. Fails with
-    /// [`StoreError::AlreadyExists`] when the id is taken.
+    /// [`StoreError::AlreadyExists`] when the id is taken, and with
+    /// [`StoreError::InvalidId`] for an id, parent id or run id that cannot be
+    /// a key, or a session that names itself as its parent. A child session
+    /// (with `parent`) is created like any other; its parent need not exist
+    /// yet.
     pub fn create_session(&self, new: &NewSession) -> Result<SessionMeta, StoreError> {
         check_id("session", &new.id)?;
         if let Some(parent) = &new.parent {
             check_id("session", parent)?;
+            if *parent == new.id {
+                return Err(StoreError::InvalidId {
+                    what: "parent session",
+                    id: parent.clone(),
+                    reason: "a session cannot be its own parent".to_owned(),
+                });
+            }
+        }
+        if let Some(run_id) = &new.run_id {
+            check_id("run", run_id)?;
         }
         let record = SessionRecord::new(new, self.now());
         let value = layout::encode(&record)?;
@@ -52,9 +68,43 @@ impl Store {
         Ok(self.session_record(id)?.map(|record| record.meta))
     }
 
-    /// Every session, most recently updated first. Reads only metadata, never
-    /// a history; a damaged metadata record is skipped with a warning.
+    /// Every session, child sessions included, most recently updated first.
+    /// Reads only metadata, never a history; a damaged metadata record is
+    /// skipped with a warning.
     pub fn list_sessions(&self) -> Result<Vec<SessionMeta>, StoreError> {
+        let mut sessions = self.read_sessions()?;
+        sessions.sort_by(|a, b| b.updated.cmp(&a.updated).then_with(|| b.id.cmp(&a.id)));
+        Ok(sessions)
+    }
+
+    /// The direct child sessions of `parent` (sessions whose
+    /// [`SessionMeta::parent`] is `parent`), oldest first. One pass over the
+    /// metadata, like listing: no history is read. A child with damaged
+    /// metadata cannot be found (it is skipped with a warning).
+    pub fn child_sessions(&self, parent: &str) -> Result<Vec<SessionMeta>, StoreError> {
+        check_id("session", parent)?;
+        let sessions = self.read_sessions()?;
+        Ok(family::children(&sessions, parent)
+            .into_iter()
+            .cloned()
+            .collect())
+    }
+
+    /// Every session below `root`: its children, their children and so on,
+    /// breadth first (children before grandchildren, siblings oldest first),
+    /// `root` itself excluded. One pass over the metadata; each session comes
+    /// once even when damaged records link sessions in a cycle.
+    pub fn descendant_sessions(&self, root: &str) -> Result<Vec<SessionMeta>, StoreError> {
+        check_id("session", root)?;
+        let sessions = self.read_sessions()?;
+        Ok(family::descendants(&sessions, root)
+            .into_iter()
+            .cloned()
+            .collect())
+    }
+
+    /// The metadata of every readable session, in key order.
+    pub(crate) fn read_sessions(&self) -> Result<Vec<SessionMeta>, StoreError> {
         let mut sessions = Vec::new();
         for item in self.inner.sessions.iter() {
             let (key, value) = item.map_err(self.sled_err("list sessions"))?;
@@ -64,7 +114,6 @@ impl Store {
                 sessions.push(record.meta);
             }
         }
-        sessions.sort_by(|a, b| b.updated.cmp(&a.updated).then_with(|| b.id.cmp(&a.id)));
         Ok(sessions)
     }
 

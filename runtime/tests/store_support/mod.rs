@@ -98,6 +98,21 @@ impl Fixture {
         self.store().create_session(&new_session(id, None)).unwrap()
     }
 
+    /// Creates a child session of `parent` (agent `main/ID`, run `run_id`)
+    /// one second after the previous clock time, so creation order is
+    /// visible.
+    pub fn child(&self, id: &str, parent: &str, run_id: &str) -> SessionMeta {
+        self.clock.advance(TimeDelta::seconds(1));
+        self.store()
+            .create_session(&new_child_session(
+                id,
+                parent,
+                &format!("main/{id}"),
+                run_id,
+            ))
+            .unwrap()
+    }
+
     /// Drops the store, runs `f` on the raw sled database, and reopens.
     pub fn with_raw<T>(&mut self, f: impl FnOnce(&sled::Db) -> T) -> T {
         self.store = None;
@@ -123,6 +138,17 @@ pub fn new_session(id: &str, parent: Option<&str>) -> NewSession {
         parent: parent.map(Into::into),
         agent_path: None,
         run_id: None,
+    }
+}
+
+/// A new-session request for a child session of `parent`, created by run
+/// `run_id` for the agent at `agent_path`.
+pub fn new_child_session(id: &str, parent: &str, agent_path: &str, run_id: &str) -> NewSession {
+    NewSession {
+        parent: Some(parent.into()),
+        agent_path: Some(agent_path.into()),
+        run_id: Some(run_id.into()),
+        ..new_session(id, None)
     }
 }
 
