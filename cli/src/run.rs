@@ -95,8 +95,12 @@ pub fn report_recovered(store: &Store, json: bool) {
         Ok(recovered) => {
             for run in recovered {
                 if !json {
+                    let children = match run.children.len() {
+                        0 => String::new(),
+                        n => format!(" ({n} sub-agent session(s) repaired too)"),
+                    };
                     eprintln!(
-                        "troupe: run {} was interrupted (its process stopped); continue it with: troupe run --session {} \"continue\"",
+                        "troupe: run {} was interrupted (its process stopped){children}; continue it with: troupe run --session {} \"continue\"",
                         run.run.run_id, run.run.session_id
                     );
                 }

@@ -213,6 +213,9 @@ pub struct RecoveredChild {
     pub agent_path: Option<String>,
     /// What the repair of its history changed.
     pub report: RepairReport,
+    /// The session held no message (the process stopped between creating it
+    /// and writing its task) and was removed.
+    pub removed_empty: bool,
 }
 
 /// What the interrupted run's event stream ends with.
@@ -248,6 +251,18 @@ pub fn recover_interrupted_runs(
             meta.id != run.session_id && meta.run_id.as_deref() == Some(run.run_id.as_str())
         });
         for child in created_by_run {
+            if child.message_count == 0 && store.load_history(&child.id)?.messages.is_empty() {
+                // Created, then the process stopped before the child's task
+                // was written: nothing happened in it.
+                store.remove_session(&child.id)?;
+                children.push(RecoveredChild {
+                    session_id: child.id.clone(),
+                    agent_path: child.agent_path.clone(),
+                    report: RepairReport::default(),
+                    removed_empty: true,
+                });
+                continue;
+            }
             if let Some(opened) = open_session(store, &child.id)? {
                 if !opened.report.is_clean() {
                     tracing::info!(
@@ -261,6 +276,7 @@ pub fn recover_interrupted_runs(
                     session_id: child.id.clone(),
                     agent_path: child.agent_path.clone(),
                     report: opened.report,
+                    removed_empty: false,
                 });
             }
         }
@@ -558,6 +574,7 @@ mod tests {
             ]
         );
         assert_eq!(run.children[0].report.interrupted_calls, vec!["child-call"]);
+        assert!(run.children.iter().all(|child| !child.removed_empty));
         assert_eq!(run.children[1].report.recovered_results, vec!["grand-call"]);
         assert!(run.children[1].report.interrupted_calls.is_empty());
 
@@ -593,5 +610,21 @@ mod tests {
                 .unwrap()
                 .is_empty()
         );
+    }
+
+    #[test]
+    fn a_child_session_killed_before_its_task_was_written_is_removed() {
+        let (_dir, store) = store();
+        session(&store, "s");
+        unanswered(&store, "s", "main-call");
+        store.put_run(&running("r", "s")).unwrap();
+        child_session(&store, "empty-child", "s", "main/fork-1", "r");
+        store.flush().unwrap();
+        let recovered = recover_interrupted_runs(&store, Utc::now()).unwrap();
+        let child = &recovered[0].children[0];
+        assert_eq!(child.session_id, "empty-child");
+        assert!(child.removed_empty);
+        assert_eq!(store.session("empty-child").unwrap(), None);
+        assert!(store.child_sessions("s").unwrap().is_empty());
     }
 }
