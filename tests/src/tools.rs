@@ -12,19 +12,40 @@ use troupe_runtime::tools::{Tool, ToolCategory, ToolContext, ToolOutput};
 
 /// A shared log of what test tools did, in order.
 #[derive(Debug, Default, Clone)]
-pub struct ActivityLog(Arc<Mutex<Vec<String>>>);
+pub struct ActivityLog(Arc<(Mutex<Vec<String>>, tokio::sync::Notify)>);
 
 impl ActivityLog {
     /// Records one line.
     pub fn record(&self, line: impl Into<String>) {
-        if let Ok(mut lines) = self.0.lock() {
+        if let Ok(mut lines) = self.0.0.lock() {
             lines.push(line.into());
         }
+        self.0.1.notify_waiters();
     }
 
     /// Every line so far.
     pub fn lines(&self) -> Vec<String> {
-        self.0.lock().map(|lines| lines.clone()).unwrap_or_default()
+        self.0
+            .0
+            .lock()
+            .map(|lines| lines.clone())
+            .unwrap_or_default()
+    }
+
+    /// Waits until `line` is recorded (work that ends after the run did);
+    /// false when it is not within `limit`.
+    pub async fn wait_for(&self, line: &str, limit: Duration) -> bool {
+        tokio::time::timeout(limit, async {
+            loop {
+                let recorded = self.0.1.notified();
+                if self.lines().iter().any(|l| l == line) {
+                    return;
+                }
+                recorded.await;
+            }
+        })
+        .await
+        .is_ok()
     }
 }
 
@@ -185,6 +206,10 @@ impl Tool for StepTool {
             let label = label(&args);
             self.log.record(format!("start {} {label}", self.name));
             if self.hold {
+                // Recorded however the hold ends: cancelled, or its future
+                // dropped because its executor was stopped.
+                let _released =
+                    Released(self.log.clone(), format!("released {} {label}", self.name));
                 ctx.cancel.cancelled().await;
                 self.log.record(format!("cancelled {} {label}", self.name));
                 return ToolOutput::error("stopped");
@@ -193,6 +218,15 @@ impl Tool for StepTool {
             self.log.record(format!("end {} {label}", self.name));
             ToolOutput::ok(format!("{} {label} done", self.name))
         })
+    }
+}
+
+/// Records its line when dropped.
+struct Released(ActivityLog, String);
+
+impl Drop for Released {
+    fn drop(&mut self) {
+        self.0.record(std::mem::take(&mut self.1));
     }
 }
 
@@ -220,5 +254,60 @@ impl troupe_runtime::llm::Provider for PanickingProvider {
         Result<troupe_runtime::llm::StreamEvent, troupe_runtime::llm::ProviderError>,
     > {
         panic!("the panicking provider was asked for a response");
+    }
+}
+
+/// Read-only; asking it for its timeout panics. The agent asks while it
+/// starts the call's executor, inside its own handler, so this makes the
+/// agent actor itself fail (not the executor). It first waits (at most 10 s)
+/// until `after` is in the log, so an earlier call of the same batch is
+/// surely running when the agent fails.
+pub struct AgentBombTool {
+    log: ActivityLog,
+    after: String,
+    schema: Value,
+}
+
+impl AgentBombTool {
+    /// The tool, going off once `after` is logged.
+    pub fn new(log: ActivityLog, after: &str) -> Self {
+        Self {
+            log,
+            after: after.to_string(),
+            schema: schema_with_label(),
+        }
+    }
+}
+
+impl Tool for AgentBombTool {
+    fn name(&self) -> &str {
+        "agent_bomb"
+    }
+    fn description(&self) -> &str {
+        "Makes the agent that starts it fail."
+    }
+    fn input_schema(&self) -> &Value {
+        &self.schema
+    }
+    fn read_only(&self) -> bool {
+        true
+    }
+    fn category(&self) -> ToolCategory {
+        ToolCategory::Read
+    }
+    fn timeout(&self, _args: &Value) -> Option<Duration> {
+        // A synchronous wait inside the agent's handler; `block_in_place`
+        // hands this worker's other tasks (the executor just spawned) to
+        // another thread meanwhile. Needs the multi-thread runtime.
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        tokio::task::block_in_place(|| {
+            while !self.log.lines().contains(&self.after) && std::time::Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        });
+        panic!("the agent failed while starting agent_bomb");
+    }
+    fn execute<'a>(&'a self, _args: Value, _ctx: &'a ToolContext) -> BoxFuture<'a, ToolOutput> {
+        Box::pin(async { ToolOutput::ok("unreachable") })
     }
 }

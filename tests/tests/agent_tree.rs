@@ -731,3 +731,128 @@ async fn each_child_has_a_durable_session_linked_to_its_parent() {
         }
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failing_main_agent_stops_its_subtree_and_the_session_goes_on() {
+    let script = Script::new()
+        .then(main_turn(
+            Response::empty()
+                .and_tool_call("hold", json!({"label": "running"}))
+                .and_tool_call("agent_bomb", json!({"label": "x"})),
+        ))
+        .then(Turn::new(text("fresh start")).when(Matcher::last_user_contains("again")));
+    let h = Harness::anthropic(script).await;
+    let log = ActivityLog::default();
+    let env = h.env_with(vec![
+        Arc::new(StepTool::new("hold", true, true, log.clone())),
+        Arc::new(troupe_tests::tools::AgentBombTool::new(
+            log.clone(),
+            "start hold running",
+        )),
+    ]);
+    let mut run = h.submit(MAIN, RunOptions::bypass(env.clone())).await;
+    let events = run_events(&mut run).await;
+    let (status, reason, _) = finished(&events);
+    assert_eq!(
+        (status, reason.as_str()),
+        (RunStatus::Error, "agent_failed")
+    );
+    assert!(
+        events
+            .iter()
+            .any(|e| matches!(&e.kind, EventKind::Error { kind, .. } if kind == "agent_failed"))
+    );
+    // The call already running when the agent failed was stopped.
+    assert!(
+        log.wait_for("released hold running", Duration::from_secs(10))
+            .await,
+        "{:?}",
+        log.lines()
+    );
+    // The session is reopened from the store, repaired, and continues.
+    let mut options = RunOptions::bypass(env);
+    options.session_id = Some(run.session_id.clone());
+    let mut next = h.submit("again", options).await;
+    let events = run_events(&mut next).await;
+    assert_eq!(finished(&events).2, "fresh start");
+    let history = h.history(&run.session_id).await;
+    validate_history(&history).unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failing_child_stops_its_own_calls_and_the_parent_goes_on() {
+    let script = Script::new()
+        .then(main_turn(agent_call(
+            Response::empty(),
+            fork_args("BOMB-TASK"),
+        )))
+        .then(fork_turn(
+            "BOMB-TASK",
+            Response::empty()
+                .and_tool_call("hold", json!({"label": "in-child"}))
+                .and_tool_call("agent_bomb", json!({"label": "x"})),
+        ))
+        .then(main_turn(text("the fork failed; carrying on")));
+    let h = Harness::anthropic(script).await;
+    let log = ActivityLog::default();
+    let env = h.env_with(vec![
+        Arc::new(StepTool::new("hold", true, true, log.clone())),
+        Arc::new(troupe_tests::tools::AgentBombTool::new(
+            log.clone(),
+            "start hold in-child",
+        )),
+    ]);
+    let mut run = h.submit(MAIN, RunOptions::bypass(env)).await;
+    let events = run_events(&mut run).await;
+    assert_eq!(finished(&events).2, "the fork failed; carrying on");
+    let (is_error, preview) = &main_results(&events)[0];
+    assert!(*is_error && preview.contains("panicked"), "{preview}");
+    assert!(
+        log.wait_for("released hold in-child", Duration::from_secs(10))
+            .await,
+        "{:?}",
+        log.lines()
+    );
+    assert_eq!(
+        children_finished(&events),
+        vec![("main/fork-1".to_string(), RunStatus::Error)]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_runs_one_run_at_a_time() {
+    let script = Script::new()
+        .then(main_turn(
+            Response::empty().and_tool_call("hold", json!({"label": "busy"})),
+        ))
+        .then(main_turn(text("released")));
+    let h = Harness::anthropic(script).await;
+    let log = ActivityLog::default();
+    let env = h.env_with(vec![Arc::new(StepTool::new("hold", true, true, log))]);
+    let mut run = h.submit(MAIN, RunOptions::bypass(env.clone())).await;
+    events_until(&mut run, |e| {
+        matches!(e.kind, EventKind::ToolStarted { .. })
+    })
+    .await;
+    let second = h
+        .runtime
+        .submit(troupe_actors::RunSubmission {
+            prompt: "a second message".into(),
+            session: troupe_actors::SessionTarget::Continue(run.session_id.clone()),
+            env,
+            permissions: h.permissions(PermissionMode::Bypass),
+            mode: PermissionMode::Bypass,
+            limits: Limits::default(),
+            approver: Approver::Absent,
+        })
+        .await;
+    assert!(
+        matches!(second, Err(troupe_actors::RuntimeError::SessionBusy(ref id)) if *id == run.session_id),
+        "a busy session refuses a second run"
+    );
+    h.runtime.cancel(&run.run_id).await.unwrap();
+    assert_eq!(
+        finished(&run_events(&mut run).await).0,
+        RunStatus::Cancelled
+    );
+}
