@@ -19,7 +19,7 @@ use troupe_runtime::config::{
     DEFAULT_CONTEXT_WINDOW, DEFAULT_MAX_TOKENS, Limits, PermissionMode, PermissionSettings,
     Protocol, ResolvedProvider,
 };
-use troupe_runtime::events::{EventKind, RunEvent};
+use troupe_runtime::events::{EventKind, RunEvent, RunStatus};
 use troupe_runtime::llm::retry::RetryPolicy;
 use troupe_runtime::llm::{Provider, SystemPrompt, anthropic, openai};
 use troupe_runtime::model::Message;
@@ -328,6 +328,20 @@ pub fn process_alive(pid: i32) -> bool {
             .map(|(_, rest)| !rest.trim_start().starts_with('Z'))
             .unwrap_or(false),
         Err(_) => false,
+    }
+}
+
+/// `(status, stop_reason, final_text)` of a run's events, which must end
+/// with `run_finished`.
+pub fn finished(events: &[RunEvent]) -> (RunStatus, String, String) {
+    match &events.last().expect("events").kind {
+        EventKind::RunFinished {
+            status,
+            stop_reason,
+            final_text,
+            ..
+        } => (*status, stop_reason.clone(), final_text.clone()),
+        other => panic!("last event is {other:?}"),
     }
 }
 

@@ -12,7 +12,7 @@ use troupe_runtime::events::{ApprovalOutcome, EventKind, RunEvent, RunStatus};
 use troupe_runtime::model::{Message, Role};
 use troupe_scripted::{Fault, Response, Script, Usage, text, tool_call, tool_calls};
 use troupe_tests::tools::{ActivityLog, PanicTool, RendezvousTool, StepTool};
-use troupe_tests::{Harness, RunOptions, events_until, run_events, types};
+use troupe_tests::{Harness, RunOptions, events_until, finished, run_events, types};
 
 fn tool_results(event_list: &[RunEvent]) -> Vec<(String, bool, String)> {
     event_list
@@ -27,18 +27,6 @@ fn tool_results(event_list: &[RunEvent]) -> Vec<(String, bool, String)> {
             _ => None,
         })
         .collect()
-}
-
-fn finished(events: &[RunEvent]) -> (RunStatus, String, String) {
-    match &events.last().expect("events").kind {
-        EventKind::RunFinished {
-            status,
-            stop_reason,
-            final_text,
-            ..
-        } => (*status, stop_reason.clone(), final_text.clone()),
-        other => panic!("last event is {other:?}"),
-    }
 }
 
 /// The history is valid and ends with an assistant message.

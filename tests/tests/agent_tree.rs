@@ -14,7 +14,7 @@ use troupe_runtime::events::{ApprovalOutcome, EventKind, RunEvent, RunStatus};
 use troupe_runtime::model::Role;
 use troupe_scripted::{Matcher, RecordedRequest, Response, Script, Turn, Usage, text};
 use troupe_tests::tools::{ActivityLog, PANIC_MODEL, RendezvousTool, StepTool};
-use troupe_tests::{Harness, RunOptions, events_until, run_events};
+use troupe_tests::{Harness, RunOptions, events_until, finished, run_events};
 
 /// The main agent's prompt; its turns are routed by it.
 const MAIN: &str = "MAIN-PROMPT: split the work";
@@ -44,18 +44,6 @@ fn fork_args(task: &str) -> Value {
 
 fn role_args(role: &str, task: &str) -> Value {
     json!({"description": "delegated", "prompt": task, "role": role})
-}
-
-fn finished(events: &[RunEvent]) -> (RunStatus, String, String) {
-    match &events.last().expect("events").kind {
-        EventKind::RunFinished {
-            status,
-            stop_reason,
-            final_text,
-            ..
-        } => (*status, stop_reason.clone(), final_text.clone()),
-        other => panic!("last event is {other:?}"),
-    }
 }
 
 /// `(agent_path, status)` of every `subagent_finished`, in order.
@@ -91,6 +79,16 @@ fn seq_of(events: &[RunEvent], path: &str, type_name: &str) -> u64 {
         .find(|event| event.agent_path == path && event.kind.type_name() == type_name)
         .unwrap_or_else(|| panic!("no {type_name} of {path}"))
         .seq
+}
+
+/// Requests of the role child whose task contains `task` (its first user
+/// message), in arrival order.
+fn requests_of_child(h: &Harness, task: &str) -> Vec<RecordedRequest> {
+    h.server
+        .requests()
+        .into_iter()
+        .filter(|request| request.first_user_text().is_some_and(|t| t.contains(task)))
+        .collect()
 }
 
 /// Requests whose user messages contain `needle`, in arrival order.
@@ -271,14 +269,7 @@ async fn an_explorer_is_offered_read_only_tools_and_a_write_counts_as_unknown() 
     let events = run_events(&mut run).await;
     assert_eq!(finished(&events).0, RunStatus::Finished);
     assert!(!h.root().join("out.txt").exists());
-    let explorer = requests_with(&h, "EXPLORE-TASK")
-        .into_iter()
-        .filter(|request| {
-            request
-                .first_user_text()
-                .is_some_and(|t| t.contains("EXPLORE"))
-        })
-        .collect::<Vec<_>>();
+    let explorer = requests_of_child(&h, "EXPLORE-TASK");
     assert_eq!(explorer.len(), 2, "stopped after two unknown-tool turns");
     for name in explorer[0].tool_names() {
         assert!(
@@ -345,26 +336,12 @@ async fn a_fork_may_not_fork_and_nesting_stops_at_two_levels() {
             .iter()
             .any(|r| r.is_error && r.content == FORK_CANNOT_START_AGENTS)
     );
-    let level_two = requests_with(&h, "LEVEL-TWO-TASK")
-        .into_iter()
-        .filter(|request| {
-            request
-                .first_user_text()
-                .is_some_and(|t| t.contains("LEVEL-TWO"))
-        })
-        .collect::<Vec<_>>();
+    let level_two = requests_of_child(&h, "LEVEL-TWO-TASK");
     assert_eq!(level_two.len(), 2);
     // At the deepest level `agent` is no longer offered; a call to it is
     // refused as unknown (and counts toward the unknown-tool limit).
     assert!(!level_two[0].tool_names().contains(&"agent".to_string()));
-    let level_one = requests_with(&h, "LEVEL-ONE-TASK")
-        .into_iter()
-        .find(|request| {
-            request
-                .first_user_text()
-                .is_some_and(|t| t.contains("LEVEL-ONE"))
-        })
-        .unwrap();
+    let level_one = requests_of_child(&h, "LEVEL-ONE-TASK").remove(0);
     assert!(level_one.tool_names().contains(&"agent".to_string()));
     let refusal = &level_two[1].tool_results()[0];
     assert!(

@@ -20,6 +20,7 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 use serde::de::{self, Deserializer, SeqAccess, Visitor};
 
+use crate::config::load::line_at;
 use crate::config::paths::PROJECT_DIR_NAME;
 use crate::tools::registry::valid_tool_name;
 
@@ -632,16 +633,6 @@ impl<'de> Deserialize<'de> for ToolList {
 
         deserializer.deserialize_any(ToolListVisitor)
     }
-}
-
-/// 1-based line of a byte offset.
-fn line_at(text: &str, offset: usize) -> usize {
-    let end = offset.min(text.len());
-    text.as_bytes()[..end]
-        .iter()
-        .filter(|b| **b == b'\n')
-        .count()
-        + 1
 }
 
 /// Parses the front matter. `front` is the text between the delimiters; a

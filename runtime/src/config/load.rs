@@ -493,8 +493,8 @@ fn render_key(path: &[Seg]) -> String {
     out
 }
 
-/// 1-based line of a byte offset.
-fn line_at(text: &str, offset: usize) -> usize {
+/// 1-based line of a byte offset (also used for role files' front matter).
+pub(crate) fn line_at(text: &str, offset: usize) -> usize {
     let end = offset.min(text.len());
     text.as_bytes()[..end]
         .iter()
