@@ -1,5 +1,6 @@
 //! Transition tables of the loop: each test feeds inputs and compares the
-//! effects, written as short strings, with what the loop must do.
+//! effects, written as short strings, with what the loop must do. Compiled
+//! for tests only (`#[cfg(test)]` on its declaration in `machine/mod.rs`).
 
 use std::sync::Arc;
 use std::time::Duration;
