@@ -4,11 +4,12 @@
 # docs/performance.md (the summary table and the bench's own section) with the
 # machine, date and load average.
 #
-# Usage: tests/benches/run-all.sh [BENCH...]   (default: all five)
+# Usage: tests/benches/run-all.sh [BENCH...]   (default: all six)
 # Environment: TROUPE_BENCH_SAMPLES, TROUPE_BENCH_TURNS, TROUPE_BENCH_AGENTS,
-# TROUPE_BENCH_ROUNDS, TROUPE_BENCH_GIT_FILES override the defaults of the
-# benches that read them. The runtime's own benches (SSE parsing, grep vs rg,
-# store, telemetry micro-bench) are run with `cargo bench -p troupe-runtime`
+# TROUPE_BENCH_ROUNDS, TROUPE_BENCH_GIT_FILES, TROUPE_BENCH_SUBAGENTS,
+# TROUPE_BENCH_FORK_SAMPLES override the defaults of the benches that read
+# them. The runtime's own benches (SSE parsing, grep vs rg,
+# store, telemetry micro-bench, fork) are run with `cargo bench -p troupe-runtime`
 # (grep vs rg through runtime/benches/grep_vs_rg.sh).
 set -euo pipefail
 
@@ -16,7 +17,7 @@ cd "$(dirname "$0")/../.."
 
 benches=("$@")
 if [ ${#benches[@]} -eq 0 ]; then
-    benches=(binary agent_turn tracing_turn read_only_batch idle_agents)
+    benches=(binary agent_turn tracing_turn read_only_batch idle_agents agent_tree)
 fi
 
 echo "== $(date -u +%Y-%m-%dT%H:%M:%SZ), $(nproc) CPUs, $(lscpu | sed -n 's/^Model name:[[:space:]]*//p' | head -n 1)"
