@@ -1041,18 +1041,20 @@ fn watch_store(
 ) -> std::thread::JoinHandle<StoreMarks> {
     std::thread::spawn(move || {
         let mut marks = StoreMarks::default();
+        // Each mark is taken after the read that saw it (a read can wait
+        // behind a write), so a mark is never earlier than what it marks.
         while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-            let now = Instant::now();
             if marks.call_written.is_none()
                 && let Ok(Some(meta)) = store.session(&parent)
                 && meta.message_count >= call_at
             {
-                marks.call_written = Some(now);
+                marks.call_written = Some(Instant::now());
             }
             let child = store
                 .child_sessions(&parent)
                 .ok()
                 .and_then(|children| children.into_iter().next());
+            let now = Instant::now();
             if let Some(child) = child {
                 marks.created.get_or_insert(now);
                 if child.message_count > 0 {
