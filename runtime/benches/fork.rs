@@ -18,8 +18,9 @@
 //!   copy in one batch instead of one transaction per message.
 //!
 //! With `TROUPE_FORK_STRESS=N` the binary runs no benchmark: it writes N fork
-//! copies one after the other into one store and reports when the store stops
-//! making progress (see `stress`).
+//! copies one after the other into one store (or straight into sled, one
+//! transaction per message or one batch per copy) and reports when the
+//! database stops making progress (see `stress`).
 //!
 //! Results go to `docs/performance.md`, never into assertions.
 
@@ -209,12 +210,7 @@ fn fork_benches(c: &mut Criterion) {
         b.iter_batched(
             || {
                 let dir = tempfile::tempdir().unwrap_or_else(|e| fail("tempdir", e));
-                let db = sled::Config::new()
-                    .path(dir.path())
-                    .cache_capacity(STORE_CACHE_BYTES)
-                    .flush_every_ms(Some(STORE_BACKGROUND_FLUSH_MS))
-                    .open()
-                    .unwrap_or_else(|e| fail("sled open", e));
+                let db = sled_like_store(dir.path());
                 let tree = db
                     .open_tree("messages")
                     .unwrap_or_else(|e| fail("sled tree", e));
@@ -262,11 +258,38 @@ fn save_copy(store: &Store, id: &str, copy: &[Message]) {
     store.flush().unwrap_or_else(|e| fail("flush", e));
 }
 
-/// Not a benchmark: writes `copies` fork copies into ONE store, one after
-/// the other, printing the time of each, and stops with exit status 2 when
-/// one takes longer than [`STRESS_PATIENCE`] (the store hung). Run with
-/// `TROUPE_FORK_STRESS=2000 cargo bench -p troupe-runtime --bench fork`.
-fn stress(copies: u64) {
+/// How [`stress`] writes each copy.
+#[derive(Clone, Copy, Debug)]
+enum StressWrite {
+    /// The store's way: `create_session`, `put_message` per message (a sled
+    /// transaction over the sessions and messages trees each), `flush`.
+    Store,
+    /// The same transaction per message straight on sled (a metadata record
+    /// read and rewritten, the message inserted), then `flush`.
+    SledTransaction,
+    /// Straight on sled: every message of the copy in one batch, then the
+    /// metadata record, then `flush`.
+    SledBatch,
+}
+
+/// A sled database configured as the store configures its own.
+fn sled_like_store(dir: &std::path::Path) -> sled::Db {
+    sled::Config::new()
+        .path(dir)
+        .cache_capacity(STORE_CACHE_BYTES)
+        .flush_every_ms(Some(STORE_BACKGROUND_FLUSH_MS))
+        .open()
+        .unwrap_or_else(|e| fail("sled open", e))
+}
+
+/// Not a benchmark: writes `copies` fork copies into ONE database, one
+/// after the other, printing the time of each, and stops with exit status 2
+/// when one takes longer than [`STRESS_PATIENCE`] (the database hung). Run
+/// with `TROUPE_FORK_STRESS=2000 cargo bench -p troupe-runtime --bench fork`
+/// (`TROUPE_FORK_STRESS_WRITE=store|sled-tx|sled-batch`, default `store`).
+fn stress(copies: u64, write: StressWrite) {
+    use sled::Transactional;
+
     let history = parent_at_call();
     let copy = plan_child(
         &AgentSpec::main(25),
@@ -277,8 +300,22 @@ fn stress(copies: u64) {
     )
     .unwrap_or_else(|e| fail("plan", e))
     .history;
+    let encoded: Vec<Vec<u8>> = copy
+        .iter()
+        .map(|m| serde_json::to_vec(m).unwrap_or_else(|e| fail("encode", e)))
+        .collect();
     let dir = tempfile::tempdir().unwrap_or_else(|e| fail("tempdir", e));
-    let store = Store::open(dir.path()).unwrap_or_else(|e| fail("open", e));
+    let (store, db) = match write {
+        StressWrite::Store => (
+            Some(Store::open(dir.path()).unwrap_or_else(|e| fail("open", e))),
+            None,
+        ),
+        _ => (None, Some(sled_like_store(dir.path()))),
+    };
+    let trees = db.as_ref().map(|db| {
+        let tree = |name: &str| db.open_tree(name).unwrap_or_else(|e| fail("tree", e));
+        (tree("sessions"), tree("messages"))
+    });
     let done = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
     let watched = done.clone();
     std::thread::spawn(move || {
@@ -288,8 +325,8 @@ fn stress(copies: u64) {
             let now = watched.load(std::sync::atomic::Ordering::Relaxed);
             if now == seen {
                 eprintln!(
-                    "stress: no copy finished in {} s after {now} copies ({:.0} MB written): \
-                     the store hung",
+                    "stress ({write:?}): no copy finished in {} s after {now} copies \
+                     ({:.0} MB written): the database hung",
                     STRESS_PATIENCE.as_secs(),
                     now as f64 * 1.56
                 );
@@ -298,16 +335,57 @@ fn stress(copies: u64) {
             seen = now;
         }
     });
+    let meta = vec![b'm'; 400];
     for n in 0..copies {
         let clock = std::time::Instant::now();
-        save_copy(&store, &format!("fork-{n:06}"), &copy);
+        let id = format!("fork-{n:06}");
+        let key = |i: usize| {
+            let mut key = id.clone().into_bytes();
+            key.push(0);
+            key.extend_from_slice(&(i as u64).to_be_bytes());
+            key
+        };
+        match (&store, &db, &trees) {
+            (Some(store), _, _) => save_copy(store, &id, &copy),
+            (None, Some(db), Some((sessions, messages))) => {
+                sessions
+                    .insert(id.as_bytes(), meta.clone())
+                    .unwrap_or_else(|e| fail("insert", e));
+                if matches!(write, StressWrite::SledBatch) {
+                    let mut batch = sled::Batch::default();
+                    for (i, value) in encoded.iter().enumerate() {
+                        batch.insert(key(i), value.clone());
+                    }
+                    messages
+                        .apply_batch(batch)
+                        .unwrap_or_else(|e| fail("apply_batch", e));
+                    sessions
+                        .insert(id.as_bytes(), meta.clone())
+                        .unwrap_or_else(|e| fail("insert", e));
+                } else {
+                    for (i, value) in encoded.iter().enumerate() {
+                        let key = key(i);
+                        (sessions, messages)
+                            .transaction(|(s, m)| {
+                                let _ = s.get(id.as_bytes())?;
+                                s.insert(id.as_bytes(), meta.clone())?;
+                                m.insert(key.as_slice(), value.as_slice())?;
+                                Ok::<(), sled::transaction::ConflictableTransactionError<()>>(())
+                            })
+                            .unwrap_or_else(|e| fail("transaction", format!("{e:?}")));
+                    }
+                }
+                db.flush().unwrap_or_else(|e| fail("flush", e));
+            }
+            _ => unreachable!("a store or a database is open"),
+        }
         done.store(n + 1, std::sync::atomic::Ordering::Relaxed);
         eprintln!(
-            "stress: copy {n}: {:.1} ms",
+            "stress ({write:?}): copy {n}: {:.1} ms",
             clock.elapsed().as_secs_f64() * 1e3
         );
     }
-    eprintln!("stress: {copies} copies written");
+    eprintln!("stress ({write:?}): {copies} copies written");
 }
 
 /// How long [`stress`] waits for one copy before it calls the store hung.
@@ -319,7 +397,16 @@ fn main() {
             .trim()
             .parse()
             .unwrap_or_else(|e| fail("TROUPE_FORK_STRESS", e));
-        stress(copies);
+        let write = match std::env::var("TROUPE_FORK_STRESS_WRITE").as_deref() {
+            Err(_) | Ok("store") => StressWrite::Store,
+            Ok("sled-tx") => StressWrite::SledTransaction,
+            Ok("sled-batch") => StressWrite::SledBatch,
+            Ok(other) => fail(
+                "TROUPE_FORK_STRESS_WRITE",
+                format!("{other:?} is not store, sled-tx or sled-batch"),
+            ),
+        };
+        stress(copies, write);
         return;
     }
     benches();
