@@ -344,6 +344,7 @@ impl RuntimeState {
                     parent: None,
                     agent_path: None,
                     run_id: None,
+                    fork_of: None,
                 })?;
                 Ok((id, SessionState::default(), None))
             }

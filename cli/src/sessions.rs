@@ -284,6 +284,7 @@ mod tests {
             parent: parent.map(Into::into),
             agent_path: agent_path.map(Into::into),
             run_id: parent.map(|_| "r1".into()),
+            fork_of: None,
         }
     }
 

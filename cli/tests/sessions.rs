@@ -137,6 +137,7 @@ fn write_child(
             parent: Some(parent.into()),
             agent_path: Some(agent_path.into()),
             run_id: Some(run_id.into()),
+            fork_of: None,
         })
         .unwrap();
     for (index, message) in planted_history(id, exchanges).iter().enumerate() {
@@ -163,6 +164,7 @@ fn write_planted(store: &Store, env: &Env, id: &str, exchanges: usize) {
             parent: None,
             agent_path: None,
             run_id: None,
+            fork_of: None,
         })
         .unwrap();
     for (index, message) in planted_history(id, exchanges).iter().enumerate() {

@@ -248,6 +248,7 @@ fn save_copy(store: &Store, id: &str, copy: &[Message]) {
             parent: Some("parent".into()),
             agent_path: Some("main/fork-1".into()),
             run_id: Some("run".into()),
+            fork_of: None,
         })
         .unwrap_or_else(|e| fail("create", e));
     for (i, message) in copy.iter().enumerate() {

@@ -73,6 +73,7 @@ fn session(id: &str) -> NewSession {
         parent: None,
         agent_path: None,
         run_id: None,
+        fork_of: None,
     }
 }
 

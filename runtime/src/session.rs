@@ -134,6 +134,27 @@ impl Transcript {
         }
     }
 
+    /// The transcript of a fork: `history` whose first `shared` messages are
+    /// stored in the session it was forked from (its store record names them),
+    /// so only the rest is written to the fork's own session.
+    pub fn forked(history: Vec<Message>, shared: usize) -> Self {
+        Self {
+            saved: shared.min(history.len()),
+            messages: history,
+            summary_len: 0,
+            first_index: 0,
+        }
+    }
+
+    /// How many leading messages are stored at their own index in this
+    /// session — what a fork may share instead of copying. `None` when the
+    /// history starts with a compaction summary (kept with a marker, not as
+    /// message records).
+    pub fn shareable_len(&self) -> Option<usize> {
+        (self.summary_len == 0 && self.first_index == 0)
+            .then_some(self.saved.min(self.messages.len()))
+    }
+
     /// The messages, oldest first.
     pub fn messages(&self) -> &[Message] {
         &self.messages
@@ -336,6 +357,7 @@ mod tests {
                 parent: None,
                 agent_path: None,
                 run_id: None,
+                fork_of: None,
             })
             .unwrap();
     }
@@ -490,6 +512,7 @@ mod tests {
                 parent: Some(parent.into()),
                 agent_path: Some(agent_path.into()),
                 run_id: Some(run_id.into()),
+                fork_of: None,
             })
             .unwrap();
     }

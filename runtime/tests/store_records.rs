@@ -846,3 +846,59 @@ mod store {
         );
     }
 }
+
+/// A fork's session shares the beginning of its parent's instead of copying it.
+#[test]
+fn a_fork_reads_its_shared_beginning_from_its_parent() {
+    use troupe_runtime::store::ForkBase;
+    let f = Fixture::new();
+    let store = f.store();
+    store.create_session(&new_session("parent", None)).unwrap();
+    for i in 0..5 {
+        store.put_message("parent", i, &message(i)).unwrap();
+    }
+    let fork = |id: &str, base: &str, len: u64| troupe_runtime::store::NewSession {
+        fork_of: Some(ForkBase {
+            session: base.into(),
+            len,
+        }),
+        ..new_child_session(id, base, "main/fork-1", "r")
+    };
+    store.create_session(&fork("fork", "parent", 3)).unwrap();
+    // The fork's own records start where the shared part ends.
+    store.put_message("fork", 3, &message(103)).unwrap();
+    store.put_message("fork", 4, &message(104)).unwrap();
+    store.flush().unwrap();
+
+    let loaded = store.load_history("fork").unwrap();
+    let expected: Vec<Message> = [0, 1, 2, 103, 104].into_iter().map(message).collect();
+    assert_eq!(loaded.messages, expected);
+    assert!(loaded.skipped.is_empty(), "{:?}", loaded.skipped);
+    assert_eq!(loaded.next_index, 5);
+    let meta = store.session("fork").unwrap().unwrap();
+    assert_eq!(meta.message_count, 5);
+    assert_eq!(meta.fork_of.as_ref().map(|b| b.len), Some(3));
+    let mut exported = Vec::new();
+    assert_eq!(store.export_jsonl("fork", &mut exported).unwrap(), 5);
+
+    // Copies of the shared part in the fork's own records (a repair writes
+    // the whole history back) are passed over, not read twice.
+    store.put_message("fork", 0, &message(0)).unwrap();
+    assert_eq!(store.load_history("fork").unwrap().messages, expected);
+
+    // A base that is gone is a reported gap, and a loop of bases ends.
+    store.create_session(&fork("orphan", "missing", 2)).unwrap();
+    store.put_message("orphan", 2, &message(7)).unwrap();
+    let loaded = store.load_history("orphan").unwrap();
+    assert_eq!(loaded.messages, vec![message(7)]);
+    assert_eq!(loaded.skipped[0].index, 0);
+    store.create_session(&fork("a", "b", 2)).unwrap();
+    store.create_session(&fork("b", "a", 2)).unwrap();
+    assert!(store.load_history("a").unwrap().messages.is_empty());
+
+    // A session cannot begin with itself.
+    assert!(matches!(
+        store.create_session(&fork("self", "self", 1)),
+        Err(StoreError::InvalidId { .. })
+    ));
+}

@@ -1013,6 +1013,7 @@ fn new_session(id: &str, parent: Option<&str>) -> NewSession {
         parent: parent.map(str::to_string),
         agent_path: parent.map(|_| "main/fork-1".to_string()),
         run_id: parent.map(|_| "bench-run".to_string()),
+        fork_of: None,
     }
 }
 

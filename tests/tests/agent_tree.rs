@@ -700,10 +700,16 @@ async fn each_child_has_a_durable_session_linked_to_its_parent() {
         validate_history(&history).unwrap();
         assert_eq!(history.last().unwrap().role, Role::Assistant);
         if child.agent_path.as_deref() == Some("main/fork-1") {
-            // The fork's transcript starts with its copy of the parent's.
+            // The fork shares the parent's stored history up to the message
+            // holding its call, instead of copying it.
+            let base = child.fork_of.as_ref().expect("a fork names its base");
+            assert_eq!(base.session, run.session_id);
+            assert_eq!(base.len, 2);
+            // The fork's transcript starts with the parent's.
             assert!(history[0].text().contains(MAIN));
             assert!(history.last().unwrap().text().contains("Scope: link"));
         } else {
+            assert!(child.fork_of.is_none());
             assert_eq!(history[0].text(), "LINK-EXPLORE");
         }
     }

@@ -19,7 +19,7 @@ use troupe_runtime::agent::{
 use troupe_runtime::events::{EventKind, RunStatus};
 use troupe_runtime::llm::SystemPrompt;
 use troupe_runtime::session::Transcript;
-use troupe_runtime::store::NewSession;
+use troupe_runtime::store::{ForkBase, NewSession};
 use troupe_runtime::telemetry::genai::ToolErrorKind;
 use troupe_runtime::telemetry::propagation::traceparent_of;
 use troupe_runtime::tools::{ToolContext, ToolOutput};
@@ -199,6 +199,19 @@ impl AgentState {
                 (system, catalogue, provider)
             }
         };
+        // A fork shares its parent's stored history instead of copying it:
+        // the parent saved it before any of its calls started.
+        let fork_of = match (&plan.kind, self.machine.transcript().shareable_len()) {
+            (ChildKind::Fork, Some(stored))
+                if plan.shared_prefix > 0 && stored >= plan.shared_prefix =>
+            {
+                Some(ForkBase {
+                    session: self.machine.session_id().to_string(),
+                    len: plan.shared_prefix as u64,
+                })
+            }
+            _ => None,
+        };
         let session_id = uuid::Uuid::now_v7().to_string();
         let created = self.env.store.create_session(&NewSession {
             id: session_id.clone(),
@@ -208,6 +221,7 @@ impl AgentState {
             parent: Some(self.machine.session_id().to_string()),
             agent_path: Some(path.clone()),
             run_id: Some(self.machine.run_id().to_string()),
+            fork_of: fork_of.clone(),
         });
         if let Err(err) = created {
             return Some(could_not_start(
@@ -216,10 +230,16 @@ impl AgentState {
                 format!("the sub-agent's session could not be created: {err}"),
             ));
         }
-        let mut transcript = Transcript::new();
-        for message in plan.history {
-            transcript.push(message);
-        }
+        let transcript = match &fork_of {
+            Some(base) => Transcript::forked(plan.history, base.len as usize),
+            None => {
+                let mut transcript = Transcript::new();
+                for message in plan.history {
+                    transcript.push(message);
+                }
+                transcript
+            }
+        };
         let token = launch.cancel.clone();
         let machine = AgentLoop::new(LoopSetup {
             spec: plan.spec,

@@ -74,6 +74,9 @@ pub struct ChildPlan {
     /// The child's starting history (the task for a role; the parent's
     /// conversation, placeholders and the task for a fork).
     pub history: Vec<Message>,
+    /// How many leading messages of `history` are the parent's history as it
+    /// was (a fork's copy); 0 for a role.
+    pub shared_prefix: usize,
 }
 
 impl ChildPlan {
@@ -110,6 +113,7 @@ pub fn plan_child(
             spec,
             description: args.description.clone(),
             history: fork_history(history, call_id, &task),
+            shared_prefix: history.len(),
             task,
             kind: ChildKind::Fork,
         });
@@ -131,6 +135,7 @@ fn role_plan(parent: &AgentSpec, role: &Role, args: &AgentCallArgs, task: String
         spec: child_spec(parent, &role.name, max_turns, false),
         description: args.description.clone(),
         history: vec![Message::user_text(task.clone())],
+        shared_prefix: 0,
         task,
         kind: ChildKind::Role {
             prompt: role.prompt.clone(),
@@ -317,6 +322,8 @@ mod tests {
         assert_eq!(fork.label(), "fork");
         assert_eq!(fork.spec.unknown_tool_limit, UNKNOWN_TOOL_TURNS_SUBAGENT);
         assert_eq!(fork.history.len(), 4);
+        assert_eq!(fork.shared_prefix, history.len());
+        assert_eq!(&fork.history[..fork.shared_prefix], &history[..]);
 
         let explorer = plan_child(
             &main,

@@ -264,12 +264,14 @@ mod tests {
             parent: parent.map(Into::into),
             agent_path: parent.map(|_| format!("main/{id}")),
             run_id: None,
+            fork_of: None,
         }
     }
 
     fn child_of_run(id: &str, updated_day: i64, parent: &str, run: &str) -> SessionMeta {
         SessionMeta {
             run_id: Some(run.into()),
+            fork_of: None,
             ..meta(id, updated_day, Some(parent))
         }
     }

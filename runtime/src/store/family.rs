@@ -169,6 +169,7 @@ mod tests {
             parent: parent.map(Into::into),
             agent_path: parent.map(|_| format!("main/{id}")),
             run_id: None,
+            fork_of: None,
         }
     }
 

@@ -37,8 +37,8 @@ use sled::transaction::TransactionError;
 pub use cleanup::{SESSION_MAX_AGE, sessions_to_remove};
 pub use error::StoreError;
 pub use records::{
-    CompactionMarker, LedgerEntry, LoadedHistory, NewSession, RunRecord, RunState, SessionMeta,
-    SkippedRecord, TITLE_MAX_CHARS, session_title,
+    CompactionMarker, ForkBase, LedgerEntry, LoadedHistory, NewSession, RunRecord, RunState,
+    SessionMeta, SkippedRecord, TITLE_MAX_CHARS, session_title,
 };
 pub use span_writer::{SPAN_SYNC_TIMEOUT, SpanWriter};
 

@@ -38,6 +38,21 @@ pub struct NewSession {
     /// session.
     #[serde(default)]
     pub run_id: Option<String>,
+    /// For a fork: its history begins with the first messages of another
+    /// session, read from there instead of being copied.
+    #[serde(default)]
+    pub fork_of: Option<ForkBase>,
+}
+
+/// Where a fork's history begins: the first `len` messages of `session` (its
+/// parent's, stored and flushed before the fork exists, never rewritten by
+/// the parent's later turns). The fork's own records start at index `len`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ForkBase {
+    /// The session holding the shared beginning.
+    pub session: String,
+    /// How many of its messages the fork shares.
+    pub len: u64,
 }
 
 /// What listing shows of a session (SPEC §9), kept apart from its history so
@@ -74,6 +89,9 @@ pub struct SessionMeta {
     /// session. Records written before this field existed read as `None`.
     #[serde(default)]
     pub run_id: Option<String>,
+    /// For a fork: the session and length its history begins with.
+    #[serde(default)]
+    pub fork_of: Option<ForkBase>,
 }
 
 impl SessionMeta {
@@ -110,6 +128,7 @@ impl SessionRecord {
                 parent: new.parent.clone(),
                 agent_path: new.agent_path.clone(),
                 run_id: new.run_id.clone(),
+                fork_of: new.fork_of.clone(),
             },
             title_index: None,
         }
@@ -354,6 +373,7 @@ mod tests {
                 parent: None,
                 agent_path: None,
                 run_id: None,
+                fork_of: None,
             },
             at(0),
         )
@@ -464,6 +484,7 @@ mod tests {
                 parent: Some("s".into()),
                 agent_path: Some("main/fork-1".into()),
                 run_id: Some("r".into()),
+                fork_of: None,
             },
             at(0),
         );

@@ -14,6 +14,7 @@ use sled::transaction::ConflictableTransactionError;
 use super::family;
 use super::history::HistoryBuilder;
 use super::layout::{self, check_id};
+use super::records::ForkBase;
 use super::records::{
     CompactionMarker, LoadedHistory, NewSession, SessionMeta, SessionRecord, SkippedRecord,
 };
@@ -25,6 +26,13 @@ const EXPORT_TARGET: &str = "the output";
 
 /// Messages expected in a history when the metadata gives no better figure.
 const MAX_PREALLOCATED_MESSAGES: u64 = 100_000;
+
+/// A message record read by index: the message, or why it is unreadable.
+type IndexedRecord = (u64, Result<Message, String>);
+
+/// How many fork bases are followed when a history is read (forks do not
+/// fork, so real chains are one step long; damaged records may loop).
+const MAX_FORK_BASE_DEPTH: u32 = 4;
 
 impl Store {
     /// Creates a session with no messages. Fails with
@@ -47,6 +55,16 @@ impl Store {
         }
         if let Some(run_id) = &new.run_id {
             check_id("run", run_id)?;
+        }
+        if let Some(base) = &new.fork_of {
+            check_id("session", &base.session)?;
+            if base.session == new.id {
+                return Err(StoreError::InvalidId {
+                    what: "fork base",
+                    id: base.session.clone(),
+                    reason: "a session cannot begin with itself".to_owned(),
+                });
+            }
         }
         let record = SessionRecord::new(new, self.now());
         let value = layout::encode(&record)?;
@@ -200,7 +218,16 @@ impl Store {
             .saturating_sub(first_kept)
             .min(MAX_PREALLOCATED_MESSAGES);
         let mut builder = HistoryBuilder::new(marker, usize::try_from(expected).unwrap_or(0));
-        let start = layout::numbered_key(session, first_kept);
+        // A fork begins with its parent's messages, read from the parent; its
+        // own records start after them (any below are copies, passed over).
+        let mut own_from = first_kept;
+        if let Some(base) = &record.meta.fork_of {
+            for (index, decoded) in self.base_messages(base, first_kept, 0)? {
+                builder.push(index, decoded);
+            }
+            own_from = own_from.max(base.len);
+        }
+        let start = layout::numbered_key(session, own_from);
         let end = layout::owner_end(session);
         for item in self.inner.messages.range(start..end) {
             let (key, value) = item.map_err(self.sled_err("read messages"))?;
@@ -235,25 +262,76 @@ impl Store {
             source,
         };
         let mut lines = 0u64;
-        for item in self
-            .inner
-            .messages
-            .scan_prefix(layout::owner_prefix(session))
-        {
-            let (key, value) = item.map_err(self.sled_err("read messages"))?;
-            let Some(message) = decode_listed::<Message>(layout::MESSAGES_TREE, &key, &value)
-            else {
-                continue;
-            };
-            serde_json::to_writer(&mut *out, &message).map_err(|e| match e.classify() {
+        let mut write = |message: &Message| -> Result<(), StoreError> {
+            serde_json::to_writer(&mut *out, message).map_err(|e| match e.classify() {
                 serde_json::error::Category::Io => export_error(e.into()),
                 _ => StoreError::Encode(e),
             })?;
             out.write_all(b"\n").map_err(export_error)?;
             lines += 1;
+            Ok(())
+        };
+        // A fork's export begins with the messages it shares with its parent.
+        let base = self
+            .session_record(session)?
+            .and_then(|record| record.meta.fork_of);
+        let mut own_from = 0;
+        if let Some(base) = &base {
+            for (_, decoded) in self.base_messages(base, 0, 0)? {
+                if let Ok(message) = decoded {
+                    write(&message)?;
+                }
+            }
+            own_from = base.len;
+        }
+        let own = layout::numbered_key(session, own_from)..layout::owner_end(session);
+        for item in self.inner.messages.range(own) {
+            let (key, value) = item.map_err(self.sled_err("read messages"))?;
+            let Some(message) = decode_listed::<Message>(layout::MESSAGES_TREE, &key, &value)
+            else {
+                continue;
+            };
+            write(&message)?;
         }
         out.flush().map_err(export_error)?;
         Ok(lines)
+    }
+
+    /// Messages `from..base.len` of a fork's base, as `(index, decoded)` in
+    /// index order: the base session's own records, preceded by its own base
+    /// when it is itself a fork. A base that is gone or damaged yields what
+    /// can be read (the caller reports the gap); nesting is bounded.
+    fn base_messages(
+        &self,
+        base: &ForkBase,
+        from: u64,
+        depth: u32,
+    ) -> Result<Vec<IndexedRecord>, StoreError> {
+        let mut out = Vec::new();
+        if from >= base.len || depth >= MAX_FORK_BASE_DEPTH {
+            return Ok(out);
+        }
+        let Ok(Some(record)) = self.session_record(&base.session) else {
+            return Ok(out);
+        };
+        let mut start = from;
+        if let Some(inner) = &record.meta.fork_of {
+            let shared = ForkBase {
+                session: inner.session.clone(),
+                len: inner.len.min(base.len),
+            };
+            out = self.base_messages(&shared, from, depth + 1)?;
+            start = start.max(shared.len);
+        }
+        let range = layout::numbered_key(&base.session, start)
+            ..layout::numbered_key(&base.session, base.len);
+        for item in self.inner.messages.range(range) {
+            let (key, value) = item.map_err(self.sled_err("read messages"))?;
+            if let Some(index) = layout::parse_numbered_key(&base.session, &key) {
+                out.push((index, layout::decode::<Message>(&value)));
+            }
+        }
+        Ok(out)
     }
 
     /// The stored record of a session; damage is an error.

@@ -138,6 +138,7 @@ pub fn new_session(id: &str, parent: Option<&str>) -> NewSession {
         parent: parent.map(Into::into),
         agent_path: None,
         run_id: None,
+        fork_of: None,
     }
 }
 
@@ -148,6 +149,7 @@ pub fn new_child_session(id: &str, parent: &str, agent_path: &str, run_id: &str)
         parent: Some(parent.into()),
         agent_path: Some(agent_path.into()),
         run_id: Some(run_id.into()),
+        fork_of: None,
         ..new_session(id, None)
     }
 }
