@@ -3,8 +3,9 @@
 //! prompt, the store. Built by a front door (the CLI's set-up, tests) and
 //! shared by every agent of the tree.
 
+use std::collections::HashMap;
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use troupe_runtime::agent::ToolCatalogue;
@@ -22,6 +23,12 @@ use troupe_runtime::tools::registry::ToolRegistry;
 /// Builds a provider for another model of the same endpoint (a role that
 /// names its model). The error says why the model cannot be used.
 pub type ProviderForModel = Arc<dyn Fn(&str) -> Result<Arc<dyn Provider>, String> + Send + Sync>;
+
+/// The tool catalogues built for an environment, by role name and whether the
+/// `agent` tool is part of it: built once, shared by every agent with that
+/// role (a catalogue holds every definition, so it is not small).
+#[derive(Default)]
+pub struct CatalogueCache(Mutex<HashMap<(String, bool), Arc<ToolCatalogue>>>);
 
 /// Everything the agents of a session work with that does not change during a run.
 pub struct AgentEnv {
@@ -52,6 +59,8 @@ pub struct AgentEnv {
     pub store: Store,
     /// Whether prompts, completions and tool arguments go on spans.
     pub capture: ContentCapture,
+    /// Catalogues built so far (start with `CatalogueCache::default()`).
+    pub catalogues: CatalogueCache,
 }
 
 impl AgentEnv {
@@ -61,8 +70,34 @@ impl AgentEnv {
     }
 
     /// The main agent's catalogue: every tool of the registry and `agent`.
-    pub fn main_catalogue(&self) -> Result<ToolCatalogue, RegistryError> {
-        ToolCatalogue::for_role(&self.registry, &RoleTools::All, Some(self.agent_tool()))
+    pub fn main_catalogue(&self) -> Result<Arc<ToolCatalogue>, RegistryError> {
+        // Not a valid role name, so no role file can take its place.
+        self.catalogue("(main)", &RoleTools::All, true)
+    }
+
+    /// The catalogue of role `role` allowing `tools`, with the `agent` tool
+    /// when `with_agent` (and the role allows it): built on first use, then
+    /// shared.
+    pub fn catalogue(
+        &self,
+        role: &str,
+        tools: &RoleTools,
+        with_agent: bool,
+    ) -> Result<Arc<ToolCatalogue>, RegistryError> {
+        let key = (role.to_string(), with_agent);
+        // A panic while holding the lock leaves a map of finished entries.
+        let mut built = self
+            .catalogues
+            .0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if let Some(catalogue) = built.get(&key) {
+            return Ok(catalogue.clone());
+        }
+        let agent_tool = with_agent.then(|| self.agent_tool());
+        let catalogue = Arc::new(ToolCatalogue::for_role(&self.registry, tools, agent_tool)?);
+        built.insert(key, catalogue.clone());
+        Ok(catalogue)
     }
 
     /// The provider for `model`: the session's own when it is that model.

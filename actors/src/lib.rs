@@ -13,7 +13,7 @@ pub(crate) mod run;
 pub mod runtime;
 
 pub use agent::{AgentMsg, Internal};
-pub use env::{AgentEnv, ProviderForModel};
+pub use env::{AgentEnv, CatalogueCache, ProviderForModel};
 pub use event_log::{EventLog, EventLogMsg, EventSink};
 pub use run::SessionState;
 pub use runtime::{RunHandle, RunSubmission, Runtime, RuntimeError, SessionTarget};

@@ -379,7 +379,7 @@ impl RunActorState {
             session_id: self.session_id.clone(),
             task: None,
             system: self.env.system.clone(),
-            catalogue: Arc::new(catalogue),
+            catalogue,
             roles: self.env.roles.clone(),
             permissions: self.permissions.clone(),
             account: self.account.clone(),

@@ -235,6 +235,7 @@ async fn assemble(
         tool_timeout: config.tools.timeout,
         store,
         capture: ContentCapture::new(config.telemetry.capture_content),
+        catalogues: Default::default(),
     };
     Ok(Prepared {
         env: Arc::new(env),

@@ -839,3 +839,23 @@ async fn a_session_runs_one_run_at_a_time() {
         RunStatus::Cancelled
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_roles_catalogue_is_built_once_and_shared() {
+    use troupe_runtime::agent::roles::RoleTools;
+    let h = Harness::anthropic(Script::new()).await;
+    let env = h.env_with(vec![]);
+    let first = env
+        .catalogue("explorer", &RoleTools::ReadOnly, false)
+        .unwrap();
+    let again = env
+        .catalogue("explorer", &RoleTools::ReadOnly, false)
+        .unwrap();
+    assert!(Arc::ptr_eq(&first, &again));
+    let with_agent = env.catalogue("general", &RoleTools::All, true).unwrap();
+    let without = env.catalogue("general", &RoleTools::All, false).unwrap();
+    assert!(with_agent.has_agent_tool() && !without.has_agent_tool());
+    let main = env.main_catalogue().unwrap();
+    assert!(Arc::ptr_eq(&main, &env.main_catalogue().unwrap()));
+    assert!(main.has_agent_tool());
+}

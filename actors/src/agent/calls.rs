@@ -13,9 +13,7 @@ use std::time::{Duration, Instant};
 
 use ractor::{Actor, ActorId, ActorRef};
 use troupe_runtime::agent::subagent::{ChildKind, MAX_DEPTH, child_result};
-use troupe_runtime::agent::{
-    AgentLaunch, AgentLoop, Input, LoopSetup, RunOutcome, ToolCatalogue, ToolLaunch,
-};
+use troupe_runtime::agent::{AgentLaunch, AgentLoop, Input, LoopSetup, RunOutcome, ToolLaunch};
 use troupe_runtime::events::{EventKind, RunStatus};
 use troupe_runtime::llm::SystemPrompt;
 use troupe_runtime::session::Transcript;
@@ -167,10 +165,9 @@ impl AgentState {
                 tools,
                 model,
             } => {
-                let agent_tool = (plan.spec.depth < MAX_DEPTH).then(|| self.env.agent_tool());
-                let catalogue = match ToolCatalogue::for_role(&self.env.registry, tools, agent_tool)
-                {
-                    Ok(catalogue) => Arc::new(catalogue),
+                let with_agent = plan.spec.depth < MAX_DEPTH;
+                let catalogue = match self.env.catalogue(&plan.spec.role, tools, with_agent) {
+                    Ok(catalogue) => catalogue,
                     Err(err) => {
                         return Some(could_not_start(
                             epoch,

@@ -158,6 +158,7 @@ pub fn agent_env(
         tool_timeout: TOOL_TIMEOUT,
         store,
         capture: troupe_runtime::telemetry::genai::ContentCapture::default(),
+        catalogues: Default::default(),
     }))
 }
 
