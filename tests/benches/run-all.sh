@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds the release binary and runs every whole-runtime benchmark of
-# tests/benches (SPEC §14), printing their figures. Record them in
+# tests/benches (the performance targets), printing their figures. Record them in
 # docs/performance.md (the summary table and the bench's own section) with the
 # machine, date and load average.
 #

@@ -15,7 +15,6 @@ use ractor::{Actor, ActorId, ActorRef};
 use troupe_runtime::agent::subagent::{ChildKind, MAX_DEPTH, child_result};
 use troupe_runtime::agent::{AgentLaunch, AgentLoop, Input, LoopSetup, RunOutcome, ToolLaunch};
 use troupe_runtime::events::{EventKind, RunStatus};
-use troupe_runtime::llm::SystemPrompt;
 use troupe_runtime::session::Transcript;
 use troupe_runtime::store::{ForkBase, NewSession};
 use troupe_runtime::telemetry::genai::ToolErrorKind;
@@ -154,17 +153,10 @@ impl AgentState {
         let plan = *launch.child;
         let path = plan.spec.path.clone();
         let is_fork = plan.spec.is_fork;
-        let (system, catalogue, provider) = match &plan.kind {
-            ChildKind::Fork => (
-                self.machine.system().clone(),
-                self.machine.catalogue().clone(),
-                self.provider.clone(),
-            ),
-            ChildKind::Role {
-                prompt,
-                tools,
-                model,
-            } => {
+        let system = plan.system_prompt(self.machine.system());
+        let (catalogue, provider) = match &plan.kind {
+            ChildKind::Fork => (self.machine.catalogue().clone(), self.provider.clone()),
+            ChildKind::Role { tools, model, .. } => {
                 let with_agent = plan.spec.depth < MAX_DEPTH;
                 let catalogue = match self.env.catalogue(&plan.spec.role, tools, with_agent) {
                     Ok(catalogue) => catalogue,
@@ -189,26 +181,17 @@ impl AgentState {
                     },
                     None => self.provider.clone(),
                 };
-                let system = SystemPrompt {
-                    stable: prompt.clone(),
-                    environment: self.machine.system().environment.clone(),
-                };
-                (system, catalogue, provider)
+                (catalogue, provider)
             }
         };
         // A fork shares its parent's stored history instead of copying it:
         // the parent saved it before any of its calls started.
-        let fork_of = match (&plan.kind, self.machine.transcript().shareable_len()) {
-            (ChildKind::Fork, Some(stored))
-                if plan.shared_prefix > 0 && stored >= plan.shared_prefix =>
-            {
-                Some(ForkBase {
-                    session: self.machine.session_id().to_string(),
-                    len: plan.shared_prefix as u64,
-                })
-            }
-            _ => None,
-        };
+        let fork_of = plan
+            .shared_with_parent(self.machine.transcript().shareable_len())
+            .map(|len| ForkBase {
+                session: self.machine.session_id().to_string(),
+                len: len as u64,
+            });
         let session_id = uuid::Uuid::now_v7().to_string();
         let created = self.env.store.create_session(&NewSession {
             id: session_id.clone(),

@@ -10,6 +10,7 @@ use crate::agent::agent_tool::AgentCallArgs;
 use crate::agent::roles::{Role, RoleSet, RoleTools, SUBAGENT_MAX_TURNS};
 use crate::agent::{AgentSpec, RunOutcome, UNKNOWN_TOOL_TURNS_SUBAGENT};
 use crate::events::RunStatus;
+use crate::llm::SystemPrompt;
 use crate::model::{Message, Role as MessageRole, ToolResult};
 
 /// SPEC §7: nesting depth of sub-agents (the main agent is depth 0).
@@ -83,6 +84,34 @@ impl ChildPlan {
     /// The name used in the child's path: the role, or `fork`.
     pub fn label(&self) -> &str {
         &self.spec.role
+    }
+
+    /// How many leading messages the child's session may read from its
+    /// parent's instead of storing them: a fork's whole copy, when the parent
+    /// has at least that many messages stored at their own index
+    /// (`parent_stored`, `None` when its history starts with a summary).
+    pub fn shared_with_parent(&self, parent_stored: Option<usize>) -> Option<usize> {
+        match (&self.kind, parent_stored) {
+            (ChildKind::Fork, Some(stored))
+                if self.shared_prefix > 0 && stored >= self.shared_prefix =>
+            {
+                Some(self.shared_prefix)
+            }
+            _ => None,
+        }
+    }
+
+    /// The child's system prompt: a fork's is its parent's, exactly (its
+    /// first request repeats the parent's prefix); a role's is the role's
+    /// prompt with the parent's environment part.
+    pub fn system_prompt(&self, parent: &SystemPrompt) -> SystemPrompt {
+        match &self.kind {
+            ChildKind::Fork => parent.clone(),
+            ChildKind::Role { prompt, .. } => SystemPrompt {
+                stable: prompt.clone(),
+                environment: parent.environment.clone(),
+            },
+        }
     }
 }
 
@@ -391,6 +420,31 @@ mod tests {
         .unwrap_err();
         assert!(err.contains("no role \"nope\""), "{err}");
         assert!(err.contains("general, explorer"), "{err}");
+    }
+
+    #[test]
+    fn a_fork_shares_its_copy_when_the_parent_stored_it_and_a_role_never() {
+        let main = AgentSpec::main(25);
+        let roles = RoleSet::builtin();
+        let history = parent_history();
+        let fork = plan_child(&main, &roles, &args("b", None, true), "c2", &history).unwrap();
+        assert_eq!(fork.shared_with_parent(Some(2)), Some(2));
+        assert_eq!(fork.shared_with_parent(Some(5)), Some(2));
+        // Not all of it stored yet, or a history starting with a summary.
+        assert_eq!(fork.shared_with_parent(Some(1)), None);
+        assert_eq!(fork.shared_with_parent(None), None);
+        let role = plan_child(&main, &roles, &args("x", None, false), "c1", &history).unwrap();
+        assert_eq!(role.shared_with_parent(Some(2)), None);
+
+        let parent = SystemPrompt {
+            stable: "parent rules".into(),
+            environment: "cwd: /repo".into(),
+        };
+        assert_eq!(fork.system_prompt(&parent), parent);
+        let general = role.system_prompt(&parent);
+        assert_eq!(general.environment, parent.environment);
+        assert_ne!(general.stable, parent.stable);
+        assert!(!general.stable.is_empty());
     }
 
     #[test]
