@@ -297,11 +297,18 @@ impl Actor for RunActor {
             }
             RunMsg::History(reply) => match state.main.clone() {
                 Some(main) => {
+                    let run = myself.clone();
                     tokio::spawn(async move {
-                        if let Ok(history) =
-                            ractor::call_t!(main, AgentMsg::History, STATUS_TIMEOUT_MS)
-                        {
-                            let _ = reply.send(history);
+                        match ractor::call_t!(main, AgentMsg::History, STATUS_TIMEOUT_MS) {
+                            Ok(history) => {
+                                let _ = reply.send(history);
+                            }
+                            // The main agent is done: its report is ahead of
+                            // this in the run's mailbox, so the run ends (and
+                            // drops the question) before it comes round again.
+                            Err(_) => {
+                                let _ = run.cast(RunMsg::History(reply));
+                            }
                         }
                     });
                 }

@@ -476,13 +476,22 @@ impl Runtime {
 
     /// A session's history: live, kept since its last run, or stored.
     pub async fn history(&self, session_id: &str) -> Result<Vec<Message>, RuntimeError> {
-        let source = ractor::call!(self.actor, RuntimeMsg::History, session_id.to_string())
-            .map_err(|_| RuntimeError::Gone)?;
+        let ask = async || {
+            ractor::call!(self.actor, RuntimeMsg::History, session_id.to_string())
+                .map_err(|_| RuntimeError::Gone)
+        };
+        let mut source = ask().await?;
+        if let HistorySource::Run(run) = source {
+            match ractor::call!(run, RunMsg::History) {
+                Ok(history) => return Ok(history),
+                // The run ended meanwhile. It handed the session to the
+                // runtime before it stopped, so asking again finds it kept.
+                Err(_) => source = ask().await?,
+            }
+        }
         match source {
             HistorySource::Messages(messages) => Ok(messages),
-            HistorySource::Run(run) => {
-                ractor::call!(run, RunMsg::History).map_err(|_| RuntimeError::Gone)
-            }
+            HistorySource::Run(_) => Err(RuntimeError::Gone),
             HistorySource::Stored => {
                 if self.store.session(session_id)?.is_none() {
                     return Err(RuntimeError::UnknownSession(session_id.to_string()));
