@@ -45,8 +45,7 @@
 //! Figures go to `docs/performance.md`, never into assertions.
 
 use std::collections::HashMap;
-use std::io::{BufRead, BufReader, Read, Write};
-use std::process::{Child, Command, Stdio};
+use std::process::Child;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -65,7 +64,8 @@ use troupe_runtime::model::{ContentBlock, Message, Role, ToolCall, ToolResult};
 use troupe_runtime::permissions::PermissionEngine;
 use troupe_runtime::store::{NewSession, Store};
 use troupe_runtime::tools::{Tool, ToolCategory, ToolContext, ToolOutput, builtin_registry};
-use troupe_scripted::{Matcher, Response, Script, ScriptedServer, Turn, Usage, text, tool_call};
+use troupe_scripted::{Matcher, Response, Script, Turn, Usage, text, tool_call};
+use troupe_tests::bench::server_child;
 use troupe_tests::bench::stats::{Summary, millis};
 use troupe_tests::bench::system::{Memory, kib_to_mib, machine_line};
 use troupe_tests::bench::{
@@ -294,60 +294,16 @@ fn serve(spec: &str) -> Result<(), String> {
         .split_once(',')
         .and_then(|(w, n)| Some((w.parse::<usize>().ok()?, n.parse::<usize>().ok()?)))
         .ok_or_else(|| format!("{SERVE_VAR} must be WARMUP,CHILDREN, got {spec:?}"))?;
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| e.to_string())?;
-    runtime.block_on(async move {
-        let mut script = Script::new();
-        push_fanout(&mut script, WARMUP_MAIN, "WARM", warmup);
-        push_fanout(&mut script, FANOUT_MAIN, "LIVE", children);
-        push_fanout(&mut script, AGAIN_MAIN, "AGAIN", children);
-        let server = ScriptedServer::start(script)
-            .await
-            .map_err(|e| format!("scripted server: {e}"))?;
-        let mut stdout = std::io::stdout().lock();
-        writeln!(stdout, "{}", server.anthropic_base_url()).map_err(|e| e.to_string())?;
-        stdout.flush().map_err(|e| e.to_string())?;
-        drop(stdout);
-        tokio::task::spawn_blocking(|| {
-            let mut sink = Vec::new();
-            let _ = std::io::stdin().read_to_end(&mut sink);
-        })
-        .await
-        .map_err(|e| e.to_string())?;
-        let violations = server.take_violations();
-        if !violations.is_empty() {
-            eprintln!("agent_tree server: {} violation(s)", violations.len());
-            for violation in violations.iter().take(5) {
-                eprintln!("  {violation}");
-            }
-        }
-        server.shutdown().await;
-        Ok(())
-    })
+    let mut script = Script::new();
+    push_fanout(&mut script, WARMUP_MAIN, "WARM", warmup);
+    push_fanout(&mut script, FANOUT_MAIN, "LIVE", children);
+    push_fanout(&mut script, AGAIN_MAIN, "AGAIN", children);
+    server_child::serve("agent_tree", script)
 }
 
 /// The scripted server in a child process, and its base URL.
 fn spawn_server(warmup: usize, children: usize) -> Result<(Child, String), String> {
-    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
-    let mut child = Command::new(exe)
-        .env(SERVE_VAR, format!("{warmup},{children}"))
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .map_err(|e| format!("cannot start the server child: {e}"))?;
-    let stdout = child.stdout.take().ok_or("server child has no stdout")?;
-    let mut line = String::new();
-    BufReader::new(stdout)
-        .read_line(&mut line)
-        .map_err(|e| format!("server child: {e}"))?;
-    let url = line.trim().to_string();
-    if !url.starts_with("http://127.0.0.1:") {
-        return Err(format!("server child printed {line:?}"));
-    }
-    Ok((child, url))
+    server_child::spawn(SERVE_VAR, &format!("{warmup},{children}"))
 }
 
 /// Read-only: waits until the bench releases it (or the call is cancelled).

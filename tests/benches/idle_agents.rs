@@ -19,8 +19,7 @@
 //! Environment: `TROUPE_BENCH_AGENTS` (default 1000). Figures go to
 //! `docs/performance.md`, never into assertions.
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::process::{Child, Command, Stdio};
+use std::process::Child;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -31,8 +30,9 @@ use troupe_runtime::events::RunStatus;
 use troupe_runtime::permissions::PermissionEngine;
 use troupe_runtime::store::Store;
 use troupe_runtime::tools::builtin_registry;
-use troupe_scripted::{Script, ScriptedServer, text};
+use troupe_scripted::{Script, text};
 use troupe_tests::WAIT;
+use troupe_tests::bench::server_child;
 use troupe_tests::bench::system::{Memory, kib_to_mib, machine_line};
 use troupe_tests::bench::{
     agent_env, count_from_env, invoked_as_benchmark, run_on_tokio_workers, scripted_provider,
@@ -57,53 +57,15 @@ fn serve(turns: &str) -> Result<(), String> {
     let turns: usize = turns
         .parse()
         .map_err(|_| format!("{SERVE_VAR} must be a number, got {turns:?}"))?;
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| e.to_string())?;
-    runtime.block_on(async move {
-        let script: Script = (0..turns)
-            .map(|i| text(format!("Session answer {i}.")))
-            .collect();
-        let server = ScriptedServer::start(script)
-            .await
-            .map_err(|e| format!("scripted server: {e}"))?;
-        let mut stdout = std::io::stdout().lock();
-        writeln!(stdout, "{}", server.anthropic_base_url()).map_err(|e| e.to_string())?;
-        stdout.flush().map_err(|e| e.to_string())?;
-        drop(stdout);
-        // Wait for the parent to close stdin (or exit).
-        tokio::task::spawn_blocking(|| {
-            let mut sink = Vec::new();
-            let _ = std::io::stdin().read_to_end(&mut sink);
-        })
-        .await
-        .map_err(|e| e.to_string())?;
-        server.shutdown().await;
-        Ok(())
-    })
+    let script: Script = (0..turns)
+        .map(|i| text(format!("Session answer {i}.")))
+        .collect();
+    server_child::serve("idle_agents", script)
 }
 
 /// The scripted server in a child process, and its base URL.
 fn spawn_server(turns: usize) -> Result<(Child, String), String> {
-    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
-    let mut child = Command::new(exe)
-        .env(SERVE_VAR, turns.to_string())
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .map_err(|e| format!("cannot start the server child: {e}"))?;
-    let stdout = child.stdout.take().ok_or("server child has no stdout")?;
-    let mut line = String::new();
-    BufReader::new(stdout)
-        .read_line(&mut line)
-        .map_err(|e| format!("server child: {e}"))?;
-    let url = line.trim().to_string();
-    if !url.starts_with("http://127.0.0.1:") {
-        return Err(format!("server child printed {line:?}"));
-    }
-    Ok((child, url))
+    server_child::spawn(SERVE_VAR, &turns.to_string())
 }
 
 /// Runs one short task in a new session; returns the session id.

@@ -3,9 +3,9 @@
 //! server, a bare HTTP client and replays that split a run's time into parts,
 //! the measured multi-turn run shared by the per-turn benches, a loopback OTLP
 //! collector and a span sink for runs with telemetry on, a relay that counts
-//! connections, readings of `/proc`,
-//! and the agent environment for a scripted server that runs in another
-//! process.
+//! connections, readings of `/proc`, the scripted server in a child
+//! process, and the agent environment for a scripted server that runs in
+//! another process.
 //!
 //! Nothing here asserts a timing: benchmarks print figures, which are recorded
 //! in `docs/performance.md`. This module must not change how the product
@@ -16,6 +16,7 @@ pub mod collector;
 pub mod http;
 pub mod proxy;
 pub mod replay;
+pub mod server_child;
 pub mod spans;
 pub mod stats;
 pub mod system;
