@@ -23,7 +23,7 @@ use tokio_util::sync::CancellationToken;
 use troupe_runtime::agent::resume::{pause_note, user_message};
 use troupe_runtime::agent::{
     AgentLoop, AgentSpec, AgentStatus, Approver, Budget, LimitHit, LoopSetup, RunAccount,
-    RunOutcome, StopCause,
+    RunOutcome, SlotHolder, StopCause,
 };
 use troupe_runtime::config::{Limits, RuleEntry};
 use troupe_runtime::events::{ApprovalOutcome, EventKind, RunStatus};
@@ -408,7 +408,7 @@ impl RunActorState {
             run: myself.clone(),
             root_session: self.session_id.clone(),
             report: Report::Run,
-            slot: None,
+            slot: SlotHolder::default(),
         };
         Actor::spawn_linked(None, AgentActor, args, myself.get_cell())
             .await

@@ -12,8 +12,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use ractor::{Actor, ActorId, ActorRef};
-use troupe_runtime::agent::subagent::{ChildKind, MAX_DEPTH, child_result};
-use troupe_runtime::agent::{AgentLaunch, AgentLoop, Input, LoopSetup, RunOutcome, ToolLaunch};
+use troupe_runtime::agent::subagent::{ChildKind, MAX_DEPTH, child_panicked, child_result};
+use troupe_runtime::agent::{
+    AgentLaunch, AgentLoop, Input, LoopSetup, RunOutcome, SlotHolder, ToolLaunch,
+};
 use troupe_runtime::events::{EventKind, RunStatus};
 use troupe_runtime::session::Transcript;
 use troupe_runtime::store::{ForkBase, NewSession};
@@ -21,7 +23,7 @@ use troupe_runtime::telemetry::genai::ToolErrorKind;
 use troupe_runtime::telemetry::propagation::traceparent_of;
 use troupe_runtime::tools::{ToolContext, ToolOutput};
 
-use super::{AgentActor, AgentArgs, AgentMsg, AgentState, ChildEntry, Report, Slot, Work};
+use super::{AgentActor, AgentArgs, AgentMsg, AgentState, ChildEntry, Report, Work};
 use crate::executor::{CLEANUP_GRACE, ExecutorArgs, ReportTo, ToolExecutor, ToolReport};
 
 impl AgentState {
@@ -89,21 +91,16 @@ impl AgentState {
         myself: &ActorRef<AgentMsg>,
         launch: AgentLaunch,
     ) -> Option<Input> {
-        if let Some(own) = self.slot.take() {
-            self.own_slot_lent = Some(own.lent);
-            let lent = Slot {
-                permit: own.permit,
-                lent: true,
-            };
-            return self.spawn_child(myself, launch, Some(lent)).await;
+        if let Some(lent) = self.slot.lend() {
+            return self
+                .spawn_child(myself, launch, SlotHolder::new(Some(lent), true))
+                .await;
         }
         let slots = self.machine.account().slots().clone();
         if let Ok(permit) = slots.clone().try_acquire_owned() {
-            let slot = Slot {
-                permit,
-                lent: false,
-            };
-            return self.spawn_child(myself, launch, Some(slot)).await;
+            return self
+                .spawn_child(myself, launch, SlotHolder::new(Some(permit), false))
+                .await;
         }
         let agent = myself.clone();
         tokio::spawn(async move {
@@ -138,7 +135,7 @@ impl AgentState {
         &mut self,
         myself: &ActorRef<AgentMsg>,
         launch: AgentLaunch,
-        slot: Option<Slot>,
+        slot: SlotHolder,
     ) -> Option<Input> {
         let (epoch, index) = (launch.epoch, launch.index);
         if launch.cancel.is_cancelled() {
@@ -289,11 +286,7 @@ impl AgentState {
         slot: Option<tokio::sync::OwnedSemaphorePermit>,
     ) -> Option<Input> {
         if let Some(permit) = slot {
-            // The slot this agent lent comes back, as it held it before.
-            self.slot = Some(Slot {
-                permit,
-                lent: self.own_slot_lent.take().unwrap_or(false),
-            });
+            self.slot.returned(permit);
         }
         let id = self
             .children
@@ -341,10 +334,7 @@ impl AgentState {
         Some(Input::CallFinished {
             epoch: child.epoch,
             index: child.index,
-            output: ToolOutput::error(format!(
-                "The sub-agent {} failed: it panicked ({panic}). Its work so far is in its session.",
-                child.path
-            )),
+            output: ToolOutput::error(child_panicked(&child.path, &panic)),
             duration: child.started.elapsed(),
             error: Some(ToolErrorKind::Panicked),
         })

@@ -128,11 +128,7 @@ impl AgentState {
                 index,
             }) => {
                 // A lent slot goes back to the parent; an own one to the pool.
-                let slot = self
-                    .slot
-                    .take()
-                    .filter(|slot| slot.lent)
-                    .map(|slot| slot.permit);
+                let slot = self.slot.release();
                 let _ = agent.cast(AgentMsg::work(Work::ChildDone {
                     epoch,
                     index,

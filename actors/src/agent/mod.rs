@@ -27,7 +27,9 @@ use std::time::Instant;
 use ractor::{Actor, ActorId, ActorProcessingErr, ActorRef, RpcReplyPort, SupervisionEvent};
 use tokio::sync::OwnedSemaphorePermit;
 use tokio_util::sync::{CancellationToken, DropGuard};
-use troupe_runtime::agent::{AgentLaunch, AgentLoop, AgentStatus, Effect, Input, RunOutcome};
+use troupe_runtime::agent::{
+    AgentLaunch, AgentLoop, AgentStatus, Effect, Input, RunOutcome, SlotHolder,
+};
 use troupe_runtime::events::ApprovalOutcome;
 use troupe_runtime::llm::{Provider, ProviderError, StreamEvent};
 use troupe_runtime::model::Message;
@@ -108,13 +110,6 @@ pub(crate) enum Report {
     },
 }
 
-/// A sub-agent slot held by an agent, and whether it was lent by its parent
-/// (then it goes back to the parent, not to the pool).
-pub(crate) struct Slot {
-    pub permit: OwnedSemaphorePermit,
-    pub lent: bool,
-}
-
 /// Arguments of a new agent.
 pub(crate) struct AgentArgs {
     /// The loop it runs.
@@ -131,8 +126,8 @@ pub(crate) struct AgentArgs {
     pub root_session: String,
     /// Where its outcome goes.
     pub report: Report,
-    /// Its sub-agent slot, if it holds one.
-    pub slot: Option<Slot>,
+    /// Its sub-agent slot.
+    pub slot: SlotHolder,
 }
 
 /// The agent actor.
@@ -158,9 +153,7 @@ pub(crate) struct AgentState {
     run: ActorRef<RunMsg>,
     root_session: String,
     report: Option<Report>,
-    slot: Option<Slot>,
-    /// While this agent's own slot is lent to a child: whether it was itself lent.
-    own_slot_lent: Option<bool>,
+    slot: SlotHolder,
     /// Executors by actor, with the call they run.
     executors: HashMap<ActorId, (u64, usize)>,
     /// Children by actor.
@@ -195,7 +188,6 @@ impl Actor for AgentActor {
             root_session: args.root_session,
             report: Some(args.report),
             slot: args.slot,
-            own_slot_lent: None,
             executors: HashMap::new(),
             children: HashMap::new(),
             pending_stored: false,
@@ -272,11 +264,8 @@ impl AgentState {
                 slot,
             } => self.on_child_done(epoch, index, outcome, slot),
             Work::SlotReady { launch, permit } => {
-                let slot = Slot {
-                    permit,
-                    lent: false,
-                };
-                self.spawn_child(myself, *launch, Some(slot)).await
+                let slot = SlotHolder::new(Some(permit), false);
+                self.spawn_child(myself, *launch, slot).await
             }
             Work::Approve {
                 run_id,

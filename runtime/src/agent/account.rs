@@ -16,7 +16,7 @@
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::{Duration, Instant};
 
-use tokio::sync::Semaphore;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
 
 use crate::config::Price;
@@ -158,6 +158,53 @@ impl RunAccount {
     }
 }
 
+/// The sub-agent slot one agent holds, and the lending rule: an agent that
+/// waits for its children does no work of its own, so it lends its slot to
+/// the first child it starts and gets it back when that child ends. A chain
+/// of nested children therefore always has a slot to go on with, however
+/// many slots other agents hold.
+#[derive(Debug, Default)]
+pub struct SlotHolder {
+    /// The permit held, and whether it was lent by the parent.
+    held: Option<(OwnedSemaphorePermit, bool)>,
+    /// While the held slot is lent to a child: whether it was lent to us.
+    lent_out: Option<bool>,
+}
+
+impl SlotHolder {
+    /// A holder of `permit` (none for the main agent); `lent` when the
+    /// parent lent it.
+    pub fn new(permit: Option<OwnedSemaphorePermit>, lent: bool) -> Self {
+        Self {
+            held: permit.map(|permit| (permit, lent)),
+            lent_out: None,
+        }
+    }
+
+    /// The held slot, lent to a child starting now (it comes back through
+    /// [`SlotHolder::returned`]); `None` when there is none to lend.
+    pub fn lend(&mut self) -> Option<OwnedSemaphorePermit> {
+        let (permit, lent) = self.held.take()?;
+        self.lent_out = Some(lent);
+        Some(permit)
+    }
+
+    /// A child gave back the slot this agent lent it.
+    pub fn returned(&mut self, permit: OwnedSemaphorePermit) {
+        let lent = self.lent_out.take().unwrap_or(false);
+        self.held = Some((permit, lent));
+    }
+
+    /// The agent ends: the slot to give back to its parent (one the parent
+    /// lent); a slot of its own goes back to the run's pool when dropped here.
+    pub fn release(&mut self) -> Option<OwnedSemaphorePermit> {
+        match self.held.take() {
+            Some((permit, true)) => Some(permit),
+            _ => None,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -239,6 +286,36 @@ mod tests {
             account.stop_cause(),
             Some(&StopCause::Limit(LimitHit::MaxToolCalls { limit: 5 }))
         );
+    }
+
+    #[test]
+    fn a_held_slot_is_lent_to_the_first_child_and_comes_back() {
+        let pool = Arc::new(Semaphore::new(2));
+        let own = pool.clone().try_acquire_owned().unwrap();
+        let mut parent = SlotHolder::new(Some(own), false);
+        let first = parent.lend().expect("the parent's slot");
+        assert!(parent.lend().is_none(), "lent once");
+        // The child that got it gives it back at its end…
+        let mut child = SlotHolder::new(Some(first), true);
+        let back = child.release().expect("a lent slot goes back");
+        parent.returned(back);
+        assert_eq!(pool.available_permits(), 1);
+        // …and the parent's own slot goes to the pool at its end.
+        assert!(parent.release().is_none());
+        assert_eq!(pool.available_permits(), 2);
+    }
+
+    #[test]
+    fn a_lent_slot_stays_lent_through_a_grandchild() {
+        let pool = Arc::new(Semaphore::new(1));
+        let permit = pool.clone().try_acquire_owned().unwrap();
+        // A child holding its parent's slot lends it on to its own child.
+        let mut child = SlotHolder::new(Some(permit), true);
+        let mut grandchild = SlotHolder::new(child.lend(), true);
+        child.returned(grandchild.release().unwrap());
+        assert!(child.release().is_some(), "still the parent's to get back");
+        assert!(SlotHolder::default().lend().is_none());
+        assert!(SlotHolder::default().release().is_none());
     }
 
     #[test]

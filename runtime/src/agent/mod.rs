@@ -18,7 +18,7 @@ pub mod resume;
 pub mod roles;
 pub mod subagent;
 
-pub use account::{RunAccount, StopCause};
+pub use account::{RunAccount, SlotHolder, StopCause};
 pub use catalogue::ToolCatalogue;
 pub use guard::{Budget, LimitHit, LoopGuard, RunTally};
 pub use history::{HistoryError, validate_history};

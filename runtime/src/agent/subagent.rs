@@ -272,6 +272,14 @@ pub fn child_result(path: &str, is_fork: bool, outcome: &RunOutcome) -> (String,
     }
 }
 
+/// The error result a parent gets when its child at `path` failed outright
+/// (its actor panicked with `panic`) instead of ending its loop.
+pub fn child_panicked(path: &str, panic: &str) -> String {
+    format!(
+        "The sub-agent {path} failed: it panicked ({panic}). Its work so far is in its session."
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -499,5 +507,7 @@ mod tests {
             &outcome(RunStatus::Error, "(The model request failed.)"),
         );
         assert!(error && text.contains("failed (provider_error)"), "{text}");
+        let text = child_panicked("main/fork-2", "boom");
+        assert!(text.contains("main/fork-2") && text.contains("panicked (boom)"));
     }
 }
