@@ -1,19 +1,26 @@
 //! The event log of one run: the single place where a run's events get their
-//! sequence numbers and timestamps, are kept for replay, and are fanned out to
-//! subscribers (CLI renderer, `--json`, the daemon's SSE streams).
+//! sequence numbers and timestamps, are stored, and are fanned out to readers
+//! (CLI renderer, `--json`, the daemon's SSE streams).
 //!
 //! One actor per run, so the order of `seq` is the order in which emissions
 //! arrived. Each agent's own emissions stay in order (a mailbox is FIFO per
-//! sender); emissions of parallel agents interleave. Subscribers get the backlog
-//! from the sequence number they ask for and then every new event, over an
-//! unbounded channel so a slow reader never loses an event.
+//! sender); emissions of parallel agents interleave. Each event is stored
+//! before it is broadcast, and broadcast through a ring of
+//! [`LIVE_BUFFER`](crate::subscription::LIVE_BUFFER) events that never waits:
+//! the log keeps no history in memory and a reader that falls behind catches
+//! up from the store ([`EventSubscription`]), so no reader can grow memory or
+//! slow the run.
 
 use std::sync::Arc;
 
-use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
-use tokio::sync::mpsc;
+use ractor::{Actor, ActorProcessingErr, ActorRef};
+use tokio::sync::broadcast;
 use troupe_runtime::events::{EventKind, RunEvent};
 use troupe_runtime::store::Store;
+
+#[cfg(test)]
+use crate::subscription::EventSubscription;
+use crate::subscription::LIVE_BUFFER;
 
 /// Messages of the event log.
 pub enum EventLogMsg {
@@ -24,19 +31,19 @@ pub enum EventLogMsg {
         /// The event.
         kind: EventKind,
     },
-    /// Receive every event with `seq >= from_seq`, then every new one.
-    Subscribe {
-        /// First sequence number wanted (1 = everything).
-        from_seq: u64,
-        /// Where to send them.
-        sender: mpsc::UnboundedSender<RunEvent>,
-    },
-    /// Every event so far.
-    Snapshot(RpcReplyPort<Vec<RunEvent>>),
 }
 
 /// The event-log actor.
 pub struct EventLog;
+
+/// The live side of a run's events: subscribe to it, then read the store (see
+/// [`EventSubscription::live`](crate::subscription::EventSubscription::live)).
+pub type LiveEvents = broadcast::Sender<Arc<RunEvent>>;
+
+/// A new live ring for one run's events.
+pub fn live_events() -> LiveEvents {
+    broadcast::channel(LIVE_BUFFER).0
+}
 
 /// Identity of the run whose events are logged.
 pub struct EventLogArgs {
@@ -45,16 +52,19 @@ pub struct EventLogArgs {
     /// Session id.
     pub session_id: String,
     /// Where events are stored before they are broadcast.
-    pub store: Option<Store>,
+    pub store: Store,
+    /// Where they are broadcast.
+    pub live: LiveEvents,
 }
 
 /// State of the event log.
 pub struct EventLogState {
     run_id: String,
     session_id: String,
-    events: Vec<RunEvent>,
-    subscribers: Vec<mpsc::UnboundedSender<RunEvent>>,
-    store: Option<Store>,
+    /// The sequence number of the next event.
+    next_seq: u64,
+    live: LiveEvents,
+    store: Store,
     store_failed: bool,
 }
 
@@ -71,8 +81,8 @@ impl Actor for EventLog {
         Ok(EventLogState {
             run_id: args.run_id,
             session_id: args.session_id,
-            events: Vec::new(),
-            subscribers: Vec::new(),
+            next_seq: 1,
+            live: args.live,
             store: args.store,
             store_failed: false,
         })
@@ -86,21 +96,6 @@ impl Actor for EventLog {
     ) -> Result<(), ActorProcessingErr> {
         match message {
             EventLogMsg::Emit { agent_path, kind } => state.record(&agent_path, kind),
-            EventLogMsg::Subscribe { from_seq, sender } => {
-                let start = from_seq.saturating_sub(1) as usize;
-                let delivered = state
-                    .events
-                    .iter()
-                    .skip(start)
-                    .all(|event| sender.send(event.clone()).is_ok());
-                if delivered {
-                    state.subscribers.push(sender);
-                }
-            }
-            EventLogMsg::Snapshot(reply) => {
-                // The caller may have gone away; nothing to do then.
-                let _ = reply.send(state.events.clone());
-            }
         }
         Ok(())
     }
@@ -111,12 +106,12 @@ impl EventLogState {
     /// last event of a run is flushed. Returns the store's error the first
     /// time it fails (later failures of the same run are only logged).
     fn store_event(&mut self, event: &RunEvent) -> Option<String> {
-        let store = self.store.as_ref()?;
         // Only the run actor emits `run_finished`, once, as the last event.
         let last = matches!(event.kind, EventKind::RunFinished { .. });
-        let stored = store
+        let stored = self
+            .store
             .append_event(event)
-            .and_then(|()| if last { store.flush() } else { Ok(()) });
+            .and_then(|()| if last { self.store.flush() } else { Ok(()) });
         match stored {
             Ok(()) => None,
             Err(err) => {
@@ -130,10 +125,10 @@ impl EventLogState {
         }
     }
 
-    /// Numbers, keeps and sends one event.
+    /// Numbers, stores and broadcasts one event.
     fn record(&mut self, agent_path: &str, kind: EventKind) {
         let event = RunEvent {
-            seq: self.events.len() as u64 + 1,
+            seq: self.next_seq,
             run_id: self.run_id.clone(),
             session_id: self.session_id.clone(),
             agent_path: agent_path.to_string(),
@@ -150,13 +145,11 @@ impl EventLogState {
             // The run's last event stays last: the store error goes before it.
             Some(error) if finished => {
                 let mut event = event;
-                let numbered = self.events.len() as u64 + 1;
                 self.broadcast(RunEvent {
-                    seq: numbered,
                     kind: error,
                     ..event.clone()
                 });
-                event.seq = numbered + 1;
+                event.seq = self.next_seq;
                 self.broadcast(event);
             }
             Some(error) => {
@@ -168,10 +161,11 @@ impl EventLogState {
         }
     }
 
+    /// Sends one event to the live readers (none is an error for nobody) and
+    /// moves the sequence on.
     fn broadcast(&mut self, event: RunEvent) {
-        self.subscribers
-            .retain(|subscriber| subscriber.send(event.clone()).is_ok());
-        self.events.push(event);
+        self.next_seq = event.seq + 1;
+        let _ = self.live.send(Arc::new(event));
     }
 }
 
@@ -224,57 +218,161 @@ impl EventSink {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use troupe_runtime::events::RunStatus;
+    use troupe_runtime::model::Usage;
 
-    #[tokio::test]
-    async fn numbers_stores_and_replays_in_order() {
+    struct Fixture {
+        _dir: tempfile::TempDir,
+        store: Store,
+        live: LiveEvents,
+        log: ActorRef<EventLogMsg>,
+        handle: ractor::concurrency::JoinHandle<()>,
+    }
+
+    async fn fixture() -> Fixture {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        let live = live_events();
         let (log, handle) = Actor::spawn(
             None,
             EventLog,
             EventLogArgs {
                 run_id: "r1".into(),
                 session_id: "s1".into(),
-                store: None,
+                store: store.clone(),
+                live: live.clone(),
             },
         )
         .await
         .unwrap();
-        let sink = EventSink::new(log.clone(), "main");
-        let (early_tx, mut early_rx) = mpsc::unbounded_channel();
-        log.cast(EventLogMsg::Subscribe {
-            from_seq: 1,
-            sender: early_tx,
-        })
-        .unwrap();
+        Fixture {
+            _dir: dir,
+            store,
+            live,
+            log,
+            handle,
+        }
+    }
+
+    fn finished() -> EventKind {
+        EventKind::RunFinished {
+            status: RunStatus::Finished,
+            stop_reason: "end_turn".into(),
+            final_text: "done".into(),
+            usage_total: Usage::default(),
+        }
+    }
+
+    async fn read_all(mut subscription: EventSubscription) -> Vec<RunEvent> {
+        let mut events = Vec::new();
+        let wait = std::time::Duration::from_secs(10);
+        while let Some(event) = tokio::time::timeout(wait, subscription.recv())
+            .await
+            .unwrap()
+        {
+            events.push(event);
+        }
+        events
+    }
+
+    #[tokio::test]
+    async fn numbers_stores_and_replays_in_order() {
+        let f = fixture().await;
+        let sink = EventSink::new(f.log.clone(), "main");
+        let early = EventSubscription::live(f.store.clone(), "r1".into(), 1, f.live.subscribe());
         for n in 1..=3 {
             sink.emit(EventKind::Iteration { n });
         }
-        let (late_tx, mut late_rx) = mpsc::unbounded_channel();
-        log.cast(EventLogMsg::Subscribe {
-            from_seq: 2,
-            sender: late_tx,
-        })
-        .unwrap();
+        // A late reader asks from seq 2: what it missed comes from the store.
+        let late = EventSubscription::live(f.store.clone(), "r1".into(), 2, f.live.subscribe());
         sink.for_agent("main/child")
             .emit(EventKind::Notice { text: "x".into() });
+        sink.emit(finished());
 
-        let mut early = Vec::new();
-        for _ in 0..4 {
-            early.push(early_rx.recv().await.unwrap());
-        }
+        let early = read_all(early).await;
         assert_eq!(
             early.iter().map(|e| e.seq).collect::<Vec<_>>(),
-            vec![1, 2, 3, 4]
+            vec![1, 2, 3, 4, 5]
         );
         assert_eq!(early[3].agent_path, "main/child");
         assert_eq!(early[0].run_id, "r1");
-        let mut late = Vec::new();
-        for _ in 0..3 {
-            late.push(late_rx.recv().await.unwrap().seq);
+        let late = read_all(late).await;
+        assert_eq!(
+            late.iter().map(|e| e.seq).collect::<Vec<_>>(),
+            vec![2, 3, 4, 5]
+        );
+        assert_eq!(late, early[1..].to_vec());
+        // Every event is in the store, in order; a reader of the ended run
+        // gets them from there alone.
+        let stored = read_all(EventSubscription::stored(f.store.clone(), "r1".into(), 4)).await;
+        assert_eq!(stored, early[3..].to_vec());
+        f.log.stop(None);
+        f.handle.await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_reader_that_never_reads_catches_up_from_the_store() {
+        let f = fixture().await;
+        let sink = EventSink::new(f.log.clone(), "main");
+        let mut stalled =
+            EventSubscription::live(f.store.clone(), "r1".into(), 1, f.live.subscribe());
+        sink.emit(EventKind::Iteration { n: 1 });
+        // It reads the first event live, then stops reading.
+        assert_eq!(stalled.recv().await.unwrap().seq, 1);
+        let total = (LIVE_BUFFER * 5) as u32;
+        for n in 1..=total {
+            sink.emit(EventKind::TextDelta {
+                text: format!("delta {n}"),
+            });
         }
-        assert_eq!(late, vec![2, 3, 4]);
-        let snapshot = ractor::call!(log, EventLogMsg::Snapshot).unwrap();
-        assert_eq!(snapshot.len(), 4);
-        log.stop(None);
-        handle.await.unwrap();
+        sink.emit(finished());
+        // The log ends (as it does after a run) while the reader has not
+        // read a single event: the ring overwrote most of them.
+        f.log.drain().unwrap();
+        f.handle.await.unwrap();
+        let events = read_all(stalled).await;
+        assert_eq!(events.len(), total as usize + 1);
+        assert!(
+            events
+                .iter()
+                .enumerate()
+                .all(|(i, e)| e.seq == i as u64 + 2)
+        );
+        assert!(matches!(
+            events.last().unwrap().kind,
+            EventKind::RunFinished { .. }
+        ));
+    }
+
+    #[tokio::test]
+    async fn a_reader_that_falls_behind_mid_run_misses_nothing() {
+        let f = fixture().await;
+        let sink = EventSink::new(f.log.clone(), "main");
+        let mut reader =
+            EventSubscription::live(f.store.clone(), "r1".into(), 1, f.live.subscribe());
+        // A second reader that keeps up tells when the log has broadcast
+        // everything emitted so far.
+        let mut pacer =
+            EventSubscription::live(f.store.clone(), "r1".into(), 1, f.live.subscribe());
+        let mut seen = Vec::new();
+        // Read a little, let the ring overflow, read again, repeat.
+        let mut n = 0u32;
+        for _ in 0..4 {
+            for _ in 0..(LIVE_BUFFER as u32 * 2) {
+                n += 1;
+                sink.emit(EventKind::Iteration { n });
+            }
+            while pacer.recv().await.unwrap().seq < u64::from(n) {}
+            for _ in 0..10 {
+                seen.push(reader.recv().await.unwrap().seq);
+            }
+        }
+        sink.emit(finished());
+        while let Some(event) = reader.recv().await {
+            seen.push(event.seq);
+        }
+        assert_eq!(seen, (1..=u64::from(n) + 1).collect::<Vec<_>>());
+        f.log.stop(None);
+        f.handle.await.unwrap();
     }
 }

@@ -2,7 +2,7 @@
 //! a run actor per run (record, first and last events, shared budget,
 //! watchdog, approval broker), one agent actor per agent of the run's tree
 //! (the main agent, sub-agents, forks — one loop for all), a tool executor per
-//! call, an event log per run. Actors only sequence the decisions that
+//! call, an event log per run, read through bounded subscriptions. Actors only sequence the decisions that
 //! `troupe-runtime` makes.
 
 pub mod agent;
@@ -11,10 +11,12 @@ pub mod event_log;
 pub mod executor;
 pub(crate) mod run;
 pub mod runtime;
+pub mod subscription;
 
 pub use agent::{AgentMsg, Internal};
 pub use env::{AgentEnv, CatalogueCache, ProviderForModel};
 pub use event_log::{EventLog, EventLogMsg, EventSink};
 pub use run::SessionState;
 pub use runtime::{RunHandle, RunSubmission, Runtime, RuntimeError, SessionTarget};
+pub use subscription::EventSubscription;
 pub use troupe_runtime::agent::{AgentStatus, Approver, RunOutcome};

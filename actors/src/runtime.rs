@@ -11,7 +11,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use ractor::{Actor, ActorId, ActorProcessingErr, ActorRef, RpcReplyPort, SupervisionEvent};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::oneshot;
 use troupe_runtime::agent::{AgentStatus, Approver, RunOutcome};
 use troupe_runtime::config::{Limits, PermissionMode};
 use troupe_runtime::events::{ApprovalOutcome, EventKind, RunEvent, RunStatus};
@@ -21,8 +21,9 @@ use troupe_runtime::session::{Transcript, open_session};
 use troupe_runtime::store::{NewSession, Store, StoreError};
 
 use crate::env::AgentEnv;
-use crate::event_log::{EventLog, EventLogArgs, EventLogMsg, EventSink};
+use crate::event_log::{EventLog, EventLogArgs, EventLogMsg, EventSink, LiveEvents, live_events};
 use crate::run::{RunActor, RunArgs, RunMsg, SessionState};
+use crate::subscription::EventSubscription;
 
 /// Errors of the runtime handle.
 #[derive(Debug, thiserror::Error)]
@@ -90,8 +91,9 @@ pub struct RunHandle {
     pub run_id: String,
     /// Session id.
     pub session_id: String,
-    /// Every event of the run, from the first.
-    pub events: mpsc::UnboundedReceiver<RunEvent>,
+    /// Every event of the run, from the first (bounded memory, however
+    /// slowly it is read).
+    pub events: EventSubscription,
     /// The outcome, once the run ends.
     pub outcome: oneshot::Receiver<RunOutcome>,
 }
@@ -115,6 +117,11 @@ pub(crate) enum RuntimeMsg {
     ),
     /// The run actor of a run in progress.
     Run(String, RpcReplyPort<Option<ActorRef<RunMsg>>>),
+    /// A receiver of the live events of a run in progress.
+    LiveEvents(
+        String,
+        RpcReplyPort<Option<tokio::sync::broadcast::Receiver<Arc<RunEvent>>>>,
+    ),
     /// Where a session's history is.
     History(String, RpcReplyPort<HistorySource>),
     /// A run ended (sent by its run actor).
@@ -129,6 +136,7 @@ struct RunEntry {
     session_id: String,
     run: ActorRef<RunMsg>,
     log: ActorRef<EventLogMsg>,
+    live: LiveEvents,
     outcome: Option<oneshot::Sender<RunOutcome>>,
 }
 
@@ -182,6 +190,9 @@ impl Actor for RuntimeActor {
             }
             RuntimeMsg::Run(run_id, reply) => {
                 let _ = reply.send(state.runs.get(&run_id).map(|run| run.run.clone()));
+            }
+            RuntimeMsg::LiveEvents(run_id, reply) => {
+                let _ = reply.send(state.runs.get(&run_id).map(|run| run.live.subscribe()));
             }
             RuntimeMsg::History(session_id, reply) => {
                 let source = match state.sessions.get(&session_id) {
@@ -261,23 +272,22 @@ impl RuntimeState {
         }
         submission.permissions.set_mode(submission.mode);
         let run_id = uuid::Uuid::now_v7().to_string();
+        let live = live_events();
+        // Subscribed before the first event exists: the handle misses nothing.
+        let events_rx =
+            EventSubscription::live(self.store.clone(), run_id.clone(), 1, live.subscribe());
         let (log, _) = Actor::spawn_linked(
             None,
             EventLog,
             EventLogArgs {
                 run_id: run_id.clone(),
                 session_id: session_id.clone(),
-                store: Some(self.store.clone()),
+                store: self.store.clone(),
+                live: live.clone(),
             },
             myself.get_cell(),
         )
         .await
-        .map_err(|err| RuntimeError::RunStart(err.to_string()))?;
-        let (events_tx, events_rx) = mpsc::unbounded_channel();
-        log.cast(EventLogMsg::Subscribe {
-            from_seq: 1,
-            sender: events_tx,
-        })
         .map_err(|err| RuntimeError::RunStart(err.to_string()))?;
         let events = EventSink::new(log.clone(), "main");
         // What opening the stored session repaired is told before the run starts.
@@ -314,6 +324,7 @@ impl RuntimeState {
                 session_id: session_id.clone(),
                 run,
                 log,
+                live,
                 outcome: Some(outcome_tx),
             },
         );
@@ -498,6 +509,32 @@ impl Runtime {
                 }
                 Ok(self.store.load_history(session_id)?.messages)
             }
+        }
+    }
+
+    /// Every event of a run from `from_seq` (1 = all), live while the run is
+    /// in progress here, else from the store; a run the store does not know
+    /// is [`RuntimeError::UnknownRun`].
+    pub async fn subscribe(
+        &self,
+        run_id: &str,
+        from_seq: u64,
+    ) -> Result<EventSubscription, RuntimeError> {
+        let live = ractor::call!(self.actor, RuntimeMsg::LiveEvents, run_id.to_string())
+            .map_err(|_| RuntimeError::Gone)?;
+        match live {
+            Some(live) => Ok(EventSubscription::live(
+                self.store.clone(),
+                run_id.to_string(),
+                from_seq,
+                live,
+            )),
+            None if self.store.run(run_id)?.is_some() => Ok(EventSubscription::stored(
+                self.store.clone(),
+                run_id.to_string(),
+                from_seq,
+            )),
+            None => Err(RuntimeError::UnknownRun(run_id.to_string())),
         }
     }
 

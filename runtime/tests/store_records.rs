@@ -496,6 +496,12 @@ mod store {
         assert!(f.store().events("run", 301).unwrap().is_empty());
         assert_eq!(f.store().events("run2", 1).unwrap().len(), 1);
         assert_eq!(tail[0], event("run", "s", 257));
+        // Pages stop at their limit and never cross into the neighbour run.
+        let page = f.store().events_page("run", 255, 4).unwrap();
+        let seqs: Vec<u64> = page.iter().map(|e| e.seq).collect();
+        assert_eq!(seqs, vec![255, 256, 257, 258]);
+        assert_eq!(f.store().events_page("run", 299, 10).unwrap().len(), 2);
+        assert!(f.store().events_page("run", 1, 0).unwrap().is_empty());
     }
 
     #[test]

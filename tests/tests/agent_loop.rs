@@ -919,3 +919,46 @@ async fn five_thousand_refused_calls_finish_without_exhausting_the_stack() {
     assert_eq!(history[2].tool_results_iter().count(), 5_000);
     assert_closed(&history);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_can_be_followed_from_any_event_during_and_after_it() {
+    let script = Script::new().then(labels(&[("hold", "x")]));
+    let h = Harness::anthropic(script).await;
+    let log = ActivityLog::default();
+    let env = h.env_with(vec![Arc::new(StepTool::new("hold", true, true, log))]);
+    let mut run = h.submit("hold on", RunOptions::bypass(env)).await;
+    let mut seen = events_until(&mut run, |event| {
+        matches!(event.kind, EventKind::ToolStarted { .. })
+    })
+    .await;
+    // Mid-run: a second reader from the start, a third from the third event.
+    let from_start = h.runtime.subscribe(&run.run_id, 1).await.unwrap();
+    let from_third = h.runtime.subscribe(&run.run_id, 3).await.unwrap();
+    h.runtime.cancel(&run.run_id).await.unwrap();
+    seen.extend(run_events(&mut run).await);
+    assert_eq!(
+        finished(&seen).0,
+        RunStatus::Cancelled,
+        "{:?}",
+        types(&seen)
+    );
+    let read = |mut subscription: troupe_actors::EventSubscription| async move {
+        let mut events = Vec::new();
+        while let Some(event) = tokio::time::timeout(Duration::from_secs(20), subscription.recv())
+            .await
+            .expect("next event in time")
+        {
+            events.push(event);
+        }
+        events
+    };
+    assert_eq!(read(from_start).await, seen);
+    assert_eq!(read(from_third).await, seen[2..].to_vec());
+    // After the run: from the store alone, from any sequence number.
+    let after = h.runtime.subscribe(&run.run_id, 5).await.unwrap();
+    assert_eq!(read(after).await, seen[4..].to_vec());
+    assert!(matches!(
+        h.runtime.subscribe("no-such-run", 1).await,
+        Err(troupe_actors::RuntimeError::UnknownRun(_))
+    ));
+}

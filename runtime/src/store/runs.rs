@@ -131,11 +131,27 @@ impl Store {
     /// The run's events with `seq >= from_seq`, in sequence order. Damaged
     /// records are skipped with a warning.
     pub fn events(&self, run_id: &str, from_seq: u64) -> Result<Vec<RunEvent>, StoreError> {
+        self.events_page(run_id, from_seq, usize::MAX)
+    }
+
+    /// At most `limit` of the run's events with `seq >= from_seq`, in
+    /// sequence order: how a reader catches up without holding a long run's
+    /// events at once. Damaged records are skipped with a warning (they do
+    /// not count against `limit`).
+    pub fn events_page(
+        &self,
+        run_id: &str,
+        from_seq: u64,
+        limit: usize,
+    ) -> Result<Vec<RunEvent>, StoreError> {
         check_id("run", run_id)?;
         let start = layout::numbered_key(run_id, from_seq);
         let end = layout::owner_end(run_id);
         let mut events = Vec::new();
         for item in self.inner.events.range(start..end) {
+            if events.len() >= limit {
+                break;
+            }
             let (key, value) = item.map_err(self.sled_err("read events"))?;
             if let Some(event) = decode_listed(layout::EVENTS_TREE, &key, &value) {
                 events.push(event);
