@@ -117,6 +117,8 @@ pub(crate) enum RuntimeMsg {
     ),
     /// The run actor of a run in progress.
     Run(String, RpcReplyPort<Option<ActorRef<RunMsg>>>),
+    /// The ids of the runs in progress.
+    Running(RpcReplyPort<Vec<String>>),
     /// A receiver of the live events of a run in progress.
     LiveEvents(
         String,
@@ -190,6 +192,9 @@ impl Actor for RuntimeActor {
             }
             RuntimeMsg::Run(run_id, reply) => {
                 let _ = reply.send(state.runs.get(&run_id).map(|run| run.run.clone()));
+            }
+            RuntimeMsg::Running(reply) => {
+                let _ = reply.send(state.runs.keys().cloned().collect());
             }
             RuntimeMsg::LiveEvents(run_id, reply) => {
                 let _ = reply.send(state.runs.get(&run_id).map(|run| run.live.subscribe()));
@@ -510,6 +515,11 @@ impl Runtime {
                 Ok(self.store.load_history(session_id)?.messages)
             }
         }
+    }
+
+    /// The ids of the runs in progress.
+    pub async fn running(&self) -> Result<Vec<String>, RuntimeError> {
+        ractor::call!(self.actor, RuntimeMsg::Running).map_err(|_| RuntimeError::Gone)
     }
 
     /// Every event of a run from `from_seq` (1 = all), live while the run is

@@ -5,6 +5,7 @@
 //! 2 usage/config error, 3 stopped by a limit, 130 cancelled.
 
 mod approval;
+mod daemon;
 mod demo;
 mod render;
 mod run;
@@ -46,6 +47,13 @@ enum Command {
     },
     /// Run an offline demonstration against the built-in scripted model.
     Demo(DemoArgs),
+    /// Run the runtime daemon: the HTTP/SSE API on loopback.
+    Serve {
+        /// Address to listen on (default: 127.0.0.1 and any free port; the
+        /// address is written to $TROUPE_HOME/daemon.json).
+        #[arg(long)]
+        listen: Option<std::net::SocketAddr>,
+    },
 }
 
 /// Options shared by the commands that start a run.
@@ -148,7 +156,7 @@ fn main() -> ExitCode {
     // Commands that run agents set up full telemetry once the store is open.
     if !matches!(
         cli.command,
-        Command::Run(_) | Command::Resume(_) | Command::Demo(_)
+        Command::Run(_) | Command::Resume(_) | Command::Demo(_) | Command::Serve { .. }
     ) {
         init_logging();
     }
@@ -170,6 +178,7 @@ fn main() -> ExitCode {
             Command::Sessions(command) => sessions::sessions(command),
             Command::Trace { run } => sessions::trace(&run),
             Command::Demo(args) => demo::demo(args).await,
+            Command::Serve { listen } => daemon::serve(listen).await,
         }
     });
     // Do not wait for lingering blocking tasks (a pending terminal prompt).

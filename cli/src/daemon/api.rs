@@ -1,0 +1,422 @@
+//! The daemon's HTTP API: runs (create, list, show, cancel, approvals), a
+//! run's events as Server-Sent Events, sessions, health.
+//!
+//! Every request passes [`guard`](super::guard) first: its `Host`/`Origin`
+//! must name this daemon and, except for `/healthz`, it must carry the token.
+//! Bodies are read with a hard limit ([`BODY_LIMIT`]) and parsed here, so an
+//! oversized or malformed body gets the same JSON error shape as everything
+//! else. Handlers only translate between HTTP and the [`Runtime`] handle and
+//! the store; how a run request becomes a run is the [`Prepare`] function the
+//! daemon is built with.
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::{Body, Bytes};
+use axum::extract::{Path, Query, Request, State};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::middleware::{self, Next};
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use futures::future::BoxFuture;
+use serde::Deserialize;
+use serde::de::DeserializeOwned;
+use serde_json::{Value, json};
+use troupe_actors::{EventSubscription, RunSubmission, Runtime, RuntimeError};
+use troupe_runtime::events::ApprovalOutcome;
+use troupe_runtime::store::{RunRecord, Store};
+
+use super::error::ApiError;
+use super::guard;
+
+/// The largest request body accepted (1 MiB).
+pub const BODY_LIMIT: usize = 1024 * 1024;
+
+/// `POST /v1/runs`: what a client asks for. Configuration is read for `cwd`
+/// with the daemon's environment.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RunRequest {
+    /// The task.
+    pub prompt: String,
+    /// Continue this session instead of starting a new one.
+    #[serde(default)]
+    pub session_id: Option<String>,
+    /// The working directory (absolute).
+    pub cwd: PathBuf,
+    /// Permission mode (`default`, `accept-edits`, `plan`, `bypass`).
+    #[serde(default)]
+    pub mode: Option<String>,
+    /// Provider entry.
+    #[serde(default)]
+    pub provider: Option<String>,
+    /// Model id.
+    #[serde(default)]
+    pub model: Option<String>,
+    /// Limits for this run.
+    #[serde(default)]
+    pub limits: RunLimits,
+    /// Someone answers approvals through the API; without, the agent is
+    /// told nobody can approve and a call that needs approval is denied.
+    #[serde(default)]
+    pub interactive: bool,
+}
+
+/// Per-run limits a client may set.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RunLimits {
+    /// Turn limit.
+    #[serde(default)]
+    pub max_turns: Option<u32>,
+    /// Token budget.
+    #[serde(default)]
+    pub budget_tokens: Option<u64>,
+    /// Wall-clock limit in seconds.
+    #[serde(default)]
+    pub timeout_secs: Option<u64>,
+}
+
+/// Turns a run request into a submission (configuration, provider, tools).
+pub type Prepare =
+    Arc<dyn Fn(RunRequest) -> BoxFuture<'static, Result<RunSubmission, ApiError>> + Send + Sync>;
+
+/// What every handler shares.
+#[derive(Clone)]
+pub struct ApiState {
+    /// The runtime runs go to.
+    pub runtime: Runtime,
+    /// The store runs and sessions are read from.
+    pub store: Store,
+    /// The bearer token.
+    pub token: Arc<str>,
+    /// The address the daemon listens on (for `Host`/`Origin` checks).
+    pub listen: SocketAddr,
+    /// How a run request becomes a submission.
+    pub prepare: Prepare,
+    /// Set when the daemon stops accepting runs.
+    pub closing: Arc<AtomicBool>,
+}
+
+/// The API's router.
+pub fn router(state: ApiState) -> Router {
+    Router::new()
+        .route("/healthz", get(health))
+        .route("/v1/runs", post(create_run).get(list_runs))
+        .route("/v1/runs/{id}", get(show_run))
+        .route("/v1/runs/{id}/events", get(run_events))
+        .route("/v1/runs/{id}/cancel", post(cancel_run))
+        .route("/v1/runs/{id}/approvals/{approval_id}", post(approve))
+        .route("/v1/sessions", get(list_sessions))
+        .route("/v1/sessions/{id}", get(show_session))
+        .fallback(|| async { ApiError::not_found("no such endpoint") })
+        .layer(middleware::from_fn_with_state(state.clone(), guard_request))
+        .with_state(state)
+}
+
+/// Host/Origin for every request; the token for all but `/healthz`.
+async fn guard_request(State(state): State<ApiState>, request: Request, next: Next) -> Response {
+    let headers = request.headers();
+    let text = |name| headers.get(name).and_then(|value| value.to_str().ok());
+    if let Err(err) = guard::check_origin(text(header::HOST), text(header::ORIGIN), state.listen) {
+        return err.into_response();
+    }
+    if request.uri().path() != "/healthz"
+        && let Err(err) = guard::check_token(text(header::AUTHORIZATION), &state.token)
+    {
+        return err.into_response();
+    }
+    next.run(request).await
+}
+
+/// Reads a JSON body of at most [`BODY_LIMIT`] bytes.
+async fn json_body<T: DeserializeOwned>(body: Body) -> Result<T, ApiError> {
+    let bytes: Bytes = axum::body::to_bytes(body, BODY_LIMIT)
+        .await
+        .map_err(|_| ApiError::too_large(BODY_LIMIT))?;
+    serde_json::from_slice(&bytes)
+        .map_err(|err| ApiError::bad_request(format!("malformed JSON body: {err}")))
+}
+
+/// Maps the runtime's errors to API errors.
+fn runtime_error(err: RuntimeError) -> ApiError {
+    match err {
+        RuntimeError::UnknownRun(_)
+        | RuntimeError::UnknownAgent(_)
+        | RuntimeError::UnknownApproval(_)
+        | RuntimeError::UnknownSession(_) => ApiError::not_found(err.to_string()),
+        RuntimeError::SessionBusy(_) => ApiError::conflict(err.to_string()),
+        RuntimeError::Gone => ApiError::unavailable(err.to_string()),
+        RuntimeError::Start(_) | RuntimeError::RunStart(_) | RuntimeError::Store(_) => {
+            ApiError::internal(err.to_string())
+        }
+    }
+}
+
+fn store_error(err: impl std::fmt::Display) -> ApiError {
+    ApiError::internal(format!("the store could not be read: {err}"))
+}
+
+async fn health() -> impl IntoResponse {
+    axum::Json(json!({
+        "status": "ok",
+        "version": env!("CARGO_PKG_VERSION"),
+        "pid": std::process::id(),
+    }))
+}
+
+async fn create_run(State(state): State<ApiState>, body: Body) -> Result<Response, ApiError> {
+    if state.closing.load(Ordering::SeqCst) {
+        return Err(ApiError::unavailable("the daemon is shutting down"));
+    }
+    let request: RunRequest = json_body(body).await?;
+    if request.prompt.trim().is_empty() {
+        return Err(ApiError::bad_request("the prompt is empty"));
+    }
+    if !request.cwd.is_absolute() {
+        return Err(ApiError::bad_request(format!(
+            "cwd {} is not an absolute path",
+            request.cwd.display()
+        )));
+    }
+    let submission = (state.prepare)(request).await?;
+    let handle = state
+        .runtime
+        .submit(submission)
+        .await
+        .map_err(runtime_error)?;
+    let body = json!({"run_id": handle.run_id, "session_id": handle.session_id});
+    Ok((StatusCode::CREATED, axum::Json(body)).into_response())
+}
+
+fn run_json(run: &RunRecord) -> Value {
+    json!({
+        "run_id": run.run_id,
+        "session_id": run.session_id,
+        "prompt": run.prompt,
+        "status": run.status,
+        "stop_reason": run.stop_reason,
+        "started": run.started,
+        "ended": run.ended,
+    })
+}
+
+async fn list_runs(State(state): State<ApiState>) -> Result<Response, ApiError> {
+    let mut runs = state.store.list_runs(None).map_err(store_error)?;
+    runs.sort_by(|a, b| b.started.cmp(&a.started).then(b.run_id.cmp(&a.run_id)));
+    let runs: Vec<Value> = runs.iter().map(run_json).collect();
+    Ok(axum::Json(json!({ "runs": runs })).into_response())
+}
+
+async fn show_run(
+    State(state): State<ApiState>,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    let run = state
+        .store
+        .run(&id)
+        .map_err(store_error)?
+        .ok_or_else(|| ApiError::not_found(format!("no run {id}")))?;
+    let mut body = run_json(&run);
+    if run.status.is_running()
+        && let Ok(agents) = state.runtime.agents(&id).await
+    {
+        body["agents"] = agents
+            .iter()
+            .map(|agent| {
+                json!({
+                    "path": agent.path,
+                    "phase": agent.phase,
+                    "turns": agent.turns,
+                    "history_len": agent.history_len,
+                    "pending_approvals": agent.pending_approvals,
+                })
+            })
+            .collect();
+    }
+    Ok(axum::Json(body).into_response())
+}
+
+/// `?from_seq=N` as an alternative to `Last-Event-ID`.
+#[derive(Debug, Deserialize)]
+struct EventsQuery {
+    from_seq: Option<u64>,
+}
+
+/// The first sequence number a client wants: after `Last-Event-ID`, else
+/// `from_seq`, else 1.
+pub fn first_wanted(last_event_id: Option<&str>, from_seq: Option<u64>) -> Result<u64, ApiError> {
+    match last_event_id {
+        Some(text) => text
+            .trim()
+            .parse::<u64>()
+            .map(|seen| seen.saturating_add(1))
+            .map_err(|_| {
+                ApiError::bad_request(format!("Last-Event-ID {text:?} is not a sequence number"))
+            }),
+        None => Ok(from_seq.unwrap_or(1).max(1)),
+    }
+}
+
+async fn run_events(
+    State(state): State<ApiState>,
+    Path(id): Path<String>,
+    Query(query): Query<EventsQuery>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    let last = headers
+        .get("last-event-id")
+        .and_then(|value| value.to_str().ok());
+    let from = first_wanted(last, query.from_seq)?;
+    let subscription = state
+        .runtime
+        .subscribe(&id, from)
+        .await
+        .map_err(runtime_error)?;
+    let stream = futures::stream::unfold(
+        subscription,
+        |mut subscription: EventSubscription| async move {
+            let event = subscription.recv().await?;
+            let sse = match serde_json::to_string(&event) {
+                Ok(data) => Event::default().id(event.seq.to_string()).data(data),
+                Err(err) => Event::default()
+                    .id(event.seq.to_string())
+                    .data(json!({"error": err.to_string()}).to_string()),
+            };
+            Some((Ok::<_, Infallible>(sse), subscription))
+        },
+    );
+    Ok(Sse::new(stream)
+        .keep_alive(KeepAlive::new().interval(Duration::from_secs(15)))
+        .into_response())
+}
+
+/// Refuses (409) a run whose record says it has ended: its record is
+/// written before its last event, so a client that saw `run_finished` is
+/// answered consistently even while the runtime is still letting it go.
+fn check_not_ended(store: &Store, id: &str) -> Result<(), ApiError> {
+    match store.run(id).map_err(store_error)? {
+        Some(run) if !run.status.is_running() => Err(ended_or_unknown(store, id)),
+        _ => Ok(()),
+    }
+}
+
+async fn cancel_run(
+    State(state): State<ApiState>,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    check_not_ended(&state.store, &id)?;
+    match state.runtime.cancel(&id).await {
+        Ok(()) => Ok(axum::Json(json!({"run_id": id, "cancelling": true})).into_response()),
+        Err(RuntimeError::UnknownRun(_)) => Err(ended_or_unknown(&state.store, &id)),
+        Err(err) => Err(runtime_error(err)),
+    }
+}
+
+/// A run that is not in progress: 409 when it ended, 404 when unknown.
+fn ended_or_unknown(store: &Store, id: &str) -> ApiError {
+    match store.run(id) {
+        Ok(Some(run)) => {
+            ApiError::conflict(format!("run {id} is not in progress ({:?})", run.status))
+        }
+        Ok(None) => ApiError::not_found(format!("no run {id}")),
+        Err(err) => store_error(err),
+    }
+}
+
+/// `POST /v1/runs/{id}/approvals/{approval_id}`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ApprovalAnswer {
+    outcome: String,
+    #[serde(default)]
+    reason: Option<String>,
+}
+
+async fn approve(
+    State(state): State<ApiState>,
+    Path((id, approval_id)): Path<(String, String)>,
+    body: Body,
+) -> Result<Response, ApiError> {
+    let answer: ApprovalAnswer = json_body(body).await?;
+    let outcome = ApprovalOutcome::parse(&answer.outcome).ok_or_else(|| {
+        ApiError::bad_request(format!(
+            "outcome {:?}: expected allow, allow_always, deny or cancel",
+            answer.outcome
+        ))
+    })?;
+    check_not_ended(&state.store, &id)?;
+    let name = outcome.as_str();
+    match state
+        .runtime
+        .approve(&id, &approval_id, outcome, answer.reason)
+        .await
+    {
+        Ok(()) => {
+            Ok(axum::Json(json!({"approval_id": approval_id, "outcome": name})).into_response())
+        }
+        Err(RuntimeError::UnknownRun(_)) => Err(ended_or_unknown(&state.store, &id)),
+        Err(err) => Err(runtime_error(err)),
+    }
+}
+
+async fn list_sessions(State(state): State<ApiState>) -> Result<Response, ApiError> {
+    let sessions = state.store.list_sessions().map_err(store_error)?;
+    Ok(axum::Json(json!({ "sessions": sessions })).into_response())
+}
+
+async fn show_session(
+    State(state): State<ApiState>,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    let meta = state
+        .store
+        .session(&id)
+        .map_err(store_error)?
+        .ok_or_else(|| ApiError::not_found(format!("no session {id}")))?;
+    let runs: Vec<Value> = state
+        .store
+        .list_runs(Some(&id))
+        .map_err(store_error)?
+        .iter()
+        .map(run_json)
+        .collect();
+    let messages = state.runtime.history(&id).await.map_err(runtime_error)?;
+    Ok(axum::Json(json!({"session": meta, "runs": runs, "messages": messages})).into_response())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn replay_starts_after_the_last_event_seen() {
+        assert_eq!(first_wanted(None, None).unwrap(), 1);
+        assert_eq!(first_wanted(None, Some(0)).unwrap(), 1);
+        assert_eq!(first_wanted(None, Some(7)).unwrap(), 7);
+        assert_eq!(first_wanted(Some("7"), Some(2)).unwrap(), 8);
+        assert_eq!(first_wanted(Some(" 0 "), None).unwrap(), 1);
+        assert_eq!(
+            first_wanted(Some(&u64::MAX.to_string()), None).unwrap(),
+            u64::MAX
+        );
+        let err = first_wanted(Some("seven"), None).unwrap_err();
+        assert_eq!(err.status.as_u16(), 400);
+    }
+
+    #[test]
+    fn run_requests_refuse_unknown_fields_and_default_the_rest() {
+        let request: RunRequest = serde_json::from_str(r#"{"prompt":"hi","cwd":"/tmp"}"#).unwrap();
+        assert!(!request.interactive);
+        assert!(request.limits.max_turns.is_none());
+        let err = serde_json::from_str::<RunRequest>(r#"{"prompt":"hi","cwd":"/tmp","sudo":true}"#)
+            .unwrap_err();
+        assert!(err.to_string().contains("unknown field"), "{err}");
+    }
+}

@@ -1,0 +1,145 @@
+//! The daemon's files in the data directory: `daemon.token` (the bearer
+//! token, created once with mode 0600) and `daemon.json` (`{addr, pid}`
+//! while a daemon runs, removed when it exits).
+
+use std::io::Write;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+/// File name of the token.
+pub const TOKEN_FILE: &str = "daemon.token";
+/// File name of the running daemon's state.
+pub const STATE_FILE: &str = "daemon.json";
+
+/// What a running daemon writes about itself.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DaemonState {
+    /// Where it listens (`127.0.0.1:PORT`).
+    pub addr: String,
+    /// Its process id.
+    pub pid: u32,
+}
+
+/// The token of the daemon of `data_dir`: read, or generated (32 random
+/// bytes, hex) into a new file only the owner can read.
+pub fn load_or_create_token(data_dir: &Path) -> std::io::Result<String> {
+    let path = data_dir.join(TOKEN_FILE);
+    match std::fs::read_to_string(&path) {
+        Ok(token) if !token.trim().is_empty() => return Ok(token.trim().to_string()),
+        Ok(_) => std::fs::remove_file(&path)?,
+        Err(err) if err.kind() == std::io::ErrorKind::NotFound => {}
+        Err(err) => return Err(err),
+    }
+    let token: String = (0..32)
+        .map(|_| format!("{:02x}", rand::random::<u8>()))
+        .collect();
+    std::fs::create_dir_all(data_dir)?;
+    let created = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&path);
+    match created {
+        Ok(mut file) => {
+            file.write_all(token.as_bytes())?;
+            file.sync_all()?;
+            Ok(token)
+        }
+        // Another process created it first: use theirs.
+        Err(err) if err.kind() == std::io::ErrorKind::AlreadyExists => {
+            Ok(std::fs::read_to_string(&path)?.trim().to_string())
+        }
+        Err(err) => Err(err),
+    }
+}
+
+/// The state file's path.
+pub fn state_path(data_dir: &Path) -> PathBuf {
+    data_dir.join(STATE_FILE)
+}
+
+/// The state a daemon wrote, if the file is there and readable.
+pub fn read_state(data_dir: &Path) -> Option<DaemonState> {
+    let text = std::fs::read_to_string(state_path(data_dir)).ok()?;
+    serde_json::from_str(&text).ok()
+}
+
+/// Writes the state file atomically (a temporary file renamed over it).
+pub fn write_state(data_dir: &Path, state: &DaemonState) -> std::io::Result<()> {
+    let path = state_path(data_dir);
+    let temporary = data_dir.join(format!("{STATE_FILE}.{}", std::process::id()));
+    let text = serde_json::to_string(state).map_err(std::io::Error::other)?;
+    {
+        let mut file = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .open(&temporary)?;
+        file.write_all(text.as_bytes())?;
+        file.sync_all()?;
+    }
+    std::fs::rename(&temporary, &path)
+}
+
+/// Removes the state file if it still describes this process.
+pub fn remove_state(data_dir: &Path) {
+    if read_state(data_dir).is_some_and(|state| state.pid == std::process::id()) {
+        let _ = std::fs::remove_file(state_path(data_dir));
+    }
+}
+
+/// True when process `pid` exists (and is not a zombie).
+pub fn process_alive(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => stat
+            .rsplit_once(')')
+            .is_some_and(|(_, rest)| !rest.trim_start().starts_with('Z')),
+        Err(_) => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    #[test]
+    fn the_token_is_created_once_private_and_then_reused() {
+        let dir = tempfile::tempdir().unwrap();
+        let token = load_or_create_token(dir.path()).unwrap();
+        assert_eq!(token.len(), 64);
+        assert!(token.chars().all(|c| c.is_ascii_hexdigit()));
+        let mode = std::fs::metadata(dir.path().join(TOKEN_FILE))
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o600);
+        assert_eq!(load_or_create_token(dir.path()).unwrap(), token);
+    }
+
+    #[test]
+    fn the_state_file_is_written_read_and_removed_only_by_its_owner() {
+        let dir = tempfile::tempdir().unwrap();
+        assert_eq!(read_state(dir.path()), None);
+        let mine = DaemonState {
+            addr: "127.0.0.1:1".into(),
+            pid: std::process::id(),
+        };
+        write_state(dir.path(), &mine).unwrap();
+        assert_eq!(read_state(dir.path()), Some(mine));
+        remove_state(dir.path());
+        assert_eq!(read_state(dir.path()), None);
+        let other = DaemonState {
+            addr: "127.0.0.1:2".into(),
+            pid: u32::MAX - 1,
+        };
+        write_state(dir.path(), &other).unwrap();
+        remove_state(dir.path());
+        assert_eq!(read_state(dir.path()), Some(other));
+        assert!(process_alive(std::process::id()));
+        assert!(!process_alive(u32::MAX - 1));
+    }
+}

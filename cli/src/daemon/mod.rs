@@ -1,0 +1,216 @@
+//! `troupe serve`: the runtime daemon. One process owns a data directory's
+//! store and runs every submitted run on one actor runtime, behind the HTTP
+//! API of [`api`].
+//!
+//! Start-up: refuse when another live daemon owns the home (its
+//! `daemon.json` names a live process), open the store, mark runs a dead
+//! process left unfinished as interrupted, create the token on first start,
+//! bind (loopback and any free port unless `--listen` says otherwise) and
+//! write `daemon.json` `{addr, pid}`. SIGTERM or SIGINT: stop accepting runs,
+//! cancel the runs in progress and wait for their last events (bounded),
+//! stop the runtime, flush the store, remove `daemon.json`, exit 0.
+
+pub mod api;
+pub mod error;
+pub mod guard;
+pub mod home;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use futures::FutureExt;
+use tokio::signal::unix::{SignalKind, signal};
+use troupe_actors::{Approver, RunSubmission, Runtime};
+use troupe_runtime::config::PermissionMode;
+use troupe_runtime::config::paths::{self, ProcessEnv};
+
+use self::api::{ApiState, Prepare, RunRequest};
+use self::error::ApiError;
+use self::home::DaemonState;
+use crate::EXIT_RUNTIME;
+use crate::setup::{self, RunOptions};
+
+/// How long a stopping daemon waits for cancelled runs to write their last
+/// events.
+const CANCEL_GRACE: Duration = Duration::from_secs(10);
+
+/// Where the daemon listens unless told otherwise: loopback, any free port
+/// (clients find it in `daemon.json`).
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:0";
+
+/// Runs `troupe serve`; returns the exit code.
+pub async fn serve(listen: Option<SocketAddr>) -> u8 {
+    match run_daemon(listen).await {
+        Ok(()) => 0,
+        Err(message) => {
+            eprintln!("troupe serve: {message}");
+            EXIT_RUNTIME
+        }
+    }
+}
+
+async fn run_daemon(listen: Option<SocketAddr>) -> Result<(), String> {
+    let data_dir = paths::data_dir(&ProcessEnv).map_err(|err| err.to_string())?;
+    std::fs::create_dir_all(&data_dir)
+        .map_err(|err| format!("cannot create {}: {err}", data_dir.display()))?;
+    if let Some(state) = home::read_state(&data_dir)
+        && state.pid != std::process::id()
+        && home::process_alive(state.pid)
+    {
+        return Err(format!(
+            "a daemon already runs on {} (pid {}, listening on {}); stop it first or use it",
+            data_dir.display(),
+            state.pid,
+            state.addr
+        ));
+    }
+    let store = setup::open_store().map_err(|err| err.message)?;
+    let telemetry = crate::telemetry::start(&store);
+    crate::run::report_recovered(&store, false);
+    let token = home::load_or_create_token(&data_dir)
+        .map_err(|err| format!("cannot create the token in {}: {err}", data_dir.display()))?;
+    let listen = listen.unwrap_or_else(|| {
+        DEFAULT_LISTEN
+            .parse()
+            .unwrap_or(SocketAddr::from(([127, 0, 0, 1], 0)))
+    });
+    let listener = tokio::net::TcpListener::bind(listen)
+        .await
+        .map_err(|err| format!("cannot listen on {listen}: {err}"))?;
+    let bound = listener
+        .local_addr()
+        .map_err(|err| format!("cannot read the listening address: {err}"))?;
+    let runtime = Runtime::start(store.clone())
+        .await
+        .map_err(|err| err.to_string())?;
+    let closing = Arc::new(AtomicBool::new(false));
+    let state = ApiState {
+        runtime: runtime.clone(),
+        store: store.clone(),
+        token: token.into(),
+        listen: bound,
+        prepare: prepare_function(store.clone()),
+        closing: closing.clone(),
+    };
+    home::write_state(
+        &data_dir,
+        &DaemonState {
+            addr: bound.to_string(),
+            pid: std::process::id(),
+        },
+    )
+    .map_err(|err| {
+        format!(
+            "cannot write {}: {err}",
+            home::state_path(&data_dir).display()
+        )
+    })?;
+    eprintln!(
+        "troupe serve: listening on http://{bound} (pid {})",
+        std::process::id()
+    );
+    tracing::info!(addr = %bound, "daemon listening");
+
+    let mut terminate = signal(SignalKind::terminate()).map_err(|err| err.to_string())?;
+    let mut interrupt = signal(SignalKind::interrupt()).map_err(|err| err.to_string())?;
+    let stop = async move {
+        tokio::select! {
+            _ = terminate.recv() => {}
+            _ = interrupt.recv() => {}
+        }
+    };
+    let (stopping_tx, stopping_rx) = tokio::sync::oneshot::channel::<()>();
+    let server = axum::serve(listener, api::router(state)).with_graceful_shutdown(async move {
+        let _ = stopping_rx.await;
+    });
+    let server = tokio::spawn(server.into_future());
+    stop.await;
+    eprintln!("troupe serve: stopping");
+    closing.store(true, Ordering::SeqCst);
+    cancel_runs(&runtime).await;
+    // Open SSE streams end with their runs; the listener closes now.
+    let _ = stopping_tx.send(());
+    if tokio::time::timeout(Duration::from_secs(5), server)
+        .await
+        .is_err()
+    {
+        tracing::warn!("connections still open after 5 s; closing them");
+    }
+    runtime.shutdown().await;
+    if let Err(err) = store.flush() {
+        eprintln!("troupe serve: the store could not be flushed: {err}");
+    }
+    telemetry.stop();
+    home::remove_state(&data_dir);
+    Ok(())
+}
+
+/// Cancels every run in progress and waits (bounded) until each has ended.
+async fn cancel_runs(runtime: &Runtime) {
+    let running = runtime.running().await.unwrap_or_default();
+    let mut followers = Vec::new();
+    for run_id in running {
+        if let Ok(mut events) = runtime.subscribe(&run_id, u64::MAX).await {
+            followers.push(async move { while events.recv().await.is_some() {} }.boxed());
+        }
+        let _ = runtime.cancel(&run_id).await;
+    }
+    if tokio::time::timeout(CANCEL_GRACE, futures::future::join_all(followers))
+        .await
+        .is_err()
+    {
+        tracing::warn!("runs still ending after the grace period; stopping them");
+    }
+}
+
+/// Prepares runs the way `troupe run` does, from the request's options.
+fn prepare_function(store: troupe_runtime::store::Store) -> Prepare {
+    Arc::new(move |request: RunRequest| {
+        let store = store.clone();
+        async move { prepare_run(request, &store).await }.boxed()
+    })
+}
+
+async fn prepare_run(
+    request: RunRequest,
+    store: &troupe_runtime::store::Store,
+) -> Result<RunSubmission, ApiError> {
+    let mode = match request.mode.as_deref() {
+        None => None,
+        Some(text) => Some(PermissionMode::parse(text).ok_or_else(|| {
+            ApiError::bad_request(format!(
+                "unknown mode {text:?} (expected default, accept-edits, plan or bypass)"
+            ))
+        })?),
+    };
+    let options = RunOptions {
+        cwd: Some(request.cwd.clone()),
+        provider: request.provider.clone(),
+        model: request.model.clone(),
+        mode,
+        max_turns: request.limits.max_turns,
+        budget_tokens: request.limits.budget_tokens,
+        timeout_secs: request.limits.timeout_secs,
+    };
+    let prepared = setup::prepare(&options, None, store, request.session_id.as_deref())
+        .await
+        .map_err(|err| match err.code {
+            crate::EXIT_USAGE => ApiError::unprocessable(err.message),
+            _ => ApiError::internal(err.message),
+        })?;
+    Ok(RunSubmission {
+        prompt: request.prompt,
+        session: prepared.session,
+        env: prepared.env,
+        permissions: prepared.permissions,
+        mode: prepared.mode,
+        limits: prepared.limits,
+        approver: if request.interactive {
+            Approver::Present
+        } else {
+            Approver::Absent
+        },
+    })
+}

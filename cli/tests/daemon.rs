@@ -1,0 +1,580 @@
+//! `troupe serve` end to end: the real daemon binary against the scripted
+//! model server, spoken to over raw HTTP/1.0 on loopback (so every header,
+//! including a forged `Host`, is exactly what the test writes).
+//!
+//! Covered: authentication (401), DNS-rebinding defence (403), the body
+//! limit (413), malformed JSON (400), unknown runs and endpoints (404), an
+//! ended run (409), the JSON error shape; a run's events as SSE with `id:` =
+//! `seq`, replay after `Last-Event-ID` of exactly the missed events; twenty
+//! concurrent runs from separate connections with separate, complete
+//! streams; a second daemon on the same home refusing; SIGTERM with a run in
+//! flight leaving a valid, resumable session and no `daemon.json`.
+
+mod support;
+
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::process::{Child, Stdio};
+
+use serde_json::{Value, json};
+use support::{COMMAND_LIMIT, Env};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt};
+use troupe_scripted::{Script, ScriptedServer, text, tool_call};
+
+/// A running `troupe serve`.
+struct Daemon {
+    child: Child,
+    addr: SocketAddr,
+    token: String,
+    stderr: BufReader<std::process::ChildStderr>,
+}
+
+impl Daemon {
+    /// Starts the daemon in `env` and waits for its "listening on" line.
+    fn start(env: &Env, server: &ScriptedServer) -> Daemon {
+        let mut child = env
+            .command(Some(server))
+            .arg("serve")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("troupe serve starts");
+        let mut stderr = BufReader::new(child.stderr.take().unwrap());
+        let addr = loop {
+            let mut line = String::new();
+            // Blocking read: the daemon writes this line first (or exits).
+            assert!(
+                stderr.read_line(&mut line).unwrap() > 0,
+                "the daemon exited before listening"
+            );
+            if let Some(rest) = line
+                .trim()
+                .strip_prefix("troupe serve: listening on http://")
+            {
+                let addr = rest.split_whitespace().next().unwrap();
+                break addr.parse().unwrap();
+            }
+        };
+        let token = std::fs::read_to_string(env.data_dir().join("daemon.token"))
+            .unwrap()
+            .trim()
+            .to_string();
+        Daemon {
+            child,
+            addr,
+            token,
+            stderr,
+        }
+    }
+
+    fn bearer(&self) -> String {
+        format!("Bearer {}", self.token)
+    }
+
+    /// An authorised request with a JSON body (or none).
+    async fn call(&self, method: &str, path: &str, body: Option<&Value>) -> Response {
+        let body = body.map(|b| b.to_string()).unwrap_or_default();
+        request(
+            self.addr,
+            method,
+            path,
+            &[
+                ("Host", &self.addr.to_string()),
+                ("Authorization", &self.bearer()),
+            ],
+            body.as_bytes(),
+        )
+        .await
+    }
+
+    /// Submits a run; returns `(run_id, session_id)`.
+    async fn submit(&self, body: Value) -> (String, String) {
+        let response = self.call("POST", "/v1/runs", Some(&body)).await;
+        assert_eq!(response.status, 201, "{}", response.text());
+        let value = response.json();
+        (
+            value["run_id"].as_str().unwrap().to_string(),
+            value["session_id"].as_str().unwrap().to_string(),
+        )
+    }
+
+    /// Reads a run's SSE stream until `run_finished` (or until `stop`
+    /// accepts the events so far): `(id, event)` pairs.
+    async fn events(
+        &self,
+        run_id: &str,
+        last_event_id: Option<u64>,
+        stop: impl Fn(&[(u64, Value)]) -> bool,
+    ) -> Vec<(u64, Value)> {
+        let mut stream = tokio::net::TcpStream::connect(self.addr).await.unwrap();
+        let mut head = format!(
+            "GET /v1/runs/{run_id}/events HTTP/1.0\r\nHost: {}\r\nAuthorization: {}\r\n",
+            self.addr,
+            self.bearer()
+        );
+        if let Some(id) = last_event_id {
+            head.push_str(&format!("Last-Event-ID: {id}\r\n"));
+        }
+        head.push_str("\r\n");
+        stream.write_all(head.as_bytes()).await.unwrap();
+        let mut lines = tokio::io::BufReader::new(stream).lines();
+        let status = next_line(&mut lines).await.unwrap();
+        assert!(status.contains(" 200 "), "{status}");
+        while !next_line(&mut lines).await.unwrap().is_empty() {}
+        let mut events = Vec::new();
+        let mut id = None;
+        while let Some(line) = next_line(&mut lines).await {
+            if let Some(rest) = line.strip_prefix("id:") {
+                id = Some(rest.trim().parse::<u64>().unwrap());
+            } else if let Some(rest) = line.strip_prefix("data:") {
+                let event: Value = serde_json::from_str(rest.trim()).unwrap();
+                let finished = event["type"] == "run_finished" && event["agent_path"] == "main";
+                events.push((id.take().expect("every event has an id"), event));
+                if finished || stop(&events) {
+                    break;
+                }
+            }
+        }
+        events
+    }
+
+    /// Sends `signal` and waits for the exit code.
+    fn stop(mut self, signal: i32) -> (i32, String) {
+        // SAFETY: plain signal delivery to our own child, not reaped yet.
+        assert_eq!(unsafe { libc::kill(self.child.id() as i32, signal) }, 0);
+        let mut rest = String::new();
+        let _ = std::io::Read::read_to_string(&mut self.stderr, &mut rest);
+        let status = self.child.wait().unwrap();
+        (status.code().unwrap_or(-1), rest)
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+async fn next_line(
+    lines: &mut tokio::io::Lines<tokio::io::BufReader<tokio::net::TcpStream>>,
+) -> Option<String> {
+    tokio::time::timeout(COMMAND_LIMIT, lines.next_line())
+        .await
+        .expect("the daemon answers in time")
+        .unwrap()
+}
+
+/// One HTTP response.
+struct Response {
+    status: u16,
+    body: Vec<u8>,
+}
+
+impl Response {
+    fn text(&self) -> String {
+        String::from_utf8_lossy(&self.body).into_owned()
+    }
+
+    fn json(&self) -> Value {
+        serde_json::from_slice(&self.body)
+            .unwrap_or_else(|err| panic!("JSON body ({err}): {}", self.text()))
+    }
+
+    /// The `{error:{code,message}}` body, checked for shape.
+    fn error_code(&self) -> String {
+        let value = self.json();
+        assert!(
+            value["error"]["message"]
+                .as_str()
+                .is_some_and(|m| !m.is_empty()),
+            "{value}"
+        );
+        value["error"]["code"].as_str().unwrap().to_string()
+    }
+}
+
+/// A raw HTTP/1.0 request: exactly the given headers, the body, and the
+/// whole response read to the connection's end.
+async fn request(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &[u8],
+) -> Response {
+    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let mut head = format!("{method} {path} HTTP/1.0\r\n");
+    for (name, value) in headers {
+        head.push_str(&format!("{name}: {value}\r\n"));
+    }
+    head.push_str(&format!("Content-Length: {}\r\n\r\n", body.len()));
+    stream.write_all(head.as_bytes()).await.unwrap();
+    // The daemon may answer (413) and close before the whole body is sent.
+    let _ = stream.write_all(body).await;
+    let mut raw = Vec::new();
+    tokio::time::timeout(COMMAND_LIMIT, stream.read_to_end(&mut raw))
+        .await
+        .expect("the daemon answers in time")
+        .unwrap();
+    let split = raw
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .expect("a complete response head");
+    let head = String::from_utf8_lossy(&raw[..split]).into_owned();
+    let status = head.split_whitespace().nth(1).unwrap().parse().unwrap();
+    Response {
+        status,
+        body: raw[split + 4..].to_vec(),
+    }
+}
+
+fn run_body(env: &Env, prompt: &str) -> Value {
+    json!({"prompt": prompt, "cwd": env.root()})
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_api_refuses_what_it_must_with_json_errors() {
+    let server = ScriptedServer::start(Script::new().then(text("done")))
+        .await
+        .unwrap();
+    let env = Env::new();
+    let daemon = Daemon::start(&env, &server);
+    let host = daemon.addr.to_string();
+    let addr = daemon.addr;
+
+    // Health needs no token; everything else does.
+    let health = request(addr, "GET", "/healthz", &[("Host", &host)], b"").await;
+    assert_eq!(health.status, 200);
+    assert_eq!(health.json()["status"], "ok");
+    let missing = request(addr, "GET", "/v1/runs", &[("Host", &host)], b"").await;
+    assert_eq!(
+        (missing.status, missing.error_code().as_str()),
+        (401, "unauthorized")
+    );
+    let wrong = request(
+        addr,
+        "GET",
+        "/v1/runs",
+        &[("Host", &host), ("Authorization", "Bearer not-the-token")],
+        b"",
+    )
+    .await;
+    assert_eq!(wrong.status, 401);
+
+    // A foreign Host or Origin is refused even with the right token.
+    let bearer = daemon.bearer();
+    let rebound = request(
+        addr,
+        "GET",
+        "/v1/runs",
+        &[("Host", "evil.example"), ("Authorization", &bearer)],
+        b"",
+    )
+    .await;
+    assert_eq!(
+        (rebound.status, rebound.error_code().as_str()),
+        (403, "forbidden")
+    );
+    let cross_site = request(
+        addr,
+        "GET",
+        "/v1/runs",
+        &[
+            ("Host", &host),
+            ("Origin", "http://evil.example"),
+            ("Authorization", &bearer),
+        ],
+        b"",
+    )
+    .await;
+    assert_eq!(cross_site.status, 403);
+    let no_host = request(addr, "GET", "/healthz", &[], b"").await;
+    assert_eq!(no_host.status, 403);
+
+    // Bodies: over 1 MiB, malformed, unknown fields, empty prompt.
+    let huge = vec![b' '; 1024 * 1024 + 1];
+    let too_large = request(
+        addr,
+        "POST",
+        "/v1/runs",
+        &[("Host", &host), ("Authorization", &bearer)],
+        &huge,
+    )
+    .await;
+    assert_eq!(
+        (too_large.status, too_large.error_code().as_str()),
+        (413, "payload_too_large")
+    );
+    let malformed = request(
+        addr,
+        "POST",
+        "/v1/runs",
+        &[("Host", &host), ("Authorization", &bearer)],
+        b"{\"prompt\": ",
+    )
+    .await;
+    assert_eq!(malformed.status, 400);
+    assert!(
+        malformed.json()["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("malformed JSON")
+    );
+    let unknown_field = daemon
+        .call(
+            "POST",
+            "/v1/runs",
+            Some(&json!({"prompt": "x", "cwd": "/", "sudo": true})),
+        )
+        .await;
+    assert_eq!(unknown_field.status, 400);
+    let empty = daemon
+        .call("POST", "/v1/runs", Some(&run_body(&env, "  ")))
+        .await;
+    assert_eq!(empty.status, 400);
+    let relative = daemon
+        .call(
+            "POST",
+            "/v1/runs",
+            Some(&json!({"prompt": "x", "cwd": "rel"})),
+        )
+        .await;
+    assert_eq!(relative.status, 400);
+    let bad_mode = daemon
+        .call(
+            "POST",
+            "/v1/runs",
+            Some(&json!({"prompt": "x", "cwd": env.root(), "mode": "yolo"})),
+        )
+        .await;
+    assert_eq!(bad_mode.status, 400);
+
+    // Unknown things are 404; an ended run cannot be cancelled (409).
+    for (method, path) in [
+        ("GET", "/v1/runs/nope"),
+        ("GET", "/v1/runs/nope/events"),
+        ("POST", "/v1/runs/nope/cancel"),
+        ("GET", "/v1/sessions/nope"),
+        ("GET", "/v1/nothing-here"),
+    ] {
+        let response = daemon.call(method, path, None).await;
+        assert_eq!(
+            (response.status, response.error_code().as_str()),
+            (404, "not_found"),
+            "{method} {path}"
+        );
+    }
+    let (run_id, session_id) = daemon.submit(run_body(&env, "hello")).await;
+    let events = daemon.events(&run_id, None, |_| false).await;
+    assert_eq!(events.last().unwrap().1["status"], "finished");
+    let ended = daemon
+        .call("POST", &format!("/v1/runs/{run_id}/cancel"), None)
+        .await;
+    assert_eq!(
+        (ended.status, ended.error_code().as_str()),
+        (409, "conflict")
+    );
+    let approval = daemon
+        .call(
+            "POST",
+            &format!("/v1/runs/{run_id}/approvals/x"),
+            Some(&json!({"outcome": "maybe"})),
+        )
+        .await;
+    assert_eq!(approval.status, 400);
+
+    // What was run is listed and shown.
+    let runs = daemon.call("GET", "/v1/runs", None).await.json();
+    assert_eq!(runs["runs"][0]["run_id"], run_id.as_str());
+    let run = daemon
+        .call("GET", &format!("/v1/runs/{run_id}"), None)
+        .await
+        .json();
+    assert_eq!(run["status"], "finished");
+    let session = daemon
+        .call("GET", &format!("/v1/sessions/{session_id}"), None)
+        .await
+        .json();
+    assert_eq!(session["messages"].as_array().unwrap().len(), 2);
+    let sessions = daemon.call("GET", "/v1/sessions", None).await.json();
+    assert_eq!(sessions["sessions"][0]["id"], session_id.as_str());
+
+    // A second daemon on the same home refuses, naming the first.
+    let second = env.command(Some(&server)).arg("serve").output().unwrap();
+    assert_eq!(second.status.code(), Some(1));
+    let message = String::from_utf8_lossy(&second.stderr);
+    assert!(message.contains("a daemon already runs"), "{message}");
+    assert!(
+        message.contains(&daemon.child.id().to_string()),
+        "{message}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn events_carry_their_seq_and_replay_exactly_what_was_missed() {
+    let script = Script::new()
+        .then(tool_call("glob", json!({"pattern": "*"})))
+        .then(text("all files listed"));
+    let server = ScriptedServer::start(script).await.unwrap();
+    let env = Env::new();
+    let daemon = Daemon::start(&env, &server);
+    let (run_id, _) = daemon.submit(run_body(&env, "list")).await;
+    // A client that drops after the third event, then reconnects.
+    let first = daemon
+        .events(&run_id, None, |events| events.len() == 3)
+        .await;
+    assert_eq!(first.len(), 3);
+    let rest = daemon.events(&run_id, Some(3), |_| false).await;
+    let all = daemon.events(&run_id, None, |_| false).await;
+    let mut joined = first.clone();
+    joined.extend(rest.clone());
+    assert_eq!(joined, all);
+    for (id, event) in &all {
+        assert_eq!(event["seq"].as_u64(), Some(*id));
+        assert_eq!(event["run_id"], run_id.as_str());
+    }
+    assert_eq!(
+        all.iter().map(|(id, _)| *id).collect::<Vec<_>>(),
+        (1..=all.len() as u64).collect::<Vec<_>>()
+    );
+    assert_eq!(all.last().unwrap().1["type"], "run_finished");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn twenty_concurrent_runs_each_get_their_own_complete_stream() {
+    const RUNS: usize = 20;
+    let mut script = Script::new();
+    for _ in 0..RUNS {
+        script = script.then(text("done"));
+    }
+    let server = ScriptedServer::start(script).await.unwrap();
+    let env = Env::new();
+    let daemon = std::sync::Arc::new(Daemon::start(&env, &server));
+    let mut clients = Vec::new();
+    for n in 0..RUNS {
+        let daemon = daemon.clone();
+        let body = run_body(&env, &format!("task {n}"));
+        clients.push(tokio::spawn(async move {
+            let (run_id, session_id) = daemon.submit(body).await;
+            let events = daemon.events(&run_id, None, |_| false).await;
+            (run_id, session_id, events)
+        }));
+    }
+    let mut run_ids = std::collections::HashSet::new();
+    for client in clients {
+        let (run_id, session_id, events) = client.await.unwrap();
+        assert!(run_ids.insert(run_id.clone()));
+        assert_eq!(events.first().unwrap().1["type"], "run_started");
+        assert_eq!(events.last().unwrap().1["status"], "finished");
+        for (n, (id, event)) in events.iter().enumerate() {
+            assert_eq!(*id, n as u64 + 1);
+            assert_eq!(event["run_id"], run_id.as_str());
+            assert_eq!(event["session_id"], session_id.as_str());
+        }
+    }
+    assert_eq!(run_ids.len(), RUNS);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_cancels_runs_in_flight_and_leaves_a_resumable_session() {
+    let script = Script::new()
+        .then(tool_call("bash", json!({"command": "sleep 307.5"})))
+        .then(text("resumed and done"));
+    let server = ScriptedServer::start(script).await.unwrap();
+    let env = Env::new();
+    let daemon = Daemon::start(&env, &server);
+    let (run_id, session_id) = daemon
+        .submit(json!({"prompt": "sleep", "cwd": env.root(), "mode": "bypass"}))
+        .await;
+    let started = daemon
+        .events(&run_id, None, |events| {
+            events.iter().any(|(_, e)| e["type"] == "tool_started")
+        })
+        .await;
+    assert!(started.iter().any(|(_, e)| e["type"] == "tool_started"));
+    let data_dir = env.data_dir();
+    let (code, stderr) = daemon.stop(libc::SIGTERM);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(!data_dir.join("daemon.json").exists());
+    // No process of the run survives.
+    let survivors = std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|entry| std::fs::read(entry.ok()?.path().join("cmdline")).ok())
+        .filter(|cmdline| String::from_utf8_lossy(cmdline).contains("307.5"))
+        .count();
+    assert_eq!(survivors, 0);
+    // The run ended cancelled, its events complete in the store.
+    let shown = env
+        .command(None)
+        .args(["sessions", "show", &session_id])
+        .output()
+        .unwrap();
+    let shown = String::from_utf8_lossy(&shown.stdout).into_owned();
+    assert!(shown.contains("cancelled"), "{shown}");
+    // The session continues where it stopped.
+    let resumed = env
+        .command(Some(&server))
+        .args(["run", "--session", &session_id, "--json", "go on"])
+        .output()
+        .unwrap();
+    assert_eq!(
+        resumed.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&resumed.stderr)
+    );
+    assert!(String::from_utf8_lossy(&resumed.stdout).contains("resumed and done"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_approval_is_answered_through_the_api() {
+    let script = Script::new()
+        .then(tool_call(
+            "write_file",
+            json!({"path": "notes.txt", "content": "approved\n"}),
+        ))
+        .then(text("written"));
+    let server = ScriptedServer::start(script).await.unwrap();
+    let env = Env::new();
+    let daemon = Daemon::start(&env, &server);
+    let (run_id, _) = daemon
+        .submit(json!({"prompt": "write", "cwd": env.root(), "interactive": true}))
+        .await;
+    let asked = daemon
+        .events(&run_id, None, |events| {
+            events
+                .iter()
+                .any(|(_, e)| e["type"] == "approval_requested")
+        })
+        .await;
+    let (seen, request) = asked.last().unwrap();
+    assert_eq!(request["tool"], "write_file");
+    let approval_id = request["approval_id"].as_str().unwrap();
+    let unknown = daemon
+        .call(
+            "POST",
+            &format!("/v1/runs/{run_id}/approvals/not-{approval_id}"),
+            Some(&json!({"outcome": "allow"})),
+        )
+        .await;
+    assert_eq!(unknown.status, 404);
+    let answered = daemon
+        .call(
+            "POST",
+            &format!("/v1/runs/{run_id}/approvals/{approval_id}"),
+            Some(&json!({"outcome": "allow"})),
+        )
+        .await;
+    assert_eq!(answered.status, 200, "{}", answered.text());
+    let rest = daemon.events(&run_id, Some(*seen), |_| false).await;
+    assert!(
+        rest.iter()
+            .any(|(_, e)| e["type"] == "approval_resolved" && e["outcome"] == "allow")
+    );
+    assert_eq!(rest.last().unwrap().1["status"], "finished");
+    assert_eq!(
+        std::fs::read_to_string(env.root().join("notes.txt")).unwrap(),
+        "approved\n"
+    );
+}
