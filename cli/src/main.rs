@@ -132,7 +132,8 @@ pub struct DemoArgs {
     /// Write every runtime event as one JSON object per line to stdout.
     #[arg(long)]
     pub json: bool,
-    /// Keep the sample repository instead of deleting it.
+    /// Keep the sample repository and the demo's own home (its session and
+    /// spans) instead of deleting them, and print where they are.
     #[arg(long)]
     pub keep: bool,
 }

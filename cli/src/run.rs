@@ -15,7 +15,7 @@ use troupe_runtime::session::recover_interrupted_runs;
 use troupe_runtime::store::{SESSION_MAX_AGE, Store};
 
 use crate::render::{HumanRenderer, write_json_line};
-use crate::setup::{self, Prepared, RunOptions};
+use crate::setup::{Locations, Prepared, RunOptions};
 use crate::{EXIT_RUNTIME, ResumeArgs, RunArgs, RunFlags, approval};
 
 /// Who answers approval requests of a run started from the command line.
@@ -55,7 +55,14 @@ async fn start(prompt: String, session: Option<&str>, flags: &RunFlags) -> u8 {
         budget_tokens: flags.budget_tokens,
         timeout_secs: flags.timeout,
     };
-    let store = match setup::open_store() {
+    let locations = match Locations::from_process() {
+        Ok(locations) => locations,
+        Err(err) => {
+            eprintln!("troupe: {err}");
+            return err.code;
+        }
+    };
+    let store = match locations.open_store() {
         Ok(store) => store,
         Err(err) => {
             eprintln!("troupe: {err}");
@@ -64,7 +71,7 @@ async fn start(prompt: String, session: Option<&str>, flags: &RunFlags) -> u8 {
     };
     let telemetry = crate::telemetry::start(&store);
     report_recovered(&store, flags.json);
-    let prepared = match setup::prepare(&options, None, &store, session).await {
+    let prepared = match crate::setup::prepare(&options, None, &store, &locations, session).await {
         Ok(prepared) => prepared,
         Err(err) => {
             eprintln!("troupe: {err}");

@@ -1,0 +1,127 @@
+//! How `troupe` is invoked, through the real binary: a relative
+//! `TROUPE_HOME` and the demo's own home.
+
+mod support;
+
+use support::{Env, describe, json_lines, run, text};
+use troupe_scripted::{Script, ScriptedServer, ServerConfig};
+
+#[tokio::test]
+async fn a_relative_troupe_home_is_resolved_once_and_named() {
+    let server = ScriptedServer::start_with(
+        Script::new().then(troupe_scripted::text("Done.")),
+        ServerConfig::non_strict(),
+    )
+    .await
+    .unwrap();
+    let env = Env::new();
+    let mut command = env.command_with_home(Some(&server), std::path::Path::new("rel-home"));
+    command.args(["run", "--json", "hello"]);
+    let output = run(command).await;
+    assert_eq!(output.status.code(), Some(0), "{}", describe(&output));
+    let absolute = env.root().join("rel-home");
+    let stderr = text(&output.stderr);
+    assert!(
+        stderr.contains(&format!(
+            "TROUPE_HOME=rel-home is relative; using {}",
+            absolute.display()
+        )),
+        "{stderr}"
+    );
+    // The session is in the resolved directory.
+    let session = support::session_of(&json_lines(&output.stdout));
+    let mut command = env.command_with_home(None, &absolute);
+    command.args(["sessions", "list", "--json"]);
+    let output = run(command).await;
+    assert_eq!(output.status.code(), Some(0), "{}", describe(&output));
+    assert!(
+        text(&output.stdout).contains(&session),
+        "{}",
+        describe(&output)
+    );
+    assert!(
+        text(&output.stderr).is_empty(),
+        "an absolute TROUPE_HOME gets no notice: {}",
+        describe(&output)
+    );
+}
+
+/// Writes a user configuration file into `env`'s configuration directory.
+fn write_user_config(env: &Env, text: &str) {
+    let dir = env.home.path().join("config").join("troupe");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("config.toml"), text).unwrap();
+}
+
+/// `troupe sessions list --json` in `env`'s own data directory.
+async fn user_sessions(env: &Env) -> String {
+    let mut command = env.command(None);
+    command.args(["sessions", "list", "--json"]);
+    let output = run(command).await;
+    assert_eq!(output.status.code(), Some(0), "{}", describe(&output));
+    text(&output.stdout)
+}
+
+#[tokio::test]
+async fn the_demo_runs_in_its_own_home_with_default_settings() {
+    let env = Env::new();
+    write_user_config(&env, "[limits]\nmax_turns = 1\n");
+    let mut command = env.command(None);
+    command.arg("demo");
+    let output = run(command).await;
+    assert_eq!(output.status.code(), Some(0), "{}", describe(&output));
+    assert!(
+        text(&output.stderr).contains("stats.py is fixed"),
+        "{}",
+        describe(&output)
+    );
+    assert_eq!(
+        user_sessions(&env).await,
+        "",
+        "the demo left a session in TROUPE_HOME"
+    );
+}
+
+#[tokio::test]
+async fn the_demo_keeps_its_home_and_says_how_to_look_at_it() {
+    let env = Env::new();
+    // What the demo keeps goes under the test's own temporary directory.
+    let tmp = env.home.path().join("tmp");
+    std::fs::create_dir_all(&tmp).unwrap();
+    let mut command = env.command(None);
+    command.env("TMPDIR", &tmp).args(["demo", "--keep"]);
+    let output = run(command).await;
+    assert_eq!(output.status.code(), Some(0), "{}", describe(&output));
+    let stderr = text(&output.stderr);
+    let line = |prefix: &str| {
+        stderr
+            .lines()
+            .find_map(|line| line.strip_prefix(prefix))
+            .unwrap_or_else(|| panic!("no line starting {prefix:?}: {stderr}"))
+            .trim()
+            .to_string()
+    };
+    let sample = std::path::PathBuf::from(line("Sample repository kept at "));
+    let home = std::path::PathBuf::from(line("The demo's home (its session store) kept at "));
+    assert!(
+        sample.starts_with(&tmp) && home.starts_with(&tmp),
+        "{stderr}"
+    );
+    let list = format!("  TROUPE_HOME={} troupe sessions list", home.display());
+    assert!(stderr.lines().any(|line| line == list), "{stderr}");
+    // The command it names shows the demo's session.
+    let mut command = env.command_with_home(None, &home);
+    command.args(["sessions", "list", "--json"]);
+    let listed = run(command).await;
+    assert_eq!(listed.status.code(), Some(0), "{}", describe(&listed));
+    // The session `sessions show` names is the demo's (its forks' too).
+    let show = format!("  TROUPE_HOME={} troupe sessions show ", home.display());
+    let session = line(&show);
+    assert!(
+        text(&listed.stdout).contains(&format!("{{\"id\":\"{session}\"")),
+        "{session}: {}",
+        describe(&listed)
+    );
+    assert!(sample.join("stats.py").is_file());
+    assert_eq!(user_sessions(&env).await, "");
+}
