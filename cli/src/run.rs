@@ -4,8 +4,11 @@
 //! run's events (prose on stderr, or JSON lines on stdout), answers approvals on
 //! the terminal, cancels on Ctrl-C (a second Ctrl-C exits at once), prints the
 //! final answer on stdout and exits with the run's status code.
+//!
+//! The prompt is the `PROMPT` argument, or all of stdin for `-`; an empty one
+//! is a usage error.
 
-use std::io::{IsTerminal, Write};
+use std::io::{IsTerminal, Read, Write};
 
 use std::collections::HashSet;
 use troupe_actors::{Approver, RunSubmission, Runtime};
@@ -15,7 +18,7 @@ use troupe_runtime::session::recover_interrupted_runs;
 use troupe_runtime::store::{SESSION_MAX_AGE, Store};
 
 use crate::render::{HumanRenderer, write_json_line};
-use crate::setup::{Locations, Prepared, RunOptions};
+use crate::setup::{Locations, Prepared, RunOptions, SetupError};
 use crate::{EXIT_RUNTIME, ResumeArgs, RunArgs, RunFlags, approval};
 
 /// Who answers approval requests of a run started from the command line.
@@ -33,14 +36,69 @@ pub enum Approvals {
 pub const CONTINUE_PROMPT: &str =
     "Continue where you left off. If the task is done, say so briefly.";
 
+/// The prompt argument that means "read the prompt from stdin".
+pub const STDIN_PROMPT: &str = "-";
+
+/// The prompt a run gets from its `PROMPT` argument: the argument itself, or
+/// for `-` everything `read_stdin` returns without its trailing line break.
+/// A prompt that is empty or only whitespace is a usage error.
+pub fn prompt_from(
+    arg: &str,
+    read_stdin: impl FnOnce() -> std::io::Result<String>,
+) -> Result<String, SetupError> {
+    if arg != STDIN_PROMPT {
+        if arg.trim().is_empty() {
+            return Err(SetupError::usage(
+                "the prompt is empty: give the task as an argument, or `-` to read it from stdin",
+            ));
+        }
+        return Ok(arg.to_string());
+    }
+    let text = read_stdin()
+        .map_err(|err| SetupError::usage(format!("cannot read the prompt from stdin: {err}")))?;
+    let text = text
+        .strip_suffix('\n')
+        .map(|rest| rest.strip_suffix('\r').unwrap_or(rest))
+        .unwrap_or(&text);
+    if text.trim().is_empty() {
+        return Err(SetupError::usage(
+            "the prompt read from stdin (`-`) is empty: pipe the task in, e.g. `echo TASK | troupe run -`",
+        ));
+    }
+    Ok(text.to_string())
+}
+
+/// All of the process's stdin as text.
+fn read_all_stdin() -> std::io::Result<String> {
+    let mut text = String::new();
+    std::io::stdin().lock().read_to_string(&mut text)?;
+    Ok(text)
+}
+
 /// Runs `troupe run`.
 pub async fn run(args: RunArgs) -> u8 {
-    start(args.prompt, args.session.as_deref(), &args.flags).await
+    let prompt = match prompt_from(&args.prompt, read_all_stdin) {
+        Ok(prompt) => prompt,
+        Err(err) => {
+            eprintln!("troupe: {err}");
+            return err.code;
+        }
+    };
+    start(prompt, args.session.as_deref(), &args.flags).await
 }
 
 /// Runs `troupe resume ID [PROMPT]`.
 pub async fn resume(args: ResumeArgs) -> u8 {
-    let prompt = args.prompt.unwrap_or_else(|| CONTINUE_PROMPT.to_string());
+    let prompt = match args.prompt {
+        Some(arg) => match prompt_from(&arg, read_all_stdin) {
+            Ok(prompt) => prompt,
+            Err(err) => {
+                eprintln!("troupe: {err}");
+                return err.code;
+            }
+        },
+        None => CONTINUE_PROMPT.to_string(),
+    };
     start(prompt, Some(&args.id), &args.flags).await
 }
 
@@ -297,5 +355,52 @@ fn answer_approval(
                     .await;
             });
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn no_stdin() -> std::io::Result<String> {
+        panic!("stdin is read only for `-`")
+    }
+
+    #[test]
+    fn a_prompt_argument_is_taken_as_it_is() {
+        assert_eq!(prompt_from("fix it\n", no_stdin).unwrap(), "fix it\n");
+    }
+
+    #[test]
+    fn an_empty_or_blank_prompt_is_a_usage_error() {
+        for arg in ["", "  ", "\n\t"] {
+            let err = prompt_from(arg, no_stdin).unwrap_err();
+            assert_eq!(err.code, crate::EXIT_USAGE);
+            assert!(err.message.contains("prompt is empty"), "{err}");
+        }
+    }
+
+    #[test]
+    fn dash_reads_stdin_without_its_trailing_line_break() {
+        let read = |text: &'static str| move || Ok(text.to_string());
+        assert_eq!(prompt_from("-", read("fix it\n")).unwrap(), "fix it");
+        assert_eq!(prompt_from("-", read("fix it\r\n")).unwrap(), "fix it");
+        assert_eq!(
+            prompt_from("-", read("line 1\nline 2")).unwrap(),
+            "line 1\nline 2"
+        );
+        // Only the one line break that ends the input goes.
+        assert_eq!(prompt_from("-", read("a\n\n")).unwrap(), "a\n");
+    }
+
+    #[test]
+    fn an_empty_stdin_is_a_usage_error() {
+        for text in ["", "\n", "  \n"] {
+            let err = prompt_from("-", move || Ok(text.to_string())).unwrap_err();
+            assert_eq!(err.code, crate::EXIT_USAGE);
+            assert!(err.message.contains("stdin"), "{err}");
+        }
+        let err = prompt_from("-", || Err(std::io::Error::other("broken"))).unwrap_err();
+        assert_eq!(err.code, crate::EXIT_USAGE);
     }
 }

@@ -1,10 +1,101 @@
-//! How `troupe` is invoked, through the real binary: a relative
-//! `TROUPE_HOME` and the demo's own home.
+//! How `troupe` is invoked, through the real binary: the prompt from stdin
+//! (`troupe run -`) and empty prompts, a relative `TROUPE_HOME` and the
+//! demo's own home.
 
 mod support;
 
-use support::{Env, describe, json_lines, run, text};
+use std::process::{Command, Output, Stdio};
+
+use support::{COMMAND_LIMIT, Env, describe, json_lines, run, text};
 use troupe_scripted::{Script, ScriptedServer, ServerConfig};
+
+/// Runs `command` with `input` on its stdin, to its end.
+async fn run_with_stdin(mut command: Command, input: &str) -> Output {
+    command
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = support::spawn(command);
+    let mut stdin = child.stdin.take().unwrap();
+    let input = input.as_bytes().to_vec();
+    // Written by its own task so a full pipe cannot stall the test; dropping
+    // the handle closes the child's stdin.
+    let writer = tokio::spawn(async move {
+        use tokio::io::AsyncWriteExt;
+        stdin.write_all(&input).await
+    });
+    let output = tokio::time::timeout(COMMAND_LIMIT, child.wait_with_output())
+        .await
+        .expect("troupe finishes in time")
+        .expect("troupe runs");
+    writer.await.unwrap().unwrap();
+    output
+}
+
+#[tokio::test]
+async fn dash_reads_the_prompt_from_stdin() {
+    let server = ScriptedServer::start_with(
+        Script::new().then(troupe_scripted::text("Read it.")),
+        ServerConfig::non_strict(),
+    )
+    .await
+    .unwrap();
+    let env = Env::new();
+    let mut command = env.command(Some(&server));
+    command.args(["run", "-"]);
+    let output = run_with_stdin(command, "Summarise the README\nin two lines\n").await;
+    assert_eq!(output.status.code(), Some(0), "{}", describe(&output));
+    assert_eq!(text(&output.stdout).trim(), "Read it.");
+    let requests = server.requests();
+    assert_eq!(
+        requests[0].first_user_text().as_deref(),
+        Some("Summarise the README\nin two lines"),
+        "the whole of stdin without its trailing line break"
+    );
+}
+
+#[tokio::test]
+async fn empty_prompts_are_usage_errors() {
+    let server = ScriptedServer::start_with(Script::new(), ServerConfig::non_strict())
+        .await
+        .unwrap();
+    let env = Env::new();
+    // An empty stdin for `-` (the command's stdin is /dev/null).
+    let mut command = env.command(Some(&server));
+    command.args(["run", "-"]);
+    let output = run(command).await;
+    assert_eq!(output.status.code(), Some(2), "{}", describe(&output));
+    assert!(
+        text(&output.stderr).contains("stdin"),
+        "{}",
+        describe(&output)
+    );
+    let mut command = env.command(Some(&server));
+    command.args(["run", "-"]);
+    let output = run_with_stdin(command, " \n").await;
+    assert_eq!(output.status.code(), Some(2), "{}", describe(&output));
+    for prompt in ["", "   ", "\n"] {
+        let mut command = env.command(Some(&server));
+        command.args(["run", prompt]);
+        let output = run(command).await;
+        assert_eq!(
+            output.status.code(),
+            Some(2),
+            "{prompt:?}: {}",
+            describe(&output)
+        );
+        assert!(
+            text(&output.stderr).contains("the prompt is empty"),
+            "{}",
+            describe(&output)
+        );
+    }
+    assert_eq!(
+        server.request_count(),
+        0,
+        "no empty prompt reached the model"
+    );
+}
 
 #[tokio::test]
 async fn a_relative_troupe_home_is_resolved_once_and_named() {
