@@ -2,7 +2,8 @@
 //!
 //! Parses the command line, sets up logging, and hands each subcommand to its
 //! module. Exit codes follow SPEC §1.1: 0 finished, 1 runtime/provider error,
-//! 2 usage/config error, 3 stopped by a limit, 130 cancelled.
+//! 2 usage/config error, 3 stopped by a limit, 130 cancelled (143 or 129 when
+//! SIGTERM or SIGHUP cancelled the run).
 
 mod approval;
 mod demo;
