@@ -11,6 +11,7 @@ mod render;
 mod run;
 mod sessions;
 mod setup;
+mod shell;
 mod telemetry;
 
 use std::path::PathBuf;
@@ -25,7 +26,7 @@ pub const EXIT_RUNTIME: u8 = 1;
 
 /// An actor-based runtime for coding agents.
 #[derive(Debug, Parser)]
-#[command(name = "troupe", version, about, propagate_version = true)]
+#[command(name = "troupe", version, propagate_version = true)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -47,6 +48,18 @@ enum Command {
     },
     /// Run an offline demonstration against the built-in scripted model.
     Demo(DemoArgs),
+    /// Print the shell completion script for SHELL to stdout.
+    Completions {
+        /// The shell.
+        shell: clap_complete::Shell,
+    },
+    /// Print the manual page (roff) to stdout, or write one page per command
+    /// into a directory.
+    Man {
+        /// Write `troupe.1`, `troupe-run.1`, … into this directory instead.
+        #[arg(long, value_name = "DIR")]
+        out_dir: Option<PathBuf>,
+    },
 }
 
 /// Options shared by the commands that start a run.
@@ -147,6 +160,12 @@ fn parse_mode(text: &str) -> Result<troupe_runtime::config::PermissionMode, Stri
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    // These only print text generated from the command line's definition.
+    match cli.command {
+        Command::Completions { shell } => return ExitCode::from(shell::completions(shell)),
+        Command::Man { out_dir } => return ExitCode::from(shell::man(out_dir.as_deref())),
+        _ => {}
+    }
     // Commands that run agents set up full telemetry once the store is open.
     if !matches!(
         cli.command,
@@ -172,6 +191,7 @@ fn main() -> ExitCode {
             Command::Sessions(command) => sessions::sessions(command),
             Command::Trace { run } => sessions::trace(&run),
             Command::Demo(args) => demo::demo(args).await,
+            Command::Completions { .. } | Command::Man { .. } => 0,
         }
     });
     // Do not wait for lingering blocking tasks (a pending terminal prompt).

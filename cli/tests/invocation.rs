@@ -1,12 +1,13 @@
 //! How `troupe` is invoked, through the real binary: the prompt from stdin
-//! (`troupe run -`) and empty prompts, a relative `TROUPE_HOME` and the
-//! demo's own home.
+//! (`troupe run -`) and empty prompts, a relative `TROUPE_HOME`, the demo's
+//! own home, `--help` naming only commands that exist, shell completions and
+//! the manual page.
 
 mod support;
 
 use std::process::{Command, Output, Stdio};
 
-use support::{COMMAND_LIMIT, Env, describe, json_lines, run, text};
+use support::{COMMAND_LIMIT, Env, TROUPE, describe, json_lines, run, text};
 use troupe_scripted::{Script, ScriptedServer, ServerConfig};
 
 /// Runs `command` with `input` on its stdin, to its end.
@@ -215,4 +216,84 @@ async fn the_demo_keeps_its_home_and_says_how_to_look_at_it() {
     );
     assert!(sample.join("stats.py").is_file());
     assert_eq!(user_sessions(&env).await, "");
+}
+
+/// Runs `troupe ARGS` with no environment beyond `PATH`, which must succeed.
+async fn troupe_ok(args: &[&str]) -> String {
+    let mut command = Command::new(TROUPE);
+    command.args(args).stdin(Stdio::null());
+    let output = run(command).await;
+    assert_eq!(
+        output.status.code(),
+        Some(0),
+        "{args:?}: {}",
+        describe(&output)
+    );
+    text(&output.stdout)
+}
+
+/// The command names listed under `Commands:` in `troupe --help`.
+fn listed_commands(help: &str) -> Vec<String> {
+    help.lines()
+        .skip_while(|line| !line.starts_with("Commands:"))
+        .skip(1)
+        .take_while(|line| line.starts_with("  "))
+        // Wrapped descriptions are indented further than the names.
+        .filter(|line| !line.starts_with("   "))
+        .filter_map(|line| line.split_whitespace().next().map(str::to_string))
+        .collect()
+}
+
+#[tokio::test]
+async fn help_advertises_only_commands_that_exist() {
+    let help = troupe_ok(&["--help"]).await;
+    for missing in ["chat", "serve"] {
+        assert!(
+            !help.contains(missing),
+            "--help mentions `{missing}`: {help}"
+        );
+    }
+    let commands = listed_commands(&help);
+    for expected in [
+        "run",
+        "resume",
+        "sessions",
+        "trace",
+        "demo",
+        "completions",
+        "man",
+    ] {
+        assert!(commands.iter().any(|c| c == expected), "{expected}: {help}");
+    }
+    for command in commands.iter().filter(|c| *c != "help") {
+        troupe_ok(&[command, "--help"]).await;
+    }
+}
+
+#[tokio::test]
+async fn completion_scripts_are_generated_for_bash_zsh_and_fish() {
+    for shell in ["bash", "zsh", "fish"] {
+        let script = troupe_ok(&["completions", shell]).await;
+        assert!(script.contains("run"), "{shell}: {script}");
+        assert!(script.contains("sessions"), "{shell}: {script}");
+    }
+    let mut command = Command::new(TROUPE);
+    command.args(["completions", "tcsh"]);
+    assert_eq!(run(command).await.status.code(), Some(2));
+}
+
+#[tokio::test]
+async fn the_man_page_is_roff_and_names_the_subcommands() {
+    let page = troupe_ok(&["man"]).await;
+    assert!(page.contains(".TH troupe 1"), "{page}");
+    for name in ["run", "resume", "sessions", "trace", "demo", "completions"] {
+        assert!(page.contains(&format!("troupe\\-{name}")), "{name}: {page}");
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("man1");
+    troupe_ok(&["man", "--out-dir", out.to_str().unwrap()]).await;
+    for file in ["troupe.1", "troupe-run.1", "troupe-sessions-list.1"] {
+        let page = std::fs::read_to_string(out.join(file)).unwrap();
+        assert!(page.contains(".TH"), "{file}: {page}");
+    }
 }
