@@ -10,6 +10,11 @@
 //! labelled with their agent paths — is printed as it happens, then the span
 //! tree with the three forks' `invoke_agent` spans. It says plainly that the
 //! model is scripted.
+//!
+//! The demo has a home of its own: a temporary data directory and no user
+//! configuration, so it runs with default settings whatever the person's
+//! configuration says and leaves nothing in their session store. `--keep`
+//! keeps that home and the sample repository and prints how to look at them.
 
 use std::path::Path;
 use std::time::Duration;
@@ -20,8 +25,10 @@ use troupe_runtime::config::{
 };
 use troupe_scripted::{Matcher, Response, Script, ScriptedServer, ServerConfig, Turn, Usage, text};
 
+use troupe_actors::SessionTarget;
+
 use crate::run::{Approvals, execute};
-use crate::setup::{self, RunOptions};
+use crate::setup::{self, Locations, RunOptions};
 use crate::{DemoArgs, EXIT_RUNTIME};
 
 /// The task the scripted model "works" on.
@@ -152,9 +159,46 @@ fn write_sample(dir: &Path) -> std::io::Result<()> {
     std::fs::create_dir_all(dir.join(".troupe"))
 }
 
+/// A temporary directory, created with `prefix`.
+fn temp_dir(prefix: &str) -> std::io::Result<tempfile::TempDir> {
+    tempfile::Builder::new().prefix(prefix).tempdir()
+}
+
+/// What the demo prints after `--keep`: where the sample repository and the
+/// demo's own home are, and the commands that look at what it left there.
+pub fn kept_notice(
+    sample: &Path,
+    home: &Path,
+    session_id: Option<&str>,
+    run_id: Option<&str>,
+) -> String {
+    let env = format!("TROUPE_HOME={}", home.display());
+    let mut lines = vec![
+        format!("Sample repository kept at {}", sample.display()),
+        format!(
+            "The demo's home (its session store) kept at {}",
+            home.display()
+        ),
+        "Look at what the demo stored with:".to_string(),
+        format!("  {env} troupe sessions list"),
+    ];
+    if let Some(id) = session_id {
+        lines.push(format!("  {env} troupe sessions show {id}"));
+    }
+    if let Some(id) = run_id {
+        lines.push(format!("  {env} troupe trace {id}"));
+    }
+    lines.join("\n")
+}
+
 /// Runs the demo; returns the exit code.
+///
+/// The demo runs in a home of its own, a temporary data directory with no
+/// user configuration (default settings), so it neither writes into the
+/// person's session store nor depends on their configuration. Both that home
+/// and the sample repository are deleted at the end unless `--keep` is given.
 pub async fn demo(args: DemoArgs) -> u8 {
-    let sample = match tempfile::Builder::new().prefix("troupe-demo-").tempdir() {
+    let sample = match temp_dir("troupe-demo-") {
         Ok(dir) => dir,
         Err(err) => {
             eprintln!("troupe demo: cannot create the sample repository: {err}");
@@ -165,11 +209,62 @@ pub async fn demo(args: DemoArgs) -> u8 {
         eprintln!("troupe demo: cannot write the sample repository: {err}");
         return EXIT_RUNTIME;
     }
+    let home = match temp_dir("troupe-demo-home-") {
+        Ok(dir) => dir,
+        Err(err) => {
+            eprintln!("troupe demo: cannot create the demo's home: {err}");
+            return EXIT_RUNTIME;
+        }
+    };
+    let locations = Locations::isolated(home.path().to_path_buf());
+    let code = demo_in(&args, sample.path(), &locations).await;
+    if args.keep {
+        let (sample, home) = (sample.keep(), home.keep());
+        eprintln!(
+            "\n{}",
+            kept_notice(
+                &sample,
+                &home,
+                code.session_id.as_deref(),
+                code.run_id.as_deref()
+            )
+        );
+    } else if !args.json {
+        eprintln!(
+            "The sample repository and the demo's session were deleted (keep them with --keep)."
+        );
+    }
+    code.exit
+}
+
+/// How the demo ended.
+struct DemoEnd {
+    /// The exit code.
+    exit: u8,
+    /// The demo's session, when the run started.
+    session_id: Option<String>,
+    /// The demo's run, when it started.
+    run_id: Option<String>,
+}
+
+impl DemoEnd {
+    fn failed(exit: u8) -> Self {
+        Self {
+            exit,
+            session_id: None,
+            run_id: None,
+        }
+    }
+}
+
+/// Runs the scripted task on the sample repository in `sample`, with the
+/// store and configuration of `locations`.
+async fn demo_in(args: &DemoArgs, sample: &Path, locations: &Locations) -> DemoEnd {
     let server = match ScriptedServer::start_with(demo_script(), ServerConfig::non_strict()).await {
         Ok(server) => server,
         Err(err) => {
             eprintln!("troupe demo: cannot start the scripted model server: {err}");
-            return EXIT_RUNTIME;
+            return DemoEnd::failed(EXIT_RUNTIME);
         }
     };
     let provider = ResolvedProvider {
@@ -187,32 +282,36 @@ pub async fn demo(args: DemoArgs) -> u8 {
         max_retries: 0,
     };
     let options = RunOptions {
-        cwd: Some(sample.path().to_path_buf()),
+        cwd: Some(sample.to_path_buf()),
         mode: Some(PermissionMode::Default),
         ..RunOptions::default()
     };
-    let store = match setup::open_store() {
+    let store = match locations.open_store() {
         Ok(store) => store,
         Err(err) => {
             eprintln!("troupe demo: {err}");
-            return err.code;
+            return DemoEnd::failed(err.code);
         }
     };
     let telemetry = crate::telemetry::start(&store);
-    let prepared = match setup::prepare(&options, Some(provider), &store, None).await {
+    let prepared = match setup::prepare(&options, Some(provider), &store, locations, None).await {
         Ok(prepared) => prepared,
         Err(err) => {
             eprintln!("troupe demo: {err}");
             telemetry.stop();
-            return err.code;
+            return DemoEnd::failed(err.code);
         }
+    };
+    let session_id = match &prepared.session {
+        SessionTarget::New(id) => id.clone(),
+        SessionTarget::Continue(id) => Some(id.clone()),
     };
     if !args.json {
         eprintln!("{SCRIPTED_NOTICE}\n");
-        eprintln!("Sample repository: {}", sample.path().display());
+        eprintln!("Sample repository: {}", sample.display());
         eprintln!("Task: {DEMO_PROMPT}\n");
     }
-    let (code, run_id) = execute(
+    let (exit, run_id) = execute(
         prepared,
         store.clone(),
         DEMO_PROMPT.to_string(),
@@ -221,7 +320,7 @@ pub async fn demo(args: DemoArgs) -> u8 {
     )
     .await;
     if !args.json {
-        let fixed = std::fs::read_to_string(sample.path().join("stats.py"))
+        let fixed = std::fs::read_to_string(sample.join("stats.py"))
             .map(|text| text.contains("return sum(values) / len(values)"))
             .unwrap_or(false);
         eprintln!(
@@ -233,7 +332,7 @@ pub async fn demo(args: DemoArgs) -> u8 {
             telemetry.sync_spans();
             match crate::telemetry::span_tree(&store, run_id) {
                 Ok(Some(tree)) => {
-                    eprintln!("\nSpan tree of run {run_id} (also: troupe trace {run_id}):");
+                    eprintln!("\nSpan tree of run {run_id}:");
                     eprintln!("{}", tree.trim_end());
                 }
                 Ok(None) => eprintln!("\nNo spans were recorded for run {run_id}."),
@@ -242,13 +341,44 @@ pub async fn demo(args: DemoArgs) -> u8 {
         }
         eprintln!("Reminder: the model in this demo is scripted.");
     }
-    if args.keep {
-        let kept = sample.keep();
-        if !args.json {
-            eprintln!("Sample repository kept at {}", kept.display());
-        }
-    }
     server.shutdown().await;
     telemetry.stop();
-    code
+    DemoEnd {
+        exit,
+        session_id,
+        run_id,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_kept_notice_names_both_places_and_the_commands_to_look() {
+        let notice = kept_notice(
+            Path::new("/tmp/troupe-demo-x"),
+            Path::new("/tmp/troupe-demo-home-y"),
+            Some("S1"),
+            Some("R1"),
+        );
+        assert!(notice.contains("/tmp/troupe-demo-x"), "{notice}");
+        for command in [
+            "TROUPE_HOME=/tmp/troupe-demo-home-y troupe sessions list",
+            "TROUPE_HOME=/tmp/troupe-demo-home-y troupe sessions show S1",
+            "TROUPE_HOME=/tmp/troupe-demo-home-y troupe trace R1",
+        ] {
+            assert!(notice.contains(command), "{command} missing: {notice}");
+        }
+    }
+
+    #[test]
+    fn without_a_run_the_kept_notice_still_says_where_the_home_is() {
+        let notice = kept_notice(Path::new("/s"), Path::new("/h"), None, None);
+        assert!(
+            notice.contains("TROUPE_HOME=/h troupe sessions list"),
+            "{notice}"
+        );
+        assert!(!notice.contains("trace"), "{notice}");
+    }
 }

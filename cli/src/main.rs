@@ -2,7 +2,8 @@
 //!
 //! Parses the command line, sets up logging, and hands each subcommand to its
 //! module. Exit codes follow SPEC §1.1: 0 finished, 1 runtime/provider error,
-//! 2 usage/config error, 3 stopped by a limit, 130 cancelled.
+//! 2 usage/config error, 3 stopped by a limit, 130 cancelled (143 or 129 when
+//! SIGTERM or SIGHUP cancelled the run).
 
 mod approval;
 mod daemon;
@@ -11,6 +12,7 @@ mod render;
 mod run;
 mod sessions;
 mod setup;
+mod shell;
 mod telemetry;
 
 use std::path::PathBuf;
@@ -25,7 +27,7 @@ pub const EXIT_RUNTIME: u8 = 1;
 
 /// An actor-based runtime for coding agents.
 #[derive(Debug, Parser)]
-#[command(name = "troupe", version, about, propagate_version = true)]
+#[command(name = "troupe", version, propagate_version = true)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -53,6 +55,18 @@ enum Command {
         /// address is written to $TROUPE_HOME/daemon.json).
         #[arg(long)]
         listen: Option<std::net::SocketAddr>,
+    },
+    /// Print the shell completion script for SHELL to stdout.
+    Completions {
+        /// The shell.
+        shell: clap_complete::Shell,
+    },
+    /// Print the manual page (roff) to stdout, or write one page per command
+    /// into a directory.
+    Man {
+        /// Write `troupe.1`, `troupe-run.1`, … into this directory instead.
+        #[arg(long, value_name = "DIR")]
+        out_dir: Option<PathBuf>,
     },
 }
 
@@ -140,7 +154,8 @@ pub struct DemoArgs {
     /// Write every runtime event as one JSON object per line to stdout.
     #[arg(long)]
     pub json: bool,
-    /// Keep the sample repository instead of deleting it.
+    /// Keep the sample repository and the demo's own home (its session and
+    /// spans) instead of deleting them, and print where they are.
     #[arg(long)]
     pub keep: bool,
 }
@@ -153,6 +168,12 @@ fn parse_mode(text: &str) -> Result<troupe_runtime::config::PermissionMode, Stri
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    // These only print text generated from the command line's definition.
+    match cli.command {
+        Command::Completions { shell } => return ExitCode::from(shell::completions(shell)),
+        Command::Man { out_dir } => return ExitCode::from(shell::man(out_dir.as_deref())),
+        _ => {}
+    }
     // Commands that run agents set up full telemetry once the store is open.
     if !matches!(
         cli.command,
@@ -179,6 +200,7 @@ fn main() -> ExitCode {
             Command::Trace { run } => sessions::trace(&run),
             Command::Demo(args) => demo::demo(args).await,
             Command::Serve { listen } => daemon::serve(listen).await,
+            Command::Completions { .. } | Command::Man { .. } => 0,
         }
     });
     // Do not wait for lingering blocking tasks (a pending terminal prompt).

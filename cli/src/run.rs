@@ -2,10 +2,14 @@
 //!
 //! Starts the actor runtime in this process, submits the prompt, renders the
 //! run's events (prose on stderr, or JSON lines on stdout), answers approvals on
-//! the terminal, cancels on Ctrl-C (a second Ctrl-C exits at once), prints the
-//! final answer on stdout and exits with the run's status code.
+//! the terminal, cancels on Ctrl-C, SIGTERM or SIGHUP (a second one exits at
+//! once), prints the final answer on stdout and exits with the run's status
+//! code (128 + the signal's number for a run a signal cancelled).
+//!
+//! The prompt is the `PROMPT` argument, or all of stdin for `-`; an empty one
+//! is a usage error.
 
-use std::io::{IsTerminal, Write};
+use std::io::{IsTerminal, Read, Write};
 
 use std::collections::HashSet;
 use troupe_actors::{Approver, RunSubmission, Runtime};
@@ -15,7 +19,7 @@ use troupe_runtime::session::recover_interrupted_runs;
 use troupe_runtime::store::{SESSION_MAX_AGE, Store};
 
 use crate::render::{HumanRenderer, write_json_line};
-use crate::setup::{self, Prepared, RunOptions};
+use crate::setup::{Locations, Prepared, RunOptions, SetupError};
 use crate::{EXIT_RUNTIME, ResumeArgs, RunArgs, RunFlags, approval};
 
 /// Who answers approval requests of a run started from the command line.
@@ -33,14 +37,69 @@ pub enum Approvals {
 pub const CONTINUE_PROMPT: &str =
     "Continue where you left off. If the task is done, say so briefly.";
 
+/// The prompt argument that means "read the prompt from stdin".
+pub const STDIN_PROMPT: &str = "-";
+
+/// The prompt a run gets from its `PROMPT` argument: the argument itself, or
+/// for `-` everything `read_stdin` returns without its trailing line break.
+/// A prompt that is empty or only whitespace is a usage error.
+pub fn prompt_from(
+    arg: &str,
+    read_stdin: impl FnOnce() -> std::io::Result<String>,
+) -> Result<String, SetupError> {
+    if arg != STDIN_PROMPT {
+        if arg.trim().is_empty() {
+            return Err(SetupError::usage(
+                "the prompt is empty: give the task as an argument, or `-` to read it from stdin",
+            ));
+        }
+        return Ok(arg.to_string());
+    }
+    let text = read_stdin()
+        .map_err(|err| SetupError::usage(format!("cannot read the prompt from stdin: {err}")))?;
+    let text = text
+        .strip_suffix('\n')
+        .map(|rest| rest.strip_suffix('\r').unwrap_or(rest))
+        .unwrap_or(&text);
+    if text.trim().is_empty() {
+        return Err(SetupError::usage(
+            "the prompt read from stdin (`-`) is empty: pipe the task in, e.g. `echo TASK | troupe run -`",
+        ));
+    }
+    Ok(text.to_string())
+}
+
+/// All of the process's stdin as text.
+fn read_all_stdin() -> std::io::Result<String> {
+    let mut text = String::new();
+    std::io::stdin().lock().read_to_string(&mut text)?;
+    Ok(text)
+}
+
 /// Runs `troupe run`.
 pub async fn run(args: RunArgs) -> u8 {
-    start(args.prompt, args.session.as_deref(), &args.flags).await
+    let prompt = match prompt_from(&args.prompt, read_all_stdin) {
+        Ok(prompt) => prompt,
+        Err(err) => {
+            eprintln!("troupe: {err}");
+            return err.code;
+        }
+    };
+    start(prompt, args.session.as_deref(), &args.flags).await
 }
 
 /// Runs `troupe resume ID [PROMPT]`.
 pub async fn resume(args: ResumeArgs) -> u8 {
-    let prompt = args.prompt.unwrap_or_else(|| CONTINUE_PROMPT.to_string());
+    let prompt = match args.prompt {
+        Some(arg) => match prompt_from(&arg, read_all_stdin) {
+            Ok(prompt) => prompt,
+            Err(err) => {
+                eprintln!("troupe: {err}");
+                return err.code;
+            }
+        },
+        None => CONTINUE_PROMPT.to_string(),
+    };
     start(prompt, Some(&args.id), &args.flags).await
 }
 
@@ -55,7 +114,14 @@ async fn start(prompt: String, session: Option<&str>, flags: &RunFlags) -> u8 {
         budget_tokens: flags.budget_tokens,
         timeout_secs: flags.timeout,
     };
-    let store = match setup::open_store() {
+    let locations = match Locations::from_process() {
+        Ok(locations) => locations,
+        Err(err) => {
+            eprintln!("troupe: {err}");
+            return err.code;
+        }
+    };
+    let store = match locations.open_store() {
         Ok(store) => store,
         Err(err) => {
             eprintln!("troupe: {err}");
@@ -64,7 +130,7 @@ async fn start(prompt: String, session: Option<&str>, flags: &RunFlags) -> u8 {
     };
     let telemetry = crate::telemetry::start(&store);
     report_recovered(&store, flags.json);
-    let prepared = match setup::prepare(&options, None, &store, session).await {
+    let prepared = match crate::setup::prepare(&options, None, &store, &locations, session).await {
         Ok(prepared) => prepared,
         Err(err) => {
             eprintln!("troupe: {err}");
@@ -127,6 +193,113 @@ fn remove_old_sessions(store: &Store, continued: Option<&str>) {
     });
 }
 
+/// A signal that cancels the run: Ctrl-C, `kill`/`timeout`/`docker stop`, or
+/// a closed terminal.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StopSignal {
+    /// SIGINT (Ctrl-C).
+    Interrupt,
+    /// SIGTERM.
+    Terminate,
+    /// SIGHUP.
+    Hangup,
+}
+
+impl StopSignal {
+    /// Every signal that cancels a run.
+    pub const ALL: [StopSignal; 3] = [Self::Interrupt, Self::Terminate, Self::Hangup];
+
+    /// The signal's number (the same on every Unix for these three).
+    pub fn number(self) -> u8 {
+        match self {
+            Self::Hangup => 1,
+            Self::Interrupt => 2,
+            Self::Terminate => 15,
+        }
+    }
+
+    /// The signal's name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Hangup => "SIGHUP",
+            Self::Interrupt => "SIGINT",
+            Self::Terminate => "SIGTERM",
+        }
+    }
+
+    /// The exit code of a process this signal stopped: 128 + its number.
+    pub fn exit_code(self) -> u8 {
+        128 + self.number()
+    }
+
+    /// What to tell the person when the signal arrives first.
+    pub fn cancelling_notice(self) -> String {
+        match self {
+            Self::Interrupt => "cancelling (Ctrl-C again to exit at once)".to_string(),
+            other => format!(
+                "{} received; cancelling (send it again to exit at once)",
+                other.name()
+            ),
+        }
+    }
+
+    fn kind(self) -> tokio::signal::unix::SignalKind {
+        use tokio::signal::unix::SignalKind;
+        match self {
+            Self::Interrupt => SignalKind::interrupt(),
+            Self::Terminate => SignalKind::terminate(),
+            Self::Hangup => SignalKind::hangup(),
+        }
+    }
+}
+
+/// The exit code of a run that ended with `status`, `signal` being the first
+/// stop signal received while it ran: a run the signal cancelled exits with
+/// 128 + the signal's number (130, 143, 129); any other end keeps its status's
+/// code (a run that finished before the cancellation landed exits 0).
+pub fn exit_code(status: RunStatus, signal: Option<StopSignal>) -> u8 {
+    match signal {
+        Some(signal) if status == RunStatus::Cancelled => signal.exit_code(),
+        _ => status.exit_code() as u8,
+    }
+}
+
+/// Listeners for every [`StopSignal`], installed for the whole run: a signal
+/// arriving between two polls is kept, not lost.
+struct StopSignals {
+    listeners: Vec<(StopSignal, tokio::signal::unix::Signal)>,
+}
+
+impl StopSignals {
+    /// Installs the listeners; from here on these signals no longer end the
+    /// process by themselves.
+    fn listen() -> std::io::Result<Self> {
+        let listeners = StopSignal::ALL
+            .into_iter()
+            .map(|signal| Ok((signal, tokio::signal::unix::signal(signal.kind())?)))
+            .collect::<std::io::Result<_>>()?;
+        Ok(Self { listeners })
+    }
+
+    /// The next stop signal.
+    async fn recv(&mut self) -> StopSignal {
+        let waits = self.listeners.iter_mut().map(|(signal, listener)| {
+            let signal = *signal;
+            Box::pin(async move {
+                listener.recv().await;
+                signal
+            })
+        });
+        futures::future::select_all(waits).await.0
+    }
+}
+
+/// Writes one line to stderr, ignoring failures (after SIGHUP the terminal
+/// may be gone).
+fn notice(line: &str) {
+    let _ = writeln!(std::io::stderr().lock(), "troupe: {line}");
+}
+
 /// Submits `prompt` on a fresh embedded runtime and follows the run to its end.
 /// Returns the exit code and the run id (when the run started).
 pub async fn execute(
@@ -136,6 +309,14 @@ pub async fn execute(
     json: bool,
     approvals: Approvals,
 ) -> (u8, Option<String>) {
+    // Installed before anything runs, so a stop signal always cancels cleanly.
+    let mut signals = match StopSignals::listen() {
+        Ok(signals) => signals,
+        Err(err) => {
+            eprintln!("troupe: cannot listen for Ctrl-C, SIGTERM and SIGHUP: {err}");
+            return (EXIT_RUNTIME, None);
+        }
+    };
     let runtime = match Runtime::start(store.clone()).await {
         Ok(runtime) => runtime,
         Err(err) => {
@@ -143,17 +324,6 @@ pub async fn execute(
             return (EXIT_RUNTIME, None);
         }
     };
-    // One listener for the whole run: a SIGINT arriving between two polls is
-    // kept, not lost.
-    let mut interrupt =
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt()) {
-            Ok(signal) => signal,
-            Err(err) => {
-                eprintln!("troupe: cannot listen for Ctrl-C: {err}");
-                runtime.shutdown().await;
-                return (EXIT_RUNTIME, None);
-            }
-        };
     let submission = RunSubmission {
         prompt,
         session: prepared.session,
@@ -175,7 +345,7 @@ pub async fn execute(
         }
     };
     let mut renderer = HumanRenderer::new(std::io::stderr().is_terminal());
-    let mut interrupts = 0u32;
+    let mut first_signal: Option<StopSignal> = None;
     let mut final_status = RunStatus::Error;
     let mut final_text = String::new();
     loop {
@@ -211,14 +381,14 @@ pub async fn execute(
                     _ => {}
                 }
             }
-            _ = interrupt.recv() => {
-                interrupts += 1;
-                if interrupts > 1 {
-                    eprintln!("troupe: interrupted twice; exiting without waiting");
-                    return (RunStatus::Cancelled.exit_code() as u8, Some(handle.run_id.clone()));
+            signal = signals.recv() => {
+                if first_signal.is_some() {
+                    notice(&format!("{} received again; exiting without waiting", signal.name()));
+                    return (signal.exit_code(), Some(handle.run_id.clone()));
                 }
+                first_signal = Some(signal);
                 if !json {
-                    eprintln!("troupe: cancelling (Ctrl-C again to exit at once)");
+                    notice(&signal.cancelling_notice());
                 }
                 let _ = runtime.cancel(&handle.run_id).await;
             }
@@ -235,7 +405,10 @@ pub async fn execute(
     if let Err(err) = store.flush() {
         eprintln!("troupe: the store could not be flushed at exit: {err}");
     }
-    (final_status.exit_code() as u8, Some(handle.run_id.clone()))
+    (
+        exit_code(final_status, first_signal),
+        Some(handle.run_id.clone()),
+    )
 }
 
 /// One approval request as the event gave it.
@@ -290,5 +463,96 @@ fn answer_approval(
                     .await;
             });
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn no_stdin() -> std::io::Result<String> {
+        panic!("stdin is read only for `-`")
+    }
+
+    #[test]
+    fn a_prompt_argument_is_taken_as_it_is() {
+        assert_eq!(prompt_from("fix it\n", no_stdin).unwrap(), "fix it\n");
+    }
+
+    #[test]
+    fn an_empty_or_blank_prompt_is_a_usage_error() {
+        for arg in ["", "  ", "\n\t"] {
+            let err = prompt_from(arg, no_stdin).unwrap_err();
+            assert_eq!(err.code, crate::EXIT_USAGE);
+            assert!(err.message.contains("prompt is empty"), "{err}");
+        }
+    }
+
+    #[test]
+    fn dash_reads_stdin_without_its_trailing_line_break() {
+        let read = |text: &'static str| move || Ok(text.to_string());
+        assert_eq!(prompt_from("-", read("fix it\n")).unwrap(), "fix it");
+        assert_eq!(prompt_from("-", read("fix it\r\n")).unwrap(), "fix it");
+        assert_eq!(
+            prompt_from("-", read("line 1\nline 2")).unwrap(),
+            "line 1\nline 2"
+        );
+        // Only the one line break that ends the input goes.
+        assert_eq!(prompt_from("-", read("a\n\n")).unwrap(), "a\n");
+    }
+
+    #[test]
+    fn an_empty_stdin_is_a_usage_error() {
+        for text in ["", "\n", "  \n"] {
+            let err = prompt_from("-", move || Ok(text.to_string())).unwrap_err();
+            assert_eq!(err.code, crate::EXIT_USAGE);
+            assert!(err.message.contains("stdin"), "{err}");
+        }
+        let err = prompt_from("-", || Err(std::io::Error::other("broken"))).unwrap_err();
+        assert_eq!(err.code, crate::EXIT_USAGE);
+    }
+
+    #[test]
+    fn a_run_a_signal_cancelled_exits_with_128_plus_the_signal() {
+        assert_eq!(
+            exit_code(RunStatus::Cancelled, Some(StopSignal::Interrupt)),
+            130
+        );
+        assert_eq!(
+            exit_code(RunStatus::Cancelled, Some(StopSignal::Terminate)),
+            143
+        );
+        assert_eq!(
+            exit_code(RunStatus::Cancelled, Some(StopSignal::Hangup)),
+            129
+        );
+    }
+
+    #[test]
+    fn other_ends_keep_their_status_code() {
+        assert_eq!(
+            exit_code(RunStatus::Finished, Some(StopSignal::Terminate)),
+            0
+        );
+        assert_eq!(exit_code(RunStatus::Finished, None), 0);
+        assert_eq!(
+            exit_code(RunStatus::Cancelled, None),
+            RunStatus::Cancelled.exit_code() as u8
+        );
+        assert_eq!(
+            exit_code(RunStatus::Error, Some(StopSignal::Hangup)),
+            RunStatus::Error.exit_code() as u8
+        );
+    }
+
+    #[test]
+    fn notices_name_the_signal() {
+        assert!(StopSignal::Interrupt.cancelling_notice().contains("Ctrl-C"));
+        assert!(
+            StopSignal::Terminate
+                .cancelling_notice()
+                .contains("SIGTERM")
+        );
+        assert!(StopSignal::Hangup.cancelling_notice().contains("SIGHUP"));
     }
 }

@@ -59,11 +59,67 @@ impl std::fmt::Display for SetupError {
     }
 }
 
-/// Opens the session store in the data directory (`TROUPE_HOME`).
+/// Where a command keeps its data and finds its configuration.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Locations {
+    /// The data directory (absolute): the store and spill files.
+    pub data_dir: PathBuf,
+    /// The user configuration directory (config file, roles, instructions);
+    /// `None` leaves user configuration out.
+    pub config_dir: Option<PathBuf>,
+    /// The home directory (`~` in paths).
+    pub home: Option<PathBuf>,
+}
+
+impl Locations {
+    /// The locations the process environment names. A relative `TROUPE_HOME`
+    /// is resolved against the current directory here, once, and a notice
+    /// naming the absolute directory goes to stderr.
+    pub fn from_process() -> Result<Self, SetupError> {
+        let resolved =
+            paths::process_data_dir().map_err(|err| SetupError::usage(err.to_string()))?;
+        if let Some(notice) = resolved.notice() {
+            eprintln!("troupe: {notice}");
+        }
+        Ok(Self {
+            data_dir: resolved.path,
+            config_dir: paths::config_dir(&ProcessEnv).ok(),
+            home: paths::home_dir(&ProcessEnv),
+        })
+    }
+
+    /// A self-contained home: data in `data_dir`, no user configuration (so
+    /// default settings apply, plus whatever the project holds).
+    pub fn isolated(data_dir: PathBuf) -> Self {
+        Self {
+            data_dir,
+            config_dir: None,
+            home: paths::home_dir(&ProcessEnv),
+        }
+    }
+
+    /// Where configuration files are looked for from `cwd`.
+    fn config_sources(&self, cwd: &Path) -> ConfigSources {
+        ConfigSources {
+            user: self
+                .config_dir
+                .as_deref()
+                .map(|dir| dir.join(paths::CONFIG_FILE_NAME)),
+            project_root: Some(paths::find_project_root(cwd)),
+            home: self.home.clone(),
+        }
+    }
+
+    /// Opens the session store in the data directory.
+    pub fn open_store(&self) -> Result<Store, SetupError> {
+        Store::open(&self.data_dir).map_err(|err| SetupError::runtime(err.to_string()))
+    }
+}
+
+/// Opens the session store in the data directory the process environment
+/// names (`TROUPE_HOME`).
 pub fn open_store() -> Result<Store, SetupError> {
-    let data_dir =
-        paths::data_dir(&ProcessEnv).map_err(|err| SetupError::usage(err.to_string()))?;
-    Store::open(&data_dir).map_err(|err| SetupError::runtime(err.to_string()))
+    Locations::from_process()?.open_store()
 }
 
 /// What the command line says about a run.
@@ -107,6 +163,7 @@ pub async fn prepare(
     options: &RunOptions,
     provider_override: Option<ResolvedProvider>,
     store: &Store,
+    locations: &Locations,
     continue_session: Option<&str>,
 ) -> Result<Prepared, SetupError> {
     // A continued session runs where it ran before, unless told otherwise.
@@ -126,7 +183,7 @@ pub async fn prepare(
         (None, Some(stored)) if stored.is_dir() => stored,
         _ => working_directory(options.cwd.as_deref())?,
     };
-    let sources = ConfigSources::discover(&cwd);
+    let sources = locations.config_sources(&cwd);
     let config = load_config(&sources).map_err(|err| SetupError::usage(err.to_string()))?;
     let project_root = sources.project_root.clone().unwrap_or_else(|| cwd.clone());
     // git status runs while the rest is set up; the first request waits for it
@@ -151,39 +208,47 @@ pub async fn prepare(
         None => SessionTarget::New(Some(uuid::Uuid::now_v7().to_string())),
     };
     let git_status = git_status.await.unwrap_or(GitStatus::TooSlow);
-    assemble(
-        &config,
-        options,
-        &project_root,
-        resolved,
-        session,
-        store.clone(),
-        git_status,
-    )
-    .await
+    let place = Place {
+        project_root: &project_root,
+        locations,
+        store: store.clone(),
+    };
+    assemble(&config, options, place, resolved, session, git_status).await
+}
+
+/// Where a run works and keeps its data.
+struct Place<'a> {
+    /// The project root.
+    project_root: &'a Path,
+    /// The data and configuration directories.
+    locations: &'a Locations,
+    /// The session store.
+    store: Store,
 }
 
 /// Builds the pieces once configuration and provider are known.
 async fn assemble(
     config: &Config,
     options: &RunOptions,
-    project_root: &Path,
+    place: Place<'_>,
     resolved: ResolvedProvider,
     session: SessionTarget,
-    store: Store,
     git_status: GitStatus,
 ) -> Result<Prepared, SetupError> {
+    let Place {
+        project_root,
+        locations,
+        store,
+    } = place;
     let provider = build_provider(&resolved).map_err(|err| SetupError::usage(err.to_string()))?;
     let session_id = match &session {
         SessionTarget::New(Some(id)) | SessionTarget::Continue(id) => id.clone(),
         SessionTarget::New(None) => uuid::Uuid::now_v7().to_string(),
     };
-    let data_dir =
-        paths::data_dir(&ProcessEnv).map_err(|err| SetupError::usage(err.to_string()))?;
-    let spill_dir = data_dir.join("spill").join(session_id);
+    let spill_dir = locations.data_dir.join("spill").join(session_id);
     let mut roots = vec![spill_dir.clone()];
     roots.extend(config.permissions.extra_roots.iter().cloned());
-    let home = paths::home_dir(&ProcessEnv);
+    let home = locations.home.clone();
     let sandbox = Arc::new(
         PathSandbox::new(project_root, &roots, home)
             .map_err(|err| SetupError::usage(format!("cannot set up the path sandbox: {err}")))?,
@@ -193,7 +258,7 @@ async fn assemble(
     settings.mode = mode;
     let permissions = PermissionEngine::new(&settings, sandbox.clone())
         .map_err(|err| SetupError::usage(err.to_string()))?;
-    let config_dir = paths::config_dir(&ProcessEnv).ok();
+    let config_dir = locations.config_dir.clone();
     let system = build_system_prompt(
         config_dir.as_deref(),
         project_root,

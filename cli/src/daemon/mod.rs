@@ -6,7 +6,7 @@
 //! `daemon.json` names a live process), open the store, mark runs a dead
 //! process left unfinished as interrupted, create the token on first start,
 //! bind (loopback and any free port unless `--listen` says otherwise) and
-//! write `daemon.json` `{addr, pid}`. SIGTERM or SIGINT: stop accepting runs,
+//! write `daemon.json` `{addr, pid}`. SIGTERM, SIGINT or SIGHUP: stop accepting runs,
 //! cancel the runs in progress and wait for their last events (bounded),
 //! stop the runtime, flush the store, remove `daemon.json`, exit 0.
 
@@ -24,13 +24,13 @@ use futures::FutureExt;
 use tokio::signal::unix::{SignalKind, signal};
 use troupe_actors::{Approver, RunSubmission, Runtime};
 use troupe_runtime::config::PermissionMode;
-use troupe_runtime::config::paths::{self, ProcessEnv};
+use troupe_runtime::store::Store;
 
 use self::api::{ApiState, Prepare, RunRequest};
 use self::error::ApiError;
 use self::home::DaemonState;
 use crate::EXIT_RUNTIME;
-use crate::setup::{self, RunOptions};
+use crate::setup::{self, Locations, RunOptions};
 
 /// How long a stopping daemon waits for cancelled runs to write their last
 /// events.
@@ -52,7 +52,8 @@ pub async fn serve(listen: Option<SocketAddr>) -> u8 {
 }
 
 async fn run_daemon(listen: Option<SocketAddr>) -> Result<(), String> {
-    let data_dir = paths::data_dir(&ProcessEnv).map_err(|err| err.to_string())?;
+    let locations = Arc::new(Locations::from_process().map_err(|err| err.message)?);
+    let data_dir = locations.data_dir.clone();
     std::fs::create_dir_all(&data_dir)
         .map_err(|err| format!("cannot create {}: {err}", data_dir.display()))?;
     if let Some(state) = home::read_state(&data_dir)
@@ -66,7 +67,7 @@ async fn run_daemon(listen: Option<SocketAddr>) -> Result<(), String> {
             state.addr
         ));
     }
-    let store = setup::open_store().map_err(|err| err.message)?;
+    let store = locations.open_store().map_err(|err| err.message)?;
     let telemetry = crate::telemetry::start(&store);
     crate::run::report_recovered(&store, false);
     let token = home::load_or_create_token(&data_dir)
@@ -91,7 +92,7 @@ async fn run_daemon(listen: Option<SocketAddr>) -> Result<(), String> {
         store: store.clone(),
         token: token.into(),
         listen: bound,
-        prepare: prepare_function(store.clone()),
+        prepare: prepare_function(store.clone(), locations.clone()),
         closing: closing.clone(),
     };
     home::write_state(
@@ -115,10 +116,12 @@ async fn run_daemon(listen: Option<SocketAddr>) -> Result<(), String> {
 
     let mut terminate = signal(SignalKind::terminate()).map_err(|err| err.to_string())?;
     let mut interrupt = signal(SignalKind::interrupt()).map_err(|err| err.to_string())?;
+    let mut hangup = signal(SignalKind::hangup()).map_err(|err| err.to_string())?;
     let stop = async move {
         tokio::select! {
             _ = terminate.recv() => {}
             _ = interrupt.recv() => {}
+            _ = hangup.recv() => {}
         }
     };
     let (stopping_tx, stopping_rx) = tokio::sync::oneshot::channel::<()>();
@@ -166,16 +169,17 @@ async fn cancel_runs(runtime: &Runtime) {
 }
 
 /// Prepares runs the way `troupe run` does, from the request's options.
-fn prepare_function(store: troupe_runtime::store::Store) -> Prepare {
+fn prepare_function(store: Store, locations: Arc<Locations>) -> Prepare {
     Arc::new(move |request: RunRequest| {
-        let store = store.clone();
-        async move { prepare_run(request, &store).await }.boxed()
+        let (store, locations) = (store.clone(), locations.clone());
+        async move { prepare_run(request, &store, &locations).await }.boxed()
     })
 }
 
 async fn prepare_run(
     request: RunRequest,
-    store: &troupe_runtime::store::Store,
+    store: &Store,
+    locations: &Locations,
 ) -> Result<RunSubmission, ApiError> {
     let mode = match request.mode.as_deref() {
         None => None,
@@ -194,7 +198,13 @@ async fn prepare_run(
         budget_tokens: request.limits.budget_tokens,
         timeout_secs: request.limits.timeout_secs,
     };
-    let prepared = setup::prepare(&options, None, store, request.session_id.as_deref())
+    let prepared = setup::prepare(
+        &options,
+        None,
+        store,
+        locations,
+        request.session_id.as_deref(),
+    )
         .await
         .map_err(|err| match err.code {
             crate::EXIT_USAGE => ApiError::unprocessable(err.message),

@@ -121,6 +121,49 @@ pub fn data_dir(env: &impl Env) -> Result<PathBuf, PathError> {
         })
 }
 
+/// The data directory made absolute, remembering a relative `TROUPE_HOME`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ResolvedDataDir {
+    /// The absolute data directory.
+    pub path: PathBuf,
+    /// The value of `TROUPE_HOME` when it was relative (and so was resolved
+    /// against the current directory).
+    pub relative_home: Option<String>,
+}
+
+impl ResolvedDataDir {
+    /// A one-line notice naming the absolute directory a relative
+    /// `TROUPE_HOME` was resolved to, or `None` when it was not relative.
+    pub fn notice(&self) -> Option<String> {
+        self.relative_home.as_ref().map(|value| {
+            format!(
+                "{TROUPE_HOME_VAR}={value} is relative; using {}",
+                self.path.display()
+            )
+        })
+    }
+}
+
+/// [`data_dir`] made absolute: a relative `TROUPE_HOME` is joined to `cwd`
+/// once, so every later use (the store, spill files, the sandbox roots) names
+/// the same directory whatever working directory a run is given.
+pub fn resolve_data_dir(env: &impl Env, cwd: &Path) -> Result<ResolvedDataDir, PathError> {
+    let dir = data_dir(env)?;
+    if dir.is_absolute() {
+        return Ok(ResolvedDataDir {
+            path: dir,
+            relative_home: None,
+        });
+    }
+    // Only TROUPE_HOME can be relative: the XDG value is ignored unless
+    // absolute, and HOME-based defaults follow HOME.
+    let relative_home = env.non_empty(TROUPE_HOME_VAR);
+    Ok(ResolvedDataDir {
+        path: cwd.join(dir),
+        relative_home,
+    })
+}
+
 /// SPEC §1.2: the user configuration directory: `$XDG_CONFIG_HOME/troupe`,
 /// else `~/.config/troupe`.
 pub fn config_dir(env: &impl Env) -> Result<PathBuf, PathError> {
@@ -167,9 +210,11 @@ pub fn project_root_where(cwd: &Path, is_root: impl Fn(&Path) -> bool) -> PathBu
         .to_path_buf()
 }
 
-/// [`data_dir`] of the real environment.
-pub fn process_data_dir() -> Result<PathBuf, PathError> {
-    data_dir(&ProcessEnv)
+/// [`resolve_data_dir`] of the real environment and current directory. A
+/// current directory that cannot be read leaves a relative value as it is.
+pub fn process_data_dir() -> Result<ResolvedDataDir, PathError> {
+    let cwd = std::env::current_dir().unwrap_or_default();
+    resolve_data_dir(&ProcessEnv, &cwd)
 }
 
 /// [`config_dir`] of the real environment.
@@ -201,6 +246,34 @@ mod tests {
             ("HOME", "/home/u"),
         ]);
         assert_eq!(data_dir(&e), Ok(PathBuf::from("/srv/troupe")));
+    }
+
+    #[test]
+    fn a_relative_troupe_home_is_resolved_against_cwd_with_a_notice() {
+        let e = env(&[("TROUPE_HOME", "data/th"), ("HOME", "/home/u")]);
+        let resolved = resolve_data_dir(&e, Path::new("/work/proj")).unwrap();
+        assert_eq!(resolved.path, PathBuf::from("/work/proj/data/th"));
+        assert_eq!(resolved.relative_home.as_deref(), Some("data/th"));
+        let notice = resolved.notice().unwrap();
+        assert!(notice.contains("TROUPE_HOME=data/th"), "{notice}");
+        assert!(notice.contains("/work/proj/data/th"), "{notice}");
+    }
+
+    #[test]
+    fn an_absolute_data_dir_has_no_notice() {
+        for e in [
+            env(&[("TROUPE_HOME", "/srv/troupe")]),
+            env(&[("XDG_STATE_HOME", "/x/state")]),
+            env(&[("HOME", "/home/u")]),
+        ] {
+            let resolved = resolve_data_dir(&e, Path::new("/work/proj")).unwrap();
+            assert!(
+                resolved.path.starts_with("/srv")
+                    || resolved.path.starts_with("/x")
+                    || resolved.path.starts_with("/home")
+            );
+            assert_eq!(resolved.notice(), None);
+        }
     }
 
     #[test]
