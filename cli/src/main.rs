@@ -55,6 +55,11 @@ enum Command {
         /// address is written to $TROUPE_HOME/daemon.json).
         #[arg(long)]
         listen: Option<std::net::SocketAddr>,
+        /// Another host name clients may use in `Host`/`Origin` (repeatable;
+        /// `NAME` allows any port, `NAME:PORT` only that one), e.g. the
+        /// service name in a compose network.
+        #[arg(long = "allow-host", value_name = "NAME")]
+        allow_hosts: Vec<String>,
     },
     /// Print the shell completion script for SHELL to stdout.
     Completions {
@@ -199,7 +204,10 @@ fn main() -> ExitCode {
             Command::Sessions(command) => sessions::sessions(command),
             Command::Trace { run } => sessions::trace(&run),
             Command::Demo(args) => demo::demo(args).await,
-            Command::Serve { listen } => daemon::serve(listen).await,
+            Command::Serve {
+                listen,
+                allow_hosts,
+            } => daemon::serve(listen, allow_hosts).await,
             Command::Completions { .. } | Command::Man { .. } => 0,
         }
     });

@@ -98,6 +98,8 @@ pub struct ApiState {
     pub token: Arc<str>,
     /// The address the daemon listens on (for `Host`/`Origin` checks).
     pub listen: SocketAddr,
+    /// Further host names requests may use (`--allow-host`).
+    pub allowed_hosts: Arc<Vec<String>>,
     /// How a run request becomes a submission.
     pub prepare: Prepare,
     /// Set when the daemon stops accepting runs.
@@ -124,7 +126,12 @@ pub fn router(state: ApiState) -> Router {
 async fn guard_request(State(state): State<ApiState>, request: Request, next: Next) -> Response {
     let headers = request.headers();
     let text = |name| headers.get(name).and_then(|value| value.to_str().ok());
-    if let Err(err) = guard::check_origin(text(header::HOST), text(header::ORIGIN), state.listen) {
+    if let Err(err) = guard::check_origin(
+        text(header::HOST),
+        text(header::ORIGIN),
+        state.listen,
+        &state.allowed_hosts,
+    ) {
         return err.into_response();
     }
     if request.uri().path() != "/healthz"

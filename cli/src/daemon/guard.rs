@@ -36,12 +36,25 @@ pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
 }
 
 /// The host names a request may use for a daemon listening on `listen`:
-/// the address itself and, on loopback, `localhost`, `127.0.0.1` and `[::1]`
-/// with the same port.
-fn allowed_host(host: &str, listen: SocketAddr) -> bool {
+/// the address itself; on loopback (or all interfaces) `localhost`,
+/// `127.0.0.1` and `[::1]` with the same port; and the names given with
+/// `--allow-host` (a name alone allows it with any port, `name:port` only
+/// that port).
+fn allowed_host(host: &str, listen: SocketAddr, extra: &[String]) -> bool {
     let host = host.trim().to_ascii_lowercase();
     let port = listen.port();
     if host == listen.to_string() {
+        return true;
+    }
+    let without_port = host
+        .rsplit_once(':')
+        .filter(|(_, port)| port.chars().all(|c| c.is_ascii_digit()))
+        .map_or(host.as_str(), |(name, _)| name);
+    if extra
+        .iter()
+        .map(|name| name.trim().to_ascii_lowercase())
+        .any(|name| name == host || name == without_port)
+    {
         return true;
     }
     if !listen.ip().is_loopback() && !listen.ip().is_unspecified() {
@@ -58,9 +71,10 @@ pub fn check_origin(
     host: Option<&str>,
     origin: Option<&str>,
     listen: SocketAddr,
+    extra: &[String],
 ) -> Result<(), ApiError> {
     match host {
-        Some(host) if allowed_host(host, listen) => {}
+        Some(host) if allowed_host(host, listen, extra) => {}
         Some(host) => {
             return Err(ApiError::forbidden(format!(
                 "foreign Host {host:?}: this daemon answers only to its own address"
@@ -71,7 +85,7 @@ pub fn check_origin(
     match origin {
         None => Ok(()),
         Some(origin) => match origin.strip_prefix("http://") {
-            Some(rest) if allowed_host(rest.trim_end_matches('/'), listen) => Ok(()),
+            Some(rest) if allowed_host(rest.trim_end_matches('/'), listen, extra) => Ok(()),
             _ => Err(ApiError::forbidden(format!(
                 "foreign Origin {origin:?}: cross-site requests are refused"
             ))),
@@ -115,7 +129,10 @@ mod tests {
             "[::1]:7878",
             "LOCALHOST:7878",
         ] {
-            assert!(check_origin(Some(host), None, listen()).is_ok(), "{host}");
+            assert!(
+                check_origin(Some(host), None, listen(), &[]).is_ok(),
+                "{host}"
+            );
         }
         for host in [
             "evil.example:7878",
@@ -123,11 +140,11 @@ mod tests {
             "127.0.0.1",
             "localhost.evil:7878",
         ] {
-            let err = check_origin(Some(host), None, listen()).unwrap_err();
+            let err = check_origin(Some(host), None, listen(), &[]).unwrap_err();
             assert_eq!(err.status.as_u16(), 403, "{host}");
         }
         assert_eq!(
-            check_origin(None, None, listen())
+            check_origin(None, None, listen(), &[])
                 .unwrap_err()
                 .status
                 .as_u16(),
@@ -137,7 +154,8 @@ mod tests {
             check_origin(
                 Some("localhost:7878"),
                 Some("http://localhost:7878"),
-                listen()
+                listen(),
+                &[]
             )
             .is_ok()
         );
@@ -147,7 +165,8 @@ mod tests {
             "http://localhost:7878.evil",
             "null",
         ] {
-            let err = check_origin(Some("localhost:7878"), Some(origin), listen()).unwrap_err();
+            let err =
+                check_origin(Some("localhost:7878"), Some(origin), listen(), &[]).unwrap_err();
             assert_eq!(err.status.as_u16(), 403, "{origin}");
         }
     }
@@ -155,7 +174,22 @@ mod tests {
     #[test]
     fn a_daemon_on_another_interface_answers_only_to_that_address() {
         let listen: SocketAddr = "10.0.0.5:9000".parse().unwrap();
-        assert!(check_origin(Some("10.0.0.5:9000"), None, listen).is_ok());
-        assert!(check_origin(Some("localhost:9000"), None, listen).is_err());
+        assert!(check_origin(Some("10.0.0.5:9000"), None, listen, &[]).is_ok());
+        assert!(check_origin(Some("localhost:9000"), None, listen, &[]).is_err());
+    }
+
+    #[test]
+    fn names_allowed_by_the_operator_pass_with_any_or_their_port() {
+        let all: SocketAddr = "0.0.0.0:7777".parse().unwrap();
+        let extra = vec!["troupe".to_string(), "api.internal:443".to_string()];
+        assert!(check_origin(Some("troupe:7777"), None, all, &extra).is_ok());
+        assert!(check_origin(Some("TROUPE"), None, all, &extra).is_ok());
+        assert!(check_origin(Some("api.internal:443"), None, all, &extra).is_ok());
+        assert!(check_origin(Some("api.internal:80"), None, all, &extra).is_err());
+        assert!(check_origin(Some("troupe.evil:7777"), None, all, &extra).is_err());
+        assert!(check_origin(Some("troupe:7777"), Some("http://troupe:7777"), all, &extra).is_ok());
+        // Without the list, only loopback names reach a daemon on all interfaces.
+        assert!(check_origin(Some("troupe:7777"), None, all, &[]).is_err());
+        assert!(check_origin(Some("localhost:7777"), None, all, &[]).is_ok());
     }
 }

@@ -41,8 +41,8 @@ const CANCEL_GRACE: Duration = Duration::from_secs(10);
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:0";
 
 /// Runs `troupe serve`; returns the exit code.
-pub async fn serve(listen: Option<SocketAddr>) -> u8 {
-    match run_daemon(listen).await {
+pub async fn serve(listen: Option<SocketAddr>, allowed_hosts: Vec<String>) -> u8 {
+    match run_daemon(listen, allowed_hosts).await {
         Ok(()) => 0,
         Err(message) => {
             eprintln!("troupe serve: {message}");
@@ -51,7 +51,7 @@ pub async fn serve(listen: Option<SocketAddr>) -> u8 {
     }
 }
 
-async fn run_daemon(listen: Option<SocketAddr>) -> Result<(), String> {
+async fn run_daemon(listen: Option<SocketAddr>, allowed_hosts: Vec<String>) -> Result<(), String> {
     let locations = Arc::new(Locations::from_process().map_err(|err| err.message)?);
     let data_dir = locations.data_dir.clone();
     std::fs::create_dir_all(&data_dir)
@@ -92,6 +92,7 @@ async fn run_daemon(listen: Option<SocketAddr>) -> Result<(), String> {
         store: store.clone(),
         token: token.into(),
         listen: bound,
+        allowed_hosts: Arc::new(allowed_hosts),
         prepare: prepare_function(store.clone(), locations.clone()),
         closing: closing.clone(),
     };
@@ -205,11 +206,11 @@ async fn prepare_run(
         locations,
         request.session_id.as_deref(),
     )
-        .await
-        .map_err(|err| match err.code {
-            crate::EXIT_USAGE => ApiError::unprocessable(err.message),
-            _ => ApiError::internal(err.message),
-        })?;
+    .await
+    .map_err(|err| match err.code {
+        crate::EXIT_USAGE => ApiError::unprocessable(err.message),
+        _ => ApiError::internal(err.message),
+    })?;
     Ok(RunSubmission {
         prompt: request.prompt,
         session: prepared.session,
