@@ -23,6 +23,19 @@ use super::rules::{
 };
 use super::{Decision, PermissionError, PermissionRequest};
 
+/// A decision with what it grants the launched tool.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Verdict {
+    /// Allow, ask or deny, with the reason.
+    pub decision: Decision,
+    /// True when the decision allows reading a path that resolves outside the
+    /// allowed roots, which only an allow rule naming the path does (configured,
+    /// or remembered from an "allow always" answer). The tool is then launched
+    /// as if a person had approved this very call: without that, the tool
+    /// refuses outside reads on its own. Never true for writes.
+    pub outside_read_granted: bool,
+}
+
 /// Decides tool calls for one session. Cheap to share behind an `Arc`: the mode
 /// and the session's "always" rules sit behind locks.
 #[derive(Debug)]
@@ -148,6 +161,24 @@ impl PermissionEngine {
 
     /// Decides one call.
     pub fn decide(&self, request: &PermissionRequest) -> Decision {
+        self.verdict(request).decision
+    }
+
+    /// Decides one call and says whether the decision lets the tool read a
+    /// path outside the allowed roots (see [`Verdict`]): both come from the
+    /// same resolution of the path.
+    pub fn verdict(&self, request: &PermissionRequest) -> Verdict {
+        let mut outside_read = false;
+        let decision = self.decide_resolved(request, &mut outside_read);
+        Verdict {
+            outside_read_granted: outside_read && decision.is_allow(),
+            decision,
+        }
+    }
+
+    /// The decision order; sets `outside_read` when the request reads a path
+    /// that resolves outside the allowed roots.
+    fn decide_resolved(&self, request: &PermissionRequest, outside_read: &mut bool) -> Decision {
         let mode = self.mode();
         let root = self.sandbox.project_root();
         let mut facts = RequestFacts {
@@ -187,6 +218,7 @@ impl PermissionEngine {
                     }
                 };
                 inside = resolved.is_inside();
+                *outside_read = !inside && *access == Access::Read;
                 let lexical = self.lexical(path);
                 if *access == Access::Write {
                     for candidate in [&resolved.path, &lexical] {
@@ -417,6 +449,78 @@ mod tests {
             },
             ToolCategory::Write,
         )
+    }
+
+    fn read(path: &str) -> PermissionRequest {
+        PermissionRequest {
+            tool_name: "read_file".into(),
+            category: ToolCategory::Read,
+            read_only: true,
+            subject: PermissionSubject::Path {
+                path: path.into(),
+                access: Access::Read,
+            },
+        }
+    }
+
+    #[test]
+    fn an_allow_rule_naming_an_outside_path_grants_the_read() {
+        let s = setup();
+        std::fs::create_dir_all(s.base.join("etc")).expect("mkdir");
+        let pattern = format!("Read({}/host*)", s.base.join("etc").display());
+        let engine = PermissionEngine::new(
+            &settings(PermissionMode::Default, &[&pattern], &[]),
+            s.sandbox,
+        )
+        .expect("engine");
+        let hostname = s.base.join("etc/hostname").display().to_string();
+        let verdict = engine.verdict(&read(&hostname));
+        assert!(verdict.decision.is_allow(), "{verdict:?}");
+        assert!(verdict.outside_read_granted);
+        assert!(verdict.decision.reason().contains("names this path"));
+
+        // Not named: asked, and nothing is granted.
+        let passwd = engine.verdict(&read(&s.base.join("etc/passwd").display().to_string()));
+        assert!(passwd.decision.is_ask() && !passwd.outside_read_granted);
+        // Inside the project: allowed, but there is nothing outside to grant.
+        let inside = engine.verdict(&read("src/a.rs"));
+        assert!(inside.decision.is_allow() && !inside.outside_read_granted);
+        // A rule naming the path never lets a write out.
+        let write_rule = format!("Write({}/**)", s.base.join("etc").display());
+        let engine = PermissionEngine::new(
+            &settings(PermissionMode::Bypass, &[&write_rule, &pattern], &[]),
+            engine.sandbox().clone(),
+        )
+        .expect("engine");
+        let refused = engine.verdict(&write(&hostname));
+        assert!(refused.decision.is_deny() && !refused.outside_read_granted);
+    }
+
+    #[test]
+    fn an_always_answer_for_an_outside_read_grants_the_identical_read() {
+        let s = setup();
+        let engine = PermissionEngine::new(&settings(PermissionMode::Default, &[], &[]), s.sandbox)
+            .expect("engine");
+        let request = read("../notes/todo.txt");
+        let first = engine.verdict(&request);
+        assert!(first.decision.is_ask() && !first.outside_read_granted);
+        let rule = engine.always_rule_for(&request);
+        assert_eq!(
+            rule,
+            format!("Read({})", s.base.join("notes/todo.txt").display())
+        );
+        engine
+            .add_session_rule(RuleEntry {
+                rule,
+                source: RuleSource::Session,
+            })
+            .expect("valid");
+        let again = engine.verdict(&request);
+        assert!(again.decision.is_allow(), "{again:?}");
+        assert!(again.outside_read_granted);
+        assert_eq!(engine.decide(&request), again.decision);
+        // Another file next to it is still asked about.
+        assert!(engine.decide(&read("../notes/other.txt")).is_ask());
     }
 
     #[test]

@@ -25,7 +25,7 @@ use serde::{Deserialize, Serialize};
 use crate::config::{PermissionMode, RuleEntry, RuleSource};
 use crate::tools::{PermissionSubject, ToolCategory};
 
-pub use engine::PermissionEngine;
+pub use engine::{PermissionEngine, Verdict};
 pub use rules::RuleParseError;
 
 /// The answer for one call.

@@ -29,8 +29,12 @@ use super::{
 
 /// What the permission step decided for one call, before anything runs.
 enum Prepared {
-    /// Run it.
-    Run(Launchable),
+    /// Run it; `outside_read` when the decision lets it read outside the
+    /// allowed roots (an allow rule names the path).
+    Run {
+        launch: Launchable,
+        outside_read: bool,
+    },
     /// Answer it at once with this error.
     Refuse(String, ToolErrorKind),
     /// Ask a person first.
@@ -231,7 +235,10 @@ impl AgentLoop {
                     let result = ToolResult::text(execution.calls[index].id.clone(), text, true);
                     execution.settle(index, result, Some(kind), capture);
                 }
-                Prepared::Run(launch) => self.launch(index, launch, false, out),
+                Prepared::Run {
+                    launch,
+                    outside_read,
+                } => self.launch(index, launch, outside_read, out),
                 Prepared::Ask {
                     request,
                     launch,
@@ -397,9 +404,13 @@ impl AgentLoop {
                 )
             }
         };
-        let decision = self.permissions.decide(&request);
+        let verdict = self.permissions.verdict(&request);
+        let decision = verdict.decision;
         let prepared = match &decision {
-            Decision::Allow { .. } => Prepared::Run(launch),
+            Decision::Allow { .. } => Prepared::Run {
+                launch,
+                outside_read: verdict.outside_read_granted,
+            },
             Decision::Deny { reason } => Prepared::Refuse(
                 format!("Permission denied: {reason}"),
                 ToolErrorKind::Denied,
