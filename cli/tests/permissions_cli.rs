@@ -145,3 +145,38 @@ async fn an_always_answer_for_an_outside_read_is_remembered_for_the_identical_re
         );
     }
 }
+
+#[tokio::test]
+async fn a_denial_with_nobody_to_ask_gives_the_rule_line_and_no_useless_mode() {
+    let server = ScriptedServer::start(
+        Script::new()
+            .then(tool_call("bash", json!({ "command": "cargo test --all" })))
+            .then(text("could not run it")),
+    )
+    .await
+    .unwrap();
+    let env = Env::new();
+    let mut command = env.command(Some(&server));
+    // stdin is not a terminal: nobody can answer approvals.
+    command.args(["run", "--json", "--mode", "accept-edits", "run the tests"]);
+    let output = run(command).await;
+    assert_eq!(output.status.code(), Some(0), "{}", describe(&output));
+    let result = server.requests()[1].tool_results().last().cloned().unwrap();
+    assert!(result.is_error, "{result:?}");
+    let root = std::fs::canonicalize(env.root()).unwrap();
+    let expected = format!(
+        "`allow = [\"Bash(cargo test --all)\"]` under `[permissions]` in `{}` (this project) or `~/.config/troupe/config.toml` (every project)",
+        root.join(".troupe/config.toml").display()
+    );
+    assert!(result.content.contains(&expected), "{}", result.content);
+    assert!(
+        result.content.contains("`--mode bypass`"),
+        "{}",
+        result.content
+    );
+    assert!(
+        !result.content.contains("--mode accept-edits"),
+        "accept-edits asks for commands too: {}",
+        result.content
+    );
+}

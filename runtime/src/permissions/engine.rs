@@ -21,7 +21,7 @@ use super::rules::{
     Candidate, CommandFacts, PathFacts, PatternContext, RequestFacts, Rule, allowing_rules,
     escape_command,
 };
-use super::{Decision, PermissionError, PermissionRequest};
+use super::{Cause, Decision, PermissionError, PermissionRequest};
 
 /// A decision with what it grants the launched tool.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -34,6 +34,8 @@ pub struct Verdict {
     /// as if a person had approved this very call: without that, the tool
     /// refuses outside reads on its own. Never true for writes.
     pub outside_read_granted: bool,
+    /// The step of the decision order that decided.
+    pub cause: Cause,
 }
 
 /// Decides tool calls for one session. Cheap to share behind an `Arc`: the mode
@@ -169,16 +171,21 @@ impl PermissionEngine {
     /// same resolution of the path.
     pub fn verdict(&self, request: &PermissionRequest) -> Verdict {
         let mut outside_read = false;
-        let decision = self.decide_resolved(request, &mut outside_read);
+        let (decision, cause) = self.decide_resolved(request, &mut outside_read);
         Verdict {
             outside_read_granted: outside_read && decision.is_allow(),
             decision,
+            cause,
         }
     }
 
-    /// The decision order; sets `outside_read` when the request reads a path
-    /// that resolves outside the allowed roots.
-    fn decide_resolved(&self, request: &PermissionRequest, outside_read: &mut bool) -> Decision {
+    /// The decision order and the step that decided; sets `outside_read` when
+    /// the request reads a path that resolves outside the allowed roots.
+    fn decide_resolved(
+        &self,
+        request: &PermissionRequest,
+        outside_read: &mut bool,
+    ) -> (Decision, Cause) {
         let mode = self.mode();
         let root = self.sandbox.project_root();
         let mut facts = RequestFacts {
@@ -199,9 +206,10 @@ impl PermissionEngine {
                 };
                 let analysis = hard_blocks::analyse_command(command, &ctx);
                 if let Some(block) = analysis.block {
-                    return Decision::Deny {
+                    let decision = Decision::Deny {
                         reason: block.reason,
                     };
+                    return (decision, Cause::HardBlock);
                 }
                 facts.command = Some(CommandFacts {
                     line: command.trim().to_owned(),
@@ -212,9 +220,10 @@ impl PermissionEngine {
                 let resolved = match self.sandbox.resolve(path) {
                     Ok(resolved) => resolved,
                     Err(err) => {
-                        return Decision::Deny {
+                        let decision = Decision::Deny {
                             reason: format!("cannot check the path `{path}`: {err}"),
                         };
+                        return (decision, Cause::UnusablePath);
                     }
                 };
                 inside = resolved.is_inside();
@@ -223,19 +232,21 @@ impl PermissionEngine {
                 if *access == Access::Write {
                     for candidate in [&resolved.path, &lexical] {
                         if hard_blocks::in_git_internals(candidate, root) {
-                            return Decision::Deny {
+                            let decision = Decision::Deny {
                                 reason: HardBlock::git_write(candidate).reason,
                             };
+                            return (decision, Cause::HardBlock);
                         }
                     }
                     if !inside {
-                        return Decision::Deny {
+                        let decision = Decision::Deny {
                             reason: format!(
                                 "`{path}` resolves to `{}`, outside the allowed roots ({}); writes outside the allowed roots are refused in every mode, bypass included",
                                 resolved.path.display(),
                                 self.roots_text()
                             ),
                         };
+                        return (decision, Cause::OutsideWrite);
                     }
                 }
                 facts.path = Some(PathFacts {
@@ -247,18 +258,14 @@ impl PermissionEngine {
         }
 
         if let Some(rule) = self.deny.iter().find(|rule| rule.restricts(&facts)) {
-            return Decision::Deny {
+            let decision = Decision::Deny {
                 reason: format!("denied by rule {}", rule.describe()),
             };
+            return (decision, Cause::DenyRule);
         }
 
         if mode == PermissionMode::Plan && !request.read_only {
-            return Decision::Deny {
-                reason: format!(
-                    "plan mode offers only read-only tools; `{}` changes things, so it is refused until plan mode ends",
-                    request.tool_name
-                ),
-            };
+            return (plan_refusal(request), Cause::PlanMode);
         }
 
         let session = self.session.read().unwrap_or_else(PoisonError::into_inner);
@@ -274,40 +281,44 @@ impl PermissionEngine {
                 .iter()
                 .find(|rule| rule.allows_path_explicitly(&facts))
             {
-                return Decision::Allow {
+                let decision = Decision::Allow {
                     reason: format!(
                         "allowed by rule {}, which names this path outside the allowed roots",
                         rule.describe()
                     ),
                 };
+                return (decision, Cause::AllowRule);
             }
-            return Decision::Ask {
+            let decision = Decision::Ask {
                 reason: format!(
                     "`{}` is outside the allowed roots ({}); reading it needs approval",
                     path.resolved.abs.display(),
                     self.roots_text()
                 ),
             };
+            return (decision, Cause::OutsideRead);
         }
 
         if !request.read_only
             && let Some(rule) = self.ask.iter().find(|rule| rule.restricts(&facts))
         {
-            return Decision::Ask {
+            let decision = Decision::Ask {
                 reason: format!("approval required by rule {}", rule.describe()),
             };
+            return (decision, Cause::AskRule);
         }
 
         let allowing = allowing_rules(&allow, &facts);
         if !allowing.is_empty() {
             let names: Vec<String> = allowing.iter().map(|rule| rule.describe()).collect();
             let noun = if names.len() == 1 { "rule" } else { "rules" };
-            return Decision::Allow {
+            let decision = Decision::Allow {
                 reason: format!("allowed by {noun} {}", names.join(" and ")),
             };
+            return (decision, Cause::AllowRule);
         }
 
-        fallback(mode, request, &facts, inside)
+        (fallback(mode, request, &facts, inside), Cause::Mode)
     }
 
     /// `path` as written, `~` expanded and `..` applied without following
@@ -342,6 +353,16 @@ fn parse_entry(entry: &RuleEntry, ctx: &PatternContext<'_>) -> Result<Rule, Perm
     })
 }
 
+/// Plan mode's refusal of a call that is not read-only.
+fn plan_refusal(request: &PermissionRequest) -> Decision {
+    Decision::Deny {
+        reason: format!(
+            "plan mode offers only read-only tools; `{}` changes things, so it is refused until plan mode ends",
+            request.tool_name
+        ),
+    }
+}
+
 /// The mode's answer when no rule decided (SPEC §5 modes).
 fn fallback(
     mode: PermissionMode,
@@ -362,12 +383,7 @@ fn fallback(
         (PermissionMode::Bypass, _) => allow(
             "bypass mode allows what no deny rule, hard block or sandbox limit forbids".to_owned(),
         ),
-        (PermissionMode::Plan, _) => Decision::Deny {
-            reason: format!(
-                "plan mode offers only read-only tools; `{}` changes things, so it is refused until plan mode ends",
-                request.tool_name
-            ),
-        },
+        (PermissionMode::Plan, _) => plan_refusal(request),
         (_, ToolCategory::Agent) => allow(format!(
             "starting a sub-agent is allowed in {} mode; each call it makes is checked on its own",
             mode.as_str()

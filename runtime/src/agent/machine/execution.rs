@@ -18,7 +18,7 @@ use crate::agent::subagent::{child_path, plan_child};
 use crate::config::{RuleEntry, RuleSource};
 use crate::events::{ApprovalOutcome, EventKind, preview};
 use crate::model::{Message, ToolCall, ToolResult};
-use crate::permissions::{Decision, PermissionRequest};
+use crate::permissions::{self, AdviceFacts, Decision, PermissionRequest};
 use crate::telemetry::genai::{self, ToolErrorKind};
 use crate::tools::{PermissionSubject, ToolCategory, ToolOutput};
 
@@ -405,6 +405,18 @@ impl AgentLoop {
             }
         };
         let verdict = self.permissions.verdict(&request);
+        let advice = permissions::advice(&AdviceFacts {
+            mode,
+            request: &request,
+            cause: verdict.cause,
+            rule: &self.permissions.always_rule_for(&request),
+            approver: self.approver == Approver::Present,
+            project_root: self.permissions.sandbox().project_root(),
+        });
+        let with_advice = |text: String| match &advice {
+            Some(advice) => format!("{text} {advice}"),
+            None => text,
+        };
         let decision = verdict.decision;
         let prepared = match &decision {
             Decision::Allow { .. } => Prepared::Run {
@@ -412,7 +424,7 @@ impl AgentLoop {
                 outside_read: verdict.outside_read_granted,
             },
             Decision::Deny { reason } => Prepared::Refuse(
-                format!("Permission denied: {reason}"),
+                with_advice(format!("Permission denied: {reason}")),
                 ToolErrorKind::Denied,
             ),
             Decision::Ask { reason } => match self.approver {
@@ -422,11 +434,10 @@ impl AgentLoop {
                     reason: reason.clone(),
                 },
                 Approver::Absent => Prepared::Refuse(
-                    format!(
+                    with_advice(format!(
                         "Permission denied: this call needs approval ({reason}) and nobody can \
-                         answer in this run. The user can rerun with --mode accept-edits or \
-                         --mode bypass, or add an allow rule."
-                    ),
+                         answer in this run."
+                    )),
                     ToolErrorKind::Denied,
                 ),
             },

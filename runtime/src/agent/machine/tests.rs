@@ -507,6 +507,31 @@ fn nobody_to_ask_becomes_a_reasoned_denial() {
 }
 
 #[test]
+fn a_denial_with_nobody_to_ask_advises_what_works_in_the_current_mode() {
+    let mut f = fixture(Options {
+        mode: PermissionMode::AcceptEdits,
+        approver: Approver::Absent,
+        ..Options::default()
+    })
+    .started();
+    f.respond(&[bash("cargo test --all")]);
+    f.step(Input::Saved(Ok(())));
+    let (text, is_error) = f.last_results()[0].clone();
+    assert!(is_error);
+    assert!(text.contains("nobody can answer"), "{text}");
+    assert!(text.contains("`--mode bypass`"), "{text}");
+    assert!(!text.contains("accept-edits`"), "{text}");
+    assert!(
+        text.contains("`allow = [\"Bash(cargo test --all)\"]` under `[permissions]` in `"),
+        "{text}"
+    );
+    assert!(
+        text.contains("/.troupe/config.toml` (this project)"),
+        "{text}"
+    );
+}
+
+#[test]
 fn cancellation_mid_batch_waits_for_running_calls_then_closes() {
     let mut f = fixture(Options::default()).started();
     f.respond(&[read("a"), read("b"), bash("ls")]);
