@@ -20,7 +20,10 @@ const DOC: &str = include_str!("../../docs/configuration.md");
 /// Keys the runtime acts on, each with the value the test writes (a TOML
 /// expression) and the other keys of the same table it needs, as
 /// `(dotted key, TOML expression)`. `NAME` is an entry name.
-const ACTED: &[(&str, &str, &[(&str, &str)])] = &[
+/// Other keys of the same table a case needs: `(key, TOML expression)`.
+type Companions = &'static [(&'static str, &'static str)];
+
+const ACTED: &[(&str, &str, Companions)] = &[
     ("default_provider", "\"q\"", &[]),
     ("providers.NAME.protocol", "\"openai\"", &[]),
     ("providers.NAME.model", "\"other-model\"", &[]),
@@ -49,7 +52,7 @@ const ACTED: &[(&str, &str, &[(&str, &str)])] = &[
 
 /// Keys that are accepted but have no effect yet, each with its value, its
 /// companions, and the phrase its warning starts with.
-const WARNED: &[(&str, &str, &[(&str, &str)], &str)] = &[
+const WARNED: &[(&str, &str, Companions, &str)] = &[
     (
         "providers.NAME.context_window",
         "1000",
