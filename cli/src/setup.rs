@@ -14,6 +14,7 @@ use troupe_runtime::agent::roles::RoleSet;
 use troupe_runtime::config::paths::{self, ProcessEnv};
 use troupe_runtime::config::{
     Config, ConfigSources, Limits, PermissionMode, ResolvedProvider, load_config, resolve_provider,
+    startup_warnings,
 };
 use troupe_runtime::llm::build_provider;
 use troupe_runtime::permissions::PermissionEngine;
@@ -153,7 +154,8 @@ pub struct Prepared {
     pub limits: Limits,
     /// The session the run belongs to.
     pub session: SessionTarget,
-    /// Things the person should know before the run (a broken role file).
+    /// Things the person should know before the run (a broken role file, a
+    /// setting that has no effect).
     pub warnings: Vec<String>,
 }
 
@@ -267,10 +269,11 @@ async fn assemble(
     );
     let child_env = child_environment(&config.tools.env_allowlist, |name| std::env::var(name).ok());
     let (roles, role_warnings) = RoleSet::load(config_dir.as_deref(), project_root);
-    let warnings = role_warnings
+    let mut warnings: Vec<String> = role_warnings
         .iter()
         .map(|warning| format!("role ignored: {warning}"))
         .collect();
+    warnings.extend(startup_warnings(config, &resolved));
     let mut limits = config.limits;
     if let Some(max_turns) = options.max_turns {
         limits.max_turns = max_turns;

@@ -1053,6 +1053,13 @@ async fn authentication_failure_is_not_retried(wire: Wire) {
     assert!(events.is_empty(), "{events:?}");
     assert_eq!(error.kind, ProviderErrorKind::Authentication, "{error}");
     assert_eq!(error.status, Some(401));
+    assert!(
+        error.message.starts_with(
+            "the provider rejected the key (401): check TEST_API_KEY, read by \
+             [providers.scripted] api_key_env. The server said: "
+        ),
+        "{error}"
+    );
     assert_attempts(&server, wire, 1, 1);
 }
 

@@ -357,6 +357,77 @@ fn extra_roots_and_explicit_outside_allow_rules() {
     );
 }
 
+#[test]
+fn outside_reads_allowed_by_a_rule_are_granted_to_the_tool_and_nothing_more() {
+    let f = Fixture::new();
+    let outside = f.base.join("outside");
+    std::fs::write(outside.join("hostname"), "h").expect("write");
+    std::fs::write(outside.join("hosts"), "h").expect("write");
+    let rule = format!("Read({}/host*)", outside.display());
+    let deny = format!("Read({}/hosts)", outside.display());
+    let write_rule = format!("Write({}/**)", outside.display());
+    let engine = f.engine_with(
+        PermissionMode::Bypass,
+        &[&rule, &write_rule, "Read(src/**)"],
+        &[],
+        &[&deny],
+    );
+    let granted = |path: &str| engine.verdict(&read(path));
+
+    let hostname = outside.join("hostname").display().to_string();
+    let verdict = granted(&hostname);
+    expect(&verdict.decision, Kind::Allow, "names this path outside");
+    assert!(verdict.outside_read_granted, "the tool may read it");
+    // Through `..` from the project: the same resolved path, the same grant.
+    let verdict = granted("../outside/hostname");
+    expect(&verdict.decision, Kind::Allow, "names this path outside");
+    assert!(verdict.outside_read_granted);
+
+    // A deny rule still wins over the allow rule naming the path.
+    let verdict = granted(&outside.join("hosts").display().to_string());
+    expect(&verdict.decision, Kind::Deny, "denied by rule");
+    assert!(!verdict.outside_read_granted);
+    // Not named by the rule: asked, nothing granted.
+    let verdict = granted(&outside.join("secret.txt").display().to_string());
+    expect(&verdict.decision, Kind::Ask, OUTSIDE);
+    assert!(!verdict.outside_read_granted);
+    // A symlink inside the project cannot borrow a relative rule to get out.
+    symlink(outside.join("secret.txt"), f.project.join("src/secret")).expect("symlink");
+    let verdict = granted("src/secret");
+    expect(&verdict.decision, Kind::Ask, OUTSIDE);
+    assert!(!verdict.outside_read_granted);
+    // Writes outside stay refused, even with a Write rule naming them, in bypass.
+    let verdict = engine.verdict(&write(&hostname));
+    expect(&verdict.decision, Kind::Deny, "refused in every mode");
+    assert!(!verdict.outside_read_granted);
+    // Inside reads need no grant.
+    let verdict = granted("src/main.rs");
+    expect(&verdict.decision, Kind::Allow, "src/**");
+    assert!(!verdict.outside_read_granted);
+}
+
+#[test]
+fn an_always_answer_for_an_outside_read_is_granted_the_next_time() {
+    let f = Fixture::new();
+    let engine = f.engine(PermissionMode::Default);
+    let secret = f.base.join("outside/secret.txt").display().to_string();
+    let first = engine.verdict(&read(&secret));
+    expect(&first.decision, Kind::Ask, OUTSIDE);
+    assert!(!first.outside_read_granted);
+    engine
+        .add_session_rule(RuleEntry {
+            rule: engine.always_rule_for(&read(&secret)),
+            source: RuleSource::Session,
+        })
+        .expect("valid rule");
+    let second = engine.verdict(&read(&secret));
+    expect(&second.decision, Kind::Allow, "names this path outside");
+    assert!(second.outside_read_granted);
+    // The remembered rule names that file only.
+    let sibling = f.base.join("outside/other.txt").display().to_string();
+    expect(&engine.decide(&read(&sibling)), Kind::Ask, OUTSIDE);
+}
+
 // ------------------------------------------------------------ hard blocks
 
 #[test]

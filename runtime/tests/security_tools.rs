@@ -580,7 +580,8 @@ async fn reads_outside_need_approval_of_that_call() {
         err,
         format!(
             "Refused: `{0}` resolves to {0}, outside the project and the other allowed \
-             directories; reading it needs a person's approval of this call.",
+             directories; reading it needs a person's approval of this call or an allow \
+             rule naming the path.",
             outside_file.display()
         )
     );

@@ -399,6 +399,7 @@ fn merge(layers: Vec<Layer>) -> Result<Config, ConfigError> {
         }
         permissions.extra_roots.extend(extra_roots);
         if let Some(l) = file.limits {
+            config.budget_usd_written |= l.budget_usd.is_some();
             merge_limits(&mut limits, &l);
         }
         if let Some(t) = file.tools {

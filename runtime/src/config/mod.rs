@@ -7,7 +7,8 @@
 //! the project root; `load` reads the user and project files, reports errors with
 //! file, key and line, and merges them (a named entry at project level replaces
 //! the user entry of the same name whole); `expand` applies `${VAR}` expansion to
-//! MCP entries; `resolve` picks the provider to use. This module reads files and
+//! MCP entries; `resolve` picks the provider to use; `warnings` names settings
+//! that are accepted but have no effect in a run. This module reads files and
 //! the environment only; it never touches the network.
 
 pub mod expand;
@@ -15,6 +16,7 @@ pub mod file;
 pub mod load;
 pub mod paths;
 pub mod resolve;
+pub mod warnings;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -30,6 +32,7 @@ pub use file::{
 pub use load::{ConfigError, ConfigSources, check_rule_syntax, load_config, parse_config_file};
 pub use paths::{Env, PathError, ProcessEnv};
 pub use resolve::{ResolveError, resolve_provider, resolve_provider_from_process_env};
+pub use warnings::{NOT_SUPPORTED, startup_warnings};
 
 /// SPEC §1.2: default context window when a provider entry names none.
 pub const DEFAULT_CONTEXT_WINDOW: u64 = 200_000;
@@ -240,6 +243,9 @@ pub struct Config {
     pub permissions: PermissionSettings,
     /// Limits.
     pub limits: Limits,
+    /// `limits.budget_usd` is written in a file (the default applies
+    /// otherwise); it only acts with a provider that has a `price`.
+    pub budget_usd_written: bool,
     /// Tool settings.
     pub tools: ToolSettings,
     /// Telemetry settings.

@@ -142,6 +142,58 @@ pub fn status_kind(status: u16) -> ProviderErrorKind {
     }
 }
 
+/// Where the key of a provider comes from, for the advice of an
+/// authentication error.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeySource {
+    /// The provider entry's name (`[providers.NAME]`).
+    pub provider: String,
+    /// The environment variable `api_key_env` names.
+    pub api_key_env: String,
+    /// True when a key was sent with the request.
+    pub key_sent: bool,
+}
+
+impl KeySource {
+    /// The key source of a resolved provider.
+    pub fn of(config: &ResolvedProvider) -> Self {
+        Self {
+            provider: config.name.clone(),
+            api_key_env: config.api_key_env.clone(),
+            key_sent: config.api_key.is_some(),
+        }
+    }
+}
+
+/// An authentication error (401/403) says which variable holds the key and
+/// which provider entry names it, ahead of the server's own message; other
+/// errors are returned as they are.
+pub fn with_key_advice(error: ProviderError, key: &KeySource) -> ProviderError {
+    if error.kind != ProviderErrorKind::Authentication {
+        return error;
+    }
+    let status = error
+        .status
+        .map(|status| format!(" ({status})"))
+        .unwrap_or_default();
+    let what = if key.key_sent {
+        format!(
+            "the provider rejected the key{status}: check {}",
+            key.api_key_env
+        )
+    } else {
+        format!(
+            "the provider asked for a key{status} and none was sent: set {}",
+            key.api_key_env
+        )
+    };
+    let message = format!(
+        "{what}, read by [providers.{}] api_key_env. The server said: {}",
+        key.provider, error.message
+    );
+    ProviderError { message, ..error }
+}
+
 /// Message fragments that say the prompt exceeded the context window, matched
 /// (case-insensitively) only after the structured fields gave no answer.
 pub const PROMPT_TOO_LONG_PHRASES: [&str; 5] = [
@@ -259,6 +311,7 @@ impl<W: Wire> WireProvider<W> {
         headers.insert(ACCEPT, HeaderValue::from_static("text/event-stream"));
         let endpoint = Endpoint {
             provider: name.clone(),
+            key: KeySource::of(config),
             client: build_client(name, &url)?,
             url,
             headers,
@@ -295,6 +348,8 @@ impl<W: Wire> WireProvider<W> {
 pub(crate) struct Endpoint<W> {
     /// Provider name for errors and logs.
     pub provider: String,
+    /// Where the key comes from (for authentication errors).
+    pub key: KeySource,
     /// The shared client (one keep-alive pool per provider).
     pub client: reqwest::Client,
     /// Full URL of the streaming endpoint.
@@ -428,7 +483,10 @@ async fn attempt<W: Wire>(
         request_id,
         retry_after: retry_after(&headers, Utc::now()),
     };
-    let error = endpoint.wire.error(&endpoint.provider, &error_response);
+    let error = with_key_advice(
+        endpoint.wire.error(&endpoint.provider, &error_response),
+        &endpoint.key,
+    );
     let error = if !response.status().is_success() {
         error
     } else if error.kind == ProviderErrorKind::MalformedResponse {
@@ -709,6 +767,45 @@ mod tests {
         ] {
             assert_eq!(status_kind(status), kind, "{status}");
         }
+    }
+
+    #[test]
+    fn authentication_errors_name_the_key_variable_and_the_provider_entry() {
+        let key = KeySource {
+            provider: "anthropic".into(),
+            api_key_env: "ANTHROPIC_API_KEY".into(),
+            key_sent: true,
+        };
+        let rejected = ProviderError::new(
+            "anthropic",
+            ProviderErrorKind::Authentication,
+            "invalid x-api-key",
+        )
+        .with_status(401);
+        let advised = with_key_advice(rejected.clone(), &key);
+        assert_eq!(
+            advised.message,
+            "the provider rejected the key (401): check ANTHROPIC_API_KEY, read by \
+             [providers.anthropic] api_key_env. The server said: invalid x-api-key"
+        );
+        assert_eq!(
+            (advised.kind, advised.status),
+            (rejected.kind, rejected.status)
+        );
+        let unsent = KeySource {
+            key_sent: false,
+            ..key.clone()
+        };
+        let forbidden = ProviderError::new("anthropic", ProviderErrorKind::Authentication, "no")
+            .with_status(403);
+        assert_eq!(
+            with_key_advice(forbidden, &unsent).message,
+            "the provider asked for a key (403) and none was sent: set ANTHROPIC_API_KEY, read \
+             by [providers.anthropic] api_key_env. The server said: no"
+        );
+        let other =
+            ProviderError::new("anthropic", ProviderErrorKind::Server, "boom").with_status(500);
+        assert_eq!(with_key_advice(other.clone(), &key), other);
     }
 
     #[test]

@@ -21,7 +21,22 @@ use super::rules::{
     Candidate, CommandFacts, PathFacts, PatternContext, RequestFacts, Rule, allowing_rules,
     escape_command,
 };
-use super::{Decision, PermissionError, PermissionRequest};
+use super::{Cause, Decision, PermissionError, PermissionRequest};
+
+/// A decision with what it grants the launched tool.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Verdict {
+    /// Allow, ask or deny, with the reason.
+    pub decision: Decision,
+    /// True when the decision allows reading a path that resolves outside the
+    /// allowed roots, which only an allow rule naming the path does (configured,
+    /// or remembered from an "allow always" answer). The tool is then launched
+    /// as if a person had approved this very call: without that, the tool
+    /// refuses outside reads on its own. Never true for writes.
+    pub outside_read_granted: bool,
+    /// The step of the decision order that decided.
+    pub cause: Cause,
+}
 
 /// Decides tool calls for one session. Cheap to share behind an `Arc`: the mode
 /// and the session's "always" rules sit behind locks.
@@ -148,6 +163,29 @@ impl PermissionEngine {
 
     /// Decides one call.
     pub fn decide(&self, request: &PermissionRequest) -> Decision {
+        self.verdict(request).decision
+    }
+
+    /// Decides one call and says whether the decision lets the tool read a
+    /// path outside the allowed roots (see [`Verdict`]): both come from the
+    /// same resolution of the path.
+    pub fn verdict(&self, request: &PermissionRequest) -> Verdict {
+        let mut outside_read = false;
+        let (decision, cause) = self.decide_resolved(request, &mut outside_read);
+        Verdict {
+            outside_read_granted: outside_read && decision.is_allow(),
+            decision,
+            cause,
+        }
+    }
+
+    /// The decision order and the step that decided; sets `outside_read` when
+    /// the request reads a path that resolves outside the allowed roots.
+    fn decide_resolved(
+        &self,
+        request: &PermissionRequest,
+        outside_read: &mut bool,
+    ) -> (Decision, Cause) {
         let mode = self.mode();
         let root = self.sandbox.project_root();
         let mut facts = RequestFacts {
@@ -168,9 +206,10 @@ impl PermissionEngine {
                 };
                 let analysis = hard_blocks::analyse_command(command, &ctx);
                 if let Some(block) = analysis.block {
-                    return Decision::Deny {
+                    let decision = Decision::Deny {
                         reason: block.reason,
                     };
+                    return (decision, Cause::HardBlock);
                 }
                 facts.command = Some(CommandFacts {
                     line: command.trim().to_owned(),
@@ -181,29 +220,33 @@ impl PermissionEngine {
                 let resolved = match self.sandbox.resolve(path) {
                     Ok(resolved) => resolved,
                     Err(err) => {
-                        return Decision::Deny {
+                        let decision = Decision::Deny {
                             reason: format!("cannot check the path `{path}`: {err}"),
                         };
+                        return (decision, Cause::UnusablePath);
                     }
                 };
                 inside = resolved.is_inside();
+                *outside_read = !inside && *access == Access::Read;
                 let lexical = self.lexical(path);
                 if *access == Access::Write {
                     for candidate in [&resolved.path, &lexical] {
                         if hard_blocks::in_git_internals(candidate, root) {
-                            return Decision::Deny {
+                            let decision = Decision::Deny {
                                 reason: HardBlock::git_write(candidate).reason,
                             };
+                            return (decision, Cause::HardBlock);
                         }
                     }
                     if !inside {
-                        return Decision::Deny {
+                        let decision = Decision::Deny {
                             reason: format!(
                                 "`{path}` resolves to `{}`, outside the allowed roots ({}); writes outside the allowed roots are refused in every mode, bypass included",
                                 resolved.path.display(),
                                 self.roots_text()
                             ),
                         };
+                        return (decision, Cause::OutsideWrite);
                     }
                 }
                 facts.path = Some(PathFacts {
@@ -215,18 +258,14 @@ impl PermissionEngine {
         }
 
         if let Some(rule) = self.deny.iter().find(|rule| rule.restricts(&facts)) {
-            return Decision::Deny {
+            let decision = Decision::Deny {
                 reason: format!("denied by rule {}", rule.describe()),
             };
+            return (decision, Cause::DenyRule);
         }
 
         if mode == PermissionMode::Plan && !request.read_only {
-            return Decision::Deny {
-                reason: format!(
-                    "plan mode offers only read-only tools; `{}` changes things, so it is refused until plan mode ends",
-                    request.tool_name
-                ),
-            };
+            return (plan_refusal(request), Cause::PlanMode);
         }
 
         let session = self.session.read().unwrap_or_else(PoisonError::into_inner);
@@ -242,40 +281,44 @@ impl PermissionEngine {
                 .iter()
                 .find(|rule| rule.allows_path_explicitly(&facts))
             {
-                return Decision::Allow {
+                let decision = Decision::Allow {
                     reason: format!(
                         "allowed by rule {}, which names this path outside the allowed roots",
                         rule.describe()
                     ),
                 };
+                return (decision, Cause::AllowRule);
             }
-            return Decision::Ask {
+            let decision = Decision::Ask {
                 reason: format!(
                     "`{}` is outside the allowed roots ({}); reading it needs approval",
                     path.resolved.abs.display(),
                     self.roots_text()
                 ),
             };
+            return (decision, Cause::OutsideRead);
         }
 
         if !request.read_only
             && let Some(rule) = self.ask.iter().find(|rule| rule.restricts(&facts))
         {
-            return Decision::Ask {
+            let decision = Decision::Ask {
                 reason: format!("approval required by rule {}", rule.describe()),
             };
+            return (decision, Cause::AskRule);
         }
 
         let allowing = allowing_rules(&allow, &facts);
         if !allowing.is_empty() {
             let names: Vec<String> = allowing.iter().map(|rule| rule.describe()).collect();
             let noun = if names.len() == 1 { "rule" } else { "rules" };
-            return Decision::Allow {
+            let decision = Decision::Allow {
                 reason: format!("allowed by {noun} {}", names.join(" and ")),
             };
+            return (decision, Cause::AllowRule);
         }
 
-        fallback(mode, request, &facts, inside)
+        (fallback(mode, request, &facts, inside), Cause::Mode)
     }
 
     /// `path` as written, `~` expanded and `..` applied without following
@@ -310,6 +353,16 @@ fn parse_entry(entry: &RuleEntry, ctx: &PatternContext<'_>) -> Result<Rule, Perm
     })
 }
 
+/// Plan mode's refusal of a call that is not read-only.
+fn plan_refusal(request: &PermissionRequest) -> Decision {
+    Decision::Deny {
+        reason: format!(
+            "plan mode offers only read-only tools; `{}` changes things, so it is refused until plan mode ends",
+            request.tool_name
+        ),
+    }
+}
+
 /// The mode's answer when no rule decided (SPEC §5 modes).
 fn fallback(
     mode: PermissionMode,
@@ -330,12 +383,7 @@ fn fallback(
         (PermissionMode::Bypass, _) => allow(
             "bypass mode allows what no deny rule, hard block or sandbox limit forbids".to_owned(),
         ),
-        (PermissionMode::Plan, _) => Decision::Deny {
-            reason: format!(
-                "plan mode offers only read-only tools; `{}` changes things, so it is refused until plan mode ends",
-                request.tool_name
-            ),
-        },
+        (PermissionMode::Plan, _) => plan_refusal(request),
         (_, ToolCategory::Agent) => allow(format!(
             "starting a sub-agent is allowed in {} mode; each call it makes is checked on its own",
             mode.as_str()
@@ -417,6 +465,78 @@ mod tests {
             },
             ToolCategory::Write,
         )
+    }
+
+    fn read(path: &str) -> PermissionRequest {
+        PermissionRequest {
+            tool_name: "read_file".into(),
+            category: ToolCategory::Read,
+            read_only: true,
+            subject: PermissionSubject::Path {
+                path: path.into(),
+                access: Access::Read,
+            },
+        }
+    }
+
+    #[test]
+    fn an_allow_rule_naming_an_outside_path_grants_the_read() {
+        let s = setup();
+        std::fs::create_dir_all(s.base.join("etc")).expect("mkdir");
+        let pattern = format!("Read({}/host*)", s.base.join("etc").display());
+        let engine = PermissionEngine::new(
+            &settings(PermissionMode::Default, &[&pattern], &[]),
+            s.sandbox,
+        )
+        .expect("engine");
+        let hostname = s.base.join("etc/hostname").display().to_string();
+        let verdict = engine.verdict(&read(&hostname));
+        assert!(verdict.decision.is_allow(), "{verdict:?}");
+        assert!(verdict.outside_read_granted);
+        assert!(verdict.decision.reason().contains("names this path"));
+
+        // Not named: asked, and nothing is granted.
+        let passwd = engine.verdict(&read(&s.base.join("etc/passwd").display().to_string()));
+        assert!(passwd.decision.is_ask() && !passwd.outside_read_granted);
+        // Inside the project: allowed, but there is nothing outside to grant.
+        let inside = engine.verdict(&read("src/a.rs"));
+        assert!(inside.decision.is_allow() && !inside.outside_read_granted);
+        // A rule naming the path never lets a write out.
+        let write_rule = format!("Write({}/**)", s.base.join("etc").display());
+        let engine = PermissionEngine::new(
+            &settings(PermissionMode::Bypass, &[&write_rule, &pattern], &[]),
+            engine.sandbox().clone(),
+        )
+        .expect("engine");
+        let refused = engine.verdict(&write(&hostname));
+        assert!(refused.decision.is_deny() && !refused.outside_read_granted);
+    }
+
+    #[test]
+    fn an_always_answer_for_an_outside_read_grants_the_identical_read() {
+        let s = setup();
+        let engine = PermissionEngine::new(&settings(PermissionMode::Default, &[], &[]), s.sandbox)
+            .expect("engine");
+        let request = read("../notes/todo.txt");
+        let first = engine.verdict(&request);
+        assert!(first.decision.is_ask() && !first.outside_read_granted);
+        let rule = engine.always_rule_for(&request);
+        assert_eq!(
+            rule,
+            format!("Read({})", s.base.join("notes/todo.txt").display())
+        );
+        engine
+            .add_session_rule(RuleEntry {
+                rule,
+                source: RuleSource::Session,
+            })
+            .expect("valid");
+        let again = engine.verdict(&request);
+        assert!(again.decision.is_allow(), "{again:?}");
+        assert!(again.outside_read_granted);
+        assert_eq!(engine.decide(&request), again.decision);
+        // Another file next to it is still asked about.
+        assert!(engine.decide(&read("../notes/other.txt")).is_ask());
     }
 
     #[test]

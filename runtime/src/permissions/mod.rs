@@ -11,10 +11,12 @@
 //! approval, emits events or runs anything (the agent actor does), and its only
 //! contact with the file system is path resolution through the sandbox. Its
 //! parts: `rules` (rule syntax and matching), `shell` (a small shell parser),
-//! `hard_blocks` (destructive-command analysis), `engine` (the decision order).
+//! `hard_blocks` (destructive-command analysis), `engine` (the decision order),
+//! `advice` (what a user could change when a call cannot run).
 //! It must not touch the tool implementations, the configuration loader or the
 //! providers.
 
+mod advice;
 mod engine;
 mod hard_blocks;
 mod rules;
@@ -25,7 +27,8 @@ use serde::{Deserialize, Serialize};
 use crate::config::{PermissionMode, RuleEntry, RuleSource};
 use crate::tools::{PermissionSubject, ToolCategory};
 
-pub use engine::PermissionEngine;
+pub use advice::{AdviceFacts, advice};
+pub use engine::{PermissionEngine, Verdict};
 pub use rules::RuleParseError;
 
 /// The answer for one call.
@@ -71,6 +74,30 @@ impl Decision {
     pub fn is_deny(&self) -> bool {
         matches!(self, Self::Deny { .. })
     }
+}
+
+/// The step of the decision order that decided a call (see the module docs),
+/// for advice on what a user could change.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Cause {
+    /// A hard block: a destructive command or a write into `.git` internals.
+    HardBlock,
+    /// The path could not be resolved (empty, a NUL byte, a symlink loop).
+    UnusablePath,
+    /// A write to a path outside the allowed roots.
+    OutsideWrite,
+    /// A deny rule matched.
+    DenyRule,
+    /// Plan mode refuses calls that are not read-only.
+    PlanMode,
+    /// A read of a path outside the allowed roots that no allow rule names.
+    OutsideRead,
+    /// An ask rule matched.
+    AskRule,
+    /// An allow rule (configured, or an "always" answer) matched.
+    AllowRule,
+    /// No rule decided: the mode's fallback did.
+    Mode,
 }
 
 /// One call as the engine sees it.

@@ -20,8 +20,8 @@ const SLED_LOCK_MESSAGE: &str = "could not acquire lock";
 pub enum StoreError {
     /// Another process holds the database open (sled allows one process only).
     #[error(
-        "the session database {} is in use by another troupe process ({detail}); stop that \
-         process, or keep one `troupe serve` running and let every command talk to it",
+        "the session database {} is in use by another troupe process ({detail}): a run or \
+         `troupe serve`; wait for it or stop it, or point TROUPE_HOME at another directory",
         path.display()
     )]
     Locked {
@@ -205,7 +205,7 @@ mod tests {
         assert!(matches!(mapped, StoreError::Locked { .. }), "{mapped:?}");
         let text = mapped.to_string();
         assert!(text.contains("/data/troupe/db"), "{text}");
-        assert!(text.contains("troupe serve"), "{text}");
+        assert!(text.contains("TROUPE_HOME"), "{text}");
     }
 
     #[test]

@@ -3,7 +3,8 @@
 //!
 //! [`resolve_for_use`] resolves a raw path with the session's sandbox right
 //! before the tool touches it: writes outside the allowed roots are refused
-//! always; reads outside are refused unless a person approved that very call.
+//! always; reads outside are refused unless a person approved that very call
+//! or an allow rule names the path (the permission check says which).
 //! [`open_beneath`] then opens the resolved path one component at a time with
 //! `O_NOFOLLOW`, so a symlink swapped into any component after the check makes
 //! the open fail instead of escaping. Permission decisions are not made here.
@@ -48,7 +49,8 @@ pub fn resolve_for_use(ctx: &ToolContext, raw: &str, access: Access) -> Result<U
             Access::Read if !ctx.outside_read_approved => {
                 return Err(format!(
                     "Refused: `{raw}` resolves to {}, outside the project and the other allowed \
-                     directories; reading it needs a person's approval of this call.{through_link}",
+                     directories; reading it needs a person's approval of this call or an allow rule \
+                     naming the path.{through_link}",
                     resolved.path.display()
                 ));
             }

@@ -111,8 +111,9 @@ pub struct ToolContext {
     pub child_env: Arc<Vec<(String, String)>>,
     /// Shell tasks started with `run_in_background`, shared by one session.
     pub background: Arc<background::BackgroundTasks>,
-    /// True when a person approved this very call, which lets a read-only tool
-    /// read a path outside the allowed roots. Writes outside are refused always.
+    /// True when a person approved this very call or an allow rule names the
+    /// path it reads, which lets a read-only tool read a path outside the
+    /// allowed roots. Writes outside are refused always.
     pub outside_read_approved: bool,
 }
 

@@ -2,7 +2,7 @@
 //! at most 2,000 lines and 50 KB per call, binary files refused, non-UTF-8 text
 //! decoded lossily and said so. Reads only; it resolves its path at the moment
 //! of use and refuses paths outside the allowed roots unless a person approved
-//! the call.
+//! the call or an allow rule names the path.
 
 use std::io::{self, BufRead, BufReader, Read};
 

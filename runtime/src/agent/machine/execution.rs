@@ -18,7 +18,7 @@ use crate::agent::subagent::{child_path, plan_child};
 use crate::config::{RuleEntry, RuleSource};
 use crate::events::{ApprovalOutcome, EventKind, preview};
 use crate::model::{Message, ToolCall, ToolResult};
-use crate::permissions::{Decision, PermissionRequest};
+use crate::permissions::{self, AdviceFacts, Decision, PermissionRequest};
 use crate::telemetry::genai::{self, ToolErrorKind};
 use crate::tools::{PermissionSubject, ToolCategory, ToolOutput};
 
@@ -29,8 +29,12 @@ use super::{
 
 /// What the permission step decided for one call, before anything runs.
 enum Prepared {
-    /// Run it.
-    Run(Launchable),
+    /// Run it; `outside_read` when the decision lets it read outside the
+    /// allowed roots (an allow rule names the path).
+    Run {
+        launch: Launchable,
+        outside_read: bool,
+    },
     /// Answer it at once with this error.
     Refuse(String, ToolErrorKind),
     /// Ask a person first.
@@ -231,7 +235,10 @@ impl AgentLoop {
                     let result = ToolResult::text(execution.calls[index].id.clone(), text, true);
                     execution.settle(index, result, Some(kind), capture);
                 }
-                Prepared::Run(launch) => self.launch(index, launch, false, out),
+                Prepared::Run {
+                    launch,
+                    outside_read,
+                } => self.launch(index, launch, outside_read, out),
                 Prepared::Ask {
                     request,
                     launch,
@@ -397,11 +404,27 @@ impl AgentLoop {
                 )
             }
         };
-        let decision = self.permissions.decide(&request);
+        let verdict = self.permissions.verdict(&request);
+        let advice = permissions::advice(&AdviceFacts {
+            mode,
+            request: &request,
+            cause: verdict.cause,
+            rule: &self.permissions.always_rule_for(&request),
+            approver: self.approver == Approver::Present,
+            project_root: self.permissions.sandbox().project_root(),
+        });
+        let with_advice = |text: String| match &advice {
+            Some(advice) => format!("{text} {advice}"),
+            None => text,
+        };
+        let decision = verdict.decision;
         let prepared = match &decision {
-            Decision::Allow { .. } => Prepared::Run(launch),
+            Decision::Allow { .. } => Prepared::Run {
+                launch,
+                outside_read: verdict.outside_read_granted,
+            },
             Decision::Deny { reason } => Prepared::Refuse(
-                format!("Permission denied: {reason}"),
+                with_advice(format!("Permission denied: {reason}")),
                 ToolErrorKind::Denied,
             ),
             Decision::Ask { reason } => match self.approver {
@@ -411,11 +434,10 @@ impl AgentLoop {
                     reason: reason.clone(),
                 },
                 Approver::Absent => Prepared::Refuse(
-                    format!(
+                    with_advice(format!(
                         "Permission denied: this call needs approval ({reason}) and nobody can \
-                         answer in this run. The user can rerun with --mode accept-edits or \
-                         --mode bypass, or add an allow rule."
-                    ),
+                         answer in this run."
+                    )),
                     ToolErrorKind::Denied,
                 ),
             },

@@ -169,8 +169,8 @@ pub struct ToolLaunch {
     pub tool: Arc<dyn Tool>,
     /// Validated arguments.
     pub args: Value,
-    /// A person approved this very call (lets a read-only tool read outside
-    /// the allowed roots).
+    /// A person approved this very call, or an allow rule names the path it
+    /// reads (lets a read-only tool read outside the allowed roots).
     pub outside_read_approved: bool,
     /// The call's token.
     pub cancel: CancellationToken,

@@ -33,6 +33,7 @@ struct Options {
     tokens: u64,
     tool_calls: u32,
     task: Option<String>,
+    allow: Vec<String>,
 }
 
 impl Default for Options {
@@ -45,6 +46,7 @@ impl Default for Options {
             tokens: 1_000_000,
             tool_calls: 500,
             task: None,
+            allow: Vec::new(),
         }
     }
 }
@@ -54,6 +56,14 @@ fn fixture(options: Options) -> Fixture {
     let sandbox = Arc::new(PathSandbox::new(dir.path(), &[], None).unwrap());
     let settings = PermissionSettings {
         mode: options.mode,
+        allow: options
+            .allow
+            .iter()
+            .map(|rule| crate::config::RuleEntry {
+                rule: rule.clone(),
+                source: crate::config::RuleSource::Project,
+            })
+            .collect(),
         ..PermissionSettings::default()
     };
     let permissions = Arc::new(PermissionEngine::new(&settings, sandbox).unwrap());
@@ -424,6 +434,62 @@ fn approvals_pending_inside_a_group_then_allowed_denied_and_remembered() {
     );
 }
 
+/// The `(index, outside_read_approved)` of every tool launch in `effects`.
+fn launches(effects: &[Effect]) -> Vec<(usize, bool)> {
+    effects
+        .iter()
+        .filter_map(|effect| match effect {
+            Effect::RunTool(launch) => Some((launch.index, launch.outside_read_approved)),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn outside_reads_named_by_an_allow_rule_or_an_always_answer_launch_granted() {
+    let outside = tempfile::tempdir().unwrap();
+    let outside = crate::sandbox::resolve_path(outside.path()).unwrap();
+    let named = outside.join("named.txt").display().to_string();
+    let other = outside.join("other.txt").display().to_string();
+    let mut f = fixture(Options {
+        mode: PermissionMode::Default,
+        allow: vec![format!("Read({named})")],
+        ..Options::default()
+    })
+    .started();
+    // Allowed by the configured rule: the tool may read there, no question.
+    f.respond(&[read(&named), read("inside.txt")]);
+    let effects = f.on(Input::Saved(Ok(())));
+    assert_eq!(launches(&effects), vec![(0, true), (1, false)]);
+    f.done(0, "named");
+    f.done(1, "inside");
+    f.step(Input::Saved(Ok(())));
+
+    // Not named: asked; "always" launches it and remembers it ...
+    f.respond(&[read(&other)]);
+    assert_eq!(
+        f.step(Input::Saved(Ok(()))),
+        s(&["emit:tool_started", "emit:approval_requested", "await"])
+    );
+    let effects = f.on(Input::Approval {
+        approval_id: "run-1".into(),
+        outcome: ApprovalOutcome::AllowAlways,
+        reason: None,
+    });
+    assert_eq!(launches(&effects), vec![(0, true)]);
+    f.done(0, "other");
+    f.step(Input::Saved(Ok(())));
+
+    // ... so the identical read runs next time without asking, still granted.
+    f.respond(&[read(&other)]);
+    let effects = f.on(Input::Saved(Ok(())));
+    assert_eq!(
+        show(&effects),
+        s(&["emit:tool_started", "tool:0:read_file"])
+    );
+    assert_eq!(launches(&effects), vec![(0, true)]);
+}
+
 #[test]
 fn nobody_to_ask_becomes_a_reasoned_denial() {
     let mut f = fixture(Options {
@@ -438,6 +504,31 @@ fn nobody_to_ask_becomes_a_reasoned_denial() {
         s(&["emit:tool_started", "emit:tool_finished", "save"])
     );
     assert!(f.last_results()[0].0.contains("nobody can answer"));
+}
+
+#[test]
+fn a_denial_with_nobody_to_ask_advises_what_works_in_the_current_mode() {
+    let mut f = fixture(Options {
+        mode: PermissionMode::AcceptEdits,
+        approver: Approver::Absent,
+        ..Options::default()
+    })
+    .started();
+    f.respond(&[bash("cargo test --all")]);
+    f.step(Input::Saved(Ok(())));
+    let (text, is_error) = f.last_results()[0].clone();
+    assert!(is_error);
+    assert!(text.contains("nobody can answer"), "{text}");
+    assert!(text.contains("`--mode bypass`"), "{text}");
+    assert!(!text.contains("accept-edits`"), "{text}");
+    assert!(
+        text.contains("`allow = [\"Bash(cargo test --all)\"]` under `[permissions]` in `"),
+        "{text}"
+    );
+    assert!(
+        text.contains("/.troupe/config.toml` (this project)"),
+        "{text}"
+    );
 }
 
 #[test]
