@@ -254,8 +254,7 @@ mod tests {
             sender: late_tx,
         })
         .unwrap();
-        sink.for_agent("main/child")
-            .emit(EventKind::Notice { text: "x".into() });
+        sink.for_agent("main/child").emit(EventKind::notice("x"));
 
         let mut early = Vec::new();
         for _ in 0..4 {
