@@ -20,6 +20,7 @@ use troupe_runtime::config::{
 };
 use troupe_scripted::{Matcher, Response, Script, ScriptedServer, ServerConfig, Turn, Usage, text};
 
+use crate::render::RenderStyle;
 use crate::run::{Approvals, execute};
 use crate::setup::{self, RunOptions};
 use crate::{DemoArgs, EXIT_RUNTIME};
@@ -153,7 +154,7 @@ fn write_sample(dir: &Path) -> std::io::Result<()> {
 }
 
 /// Runs the demo; returns the exit code.
-pub async fn demo(args: DemoArgs) -> u8 {
+pub async fn demo(args: DemoArgs, color: bool) -> u8 {
     let sample = match tempfile::Builder::new().prefix("troupe-demo-").tempdir() {
         Ok(dir) => dir,
         Err(err) => {
@@ -212,11 +213,18 @@ pub async fn demo(args: DemoArgs) -> u8 {
         eprintln!("Sample repository: {}", sample.path().display());
         eprintln!("Task: {DEMO_PROMPT}\n");
     }
+    // The demo's session cannot be continued (its model and sample are
+    // gone afterwards): no next step is suggested.
+    let style = RenderStyle {
+        color,
+        next_steps: false,
+    };
     let (code, run_id) = execute(
         prepared,
         store.clone(),
         DEMO_PROMPT.to_string(),
         args.json,
+        style,
         Approvals::AutoAllow,
     )
     .await;

@@ -5,7 +5,7 @@
 //! the terminal, cancels on Ctrl-C (a second Ctrl-C exits at once), prints the
 //! final answer on stdout and exits with the run's status code.
 
-use std::io::{IsTerminal, Write};
+use std::io::Write;
 
 use std::collections::HashSet;
 use troupe_actors::{Approver, RunSubmission, Runtime};
@@ -14,7 +14,8 @@ use troupe_runtime::events::{ApprovalOutcome, EventKind, RunStatus};
 use troupe_runtime::session::recover_interrupted_runs;
 use troupe_runtime::store::{SESSION_MAX_AGE, Store};
 
-use crate::render::{HumanRenderer, write_json_line};
+use crate::ids::{self, IdKind};
+use crate::render::{HumanRenderer, RenderStyle, write_json_line};
 use crate::setup::{self, Prepared, RunOptions};
 use crate::{EXIT_RUNTIME, ResumeArgs, RunArgs, RunFlags, approval};
 
@@ -33,19 +34,20 @@ pub enum Approvals {
 pub const CONTINUE_PROMPT: &str =
     "Continue where you left off. If the task is done, say so briefly.";
 
-/// Runs `troupe run`.
-pub async fn run(args: RunArgs) -> u8 {
-    start(args.prompt, args.session.as_deref(), &args.flags).await
+/// Runs `troupe run`; `color` says whether progress is coloured.
+pub async fn run(args: RunArgs, color: bool) -> u8 {
+    start(args.prompt, args.session.as_deref(), &args.flags, color).await
 }
 
 /// Runs `troupe resume ID [PROMPT]`.
-pub async fn resume(args: ResumeArgs) -> u8 {
+pub async fn resume(args: ResumeArgs, color: bool) -> u8 {
     let prompt = args.prompt.unwrap_or_else(|| CONTINUE_PROMPT.to_string());
-    start(prompt, Some(&args.id), &args.flags).await
+    start(prompt, Some(&args.id), &args.flags, color).await
 }
 
 /// Opens the store, recovers interrupted runs, prepares and executes a run.
-async fn start(prompt: String, session: Option<&str>, flags: &RunFlags) -> u8 {
+/// `session` is the id, or a unique prefix of the id, of a session to continue.
+async fn start(prompt: String, session: Option<&str>, flags: &RunFlags, color: bool) -> u8 {
     let options = RunOptions {
         cwd: flags.cwd.clone(),
         provider: flags.provider.clone(),
@@ -62,6 +64,15 @@ async fn start(prompt: String, session: Option<&str>, flags: &RunFlags) -> u8 {
             return err.code;
         }
     };
+    let session = match session.map(|given| ids::resolve(&store, IdKind::Session, given)) {
+        None => None,
+        Some(Ok(id)) => Some(id),
+        Some(Err(err)) => {
+            eprintln!("troupe: {err}");
+            return err.code;
+        }
+    };
+    let session = session.as_deref();
     let telemetry = crate::telemetry::start(&store);
     report_recovered(&store, flags.json);
     let prepared = match setup::prepare(&options, None, &store, session).await {
@@ -83,7 +94,11 @@ async fn start(prompt: String, session: Option<&str>, flags: &RunFlags) -> u8 {
     } else {
         Approvals::Nobody
     };
-    let (code, _run_id) = execute(prepared, store, prompt, flags.json, approvals).await;
+    let style = RenderStyle {
+        color,
+        next_steps: true,
+    };
+    let (code, _run_id) = execute(prepared, store, prompt, flags.json, style, approvals).await;
     telemetry.stop();
     code
 }
@@ -100,7 +115,7 @@ pub fn report_recovered(store: &Store, json: bool) {
                         n => format!(" ({n} sub-agent session(s) repaired too)"),
                     };
                     eprintln!(
-                        "troupe: run {} was interrupted (its process stopped){children}; continue it with: troupe run --session {} \"continue\"",
+                        "troupe: run {} was interrupted (its process stopped){children}; continue it with: troupe resume {}",
                         run.run.run_id, run.run.session_id
                     );
                 }
@@ -127,13 +142,15 @@ fn remove_old_sessions(store: &Store, continued: Option<&str>) {
     });
 }
 
-/// Submits `prompt` on a fresh embedded runtime and follows the run to its end.
+/// Submits `prompt` on a fresh embedded runtime and follows the run to its end,
+/// rendering its events as `style` says (or as JSON lines).
 /// Returns the exit code and the run id (when the run started).
 pub async fn execute(
     prepared: Prepared,
     store: Store,
     prompt: String,
     json: bool,
+    style: RenderStyle,
     approvals: Approvals,
 ) -> (u8, Option<String>) {
     let runtime = match Runtime::start(store.clone()).await {
@@ -174,7 +191,7 @@ pub async fn execute(
             return (EXIT_RUNTIME, None);
         }
     };
-    let mut renderer = HumanRenderer::new(std::io::stderr().is_terminal());
+    let mut renderer = HumanRenderer::new(style);
     let mut interrupts = 0u32;
     let mut final_status = RunStatus::Error;
     let mut final_text = String::new();
