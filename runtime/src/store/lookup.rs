@@ -50,7 +50,8 @@ pub fn decide(prefix: &str, ids: impl IntoIterator<Item = String>) -> IdMatch {
     }
     match total {
         0 => IdMatch::NoMatch,
-        1 => IdMatch::Unique(listed.remove(0)),
+        // One match is listed (the cap is above one).
+        1 => listed.pop().map_or(IdMatch::NoMatch, IdMatch::Unique),
         _ => {
             listed.sort();
             IdMatch::Ambiguous { ids: listed, total }
