@@ -285,8 +285,7 @@ mod tests {
         }
         // A late reader asks from seq 2: what it missed comes from the store.
         let late = EventSubscription::live(f.store.clone(), "r1".into(), 2, f.live.subscribe());
-        sink.for_agent("main/child")
-            .emit(EventKind::Notice { text: "x".into() });
+        sink.for_agent("main/child").emit(EventKind::notice("x"));
         sink.emit(finished());
 
         let early = read_all(early).await;

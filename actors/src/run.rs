@@ -451,7 +451,7 @@ impl RunActorState {
                     limit: self.account.budget().wall_clock,
                 };
                 if self.account.stop_cause().is_none() {
-                    self.events.emit(EventKind::Notice { text: hit.notice() });
+                    self.events.emit(EventKind::notice(hit.notice()));
                 }
                 self.account.stop(StopCause::Limit(hit));
             }

@@ -297,7 +297,7 @@ impl RuntimeState {
         let events = EventSink::new(log.clone(), "main");
         // What opening the stored session repaired is told before the run starts.
         if let Some(text) = notice {
-            events.emit(EventKind::Notice { text });
+            events.emit(EventKind::notice(text));
         }
         let args = RunArgs {
             run_id: run_id.clone(),

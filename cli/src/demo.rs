@@ -27,6 +27,7 @@ use troupe_scripted::{Matcher, Response, Script, ScriptedServer, ServerConfig, T
 
 use troupe_actors::SessionTarget;
 
+use crate::render::RenderStyle;
 use crate::run::{Approvals, execute};
 use crate::setup::{self, Locations, RunOptions};
 use crate::{DemoArgs, EXIT_RUNTIME};
@@ -197,7 +198,7 @@ pub fn kept_notice(
 /// user configuration (default settings), so it neither writes into the
 /// person's session store nor depends on their configuration. Both that home
 /// and the sample repository are deleted at the end unless `--keep` is given.
-pub async fn demo(args: DemoArgs) -> u8 {
+pub async fn demo(args: DemoArgs, color: bool) -> u8 {
     let sample = match temp_dir("troupe-demo-") {
         Ok(dir) => dir,
         Err(err) => {
@@ -217,7 +218,7 @@ pub async fn demo(args: DemoArgs) -> u8 {
         }
     };
     let locations = Locations::isolated(home.path().to_path_buf());
-    let code = demo_in(&args, sample.path(), &locations).await;
+    let code = demo_in(&args, sample.path(), &locations, color).await;
     if args.keep {
         let (sample, home) = (sample.keep(), home.keep());
         eprintln!(
@@ -259,7 +260,7 @@ impl DemoEnd {
 
 /// Runs the scripted task on the sample repository in `sample`, with the
 /// store and configuration of `locations`.
-async fn demo_in(args: &DemoArgs, sample: &Path, locations: &Locations) -> DemoEnd {
+async fn demo_in(args: &DemoArgs, sample: &Path, locations: &Locations, color: bool) -> DemoEnd {
     let server = match ScriptedServer::start_with(demo_script(), ServerConfig::non_strict()).await {
         Ok(server) => server,
         Err(err) => {
@@ -311,11 +312,18 @@ async fn demo_in(args: &DemoArgs, sample: &Path, locations: &Locations) -> DemoE
         eprintln!("Sample repository: {}", sample.display());
         eprintln!("Task: {DEMO_PROMPT}\n");
     }
+    // The demo's session cannot be continued (its model and sample are
+    // gone afterwards): no next step is suggested.
+    let style = RenderStyle {
+        color,
+        next_steps: false,
+    };
     let (exit, run_id) = execute(
         prepared,
         store.clone(),
         DEMO_PROMPT.to_string(),
         args.json,
+        style,
         Approvals::AutoAllow,
     )
     .await;

@@ -8,6 +8,7 @@
 mod approval;
 mod daemon;
 mod demo;
+mod ids;
 mod render;
 mod run;
 mod sessions;
@@ -29,6 +30,9 @@ pub const EXIT_RUNTIME: u8 = 1;
 #[derive(Debug, Parser)]
 #[command(name = "troupe", version, propagate_version = true)]
 struct Cli {
+    /// Colour progress on stderr: auto (a terminal, unless NO_COLOR is set), always or never.
+    #[arg(long, global = true, value_enum, default_value_t = render::ColorChoice::Auto)]
+    color: render::ColorChoice,
     #[command(subcommand)]
     command: Command,
 }
@@ -44,7 +48,7 @@ enum Command {
     Sessions(SessionsCommand),
     /// Print the span tree of a run from the local span store.
     Trace {
-        /// Run id.
+        /// Run id (or a unique prefix of one).
         run: String,
     },
     /// Run an offline demonstration against the built-in scripted model.
@@ -109,7 +113,7 @@ pub struct RunFlags {
 pub struct RunArgs {
     /// The task.
     pub prompt: String,
-    /// Continue this session instead of starting a new one.
+    /// Continue this session (its id, or a unique prefix of it) instead of starting a new one.
     #[arg(long)]
     pub session: Option<String>,
     #[command(flatten)]
@@ -119,7 +123,7 @@ pub struct RunArgs {
 /// Options of `troupe resume`.
 #[derive(Debug, Args)]
 pub struct ResumeArgs {
-    /// The session to continue.
+    /// The session to continue: its id, or a unique prefix of it.
     pub id: String,
     /// What to say (default: ask the agent to carry on where it stopped).
     pub prompt: Option<String>,
@@ -138,17 +142,17 @@ pub enum SessionsCommand {
     },
     /// Show a session: metadata, runs and its conversation.
     Show {
-        /// Session id.
+        /// Session id (or a unique prefix of one).
         id: String,
     },
     /// Write a session's messages as JSON Lines (one message per line).
     Export {
-        /// Session id.
+        /// Session id (or a unique prefix of one).
         id: String,
     },
     /// Remove a session and everything stored with it.
     Rm {
-        /// Session id.
+        /// Session id (or a unique prefix of one).
         id: String,
     },
 }
@@ -197,13 +201,19 @@ fn main() -> ExitCode {
             return ExitCode::from(EXIT_RUNTIME);
         }
     };
+    let no_color = std::env::var_os("NO_COLOR").map(|value| value.to_string_lossy().into_owned());
+    let color = render::use_color(
+        cli.color,
+        std::io::IsTerminal::is_terminal(&std::io::stderr()),
+        no_color.as_deref(),
+    );
     let code = runtime.block_on(async move {
         match cli.command {
-            Command::Run(args) => run::run(args).await,
-            Command::Resume(args) => run::resume(args).await,
+            Command::Run(args) => run::run(args, color).await,
+            Command::Resume(args) => run::resume(args, color).await,
             Command::Sessions(command) => sessions::sessions(command),
             Command::Trace { run } => sessions::trace(&run),
-            Command::Demo(args) => demo::demo(args).await,
+            Command::Demo(args) => demo::demo(args, color).await,
             Command::Serve {
                 listen,
                 allow_hosts,

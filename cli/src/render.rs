@@ -1,34 +1,143 @@
 //! Terminal rendering of run events (SPEC §1.1, §1.5).
 //!
-//! Human mode writes progress to stderr — iterations, tool lines, narration that
-//! preceded tool calls, notices and errors — and leaves stdout to the final
-//! answer. JSON mode writes exactly one event per line to stdout, flushed per
+//! Human mode writes progress to stderr — the session and run ids first, then
+//! iterations, tool lines (each finished call names its target), narration
+//! that preceded tool calls, notices and errors, and at the end the command
+//! that continues the session — and leaves stdout to the final answer.
+//! Colour follows `--color` and `NO_COLOR`. JSON mode writes exactly one event per line to stdout, flushed per
 //! line, and nothing else.
 
 use std::collections::HashMap;
 use std::io::Write;
 
-use troupe_runtime::events::{EventKind, RunEvent, preview};
+use troupe_runtime::events::{EventKind, NOTICE_MODEL_RETRY, RunEvent, RunStatus, preview};
+
+/// The `--color` choice.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum ColorChoice {
+    /// Colour when stderr is a terminal and `NO_COLOR` is unset or empty.
+    #[default]
+    Auto,
+    /// Always colour.
+    Always,
+    /// Never colour.
+    Never,
+}
+
+/// Whether progress on stderr is coloured: `always` and `never` say so;
+/// `auto` colours only a terminal, and only when `NO_COLOR` is unset or empty
+/// (<https://no-color.org>).
+pub fn use_color(choice: ColorChoice, stderr_is_terminal: bool, no_color: Option<&str>) -> bool {
+    match choice {
+        ColorChoice::Always => true,
+        ColorChoice::Never => false,
+        ColorChoice::Auto => stderr_is_terminal && no_color.is_none_or(str::is_empty),
+    }
+}
+
+/// How a person's terminal output looks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RenderStyle {
+    /// ANSI colour (dim progress lines).
+    pub color: bool,
+    /// Say, when the run ends, which command continues it.
+    pub next_steps: bool,
+}
+
+/// Longest one-line output shown on a finished tool's line, in characters.
+const OUTPUT_LINE_CHARS: usize = 80;
+
+/// The line of a finished tool call: mark, tool, target, time and what came
+/// out. A one-line output is shown (shortened), a longer one counted; an
+/// error shows its text.
+/// `✓ read_file src/lib.rs (0 ms, 120 lines)`, `✗ bash make (15 ms): exit 2`.
+pub fn finished_line(
+    name: &str,
+    target: Option<&str>,
+    is_error: bool,
+    duration_ms: u64,
+    output_lines: u64,
+    output_preview: &str,
+) -> String {
+    let mark = if is_error { "✗" } else { "✓" };
+    let target = target.map(|t| format!(" {t}")).unwrap_or_default();
+    let head = format!("{mark} {name}{target}");
+    let output = output_preview.trim();
+    if is_error {
+        return format!("{head} ({duration_ms} ms): {output}");
+    }
+    match output_lines {
+        0 => format!("{head} ({duration_ms} ms, no output)"),
+        1 => {
+            let mut line: String = output.chars().take(OUTPUT_LINE_CHARS).collect();
+            if output.chars().count() > OUTPUT_LINE_CHARS {
+                line.push('…');
+            }
+            format!("{head} ({duration_ms} ms): {line}")
+        }
+        n => format!("{head} ({duration_ms} ms, {n} lines)"),
+    }
+}
+
+/// What a stop reason means, in words.
+pub fn stop_cause_words(stop_reason: &str) -> String {
+    match stop_reason {
+        "max_turns" => "turn limit".into(),
+        "unknown_tools" => "unknown tools requested".into(),
+        "repeated_calls" => "the same call repeated".into(),
+        "budget_tokens" => "token budget".into(),
+        "budget_usd" => "cost budget".into(),
+        "wall_clock" => "time limit".into(),
+        "max_tool_calls" => "tool-call budget".into(),
+        other => other.replace('_', " "),
+    }
+}
+
+/// The one line that says, when a run ends, what to type next: the command
+/// that continues its session and, when there is something to look into, the
+/// command that shows its trace.
+pub fn next_step(status: RunStatus, stop_reason: &str, session_id: &str, run_id: &str) -> String {
+    let resume = format!("troupe resume {session_id}");
+    let trace = format!("troupe trace {run_id}");
+    match status {
+        RunStatus::Finished => {
+            format!("(finished) follow up with: {resume} \"…\"; trace: {trace}")
+        }
+        RunStatus::Stopped => format!(
+            "(stopped: {}) continue with: {resume}",
+            stop_cause_words(stop_reason)
+        ),
+        RunStatus::Cancelled => format!("(cancelled) continue with: {resume}"),
+        RunStatus::Error => format!(
+            "(error: {}) see: {trace}; try again with: {resume}",
+            stop_cause_words(stop_reason)
+        ),
+        RunStatus::Interrupted => format!("(interrupted) continue with: {resume}"),
+    }
+}
 
 /// Renders events for people on stderr.
 pub struct HumanRenderer {
     /// Text of each agent's current response not yet shown (parallel
     /// sub-agents interleave their events; each keeps its own text).
     pending_text: HashMap<String, String>,
-    color: bool,
+    /// Targets of started calls, by agent path and call id, until they finish.
+    targets: HashMap<(String, String), String>,
+    style: RenderStyle,
 }
 
 impl HumanRenderer {
-    /// A renderer; colours when stderr is a terminal.
-    pub fn new(color: bool) -> Self {
+    /// A renderer in `style`.
+    pub fn new(style: RenderStyle) -> Self {
         Self {
             pending_text: HashMap::new(),
-            color,
+            targets: HashMap::new(),
+            style,
         }
     }
 
     fn dim(&self, text: &str) -> String {
-        if self.color {
+        if self.style.color {
             format!("\x1b[2m{text}\x1b[0m")
         } else {
             text.to_string()
@@ -43,7 +152,18 @@ impl HumanRenderer {
             format!("[{}] ", event.agent_path)
         };
         match &event.kind {
-            EventKind::RunStarted { .. } => {}
+            EventKind::RunStarted { .. } => {
+                if event.agent_path == "main" {
+                    writeln!(
+                        out,
+                        "{}",
+                        self.dim(&format!(
+                            "session {}  run {}",
+                            event.session_id, event.run_id
+                        ))
+                    )?;
+                }
+            }
             EventKind::Iteration { n } => {
                 self.pending_text.remove(&event.agent_path);
                 if *n > 1 {
@@ -57,7 +177,10 @@ impl HumanRenderer {
                 .push_str(text),
             EventKind::ThinkingDelta { .. } => {}
             EventKind::ToolStarted {
-                name, args_preview, ..
+                call_id,
+                name,
+                args_preview,
+                target,
             } => {
                 let narration = self
                     .pending_text
@@ -68,17 +191,31 @@ impl HumanRenderer {
                     writeln!(out, "{prefix}{narration}")?;
                 }
                 writeln!(out, "{prefix}→ {name} {args_preview}")?;
+                if let Some(target) = target {
+                    self.targets
+                        .insert((event.agent_path.clone(), call_id.clone()), target.clone());
+                }
             }
             EventKind::ToolFinished {
+                call_id,
                 name,
                 is_error,
                 output_preview,
+                output_lines,
                 duration_ms,
-                ..
             } => {
-                let mark = if *is_error { "✗" } else { "✓" };
-                let line = format!("{prefix}{mark} {name} ({duration_ms} ms) {output_preview}");
-                writeln!(out, "{}", self.dim(&line))?;
+                let target = self
+                    .targets
+                    .remove(&(event.agent_path.clone(), call_id.clone()));
+                let line = finished_line(
+                    name,
+                    target.as_deref(),
+                    *is_error,
+                    *duration_ms,
+                    *output_lines,
+                    output_preview,
+                );
+                writeln!(out, "{}", self.dim(&format!("{prefix}{line}")))?;
             }
             EventKind::ApprovalRequested { tool, reason, .. } => {
                 writeln!(out, "{prefix}? {tool} needs approval: {reason}")?;
@@ -109,7 +246,13 @@ impl HumanRenderer {
                 self.pending_text.remove(&event.agent_path);
                 writeln!(out, "{prefix}finished: {}", status.as_str())?;
             }
-            EventKind::Notice { text } => writeln!(out, "{prefix}{text}")?,
+            EventKind::Notice { text, code } => {
+                if code.as_deref() == Some(NOTICE_MODEL_RETRY) {
+                    writeln!(out, "{}", self.dim(&format!("{prefix}{text}")))?;
+                } else {
+                    writeln!(out, "{prefix}{text}")?;
+                }
+            }
             EventKind::Error { kind, message } => {
                 writeln!(out, "{prefix}error ({kind}): {message}")?;
             }
@@ -131,6 +274,13 @@ impl HumanRenderer {
                         usage_total.cache_write
                     ))
                 )?;
+                if self.style.next_steps && event.agent_path == "main" {
+                    writeln!(
+                        out,
+                        "{}",
+                        next_step(*status, stop_reason, &event.session_id, &event.run_id)
+                    )?;
+                }
             }
         }
         out.flush()
@@ -147,7 +297,6 @@ pub fn write_json_line(event: &RunEvent, out: &mut impl Write) -> std::io::Resul
 #[cfg(test)]
 mod tests {
     use super::*;
-    use troupe_runtime::events::RunStatus;
     use troupe_runtime::model::Usage;
 
     fn event(seq: u64, kind: EventKind) -> RunEvent {
@@ -161,9 +310,215 @@ mod tests {
         }
     }
 
+    const PLAIN: RenderStyle = RenderStyle {
+        color: false,
+        next_steps: true,
+    };
+
+    fn rendered(renderer: &mut HumanRenderer, events: Vec<RunEvent>) -> String {
+        let mut out = Vec::new();
+        for event in &events {
+            renderer.render(event, &mut out).unwrap();
+        }
+        String::from_utf8(out).unwrap()
+    }
+
+    fn at(path: &str, kind: EventKind) -> RunEvent {
+        RunEvent {
+            agent_path: path.into(),
+            ..event(1, kind)
+        }
+    }
+
+    fn finished(status: RunStatus, stop_reason: &str) -> EventKind {
+        EventKind::RunFinished {
+            status,
+            stop_reason: stop_reason.into(),
+            final_text: String::new(),
+            usage_total: Usage::default(),
+        }
+    }
+
+    #[test]
+    fn colour_follows_the_flag_the_terminal_and_no_color() {
+        use ColorChoice::*;
+        for (choice, terminal, no_color, expected) in [
+            (Auto, true, None, true),
+            (Auto, true, Some(""), true),
+            (Auto, true, Some("1"), false),
+            (Auto, false, None, false),
+            (Always, false, Some("1"), true),
+            (Never, true, None, false),
+        ] {
+            assert_eq!(
+                use_color(choice, terminal, no_color),
+                expected,
+                "{choice:?} {terminal} {no_color:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn ids_come_first_and_the_next_command_last() {
+        let mut renderer = HumanRenderer::new(PLAIN);
+        let text = rendered(
+            &mut renderer,
+            vec![
+                event(1, EventKind::RunStarted { prompt: "p".into() }),
+                event(2, finished(RunStatus::Stopped, "max_turns")),
+            ],
+        );
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.first(), Some(&"session s  run r"), "{text}");
+        assert_eq!(
+            lines.last(),
+            Some(&"(stopped: turn limit) continue with: troupe resume s"),
+            "{text}"
+        );
+        // Without next steps (the demo) the status line ends the output.
+        let mut renderer = HumanRenderer::new(RenderStyle {
+            next_steps: false,
+            ..PLAIN
+        });
+        let text = rendered(
+            &mut renderer,
+            vec![event(2, finished(RunStatus::Finished, "end_turn"))],
+        );
+        assert_eq!(text.lines().count(), 1, "{text}");
+    }
+
+    #[test]
+    fn every_ending_names_the_command_that_continues() {
+        assert_eq!(
+            next_step(RunStatus::Finished, "end_turn", "S", "R"),
+            "(finished) follow up with: troupe resume S \"…\"; trace: troupe trace R"
+        );
+        assert_eq!(
+            next_step(RunStatus::Cancelled, "cancelled", "S", "R"),
+            "(cancelled) continue with: troupe resume S"
+        );
+        assert_eq!(
+            next_step(RunStatus::Error, "provider_error", "S", "R"),
+            "(error: provider error) see: troupe trace R; try again with: troupe resume S"
+        );
+        assert_eq!(
+            next_step(RunStatus::Stopped, "budget_tokens", "S", "R"),
+            "(stopped: token budget) continue with: troupe resume S"
+        );
+        assert_eq!(
+            next_step(RunStatus::Interrupted, "interrupted", "S", "R"),
+            "(interrupted) continue with: troupe resume S"
+        );
+    }
+
+    #[test]
+    fn finished_tools_name_their_target_and_count_long_output() {
+        assert_eq!(
+            finished_line(
+                "read_file",
+                Some("src/lib.rs"),
+                false,
+                0,
+                120,
+                "1\tuse x; 2\t…"
+            ),
+            "✓ read_file src/lib.rs (0 ms, 120 lines)"
+        );
+        assert_eq!(
+            finished_line(
+                "edit_file",
+                Some("a.rs"),
+                false,
+                3,
+                1,
+                "Replaced 1 occurrence"
+            ),
+            "✓ edit_file a.rs (3 ms): Replaced 1 occurrence"
+        );
+        assert_eq!(
+            finished_line("bash", Some("true"), false, 5, 0, ""),
+            "✓ bash true (5 ms, no output)"
+        );
+        assert_eq!(
+            finished_line("bash", Some("make"), true, 15, 3, "exit 2: no rule"),
+            "✗ bash make (15 ms): exit 2: no rule"
+        );
+        assert_eq!(
+            finished_line("task_list", None, false, 1, 2, "a b"),
+            "✓ task_list (1 ms, 2 lines)"
+        );
+        let long = "x".repeat(100);
+        let line = finished_line("edit_file", None, false, 1, 1, &long);
+        assert!(line.ends_with(&format!("{}…", "x".repeat(80))), "{line}");
+    }
+
+    #[test]
+    fn parallel_calls_of_one_tool_are_told_apart() {
+        let mut renderer = HumanRenderer::new(PLAIN);
+        let start = |id: &str, path: &str| EventKind::ToolStarted {
+            call_id: id.into(),
+            name: "read_file".into(),
+            args_preview: format!("{{\"path\":\"{path}\"}}"),
+            target: Some(path.into()),
+        };
+        let finish = |id: &str, lines: u64| EventKind::ToolFinished {
+            call_id: id.into(),
+            name: "read_file".into(),
+            is_error: false,
+            output_preview: "1\tx".into(),
+            output_lines: lines,
+            duration_ms: 0,
+        };
+        let text = rendered(
+            &mut renderer,
+            vec![
+                event(1, start("c1", "a.rs")),
+                event(2, start("c2", "b.rs")),
+                // A sub-agent's call with the same id is its own.
+                at("main/explorer-1", start("c1", "c.rs")),
+                event(3, finish("c1", 10)),
+                event(4, finish("c2", 20)),
+                at("main/explorer-1", finish("c1", 30)),
+            ],
+        );
+        assert!(
+            text.contains("\n✓ read_file a.rs (0 ms, 10 lines)\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("\n✓ read_file b.rs (0 ms, 20 lines)\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("\n[main/explorer-1] ✓ read_file c.rs (0 ms, 30 lines)\n"),
+            "{text}"
+        );
+        assert!(renderer.targets.is_empty());
+    }
+
+    #[test]
+    fn a_retry_notice_is_one_line() {
+        let mut renderer = HumanRenderer::new(PLAIN);
+        let text = rendered(
+            &mut renderer,
+            vec![event(
+                1,
+                EventKind::Notice {
+                    text: "retrying model request (retry 1/4): 529 overloaded; next in 0.5 s"
+                        .into(),
+                    code: Some(NOTICE_MODEL_RETRY.into()),
+                },
+            )],
+        );
+        assert_eq!(
+            text,
+            "retrying model request (retry 1/4): 529 overloaded; next in 0.5 s\n"
+        );
+    }
+
     #[test]
     fn narration_before_a_tool_is_shown_and_final_text_is_not() {
-        let mut renderer = HumanRenderer::new(false);
+        let mut renderer = HumanRenderer::new(PLAIN);
         let mut out = Vec::new();
         for (seq, kind) in [
             EventKind::Iteration { n: 1 },
@@ -177,6 +532,7 @@ mod tests {
                 call_id: "c".into(),
                 name: "read_file".into(),
                 args_preview: "{\"path\":\"a\"}".into(),
+                target: Some("a".into()),
             },
             EventKind::Iteration { n: 2 },
             EventKind::TextDelta {
@@ -204,21 +560,13 @@ mod tests {
     fn json_lines_are_one_object_per_line() {
         let mut out = Vec::new();
         write_json_line(&event(1, EventKind::Iteration { n: 1 }), &mut out).unwrap();
-        write_json_line(
-            &event(
-                2,
-                EventKind::Notice {
-                    text: "a\nb".into(),
-                },
-            ),
-            &mut out,
-        )
-        .unwrap();
+        write_json_line(&event(2, EventKind::notice("a\nb")), &mut out).unwrap();
         let text = String::from_utf8(out).unwrap();
         let lines: Vec<&str> = text.lines().collect();
         assert_eq!(lines.len(), 2);
         let second: serde_json::Value = serde_json::from_str(lines[1]).unwrap();
         assert_eq!(second["type"], "notice");
         assert_eq!(second["text"], "a\nb");
+        assert!(second.get("code").is_none(), "a plain notice has no code");
     }
 }

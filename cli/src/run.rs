@@ -9,7 +9,7 @@
 //! The prompt is the `PROMPT` argument, or all of stdin for `-`; an empty one
 //! is a usage error.
 
-use std::io::{IsTerminal, Read, Write};
+use std::io::{Read, Write};
 
 use std::collections::HashSet;
 use troupe_actors::{Approver, RunSubmission, Runtime};
@@ -18,7 +18,8 @@ use troupe_runtime::events::{ApprovalOutcome, EventKind, RunStatus};
 use troupe_runtime::session::recover_interrupted_runs;
 use troupe_runtime::store::{SESSION_MAX_AGE, Store};
 
-use crate::render::{HumanRenderer, write_json_line};
+use crate::ids::{self, IdKind};
+use crate::render::{HumanRenderer, RenderStyle, write_json_line};
 use crate::setup::{Locations, Prepared, RunOptions, SetupError};
 use crate::{EXIT_RUNTIME, ResumeArgs, RunArgs, RunFlags, approval};
 
@@ -76,8 +77,8 @@ fn read_all_stdin() -> std::io::Result<String> {
     Ok(text)
 }
 
-/// Runs `troupe run`.
-pub async fn run(args: RunArgs) -> u8 {
+/// Runs `troupe run`; `color` says whether progress is coloured.
+pub async fn run(args: RunArgs, color: bool) -> u8 {
     let prompt = match prompt_from(&args.prompt, read_all_stdin) {
         Ok(prompt) => prompt,
         Err(err) => {
@@ -85,11 +86,11 @@ pub async fn run(args: RunArgs) -> u8 {
             return err.code;
         }
     };
-    start(prompt, args.session.as_deref(), &args.flags).await
+    start(prompt, args.session.as_deref(), &args.flags, color).await
 }
 
 /// Runs `troupe resume ID [PROMPT]`.
-pub async fn resume(args: ResumeArgs) -> u8 {
+pub async fn resume(args: ResumeArgs, color: bool) -> u8 {
     let prompt = match args.prompt {
         Some(arg) => match prompt_from(&arg, read_all_stdin) {
             Ok(prompt) => prompt,
@@ -100,11 +101,12 @@ pub async fn resume(args: ResumeArgs) -> u8 {
         },
         None => CONTINUE_PROMPT.to_string(),
     };
-    start(prompt, Some(&args.id), &args.flags).await
+    start(prompt, Some(&args.id), &args.flags, color).await
 }
 
 /// Opens the store, recovers interrupted runs, prepares and executes a run.
-async fn start(prompt: String, session: Option<&str>, flags: &RunFlags) -> u8 {
+/// `session` is the id, or a unique prefix of the id, of a session to continue.
+async fn start(prompt: String, session: Option<&str>, flags: &RunFlags, color: bool) -> u8 {
     let options = RunOptions {
         cwd: flags.cwd.clone(),
         provider: flags.provider.clone(),
@@ -128,6 +130,15 @@ async fn start(prompt: String, session: Option<&str>, flags: &RunFlags) -> u8 {
             return err.code;
         }
     };
+    let session = match session.map(|given| ids::resolve(&store, IdKind::Session, given)) {
+        None => None,
+        Some(Ok(id)) => Some(id),
+        Some(Err(err)) => {
+            eprintln!("troupe: {err}");
+            return err.code;
+        }
+    };
+    let session = session.as_deref();
     let telemetry = crate::telemetry::start(&store);
     report_recovered(&store, flags.json);
     let prepared = match crate::setup::prepare(&options, None, &store, &locations, session).await {
@@ -149,7 +160,11 @@ async fn start(prompt: String, session: Option<&str>, flags: &RunFlags) -> u8 {
     } else {
         Approvals::Nobody
     };
-    let (code, _run_id) = execute(prepared, store, prompt, flags.json, approvals).await;
+    let style = RenderStyle {
+        color,
+        next_steps: true,
+    };
+    let (code, _run_id) = execute(prepared, store, prompt, flags.json, style, approvals).await;
     telemetry.stop();
     code
 }
@@ -166,7 +181,7 @@ pub fn report_recovered(store: &Store, json: bool) {
                         n => format!(" ({n} sub-agent session(s) repaired too)"),
                     };
                     eprintln!(
-                        "troupe: run {} was interrupted (its process stopped){children}; continue it with: troupe run --session {} \"continue\"",
+                        "troupe: run {} was interrupted (its process stopped){children}; continue it with: troupe resume {}",
                         run.run.run_id, run.run.session_id
                     );
                 }
@@ -300,13 +315,15 @@ fn notice(line: &str) {
     let _ = writeln!(std::io::stderr().lock(), "troupe: {line}");
 }
 
-/// Submits `prompt` on a fresh embedded runtime and follows the run to its end.
+/// Submits `prompt` on a fresh embedded runtime and follows the run to its end,
+/// rendering its events as `style` says (or as JSON lines).
 /// Returns the exit code and the run id (when the run started).
 pub async fn execute(
     prepared: Prepared,
     store: Store,
     prompt: String,
     json: bool,
+    style: RenderStyle,
     approvals: Approvals,
 ) -> (u8, Option<String>) {
     // Installed before anything runs, so a stop signal always cancels cleanly.
@@ -344,7 +361,7 @@ pub async fn execute(
             return (EXIT_RUNTIME, None);
         }
     };
-    let mut renderer = HumanRenderer::new(std::io::stderr().is_terminal());
+    let mut renderer = HumanRenderer::new(style);
     let mut first_signal: Option<StopSignal> = None;
     let mut final_status = RunStatus::Error;
     let mut final_text = String::new();

@@ -7,8 +7,9 @@ use std::io::Write;
 
 use troupe_runtime::events::preview;
 use troupe_runtime::model::{ContentBlock, Message, Role};
-use troupe_runtime::store::{SessionMeta, Store, StoreError};
+use troupe_runtime::store::{RunRecord, SessionMeta, Store, StoreError};
 
+use crate::ids::{self, IdKind};
 use crate::setup::open_store;
 use crate::{EXIT_RUNTIME, EXIT_USAGE, SessionsCommand};
 
@@ -45,6 +46,11 @@ fn runtime_error(err: impl std::fmt::Display) -> (u8, String) {
     (EXIT_RUNTIME, err.to_string())
 }
 
+/// The full session id `given` (an id or a unique prefix of one) names.
+fn session_id(store: &Store, given: &str) -> Result<String, (u8, String)> {
+    ids::resolve(store, IdKind::Session, given).map_err(|err| (err.code, err.message))
+}
+
 fn meta_or_usage(store: &Store, id: &str) -> Result<SessionMeta, (u8, String)> {
     match store.session(id).map_err(runtime_error)? {
         Some(meta) => Ok(meta),
@@ -55,8 +61,9 @@ fn meta_or_usage(store: &Store, id: &str) -> Result<SessionMeta, (u8, String)> {
     }
 }
 
-/// `troupe trace RUN`: the run's span tree from the local span store.
-pub fn trace(run_id: &str) -> u8 {
+/// `troupe trace RUN`: the run's span tree from the local span store. `RUN`
+/// is a run id or a unique prefix of one.
+pub fn trace(given: &str) -> u8 {
     let store = match open_store() {
         Ok(store) => store,
         Err(err) => {
@@ -64,6 +71,14 @@ pub fn trace(run_id: &str) -> u8 {
             return err.code;
         }
     };
+    let run_id = match ids::resolve(&store, IdKind::Run, given) {
+        Ok(run_id) => run_id,
+        Err(err) => {
+            eprintln!("troupe: {err}");
+            return err.code;
+        }
+    };
+    let run_id = run_id.as_str();
     match store.run(run_id) {
         Ok(Some(_)) => {}
         Ok(None) => {
@@ -91,11 +106,26 @@ pub fn trace(run_id: &str) -> u8 {
     }
 }
 
+/// Width of the id column of `sessions list` (a UUID's length; longer ids
+/// push the rest of their line right).
+const ID_COLUMN: usize = 36;
+
+/// What `sessions list` prints when the store holds no session.
+pub const NO_SESSIONS: &str = "no sessions yet";
+
+/// The header line of `sessions list`, aligned with [`format_list_line`].
+pub fn list_header() -> String {
+    format!(
+        "{:<ID_COLUMN$}  {:<16}  {:>5}  {:<24}  TITLE",
+        "ID", "UPDATED", "MSGS", "MODEL"
+    )
+}
+
 /// One line per session, newest first. A child session's line ends with
 /// `  ↳ PARENT_ID AGENT_PATH`; a top-level session's line has no suffix.
 pub fn format_list_line(meta: &SessionMeta) -> String {
     let mut line = format!(
-        "{}  {}  {:>5}  {:<24}  {}",
+        "{:<ID_COLUMN$}  {}  {:>5}  {:<24}  {}",
         meta.id,
         meta.updated.format("%Y-%m-%d %H:%M"),
         meta.message_count,
@@ -126,8 +156,29 @@ pub fn format_child_line(child: &SessionMeta) -> String {
     .to_string()
 }
 
+/// One line of `sessions show` per run: id, status and, when it says more
+/// than the status, the stop reason (`finished (end_turn)`, `interrupted`).
+pub fn format_run_line(run: &RunRecord) -> String {
+    let status = run.status.as_str();
+    match run.stop_reason.as_deref() {
+        Some(reason) if !reason.is_empty() && reason != status => {
+            format!("run       {}  {status} ({reason})", run.run_id)
+        }
+        _ => format!("run       {}  {status}", run.run_id),
+    }
+}
+
 fn list(store: &Store, json: bool, out: &mut impl Write) -> CommandResult {
     let sessions = store.list_sessions().map_err(runtime_error)?;
+    // JSON lines stay one session per line: no header, nothing when empty.
+    if !json {
+        let first = if sessions.is_empty() {
+            NO_SESSIONS.to_string()
+        } else {
+            list_header()
+        };
+        writeln!(out, "{first}").map_err(runtime_error)?;
+    }
     for meta in &sessions {
         let line = if json {
             serde_json::to_string(meta).map_err(runtime_error)?
@@ -168,7 +219,8 @@ pub fn format_message(message: &Message) -> String {
     format!("[{role}] {}", lines.join("\n  "))
 }
 
-fn show(store: &Store, id: &str, out: &mut impl Write) -> CommandResult {
+fn show(store: &Store, given: &str, out: &mut impl Write) -> CommandResult {
+    let id = &session_id(store, given)?;
     let meta = meta_or_usage(store, id)?;
     let mut text = format!(
         "session   {}\ntitle     {}\ncwd       {}\nmodel     {} ({})\ncreated   {}\nupdated   {}\nmessages  {}\n",
@@ -192,12 +244,8 @@ fn show(store: &Store, id: &str, out: &mut impl Write) -> CommandResult {
     }
     let runs = store.list_runs(Some(id)).map_err(runtime_error)?;
     for run in runs.iter().rev() {
-        text.push_str(&format!(
-            "run       {} {} {}\n",
-            run.run_id,
-            run.status.as_str(),
-            run.stop_reason.as_deref().unwrap_or("")
-        ));
+        text.push_str(&format_run_line(run));
+        text.push('\n');
     }
     for child in store.child_sessions(id).map_err(runtime_error)? {
         text.push_str(&format_child_line(&child));
@@ -218,13 +266,15 @@ fn show(store: &Store, id: &str, out: &mut impl Write) -> CommandResult {
     out.write_all(text.as_bytes()).map_err(runtime_error)
 }
 
-fn export(store: &Store, id: &str, out: &mut impl Write) -> CommandResult {
+fn export(store: &Store, given: &str, out: &mut impl Write) -> CommandResult {
+    let id = &session_id(store, given)?;
     meta_or_usage(store, id)?;
     store.export_jsonl(id, out).map_err(runtime_error)?;
     out.flush().map_err(runtime_error)
 }
 
-fn remove(store: &Store, id: &str, out: &mut impl Write) -> CommandResult {
+fn remove(store: &Store, given: &str, out: &mut impl Write) -> CommandResult {
+    let id = &session_id(store, given)?;
     // A session whose metadata is damaged can still be removed (listing and
     // cleanup skip it, so this is the only way its records go).
     if !matches!(store.session(id), Err(StoreError::Corrupt { .. })) {
@@ -244,6 +294,7 @@ fn remove(store: &Store, id: &str, out: &mut impl Write) -> CommandResult {
 mod tests {
     use super::*;
     use troupe_runtime::model::{ToolCall, ToolResult};
+    use troupe_runtime::store::RunState;
 
     #[test]
     fn messages_read_well() {
@@ -290,15 +341,20 @@ mod tests {
 
     #[test]
     fn child_sessions_are_marked_with_their_parent() {
+        let pad = " ".repeat(ID_COLUMN - 2);
         let top = format_list_line(&meta("s1", None, None));
         assert_eq!(
             top,
-            "s1  2026-11-01 09:30      1  claude-sonnet-4-5         Explore the parser"
+            format!(
+                "s1{pad}  2026-11-01 09:30      1  claude-sonnet-4-5         Explore the parser"
+            )
         );
         let child = format_list_line(&meta("c1", Some("s1"), Some("main/explorer-1")));
         assert_eq!(
             child,
-            "c1  2026-11-01 09:30      1  claude-sonnet-4-5         Explore the parser  ↳ s1 main/explorer-1"
+            format!(
+                "c1{pad}  2026-11-01 09:30      1  claude-sonnet-4-5         Explore the parser  ↳ s1 main/explorer-1"
+            )
         );
         let unnamed = format_list_line(&meta("c2", Some("s1"), None));
         assert!(unnamed.ends_with("Explore the parser  ↳ s1"), "{unnamed}");
@@ -312,5 +368,60 @@ mod tests {
         empty.title.clear();
         empty.message_count = 0;
         assert_eq!(format_child_line(&empty), "child     c2  -  0 messages");
+    }
+
+    #[test]
+    fn the_list_header_names_the_columns_above_them() {
+        let header = list_header();
+        let line = format_list_line(&meta("0193a1b2-0000-7000-8000-000000000000", None, None));
+        assert!(header.starts_with("ID  "), "{header}");
+        for (column, value) in [
+            ("UPDATED", "2026-11-01"),
+            ("MODEL", "claude"),
+            ("TITLE", "Explore"),
+        ] {
+            assert_eq!(
+                header.find(column),
+                line.find(value),
+                "{column} above {value}:\n{header}\n{line}"
+            );
+        }
+        // The message count is right-aligned under MSGS.
+        assert_eq!(
+            header.find("MSGS").map(|at| at + 4),
+            line.find("  1  ").map(|at| at + 3)
+        );
+    }
+
+    fn run_record(status: RunState, reason: Option<&str>) -> RunRecord {
+        RunRecord {
+            run_id: "r1".into(),
+            session_id: "s1".into(),
+            prompt: "p".into(),
+            status,
+            stop_reason: reason.map(Into::into),
+            started: chrono::Utc::now(),
+            ended: None,
+            pid: 1,
+        }
+    }
+
+    #[test]
+    fn run_lines_give_the_status_once_and_a_reason_only_when_it_adds_something() {
+        use troupe_runtime::events::RunStatus;
+        let finished = RunState::Ended(RunStatus::Finished);
+        assert_eq!(
+            format_run_line(&run_record(finished, Some("end_turn"))),
+            "run       r1  finished (end_turn)"
+        );
+        let interrupted = RunState::Ended(RunStatus::Interrupted);
+        assert_eq!(
+            format_run_line(&run_record(interrupted, Some("interrupted"))),
+            "run       r1  interrupted"
+        );
+        assert_eq!(
+            format_run_line(&run_record(RunState::Running, None)),
+            "run       r1  running"
+        );
     }
 }

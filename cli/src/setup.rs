@@ -181,9 +181,17 @@ pub async fn prepare(
         },
         None => None,
     };
-    let cwd = match (&options.cwd, stored_cwd) {
-        (None, Some(stored)) if stored.is_dir() => stored,
-        _ => working_directory(options.cwd.as_deref())?,
+    let mut warnings = Vec::new();
+    let cwd = match choose_work_dir(options.cwd.is_some(), stored_cwd, |dir| dir.is_dir()) {
+        WorkDir::Stored(stored) => stored,
+        WorkDir::Given => working_directory(options.cwd.as_deref())?,
+        WorkDir::Current { gone } => {
+            let cwd = working_directory(None)?;
+            if let Some(gone) = gone {
+                warnings.push(gone_directory_notice(&gone, &cwd));
+            }
+            cwd
+        }
     };
     let sources = locations.config_sources(&cwd);
     let config = load_config(&sources).map_err(|err| SetupError::usage(err.to_string()))?;
@@ -215,7 +223,10 @@ pub async fn prepare(
         locations,
         store: store.clone(),
     };
-    assemble(&config, options, place, resolved, session, git_status).await
+    let mut prepared = assemble(&config, options, place, resolved, session, git_status).await?;
+    warnings.append(&mut prepared.warnings);
+    prepared.warnings = warnings;
+    Ok(prepared)
 }
 
 /// Where a run works and keeps its data.
@@ -226,6 +237,44 @@ struct Place<'a> {
     locations: &'a Locations,
     /// The session store.
     store: Store,
+}
+
+/// Where a run works.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum WorkDir {
+    /// The directory given with `--cwd`.
+    Given,
+    /// The continued session's own directory, which still exists.
+    Stored(PathBuf),
+    /// The current directory; `gone` is the continued session's directory
+    /// when it no longer exists (the person is told).
+    Current {
+        /// The session's directory that is missing.
+        gone: Option<PathBuf>,
+    },
+}
+
+/// Decides where a run works: `--cwd` when given, else a continued session's
+/// directory when it still is one (`is_dir`), else the current directory.
+pub fn choose_work_dir(
+    given: bool,
+    stored: Option<PathBuf>,
+    is_dir: impl Fn(&Path) -> bool,
+) -> WorkDir {
+    match stored {
+        _ if given => WorkDir::Given,
+        Some(stored) if is_dir(&stored) => WorkDir::Stored(stored),
+        gone => WorkDir::Current { gone },
+    }
+}
+
+/// What a person is told when a continued session's directory is gone.
+pub fn gone_directory_notice(gone: &Path, used: &Path) -> String {
+    format!(
+        "the session's directory {} no longer exists; working in {} instead (pass --cwd to choose)",
+        gone.display(),
+        used.display()
+    )
 }
 
 /// Builds the pieces once configuration and provider are known.
@@ -331,5 +380,39 @@ fn working_directory(cwd: Option<&Path>) -> Result<PathBuf, SetupError> {
             dir.display()
         ))),
         Err(err) => Err(SetupError::usage(format!("--cwd {}: {err}", dir.display()))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_continued_session_works_in_its_directory_while_it_exists() {
+        let stored = || Some(PathBuf::from("/repo"));
+        assert_eq!(
+            choose_work_dir(false, stored(), |_| true),
+            WorkDir::Stored("/repo".into())
+        );
+        assert_eq!(
+            choose_work_dir(false, stored(), |_| false),
+            WorkDir::Current {
+                gone: Some("/repo".into())
+            }
+        );
+        assert_eq!(choose_work_dir(true, stored(), |_| false), WorkDir::Given);
+        assert_eq!(choose_work_dir(true, None, |_| true), WorkDir::Given);
+        assert_eq!(
+            choose_work_dir(false, None, |_| true),
+            WorkDir::Current { gone: None }
+        );
+    }
+
+    #[test]
+    fn the_gone_directory_notice_names_both_directories() {
+        assert_eq!(
+            gone_directory_notice(Path::new("/old/repo"), Path::new("/home/me")),
+            "the session's directory /old/repo no longer exists; working in /home/me instead (pass --cwd to choose)"
+        );
     }
 }

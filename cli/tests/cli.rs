@@ -196,7 +196,7 @@ async fn provider_errors_exit_one_and_limits_exit_three() {
         .args(["run", "--max-turns", "1", "x"]))
     .await;
     assert_eq!(output.status.code(), Some(3));
-    assert!(String::from_utf8_lossy(&output.stderr).contains("limit of 1 turns"));
+    assert!(String::from_utf8_lossy(&output.stderr).contains("limit of 1 turn for"));
     assert_eq!(server.remaining_turns(), 1);
 }
 

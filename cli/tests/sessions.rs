@@ -204,7 +204,12 @@ async fn list_is_newest_first_with_titles_cut_on_character_boundaries() {
     let output = troupe(&env, &["sessions", "list"]).await;
     assert_eq!(output.status.code(), Some(0), "{}", describe(&output));
     let stdout = out_text(&output.stdout);
-    let lines: Vec<&str> = stdout.lines().collect();
+    let mut lines: Vec<&str> = stdout.lines().collect();
+    let header = lines.remove(0);
+    assert!(
+        header.starts_with("ID ") && header.ends_with("TITLE"),
+        "{stdout}"
+    );
     assert_eq!(lines.len(), 3, "{stdout}");
     let newest_first: Vec<&String> = ids.iter().rev().collect();
     for (line, id) in lines.iter().zip(&newest_first) {
@@ -262,7 +267,7 @@ async fn show_export_and_rm() {
         "title     Read the notes\n".to_string(),
         format!("cwd       {}\n", env.root().display()),
         "messages  4\n".to_string(),
-        format!("run       {run_id} finished end_turn\n"),
+        format!("run       {run_id}  finished (end_turn)\n"),
         "[user] Read the notes\n".to_string(),
         "→ read_file {\"path\":\"notes.txt\"}\n".to_string(),
         "[tool] ← ".to_string(),
@@ -309,6 +314,76 @@ async fn show_export_and_rm() {
         );
     }
     assert!(listed_ids(&env).await.is_empty());
+}
+
+#[tokio::test]
+async fn an_empty_store_lists_no_sessions_yet_and_json_lists_nothing() {
+    let env = Env::new();
+    let output = troupe(&env, &["sessions", "list"]).await;
+    assert_eq!(output.status.code(), Some(0), "{}", describe(&output));
+    assert_eq!(out_text(&output.stdout), "no sessions yet\n");
+    let output = troupe(&env, &["sessions", "list", "--json"]).await;
+    assert_eq!(output.status.code(), Some(0), "{}", describe(&output));
+    assert_eq!(out_text(&output.stdout), "");
+}
+
+#[tokio::test]
+async fn sessions_commands_take_a_unique_id_prefix() {
+    let env = Env::new();
+    for id in ["feed-0001", "feed-0002", "cafe-0001"] {
+        plant_session(&env, id, RECENT_AGE, 1).await;
+    }
+    let output = troupe(&env, &["sessions", "show", "feed-0002"]).await;
+    assert_eq!(output.status.code(), Some(0), "{}", describe(&output));
+    let output = troupe(&env, &["sessions", "show", "caf"]).await;
+    assert_eq!(output.status.code(), Some(0), "{}", describe(&output));
+    assert!(
+        out_text(&output.stdout).starts_with("session   cafe-0001\n"),
+        "{}",
+        describe(&output)
+    );
+    let output = troupe(&env, &["sessions", "export", "feed-0001"]).await;
+    assert_eq!(output.status.code(), Some(0), "{}", describe(&output));
+    assert_eq!(parse_export(&output.stdout).len(), 2);
+    assert_eq!(export(&env, "c").await.len(), 2);
+
+    for command in ["show", "export", "rm"] {
+        let output = troupe(&env, &["sessions", command, "feed"]).await;
+        assert_eq!(
+            output.status.code(),
+            Some(2),
+            "{command}: {}",
+            describe(&output)
+        );
+        assert_eq!(
+            out_text(&output.stderr),
+            "troupe: session id prefix feed is ambiguous; it starts 2 session ids:\n  feed-0001\n  feed-0002\ngive more characters of the id\n",
+            "{command}"
+        );
+        let output = troupe(&env, &["sessions", command, "fee-"]).await;
+        assert_eq!(
+            output.status.code(),
+            Some(2),
+            "{command}: {}",
+            describe(&output)
+        );
+        assert!(
+            out_text(&output.stderr).contains("no session fee-: no session id starts with it"),
+            "{command}: {}",
+            describe(&output)
+        );
+    }
+
+    let output = troupe(&env, &["sessions", "rm", "feed-1"]).await;
+    assert_eq!(output.status.code(), Some(2), "{}", describe(&output));
+    let output = troupe(&env, &["sessions", "rm", "feed-0001"]).await;
+    assert_eq!(output.status.code(), Some(0), "{}", describe(&output));
+    assert_eq!(out_text(&output.stdout), "removed session feed-0001\n");
+    // With one left, the shorter prefix is no longer ambiguous.
+    let output = troupe(&env, &["sessions", "rm", "feed"]).await;
+    assert_eq!(output.status.code(), Some(0), "{}", describe(&output));
+    assert_eq!(out_text(&output.stdout), "removed session feed-0002\n");
+    assert_eq!(listed_ids(&env).await, ["cafe-0001"]);
 }
 
 #[tokio::test]
@@ -563,7 +638,7 @@ async fn the_next_run_reports_an_interrupted_run_and_it_can_be_continued() {
         "{stderr}"
     );
     assert!(
-        stderr.contains(&format!("troupe run --session {id} \"continue\"")),
+        stderr.contains(&format!("continue it with: troupe resume {id}\n")),
         "{stderr}"
     );
 
@@ -571,7 +646,7 @@ async fn the_next_run_reports_an_interrupted_run_and_it_can_be_continued() {
     assert_eq!(output.status.code(), Some(0), "{}", describe(&output));
     let shown = out_text(&output.stdout);
     assert!(
-        shown.contains(&format!("run       {run_id} interrupted interrupted\n")),
+        shown.contains(&format!("run       {run_id}  interrupted\n")),
         "{shown}"
     );
     assert!(shown.contains(INTERRUPTED_CLOSING), "{shown}");
@@ -613,7 +688,7 @@ async fn sessions_show_after_a_kill_reports_the_run_as_interrupted() {
     assert_eq!(output.status.code(), Some(0), "{}", describe(&output));
     let shown = out_text(&output.stdout);
     assert!(
-        shown.contains(&format!("run       {run_id} interrupted")),
+        shown.contains(&format!("run       {run_id}  interrupted\n")),
         "a run whose process was killed is shown as:\n{shown}"
     );
 }
@@ -799,11 +874,13 @@ async fn child_sessions_are_listed_with_their_parent_and_shown_under_it() {
     let line_of = |id: &str| {
         stdout
             .lines()
-            .find(|line| line.starts_with(&format!("{id}  ")))
+            .find(|line| line.starts_with(&format!("{id} ")))
             .unwrap_or_else(|| panic!("{id} is not listed:\n{stdout}"))
             .to_string()
     };
-    assert_eq!(stdout.lines().count(), 5, "{stdout}");
+    // A header line, then one line per session.
+    assert_eq!(stdout.lines().count(), 6, "{stdout}");
+    assert!(stdout.starts_with("ID "), "{stdout}");
     // Top-level lines keep their format: they end with the title.
     assert!(line_of("top").ends_with("    2  scripted-model            task 0 of top"));
     assert!(line_of("bystander").ends_with("task 0 of bystander"));
@@ -999,7 +1076,7 @@ async fn the_next_command_repairs_the_child_sessions_of_an_interrupted_run() {
     assert_eq!(output.status.code(), Some(0), "{}", describe(&output));
     let shown = out_text(&output.stdout);
     assert!(
-        shown.contains("run       killed-run interrupted interrupted\n"),
+        shown.contains("run       killed-run  interrupted\n"),
         "{shown}"
     );
 

@@ -12,6 +12,9 @@ use crate::model::Usage;
 /// SPEC §1.4: length of `args_preview` / `output_preview`, in characters.
 pub const PREVIEW_CHARS: usize = 200;
 
+/// `notice.code` of a failed model request that is about to be sent again.
+pub const NOTICE_MODEL_RETRY: &str = "model_retry";
+
 /// How a run ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -120,6 +123,10 @@ pub enum EventKind {
         name: String,
         /// The arguments, shortened to one line.
         args_preview: String,
+        /// What the call is about (a path, a command, a pattern, an agent's
+        /// role and label); absent when the tool names nothing.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        target: Option<String>,
     },
     /// A tool call finished.
     ToolFinished {
@@ -131,6 +138,9 @@ pub enum EventKind {
         is_error: bool,
         /// The output, shortened to one line.
         output_preview: String,
+        /// Lines of the full output.
+        #[serde(default)]
+        output_lines: u64,
         /// Execution time.
         duration_ms: u64,
     },
@@ -188,6 +198,10 @@ pub enum EventKind {
     Notice {
         /// The text.
         text: String,
+        /// What the notice is about, for programs (see [`NOTICE_MODEL_RETRY`]);
+        /// absent for plain notices.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        code: Option<String>,
     },
     /// An error.
     Error {
@@ -210,6 +224,14 @@ pub enum EventKind {
 }
 
 impl EventKind {
+    /// A plain notice (no code).
+    pub fn notice(text: impl Into<String>) -> Self {
+        Self::Notice {
+            text: text.into(),
+            code: None,
+        }
+    }
+
     /// A usage event from a usage value.
     pub fn usage(usage: &Usage) -> Self {
         Self::Usage {
@@ -298,6 +320,7 @@ mod tests {
                 call_id: "c".into(),
                 name: "read_file".into(),
                 args_preview: "{}".into(),
+                target: None,
             },
         };
         let json = serde_json::to_value(&event).unwrap();

@@ -17,7 +17,7 @@ use tokio::sync::mpsc;
 use troupe_runtime::config::{Protocol, ResolvedProvider};
 use troupe_runtime::llm::anthropic::AnthropicProvider;
 use troupe_runtime::llm::openai::OpenAiProvider;
-use troupe_runtime::llm::retry::RetryPolicy;
+use troupe_runtime::llm::retry::{RetryPolicy, Retrying};
 use troupe_runtime::llm::{
     ChatRequest, EventStream, Provider, ProviderError, ProviderErrorKind, ResponseAccumulator,
     StreamEvent,
@@ -336,7 +336,8 @@ async fn collect(stream: EventStream) -> Vec<Result<StreamEvent, ProviderError>>
         .expect("the stream finished in time")
 }
 
-/// The content events and the final error of a failed stream.
+/// The events and the final error of a failed stream, retry announcements
+/// left out.
 fn split_error(
     results: Vec<Result<StreamEvent, ProviderError>>,
 ) -> (Vec<StreamEvent>, ProviderError) {
@@ -348,8 +349,20 @@ fn split_error(
     let events = results
         .into_iter()
         .map(|r| r.expect("only the last item is an error"))
+        .filter(|event| !matches!(event, StreamEvent::Retrying(_)))
         .collect();
     (events, error)
+}
+
+/// The retry announcements of a stream, in order.
+fn retries_of(results: &[Result<StreamEvent, ProviderError>]) -> Vec<Retrying> {
+    results
+        .iter()
+        .filter_map(|result| match result {
+            Ok(StreamEvent::Retrying(retrying)) => Some(retrying.clone()),
+            _ => None,
+        })
+        .collect()
 }
 
 fn only_error(results: Vec<Result<StreamEvent, ProviderError>>) -> ProviderError {
@@ -536,7 +549,21 @@ async fn retries_stop_at_max_retries_with_the_last_error() {
         ok_stream(),
     ])
     .await;
-    let error = only_error(collect(anthropic(&server, 2).stream(&request())).await);
+    let results = collect(anthropic(&server, 2).stream(&request())).await;
+    // Each retry is announced before its wait, numbered against the maximum.
+    let retries = retries_of(&results);
+    assert_eq!(
+        retries
+            .iter()
+            .map(|r| (r.retry, r.max_retries, r.kind, r.status))
+            .collect::<Vec<_>>(),
+        [
+            (1, 2, ProviderErrorKind::Overloaded, Some(529)),
+            (2, 2, ProviderErrorKind::Overloaded, Some(529)),
+        ]
+    );
+    assert!(retries[1].delay >= retries[0].delay, "{retries:?}");
+    let error = only_error(results);
     assert_eq!(error.kind, ProviderErrorKind::Overloaded, "{error}");
     assert_eq!(error.status, Some(529));
     assert_eq!(error.request_id.as_deref(), Some("req_last"));

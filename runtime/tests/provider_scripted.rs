@@ -202,16 +202,23 @@ async fn collect(stream: EventStream) -> Vec<Item> {
     within("the stream to end", stream.collect::<Vec<_>>()).await
 }
 
-/// The events of a stream that must succeed.
+/// Whether an event is a response's (not the announcement of a retry).
+fn of_a_response(event: &StreamEvent) -> bool {
+    !matches!(event, StreamEvent::Retrying(_))
+}
+
+/// The events of a stream that must succeed, retry announcements left out.
 async fn events_of(stream: EventStream) -> Vec<StreamEvent> {
     collect(stream)
         .await
         .into_iter()
         .map(|item| item.expect("the stream succeeds"))
+        .filter(of_a_response)
         .collect()
 }
 
-/// The events before the error that ends a failed stream, and the error.
+/// The events before the error that ends a failed stream (retry
+/// announcements left out), and the error.
 fn split_error(items: Vec<Item>) -> (Vec<StreamEvent>, ProviderError) {
     let mut items = items;
     let error = items
@@ -221,6 +228,7 @@ fn split_error(items: Vec<Item>) -> (Vec<StreamEvent>, ProviderError) {
     let events = items
         .into_iter()
         .map(|item| item.expect("only the last item is an error"))
+        .filter(of_a_response)
         .collect();
     (events, error)
 }
@@ -898,6 +906,10 @@ async fn timed_success(
     let mut first_content = None;
     while let Some(item) = within("the next event", stream.next()).await {
         let event = item.expect("the retried call succeeds");
+        // The retry's announcement comes before the wait; it is not content.
+        if !of_a_response(&event) {
+            continue;
+        }
         if first_content.is_none() && !matches!(event, StreamEvent::Usage(_)) {
             first_content = Some(started.elapsed());
         }
@@ -1015,8 +1027,23 @@ async fn retries_stop_after_max_retries_with_the_last_error_kind(wire: Wire) {
         // One more fault than attempts, so an extra retry would be visible.
         let script: Script = std::iter::repeat_n(fault.clone(), MAX_RETRIES as usize + 2).collect();
         let server = start(script).await;
-        let (events, error) =
-            split_error(collect(provider(&server, wire, MAX_RETRIES).stream(&hello())).await);
+        let items = collect(provider(&server, wire, MAX_RETRIES).stream(&hello())).await;
+        // Every retry is announced, numbered, with the failure it follows.
+        let announced: Vec<(u32, u32, ProviderErrorKind, Option<u16>)> = items
+            .iter()
+            .filter_map(|item| match item {
+                Ok(StreamEvent::Retrying(r)) => Some((r.retry, r.max_retries, r.kind, r.status)),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(
+            announced,
+            (1..=MAX_RETRIES)
+                .map(|n| (n, MAX_RETRIES, kind, Some(status)))
+                .collect::<Vec<_>>(),
+            "{wire:?} {fault:?}"
+        );
+        let (events, error) = split_error(items);
         assert!(events.is_empty(), "{wire:?} {fault:?}: {events:?}");
         assert_eq!(error.kind, kind, "{wire:?} {fault:?}: {error}");
         assert_eq!(error.status, Some(status), "{wire:?} {fault:?}");

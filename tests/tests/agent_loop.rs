@@ -276,7 +276,7 @@ async fn the_turn_limit_stops_the_run_with_a_notice() {
     assert_eq!((status, reason.as_str()), (RunStatus::Stopped, "max_turns"));
     assert!(text.contains("limit of 2 turns"));
     assert!(events.iter().any(
-        |e| matches!(&e.kind, EventKind::Notice { text } if text.contains("limit of 2 turns"))
+        |e| matches!(&e.kind, EventKind::Notice { text, .. } if text.contains("limit of 2 turns"))
     ));
     assert_eq!(h.server.request_count(), 2);
     assert_eq!(h.server.remaining_turns(), 1);

@@ -78,14 +78,19 @@ impl LimitHit {
     pub fn notice(&self) -> String {
         let what = match self {
             Self::MaxTurns { limit } => {
-                format!("reached the limit of {limit} turns for this message")
+                format!(
+                    "reached the limit of {} for this message",
+                    count_of(u64::from(*limit), "turn")
+                )
             }
             Self::UnknownTools { turns, names } => format!(
-                "{turns} turns in a row asked only for tools that do not exist ({})",
+                "{} in a row asked only for tools that do not exist ({})",
+                count_of(u64::from(*turns), "turn"),
                 names.join(", ")
             ),
             Self::RepeatedCalls { tool, count } => format!(
-                "the same {tool} call with the same arguments was requested {count} times in a row"
+                "the same {tool} call with the same arguments was requested {} in a row",
+                count_of(u64::from(*count), "time")
             ),
             Self::BudgetTokens { used, limit } => {
                 format!("the token budget is used up ({used} of {limit} tokens)")
@@ -97,10 +102,22 @@ impl LimitHit {
                 format!("the time budget of {} s is used up", limit.as_secs())
             }
             Self::MaxToolCalls { limit } => {
-                format!("the budget of {limit} tool calls is used up")
+                format!(
+                    "the budget of {} is used up",
+                    count_of(u64::from(*limit), "tool call")
+                )
             }
         };
         format!("(Stopped: {what}. Send another message to continue.)")
+    }
+}
+
+/// `1 turn`, `2 turns`: a count with its noun in the right number.
+pub fn count_of(n: u64, noun: &str) -> String {
+    if n == 1 {
+        format!("1 {noun}")
+    } else {
+        format!("{n} {noun}s")
     }
 }
 
@@ -298,6 +315,21 @@ mod tests {
         assert_eq!(hit, LimitHit::MaxTurns { limit: 2 });
         assert_eq!(hit.stop_reason(), "max_turns");
         assert!(hit.notice().contains("limit of 2 turns"));
+    }
+
+    #[test]
+    fn counts_of_one_are_singular() {
+        assert_eq!(count_of(1, "turn"), "1 turn");
+        assert_eq!(count_of(0, "turn"), "0 turns");
+        assert_eq!(count_of(3, "tool call"), "3 tool calls");
+        assert_eq!(
+            LimitHit::MaxTurns { limit: 1 }.notice(),
+            "(Stopped: reached the limit of 1 turn for this message. Send another message to continue.)"
+        );
+        assert_eq!(
+            LimitHit::MaxToolCalls { limit: 1 }.notice(),
+            "(Stopped: the budget of 1 tool call is used up. Send another message to continue.)"
+        );
     }
 
     #[test]

@@ -76,6 +76,8 @@ impl ResponseAccumulator {
             }
             StreamEvent::Usage(usage) => self.usage = *usage,
             StreamEvent::Stop(reason) => self.stop_reason = Some(reason.clone()),
+            // A retry adds nothing to the response: the next attempt's events follow.
+            StreamEvent::Retrying(_) => {}
         }
     }
 

@@ -1,7 +1,8 @@
 //! HTTP plumbing shared by the adapters: the per-provider `reqwest` client, the
 //! reading of error responses and rate-limit headers, and the streaming call that
-//! sends a request, retries it per [`RetryPolicy`] while nothing was delivered,
-//! applies the idle timeout to every wait, and decodes the body.
+//! sends a request, retries it per [`RetryPolicy`] while nothing was delivered
+//! (yielding a `StreamEvent::Retrying` before each wait), applies the idle
+//! timeout to every wait, and decodes the body.
 //!
 //! It knows HTTP and the retry rules but no provider's JSON: an adapter supplies a
 //! [`Wire`] (its SSE decoder and its error-envelope parser) and the request body
@@ -16,7 +17,7 @@ use chrono::{DateTime, Utc};
 use futures::StreamExt;
 use reqwest::header::{ACCEPT, CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue};
 
-use super::retry::RetryPolicy;
+use super::retry::{RetryPolicy, Retrying};
 use super::sse::{ByteStream, DecodeStream, WireDecoder, excerpt};
 use super::{ChatRequest, EventStream, ProviderError, ProviderErrorKind, StreamEvent};
 use crate::config::ResolvedProvider;
@@ -398,6 +399,8 @@ enum Phase {
     Send,
     /// Yielding the events of a response.
     Streaming(EventStream),
+    /// Waiting before the request is sent again.
+    Backoff(Duration),
     /// Finished, successfully or not.
     Done,
 }
@@ -411,8 +414,10 @@ struct Call<W> {
 }
 
 impl<W: Wire> Call<W> {
-    /// The delay before the next attempt, or `None` to give up.
-    fn retry_delay(&self, failure: &Failure) -> Option<Duration> {
+    /// The retry after `failure` (counted, and the call set to wait for it),
+    /// or `None` to give up. The stream yields the retry as an event, so
+    /// people see it as a notice; the log keeps the full error at `info`.
+    fn retry(&mut self, failure: &Failure) -> Option<Retrying> {
         let delay = self.endpoint.retry.decide(
             &failure.error,
             self.retries,
@@ -420,16 +425,24 @@ impl<W: Wire> Call<W> {
             failure.server_hint,
             rand::random::<f64>(),
         )?;
-        tracing::warn!(
+        self.retries += 1;
+        tracing::info!(
             provider = %self.endpoint.provider,
-            retry = self.retries + 1,
+            retry = self.retries,
             max_retries = self.endpoint.retry.max_retries,
             delay_ms = delay.as_millis() as u64,
             kind = failure.error.kind.as_str(),
             error = %failure.error,
             "model request failed before any output; retrying"
         );
-        Some(delay)
+        self.phase = Phase::Backoff(delay);
+        Some(Retrying {
+            retry: self.retries,
+            max_retries: self.endpoint.retry.max_retries,
+            kind: failure.error.kind,
+            status: failure.error.status,
+            delay,
+        })
     }
 }
 
@@ -556,11 +569,15 @@ fn body_stream<W: Send + Sync + 'static>(
 
 /// Whether an event carries content (delivery ends the right to retry).
 fn is_content(event: &StreamEvent) -> bool {
-    !matches!(event, StreamEvent::Usage(_) | StreamEvent::Stop(_))
+    !matches!(
+        event,
+        StreamEvent::Usage(_) | StreamEvent::Stop(_) | StreamEvent::Retrying(_)
+    )
 }
 
-/// Runs one streaming model call: send, retry while nothing was delivered,
-/// decode. The body is sent as given on every attempt.
+/// Runs one streaming model call: send, retry while nothing was delivered
+/// (announcing each retry as [`StreamEvent::Retrying`]), decode. The body is
+/// sent as given on every attempt.
 pub(crate) fn stream_call<W: Wire>(endpoint: Arc<Endpoint<W>>, body: Bytes) -> EventStream {
     let call = Call {
         endpoint,
@@ -577,15 +594,17 @@ pub(crate) fn stream_call<W: Wire>(endpoint: Arc<Endpoint<W>>, body: Bytes) -> E
                     match attempt(call.endpoint.clone(), call.body.clone(), call.retries + 1).await
                     {
                         Ok(events) => call.phase = Phase::Streaming(events),
-                        Err(failure) => match call.retry_delay(&failure) {
-                            Some(delay) => {
-                                tokio::time::sleep(delay).await;
-                                call.retries += 1;
-                                call.phase = Phase::Send;
-                            }
-                            None => return Some((Err(failure.error), call)),
-                        },
+                        Err(failure) => {
+                            return match call.retry(&failure) {
+                                Some(retrying) => Some((Ok(StreamEvent::Retrying(retrying)), call)),
+                                None => Some((Err(failure.error), call)),
+                            };
+                        }
                     }
+                }
+                Phase::Backoff(delay) => {
+                    tokio::time::sleep(delay).await;
+                    call.phase = Phase::Send;
                 }
                 Phase::Streaming(mut events) => match events.next().await {
                     Some(Ok(event)) => {
@@ -596,14 +615,10 @@ pub(crate) fn stream_call<W: Wire>(endpoint: Arc<Endpoint<W>>, body: Bytes) -> E
                     Some(Err(error)) => {
                         drop(events);
                         let failure = Failure::from(error);
-                        match call.retry_delay(&failure) {
-                            Some(delay) => {
-                                tokio::time::sleep(delay).await;
-                                call.retries += 1;
-                                call.phase = Phase::Send;
-                            }
-                            None => return Some((Err(failure.error), call)),
-                        }
+                        return match call.retry(&failure) {
+                            Some(retrying) => Some((Ok(StreamEvent::Retrying(retrying)), call)),
+                            None => Some((Err(failure.error), call)),
+                        };
                     }
                     None => return None,
                 },

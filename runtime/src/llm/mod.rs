@@ -61,7 +61,8 @@ pub struct ChatRequest {
 /// What a provider stream yields, in order. Text and thinking arrive as deltas;
 /// tool calls arrive complete (arguments fully accumulated); usage events carry
 /// cumulative totals for the response so far (the last one wins); `Stop` is the
-/// last event of a successful stream.
+/// last event of a successful stream; `Retrying` says a failed attempt is
+/// about to be repeated.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum StreamEvent {
     /// A piece of answer text.
@@ -78,6 +79,10 @@ pub enum StreamEvent {
     Usage(Usage),
     /// The response ended normally.
     Stop(StopReason),
+    /// An attempt failed before any content and the request is sent again
+    /// after a delay (the retry policy's decision). Not content: what follows
+    /// is the next attempt's response.
+    Retrying(retry::Retrying),
 }
 
 /// A stream of events from one model call. Dropping it aborts the HTTP request.

@@ -100,6 +100,41 @@ impl RetryPolicy {
     }
 }
 
+/// A failed attempt about to be retried: what the stream of a model call
+/// yields before it waits and sends the request again, so the person watching
+/// learns of it (the caller shows [`Retrying::notice`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Retrying {
+    /// Which retry comes next, from 1.
+    pub retry: u32,
+    /// The most retries the policy makes.
+    pub max_retries: u32,
+    /// What the failed attempt ended in.
+    pub kind: ProviderErrorKind,
+    /// Its HTTP status, when it was an HTTP response.
+    pub status: Option<u16>,
+    /// How long before the request is sent again.
+    pub delay: Duration,
+}
+
+impl Retrying {
+    /// One short line for people:
+    /// `retrying model request (retry 1/4): 529 overloaded; next in 1.2 s`.
+    pub fn notice(&self) -> String {
+        let status = self
+            .status
+            .map(|status| format!("{status} "))
+            .unwrap_or_default();
+        format!(
+            "retrying model request (retry {}/{}): {status}{}; next in {:.1} s",
+            self.retry,
+            self.max_retries,
+            self.kind.as_str().replace('_', " "),
+            self.delay.as_secs_f64()
+        )
+    }
+}
+
 /// Whether an error of this kind (and status) is worth retrying when nothing was
 /// delivered yet.
 pub fn is_retryable(error: &ProviderError) -> bool {
@@ -169,6 +204,32 @@ mod tests {
                 "{kind:?} {status:?}"
             );
         }
+    }
+
+    #[test]
+    fn a_retry_is_one_short_line() {
+        let retrying = Retrying {
+            retry: 1,
+            max_retries: 4,
+            kind: ProviderErrorKind::Overloaded,
+            status: Some(529),
+            delay: Duration::from_millis(1_234),
+        };
+        assert_eq!(
+            retrying.notice(),
+            "retrying model request (retry 1/4): 529 overloaded; next in 1.2 s"
+        );
+        let retrying = Retrying {
+            retry: 3,
+            kind: ProviderErrorKind::IdleTimeout,
+            status: None,
+            delay: Duration::from_millis(40),
+            ..retrying
+        };
+        assert_eq!(
+            retrying.notice(),
+            "retrying model request (retry 3/4): idle timeout; next in 0.0 s"
+        );
     }
 
     #[test]

@@ -20,6 +20,7 @@ mod error;
 mod family;
 mod history;
 pub mod layout;
+mod lookup;
 mod records;
 mod runs;
 mod session_data;
@@ -36,6 +37,7 @@ use sled::transaction::TransactionError;
 
 pub use cleanup::{SESSION_MAX_AGE, sessions_to_remove};
 pub use error::StoreError;
+pub use lookup::{IdMatch, MAX_LISTED_MATCHES};
 pub use records::{
     CompactionMarker, ForkBase, LedgerEntry, LoadedHistory, NewSession, RunRecord, RunState,
     SessionMeta, SkippedRecord, TITLE_MAX_CHARS, session_title,

@@ -177,6 +177,7 @@ pub mod output;
 pub mod process;
 pub mod read_file;
 pub mod registry;
+pub mod target;
 pub mod tasks;
 pub mod walk;
 pub mod write_file;

@@ -18,9 +18,7 @@ impl AgentLoop {
     /// Stops on a limit this agent ran into: notice, closed history, end.
     pub(super) fn stop_on_limit(&mut self, hit: LimitHit, out: &mut Vec<Effect>) {
         let notice = hit.notice();
-        out.push(Effect::Emit(EventKind::Notice {
-            text: notice.clone(),
-        }));
+        out.push(Effect::Emit(EventKind::notice(notice.clone())));
         self.transcript.close(&notice);
         self.finish_with(
             RunOutcome {
@@ -187,13 +185,15 @@ impl AgentLoop {
             for index in group.indices() {
                 let call = &execution.calls[index];
                 let result = execution.states[index].result.as_ref();
+                let output = result
+                    .map(|r| r.joined_text())
+                    .unwrap_or_else(|| cancelling.unfinished.clone());
                 out.push(Effect::Emit(EventKind::ToolFinished {
                     call_id: call.id.clone(),
                     name: call.name.clone(),
                     is_error: result.is_none_or(|r| r.is_error),
-                    output_preview: result
-                        .map(|r| crate::events::preview(&r.joined_text()))
-                        .unwrap_or_else(|| cancelling.unfinished.clone()),
+                    output_preview: crate::events::preview(&output),
+                    output_lines: output.lines().count() as u64,
                     duration_ms: execution.states[index].duration_ms,
                 }));
             }

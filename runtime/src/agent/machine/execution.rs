@@ -20,6 +20,7 @@ use crate::events::{ApprovalOutcome, EventKind, preview};
 use crate::model::{Message, ToolCall, ToolResult};
 use crate::permissions::{self, AdviceFacts, Decision, PermissionRequest};
 use crate::telemetry::genai::{self, ToolErrorKind};
+use crate::tools::target::tool_target;
 use crate::tools::{PermissionSubject, ToolCategory, ToolOutput};
 
 use super::{
@@ -89,11 +90,13 @@ impl Execution {
         for index in self.groups[self.group].indices() {
             let call = &self.calls[index];
             if let Some(result) = &self.states[index].result {
+                let output = result.joined_text();
                 out.push(Effect::Emit(EventKind::ToolFinished {
                     call_id: call.id.clone(),
                     name: call.name.clone(),
                     is_error: result.is_error,
-                    output_preview: preview(&result.joined_text()),
+                    output_preview: preview(&output),
+                    output_lines: output.lines().count() as u64,
                     duration_ms: self.states[index].duration_ms,
                 }));
             }
@@ -224,6 +227,7 @@ impl AgentLoop {
                 call_id: call.id.clone(),
                 name: call.name.clone(),
                 args_preview: preview(&call.input),
+                target: tool_target(&call.name, &call.input),
             }));
         }
         for (index, (prepared, _)) in indices.into_iter().zip(prepared) {
@@ -249,7 +253,7 @@ impl AgentLoop {
         if let Some(hit) = grant.hit {
             // The tool-call budget is the run's: stop the whole tree.
             if self.account.stop(StopCause::Limit(hit.clone())) {
-                out.push(Effect::Emit(EventKind::Notice { text: hit.notice() }));
+                out.push(Effect::Emit(EventKind::notice(hit.notice())));
             }
         }
     }

@@ -1026,3 +1026,37 @@ fn the_turn_limit_stops_before_the_next_call() {
     let _ = StopReason::EndTurn;
     let _ = RunStatus::Finished;
 }
+
+#[test]
+fn a_retried_model_request_is_a_coded_notice_and_the_answer_follows() {
+    let mut f = fixture(Options::default()).started();
+    let epoch = f.epoch();
+    let retrying = crate::llm::retry::Retrying {
+        retry: 1,
+        max_retries: 4,
+        kind: crate::llm::ProviderErrorKind::Overloaded,
+        status: Some(529),
+        delay: std::time::Duration::from_millis(500),
+    };
+    let effects = f.on(Input::Model {
+        epoch,
+        event: StreamEvent::Retrying(retrying),
+    });
+    let [Effect::Emit(EventKind::Notice { text, code })] = effects.as_slice() else {
+        panic!("one notice expected: {:?}", show(&effects));
+    };
+    assert_eq!(
+        text,
+        "retrying model request (retry 1/4): 529 overloaded; next in 0.5 s"
+    );
+    assert_eq!(code.as_deref(), Some(crate::events::NOTICE_MODEL_RETRY));
+    assert_eq!(f.answer_text("hello"), s(&["emit:usage", "save"]));
+    assert_eq!(
+        f.step(Input::Saved(Ok(()))),
+        s(&["finished:finished:end_turn"])
+    );
+    assert_eq!(
+        f.history().last().map(Message::text).as_deref(),
+        Some("hello")
+    );
+}

@@ -5,7 +5,7 @@
 use crate::agent::StopCause;
 use crate::agent::history::complete_results;
 use crate::agent::{EMPTY_RESPONSE_PLACEHOLDER, RunOutcome};
-use crate::events::{EventKind, RunStatus};
+use crate::events::{EventKind, NOTICE_MODEL_RETRY, RunStatus};
 use crate::llm::{ChatRequest, ProviderError, ResponseAccumulator, StreamEvent};
 use crate::model::{ContentBlock, Message, StopReason, ToolCall, Usage};
 use crate::telemetry::genai;
@@ -89,6 +89,10 @@ impl AgentLoop {
                     text: text.clone(),
                 }))
             }
+            StreamEvent::Retrying(retrying) => out.push(Effect::Emit(EventKind::Notice {
+                text: retrying.notice(),
+                code: Some(NOTICE_MODEL_RETRY.to_string()),
+            })),
             _ => {}
         }
         streaming.acc.push(&event);
