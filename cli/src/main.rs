@@ -64,6 +64,10 @@ enum Command {
         /// service name in a compose network.
         #[arg(long = "allow-host", value_name = "NAME")]
         allow_hosts: Vec<String>,
+        /// Exit after this many seconds with no run in progress, no event
+        /// stream open and no request (default: never).
+        #[arg(long, value_name = "SECS", value_parser = clap::value_parser!(u64).range(1..))]
+        idle_exit: Option<u64>,
     },
     /// Print the shell completion script for SHELL to stdout.
     Completions {
@@ -217,7 +221,15 @@ fn main() -> ExitCode {
             Command::Serve {
                 listen,
                 allow_hosts,
-            } => daemon::serve(listen, allow_hosts).await,
+                idle_exit,
+            } => {
+                daemon::serve(daemon::ServeOptions {
+                    listen,
+                    allowed_hosts: allow_hosts,
+                    idle_exit: idle_exit.map(std::time::Duration::from_secs),
+                })
+                .await
+            }
             Command::Completions { .. } | Command::Man { .. } => 0,
         }
     });

@@ -26,15 +26,21 @@ struct Daemon {
     child: Child,
     addr: SocketAddr,
     token: String,
-    stderr: BufReader<std::process::ChildStderr>,
+    stderr: Option<BufReader<std::process::ChildStderr>>,
 }
 
 impl Daemon {
     /// Starts the daemon in `env` and waits for its "listening on" line.
     fn start(env: &Env, server: &ScriptedServer) -> Daemon {
+        Self::start_with(env, server, &[])
+    }
+
+    /// [`Daemon::start`] with further `troupe serve` arguments.
+    fn start_with(env: &Env, server: &ScriptedServer, args: &[&str]) -> Daemon {
         let mut child = env
             .command(Some(server))
             .arg("serve")
+            .args(args)
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()
@@ -63,7 +69,7 @@ impl Daemon {
             child,
             addr,
             token,
-            stderr,
+            stderr: Some(stderr),
         }
     }
 
@@ -142,8 +148,23 @@ impl Daemon {
     fn stop(mut self, signal: i32) -> (i32, String) {
         // SAFETY: plain signal delivery to our own child, not reaped yet.
         assert_eq!(unsafe { libc::kill(self.child.id() as i32, signal) }, 0);
-        let mut rest = String::new();
-        let _ = std::io::Read::read_to_string(&mut self.stderr, &mut rest);
+        self.wait_exit()
+    }
+
+    /// Waits (bounded) until the daemon exits: its exit code and the rest of
+    /// its stderr.
+    fn wait_exit(&mut self) -> (i32, String) {
+        let mut stderr = self.stderr.take().expect("stderr not yet read");
+        let (done_tx, done_rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let mut rest = String::new();
+            let _ = std::io::Read::read_to_string(&mut stderr, &mut rest);
+            let _ = done_tx.send(rest);
+        });
+        // stderr ends when the daemon exits.
+        let rest = done_rx
+            .recv_timeout(COMMAND_LIMIT)
+            .expect("the daemon exits in time");
         let status = self.child.wait().unwrap();
         (status.code().unwrap_or(-1), rest)
     }
@@ -577,4 +598,26 @@ async fn an_approval_is_answered_through_the_api() {
         std::fs::read_to_string(env.root().join("notes.txt")).unwrap(),
         "approved\n"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_limit_waits_for_runs_then_exits_cleanly() {
+    let script = Script::new()
+        .then(tool_call("bash", json!({"command": "sleep 1.5"})))
+        .then(text("slept"));
+    let server = ScriptedServer::start(script).await.unwrap();
+    let env = Env::new();
+    let mut daemon = Daemon::start_with(&env, &server, &["--idle-exit", "1"]);
+    let (run_id, _) = daemon
+        .submit(json!({"prompt": "sleep", "cwd": env.root(), "mode": "bypass"}))
+        .await;
+    // The run outlasts the idle limit and still finishes: a run in progress
+    // and an open stream keep the daemon up.
+    let events = daemon.events(&run_id, None, |_| false).await;
+    assert_eq!(events.last().unwrap().1["status"], "finished");
+    // Then, with nothing to do, it exits by itself, cleanly.
+    let (code, rest) = daemon.wait_exit();
+    assert_eq!(code, 0, "{rest}");
+    assert!(rest.contains("nothing to do for 1 s"), "{rest}");
+    assert!(!env.data_dir().join("daemon.json").exists());
 }

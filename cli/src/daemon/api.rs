@@ -34,6 +34,7 @@ use troupe_runtime::store::{RunRecord, Store};
 
 use super::error::ApiError;
 use super::guard;
+use super::idle::{Activity, StreamGuard};
 
 /// The largest request body accepted (1 MiB).
 pub const BODY_LIMIT: usize = 1024 * 1024;
@@ -104,6 +105,8 @@ pub struct ApiState {
     pub prepare: Prepare,
     /// Set when the daemon stops accepting runs.
     pub closing: Arc<AtomicBool>,
+    /// Requests and open streams, for the idle limit.
+    pub activity: Arc<Activity>,
 }
 
 /// The API's router.
@@ -124,6 +127,7 @@ pub fn router(state: ApiState) -> Router {
 
 /// Host/Origin for every request; the token for all but `/healthz`.
 async fn guard_request(State(state): State<ApiState>, request: Request, next: Next) -> Response {
+    state.activity.touch();
     let headers = request.headers();
     let text = |name| headers.get(name).and_then(|value| value.to_str().ok());
     if let Err(err) = guard::check_origin(
@@ -286,9 +290,11 @@ async fn run_events(
         .subscribe(&id, from)
         .await
         .map_err(runtime_error)?;
+    // The stream counts as activity (for the idle limit) while it is open.
+    let open = state.activity.stream_opened();
     let stream = futures::stream::unfold(
-        subscription,
-        |mut subscription: EventSubscription| async move {
+        (subscription, open),
+        |(mut subscription, open): (EventSubscription, StreamGuard)| async move {
             let event = subscription.recv().await?;
             let sse = match serde_json::to_string(&event) {
                 Ok(data) => Event::default().id(event.seq.to_string()).data(data),
@@ -296,7 +302,7 @@ async fn run_events(
                     .id(event.seq.to_string())
                     .data(json!({"error": err.to_string()}).to_string()),
             };
-            Some((Ok::<_, Infallible>(sse), subscription))
+            Some((Ok::<_, Infallible>(sse), (subscription, open)))
         },
     );
     Ok(Sse::new(stream)

@@ -14,6 +14,7 @@ pub mod api;
 pub mod error;
 pub mod guard;
 pub mod home;
+pub mod idle;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -29,6 +30,7 @@ use troupe_runtime::store::Store;
 use self::api::{ApiState, Prepare, RunRequest};
 use self::error::ApiError;
 use self::home::DaemonState;
+use self::idle::Activity;
 use crate::EXIT_RUNTIME;
 use crate::setup::{self, Locations, RunOptions};
 
@@ -40,9 +42,20 @@ const CANCEL_GRACE: Duration = Duration::from_secs(10);
 /// (clients find it in `daemon.json`).
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:0";
 
+/// How `troupe serve` was asked to run.
+#[derive(Debug, Clone, Default)]
+pub struct ServeOptions {
+    /// `--listen`.
+    pub listen: Option<SocketAddr>,
+    /// `--allow-host`.
+    pub allowed_hosts: Vec<String>,
+    /// `--idle-exit`: exit after this long with nothing to do.
+    pub idle_exit: Option<Duration>,
+}
+
 /// Runs `troupe serve`; returns the exit code.
-pub async fn serve(listen: Option<SocketAddr>, allowed_hosts: Vec<String>) -> u8 {
-    match run_daemon(listen, allowed_hosts).await {
+pub async fn serve(options: ServeOptions) -> u8 {
+    match run_daemon(options).await {
         Ok(()) => 0,
         Err(message) => {
             eprintln!("troupe serve: {message}");
@@ -51,7 +64,12 @@ pub async fn serve(listen: Option<SocketAddr>, allowed_hosts: Vec<String>) -> u8
     }
 }
 
-async fn run_daemon(listen: Option<SocketAddr>, allowed_hosts: Vec<String>) -> Result<(), String> {
+async fn run_daemon(options: ServeOptions) -> Result<(), String> {
+    let ServeOptions {
+        listen,
+        allowed_hosts,
+        idle_exit,
+    } = options;
     let locations = Arc::new(Locations::from_process().map_err(|err| err.message)?);
     let data_dir = locations.data_dir.clone();
     std::fs::create_dir_all(&data_dir)
@@ -87,6 +105,7 @@ async fn run_daemon(listen: Option<SocketAddr>, allowed_hosts: Vec<String>) -> R
         .await
         .map_err(|err| err.to_string())?;
     let closing = Arc::new(AtomicBool::new(false));
+    let activity = Arc::new(Activity::default());
     let state = ApiState {
         runtime: runtime.clone(),
         store: store.clone(),
@@ -95,6 +114,7 @@ async fn run_daemon(listen: Option<SocketAddr>, allowed_hosts: Vec<String>) -> R
         allowed_hosts: Arc::new(allowed_hosts),
         prepare: prepare_function(store.clone(), locations.clone()),
         closing: closing.clone(),
+        activity: activity.clone(),
     };
     home::write_state(
         &data_dir,
@@ -118,11 +138,16 @@ async fn run_daemon(listen: Option<SocketAddr>, allowed_hosts: Vec<String>) -> R
     let mut terminate = signal(SignalKind::terminate()).map_err(|err| err.to_string())?;
     let mut interrupt = signal(SignalKind::interrupt()).map_err(|err| err.to_string())?;
     let mut hangup = signal(SignalKind::hangup()).map_err(|err| err.to_string())?;
+    let idle_runtime = runtime.clone();
     let stop = async move {
         tokio::select! {
             _ = terminate.recv() => {}
             _ = interrupt.recv() => {}
             _ = hangup.recv() => {}
+            () = until_idle(idle_exit, &idle_runtime, &activity) => {
+                let secs = idle_exit.unwrap_or_default().as_secs();
+                eprintln!("troupe serve: nothing to do for {secs} s; exiting");
+            }
         }
     };
     let (stopping_tx, stopping_rx) = tokio::sync::oneshot::channel::<()>();
@@ -149,6 +174,29 @@ async fn run_daemon(listen: Option<SocketAddr>, allowed_hosts: Vec<String>) -> R
     telemetry.stop();
     home::remove_state(&data_dir);
     Ok(())
+}
+
+/// Resolves once the daemon has had nothing to do for `idle` (never when
+/// `None`), checking a few times per period.
+async fn until_idle(idle: Option<Duration>, runtime: &Runtime, activity: &Activity) {
+    let Some(idle) = idle else {
+        return std::future::pending().await;
+    };
+    let period = (idle / 4).clamp(Duration::from_millis(50), Duration::from_secs(5));
+    let mut ticks = tokio::time::interval(period);
+    loop {
+        ticks.tick().await;
+        let running = runtime.running().await.map_or(0, |runs| runs.len());
+        if idle::idle_for_too_long(
+            std::time::Instant::now(),
+            activity.last_request(),
+            idle,
+            running,
+            activity.open_streams(),
+        ) {
+            return;
+        }
+    }
 }
 
 /// Cancels every run in progress and waits (bounded) until each has ended.
