@@ -3,6 +3,7 @@
 //! prompt, the child-process environment and the limits. Every failure here is a
 //! usage or configuration error (exit code 2) with a message that says what to fix.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -60,8 +61,9 @@ impl std::fmt::Display for SetupError {
     }
 }
 
-/// Where a command keeps its data and finds its configuration.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// Where a command keeps its data and finds its configuration, and the
+/// environment variables configuration is read with.
+#[derive(Clone, PartialEq, Eq)]
 pub struct Locations {
     /// The data directory (absolute): the store and spill files.
     pub data_dir: PathBuf,
@@ -70,9 +72,44 @@ pub struct Locations {
     pub config_dir: Option<PathBuf>,
     /// The home directory (`~` in paths).
     pub home: Option<PathBuf>,
+    /// The environment a client sent with its run (the daemon prepares the
+    /// run as the client's shell would); `None` = this process's.
+    pub vars: Option<Arc<BTreeMap<String, String>>>,
+}
+
+impl std::fmt::Debug for Locations {
+    // Never prints the variables' values (they hold provider keys).
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Locations")
+            .field("data_dir", &self.data_dir)
+            .field("config_dir", &self.config_dir)
+            .field("home", &self.home)
+            .field("vars", &self.vars.as_ref().map(|vars| vars.len()))
+            .finish()
+    }
 }
 
 impl Locations {
+    /// The locations a client's environment `vars` names, with the data
+    /// directory of the daemon that prepares the run.
+    pub fn for_client(data_dir: PathBuf, vars: BTreeMap<String, String>) -> Self {
+        let lookup = |name: &str| vars.get(name).cloned();
+        Self {
+            data_dir,
+            config_dir: paths::config_dir(&lookup).ok(),
+            home: paths::home_dir(&lookup),
+            vars: Some(Arc::new(vars)),
+        }
+    }
+
+    /// The value of an environment variable as configuration sees it.
+    pub fn var(&self, name: &str) -> Option<String> {
+        match &self.vars {
+            Some(vars) => vars.get(name).cloned(),
+            None => std::env::var(name).ok(),
+        }
+    }
+
     /// The locations the process environment names. A relative `TROUPE_HOME`
     /// is resolved against the current directory here, once, and a notice
     /// naming the absolute directory goes to stderr.
@@ -86,6 +123,7 @@ impl Locations {
             data_dir: resolved.path,
             config_dir: paths::config_dir(&ProcessEnv).ok(),
             home: paths::home_dir(&ProcessEnv),
+            vars: None,
         })
     }
 
@@ -96,6 +134,7 @@ impl Locations {
             data_dir,
             config_dir: None,
             home: paths::home_dir(&ProcessEnv),
+            vars: None,
         }
     }
 
@@ -205,7 +244,8 @@ pub async fn prepare(
     let resolved = match provider_override {
         Some(resolved) => resolved,
         None => {
-            let resolved = resolve_provider(&config, options.provider.as_deref(), &ProcessEnv)
+            let env = |name: &str| locations.var(name);
+            let resolved = resolve_provider(&config, options.provider.as_deref(), &env)
                 .map_err(|err| SetupError::usage(err.to_string()))?;
             match &options.model {
                 Some(model) => resolved.with_model(model.clone()),
@@ -316,7 +356,7 @@ async fn assemble(
         provider.model(),
         git_status,
     );
-    let child_env = child_environment(&config.tools.env_allowlist, |name| std::env::var(name).ok());
+    let child_env = child_environment(&config.tools.env_allowlist, |name| locations.var(name));
     let (roles, role_warnings) = RoleSet::load(config_dir.as_deref(), project_root);
     let mut warnings: Vec<String> = role_warnings
         .iter()

@@ -32,13 +32,14 @@ struct Daemon {
 impl Daemon {
     /// Starts the daemon in `env` and waits for its "listening on" line.
     fn start(env: &Env, server: &ScriptedServer) -> Daemon {
-        Self::start_with(env, server, &[])
+        Self::start_with(env, Some(server), &[])
     }
 
-    /// [`Daemon::start`] with further `troupe serve` arguments.
-    fn start_with(env: &Env, server: &ScriptedServer, args: &[&str]) -> Daemon {
+    /// [`Daemon::start`] with further `troupe serve` arguments; without a
+    /// server the daemon's environment names no provider at all.
+    fn start_with(env: &Env, server: Option<&ScriptedServer>, args: &[&str]) -> Daemon {
         let mut child = env
-            .command(Some(server))
+            .command(server)
             .arg("serve")
             .args(args)
             .stdout(Stdio::null())
@@ -607,7 +608,7 @@ async fn an_idle_limit_waits_for_runs_then_exits_cleanly() {
         .then(text("slept"));
     let server = ScriptedServer::start(script).await.unwrap();
     let env = Env::new();
-    let mut daemon = Daemon::start_with(&env, &server, &["--idle-exit", "1"]);
+    let mut daemon = Daemon::start_with(&env, Some(&server), &["--idle-exit", "1"]);
     let (run_id, _) = daemon
         .submit(json!({"prompt": "sleep", "cwd": env.root(), "mode": "bypass"}))
         .await;
@@ -620,4 +621,40 @@ async fn an_idle_limit_waits_for_runs_then_exits_cleanly() {
     assert_eq!(code, 0, "{rest}");
     assert!(rest.contains("nothing to do for 1 s"), "{rest}");
     assert!(!env.data_dir().join("daemon.json").exists());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_is_prepared_with_the_environment_the_client_sends() {
+    let server = ScriptedServer::start(Script::new().then(text("configured by the client")))
+        .await
+        .unwrap();
+    let env = Env::new();
+    // The daemon's own environment has no provider key or endpoint.
+    let daemon = Daemon::start_with(&env, None, &[]);
+    let without = daemon
+        .call("POST", "/v1/runs", Some(&run_body(&env, "hi")))
+        .await;
+    assert_eq!(without.status, 422, "{}", without.text());
+    assert!(
+        without.text().contains("ANTHROPIC_API_KEY"),
+        "{}",
+        without.text()
+    );
+    // The client's shell has them, and sends them.
+    let client_env = json!({
+        "HOME": env.home.path(),
+        "XDG_CONFIG_HOME": env.home.path().join("config"),
+        "PATH": std::env::var("PATH").unwrap_or_default(),
+        "ANTHROPIC_BASE_URL": server.anthropic_base_url(),
+        "ANTHROPIC_API_KEY": "test-key",
+    });
+    let (run_id, _) = daemon
+        .submit(json!({"prompt": "hi", "cwd": env.root(), "env": client_env}))
+        .await;
+    let events = daemon.events(&run_id, None, |_| false).await;
+    let last = &events.last().unwrap().1;
+    assert_eq!(last["status"], "finished", "{last}");
+    assert_eq!(last["final_text"], "configured by the client");
+    let request = server.requests().into_iter().next().unwrap();
+    assert_eq!(request.header("x-api-key"), Some("test-key"));
 }

@@ -9,6 +9,7 @@
 //! the store; how a run request becomes a run is the [`Prepare`] function the
 //! daemon is built with.
 
+use std::collections::BTreeMap;
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -40,7 +41,9 @@ use super::idle::{Activity, StreamGuard};
 pub const BODY_LIMIT: usize = 1024 * 1024;
 
 /// `POST /v1/runs`: what a client asks for. Configuration is read for `cwd`
-/// with the daemon's environment.
+/// with the environment the client sends (`env`), so a run behaves as it
+/// would embedded in the client's shell, whichever shell started the daemon;
+/// without `env`, with the daemon's own.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RunRequest {
@@ -63,6 +66,10 @@ pub struct RunRequest {
     /// Limits for this run.
     #[serde(default)]
     pub limits: RunLimits,
+    /// The client's environment variables (provider keys and endpoints,
+    /// `HOME`, `XDG_CONFIG_HOME`, what commands inherit).
+    #[serde(default)]
+    pub env: Option<BTreeMap<String, String>>,
     /// Someone answers approvals through the API; without, the agent is
     /// told nobody can approve and a call that needs approval is denied.
     #[serde(default)]
@@ -84,9 +91,17 @@ pub struct RunLimits {
     pub timeout_secs: Option<u64>,
 }
 
+/// A run ready to submit, with what the person should be told first.
+pub struct PreparedRun {
+    /// The submission.
+    pub submission: RunSubmission,
+    /// Start-up warnings (a broken role file, a setting with no effect).
+    pub warnings: Vec<String>,
+}
+
 /// Turns a run request into a submission (configuration, provider, tools).
 pub type Prepare =
-    Arc<dyn Fn(RunRequest) -> BoxFuture<'static, Result<RunSubmission, ApiError>> + Send + Sync>;
+    Arc<dyn Fn(RunRequest) -> BoxFuture<'static, Result<PreparedRun, ApiError>> + Send + Sync>;
 
 /// What every handler shares.
 #[derive(Clone)]
@@ -196,13 +211,17 @@ async fn create_run(State(state): State<ApiState>, body: Body) -> Result<Respons
             request.cwd.display()
         )));
     }
-    let submission = (state.prepare)(request).await?;
+    let prepared = (state.prepare)(request).await?;
     let handle = state
         .runtime
-        .submit(submission)
+        .submit(prepared.submission)
         .await
         .map_err(runtime_error)?;
-    let body = json!({"run_id": handle.run_id, "session_id": handle.session_id});
+    let body = json!({
+        "run_id": handle.run_id,
+        "session_id": handle.session_id,
+        "warnings": prepared.warnings,
+    });
     Ok((StatusCode::CREATED, axum::Json(body)).into_response())
 }
 

@@ -27,7 +27,7 @@ use troupe_actors::{Approver, RunSubmission, Runtime};
 use troupe_runtime::config::PermissionMode;
 use troupe_runtime::store::Store;
 
-use self::api::{ApiState, Prepare, RunRequest};
+use self::api::{ApiState, Prepare, PreparedRun, RunRequest};
 use self::error::ApiError;
 use self::home::DaemonState;
 use self::idle::Activity;
@@ -229,7 +229,7 @@ async fn prepare_run(
     request: RunRequest,
     store: &Store,
     locations: &Locations,
-) -> Result<RunSubmission, ApiError> {
+) -> Result<PreparedRun, ApiError> {
     let mode = match request.mode.as_deref() {
         None => None,
         Some(text) => Some(PermissionMode::parse(text).ok_or_else(|| {
@@ -247,11 +247,14 @@ async fn prepare_run(
         budget_tokens: request.limits.budget_tokens,
         timeout_secs: request.limits.timeout_secs,
     };
+    let client_locations = request
+        .env
+        .map(|vars| Locations::for_client(locations.data_dir.clone(), vars));
     let prepared = setup::prepare(
         &options,
         None,
         store,
-        locations,
+        client_locations.as_ref().unwrap_or(locations),
         request.session_id.as_deref(),
     )
     .await
@@ -259,7 +262,7 @@ async fn prepare_run(
         crate::EXIT_USAGE => ApiError::unprocessable(err.message),
         _ => ApiError::internal(err.message),
     })?;
-    Ok(RunSubmission {
+    let submission = RunSubmission {
         prompt: request.prompt,
         session: prepared.session,
         env: prepared.env,
@@ -271,5 +274,9 @@ async fn prepare_run(
         } else {
             Approver::Absent
         },
+    };
+    Ok(PreparedRun {
+        submission,
+        warnings: prepared.warnings,
     })
 }
