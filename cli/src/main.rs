@@ -8,12 +8,14 @@
 mod approval;
 mod daemon;
 mod demo;
+mod follow;
 mod ids;
 mod render;
 mod run;
 mod sessions;
 mod setup;
 mod shell;
+mod signals;
 mod telemetry;
 
 use std::path::PathBuf;

@@ -9,18 +9,21 @@
 //! The prompt is the `PROMPT` argument, or all of stdin for `-`; an empty one
 //! is a usage error.
 
-use std::io::{Read, Write};
-
 use std::collections::HashSet;
-use troupe_actors::{Approver, RunSubmission, Runtime};
+use std::io::Read;
+use std::sync::Arc;
 
-use troupe_runtime::events::{ApprovalOutcome, EventKind, RunStatus};
+use futures::future::BoxFuture;
+use troupe_actors::{Approver, RunHandle, RunSubmission, Runtime};
+use troupe_runtime::events::RunEvent;
 use troupe_runtime::session::recover_interrupted_runs;
 use troupe_runtime::store::{SESSION_MAX_AGE, Store};
 
+use crate::follow::{Answerer, Followed, RunLink, follow};
 use crate::ids::{self, IdKind};
-use crate::render::{HumanRenderer, RenderStyle, write_json_line};
+use crate::render::RenderStyle;
 use crate::setup::{Locations, Prepared, RunOptions, SetupError};
+use crate::signals::StopSignals;
 use crate::{EXIT_RUNTIME, ResumeArgs, RunArgs, RunFlags, approval};
 
 /// Who answers approval requests of a run started from the command line.
@@ -208,113 +211,6 @@ fn remove_old_sessions(store: &Store, continued: Option<&str>) {
     });
 }
 
-/// A signal that cancels the run: Ctrl-C, `kill`/`timeout`/`docker stop`, or
-/// a closed terminal.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum StopSignal {
-    /// SIGINT (Ctrl-C).
-    Interrupt,
-    /// SIGTERM.
-    Terminate,
-    /// SIGHUP.
-    Hangup,
-}
-
-impl StopSignal {
-    /// Every signal that cancels a run.
-    pub const ALL: [StopSignal; 3] = [Self::Interrupt, Self::Terminate, Self::Hangup];
-
-    /// The signal's number (the same on every Unix for these three).
-    pub fn number(self) -> u8 {
-        match self {
-            Self::Hangup => 1,
-            Self::Interrupt => 2,
-            Self::Terminate => 15,
-        }
-    }
-
-    /// The signal's name.
-    pub fn name(self) -> &'static str {
-        match self {
-            Self::Hangup => "SIGHUP",
-            Self::Interrupt => "SIGINT",
-            Self::Terminate => "SIGTERM",
-        }
-    }
-
-    /// The exit code of a process this signal stopped: 128 + its number.
-    pub fn exit_code(self) -> u8 {
-        128 + self.number()
-    }
-
-    /// What to tell the person when the signal arrives first.
-    pub fn cancelling_notice(self) -> String {
-        match self {
-            Self::Interrupt => "cancelling (Ctrl-C again to exit at once)".to_string(),
-            other => format!(
-                "{} received; cancelling (send it again to exit at once)",
-                other.name()
-            ),
-        }
-    }
-
-    fn kind(self) -> tokio::signal::unix::SignalKind {
-        use tokio::signal::unix::SignalKind;
-        match self {
-            Self::Interrupt => SignalKind::interrupt(),
-            Self::Terminate => SignalKind::terminate(),
-            Self::Hangup => SignalKind::hangup(),
-        }
-    }
-}
-
-/// The exit code of a run that ended with `status`, `signal` being the first
-/// stop signal received while it ran: a run the signal cancelled exits with
-/// 128 + the signal's number (130, 143, 129); any other end keeps its status's
-/// code (a run that finished before the cancellation landed exits 0).
-pub fn exit_code(status: RunStatus, signal: Option<StopSignal>) -> u8 {
-    match signal {
-        Some(signal) if status == RunStatus::Cancelled => signal.exit_code(),
-        _ => status.exit_code() as u8,
-    }
-}
-
-/// Listeners for every [`StopSignal`], installed for the whole run: a signal
-/// arriving between two polls is kept, not lost.
-struct StopSignals {
-    listeners: Vec<(StopSignal, tokio::signal::unix::Signal)>,
-}
-
-impl StopSignals {
-    /// Installs the listeners; from here on these signals no longer end the
-    /// process by themselves.
-    fn listen() -> std::io::Result<Self> {
-        let listeners = StopSignal::ALL
-            .into_iter()
-            .map(|signal| Ok((signal, tokio::signal::unix::signal(signal.kind())?)))
-            .collect::<std::io::Result<_>>()?;
-        Ok(Self { listeners })
-    }
-
-    /// The next stop signal.
-    async fn recv(&mut self) -> StopSignal {
-        let waits = self.listeners.iter_mut().map(|(signal, listener)| {
-            let signal = *signal;
-            Box::pin(async move {
-                listener.recv().await;
-                signal
-            })
-        });
-        futures::future::select_all(waits).await.0
-    }
-}
-
-/// Writes one line to stderr, ignoring failures (after SIGHUP the terminal
-/// may be gone).
-fn notice(line: &str) {
-    let _ = writeln!(std::io::stderr().lock(), "troupe: {line}");
-}
-
 /// Submits `prompt` on a fresh embedded runtime and follows the run to its end,
 /// rendering its events as `style` says (or as JSON lines).
 /// Returns the exit code and the run id (when the run started).
@@ -353,7 +249,7 @@ pub async fn execute(
             Approvals::Terminal | Approvals::AutoAllow => Approver::Present,
         },
     };
-    let mut handle = match runtime.submit(submission).await {
+    let handle = match runtime.submit(submission).await {
         Ok(handle) => handle,
         Err(err) => {
             eprintln!("troupe: {err}");
@@ -361,60 +257,14 @@ pub async fn execute(
             return (EXIT_RUNTIME, None);
         }
     };
-    let mut renderer = HumanRenderer::new(style);
-    let mut first_signal: Option<StopSignal> = None;
-    let mut final_status = RunStatus::Error;
-    let mut final_text = String::new();
-    loop {
-        tokio::select! {
-            event = handle.events.recv() => {
-                let Some(event) = event else { break };
-                let written = if json {
-                    write_json_line(&event, &mut std::io::stdout().lock())
-                } else {
-                    renderer.render(&event, &mut std::io::stderr().lock())
-                };
-                if let Err(err) = written {
-                    // A closed pipe (`troupe run --json | head`) ends the run.
-                    tracing::debug!(%err, "output closed; cancelling");
-                    let _ = runtime.cancel(&handle.run_id).await;
-                }
-                match &event.kind {
-                    EventKind::ApprovalRequested { approval_id, tool, args, reason } => {
-                        let asker = ApprovalAsk {
-                            agent_path: &event.agent_path,
-                            approval_id,
-                            tool,
-                            args,
-                            reason,
-                        };
-                        answer_approval(&runtime, &handle.run_id, approvals, asker, json);
-                    }
-                    EventKind::RunFinished { status, final_text: text, .. } if event.agent_path == "main" => {
-                        final_status = *status;
-                        final_text = text.clone();
-                        break;
-                    }
-                    _ => {}
-                }
-            }
-            signal = signals.recv() => {
-                if first_signal.is_some() {
-                    notice(&format!("{} received again; exiting without waiting", signal.name()));
-                    return (signal.exit_code(), Some(handle.run_id.clone()));
-                }
-                first_signal = Some(signal);
-                if !json {
-                    notice(&signal.cancelling_notice());
-                }
-                let _ = runtime.cancel(&handle.run_id).await;
-            }
-        }
-    }
-    if !json && final_status == RunStatus::Finished {
-        let mut stdout = std::io::stdout().lock();
-        let _ = writeln!(stdout, "{}", final_text.trim_end());
-        let _ = stdout.flush();
+    let run_id = handle.run_id.clone();
+    let mut link = EmbeddedRun {
+        runtime: runtime.clone(),
+        handle,
+    };
+    let followed = follow(&mut link, &mut signals, json, style, approvals).await;
+    if let Followed::Abandoned(signal) = followed {
+        return (signal.exit_code(), Some(run_id));
     }
     runtime.shutdown().await;
     // Spans that ended after the run's last write (its root, the last model
@@ -422,64 +272,39 @@ pub async fn execute(
     if let Err(err) = store.flush() {
         eprintln!("troupe: the store could not be flushed at exit: {err}");
     }
-    (
-        exit_code(final_status, first_signal),
-        Some(handle.run_id.clone()),
-    )
+    (followed.exit_code(), Some(run_id))
 }
 
-/// One approval request as the event gave it.
-struct ApprovalAsk<'a> {
-    /// The agent that asks (`main`, `main/fork-1`).
-    agent_path: &'a str,
-    approval_id: &'a str,
-    tool: &'a str,
-    args: &'a str,
-    reason: &'a str,
+/// A run on this process's runtime.
+struct EmbeddedRun {
+    runtime: Runtime,
+    handle: RunHandle,
 }
 
-/// Answers one approval request according to `approvals`, without blocking the
-/// event loop. Requests of sub-agents are labelled with their agent path.
-fn answer_approval(
-    runtime: &Runtime,
-    run_id: &str,
-    approvals: Approvals,
-    ask: ApprovalAsk<'_>,
-    json: bool,
-) {
-    let runtime = runtime.clone();
-    let run_id = run_id.to_string();
-    let approval_id = ask.approval_id.to_string();
-    let tool = if ask.agent_path == "main" {
-        ask.tool.to_string()
-    } else {
-        format!("[{}] {}", ask.agent_path, ask.tool)
-    };
-    let (args, reason) = (ask.args, ask.reason);
-    match approvals {
-        Approvals::Nobody => {}
-        Approvals::AutoAllow => {
-            if !json {
-                eprintln!("  (demo: approving {tool} automatically)");
-            }
-            tokio::spawn(async move {
-                let _ = runtime
-                    .approve(&run_id, &approval_id, ApprovalOutcome::Allow, None)
-                    .await;
-            });
-        }
-        Approvals::Terminal => {
-            let (args, reason) = (args.to_string(), reason.to_string());
-            tokio::spawn(async move {
-                let answer =
-                    tokio::task::spawn_blocking(move || approval::ask(&tool, &args, &reason)).await;
-                let (outcome, reason) =
-                    answer.unwrap_or((ApprovalOutcome::Deny, Some("prompt failed".into())));
+impl RunLink for EmbeddedRun {
+    async fn next_event(&mut self) -> Option<RunEvent> {
+        self.handle.events.recv().await
+    }
+
+    fn cancel(&self) -> BoxFuture<'static, ()> {
+        let (runtime, run_id) = (self.runtime.clone(), self.handle.run_id.clone());
+        Box::pin(async move {
+            // A run that already ended needs no cancelling.
+            let _ = runtime.cancel(&run_id).await;
+        })
+    }
+
+    fn answerer(&self) -> Answerer {
+        let (runtime, run_id) = (self.runtime.clone(), self.handle.run_id.clone());
+        Arc::new(move |approval_id, outcome, reason| {
+            let (runtime, run_id) = (runtime.clone(), run_id.clone());
+            Box::pin(async move {
+                // An approval the run no longer waits for is dropped.
                 let _ = runtime
                     .approve(&run_id, &approval_id, outcome, reason)
                     .await;
-            });
-        }
+            })
+        })
     }
 }
 
@@ -527,49 +352,5 @@ mod tests {
         }
         let err = prompt_from("-", || Err(std::io::Error::other("broken"))).unwrap_err();
         assert_eq!(err.code, crate::EXIT_USAGE);
-    }
-
-    #[test]
-    fn a_run_a_signal_cancelled_exits_with_128_plus_the_signal() {
-        assert_eq!(
-            exit_code(RunStatus::Cancelled, Some(StopSignal::Interrupt)),
-            130
-        );
-        assert_eq!(
-            exit_code(RunStatus::Cancelled, Some(StopSignal::Terminate)),
-            143
-        );
-        assert_eq!(
-            exit_code(RunStatus::Cancelled, Some(StopSignal::Hangup)),
-            129
-        );
-    }
-
-    #[test]
-    fn other_ends_keep_their_status_code() {
-        assert_eq!(
-            exit_code(RunStatus::Finished, Some(StopSignal::Terminate)),
-            0
-        );
-        assert_eq!(exit_code(RunStatus::Finished, None), 0);
-        assert_eq!(
-            exit_code(RunStatus::Cancelled, None),
-            RunStatus::Cancelled.exit_code() as u8
-        );
-        assert_eq!(
-            exit_code(RunStatus::Error, Some(StopSignal::Hangup)),
-            RunStatus::Error.exit_code() as u8
-        );
-    }
-
-    #[test]
-    fn notices_name_the_signal() {
-        assert!(StopSignal::Interrupt.cancelling_notice().contains("Ctrl-C"));
-        assert!(
-            StopSignal::Terminate
-                .cancelling_notice()
-                .contains("SIGTERM")
-        );
-        assert!(StopSignal::Hangup.cancelling_notice().contains("SIGHUP"));
     }
 }
