@@ -6,6 +6,7 @@
 //! SIGTERM or SIGHUP cancelled the run).
 
 mod approval;
+mod client;
 mod daemon;
 mod demo;
 mod follow;
@@ -112,6 +113,10 @@ pub struct RunFlags {
     /// Wall-clock limit for this run, in seconds.
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
     pub timeout: Option<u64>,
+    /// Run in this process even when a daemon is running (also
+    /// `TROUPE_NO_DAEMON=1`).
+    #[arg(long, env = "TROUPE_NO_DAEMON", value_parser = clap::builder::BoolishValueParser::new(), default_value_t = false)]
+    pub no_daemon: bool,
 }
 
 /// Options of `troupe run`.

@@ -1,6 +1,7 @@
-//! `troupe run`: one task to completion on an embedded runtime (SPEC §1.1).
+//! `troupe run`: one task to completion, on the running daemon when there is
+//! one (see [`crate::client`]) and else on an embedded runtime (SPEC §1.1).
 //!
-//! Starts the actor runtime in this process, submits the prompt, renders the
+//! Submits the prompt, renders the
 //! run's events (prose on stderr, or JSON lines on stdout), answers approvals on
 //! the terminal, cancels on Ctrl-C, SIGTERM or SIGHUP (a second one exits at
 //! once), prints the final answer on stdout and exits with the run's status
@@ -19,6 +20,7 @@ use troupe_runtime::events::RunEvent;
 use troupe_runtime::session::recover_interrupted_runs;
 use troupe_runtime::store::{SESSION_MAX_AGE, Store};
 
+use crate::client::{DaemonClient, RemoteRun};
 use crate::follow::{Answerer, Followed, RunLink, follow};
 use crate::ids::{self, IdKind};
 use crate::render::RenderStyle;
@@ -126,6 +128,16 @@ async fn start(prompt: String, session: Option<&str>, flags: &RunFlags, color: b
             return err.code;
         }
     };
+    if !flags.no_daemon {
+        match DaemonClient::locate(&locations) {
+            Ok(Some(client)) => return start_remote(client, prompt, session, flags, color).await,
+            Ok(None) => {}
+            Err(err) => {
+                eprintln!("troupe: {err}");
+                return err.code;
+            }
+        }
+    }
     let store = match locations.open_store() {
         Ok(store) => store,
         Err(err) => {
@@ -170,6 +182,112 @@ async fn start(prompt: String, session: Option<&str>, flags: &RunFlags, color: b
     let (code, _run_id) = execute(prepared, store, prompt, flags.json, style, approvals).await;
     telemetry.stop();
     code
+}
+
+/// The `POST /v1/runs` body of a run started from this shell: what the
+/// command line says, this directory, and this environment, so the daemon
+/// prepares it as an embedded run would be prepared here.
+pub fn remote_request(
+    prompt: &str,
+    session: Option<&str>,
+    flags: &RunFlags,
+    current_dir: &std::path::Path,
+    env: impl IntoIterator<Item = (String, String)>,
+    interactive: bool,
+) -> serde_json::Value {
+    let cwd = match &flags.cwd {
+        Some(dir) => current_dir.join(dir),
+        None => current_dir.to_path_buf(),
+    };
+    let env: serde_json::Map<String, serde_json::Value> = env
+        .into_iter()
+        .map(|(name, value)| (name, serde_json::Value::String(value)))
+        .collect();
+    serde_json::json!({
+        "prompt": prompt,
+        "session_id": session,
+        "cwd": cwd,
+        "keep_session_cwd": flags.cwd.is_none(),
+        "mode": flags.mode.map(|mode| mode.as_str()),
+        "provider": flags.provider,
+        "model": flags.model,
+        "limits": {
+            "max_turns": flags.max_turns,
+            "budget_tokens": flags.budget_tokens,
+            "timeout_secs": flags.timeout,
+        },
+        "env": env,
+        "interactive": interactive,
+    })
+}
+
+/// Submits the run to the daemon and follows it as an embedded run is
+/// followed: same output, same approvals, same exit codes.
+async fn start_remote(
+    client: DaemonClient,
+    prompt: String,
+    session: Option<&str>,
+    flags: &RunFlags,
+    color: bool,
+) -> u8 {
+    let mut signals = match StopSignals::listen() {
+        Ok(signals) => signals,
+        Err(err) => {
+            eprintln!("troupe: cannot listen for Ctrl-C, SIGTERM and SIGHUP: {err}");
+            return EXIT_RUNTIME;
+        }
+    };
+    let current_dir = match std::env::current_dir() {
+        Ok(dir) => dir,
+        Err(err) => {
+            eprintln!("troupe: cannot read the current directory: {err}");
+            return crate::EXIT_USAGE;
+        }
+    };
+    let approvals = if approval::terminal_available() {
+        Approvals::Terminal
+    } else {
+        Approvals::Nobody
+    };
+    let body = remote_request(
+        &prompt,
+        session,
+        flags,
+        &current_dir,
+        std::env::vars(),
+        approvals == Approvals::Terminal,
+    );
+    let submitted = match client.submit(&body).await {
+        Ok(submitted) => submitted,
+        Err(err) => {
+            eprintln!("troupe: {err}");
+            return err.code;
+        }
+    };
+    if !flags.json {
+        for warning in &submitted.warnings {
+            eprintln!("troupe: {warning}");
+        }
+    }
+    let events = match client.events(&submitted.run_id, 1).await {
+        Ok(events) => events,
+        Err(err) => {
+            eprintln!("troupe: {err}");
+            return err.code;
+        }
+    };
+    let mut link = RemoteRun {
+        client: Arc::new(client),
+        run_id: submitted.run_id,
+        events,
+    };
+    let style = RenderStyle {
+        color,
+        next_steps: true,
+    };
+    follow(&mut link, &mut signals, flags.json, style, approvals)
+        .await
+        .exit_code()
 }
 
 /// Marks runs a dead process left unfinished as interrupted (repairing their
@@ -311,6 +429,46 @@ impl RunLink for EmbeddedRun {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn flags() -> RunFlags {
+        RunFlags {
+            provider: None,
+            model: None,
+            mode: None,
+            cwd: None,
+            json: false,
+            max_turns: None,
+            budget_tokens: None,
+            timeout: None,
+            no_daemon: false,
+        }
+    }
+
+    #[test]
+    fn a_daemon_request_carries_this_shells_directory_and_environment() {
+        let here = std::path::Path::new("/work/project");
+        let env = vec![("ANTHROPIC_API_KEY".to_string(), "k".to_string())];
+        let body = remote_request("fix it", None, &flags(), here, env.clone(), true);
+        assert_eq!(body["cwd"], "/work/project");
+        assert_eq!(body["keep_session_cwd"], true);
+        assert_eq!(body["env"]["ANTHROPIC_API_KEY"], "k");
+        assert_eq!(body["interactive"], true);
+        assert!(body["mode"].is_null());
+
+        let mut given = flags();
+        given.cwd = Some("sub".into());
+        given.mode = Some(troupe_runtime::config::PermissionMode::AcceptEdits);
+        given.max_turns = Some(3);
+        let body = remote_request("x", Some("0193"), &given, here, env, false);
+        assert_eq!(body["cwd"], "/work/project/sub");
+        assert_eq!(body["keep_session_cwd"], false);
+        assert_eq!(body["session_id"], "0193");
+        assert_eq!(body["mode"], "accept-edits");
+        assert_eq!(body["limits"]["max_turns"], 3);
+        // What the daemon accepts.
+        let parsed: crate::daemon::api::RunRequest = serde_json::from_value(body).unwrap();
+        assert_eq!(parsed.limits.max_turns, Some(3));
+    }
 
     fn no_stdin() -> std::io::Result<String> {
         panic!("stdin is read only for `-`")

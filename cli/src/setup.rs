@@ -21,7 +21,7 @@ use troupe_runtime::llm::build_provider;
 use troupe_runtime::permissions::PermissionEngine;
 use troupe_runtime::prompt::{GIT_STATUS_BUDGET, GitStatus, build_system_prompt, read_git_status};
 use troupe_runtime::sandbox::PathSandbox;
-use troupe_runtime::store::Store;
+use troupe_runtime::store::{Store, StoreError};
 use troupe_runtime::telemetry::genai::ContentCapture;
 use troupe_runtime::tools::background::BackgroundTasks;
 use troupe_runtime::tools::builtin_registry;
@@ -75,6 +75,8 @@ pub struct Locations {
     /// The environment a client sent with its run (the daemon prepares the
     /// run as the client's shell would); `None` = this process's.
     pub vars: Option<Arc<BTreeMap<String, String>>>,
+    /// The client's current directory; `None` = this process's.
+    pub current_dir: Option<PathBuf>,
 }
 
 impl std::fmt::Debug for Locations {
@@ -85,6 +87,7 @@ impl std::fmt::Debug for Locations {
             .field("config_dir", &self.config_dir)
             .field("home", &self.home)
             .field("vars", &self.vars.as_ref().map(|vars| vars.len()))
+            .field("current_dir", &self.current_dir)
             .finish()
     }
 }
@@ -92,13 +95,18 @@ impl std::fmt::Debug for Locations {
 impl Locations {
     /// The locations a client's environment `vars` names, with the data
     /// directory of the daemon that prepares the run.
-    pub fn for_client(data_dir: PathBuf, vars: BTreeMap<String, String>) -> Self {
+    pub fn for_client(
+        data_dir: PathBuf,
+        vars: BTreeMap<String, String>,
+        current_dir: PathBuf,
+    ) -> Self {
         let lookup = |name: &str| vars.get(name).cloned();
         Self {
             data_dir,
             config_dir: paths::config_dir(&lookup).ok(),
             home: paths::home_dir(&lookup),
             vars: Some(Arc::new(vars)),
+            current_dir: Some(current_dir),
         }
     }
 
@@ -124,6 +132,7 @@ impl Locations {
             config_dir: paths::config_dir(&ProcessEnv).ok(),
             home: paths::home_dir(&ProcessEnv),
             vars: None,
+            current_dir: None,
         })
     }
 
@@ -135,6 +144,7 @@ impl Locations {
             config_dir: None,
             home: paths::home_dir(&ProcessEnv),
             vars: None,
+            current_dir: None,
         }
     }
 
@@ -150,9 +160,24 @@ impl Locations {
         }
     }
 
-    /// Opens the session store in the data directory.
+    /// Opens the session store in the data directory. When a daemon holds
+    /// it, the message names the daemon.
     pub fn open_store(&self) -> Result<Store, SetupError> {
-        Store::open(&self.data_dir).map_err(|err| SetupError::runtime(err.to_string()))
+        Store::open(&self.data_dir).map_err(|err| {
+            let holder = match (&err, crate::daemon::home::read_state(&self.data_dir)) {
+                (StoreError::Locked { .. }, Some(state))
+                    if crate::daemon::home::process_alive(state.pid) =>
+                {
+                    format!(
+                        "; it is the daemon (pid {}, listening on {}): run without --no-daemon \
+                         to use it",
+                        state.pid, state.addr
+                    )
+                }
+                _ => String::new(),
+            };
+            SetupError::runtime(format!("{err}{holder}"))
+        })
     }
 }
 
@@ -223,9 +248,9 @@ pub async fn prepare(
     let mut warnings = Vec::new();
     let cwd = match choose_work_dir(options.cwd.is_some(), stored_cwd, |dir| dir.is_dir()) {
         WorkDir::Stored(stored) => stored,
-        WorkDir::Given => working_directory(options.cwd.as_deref())?,
+        WorkDir::Given => working_directory(locations, options.cwd.as_deref())?,
         WorkDir::Current { gone } => {
-            let cwd = working_directory(None)?;
+            let cwd = working_directory(locations, None)?;
             if let Some(gone) = gone {
                 warnings.push(gone_directory_notice(&gone, &cwd));
             }
@@ -406,9 +431,13 @@ async fn assemble(
 
 /// The working directory: `--cwd` (which must be an existing directory) or the
 /// current one, made absolute.
-fn working_directory(cwd: Option<&Path>) -> Result<PathBuf, SetupError> {
-    let current = std::env::current_dir()
-        .map_err(|err| SetupError::usage(format!("cannot read the current directory: {err}")))?;
+fn working_directory(locations: &Locations, cwd: Option<&Path>) -> Result<PathBuf, SetupError> {
+    let current = match &locations.current_dir {
+        Some(dir) => dir.clone(),
+        None => std::env::current_dir().map_err(|err| {
+            SetupError::usage(format!("cannot read the current directory: {err}"))
+        })?,
+    };
     let dir = match cwd {
         Some(dir) => current.join(dir),
         None => current,

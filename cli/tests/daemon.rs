@@ -658,3 +658,122 @@ async fn a_run_is_prepared_with_the_environment_the_client_sends() {
     let request = server.requests().into_iter().next().unwrap();
     assert_eq!(request.header("x-api-key"), Some("test-key"));
 }
+
+/// The `--json` lines of a run with what differs between two runs of the
+/// same script taken out (ids, times, durations).
+fn comparable(stdout: &[u8]) -> Vec<Value> {
+    String::from_utf8_lossy(stdout)
+        .lines()
+        .map(|line| {
+            let mut event: Value = serde_json::from_str(line).unwrap();
+            let object = event.as_object_mut().unwrap();
+            for volatile in [
+                "run_id",
+                "session_id",
+                "ts",
+                "duration_ms",
+                "approval_id",
+                "call_id",
+            ] {
+                object.remove(volatile);
+            }
+            event
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn troupe_run_through_the_daemon_prints_what_an_embedded_run_prints() {
+    let script = || {
+        Script::new()
+            .then(tool_call("glob", json!({"pattern": "*"})))
+            .then(tool_call(
+                "write_file",
+                json!({"path": "notes.txt", "content": "x\n"}),
+            ))
+            .then(text("listed, and the write was refused"))
+    };
+    let env = Env::new();
+    std::fs::write(env.root().join("a.txt"), "a\n").unwrap();
+
+    // Embedded, with no daemon around.
+    let embedded_server = ScriptedServer::start(script()).await.unwrap();
+    let embedded = env
+        .command(Some(&embedded_server))
+        .args(["run", "--json", "list and write"])
+        .output()
+        .unwrap();
+    assert_eq!(embedded.status.code(), Some(0));
+
+    // The same through a daemon started without any provider settings: the
+    // client's environment carries them.
+    let server = ScriptedServer::start(script()).await.unwrap();
+    let daemon = Daemon::start_with(&env, None, &[]);
+    let through = env
+        .command(Some(&server))
+        .args(["run", "--json", "list and write"])
+        .output()
+        .unwrap();
+    assert_eq!(
+        through.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&through.stderr)
+    );
+    assert_eq!(comparable(&through.stdout), comparable(&embedded.stdout));
+    // It really ran in the daemon: the daemon lists it.
+    let runs = daemon.call("GET", "/v1/runs", None).await.json();
+    assert_eq!(runs["runs"].as_array().unwrap().len(), 2);
+
+    // Usage errors keep their exit code through the daemon.
+    let bad = env
+        .command(Some(&server))
+        .args(["run", "--session", "no-such-session", "hi"])
+        .output()
+        .unwrap();
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("no-such-session"));
+
+    // --no-daemon runs in this process, which cannot open the daemon's store.
+    let embedded_again = env
+        .command(Some(&server))
+        .args(["run", "--no-daemon", "hi"])
+        .output()
+        .unwrap();
+    assert_eq!(embedded_again.status.code(), Some(1));
+    let message = String::from_utf8_lossy(&embedded_again.stderr);
+    assert!(
+        message.contains("in use by another troupe process"),
+        "{message}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_runs_on_one_home_both_finish_through_the_daemon() {
+    let script = Script::new()
+        .then(tool_call("bash", json!({"command": "sleep 0.5"})))
+        .then(tool_call("bash", json!({"command": "sleep 0.5"})))
+        .then(text("done"))
+        .then(text("done"));
+    let server = ScriptedServer::start(script).await.unwrap();
+    let env = Env::new();
+    let _daemon = Daemon::start_with(&env, None, &[]);
+    let mut first = env.command(Some(&server));
+    first.args(["run", "--mode", "bypass", "--json", "one"]);
+    let mut second = env.command(Some(&server));
+    second.args(["run", "--mode", "bypass", "--json", "two"]);
+    let (first, second) = tokio::join!(
+        tokio::process::Command::from(first).output(),
+        tokio::process::Command::from(second).output()
+    );
+    for output in [first.unwrap(), second.unwrap()] {
+        assert_eq!(
+            output.status.code(),
+            Some(0),
+            "{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        let events = comparable(&output.stdout);
+        assert_eq!(events.last().unwrap()["status"], "finished");
+    }
+}

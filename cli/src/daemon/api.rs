@@ -52,8 +52,13 @@ pub struct RunRequest {
     /// Continue this session instead of starting a new one.
     #[serde(default)]
     pub session_id: Option<String>,
-    /// The working directory (absolute).
+    /// The working directory (absolute): the project the run works on.
     pub cwd: PathBuf,
+    /// When continuing a session, work in the session's own directory if it
+    /// still exists, and in `cwd` only otherwise (as `troupe run --session`
+    /// without `--cwd` does).
+    #[serde(default)]
+    pub keep_session_cwd: bool,
     /// Permission mode (`default`, `accept-edits`, `plan`, `bypass`).
     #[serde(default)]
     pub mode: Option<String>,

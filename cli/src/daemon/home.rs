@@ -55,6 +55,14 @@ pub fn load_or_create_token(data_dir: &Path) -> std::io::Result<String> {
     }
 }
 
+/// The token, if a daemon created one.
+pub fn read_token(data_dir: &Path) -> Option<String> {
+    std::fs::read_to_string(data_dir.join(TOKEN_FILE))
+        .ok()
+        .map(|token| token.trim().to_string())
+        .filter(|token| !token.is_empty())
+}
+
 /// The state file's path.
 pub fn state_path(data_dir: &Path) -> PathBuf {
     data_dir.join(STATE_FILE)
@@ -118,6 +126,7 @@ mod tests {
             .mode();
         assert_eq!(mode & 0o777, 0o600);
         assert_eq!(load_or_create_token(dir.path()).unwrap(), token);
+        assert_eq!(read_token(dir.path()), Some(token));
     }
 
     #[test]

@@ -238,8 +238,19 @@ async fn prepare_run(
             ))
         })?),
     };
+    let session_id = match request.session_id.as_deref() {
+        Some(given) => Some(
+            crate::ids::resolve(store, crate::ids::IdKind::Session, given).map_err(
+                |err| match err.code {
+                    crate::EXIT_USAGE => ApiError::not_found(err.message),
+                    _ => ApiError::internal(err.message),
+                },
+            )?,
+        ),
+        None => None,
+    };
     let options = RunOptions {
-        cwd: Some(request.cwd.clone()),
+        cwd: (!request.keep_session_cwd || session_id.is_none()).then(|| request.cwd.clone()),
         provider: request.provider.clone(),
         model: request.model.clone(),
         mode,
@@ -249,13 +260,13 @@ async fn prepare_run(
     };
     let client_locations = request
         .env
-        .map(|vars| Locations::for_client(locations.data_dir.clone(), vars));
+        .map(|vars| Locations::for_client(locations.data_dir.clone(), vars, request.cwd.clone()));
     let prepared = setup::prepare(
         &options,
         None,
         store,
         client_locations.as_ref().unwrap_or(locations),
-        request.session_id.as_deref(),
+        session_id.as_deref(),
     )
     .await
     .map_err(|err| match err.code {

@@ -46,7 +46,7 @@ pub const X_REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 
 /// Installs ring as the process's rustls crypto provider, once. reqwest is built
 /// without a provider of its own; an already installed provider is kept.
-fn install_crypto_provider() {
+pub fn install_crypto_provider() {
     static INSTALL: Once = Once::new();
     INSTALL.call_once(|| {
         // Err means another provider is already installed, which serves as well.

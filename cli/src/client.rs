@@ -1,0 +1,361 @@
+//! The command line as a client of a running daemon (`troupe serve`): where
+//! it is, and the requests a run needs — submit, follow the events (SSE,
+//! reconnecting after the last event seen), answer approvals, cancel.
+//!
+//! A daemon is used when `TROUPE_ADDR` names one, or when the data
+//! directory's `daemon.json` names a live process; its token is read from
+//! `TROUPE_TOKEN` or the data directory's `daemon.token`. A `daemon.json`
+//! whose process is gone is ignored.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+use serde_json::Value;
+use troupe_runtime::events::{ApprovalOutcome, EventKind, RunEvent};
+use troupe_runtime::llm::sse::SseParser;
+
+use crate::daemon::home;
+use crate::follow::{Answerer, RunLink};
+use crate::setup::Locations;
+use crate::{EXIT_RUNTIME, EXIT_USAGE};
+
+/// Environment variable naming a daemon's address (`127.0.0.1:PORT`).
+pub const ADDR_VAR: &str = "TROUPE_ADDR";
+/// Environment variable holding a daemon's token (else `daemon.token`).
+pub const TOKEN_VAR: &str = "TROUPE_TOKEN";
+/// How long a request other than the event stream may take.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+/// How many times a broken event stream is reopened in a row.
+const RECONNECTS: u32 = 5;
+
+/// A failed request, worded for the person, with the exit code it deserves.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClientError {
+    /// What went wrong.
+    pub message: String,
+    /// 2 for what the person can fix in the request or configuration, 1 else.
+    pub code: u8,
+}
+
+impl std::fmt::Display for ClientError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+/// The exit code an API error status deserves: configuration and request
+/// errors are the person's to fix (2), the rest are runtime errors (1).
+pub fn exit_code_for_status(status: u16) -> u8 {
+    match status {
+        400 | 404 | 422 => EXIT_USAGE,
+        _ => EXIT_RUNTIME,
+    }
+}
+
+/// A daemon to talk to.
+#[derive(Clone)]
+pub struct DaemonClient {
+    base: String,
+    token: String,
+    http: reqwest::Client,
+}
+
+/// What `POST /v1/runs` answered.
+#[derive(Debug, Clone)]
+pub struct Submitted {
+    /// The run.
+    pub run_id: String,
+    /// Start-up warnings to show before the run.
+    pub warnings: Vec<String>,
+}
+
+impl DaemonClient {
+    /// The daemon for `locations`, if one is running: `TROUPE_ADDR`, else a
+    /// `daemon.json` naming a live process. Errors: a daemon is named but
+    /// there is no token to talk to it with.
+    pub fn locate(locations: &Locations) -> Result<Option<Self>, ClientError> {
+        let addr = match std::env::var(ADDR_VAR).ok().filter(|addr| !addr.is_empty()) {
+            Some(addr) => addr,
+            None => match home::read_state(&locations.data_dir) {
+                Some(state) if home::process_alive(state.pid) => state.addr,
+                _ => return Ok(None),
+            },
+        };
+        let token = std::env::var(TOKEN_VAR)
+            .ok()
+            .filter(|token| !token.is_empty())
+            .or_else(|| home::read_token(&locations.data_dir))
+            .ok_or_else(|| ClientError {
+                message: format!(
+                    "a daemon runs at {addr} but there is no token for it: set {TOKEN_VAR} or \
+                     check {}",
+                    locations.data_dir.join(home::TOKEN_FILE).display()
+                ),
+                code: EXIT_RUNTIME,
+            })?;
+        Self::new(&addr, token).map(Some)
+    }
+
+    /// A client of the daemon at `addr` (`host:port`) with `token`.
+    pub fn new(addr: &str, token: String) -> Result<Self, ClientError> {
+        troupe_runtime::llm::http::install_crypto_provider();
+        let http = reqwest::Client::builder()
+            .connect_timeout(Duration::from_secs(5))
+            .tls_certs_only(Vec::new())
+            .build()
+            .map_err(|err| ClientError {
+                message: format!("cannot set up the daemon client: {err}"),
+                code: EXIT_RUNTIME,
+            })?;
+        Ok(Self {
+            base: format!("http://{addr}"),
+            token,
+            http,
+        })
+    }
+
+    fn unreachable(&self, err: &reqwest::Error) -> ClientError {
+        ClientError {
+            message: format!(
+                "the daemon at {} does not answer ({err}); stop it, or run with --no-daemon",
+                self.base
+            ),
+            code: EXIT_RUNTIME,
+        }
+    }
+
+    /// Sends a request with the token; a non-2xx answer becomes the API's
+    /// error message.
+    async fn send(
+        &self,
+        request: reqwest::RequestBuilder,
+    ) -> Result<reqwest::Response, ClientError> {
+        let response = request
+            .bearer_auth(&self.token)
+            .send()
+            .await
+            .map_err(|err| self.unreachable(&err))?;
+        if response.status().is_success() {
+            return Ok(response);
+        }
+        let status = response.status().as_u16();
+        let body: Value = response.json().await.unwrap_or(Value::Null);
+        let message = body["error"]["message"]
+            .as_str()
+            .map(str::to_string)
+            .unwrap_or_else(|| format!("the daemon answered HTTP {status}"));
+        Err(ClientError {
+            message,
+            code: exit_code_for_status(status),
+        })
+    }
+
+    /// Submits a run (`POST /v1/runs`).
+    pub async fn submit(&self, body: &Value) -> Result<Submitted, ClientError> {
+        let request = self
+            .http
+            .post(format!("{}/v1/runs", self.base))
+            .timeout(REQUEST_TIMEOUT)
+            .json(body);
+        let answer: Value = self
+            .send(request)
+            .await?
+            .json()
+            .await
+            .map_err(|err| self.unreachable(&err))?;
+        let text = |key: &str| answer[key].as_str().unwrap_or_default().to_string();
+        Ok(Submitted {
+            run_id: text("run_id"),
+            warnings: answer["warnings"]
+                .as_array()
+                .map(|warnings| {
+                    warnings
+                        .iter()
+                        .filter_map(|w| w.as_str().map(str::to_string))
+                        .collect()
+                })
+                .unwrap_or_default(),
+        })
+    }
+
+    /// Cancels a run.
+    pub async fn cancel(&self, run_id: &str) -> Result<(), ClientError> {
+        let request = self
+            .http
+            .post(format!("{}/v1/runs/{run_id}/cancel", self.base))
+            .timeout(REQUEST_TIMEOUT);
+        self.send(request).await.map(drop)
+    }
+
+    /// Answers an approval.
+    pub async fn approve(
+        &self,
+        run_id: &str,
+        approval_id: &str,
+        outcome: ApprovalOutcome,
+        reason: Option<String>,
+    ) -> Result<(), ClientError> {
+        let body = serde_json::json!({"outcome": outcome.as_str(), "reason": reason});
+        let request = self
+            .http
+            .post(format!(
+                "{}/v1/runs/{run_id}/approvals/{approval_id}",
+                self.base
+            ))
+            .timeout(REQUEST_TIMEOUT)
+            .json(&body);
+        self.send(request).await.map(drop)
+    }
+
+    /// Opens a run's event stream from `from_seq`.
+    pub async fn events(&self, run_id: &str, from_seq: u64) -> Result<RemoteEvents, ClientError> {
+        let response = self.open_events(run_id, from_seq).await?;
+        Ok(RemoteEvents {
+            client: self.clone(),
+            run_id: run_id.to_string(),
+            next_seq: from_seq.max(1),
+            response: Some(response),
+            parser: SseParser::new(),
+            finished: false,
+        })
+    }
+
+    async fn open_events(
+        &self,
+        run_id: &str,
+        from_seq: u64,
+    ) -> Result<reqwest::Response, ClientError> {
+        let request = self.http.get(format!(
+            "{}/v1/runs/{run_id}/events?from_seq={}",
+            self.base,
+            from_seq.max(1)
+        ));
+        self.send(request).await
+    }
+}
+
+/// A run's events as the daemon streams them.
+pub struct RemoteEvents {
+    client: DaemonClient,
+    run_id: String,
+    /// The sequence number wanted next (a reopened stream starts there).
+    next_seq: u64,
+    response: Option<reqwest::Response>,
+    parser: SseParser,
+    finished: bool,
+}
+
+impl RemoteEvents {
+    /// The next event, or `None` after the main agent's `run_finished` or
+    /// when the stream cannot be reopened. A broken connection is reopened
+    /// from the next sequence number, so nothing is lost or repeated.
+    /// Cancel-safe: bytes are taken from the connection only in the poll
+    /// that hands them to the parser.
+    pub async fn recv(&mut self) -> Option<RunEvent> {
+        let mut reconnects = 0;
+        loop {
+            if self.finished {
+                return None;
+            }
+            match self.parser.next_event() {
+                Ok(Some(event)) => match serde_json::from_str::<RunEvent>(event.data) {
+                    Ok(event) if event.seq >= self.next_seq => {
+                        self.next_seq = event.seq + 1;
+                        if matches!(event.kind, EventKind::RunFinished { .. })
+                            && event.agent_path == "main"
+                        {
+                            self.finished = true;
+                        }
+                        return Some(event);
+                    }
+                    Ok(_) => continue,
+                    Err(err) => {
+                        tracing::warn!(%err, "an unreadable event from the daemon was skipped");
+                        continue;
+                    }
+                },
+                Ok(None) => {}
+                Err(err) => {
+                    tracing::warn!(%err, "the daemon's event stream is malformed; reopening");
+                    self.response = None;
+                }
+            }
+            let chunk = match self.response.as_mut() {
+                Some(response) => response.chunk().await,
+                None => Ok(None),
+            };
+            if let Ok(Some(bytes)) = chunk {
+                self.parser.push(&bytes);
+                continue;
+            }
+            // The stream ended before `run_finished`: reopen it.
+            reconnects += 1;
+            if reconnects > RECONNECTS {
+                tracing::error!(run = %self.run_id, "the daemon's event stream could not be reopened");
+                return None;
+            }
+            self.parser = SseParser::new();
+            match self.client.open_events(&self.run_id, self.next_seq).await {
+                Ok(response) => self.response = Some(response),
+                Err(err) => {
+                    tracing::warn!(%err, "reopening the daemon's event stream failed");
+                    self.response = None;
+                }
+            }
+        }
+    }
+}
+
+/// A run in the daemon, followed from the terminal.
+pub struct RemoteRun {
+    /// The daemon.
+    pub client: Arc<DaemonClient>,
+    /// The run.
+    pub run_id: String,
+    /// Its events.
+    pub events: RemoteEvents,
+}
+
+impl RunLink for RemoteRun {
+    async fn next_event(&mut self) -> Option<RunEvent> {
+        self.events.recv().await
+    }
+
+    fn cancel(&self) -> BoxFuture<'static, ()> {
+        let (client, run_id) = (self.client.clone(), self.run_id.clone());
+        Box::pin(async move {
+            // A run that already ended needs no cancelling.
+            if let Err(err) = client.cancel(&run_id).await {
+                tracing::debug!(%err, "cancel not delivered");
+            }
+        })
+    }
+
+    fn answerer(&self) -> Answerer {
+        let (client, run_id) = (self.client.clone(), self.run_id.clone());
+        Arc::new(move |approval_id, outcome, reason| {
+            let (client, run_id) = (client.clone(), run_id.clone());
+            Box::pin(async move {
+                if let Err(err) = client.approve(&run_id, &approval_id, outcome, reason).await {
+                    tracing::warn!(%err, "the answer did not reach the daemon");
+                }
+            })
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn request_and_configuration_errors_are_usage_errors() {
+        for status in [400, 404, 422] {
+            assert_eq!(exit_code_for_status(status), EXIT_USAGE, "{status}");
+        }
+        for status in [401, 403, 409, 413, 500, 503] {
+            assert_eq!(exit_code_for_status(status), EXIT_RUNTIME, "{status}");
+        }
+    }
+}
