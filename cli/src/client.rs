@@ -17,6 +17,7 @@ use troupe_runtime::llm::sse::SseParser;
 
 use crate::daemon::home;
 use crate::follow::{Answerer, RunLink};
+use crate::sessions::{Rendered, View};
 use crate::setup::Locations;
 use crate::{EXIT_RUNTIME, EXIT_USAGE};
 
@@ -177,6 +178,20 @@ impl DaemonClient {
                 })
                 .unwrap_or_default(),
         })
+    }
+
+    /// Renders a read-only view in the daemon (`POST /v1/views`).
+    pub async fn view(&self, view: &View) -> Result<Rendered, ClientError> {
+        let request = self
+            .http
+            .post(format!("{}/v1/views", self.base))
+            .timeout(REQUEST_TIMEOUT)
+            .json(view);
+        self.send(request)
+            .await?
+            .json()
+            .await
+            .map_err(|err| self.unreachable(&err))
     }
 
     /// Cancels a run.

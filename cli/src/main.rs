@@ -222,8 +222,8 @@ fn main() -> ExitCode {
         match cli.command {
             Command::Run(args) => run::run(args, color).await,
             Command::Resume(args) => run::resume(args, color).await,
-            Command::Sessions(command) => sessions::sessions(command),
-            Command::Trace { run } => sessions::trace(&run),
+            Command::Sessions(command) => sessions::sessions(command).await,
+            Command::Trace { run } => sessions::print_view(sessions::View::Trace { run }).await,
             Command::Demo(args) => demo::demo(args, color).await,
             Command::Serve {
                 listen,

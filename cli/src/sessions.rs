@@ -9,12 +9,140 @@ use troupe_runtime::events::preview;
 use troupe_runtime::model::{ContentBlock, Message, Role};
 use troupe_runtime::store::{RunRecord, SessionMeta, Store, StoreError};
 
+use crate::client::DaemonClient;
 use crate::ids::{self, IdKind};
-use crate::setup::open_store;
+use crate::setup::{Locations, open_store};
 use crate::{EXIT_RUNTIME, EXIT_USAGE, SessionsCommand};
 
+/// A read-only view of the store a command prints. While a daemon holds the
+/// store, the daemon renders it (`POST /v1/views`), so the output is the same
+/// either way.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(tag = "view", rename_all = "snake_case")]
+pub enum View {
+    /// `sessions list [--json]`.
+    SessionsList {
+        /// One JSON object per line.
+        json: bool,
+    },
+    /// `sessions show ID`.
+    SessionShow {
+        /// A session id or a unique prefix of one.
+        id: String,
+    },
+    /// `sessions export ID`.
+    SessionExport {
+        /// A session id or a unique prefix of one.
+        id: String,
+    },
+    /// `trace RUN`.
+    Trace {
+        /// A run id or a unique prefix of one.
+        run: String,
+    },
+}
+
+/// What rendering a view produced: the exit code, stdout and stderr text.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Rendered {
+    /// The exit code.
+    pub code: u8,
+    /// What goes to stdout.
+    pub stdout: String,
+    /// What goes to stderr (an error message).
+    pub stderr: String,
+}
+
+/// Writes `view` from `store` to `out`.
+fn write_view(store: &Store, view: &View, out: &mut impl Write) -> CommandResult {
+    match view {
+        View::SessionsList { json } => list(store, *json, out),
+        View::SessionShow { id } => show(store, id, out),
+        View::SessionExport { id } => export(store, id, out),
+        View::Trace { run } => trace_view(store, run, out),
+    }
+}
+
+/// Renders `view` from `store` into text (what the daemon sends back).
+pub fn render_view(store: &Store, view: &View) -> Rendered {
+    let mut out = Vec::new();
+    let result = write_view(store, view, &mut out);
+    let (code, stderr) = match result {
+        Ok(()) => (0, String::new()),
+        Err((code, message)) => (code, format!("troupe: {message}\n")),
+    };
+    Rendered {
+        code,
+        stdout: String::from_utf8_lossy(&out).into_owned(),
+        stderr,
+    }
+}
+
+/// Prints a view: rendered by the running daemon when there is one, else
+/// from the store opened here. Returns the exit code.
+pub async fn print_view(view: View) -> u8 {
+    let locations = match Locations::from_process() {
+        Ok(locations) => locations,
+        Err(err) => {
+            eprintln!("troupe: {err}");
+            return err.code;
+        }
+    };
+    let client = match DaemonClient::locate(&locations) {
+        Ok(client) => client,
+        Err(err) => {
+            eprintln!("troupe: {err}");
+            return err.code;
+        }
+    };
+    if let Some(client) = client {
+        return match client.view(&view).await {
+            Ok(rendered) => {
+                let _ = std::io::stdout()
+                    .lock()
+                    .write_all(rendered.stdout.as_bytes());
+                let _ = std::io::stderr()
+                    .lock()
+                    .write_all(rendered.stderr.as_bytes());
+                rendered.code
+            }
+            Err(err) => {
+                eprintln!("troupe: {err}");
+                err.code
+            }
+        };
+    }
+    let store = match locations.open_store() {
+        Ok(store) => store,
+        Err(err) => {
+            eprintln!("troupe: {err}");
+            return err.code;
+        }
+    };
+    // Runs a dead process left unfinished show as interrupted.
+    crate::run::report_recovered(&store, false);
+    match write_view(&store, &view, &mut std::io::stdout().lock()) {
+        Ok(()) => 0,
+        Err((code, message)) => {
+            eprintln!("troupe: {message}");
+            code
+        }
+    }
+}
+
 /// Runs a `troupe sessions` subcommand; returns the exit code.
-pub fn sessions(command: SessionsCommand) -> u8 {
+pub async fn sessions(command: SessionsCommand) -> u8 {
+    let view = match command {
+        SessionsCommand::List { json } => View::SessionsList { json },
+        SessionsCommand::Show { id } => View::SessionShow { id },
+        SessionsCommand::Export { id } => View::SessionExport { id },
+        SessionsCommand::Rm { id } => return remove_command(&id),
+    };
+    print_view(view).await
+}
+
+/// `troupe sessions rm ID` (on the store opened here).
+fn remove_command(id: &str) -> u8 {
     let store = match open_store() {
         Ok(store) => store,
         Err(err) => {
@@ -22,16 +150,8 @@ pub fn sessions(command: SessionsCommand) -> u8 {
             return err.code;
         }
     };
-    // Runs a dead process left unfinished show as interrupted, not running.
     crate::run::report_recovered(&store, false);
-    let mut stdout = std::io::stdout().lock();
-    let result = match command {
-        SessionsCommand::List { json } => list(&store, json, &mut stdout),
-        SessionsCommand::Show { id } => show(&store, &id, &mut stdout),
-        SessionsCommand::Export { id } => export(&store, &id, &mut stdout),
-        SessionsCommand::Rm { id } => remove(&store, &id, &mut stdout),
-    };
-    match result {
+    match remove(&store, id, &mut std::io::stdout().lock()) {
         Ok(()) => 0,
         Err((code, message)) => {
             eprintln!("troupe: {message}");
@@ -63,46 +183,22 @@ fn meta_or_usage(store: &Store, id: &str) -> Result<SessionMeta, (u8, String)> {
 
 /// `troupe trace RUN`: the run's span tree from the local span store. `RUN`
 /// is a run id or a unique prefix of one.
-pub fn trace(given: &str) -> u8 {
-    let store = match open_store() {
-        Ok(store) => store,
-        Err(err) => {
-            eprintln!("troupe: {err}");
-            return err.code;
-        }
-    };
-    let run_id = match ids::resolve(&store, IdKind::Run, given) {
-        Ok(run_id) => run_id,
-        Err(err) => {
-            eprintln!("troupe: {err}");
-            return err.code;
-        }
-    };
+fn trace_view(store: &Store, given: &str, out: &mut impl Write) -> CommandResult {
+    let run_id = ids::resolve(store, IdKind::Run, given).map_err(|err| (err.code, err.message))?;
     let run_id = run_id.as_str();
-    match store.run(run_id) {
-        Ok(Some(_)) => {}
-        Ok(None) => {
-            eprintln!("troupe: no run {run_id}; see `troupe sessions show SESSION` for run ids");
-            return EXIT_USAGE;
-        }
-        Err(err) => {
-            eprintln!("troupe: {err}");
-            return EXIT_RUNTIME;
-        }
+    if store.run(run_id).map_err(runtime_error)?.is_none() {
+        return Err((
+            EXIT_USAGE,
+            format!("no run {run_id}; see `troupe sessions show SESSION` for run ids"),
+        ));
     }
-    match crate::telemetry::span_tree(&store, run_id) {
-        Ok(Some(tree)) => {
-            println!("{}", tree.trim_end());
-            0
-        }
-        Ok(None) => {
-            eprintln!("troupe: no spans were recorded for run {run_id}");
-            EXIT_RUNTIME
-        }
-        Err(err) => {
-            eprintln!("troupe: {err}");
-            EXIT_RUNTIME
-        }
+    match crate::telemetry::span_tree(store, run_id) {
+        Ok(Some(tree)) => writeln!(out, "{}", tree.trim_end()).map_err(runtime_error),
+        Ok(None) => Err((
+            EXIT_RUNTIME,
+            format!("no spans were recorded for run {run_id}"),
+        )),
+        Err(err) => Err(runtime_error(err)),
     }
 }
 

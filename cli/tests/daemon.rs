@@ -777,3 +777,61 @@ async fn two_runs_on_one_home_both_finish_through_the_daemon() {
         assert_eq!(events.last().unwrap()["status"], "finished");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn read_only_commands_answer_while_the_daemon_holds_the_store() {
+    let server = ScriptedServer::start(
+        Script::new()
+            .then(tool_call("glob", json!({"pattern": "*"})))
+            .then(text("looked")),
+    )
+    .await
+    .unwrap();
+    let env = Env::new();
+    let daemon = Daemon::start_with(&env, None, &[]);
+    let run = env
+        .command(Some(&server))
+        .args(["run", "--json", "look"])
+        .output()
+        .unwrap();
+    assert_eq!(run.status.code(), Some(0));
+    let first: Value =
+        serde_json::from_str(String::from_utf8_lossy(&run.stdout).lines().next().unwrap()).unwrap();
+    let (session, run_id) = (
+        first["session_id"].as_str().unwrap().to_string(),
+        first["run_id"].as_str().unwrap().to_string(),
+    );
+    let views: Vec<Vec<String>> = vec![
+        vec!["sessions".into(), "list".into()],
+        vec!["sessions".into(), "list".into(), "--json".into()],
+        vec!["sessions".into(), "show".into(), session[..13].to_string()],
+        vec!["sessions".into(), "export".into(), session.clone()],
+        vec!["trace".into(), run_id.clone()],
+        vec!["trace".into(), "no-such-run".into()],
+    ];
+    let outputs = |env: &Env| {
+        views
+            .iter()
+            .map(|args| {
+                let output = env.command(None).args(args).output().unwrap();
+                (
+                    output.status.code(),
+                    String::from_utf8_lossy(&output.stdout).into_owned(),
+                    String::from_utf8_lossy(&output.stderr).into_owned(),
+                )
+            })
+            .collect::<Vec<_>>()
+    };
+    let while_up = outputs(&env);
+    for ((code, stdout, stderr), args) in while_up.iter().zip(&views).take(5) {
+        assert_eq!(*code, Some(0), "{args:?}: {stderr}");
+        assert!(!stdout.is_empty(), "{args:?}");
+    }
+    assert_eq!(while_up[5].0, Some(2));
+    assert!(while_up[4].1.contains("invoke_agent"), "{}", while_up[4].1);
+    // Once the daemon is gone, the same commands read the store themselves
+    // and print the same.
+    let (code, stderr) = daemon.stop(libc::SIGTERM);
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(outputs(&env), while_up);
+}

@@ -140,6 +140,7 @@ pub fn router(state: ApiState) -> Router {
         .route("/v1/runs/{id}/approvals/{approval_id}", post(approve))
         .route("/v1/sessions", get(list_sessions))
         .route("/v1/sessions/{id}", get(show_session))
+        .route("/v1/views", post(render_view))
         .fallback(|| async { ApiError::not_found("no such endpoint") })
         .layer(middleware::from_fn_with_state(state.clone(), guard_request))
         .with_state(state)
@@ -401,6 +402,18 @@ async fn approve(
         Err(RuntimeError::UnknownRun(_)) => Err(ended_or_unknown(&state.store, &id)),
         Err(err) => Err(runtime_error(err)),
     }
+}
+
+/// `POST /v1/views`: a read-only view of the store rendered exactly as the
+/// command line prints it (`sessions list|show|export`, `trace`), for
+/// commands run while this daemon holds the store.
+async fn render_view(State(state): State<ApiState>, body: Body) -> Result<Response, ApiError> {
+    let view: crate::sessions::View = json_body(body).await?;
+    let store = state.store.clone();
+    let rendered = tokio::task::spawn_blocking(move || crate::sessions::render_view(&store, &view))
+        .await
+        .map_err(|err| ApiError::internal(format!("the view failed: {err}")))?;
+    Ok(axum::Json(rendered).into_response())
 }
 
 async fn list_sessions(State(state): State<ApiState>) -> Result<Response, ApiError> {
