@@ -62,6 +62,15 @@ impl Followed {
     }
 }
 
+/// What the first stop signal does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OnSignal {
+    /// Cancel the run and wait for its end (the command that started it).
+    Cancel,
+    /// Stop following; the run goes on (`troupe runs attach`).
+    Detach,
+}
+
 /// Follows `link` until the main agent's `run_finished`, rendering as `style`
 /// says (or JSON lines), answering approvals as `approvals` says. Prints the
 /// final answer on stdout when the run finished and output is prose.
@@ -71,6 +80,7 @@ pub async fn follow<L: RunLink>(
     json: bool,
     style: RenderStyle,
     approvals: Approvals,
+    on_signal: OnSignal,
 ) -> Followed {
     let mut renderer = HumanRenderer::new(style);
     let mut first_signal: Option<StopSignal> = None;
@@ -114,6 +124,10 @@ pub async fn follow<L: RunLink>(
             signal = signals.recv() => {
                 if first_signal.is_some() {
                     notice(&format!("{} received again; exiting without waiting", signal.name()));
+                    return Followed::Abandoned(signal);
+                }
+                if on_signal == OnSignal::Detach {
+                    notice("stopped following; the run goes on");
                     return Followed::Abandoned(signal);
                 }
                 first_signal = Some(signal);

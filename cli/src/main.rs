@@ -13,6 +13,7 @@ mod follow;
 mod ids;
 mod render;
 mod run;
+mod runs;
 mod sessions;
 mod setup;
 mod shell;
@@ -53,6 +54,22 @@ enum Command {
     Trace {
         /// Run id (or a unique prefix of one).
         run: String,
+    },
+    /// List, show, cancel or follow runs.
+    #[command(subcommand)]
+    Runs(RunsCommand),
+    /// Answer an approval a run in the daemon is waiting for.
+    Approve {
+        /// Run id (or a unique prefix of one).
+        run: String,
+        /// The approval id (from the `approval_requested` event).
+        approval: String,
+        /// allow, allow-always or deny.
+        #[arg(value_parser = parse_answer)]
+        answer: troupe_runtime::events::ApprovalOutcome,
+        /// Why (passed to the model with a deny).
+        #[arg(long)]
+        reason: Option<String>,
     },
     /// Run an offline demonstration against the built-in scripted model.
     Demo(DemoArgs),
@@ -168,6 +185,53 @@ pub enum SessionsCommand {
     },
 }
 
+/// `troupe runs` subcommands.
+#[derive(Debug, Subcommand)]
+pub enum RunsCommand {
+    /// List runs, newest first.
+    List {
+        /// One JSON object per line.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Show a run: status, times, prompt.
+    Show {
+        /// Run id (or a unique prefix of one).
+        id: String,
+    },
+    /// Cancel a run in the daemon.
+    Cancel {
+        /// Run id (or a unique prefix of one).
+        id: String,
+    },
+    /// Follow a run's events from any point (Ctrl-C stops following; the run
+    /// goes on).
+    Attach {
+        /// Run id (or a unique prefix of one).
+        id: String,
+        /// First event to show (its `seq`).
+        #[arg(long, default_value_t = 1)]
+        from: u64,
+        /// Write the events as JSON lines to stdout.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+fn parse_answer(text: &str) -> Result<troupe_runtime::events::ApprovalOutcome, String> {
+    use troupe_runtime::events::ApprovalOutcome;
+    match ApprovalOutcome::parse(text) {
+        Some(
+            outcome @ (ApprovalOutcome::Allow
+            | ApprovalOutcome::AllowAlways
+            | ApprovalOutcome::Deny),
+        ) => Ok(outcome),
+        _ => Err(format!(
+            "unknown answer \"{text}\" (expected allow, allow-always or deny)"
+        )),
+    }
+}
+
 /// Options of `troupe demo`.
 #[derive(Debug, Args)]
 pub struct DemoArgs {
@@ -224,6 +288,13 @@ fn main() -> ExitCode {
             Command::Resume(args) => run::resume(args, color).await,
             Command::Sessions(command) => sessions::sessions(command).await,
             Command::Trace { run } => sessions::print_view(sessions::View::Trace { run }).await,
+            Command::Runs(command) => runs::runs(command, color).await,
+            Command::Approve {
+                run,
+                approval,
+                answer,
+                reason,
+            } => runs::approve(&run, &approval, answer, reason).await,
             Command::Demo(args) => demo::demo(args, color).await,
             Command::Serve {
                 listen,

@@ -21,7 +21,7 @@ use troupe_runtime::session::recover_interrupted_runs;
 use troupe_runtime::store::{SESSION_MAX_AGE, Store};
 
 use crate::client::{DaemonClient, RemoteRun};
-use crate::follow::{Answerer, Followed, RunLink, follow};
+use crate::follow::{Answerer, Followed, OnSignal, RunLink, follow};
 use crate::ids::{self, IdKind};
 use crate::render::RenderStyle;
 use crate::setup::{Locations, Prepared, RunOptions, SetupError};
@@ -285,9 +285,16 @@ async fn start_remote(
         color,
         next_steps: true,
     };
-    follow(&mut link, &mut signals, flags.json, style, approvals)
-        .await
-        .exit_code()
+    follow(
+        &mut link,
+        &mut signals,
+        flags.json,
+        style,
+        approvals,
+        OnSignal::Cancel,
+    )
+    .await
+    .exit_code()
 }
 
 /// Marks runs a dead process left unfinished as interrupted (repairing their
@@ -380,7 +387,15 @@ pub async fn execute(
         runtime: runtime.clone(),
         handle,
     };
-    let followed = follow(&mut link, &mut signals, json, style, approvals).await;
+    let followed = follow(
+        &mut link,
+        &mut signals,
+        json,
+        style,
+        approvals,
+        OnSignal::Cancel,
+    )
+    .await;
     if let Followed::Abandoned(signal) = followed {
         return (signal.exit_code(), Some(run_id));
     }

@@ -35,6 +35,16 @@ pub enum View {
         /// A session id or a unique prefix of one.
         id: String,
     },
+    /// `runs list [--json]`.
+    RunsList {
+        /// One JSON object per line.
+        json: bool,
+    },
+    /// `runs show ID`.
+    RunShow {
+        /// A run id or a unique prefix of one.
+        id: String,
+    },
     /// `trace RUN`.
     Trace {
         /// A run id or a unique prefix of one.
@@ -60,7 +70,79 @@ fn write_view(store: &Store, view: &View, out: &mut impl Write) -> CommandResult
         View::SessionShow { id } => show(store, id, out),
         View::SessionExport { id } => export(store, id, out),
         View::Trace { run } => trace_view(store, run, out),
+        View::RunsList { json } => runs_list(store, *json, out),
+        View::RunShow { id } => run_show(store, id, out),
     }
+}
+
+/// What `runs list` prints when the store holds no run.
+pub const NO_RUNS: &str = "no runs yet";
+
+/// One line of `runs list`: id, status, start time, the prompt's start.
+pub fn format_runs_list_line(run: &RunRecord) -> String {
+    format!(
+        "{:<ID_COLUMN$}  {:<11}  {}  {}",
+        run.run_id,
+        run.status.as_str(),
+        run.started.format("%Y-%m-%d %H:%M"),
+        preview(&run.prompt)
+    )
+}
+
+fn runs_list(store: &Store, json: bool, out: &mut impl Write) -> CommandResult {
+    let mut runs = store.list_runs(None).map_err(runtime_error)?;
+    runs.sort_by(|a, b| b.started.cmp(&a.started).then(b.run_id.cmp(&a.run_id)));
+    if json {
+        for run in &runs {
+            let line = serde_json::to_string(run).map_err(runtime_error)?;
+            writeln!(out, "{line}").map_err(runtime_error)?;
+        }
+        return Ok(());
+    }
+    if runs.is_empty() {
+        return writeln!(out, "{NO_RUNS}").map_err(runtime_error);
+    }
+    writeln!(
+        out,
+        "{:<ID_COLUMN$}  {:<11}  {:<16}  PROMPT",
+        "RUN", "STATUS", "STARTED"
+    )
+    .map_err(runtime_error)?;
+    for run in &runs {
+        writeln!(out, "{}", format_runs_list_line(run)).map_err(runtime_error)?;
+    }
+    Ok(())
+}
+
+fn run_show(store: &Store, given: &str, out: &mut impl Write) -> CommandResult {
+    let id = ids::resolve(store, IdKind::Run, given).map_err(|err| (err.code, err.message))?;
+    let Some(run) = store.run(&id).map_err(runtime_error)? else {
+        return Err((
+            EXIT_USAGE,
+            format!("no run {id}; list runs with `troupe runs list`"),
+        ));
+    };
+    let events = store.events(&id, 1).map_err(runtime_error)?;
+    let mut text = format!(
+        "run      {}\nsession  {}\nstatus   {}",
+        run.run_id,
+        run.session_id,
+        run.status.as_str()
+    );
+    if let Some(reason) = run.stop_reason.as_deref().filter(|r| !r.is_empty()) {
+        text.push_str(&format!(" ({reason})"));
+    }
+    text.push_str(&format!("\nstarted  {}", run.started.to_rfc3339()));
+    if let Some(ended) = run.ended {
+        text.push_str(&format!("\nended    {}", ended.to_rfc3339()));
+    }
+    text.push_str(&format!(
+        "\nevents   {} (follow with: troupe runs attach {})\nprompt   {}",
+        events.len(),
+        run.run_id,
+        run.prompt
+    ));
+    writeln!(out, "{text}").map_err(runtime_error)
 }
 
 /// Renders `view` from `store` into text (what the daemon sends back).

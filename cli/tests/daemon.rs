@@ -835,3 +835,141 @@ async fn read_only_commands_answer_while_the_daemon_holds_the_store() {
     assert_eq!(code, 0, "{stderr}");
     assert_eq!(outputs(&env), while_up);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn runs_can_be_listed_attached_approved_and_cancelled_from_another_terminal() {
+    let script = Script::new()
+        .then(tool_call(
+            "write_file",
+            json!({"path": "notes.txt", "content": "approved\n"}),
+        ))
+        .then(text("written"))
+        .then(tool_call("bash", json!({"command": "sleep 309.5"})));
+    let server = ScriptedServer::start(script).await.unwrap();
+    let env = Env::new();
+    let daemon = Daemon::start(&env, &server);
+    let (run_id, _) = daemon
+        .submit(json!({"prompt": "write", "cwd": env.root(), "interactive": true}))
+        .await;
+    let asked = daemon
+        .events(&run_id, None, |events| {
+            events
+                .iter()
+                .any(|(_, e)| e["type"] == "approval_requested")
+        })
+        .await;
+    let approval_id = asked.last().unwrap().1["approval_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+
+    // Another terminal lists it and attaches to it by a prefix of its id.
+    let list = env.command(None).args(["runs", "list"]).output().unwrap();
+    let listed = String::from_utf8_lossy(&list.stdout).into_owned();
+    assert!(
+        listed.contains(&run_id) && listed.contains("running"),
+        "{listed}"
+    );
+    let mut attach = tokio::process::Command::from({
+        let mut command = env.command(None);
+        command.args(["runs", "attach", &run_id[..20], "--json"]);
+        command
+    })
+    .stdout(Stdio::piped())
+    .spawn()
+    .unwrap();
+    let mut attached = tokio::io::BufReader::new(attach.stdout.take().unwrap()).lines();
+    // It replays from the first event up to the waiting approval.
+    loop {
+        let line = tokio::time::timeout(COMMAND_LIMIT, attached.next_line())
+            .await
+            .unwrap()
+            .unwrap()
+            .expect("attach prints the events so far");
+        if line.contains("approval_requested") {
+            break;
+        }
+    }
+    // A third one answers the approval.
+    let approve = env
+        .command(None)
+        .args(["approve", &run_id, &approval_id, "allow"])
+        .output()
+        .unwrap();
+    assert_eq!(
+        approve.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&approve.stderr)
+    );
+    let status = tokio::time::timeout(COMMAND_LIMIT, attach.wait())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(status.code(), Some(0));
+    let mut rest = Vec::new();
+    while let Some(line) = attached.next_line().await.unwrap() {
+        rest.push(serde_json::from_str::<Value>(&line).unwrap());
+    }
+    assert_eq!(rest.last().unwrap()["type"], "run_finished");
+    assert!(rest.iter().any(|e| e["type"] == "approval_resolved"));
+
+    // A run in progress is cancelled from another terminal.
+    let (sleeper, _) = daemon
+        .submit(json!({"prompt": "sleep", "cwd": env.root(), "mode": "bypass"}))
+        .await;
+    daemon
+        .events(&sleeper, None, |events| {
+            events.iter().any(|(_, e)| e["type"] == "tool_started")
+        })
+        .await;
+    let cancel = env
+        .command(None)
+        .args(["runs", "cancel", &sleeper])
+        .output()
+        .unwrap();
+    assert_eq!(cancel.status.code(), Some(0));
+    let ended = daemon.events(&sleeper, None, |_| false).await;
+    assert_eq!(ended.last().unwrap().1["status"], "cancelled");
+    let unknown = env
+        .command(None)
+        .args(["approve", &sleeper, "nope", "allow"])
+        .output()
+        .unwrap();
+    assert_eq!(
+        unknown.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&unknown.stderr)
+    );
+
+    // Without the daemon: attach reads an ended run from the store, from
+    // any event; cancel says what it needs.
+    let (code, stderr) = daemon.stop(libc::SIGTERM);
+    assert_eq!(code, 0, "{stderr}");
+    let replay = env
+        .command(None)
+        .args(["runs", "attach", &run_id, "--from", "3", "--json"])
+        .output()
+        .unwrap();
+    assert_eq!(replay.status.code(), Some(0));
+    let replayed: Vec<Value> = String::from_utf8_lossy(&replay.stdout)
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect();
+    assert_eq!(replayed[0]["seq"], 3);
+    assert_eq!(replayed.last().unwrap()["type"], "run_finished");
+    let show = env
+        .command(None)
+        .args(["runs", "show", &run_id])
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&show.stdout).contains("finished"));
+    let cancel = env
+        .command(None)
+        .args(["runs", "cancel", &run_id])
+        .output()
+        .unwrap();
+    assert_eq!(cancel.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&cancel.stderr).contains("no daemon is running"));
+}

@@ -31,7 +31,7 @@ use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 use troupe_actors::{EventSubscription, RunSubmission, Runtime, RuntimeError};
 use troupe_runtime::events::ApprovalOutcome;
-use troupe_runtime::store::{RunRecord, Store};
+use troupe_runtime::store::{IdMatch, RunRecord, Store, StoreError};
 
 use super::error::ApiError;
 use super::guard;
@@ -191,6 +191,22 @@ fn runtime_error(err: RuntimeError) -> ApiError {
     }
 }
 
+/// The run id `given` names: the id of the one run whose id starts with it
+/// (the id itself when it is whole), or `given` unchanged when no stored run
+/// matches (a run only just submitted; the handler answers 404 for one that
+/// does not exist). Several matches are a 400 listing them.
+fn resolve_run(store: &Store, given: &str) -> Result<String, ApiError> {
+    match store.find_run(given) {
+        Ok(IdMatch::NoMatch) => Ok(given.to_string()),
+        Ok(found) => crate::ids::outcome(crate::ids::IdKind::Run, given, found)
+            .map_err(ApiError::bad_request),
+        Err(StoreError::InvalidId { reason, .. }) => Err(ApiError::bad_request(format!(
+            "invalid run id {given:?}: {reason}"
+        ))),
+        Err(err) => Err(store_error(err)),
+    }
+}
+
 fn store_error(err: impl std::fmt::Display) -> ApiError {
     ApiError::internal(format!("the store could not be read: {err}"))
 }
@@ -254,6 +270,7 @@ async fn show_run(
     State(state): State<ApiState>,
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
+    let id = resolve_run(&state.store, &id)?;
     let run = state
         .store
         .run(&id)
@@ -310,6 +327,7 @@ async fn run_events(
         .get("last-event-id")
         .and_then(|value| value.to_str().ok());
     let from = first_wanted(last, query.from_seq)?;
+    let id = resolve_run(&state.store, &id)?;
     let subscription = state
         .runtime
         .subscribe(&id, from)
@@ -349,6 +367,7 @@ async fn cancel_run(
     State(state): State<ApiState>,
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
+    let id = resolve_run(&state.store, &id)?;
     check_not_ended(&state.store, &id)?;
     match state.runtime.cancel(&id).await {
         Ok(()) => Ok(axum::Json(json!({"run_id": id, "cancelling": true})).into_response()),
@@ -383,6 +402,7 @@ async fn approve(
     body: Body,
 ) -> Result<Response, ApiError> {
     let answer: ApprovalAnswer = json_body(body).await?;
+    let id = resolve_run(&state.store, &id)?;
     let outcome = ApprovalOutcome::parse(&answer.outcome).ok_or_else(|| {
         ApiError::bad_request(format!(
             "outcome {:?}: expected allow, allow_always, deny or cancel",
