@@ -3,9 +3,10 @@
 //! reconnecting after the last event seen), answer approvals, cancel.
 //!
 //! A daemon is used when `TROUPE_ADDR` names one, or when the data
-//! directory's `daemon.json` names a live process; its token is read from
+//! directory's `daemon.json` names a live daemon; its token is read from
 //! `TROUPE_TOKEN` or the data directory's `daemon.token`. A `daemon.json`
-//! whose process is gone is ignored.
+//! whose process is gone (or is no longer a daemon) is ignored, and a run
+//! starts a daemon on demand ([`spawn`]).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -15,7 +16,7 @@ use serde_json::Value;
 use troupe_runtime::events::{ApprovalOutcome, EventKind, RunEvent};
 use troupe_runtime::llm::sse::SseParser;
 
-use crate::daemon::home;
+use crate::daemon::{home, spawn};
 use crate::follow::{Answerer, RunLink};
 use crate::sessions::{Rendered, View};
 use crate::setup::Locations;
@@ -79,7 +80,7 @@ impl DaemonClient {
         let addr = match std::env::var(ADDR_VAR).ok().filter(|addr| !addr.is_empty()) {
             Some(addr) => addr,
             None => match home::read_state(&locations.data_dir) {
-                Some(state) if home::process_alive(state.pid) => state.addr,
+                Some(state) if home::daemon_alive(&state) => state.addr,
                 _ => return Ok(None),
             },
         };
@@ -96,6 +97,51 @@ impl DaemonClient {
                 code: EXIT_RUNTIME,
             })?;
         Self::new(&addr, token).map(Some)
+    }
+
+    /// The daemon for `locations`: the running one, or one started now
+    /// (detached, exiting after its idle limit). Racing clients end up with
+    /// the same daemon.
+    pub async fn locate_or_start(locations: &Locations) -> Result<Self, ClientError> {
+        if let Some(client) = Self::locate(locations)? {
+            return Ok(client);
+        }
+        let failed = |message: String| ClientError {
+            message,
+            code: EXIT_RUNTIME,
+        };
+        let idle = spawn::idle_secs(std::env::var(spawn::IDLE_VAR).ok().as_deref()).map_err(
+            |message| ClientError {
+                message,
+                code: crate::EXIT_USAGE,
+            },
+        )?;
+        let data_dir = locations.data_dir.clone();
+        spawn::start_detached(&data_dir, idle).map_err(|err| {
+            failed(format!(
+                "cannot start a daemon: {err}; run with --no-daemon"
+            ))
+        })?;
+        let started = {
+            let data_dir = data_dir.clone();
+            tokio::task::spawn_blocking(move || {
+                spawn::wait_for_state(&data_dir, spawn::START_LIMIT)
+            })
+            .await
+            .ok()
+            .flatten()
+        };
+        match started {
+            Some(_) => Self::locate(locations)?.ok_or_else(|| {
+                failed("the daemon that was started went away; run with --no-daemon".into())
+            }),
+            None => Err(failed(format!(
+                "a daemon could not be started for {}:\n{}\n(run with --no-daemon to run in this \
+                 process)",
+                data_dir.display(),
+                spawn::log_tail(&data_dir)
+            ))),
+        }
     }
 
     /// A client of the daemon at `addr` (`host:port`) with `token`.

@@ -129,14 +129,13 @@ async fn start(prompt: String, session: Option<&str>, flags: &RunFlags, color: b
         }
     };
     if !flags.no_daemon {
-        match DaemonClient::locate(&locations) {
-            Ok(Some(client)) => return start_remote(client, prompt, session, flags, color).await,
-            Ok(None) => {}
+        return match DaemonClient::locate_or_start(&locations).await {
+            Ok(client) => start_remote(client, prompt, session, flags, color).await,
             Err(err) => {
                 eprintln!("troupe: {err}");
-                return err.code;
+                err.code
             }
-        }
+        };
     }
     let store = match locations.open_store() {
         Ok(store) => store,

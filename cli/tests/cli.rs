@@ -37,6 +37,8 @@ impl Env {
             .env("XDG_CONFIG_HOME", self.home.path().join("config"))
             .env("TROUPE_HOME", self.home.path().join("data"))
             .current_dir(self.project.path())
+            // Embedded runs: these tests are about the process that runs them.
+            .env("TROUPE_NO_DAEMON", "1")
             .stdin(Stdio::null());
         if let Some(server) = server {
             command

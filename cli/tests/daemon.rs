@@ -251,6 +251,14 @@ async fn request(
     }
 }
 
+/// `troupe` as a client of the daemon (the test environment runs embedded
+/// unless told otherwise).
+fn client(env: &Env, server: Option<&ScriptedServer>) -> std::process::Command {
+    let mut command = env.command(server);
+    command.env_remove("TROUPE_NO_DAEMON");
+    command
+}
+
 fn run_body(env: &Env, prompt: &str) -> Value {
     json!({"prompt": prompt, "cwd": env.root()})
 }
@@ -709,8 +717,7 @@ async fn troupe_run_through_the_daemon_prints_what_an_embedded_run_prints() {
     // client's environment carries them.
     let server = ScriptedServer::start(script()).await.unwrap();
     let daemon = Daemon::start_with(&env, None, &[]);
-    let through = env
-        .command(Some(&server))
+    let through = client(&env, Some(&server))
         .args(["run", "--json", "list and write"])
         .output()
         .unwrap();
@@ -726,8 +733,7 @@ async fn troupe_run_through_the_daemon_prints_what_an_embedded_run_prints() {
     assert_eq!(runs["runs"].as_array().unwrap().len(), 2);
 
     // Usage errors keep their exit code through the daemon.
-    let bad = env
-        .command(Some(&server))
+    let bad = client(&env, Some(&server))
         .args(["run", "--session", "no-such-session", "hi"])
         .output()
         .unwrap();
@@ -758,9 +764,9 @@ async fn two_runs_on_one_home_both_finish_through_the_daemon() {
     let server = ScriptedServer::start(script).await.unwrap();
     let env = Env::new();
     let _daemon = Daemon::start_with(&env, None, &[]);
-    let mut first = env.command(Some(&server));
+    let mut first = client(&env, Some(&server));
     first.args(["run", "--mode", "bypass", "--json", "one"]);
-    let mut second = env.command(Some(&server));
+    let mut second = client(&env, Some(&server));
     second.args(["run", "--mode", "bypass", "--json", "two"]);
     let (first, second) = tokio::join!(
         tokio::process::Command::from(first).output(),
@@ -789,8 +795,7 @@ async fn read_only_commands_answer_while_the_daemon_holds_the_store() {
     .unwrap();
     let env = Env::new();
     let daemon = Daemon::start_with(&env, None, &[]);
-    let run = env
-        .command(Some(&server))
+    let run = client(&env, Some(&server))
         .args(["run", "--json", "look"])
         .output()
         .unwrap();

@@ -45,6 +45,8 @@ async fn a_full_disk_mid_run_is_an_error_event_and_a_clear_message() {
         .env("ANTHROPIC_BASE_URL", server.anthropic_base_url())
         .env("ANTHROPIC_API_KEY", "test-key")
         .current_dir(project.path())
+        // Embedded runs: these tests are about the process that runs them.
+        .env("TROUPE_NO_DAEMON", "1")
         .stdin(Stdio::null());
     let output = tokio::time::timeout(Duration::from_secs(60), command.output())
         .await

@@ -80,6 +80,8 @@ fn troupe(home: &std::path::Path, project: &std::path::Path, server: &ScriptedSe
         .env("ANTHROPIC_BASE_URL", server.anthropic_base_url())
         .env("ANTHROPIC_API_KEY", "test-key")
         .current_dir(project)
+        // Embedded runs: these tests are about the process that runs them.
+        .env("TROUPE_NO_DAEMON", "1")
         .stdin(Stdio::null());
     command
 }

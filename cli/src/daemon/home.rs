@@ -99,6 +99,15 @@ pub fn remove_state(data_dir: &Path) {
     }
 }
 
+/// True when the process a state file names is alive and is a daemon (its
+/// command line has `serve`): a pid reused by another program after a
+/// daemon was killed does not count.
+pub fn daemon_alive(state: &DaemonState) -> bool {
+    process_alive(state.pid)
+        && std::fs::read(format!("/proc/{}/cmdline", state.pid))
+            .is_ok_and(|cmdline| cmdline.split(|b| *b == 0).any(|arg| arg == b"serve"))
+}
+
 /// True when process `pid` exists (and is not a zombie).
 pub fn process_alive(pid: u32) -> bool {
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {

@@ -15,6 +15,7 @@ pub mod error;
 pub mod guard;
 pub mod home;
 pub mod idle;
+pub mod spawn;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -76,7 +77,7 @@ async fn run_daemon(options: ServeOptions) -> Result<(), String> {
         .map_err(|err| format!("cannot create {}: {err}", data_dir.display()))?;
     if let Some(state) = home::read_state(&data_dir)
         && state.pid != std::process::id()
-        && home::process_alive(state.pid)
+        && home::daemon_alive(&state)
     {
         return Err(format!(
             "a daemon already runs on {} (pid {}, listening on {}); stop it first or use it",

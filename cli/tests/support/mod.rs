@@ -60,7 +60,8 @@ impl Env {
     }
 
     /// `troupe` with a cleared environment pointing at this sandbox and, when
-    /// given, at `server` as the Anthropic endpoint.
+    /// given, at `server` as the Anthropic endpoint. Runs are embedded
+    /// (`TROUPE_NO_DAEMON=1`); remove that variable to go through a daemon.
     pub fn command(&self, server: Option<&ScriptedServer>) -> Command {
         self.command_with_home(server, &self.data_dir())
     }
@@ -75,6 +76,8 @@ impl Env {
             .env("XDG_CONFIG_HOME", self.home.path().join("config"))
             .env("TROUPE_HOME", data_dir)
             .current_dir(self.project.path())
+            // Embedded runs: these tests are about the process that runs them.
+            .env("TROUPE_NO_DAEMON", "1")
             .stdin(Stdio::null());
         if let Some(server) = server {
             command

@@ -1,0 +1,156 @@
+//! The daemon started on demand: `troupe run` with no daemon for its data
+//! directory starts one (detached) and runs through it; later runs find it
+//! warm; two clients racing start one daemon, not two; a `daemon.json` left by
+//! a killed daemon is replaced; the daemon exits by itself after its idle
+//! period. Every test ends with no daemon left behind.
+
+mod support;
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use support::{COMMAND_LIMIT, Env};
+use troupe_scripted::{Script, ScriptedServer, text, tool_call};
+
+/// `troupe` as a client that may start a daemon, whose idle limit is `idle`.
+fn client(env: &Env, server: &ScriptedServer, idle_secs: u64) -> tokio::process::Command {
+    let mut command = env.command(Some(server));
+    command
+        .env_remove("TROUPE_NO_DAEMON")
+        .env("TROUPE_DAEMON_IDLE_SECS", idle_secs.to_string());
+    tokio::process::Command::from(command)
+}
+
+/// The daemon `daemon.json` names: `(pid, addr)`.
+fn daemon_state(data_dir: &Path) -> Option<(u32, String)> {
+    let text = std::fs::read_to_string(data_dir.join("daemon.json")).ok()?;
+    let value: Value = serde_json::from_str(&text).ok()?;
+    Some((
+        value["pid"].as_u64()? as u32,
+        value["addr"].as_str()?.to_string(),
+    ))
+}
+
+fn alive(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .map(|stat| {
+            stat.rsplit_once(')')
+                .is_some_and(|(_, rest)| !rest.trim_start().starts_with('Z'))
+        })
+        .unwrap_or(false)
+}
+
+/// Waits (bounded) until process `pid` has exited.
+fn wait_gone(pid: u32, limit: Duration) -> bool {
+    let deadline = Instant::now() + limit;
+    while alive(pid) {
+        if Instant::now() >= deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    true
+}
+
+/// Stops the daemon of `data_dir` (if any) and waits until it is gone.
+fn stop_daemon(data_dir: &Path) {
+    if let Some((pid, _)) = daemon_state(data_dir) {
+        // SAFETY: plain signal delivery; a stale pid at worst gets a signal
+        // it ignores for a moment (the test's own temporary home).
+        unsafe { libc::kill(pid as i32, libc::SIGTERM) };
+        assert!(wait_gone(pid, COMMAND_LIMIT), "daemon {pid} stops");
+    }
+}
+
+fn finished(output: &std::process::Output) -> Value {
+    assert_eq!(
+        output.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    serde_json::from_str(stdout.lines().last().unwrap()).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_first_run_starts_a_daemon_later_runs_find_it_and_it_exits_when_idle() {
+    let server = ScriptedServer::start(Script::new().then(text("first")).then(text("second")))
+        .await
+        .unwrap();
+    let env = Env::new();
+    let data = env.data_dir();
+    assert!(daemon_state(&data).is_none());
+    let first = client(&env, &server, 3)
+        .args(["run", "--json", "one"])
+        .output()
+        .await
+        .unwrap();
+    assert_eq!(finished(&first)["final_text"], "first");
+    let (pid, _) = daemon_state(&data).expect("a daemon was started");
+    assert!(alive(pid));
+    let second = client(&env, &server, 3)
+        .args(["run", "--json", "two"])
+        .output()
+        .await
+        .unwrap();
+    assert_eq!(finished(&second)["final_text"], "second");
+    assert_eq!(
+        daemon_state(&data).unwrap().0,
+        pid,
+        "the same daemon served both"
+    );
+    // With nothing more to do it exits by itself, cleanly.
+    assert!(wait_gone(pid, COMMAND_LIMIT), "the idle daemon exits");
+    assert!(daemon_state(&data).is_none(), "daemon.json is removed");
+    let log = std::fs::read_to_string(data.join("daemon.log")).unwrap();
+    assert!(log.contains("nothing to do for 3 s"), "{log}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_racing_clients_start_one_daemon() {
+    let server = ScriptedServer::start(Script::new().then(text("done")).then(text("done")))
+        .await
+        .unwrap();
+    let env = Env::new();
+    let data = env.data_dir();
+    let mut first = client(&env, &server, 30);
+    first.args(["run", "--json", "a"]);
+    let mut second = client(&env, &server, 30);
+    second.args(["run", "--json", "b"]);
+    let (first, second) = tokio::join!(first.output(), second.output());
+    let (first, second) = (first.unwrap(), second.unwrap());
+    let _ = (finished(&first), finished(&second));
+    let log = std::fs::read_to_string(data.join("daemon.log")).unwrap_or_default();
+    assert_eq!(log.matches("listening on").count(), 1, "{log}");
+    stop_daemon(&data);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stale_state_file_of_a_killed_daemon_is_replaced() {
+    let server = ScriptedServer::start(
+        Script::new()
+            .then(tool_call("glob", json!({"pattern": "*"})))
+            .then(text("done")),
+    )
+    .await
+    .unwrap();
+    let env = Env::new();
+    let data = env.data_dir();
+    std::fs::create_dir_all(&data).unwrap();
+    // A daemon that was SIGKILLed left this behind (a pid that is not a
+    // daemon: this test's own process is alive but is no `troupe serve`).
+    let stale = json!({"addr": "127.0.0.1:9", "pid": std::process::id()});
+    std::fs::write(data.join("daemon.json"), stale.to_string()).unwrap();
+    let output = client(&env, &server, 30)
+        .args(["run", "--json", "go"])
+        .output()
+        .await
+        .unwrap();
+    assert_eq!(finished(&output)["status"], "finished");
+    let (pid, addr) = daemon_state(&data).unwrap();
+    assert_ne!(pid, std::process::id());
+    assert_ne!(addr, "127.0.0.1:9");
+    stop_daemon(&data);
+}
