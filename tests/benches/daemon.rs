@@ -1,0 +1,479 @@
+//! Benchmark: the daemon (`troupe serve`, release build) against the
+//! scripted model server in this process.
+//!
+//! - start → first model request of `troupe run "x"` three ways: through a
+//!   daemon already up (warm), through a daemon the command starts on demand
+//!   (cold: a fresh data directory each time, the daemon stopped after), and
+//!   embedded (`--no-daemon`, a fresh data directory each time). Timed from
+//!   just before the spawn to the server's admission of the request
+//!   (`bench::arrivals`).
+//! - event latency to a client: from the admission of the request to the
+//!   first `text_delta` line on the command's stdout, through the daemon
+//!   (SSE) and embedded; the difference is the daemon's hop.
+//! - throughput: 50 concurrent `troupe run` clients through one daemon,
+//!   against 50 concurrent embedded runs (`--no-daemon`, each its own data
+//!   directory): wall time until all have exited.
+//! - memory: the daemon's resident set after 1,000 runs (1,000 idle sessions
+//!   it keeps), submitted 50 at a time through the API, read from
+//!   `/proc/PID/status`; and its peak while a client that never reads holds a
+//!   run's event stream over a 262,144-event run, against the peak of the same
+//!   run without that client.
+//!
+//! The binary is `TROUPE_BIN` or `target/release/troupe` (build it first:
+//! `cargo build --release -p troupe-cli`). `TROUPE_BENCH_SAMPLES` (default 20)
+//! sets the samples per start figure. Figures go to `docs/performance.md`.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt};
+use troupe_scripted::{Script, ScriptedServer, ServerConfig, text};
+use troupe_tests::bench::arrivals::ArrivalStamps;
+use troupe_tests::bench::stats::{Summary, millis};
+use troupe_tests::bench::system::{machine_line, status_kib};
+
+const WAIT: Duration = Duration::from_secs(120);
+
+fn main() -> Result<(), String> {
+    let samples: usize = std::env::var("TROUPE_BENCH_SAMPLES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(20);
+    let tokio = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .map_err(|e| e.to_string())?;
+    let bin = binary()?;
+    println!("{}", machine_line());
+    tokio.block_on(async move {
+        start_times(&bin, samples).await?;
+        throughput(&bin, 50).await?;
+        idle_sessions(&bin, 1000).await?;
+        stalled_client(&bin).await
+    })
+}
+
+/// A fresh home: HOME, config, data directory and a project.
+struct Home {
+    dir: tempfile::TempDir,
+}
+
+impl Home {
+    fn new() -> Result<Self, String> {
+        let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
+        std::fs::create_dir_all(dir.path().join("project/.troupe")).map_err(|e| e.to_string())?;
+        Ok(Self { dir })
+    }
+
+    fn data(&self) -> PathBuf {
+        self.dir.path().join("data")
+    }
+
+    fn project(&self) -> PathBuf {
+        self.dir.path().join("project")
+    }
+
+    /// `troupe ARGS` in this home, speaking to `server`.
+    fn command(&self, bin: &Path, server: &ScriptedServer, args: &[&str]) -> Command {
+        let mut command = Command::new(bin);
+        command
+            .args(args)
+            .env_clear()
+            .env("PATH", std::env::var("PATH").unwrap_or_default())
+            .env("HOME", self.dir.path())
+            .env("XDG_CONFIG_HOME", self.dir.path().join("config"))
+            .env("TROUPE_HOME", self.data())
+            .env("ANTHROPIC_BASE_URL", server.anthropic_base_url())
+            .env("ANTHROPIC_API_KEY", "bench-key")
+            .env("TROUPE_DAEMON_IDLE_SECS", "60")
+            .current_dir(self.project())
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        command
+    }
+
+    /// Starts `troupe serve` here and waits until it listens.
+    fn serve(&self, bin: &Path, server: &ScriptedServer) -> Result<Daemon, String> {
+        let child = self
+            .command(bin, server, &["serve"])
+            .spawn()
+            .map_err(|e| e.to_string())?;
+        let state = wait_for_state(&self.data()).ok_or("the daemon did not start")?;
+        Ok(Daemon {
+            child: Some(child),
+            pid: state.0,
+            addr: state.1,
+            token: std::fs::read_to_string(self.data().join("daemon.token"))
+                .map_err(|e| e.to_string())?
+                .trim()
+                .to_string(),
+        })
+    }
+}
+
+/// A daemon the bench started (or found in a data directory).
+struct Daemon {
+    child: Option<Child>,
+    pid: u32,
+    addr: String,
+    token: String,
+}
+
+impl Daemon {
+    fn stop(mut self) {
+        // SAFETY: plain signal delivery to a daemon this bench started.
+        unsafe { libc::kill(self.pid as i32, libc::SIGTERM) };
+        match self.child.take() {
+            Some(mut child) => {
+                let _ = child.wait();
+            }
+            None => wait_gone(self.pid),
+        }
+    }
+
+    fn rss_kib(&self, field: &str) -> u64 {
+        std::fs::read_to_string(format!("/proc/{}/status", self.pid))
+            .ok()
+            .and_then(|status| status_kib(&status, field))
+            .unwrap_or(0)
+    }
+
+    /// `POST /v1/runs` over raw HTTP/1.0; the run id.
+    async fn submit(&self, body: &Value) -> Result<String, String> {
+        let answer = self.request("POST", "/v1/runs", &body.to_string()).await?;
+        let value: Value = serde_json::from_str(&answer).map_err(|e| format!("{e}: {answer}"))?;
+        value["run_id"]
+            .as_str()
+            .map(str::to_string)
+            .ok_or_else(|| answer.clone())
+    }
+
+    async fn request(&self, method: &str, path: &str, body: &str) -> Result<String, String> {
+        let mut stream = tokio::net::TcpStream::connect(&self.addr)
+            .await
+            .map_err(|e| e.to_string())?;
+        let head = format!(
+            "{method} {path} HTTP/1.0\r\nHost: {}\r\nAuthorization: Bearer {}\r\nContent-Length: {}\r\n\r\n{body}",
+            self.addr,
+            self.token,
+            body.len()
+        );
+        stream
+            .write_all(head.as_bytes())
+            .await
+            .map_err(|e| e.to_string())?;
+        let mut raw = String::new();
+        stream
+            .read_to_string(&mut raw)
+            .await
+            .map_err(|e| e.to_string())?;
+        Ok(raw
+            .split_once("\r\n\r\n")
+            .map(|(_, b)| b.to_string())
+            .unwrap_or_default())
+    }
+
+    /// Opens the run's event stream and reads it to `run_finished`.
+    async fn follow(&self, run_id: &str) -> Result<(), String> {
+        let mut stream = tokio::net::TcpStream::connect(&self.addr)
+            .await
+            .map_err(|e| e.to_string())?;
+        let head = format!(
+            "GET /v1/runs/{run_id}/events HTTP/1.0\r\nHost: {}\r\nAuthorization: Bearer {}\r\n\r\n",
+            self.addr, self.token
+        );
+        stream
+            .write_all(head.as_bytes())
+            .await
+            .map_err(|e| e.to_string())?;
+        let mut lines = tokio::io::BufReader::new(stream).lines();
+        while let Some(line) = lines.next_line().await.map_err(|e| e.to_string())? {
+            if line.contains("\"run_finished\"") {
+                return Ok(());
+            }
+        }
+        Err("the stream ended before run_finished".into())
+    }
+}
+
+/// `(pid, addr)` once `daemon.json` names a live process.
+fn wait_for_state(data: &Path) -> Option<(u32, String)> {
+    let deadline = Instant::now() + WAIT;
+    while Instant::now() < deadline {
+        if let Some(state) = read_state(data)
+            && alive(state.0)
+        {
+            return Some(state);
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    None
+}
+
+fn read_state(data: &Path) -> Option<(u32, String)> {
+    let text = std::fs::read_to_string(data.join("daemon.json")).ok()?;
+    let value: Value = serde_json::from_str(&text).ok()?;
+    Some((
+        value["pid"].as_u64()? as u32,
+        value["addr"].as_str()?.to_string(),
+    ))
+}
+
+fn alive(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .map(|s| {
+            s.rsplit_once(')')
+                .is_some_and(|(_, r)| !r.trim_start().starts_with('Z'))
+        })
+        .unwrap_or(false)
+}
+
+fn wait_gone(pid: u32) {
+    let deadline = Instant::now() + WAIT;
+    while alive(pid) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// A server that answers every request with `answer` and stamps admissions.
+async fn server(
+    stamps: &ArrivalStamps,
+    answers: usize,
+    answer: &str,
+) -> Result<ScriptedServer, String> {
+    let mut script = Script::new();
+    for _ in 0..answers {
+        script = script.then(stamps.turn(text(answer)));
+    }
+    ScriptedServer::start_with(script, ServerConfig::non_strict())
+        .await
+        .map_err(|e| e.to_string())
+}
+
+/// Spawns `command` with stdout piped; returns (spawn time, first
+/// `text_delta` line time, exit time).
+async fn timed_run(command: Command) -> Result<(Instant, Option<Instant>, Instant), String> {
+    let mut command = tokio::process::Command::from(command);
+    command.stdout(Stdio::piped());
+    let spawned = Instant::now();
+    let mut child = command.spawn().map_err(|e| e.to_string())?;
+    let mut lines = tokio::io::BufReader::new(child.stdout.take().ok_or("no stdout")?).lines();
+    let mut first_delta = None;
+    while let Some(line) = tokio::time::timeout(WAIT, lines.next_line())
+        .await
+        .map_err(|_| "no output in time")?
+        .map_err(|e| e.to_string())?
+    {
+        if first_delta.is_none() && line.contains("\"text_delta\"") {
+            first_delta = Some(Instant::now());
+        }
+    }
+    let status = child.wait().await.map_err(|e| e.to_string())?;
+    if !status.success() {
+        return Err(format!("troupe run exited {status}"));
+    }
+    Ok((spawned, first_delta, Instant::now()))
+}
+
+fn print(label: &str, samples: &[Duration]) {
+    match Summary::of_millis(samples) {
+        Some(summary) => println!("{label}: {summary}"),
+        None => println!("{label}: no samples"),
+    }
+}
+
+fn p99(samples: &[Duration]) -> f64 {
+    let mut sorted: Vec<f64> = samples.iter().map(|d| millis(*d)).collect();
+    sorted.sort_by(f64::total_cmp);
+    let index = ((sorted.len() as f64) * 0.99).ceil() as usize;
+    sorted[index.saturating_sub(1).min(sorted.len() - 1)]
+}
+
+async fn start_times(bin: &Path, samples: usize) -> Result<(), String> {
+    for mode in ["warm", "cold", "embedded"] {
+        let stamps = ArrivalStamps::new();
+        let server = server(&stamps, samples + 1, "ok").await?;
+        let shared = Home::new()?;
+        let daemon = match mode {
+            "warm" => {
+                let daemon = shared.serve(bin, &server)?;
+                // One run first so the daemon's first-run costs are paid.
+                let warmup = shared.command(bin, &server, &["run", "--json", "x"]);
+                timed_run(warmup).await?;
+                Some(daemon)
+            }
+            _ => None,
+        };
+        let mut to_request = Vec::new();
+        let mut to_delta = Vec::new();
+        for _ in 0..samples {
+            let fresh = Home::new()?;
+            let home = if mode == "warm" { &shared } else { &fresh };
+            let mut args = vec!["run", "--json", "x"];
+            if mode == "embedded" {
+                args.insert(1, "--no-daemon");
+            }
+            let before = stamps.times().len();
+            let (spawned, delta, _) = timed_run(home.command(bin, &server, &args)).await?;
+            let admitted = stamps.times()[before];
+            to_request.push(admitted.duration_since(spawned));
+            if let Some(delta) = delta {
+                to_delta.push(delta.duration_since(admitted));
+            }
+            if mode == "cold"
+                && let Some((pid, _)) = read_state(&home.data())
+            {
+                // SAFETY: plain signal delivery to the daemon this run started.
+                unsafe { libc::kill(pid as i32, libc::SIGTERM) };
+                wait_gone(pid);
+            }
+        }
+        print(&format!("start → first request, {mode}"), &to_request);
+        print(
+            &format!("request admitted → first text_delta on stdout, {mode}"),
+            &to_delta,
+        );
+        println!(
+            "  p99 admitted → text_delta, {mode}: {:.2} ms",
+            p99(&to_delta)
+        );
+        if let Some(daemon) = daemon {
+            daemon.stop();
+        }
+    }
+    Ok(())
+}
+
+async fn throughput(bin: &Path, runs: usize) -> Result<(), String> {
+    for mode in ["daemon", "embedded"] {
+        let stamps = ArrivalStamps::new();
+        let server = server(&stamps, runs + 1, "ok").await?;
+        let shared = Home::new()?;
+        let daemon = if mode == "daemon" {
+            Some(shared.serve(bin, &server)?)
+        } else {
+            None
+        };
+        let homes: Vec<Home> = (0..runs).map(|_| Home::new()).collect::<Result<_, _>>()?;
+        let started = Instant::now();
+        let mut waits = Vec::new();
+        for home in &homes {
+            let (home, args): (&Home, Vec<&str>) = match mode {
+                "daemon" => (&shared, vec!["run", "--json", "x"]),
+                _ => (home, vec!["run", "--no-daemon", "--json", "x"]),
+            };
+            waits.push(timed_run(home.command(bin, &server, &args)));
+        }
+        for result in futures::future::join_all(waits).await {
+            result?;
+        }
+        let elapsed = started.elapsed();
+        println!(
+            "{runs} concurrent runs, {mode}: {:.1} ms wall ({:.1} runs/s)",
+            millis(elapsed),
+            runs as f64 / elapsed.as_secs_f64()
+        );
+        if let Some(daemon) = daemon {
+            daemon.stop();
+        }
+    }
+    Ok(())
+}
+
+async fn idle_sessions(bin: &Path, sessions: usize) -> Result<(), String> {
+    let stamps = ArrivalStamps::new();
+    let server = server(&stamps, sessions, "ok").await?;
+    let home = Home::new()?;
+    let daemon = home.serve(bin, &server)?;
+    let before = daemon.rss_kib("VmRSS:");
+    let body = json!({"prompt": "x", "cwd": home.project()});
+    for batch in 0..sessions.div_ceil(50) {
+        let count = 50.min(sessions - batch * 50);
+        let mut runs = Vec::new();
+        for _ in 0..count {
+            runs.push(daemon.submit(&body).await?);
+        }
+        let follows = runs.iter().map(|run| daemon.follow(run));
+        for result in futures::future::join_all(follows).await {
+            result?;
+        }
+    }
+    let after = daemon.rss_kib("VmRSS:");
+    println!(
+        "daemon RSS: {:.1} MiB at start, {:.1} MiB with {sessions} idle sessions ({:.1} KiB per session)",
+        before as f64 / 1024.0,
+        after as f64 / 1024.0,
+        (after.saturating_sub(before)) as f64 / sessions as f64
+    );
+    daemon.stop();
+    Ok(())
+}
+
+async fn stalled_client(bin: &Path) -> Result<(), String> {
+    const TEXT_BYTES: usize = 4 * 1024 * 1024;
+    let long = || text("x".repeat(TEXT_BYTES)).with_chunk_chars(16);
+    let script = Script::new().then(long()).then(long()).then(long());
+    let server = ScriptedServer::start_with(script, ServerConfig::non_strict())
+        .await
+        .map_err(|e| e.to_string())?;
+    let home = Home::new()?;
+    let daemon = home.serve(bin, &server)?;
+    let body = json!({"prompt": "x", "cwd": home.project()});
+    // Two runs read in full bring the store's cache and the allocator to
+    // their working size; the peak after them is the baseline.
+    for _ in 0..2 {
+        let run = daemon.submit(&body).await?;
+        daemon.follow(&run).await?;
+    }
+    let baseline = daemon.rss_kib("VmHWM:");
+    let run = daemon.submit(&body).await?;
+    let mut stalled = tokio::net::TcpStream::connect(&daemon.addr)
+        .await
+        .map_err(|e| e.to_string())?;
+    let head = format!(
+        "GET /v1/runs/{run}/events HTTP/1.0\r\nHost: {}\r\nAuthorization: Bearer {}\r\n\r\n",
+        daemon.addr, daemon.token
+    );
+    stalled
+        .write_all(head.as_bytes())
+        .await
+        .map_err(|e| e.to_string())?;
+    let started = Instant::now();
+    daemon.follow(&run).await?;
+    let with_stalled = daemon.rss_kib("VmHWM:");
+    println!(
+        "a client that never reads a 262,144-event run: daemon peak RSS {:.1} MiB → {:.1} MiB (+{:.1} MiB); the run took {:.0} ms",
+        baseline as f64 / 1024.0,
+        with_stalled as f64 / 1024.0,
+        (with_stalled.saturating_sub(baseline)) as f64 / 1024.0,
+        millis(started.elapsed())
+    );
+    drop(stalled);
+    daemon.stop();
+    Ok(())
+}
+
+/// `TROUPE_BIN`, or `troupe` in the profile directory this bench runs from.
+fn binary() -> Result<PathBuf, String> {
+    if let Ok(path) = std::env::var("TROUPE_BIN") {
+        return Ok(PathBuf::from(path));
+    }
+    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    let bin = exe
+        .parent()
+        .and_then(Path::parent)
+        .ok_or("cannot locate the target directory")?
+        .join("troupe");
+    if bin.is_file() {
+        Ok(bin)
+    } else {
+        Err(format!(
+            "{} not found: build it first with `cargo build --release -p troupe-cli`",
+            bin.display()
+        ))
+    }
+}
