@@ -17,7 +17,8 @@ use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use serde_json::{Value, json};
-use troupe_runtime::config::{Protocol, ResolvedProvider};
+use troupe_runtime::config::resolve::resolve_entry;
+use troupe_runtime::config::{Protocol, ResolvedProvider, parse_config_file};
 use troupe_runtime::llm::anthropic::{self, AnthropicProvider};
 use troupe_runtime::llm::openai::{self, OpenAiProvider};
 use troupe_runtime::llm::retry::RetryPolicy;
@@ -741,7 +742,10 @@ async fn multi_turn_request_body_is_valid_and_exact(wire: Wire) {
     let server = start(Script::new().then(chunked(answer))).await;
     let mut cfg = config(&server, wire);
     if wire == Wire::Anthropic {
+        // As the configuration resolves `thinking = 16000` with `max_tokens`
+        // unwritten: the budget plus room for the answer.
         cfg.thinking_budget = Some(THINKING_BUDGET);
+        cfg.max_tokens = THINKING_BUDGET + MAX_TOKENS;
     }
     let request = conversation();
     let events = events_of(adapter(wire, &cfg, 0).stream(&request)).await;
@@ -791,7 +795,7 @@ async fn multi_turn_request_body_is_valid_and_exact(wire: Wire) {
                 req.header("anthropic-version"),
                 Some(anthropic::ANTHROPIC_VERSION)
             );
-            assert_eq!(body["max_tokens"], MAX_TOKENS + THINKING_BUDGET);
+            assert_eq!(body["max_tokens"], cfg.max_tokens, "sent as resolved");
             assert_eq!(
                 body["thinking"],
                 json!({"type": "enabled", "budget_tokens": THINKING_BUDGET})
@@ -849,6 +853,57 @@ async fn multi_turn_request_body_is_valid_and_exact(wire: Wire) {
             );
         }
     }
+}
+
+/// `max_tokens` and `thinking.budget_tokens` on the wire for a `[providers]`
+/// entry: the budget is counted once, in the configuration, and the body
+/// carries the resolved values unchanged.
+#[tokio::test]
+async fn anthropic_thinking_budget_is_counted_once_in_max_tokens() {
+    let cases = [
+        // The documented default: 16,000 budget + 8,192 for the answer.
+        ("thinking = true", 24_192, 16_000),
+        ("thinking = 10000", 18_192, 10_000),
+        // A written `max_tokens` above the budget is sent as written.
+        ("thinking = true\nmax_tokens = 20000", 20_000, 16_000),
+        ("thinking = false", 8_192, 0),
+    ];
+    let script: Script = cases.iter().map(|_| chunked("Thought it over.")).collect();
+    let server = start(script).await;
+    let env = std::collections::HashMap::from([(
+        "ANTHROPIC_API_KEY".to_string(),
+        "sk-test-key".to_string(),
+    )]);
+    for (i, (entry, max_tokens, budget)) in cases.into_iter().enumerate() {
+        let text = format!(
+            "[providers.claude]\nbase_url = \"{}\"\n{entry}\n",
+            server.anthropic_base_url()
+        );
+        let file = parse_config_file(std::path::Path::new("config.toml"), &text)
+            .unwrap_or_else(|err| panic!("{entry}: {err}"));
+        let cfg = resolve_entry("claude", &file.providers["claude"], &env)
+            .unwrap_or_else(|err| panic!("{entry}: {err}"));
+        let events = events_of(adapter(Wire::Anthropic, &cfg, 0).stream(&hello())).await;
+        assert_eq!(text_of(&events), "Thought it over.", "{entry}");
+        let recorded = within(
+            "the request to be recorded",
+            server.wait_for_requests(i + 1, TEST_TIMEOUT),
+        )
+        .await
+        .unwrap();
+        let body = &recorded[i].body;
+        assert_eq!(body["max_tokens"], max_tokens, "{entry}: {body}");
+        if budget == 0 {
+            assert!(body.get("thinking").is_none(), "{entry}: {body}");
+        } else {
+            assert_eq!(
+                body["thinking"],
+                json!({"type": "enabled", "budget_tokens": budget}),
+                "{entry}"
+            );
+        }
+    }
+    assert!(server.violations().is_empty(), "{:?}", server.violations());
 }
 
 async fn an_invalid_history_is_rejected_by_the_invariant_checker(wire: Wire) {
