@@ -202,3 +202,39 @@ async fn a_collector_that_is_down_does_not_fail_the_run() {
     );
     assert_eq!(String::from_utf8_lossy(&run.stdout), "All read.\n");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bad_log_filter_is_one_warning_and_troupe_trace_still_prints_the_tree() {
+    const BAD: &str = "foo=[[[";
+    let server = ScriptedServer::start(script()).await.unwrap();
+    let home = tempfile::tempdir().unwrap();
+    let project = tempfile::tempdir().unwrap();
+    std::fs::write(project.path().join("a.txt"), "alpha\n").unwrap();
+    let mut command = troupe(home.path(), project.path(), &server);
+    command
+        .env("TROUPE_LOG", BAD)
+        .args(["run", "--json", "read it"]);
+    let run = output(command).await;
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert_eq!(run.status.code(), Some(0), "{stderr}");
+    assert_eq!(stderr.matches("invalid log filter").count(), 1, "{stderr}");
+    assert!(stderr.contains(BAD), "{stderr}");
+    assert!(!stderr.contains("telemetry is off"), "{stderr}");
+    let first: Value =
+        serde_json::from_slice(run.stdout.split(|b| *b == b'\n').next().unwrap()).unwrap();
+    let run_id = first["run_id"].as_str().unwrap().to_string();
+
+    // `troupe trace` has no telemetry pipeline: its own logging falls back too.
+    let mut command = troupe(home.path(), project.path(), &server);
+    command.env("TROUPE_LOG", BAD).args(["trace", &run_id]);
+    let trace = output(command).await;
+    let stderr = String::from_utf8_lossy(&trace.stderr);
+    assert_eq!(trace.status.code(), Some(0), "{stderr}");
+    assert_eq!(stderr.matches("invalid log filter").count(), 1, "{stderr}");
+    let tree = String::from_utf8_lossy(&trace.stdout);
+    assert!(tree.starts_with("invoke_agent main"), "{tree}");
+    assert!(
+        tree.contains("execute_tool read_file") && tree.contains("execute_tool glob"),
+        "{tree}"
+    );
+}

@@ -36,12 +36,12 @@ pub use local::{
 pub use pipeline::{
     DROP_LOG_EVERY, EXPORT_BATCH_SIZE, EXPORT_FAILURE_LOG_EVERY, EXPORT_INTERVAL,
     EXPORT_QUEUE_SIZE, EXPORT_TIMEOUT, ExportStats, SHUTDOWN_TIMEOUT, Telemetry, TelemetryBuilder,
-    TelemetryError, TelemetryGuard, init,
+    TelemetryError, TelemetryGuard, init, log_filter,
 };
 pub use render::render_span_tree;
 pub use settings::{
     DEFAULT_LOG_FILTER, DEFAULT_SERVICE_NAME, OtlpExport, OtlpProtocol, SettingsError, TRACES_PATH,
-    TelemetrySettings,
+    TelemetrySettings, log_filter_from_env,
 };
 
 /// The `tracing` target of every span and span event that becomes

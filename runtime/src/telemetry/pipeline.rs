@@ -45,7 +45,9 @@ use tracing_subscriber::registry::LookupSpan;
 
 use super::TRACE_TARGET;
 use super::local::{LocalSpanProcessor, SpanSink};
-use super::settings::{OtlpExport, OtlpProtocol, SettingsError, TelemetrySettings};
+use super::settings::{
+    DEFAULT_LOG_FILTER, OtlpExport, OtlpProtocol, SettingsError, TelemetrySettings,
+};
 
 /// Most finished spans waiting for export. A span is 1–2 KB in memory, so a
 /// full queue holds a few MB; a run makes a handful of spans per turn, so it
@@ -83,14 +85,6 @@ pub enum TelemetryError {
     /// A telemetry variable has an unusable value.
     #[error(transparent)]
     Settings(#[from] SettingsError),
-    /// The log filter does not parse.
-    #[error("invalid log filter {filter:?} (TROUPE_LOG / RUST_LOG): {message}")]
-    LogFilter {
-        /// The filter text.
-        filter: String,
-        /// What is wrong with it.
-        message: String,
-    },
     /// The OTLP exporter could not be built.
     #[error("cannot set up OTLP export to {endpoint}: {message}")]
     Exporter {
@@ -303,6 +297,21 @@ fn otlp_exporter(
     }
 }
 
+/// The log filter of `text` (env-filter syntax). A filter that does not parse
+/// never turns anything off: the default [`DEFAULT_LOG_FILTER`] is used instead,
+/// with the warning to log once (naming the text and what is wrong with it).
+pub fn log_filter(text: &str) -> (EnvFilter, Option<String>) {
+    match EnvFilter::try_new(text) {
+        Ok(filter) => (filter, None),
+        Err(err) => (
+            EnvFilter::new(DEFAULT_LOG_FILTER),
+            Some(format!(
+                "invalid log filter {text:?} in TROUPE_LOG / RUST_LOG ({err}); using {DEFAULT_LOG_FILTER:?}"
+            )),
+        ),
+    }
+}
+
 /// Log lines: `timestamp LEVEL trace_id=… spans: message fields`. The trace id
 /// is the one of the OpenTelemetry span current on this thread (entered spans
 /// activate their context), absent outside traced work.
@@ -434,11 +443,7 @@ impl TelemetryBuilder {
             log_writer,
         } = self;
 
-        let log_filter =
-            EnvFilter::try_new(&settings.log_filter).map_err(|err| TelemetryError::LogFilter {
-                filter: settings.log_filter.clone(),
-                message: err.to_string(),
-            })?;
+        let (log_filter, filter_warning) = log_filter(&settings.log_filter);
 
         let counters = Arc::new(Counters::default());
         let exporting = settings.export.is_some();
@@ -496,9 +501,16 @@ impl TelemetryBuilder {
         let subscriber = tracing_subscriber::registry()
             .with(log_layer)
             .with(otel_layer);
+        let dispatch = Dispatch::new(subscriber);
+        if let Some(warning) = filter_warning {
+            // Through this pipeline's own log layer, installed or not.
+            tracing::dispatcher::with_default(&dispatch, || {
+                tracing::warn!(target: LOG_TARGET, "{warning}");
+            });
+        }
 
         Ok(Telemetry {
-            dispatch: Dispatch::new(subscriber),
+            dispatch,
             guard: TelemetryGuard {
                 provider: Some(provider),
                 counters,
@@ -659,14 +671,78 @@ mod tests {
     }
 
     #[test]
-    fn a_bad_log_filter_is_an_error() {
+    fn a_bad_log_filter_falls_back_to_the_default() {
+        let (filter, warning) = log_filter("info,troupe=debug");
+        assert_eq!(warning, None);
+        assert_eq!(filter.to_string(), "troupe=debug,info");
+        for bad in ["foo=[[[", "=[bad", "troupe=loud"] {
+            let (filter, warning) = log_filter(bad);
+            assert_eq!(filter.to_string(), DEFAULT_LOG_FILTER, "{bad}");
+            let warning = warning.expect(bad);
+            assert!(
+                warning.contains(bad) && warning.contains("TROUPE_LOG"),
+                "{warning}"
+            );
+        }
+    }
+
+    /// A log sink for tests.
+    #[derive(Clone, Default)]
+    struct Lines(Arc<std::sync::Mutex<Vec<u8>>>);
+
+    impl io::Write for Lines {
+        fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+            self.0
+                .lock()
+                .map_err(|_| io::Error::other("poisoned"))?
+                .extend_from_slice(buf);
+            Ok(buf.len())
+        }
+
+        fn flush(&mut self) -> io::Result<()> {
+            Ok(())
+        }
+    }
+
+    impl Lines {
+        fn text(&self) -> String {
+            String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
+        }
+    }
+
+    #[test]
+    fn a_bad_log_filter_is_one_warning_and_spans_still_flow() {
         let settings = TelemetrySettings {
-            log_filter: "=[bad".into(),
+            log_filter: "foo=[[[".into(),
             ..TelemetrySettings::default()
         };
-        let err = Telemetry::builder(&settings).build().unwrap_err();
-        assert!(matches!(err, TelemetryError::LogFilter { .. }), "{err:?}");
-        assert!(err.to_string().contains("RUST_LOG"));
+        let lines = Lines::default();
+        let writer = lines.clone();
+        let sink = Arc::new(super::super::local::MemorySpanSink::default());
+        let telemetry = Telemetry::builder(&settings)
+            .local_sink(sink.clone())
+            .log_writer(move || writer.clone())
+            .build()
+            .expect("a bad filter never stops telemetry");
+        let text = lines.text();
+        assert_eq!(text.matches("invalid log filter").count(), 1, "{text}");
+        assert!(text.contains("foo=[[["), "{text}");
+        tracing::dispatcher::with_default(telemetry.dispatch(), || {
+            // The default filter applies: warnings pass, debug lines do not.
+            tracing::debug!("hidden");
+            tracing::warn!("shown");
+            let agent =
+                super::super::genai::agent_span(&tracing::Span::none(), "run-1", "main", "s");
+            drop(agent);
+        });
+        let text = lines.text();
+        assert!(text.contains("shown") && !text.contains("hidden"), "{text}");
+        assert_eq!(text.matches("invalid log filter").count(), 1, "{text}");
+        drop(telemetry);
+        assert!(
+            !sink.spans("run-1").is_empty(),
+            "the local span store still gets the run"
+        );
     }
 
     #[test]
