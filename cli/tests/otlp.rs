@@ -192,15 +192,22 @@ async fn a_collector_that_is_down_does_not_fail_the_run() {
     let mut command = troupe(home.path(), project.path(), &server);
     command
         .env("OTEL_EXPORTER_OTLP_ENDPOINT", &endpoint)
+        // Retries would show as debug lines of the pipeline.
+        .env("TROUPE_LOG", "warn,troupe::telemetry=debug")
         .args(["run", "read it"]);
     let run = output(command).await;
-    assert_eq!(
-        run.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&run.stderr)
-    );
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert_eq!(run.status.code(), Some(0), "{stderr}");
     assert_eq!(String::from_utf8_lossy(&run.stdout), "All read.\n");
+    // The final flush says why it failed, once, and does not retry.
+    assert_eq!(
+        stderr
+            .matches("span export failed: connection refused")
+            .count(),
+        1,
+        "{stderr}"
+    );
+    assert!(!stderr.contains("retrying"), "{stderr}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

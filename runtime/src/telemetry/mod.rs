@@ -21,6 +21,7 @@
 //! child processes get the W3C `traceparent` from
 //! [`propagation::current_traceparent`].
 
+mod export;
 pub mod genai;
 mod local;
 mod pipeline;
@@ -29,6 +30,7 @@ mod render;
 mod settings;
 pub mod testing;
 
+pub use export::{ExportFailure, FIRST_RETRY_DELAY, MAX_EXPORT_RETRIES};
 pub use local::{
     LocalSpanProcessor, MAX_ATTRIBUTE_CHARS, MAX_PENDING_SPANS, MemorySpanSink, RECENT_RUNS,
     SpanEventRecord, SpanRecord, SpanSink, SpanStatus,
