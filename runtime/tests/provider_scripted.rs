@@ -24,7 +24,7 @@ use troupe_runtime::llm::openai::{self, OpenAiProvider};
 use troupe_runtime::llm::retry::RetryPolicy;
 use troupe_runtime::llm::{
     ChatRequest, EventStream, Provider, ProviderError, ProviderErrorKind, ResponseAccumulator,
-    StreamEvent, SystemPrompt, ToolDefinition, build_provider,
+    ResponseMetadata, StreamEvent, SystemPrompt, ToolDefinition, build_provider,
 };
 use troupe_runtime::model::{
     ContentBlock, Message, Role, StopReason, ToolCall, ToolOutputPart, ToolResult, Usage,
@@ -266,17 +266,31 @@ fn neutral_usage(wire: Wire, usage: scripted::Usage) -> Usage {
     }
 }
 
-/// The exact event sequence of a successful response: Anthropic reports the
-/// usage of `message_start` (one output token so far) first; both end with the
-/// final usage and the stop reason.
+/// The metadata event of the response the server sent to request `index`:
+/// the id it generated and the model it echoed.
+fn response_metadata(server: &ScriptedServer, index: usize) -> StreamEvent {
+    let request = &server.requests()[index];
+    let id = request.response_id.clone();
+    assert!(id.is_some(), "request {index} got a response");
+    StreamEvent::Metadata(ResponseMetadata {
+        id,
+        model: Some("model-under-test".into()),
+    })
+}
+
+/// The exact event sequence of a successful response to request `index`: its
+/// id and model first (Anthropic `message_start`, the first OpenAI chunk), then
+/// Anthropic reports the usage of `message_start` (one output token so far);
+/// both end with the final usage and the stop reason.
 fn expected_events(
     wire: Wire,
+    (server, index): (&ScriptedServer, usize),
     content: Vec<StreamEvent>,
     usage: scripted::Usage,
     stop: StopReason,
 ) -> Vec<StreamEvent> {
     let total = neutral_usage(wire, usage);
-    let mut events = Vec::new();
+    let mut events = vec![response_metadata(server, index)];
     if wire == Wire::Anthropic {
         events.push(StreamEvent::Usage(Usage {
             output: total.output.min(1),
@@ -302,7 +316,12 @@ fn text_of(events: &[StreamEvent]) -> String {
 fn content_of(events: &[StreamEvent]) -> Vec<StreamEvent> {
     events
         .iter()
-        .filter(|e| !matches!(e, StreamEvent::Usage(_) | StreamEvent::Stop(_)))
+        .filter(|e| {
+            !matches!(
+                e,
+                StreamEvent::Metadata(_) | StreamEvent::Usage(_) | StreamEvent::Stop(_)
+            )
+        })
         .cloned()
         .collect()
 }
@@ -355,7 +374,13 @@ async fn text_streams_in_many_deltas_with_exact_usage(wire: Wire) {
     };
     let server = start(Script::new().then(chunked(reply).with_usage(usage))).await;
     let events = events_of(provider(&server, wire, 0).stream(&hello())).await;
-    let expected = expected_events(wire, text_deltas(reply, CHUNK), usage, StopReason::EndTurn);
+    let expected = expected_events(
+        wire,
+        (&server, 0),
+        text_deltas(reply, CHUNK),
+        usage,
+        StopReason::EndTurn,
+    );
     assert_eq!(events, expected, "{wire:?}");
     assert!(text_deltas(reply, CHUNK).len() > 20, "many deltas");
     assert_eq!(text_of(&events), reply);
@@ -448,7 +473,7 @@ async fn thinking_streams_as_thinking_events(wire: Wire) {
     content.push(neutral_call("call_t1", "read_file", input));
     assert_eq!(
         events,
-        expected_events(wire, content, usage, StopReason::ToolUse),
+        expected_events(wire, (&server, 0), content, usage, StopReason::ToolUse),
         "{wire:?}"
     );
 
@@ -541,7 +566,7 @@ async fn parallel_tool_calls_arrive_complete_and_in_order(wire: Wire) {
     content.push(neutral_call("call_list_3Kp", "list_dir", "{}"));
     assert_eq!(
         events,
-        expected_events(wire, content, usage, StopReason::ToolUse),
+        expected_events(wire, (&server, 0), content, usage, StopReason::ToolUse),
         "{wire:?}"
     );
     // The raw argument text, byte for byte: spacing, escapes, non-ASCII and an
@@ -1022,6 +1047,7 @@ async fn overload_and_server_errors_are_retried_then_succeed(wire: Wire) {
         events,
         expected_events(
             wire,
+            (&server, 4),
             text_deltas("finally", CHUNK),
             usage,
             StopReason::EndTurn

@@ -16,7 +16,8 @@
 //! the resolved configuration's value as is: it already makes room for the
 //! thinking budget.
 //!
-//! Response: text and thinking deltas are yielded as they arrive; a tool call is
+//! Response: the message's id and model first (`message_start`); text and
+//! thinking deltas are yielded as they arrive; a tool call is
 //! yielded complete at its `content_block_stop`; usage after `message_start` and
 //! at `message_stop`, then the stop reason. An `error` event ends the stream with
 //! a typed error; a body that ends before `message_stop` is a broken stream.
@@ -34,8 +35,8 @@ use super::http::{self, ErrorResponse, Wire, WireProvider};
 use super::retry::RetryPolicy;
 use super::sse::{Progress, SseEvent, WireDecoder, excerpt};
 use super::{
-    ChatRequest, EventStream, Provider, ProviderError, ProviderErrorKind, StreamEvent,
-    ToolDefinition,
+    ChatRequest, EventStream, Provider, ProviderError, ProviderErrorKind, ResponseMetadata,
+    StreamEvent, ToolDefinition,
 };
 use crate::config::ResolvedProvider;
 use crate::model::{ContentBlock, Message, Role, StopReason, ToolOutputPart, Usage};
@@ -501,6 +502,10 @@ struct MessageStart {
 #[derive(Deserialize)]
 struct StartMessage {
     #[serde(default)]
+    id: Option<String>,
+    #[serde(default)]
+    model: Option<String>,
+    #[serde(default)]
     usage: Option<WireUsage>,
 }
 
@@ -648,6 +653,13 @@ impl AnthropicDecoder {
         match name {
             "message_start" => {
                 let start: MessageStart = self.parse(name, data)?;
+                let metadata = ResponseMetadata {
+                    id: start.message.id.filter(|id| !id.is_empty()),
+                    model: start.message.model.filter(|model| !model.is_empty()),
+                };
+                if metadata != ResponseMetadata::default() {
+                    out.push_back(StreamEvent::Metadata(metadata));
+                }
                 if let Some(usage) = start.message.usage {
                     usage.apply(&mut self.usage);
                 }

@@ -498,7 +498,10 @@ fn body_stream<W: Send + Sync + 'static>(
 
 /// Whether an event carries content (delivery ends the right to retry).
 fn is_content(event: &StreamEvent) -> bool {
-    !matches!(event, StreamEvent::Usage(_) | StreamEvent::Stop(_))
+    !matches!(
+        event,
+        StreamEvent::Metadata(_) | StreamEvent::Usage(_) | StreamEvent::Stop(_)
+    )
 }
 
 /// Runs one streaming model call: send, retry while nothing was delivered,
