@@ -32,8 +32,8 @@ use opentelemetry::{Context, InstrumentationScope, KeyValue};
 use opentelemetry_sdk::Resource;
 use opentelemetry_sdk::error::{OTelSdkError, OTelSdkResult};
 use opentelemetry_sdk::trace::{
-    BatchConfigBuilder, BatchSpanProcessor, SdkTracerProvider, SpanData, SpanProcessor,
-    TracerProviderBuilder,
+    BatchConfigBuilder, BatchSpanProcessor, Sampler, SdkTracerProvider, SpanData, SpanLimits,
+    SpanProcessor, TracerProviderBuilder,
 };
 use tracing::{Dispatch, Event, Level, Subscriber};
 use tracing_subscriber::EnvFilter;
@@ -459,7 +459,12 @@ impl Telemetry {
         TelemetryBuilder {
             settings: settings.clone(),
             local_sink: None,
-            provider: SdkTracerProvider::builder(),
+            // Pinned, so the SDK's own `OTEL_TRACES_SAMPLER` and
+            // `OTEL_SPAN_*_COUNT_LIMIT` never thin out a run's spans (the local
+            // span store needs every one): the SDK defaults, always.
+            provider: SdkTracerProvider::builder()
+                .with_sampler(Sampler::ParentBased(Box::new(Sampler::AlwaysOn)))
+                .with_span_limits(SpanLimits::default()),
             extra_processors: 0,
             queue_size: EXPORT_QUEUE_SIZE,
             export_interval: EXPORT_INTERVAL,
