@@ -317,14 +317,17 @@ fn main() -> ExitCode {
 }
 
 /// Logs go to stderr (stdout carries answers and `--json` events), at `warn`
-/// unless `TROUPE_LOG` or `RUST_LOG` says otherwise.
+/// unless `TROUPE_LOG` or `RUST_LOG` says otherwise; a filter that does not
+/// parse is one warning and the default filter.
 fn init_logging() {
-    let filter = std::env::var("TROUPE_LOG")
-        .or_else(|_| std::env::var("RUST_LOG"))
-        .unwrap_or_else(|_| "warn".to_string());
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
+    use troupe_runtime::telemetry::{log_filter, log_filter_from_env};
+    let (filter, warning) = log_filter(&log_filter_from_env(|name| std::env::var(name).ok()));
+    let installed = tracing_subscriber::fmt()
+        .with_env_filter(filter)
         .with_writer(std::io::stderr)
         .with_target(false)
         .try_init();
+    if let (Ok(()), Some(warning)) = (installed, warning) {
+        tracing::warn!("{warning}");
+    }
 }

@@ -7,7 +7,8 @@ use std::sync::Arc;
 
 use troupe_runtime::store::{SpanWriter, Store};
 use troupe_runtime::telemetry::{
-    SpanRecord, TelemetryGuard, TelemetrySettings, init, render_span_tree,
+    SpanRecord, TelemetryError, TelemetryGuard, TelemetrySettings, init, log_filter_from_env,
+    render_span_tree,
 };
 
 /// The telemetry of one command: the pipeline's guard and the span writer.
@@ -16,27 +17,42 @@ pub struct CliTelemetry {
     writer: Arc<SpanWriter>,
 }
 
-/// Starts the process's telemetry with `store` as the local span store.
+/// Starts the process's telemetry with `store` as the local span store. An
+/// unusable `OTEL_*` value or an exporter that cannot be set up is one warning
+/// and no export; the logs and the local span store work regardless.
 pub fn start(store: &Store) -> CliTelemetry {
-    let settings = TelemetrySettings::from_process_env().unwrap_or_else(|err| {
+    let env = |name: &str| std::env::var(name).ok();
+    let settings = TelemetrySettings::from_env(env).unwrap_or_else(|err| {
         eprintln!("troupe: telemetry export is off: {err}");
-        TelemetrySettings::from_env(|name| {
-            // Keep the log filter; drop the OTLP settings that failed.
-            matches!(name, "TROUPE_LOG" | "RUST_LOG")
-                .then(|| std::env::var(name).ok())
-                .flatten()
-        })
-        .unwrap_or_default()
+        without_export(&env)
     });
     let writer = Arc::new(SpanWriter::start(store.clone()));
     let guard = match init(&settings, Some(writer.clone())) {
         Ok(guard) => Some(guard),
+        Err(err @ (TelemetryError::Exporter { .. } | TelemetryError::Settings(_))) => {
+            eprintln!("troupe: telemetry export is off: {err}");
+            match init(&without_export(&env), Some(writer.clone())) {
+                Ok(guard) => Some(guard),
+                Err(err) => {
+                    eprintln!("troupe: telemetry is off: {err}");
+                    None
+                }
+            }
+        }
         Err(err) => {
             eprintln!("troupe: telemetry is off: {err}");
             None
         }
     };
     CliTelemetry { guard, writer }
+}
+
+/// Settings with export off: only the log filter is taken from `env`.
+fn without_export(env: &impl Fn(&str) -> Option<String>) -> TelemetrySettings {
+    TelemetrySettings {
+        log_filter: log_filter_from_env(env),
+        ..TelemetrySettings::default()
+    }
 }
 
 impl CliTelemetry {

@@ -145,6 +145,21 @@ async fn a_run_reaches_the_collector_as_one_trace_and_troupe_trace_prints_it() {
         }
     }
     assert_eq!(names.iter().filter(|n| n.starts_with("chat ")).count(), 2);
+    // Each chat span carries the id of the response it received.
+    let mut ids: Vec<String> = spans
+        .iter()
+        .filter(|(_, s)| s.name.starts_with("chat "))
+        .map(|(_, s)| attributes(&s.attributes)["gen_ai.response.id"].clone())
+        .collect();
+    let mut sent: Vec<String> = server
+        .requests()
+        .into_iter()
+        .filter_map(|request| request.response_id)
+        .collect();
+    ids.sort();
+    sent.sort();
+    assert_eq!(sent.len(), 2);
+    assert_eq!(ids, sent);
     let tools: Vec<String> = spans
         .iter()
         .filter(|(_, s)| s.name.starts_with("execute_tool"))
@@ -194,13 +209,76 @@ async fn a_collector_that_is_down_does_not_fail_the_run() {
     let mut command = troupe(home.path(), project.path(), &server);
     command
         .env("OTEL_EXPORTER_OTLP_ENDPOINT", &endpoint)
+        // Retries would show as debug lines of the pipeline.
+        .env("TROUPE_LOG", "warn,troupe::telemetry=debug")
         .args(["run", "read it"]);
     let run = output(command).await;
-    assert_eq!(
-        run.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&run.stderr)
-    );
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert_eq!(run.status.code(), Some(0), "{stderr}");
     assert_eq!(String::from_utf8_lossy(&run.stdout), "All read.\n");
+    // The final flush says why it failed, once, and does not retry.
+    assert_eq!(
+        stderr
+            .matches("span export failed: connection refused")
+            .count(),
+        1,
+        "{stderr}"
+    );
+    assert!(!stderr.contains("retrying"), "{stderr}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_telemetry_settings_are_warnings_and_troupe_trace_still_prints_the_tree() {
+    const BAD: &str = "foo=[[[";
+    let server = ScriptedServer::start(script()).await.unwrap();
+    let home = tempfile::tempdir().unwrap();
+    let project = tempfile::tempdir().unwrap();
+    std::fs::write(project.path().join("a.txt"), "alpha\n").unwrap();
+    let mut command = troupe(home.path(), project.path(), &server);
+    command
+        .env("TROUPE_LOG", BAD)
+        // An unusable protocol: export is off, with a warning.
+        .env("OTEL_EXPORTER_OTLP_PROTOCOL", "http/json")
+        // The SDK's own variables never thin out the local spans.
+        .env("OTEL_TRACES_SAMPLER", "always_off")
+        .env("OTEL_SPAN_ATTRIBUTE_COUNT_LIMIT", "1")
+        .args(["run", "--json", "read it"]);
+    let run = output(command).await;
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert_eq!(run.status.code(), Some(0), "{stderr}");
+    assert_eq!(stderr.matches("invalid log filter").count(), 1, "{stderr}");
+    assert!(stderr.contains(BAD), "{stderr}");
+    assert_eq!(
+        stderr
+            .matches("telemetry export is off: OTEL_EXPORTER_OTLP_PROTOCOL=\"http/json\"")
+            .count(),
+        1,
+        "{stderr}"
+    );
+    assert!(!stderr.contains("telemetry is off"), "{stderr}");
+    let first: Value =
+        serde_json::from_slice(run.stdout.split(|b| *b == b'\n').next().unwrap()).unwrap();
+    let run_id = first["run_id"].as_str().unwrap().to_string();
+
+    // `troupe trace` has no telemetry pipeline: its own logging falls back too.
+    let mut command = troupe(home.path(), project.path(), &server);
+    command.env("TROUPE_LOG", BAD).args(["trace", &run_id]);
+    let trace = output(command).await;
+    let stderr = String::from_utf8_lossy(&trace.stderr);
+    assert_eq!(trace.status.code(), Some(0), "{stderr}");
+    assert_eq!(stderr.matches("invalid log filter").count(), 1, "{stderr}");
+    let tree = String::from_utf8_lossy(&trace.stdout);
+    assert!(tree.starts_with("invoke_agent main"), "{tree}");
+    assert!(
+        tree.contains("execute_tool read_file") && tree.contains("execute_tool glob"),
+        "{tree}"
+    );
+    // Every attribute is kept: the root's status is recorded last.
+    assert!(
+        tree.lines()
+            .next()
+            .unwrap_or_default()
+            .contains("status=finished"),
+        "{tree}"
+    );
 }

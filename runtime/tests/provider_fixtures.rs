@@ -9,8 +9,8 @@ use futures::{Stream, StreamExt};
 use serde_json::{Value, json};
 use troupe_runtime::config::{Protocol, ResolvedProvider};
 use troupe_runtime::llm::{
-    ChatRequest, EventStream, ProviderError, ProviderErrorKind, ResponseAccumulator, StreamEvent,
-    SystemPrompt, ToolDefinition, anthropic, openai,
+    ChatRequest, EventStream, ProviderError, ProviderErrorKind, ResponseAccumulator,
+    ResponseMetadata, StreamEvent, SystemPrompt, ToolDefinition, anthropic, openai,
 };
 use troupe_runtime::model::{
     ContentBlock, Message, Role, StopReason, ToolCall, ToolOutputPart, ToolResult, Usage,
@@ -161,8 +161,17 @@ async fn anthropic_fixtures_match_the_reference_parse_at_every_chunking() {
             );
             let context = format!("{name} in chunks of {size}");
             assert_final_order(&events);
-            // Usage right after message_start, before any content.
-            assert!(matches!(events[0], StreamEvent::Usage(_)), "{context}");
+            // message_start: the message's id and model, then its usage,
+            // before any content.
+            assert_eq!(
+                events[0],
+                StreamEvent::Metadata(ResponseMetadata {
+                    id: expected["message_id"].as_str().map(String::from),
+                    model: expected["model"].as_str().map(String::from),
+                }),
+                "{context}"
+            );
+            assert!(matches!(events[1], StreamEvent::Usage(_)), "{context}");
             let usage = anthropic_usage(&expected["usage"]);
             assert_eq!(
                 events[events.len() - 2],
@@ -339,6 +348,23 @@ async fn openai_fixtures_match_the_reference_parse_at_every_chunking() {
             let events =
                 ok_events(collect(openai::decode_sse("gpt", chunked(fixture(name), size))).await);
             assert_final_order(&events);
+            // The completion's id and model, once, first.
+            assert_eq!(
+                events[0],
+                StreamEvent::Metadata(ResponseMetadata {
+                    id: expected["id"].as_str().map(String::from),
+                    model: expected["model"].as_str().map(String::from),
+                }),
+                "{context}"
+            );
+            assert_eq!(
+                events
+                    .iter()
+                    .filter(|e| matches!(e, StreamEvent::Metadata(_)))
+                    .count(),
+                1,
+                "{context}"
+            );
             let usage = openai_usage(&expected["usage"]);
             assert_eq!(
                 events[events.len() - 2],
@@ -447,10 +473,17 @@ async fn openai_fixtures_known_values() {
     );
 
     let events = decode("openai_usage_details_length.sse").await;
-    assert_eq!(events.len(), 2, "{events:?}");
-    assert_eq!(events[1], StreamEvent::Stop(StopReason::MaxTokens));
+    assert_eq!(events.len(), 3, "{events:?}");
     assert_eq!(
         events[0],
+        StreamEvent::Metadata(ResponseMetadata {
+            id: Some("chatcmpl-C4Hq5a6K3RaPMymUv70btQNYv6SvY".into()),
+            model: Some("gpt-5-nano-2025-08-07".into()),
+        })
+    );
+    assert_eq!(events[2], StreamEvent::Stop(StopReason::MaxTokens));
+    assert_eq!(
+        events[1],
         StreamEvent::Usage(Usage {
             input: 12,
             output: 100,
@@ -506,12 +539,19 @@ async fn anthropic_malformed_data_names_the_event_and_never_panics() {
         "{START}{TEXT_BLOCK}event: content_block_delta\ndata: {{\"type\":\"content_block_delta\",\"index\":0,\"delta\":{{\"type\":\"text_delta\",\"text\":\"oops\n\n{STOP}"
     );
     let results = collect(anthropic::decode_sse("claude", sse(&body))).await;
-    assert_eq!(results.len(), 3, "{results:?}");
+    assert_eq!(results.len(), 4, "{results:?}");
     assert_eq!(
-        results[1].clone().unwrap(),
+        results[0].clone().unwrap(),
+        StreamEvent::Metadata(ResponseMetadata {
+            id: Some("m".into()),
+            model: None
+        })
+    );
+    assert_eq!(
+        results[2].clone().unwrap(),
         StreamEvent::TextDelta("Hi".into())
     );
-    let error = results[2].clone().unwrap_err();
+    let error = results[3].clone().unwrap_err();
     assert_eq!(error.kind, ProviderErrorKind::MalformedResponse);
     assert!(error.message.contains("content_block_delta"), "{error}");
 
@@ -593,9 +633,9 @@ async fn byte_stream_errors_pass_through_after_delivered_events() {
         futures::stream::iter(chunks),
     ))
     .await;
-    assert_eq!(results.len(), 3);
+    assert_eq!(results.len(), 4, "{results:?}");
     assert_eq!(
-        results[2].clone().unwrap_err().kind,
+        results[3].clone().unwrap_err().kind,
         ProviderErrorKind::IdleTimeout
     );
 }
@@ -945,14 +985,16 @@ fn anthropic_rolling_breakpoint_lands_on_a_tool_result_and_thinking_is_configure
     let mut req = request();
     req.messages.pop();
     let mut cfg = config(Protocol::Anthropic, "http://x");
+    // As `thinking = true` resolves: the budget plus room for the answer.
     cfg.thinking_budget = Some(16_000);
+    cfg.max_tokens = 8_192 + 16_000;
     let body: Value =
         serde_json::from_slice(&anthropic::request_body(&cfg, &req).unwrap()).unwrap();
     assert_eq!(
         body["thinking"],
         json!({"type": "enabled", "budget_tokens": 16_000})
     );
-    assert_eq!(body["max_tokens"], 8_192 + 16_000);
+    assert_eq!(body["max_tokens"], 8_192 + 16_000, "sent as resolved");
     let messages = body["messages"].as_array().unwrap();
     let last = messages.last().unwrap()["content"].as_array().unwrap();
     assert_eq!(last.len(), 3);

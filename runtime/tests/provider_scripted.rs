@@ -17,13 +17,14 @@ use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use serde_json::{Value, json};
-use troupe_runtime::config::{Protocol, ResolvedProvider};
+use troupe_runtime::config::resolve::resolve_entry;
+use troupe_runtime::config::{Protocol, ResolvedProvider, parse_config_file};
 use troupe_runtime::llm::anthropic::{self, AnthropicProvider};
 use troupe_runtime::llm::openai::{self, OpenAiProvider};
 use troupe_runtime::llm::retry::RetryPolicy;
 use troupe_runtime::llm::{
     ChatRequest, EventStream, Provider, ProviderError, ProviderErrorKind, ResponseAccumulator,
-    StreamEvent, SystemPrompt, ToolDefinition, build_provider,
+    ResponseMetadata, StreamEvent, SystemPrompt, ToolDefinition, build_provider,
 };
 use troupe_runtime::model::{
     ContentBlock, Message, Role, StopReason, ToolCall, ToolOutputPart, ToolResult, Usage,
@@ -273,17 +274,31 @@ fn neutral_usage(wire: Wire, usage: scripted::Usage) -> Usage {
     }
 }
 
-/// The exact event sequence of a successful response: Anthropic reports the
-/// usage of `message_start` (one output token so far) first; both end with the
-/// final usage and the stop reason.
+/// The metadata event of the response the server sent to request `index`:
+/// the id it generated and the model it echoed.
+fn response_metadata(server: &ScriptedServer, index: usize) -> StreamEvent {
+    let request = &server.requests()[index];
+    let id = request.response_id.clone();
+    assert!(id.is_some(), "request {index} got a response");
+    StreamEvent::Metadata(ResponseMetadata {
+        id,
+        model: Some("model-under-test".into()),
+    })
+}
+
+/// The exact event sequence of a successful response to request `index`: its
+/// id and model first (Anthropic `message_start`, the first OpenAI chunk), then
+/// Anthropic reports the usage of `message_start` (one output token so far);
+/// both end with the final usage and the stop reason.
 fn expected_events(
     wire: Wire,
+    (server, index): (&ScriptedServer, usize),
     content: Vec<StreamEvent>,
     usage: scripted::Usage,
     stop: StopReason,
 ) -> Vec<StreamEvent> {
     let total = neutral_usage(wire, usage);
-    let mut events = Vec::new();
+    let mut events = vec![response_metadata(server, index)];
     if wire == Wire::Anthropic {
         events.push(StreamEvent::Usage(Usage {
             output: total.output.min(1),
@@ -309,7 +324,12 @@ fn text_of(events: &[StreamEvent]) -> String {
 fn content_of(events: &[StreamEvent]) -> Vec<StreamEvent> {
     events
         .iter()
-        .filter(|e| !matches!(e, StreamEvent::Usage(_) | StreamEvent::Stop(_)))
+        .filter(|e| {
+            !matches!(
+                e,
+                StreamEvent::Metadata(_) | StreamEvent::Usage(_) | StreamEvent::Stop(_)
+            )
+        })
         .cloned()
         .collect()
 }
@@ -362,7 +382,13 @@ async fn text_streams_in_many_deltas_with_exact_usage(wire: Wire) {
     };
     let server = start(Script::new().then(chunked(reply).with_usage(usage))).await;
     let events = events_of(provider(&server, wire, 0).stream(&hello())).await;
-    let expected = expected_events(wire, text_deltas(reply, CHUNK), usage, StopReason::EndTurn);
+    let expected = expected_events(
+        wire,
+        (&server, 0),
+        text_deltas(reply, CHUNK),
+        usage,
+        StopReason::EndTurn,
+    );
     assert_eq!(events, expected, "{wire:?}");
     assert!(text_deltas(reply, CHUNK).len() > 20, "many deltas");
     assert_eq!(text_of(&events), reply);
@@ -455,7 +481,7 @@ async fn thinking_streams_as_thinking_events(wire: Wire) {
     content.push(neutral_call("call_t1", "read_file", input));
     assert_eq!(
         events,
-        expected_events(wire, content, usage, StopReason::ToolUse),
+        expected_events(wire, (&server, 0), content, usage, StopReason::ToolUse),
         "{wire:?}"
     );
 
@@ -548,7 +574,7 @@ async fn parallel_tool_calls_arrive_complete_and_in_order(wire: Wire) {
     content.push(neutral_call("call_list_3Kp", "list_dir", "{}"));
     assert_eq!(
         events,
-        expected_events(wire, content, usage, StopReason::ToolUse),
+        expected_events(wire, (&server, 0), content, usage, StopReason::ToolUse),
         "{wire:?}"
     );
     // The raw argument text, byte for byte: spacing, escapes, non-ASCII and an
@@ -749,7 +775,10 @@ async fn multi_turn_request_body_is_valid_and_exact(wire: Wire) {
     let server = start(Script::new().then(chunked(answer))).await;
     let mut cfg = config(&server, wire);
     if wire == Wire::Anthropic {
+        // As the configuration resolves `thinking = 16000` with `max_tokens`
+        // unwritten: the budget plus room for the answer.
         cfg.thinking_budget = Some(THINKING_BUDGET);
+        cfg.max_tokens = THINKING_BUDGET + MAX_TOKENS;
     }
     let request = conversation();
     let events = events_of(adapter(wire, &cfg, 0).stream(&request)).await;
@@ -799,7 +828,7 @@ async fn multi_turn_request_body_is_valid_and_exact(wire: Wire) {
                 req.header("anthropic-version"),
                 Some(anthropic::ANTHROPIC_VERSION)
             );
-            assert_eq!(body["max_tokens"], MAX_TOKENS + THINKING_BUDGET);
+            assert_eq!(body["max_tokens"], cfg.max_tokens, "sent as resolved");
             assert_eq!(
                 body["thinking"],
                 json!({"type": "enabled", "budget_tokens": THINKING_BUDGET})
@@ -857,6 +886,57 @@ async fn multi_turn_request_body_is_valid_and_exact(wire: Wire) {
             );
         }
     }
+}
+
+/// `max_tokens` and `thinking.budget_tokens` on the wire for a `[providers]`
+/// entry: the budget is counted once, in the configuration, and the body
+/// carries the resolved values unchanged.
+#[tokio::test]
+async fn anthropic_thinking_budget_is_counted_once_in_max_tokens() {
+    let cases = [
+        // The documented default: 16,000 budget + 8,192 for the answer.
+        ("thinking = true", 24_192, 16_000),
+        ("thinking = 10000", 18_192, 10_000),
+        // A written `max_tokens` above the budget is sent as written.
+        ("thinking = true\nmax_tokens = 20000", 20_000, 16_000),
+        ("thinking = false", 8_192, 0),
+    ];
+    let script: Script = cases.iter().map(|_| chunked("Thought it over.")).collect();
+    let server = start(script).await;
+    let env = std::collections::HashMap::from([(
+        "ANTHROPIC_API_KEY".to_string(),
+        "sk-test-key".to_string(),
+    )]);
+    for (i, (entry, max_tokens, budget)) in cases.into_iter().enumerate() {
+        let text = format!(
+            "[providers.claude]\nbase_url = \"{}\"\n{entry}\n",
+            server.anthropic_base_url()
+        );
+        let file = parse_config_file(std::path::Path::new("config.toml"), &text)
+            .unwrap_or_else(|err| panic!("{entry}: {err}"));
+        let cfg = resolve_entry("claude", &file.providers["claude"], &env)
+            .unwrap_or_else(|err| panic!("{entry}: {err}"));
+        let events = events_of(adapter(Wire::Anthropic, &cfg, 0).stream(&hello())).await;
+        assert_eq!(text_of(&events), "Thought it over.", "{entry}");
+        let recorded = within(
+            "the request to be recorded",
+            server.wait_for_requests(i + 1, TEST_TIMEOUT),
+        )
+        .await
+        .unwrap();
+        let body = &recorded[i].body;
+        assert_eq!(body["max_tokens"], max_tokens, "{entry}: {body}");
+        if budget == 0 {
+            assert!(body.get("thinking").is_none(), "{entry}: {body}");
+        } else {
+            assert_eq!(
+                body["thinking"],
+                json!({"type": "enabled", "budget_tokens": budget}),
+                "{entry}"
+            );
+        }
+    }
+    assert!(server.violations().is_empty(), "{:?}", server.violations());
 }
 
 async fn an_invalid_history_is_rejected_by_the_invariant_checker(wire: Wire) {
@@ -979,6 +1059,7 @@ async fn overload_and_server_errors_are_retried_then_succeed(wire: Wire) {
         events,
         expected_events(
             wire,
+            (&server, 4),
             text_deltas("finally", CHUNK),
             usage,
             StopReason::EndTurn

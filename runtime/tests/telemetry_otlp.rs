@@ -12,6 +12,7 @@ use std::time::Duration;
 use axum::Router;
 use axum::body::Bytes;
 use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::IntoResponse as _;
 use axum::routing::post;
 use opentelemetry_proto::tonic::collector::trace::v1::{
     ExportTraceServiceRequest, ExportTraceServiceResponse,
@@ -272,6 +273,27 @@ async fn telemetry_spans_reach_a_collector_over_otlp_http_protobuf() {
     assert_eq!(hex(&agent.trace_id).len(), 32);
 }
 
+/// The pipeline's log lines, kept for assertions.
+#[derive(Clone, Default)]
+struct Logs(Arc<Mutex<Vec<u8>>>);
+
+impl std::io::Write for Logs {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Logs {
+    fn text(&self) -> String {
+        String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
+    }
+}
+
 /// Runs `runs` mimicked runs against `settings` with a small queue, then shuts
 /// down; returns the counters after shutdown and the shutdown result.
 async fn run_against(
@@ -280,12 +302,26 @@ async fn run_against(
     export_timeout: Duration,
     shutdown_timeout: Duration,
 ) -> (ExportStats, Result<(), TelemetryError>) {
+    let (stats, result, _) = run_logged(settings, runs, export_timeout, shutdown_timeout, 16).await;
+    (stats, result)
+}
+
+/// [`run_against`] with a queue of `queue` spans, also returning the log lines.
+async fn run_logged(
+    settings: &TelemetrySettings,
+    runs: usize,
+    export_timeout: Duration,
+    shutdown_timeout: Duration,
+    queue: usize,
+) -> (ExportStats, Result<(), TelemetryError>, String) {
+    let logs = Logs::default();
+    let writer = logs.clone();
     let (dispatch, guard) = Telemetry::builder(settings)
-        .queue_size(16)
+        .queue_size(queue)
         .export_interval(Duration::from_millis(50))
         .export_timeout(export_timeout)
         .shutdown_timeout(shutdown_timeout)
-        .log_writer(tracing_subscriber::fmt::TestWriter::new())
+        .log_writer(move || writer.clone())
         .build()
         .unwrap()
         .into_parts();
@@ -298,7 +334,7 @@ async fn run_against(
     .await
     .expect("the workload was blocked by export");
     let (guard, result) = shutdown(guard).await;
-    (guard.export_stats(), result)
+    (guard.export_stats(), result, logs.text())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -310,23 +346,123 @@ async fn telemetry_a_collector_that_is_down_costs_the_run_nothing() {
     };
     let settings = settings_for(&format!("http://127.0.0.1:{port}"));
     let runs = 40;
-    let (stats, result) = run_against(
+    let (stats, result, logs) = run_logged(
         &settings,
         runs,
         Duration::from_millis(300),
         Duration::from_secs(5),
+        16,
     )
     .await;
     result.expect("shutdown completes: every export fails fast");
     assert_eq!(stats.exported, 0);
     assert_eq!(stats.queued, 0);
     assert!(stats.failed > 0, "{stats:?}");
+    // Nothing listens: the export says so and is never tried again.
+    assert_eq!(stats.retries, 0, "{stats:?}");
+    assert!(
+        logs.contains("span export failed: connection refused"),
+        "{logs}"
+    );
     // Every span is accounted for: failed on the wire or dropped at the queue.
     assert_eq!(
         stats.failed + stats.dropped,
         (runs * SPANS_PER_RUN) as u64,
         "{stats:?}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn telemetry_the_final_flush_to_a_refused_collector_is_one_attempt() {
+    // A short run whose spans all wait for the final flush (the interval
+    // never comes), as in a CLI run: one batch, one attempt, no retry.
+    let port = {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.local_addr().unwrap().port()
+    };
+    let settings = settings_for(&format!("http://127.0.0.1:{port}"));
+    let (dispatch, guard) = Telemetry::builder(&settings)
+        .export_interval(Duration::from_secs(3600))
+        .log_writer(tracing_subscriber::fmt::TestWriter::new())
+        .build()
+        .unwrap()
+        .into_parts();
+    {
+        let _default = tracing::dispatcher::set_default(&dispatch);
+        mimic_run("run-refused", ContentCapture::default()).await;
+    }
+    let (guard, result) = shutdown(guard).await;
+    result.expect("the flush ends at the refused connection");
+    let stats = guard.export_stats();
+    assert_eq!(
+        stats,
+        ExportStats {
+            queued: 0,
+            exported: 0,
+            failed: SPANS_PER_RUN as u64,
+            retries: 0,
+            dropped: 0,
+        }
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn telemetry_a_transient_collector_error_is_retried_during_a_run() {
+    // Answers 503 to the first export, then accepts.
+    let received = Received::default();
+    let answered = Arc::new(Mutex::new(false));
+    let flaky = Router::new().route(
+        "/v1/traces",
+        post({
+            let received = received.clone();
+            move |headers: HeaderMap, body: Bytes| {
+                let received = received.clone();
+                let first = !std::mem::replace(&mut *answered.lock().unwrap(), true);
+                async move {
+                    if first {
+                        return StatusCode::SERVICE_UNAVAILABLE.into_response();
+                    }
+                    receive(axum::extract::State(received), headers, body)
+                        .await
+                        .into_response()
+                }
+            }
+        }),
+    );
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, flaky).await.unwrap() });
+    let settings = settings_for(&format!("http://{addr}"));
+    let (dispatch, guard) = Telemetry::builder(&settings)
+        .export_interval(Duration::from_millis(20))
+        .log_writer(tracing_subscriber::fmt::TestWriter::new())
+        .build()
+        .unwrap()
+        .into_parts();
+    {
+        let _default = tracing::dispatcher::set_default(&dispatch);
+        mimic_run("run-flaky", ContentCapture::default()).await;
+    }
+    // The interval's export meets the 503 and its retry gets through, all
+    // before shutdown (which would not retry).
+    tokio::time::timeout(WAIT, async {
+        loop {
+            let arrived = received.arrived.notified();
+            if received.spans.lock().unwrap().len() >= SPANS_PER_RUN {
+                break;
+            }
+            arrived.await;
+        }
+    })
+    .await
+    .expect("the retried export never arrived");
+    let (guard, result) = shutdown(guard).await;
+    result.unwrap();
+    let stats = guard.export_stats();
+    assert_eq!(stats.retries, 1, "{stats:?}");
+    assert_eq!(stats.failed, 0, "{stats:?}");
+    assert_eq!(stats.exported, SPANS_PER_RUN as u64, "{stats:?}");
+    assert_eq!(received.spans.lock().unwrap().len(), SPANS_PER_RUN);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -12,14 +12,15 @@
 //! - peak memory of a single run ≤ 25 MB RSS: `ru_maxrss` of the child from
 //!   `wait4` (the largest of the process and the children it waited for).
 //!
-//! Four kinds of run: `x` (one model call that answers text at once) in a
+//! Five kinds of run: `x` (one model call that answers text at once) in a
 //! small project that is not a git repository; the same in a git repository
 //! of `TROUPE_BENCH_GIT_FILES` committed files (default 10,000), because the
 //! environment part of the system prompt runs `git status` before the first
 //! request; the same as the first with OTLP export on
 //! (`OTEL_EXPORTER_OTLP_ENDPOINT` at a loopback collector in this process,
-//! `bench::collector`), because `troupe` flushes its spans before it exits; and
-//! a run with tools (`read_file`, `glob`, `grep`, `bash` in bypass mode, then
+//! `bench::collector`), because `troupe` flushes its spans before it exits; the
+//! same with the endpoint at a port nobody listens on (a collector that is
+//! down: the flush at exit meets a refused connection); and a run with tools (`read_file`, `glob`, `grep`, `bash` in bypass mode, then
 //! the answer) in the small project. Every run opens its session store (sled)
 //! in `TROUPE_HOME`, writes the run durably and keeps its spans there (the
 //! local span store is always on). Each run gets fresh, empty
@@ -91,6 +92,8 @@ enum Kind {
     TrivialInGitRepo,
     /// `troupe run x` with OTLP export to the loopback collector.
     TrivialWithExport,
+    /// `troupe run x` with OTLP export to a port nobody listens on.
+    TrivialWithRefusedExport,
     /// `troupe run --mode bypass …`: four tool turns, then the answer.
     WithTools,
 }
@@ -103,15 +106,19 @@ impl Kind {
             Self::TrivialWithExport => {
                 "troupe run x (one text answer; OTLP export to a loopback collector)"
             }
+            Self::TrivialWithRefusedExport => {
+                "troupe run x (one text answer; OTLP export to a collector that is down)"
+            }
             Self::WithTools => "troupe run --mode bypass (read_file, glob, grep, bash, answer)",
         }
     }
 
     fn script(self, stamps: &ArrivalStamps) -> Script {
         let responses = match self {
-            Self::Trivial | Self::TrivialInGitRepo | Self::TrivialWithExport => {
-                vec![text(ANSWER)]
-            }
+            Self::Trivial
+            | Self::TrivialInGitRepo
+            | Self::TrivialWithExport
+            | Self::TrivialWithRefusedExport => vec![text(ANSWER)],
             Self::WithTools => vec![
                 tool_call("read_file", json!({"path": "README.md"})),
                 tool_call("glob", json!({"pattern": "**/*.rs"})),
@@ -130,7 +137,10 @@ impl Kind {
 
     fn args(self) -> &'static [&'static str] {
         match self {
-            Self::Trivial | Self::TrivialInGitRepo | Self::TrivialWithExport => &["run", "x"],
+            Self::Trivial
+            | Self::TrivialInGitRepo
+            | Self::TrivialWithExport
+            | Self::TrivialWithRefusedExport => &["run", "x"],
             Self::WithTools => &["run", "--mode", "bypass", "Look around the project."],
         }
     }
@@ -412,6 +422,13 @@ fn run_once(
     if kind == Kind::TrivialWithExport {
         command.env(ENDPOINT_VAR, collector.endpoint());
     }
+    if kind == Kind::TrivialWithRefusedExport {
+        // A port that was just closed: connections to it are refused.
+        let closed = std::net::TcpListener::bind("127.0.0.1:0").map_err(|e| e.to_string())?;
+        let addr = closed.local_addr().map_err(|e| e.to_string())?;
+        drop(closed);
+        command.env(ENDPOINT_VAR, format!("http://{addr}"));
+    }
     let exports_before = collector.stats().requests;
     let spawned = Instant::now();
     let child = command
@@ -632,6 +649,7 @@ fn bench() -> Result<(), String> {
         Kind::Trivial,
         Kind::TrivialInGitRepo,
         Kind::TrivialWithExport,
+        Kind::TrivialWithRefusedExport,
         Kind::WithTools,
     ] {
         let project = (kind == Kind::TrivialInGitRepo).then(|| repo.path());

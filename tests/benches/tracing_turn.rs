@@ -322,6 +322,7 @@ fn child(setup: Setup) -> Result<(), String> {
         let value = json!({
             "exported": stats.exported,
             "failed": stats.failed,
+            "retries": stats.retries,
             "dropped": stats.dropped,
             "unfiled": switch.unfiled(),
         });
@@ -386,6 +387,7 @@ fn run_child(
                 queued: 0,
                 exported: count("exported"),
                 failed: count("failed"),
+                retries: count("retries"),
                 dropped: count("dropped"),
             };
             output.unfiled = count("unfiled");

@@ -97,6 +97,9 @@ async fn a_run_is_one_trace_with_a_span_for_every_step() {
         assert_eq!(attrs["gen_ai.provider.name"], "scripted");
         assert_eq!(attrs["gen_ai.request.model"], "scripted-model");
         assert_eq!(attrs["gen_ai.response.model"], "scripted-model");
+        // The id the server gave the response (`message_start.message.id`).
+        let id = &attrs["gen_ai.response.id"];
+        assert!(id.starts_with("msg_01") && id.len() > 20, "{id}");
         assert_eq!(attrs["gen_ai.conversation.id"], run.session_id);
         assert!(attrs.contains_key("gen_ai.usage.input_tokens"));
         assert!(attrs.contains_key("gen_ai.usage.output_tokens"));
@@ -106,6 +109,19 @@ async fn a_run_is_one_trace_with_a_span_for_every_step() {
             "content is off by default"
         );
     }
+    let mut ids: Vec<String> = chats
+        .iter()
+        .map(|chat| attributes(chat)["gen_ai.response.id"].clone())
+        .collect();
+    let mut sent: Vec<String> = h
+        .server
+        .requests()
+        .into_iter()
+        .filter_map(|request| request.response_id)
+        .collect();
+    ids.sort();
+    sent.sort();
+    assert_eq!(ids, sent, "each chat span names its own response");
     let first = attributes(chats[0]);
     // Input tokens count cached input too (GenAI conventions).
     assert_eq!(first["gen_ai.usage.input_tokens"], "150");

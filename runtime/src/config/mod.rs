@@ -271,7 +271,9 @@ pub struct ResolvedProvider {
     pub api_key_env: String,
     /// Context window in tokens.
     pub context_window: u64,
-    /// `max_tokens` per response.
+    /// `max_tokens` per response, sent as is. With Anthropic thinking on it
+    /// already holds the thinking budget (it is above it); nothing adds the
+    /// budget again.
     pub max_tokens: u32,
     /// Extended-thinking budget, when enabled (Anthropic).
     pub thinking_budget: Option<u32>,

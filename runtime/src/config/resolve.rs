@@ -271,7 +271,8 @@ pub fn resolve_entry(
     })
 }
 
-/// `max_tokens` for a response. Anthropic requires it to exceed the thinking
+/// `max_tokens` for a response — the one place that accounts for the thinking
+/// budget; the value is sent as is. Anthropic requires it to exceed the thinking
 /// budget: when thinking is on and `max_tokens` is not written, it becomes the
 /// budget plus the default answer allowance (SPEC §2: 8,192); an explicit value
 /// that leaves no room is an error.
@@ -586,8 +587,16 @@ mod tests {
             Ok(DEFAULT_THINKING_BUDGET + DEFAULT_MAX_TOKENS)
         );
         assert_eq!(
+            max_tokens_for("c", Protocol::Anthropic, None, Some(10_000)),
+            Ok(18_192)
+        );
+        assert_eq!(
             max_tokens_for("c", Protocol::Anthropic, Some(32_000), Some(16_000)),
             Ok(32_000)
+        );
+        assert_eq!(
+            max_tokens_for("c", Protocol::Anthropic, Some(20_000), Some(16_000)),
+            Ok(20_000)
         );
         assert!(matches!(
             max_tokens_for("c", Protocol::Anthropic, Some(8_192), Some(16_000)),

@@ -8,7 +8,7 @@
 
 use crate::model::{ContentBlock, Message, Role, StopReason, Usage};
 
-use super::StreamEvent;
+use super::{ResponseMetadata, StreamEvent};
 
 /// Accumulates one response.
 #[derive(Debug, Default, Clone)]
@@ -16,6 +16,7 @@ pub struct ResponseAccumulator {
     blocks: Vec<ContentBlock>,
     usage: Usage,
     stop_reason: Option<StopReason>,
+    metadata: ResponseMetadata,
     /// True once any event carrying content (text, thinking, tool call) arrived.
     delivered: bool,
 }
@@ -74,6 +75,7 @@ impl ResponseAccumulator {
                 self.delivered = true;
                 self.blocks.push(ContentBlock::ToolCall(call.clone()));
             }
+            StreamEvent::Metadata(metadata) => self.metadata = metadata.clone(),
             StreamEvent::Usage(usage) => self.usage = *usage,
             StreamEvent::Stop(reason) => self.stop_reason = Some(reason.clone()),
             // A retry adds nothing to the response: the next attempt's events follow.
@@ -89,6 +91,11 @@ impl ResponseAccumulator {
     /// Usage so far.
     pub fn usage(&self) -> Usage {
         self.usage
+    }
+
+    /// The response's id and model, as far as the provider sent them.
+    pub fn metadata(&self) -> &ResponseMetadata {
+        &self.metadata
     }
 
     /// The stop reason, once the response ended normally.
@@ -134,6 +141,12 @@ mod tests {
             ..Usage::default()
         }));
         assert!(!acc.has_delivered());
+        acc.push(&StreamEvent::Metadata(ResponseMetadata {
+            id: Some("msg_1".into()),
+            model: Some("claude-x".into()),
+        }));
+        assert!(!acc.has_delivered(), "metadata is not content");
+        assert_eq!(acc.metadata().id.as_deref(), Some("msg_1"));
         for event in [
             StreamEvent::ThinkingDelta("let me ".into()),
             StreamEvent::ThinkingDelta("think".into()),

@@ -12,9 +12,12 @@
 //! (tool results first) so roles alternate; a rolling cache breakpoint marks the
 //! last block of the newest message (2 breakpoints in all, the limit is
 //! [`MAX_CACHE_BREAKPOINTS`]). Thinking blocks go back with their signatures
-//! unchanged so extended thinking stays on across tool turns.
+//! unchanged so extended thinking stays on across tool turns. `max_tokens` is
+//! the resolved configuration's value as is: it already makes room for the
+//! thinking budget.
 //!
-//! Response: text and thinking deltas are yielded as they arrive; a tool call is
+//! Response: the message's id and model first (`message_start`); text and
+//! thinking deltas are yielded as they arrive; a tool call is
 //! yielded complete at its `content_block_stop`; usage after `message_start` and
 //! at `message_stop`, then the stop reason. An `error` event ends the stream with
 //! a typed error; a body that ends before `message_stop` is a broken stream.
@@ -32,8 +35,8 @@ use super::http::{self, ErrorResponse, Wire, WireProvider};
 use super::retry::RetryPolicy;
 use super::sse::{Progress, SseEvent, WireDecoder, excerpt};
 use super::{
-    ChatRequest, EventStream, Provider, ProviderError, ProviderErrorKind, StreamEvent,
-    ToolDefinition,
+    ChatRequest, EventStream, Provider, ProviderError, ProviderErrorKind, ResponseMetadata,
+    StreamEvent, ToolDefinition,
 };
 use crate::config::ResolvedProvider;
 use crate::model::{ContentBlock, Message, Role, StopReason, ToolOutputPart, Usage};
@@ -44,18 +47,6 @@ pub const ANTHROPIC_VERSION: &str = "2023-06-01";
 pub const MESSAGES_PATH: &str = "/v1/messages";
 /// SPEC §2: at most this many cache breakpoints per request (an API limit).
 pub const MAX_CACHE_BREAKPOINTS: usize = 4;
-
-/// The `max_tokens` sent for a configured `max_tokens` and thinking budget.
-///
-/// Anthropic requires `max_tokens > budget_tokens`. The configured value is the
-/// room for the visible answer, so with thinking enabled the budget is added on
-/// top: `max_tokens + budget` (saturating). Without thinking it is sent as is.
-pub fn effective_max_tokens(max_tokens: u32, thinking_budget: Option<u32>) -> u32 {
-    match thinking_budget {
-        Some(budget) => max_tokens.saturating_add(budget),
-        None => max_tokens,
-    }
-}
 
 // ---------------------------------------------------------------------------
 // Request body
@@ -362,7 +353,9 @@ pub fn request_body(
     }
     let body = Body {
         model: &config.model,
-        max_tokens: effective_max_tokens(config.max_tokens, config.thinking_budget),
+        // Sent as resolved: the configuration already made room for the
+        // thinking budget (`config::resolve`), so it is never added again here.
+        max_tokens: config.max_tokens,
         stream: true,
         thinking: config.thinking_budget.map(|budget_tokens| ThinkingParam {
             kind: "enabled",
@@ -508,6 +501,10 @@ struct MessageStart {
 
 #[derive(Deserialize)]
 struct StartMessage {
+    #[serde(default)]
+    id: Option<String>,
+    #[serde(default)]
+    model: Option<String>,
     #[serde(default)]
     usage: Option<WireUsage>,
 }
@@ -656,6 +653,13 @@ impl AnthropicDecoder {
         match name {
             "message_start" => {
                 let start: MessageStart = self.parse(name, data)?;
+                let metadata = ResponseMetadata {
+                    id: start.message.id.filter(|id| !id.is_empty()),
+                    model: start.message.model.filter(|model| !model.is_empty()),
+                };
+                if metadata != ResponseMetadata::default() {
+                    out.push_back(StreamEvent::Metadata(metadata));
+                }
                 if let Some(usage) = start.message.usage {
                     usage.apply(&mut self.usage);
                 }
@@ -1003,13 +1007,6 @@ mod tests {
             r#"{"q": "x"}"#
         );
         assert_eq!(tool_input(r#"{"bad"#.into(), None), r#"{"bad"#);
-    }
-
-    #[test]
-    fn thinking_budget_is_added_to_max_tokens() {
-        assert_eq!(effective_max_tokens(8_192, None), 8_192);
-        assert_eq!(effective_max_tokens(8_192, Some(16_000)), 24_192);
-        assert_eq!(effective_max_tokens(u32::MAX, Some(1)), u32::MAX);
     }
 
     #[test]

@@ -571,7 +571,10 @@ fn body_stream<W: Send + Sync + 'static>(
 fn is_content(event: &StreamEvent) -> bool {
     !matches!(
         event,
-        StreamEvent::Usage(_) | StreamEvent::Stop(_) | StreamEvent::Retrying(_)
+        StreamEvent::Metadata(_)
+            | StreamEvent::Usage(_)
+            | StreamEvent::Stop(_)
+            | StreamEvent::Retrying(_)
     )
 }
 

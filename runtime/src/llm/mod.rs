@@ -58,13 +58,27 @@ pub struct ChatRequest {
     pub tools: Vec<ToolDefinition>,
 }
 
-/// What a provider stream yields, in order. Text and thinking arrive as deltas;
-/// tool calls arrive complete (arguments fully accumulated); usage events carry
-/// cumulative totals for the response so far (the last one wins); `Stop` is the
-/// last event of a successful stream; `Retrying` says a failed attempt is
-/// about to be repeated.
+/// What the provider says about a response before its content.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ResponseMetadata {
+    /// The provider's id of the response (Anthropic `msg_…`, OpenAI
+    /// `chatcmpl-…`).
+    pub id: Option<String>,
+    /// The model that answered, as the provider names it.
+    pub model: Option<String>,
+}
+
+/// What a provider stream yields, in order. The response's metadata comes
+/// first, once, when the provider sends any; text and thinking arrive as
+/// deltas; tool calls arrive complete (arguments fully accumulated); usage
+/// events carry cumulative totals for the response so far (the last one wins);
+/// `Stop` is the last event of a successful stream; `Retrying` says a failed
+/// attempt is about to be repeated.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum StreamEvent {
+    /// The response's id and model (Anthropic `message_start`, the first
+    /// OpenAI chunk). Not content: it does not end the right to retry.
+    Metadata(ResponseMetadata),
     /// A piece of answer text.
     TextDelta(String),
     /// A piece of thinking text.

@@ -28,7 +28,10 @@ use serde::{Deserialize, Serialize};
 use super::http::{self, ErrorResponse, Wire, WireProvider};
 use super::retry::RetryPolicy;
 use super::sse::{Progress, SseEvent, WireDecoder, excerpt};
-use super::{ChatRequest, EventStream, Provider, ProviderError, ProviderErrorKind, StreamEvent};
+use super::{
+    ChatRequest, EventStream, Provider, ProviderError, ProviderErrorKind, ResponseMetadata,
+    StreamEvent,
+};
 use crate::config::ResolvedProvider;
 use crate::model::{ContentBlock, Message, Role, StopReason, ToolCall, ToolOutputPart, Usage};
 
@@ -408,6 +411,10 @@ pub fn error_from_response(provider: &str, response: &ErrorResponse) -> Provider
 #[derive(Deserialize)]
 struct Chunk<'a> {
     #[serde(default, borrow)]
+    id: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    model: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
     choices: Vec<Choice<'a>>,
     #[serde(default)]
     usage: Option<WireUsage>,
@@ -506,6 +513,8 @@ pub(crate) struct OpenAiDecoder {
     calls: BTreeMap<u64, PartialCall>,
     finish: Option<StopReason>,
     usage: Option<Usage>,
+    /// The response's id and model were yielded.
+    described: bool,
 }
 
 impl OpenAiDecoder {
@@ -516,6 +525,7 @@ impl OpenAiDecoder {
             calls: BTreeMap::new(),
             finish: None,
             usage: None,
+            described: false,
         }
     }
 
@@ -593,6 +603,19 @@ impl WireDecoder for OpenAiDecoder {
         if chunk.error.is_some() || chunk.object.as_deref() == Some("error") {
             let value: serde_json::Value = serde_json::from_str(data).unwrap_or_default();
             return Err(self.stream_error(&value));
+        }
+        if !self.described {
+            let metadata = ResponseMetadata {
+                id: chunk.id.filter(|id| !id.is_empty()).map(Cow::into_owned),
+                model: chunk
+                    .model
+                    .filter(|model| !model.is_empty())
+                    .map(Cow::into_owned),
+            };
+            if metadata != ResponseMetadata::default() {
+                self.described = true;
+                out.push_back(StreamEvent::Metadata(metadata));
+            }
         }
         for choice in chunk.choices.into_iter().filter(|choice| choice.index == 0) {
             if let Some(delta) = choice.delta {

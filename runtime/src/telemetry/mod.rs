@@ -21,6 +21,7 @@
 //! child processes get the W3C `traceparent` from
 //! [`propagation::current_traceparent`].
 
+mod export;
 pub mod genai;
 mod local;
 mod pipeline;
@@ -29,6 +30,7 @@ mod render;
 mod settings;
 pub mod testing;
 
+pub use export::{ExportFailure, FIRST_RETRY_DELAY, MAX_EXPORT_RETRIES};
 pub use local::{
     LocalSpanProcessor, MAX_ATTRIBUTE_CHARS, MAX_PENDING_SPANS, MemorySpanSink, RECENT_RUNS,
     SpanEventRecord, SpanRecord, SpanSink, SpanStatus,
@@ -36,12 +38,12 @@ pub use local::{
 pub use pipeline::{
     DROP_LOG_EVERY, EXPORT_BATCH_SIZE, EXPORT_FAILURE_LOG_EVERY, EXPORT_INTERVAL,
     EXPORT_QUEUE_SIZE, EXPORT_TIMEOUT, ExportStats, SHUTDOWN_TIMEOUT, Telemetry, TelemetryBuilder,
-    TelemetryError, TelemetryGuard, init,
+    TelemetryError, TelemetryGuard, init, log_filter,
 };
 pub use render::render_span_tree;
 pub use settings::{
     DEFAULT_LOG_FILTER, DEFAULT_SERVICE_NAME, OtlpExport, OtlpProtocol, SettingsError, TRACES_PATH,
-    TelemetrySettings,
+    TelemetrySettings, log_filter_from_env,
 };
 
 /// The `tracing` target of every span and span event that becomes

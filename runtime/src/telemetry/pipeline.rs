@@ -10,8 +10,10 @@
 //! [`DROP_LOG_EVERY`] drops). A dedicated thread (the SDK's batch processor)
 //! sends batches of [`EXPORT_BATCH_SIZE`] every [`EXPORT_INTERVAL`] with a
 //! blocking HTTP client and an [`EXPORT_TIMEOUT`]; failures are counted and
-//! logged (first failure, then every [`EXPORT_FAILURE_LOG_EVERY`]). Nothing on
-//! that thread touches the application's tokio runtime.
+//! logged (first failure, then every [`EXPORT_FAILURE_LOG_EVERY`]), and only
+//! transient ones are retried (`export`: never a refused connection, never
+//! once shutdown began). Nothing on that thread touches the application's
+//! tokio runtime.
 //!
 //! Why the blocking client: the SDK's stable batch processor runs on its own OS
 //! thread and needs a blocking exporter. The async reqwest client would need the
@@ -21,8 +23,8 @@
 
 use std::fmt;
 use std::io;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use opentelemetry::trace::{TraceContextExt, TracerProvider as _};
@@ -30,7 +32,7 @@ use opentelemetry::{Context, InstrumentationScope, KeyValue};
 use opentelemetry_sdk::Resource;
 use opentelemetry_sdk::error::{OTelSdkError, OTelSdkResult};
 use opentelemetry_sdk::trace::{
-    BatchConfigBuilder, BatchSpanProcessor, SdkTracerProvider, SpanData, SpanExporter,
+    BatchConfigBuilder, BatchSpanProcessor, Sampler, SdkTracerProvider, SpanData, SpanLimits,
     SpanProcessor, TracerProviderBuilder,
 };
 use tracing::{Dispatch, Event, Level, Subscriber};
@@ -44,8 +46,9 @@ use tracing_subscriber::layer::SubscriberExt as _;
 use tracing_subscriber::registry::LookupSpan;
 
 use super::TRACE_TARGET;
+use super::export::{Closing, exporter};
 use super::local::{LocalSpanProcessor, SpanSink};
-use super::settings::{OtlpExport, OtlpProtocol, SettingsError, TelemetrySettings};
+use super::settings::{DEFAULT_LOG_FILTER, SettingsError, TelemetrySettings};
 
 /// Most finished spans waiting for export. A span is 1–2 KB in memory, so a
 /// full queue holds a few MB; a run makes a handful of spans per turn, so it
@@ -72,7 +75,7 @@ pub const DROP_LOG_EVERY: u64 = 1000;
 pub const EXPORT_FAILURE_LOG_EVERY: u64 = 20;
 
 /// `tracing` target of the pipeline's own log lines.
-const LOG_TARGET: &str = "troupe::telemetry";
+pub(super) const LOG_TARGET: &str = "troupe::telemetry";
 
 /// Instrumentation scope of Troupe's spans.
 const SCOPE_NAME: &str = "troupe";
@@ -83,14 +86,6 @@ pub enum TelemetryError {
     /// A telemetry variable has an unusable value.
     #[error(transparent)]
     Settings(#[from] SettingsError),
-    /// The log filter does not parse.
-    #[error("invalid log filter {filter:?} (TROUPE_LOG / RUST_LOG): {message}")]
-    LogFilter {
-        /// The filter text.
-        filter: String,
-        /// What is wrong with it.
-        message: String,
-    },
     /// The OTLP exporter could not be built.
     #[error("cannot set up OTLP export to {endpoint}: {message}")]
     Exporter {
@@ -109,12 +104,13 @@ pub enum TelemetryError {
 
 /// Export counters.
 #[derive(Debug, Default)]
-struct Counters {
-    queued: AtomicUsize,
-    exported: AtomicU64,
-    failed: AtomicU64,
-    failed_batches: AtomicU64,
-    dropped: AtomicU64,
+pub(super) struct Counters {
+    pub(super) queued: AtomicUsize,
+    pub(super) exported: AtomicU64,
+    pub(super) failed: AtomicU64,
+    pub(super) failed_batches: AtomicU64,
+    pub(super) retries: AtomicU64,
+    pub(super) dropped: AtomicU64,
 }
 
 impl Counters {
@@ -123,11 +119,12 @@ impl Counters {
             queued: self.queued.load(Ordering::Acquire),
             exported: self.exported.load(Ordering::Acquire),
             failed: self.failed.load(Ordering::Acquire),
+            retries: self.retries.load(Ordering::Acquire),
             dropped: self.dropped.load(Ordering::Acquire),
         }
     }
 
-    fn dequeue(&self, n: usize) {
+    pub(super) fn dequeue(&self, n: usize) {
         // Saturating: spans admitted before a counter reset never exist, but a
         // wrap-around would report an absurd queue length.
         let _ = self
@@ -151,7 +148,7 @@ impl Counters {
 }
 
 /// True for the 1st, (every+1)th, (2·every+1)th … occurrence.
-fn should_log(count: u64, every: u64) -> bool {
+pub(super) fn should_log(count: u64, every: u64) -> bool {
     every <= 1 || count % every == 1
 }
 
@@ -164,6 +161,9 @@ pub struct ExportStats {
     pub exported: u64,
     /// Spans in exports that failed (collector down, refused, timed out).
     pub failed: u64,
+    /// Export attempts repeated after a transient failure (never for a
+    /// refused connection, never once shutdown began).
+    pub retries: u64,
     /// Spans dropped because the queue was full or export had shut down.
     pub dropped: u64,
 }
@@ -177,6 +177,7 @@ struct QueueGate {
     counters: Arc<Counters>,
     capacity: usize,
     closed: AtomicBool,
+    closing: Arc<Closing>,
 }
 
 impl SpanProcessor for QueueGate {
@@ -204,6 +205,8 @@ impl SpanProcessor for QueueGate {
 
     fn shutdown_with_timeout(&self, timeout: Duration) -> OTelSdkResult {
         self.closed.store(true, Ordering::Release);
+        // The final flush makes one attempt per batch; a retry wait ends now.
+        self.closing.close();
         self.inner.shutdown_with_timeout(timeout)
     }
 
@@ -212,94 +215,18 @@ impl SpanProcessor for QueueGate {
     }
 }
 
-/// Counts what the wrapped exporter sends and logs its failures (the SDK's own
-/// error logs need its `internal-logs` feature, which is off).
-#[derive(Debug)]
-struct CountingExporter<E> {
-    inner: E,
-    counters: Arc<Counters>,
-    endpoint: String,
-}
-
-impl<E: SpanExporter> SpanExporter for CountingExporter<E> {
-    async fn export(&self, batch: Vec<SpanData>) -> OTelSdkResult {
-        let n = batch.len();
-        self.counters.dequeue(n);
-        let result = self.inner.export(batch).await;
-        match &result {
-            Ok(()) => {
-                self.counters.exported.fetch_add(n as u64, Ordering::AcqRel);
-            }
-            Err(err) => {
-                self.counters.failed.fetch_add(n as u64, Ordering::AcqRel);
-                let failures = self.counters.failed_batches.fetch_add(1, Ordering::AcqRel) + 1;
-                if should_log(failures, EXPORT_FAILURE_LOG_EVERY) {
-                    tracing::warn!(
-                        target: LOG_TARGET,
-                        endpoint = %self.endpoint,
-                        failed_exports = failures,
-                        spans = n,
-                        "span export failed: {err}"
-                    );
-                }
-            }
-        }
-        result
-    }
-
-    fn shutdown_with_timeout(&self, timeout: Duration) -> OTelSdkResult {
-        self.inner.shutdown_with_timeout(timeout)
-    }
-
-    fn force_flush(&self) -> OTelSdkResult {
-        self.inner.force_flush()
-    }
-
-    fn set_resource(&mut self, resource: &Resource) {
-        self.inner.set_resource(resource);
-    }
-}
-
-/// Installs ring as the process's rustls provider (reqwest is built without
-/// one); an already installed provider is kept.
-fn install_crypto_provider() {
-    static INSTALL: std::sync::Once = std::sync::Once::new();
-    INSTALL.call_once(|| {
-        // Err means another provider is already installed, which serves as well.
-        let _ = rustls::crypto::ring::default_provider().install_default();
-    });
-}
-
-fn otlp_exporter(
-    export: &OtlpExport,
-    timeout: Duration,
-) -> Result<opentelemetry_otlp::SpanExporter, TelemetryError> {
-    use opentelemetry_otlp::WithExportConfig as _;
-    let failed = |err: opentelemetry_otlp::ExporterBuildError| TelemetryError::Exporter {
-        endpoint: export.endpoint.clone(),
-        message: err.to_string(),
-    };
-    match export.protocol {
-        OtlpProtocol::HttpProtobuf => {
-            install_crypto_provider();
-            opentelemetry_otlp::SpanExporter::builder()
-                .with_http()
-                .with_protocol(opentelemetry_otlp::Protocol::HttpBinary)
-                .with_endpoint(export.endpoint.clone())
-                .with_timeout(timeout)
-                .build()
-                .map_err(failed)
-        }
-        #[cfg(feature = "grpc")]
-        OtlpProtocol::Grpc => opentelemetry_otlp::SpanExporter::builder()
-            .with_tonic()
-            .with_protocol(opentelemetry_otlp::Protocol::Grpc)
-            .with_endpoint(export.endpoint.clone())
-            .with_timeout(timeout)
-            .build()
-            .map_err(failed),
-        #[cfg(not(feature = "grpc"))]
-        OtlpProtocol::Grpc => Err(SettingsError::GrpcNotBuiltIn.into()),
+/// The log filter of `text` (env-filter syntax). A filter that does not parse
+/// never turns anything off: the default [`DEFAULT_LOG_FILTER`] is used instead,
+/// with the warning to log once (naming the text and what is wrong with it).
+pub fn log_filter(text: &str) -> (EnvFilter, Option<String>) {
+    match EnvFilter::try_new(text) {
+        Ok(filter) => (filter, None),
+        Err(err) => (
+            EnvFilter::new(DEFAULT_LOG_FILTER),
+            Some(format!(
+                "invalid log filter {text:?} in TROUPE_LOG / RUST_LOG ({err}); using {DEFAULT_LOG_FILTER:?}"
+            )),
+        ),
     }
 }
 
@@ -434,13 +361,10 @@ impl TelemetryBuilder {
             log_writer,
         } = self;
 
-        let log_filter =
-            EnvFilter::try_new(&settings.log_filter).map_err(|err| TelemetryError::LogFilter {
-                filter: settings.log_filter.clone(),
-                message: err.to_string(),
-            })?;
+        let (log_filter, filter_warning) = log_filter(&settings.log_filter);
 
         let counters = Arc::new(Counters::default());
+        let export_logs = Arc::new(OnceLock::new());
         let exporting = settings.export.is_some();
         let mut processors = extra_processors;
         if let Some(sink) = local_sink {
@@ -448,11 +372,14 @@ impl TelemetryBuilder {
             processors += 1;
         }
         if let Some(export) = &settings.export {
-            let exporter = CountingExporter {
-                inner: otlp_exporter(export, export_timeout)?,
-                counters: counters.clone(),
-                endpoint: export.endpoint.clone(),
-            };
+            let closing = Arc::new(Closing::default());
+            let exporter = exporter(
+                export,
+                export_timeout,
+                counters.clone(),
+                closing.clone(),
+                export_logs.clone(),
+            )?;
             let config = BatchConfigBuilder::default()
                 .with_max_queue_size(queue_size)
                 .with_max_export_batch_size(EXPORT_BATCH_SIZE.min(queue_size))
@@ -463,6 +390,7 @@ impl TelemetryBuilder {
                 counters: counters.clone(),
                 capacity: queue_size,
                 closed: AtomicBool::new(false),
+                closing,
             });
             processors += 1;
         }
@@ -496,9 +424,18 @@ impl TelemetryBuilder {
         let subscriber = tracing_subscriber::registry()
             .with(log_layer)
             .with(otel_layer);
+        let dispatch = Dispatch::new(subscriber);
+        // Weak: the dispatcher owns the provider, which owns the exporter.
+        let _ = export_logs.set(dispatch.downgrade());
+        if let Some(warning) = filter_warning {
+            // Through this pipeline's own log layer, installed or not.
+            tracing::dispatcher::with_default(&dispatch, || {
+                tracing::warn!(target: LOG_TARGET, "{warning}");
+            });
+        }
 
         Ok(Telemetry {
-            dispatch: Dispatch::new(subscriber),
+            dispatch,
             guard: TelemetryGuard {
                 provider: Some(provider),
                 counters,
@@ -522,7 +459,12 @@ impl Telemetry {
         TelemetryBuilder {
             settings: settings.clone(),
             local_sink: None,
-            provider: SdkTracerProvider::builder(),
+            // Pinned, so the SDK's own `OTEL_TRACES_SAMPLER` and
+            // `OTEL_SPAN_*_COUNT_LIMIT` never thin out a run's spans (the local
+            // span store needs every one): the SDK defaults, always.
+            provider: SdkTracerProvider::builder()
+                .with_sampler(Sampler::ParentBased(Box::new(Sampler::AlwaysOn)))
+                .with_span_limits(SpanLimits::default()),
             extra_processors: 0,
             queue_size: EXPORT_QUEUE_SIZE,
             export_interval: EXPORT_INTERVAL,
@@ -659,14 +601,78 @@ mod tests {
     }
 
     #[test]
-    fn a_bad_log_filter_is_an_error() {
+    fn a_bad_log_filter_falls_back_to_the_default() {
+        let (filter, warning) = log_filter("info,troupe=debug");
+        assert_eq!(warning, None);
+        assert_eq!(filter.to_string(), "troupe=debug,info");
+        for bad in ["foo=[[[", "=[bad", "troupe=loud"] {
+            let (filter, warning) = log_filter(bad);
+            assert_eq!(filter.to_string(), DEFAULT_LOG_FILTER, "{bad}");
+            let warning = warning.expect(bad);
+            assert!(
+                warning.contains(bad) && warning.contains("TROUPE_LOG"),
+                "{warning}"
+            );
+        }
+    }
+
+    /// A log sink for tests.
+    #[derive(Clone, Default)]
+    struct Lines(Arc<std::sync::Mutex<Vec<u8>>>);
+
+    impl io::Write for Lines {
+        fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+            self.0
+                .lock()
+                .map_err(|_| io::Error::other("poisoned"))?
+                .extend_from_slice(buf);
+            Ok(buf.len())
+        }
+
+        fn flush(&mut self) -> io::Result<()> {
+            Ok(())
+        }
+    }
+
+    impl Lines {
+        fn text(&self) -> String {
+            String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
+        }
+    }
+
+    #[test]
+    fn a_bad_log_filter_is_one_warning_and_spans_still_flow() {
         let settings = TelemetrySettings {
-            log_filter: "=[bad".into(),
+            log_filter: "foo=[[[".into(),
             ..TelemetrySettings::default()
         };
-        let err = Telemetry::builder(&settings).build().unwrap_err();
-        assert!(matches!(err, TelemetryError::LogFilter { .. }), "{err:?}");
-        assert!(err.to_string().contains("RUST_LOG"));
+        let lines = Lines::default();
+        let writer = lines.clone();
+        let sink = Arc::new(super::super::local::MemorySpanSink::default());
+        let telemetry = Telemetry::builder(&settings)
+            .local_sink(sink.clone())
+            .log_writer(move || writer.clone())
+            .build()
+            .expect("a bad filter never stops telemetry");
+        let text = lines.text();
+        assert_eq!(text.matches("invalid log filter").count(), 1, "{text}");
+        assert!(text.contains("foo=[[["), "{text}");
+        tracing::dispatcher::with_default(telemetry.dispatch(), || {
+            // The default filter applies: warnings pass, debug lines do not.
+            tracing::debug!("hidden");
+            tracing::warn!("shown");
+            let agent =
+                super::super::genai::agent_span(&tracing::Span::none(), "run-1", "main", "s");
+            drop(agent);
+        });
+        let text = lines.text();
+        assert!(text.contains("shown") && !text.contains("hidden"), "{text}");
+        assert_eq!(text.matches("invalid log filter").count(), 1, "{text}");
+        drop(telemetry);
+        assert!(
+            !sink.spans("run-1").is_empty(),
+            "the local span store still gets the run"
+        );
     }
 
     #[test]

@@ -130,9 +130,7 @@ impl TelemetrySettings {
         let service_name = get(ENV_SERVICE_NAME)
             .map(|name| name.trim().to_string())
             .unwrap_or_else(|| DEFAULT_SERVICE_NAME.to_string());
-        let log_filter = get(ENV_TROUPE_LOG)
-            .or_else(|| get(ENV_RUST_LOG))
-            .unwrap_or_else(|| DEFAULT_LOG_FILTER.to_string());
+        let log_filter = log_filter_from_env(&lookup);
 
         let disabled =
             get(ENV_SDK_DISABLED).is_some_and(|value| value.trim().eq_ignore_ascii_case("true"));
@@ -173,6 +171,16 @@ impl TelemetrySettings {
         self.capture_content = capture_content;
         self
     }
+}
+
+/// The log filter text: `TROUPE_LOG`, else `RUST_LOG`, else
+/// [`DEFAULT_LOG_FILTER`]; empty values count as unset. Whether it parses is
+/// decided where it is used ([`super::log_filter`]).
+pub fn log_filter_from_env(lookup: impl Fn(&str) -> Option<String>) -> String {
+    let get = |name: &str| lookup(name).filter(|value| !value.trim().is_empty());
+    get(ENV_TROUPE_LOG)
+        .or_else(|| get(ENV_RUST_LOG))
+        .unwrap_or_else(|| DEFAULT_LOG_FILTER.to_string())
 }
 
 fn parse_protocol(value: &str) -> Result<OtlpProtocol, SettingsError> {
@@ -340,6 +348,11 @@ mod tests {
         assert_eq!(s.log_filter, "debug");
         let s = settings(&[(ENV_TROUPE_LOG, "info"), (ENV_RUST_LOG, "debug")]).unwrap();
         assert_eq!(s.log_filter, "info");
+        let s = settings(&[(ENV_TROUPE_LOG, " "), (ENV_RUST_LOG, "debug")]).unwrap();
+        assert_eq!(s.log_filter, "debug");
+        // Any text is taken here; whether it parses is the pipeline's decision.
+        let s = settings(&[(ENV_TROUPE_LOG, "foo=[[[")]).unwrap();
+        assert_eq!(s.log_filter, "foo=[[[");
     }
 
     #[test]

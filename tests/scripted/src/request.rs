@@ -64,6 +64,9 @@ pub struct RecordedRequest {
     /// The script turn that answered it (index into the script, counting
     /// pushed turns), if one did.
     pub turn: Option<usize>,
+    /// The response id sent back (`message_start.message.id`, the chunks'
+    /// `id`), when the turn sent a response.
+    pub response_id: Option<String>,
 }
 
 impl RecordedRequest {
@@ -237,6 +240,7 @@ mod tests {
             body,
             body_len: 0,
             turn: None,
+            response_id: None,
         }
     }
 

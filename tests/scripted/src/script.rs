@@ -396,6 +396,7 @@ mod tests {
             }),
             body_len: 0,
             turn: None,
+            response_id: None,
         }
     }
 

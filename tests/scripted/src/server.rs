@@ -404,6 +404,7 @@ impl Shared {
                 body: parsed.as_ref().map_or(Value::Null, Clone::clone),
                 body_len: raw.len(),
                 turn: None,
+                response_id: None,
             };
             let violations = match &parsed {
                 Ok(body) => check_request(protocol, body),
@@ -499,13 +500,18 @@ fn take_turn(
         )
     })?;
     record.turn = Some(slot);
-    Ok(prepare(
+    let prepared = prepare(
         turn,
         record,
         request_id.to_owned(),
         &mut state.ids,
         config.chunk_chars,
-    ))
+    );
+    record.response_id = match &prepared.content {
+        Content::Reply(plan) | Content::Broken { plan, .. } => Some(plan.message_id.clone()),
+        Content::Error(_) => None,
+    };
+    Ok(prepared)
 }
 
 fn violation_message(violations: &[Violation]) -> String {

@@ -6,7 +6,7 @@ use crate::agent::StopCause;
 use crate::agent::history::complete_results;
 use crate::agent::{EMPTY_RESPONSE_PLACEHOLDER, RunOutcome};
 use crate::events::{EventKind, NOTICE_MODEL_RETRY, RunStatus};
-use crate::llm::{ChatRequest, ProviderError, ResponseAccumulator, StreamEvent};
+use crate::llm::{ChatRequest, ProviderError, ResponseAccumulator, ResponseMetadata, StreamEvent};
 use crate::model::{ContentBlock, Message, StopReason, ToolCall, Usage};
 use crate::telemetry::genai;
 
@@ -130,6 +130,9 @@ impl AgentLoop {
         let Some((acc, span)) = self.end_stream() else {
             return;
         };
+        if *acc.metadata() != ResponseMetadata::default() {
+            record_metadata(&span, &acc, &self.model);
+        }
         genai::record_chat_error(&span, error.kind);
         drop(span);
         out.push(Effect::Emit(EventKind::Error {
@@ -176,7 +179,7 @@ impl AgentLoop {
         };
         let usage = acc.usage();
         let reason = acc.stop_reason().cloned().unwrap_or(StopReason::EndTurn);
-        genai::record_response(&span, &self.model, None);
+        record_metadata(&span, &acc, &self.model);
         genai::record_finish(&span, &reason);
         out.push(Effect::Emit(EventKind::usage(&usage)));
         let mut message = acc.into_message();
@@ -217,4 +220,16 @@ impl AgentLoop {
         // execution leaves them answered "interrupted", never re-run.
         self.save_then(AfterSave::Execute(calls), out);
     }
+}
+
+/// Records on a chat span what the provider said about its response: the model
+/// that answered (the requested one when the provider named none) and the
+/// response id when it sent one.
+fn record_metadata(span: &tracing::Span, acc: &ResponseAccumulator, requested: &str) {
+    let metadata = acc.metadata();
+    genai::record_response(
+        span,
+        metadata.model.as_deref().unwrap_or(requested),
+        metadata.id.as_deref(),
+    );
 }

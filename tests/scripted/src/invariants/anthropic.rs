@@ -23,16 +23,14 @@ pub(super) fn check(body: &Value, out: &mut Findings) {
             "`model` is missing or not a non-empty string",
         );
     }
-    if request
-        .get("max_tokens")
-        .and_then(Value::as_u64)
-        .is_none_or(|max| max == 0)
-    {
+    let max_tokens = request.get("max_tokens").and_then(Value::as_u64);
+    if max_tokens.is_none_or(|max| max == 0) {
         out.push(
             Rule::MalformedRequest,
             "`max_tokens` is missing or not a positive integer",
         );
     }
+    check_thinking(request.get("thinking"), max_tokens, out);
     check_system(request.get("system"), out);
     if let Some(tools) = request.get("tools") {
         match tools.as_array() {
@@ -60,6 +58,35 @@ pub(super) fn check(body: &Value, out: &mut Findings) {
         return;
     };
     check_messages(messages, out);
+}
+
+/// `thinking`: `{"type": "enabled", "budget_tokens": N}` with N below
+/// `max_tokens` (the API refuses `max_tokens <= budget_tokens`).
+fn check_thinking(thinking: Option<&Value>, max_tokens: Option<u64>, out: &mut Findings) {
+    let Some(thinking) = thinking else {
+        return;
+    };
+    if thinking.get("type").and_then(Value::as_str) != Some("enabled") {
+        return;
+    }
+    match thinking.get("budget_tokens").and_then(Value::as_u64) {
+        None => out.push(
+            Rule::MalformedRequest,
+            "`thinking.budget_tokens` is missing or not an integer",
+        ),
+        Some(budget) => {
+            if let Some(max) = max_tokens
+                && max <= budget
+            {
+                out.push(
+                    Rule::MalformedRequest,
+                    format!(
+                        "`max_tokens` must be greater than `thinking.budget_tokens`: {max} <= {budget}"
+                    ),
+                );
+            }
+        }
+    }
 }
 
 fn check_system(system: Option<&Value>, out: &mut Findings) {
@@ -483,6 +510,19 @@ mod tests {
         let mut body = valid();
         body.as_object_mut().expect("object").remove("messages");
         assert_eq!(rules(&body), [Rule::MalformedRequest]);
+    }
+
+    #[test]
+    fn thinking_budget_must_be_below_max_tokens() {
+        let mut body = valid();
+        body["thinking"] = json!({"type": "enabled", "budget_tokens": 1000});
+        assert_eq!(rules(&body), []);
+        body["thinking"] = json!({"type": "enabled", "budget_tokens": 1024});
+        assert_eq!(rules(&body), [Rule::MalformedRequest]);
+        body["thinking"] = json!({"type": "enabled"});
+        assert_eq!(rules(&body), [Rule::MalformedRequest]);
+        body["thinking"] = json!({"type": "disabled"});
+        assert_eq!(rules(&body), []);
     }
 
     #[test]
