@@ -258,12 +258,18 @@ fn main() -> ExitCode {
         Command::Man { out_dir } => return ExitCode::from(shell::man(out_dir.as_deref())),
         _ => {}
     }
+    let no_color = std::env::var_os("NO_COLOR").map(|value| value.to_string_lossy().into_owned());
+    let color = render::use_color(
+        cli.color,
+        std::io::IsTerminal::is_terminal(&std::io::stderr()),
+        no_color.as_deref(),
+    );
     // Commands that run agents set up full telemetry once the store is open.
     if !matches!(
         cli.command,
         Command::Run(_) | Command::Resume(_) | Command::Demo(_) | Command::Serve { .. }
     ) {
-        init_logging();
+        init_logging(color);
     }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -276,12 +282,6 @@ fn main() -> ExitCode {
             return ExitCode::from(EXIT_RUNTIME);
         }
     };
-    let no_color = std::env::var_os("NO_COLOR").map(|value| value.to_string_lossy().into_owned());
-    let color = render::use_color(
-        cli.color,
-        std::io::IsTerminal::is_terminal(&std::io::stderr()),
-        no_color.as_deref(),
-    );
     let code = runtime.block_on(async move {
         match cli.command {
             Command::Run(args) => run::run(args, color).await,
@@ -319,11 +319,12 @@ fn main() -> ExitCode {
 /// Logs go to stderr (stdout carries answers and `--json` events), at `warn`
 /// unless `TROUPE_LOG` or `RUST_LOG` says otherwise; a filter that does not
 /// parse is one warning and the default filter.
-fn init_logging() {
+fn init_logging(color: bool) {
     use troupe_runtime::telemetry::{log_filter, log_filter_from_env};
     let (filter, warning) = log_filter(&log_filter_from_env(|name| std::env::var(name).ok()));
     let installed = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(color)
         .with_writer(std::io::stderr)
         .with_target(false)
         .try_init();

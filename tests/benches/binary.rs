@@ -261,6 +261,9 @@ impl Sandbox {
             .env("TROUPE_HOME", home.join("troupe"))
             .env("ANTHROPIC_BASE_URL", server.anthropic_base_url())
             .env("ANTHROPIC_API_KEY", "bench-key")
+            // Embedded runs: this bench times the process that runs them
+            // (the daemon bench times runs through a daemon).
+            .env("TROUPE_NO_DAEMON", "1")
             .args(args)
             .current_dir(&self.project)
             .stdin(Stdio::null())
