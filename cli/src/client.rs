@@ -353,7 +353,11 @@ impl RemoteEvents {
             // The stream ended before `run_finished`: reopen it.
             reconnects += 1;
             if reconnects > RECONNECTS {
-                tracing::error!(run = %self.run_id, "the daemon's event stream could not be reopened");
+                crate::signals::notice(&format!(
+                    "lost the connection to the daemon at {}; the run may still be going: \
+                     follow it with `troupe runs attach {} --from {}`",
+                    self.client.base, self.run_id, self.next_seq
+                ));
                 return None;
             }
             self.parser = SseParser::new();

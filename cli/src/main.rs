@@ -134,6 +134,11 @@ pub struct RunFlags {
     /// `TROUPE_NO_DAEMON=1`).
     #[arg(long, env = "TROUPE_NO_DAEMON", value_parser = clap::builder::BoolishValueParser::new(), default_value_t = false)]
     pub no_daemon: bool,
+    /// Start the run in the daemon, print its id and return at once (follow
+    /// it with `troupe runs attach`; approvals are answered with `troupe
+    /// approve`).
+    #[arg(long, conflicts_with_all = ["no_daemon", "json"])]
+    pub detach: bool,
 }
 
 /// Options of `troupe run`.

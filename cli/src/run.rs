@@ -248,13 +248,15 @@ async fn start_remote(
     } else {
         Approvals::Nobody
     };
+    // A detached run's approvals wait for `troupe approve`.
+    let interactive = flags.detach || approvals == Approvals::Terminal;
     let body = remote_request(
         &prompt,
         session,
         flags,
         &current_dir,
         std::env::vars(),
-        approvals == Approvals::Terminal,
+        interactive,
     );
     let submitted = match client.submit(&body).await {
         Ok(submitted) => submitted,
@@ -267,6 +269,14 @@ async fn start_remote(
         for warning in &submitted.warnings {
             eprintln!("troupe: {warning}");
         }
+    }
+    if flags.detach {
+        println!("{}", submitted.run_id);
+        eprintln!(
+            "troupe: started run {} in the daemon; follow it with: troupe runs attach {}",
+            submitted.run_id, submitted.run_id
+        );
+        return 0;
     }
     let events = match client.events(&submitted.run_id, 1).await {
         Ok(events) => events,
@@ -455,6 +465,7 @@ mod tests {
             budget_tokens: None,
             timeout: None,
             no_daemon: false,
+            detach: false,
         }
     }
 

@@ -154,3 +154,45 @@ async fn a_stale_state_file_of_a_killed_daemon_is_replaced() {
     assert_ne!(addr, "127.0.0.1:9");
     stop_daemon(&data);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_detached_run_prints_its_id_and_is_followed_later() {
+    let server = ScriptedServer::start(
+        Script::new()
+            .then(tool_call("glob", json!({"pattern": "*"})))
+            .then(text("done in the background")),
+    )
+    .await
+    .unwrap();
+    let env = Env::new();
+    let data = env.data_dir();
+    let detached = client(&env, &server, 30)
+        .args(["run", "--detach", "work"])
+        .output()
+        .await
+        .unwrap();
+    assert_eq!(
+        detached.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&detached.stderr)
+    );
+    let run_id = String::from_utf8_lossy(&detached.stdout).trim().to_string();
+    assert_eq!(run_id.len(), 36, "{run_id}");
+    let attached = client(&env, &server, 30)
+        .args(["runs", "attach", &run_id, "--json"])
+        .output()
+        .await
+        .unwrap();
+    let last = finished(&attached);
+    assert_eq!(last["final_text"], "done in the background");
+    assert_eq!(last["run_id"], run_id.as_str());
+    // --detach needs the daemon.
+    let refused = client(&env, &server, 30)
+        .args(["run", "--detach", "--no-daemon", "x"])
+        .output()
+        .await
+        .unwrap();
+    assert_eq!(refused.status.code(), Some(2));
+    stop_daemon(&data);
+}
