@@ -269,11 +269,19 @@ impl DaemonClient {
         self.send(request).await.map(drop)
     }
 
-    /// Opens a run's event stream from `from_seq`.
-    pub async fn events(&self, run_id: &str, from_seq: u64) -> Result<RemoteEvents, ClientError> {
-        let response = self.open_events(run_id, from_seq).await?;
+    /// Opens a run's event stream from `from_seq`. An `owner` (the command
+    /// that started the run) takes the run with it when it goes away: the
+    /// daemon cancels a run whose owners all disconnected before it ended.
+    pub async fn events(
+        &self,
+        run_id: &str,
+        from_seq: u64,
+        owner: bool,
+    ) -> Result<RemoteEvents, ClientError> {
+        let response = self.open_events(run_id, from_seq, owner).await?;
         Ok(RemoteEvents {
             client: self.clone(),
+            owner,
             run_id: run_id.to_string(),
             next_seq: from_seq.max(1),
             response: Some(response),
@@ -286,9 +294,10 @@ impl DaemonClient {
         &self,
         run_id: &str,
         from_seq: u64,
+        owner: bool,
     ) -> Result<reqwest::Response, ClientError> {
         let request = self.http.get(format!(
-            "{}/v1/runs/{run_id}/events?from_seq={}",
+            "{}/v1/runs/{run_id}/events?from_seq={}&owner={owner}",
             self.base,
             from_seq.max(1)
         ));
@@ -299,6 +308,8 @@ impl DaemonClient {
 /// A run's events as the daemon streams them.
 pub struct RemoteEvents {
     client: DaemonClient,
+    /// The stream owns the run (see [`DaemonClient::events`]).
+    owner: bool,
     run_id: String,
     /// The sequence number wanted next (a reopened stream starts there).
     next_seq: u64,
@@ -361,7 +372,11 @@ impl RemoteEvents {
                 return None;
             }
             self.parser = SseParser::new();
-            match self.client.open_events(&self.run_id, self.next_seq).await {
+            match self
+                .client
+                .open_events(&self.run_id, self.next_seq, self.owner)
+                .await
+            {
                 Ok(response) => self.response = Some(response),
                 Err(err) => {
                     tracing::warn!(%err, "reopening the daemon's event stream failed");

@@ -278,7 +278,7 @@ async fn start_remote(
         );
         return 0;
     }
-    let events = match client.events(&submitted.run_id, 1).await {
+    let events = match client.events(&submitted.run_id, 1, true).await {
         Ok(events) => events,
         Err(err) => {
             eprintln!("troupe: {err}");

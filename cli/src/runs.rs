@@ -109,7 +109,7 @@ async fn attach(given: &str, from: u64, json: bool, color: bool) -> u8 {
     };
     match DaemonClient::locate(&locations) {
         Ok(Some(client)) => {
-            let events = match client.events(given, from).await {
+            let events = match client.events(given, from, false).await {
                 Ok(events) => events,
                 Err(err) => return fail(&err),
             };

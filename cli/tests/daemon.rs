@@ -978,3 +978,49 @@ async fn runs_can_be_listed_attached_approved_and_cancelled_from_another_termina
     assert_eq!(cancel.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&cancel.stderr).contains("no daemon is running"));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_killed_outright_takes_its_run_with_it() {
+    let script = Script::new()
+        .then(tool_call("bash", json!({"command": "sleep 313.5"})))
+        .then(text("never"));
+    let server = ScriptedServer::start(script).await.unwrap();
+    let env = Env::new();
+    let daemon = Daemon::start_with(&env, None, &[]);
+    let mut command = tokio::process::Command::from({
+        let mut command = client(&env, Some(&server));
+        command.args(["run", "--mode", "bypass", "--json", "sleep"]);
+        command
+    });
+    let mut child = command.stdout(Stdio::piped()).spawn().unwrap();
+    let mut lines = tokio::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut run_id = String::new();
+    loop {
+        let line = tokio::time::timeout(COMMAND_LIMIT, lines.next_line())
+            .await
+            .unwrap()
+            .unwrap()
+            .expect("the client prints events");
+        let event: Value = serde_json::from_str(&line).unwrap();
+        run_id = event["run_id"].as_str().unwrap_or(&run_id).to_string();
+        if event["type"] == "tool_started" {
+            break;
+        }
+    }
+    // Someone else only watches; a watcher going away changes nothing.
+    let watched = daemon
+        .events(&run_id, None, |events| !events.is_empty())
+        .await;
+    assert_eq!(watched[0].1["type"], "run_started");
+    // The terminal that started it dies without a word.
+    child.kill().await.unwrap();
+    let ended = daemon.events(&run_id, None, |_| false).await;
+    let last = &ended.last().unwrap().1;
+    assert_eq!(last["status"], "cancelled", "{last}");
+    let survivors = std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|entry| std::fs::read(entry.ok()?.path().join("cmdline")).ok())
+        .filter(|cmdline| String::from_utf8_lossy(cmdline).contains("313.5"))
+        .count();
+    assert_eq!(survivors, 0);
+}

@@ -30,7 +30,7 @@ use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 use troupe_actors::{EventSubscription, RunSubmission, Runtime, RuntimeError};
-use troupe_runtime::events::ApprovalOutcome;
+use troupe_runtime::events::{ApprovalOutcome, EventKind};
 use troupe_runtime::store::{IdMatch, RunRecord, Store, StoreError};
 
 use super::error::ApiError;
@@ -127,6 +127,8 @@ pub struct ApiState {
     pub closing: Arc<AtomicBool>,
     /// Requests and open streams, for the idle limit.
     pub activity: Arc<Activity>,
+    /// Streams of the clients that own runs.
+    pub owners: Arc<Owners>,
 }
 
 /// The API's router.
@@ -300,6 +302,84 @@ async fn show_run(
 #[derive(Debug, Deserialize)]
 struct EventsQuery {
     from_seq: Option<u64>,
+    /// The client that started the run follows it: when every such stream
+    /// has been gone for [`OWNER_GRACE`] before the run ended, the run is
+    /// cancelled (its terminal was closed or its process killed).
+    #[serde(default)]
+    owner: bool,
+}
+
+/// How long a run whose owning client went away waits for it to reconnect
+/// before it is cancelled.
+pub const OWNER_GRACE: Duration = Duration::from_secs(3);
+
+/// The event streams of the clients that own runs, counted per run.
+#[derive(Debug, Default)]
+pub struct Owners {
+    streams: std::sync::Mutex<std::collections::HashMap<String, usize>>,
+}
+
+impl Owners {
+    fn change(&self, run_id: &str, opened: bool) -> usize {
+        let mut streams = self.streams.lock().unwrap_or_else(|p| p.into_inner());
+        let count = streams.entry(run_id.to_string()).or_default();
+        if opened {
+            *count += 1;
+        } else {
+            *count = count.saturating_sub(1);
+        }
+        let left = *count;
+        if left == 0 {
+            streams.remove(run_id);
+        }
+        left
+    }
+
+    /// Owning streams of `run_id` open now.
+    pub fn open(&self, run_id: &str) -> usize {
+        let streams = self.streams.lock().unwrap_or_else(|p| p.into_inner());
+        streams.get(run_id).copied().unwrap_or(0)
+    }
+}
+
+/// True when a run must be cancelled because its owner is gone: no owning
+/// stream is open any more, and the run had not ended when the last one
+/// closed.
+pub fn owner_gone(owning_streams_left: usize, run_ended: bool) -> bool {
+    owning_streams_left == 0 && !run_ended
+}
+
+/// Held by an owning stream; when dropped before the run ended and no other
+/// owning stream remains, the run is cancelled after [`OWNER_GRACE`] unless
+/// the owner reconnected.
+struct OwnerGuard {
+    owners: Arc<Owners>,
+    runtime: Runtime,
+    run_id: String,
+    ended: bool,
+}
+
+impl Drop for OwnerGuard {
+    fn drop(&mut self) {
+        let left = self.owners.change(&self.run_id, false);
+        if !owner_gone(left, self.ended) {
+            return;
+        }
+        let Ok(handle) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let (owners, runtime, run_id) = (
+            self.owners.clone(),
+            self.runtime.clone(),
+            self.run_id.clone(),
+        );
+        handle.spawn(async move {
+            tokio::time::sleep(OWNER_GRACE).await;
+            if owners.open(&run_id) == 0 && runtime.cancel(&run_id).await.is_ok() {
+                tracing::info!(run = %run_id, "the client that started the run went away; cancelled it");
+            }
+        });
+    }
 }
 
 /// The first sequence number a client wants: after `Last-Event-ID`, else
@@ -335,17 +415,36 @@ async fn run_events(
         .map_err(runtime_error)?;
     // The stream counts as activity (for the idle limit) while it is open.
     let open = state.activity.stream_opened();
+    let owner = query.owner.then(|| {
+        state.owners.change(&id, true);
+        OwnerGuard {
+            owners: state.owners.clone(),
+            runtime: state.runtime.clone(),
+            run_id: id.clone(),
+            ended: false,
+        }
+    });
     let stream = futures::stream::unfold(
-        (subscription, open),
-        |(mut subscription, open): (EventSubscription, StreamGuard)| async move {
+        (subscription, open, owner),
+        |(mut subscription, open, mut owner): (
+            EventSubscription,
+            StreamGuard,
+            Option<OwnerGuard>,
+        )| async move {
             let event = subscription.recv().await?;
+            if matches!(event.kind, EventKind::RunFinished { .. })
+                && event.agent_path == "main"
+                && let Some(owner) = owner.as_mut()
+            {
+                owner.ended = true;
+            }
             let sse = match serde_json::to_string(&event) {
                 Ok(data) => Event::default().id(event.seq.to_string()).data(data),
                 Err(err) => Event::default()
                     .id(event.seq.to_string())
                     .data(json!({"error": err.to_string()}).to_string()),
             };
-            Some((Ok::<_, Infallible>(sse), (subscription, open)))
+            Some((Ok::<_, Infallible>(sse), (subscription, open, owner)))
         },
     );
     Ok(Sse::new(stream)
@@ -464,6 +563,21 @@ async fn show_session(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_run_is_cancelled_only_when_its_last_owner_left_before_it_ended() {
+        assert!(owner_gone(0, false));
+        assert!(!owner_gone(0, true));
+        assert!(!owner_gone(1, false));
+        let owners = Owners::default();
+        assert_eq!(owners.change("r", true), 1);
+        assert_eq!(owners.change("r", true), 2);
+        assert_eq!(owners.change("r", false), 1);
+        assert_eq!(owners.open("r"), 1);
+        assert_eq!(owners.change("r", false), 0);
+        assert_eq!(owners.open("r"), 0);
+        assert_eq!(owners.change("r", false), 0);
+    }
 
     #[test]
     fn replay_starts_after_the_last_event_seen() {

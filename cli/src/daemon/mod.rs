@@ -116,6 +116,7 @@ async fn run_daemon(options: ServeOptions) -> Result<(), String> {
         prepare: prepare_function(store.clone(), locations.clone()),
         closing: closing.clone(),
         activity: activity.clone(),
+        owners: Default::default(),
     };
     home::write_state(
         &data_dir,
