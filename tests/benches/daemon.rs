@@ -389,7 +389,7 @@ async fn idle_sessions(bin: &Path, sessions: usize) -> Result<(), String> {
     let server = server(&stamps, sessions, "ok").await?;
     let home = Home::new()?;
     let daemon = home.serve(bin, &server)?;
-    let before = daemon.rss_kib("VmRSS:");
+    let before = daemon.rss_kib("VmRSS");
     let body = json!({"prompt": "x", "cwd": home.project()});
     for batch in 0..sessions.div_ceil(50) {
         let count = 50.min(sessions - batch * 50);
@@ -402,7 +402,7 @@ async fn idle_sessions(bin: &Path, sessions: usize) -> Result<(), String> {
             result?;
         }
     }
-    let after = daemon.rss_kib("VmRSS:");
+    let after = daemon.rss_kib("VmRSS");
     println!(
         "daemon RSS: {:.1} MiB at start, {:.1} MiB with {sessions} idle sessions ({:.1} KiB per session)",
         before as f64 / 1024.0,
@@ -416,7 +416,11 @@ async fn idle_sessions(bin: &Path, sessions: usize) -> Result<(), String> {
 async fn stalled_client(bin: &Path) -> Result<(), String> {
     const TEXT_BYTES: usize = 4 * 1024 * 1024;
     let long = || text("x".repeat(TEXT_BYTES)).with_chunk_chars(16);
-    let script = Script::new().then(long()).then(long()).then(long());
+    let script = Script::new()
+        .then(long())
+        .then(long())
+        .then(long())
+        .then(long());
     let server = ScriptedServer::start_with(script, ServerConfig::non_strict())
         .await
         .map_err(|e| e.to_string())?;
@@ -429,7 +433,19 @@ async fn stalled_client(bin: &Path) -> Result<(), String> {
         let run = daemon.submit(&body).await?;
         daemon.follow(&run).await?;
     }
-    let baseline = daemon.rss_kib("VmHWM:");
+    let baseline = daemon.rss_kib("VmHWM");
+    // The same run once more, read in full: what a run adds to the peak by
+    // itself (its session is kept, the allocator's high-water mark moves).
+    let control = daemon.submit(&body).await?;
+    daemon.follow(&control).await?;
+    let after_control = daemon.rss_kib("VmHWM");
+    println!(
+        "the same run read in full: daemon peak RSS {:.1} MiB → {:.1} MiB (+{:.1} MiB)",
+        baseline as f64 / 1024.0,
+        after_control as f64 / 1024.0,
+        (after_control.saturating_sub(baseline)) as f64 / 1024.0,
+    );
+    let baseline = after_control;
     let run = daemon.submit(&body).await?;
     let mut stalled = tokio::net::TcpStream::connect(&daemon.addr)
         .await
@@ -444,7 +460,7 @@ async fn stalled_client(bin: &Path) -> Result<(), String> {
         .map_err(|e| e.to_string())?;
     let started = Instant::now();
     daemon.follow(&run).await?;
-    let with_stalled = daemon.rss_kib("VmHWM:");
+    let with_stalled = daemon.rss_kib("VmHWM");
     println!(
         "a client that never reads a 262,144-event run: daemon peak RSS {:.1} MiB → {:.1} MiB (+{:.1} MiB); the run took {:.0} ms",
         baseline as f64 / 1024.0,

@@ -22,6 +22,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+use axum::serve::ListenerExt;
 use futures::FutureExt;
 use tokio::signal::unix::{SignalKind, signal};
 use troupe_actors::{Approver, RunSubmission, Runtime};
@@ -153,6 +154,13 @@ async fn run_daemon(options: ServeOptions) -> Result<(), String> {
         }
     };
     let (stopping_tx, stopping_rx) = tokio::sync::oneshot::channel::<()>();
+    // Events go out one small SSE frame at a time: without TCP_NODELAY each
+    // frame after the first waits for the client's delayed ACK (~40 ms).
+    let listener = listener.tap_io(|stream| {
+        if let Err(err) = stream.set_nodelay(true) {
+            tracing::debug!(%err, "TCP_NODELAY not set on a connection");
+        }
+    });
     let server = axum::serve(listener, api::router(state)).with_graceful_shutdown(async move {
         let _ = stopping_rx.await;
     });
