@@ -1024,3 +1024,29 @@ async fn a_client_killed_outright_takes_its_run_with_it() {
         .count();
     assert_eq!(survivors, 0);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_through_the_daemon_asks_its_approvals_on_the_terminal() {
+    let script = Script::new()
+        .then(tool_call(
+            "write_file",
+            json!({"path": "notes.txt", "content": "from the terminal\n"}),
+        ))
+        .then(text("written after approval"));
+    let server = ScriptedServer::start(script).await.unwrap();
+    let env = Env::new();
+    let daemon = Daemon::start_with(&env, None, &[]);
+    let mut command = client(&env, Some(&server));
+    command.args(["run", "write it"]);
+    let (code, screen) = support::run_on_terminal(command, "y\n").await;
+    assert_eq!(code, Some(0), "{screen}");
+    assert!(screen.contains("write_file"), "{screen}");
+    assert!(screen.contains("written after approval"), "{screen}");
+    assert_eq!(
+        std::fs::read_to_string(env.root().join("notes.txt")).unwrap(),
+        "from the terminal\n"
+    );
+    // It was the daemon's run.
+    let runs = daemon.call("GET", "/v1/runs", None).await.json();
+    assert_eq!(runs["runs"].as_array().unwrap().len(), 1);
+}

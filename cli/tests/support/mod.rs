@@ -298,3 +298,55 @@ pub fn wire_of(history: &[Message]) -> Vec<Value> {
         other => panic!("messages is not an array: {other}"),
     }
 }
+
+/// Runs `troupe` on a pseudo-terminal (through `script`), typing `answers`.
+/// Returns the exit code and everything the terminal showed.
+pub async fn run_on_terminal(command: Command, answers: &str) -> (Option<i32>, String) {
+    use std::io::Write;
+    let program = command.get_program().to_string_lossy().into_owned();
+    let args: Vec<String> = command
+        .get_args()
+        .map(|arg| format!("'{}'", arg.to_string_lossy().replace('\'', "'\\''")))
+        .collect();
+    let line = format!("{program} {}", args.join(" "));
+    let mut script = Command::new("script");
+    script.args(["-qefc", &line, "/dev/null"]);
+    for (key, value) in command.get_envs() {
+        match value {
+            Some(value) => script.env(key, value),
+            None => script.env_remove(key),
+        };
+    }
+    if let Some(dir) = command.get_current_dir() {
+        script.current_dir(dir);
+    }
+    let mut child = {
+        let _guard = fd_guard();
+        script
+            .env_remove("TERM")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("script(1) is installed")
+    };
+    let mut stdin = child.stdin.take().unwrap();
+    stdin.write_all(answers.as_bytes()).unwrap();
+    // Keep stdin open until the run ends so the terminal is not hung up early.
+    let output = tokio::time::timeout(
+        Duration::from_secs(60),
+        tokio::task::spawn_blocking(move || {
+            let output = child.wait_with_output();
+            drop(stdin);
+            output
+        }),
+    )
+    .await
+    .expect("troupe on a terminal finishes")
+    .unwrap()
+    .unwrap();
+    (
+        output.status.code(),
+        String::from_utf8_lossy(&output.stdout).into_owned(),
+    )
+}
