@@ -44,6 +44,9 @@ pub fn start_detached(data_dir: &Path, idle_secs: u64) -> std::io::Result<u32> {
     let exe = std::env::current_exe()?;
     let child = Command::new(exe)
         .args(["serve", "--idle-exit", &idle_secs.to_string()])
+        // Not the client's directory: the daemon must not keep a project
+        // (or a mount) busy, and every run names its own directory.
+        .current_dir(data_dir)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(log)
