@@ -47,6 +47,9 @@ pub fn start_detached(data_dir: &Path, idle_secs: u64) -> std::io::Result<u32> {
         // Not the client's directory: the daemon must not keep a project
         // (or a mount) busy, and every run names its own directory.
         .current_dir(data_dir)
+        // The data directory as this client resolved it (a relative
+        // TROUPE_HOME would name another directory from there).
+        .env("TROUPE_HOME", data_dir)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(log)
