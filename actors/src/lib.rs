@@ -17,6 +17,9 @@ pub use agent::{AgentMsg, Internal};
 pub use env::{AgentEnv, CatalogueCache, ProviderForModel};
 pub use event_log::{EventLog, EventLogMsg, EventSink};
 pub use run::SessionState;
-pub use runtime::{RunHandle, RunSubmission, Runtime, RuntimeError, SessionTarget};
+pub use runtime::{
+    KEEP_IDLE_SESSIONS, RunHandle, RunSubmission, Runtime, RuntimeError, RuntimeStats,
+    SessionTarget,
+};
 pub use subscription::EventSubscription;
 pub use troupe_runtime::agent::{AgentStatus, Approver, RunOutcome};

@@ -119,6 +119,8 @@ pub(crate) enum RuntimeMsg {
     Run(String, RpcReplyPort<Option<ActorRef<RunMsg>>>),
     /// The ids of the runs in progress.
     Running(RpcReplyPort<Vec<String>>),
+    /// What the runtime holds.
+    Stats(RpcReplyPort<RuntimeStats>),
     /// A receiver of the live events of a run in progress.
     LiveEvents(
         String,
@@ -156,6 +158,33 @@ pub(crate) struct RuntimeState {
     runs: HashMap<String, RunEntry>,
     run_actors: HashMap<ActorId, String>,
     sessions: HashMap<String, SessionSlot>,
+    /// How long an idle session's history stays in memory.
+    keep_idle: chrono::Duration,
+}
+
+/// How long a session's history stays in memory after its run, so that the
+/// next message continues it without reading the store. Older ones are
+/// reopened from the store when continued: a long-lived daemon's memory does
+/// not grow with every session it ever ran.
+pub const KEEP_IDLE_SESSIONS: std::time::Duration = std::time::Duration::from_secs(15 * 60);
+
+/// Whether an idle session last active at `last_active` stays in memory at
+/// `now` when sessions are kept for `keep`.
+pub fn keep_idle_session(
+    last_active: Option<chrono::DateTime<chrono::Utc>>,
+    now: chrono::DateTime<chrono::Utc>,
+    keep: chrono::Duration,
+) -> bool {
+    last_active.is_some_and(|active| now.signed_duration_since(active) < keep)
+}
+
+/// What the runtime holds now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RuntimeStats {
+    /// Runs in progress.
+    pub runs_in_progress: usize,
+    /// Sessions whose history is in memory (running or idle).
+    pub sessions_in_memory: usize,
 }
 
 /// The runtime actor.
@@ -164,18 +193,19 @@ pub(crate) struct RuntimeActor;
 impl Actor for RuntimeActor {
     type Msg = RuntimeMsg;
     type State = RuntimeState;
-    type Arguments = Store;
+    type Arguments = (Store, std::time::Duration);
 
     async fn pre_start(
         &self,
         _myself: ActorRef<Self::Msg>,
-        store: Store,
+        (store, keep_idle): (Store, std::time::Duration),
     ) -> Result<Self::State, ActorProcessingErr> {
         Ok(RuntimeState {
             store,
             runs: HashMap::new(),
             run_actors: HashMap::new(),
             sessions: HashMap::new(),
+            keep_idle: chrono::Duration::from_std(keep_idle).unwrap_or(chrono::Duration::MAX),
         })
     }
 
@@ -195,6 +225,12 @@ impl Actor for RuntimeActor {
             }
             RuntimeMsg::Running(reply) => {
                 let _ = reply.send(state.runs.keys().cloned().collect());
+            }
+            RuntimeMsg::Stats(reply) => {
+                let _ = reply.send(RuntimeStats {
+                    runs_in_progress: state.runs.len(),
+                    sessions_in_memory: state.sessions.len(),
+                });
             }
             RuntimeMsg::LiveEvents(run_id, reply) => {
                 let _ = reply.send(state.runs.get(&run_id).map(|run| run.live.subscribe()));
@@ -389,7 +425,18 @@ impl RuntimeState {
 
     /// A run ended: keep its session for the next run, hand out the outcome,
     /// let the log deliver what is queued and stop.
+    /// Drops the histories of sessions idle for longer than `keep_idle`
+    /// (they are reopened from the store when continued).
+    fn forget_idle_sessions(&mut self) {
+        let (now, keep) = (chrono::Utc::now(), self.keep_idle);
+        self.sessions.retain(|_, slot| match slot {
+            SessionSlot::Running(_) => true,
+            SessionSlot::Idle(session) => keep_idle_session(session.last_active, now, keep),
+        });
+    }
+
     fn run_ended(&mut self, run_id: &str, outcome: RunOutcome, session: Option<SessionState>) {
+        self.forget_idle_sessions();
         let Some(mut run) = self.runs.remove(run_id) else {
             return;
         };
@@ -420,9 +467,19 @@ pub struct Runtime {
 }
 
 impl Runtime {
-    /// Starts the runtime actor over `store`.
+    /// Starts the runtime actor over `store`, keeping idle sessions in
+    /// memory for [`KEEP_IDLE_SESSIONS`].
     pub async fn start(store: Store) -> Result<Self, RuntimeError> {
-        let (actor, _) = Actor::spawn(None, RuntimeActor, store.clone())
+        Self::start_keeping_idle_sessions(store, KEEP_IDLE_SESSIONS).await
+    }
+
+    /// Starts the runtime actor over `store`, keeping an idle session's
+    /// history in memory for `keep` after its run.
+    pub async fn start_keeping_idle_sessions(
+        store: Store,
+        keep: std::time::Duration,
+    ) -> Result<Self, RuntimeError> {
+        let (actor, _) = Actor::spawn(None, RuntimeActor, (store.clone(), keep))
             .await
             .map_err(|err| RuntimeError::Start(err.to_string()))?;
         Ok(Self { actor, store })
@@ -517,6 +574,11 @@ impl Runtime {
         }
     }
 
+    /// What the runtime holds now.
+    pub async fn stats(&self) -> Result<RuntimeStats, RuntimeError> {
+        ractor::call!(self.actor, RuntimeMsg::Stats).map_err(|_| RuntimeError::Gone)
+    }
+
     /// The ids of the runs in progress.
     pub async fn running(&self) -> Result<Vec<String>, RuntimeError> {
         ractor::call!(self.actor, RuntimeMsg::Running).map_err(|_| RuntimeError::Gone)
@@ -552,5 +614,24 @@ impl Runtime {
     pub async fn shutdown(self) {
         self.actor.stop_children(None);
         let _ = self.actor.stop_and_wait(None, None).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn idle_sessions_stay_in_memory_only_for_the_keeping_time() {
+        let now = chrono::Utc::now();
+        let keep = chrono::Duration::minutes(15);
+        let ago = |minutes| Some(now - chrono::Duration::minutes(minutes));
+        assert!(keep_idle_session(ago(1), now, keep));
+        assert!(keep_idle_session(ago(14), now, keep));
+        assert!(!keep_idle_session(ago(15), now, keep));
+        assert!(!keep_idle_session(ago(600), now, keep));
+        // Never active: nothing worth keeping.
+        assert!(!keep_idle_session(None, now, keep));
+        assert!(!keep_idle_session(ago(0), now, chrono::Duration::zero()));
     }
 }

@@ -277,6 +277,7 @@ async fn the_api_refuses_what_it_must_with_json_errors() {
     let health = request(addr, "GET", "/healthz", &[("Host", &host)], b"").await;
     assert_eq!(health.status, 200);
     assert_eq!(health.json()["status"], "ok");
+    assert_eq!(health.json()["runs_in_progress"], 0);
     let missing = request(addr, "GET", "/v1/runs", &[("Host", &host)], b"").await;
     assert_eq!(
         (missing.status, missing.error_code().as_str()),

@@ -962,3 +962,55 @@ async fn a_run_can_be_followed_from_any_event_during_and_after_it() {
         Err(troupe_actors::RuntimeError::UnknownRun(_))
     ));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_sessions_leave_memory_and_are_reopened_from_the_store() {
+    let script = Script::new()
+        .then(text("first answer"))
+        .then(text("another session"))
+        .then(text("continued"));
+    let h = Harness::anthropic(script).await;
+    // A runtime that keeps no idle session in memory.
+    let runtime =
+        troupe_actors::Runtime::start_keeping_idle_sessions(h.store.clone(), Duration::ZERO)
+            .await
+            .unwrap();
+    let submit =
+        |prompt: &str, session: troupe_actors::SessionTarget| troupe_actors::RunSubmission {
+            prompt: prompt.into(),
+            session,
+            env: h.env_with(vec![]),
+            permissions: h.permissions(PermissionMode::Bypass),
+            mode: PermissionMode::Bypass,
+            limits: Limits::default(),
+            approver: Approver::Absent,
+        };
+    let mut first = runtime
+        .submit(submit("one", troupe_actors::SessionTarget::New(None)))
+        .await
+        .unwrap();
+    let session = first.session_id.clone();
+    run_events(&mut first).await;
+    let mut second = runtime
+        .submit(submit("two", troupe_actors::SessionTarget::New(None)))
+        .await
+        .unwrap();
+    run_events(&mut second).await;
+    // The first session's history left memory when the second run ended.
+    let stats = runtime.stats().await.unwrap();
+    assert_eq!(stats.runs_in_progress, 0);
+    assert_eq!(stats.sessions_in_memory, 1);
+    // Continuing it reads it back from the store: the model sees it whole.
+    let mut third = runtime
+        .submit(submit(
+            "three",
+            troupe_actors::SessionTarget::Continue(session),
+        ))
+        .await
+        .unwrap();
+    let events = run_events(&mut third).await;
+    assert_eq!(finished(&events).2, "continued");
+    let request = h.server.requests().into_iter().last().unwrap();
+    assert!(request.any_user_text_contains("one"));
+    runtime.shutdown().await;
+}

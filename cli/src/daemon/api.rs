@@ -213,11 +213,14 @@ fn store_error(err: impl std::fmt::Display) -> ApiError {
     ApiError::internal(format!("the store could not be read: {err}"))
 }
 
-async fn health() -> impl IntoResponse {
+async fn health(State(state): State<ApiState>) -> impl IntoResponse {
+    let stats = state.runtime.stats().await.ok();
     axum::Json(json!({
         "status": "ok",
         "version": env!("CARGO_PKG_VERSION"),
         "pid": std::process::id(),
+        "runs_in_progress": stats.map(|s| s.runs_in_progress),
+        "sessions_in_memory": stats.map(|s| s.sessions_in_memory),
     }))
 }
 
