@@ -12,7 +12,7 @@ use troupe_runtime::events::{ApprovalOutcome, EventKind, RunEvent, RunStatus};
 use troupe_runtime::model::{Message, Role};
 use troupe_scripted::{Fault, Response, Script, Usage, text, tool_call, tool_calls};
 use troupe_tests::tools::{ActivityLog, PanicTool, RendezvousTool, StepTool};
-use troupe_tests::{Harness, RunOptions, events_until, finished, run_events, types};
+use troupe_tests::{Harness, RunOptions, events_until, finished, outcome, run_events, types};
 
 fn tool_results(event_list: &[RunEvent]) -> Vec<(String, bool, String)> {
     event_list
@@ -991,11 +991,14 @@ async fn idle_sessions_leave_memory_and_are_reopened_from_the_store() {
         .unwrap();
     let session = first.session_id.clone();
     run_events(&mut first).await;
+    // The outcome is handed out once the runtime has taken the run's end in.
+    outcome(first).await;
     let mut second = runtime
         .submit(submit("two", troupe_actors::SessionTarget::New(None)))
         .await
         .unwrap();
     run_events(&mut second).await;
+    outcome(second).await;
     // The first session's history left memory when the second run ended.
     let stats = runtime.stats().await.unwrap();
     assert_eq!(stats.runs_in_progress, 0);
