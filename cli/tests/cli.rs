@@ -7,7 +7,10 @@ use std::path::Path;
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
+mod support;
+
 use serde_json::{Value, json};
+use support::run_on_terminal;
 use troupe_scripted::{Fault, Script, ScriptedServer, ServerConfig, text, tool_call};
 
 const TROUPE: &str = env!("CARGO_BIN_EXE_troupe");
@@ -348,54 +351,6 @@ async fn demo_runs_offline_and_says_the_model_is_scripted() {
     );
     assert_eq!(events.last().unwrap()["type"], "run_finished");
     assert_eq!(events.last().unwrap()["status"], "finished");
-}
-
-/// Runs `troupe` on a pseudo-terminal (through `script`), typing `answers`.
-async fn run_on_terminal(command: Command, answers: &str) -> (Option<i32>, String) {
-    use std::io::Write;
-    let program = command.get_program().to_string_lossy().into_owned();
-    let args: Vec<String> = command
-        .get_args()
-        .map(|arg| format!("'{}'", arg.to_string_lossy().replace('\'', "'\\''")))
-        .collect();
-    let line = format!("{program} {}", args.join(" "));
-    let mut script = Command::new("script");
-    script.args(["-qefc", &line, "/dev/null"]);
-    for (key, value) in command.get_envs() {
-        match value {
-            Some(value) => script.env(key, value),
-            None => script.env_remove(key),
-        };
-    }
-    if let Some(dir) = command.get_current_dir() {
-        script.current_dir(dir);
-    }
-    let mut child = script
-        .env_remove("TERM")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("script(1) is installed");
-    let mut stdin = child.stdin.take().unwrap();
-    stdin.write_all(answers.as_bytes()).unwrap();
-    // Keep stdin open until the run ends so the terminal is not hung up early.
-    let output = tokio::time::timeout(
-        Duration::from_secs(60),
-        tokio::task::spawn_blocking(move || {
-            let output = child.wait_with_output();
-            drop(stdin);
-            output
-        }),
-    )
-    .await
-    .expect("troupe on a terminal finishes")
-    .unwrap()
-    .unwrap();
-    (
-        output.status.code(),
-        String::from_utf8_lossy(&output.stdout).into_owned(),
-    )
 }
 
 #[tokio::test]
