@@ -39,6 +39,17 @@ pub enum Approvals {
     AutoAllow,
 }
 
+impl Approvals {
+    /// Asked on the terminal when there is one, else nobody can answer.
+    pub fn from_terminal() -> Self {
+        if approval::terminal_available() {
+            Self::Terminal
+        } else {
+            Self::Nobody
+        }
+    }
+}
+
 /// SPEC §9: what `troupe resume ID` says when no prompt is given.
 pub const CONTINUE_PROMPT: &str =
     "Continue where you left off. If the task is done, say so briefly.";
@@ -169,11 +180,7 @@ async fn start(prompt: String, session: Option<&str>, flags: &RunFlags, color: b
             eprintln!("troupe: {warning}");
         }
     }
-    let approvals = if approval::terminal_available() {
-        Approvals::Terminal
-    } else {
-        Approvals::Nobody
-    };
+    let approvals = Approvals::from_terminal();
     let style = RenderStyle {
         color,
         next_steps: true,
@@ -229,12 +236,8 @@ async fn start_remote(
     flags: &RunFlags,
     color: bool,
 ) -> u8 {
-    let mut signals = match StopSignals::listen() {
-        Ok(signals) => signals,
-        Err(err) => {
-            eprintln!("troupe: cannot listen for Ctrl-C, SIGTERM and SIGHUP: {err}");
-            return EXIT_RUNTIME;
-        }
+    let Some(mut signals) = StopSignals::listen_or_report() else {
+        return EXIT_RUNTIME;
     };
     let current_dir = match std::env::current_dir() {
         Ok(dir) => dir,
@@ -243,11 +246,7 @@ async fn start_remote(
             return crate::EXIT_USAGE;
         }
     };
-    let approvals = if approval::terminal_available() {
-        Approvals::Terminal
-    } else {
-        Approvals::Nobody
-    };
+    let approvals = Approvals::from_terminal();
     // A detached run's approvals wait for `troupe approve`.
     let interactive = flags.detach || approvals == Approvals::Terminal;
     let body = remote_request(
@@ -357,12 +356,8 @@ pub async fn execute(
     approvals: Approvals,
 ) -> (u8, Option<String>) {
     // Installed before anything runs, so a stop signal always cancels cleanly.
-    let mut signals = match StopSignals::listen() {
-        Ok(signals) => signals,
-        Err(err) => {
-            eprintln!("troupe: cannot listen for Ctrl-C, SIGTERM and SIGHUP: {err}");
-            return (EXIT_RUNTIME, None);
-        }
+    let Some(mut signals) = StopSignals::listen_or_report() else {
+        return (EXIT_RUNTIME, None);
     };
     let runtime = match Runtime::start(store.clone()).await {
         Ok(runtime) => runtime,

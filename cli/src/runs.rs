@@ -84,12 +84,8 @@ fn fail(err: &ClientError) -> u8 {
 /// approvals on this terminal; Ctrl-C stops following, the run goes on), or
 /// from the store. Exits with the run's exit code once it has ended.
 async fn attach(given: &str, from: u64, json: bool, color: bool) -> u8 {
-    let mut signals = match StopSignals::listen() {
-        Ok(signals) => signals,
-        Err(err) => {
-            eprintln!("troupe: cannot listen for Ctrl-C, SIGTERM and SIGHUP: {err}");
-            return EXIT_RUNTIME;
-        }
+    let Some(mut signals) = StopSignals::listen_or_report() else {
+        return EXIT_RUNTIME;
     };
     let locations = match Locations::from_process() {
         Ok(locations) => locations,
@@ -102,11 +98,7 @@ async fn attach(given: &str, from: u64, json: bool, color: bool) -> u8 {
         color,
         next_steps: false,
     };
-    let approvals = if crate::approval::terminal_available() {
-        Approvals::Terminal
-    } else {
-        Approvals::Nobody
-    };
+    let approvals = Approvals::from_terminal();
     match DaemonClient::locate(&locations) {
         Ok(Some(client)) => {
             let events = match client.events(given, from, false).await {

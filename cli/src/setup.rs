@@ -166,7 +166,7 @@ impl Locations {
         Store::open(&self.data_dir).map_err(|err| {
             let holder = match (&err, crate::daemon::home::read_state(&self.data_dir)) {
                 (StoreError::Locked { .. }, Some(state))
-                    if crate::daemon::home::process_alive(state.pid) =>
+                    if crate::daemon::home::daemon_alive(&state) =>
                 {
                     format!(
                         "; it is the daemon (pid {}, listening on {}): run without --no-daemon \

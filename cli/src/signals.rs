@@ -95,6 +95,17 @@ impl StopSignals {
         Ok(Self { listeners })
     }
 
+    /// [`StopSignals::listen`], saying on stderr why when it fails.
+    pub fn listen_or_report() -> Option<Self> {
+        Self::listen()
+            .map_err(|err| {
+                notice(&format!(
+                    "cannot listen for Ctrl-C, SIGTERM and SIGHUP: {err}"
+                ))
+            })
+            .ok()
+    }
+
     /// The next stop signal.
     pub async fn recv(&mut self) -> StopSignal {
         let waits = self.listeners.iter_mut().map(|(signal, listener)| {

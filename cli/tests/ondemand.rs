@@ -8,6 +8,7 @@ mod support;
 
 use std::path::Path;
 use std::time::{Duration, Instant};
+use troupe_runtime::tools::process::process_is_alive;
 
 use serde_json::{Value, json};
 use support::{COMMAND_LIMIT, Env};
@@ -32,19 +33,10 @@ fn daemon_state(data_dir: &Path) -> Option<(u32, String)> {
     ))
 }
 
-fn alive(pid: u32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .map(|stat| {
-            stat.rsplit_once(')')
-                .is_some_and(|(_, rest)| !rest.trim_start().starts_with('Z'))
-        })
-        .unwrap_or(false)
-}
-
 /// Waits (bounded) until process `pid` has exited.
 fn wait_gone(pid: u32, limit: Duration) -> bool {
     let deadline = Instant::now() + limit;
-    while alive(pid) {
+    while process_is_alive(pid) {
         if Instant::now() >= deadline {
             return false;
         }
@@ -89,7 +81,7 @@ async fn the_first_run_starts_a_daemon_later_runs_find_it_and_it_exits_when_idle
         .unwrap();
     assert_eq!(finished(&first)["final_text"], "first");
     let (pid, _) = daemon_state(&data).expect("a daemon was started");
-    assert!(alive(pid));
+    assert!(process_is_alive(pid));
     let second = client(&env, &server, 3)
         .args(["run", "--json", "two"])
         .output()

@@ -26,6 +26,7 @@
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
+use troupe_runtime::tools::process::process_is_alive;
 
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt};
@@ -205,7 +206,7 @@ fn wait_for_state(data: &Path) -> Option<(u32, String)> {
     let deadline = Instant::now() + WAIT;
     while Instant::now() < deadline {
         if let Some(state) = read_state(data)
-            && alive(state.0)
+            && process_is_alive(state.0)
         {
             return Some(state);
         }
@@ -223,18 +224,9 @@ fn read_state(data: &Path) -> Option<(u32, String)> {
     ))
 }
 
-fn alive(pid: u32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .map(|s| {
-            s.rsplit_once(')')
-                .is_some_and(|(_, r)| !r.trim_start().starts_with('Z'))
-        })
-        .unwrap_or(false)
-}
-
 fn wait_gone(pid: u32) {
     let deadline = Instant::now() + WAIT;
-    while alive(pid) && Instant::now() < deadline {
+    while process_is_alive(pid) && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(5));
     }
 }

@@ -7,6 +7,7 @@ use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
+use troupe_runtime::tools::process::process_is_alive;
 
 /// File name of the token.
 pub const TOKEN_FILE: &str = "daemon.token";
@@ -103,19 +104,9 @@ pub fn remove_state(data_dir: &Path) {
 /// command line has `serve`): a pid reused by another program after a
 /// daemon was killed does not count.
 pub fn daemon_alive(state: &DaemonState) -> bool {
-    process_alive(state.pid)
+    process_is_alive(state.pid)
         && std::fs::read(format!("/proc/{}/cmdline", state.pid))
             .is_ok_and(|cmdline| cmdline.split(|b| *b == 0).any(|arg| arg == b"serve"))
-}
-
-/// True when process `pid` exists (and is not a zombie).
-pub fn process_alive(pid: u32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Ok(stat) => stat
-            .rsplit_once(')')
-            .is_some_and(|(_, rest)| !rest.trim_start().starts_with('Z')),
-        Err(_) => false,
-    }
 }
 
 #[cfg(test)]
@@ -156,8 +147,21 @@ mod tests {
         };
         write_state(dir.path(), &other).unwrap();
         remove_state(dir.path());
-        assert_eq!(read_state(dir.path()), Some(other));
-        assert!(process_alive(std::process::id()));
-        assert!(!process_alive(u32::MAX - 1));
+        assert_eq!(read_state(dir.path()), Some(other.clone()));
+        assert!(!daemon_alive(&other));
+        // A live process that is no daemon (a pid reused after a daemon was
+        // killed) does not count.
+        let mut sleeper = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .unwrap();
+        let reused = DaemonState {
+            addr: "127.0.0.1:3".into(),
+            pid: sleeper.id(),
+        };
+        assert!(process_is_alive(reused.pid));
+        assert!(!daemon_alive(&reused));
+        sleeper.kill().unwrap();
+        sleeper.wait().unwrap();
     }
 }
