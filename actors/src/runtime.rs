@@ -17,7 +17,7 @@ use troupe_runtime::config::{Limits, PermissionMode};
 use troupe_runtime::events::{ApprovalOutcome, EventKind, RunEvent, RunStatus};
 use troupe_runtime::model::{Message, Usage};
 use troupe_runtime::permissions::PermissionEngine;
-use troupe_runtime::session::{Transcript, open_session};
+use troupe_runtime::session::{Transcript, keep_idle_session, open_session};
 use troupe_runtime::store::{NewSession, Store, StoreError};
 
 use crate::env::AgentEnv;
@@ -167,16 +167,6 @@ pub(crate) struct RuntimeState {
 /// reopened from the store when continued: a long-lived daemon's memory does
 /// not grow with every session it ever ran.
 pub const KEEP_IDLE_SESSIONS: std::time::Duration = std::time::Duration::from_secs(15 * 60);
-
-/// Whether an idle session last active at `last_active` stays in memory at
-/// `now` when sessions are kept for `keep`.
-pub fn keep_idle_session(
-    last_active: Option<chrono::DateTime<chrono::Utc>>,
-    now: chrono::DateTime<chrono::Utc>,
-    keep: chrono::Duration,
-) -> bool {
-    last_active.is_some_and(|active| now.signed_duration_since(active) < keep)
-}
 
 /// What the runtime holds now.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -614,24 +604,5 @@ impl Runtime {
     pub async fn shutdown(self) {
         self.actor.stop_children(None);
         let _ = self.actor.stop_and_wait(None, None).await;
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn idle_sessions_stay_in_memory_only_for_the_keeping_time() {
-        let now = chrono::Utc::now();
-        let keep = chrono::Duration::minutes(15);
-        let ago = |minutes| Some(now - chrono::Duration::minutes(minutes));
-        assert!(keep_idle_session(ago(1), now, keep));
-        assert!(keep_idle_session(ago(14), now, keep));
-        assert!(!keep_idle_session(ago(15), now, keep));
-        assert!(!keep_idle_session(ago(600), now, keep));
-        // Never active: nothing worth keeping.
-        assert!(!keep_idle_session(None, now, keep));
-        assert!(!keep_idle_session(ago(0), now, chrono::Duration::zero()));
     }
 }

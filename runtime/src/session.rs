@@ -67,6 +67,16 @@ impl OpenedSession {
     }
 }
 
+/// Whether an idle session last active at `last_active` stays in memory at
+/// `now` when sessions are kept for `keep`.
+pub fn keep_idle_session(
+    last_active: Option<DateTime<Utc>>,
+    now: DateTime<Utc>,
+    keep: chrono::Duration,
+) -> bool {
+    last_active.is_some_and(|active| now.signed_duration_since(active) < keep)
+}
+
 /// Loads session `id`, repairs what a killed process left (unanswered calls,
 /// orphan results, unreadable records), and writes the repair back once.
 /// `None` when the session does not exist.
@@ -336,10 +346,25 @@ pub fn recover_interrupted_runs(
 #[cfg(test)]
 mod tests {
     use super::*;
+
     use crate::agent::resume::{INTERRUPTED_CLOSING, INTERRUPTED_RESULT};
     use crate::agent::validate_history;
     use crate::model::{ContentBlock, Role, ToolCall, ToolResult};
     use crate::store::NewSession;
+
+    #[test]
+    fn idle_sessions_stay_in_memory_only_for_the_keeping_time() {
+        let now = chrono::Utc::now();
+        let keep = chrono::Duration::minutes(15);
+        let ago = |minutes| Some(now - chrono::Duration::minutes(minutes));
+        assert!(keep_idle_session(ago(1), now, keep));
+        assert!(keep_idle_session(ago(14), now, keep));
+        assert!(!keep_idle_session(ago(15), now, keep));
+        assert!(!keep_idle_session(ago(600), now, keep));
+        // Never active: nothing worth keeping.
+        assert!(!keep_idle_session(None, now, keep));
+        assert!(!keep_idle_session(ago(0), now, chrono::Duration::zero()));
+    }
 
     fn store() -> (tempfile::TempDir, Store) {
         let dir = tempfile::tempdir().unwrap();
