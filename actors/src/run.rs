@@ -78,6 +78,11 @@ pub(crate) enum RunMsg {
         reason: Option<String>,
         reply: RpcReplyPort<Result<(), RuntimeError>>,
     },
+    /// Text the person wrote for the main agent's next model call.
+    Message {
+        text: String,
+        reply: RpcReplyPort<Result<(), RuntimeError>>,
+    },
     /// What every agent of the tree is doing.
     Statuses(RpcReplyPort<Vec<AgentStatus>>),
     /// The main agent's history.
@@ -275,6 +280,18 @@ impl Actor for RunActor {
                         }))
                         .map_err(|_| RuntimeError::Gone),
                     None => Err(RuntimeError::UnknownApproval(approval_id)),
+                };
+                let _ = reply.send(result);
+            }
+            RunMsg::Message { text, reply } => {
+                let result = match &state.main {
+                    Some(main) => main
+                        .cast(AgentMsg::work(Work::UserMessage {
+                            run_id: state.run_id.clone(),
+                            text,
+                        }))
+                        .map_err(|_| RuntimeError::Gone),
+                    None => Err(RuntimeError::Gone),
                 };
                 let _ = reply.send(result);
             }

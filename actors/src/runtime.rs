@@ -530,6 +530,19 @@ impl Runtime {
         .success_or(RuntimeError::UnknownRun(run_id.to_string()))?
     }
 
+    /// Hands text the person wrote to a run in progress: it joins the main
+    /// agent's history before its next model call, announced by a
+    /// `user_message` event. Text the run no longer takes (it is ending) gets
+    /// no event.
+    pub async fn send_message(&self, run_id: &str, text: &str) -> Result<(), RuntimeError> {
+        let run = self.run(run_id).await?;
+        let text = text.to_string();
+        run.call(|reply| RunMsg::Message { text, reply }, None)
+            .await
+            .map_err(|_| RuntimeError::UnknownRun(run_id.to_string()))?
+            .success_or(RuntimeError::UnknownRun(run_id.to_string()))?
+    }
+
     /// What every agent of a run in progress is doing, by path.
     pub async fn agents(&self, run_id: &str) -> Result<Vec<AgentStatus>, RuntimeError> {
         let run = self.run(run_id).await?;

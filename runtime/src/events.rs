@@ -194,6 +194,12 @@ pub enum EventKind {
         /// How it ended.
         status: RunStatus,
     },
+    /// Text the person wrote while the run worked joined the history; the
+    /// next model call sees it (main agent only).
+    UserMessage {
+        /// What the person wrote.
+        text: String,
+    },
     /// Text for people; never added to history.
     Notice {
         /// The text.
@@ -257,6 +263,7 @@ impl EventKind {
             Self::Compaction { .. } => "compaction",
             Self::SubagentStarted { .. } => "subagent_started",
             Self::SubagentFinished { .. } => "subagent_finished",
+            Self::UserMessage { .. } => "user_message",
             Self::Notice { .. } => "notice",
             Self::Error { .. } => "error",
             Self::RunFinished { .. } => "run_finished",

@@ -1017,3 +1017,59 @@ async fn idle_sessions_leave_memory_and_are_reopened_from_the_store() {
     assert!(request.any_user_text_contains("one"));
     runtime.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn text_written_during_a_run_reaches_the_next_model_call() {
+    let script = Script::new().then(write_call("x.txt")).then(text("done"));
+    let h = Harness::anthropic(script).await;
+    let env = h.env_with(vec![]);
+    let mut options = RunOptions::bypass(env);
+    options.mode = PermissionMode::Default;
+    options.approver = Approver::Present;
+    let mut run = h.submit("go", options).await;
+    let events = events_until(&mut run, |e| {
+        matches!(e.kind, EventKind::ApprovalRequested { .. })
+    })
+    .await;
+    // Written while the run waits for the person: it goes with the results.
+    h.runtime
+        .send_message(&run.run_id, "use tabs, not spaces")
+        .await
+        .unwrap();
+    h.runtime
+        .approve(
+            &run.run_id,
+            &approval_id(&events),
+            ApprovalOutcome::Allow,
+            None,
+        )
+        .await
+        .unwrap();
+    let rest = run_events(&mut run).await;
+    assert_eq!(finished(&rest).0, RunStatus::Finished);
+    let announced: Vec<&str> = rest
+        .iter()
+        .filter_map(|e| match &e.kind {
+            EventKind::UserMessage { text } => Some(text.as_str()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(announced, ["use tabs, not spaces"]);
+    let second = &h.server.requests()[1];
+    // One user message on the wire: the result first, then the text.
+    let last = second.messages().last().unwrap();
+    assert_eq!(last["role"], "user");
+    assert_eq!(last["content"][0]["type"], "tool_result");
+    assert_eq!(last["content"][1]["text"], "use tabs, not spaces");
+    assert_eq!(second.tool_results().len(), 1);
+    // Durable with the session, and the ended run takes no more.
+    let history = h.history(&run.session_id).await;
+    assert_closed(&history);
+    assert!(history.iter().any(|m| m.text() == "use tabs, not spaces"));
+    assert!(
+        h.runtime
+            .send_message(&run.run_id, "too late")
+            .await
+            .is_err()
+    );
+}

@@ -86,6 +86,8 @@ pub(crate) enum Work {
         outcome: ApprovalOutcome,
         reason: Option<String>,
     },
+    /// The person wrote to the main agent of run `run_id`.
+    UserMessage { run_id: String, text: String },
     /// The agent's token was cancelled.
     Interrupted,
     /// The cleanup grace of the interrupted execution `epoch` is over.
@@ -277,6 +279,9 @@ impl AgentState {
                 outcome,
                 reason,
             }),
+            Work::UserMessage { run_id, text } => {
+                (run_id == self.machine.run_id()).then_some(Input::UserMessage { text })
+            }
             Work::Interrupted => Some(Input::Interrupted),
             Work::CleanupGraceOver { epoch } => Some(Input::CleanupGraceOver { epoch }),
         }

@@ -155,6 +155,15 @@ pub enum Input {
         /// Epoch of the execution.
         epoch: u64,
     },
+    /// The person wrote to the agent while it works: the text joins the
+    /// history before the agent's next model call (announced with a
+    /// `user_message` event then). A loop that is over ignores it, and text
+    /// that no later model call took is dropped with the loop: whoever sent
+    /// it sees no `user_message` event and can send it as a new prompt.
+    UserMessage {
+        /// What the person wrote.
+        text: String,
+    },
 }
 
 /// A tool call to run in a tool executor.
@@ -399,6 +408,8 @@ pub struct AgentLoop {
     store_failed: bool,
     /// Interrupted while a save was pending.
     interrupt_pending: bool,
+    /// Text the person wrote during the run, for the next model call.
+    queued_messages: Vec<String>,
 }
 
 impl AgentLoop {
@@ -435,6 +446,7 @@ impl AgentLoop {
             children: 0,
             store_failed: false,
             interrupt_pending: false,
+            queued_messages: Vec::new(),
         }
     }
 
@@ -466,6 +478,7 @@ impl AgentLoop {
             } => self.on_approval(approval_id, outcome, reason, &mut out),
             Input::Interrupted => self.interrupt(&mut out),
             Input::CleanupGraceOver { epoch } => self.on_grace_over(epoch, &mut out),
+            Input::UserMessage { text } => self.queue_message(text),
         }
         out
     }

@@ -1060,3 +1060,64 @@ fn a_retried_model_request_is_a_coded_notice_and_the_answer_follows() {
         Some("hello")
     );
 }
+
+#[test]
+fn text_written_during_a_run_is_saved_then_sent_with_the_next_model_call() {
+    let mut f = fixture(Options::default()).started();
+    let written = |text: &str| Input::UserMessage { text: text.into() };
+    assert!(f.step(written("also check b")).is_empty());
+    assert!(f.step(written("   ")).is_empty(), "blank text is no message");
+    assert_eq!(f.respond(&[read("a")]), s(&["emit:usage", "save"]));
+    assert_eq!(
+        f.step(Input::Saved(Ok(()))),
+        s(&["emit:tool_started", "tool:0:read_file"])
+    );
+    assert!(f.step(written("and c")).is_empty());
+    assert_eq!(f.done(0, "A"), s(&["pending:0", "emit:tool_finished", "save"]));
+    // The written text joins the history after the results, durably, before
+    // the model is called.
+    assert_eq!(
+        f.step(Input::Saved(Ok(()))),
+        s(&["emit:user_message", "emit:user_message", "save"])
+    );
+    let last = f.history().last().unwrap();
+    assert_eq!(last.role, Role::User);
+    assert_eq!(last.content.len(), 2);
+    assert_eq!(last.text(), "also check band c");
+    assert_eq!(
+        f.step(Input::Saved(Ok(()))),
+        s(&["emit:iteration", "model:3"])
+    );
+    validate_history(f.history()).unwrap();
+    // Nothing is queued twice.
+    assert_eq!(f.answer_text("done"), s(&["emit:usage", "save"]));
+    assert_eq!(
+        f.step(Input::Saved(Ok(()))),
+        s(&["finished:finished:end_turn"])
+    );
+}
+
+#[test]
+fn text_written_as_the_loop_ends_is_not_taken() {
+    let mut f = fixture(Options::default()).started();
+    assert!(
+        f.step(Input::UserMessage {
+            text: "one more thing".into()
+        })
+        .is_empty()
+    );
+    // The answer ends the loop: no model call takes the text, no event says
+    // it was taken, so its sender knows to send it as a new prompt.
+    assert_eq!(f.answer_text("hello"), s(&["emit:usage", "save"]));
+    assert_eq!(
+        f.step(Input::Saved(Ok(()))),
+        s(&["finished:finished:end_turn"])
+    );
+    assert!(
+        f.step(Input::UserMessage {
+            text: "later".into()
+        })
+        .is_empty()
+    );
+    assert!(f.history().iter().all(|m| !m.text().contains("one more")));
+}

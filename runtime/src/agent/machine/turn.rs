@@ -19,6 +19,11 @@ impl AgentLoop {
             self.interrupt_now(out);
             return;
         }
+        if self.take_queued_messages(out) {
+            // Durable before the model sees it; the save comes back here.
+            self.save_then(AfterSave::ModelCall, out);
+            return;
+        }
         if let Some(hit) = self.account.check() {
             // Budgets are the run's: the whole tree stops.
             self.account.stop(StopCause::Limit(hit.clone()));
@@ -232,4 +237,35 @@ fn record_metadata(span: &tracing::Span, acc: &ResponseAccumulator, requested: &
         metadata.model.as_deref().unwrap_or(requested),
         metadata.id.as_deref(),
     );
+}
+
+impl AgentLoop {
+    /// Keeps text the person wrote during the run for the next model call; a
+    /// loop that is over takes nothing more.
+    pub(super) fn queue_message(&mut self, text: String) {
+        if matches!(self.phase, Phase::Done) || text.trim().is_empty() {
+            return;
+        }
+        self.queued_messages.push(text);
+    }
+
+    /// Moves the queued text into the history as one user message (one text
+    /// block per message written) and announces each; true when there was any.
+    pub(super) fn take_queued_messages(&mut self, out: &mut Vec<Effect>) -> bool {
+        if self.queued_messages.is_empty() {
+            return false;
+        }
+        let texts = std::mem::take(&mut self.queued_messages);
+        for text in &texts {
+            out.push(Effect::Emit(EventKind::UserMessage { text: text.clone() }));
+        }
+        self.transcript.push(Message {
+            role: crate::model::Role::User,
+            content: texts
+                .into_iter()
+                .map(|text| ContentBlock::Text { text })
+                .collect(),
+        });
+        true
+    }
 }
