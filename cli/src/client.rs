@@ -249,6 +249,17 @@ impl DaemonClient {
         self.send(request).await.map(drop)
     }
 
+    /// Hands text the person wrote to a run in progress (for its next model
+    /// call).
+    pub async fn send_message(&self, run_id: &str, text: &str) -> Result<(), ClientError> {
+        let request = self
+            .http
+            .post(format!("{}/v1/runs/{run_id}/messages", self.base))
+            .timeout(REQUEST_TIMEOUT)
+            .json(&serde_json::json!({ "text": text }));
+        self.send(request).await.map(drop)
+    }
+
     /// Answers an approval.
     pub async fn approve(
         &self,

@@ -253,6 +253,9 @@ impl HumanRenderer {
                     writeln!(out, "{prefix}{text}")?;
                 }
             }
+            EventKind::UserMessage { text } => {
+                writeln!(out, "{prefix}» {}", preview(text))?;
+            }
             EventKind::Error { kind, message } => {
                 writeln!(out, "{prefix}error ({kind}): {message}")?;
             }

@@ -594,6 +594,16 @@ async fn an_approval_is_answered_through_the_api() {
         )
         .await;
     assert_eq!(unknown.status, 404);
+    // Text written while the run waits goes with the next model call.
+    let messages = format!("/v1/runs/{run_id}/messages");
+    let empty = daemon
+        .call("POST", &messages, Some(&json!({"text": "  "})))
+        .await;
+    assert_eq!(empty.status, 400, "{}", empty.text());
+    let written = daemon
+        .call("POST", &messages, Some(&json!({"text": "keep it short"})))
+        .await;
+    assert_eq!(written.status, 202, "{}", written.text());
     let answered = daemon
         .call(
             "POST",
@@ -608,6 +618,15 @@ async fn an_approval_is_answered_through_the_api() {
             .any(|(_, e)| e["type"] == "approval_resolved" && e["outcome"] == "allow")
     );
     assert_eq!(rest.last().unwrap().1["status"], "finished");
+    assert!(
+        rest.iter()
+            .any(|(_, e)| e["type"] == "user_message" && e["text"] == "keep it short")
+    );
+    assert!(server.requests()[1].any_user_text_contains("keep it short"));
+    let late = daemon
+        .call("POST", &messages, Some(&json!({"text": "too late"})))
+        .await;
+    assert_eq!(late.status, 409, "{}", late.text());
     assert_eq!(
         std::fs::read_to_string(env.root().join("notes.txt")).unwrap(),
         "approved\n"

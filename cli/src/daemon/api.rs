@@ -140,6 +140,7 @@ pub fn router(state: ApiState) -> Router {
         .route("/v1/runs/{id}/events", get(run_events))
         .route("/v1/runs/{id}/cancel", post(cancel_run))
         .route("/v1/runs/{id}/approvals/{approval_id}", post(approve))
+        .route("/v1/runs/{id}/messages", post(send_message))
         .route("/v1/sessions", get(list_sessions))
         .route("/v1/sessions/{id}", get(show_session))
         .route("/v1/views", post(render_view))
@@ -522,6 +523,39 @@ async fn approve(
             Ok(axum::Json(json!({"approval_id": approval_id, "outcome": name})).into_response())
         }
         Err(RuntimeError::UnknownRun(_)) => Err(ended_or_unknown(&state.store, &id)),
+        Err(err) => Err(runtime_error(err)),
+    }
+}
+
+/// `POST /v1/runs/{id}/messages`: text the person wrote while the run works.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct WrittenMessage {
+    text: String,
+}
+
+async fn send_message(
+    State(state): State<ApiState>,
+    Path(id): Path<String>,
+    body: Body,
+) -> Result<Response, ApiError> {
+    let message: WrittenMessage = json_body(body).await?;
+    if message.text.trim().is_empty() {
+        return Err(ApiError::bad_request("the message text is empty"));
+    }
+    let id = resolve_run(&state.store, &id)?;
+    check_not_ended(&state.store, &id)?;
+    match state.runtime.send_message(&id, &message.text).await {
+        Ok(()) => Ok((
+            axum::http::StatusCode::ACCEPTED,
+            axum::Json(json!({"run_id": id, "queued": true})),
+        )
+            .into_response()),
+        Err(RuntimeError::UnknownRun(_)) => Err(ended_or_unknown(&state.store, &id)),
+        // The main agent is done and the run is ending.
+        Err(RuntimeError::Gone) => Err(ApiError::conflict(format!(
+            "run {id} is ending and takes no more messages; send it as a new prompt"
+        ))),
         Err(err) => Err(runtime_error(err)),
     }
 }
