@@ -68,6 +68,8 @@ pub struct DaemonClient {
 pub struct Submitted {
     /// The run.
     pub run_id: String,
+    /// The session it works in.
+    pub session_id: String,
     /// Start-up warnings to show before the run.
     pub warnings: Vec<String>,
 }
@@ -214,6 +216,7 @@ impl DaemonClient {
         let text = |key: &str| answer[key].as_str().unwrap_or_default().to_string();
         Ok(Submitted {
             run_id: text("run_id"),
+            session_id: text("session_id"),
             warnings: answer["warnings"]
                 .as_array()
                 .map(|warnings| {
@@ -432,6 +435,16 @@ impl RunLink for RemoteRun {
                     tracing::warn!(%err, "the answer did not reach the daemon");
                 }
             })
+        })
+    }
+
+    fn send_message(&self, text: String) -> BoxFuture<'static, Result<(), String>> {
+        let (client, run_id) = (self.client.clone(), self.run_id.clone());
+        Box::pin(async move {
+            client
+                .send_message(&run_id, &text)
+                .await
+                .map_err(|err| err.message)
         })
     }
 }

@@ -28,6 +28,9 @@ pub trait RunLink {
     /// What answers the run's approval requests (it outlives the prompt
     /// that waits for the person).
     fn answerer(&self) -> Answerer;
+
+    /// Hands text the person wrote to the run, for its next model call.
+    fn send_message(&self, text: String) -> BoxFuture<'static, Result<(), String>>;
 }
 
 /// Sends one answer — approval id, outcome, reason — to the run.

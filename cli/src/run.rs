@@ -15,7 +15,7 @@ use std::io::Read;
 use std::sync::Arc;
 
 use futures::future::BoxFuture;
-use troupe_actors::{Approver, RunHandle, RunSubmission, Runtime};
+use troupe_actors::{Approver, RunHandle, Runtime};
 use troupe_runtime::events::RunEvent;
 use troupe_runtime::session::recover_interrupted_runs;
 use troupe_runtime::store::{SESSION_MAX_AGE, Store};
@@ -366,18 +366,13 @@ pub async fn execute(
             return (EXIT_RUNTIME, None);
         }
     };
-    let submission = RunSubmission {
+    let submission = prepared.into_submission(
         prompt,
-        session: prepared.session,
-        env: prepared.env,
-        permissions: prepared.permissions,
-        mode: prepared.mode,
-        limits: prepared.limits,
-        approver: match approvals {
+        match approvals {
             Approvals::Nobody => Approver::Absent,
             Approvals::Terminal | Approvals::AutoAllow => Approver::Present,
         },
-    };
+    );
     let handle = match runtime.submit(submission).await {
         Ok(handle) => handle,
         Err(err) => {
@@ -413,9 +408,11 @@ pub async fn execute(
 }
 
 /// A run on this process's runtime.
-struct EmbeddedRun {
-    runtime: Runtime,
-    handle: RunHandle,
+pub struct EmbeddedRun {
+    /// The runtime.
+    pub runtime: Runtime,
+    /// The run.
+    pub handle: RunHandle,
 }
 
 impl RunLink for EmbeddedRun {
@@ -441,6 +438,16 @@ impl RunLink for EmbeddedRun {
                     .approve(&run_id, &approval_id, outcome, reason)
                     .await;
             })
+        })
+    }
+
+    fn send_message(&self, text: String) -> BoxFuture<'static, Result<(), String>> {
+        let (runtime, run_id) = (self.runtime.clone(), self.handle.run_id.clone());
+        Box::pin(async move {
+            runtime
+                .send_message(&run_id, &text)
+                .await
+                .map_err(|err| err.to_string())
         })
     }
 }

@@ -171,4 +171,8 @@ impl RunLink for StoredRun {
     fn answerer(&self) -> Answerer {
         Arc::new(|_, _, _| Box::pin(async {}))
     }
+
+    fn send_message(&self, _text: String) -> BoxFuture<'static, Result<(), String>> {
+        Box::pin(async { Err("the run is not in progress".to_string()) })
+    }
 }

@@ -223,6 +223,26 @@ pub struct Prepared {
     pub warnings: Vec<String>,
 }
 
+impl Prepared {
+    /// The submission of `prompt` as prepared, with `approver` answering
+    /// its approvals.
+    pub fn into_submission(
+        self,
+        prompt: String,
+        approver: troupe_actors::Approver,
+    ) -> troupe_actors::RunSubmission {
+        troupe_actors::RunSubmission {
+            prompt,
+            session: self.session,
+            env: self.env,
+            permissions: self.permissions,
+            mode: self.mode,
+            limits: self.limits,
+            approver,
+        }
+    }
+}
+
 /// Loads configuration for `options` and prepares a run. `provider_override`
 /// replaces the configured provider (the demo's scripted model).
 pub async fn prepare(

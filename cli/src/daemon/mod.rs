@@ -25,7 +25,7 @@ use std::time::Duration;
 use axum::serve::ListenerExt;
 use futures::FutureExt;
 use tokio::signal::unix::{SignalKind, signal};
-use troupe_actors::{Approver, RunSubmission, Runtime};
+use troupe_actors::{Approver, Runtime};
 use troupe_runtime::config::PermissionMode;
 use troupe_runtime::store::Store;
 
@@ -271,7 +271,7 @@ async fn prepare_run(
     let client_locations = request
         .env
         .map(|vars| Locations::for_client(locations.data_dir.clone(), vars, request.cwd.clone()));
-    let prepared = setup::prepare(
+    let mut prepared = setup::prepare(
         &options,
         None,
         store,
@@ -283,21 +283,15 @@ async fn prepare_run(
         crate::EXIT_USAGE => ApiError::unprocessable(err.message),
         _ => ApiError::internal(err.message),
     })?;
-    let submission = RunSubmission {
-        prompt: request.prompt,
-        session: prepared.session,
-        env: prepared.env,
-        permissions: prepared.permissions,
-        mode: prepared.mode,
-        limits: prepared.limits,
-        approver: if request.interactive {
-            Approver::Present
-        } else {
-            Approver::Absent
-        },
+    let approver = if request.interactive {
+        Approver::Present
+    } else {
+        Approver::Absent
     };
+    let warnings = std::mem::take(&mut prepared.warnings);
+    let submission = prepared.into_submission(request.prompt, approver);
     Ok(PreparedRun {
         submission,
-        warnings: prepared.warnings,
+        warnings,
     })
 }
