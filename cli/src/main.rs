@@ -6,6 +6,7 @@
 //! SIGTERM or SIGHUP cancelled the run).
 
 mod approval;
+mod chat;
 mod client;
 mod daemon;
 mod demo;
@@ -47,6 +48,8 @@ enum Command {
     Run(RunArgs),
     /// Continue a stored session.
     Resume(ResumeArgs),
+    /// Talk with the agent in this terminal, turn after turn.
+    Chat(ChatArgs),
     /// List, show, export or remove stored sessions.
     #[command(subcommand)]
     Sessions(SessionsCommand),
@@ -101,6 +104,39 @@ enum Command {
         #[arg(long, value_name = "DIR")]
         out_dir: Option<PathBuf>,
     },
+}
+
+/// `troupe chat`'s options.
+#[derive(Debug, Args)]
+pub struct ChatArgs {
+    /// Continue this session (an id or a unique prefix of one).
+    #[arg(long)]
+    pub session: Option<String>,
+    /// Provider entry to use (default: `default_provider`, or the one configured).
+    #[arg(long)]
+    pub provider: Option<String>,
+    /// Model id, overriding the provider's (`/model` changes it).
+    #[arg(long)]
+    pub model: Option<String>,
+    /// Permission mode: default, accept-edits, plan or bypass (`/mode` changes it).
+    #[arg(long, value_parser = parse_mode)]
+    pub mode: Option<troupe_runtime::config::PermissionMode>,
+    /// Working directory (default: the current one).
+    #[arg(long)]
+    pub cwd: Option<PathBuf>,
+    /// Turn limit for each message.
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_turns: Option<u32>,
+    /// Token budget for each message.
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    pub budget_tokens: Option<u64>,
+    /// Wall-clock limit for each message, in seconds.
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    pub timeout: Option<u64>,
+    /// Run the turns in this process even when a daemon is running (also
+    /// `TROUPE_NO_DAEMON=1`).
+    #[arg(long, env = "TROUPE_NO_DAEMON", value_parser = clap::builder::BoolishValueParser::new(), default_value_t = false)]
+    pub no_daemon: bool,
 }
 
 /// Options shared by the commands that start a run.
@@ -270,10 +306,12 @@ fn main() -> ExitCode {
         no_color.as_deref(),
     );
     // Commands that run agents set up full telemetry once the store is open.
-    if !matches!(
-        cli.command,
-        Command::Run(_) | Command::Resume(_) | Command::Demo(_) | Command::Serve { .. }
-    ) {
+    let sets_up_telemetry = match &cli.command {
+        Command::Run(_) | Command::Resume(_) | Command::Demo(_) | Command::Serve { .. } => true,
+        Command::Chat(args) => args.no_daemon,
+        _ => false,
+    };
+    if !sets_up_telemetry {
         init_logging(color);
     }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
@@ -291,6 +329,7 @@ fn main() -> ExitCode {
         match cli.command {
             Command::Run(args) => run::run(args, color).await,
             Command::Resume(args) => run::resume(args, color).await,
+            Command::Chat(args) => chat::chat(args, color).await,
             Command::Sessions(command) => sessions::sessions(command).await,
             Command::Trace { run } => sessions::print_view(sessions::View::Trace { run }).await,
             Command::Runs(command) => runs::runs(command, color).await,

@@ -243,6 +243,40 @@ impl Prepared {
     }
 }
 
+/// What configuration says for the directory `options` names, without
+/// preparing a run: what the chat's `/mode`, `/model`, `/cost`, `/tools` and
+/// `/agents` show.
+pub struct Configured {
+    /// The merged configuration.
+    pub config: Config,
+    /// The provider runs would use, or why none can be used.
+    pub provider: Result<ResolvedProvider, String>,
+    /// The sub-agent roles.
+    pub roles: RoleSet,
+}
+
+/// Reads configuration as a run with `options` would, from this process's
+/// environment.
+pub fn configured(locations: &Locations, options: &RunOptions) -> Result<Configured, SetupError> {
+    let cwd = working_directory(locations, options.cwd.as_deref())?;
+    let sources = locations.config_sources(&cwd);
+    let config = load_config(&sources).map_err(|err| SetupError::usage(err.to_string()))?;
+    let project_root = sources.project_root.clone().unwrap_or(cwd);
+    let env = |name: &str| locations.var(name);
+    let provider = resolve_provider(&config, options.provider.as_deref(), &env)
+        .map(|resolved| match &options.model {
+            Some(model) => resolved.with_model(model.clone()),
+            None => resolved,
+        })
+        .map_err(|err| err.to_string());
+    let (roles, _) = RoleSet::load(locations.config_dir.as_deref(), &project_root);
+    Ok(Configured {
+        config,
+        provider,
+        roles,
+    })
+}
+
 /// Loads configuration for `options` and prepares a run. `provider_override`
 /// replaces the configured provider (the demo's scripted model).
 pub async fn prepare(

@@ -259,15 +259,6 @@ fn client(env: &Env, server: Option<&ScriptedServer>) -> std::process::Command {
     command
 }
 
-/// How many processes have `needle` in their command line.
-fn processes_running(needle: &str) -> usize {
-    std::fs::read_dir("/proc")
-        .unwrap()
-        .filter_map(|entry| std::fs::read(entry.ok()?.path().join("cmdline")).ok())
-        .filter(|cmdline| String::from_utf8_lossy(cmdline).contains(needle))
-        .count()
-}
-
 fn run_body(env: &Env, prompt: &str) -> Value {
     json!({"prompt": prompt, "cwd": env.root()})
 }
@@ -538,7 +529,7 @@ async fn sigterm_cancels_runs_in_flight_and_leaves_a_resumable_session() {
     assert_eq!(code, 0, "{stderr}");
     assert!(!data_dir.join("daemon.json").exists());
     // No process of the run survives.
-    assert_eq!(processes_running("307.5"), 0);
+    assert_eq!(support::processes_running("307.5").len(), 0);
     // The run ended cancelled, its events complete in the store.
     let shown = env
         .command(None)
@@ -1041,7 +1032,7 @@ async fn a_client_killed_outright_takes_its_run_with_it() {
     let ended = daemon.events(&run_id, None, |_| false).await;
     let last = &ended.last().unwrap().1;
     assert_eq!(last["status"], "cancelled", "{last}");
-    assert_eq!(processes_running("313.5"), 0);
+    assert_eq!(support::processes_running("313.5").len(), 0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -10,47 +10,12 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use support::{COMMAND_LIMIT, Env, export, session_of, spawn};
+use support::{
+    COMMAND_LIMIT, Env, export, processes_running, session_of, spawn, wait_for_processes,
+};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use troupe_runtime::model::{ContentBlock, Role};
 use troupe_scripted::{Script, ScriptedServer, ServerConfig, text, tool_call};
-
-/// How often `/proc` is scanned while waiting for a process to appear or go.
-const POLL: Duration = Duration::from_millis(20);
-
-/// Pids of the processes whose command line contains `needle` (arguments
-/// joined by spaces).
-fn processes_running(needle: &str) -> Vec<i32> {
-    let Ok(entries) = std::fs::read_dir("/proc") else {
-        return Vec::new();
-    };
-    entries
-        .filter_map(|entry| {
-            let entry = entry.ok()?;
-            let pid: i32 = entry.file_name().to_str()?.parse().ok()?;
-            let cmdline = std::fs::read(entry.path().join("cmdline")).ok()?;
-            let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
-            cmdline.contains(needle).then_some(pid)
-        })
-        .collect()
-}
-
-/// Waits until `done` holds for the processes matching `needle`, for at most
-/// `limit`; returns the last scan.
-async fn wait_for_processes(
-    needle: &str,
-    limit: Duration,
-    done: impl Fn(&[i32]) -> bool,
-) -> Vec<i32> {
-    let deadline = tokio::time::Instant::now() + limit;
-    loop {
-        let pids = processes_running(needle);
-        if done(&pids) || tokio::time::Instant::now() >= deadline {
-            return pids;
-        }
-        tokio::time::sleep(POLL).await;
-    }
-}
 
 /// Runs a `bash` call of `sleep SECONDS` under `troupe run --mode bypass
 /// --json`, sends `signal` once the command runs, and checks the clean end.

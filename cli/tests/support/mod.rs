@@ -350,3 +350,40 @@ pub async fn run_on_terminal(command: Command, answers: &str) -> (Option<i32>, S
         String::from_utf8_lossy(&output.stdout).into_owned(),
     )
 }
+
+/// How often `/proc` is scanned while waiting for a process to appear or go.
+const POLL: Duration = Duration::from_millis(20);
+
+/// Pids of the processes whose command line contains `needle` (arguments
+/// joined by spaces).
+pub fn processes_running(needle: &str) -> Vec<i32> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .filter_map(|entry| {
+            let entry = entry.ok()?;
+            let pid: i32 = entry.file_name().to_str()?.parse().ok()?;
+            let cmdline = std::fs::read(entry.path().join("cmdline")).ok()?;
+            let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+            cmdline.contains(needle).then_some(pid)
+        })
+        .collect()
+}
+
+/// Waits until `done` holds for the processes matching `needle`, for at most
+/// `limit`; returns the last scan.
+pub async fn wait_for_processes(
+    needle: &str,
+    limit: Duration,
+    done: impl Fn(&[i32]) -> bool,
+) -> Vec<i32> {
+    let deadline = tokio::time::Instant::now() + limit;
+    loop {
+        let pids = processes_running(needle);
+        if done(&pids) || tokio::time::Instant::now() >= deadline {
+            return pids;
+        }
+        tokio::time::sleep(POLL).await;
+    }
+}

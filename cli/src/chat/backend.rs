@@ -1,0 +1,242 @@
+//! Where the chat's turns run: in the daemon (the default, started on demand)
+//! or on a runtime embedded in this process (`--no-daemon`), which stays up
+//! for the whole chat. Either way each turn is a run on the chat's session,
+//! followed through a [`RunLink`].
+
+use std::sync::Arc;
+
+use futures::future::BoxFuture;
+use troupe_actors::{Approver, Runtime};
+use troupe_runtime::events::RunEvent;
+use troupe_runtime::store::Store;
+
+use crate::client::{DaemonClient, RemoteRun};
+use crate::follow::{Answerer, RunLink};
+use crate::ids::{self, IdKind};
+use crate::run::{EmbeddedRun, remote_request};
+use crate::sessions::{Rendered, View, render_view};
+use crate::setup::{Locations, RunOptions, SetupError};
+use crate::{EXIT_RUNTIME, EXIT_USAGE, RunFlags};
+
+/// A failure to show the person, with the exit code it would give.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ChatError {
+    /// What went wrong.
+    pub message: String,
+    /// Exit code.
+    pub code: u8,
+}
+
+impl From<SetupError> for ChatError {
+    fn from(err: SetupError) -> Self {
+        Self {
+            message: err.message,
+            code: err.code,
+        }
+    }
+}
+
+impl From<crate::client::ClientError> for ChatError {
+    fn from(err: crate::client::ClientError) -> Self {
+        Self {
+            message: err.message,
+            code: err.code,
+        }
+    }
+}
+
+/// A runtime in this process, kept for the whole chat.
+pub struct Embedded {
+    runtime: Runtime,
+    store: Store,
+    locations: Locations,
+    telemetry: crate::telemetry::CliTelemetry,
+}
+
+/// Where turns run.
+pub enum Backend {
+    /// The daemon.
+    Daemon(Arc<DaemonClient>),
+    /// This process.
+    Embedded(Box<Embedded>),
+}
+
+/// One turn that started.
+pub struct Started {
+    /// Its events and controls.
+    pub link: TurnLink,
+    /// The session it works in.
+    pub session_id: String,
+    /// Things to know before it runs.
+    pub warnings: Vec<String>,
+}
+
+impl Backend {
+    /// The daemon (started on demand), or an embedded runtime for `no_daemon`.
+    pub async fn open(locations: &Locations, no_daemon: bool) -> Result<Self, ChatError> {
+        if !no_daemon {
+            let client = DaemonClient::locate_or_start(locations).await?;
+            return Ok(Self::Daemon(Arc::new(client)));
+        }
+        let store = locations.open_store()?;
+        let telemetry = crate::telemetry::start(&store);
+        crate::run::report_recovered(&store, false);
+        let runtime = Runtime::start(store.clone())
+            .await
+            .map_err(|err| ChatError {
+                message: err.to_string(),
+                code: EXIT_RUNTIME,
+            })?;
+        Ok(Self::Embedded(Box::new(Embedded {
+            runtime,
+            store,
+            locations: locations.clone(),
+            telemetry,
+        })))
+    }
+
+    /// Starts a turn: `prompt` on `session` (a new one when `None`), set up
+    /// as `flags` say, its approvals asked in the chat.
+    pub async fn start_turn(
+        &self,
+        prompt: &str,
+        session: Option<&str>,
+        flags: &RunFlags,
+    ) -> Result<Started, ChatError> {
+        match self {
+            Self::Daemon(client) => {
+                let current_dir = std::env::current_dir().map_err(|err| ChatError {
+                    message: format!("cannot read the current directory: {err}"),
+                    code: EXIT_USAGE,
+                })?;
+                let body =
+                    remote_request(prompt, session, flags, &current_dir, std::env::vars(), true);
+                let submitted = client.submit(&body).await?;
+                let events = client.events(&submitted.run_id, 1, true).await?;
+                Ok(Started {
+                    session_id: submitted.session_id,
+                    warnings: submitted.warnings,
+                    link: TurnLink::Remote(RemoteRun {
+                        client: client.clone(),
+                        run_id: submitted.run_id,
+                        events,
+                    }),
+                })
+            }
+            Self::Embedded(embedded) => {
+                let session = session
+                    .map(|given| ids::resolve(&embedded.store, IdKind::Session, given))
+                    .transpose()?;
+                let options = RunOptions {
+                    cwd: flags.cwd.clone(),
+                    provider: flags.provider.clone(),
+                    model: flags.model.clone(),
+                    mode: flags.mode,
+                    max_turns: flags.max_turns,
+                    budget_tokens: flags.budget_tokens,
+                    timeout_secs: flags.timeout,
+                };
+                let mut prepared = crate::setup::prepare(
+                    &options,
+                    None,
+                    &embedded.store,
+                    &embedded.locations,
+                    session.as_deref(),
+                )
+                .await?;
+                let warnings = std::mem::take(&mut prepared.warnings);
+                let submission = prepared.into_submission(prompt.to_string(), Approver::Present);
+                let handle =
+                    embedded
+                        .runtime
+                        .submit(submission)
+                        .await
+                        .map_err(|err| ChatError {
+                            message: err.to_string(),
+                            code: EXIT_RUNTIME,
+                        })?;
+                Ok(Started {
+                    session_id: handle.session_id.clone(),
+                    warnings,
+                    link: TurnLink::Embedded(EmbeddedRun {
+                        runtime: embedded.runtime.clone(),
+                        handle,
+                    }),
+                })
+            }
+        }
+    }
+
+    /// Renders a read-only view of the store (`/sessions`, `/resume`).
+    pub async fn view(&self, view: View) -> Rendered {
+        match self {
+            Self::Daemon(client) => match client.view(&view).await {
+                Ok(rendered) => rendered,
+                Err(err) => Rendered {
+                    code: err.code,
+                    stdout: String::new(),
+                    stderr: format!("troupe: {err}\n"),
+                },
+            },
+            Self::Embedded(embedded) => {
+                let store = embedded.store.clone();
+                tokio::task::spawn_blocking(move || render_view(&store, &view))
+                    .await
+                    .unwrap_or_else(|err| Rendered {
+                        code: EXIT_RUNTIME,
+                        stdout: String::new(),
+                        stderr: format!("troupe: the view failed: {err}\n"),
+                    })
+            }
+        }
+    }
+
+    /// Stops what the chat started in this process.
+    pub async fn close(self) {
+        if let Self::Embedded(embedded) = self {
+            embedded.runtime.shutdown().await;
+            if let Err(err) = embedded.store.flush() {
+                eprintln!("troupe: the store could not be flushed at exit: {err}");
+            }
+            embedded.telemetry.stop();
+        }
+    }
+}
+
+/// One turn's run, in the daemon or here.
+pub enum TurnLink {
+    /// In the daemon.
+    Remote(RemoteRun),
+    /// In this process.
+    Embedded(EmbeddedRun),
+}
+
+impl RunLink for TurnLink {
+    async fn next_event(&mut self) -> Option<RunEvent> {
+        match self {
+            Self::Remote(run) => run.next_event().await,
+            Self::Embedded(run) => run.next_event().await,
+        }
+    }
+
+    fn cancel(&self) -> BoxFuture<'static, ()> {
+        match self {
+            Self::Remote(run) => run.cancel(),
+            Self::Embedded(run) => run.cancel(),
+        }
+    }
+
+    fn answerer(&self) -> Answerer {
+        match self {
+            Self::Remote(run) => run.answerer(),
+            Self::Embedded(run) => run.answerer(),
+        }
+    }
+
+    fn send_message(&self, text: String) -> BoxFuture<'static, Result<(), String>> {
+        match self {
+            Self::Remote(run) => run.send_message(text),
+            Self::Embedded(run) => run.send_message(text),
+        }
+    }
+}

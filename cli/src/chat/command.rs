@@ -1,0 +1,188 @@
+//! What a line typed at the chat prompt means: a message for the agent, or
+//! one of the slash commands.
+
+/// One line typed at the idle prompt.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ChatInput {
+    /// Nothing to do (an empty line).
+    Nothing,
+    /// A message for the agent.
+    Message(String),
+    /// A slash command.
+    Command(SlashCommand),
+}
+
+/// The chat's slash commands.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SlashCommand {
+    /// `/help`: list the commands.
+    Help,
+    /// `/clear`: the next message starts a new session.
+    Clear,
+    /// `/sessions`: list recent sessions.
+    Sessions,
+    /// `/resume [ID]`: continue a stored session (without an id: list them).
+    Resume(Option<String>),
+    /// `/mode [MODE]`: show or set the permission mode of the next turns.
+    Mode(Option<String>),
+    /// `/model [ID]`: show or set the model of the next turns.
+    Model(Option<String>),
+    /// `/cost`: tokens and cost of this chat so far.
+    Cost,
+    /// `/tools`: the tools the agent is offered.
+    Tools,
+    /// `/agents`: the sub-agent roles the agent may start.
+    Agents,
+    /// `/exit`: leave the chat.
+    Exit,
+    /// A command that does not exist.
+    Unknown(String),
+}
+
+/// The commands with their one-line help, in the order `/help` lists them.
+pub const COMMANDS: &[(&str, &str)] = &[
+    ("/help", "list these commands"),
+    ("/clear", "start a new conversation (a new session)"),
+    ("/sessions", "list recent sessions"),
+    (
+        "/resume ID",
+        "continue a stored session (an id or a unique prefix)",
+    ),
+    (
+        "/mode [MODE]",
+        "show or set the mode: default, accept-edits, plan, bypass",
+    ),
+    ("/model [ID]", "show or set the model of the next turns"),
+    ("/cost", "tokens and cost of this chat"),
+    ("/tools", "the tools the agent is offered"),
+    ("/agents", "the sub-agent roles it may start"),
+    ("/exit", "leave (Ctrl-C or Ctrl-D at the prompt too)"),
+];
+
+/// Reads one line typed at the prompt. A line starting with `/` is a
+/// command (`//` sends the rest, starting with `/`, as a message); anything
+/// else that is not blank is a message, kept as typed.
+pub fn parse(line: &str) -> ChatInput {
+    let trimmed = line.trim();
+    if trimmed.is_empty() {
+        return ChatInput::Nothing;
+    }
+    if let Some(literal) = trimmed.strip_prefix("//") {
+        return ChatInput::Message(format!("/{literal}"));
+    }
+    let Some(command) = trimmed.strip_prefix('/') else {
+        return ChatInput::Message(line.trim_end().to_string());
+    };
+    let (name, rest) = match command.split_once(char::is_whitespace) {
+        Some((name, rest)) => (name, Some(rest.trim().to_string())),
+        None => (command, None),
+    };
+    let argument = rest.filter(|rest| !rest.is_empty());
+    ChatInput::Command(match name.to_ascii_lowercase().as_str() {
+        "help" | "?" => SlashCommand::Help,
+        "clear" | "new" => SlashCommand::Clear,
+        "sessions" => SlashCommand::Sessions,
+        "resume" => SlashCommand::Resume(argument),
+        "mode" => SlashCommand::Mode(argument),
+        "model" => SlashCommand::Model(argument),
+        "cost" => SlashCommand::Cost,
+        "tools" => SlashCommand::Tools,
+        "agents" => SlashCommand::Agents,
+        "exit" | "quit" => SlashCommand::Exit,
+        _ => SlashCommand::Unknown(format!("/{name}")),
+    })
+}
+
+/// `/help`'s text.
+pub fn help_text() -> String {
+    let width = COMMANDS
+        .iter()
+        .map(|(name, _)| name.len())
+        .max()
+        .unwrap_or(0);
+    let mut text = String::from("Commands:\n");
+    for (name, help) in COMMANDS {
+        text.push_str(&format!("  {name:width$}  {help}\n"));
+    }
+    text.push_str(
+        "While the agent works: type to queue a message for its next step (Enter sends it), \
+         Esc or Ctrl-C cancels the turn.",
+    );
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn command(line: &str) -> SlashCommand {
+        match parse(line) {
+            ChatInput::Command(command) => command,
+            other => panic!("{line:?} gave {other:?}"),
+        }
+    }
+
+    #[test]
+    fn messages_are_kept_as_typed() {
+        assert_eq!(parse("   "), ChatInput::Nothing);
+        assert_eq!(parse(""), ChatInput::Nothing);
+        assert_eq!(
+            parse("  fix the *bug*  \n"),
+            ChatInput::Message("  fix the *bug*".into())
+        );
+        assert_eq!(
+            parse("//etc/hosts is odd"),
+            ChatInput::Message("/etc/hosts is odd".into())
+        );
+    }
+
+    #[test]
+    fn commands_and_their_arguments() {
+        assert_eq!(command("/help"), SlashCommand::Help);
+        assert_eq!(command(" /HELP "), SlashCommand::Help);
+        assert_eq!(command("/clear"), SlashCommand::Clear);
+        assert_eq!(command("/sessions"), SlashCommand::Sessions);
+        assert_eq!(command("/resume"), SlashCommand::Resume(None));
+        assert_eq!(
+            command("/resume  0193ab "),
+            SlashCommand::Resume(Some("0193ab".into()))
+        );
+        assert_eq!(command("/mode"), SlashCommand::Mode(None));
+        assert_eq!(
+            command("/mode plan"),
+            SlashCommand::Mode(Some("plan".into()))
+        );
+        assert_eq!(
+            command("/model claude-x"),
+            SlashCommand::Model(Some("claude-x".into()))
+        );
+        assert_eq!(command("/cost"), SlashCommand::Cost);
+        assert_eq!(command("/tools"), SlashCommand::Tools);
+        assert_eq!(command("/agents"), SlashCommand::Agents);
+        assert_eq!(command("/exit"), SlashCommand::Exit);
+        assert_eq!(command("/quit"), SlashCommand::Exit);
+        assert_eq!(
+            command("/frobnicate x"),
+            SlashCommand::Unknown("/frobnicate".into())
+        );
+    }
+
+    #[test]
+    fn help_names_every_command() {
+        let help = help_text();
+        for name in [
+            "/help",
+            "/clear",
+            "/sessions",
+            "/resume",
+            "/mode",
+            "/model",
+            "/cost",
+            "/tools",
+            "/agents",
+            "/exit",
+        ] {
+            assert!(help.contains(name), "{name}");
+        }
+    }
+}

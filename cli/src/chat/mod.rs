@@ -1,0 +1,394 @@
+//! `troupe chat`: the interactive terminal session. Each message is a turn —
+//! a run on the chat's session, in the daemon or (with `--no-daemon`) in
+//! this process — shown as it streams (the answer rendered as Markdown, a
+//! spinner with the step and tokens, one line per tool call, sub-agents
+//! labelled by path), with approvals asked in place. Esc or Ctrl-C cancels a
+//! turn; Ctrl-C or Ctrl-D at the prompt leaves. Text typed while a turn runs
+//! is queued for the agent's next model call, or sent as the next message
+//! when the turn ends first. Lines are edited with the usual keys and kept in
+//! a history file in the data directory.
+
+pub mod backend;
+pub mod command;
+pub mod keys;
+pub mod markdown;
+pub mod screen;
+pub mod turn;
+pub mod view;
+
+use std::io::IsTerminal;
+use std::path::PathBuf;
+
+use rustyline::error::ReadlineError;
+use rustyline::history::FileHistory;
+use rustyline::{Config as EditorConfig, Editor};
+use troupe_runtime::agent::agent_tool::agent_tool_definition;
+use troupe_runtime::agent::catalogue::ToolCatalogue;
+use troupe_runtime::agent::roles::RoleTools;
+use troupe_runtime::config::PermissionMode;
+use troupe_runtime::events::RunStatus;
+use troupe_runtime::model::Usage;
+
+use self::backend::{Backend, ChatError};
+use self::command::{ChatInput, SlashCommand, help_text};
+use self::screen::Screen;
+use crate::sessions::View;
+use crate::setup::{Locations, RunOptions, configured};
+use crate::signals::StopSignals;
+use crate::{ChatArgs, EXIT_RUNTIME, EXIT_USAGE, RunFlags};
+
+/// The line history file in the data directory.
+pub const HISTORY_FILE: &str = "chat_history";
+
+/// Lines kept in the history file.
+const HISTORY_LINES: usize = 2_000;
+
+/// The chat's state between turns.
+struct Chat {
+    backend: Backend,
+    /// The session the next turn continues (`None`: a new one).
+    session: Option<String>,
+    /// How turns are set up (`/mode` and `/model` change it).
+    flags: RunFlags,
+    locations: Locations,
+    /// Tokens of this chat's turns.
+    usage: Usage,
+    /// What was typed but not sent as the last turn ended.
+    typed_ahead: String,
+    turns: u32,
+    color: bool,
+}
+
+/// Runs `troupe chat`; returns the exit code.
+pub async fn chat(args: ChatArgs, color: bool) -> u8 {
+    if !std::io::stdin().is_terminal() || !std::io::stderr().is_terminal() {
+        eprintln!(
+            "troupe: `troupe chat` needs a terminal; for scripts use `troupe run PROMPT` (or `-` to read it from stdin)"
+        );
+        return EXIT_USAGE;
+    }
+    let locations = match Locations::from_process() {
+        Ok(locations) => locations,
+        Err(err) => {
+            eprintln!("troupe: {err}");
+            return err.code;
+        }
+    };
+    let Some(mut signals) = StopSignals::listen_or_report() else {
+        return EXIT_RUNTIME;
+    };
+    let backend = match Backend::open(&locations, args.no_daemon).await {
+        Ok(backend) => backend,
+        Err(err) => {
+            eprintln!("troupe: {}", err.message);
+            return err.code;
+        }
+    };
+    let mut chat = Chat {
+        backend,
+        session: None,
+        flags: RunFlags {
+            provider: args.provider,
+            model: args.model,
+            mode: args.mode,
+            cwd: args.cwd,
+            json: false,
+            max_turns: args.max_turns,
+            budget_tokens: args.budget_tokens,
+            timeout: args.timeout,
+            no_daemon: args.no_daemon,
+            detach: false,
+        },
+        locations,
+        usage: Usage::default(),
+        typed_ahead: String::new(),
+        turns: 0,
+        color,
+    };
+    if let Some(id) = args.session {
+        chat.resume(&id).await;
+    }
+    let history = chat.locations.data_dir.join(HISTORY_FILE);
+    let mut editor = match line_editor(&history) {
+        Ok(editor) => editor,
+        Err(err) => {
+            eprintln!("troupe: the line editor cannot start: {err}");
+            chat.backend.close().await;
+            return EXIT_RUNTIME;
+        }
+    };
+    eprintln!("troupe chat — /help lists commands; Ctrl-C or Ctrl-D leaves");
+    let mut code = 0;
+    loop {
+        let prompt = chat.prompt();
+        let initial = std::mem::take(&mut chat.typed_ahead);
+        let read = tokio::task::spawn_blocking(move || {
+            let line = editor.readline_with_initial(&prompt, (&initial, ""));
+            (editor, line)
+        });
+        let (returned, line) = tokio::select! {
+            read = read => match read {
+                Ok(read) => read,
+                Err(err) => {
+                    eprintln!("troupe: the line editor failed: {err}");
+                    code = EXIT_RUNTIME;
+                    break;
+                }
+            },
+            signal = signals.recv() => {
+                code = signal.exit_code();
+                break;
+            }
+        };
+        editor = returned;
+        let line = match line {
+            Ok(line) => line,
+            Err(ReadlineError::Interrupted | ReadlineError::Eof) => break,
+            Err(err) => {
+                eprintln!("troupe: reading the line failed: {err}");
+                code = EXIT_RUNTIME;
+                break;
+            }
+        };
+        if !line.trim().is_empty() {
+            let _ = editor.add_history_entry(line.as_str());
+            if let Err(err) = editor.append_history(&history) {
+                tracing::debug!(%err, "the chat history was not saved");
+            }
+        }
+        match command::parse(&line) {
+            ChatInput::Nothing => {}
+            ChatInput::Message(message) => {
+                if let Some(exit) = chat.converse(message, &mut signals).await {
+                    code = exit;
+                    break;
+                }
+            }
+            ChatInput::Command(SlashCommand::Exit) => break,
+            ChatInput::Command(command) => chat.command(command).await,
+        }
+    }
+    chat.backend.close().await;
+    code
+}
+
+/// A line editor with the history of earlier chats.
+fn line_editor(history: &PathBuf) -> rustyline::Result<Editor<(), FileHistory>> {
+    let config = EditorConfig::builder()
+        .max_history_size(HISTORY_LINES)?
+        .auto_add_history(false)
+        .build();
+    let mut editor = Editor::with_config(config)?;
+    if history.exists()
+        && let Err(err) = editor.load_history(history)
+    {
+        eprintln!(
+            "troupe: the chat history {} is unreadable: {err}",
+            history.display()
+        );
+    }
+    Ok(editor)
+}
+
+impl Chat {
+    /// The prompt: the mode when it is not the default.
+    fn prompt(&self) -> String {
+        match self.flags.mode {
+            Some(mode) if mode != PermissionMode::Default => format!("[{}] › ", mode.as_str()),
+            _ => "› ".to_string(),
+        }
+    }
+
+    /// Runs `message` as a turn, then whatever was typed during it that the
+    /// agent did not take. Returns an exit code when the chat must end.
+    async fn converse(&mut self, message: String, signals: &mut StopSignals) -> Option<u8> {
+        let mut next = Some(message);
+        while let Some(message) = next.take() {
+            let started = match self
+                .backend
+                .start_turn(&message, self.session.as_deref(), &self.flags)
+                .await
+            {
+                Ok(started) => started,
+                Err(ChatError { message, .. }) => {
+                    eprintln!("troupe: {message}");
+                    return None;
+                }
+            };
+            for warning in &started.warnings {
+                eprintln!("troupe: {warning}");
+            }
+            self.session = Some(started.session_id.clone());
+            let mut link = started.link;
+            let screen = Screen::new(self.color);
+            let end = turn::follow_turn(&mut link, &screen, signals).await;
+            screen.close();
+            self.usage.add(&end.usage);
+            self.turns += 1;
+            self.typed_ahead = end.typed;
+            if let Some(signal) = end.signal {
+                return Some(signal.exit_code());
+            }
+            if !end.unsent.is_empty() {
+                let text = end.unsent.join("\n\n");
+                if end.status == RunStatus::Cancelled {
+                    eprintln!("(not sent, the turn was cancelled: {text})");
+                } else {
+                    eprintln!(
+                        "» sending what you wrote: {}",
+                        troupe_runtime::events::preview(&text)
+                    );
+                    next = Some(text);
+                }
+            }
+        }
+        None
+    }
+
+    /// Continues session `id` (or a unique prefix) from the next turn on.
+    async fn resume(&mut self, id: &str) {
+        let rendered = self
+            .backend
+            .view(View::SessionShow { id: id.to_string() })
+            .await;
+        if rendered.code != 0 {
+            eprint!("{}", rendered.stderr);
+            return;
+        }
+        eprint!("{}", rendered.stdout);
+        let full = rendered
+            .stdout
+            .lines()
+            .find_map(|line| line.strip_prefix("session").map(str::trim))
+            .filter(|found| found.starts_with(id))
+            .unwrap_or(id);
+        self.session = Some(full.to_string());
+        eprintln!("(continuing session {full})");
+    }
+
+    async fn command(&mut self, command: SlashCommand) {
+        match command {
+            SlashCommand::Help => eprintln!("{}", help_text()),
+            SlashCommand::Clear => {
+                self.session = None;
+                eprintln!("(a new conversation starts with your next message)");
+            }
+            SlashCommand::Sessions | SlashCommand::Resume(None) => {
+                let rendered = self.backend.view(View::SessionsList { json: false }).await;
+                eprint!("{}{}", rendered.stdout, rendered.stderr);
+                eprintln!("(continue one with /resume ID)");
+            }
+            SlashCommand::Resume(Some(id)) => self.resume(&id).await,
+            SlashCommand::Mode(None) => eprintln!("mode: {}", self.mode().as_str()),
+            SlashCommand::Mode(Some(name)) => match PermissionMode::parse(&name) {
+                Some(mode) => {
+                    self.flags.mode = Some(mode);
+                    eprintln!("(mode {} from the next message on)", mode.as_str());
+                }
+                None => eprintln!("unknown mode {name:?}: default, accept-edits, plan or bypass"),
+            },
+            SlashCommand::Model(None) => match self.configured().map(|c| c.provider) {
+                Ok(Ok(provider)) => eprintln!("model: {} ({})", provider.model, provider.name),
+                Ok(Err(err)) | Err(ChatError { message: err, .. }) => eprintln!("{err}"),
+            },
+            SlashCommand::Model(Some(model)) => {
+                eprintln!("(model {model} from the next message on)");
+                self.flags.model = Some(model);
+            }
+            SlashCommand::Cost => eprintln!("{}", self.cost()),
+            SlashCommand::Tools => match self.tools() {
+                Ok(text) | Err(ChatError { message: text, .. }) => eprintln!("{text}"),
+            },
+            SlashCommand::Agents => match self.configured() {
+                Ok(configured) => {
+                    eprintln!("Sub-agent roles (the `agent` tool starts them):");
+                    for role in configured.roles.iter() {
+                        let tools = match &role.tools {
+                            RoleTools::All => "all tools".to_string(),
+                            RoleTools::ReadOnly => "read-only tools".to_string(),
+                            RoleTools::Only(names) => names.join(", "),
+                        };
+                        eprintln!("  {:<12} {} ({tools})", role.name, role.description);
+                    }
+                }
+                Err(err) => eprintln!("{}", err.message),
+            },
+            SlashCommand::Unknown(name) => {
+                eprintln!(
+                    "unknown command {name}; /help lists them (start with // to send a line beginning with /)"
+                );
+            }
+            SlashCommand::Exit => {}
+        }
+    }
+
+    fn options(&self) -> RunOptions {
+        RunOptions {
+            cwd: self.flags.cwd.clone(),
+            provider: self.flags.provider.clone(),
+            model: self.flags.model.clone(),
+            mode: self.flags.mode,
+            ..RunOptions::default()
+        }
+    }
+
+    fn configured(&self) -> Result<crate::setup::Configured, ChatError> {
+        Ok(configured(&self.locations, &self.options())?)
+    }
+
+    /// The mode of the next turn: chosen with `/mode`, else configured.
+    fn mode(&self) -> PermissionMode {
+        self.flags.mode.unwrap_or_else(|| {
+            self.configured()
+                .map(|c| c.config.permissions.mode)
+                .unwrap_or_default()
+        })
+    }
+
+    /// `/cost`: this chat's tokens, and their price when the provider has one.
+    fn cost(&self) -> String {
+        let usage = &self.usage;
+        let mut text = format!(
+            "{} turn(s): {} input, {} output, {} cache read, {} cache write tokens ({} in all)",
+            self.turns,
+            usage.input,
+            usage.output,
+            usage.cache_read,
+            usage.cache_write,
+            usage.total()
+        );
+        match self.configured().map(|c| c.provider) {
+            Ok(Ok(provider)) => match provider.price {
+                Some(price) => {
+                    text.push_str(&format!("\ncost: ${:.4} at {}'s prices", price.cost_usd(usage), provider.name));
+                }
+                None => text.push_str(&format!(
+                    "\ncost: unknown (no price configured for provider {}; see `price` in the configuration)",
+                    provider.name
+                )),
+            },
+            Ok(Err(_)) | Err(_) => text.push_str("\ncost: unknown (no provider configured)"),
+        }
+        text
+    }
+
+    /// `/tools`: the tools offered to the agent in the next turn's mode.
+    fn tools(&self) -> Result<String, ChatError> {
+        let configured = self.configured()?;
+        let mode = self.mode();
+        let catalogue = ToolCatalogue::new(
+            troupe_runtime::tools::builtin_registry(),
+            Some(agent_tool_definition(&configured.roles)),
+        )
+        .map_err(|err| ChatError {
+            message: err.to_string(),
+            code: EXIT_RUNTIME,
+        })?;
+        let mut text = format!("Tools offered in {} mode:\n", mode.as_str());
+        for tool in catalogue.offered(mode) {
+            let summary = tool.description.lines().next().unwrap_or_default();
+            text.push_str(&format!("  {:<12} {summary}\n", tool.name));
+        }
+        Ok(text.trim_end().to_string())
+    }
+}

@@ -1,0 +1,286 @@
+//! `troupe chat` driven through a real terminal: tmux runs it in a pane,
+//! `send-keys` types, `capture-pane` reads the screen. Covered: a turn whose
+//! tool call waits for an approval answered at the prompt, a message typed
+//! while the agent works reaching its next model call, `/cost`, Esc
+//! cancelling a turn (its command killed), Ctrl-C at the idle prompt leaving,
+//! the line history kept for the next chat; through the daemon and embedded.
+
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+use support::{COMMAND_LIMIT, Env};
+use troupe_runtime::tools::process::process_is_alive;
+use troupe_scripted::{Script, ScriptedServer, text, tool_call};
+
+/// How long the screen may take to show what a test waits for.
+const SCREEN_LIMIT: Duration = Duration::from_secs(30);
+
+/// A tmux server of its own, running one `troupe chat` in a 140×50 pane.
+struct Pane {
+    socket: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl Pane {
+    /// Starts `command` (its environment and directory included) in a pane;
+    /// when it exits the pane shows `[exit CODE]` and stays.
+    fn start(command: &Command) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let socket = dir.path().join("tmux.sock");
+        let mut line = String::from("env -i TERM=xterm-256color");
+        for (name, value) in command.get_envs() {
+            if let Some(value) = value {
+                line.push_str(&format!(
+                    " {}={}",
+                    name.to_string_lossy(),
+                    quote(&value.to_string_lossy())
+                ));
+            }
+        }
+        line.push_str(&format!(
+            " {}",
+            quote(&command.get_program().to_string_lossy())
+        ));
+        for arg in command.get_args() {
+            line.push_str(&format!(" {}", quote(&arg.to_string_lossy())));
+        }
+        let cwd = command.get_current_dir().unwrap();
+        let shell = format!(
+            "cd {} && {line}; echo \"[exit $?]\"; exec cat",
+            quote(&cwd.to_string_lossy())
+        );
+        let status = Command::new("tmux")
+            .arg("-S")
+            .arg(&socket)
+            .args([
+                "-f",
+                "/dev/null",
+                "new-session",
+                "-d",
+                "-s",
+                "chat",
+                "-x",
+                "140",
+                "-y",
+                "50",
+            ])
+            .arg(shell)
+            .status()
+            .expect("tmux runs");
+        assert!(status.success(), "tmux starts");
+        Self { socket, _dir: dir }
+    }
+
+    fn tmux(&self, args: &[&str]) -> String {
+        let output = Command::new("tmux")
+            .arg("-S")
+            .arg(&self.socket)
+            .args(args)
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&output.stdout).into_owned()
+    }
+
+    /// Presses keys (tmux key names: `Enter`, `Escape`, `C-c`).
+    fn keys(&self, keys: &[&str]) {
+        let mut args = vec!["send-keys", "-t", "chat"];
+        args.extend_from_slice(keys);
+        self.tmux(&args);
+    }
+
+    /// Types `text` literally, then Enter.
+    fn line(&self, text: &str) {
+        self.tmux(&["send-keys", "-t", "chat", "-l", text]);
+        self.keys(&["Enter"]);
+    }
+
+    /// The screen and its scrollback, lines joined.
+    fn screen(&self) -> String {
+        self.tmux(&["capture-pane", "-p", "-J", "-t", "chat", "-S", "-500"])
+    }
+
+    /// Waits (bounded) until the screen shows `needle` `times` times.
+    fn wait_for_times(&self, needle: &str, times: usize) -> String {
+        let deadline = Instant::now() + SCREEN_LIMIT;
+        loop {
+            let screen = self.screen();
+            if screen.matches(needle).count() >= times {
+                return screen;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the screen never showed {needle:?} {times} time(s):\n{screen}"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    fn wait_for(&self, needle: &str) -> String {
+        self.wait_for_times(needle, 1)
+    }
+
+    /// Waits (bounded) until the idle prompt has been shown `times` times.
+    fn wait_for_prompt(&self, times: usize) {
+        let deadline = Instant::now() + SCREEN_LIMIT;
+        loop {
+            let screen = self.screen();
+            let prompts = screen
+                .lines()
+                .filter(|line| {
+                    line.starts_with('›') || (line.starts_with('[') && line.contains("] ›"))
+                })
+                .count();
+            if prompts >= times {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the prompt was not shown {times} time(s):\n{screen}"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+impl Drop for Pane {
+    fn drop(&mut self) {
+        self.tmux(&["kill-server"]);
+    }
+}
+
+fn quote(text: &str) -> String {
+    format!("'{}'", text.replace('\'', "'\\''"))
+}
+
+/// Stops the daemon of `data_dir`, if one runs, and waits until it is gone.
+fn stop_daemon(data_dir: &Path) {
+    let Ok(state) = std::fs::read_to_string(data_dir.join("daemon.json")) else {
+        return;
+    };
+    let state: serde_json::Value = serde_json::from_str(&state).unwrap();
+    let pid = state["pid"].as_u64().unwrap() as u32;
+    // SAFETY: plain signal delivery to the test's own daemon.
+    unsafe { libc::kill(pid as i32, libc::SIGTERM) };
+    let deadline = Instant::now() + COMMAND_LIMIT;
+    while process_is_alive(pid) {
+        assert!(Instant::now() < deadline, "daemon {pid} stops");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn chat_command(env: &Env, server: &ScriptedServer, args: &[&str]) -> Command {
+    let mut command = env.command(Some(server));
+    command.arg("chat").args(args);
+    command
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_chat_through_the_daemon_asks_approvals_takes_queued_text_and_counts_cost() {
+    let gate = "while [ ! -e go ]; do sleep 0.02; done; echo opened";
+    let script = Script::new()
+        .then(tool_call(
+            "write_file",
+            json!({"path": "notes.txt", "content": "approved\n"}),
+        ))
+        .then(text("Wrote **notes.txt**.\n\nAnything else?"))
+        .then(tool_call("bash", json!({"command": gate})))
+        .then(text("Done, and I used tabs."));
+    let server = ScriptedServer::start(script).await.unwrap();
+    let env = Env::new();
+    let mut command = chat_command(&env, &server, &[]);
+    command.env_remove("TROUPE_NO_DAEMON");
+    let pane = Pane::start(&command);
+    pane.wait_for_prompt(1);
+
+    // A turn whose call needs an approval: asked in place, answered with y.
+    pane.line("write the notes");
+    pane.wait_for("write_file wants to run");
+    pane.wait_for("allow? [y]es / [a]lways / [n]o [reason] / [c]ancel the turn");
+    pane.line("y");
+    let screen = pane.wait_for("(done · 2 steps");
+    assert!(screen.contains("Anything else?"), "{screen}");
+    assert!(screen.contains("approval: allow"), "{screen}");
+    assert_eq!(
+        std::fs::read_to_string(env.root().join("notes.txt")).unwrap(),
+        "approved\n"
+    );
+
+    // Text typed while a command runs goes to the model's next call.
+    pane.wait_for_prompt(2);
+    pane.line("go on");
+    pane.wait_for("bash wants to run");
+    // An answer that is none of the choices is asked again.
+    pane.line("maybe");
+    pane.wait_for("answer y (yes), a (always), n [reason] (no) or c (cancel the turn)");
+    pane.line("y");
+    pane.wait_for_times("approval: allow", 2);
+    pane.line("use tabs");
+    pane.wait_for("(queued for the next step)");
+    std::fs::write(env.root().join("go"), "").unwrap();
+    let screen = pane.wait_for("Done, and I used tabs.");
+    assert!(
+        screen.contains("» use tabs (sent with the next step)"),
+        "{screen}"
+    );
+    let requests = server.requests();
+    assert_eq!(requests.len(), 4, "no extra turn for the queued text");
+    assert!(requests[3].any_user_text_contains("use tabs"));
+    assert!(!requests[2].any_user_text_contains("use tabs"));
+    // One session: the second message continued the first.
+    assert!(requests[2].any_user_text_contains("write the notes"));
+
+    // /cost adds up both turns.
+    pane.wait_for_prompt(3);
+    pane.line("/cost");
+    let screen = pane.wait_for("2 turn(s):");
+    assert!(screen.contains("cost: unknown"), "{screen}");
+
+    pane.wait_for_prompt(4);
+    pane.keys(&["C-c"]);
+    pane.wait_for("[exit 0]");
+    stop_daemon(&env.data_dir());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn esc_cancels_a_turn_and_its_command_and_the_history_is_kept() {
+    // Unique to this test process, so only its command matches in /proc.
+    let marker = format!("sleep 301{:07}", std::process::id());
+    let script = Script::new()
+        .then(tool_call("bash", json!({"command": marker.clone()})))
+        .then(text("Resumed after the cancel."));
+    let server = ScriptedServer::start(script).await.unwrap();
+    let env = Env::new();
+    let pane = Pane::start(&chat_command(&env, &server, &["--mode", "bypass"]));
+    pane.wait_for_prompt(1);
+    pane.line("wait a while");
+    pane.wait_for("→ bash");
+    pane.keys(&["Escape"]);
+    let screen = pane.wait_for("(cancelled ·");
+    assert!(screen.contains("cancelling the turn"), "{screen}");
+    let left = support::wait_for_processes(&marker, COMMAND_LIMIT, |pids| pids.is_empty()).await;
+    assert!(left.is_empty(), "the cancelled command is gone: {left:?}");
+
+    // The next message continues the same session with a valid history.
+    pane.wait_for_prompt(2);
+    pane.line("/mode");
+    pane.wait_for("mode: bypass");
+    pane.wait_for_prompt(3);
+    pane.line("carry on");
+    pane.wait_for("Resumed after the cancel.");
+    let requests = server.requests();
+    assert!(requests[1].any_user_text_contains("wait a while"));
+    assert!(requests[1].any_user_text_contains("carry on"));
+
+    pane.wait_for_prompt(4);
+    pane.line("/exit");
+    pane.wait_for("[exit 0]");
+
+    // The line history is kept for the next chat.
+    let history = std::fs::read_to_string(env.data_dir().join("chat_history")).unwrap();
+    assert!(history.contains("wait a while"), "{history}");
+    assert!(history.contains("carry on"), "{history}");
+}
