@@ -284,3 +284,96 @@ async fn esc_cancels_a_turn_and_its_command_and_the_history_is_kept() {
     assert!(history.contains("wait a while"), "{history}");
     assert!(history.contains("carry on"), "{history}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slash_commands_and_sub_agent_lines_in_an_embedded_chat() {
+    let script = Script::new()
+        .then(tool_call(
+            "agent",
+            json!({"description": "part of the work", "prompt": "CHILD-TASK", "fork": true}),
+        ))
+        .then(text("child report"))
+        .then(text("All parts done."))
+        .then(text("A fresh start."))
+        .then(text("Back in the first conversation."));
+    let server = ScriptedServer::start(script).await.unwrap();
+    let env = Env::new();
+    std::fs::create_dir_all(env.root().join(".troupe/agents")).unwrap();
+    std::fs::write(
+        env.root().join(".troupe/agents/reviewer.md"),
+        "---\ndescription: Reviews diffs\ntools: read_file, grep\n---\nReview the diff.\n",
+    )
+    .unwrap();
+    let pane = Pane::start(&chat_command(&env, &server, &[]));
+    let mut prompts = 1;
+    let mut command = |line: &str, expect: &str| {
+        pane.wait_for_prompt(prompts);
+        pane.line(line);
+        prompts += 1;
+        pane.wait_for(expect)
+    };
+    let help = command("/help", "/agents");
+    assert!(help.contains("/resume ID"), "{help}");
+    let agents = command("/agents", "reviewer");
+    assert!(
+        agents.contains("Reviews diffs (read_file, grep)"),
+        "{agents}"
+    );
+    assert!(agents.contains("explorer"), "{agents}");
+    command("/mode plan", "(mode plan from the next message on)");
+    let tools = command("/tools", "Tools offered in plan mode:");
+    assert!(tools.contains("read_file"), "{tools}");
+    assert!(
+        !tools.contains("write_file"),
+        "plan mode offers no write tool:\n{tools}"
+    );
+    command("/mode default", "(mode default from the next message on)");
+    command("/frobnicate", "unknown command /frobnicate");
+
+    // A fork's lines are labelled with its path.
+    let screen = command("split the work", "All parts done.");
+    assert!(
+        screen.contains("[main/fork-1] finished: finished"),
+        "{screen}"
+    );
+    assert!(screen.contains("→ agent"), "{screen}");
+    let first = session_shown(&screen, 0);
+
+    // /clear starts a new session; /resume goes back to one by a prefix.
+    command("/clear", "(a new conversation starts");
+    let screen = command("hello again", "A fresh start.");
+    assert_ne!(session_shown(&screen, 1), first);
+    assert!(!server.requests()[3].any_user_text_contains("split the work"));
+    command("/sessions", "(continue one with /resume ID)");
+    command(
+        &format!("/resume {}", &first[..13]),
+        &format!("(continuing session {first})"),
+    );
+    command("and now?", "Back in the first conversation.");
+    assert!(server.requests()[4].any_user_text_contains("split the work"));
+    command(
+        "/model claude-other",
+        "(model claude-other from the next message on)",
+    );
+    command("/exit", "[exit 0]");
+}
+
+/// The id of the `index`th session the screen announced.
+fn session_shown(screen: &str, index: usize) -> String {
+    screen
+        .lines()
+        .filter_map(|line| line.strip_prefix("(session "))
+        .map(|rest| rest.trim_end_matches(')').to_string())
+        .nth(index)
+        .unwrap_or_else(|| panic!("no session {index} on the screen:\n{screen}"))
+}
+
+#[test]
+fn without_a_terminal_chat_is_a_usage_error_that_names_troupe_run() {
+    let env = Env::new();
+    let output = env.command(None).arg("chat").output().unwrap();
+    assert_eq!(output.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("needs a terminal"), "{stderr}");
+    assert!(stderr.contains("troupe run"), "{stderr}");
+}

@@ -218,6 +218,9 @@ impl Chat {
             for warning in &started.warnings {
                 eprintln!("troupe: {warning}");
             }
+            if self.session.as_deref() != Some(started.session_id.as_str()) {
+                eprintln!("(session {})", started.session_id);
+            }
             self.session = Some(started.session_id.clone());
             let mut link = started.link;
             let screen = Screen::new(self.color);
