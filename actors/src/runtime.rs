@@ -128,6 +128,8 @@ pub(crate) enum RuntimeMsg {
     ),
     /// Where a session's history is.
     History(String, RpcReplyPort<HistorySource>),
+    /// Remove a session that has no run in progress, from memory and store.
+    RemoveSession(String, RpcReplyPort<Result<Vec<String>, RuntimeError>>),
     /// A run ended (sent by its run actor).
     RunEnded {
         run_id: String,
@@ -237,6 +239,21 @@ impl Actor for RuntimeActor {
                     None => HistorySource::Stored,
                 };
                 let _ = reply.send(source);
+            }
+            RuntimeMsg::RemoveSession(session_id, reply) => {
+                let result = match state.sessions.get(&session_id) {
+                    Some(SessionSlot::Running(_)) => Err(RuntimeError::SessionBusy(session_id)),
+                    _ => {
+                        // In this handler, so no run can continue the session
+                        // between leaving memory and leaving the store.
+                        state.sessions.remove(&session_id);
+                        state
+                            .store
+                            .remove_session(&session_id)
+                            .map_err(RuntimeError::from)
+                    }
+                };
+                let _ = reply.send(result);
             }
             RuntimeMsg::RunEnded {
                 run_id,
@@ -541,6 +558,18 @@ impl Runtime {
             .await
             .map_err(|_| RuntimeError::UnknownRun(run_id.to_string()))?
             .success_or(RuntimeError::UnknownRun(run_id.to_string()))?
+    }
+
+    /// Removes a session with no run in progress (and its child sessions)
+    /// from memory and from the store; returns the ids removed. A session
+    /// with a run in progress is [`RuntimeError::SessionBusy`].
+    pub async fn remove_session(&self, session_id: &str) -> Result<Vec<String>, RuntimeError> {
+        ractor::call!(
+            self.actor,
+            RuntimeMsg::RemoveSession,
+            session_id.to_string()
+        )
+        .map_err(|_| RuntimeError::Gone)?
     }
 
     /// What every agent of a run in progress is doing, by path.

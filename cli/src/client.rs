@@ -263,6 +263,22 @@ impl DaemonClient {
         self.send(request).await.map(drop)
     }
 
+    /// Removes a session (`DELETE /v1/sessions/{id}`); returns what
+    /// `sessions rm` prints.
+    pub async fn remove_session(&self, id: &str) -> Result<String, ClientError> {
+        let request = self
+            .http
+            .delete(format!("{}/v1/sessions/{id}", self.base))
+            .timeout(REQUEST_TIMEOUT);
+        let answer: Value = self
+            .send(request)
+            .await?
+            .json()
+            .await
+            .map_err(|err| self.unreachable(&err))?;
+        Ok(answer["text"].as_str().unwrap_or_default().to_string())
+    }
+
     /// Answers an approval.
     pub async fn approve(
         &self,

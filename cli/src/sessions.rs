@@ -11,7 +11,7 @@ use troupe_runtime::store::{RunRecord, SessionMeta, Store, StoreError};
 
 use crate::client::DaemonClient;
 use crate::ids::{self, IdKind};
-use crate::setup::{Locations, open_store};
+use crate::setup::Locations;
 use crate::{EXIT_RUNTIME, EXIT_USAGE, SessionsCommand};
 
 /// A read-only view of the store a command prints. While a daemon holds the
@@ -218,14 +218,41 @@ pub async fn sessions(command: SessionsCommand) -> u8 {
         SessionsCommand::List { json } => View::SessionsList { json },
         SessionsCommand::Show { id } => View::SessionShow { id },
         SessionsCommand::Export { id } => View::SessionExport { id },
-        SessionsCommand::Rm { id } => return remove_command(&id),
+        SessionsCommand::Rm { id } => return remove_command(&id).await,
     };
     print_view(view).await
 }
 
-/// `troupe sessions rm ID` (on the store opened here).
-fn remove_command(id: &str) -> u8 {
-    let store = match open_store() {
+/// `troupe sessions rm ID`: by the running daemon when there is one (it
+/// refuses a session with a run in progress), else on the store opened here.
+async fn remove_command(id: &str) -> u8 {
+    let locations = match Locations::from_process() {
+        Ok(locations) => locations,
+        Err(err) => {
+            eprintln!("troupe: {err}");
+            return err.code;
+        }
+    };
+    match DaemonClient::locate(&locations) {
+        Ok(Some(client)) => {
+            return match client.remove_session(id).await {
+                Ok(text) => {
+                    println!("{text}");
+                    0
+                }
+                Err(err) => {
+                    eprintln!("troupe: {err}");
+                    err.code
+                }
+            };
+        }
+        Ok(None) => {}
+        Err(err) => {
+            eprintln!("troupe: {err}");
+            return err.code;
+        }
+    }
+    let store = match locations.open_store() {
         Ok(store) => store,
         Err(err) => {
             eprintln!("troupe: {err}");
@@ -452,20 +479,30 @@ fn export(store: &Store, given: &str, out: &mut impl Write) -> CommandResult {
 }
 
 fn remove(store: &Store, given: &str, out: &mut impl Write) -> CommandResult {
-    let id = &session_id(store, given)?;
-    // A session whose metadata is damaged can still be removed (listing and
-    // cleanup skip it, so this is the only way its records go).
-    if !matches!(store.session(id), Err(StoreError::Corrupt { .. })) {
-        meta_or_usage(store, id)?;
-    }
+    let id = &removable_session(store, given)?;
     let removed = store.remove_session(id).map_err(runtime_error)?;
-    let children = removed.iter().filter(|removed| *removed != id).count();
-    match children {
-        0 => writeln!(out, "removed session {id}"),
-        1 => writeln!(out, "removed session {id} and its 1 child session"),
-        n => writeln!(out, "removed session {id} and its {n} child sessions"),
+    writeln!(out, "{}", removed_text(id, &removed)).map_err(runtime_error)
+}
+
+/// The full id of the session `given` names, for removal: it must exist,
+/// though its metadata may be damaged (listing and cleanup skip such a
+/// session, so removing it is the only way its records go).
+pub fn removable_session(store: &Store, given: &str) -> Result<String, (u8, String)> {
+    let id = session_id(store, given)?;
+    if !matches!(store.session(&id), Err(StoreError::Corrupt { .. })) {
+        meta_or_usage(store, &id)?;
     }
-    .map_err(runtime_error)
+    Ok(id)
+}
+
+/// What `sessions rm` says once `removed` (the session `id` and its child
+/// sessions) are gone.
+pub fn removed_text(id: &str, removed: &[String]) -> String {
+    match removed.iter().filter(|removed| *removed != id).count() {
+        0 => format!("removed session {id}"),
+        1 => format!("removed session {id} and its 1 child session"),
+        n => format!("removed session {id} and its {n} child sessions"),
+    }
 }
 
 #[cfg(test)]

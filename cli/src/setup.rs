@@ -181,12 +181,6 @@ impl Locations {
     }
 }
 
-/// Opens the session store in the data directory the process environment
-/// names (`TROUPE_HOME`).
-pub fn open_store() -> Result<Store, SetupError> {
-    Locations::from_process()?.open_store()
-}
-
 /// What the command line says about a run.
 #[derive(Debug, Clone, Default)]
 pub struct RunOptions {

@@ -800,6 +800,75 @@ async fn two_runs_on_one_home_both_finish_through_the_daemon() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sessions_rm_goes_through_the_daemon_and_spares_a_session_in_use() {
+    let script = Script::new()
+        .then(tool_call(
+            "write_file",
+            json!({"path": "x.txt", "content": "x\n"}),
+        ))
+        .then(text("unused"));
+    let server = ScriptedServer::start(script).await.unwrap();
+    let env = Env::new();
+    let daemon = Daemon::start(&env, &server);
+    let (run_id, _) = daemon
+        .submit(json!({"prompt": "write", "cwd": env.root(), "interactive": true}))
+        .await;
+    let asked = daemon
+        .events(&run_id, None, |events| {
+            events
+                .iter()
+                .any(|(_, e)| e["type"] == "approval_requested")
+        })
+        .await;
+    let session = asked[0].1["session_id"].as_str().unwrap().to_string();
+    let rm = |given: &str| {
+        env.command(None)
+            .args(["sessions", "rm", given])
+            .output()
+            .unwrap()
+    };
+    // In use: refused, nothing removed.
+    let busy = rm(&session[..13]);
+    assert_eq!(busy.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&busy.stderr);
+    assert!(stderr.contains("run in progress"), "{stderr}");
+    let cancel = daemon
+        .call("POST", &format!("/v1/runs/{run_id}/cancel"), None)
+        .await;
+    assert_eq!(cancel.status, 200);
+    daemon.events(&run_id, None, |_| false).await;
+    // Idle: removed by the daemon, from its memory and the store.
+    let removed = rm(&session[..13]);
+    assert_eq!(
+        removed.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&removed.stderr)
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&removed.stdout).trim(),
+        format!("removed session {session}")
+    );
+    let gone = daemon
+        .call("GET", &format!("/v1/sessions/{session}"), None)
+        .await;
+    assert_eq!(gone.status, 404);
+    let again = rm(&session);
+    assert_eq!(again.status.code(), Some(2));
+    // A run cannot continue it.
+    let continued = daemon
+        .call(
+            "POST",
+            "/v1/runs",
+            Some(&json!({"prompt": "more", "cwd": env.root(), "session_id": session})),
+        )
+        .await;
+    assert_eq!(continued.status, 404, "{}", continued.text());
+    let (code, stderr) = daemon.stop(libc::SIGTERM);
+    assert_eq!(code, 0, "{stderr}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn read_only_commands_answer_while_the_daemon_holds_the_store() {
     let server = ScriptedServer::start(
         Script::new()

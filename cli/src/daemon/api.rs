@@ -142,7 +142,10 @@ pub fn router(state: ApiState) -> Router {
         .route("/v1/runs/{id}/approvals/{approval_id}", post(approve))
         .route("/v1/runs/{id}/messages", post(send_message))
         .route("/v1/sessions", get(list_sessions))
-        .route("/v1/sessions/{id}", get(show_session))
+        .route(
+            "/v1/sessions/{id}",
+            get(show_session).delete(remove_session),
+        )
         .route("/v1/views", post(render_view))
         .fallback(|| async { ApiError::not_found("no such endpoint") })
         .layer(middleware::from_fn_with_state(state.clone(), guard_request))
@@ -555,6 +558,33 @@ async fn send_message(
         // The main agent is done and the run is ending.
         Err(RuntimeError::Gone) => Err(ApiError::conflict(format!(
             "run {id} is ending and takes no more messages; send it as a new prompt"
+        ))),
+        Err(err) => Err(runtime_error(err)),
+    }
+}
+
+/// `DELETE /v1/sessions/{id}`: removes a session (an id or a unique prefix)
+/// and its child sessions; 409 while a run of it is in progress.
+async fn remove_session(
+    State(state): State<ApiState>,
+    Path(given): Path<String>,
+) -> Result<Response, ApiError> {
+    let id =
+        crate::sessions::removable_session(&state.store, &given).map_err(|(code, message)| {
+            match code {
+                crate::EXIT_USAGE => ApiError::not_found(message),
+                _ => ApiError::internal(message),
+            }
+        })?;
+    match state.runtime.remove_session(&id).await {
+        Ok(removed) => Ok(axum::Json(json!({
+            "session_id": id,
+            "removed": removed,
+            "text": crate::sessions::removed_text(&id, &removed),
+        }))
+        .into_response()),
+        Err(RuntimeError::SessionBusy(_)) => Err(ApiError::conflict(format!(
+            "session {id} has a run in progress; cancel it first (`troupe runs cancel RUN`)"
         ))),
         Err(err) => Err(runtime_error(err)),
     }

@@ -1066,14 +1066,20 @@ fn text_written_during_a_run_is_saved_then_sent_with_the_next_model_call() {
     let mut f = fixture(Options::default()).started();
     let written = |text: &str| Input::UserMessage { text: text.into() };
     assert!(f.step(written("also check b")).is_empty());
-    assert!(f.step(written("   ")).is_empty(), "blank text is no message");
+    assert!(
+        f.step(written("   ")).is_empty(),
+        "blank text is no message"
+    );
     assert_eq!(f.respond(&[read("a")]), s(&["emit:usage", "save"]));
     assert_eq!(
         f.step(Input::Saved(Ok(()))),
         s(&["emit:tool_started", "tool:0:read_file"])
     );
     assert!(f.step(written("and c")).is_empty());
-    assert_eq!(f.done(0, "A"), s(&["pending:0", "emit:tool_finished", "save"]));
+    assert_eq!(
+        f.done(0, "A"),
+        s(&["pending:0", "emit:tool_finished", "save"])
+    );
     // The written text joins the history after the results, durably, before
     // the model is called.
     assert_eq!(
