@@ -377,3 +377,48 @@ fn without_a_terminal_chat_is_a_usage_error_that_names_troupe_run() {
     assert!(stderr.contains("needs a terminal"), "{stderr}");
     assert!(stderr.contains("troupe run"), "{stderr}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ctrl_c_cancels_a_turn_and_closing_the_terminal_cancels_the_next_cleanly() {
+    let first = format!("sleep 302{:07}", std::process::id());
+    let second = format!("sleep 303{:07}", std::process::id());
+    let script = Script::new()
+        .then(tool_call("bash", json!({"command": first.clone()})))
+        .then(tool_call("bash", json!({"command": second.clone()})))
+        .then(text("not reached"));
+    let server = ScriptedServer::start(script).await.unwrap();
+    let env = Env::new();
+    let pane = Pane::start(&chat_command(&env, &server, &["--mode", "bypass"]));
+    pane.wait_for_prompt(1);
+    pane.line("first");
+    pane.wait_for("→ bash");
+    support::wait_for_processes(&first, COMMAND_LIMIT, |pids| !pids.is_empty()).await;
+    pane.keys(&["C-c"]);
+    let screen = pane.wait_for("(cancelled ·");
+    assert!(screen.contains("cancelling the turn"), "{screen}");
+    let session = session_shown(&screen, 0);
+
+    pane.wait_for_prompt(2);
+    pane.line("second");
+    pane.wait_for_times("→ bash", 2);
+    support::wait_for_processes(&second, COMMAND_LIMIT, |pids| !pids.is_empty()).await;
+    // The terminal goes away (SIGHUP): the turn is cancelled, the process
+    // exits and lets go of the store, and nothing it started survives.
+    drop(pane);
+    support::wait_until_unlocked(&env.data_dir(), COMMAND_LIMIT)
+        .await
+        .unwrap();
+    for marker in [&first, &second] {
+        let left = support::wait_for_processes(marker, COMMAND_LIMIT, |pids| pids.is_empty()).await;
+        assert!(left.is_empty(), "{marker} is gone: {left:?}");
+    }
+    // Both turns are stored with every call answered.
+    let history = support::export(&env, &session).await;
+    let texts: Vec<String> = history.iter().map(|m| m.text()).collect();
+    assert!(texts.iter().any(|t| t == "first"), "{texts:?}");
+    assert!(texts.iter().any(|t| t == "second"), "{texts:?}");
+    troupe_runtime::agent::validate_history(&history).unwrap();
+    let calls = history.iter().flat_map(|m| m.tool_calls()).count();
+    let results = history.iter().flat_map(|m| m.tool_results_iter()).count();
+    assert_eq!((calls, results), (2, 2));
+}
