@@ -4,6 +4,7 @@
 //! `troupe-cli` is the front door.
 
 pub mod agent;
+pub mod compact;
 pub mod config;
 pub mod events;
 pub mod llm;

@@ -1,0 +1,78 @@
+//! Context compaction as pure decisions: the token estimate, layer 1 (large
+//! tool results offloaded to spill files, decided once per call id in a
+//! ledger), layer 2 (a summary of the older history replacing it, the recent
+//! tail kept verbatim, a recovery attachment after it), the circuit breaker
+//! of automatic summaries and the thresholds that trigger each. Nothing here
+//! writes a file or calls a model: the agent's interpreter does, and feeds
+//! the outcome back.
+
+pub mod breaker;
+pub mod estimate;
+pub mod offload;
+pub mod summary;
+
+/// Tokens kept free for the summary request itself below the window.
+pub const SUMMARY_RESERVE: u64 = 20_000;
+/// Tokens kept free for the estimate's error below the window.
+pub const SAFETY_MARGIN: u64 = 13_000;
+/// Tokens kept free below the window when a stored session is continued.
+pub const RESUME_MARGIN: u64 = 8_000;
+/// Tokens kept free below the window after an emergency compaction: above
+/// this the turn ends with an error.
+pub const EMERGENCY_MARGIN: u64 = 3_000;
+/// Fraction (in percent) of the threshold from which a summary is prepared
+/// ahead, while the agent goes on.
+pub const WORK_AHEAD_PERCENT: u64 = 70;
+
+/// Where automatic summaries start for a context `window`: `None` when the
+/// window is too small for them (layer 1 still runs).
+pub fn auto_threshold(window: u64) -> Option<u64> {
+    window
+        .checked_sub(SUMMARY_RESERVE + SAFETY_MARGIN)
+        .filter(|threshold| *threshold > 0)
+}
+
+/// Where preparing a summary ahead starts.
+pub fn work_ahead_threshold(threshold: u64) -> u64 {
+    threshold * WORK_AHEAD_PERCENT / 100
+}
+
+/// Above this estimate, a stored session is compacted before it continues.
+pub fn resume_threshold(window: u64) -> u64 {
+    window.saturating_sub(RESUME_MARGIN)
+}
+
+/// Above this estimate after an emergency compaction, the turn ends.
+pub fn emergency_limit(window: u64) -> u64 {
+    window.saturating_sub(EMERGENCY_MARGIN)
+}
+
+/// The start-up warning for a window too small for summaries, if it is.
+pub fn small_window_warning(window: u64) -> Option<String> {
+    auto_threshold(window).is_none().then(|| {
+        format!(
+            "the context window of {window} tokens is at most {} tokens: automatic summaries \
+             are off (large tool results are still offloaded); long runs may hit the window",
+            SUMMARY_RESERVE + SAFETY_MARGIN
+        )
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn thresholds_of_a_window() {
+        assert_eq!(auto_threshold(200_000), Some(167_000));
+        assert_eq!(work_ahead_threshold(167_000), 116_900);
+        assert_eq!(resume_threshold(200_000), 192_000);
+        assert_eq!(emergency_limit(200_000), 197_000);
+        assert_eq!(auto_threshold(33_000), None);
+        assert_eq!(auto_threshold(1_000), None);
+        assert_eq!(auto_threshold(33_001), Some(1));
+        assert!(small_window_warning(33_000).unwrap().contains("33000"));
+        assert!(small_window_warning(40_000).is_none());
+        assert_eq!(resume_threshold(100), 0);
+    }
+}
