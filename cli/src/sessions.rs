@@ -234,7 +234,14 @@ fn remove_command(id: &str) -> u8 {
     };
     crate::run::report_recovered(&store, false);
     match remove(&store, id, &mut std::io::stdout().lock()) {
-        Ok(()) => 0,
+        Ok(removed) => {
+            // The spill files go with their sessions (the store opened, so
+            // the locations are known).
+            if let Ok(locations) = Locations::from_process() {
+                troupe_runtime::tools::output::remove_spill_dirs(&locations.data_dir, &removed);
+            }
+            0
+        }
         Err((code, message)) => {
             eprintln!("troupe: {message}");
             code
@@ -451,7 +458,8 @@ fn export(store: &Store, given: &str, out: &mut impl Write) -> CommandResult {
     out.flush().map_err(runtime_error)
 }
 
-fn remove(store: &Store, given: &str, out: &mut impl Write) -> CommandResult {
+/// Removes a session and its children; returns the ids removed.
+fn remove(store: &Store, given: &str, out: &mut impl Write) -> Result<Vec<String>, (u8, String)> {
     let id = &session_id(store, given)?;
     // A session whose metadata is damaged can still be removed (listing and
     // cleanup skip it, so this is the only way its records go).
@@ -465,7 +473,8 @@ fn remove(store: &Store, given: &str, out: &mut impl Write) -> CommandResult {
         1 => writeln!(out, "removed session {id} and its 1 child session"),
         n => writeln!(out, "removed session {id} and its {n} child sessions"),
     }
-    .map_err(runtime_error)
+    .map_err(runtime_error)?;
+    Ok(removed)
 }
 
 #[cfg(test)]
