@@ -16,7 +16,9 @@ use std::process::{Command, ExitStatus, Stdio};
 
 use serde_json::json;
 use troupe_runtime::model::{ContentBlock, Message, Role};
-use troupe_scripted::{Fault, Script, ScriptedServer, text, tool_calls};
+use troupe_scripted::{
+    Fault, Response, Script, ScriptedServer, text, tool_call_with_id, tool_calls,
+};
 
 use support::{COMMAND_LIMIT, Env, export, json_lines, session_of};
 
@@ -353,4 +355,85 @@ async fn removing_a_session_removes_its_spill_files() {
         support::describe(&output)
     );
     assert!(!spill.exists(), "the spill directory went with the session");
+}
+
+#[tokio::test]
+async fn repeated_call_ids_are_repaired_before_anything_runs() {
+    // A response whose three calls share one id, then one reusing it again.
+    let server = ScriptedServer::start(
+        Script::new()
+            .then(
+                Response::empty()
+                    .and_tool_call_with_id("dup", "read_file", json!({"path": "a.txt"}))
+                    .and_tool_call_with_id("dup", "read_file", json!({"path": "b.txt"}))
+                    .and_tool_call_with_id("dup", "read_file", json!({"path": "c.txt"})),
+            )
+            .then(tool_call_with_id(
+                "dup",
+                "read_file",
+                json!({"path": "a.txt"}),
+            ))
+            .then(text("Read them.")),
+    )
+    .await
+    .unwrap();
+    let env = Env::new();
+    for name in ["a", "b", "c"] {
+        std::fs::write(
+            env.root().join(format!("{name}.txt")),
+            format!("file {name}\n"),
+        )
+        .unwrap();
+    }
+    let mut command = env.command(Some(&server));
+    command.args(["run", "--json", "read them"]);
+    let output = support::run(command).await;
+    assert_eq!(
+        output.status.code(),
+        Some(0),
+        "{}",
+        support::describe(&output)
+    );
+    // The server checks every request's protocol invariants (no id twice,
+    // every call answered once): none was violated.
+    assert!(server.violations().is_empty(), "{:?}", server.violations());
+    let requests = server.requests();
+    assert_eq!(requests.len(), 3);
+    let answered: Vec<(String, String)> = requests[1]
+        .tool_results()
+        .into_iter()
+        .map(|r| (r.call_id, r.content))
+        .collect();
+    assert_eq!(
+        answered,
+        [
+            (
+                "dup".to_string(),
+                "     1\tfile a\n(end of file; 1 line)".to_string()
+            ),
+            (
+                "dup_2".to_string(),
+                "     1\tfile b\n(end of file; 1 line)".to_string()
+            ),
+            (
+                "dup_3".to_string(),
+                "     1\tfile c\n(end of file; 1 line)".to_string()
+            ),
+        ]
+    );
+    // The next request carries the same ids, and the id reused in a later
+    // response gets a fresh one too.
+    let later: Vec<String> = requests[2]
+        .tool_results()
+        .into_iter()
+        .map(|r| r.call_id)
+        .collect();
+    assert_eq!(later, ["dup", "dup_2", "dup_3", "dup_4"]);
+    let events = json_lines(&output.stdout);
+    let started: Vec<&str> = events
+        .iter()
+        .filter(|e| e["type"] == "tool_started")
+        .map(|e| e["call_id"].as_str().unwrap())
+        .collect();
+    assert_eq!(started, ["dup", "dup_2", "dup_3", "dup_4"]);
 }
