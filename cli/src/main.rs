@@ -14,6 +14,7 @@ mod ids;
 mod render;
 mod run;
 mod runs;
+mod sanitize;
 mod sessions;
 mod setup;
 mod shell;

@@ -437,3 +437,50 @@ async fn repeated_call_ids_are_repaired_before_anything_runs() {
         .collect();
     assert_eq!(started, ["dup", "dup_2", "dup_3", "dup_4"]);
 }
+
+#[tokio::test]
+async fn the_plain_renderer_strips_terminal_sequences_and_json_keeps_them() {
+    const HOSTILE: &str = "\x1b]52;c;ZXZpbA==\x07\x1b]0;pwned\x07\x1b[2J\x1b[HLooking\r$ ";
+    let script = || {
+        Script::new()
+            .then(Response::empty().and_text(HOSTILE).and_tool_call(
+                "bash",
+                json!({"command": "printf '\\033]52;c;aGk=\\007out\\033[1A\\n'"}),
+            ))
+            .then(text("Done\x1b]0;title\x07."))
+    };
+    let env = Env::new();
+    let server = ScriptedServer::start(script()).await.unwrap();
+    let mut command = env.command(Some(&server));
+    command.args(["run", "--mode", "bypass", "look"]);
+    let output = support::run(command).await;
+    assert_eq!(
+        output.status.code(),
+        Some(0),
+        "{}",
+        support::describe(&output)
+    );
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!stderr.contains('\x1b'), "{stderr:?}");
+    assert!(!stderr.contains('\x07'), "{stderr:?}");
+    assert!(stderr.contains("Looking^M$"), "{stderr:?}");
+    assert!(stderr.contains("✓ bash"), "{stderr:?}");
+    assert!(stderr.contains("out"), "{stderr:?}");
+    // --json stays byte-faithful: the events carry the text as sent.
+    let server = ScriptedServer::start(script()).await.unwrap();
+    let mut command = env.command(Some(&server));
+    command.args(["run", "--json", "--mode", "bypass", "look"]);
+    let output = support::run(command).await;
+    assert_eq!(
+        output.status.code(),
+        Some(0),
+        "{}",
+        support::describe(&output)
+    );
+    let streamed: String = json_lines(&output.stdout)
+        .iter()
+        .filter(|e| e["type"] == "text_delta")
+        .map(|e| e["text"].as_str().unwrap().to_string())
+        .collect();
+    assert!(streamed.starts_with(HOSTILE), "{streamed:?}");
+}
