@@ -143,7 +143,14 @@ pub async fn follow<L: RunLink>(
     }
     if !json && status == RunStatus::Finished {
         let mut stdout = std::io::stdout().lock();
-        let _ = writeln!(stdout, "{}", final_text.trim_end());
+        // On a terminal the answer is text from the model like any other;
+        // piped, it stays byte for byte what the model wrote.
+        let shown = if std::io::IsTerminal::is_terminal(&stdout) {
+            crate::sanitize::for_terminal(final_text.trim_end())
+        } else {
+            std::borrow::Cow::Borrowed(final_text.trim_end())
+        };
+        let _ = writeln!(stdout, "{shown}");
         let _ = stdout.flush();
     }
     Followed::Ended {

@@ -15,6 +15,7 @@ mod ids;
 mod render;
 mod run;
 mod runs;
+mod sanitize;
 mod sessions;
 mod setup;
 mod shell;

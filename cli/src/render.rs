@@ -4,13 +4,18 @@
 //! iterations, tool lines (each finished call names its target), narration
 //! that preceded tool calls, notices and errors, and at the end the command
 //! that continues the session — and leaves stdout to the final answer.
-//! Colour follows `--color` and `NO_COLOR`. JSON mode writes exactly one event per line to stdout, flushed per
-//! line, and nothing else.
+//! Colour follows `--color` and `NO_COLOR`. Text that comes from outside
+//! (model text, tool names, arguments and output, provider messages) passes
+//! through `sanitize::for_terminal` first, so it cannot drive the terminal;
+//! Troupe's own colour codes are added after. JSON mode writes exactly one
+//! event per line to stdout, flushed per line, and nothing else (byte-faithful).
 
 use std::collections::HashMap;
 use std::io::Write;
 
 use troupe_runtime::events::{EventKind, NOTICE_MODEL_RETRY, RunEvent, RunStatus, preview};
+
+use crate::sanitize::for_terminal;
 
 /// The `--color` choice.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
@@ -188,9 +193,14 @@ impl HumanRenderer {
                     .unwrap_or_default();
                 let narration = narration.trim();
                 if !narration.is_empty() {
-                    writeln!(out, "{prefix}{narration}")?;
+                    writeln!(out, "{prefix}{}", for_terminal(narration))?;
                 }
-                writeln!(out, "{prefix}→ {name} {args_preview}")?;
+                writeln!(
+                    out,
+                    "{prefix}→ {} {}",
+                    for_terminal(name),
+                    for_terminal(args_preview)
+                )?;
                 if let Some(target) = target {
                     self.targets
                         .insert((event.agent_path.clone(), call_id.clone()), target.clone());
@@ -208,17 +218,22 @@ impl HumanRenderer {
                     .targets
                     .remove(&(event.agent_path.clone(), call_id.clone()));
                 let line = finished_line(
-                    name,
-                    target.as_deref(),
+                    &for_terminal(name),
+                    target.as_deref().map(for_terminal).as_deref(),
                     *is_error,
                     *duration_ms,
                     *output_lines,
-                    output_preview,
+                    &for_terminal(output_preview),
                 );
                 writeln!(out, "{}", self.dim(&format!("{prefix}{line}")))?;
             }
             EventKind::ApprovalRequested { tool, reason, .. } => {
-                writeln!(out, "{prefix}? {tool} needs approval: {reason}")?;
+                writeln!(
+                    out,
+                    "{prefix}? {} needs approval: {}",
+                    for_terminal(tool),
+                    for_terminal(reason)
+                )?;
             }
             EventKind::ApprovalResolved { outcome, .. } => {
                 writeln!(
@@ -240,13 +255,19 @@ impl HumanRenderer {
                 ))
             )?,
             EventKind::SubagentStarted { role, task } => {
-                writeln!(out, "{prefix}started ({role}): {}", preview(task))?;
+                writeln!(
+                    out,
+                    "{prefix}started ({}): {}",
+                    for_terminal(role),
+                    for_terminal(&preview(task))
+                )?;
             }
             EventKind::SubagentFinished { status } => {
                 self.pending_text.remove(&event.agent_path);
                 writeln!(out, "{prefix}finished: {}", status.as_str())?;
             }
             EventKind::Notice { text, code } => {
+                let text = for_terminal(text);
                 if code.as_deref() == Some(NOTICE_MODEL_RETRY) {
                     writeln!(out, "{}", self.dim(&format!("{prefix}{text}")))?;
                 } else {
@@ -257,7 +278,7 @@ impl HumanRenderer {
                 writeln!(out, "{prefix}» {}", preview(text))?;
             }
             EventKind::Error { kind, message } => {
-                writeln!(out, "{prefix}error ({kind}): {message}")?;
+                writeln!(out, "{prefix}error ({kind}): {}", for_terminal(message))?;
             }
             EventKind::RunFinished {
                 status,
@@ -571,5 +592,55 @@ mod tests {
         assert_eq!(second["type"], "notice");
         assert_eq!(second["text"], "a\nb");
         assert!(second.get("code").is_none(), "a plain notice has no code");
+    }
+    #[test]
+    fn model_text_and_tool_output_cannot_drive_the_terminal() {
+        let mut renderer = HumanRenderer::new(RenderStyle {
+            color: true,
+            next_steps: false,
+        });
+        let out = rendered(
+            &mut renderer,
+            vec![
+                event(
+                    1,
+                    EventKind::TextDelta {
+                        text: "\x1b]52;c;ZXZpbA==\x07Reading\x1b[2J".into(),
+                    },
+                ),
+                event(
+                    2,
+                    EventKind::ToolStarted {
+                        call_id: "c1".into(),
+                        name: "bash".into(),
+                        args_preview: "{\"command\":\"x\x1b]0;t\x07\"}".into(),
+                        target: None,
+                    },
+                ),
+                event(
+                    3,
+                    EventKind::ToolFinished {
+                        call_id: "c1".into(),
+                        name: "bash".into(),
+                        is_error: false,
+                        output_preview: "ok\r$ fake prompt".into(),
+                        output_lines: 1,
+                        duration_ms: 1,
+                    },
+                ),
+            ],
+        );
+        assert!(
+            out.starts_with("Reading\n→ bash {\"command\":\"x\"}\n"),
+            "{out:?}"
+        );
+        assert!(out.contains("ok^M$ fake prompt"), "{out:?}");
+        // Only Troupe's own dim colour is left.
+        let escapes: Vec<&str> = out.matches('\x1b').collect();
+        assert_eq!(escapes.len(), 2, "{out:?}");
+        assert!(
+            out.contains("\x1b[2m✓ bash (1 ms): ok^M$ fake prompt\x1b[0m"),
+            "{out:?}"
+        );
     }
 }

@@ -174,7 +174,7 @@ async fn start(prompt: String, session: Option<&str>, flags: &RunFlags, color: b
             return err.code;
         }
     };
-    remove_old_sessions(&store, session);
+    remove_old_sessions(&store, &locations.data_dir, session);
     if !flags.json {
         for warning in &prepared.warnings {
             eprintln!("troupe: {warning}");
@@ -330,12 +330,14 @@ pub fn report_recovered(store: &Store, json: bool) {
 /// SPEC §9: sessions older than 30 days are removed in the background, never
 /// one in use: the session this run continues is in use before its run record
 /// exists, and the store also keeps any session with a running run.
-fn remove_old_sessions(store: &Store, continued: Option<&str>) {
+fn remove_old_sessions(store: &Store, data_dir: &std::path::Path, continued: Option<&str>) {
     let store = store.clone();
+    let data_dir = data_dir.to_path_buf();
     let in_use: HashSet<String> = continued.map(str::to_string).into_iter().collect();
     tokio::task::spawn_blocking(move || {
         match store.remove_sessions_older_than(SESSION_MAX_AGE, chrono::Utc::now(), &in_use) {
             Ok(removed) if !removed.is_empty() => {
+                troupe_runtime::tools::output::remove_spill_dirs(&data_dir, &removed);
                 tracing::info!(count = removed.len(), "removed sessions older than 30 days");
             }
             Ok(_) => {}

@@ -261,7 +261,11 @@ async fn remove_command(id: &str) -> u8 {
     };
     crate::run::report_recovered(&store, false);
     match remove(&store, id, &mut std::io::stdout().lock()) {
-        Ok(()) => 0,
+        Ok(removed) => {
+            // The spill files go with their sessions.
+            troupe_runtime::tools::output::remove_spill_dirs(&locations.data_dir, &removed);
+            0
+        }
         Err((code, message)) => {
             eprintln!("troupe: {message}");
             code
@@ -478,10 +482,12 @@ fn export(store: &Store, given: &str, out: &mut impl Write) -> CommandResult {
     out.flush().map_err(runtime_error)
 }
 
-fn remove(store: &Store, given: &str, out: &mut impl Write) -> CommandResult {
+/// Removes a session and its children; returns the ids removed.
+fn remove(store: &Store, given: &str, out: &mut impl Write) -> Result<Vec<String>, (u8, String)> {
     let id = &removable_session(store, given)?;
     let removed = store.remove_session(id).map_err(runtime_error)?;
-    writeln!(out, "{}", removed_text(id, &removed)).map_err(runtime_error)
+    writeln!(out, "{}", removed_text(id, &removed)).map_err(runtime_error)?;
+    Ok(removed)
 }
 
 /// The full id of the session `given` names, for removal: it must exist,

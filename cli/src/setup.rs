@@ -409,7 +409,8 @@ async fn assemble(
         SessionTarget::New(Some(id)) | SessionTarget::Continue(id) => id.clone(),
         SessionTarget::New(None) => uuid::Uuid::now_v7().to_string(),
     };
-    let spill_dir = locations.data_dir.join("spill").join(session_id);
+    let spill_dir =
+        troupe_runtime::tools::output::session_spill_dir(&locations.data_dir, &session_id);
     let mut roots = vec![spill_dir.clone()];
     roots.extend(config.permissions.extra_roots.iter().cloned());
     let home = locations.home.clone();

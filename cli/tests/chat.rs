@@ -422,3 +422,36 @@ async fn ctrl_c_cancels_a_turn_and_closing_the_terminal_cancels_the_next_cleanly
     let results = history.iter().flat_map(|m| m.tool_results_iter()).count();
     assert_eq!((calls, results), (2, 2));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn control_sequences_from_the_model_never_reach_the_terminal() {
+    let hostile =
+        "Fine.\u{1b}]2;pwned\u{7}\u{1b}]52;c;ZWNobyBoaQ==\u{7}\u{1b}[2J\u{1b}[H then more";
+    let script = Script::new()
+        .then(tool_call(
+            "bash",
+            json!({"command": "printf 'out\\033[2J\\033]2;owned\\007put\\n'"}),
+        ))
+        .then(text(hostile));
+    let server = ScriptedServer::start(script).await.unwrap();
+    let env = Env::new();
+    let pane = Pane::start(&chat_command(&env, &server, &["--mode", "bypass"]));
+    pane.wait_for_prompt(1);
+    pane.line("say it");
+    let screen = pane.wait_for("then more");
+    // Nothing was cleared, no title was set, the text is all there.
+    assert!(screen.contains("/help lists commands"), "{screen}");
+    assert!(screen.contains("Fine."), "{screen}");
+    assert!(
+        screen.contains("output") || screen.contains("out^?") || screen.contains("out"),
+        "{screen}"
+    );
+    let title = pane.tmux(&["display-message", "-p", "-t", "chat", "#{pane_title}"]);
+    assert!(
+        !title.contains("pwned") && !title.contains("owned"),
+        "{title}"
+    );
+    pane.wait_for_prompt(2);
+    pane.keys(&["C-d"]);
+    pane.wait_for("[exit 0]");
+}

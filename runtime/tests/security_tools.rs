@@ -239,11 +239,26 @@ async fn huge_single_line_is_cut_safely() {
     h.write("one_line.txt", "é".repeat(100_000));
     let out = ok_text(&h.call("read_file", json!({"path": "one_line.txt"})).await);
     assert!(
-        out.contains("line 1 is longer than 50 KB"),
+        out.contains(
+            "[…line 1 cut at byte 16384 of 200000: continue it with offset=1 byte_offset=16384]"
+        ),
         "{}",
-        &out[out.len() - 200..]
+        &out[out.len() - 300..]
     );
     assert!(out.len() <= MAX_OUTPUT_BYTES + 300);
+    // The marker's byte continues the line, never splitting a character.
+    let out = ok_text(
+        &h.call(
+            "read_file",
+            json!({"path": "one_line.txt", "byte_offset": 16384}),
+        )
+        .await,
+    );
+    assert!(
+        out.starts_with("     1\t[…from byte 16384] éé"),
+        "{}",
+        &out[..100]
+    );
 }
 
 #[tokio::test]

@@ -10,6 +10,7 @@ use termimad::MadSkin;
 
 use super::markdown;
 use super::view::Shown;
+use crate::sanitize::for_terminal;
 
 /// The spinner's refresh interval.
 const TICK: Duration = Duration::from_millis(120);
@@ -36,17 +37,19 @@ impl Screen {
         }
     }
 
-    /// Shows `items` above the spinner.
+    /// Shows `items` above the spinner. Their text comes from the model,
+    /// tools and providers: control sequences in it are removed before
+    /// Troupe adds its own styling.
     pub fn show(&self, items: Vec<Shown>) {
         for item in items {
             let text = match item {
                 Shown::Markdown(markdown) => {
                     let width = terminal_width();
-                    markdown::render(&self.skin, &markdown, width)
+                    markdown::render(&self.skin, &for_terminal(&markdown), width)
                 }
-                Shown::Line(line) => line,
-                Shown::Dim(line) => self.paint("2", &line),
-                Shown::Error(line) => self.paint("31", &line),
+                Shown::Line(line) => for_terminal(&line).into_owned(),
+                Shown::Dim(line) => self.paint("2", &for_terminal(&line)),
+                Shown::Error(line) => self.paint("31", &for_terminal(&line)),
             };
             self.line(&text);
         }

@@ -15,6 +15,7 @@ use super::screen::{KeyMode, Screen};
 use super::view::TurnView;
 use crate::approval::parse_answer;
 use crate::follow::RunLink;
+use crate::sanitize::for_terminal;
 use crate::signals::{StopSignal, StopSignals};
 
 /// How a turn ended.
@@ -219,8 +220,10 @@ fn show_ask(screen: &Screen, ask: &Ask) {
         args.push('…');
     }
     screen.line(&format!(
-        "? {} wants to run: {args}\n  ({})\n  allow? [y]es / [a]lways / [n]o [reason] / [c]ancel the turn",
-        ask.label, ask.reason
+        "? {} wants to run: {}\n  ({})\n  allow? [y]es / [a]lways / [n]o [reason] / [c]ancel the turn",
+        for_terminal(&ask.label),
+        for_terminal(&args),
+        for_terminal(&ask.reason)
     ));
 }
 

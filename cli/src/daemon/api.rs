@@ -115,6 +115,8 @@ pub struct ApiState {
     pub runtime: Runtime,
     /// The store runs and sessions are read from.
     pub store: Store,
+    /// The data directory (spill files live below it).
+    pub data_dir: std::path::PathBuf,
     /// The bearer token.
     pub token: Arc<str>,
     /// The address the daemon listens on (for `Host`/`Origin` checks).
@@ -577,12 +579,15 @@ async fn remove_session(
             }
         })?;
     match state.runtime.remove_session(&id).await {
-        Ok(removed) => Ok(axum::Json(json!({
+        Ok(removed) => {
+            troupe_runtime::tools::output::remove_spill_dirs(&state.data_dir, &removed);
+            Ok(axum::Json(json!({
             "session_id": id,
             "removed": removed,
             "text": crate::sessions::removed_text(&id, &removed),
-        }))
-        .into_response()),
+            }))
+            .into_response())
+        }
         Err(RuntimeError::SessionBusy(_)) => Err(ApiError::conflict(format!(
             "session {id} has a run in progress; cancel it first (`troupe runs cancel RUN`)"
         ))),

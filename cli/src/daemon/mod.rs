@@ -111,6 +111,7 @@ async fn run_daemon(options: ServeOptions) -> Result<(), String> {
     let state = ApiState {
         runtime: runtime.clone(),
         store: store.clone(),
+        data_dir: data_dir.clone(),
         token: token.into(),
         listen: bound,
         allowed_hosts: Arc::new(allowed_hosts),

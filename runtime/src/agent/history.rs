@@ -201,6 +201,74 @@ pub fn close_with(history: &mut Vec<Message>, text: &str) {
     history.push(Message::assistant_text(text));
 }
 
+/// A call id renamed by [`repair_call_ids`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RenamedCall {
+    /// Index of the call among the message's calls.
+    pub index: usize,
+    /// The id the provider sent.
+    pub from: String,
+    /// The id it has in history from now on.
+    pub to: String,
+}
+
+/// Makes the call ids of a new assistant `message` unique before anything
+/// runs (a hostile or buggy server may repeat ids, which every later request
+/// would carry and real APIs refuse): the first call with an id keeps it; a
+/// later call repeating it, one reusing an id of the earlier history
+/// (`taken`), or one without an id gets `{id}_{n}` (`call_{n}` for an empty
+/// id) with the smallest `n >= 2` that no call has. The message is what
+/// history keeps, so every later request carries the new ids and the results
+/// pair with them. Returns the renames, in call order.
+pub fn repair_call_ids(message: &mut Message, taken: &HashSet<String>) -> Vec<RenamedCall> {
+    // Ids kept as sent are claimed first, so a fresh id never takes one that
+    // a later call of the message legitimately has.
+    let kept: HashSet<String> = message
+        .tool_calls()
+        .map(|call| call.id.clone())
+        .filter(|id| !id.is_empty() && !taken.contains(id))
+        .collect();
+    let mut seen: HashSet<String> = HashSet::new();
+    let mut renamed = Vec::new();
+    for (index, call) in message
+        .content
+        .iter_mut()
+        .filter_map(|block| match block {
+            ContentBlock::ToolCall(call) => Some(call),
+            _ => None,
+        })
+        .enumerate()
+    {
+        if call.id.is_empty() || taken.contains(&call.id) || seen.contains(&call.id) {
+            let base = if call.id.is_empty() {
+                "call"
+            } else {
+                call.id.as_str()
+            };
+            let fresh = (2u64..)
+                .map(|n| format!("{base}_{n}"))
+                .find(|id| !taken.contains(id) && !seen.contains(id) && !kept.contains(id))
+                .unwrap_or_default();
+            renamed.push(RenamedCall {
+                index,
+                from: std::mem::replace(&mut call.id, fresh.clone()),
+                to: fresh,
+            });
+        }
+        seen.insert(call.id.clone());
+    }
+    renamed
+}
+
+/// The ids of every tool call in `history`.
+pub fn call_ids(history: &[Message]) -> HashSet<String> {
+    history
+        .iter()
+        .flat_map(|message| message.tool_calls())
+        .map(|call| call.id.clone())
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -337,5 +405,51 @@ mod tests {
         close_with(&mut history, "again");
         assert_eq!(history.len(), 4);
         assert_eq!(history[3].content.len(), 2);
+    }
+    fn calls(ids: &[&str]) -> Message {
+        Message {
+            role: Role::Assistant,
+            content: ids
+                .iter()
+                .map(|id| ContentBlock::ToolCall(call(id)))
+                .collect(),
+        }
+    }
+
+    fn ids_of(message: &Message) -> Vec<String> {
+        message.tool_calls().map(|c| c.id.clone()).collect()
+    }
+
+    #[test]
+    fn repeated_call_ids_get_fresh_ids_and_the_history_stays_valid() {
+        let mut message = calls(&["a", "b", "a", "a", "a_2", ""]);
+        let renamed = repair_call_ids(&mut message, &HashSet::new());
+        // `a_2` is sent by the provider itself: the fresh ids step over it.
+        assert_eq!(ids_of(&message), ["a", "b", "a_3", "a_4", "a_2", "call_2"]);
+        let pairs: Vec<(usize, &str, &str)> = renamed
+            .iter()
+            .map(|r| (r.index, r.from.as_str(), r.to.as_str()))
+            .collect();
+        assert_eq!(pairs, [(2, "a", "a_3"), (3, "a", "a_4"), (5, "", "call_2")]);
+        let calls_made: Vec<ToolCall> = message.tool_calls().cloned().collect();
+        let history = vec![
+            Message::user_text("go"),
+            message,
+            Message::tool_results(complete_results(&calls_made, Vec::new(), "r")),
+        ];
+        validate_history(&history).unwrap();
+    }
+
+    #[test]
+    fn ids_of_earlier_turns_are_not_reused() {
+        let earlier = call_ids(&[Message::user_text("go"), calls(&["x", "y"])]);
+        let mut message = calls(&["x", "z"]);
+        let renamed = repair_call_ids(&mut message, &earlier);
+        assert_eq!(ids_of(&message), ["x_2", "z"]);
+        assert_eq!(renamed.len(), 1);
+        // Unique ids are left alone.
+        let mut message = calls(&["p", "q"]);
+        assert!(repair_call_ids(&mut message, &earlier).is_empty());
+        assert_eq!(ids_of(&message), ["p", "q"]);
     }
 }

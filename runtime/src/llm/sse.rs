@@ -9,6 +9,9 @@
 //! `openai` implement [`WireDecoder`] for their event payloads. It does no HTTP,
 //! no retries and no timing; `http` wraps it with those.
 //!
+//! Memory is bounded: a line (and the data of one event) longer than
+//! [`MAX_LINE_BYTES`] fails the stream with [`SseError::LineTooLong`].
+//!
 //! Parsing is linear in the size of the body whatever the chunking: every byte is
 //! scanned for a line end once, consumed bytes are dropped only when new bytes
 //! arrive and only the unparsed tail is moved, and the event buffers are reused,
@@ -27,6 +30,11 @@ use super::{ProviderError, ProviderErrorKind, StreamEvent};
 /// UTF-8 byte order mark, dropped at the very start of a stream (WHATWG SSE).
 const BOM: &[u8] = b"\xEF\xBB\xBF";
 
+/// A line of the stream (and the data of one event) may hold at most this
+/// many bytes (16 MiB): a provider that never sends a line end cannot grow
+/// memory without limit; past it the stream fails with a provider error.
+pub const MAX_LINE_BYTES: usize = 16 * 1024 * 1024;
+
 /// Longest excerpt of offending input quoted in an error message.
 pub(crate) const EXCERPT_CHARS: usize = 120;
 
@@ -40,6 +48,17 @@ pub enum SseError {
         line: u64,
         /// The decoding error.
         source: std::str::Utf8Error,
+    },
+    /// A line, or the data of one event, is longer than the cap.
+    #[error(
+        "line {line} of the event stream is longer than {limit} bytes without a line end; \
+         the provider's response is not a valid event stream"
+    )]
+    LineTooLong {
+        /// 1-based line number in the stream.
+        line: u64,
+        /// The cap ([`MAX_LINE_BYTES`] unless set otherwise).
+        limit: usize,
     },
 }
 
@@ -86,12 +105,31 @@ pub struct SseParser {
     dispatched: bool,
     /// Lines consumed so far (for error messages).
     lines: u64,
+    /// Longest line (and event data) accepted; 0 means [`MAX_LINE_BYTES`].
+    line_limit: usize,
 }
 
 impl SseParser {
     /// An empty parser at the start of a stream.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// A parser accepting lines of at most `limit` bytes (tests use small
+    /// limits; streams use [`MAX_LINE_BYTES`]).
+    pub fn with_line_limit(limit: usize) -> Self {
+        Self {
+            line_limit: limit.max(1),
+            ..Self::default()
+        }
+    }
+
+    fn line_limit(&self) -> usize {
+        if self.line_limit == 0 {
+            MAX_LINE_BYTES
+        } else {
+            self.line_limit
+        }
     }
 
     /// Appends a chunk of the body. Consumed bytes are dropped first, moving only
@@ -120,11 +158,34 @@ impl SseParser {
             }
         }
         while let Some((start, end)) = self.next_line() {
+            if end - start > self.line_limit() {
+                return Err(self.too_long(self.lines));
+            }
             if self.process_line(start, end)? {
                 return Ok(Some(self.dispatched_event()));
             }
+            if self.data.len() > self.line_limit() {
+                return Err(self.too_long(self.lines));
+            }
+        }
+        // An unfinished line is held until its end arrives: not past the cap.
+        if self.buf.len() - self.pos > self.line_limit() {
+            return Err(self.too_long(self.lines + 1));
         }
         Ok(None)
+    }
+
+    /// The cap was passed: the stream cannot go on, and the buffered bytes
+    /// are released.
+    fn too_long(&mut self, line: u64) -> SseError {
+        self.buf = Vec::new();
+        self.data = String::new();
+        self.pos = 0;
+        self.scan = 0;
+        SseError::LineTooLong {
+            line,
+            limit: self.line_limit(),
+        }
     }
 
     /// The body ended. A final event whose lines were all complete is dispatched
@@ -539,5 +600,60 @@ mod tests {
         let short = excerpt(&long);
         assert_eq!(short.chars().count(), EXCERPT_CHARS + 1);
         assert!(short.ends_with('…'));
+    }
+    #[test]
+    fn a_line_past_the_cap_fails_and_frees_its_bytes() {
+        let mut parser = SseParser::with_line_limit(12);
+        parser.push(b"data: 12345");
+        assert_eq!(parser.next_event().unwrap(), None);
+        parser.push(b"67890");
+        let err = parser.next_event().unwrap_err();
+        assert_eq!(err, SseError::LineTooLong { line: 1, limit: 12 });
+        assert!(err.to_string().contains("longer than 12 bytes"));
+        assert_eq!(parser.buf.capacity(), 0);
+        // A complete line over the cap, and lines within it.
+        let mut parser = SseParser::with_line_limit(12);
+        parser.push(b"data: 1\n\ndata: 123456789\n\n");
+        assert_eq!(parser.next_event().unwrap().unwrap().data, "1");
+        assert!(matches!(
+            parser.next_event(),
+            Err(SseError::LineTooLong { line: 3, .. })
+        ));
+    }
+
+    #[test]
+    fn event_data_past_the_cap_fails_too() {
+        let mut parser = SseParser::with_line_limit(10);
+        parser.push(b"data: 1234\ndata: 1234\ndata: 1234\n");
+        assert!(matches!(
+            parser.next_event(),
+            Err(SseError::LineTooLong { .. })
+        ));
+    }
+
+    #[tokio::test]
+    async fn a_provider_that_never_ends_a_line_gets_a_clear_error() {
+        use futures::StreamExt;
+        // An endless body without a line end: without the cap this would
+        // grow memory until the process dies.
+        let chunk = Bytes::from(vec![b'a'; 64 * 1024]);
+        let endless = futures::stream::iter(std::iter::once(Ok(Bytes::from_static(b"data: "))))
+            .chain(futures::stream::repeat_with(move || Ok(chunk.clone())));
+        let mut events = crate::llm::anthropic::decode_sse("hostile", endless);
+        let mut error = None;
+        while let Some(item) = events.next().await {
+            if let Err(err) = item {
+                error = Some(err);
+                break;
+            }
+        }
+        let error = error.expect("the stream fails");
+        assert_eq!(error.kind, ProviderErrorKind::MalformedResponse);
+        assert!(
+            error.to_string().contains(&format!(
+                "line 1 of the event stream is longer than {MAX_LINE_BYTES} bytes"
+            )),
+            "{error}"
+        );
     }
 }

@@ -16,8 +16,13 @@ use super::{
     Access, PermissionSubject, Tool, ToolCategory, ToolContext, ToolOutput, parse_args, plural,
 };
 
-/// Line numbers of matches listed in an ambiguity error.
+/// Line numbers of matches listed in an ambiguity error or a result.
 const MAX_LISTED_MATCH_LINES: usize = 10;
+
+/// Files over this size (8 MiB) are not edited, and an edit whose result
+/// would be larger is refused before the result is built: one call holds at
+/// most the file and its result in memory.
+pub const MAX_EDIT_BYTES: u64 = 8 * 1024 * 1024;
 
 /// The `edit_file` tool.
 #[derive(Debug)]
@@ -126,10 +131,7 @@ fn edit(path: &Path, display: &str, args: &Args) -> Result<String, String> {
             files::explain_io(display, &err)
         }
     })?;
-    files::ensure_regular(&file).map_err(|err| files::explain_io(display, &err))?;
-    let mut content = Vec::new();
-    file.read_to_end(&mut content)
-        .map_err(|err| files::explain_io(display, &err))?;
+    let content = read_for_edit(&mut file, display)?;
     drop(file);
     if files::looks_binary(&content) {
         return Err(format!(
@@ -150,12 +152,15 @@ fn edit(path: &Path, display: &str, args: &Args) -> Result<String, String> {
         .and_then(|()| out.write_all(&plan.content))
         .and_then(|()| out.flush())
         .map_err(|err| files::explain_io(display, &err))?;
-    let lines = plan
+    let mut lines = plan
         .lines
         .iter()
         .map(u64::to_string)
         .collect::<Vec<_>>()
         .join(", ");
+    if plan.count > plan.lines.len() {
+        lines.push_str(", …");
+    }
     let crlf = if plan.crlf {
         " (matched with the file's CRLF line endings)"
     } else {
@@ -163,8 +168,31 @@ fn edit(path: &Path, display: &str, args: &Args) -> Result<String, String> {
     };
     Ok(format!(
         "Replaced {} in {display} (line {lines}){crlf}.",
-        plural(plan.lines.len() as u64, "occurrence")
+        plural(plan.count as u64, "occurrence")
     ))
+}
+
+/// Reads a file to edit, refusing one over [`MAX_EDIT_BYTES`] before reading
+/// it (and one that grows past it while read).
+fn read_for_edit(file: &mut std::fs::File, display: &str) -> Result<Vec<u8>, String> {
+    let meta = files::ensure_regular(file).map_err(|err| files::explain_io(display, &err))?;
+    let too_large = |size: u64| {
+        format!(
+            "{display} is {size} bytes; edit_file edits files of at most {MAX_EDIT_BYTES} bytes \
+             (8 MiB). Nothing was changed; use bash (e.g. `sed -i`) for a file this large."
+        )
+    };
+    if meta.len() > MAX_EDIT_BYTES {
+        return Err(too_large(meta.len()));
+    }
+    let mut content = Vec::with_capacity(meta.len() as usize);
+    file.take(MAX_EDIT_BYTES + 1)
+        .read_to_end(&mut content)
+        .map_err(|err| files::explain_io(display, &err))?;
+    if content.len() as u64 > MAX_EDIT_BYTES {
+        return Err(too_large(content.len() as u64));
+    }
+    Ok(content)
 }
 
 /// The new content and where the replacements start.
@@ -172,7 +200,10 @@ fn edit(path: &Path, display: &str, args: &Args) -> Result<String, String> {
 pub struct EditPlan {
     /// The file after the edit.
     pub content: Vec<u8>,
-    /// 1-based line of each replaced occurrence, in the original file.
+    /// Occurrences replaced.
+    pub count: usize,
+    /// 1-based line of the first replaced occurrences (at most 10), in the
+    /// original file.
     pub lines: Vec<u64>,
     /// True when the strings were matched after converting `\n` to `\r\n`.
     pub crlf: bool,
@@ -191,8 +222,17 @@ pub enum EditError {
     Ambiguous {
         /// Occurrences.
         count: usize,
-        /// Lines where they start.
+        /// Lines where the first ones (at most 10) start.
         lines: Vec<u64>,
+    },
+    /// The edited file would be larger than `limit` bytes.
+    TooLarge {
+        /// Occurrences that would be replaced.
+        count: usize,
+        /// Bytes the result would have.
+        result_bytes: u128,
+        /// The limit ([`MAX_EDIT_BYTES`]).
+        limit: u64,
     },
 }
 
@@ -217,11 +257,7 @@ impl EditError {
                     .take(MAX_LISTED_MATCH_LINES)
                     .map(u64::to_string)
                     .collect();
-                let more = if lines.len() > MAX_LISTED_MATCH_LINES {
-                    ", …"
-                } else {
-                    ""
-                };
+                let more = if *count > shown.len() { ", …" } else { "" };
                 format!(
                     "old_string occurs {count} times in {display} (lines {}{more}); add \
                      surrounding lines to make it unique, or set replace_all to true to replace \
@@ -229,6 +265,15 @@ impl EditError {
                     shown.join(", ")
                 )
             }
+            EditError::TooLarge {
+                count,
+                result_bytes,
+                limit,
+            } => format!(
+                "Refused: replacing {} in {display} would make the file {result_bytes} bytes; \
+                 edit_file writes files of at most {limit} bytes. Nothing was changed.",
+                plural(*count as u64, "occurrence")
+            ),
         }
     }
 }
@@ -241,18 +286,29 @@ pub fn plan_edit(
     new: &str,
     replace_all: bool,
 ) -> Result<EditPlan, EditError> {
+    plan_edit_within(content, old, new, replace_all, MAX_EDIT_BYTES)
+}
+
+/// [`plan_edit`] with a result limit of `limit` bytes.
+pub fn plan_edit_within(
+    content: &[u8],
+    old: &str,
+    new: &str,
+    replace_all: bool,
+    limit: u64,
+) -> Result<EditPlan, EditError> {
     let mut old_bytes = std::borrow::Cow::Borrowed(old.as_bytes());
     let mut new_bytes = std::borrow::Cow::Borrowed(new.as_bytes());
-    let mut starts = find_all(content, &old_bytes);
+    let mut starts = memchr::memmem::find(content, &old_bytes);
     let mut crlf = false;
-    if starts.is_empty()
+    if starts.is_none()
         && old.contains('\n')
         && !old.contains('\r')
         && memchr::memmem::find(content, b"\r\n").is_some()
     {
         let old_crlf = old.replace('\n', "\r\n");
-        let found = find_all(content, old_crlf.as_bytes());
-        if !found.is_empty() {
+        let found = memchr::memmem::find(content, old_crlf.as_bytes());
+        if found.is_some() {
             starts = found;
             crlf = true;
             old_bytes = std::borrow::Cow::Owned(old_crlf.into_bytes());
@@ -261,21 +317,35 @@ pub fn plan_edit(
             );
         }
     }
-    if starts.is_empty() {
+    if starts.is_none() {
         return Err(EditError::NotFound {
             near_line: whitespace_insensitive_line(content, old),
         });
     }
-    let lines = line_numbers(content, &starts);
-    if starts.len() > 1 && !replace_all {
-        return Err(EditError::Ambiguous {
-            count: starts.len(),
-            lines,
+    // Counting first and checking the result's size before building it:
+    // nothing here grows with the number of occurrences.
+    let finder = memchr::memmem::Finder::new(&old_bytes);
+    let count = finder.find_iter(content).count();
+    let lines = line_numbers(
+        content,
+        finder.find_iter(content).take(MAX_LISTED_MATCH_LINES),
+    );
+    if count > 1 && !replace_all {
+        return Err(EditError::Ambiguous { count, lines });
+    }
+    let result_bytes = content.len() as u128 - count as u128 * old_bytes.len() as u128
+        + count as u128 * new_bytes.len() as u128;
+    if result_bytes > u128::from(limit) {
+        return Err(EditError::TooLarge {
+            count,
+            result_bytes,
+            limit,
         });
     }
-    let mut out = Vec::with_capacity(content.len() + starts.len() * new_bytes.len());
+    // Within the limit, which fits in memory (and in a usize).
+    let mut out = Vec::with_capacity(result_bytes as usize);
     let mut at = 0;
-    for &start in &starts {
+    for start in finder.find_iter(content) {
         out.extend_from_slice(&content[at..start]);
         out.extend_from_slice(&new_bytes);
         at = start + old_bytes.len();
@@ -283,32 +353,18 @@ pub fn plan_edit(
     out.extend_from_slice(&content[at..]);
     Ok(EditPlan {
         content: out,
+        count,
         lines,
         crlf,
     })
 }
 
-/// Non-overlapping occurrences of `needle`, left to right.
-fn find_all(haystack: &[u8], needle: &[u8]) -> Vec<usize> {
-    let finder = memchr::memmem::Finder::new(needle);
-    let mut starts = Vec::new();
-    let mut at = 0;
-    while let Some(pos) = finder.find(&haystack[at..]) {
-        starts.push(at + pos);
-        at += pos + needle.len().max(1);
-        if at > haystack.len() {
-            break;
-        }
-    }
-    starts
-}
-
-/// 1-based line numbers of byte offsets (sorted ascending).
-fn line_numbers(content: &[u8], starts: &[usize]) -> Vec<u64> {
-    let mut lines = Vec::with_capacity(starts.len());
+/// 1-based line numbers of byte offsets (ascending).
+fn line_numbers(content: &[u8], starts: impl Iterator<Item = usize>) -> Vec<u64> {
+    let mut lines = Vec::new();
     let mut line = 1u64;
     let mut at = 0usize;
-    for &start in starts {
+    for start in starts {
         line += memchr::memchr_iter(b'\n', &content[at..start]).count() as u64;
         at = start;
         lines.push(line);
@@ -318,22 +374,31 @@ fn line_numbers(content: &[u8], starts: &[usize]) -> Vec<u64> {
 
 /// The line where `old` starts in `content` when every run of whitespace is
 /// collapsed to one space in both (and leading/trailing whitespace ignored).
+/// Holds the collapsed text only (no table per byte): the line is found by
+/// walking the text again up to the match.
 fn whitespace_insensitive_line(content: &[u8], old: &str) -> Option<u64> {
     let text = String::from_utf8_lossy(content);
-    let (needle, _) = collapse_whitespace(old);
+    let needle = collapse_whitespace(old, |_, _| {});
     if needle.is_empty() {
         return None;
     }
-    let (hay, line_of) = collapse_whitespace(&text);
+    let hay = collapse_whitespace(&text, |_, _| {});
     let pos = hay.find(&needle)?;
-    line_of.get(pos).copied()
+    drop(hay);
+    let mut found = None;
+    collapse_whitespace(&text, |at, line| {
+        if at == pos && found.is_none() {
+            found = Some(line);
+        }
+    });
+    found
 }
 
-/// Collapses whitespace runs to single spaces and trims; returns the text and
-/// the original 1-based line of each output byte.
-fn collapse_whitespace(text: &str) -> (String, Vec<u64>) {
+/// Collapses whitespace runs to single spaces and trims. `seen(at, line)` is
+/// told, for each byte pushed, its offset in the output and the original
+/// 1-based line it comes from.
+fn collapse_whitespace(text: &str, mut seen: impl FnMut(usize, u64)) -> String {
     let mut out = String::with_capacity(text.len());
-    let mut line_of = Vec::with_capacity(text.len());
     let mut line = 1u64;
     let mut pending_space: Option<u64> = None;
     for c in text.chars() {
@@ -347,13 +412,13 @@ fn collapse_whitespace(text: &str) -> (String, Vec<u64>) {
             continue;
         }
         if let Some(space_line) = pending_space.take() {
+            seen(out.len(), space_line);
             out.push(' ');
-            line_of.push(space_line);
         }
+        seen(out.len(), line);
         out.push(c);
-        line_of.extend(std::iter::repeat_n(line, c.len_utf8()));
     }
-    (out, line_of)
+    out
 }
 
 #[cfg(test)]
@@ -365,6 +430,63 @@ mod tests {
         let plan = plan_edit(b"a\nfoo bar\nb\n", "foo", "baz", false).unwrap();
         assert_eq!(plan.content, b"a\nbaz bar\nb\n");
         assert_eq!(plan.lines, vec![2]);
+    }
+
+    #[test]
+    fn an_oversized_result_is_refused_before_it_is_built() {
+        // The issue's case: every `e` of a 2 MB file replaced by 5,000
+        // characters would be about 2.5 GB.
+        let content = "e".repeat(2 * 1024 * 1024);
+        let err = plan_edit(content.as_bytes(), "e", &"x".repeat(5_000), true).unwrap_err();
+        let EditError::TooLarge {
+            count,
+            result_bytes,
+            limit,
+        } = &err
+        else {
+            panic!("{err:?}");
+        };
+        assert_eq!(*count, 2 * 1024 * 1024);
+        assert_eq!(*result_bytes, 2 * 1024 * 1024 * 5_000);
+        assert_eq!(*limit, MAX_EDIT_BYTES);
+        let msg = err.message("big.txt");
+        assert!(
+            msg.contains("would make the file 10485760000 bytes")
+                && msg.contains("Nothing was changed"),
+            "{msg}"
+        );
+        // At the limit exactly it is made.
+        let plan = plan_edit_within(b"aXbXc", "X", "--", true, 7).unwrap();
+        assert_eq!(plan.content, b"a--b--c");
+        assert!(plan_edit_within(b"aXbXc", "X", "--", true, 6).is_err());
+    }
+
+    #[test]
+    fn many_occurrences_list_only_the_first_lines() {
+        let content = "x\n".repeat(50);
+        let plan = plan_edit(content.as_bytes(), "x", "y", true).unwrap();
+        assert_eq!(plan.count, 50);
+        assert_eq!(plan.lines, (1..=10).collect::<Vec<u64>>());
+        let err = plan_edit(content.as_bytes(), "x", "y", false).unwrap_err();
+        let msg = err.message("f");
+        assert!(
+            msg.contains("occurs 50 times in f (lines 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, …)"),
+            "{msg}"
+        );
+    }
+
+    #[test]
+    fn a_file_over_the_limit_is_not_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("big");
+        let file = std::fs::File::create(&path).unwrap();
+        file.set_len(MAX_EDIT_BYTES + 1).unwrap();
+        let mut file = std::fs::File::open(&path).unwrap();
+        let err = read_for_edit(&mut file, "big").unwrap_err();
+        assert!(
+            err.contains("edits files of at most 8388608 bytes"),
+            "{err}"
+        );
     }
 
     #[test]

@@ -1,6 +1,8 @@
 //! `glob` (SPEC §4): files matching a glob pattern under a directory, newest
 //! first by modification time, at most 500 with a note, paths relative to the
-//! project root. `*` stays within one directory, `**` crosses directories.
+//! project root, the listing at most 50 KB. `*` stays within one directory,
+//! `**` crosses directories. Memory is bounded: only the 500 newest matches
+//! are kept while walking.
 //! Walks with the shared ripgrep-style filters (`walk`). Reads only; the walked
 //! directory is resolved at the moment of use like every path.
 
@@ -16,6 +18,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::files::{self, display_path};
+use super::output::{MAX_OUTPUT_BYTES, NOTES_RESERVE_BYTES};
 use super::walk::{BoundedBest, MAX_RESULTS, StopFlag, walk_builder};
 use super::{Access, PermissionSubject, Tool, ToolCategory, ToolContext, ToolOutput, parse_args};
 
@@ -275,19 +278,39 @@ fn run_glob(
     if found.is_empty() {
         return Ok(format!("No files match `{pattern}` in `{root_display}`."));
     }
-    let mut text: String = found
+    let paths: Vec<String> = found
         .iter()
         .map(|(_, path)| display_path(project_root, path))
-        .collect::<Vec<_>>()
-        .join("\n");
-    if shared.total > found.len() as u64 {
+        .collect();
+    Ok(render_paths(&paths, shared.total, MAX_GLOB_TEXT_BYTES))
+}
+
+/// Bytes of paths a result holds at most (the 50 KB result bound less room
+/// for the note): 500 very long paths would not fit.
+const MAX_GLOB_TEXT_BYTES: usize = MAX_OUTPUT_BYTES - NOTES_RESERVE_BYTES;
+
+/// The result text: one path a line while they fit in `max_bytes`, then a
+/// note when fewer than `total` are shown.
+pub fn render_paths(paths: &[String], total: u64, max_bytes: usize) -> String {
+    let mut text = String::new();
+    let mut shown = 0usize;
+    for path in paths {
+        let extra = path.len() + usize::from(!text.is_empty());
+        if text.len() + extra > max_bytes && shown > 0 {
+            break;
+        }
+        if !text.is_empty() {
+            text.push('\n');
+        }
+        text.push_str(path);
+        shown += 1;
+    }
+    if total > shown as u64 {
         text.push_str(&format!(
-            "\n(showing {} of {}; narrow the pattern)",
-            found.len(),
-            shared.total
+            "\n(showing {shown} of {total}; narrow the pattern)"
         ));
     }
-    Ok(text)
+    text
 }
 
 #[cfg(test)]
@@ -306,6 +329,27 @@ mod tests {
         assert_eq!(split("/abs/dir/*.rs"), ("/abs/dir".into(), "*.rs".into()));
         assert_eq!(split("a/{b,c}/d/*.rs"), ("a".into(), "{b,c}/d/*.rs".into()));
         assert_eq!(split("../x/*"), ("../x".into(), "*".into()));
+    }
+
+    #[test]
+    fn paths_are_capped_by_count_and_bytes() {
+        let paths: Vec<String> = (0..3).map(|i| format!("{i}{}", "x".repeat(9))).collect();
+        assert_eq!(render_paths(&paths, 3, 1000), paths.join("\n"));
+        assert_eq!(
+            render_paths(&paths, 700, 1000),
+            format!(
+                "{}\n(showing 3 of 700; narrow the pattern)",
+                paths.join("\n")
+            )
+        );
+        // 10-byte paths: two fit in 21 bytes, the third would not.
+        assert_eq!(
+            render_paths(&paths, 3, 21),
+            format!(
+                "{}\n{}\n(showing 2 of 3; narrow the pattern)",
+                paths[0], paths[1]
+            )
+        );
     }
 
     #[test]

@@ -3,7 +3,9 @@
 //! Output modes: `files_with_matches` (default), `content` (`path:line:text`),
 //! `count` (`path:count`); at most 500 entries, sorted by path then line, with a
 //! note when more matched. Binary files (a NUL byte) are skipped, `.gitignore`d
-//! and hidden files too (see `walk`). Reads only; the searched path is resolved
+//! and hidden files too (see `walk`). Memory and time stay bounded on any
+//! input: files over [`MAX_FILE_BYTES`] are not searched and a line over
+//! [`MAX_SEARCH_LINE_BYTES`] ends its file's search; the result names both. Reads only; the searched path is resolved
 //! at the moment of use like every path.
 
 use std::path::{Path, PathBuf};
@@ -27,6 +29,18 @@ use super::{
 /// Bytes of one matching line shown in `content` mode; longer lines (minified
 /// code) are cut with `…`.
 pub const MAX_LINE_BYTES: usize = 400;
+
+/// Files larger than this (256 MiB) are not searched; the result names them.
+/// Keeps one call's time bounded on huge logs and images of disks.
+pub const MAX_FILE_BYTES: u64 = 256 * 1024 * 1024;
+
+/// A line longer than this (4 MiB) ends the search of its file (matches
+/// before it are kept) and the result names the file: the searcher holds a
+/// whole line in memory, so this bounds memory per search thread.
+pub const MAX_SEARCH_LINE_BYTES: usize = 4 * 1024 * 1024;
+
+/// Paths named per kind of skipped file in a result.
+const MAX_NAMED_SKIPS: usize = 5;
 
 /// The `grep` tool.
 #[derive(Debug)]
@@ -190,8 +204,45 @@ pub struct GrepReport {
     pub matching_files: u64,
     /// Paths that could not be read.
     pub unreadable: u64,
+    /// Files not searched for being over [`MAX_FILE_BYTES`]: how many, and
+    /// the first few by path.
+    pub too_large: Skipped,
+    /// Files searched only up to a line over [`MAX_SEARCH_LINE_BYTES`].
+    pub long_lines: Skipped,
     /// The mode searched in.
     pub mode: OutputMode,
+}
+
+/// Files left out (wholly or partly) for one reason.
+#[derive(Debug, Clone, Default)]
+pub struct Skipped {
+    /// How many.
+    pub count: u64,
+    /// The first few by path.
+    pub named: Vec<PathBuf>,
+}
+
+impl Skipped {
+    /// A note for the result: `(what: a, b and N more)`, or none.
+    fn note(&self, project_root: &Path, what: &str) -> Option<String> {
+        if self.count == 0 {
+            return None;
+        }
+        let mut names: Vec<String> = self
+            .named
+            .iter()
+            .map(|path| display_path(project_root, path))
+            .collect();
+        let more = self.count.saturating_sub(names.len() as u64);
+        if more > 0 {
+            names.push(format!("{more} more"));
+        }
+        Some(format!(
+            "({} {what}: {})",
+            plural(self.count, "file"),
+            names.join(", ")
+        ))
+    }
 }
 
 impl GrepQuery {
@@ -257,6 +308,14 @@ impl GrepQuery {
             total_matches: totals.matches,
             matching_files: totals.files,
             unreadable: totals.unreadable,
+            too_large: Skipped {
+                count: totals.too_large,
+                named: totals.too_large_named.into_sorted(),
+            },
+            long_lines: Skipped {
+                count: totals.long_lines,
+                named: totals.long_lines_named.into_sorted(),
+            },
             mode: self.mode,
         }
     }
@@ -265,6 +324,25 @@ impl GrepQuery {
 impl GrepReport {
     /// The text shown to the model; paths relative to `project_root`.
     pub fn render(&self, project_root: &Path, pattern: &str, root_display: &str) -> String {
+        let skip_notes: Vec<String> = [
+            self.too_large.note(
+                project_root,
+                &format!(
+                    "larger than {} not searched (use bash for them)",
+                    super::read_file::human_bytes(MAX_FILE_BYTES)
+                ),
+            ),
+            self.long_lines.note(
+                project_root,
+                &format!(
+                    "searched only up to a line longer than {}",
+                    super::read_file::human_bytes(MAX_SEARCH_LINE_BYTES as u64)
+                ),
+            ),
+        ]
+        .into_iter()
+        .flatten()
+        .collect();
         if self.entries.is_empty() {
             let mut text = format!("No matches for `{pattern}` in `{root_display}`.");
             if self.unreadable > 0 {
@@ -272,6 +350,10 @@ impl GrepReport {
                     " ({} could not be read.)",
                     plural(self.unreadable, "path")
                 ));
+            }
+            for note in &skip_notes {
+                text.push(' ');
+                text.push_str(note);
             }
             return text;
         }
@@ -318,6 +400,10 @@ impl GrepReport {
                 plural(self.unreadable, "path")
             ));
         }
+        for note in &skip_notes {
+            text.push_str(note);
+            text.push('\n');
+        }
         text.truncate(text.trim_end_matches('\n').len());
         text
     }
@@ -329,6 +415,10 @@ struct Totals {
     matches: u64,
     files: u64,
     unreadable: u64,
+    too_large: u64,
+    too_large_named: BoundedBest<PathBuf>,
+    long_lines: u64,
+    long_lines_named: BoundedBest<PathBuf>,
 }
 
 impl Totals {
@@ -339,6 +429,10 @@ impl Totals {
             matches: 0,
             files: 0,
             unreadable: 0,
+            too_large: 0,
+            too_large_named: BoundedBest::new(MAX_NAMED_SKIPS),
+            long_lines: 0,
+            long_lines_named: BoundedBest::new(MAX_NAMED_SKIPS),
         }
     }
 
@@ -347,7 +441,11 @@ impl Totals {
         self.matches += other.matches;
         self.files += other.files;
         self.unreadable += other.unreadable;
+        self.too_large += other.too_large;
+        self.long_lines += other.long_lines;
         self.best.merge(other.best);
+        self.too_large_named.merge(other.too_large_named);
+        self.long_lines_named.merge(other.long_lines_named);
     }
 }
 
@@ -362,6 +460,7 @@ impl<'s> ParallelVisitorBuilder<'s> for VisitorBuilder<'s> {
         let searcher = SearcherBuilder::new()
             .binary_detection(BinaryDetection::quit(0))
             .line_number(self.query.mode == OutputMode::Content)
+            .heap_limit(Some(MAX_SEARCH_LINE_BYTES))
             .build();
         Box::new(Visitor {
             query: self.query,
@@ -398,6 +497,14 @@ impl ParallelVisitor for Visitor<'_> {
         if !entry.file_type().is_some_and(|t| t.is_file()) {
             return WalkState::Continue;
         }
+        if entry
+            .metadata()
+            .is_ok_and(|meta| meta.len() > MAX_FILE_BYTES)
+        {
+            self.totals.too_large += 1;
+            self.totals.too_large_named.push(entry.into_path());
+            return WalkState::Continue;
+        }
         let mode = self.query.mode;
         let mut sink = FileSink {
             mode,
@@ -406,13 +513,19 @@ impl ParallelVisitor for Visitor<'_> {
             binary: false,
             keep_lines: self.query.cap,
         };
-        if self
+        if let Err(err) = self
             .searcher
             .search_path(&self.matcher, entry.path(), &mut sink)
-            .is_err()
         {
-            self.totals.unreadable += 1;
-            return WalkState::Continue;
+            if !is_line_limit_error(&err) {
+                self.totals.unreadable += 1;
+                return WalkState::Continue;
+            }
+            // Matches before the long line are kept.
+            self.totals.long_lines += 1;
+            self.totals
+                .long_lines_named
+                .push(entry.path().to_path_buf());
         }
         if sink.binary || sink.matches == 0 {
             return WalkState::Continue;
@@ -500,6 +613,14 @@ impl Sink for FileSink {
         self.binary = true;
         Ok(false)
     }
+}
+
+/// True when a search error is the searcher's heap limit (a line over
+/// [`MAX_SEARCH_LINE_BYTES`]). The searcher reports it as an
+/// `io::ErrorKind::Other` error it builds itself; errors from the operating
+/// system never have that kind (std maps unknown codes to `Uncategorized`).
+fn is_line_limit_error(err: &std::io::Error) -> bool {
+    err.kind() == std::io::ErrorKind::Other && err.raw_os_error().is_none()
 }
 
 /// A matching line for display: line terminator dropped, decoded lossily, cut
@@ -626,5 +747,62 @@ mod tests {
         assert!(text.starts_with("long.txt:1:needle xxx"));
         assert!(text.ends_with('…'));
         assert!(text.len() < MAX_LINE_BYTES + 40);
+    }
+
+    #[test]
+    fn huge_files_and_huge_lines_are_skipped_and_named() {
+        let dir = tree();
+        // Sparse: a text start, then nothing written up to past the file limit.
+        let big = std::fs::File::create(dir.path().join("big.log")).unwrap();
+        std::io::Write::write_all(&mut &big, b"alpha in a huge file\n").unwrap();
+        big.set_len(MAX_FILE_BYTES + 1).unwrap();
+        // One line over the line limit after a matching line.
+        let mut long = b"alpha before the long line\n".to_vec();
+        long.extend(std::iter::repeat_n(b'x', MAX_SEARCH_LINE_BYTES + 1024));
+        long.extend_from_slice(b"\nalpha after it\n");
+        std::fs::write(dir.path().join("min.js"), long).unwrap();
+        let report = run(dir.path(), "alpha", None, OutputMode::Content);
+        assert_eq!(report.too_large.count, 1);
+        assert_eq!(report.long_lines.count, 1);
+        let text = report.render(dir.path(), "alpha", ".");
+        assert!(
+            text.contains("min.js:1:alpha before the long line"),
+            "{text}"
+        );
+        assert!(!text.contains("alpha after it"), "{text}");
+        assert!(!text.contains("huge file"), "{text}");
+        assert!(
+            text.contains("(1 file larger than 256 MiB not searched (use bash for them): big.log)"),
+            "{text}"
+        );
+        assert!(
+            text.contains("(1 file searched only up to a line longer than 4 MiB: min.js)"),
+            "{text}"
+        );
+        // Said when nothing matched too.
+        let report = run(
+            dir.path(),
+            "zzz_nothing",
+            None,
+            OutputMode::FilesWithMatches,
+        );
+        let text = report.render(dir.path(), "zzz_nothing", ".");
+        assert!(
+            text.starts_with("No matches for `zzz_nothing` in `.`. (1 file larger"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn skip_notes_name_a_few_files_and_count_the_rest() {
+        let skipped = Skipped {
+            count: 7,
+            named: (1..=5).map(|i| PathBuf::from(format!("/p/f{i}"))).collect(),
+        };
+        assert_eq!(
+            skipped.note(Path::new("/p"), "too big").unwrap(),
+            "(7 files too big: f1, f2, f3, f4, f5, 2 more)"
+        );
+        assert!(Skipped::default().note(Path::new("/p"), "x").is_none());
     }
 }

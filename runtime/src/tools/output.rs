@@ -7,6 +7,9 @@
 //! [`OutputCollector`] streams a command's output through it with bounded memory:
 //! it keeps the whole output while it is small, and once it is over the limits it
 //! writes everything to the spill file and keeps only a tail window in memory.
+//! Spill files of one session stay within [`SPILL_QUOTA_BYTES`] (oldest
+//! removed first when a new one is created) and their directory goes with the
+//! session ([`remove_spill_dirs`]).
 //! This module owns spill files of commands only; layer-1 spilling of other tool
 //! results (SPEC §10) is the compactor's business, not this module's.
 
@@ -30,6 +33,109 @@ pub const NOTES_RESERVE_BYTES: usize = 1_024;
 /// size (256 MiB) and the result says so. The tail kept in the result is still
 /// the true end of the output.
 pub const MAX_SPILL_BYTES: u64 = 256 * 1024 * 1024;
+
+/// Spill files of one session take at most this much disk (1 GiB): before a
+/// spill file is created, the oldest files of the session's spill directory
+/// are removed until the others and one full spill file fit.
+pub const SPILL_QUOTA_BYTES: u64 = 1024 * 1024 * 1024;
+
+/// Name of the directory below the data directory holding one spill
+/// directory per session.
+pub const SPILL_ROOT_DIR: &str = "spill";
+
+/// The spill directory of session `session_id` below `data_dir`.
+pub fn session_spill_dir(data_dir: &Path, session_id: &str) -> PathBuf {
+    data_dir.join(SPILL_ROOT_DIR).join(session_id)
+}
+
+/// Removes the spill directories of `session_ids` (sessions being removed).
+/// Best effort: a directory that cannot be removed is logged and left.
+pub fn remove_spill_dirs(data_dir: &Path, session_ids: &[String]) {
+    for id in session_ids {
+        // An id naming a path component other than a plain name is not a
+        // session's directory.
+        if id.is_empty() || id.contains(['/', '\\']) || id == "." || id == ".." {
+            continue;
+        }
+        let dir = session_spill_dir(data_dir, id);
+        match std::fs::remove_dir_all(&dir) {
+            Ok(()) => tracing::debug!(path = %dir.display(), "spill directory removed"),
+            Err(err) if err.kind() == io::ErrorKind::NotFound => {}
+            Err(err) => {
+                tracing::warn!(path = %dir.display(), error = %err, "cannot remove spill directory")
+            }
+        }
+    }
+}
+
+/// A file in a spill directory, as the quota sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SpillFile {
+    /// Its path.
+    pub path: PathBuf,
+    /// Its size in bytes.
+    pub bytes: u64,
+    /// When it was last written.
+    pub modified: std::time::SystemTime,
+}
+
+/// Which files to remove, oldest first (then by path), so that the others
+/// plus `incoming` bytes fit in `quota`. Pure.
+pub fn spill_files_to_remove(files: &[SpillFile], incoming: u64, quota: u64) -> Vec<PathBuf> {
+    let mut total: u64 = files.iter().map(|file| file.bytes).sum();
+    let mut by_age: Vec<&SpillFile> = files.iter().collect();
+    by_age.sort_by(|a, b| (a.modified, &a.path).cmp(&(b.modified, &b.path)));
+    let mut remove = Vec::new();
+    for file in by_age {
+        if total.saturating_add(incoming) <= quota {
+            break;
+        }
+        total -= file.bytes;
+        remove.push(file.path.clone());
+    }
+    remove
+}
+
+/// Makes room in `dir` for a new spill file at `incoming_path` under
+/// `quota`: removes the oldest other files as [`spill_files_to_remove`]
+/// says. Returns the files removed. Best effort: errors are logged.
+pub fn make_spill_room(dir: &Path, incoming_path: &Path, quota: u64) -> Vec<PathBuf> {
+    let entries = match std::fs::read_dir(dir) {
+        Ok(entries) => entries,
+        Err(err) => {
+            if err.kind() != io::ErrorKind::NotFound {
+                tracing::warn!(path = %dir.display(), error = %err, "cannot list spill directory");
+            }
+            return Vec::new();
+        }
+    };
+    let files: Vec<SpillFile> = entries
+        .flatten()
+        .filter(|entry| entry.path() != incoming_path)
+        .filter_map(|entry| {
+            let meta = entry.metadata().ok()?;
+            meta.is_file().then(|| SpillFile {
+                path: entry.path(),
+                bytes: meta.len(),
+                modified: meta.modified().unwrap_or(std::time::UNIX_EPOCH),
+            })
+        })
+        .collect();
+    let remove = spill_files_to_remove(&files, MAX_SPILL_BYTES.min(quota), quota);
+    let mut removed = Vec::new();
+    for path in remove {
+        match std::fs::remove_file(&path) {
+            Ok(()) => {
+                tracing::info!(path = %path.display(), "spill file removed to stay within the quota");
+                removed.push(path);
+            }
+            Err(err) => {
+                tracing::warn!(path = %path.display(), error = %err, "cannot remove spill file")
+            }
+        }
+    }
+    removed
+}
 
 /// How far the in-memory tail window may grow past what it must hold before it
 /// is compacted (amortises the cost of dropping its front).
@@ -206,6 +312,7 @@ pub struct OutputCollector {
     last_byte: Option<u8>,
     spill: Spill,
     eager: bool,
+    quota: u64,
 }
 
 impl OutputCollector {
@@ -222,7 +329,14 @@ impl OutputCollector {
             last_byte: None,
             spill: Spill::NotStarted,
             eager: false,
+            quota: SPILL_QUOTA_BYTES,
         }
+    }
+
+    /// The same collector with another spill quota for its directory.
+    pub fn with_quota(mut self, quota: u64) -> Self {
+        self.quota = quota;
+        self
     }
 
     /// A collector that writes every byte to the spill file from the start
@@ -356,7 +470,7 @@ impl OutputCollector {
     }
 
     fn open_spill(&mut self) {
-        self.spill = match create_spill_file(&self.spill_path) {
+        self.spill = match create_spill_file(&self.spill_path, self.quota) {
             Ok(file) => Spill::Open { file, written: 0 },
             Err(err) => {
                 tracing::warn!(path = %self.spill_path.display(), error = %err, "cannot create spill file");
@@ -389,11 +503,13 @@ fn is_utf8_continuation(byte: u8) -> bool {
 }
 
 /// Creates (or truncates) a spill file readable by its owner only, never
-/// following a symlink at its name, creating the spill directory if needed.
-fn create_spill_file(path: &Path) -> io::Result<File> {
+/// following a symlink at its name, creating the spill directory if needed
+/// and making room in it under `quota` first.
+fn create_spill_file(path: &Path, quota: u64) -> io::Result<File> {
     use std::os::unix::fs::OpenOptionsExt;
     if let Some(dir) = path.parent() {
         std::fs::create_dir_all(dir)?;
+        make_spill_room(dir, path, quota);
     }
     std::fs::OpenOptions::new()
         .write(true)
@@ -595,5 +711,87 @@ mod tests {
     fn spill_names_are_sanitised() {
         assert_eq!(spill_file_name("bash", "toolu_01AB"), "bash-toolu_01AB.log");
         assert_eq!(spill_file_name("bash", "../../x y"), "bash-.._.._x_y.log");
+    }
+
+    fn spill_file(name: &str, bytes: u64, age_secs: u64) -> SpillFile {
+        SpillFile {
+            path: PathBuf::from(name),
+            bytes,
+            modified: std::time::UNIX_EPOCH + std::time::Duration::from_secs(1_000 - age_secs),
+        }
+    }
+
+    #[test]
+    fn the_quota_removes_the_oldest_files_first() {
+        let files = [
+            spill_file("new", 300, 1),
+            spill_file("old", 300, 100),
+            spill_file("mid", 300, 50),
+        ];
+        // 900 stored + 200 incoming > 1000: the oldest goes.
+        assert_eq!(
+            spill_files_to_remove(&files, 200, 1000),
+            vec![PathBuf::from("old")]
+        );
+        // 900 + 500: two go, oldest first.
+        assert_eq!(
+            spill_files_to_remove(&files, 500, 1000),
+            vec![PathBuf::from("old"), PathBuf::from("mid")]
+        );
+        assert!(spill_files_to_remove(&files, 100, 1000).is_empty());
+        assert!(spill_files_to_remove(&[], 5000, 1000).is_empty());
+    }
+
+    #[test]
+    fn creating_a_spill_file_makes_room_under_the_quota() {
+        let dir = tempfile::tempdir().unwrap();
+        let quota = 3 * MAX_SPILL_BYTES;
+        // Three sparse full-size files, oldest first; a fourth spill needs room.
+        for (i, name) in ["a.log", "b.log", "c.log"].iter().enumerate() {
+            let file = File::create(dir.path().join(name)).unwrap();
+            file.set_len(MAX_SPILL_BYTES).unwrap();
+            let at = std::time::UNIX_EPOCH + std::time::Duration::from_secs(1_000 + i as u64);
+            file.set_modified(at).unwrap();
+        }
+        let limits = OutputLimits {
+            max_lines: 1,
+            max_bytes: 4,
+            keep_bytes: 4,
+        };
+        let mut collector =
+            OutputCollector::new(dir.path().join("d.log"), limits).with_quota(quota);
+        collector.push(b"line 1\nline 2\n");
+        collector.flush();
+        let mut left: Vec<String> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|entry| entry.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        left.sort();
+        assert_eq!(left, ["b.log", "c.log", "d.log"]);
+        assert_eq!(
+            std::fs::read(dir.path().join("d.log")).unwrap(),
+            b"line 1\nline 2\n"
+        );
+    }
+
+    #[test]
+    fn removing_sessions_removes_their_spill_directories_only() {
+        let data = tempfile::tempdir().unwrap();
+        for id in ["s1", "s2"] {
+            let dir = session_spill_dir(data.path(), id);
+            std::fs::create_dir_all(&dir).unwrap();
+            std::fs::write(dir.join("bash-c1.log"), "x").unwrap();
+        }
+        remove_spill_dirs(
+            data.path(),
+            &["s1".to_string(), "..".to_string(), "gone".to_string()],
+        );
+        assert!(!session_spill_dir(data.path(), "s1").exists());
+        assert!(
+            session_spill_dir(data.path(), "s2")
+                .join("bash-c1.log")
+                .exists()
+        );
+        assert!(data.path().join(SPILL_ROOT_DIR).exists());
     }
 }

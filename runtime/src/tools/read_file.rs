@@ -1,6 +1,9 @@
 //! `read_file` (SPEC §4): numbered lines (`%6d\t`), paged by `offset`/`limit`,
 //! at most 2,000 lines and 50 KB per call, binary files refused, non-UTF-8 text
-//! decoded lossily and said so. Reads only; it resolves its path at the moment
+//! decoded lossily and said so. Memory is bounded whatever the file: a line
+//! keeps at most [`MAX_LINE_BYTES`] (longer ones are cut with a marker naming
+//! the `byte_offset` to continue from) and one call reads at most
+//! [`MAX_SCAN_BYTES`]. Reads only; it resolves its path at the moment
 //! of use and refuses paths outside the allowed roots unless a person approved
 //! the call or an allow rule names the path.
 
@@ -25,6 +28,15 @@ pub const MAX_READ_BYTES: usize = MAX_OUTPUT_BYTES;
 /// Buffer size of the line reader.
 const READ_BUFFER_BYTES: usize = 64 * 1024;
 
+/// Bytes of one line shown at most; a longer line is cut with a marker that
+/// gives the byte to continue from (`byte_offset`). Bounds memory on files
+/// with huge lines (minified code, sparse or generated files).
+pub const MAX_LINE_BYTES: usize = 16 * 1024;
+
+/// Bytes one call reads at most (1 GiB): skipping to `offset`, reading the page
+/// and counting the lines after it. Past it the result says how far it got.
+pub const MAX_SCAN_BYTES: u64 = 1024 * 1024 * 1024;
+
 /// The `read_file` tool.
 #[derive(Debug)]
 pub struct ReadFile {
@@ -36,6 +48,7 @@ struct Args {
     path: String,
     offset: Option<u64>,
     limit: Option<u64>,
+    byte_offset: Option<u64>,
 }
 
 impl ReadFile {
@@ -47,7 +60,8 @@ impl ReadFile {
                 "properties": {
                     "path": {"type": "string", "description": "File path, relative to the project root or absolute"},
                     "offset": {"type": "integer", "minimum": 1, "description": "First line to return, 1-based (default 1)"},
-                    "limit": {"type": "integer", "minimum": 1, "description": "Lines to return (default and max 2000)"}
+                    "limit": {"type": "integer", "minimum": 1, "description": "Lines to return (default and max 2000)"},
+                    "byte_offset": {"type": "integer", "minimum": 0, "description": "Byte of line `offset` to start at, to continue a cut line (default 0)"}
                 },
                 "required": ["path"],
                 "additionalProperties": false
@@ -69,9 +83,10 @@ impl Tool for ReadFile {
 
     fn description(&self) -> &str {
         "Read a text file as numbered lines (number, tab, text). Returns at most 2000 lines and \
-         50 KB from `offset`, the total line count, and the offset to continue from. Refuses \
-         binary files and directories (use glob). Also reads the full-output files named in \
-         truncated results."
+         50 KB from `offset`, the total line count, and the offset to continue from. Lines over \
+         16 KB are cut with a marker naming the byte_offset to continue from. Refuses binary \
+         files and directories (use glob). Also reads the full-output files named in truncated \
+         results."
     }
 
     fn input_schema(&self) -> &Value {
@@ -103,6 +118,7 @@ impl Tool for ReadFile {
             let request = ReadRequest {
                 offset: args.offset.unwrap_or(1).max(1),
                 limit: args.limit,
+                byte_offset: args.byte_offset.unwrap_or(0),
             };
             let display = target.display.clone();
             let work =
@@ -133,6 +149,8 @@ pub struct ReadRequest {
     pub offset: u64,
     /// Lines requested (clamped to [`MAX_READ_LINES`]).
     pub limit: Option<u64>,
+    /// Byte within line `offset` to start from (continuing a cut line).
+    pub byte_offset: u64,
 }
 
 /// Reads `path` (already resolved and checked) and renders the requested page.
@@ -157,11 +175,14 @@ fn read_numbered(
         ));
     }
     let source = io::Cursor::new(head).chain(reader);
-    render_page(BufReader::with_capacity(READ_BUFFER_BYTES, source), request).map_err(|err| {
-        match err {
-            PageError::Io(err) => files::explain_io(display, &err),
-            past_end @ PageError::OffsetPastEnd { .. } => format!("{display}: {past_end}."),
-        }
+    render_page(
+        BufReader::with_capacity(READ_BUFFER_BYTES, source),
+        request,
+        MAX_SCAN_BYTES,
+    )
+    .map_err(|err| match err {
+        PageError::Io(err) => files::explain_io(display, &err),
+        other => format!("{display}: {other}."),
     })
 }
 
@@ -179,16 +200,148 @@ pub enum PageError {
         /// Lines in the file.
         total: u64,
     },
+    /// `byte_offset` lies past the end of its line.
+    #[error(
+        "byte_offset {byte_offset} is past the end of line {line} ({}); lines are cut at \
+         {MAX_LINE_BYTES} bytes and the marker says where to continue",
+        plural(*length, "byte")
+    )]
+    ByteOffsetPastLine {
+        /// The line.
+        line: u64,
+        /// The requested byte offset.
+        byte_offset: u64,
+        /// Bytes in the line.
+        length: u64,
+    },
+    /// The requested place lies beyond what one call reads.
+    #[error(
+        "the requested place lies beyond the first {} read_file scans per call ({} seen); \
+         use grep to find what you need, or bash (`sed -n`, `tail -c`, `head -c`) on a file \
+         this large",
+        human_bytes(*scanned),
+        plural(*lines_seen, "line")
+    )]
+    BeyondScan {
+        /// Bytes scanned.
+        scanned: u64,
+        /// Lines seen before the scan stopped.
+        lines_seen: u64,
+    },
+}
+
+/// `1 GiB`, `16 KiB`, `300 bytes`: a size for messages.
+pub(crate) fn human_bytes(bytes: u64) -> String {
+    const KIB: u64 = 1024;
+    const MIB: u64 = KIB * 1024;
+    const GIB: u64 = MIB * 1024;
+    match bytes {
+        b if b >= GIB && b % GIB == 0 => format!("{} GiB", b / GIB),
+        b if b >= MIB && b % MIB == 0 => format!("{} MiB", b / MIB),
+        b if b >= KIB && b % KIB == 0 => format!("{} KiB", b / KIB),
+        b => plural(b, "byte"),
+    }
+}
+
+/// What [`read_line_part`] saw of one line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct LinePart {
+    /// Bytes of the line seen, its terminator excluded (all of them when
+    /// `complete`).
+    len: u64,
+    /// The line was read to its end (a newline or the end of the file).
+    complete: bool,
+    /// It ended with a newline.
+    newline: bool,
+}
+
+/// Reads one line from `reader` in bounded memory: `keep` receives at most
+/// `keep_max` bytes of it, starting at byte `skip`; the rest is only counted.
+/// Stops mid-line when `budget` (bytes left to scan, decremented) runs out.
+/// `None` at the end of the input.
+fn read_line_part<R: BufRead>(
+    reader: &mut R,
+    keep: &mut Vec<u8>,
+    skip: u64,
+    keep_max: usize,
+    budget: &mut u64,
+) -> io::Result<Option<LinePart>> {
+    keep.clear();
+    let mut len: u64 = 0;
+    let mut any = false;
+    loop {
+        let chunk = reader.fill_buf()?;
+        if chunk.is_empty() {
+            return Ok(any.then_some(LinePart {
+                len,
+                complete: true,
+                newline: false,
+            }));
+        }
+        if *budget == 0 {
+            // More input follows, unread: the line (maybe not begun) goes on.
+            return Ok(Some(LinePart {
+                len,
+                complete: false,
+                newline: false,
+            }));
+        }
+        any = true;
+        let allowed = usize::try_from(*budget)
+            .unwrap_or(usize::MAX)
+            .min(chunk.len());
+        let chunk = &chunk[..allowed];
+        let (body, newline) = match memchr::memchr(b'\n', chunk) {
+            Some(at) => (&chunk[..at], true),
+            None => (chunk, false),
+        };
+        let start = len;
+        let end = len + body.len() as u64;
+        let from = skip.max(start);
+        let to = skip.saturating_add(keep_max as u64).min(end);
+        if from < to {
+            // Both lie within `body`, whose length is a usize.
+            keep.extend_from_slice(&body[(from - start) as usize..(to - start) as usize]);
+        }
+        len = end;
+        let used = body.len() + usize::from(newline);
+        reader.consume(used);
+        *budget -= used as u64;
+        if newline {
+            return Ok(Some(LinePart {
+                len,
+                complete: true,
+                newline: true,
+            }));
+        }
+    }
+}
+
+/// The longest prefix of `bytes` that does not end inside a UTF-8 sequence
+/// (invalid bytes elsewhere are kept: they are shown as U+FFFD).
+fn cut_at_char_boundary(bytes: &[u8]) -> &[u8] {
+    match std::str::from_utf8(bytes) {
+        Err(err) if err.error_len().is_none() => &bytes[..err.valid_up_to()],
+        _ => bytes,
+    }
 }
 
 /// Renders one page of numbered lines from `reader` with the footer that says
-/// where the page lies in the file. Pure apart from reading.
-pub fn render_page<R: BufRead>(mut reader: R, request: ReadRequest) -> Result<String, PageError> {
+/// where the page lies in the file. Memory stays bounded whatever the input:
+/// each line keeps at most [`MAX_LINE_BYTES`] (a longer one is cut with a
+/// marker giving the byte to continue from) and at most `scan_limit` bytes are
+/// read in all. Pure apart from reading.
+pub fn render_page<R: BufRead>(
+    mut reader: R,
+    request: ReadRequest,
+    scan_limit: u64,
+) -> Result<String, PageError> {
     let limit = request
         .limit
         .unwrap_or(MAX_READ_LINES as u64)
         .min(MAX_READ_LINES as u64);
     let limit_clamped = request.limit.is_some_and(|l| l > MAX_READ_LINES as u64);
+    let mut budget = scan_limit;
     let mut out = String::new();
     let mut line = Vec::new();
     let mut line_no: u64 = 0;
@@ -196,33 +349,65 @@ pub fn render_page<R: BufRead>(mut reader: R, request: ReadRequest) -> Result<St
     let mut next_offset: Option<u64> = None;
     let mut lossy = false;
     let mut crlf = false;
-    let mut cut_line: Option<u64> = None;
+    let mut cut_lines: u64 = 0;
+    // The scan stopped before the end of the file (within line `n`).
+    let mut scan_stopped: Option<u64> = None;
     loop {
         if next_offset.is_some() {
             // The page is full: only count the remaining lines.
-            let remaining = count_remaining(&mut reader)?;
+            let (remaining, complete) = count_remaining(&mut reader, &mut budget)?;
             line_no += remaining;
+            if !complete {
+                scan_stopped = Some(line_no);
+            }
             break;
         }
-        line.clear();
-        if reader.read_until(b'\n', &mut line)? == 0 {
+        let first = line_no + 1 == request.offset;
+        let skip = if first { request.byte_offset } else { 0 };
+        let wanted = line_no + 1 >= request.offset;
+        let keep_max = if wanted { MAX_LINE_BYTES } else { 0 };
+        let Some(part) = read_line_part(&mut reader, &mut line, skip, keep_max, &mut budget)?
+        else {
             break;
-        }
+        };
         line_no += 1;
-        if line_no < request.offset {
+        if !part.complete {
+            scan_stopped = Some(line_no);
+        }
+        if !wanted {
+            if !part.complete {
+                return Err(PageError::BeyondScan {
+                    scanned: scan_limit,
+                    lines_seen: line_no - 1,
+                });
+            }
             continue;
         }
         if returned == limit {
             next_offset = Some(line_no);
+            if !part.complete {
+                break;
+            }
             continue;
         }
+        let mut length = part.len;
         let mut content: &[u8] = &line;
-        if let Some(stripped) = content.strip_suffix(b"\n") {
-            content = stripped;
-            if let Some(stripped) = content.strip_suffix(b"\r") {
-                content = stripped;
-                crlf = true;
-            }
+        if part.newline && skip + content.len() as u64 == length && content.ends_with(b"\r") {
+            content = &content[..content.len() - 1];
+            length -= 1;
+            crlf = true;
+        }
+        if first && skip > 0 && skip >= length && part.complete {
+            return Err(PageError::ByteOffsetPastLine {
+                line: line_no,
+                byte_offset: skip,
+                length,
+            });
+        }
+        let shown_end = skip + content.len() as u64;
+        let cut = shown_end < length || !part.complete;
+        if cut {
+            content = cut_at_char_boundary(content);
         }
         let text = match std::str::from_utf8(content) {
             Ok(text) => std::borrow::Cow::Borrowed(text),
@@ -231,29 +416,38 @@ pub fn render_page<R: BufRead>(mut reader: R, request: ReadRequest) -> Result<St
                 String::from_utf8_lossy(content)
             }
         };
-        let prefix = format!("{line_no:>6}\t");
+        let mut rendered = format!("{line_no:>6}\t");
+        if first && skip > 0 {
+            rendered.push_str(&format!("[…from byte {skip}] "));
+        }
+        rendered.push_str(&text);
+        if cut {
+            let continue_at = skip + content.len() as u64;
+            let of = if part.complete {
+                format!("of {length}")
+            } else {
+                format!("of more than {length}")
+            };
+            rendered.push_str(&format!(
+                " […line {line_no} cut at byte {continue_at} {of}: continue it with \
+                 offset={line_no} byte_offset={continue_at}]"
+            ));
+            cut_lines += 1;
+        }
+        rendered.push('\n');
         let room = MAX_READ_BYTES.saturating_sub(out.len());
-        if prefix.len() + text.len() + 1 > room {
-            if returned > 0 {
-                next_offset = Some(line_no);
-                continue;
+        if rendered.len() > room && returned > 0 {
+            next_offset = Some(line_no);
+            if !part.complete {
+                break;
             }
-            // A single line longer than the budget: show its start.
-            let mut end = room.saturating_sub(prefix.len() + 1);
-            while !text.is_char_boundary(end) {
-                end -= 1;
-            }
-            out.push_str(&prefix);
-            out.push_str(&text[..end]);
-            out.push('\n');
-            cut_line = Some(line_no);
-            returned = 1;
             continue;
         }
-        out.push_str(&prefix);
-        out.push_str(&text);
-        out.push('\n');
+        out.push_str(&rendered);
         returned += 1;
+        if !part.complete {
+            break;
+        }
     }
     let total = line_no;
     if total == 0 {
@@ -266,18 +460,33 @@ pub fn render_page<R: BufRead>(mut reader: R, request: ReadRequest) -> Result<St
         });
     }
     let first = request.offset;
-    let last = first + returned - 1;
-    match next_offset {
-        Some(next) => out.push_str(&format!(
+    let last = first + returned.max(1) - 1;
+    let of_total = match scan_stopped {
+        Some(_) => format!("at least {total}"),
+        None => total.to_string(),
+    };
+    match (next_offset, scan_stopped) {
+        (Some(next), None) => out.push_str(&format!(
             "(lines {first}-{last} of {total}; {} more: call read_file with offset={next})",
             total - last
         )),
-        None if first == 1 => out.push_str(&format!("(end of file; {})", plural(total, "line"))),
-        None => out.push_str(&format!("(lines {first}-{last} of {total}; end of file)")),
+        (Some(next), Some(_)) => out.push_str(&format!(
+            "(lines {first}-{last} of {of_total}; more: call read_file with offset={next})"
+        )),
+        (None, Some(_)) => out.push_str(&format!(
+            "(lines {first}-{last} of {of_total}; read_file stopped reading after {} in this \
+             call)",
+            human_bytes(scan_limit)
+        )),
+        (None, None) if first == 1 => {
+            out.push_str(&format!("(end of file; {})", plural(total, "line")))
+        }
+        (None, None) => out.push_str(&format!("(lines {first}-{last} of {total}; end of file)")),
     }
-    if let Some(n) = cut_line {
+    if cut_lines > 0 {
         out.push_str(&format!(
-            "\n(line {n} is longer than 50 KB; only its start is shown: use grep or bash to see the rest)"
+            "\n({} longer than {MAX_LINE_BYTES} bytes cut; each cut says where to continue)",
+            plural(cut_lines, "line")
         ));
     }
     if limit_clamped {
@@ -294,8 +503,10 @@ pub fn render_page<R: BufRead>(mut reader: R, request: ReadRequest) -> Result<St
     Ok(out)
 }
 
-/// Counts the lines left in `reader` without keeping them.
-fn count_remaining<R: BufRead>(reader: &mut R) -> io::Result<u64> {
+/// Counts the lines left in `reader` without keeping them, reading at most
+/// `budget` bytes (decremented). Returns the count and whether the end of the
+/// input was reached.
+fn count_remaining<R: BufRead>(reader: &mut R, budget: &mut u64) -> io::Result<(u64, bool)> {
     let mut lines = 0u64;
     let mut last: Option<u8> = None;
     loop {
@@ -303,15 +514,21 @@ fn count_remaining<R: BufRead>(reader: &mut R) -> io::Result<u64> {
         if buf.is_empty() {
             break;
         }
-        lines += memchr::memchr_iter(b'\n', buf).count() as u64;
-        last = buf.last().copied();
-        let n = buf.len();
-        reader.consume(n);
+        if *budget == 0 {
+            return Ok((lines, false));
+        }
+        let take = usize::try_from(*budget)
+            .unwrap_or(usize::MAX)
+            .min(buf.len());
+        lines += memchr::memchr_iter(b'\n', &buf[..take]).count() as u64;
+        last = buf[..take].last().copied();
+        reader.consume(take);
+        *budget -= take as u64;
     }
     if matches!(last, Some(b) if b != b'\n') {
         lines += 1;
     }
-    Ok(lines)
+    Ok((lines, true))
 }
 
 #[cfg(test)]
@@ -319,9 +536,24 @@ mod tests {
     use super::*;
 
     fn page(text: &[u8], offset: u64, limit: Option<u64>) -> Result<String, String> {
+        page_at(text, offset, 0, limit, MAX_SCAN_BYTES)
+    }
+
+    fn page_at(
+        text: &[u8],
+        offset: u64,
+        byte_offset: u64,
+        limit: Option<u64>,
+        scan: u64,
+    ) -> Result<String, String> {
         render_page(
             io::Cursor::new(text.to_vec()),
-            ReadRequest { offset, limit },
+            ReadRequest {
+                offset,
+                limit,
+                byte_offset,
+            },
+            scan,
         )
         .map_err(|e| e.to_string())
     }
@@ -369,12 +601,68 @@ mod tests {
     }
 
     #[test]
-    fn huge_single_line_shows_its_start() {
-        let text = "é".repeat(40_000); // 80,000 bytes, one line
+    fn a_long_line_is_cut_with_the_byte_to_continue_from() {
+        let text = format!("{}\nnext\n", "é".repeat(40_000)); // 80,000 bytes, then a line
         let out = page(text.as_bytes(), 1, None).unwrap();
-        assert!(out.contains("line 1 is longer than 50 KB"));
-        assert!(out.len() <= MAX_READ_BYTES + 300);
-        assert!(out.contains("(end of file; 1 line)"));
+        // Cut on a char boundary at or below the cap.
+        let cut_at = MAX_LINE_BYTES as u64;
+        assert!(
+            out.contains(&format!(
+                " […line 1 cut at byte {cut_at} of 80000: continue it with offset=1 \
+                 byte_offset={cut_at}]\n"
+            )),
+            "{out}"
+        );
+        assert!(out.contains("     2\tnext\n"), "{out}");
+        assert!(out.contains("(end of file; 2 lines)"), "{out}");
+        assert!(out.contains("1 line longer than 16384 bytes cut"), "{out}");
+        assert!(out.len() <= MAX_LINE_BYTES + 500);
+        // Continuing from the marker's byte shows the next part.
+        let out = page_at(text.as_bytes(), 1, cut_at, Some(1), MAX_SCAN_BYTES).unwrap();
+        assert!(out.starts_with("     1\t[…from byte 16384] éé"), "{out}");
+        assert!(out.contains("cut at byte 32768 of 80000"), "{out}");
+        // The last part ends the line without a marker.
+        let out = page_at(text.as_bytes(), 1, 65_536, Some(1), MAX_SCAN_BYTES).unwrap();
+        assert!(!out.contains("cut at"), "{out}");
+        assert!(
+            out.contains("(lines 1-1 of 2; 1 more: call read_file with offset=2)"),
+            "{out}"
+        );
+        let err = page_at(text.as_bytes(), 1, 80_000, None, MAX_SCAN_BYTES).unwrap_err();
+        assert!(
+            err.contains("byte_offset 80000 is past the end of line 1"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn a_multibyte_character_is_never_split_by_a_cut() {
+        // One ASCII byte first, so the cap falls inside a two-byte character.
+        let text = format!("a{}", "é".repeat(MAX_LINE_BYTES));
+        let out = page(text.as_bytes(), 1, None).unwrap();
+        let cut = MAX_LINE_BYTES as u64 - 1;
+        assert!(out.contains(&format!("cut at byte {cut} of")), "{out}");
+        assert!(!out.contains('\u{FFFD}'), "{out}");
+    }
+
+    #[test]
+    fn the_scan_limit_bounds_skipping_reading_and_counting() {
+        let text: String = (1..=100).map(|i| format!("{i:09}\n")).collect(); // 10 bytes a line
+        // Counting stops: the total is a lower bound.
+        let out = page_at(text.as_bytes(), 1, 0, Some(2), 200).unwrap();
+        assert!(
+            out.ends_with("(lines 1-2 of at least 20; more: call read_file with offset=3)"),
+            "{out}"
+        );
+        // Skipping stops: the offset is out of reach.
+        let err = page_at(text.as_bytes(), 50, 0, None, 200).unwrap_err();
+        assert!(err.contains("beyond the first 200 bytes"), "{err}");
+        assert!(err.contains("20 lines seen"), "{err}");
+        // A line longer than the scan: shown cut, the page ends there.
+        let long = format!("{}\nb\n", "x".repeat(500));
+        let out = page_at(long.as_bytes(), 1, 0, None, 300).unwrap();
+        assert!(out.contains("cut at byte 300 of more than 300"), "{out}");
+        assert!(out.contains("stopped reading after 300 bytes"), "{out}");
     }
 
     #[test]

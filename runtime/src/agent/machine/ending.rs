@@ -88,7 +88,8 @@ impl AgentLoop {
     /// Interrupts whatever runs, with the outcome the stop cause gives.
     pub(super) fn interrupt_now(&mut self, out: &mut Vec<Effect>) {
         let outcome = self.interruption();
-        self.interrupt_with(outcome, CANCELLED_RESULT, out);
+        let unfinished = unfinished_result(self.account.stop_cause());
+        self.interrupt_with(outcome, &unfinished, out);
     }
 
     /// Interrupts whatever runs: stop the stream, stop calls, answer what did
@@ -251,6 +252,16 @@ impl AgentLoop {
             message: format!("the session could not be saved: {err}"),
         }));
         self.interrupt_with(store_failed_outcome(), CANCELLED_RESULT, out);
+    }
+}
+
+/// The result of a call left without one when the run is stopped from
+/// above: a budget says which budget (so the model knows the call did not
+/// run and why), anything else is a cancellation.
+pub(super) fn unfinished_result(cause: Option<&StopCause>) -> String {
+    match cause {
+        Some(StopCause::Limit(hit)) => format!("Not run. {}", hit.notice()),
+        Some(StopCause::Cancelled) | None => CANCELLED_RESULT.to_string(),
     }
 }
 

@@ -741,7 +741,7 @@ fn the_tool_call_budget_is_checked_before_every_call() {
         ..Options::default()
     })
     .started();
-    f.respond(&[bash("a"), bash("b"), bash("c")]);
+    f.respond(&[bash("a"), bash("b"), bash("c"), bash("d")]);
     f.step(Input::Saved(Ok(())));
     f.done(0, "a");
     assert_eq!(
@@ -761,13 +761,39 @@ fn the_tool_call_budget_is_checked_before_every_call() {
             .starts_with("Not run. (Stopped: the budget of 2 tool calls")
     );
     assert!(f.account.root().is_cancelled());
-    // The loop hears of the stop through its token and ends as a limit.
+    // The next call is not started: the stop closes the history at once and
+    // the loop ends as a limit once that is saved (the token's cancellation
+    // arrives while it saves).
     assert_eq!(f.step(Input::Interrupted), s(&[]));
-    assert_eq!(f.step(Input::Saved(Ok(()))), s(&["save"]));
     assert_eq!(
         f.step(Input::Saved(Ok(()))),
         s(&["finished:stopped:max_tool_calls"])
     );
+    // The call after the refused one never started either, and says why.
+    let results = f.last_results();
+    assert_eq!(results.len(), 4);
+    assert!(
+        results[3]
+            .0
+            .starts_with("Not run. (Stopped: the budget of 2 tool calls"),
+        "{results:?}"
+    );
+    assert_closed(f.history());
+}
+
+#[test]
+fn calls_left_by_a_stop_say_whether_a_budget_or_a_cancel_stopped_them() {
+    use super::ending::unfinished_result;
+    let hit = crate::agent::LimitHit::MaxToolCalls { limit: 500 };
+    assert_eq!(
+        unfinished_result(Some(&StopCause::Limit(hit.clone()))),
+        format!("Not run. {}", hit.notice())
+    );
+    assert_eq!(
+        unfinished_result(Some(&StopCause::Cancelled)),
+        crate::agent::CANCELLED_RESULT
+    );
+    assert_eq!(unfinished_result(None), crate::agent::CANCELLED_RESULT);
 }
 
 #[test]

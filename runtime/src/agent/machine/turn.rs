@@ -1,9 +1,10 @@
 //! The model-call half of a turn: budget and turn checks, the request, the
 //! stream's events, and what its end means (finish, stop on a loop limit, or
-//! record the calls and run them).
+//! record the calls and run them). Call ids a response repeats are repaired
+//! before the response is recorded.
 
 use crate::agent::StopCause;
-use crate::agent::history::complete_results;
+use crate::agent::history::{call_ids, complete_results, repair_call_ids};
 use crate::agent::{EMPTY_RESPONSE_PLACEHOLDER, RunOutcome};
 use crate::events::{EventKind, NOTICE_MODEL_RETRY, RunStatus};
 use crate::llm::{ChatRequest, ProviderError, ResponseAccumulator, ResponseMetadata, StreamEvent};
@@ -163,15 +164,33 @@ impl AgentLoop {
 
     /// Keeps a partial response in history; calls it contains are answered
     /// with `unrun_text` so the history stays valid.
-    pub(super) fn keep_partial_response(&mut self, partial: Message, unrun_text: &str) {
+    pub(super) fn keep_partial_response(&mut self, mut partial: Message, unrun_text: &str) {
         if partial.content.is_empty() {
             return;
         }
+        self.repair_call_ids(&mut partial);
         let calls: Vec<ToolCall> = partial.tool_calls().cloned().collect();
         self.transcript.push(partial);
         if !calls.is_empty() {
             let results = complete_results(&calls, Vec::new(), unrun_text);
             self.transcript.push(Message::tool_results(results));
+        }
+    }
+
+    /// Gives the calls of a response ids unique in the whole history before
+    /// it is recorded or anything runs (see [`repair_call_ids`]).
+    fn repair_call_ids(&self, message: &mut Message) {
+        if message.tool_calls().next().is_none() {
+            return;
+        }
+        let taken = call_ids(self.transcript.messages());
+        for renamed in repair_call_ids(message, &taken) {
+            tracing::warn!(
+                from = %renamed.from,
+                to = %renamed.to,
+                index = renamed.index,
+                "the provider repeated a tool call id; the call gets a fresh one"
+            );
         }
     }
 
@@ -193,6 +212,7 @@ impl AgentLoop {
                 text: EMPTY_RESPONSE_PLACEHOLDER.to_string(),
             });
         }
+        self.repair_call_ids(&mut message);
         self.capture.record_output_message(&span, &message, &reason);
         drop(span);
         let calls: Vec<ToolCall> = message.tool_calls().cloned().collect();
