@@ -5,7 +5,9 @@
 //! One actor per run, so the order of `seq` is the order in which emissions
 //! arrived. Each agent's own emissions stay in order (a mailbox is FIFO per
 //! sender); emissions of parallel agents interleave. Each event is stored
-//! before it is broadcast, and broadcast through a ring of
+//! before it is broadcast; the run's last event is also made durable first,
+//! by the store's writer thread (the log waits for its answer without holding
+//! an async worker), and broadcast through a ring of
 //! [`LIVE_BUFFER`](crate::subscription::LIVE_BUFFER) events that never waits:
 //! the log keeps no history in memory and a reader that falls behind catches
 //! up from the store ([`EventSubscription`]), so no reader can grow memory or
@@ -95,7 +97,7 @@ impl Actor for EventLog {
         state: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
         match message {
-            EventLogMsg::Emit { agent_path, kind } => state.record(&agent_path, kind),
+            EventLogMsg::Emit { agent_path, kind } => state.record(&agent_path, kind).await,
         }
         Ok(())
     }
@@ -103,15 +105,16 @@ impl Actor for EventLog {
 
 impl EventLogState {
     /// Stores an event before anyone sees it (DESIGN.md principle 6); the
-    /// last event of a run is flushed. Returns the store's error the first
-    /// time it fails (later failures of the same run are only logged).
-    fn store_event(&mut self, event: &RunEvent) -> Option<String> {
+    /// last event of a run is made durable by the store's writer, awaited.
+    /// Returns the store's error the first time it fails (later failures of
+    /// the same run are only logged).
+    async fn store_event(&mut self, event: &RunEvent) -> Option<String> {
         // Only the run actor emits `run_finished`, once, as the last event.
         let last = matches!(event.kind, EventKind::RunFinished { .. });
-        let stored = self
-            .store
-            .append_event(event)
-            .and_then(|()| if last { self.store.flush() } else { Ok(()) });
+        let mut stored = self.store.append_event(event);
+        if last && stored.is_ok() {
+            stored = self.store.commit_and_wait(|_| Ok(())).await;
+        }
         match stored {
             Ok(()) => None,
             Err(err) => {
@@ -126,7 +129,7 @@ impl EventLogState {
     }
 
     /// Numbers, stores and broadcasts one event.
-    fn record(&mut self, agent_path: &str, kind: EventKind) {
+    async fn record(&mut self, agent_path: &str, kind: EventKind) {
         let event = RunEvent {
             seq: self.next_seq,
             run_id: self.run_id.clone(),
@@ -135,7 +138,7 @@ impl EventLogState {
             ts: chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
             kind,
         };
-        let failure = self.store_event(&event);
+        let failure = self.store_event(&event).await;
         let finished = matches!(event.kind, EventKind::RunFinished { .. });
         let error = failure.map(|message| EventKind::Error {
             kind: "store".into(),
@@ -155,7 +158,9 @@ impl EventLogState {
             Some(error) => {
                 let path = event.agent_path.clone();
                 self.broadcast(event);
-                self.record(&path, error);
+                // Not `run_finished`, so this record stores without awaiting
+                // and cannot fail again (the failure is reported once).
+                Box::pin(self.record(&path, error)).await;
             }
             None => self.broadcast(event),
         }

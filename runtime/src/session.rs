@@ -204,6 +204,25 @@ impl Transcript {
             .map(|(i, message)| (self.first_index + (i - self.summary_len) as u64, message))
     }
 
+    /// Copies of the messages not yet stored, with their store indices, and
+    /// the length the transcript has: for a writer that stores them away from
+    /// the transcript. Once they are durable, [`Transcript::mark_saved`] with
+    /// that length. The transcript must not change in between (the agent loop
+    /// waits in its saving phase).
+    pub fn unsaved_copy(&self) -> (usize, Vec<(u64, Message)>) {
+        let messages = self
+            .unsaved()
+            .map(|(index, message)| (index, message.clone()))
+            .collect();
+        (self.messages.len(), messages)
+    }
+
+    /// The first `upto` messages are stored (the answer to
+    /// [`Transcript::unsaved_copy`]).
+    pub fn mark_saved(&mut self, upto: usize) {
+        self.saved = upto.min(self.messages.len());
+    }
+
     /// True when every message is stored.
     pub fn is_saved(&self) -> bool {
         self.saved >= self.messages.len()

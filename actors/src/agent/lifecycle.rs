@@ -1,6 +1,7 @@
 //! An agent's life around its loop: registration with the run actor (its
 //! registry of agents by path and its approval broker), the token watcher,
-//! timers, the durable writes the loop asks for, and the report that ends it.
+//! timers, the durable writes the loop asks for (handed to the store's writer
+//! thread, answered by message), and the report that ends it.
 
 use std::time::Duration;
 
@@ -66,46 +67,77 @@ pub(super) fn arm_grace(myself: &ActorRef<AgentMsg>, epoch: u64, after: Duration
 }
 
 impl AgentState {
-    /// Writes what the store lacks of the history and makes it durable.
-    pub(super) fn save(&mut self) -> Result<(), String> {
+    /// Hands what the store lacks of the history to the store's writer; the
+    /// answer comes back as [`Work::Saved`] once it is durable.
+    pub(super) fn save(&mut self, myself: &ActorRef<AgentMsg>) {
         let session = self.machine.session_id().to_string();
-        let store = self.env.store.clone();
-        self.machine
-            .transcript_mut()
-            .save(&store, &session, true)
-            .and_then(|()| {
-                if self.pending_stored {
-                    // The tool message holding them is durable now.
+        let (upto, messages) = self.machine.transcript().unsaved_copy();
+        // Every pending result handed over so far is in the history being
+        // saved; the writer clears them after storing it (writes keep order).
+        let clear_pending = std::mem::take(&mut self.pending_stored);
+        let agent = myself.clone();
+        self.env.store.commit(
+            move |store| {
+                for (index, message) in &messages {
+                    store.put_message(&session, *index, message)?;
+                }
+                if clear_pending {
                     store.clear_pending_results(&session)?;
-                    self.pending_stored = false;
                 }
                 Ok(())
-            })
-            .map_err(|err| {
-                tracing::error!(%session, %err, "store write failed");
-                err.to_string()
-            })
+            },
+            move |outcome| {
+                let result = outcome.map_err(|err| {
+                    tracing::error!(%err, "store write failed");
+                    err.to_string()
+                });
+                let _ = agent.cast(AgentMsg::work(Work::Saved { upto, result }));
+            },
+        );
     }
 
-    /// Stores one finished call's result before its turn's tool message exists.
-    pub(super) fn save_pending(&mut self, result: &ToolResult) -> Result<(), String> {
-        let session = self.machine.session_id();
-        self.env
-            .store
-            .put_pending_result(session, result)
-            .and_then(|()| self.env.store.flush())
-            .map(|()| self.pending_stored = true)
-            .map_err(|err| {
-                tracing::error!(%session, %err, "store write failed");
-                err.to_string()
-            })
+    /// Hands one finished call's result to the store's writer before its
+    /// turn's tool message exists; the answer comes back as
+    /// [`Work::PendingSaved`] once it is durable.
+    pub(super) fn save_pending(
+        &mut self,
+        myself: &ActorRef<AgentMsg>,
+        epoch: u64,
+        index: usize,
+        result: ToolResult,
+    ) {
+        let session = self.machine.session_id().to_string();
+        self.pending_stored = true;
+        let agent = myself.clone();
+        self.env.store.commit(
+            move |store| store.put_pending_result(&session, &result),
+            move |outcome| {
+                let result = outcome.map_err(|err| {
+                    tracing::error!(%err, "store write failed");
+                    err.to_string()
+                });
+                let _ = agent.cast(AgentMsg::work(Work::PendingSaved {
+                    epoch,
+                    index,
+                    result,
+                }));
+            },
+        );
     }
 
-    /// Keeps "always" rules with the run's main session (best effort).
+    /// Keeps "always" rules with the run's main session (best effort, on the
+    /// store's writer).
     pub(super) fn save_rules(&self, rules: &[RuleEntry]) {
-        if let Err(err) = self.env.store.put_session_rules(&self.root_session, rules) {
-            tracing::warn!(%err, "could not keep the approval rule with the session");
-        }
+        let session = self.root_session.clone();
+        let rules = rules.to_vec();
+        self.env.store.commit(
+            move |store| store.put_session_rules(&session, &rules),
+            |outcome| {
+                if let Err(err) = outcome {
+                    tracing::warn!(%err, "could not keep the approval rule with the session");
+                }
+            },
+        );
     }
 
     /// The loop is over: report the outcome and stop.

@@ -5,8 +5,10 @@
 //!
 //! The mailbox stays responsive: the model stream runs in a task
 //! ([`stream`]), every tool call in its own [`ToolExecutor`] and every child
-//! agent in its own actor, both linked to this one ([`calls`]); saves are the
-//! only work done inside a handler. Cancellation arrives through the agent's
+//! agent in its own actor, both linked to this one ([`calls`]); durable writes
+//! go to the store's writer thread, whose answer comes back as a message
+//! ([`Work::Saved`], [`Work::PendingSaved`]): "durable" is a state the loop
+//! waits in, never a disk wait on an async worker. Cancellation arrives through the agent's
 //! token: a watcher task turns it into [`Input::Interrupted`], so stopping the
 //! run, an ancestor or this very agent reaches everything below.
 //!
@@ -88,6 +90,18 @@ pub(crate) enum Work {
     },
     /// The person wrote to the main agent of run `run_id`.
     UserMessage { run_id: String, text: String },
+    /// The writer made the history durable up to `upto` messages (or failed).
+    Saved {
+        upto: usize,
+        result: Result<(), String>,
+    },
+    /// The writer made the pending result of call `index` of `epoch` durable
+    /// (or failed).
+    PendingSaved {
+        epoch: u64,
+        index: usize,
+        result: Result<(), String>,
+    },
     /// The agent's token was cancelled.
     Interrupted,
     /// The cleanup grace of the interrupted execution `epoch` is over.
@@ -160,7 +174,8 @@ pub(crate) struct AgentState {
     executors: HashMap<ActorId, (u64, usize)>,
     /// Children by actor.
     children: HashMap<ActorId, ChildEntry>,
-    /// Pending results are stored and wait for the next save to clear them.
+    /// Pending results were handed to the writer and wait for the next save
+    /// to clear them.
     pending_stored: bool,
     /// Cancels the agent's token when the state is dropped — also after a panic,
     /// when `post_stop` does not run.
@@ -282,13 +297,29 @@ impl AgentState {
             Work::UserMessage { run_id, text } => {
                 (run_id == self.machine.run_id()).then_some(Input::UserMessage { text })
             }
+            Work::Saved { upto, result } => {
+                if result.is_ok() {
+                    self.machine.transcript_mut().mark_saved(upto);
+                }
+                Some(Input::Saved(result))
+            }
+            Work::PendingSaved {
+                epoch,
+                index,
+                result,
+            } => Some(Input::PendingSaved {
+                epoch,
+                index,
+                result,
+            }),
             Work::Interrupted => Some(Input::Interrupted),
             Work::CleanupGraceOver { epoch } => Some(Input::CleanupGraceOver { epoch }),
         }
     }
 
     /// Feeds `first` to the loop and carries out its effects; effects that
-    /// answer at once (saves) feed the loop again. A queue, not recursion.
+    /// answer at once (starting a child that cannot start) feed the loop
+    /// again. A queue, not recursion.
     async fn drive(&mut self, myself: &ActorRef<AgentMsg>, first: Input) {
         let mut inputs = VecDeque::from([first]);
         while let Some(input) = inputs.pop_front() {
@@ -307,16 +338,18 @@ impl AgentState {
                 self.events.emit(kind);
                 None
             }
-            Effect::Save => Some(Input::Saved(self.save())),
+            Effect::Save => {
+                self.save(myself);
+                None
+            }
             Effect::SavePending {
                 epoch,
                 index,
                 result,
-            } => Some(Input::PendingSaved {
-                epoch,
-                index,
-                result: self.save_pending(&result),
-            }),
+            } => {
+                self.save_pending(myself, epoch, index, result);
+                None
+            }
             Effect::SaveRules(rules) => {
                 self.save_rules(&rules);
                 None

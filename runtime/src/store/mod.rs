@@ -7,8 +7,10 @@
 //! `docs/storage.md`) and the rules that keep metadata in step with messages.
 //! It decides nothing about conversations: repairing a history, compacting,
 //! numbering events and choosing what is in use belong to the callers. Writes
-//! reach the disk at [`Store::flush`]; callers flush before anything depends
-//! on a write (DESIGN principle 6, "durable before visible").
+//! reach the disk at [`Store::flush`], or on the store's writer thread with
+//! [`Store::commit`], which answers when they are durable without blocking the
+//! caller; callers wait for durability before anything depends on a write
+//! (DESIGN principle 6, "durable before visible").
 //!
 //! Reads never fail because one record is damaged: list operations skip an
 //! undecodable record with a warning, and [`Store::load_history`] reports it in
@@ -26,11 +28,13 @@ mod runs;
 mod session_data;
 mod sessions;
 mod span_writer;
+mod writer;
 
 use std::fmt;
 use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
 
 use chrono::{DateTime, Utc};
 use sled::transaction::TransactionError;
@@ -43,6 +47,7 @@ pub use records::{
     SessionMeta, SkippedRecord, TITLE_MAX_CHARS, session_title,
 };
 pub use span_writer::{SPAN_SYNC_TIMEOUT, SpanWriter};
+pub use writer::{MAX_GROUP, WRITER_THREAD_NAME};
 
 /// Where the store's current time comes from (replaceable in tests).
 pub type Clock = Arc<dyn Fn() -> DateTime<Utc> + Send + Sync>;
@@ -83,6 +88,10 @@ struct Inner {
     session_runs: sled::Tree,
     events: sled::Tree,
     spans: sled::Tree,
+    /// The queue of the writer thread ([`Store::commit`]).
+    writer: writer::Queue,
+    /// Flushes made by the writer thread.
+    commits: AtomicU64,
 }
 
 // A store is shared between actors and blocking tasks.
@@ -125,6 +134,7 @@ impl Store {
             db.open_tree(name)
                 .map_err(|e| error::sled_error("open a tree", &dir, e))
         };
+        let (queue, jobs) = writer::queue();
         let inner = Inner {
             sessions: tree(layout::SESSIONS_TREE)?,
             messages: tree(layout::MESSAGES_TREE)?,
@@ -136,14 +146,20 @@ impl Store {
             session_runs: tree(layout::SESSION_RUNS_TREE)?,
             events: tree(layout::EVENTS_TREE)?,
             spans: tree(layout::SPANS_TREE)?,
+            writer: queue,
+            commits: AtomicU64::new(0),
             db,
             dir,
             clock,
         };
         tracing::debug!(dir = %inner.dir.display(), "session store opened");
-        Ok(Store {
-            inner: Arc::new(inner),
-        })
+        let inner = Arc::new(inner);
+        writer::start(Arc::downgrade(&inner), jobs).map_err(|source| StoreError::Io {
+            op: "start the store writer thread".into(),
+            path: inner.dir.clone(),
+            source,
+        })?;
+        Ok(Store { inner })
     }
 
     /// The database directory (`<data_dir>/db`).
@@ -153,7 +169,8 @@ impl Store {
 
     /// Writes everything stored so far to disk and waits for the fsync. After
     /// it returns `Ok`, a killed process or a power loss keeps every earlier
-    /// write.
+    /// write. It blocks the calling thread for the disk: async code hands its
+    /// writes to [`Store::commit`] instead.
     pub fn flush(&self) -> Result<(), StoreError> {
         self.inner
             .db
