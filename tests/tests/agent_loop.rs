@@ -774,8 +774,8 @@ async fn openai_request_bodies_across_a_multi_turn_run() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn status_is_answered_at_once_while_tools_run_and_approvals_wait() {
     let script = Script::new()
-        .then(labels(&[("hold", "h")]))
         .then(write_call("y.txt"))
+        .then(labels(&[("hold", "h")]))
         .then(text("done"));
     let h = Harness::anthropic(script).await;
     let env = h.env_with(vec![Arc::new(StepTool::new(
@@ -788,22 +788,82 @@ async fn status_is_answered_at_once_while_tools_run_and_approvals_wait() {
     options.mode = PermissionMode::Default;
     options.approver = Approver::Present;
     let mut run = h.submit("go", options).await;
-    events_until(&mut run, |e| {
-        matches!(e.kind, EventKind::ToolStarted { .. })
+
+    // The write waits for an answer: the agent says so, with the request's id.
+    let events = events_until(&mut run, |e| {
+        matches!(e.kind, EventKind::ApprovalRequested { .. })
     })
     .await;
+    let id = approval_id(&events);
     let statuses = h.runtime.agents(&run.run_id).await.unwrap();
     assert_eq!(statuses.len(), 1);
     let status = &statuses[0];
     assert_eq!(status.path, "main");
-    assert_eq!(status.phase, "executing");
+    assert_eq!(status.phase, "awaiting_approval");
+    assert_eq!(status.pending_approvals, vec![id.clone()]);
     assert_eq!(status.turns, 1);
-    // The held tool ends only when its call is cancelled.
+    h.runtime
+        .approve(&run.run_id, &id, ApprovalOutcome::Allow, None)
+        .await
+        .unwrap();
+
+    // The next turn's tool runs until cancelled: the agent is executing.
+    events_until(
+        &mut run,
+        |e| matches!(&e.kind, EventKind::ToolStarted { name, .. } if name == "hold"),
+    )
+    .await;
+    let status = &h.runtime.agents(&run.run_id).await.unwrap()[0];
+    assert_eq!(status.phase, "executing");
+    assert!(status.pending_approvals.is_empty());
+    assert_eq!(status.turns, 2);
     h.runtime.cancel(&run.run_id).await.unwrap();
     assert_eq!(
         finished(&run_events(&mut run).await).0,
         RunStatus::Cancelled
     );
+    assert!(h.root().join("y.txt").exists());
+}
+
+/// One async worker only: an agent that waited for the disk on it would stall
+/// every actor, the scripted server and this test.
+#[tokio::test(flavor = "current_thread")]
+async fn durable_is_a_state_the_agent_waits_in_without_holding_a_worker() {
+    let script = Script::new().then(text("done"));
+    let h = Harness::anthropic(script).await;
+    // Hold the store's writer: the agent's first save queues behind this write.
+    let (release, gate) = std::sync::mpsc::channel::<()>();
+    h.store.commit(
+        move |_| {
+            let _ = gate.recv_timeout(Duration::from_secs(30));
+            Ok(())
+        },
+        |_| {},
+    );
+    let mut run = h.submit("go", RunOptions::bypass(h.env_with(vec![]))).await;
+    events_until(&mut run, |e| matches!(e.kind, EventKind::RunStarted { .. })).await;
+    // The agent answers at once, waiting for durability before its model call.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let statuses = h.runtime.agents(&run.run_id).await.unwrap();
+        if statuses.first().is_some_and(|s| s.phase == "saving") {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the agent never waited for its save: {statuses:?}"
+        );
+        tokio::task::yield_now().await;
+    }
+    // Nothing depends on the unsaved history yet: no model call was made.
+    assert!(h.server.requests().is_empty());
+    let status = &h.runtime.agents(&run.run_id).await.unwrap()[0];
+    assert_eq!(status.phase, "saving");
+    release.send(()).unwrap();
+    let events = run_events(&mut run).await;
+    assert_eq!(finished(&events).0, RunStatus::Finished);
+    assert_eq!(h.server.requests().len(), 1);
+    assert_closed(&h.history(&run.session_id).await);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
