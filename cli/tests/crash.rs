@@ -5,6 +5,16 @@
 //! be lost, the resumed history must be valid, no finished call may run again,
 //! and the repair must be written back once.
 //!
+//! Besides the random points, every phase of the run is killed in at least
+//! once — before the first request, mid-stream, while a response is being made
+//! durable, mid-call, mid-batch, between turns and at the end — and the test
+//! asserts that each phase was reached. The first response carries a tool call
+//! with a 512 KiB argument, so making it durable keeps the store's writer thread
+//! busy for a while; kills right after its `usage` line land while the writer
+//! holds that uncommitted message, and the test asserts (reading the store
+//! before the continuation) that some of them did, and that nothing announced
+//! as durable was lost.
+//!
 //! The seed comes from `TROUPE_CRASH_SEED` when set (to replay a failure), else
 //! a fixed default; every failure names the seed and the kill point. The test
 //! drives only the binary and reads the store after it exited; it changes no
@@ -52,6 +62,14 @@ const FINAL_ANSWER: &str = "All done: notes written, four steps recorded, summar
 const RESUMED_ANSWER: &str = "Picked up where the run stopped; everything is in place.";
 /// The prompt of the continuation.
 const CONTINUE: &str = "continue";
+/// Size of the file the first call writes: its response takes the writer a
+/// while to make durable.
+const DUMP_BYTES: usize = 512 * 1024;
+/// Kills right after the first response's `usage` line (the writer holds it).
+const WRITER_KILLS: usize = 4;
+/// Tool calls of each model response of [`script`], in order.
+const CALLS_PER_TURN: [usize; 8] = [1, 1, 1, 3, 2, 2, 1, 0];
+
 /// The file every `bash` step appends its marker to.
 const EFFECTS: &str = "effects.log";
 /// A file present in the project before the run.
@@ -70,7 +88,11 @@ fn step(marker: &str) -> Value {
 /// final answer. Every server starts its id sequence from the same seed, so
 /// call ids are the same in every run of this script.
 fn script() -> Script {
+    let dump = "0123456789abcdef".repeat(DUMP_BYTES / 16);
     let turns: Vec<Response> = vec![
+        text("Saving the data dump first.")
+            .and_tool_call("write_file", json!({"path": "dump.txt", "content": dump}))
+            .with_chunk_chars(DUMP_BYTES),
         text("I will write the notes file first.").and_tool_call(
             "write_file",
             json!({"path": "notes.txt", "content": "alpha\nbeta\ngamma\n"}),
@@ -196,6 +218,8 @@ fn is_interrupted_result(block: &Value) -> bool {
 
 /// What the uninterrupted run produced: the yardstick of every killed run.
 struct Reference {
+    /// Its `--json` events.
+    events: Vec<Value>,
     /// Lines of `--json` output.
     lines: usize,
     /// The whole stored history, in wire form.
@@ -225,17 +249,18 @@ async fn reference_run() -> Reference {
     validate_history(&stored).unwrap();
     let history = wire_of(&stored);
     let results = wire_results(&history);
-    assert_eq!(results.len(), 10, "every call of the script has a result");
+    assert_eq!(results.len(), 11, "every call of the script has a result");
     assert!(
         results.values().all(|result| !result.is_error),
         "{results:?}"
     );
-    assert_eq!(server.requests().len(), 7);
+    assert_eq!(server.requests().len(), CALLS_PER_TURN.len());
     let names = wire_calls(&history)
         .into_iter()
         .map(|(id, name, _)| (id, name))
         .collect();
     Reference {
+        events: events.clone(),
         lines: events.len(),
         history,
         results,
@@ -276,9 +301,93 @@ async fn run_and_kill(env: &Env, server: &ScriptedServer, k: usize) -> Killed {
     Killed { events }
 }
 
+/// Where in the run a kill landed, judged by what it had shown.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+enum Phase {
+    /// No model output yet.
+    BeforeFirstRequest,
+    /// A model response is streaming.
+    MidStream,
+    /// A response with calls ended (`usage`) and none of its calls started:
+    /// the response is on its way to durable.
+    ResponseSaving,
+    /// The single call of a response is running or finishing.
+    MidCall,
+    /// Some calls of a multi-call response finished, not all.
+    MidBatch,
+    /// Every call of a response finished, or the next turn began without
+    /// output yet.
+    BetweenTurns,
+    /// The final answer ended; `run_finished` was not shown.
+    AtEnd,
+}
+
+/// Every phase a kill must reach at least once.
+const PHASES: [Phase; 7] = [
+    Phase::BeforeFirstRequest,
+    Phase::MidStream,
+    Phase::ResponseSaving,
+    Phase::MidCall,
+    Phase::MidBatch,
+    Phase::BetweenTurns,
+    Phase::AtEnd,
+];
+
+/// The phase of a run that showed `events` (in order) before it was killed.
+fn phase_of(events: &[Value]) -> Phase {
+    let kind = |event: &Value| event["type"].as_str().unwrap_or_default().to_string();
+    let turn = events.iter().filter(|e| kind(e) == "iteration").count();
+    let since: Vec<String> = events
+        .iter()
+        .rev()
+        .take_while(|e| kind(e) != "iteration")
+        .map(kind)
+        .collect();
+    let streamed = since.iter().any(|k| k == "text_delta" || k == "usage");
+    if turn == 0 || (turn == 1 && !streamed) {
+        return Phase::BeforeFirstRequest;
+    }
+    if !streamed {
+        return Phase::BetweenTurns;
+    }
+    if !since.iter().any(|k| k == "usage") {
+        return Phase::MidStream;
+    }
+    let calls = CALLS_PER_TURN.get(turn - 1).copied().unwrap_or(0);
+    if calls == 0 {
+        return Phase::AtEnd;
+    }
+    let started = since.iter().filter(|k| *k == "tool_started").count();
+    let finished = since.iter().filter(|k| *k == "tool_finished").count();
+    match (started, finished) {
+        (0, _) => Phase::ResponseSaving,
+        (_, f) if f >= calls => Phase::BetweenTurns,
+        _ if calls >= 2 => Phase::MidBatch,
+        _ => Phase::MidCall,
+    }
+}
+
+/// For each phase, the first kill point (lines shown) of the reference run
+/// that lands in it.
+fn phase_points(reference: &[Value]) -> Vec<(Phase, usize)> {
+    PHASES
+        .iter()
+        .filter_map(|phase| {
+            (1..reference.len())
+                .find(|&k| phase_of(&reference[..k]) == *phase)
+                .map(|k| (*phase, k))
+        })
+        .collect()
+}
+
 /// Counts of what the kills ran into, printed at the end.
 #[derive(Default, Debug)]
 struct Coverage {
+    /// Kills by the phase they landed in.
+    phases: std::collections::BTreeMap<Phase, usize>,
+    /// Kills after a response's `usage` line that found the response not yet
+    /// in the store: the writer held it, uncommitted.
+    writer_held: usize,
     before_first_request: usize,
     interrupted_calls: usize,
     real_results_not_shown: usize,
@@ -306,6 +415,29 @@ async fn kill_and_resume(
     }
     let id = session_of(&killed.events);
     let finished = killed.finished_calls();
+    let phase = phase_of(&killed.events);
+    *coverage.phases.entry(phase).or_default() += 1;
+    if phase == Phase::ResponseSaving {
+        // The response of turn `t` is message 2t-1 (after the prompt and the
+        // earlier turns' pairs): absent means the writer had not committed it.
+        let turn = killed
+            .events
+            .iter()
+            .filter(|e| e["type"] == "iteration")
+            .count();
+        let guard = fd_guard();
+        let store = Store::open(&env.data_dir()).map_err(|err| err.to_string())?;
+        let stored = store
+            .load_history(&id)
+            .map_err(|err| err.to_string())?
+            .messages
+            .len();
+        drop(store);
+        drop(guard);
+        if stored < 2 * turn {
+            coverage.writer_held += 1;
+        }
+    }
 
     // Continue the session.
     let second = ScriptedServer::start(Script::new().then(text(RESUMED_ANSWER)))
@@ -572,6 +704,19 @@ async fn sigkill_at_random_points_loses_nothing_and_resumes() {
     assert!(n > 40, "the run is long enough to kill inside: {n} lines");
     let mut rng = StdRng::seed_from_u64(seed);
     let mut points = vec![1, n - 1];
+    let phase_points = phase_points(&reference.events);
+    assert_eq!(
+        phase_points.len(),
+        PHASES.len(),
+        "the reference run passes every phase: {phase_points:?}"
+    );
+    points.extend(phase_points.iter().map(|(_, k)| *k));
+    // The first response's `usage` line: its 512 KiB call is being made durable.
+    let first_saving = phase_points
+        .iter()
+        .find(|(phase, _)| *phase == Phase::ResponseSaving)
+        .map_or(1, |(_, k)| *k);
+    points.extend(std::iter::repeat_n(first_saving, WRITER_KILLS));
     points.extend((0..RANDOM_KILL_POINTS).map(|_| rng.random_range(1..n)));
     let mut coverage = Coverage::default();
     let mut failures = Vec::new();
@@ -587,5 +732,17 @@ async fn sigkill_at_random_points_loses_nothing_and_resumes() {
         failures.len(),
         points.len(),
         failures.join("\n\n")
+    );
+    // Coverage: every phase was killed in at least once, and some kills found
+    // the store's writer holding the first response uncommitted.
+    for phase in PHASES {
+        assert!(
+            coverage.phases.get(&phase).copied().unwrap_or(0) >= 1,
+            "no kill landed in phase {phase:?}: {coverage:?}"
+        );
+    }
+    assert!(
+        coverage.writer_held >= 1,
+        "no kill landed while the writer held a response uncommitted: {coverage:?}"
     );
 }
