@@ -522,24 +522,25 @@ impl<'t> Document<'t> {
         Ok(Self { path, text, tree })
     }
 
-    /// Deserialises into the file shape, reporting key path and line.
+    /// Deserialises into the file shape, reporting key path and line from
+    /// the structured problem (never from the wording of an error message).
     fn deserialize(&self) -> Result<ConfigFile, ConfigError> {
-        let de = toml::de::Deserializer::from(self.tree.clone());
-        serde_path_to_error::deserialize(de).map_err(|e| {
+        super::de::from_tree(&self.tree).map_err(|e| {
             let key = e.path().to_string();
             let key = if key == "." {
                 "(top level)".to_owned()
             } else {
                 key
             };
-            let inner = e.into_inner();
+            let problem = e.into_inner();
             ConfigError::Invalid {
                 path: self.path.to_path_buf(),
-                line: inner
-                    .span()
+                line: problem
+                    .span
+                    .as_ref()
                     .map_or(1, |span| line_at(self.text, span.start)),
                 key,
-                message: describe_serde_error(inner.message()),
+                message: super::de::describe(&problem.kind),
             }
         })
     }
@@ -797,44 +798,6 @@ fn key(k: &str) -> Seg {
     Seg::Key(k.to_owned())
 }
 
-/// The names between backticks in a serde message, in order.
-fn backticked(message: &str) -> Vec<&str> {
-    message.split('`').skip(1).step_by(2).collect()
-}
-
-/// Rewrites serde's wording into the configuration vocabulary (keys, tables,
-/// arrays) and says what is expected.
-fn describe_serde_error(message: &str) -> String {
-    let names = backticked(message);
-    if message.starts_with("unknown field `") {
-        let expected = names.get(1..).unwrap_or_default();
-        return if expected.is_empty() {
-            "unknown key (this table takes no keys)".to_owned()
-        } else {
-            format!("unknown key (expected one of: {})", expected.join(", "))
-        };
-    }
-    if message.starts_with("unknown variant `")
-        && let Some((value, expected)) = names.split_first()
-    {
-        return format!(
-            "unknown value {value:?} (expected one of: {})",
-            expected.join(", ")
-        );
-    }
-    if message.starts_with("missing field `")
-        && let Some(field) = names.first()
-    {
-        return format!("missing required key `{field}`");
-    }
-    let mut out = message.replace("expected a map", "expected a table");
-    out = out.replace("expected a sequence", "expected an array");
-    if let Some(pos) = out.find("expected struct ") {
-        out.replace_range(pos.., "expected a table");
-    }
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -901,42 +864,6 @@ mod tests {
         assert!(!is_valid_server_name(""));
         assert!(!is_valid_server_name("a.b"));
         assert!(!is_valid_server_name("a b"));
-    }
-
-    #[test]
-    fn serde_messages_are_rewritten() {
-        assert_eq!(
-            describe_serde_error("unknown field `modle`, expected one of `protocol`, `model`"),
-            "unknown key (expected one of: protocol, model)"
-        );
-        assert_eq!(
-            describe_serde_error("unknown field `x`, expected `capture_content`"),
-            "unknown key (expected one of: capture_content)"
-        );
-        assert_eq!(
-            describe_serde_error("unknown field `x`, there are no fields"),
-            "unknown key (this table takes no keys)"
-        );
-        assert_eq!(
-            describe_serde_error("unknown variant `gemini`, expected `anthropic` or `openai`"),
-            "unknown value \"gemini\" (expected one of: anthropic, openai)"
-        );
-        assert_eq!(
-            describe_serde_error("missing field `output`"),
-            "missing required key `output`"
-        );
-        assert_eq!(
-            describe_serde_error("invalid type: integer `3`, expected struct ProviderFile"),
-            "invalid type: integer `3`, expected a table"
-        );
-        assert_eq!(
-            describe_serde_error("invalid type: string \"a\", expected a sequence"),
-            "invalid type: string \"a\", expected an array"
-        );
-        assert_eq!(
-            describe_serde_error("invalid type: string \"a lot\", expected u32"),
-            "invalid type: string \"a lot\", expected u32"
-        );
     }
 
     #[test]

@@ -11,6 +11,7 @@
 //! that are accepted but have no effect in a run. This module reads files and
 //! the environment only; it never touches the network.
 
+mod de;
 pub mod expand;
 pub mod file;
 pub mod load;
