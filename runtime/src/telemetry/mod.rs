@@ -28,6 +28,7 @@ mod pipeline;
 pub mod propagation;
 mod render;
 mod settings;
+#[cfg(any(test, feature = "testing"))]
 pub mod testing;
 
 pub use export::{ExportFailure, FIRST_RETRY_DELAY, MAX_EXPORT_RETRIES};

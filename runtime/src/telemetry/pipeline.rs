@@ -307,7 +307,8 @@ impl TelemetryBuilder {
         self
     }
 
-    /// Adds a span processor (tests: [`super::testing::CapturedSpans`]).
+    /// Adds a span processor (tests: `telemetry::testing::CapturedSpans`, behind
+    /// the `testing` feature).
     pub fn span_processor<P: SpanProcessor + 'static>(mut self, processor: P) -> Self {
         self.provider = self.provider.with_span_processor(processor);
         self.extra_processors += 1;
