@@ -461,6 +461,7 @@ async fn assemble(
         sandbox,
         system,
         spill_dir,
+        context_window: resolved.context_window,
         child_env: Arc::new(child_env),
         background: Arc::new(BackgroundTasks::new()),
         tool_timeout: config.tools.timeout,
