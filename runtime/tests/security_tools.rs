@@ -495,6 +495,67 @@ async fn writes_through_symlinks_pointing_outside_are_refused() {
 }
 
 #[tokio::test]
+async fn writes_replace_a_hard_linked_file_and_leave_its_outside_name_alone() {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let h = with_secrets();
+    let outside = h.outside.join("store.txt");
+    std::fs::write(&outside, "shared original\n").unwrap();
+    std::fs::set_permissions(&outside, std::fs::Permissions::from_mode(0o751)).unwrap();
+    let inside = h.project.join("linked.txt");
+    std::fs::hard_link(&outside, &inside).unwrap();
+    assert_eq!(std::fs::metadata(&outside).unwrap().nlink(), 2);
+
+    ok_text(
+        &h.call(
+            "edit_file",
+            json!({"path": "linked.txt", "old_string": "original", "new_string": "edited"}),
+        )
+        .await,
+    );
+    assert_eq!(h.read("linked.txt"), "shared edited\n");
+    assert_eq!(
+        std::fs::read_to_string(&outside).unwrap(),
+        "shared original\n"
+    );
+    let meta = std::fs::metadata(&inside).unwrap();
+    assert_eq!(
+        meta.permissions().mode() & 0o7777,
+        0o751,
+        "the mode is kept"
+    );
+    assert_eq!(meta.nlink(), 1, "the project file is a file of its own now");
+
+    // write_file over a second hard link.
+    let second = h.project.join("second.txt");
+    std::fs::hard_link(&outside, &second).unwrap();
+    ok_text(
+        &h.call(
+            "write_file",
+            json!({"path": "second.txt", "content": "replaced"}),
+        )
+        .await,
+    );
+    assert_eq!(h.read("second.txt"), "replaced");
+    assert_eq!(
+        std::fs::read_to_string(&outside).unwrap(),
+        "shared original\n"
+    );
+    assert_eq!(
+        std::fs::metadata(&second).unwrap().permissions().mode() & 0o7777,
+        0o751
+    );
+    // No temporary file is left next to the targets.
+    let names: Vec<String> = std::fs::read_dir(&h.project)
+        .unwrap()
+        .map(|entry| entry.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert!(
+        names.iter().all(|name| !name.ends_with(".tmp")),
+        "{names:?}"
+    );
+}
+
+#[tokio::test]
 async fn symlink_swapped_in_after_the_permission_check_is_refused() {
     let h = with_secrets();
     let secret = h.outside.join("secret.txt");
