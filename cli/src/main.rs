@@ -257,6 +257,7 @@ fn parse_mode(text: &str) -> Result<troupe_runtime::config::PermissionMode, Stri
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    harden(&cli);
     // These only print text generated from the command line's definition.
     match cli.command {
         Command::Completions { shell } => return ExitCode::from(shell::completions(shell)),
@@ -319,6 +320,37 @@ fn main() -> ExitCode {
     // Do not wait for lingering blocking tasks (a pending terminal prompt).
     runtime.shutdown_background();
     ExitCode::from(code)
+}
+
+/// Reads provider keys into memory and removes them from this process's
+/// environment (and `/proc/PID/environ`), makes the process non-dumpable and
+/// turns core dumps off, before any thread starts. The key variables are the
+/// standard ones, those the user and project configuration files name, and
+/// those a parent troupe process listed.
+fn harden(cli: &Cli) {
+    use troupe_runtime::config::paths::{self, ProcessEnv};
+    use troupe_runtime::secrets;
+    let given = match &cli.command {
+        Command::Run(args) => args.flags.cwd.clone(),
+        Command::Resume(args) => args.flags.cwd.clone(),
+        _ => None,
+    };
+    let mut roots = Vec::new();
+    if let Ok(cwd) = std::env::current_dir() {
+        roots.push(paths::find_project_root(&cwd));
+        if let Some(given) = given {
+            roots.push(paths::find_project_root(&cwd.join(given)));
+        }
+    }
+    let roots: Vec<&std::path::Path> = roots.iter().map(PathBuf::as_path).collect();
+    let user = paths::user_config_file(&ProcessEnv).ok();
+    let parent = std::env::var(secrets::WITHHOLD_VARS_VAR).ok();
+    let names = secrets::key_names_from_files(user.as_deref(), &roots, parent.as_deref());
+    // SAFETY: no other thread exists yet: the async runtime starts after this.
+    let report = unsafe { secrets::harden_process(&names) };
+    for failure in report.failures {
+        eprintln!("troupe: warning: {failure}");
+    }
 }
 
 /// Logs go to stderr (stdout carries answers and `--json` events), at `warn`

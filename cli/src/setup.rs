@@ -25,7 +25,7 @@ use troupe_runtime::store::{Store, StoreError};
 use troupe_runtime::telemetry::genai::ContentCapture;
 use troupe_runtime::tools::background::BackgroundTasks;
 use troupe_runtime::tools::builtin_registry;
-use troupe_runtime::tools::process::child_environment;
+use troupe_runtime::tools::process::child_environment_withholding;
 
 /// A setup failure, already worded for the person at the terminal, with the
 /// exit code it deserves.
@@ -114,7 +114,7 @@ impl Locations {
     pub fn var(&self, name: &str) -> Option<String> {
         match &self.vars {
             Some(vars) => vars.get(name).cloned(),
-            None => std::env::var(name).ok(),
+            None => troupe_runtime::config::paths::Env::var(&ProcessEnv, name),
         }
     }
 
@@ -381,7 +381,17 @@ async fn assemble(
         provider.model(),
         git_status,
     );
-    let child_env = child_environment(&config.tools.env_allowlist, |name| locations.var(name));
+    let started_withheld = troupe_runtime::secrets::withheld_names();
+    let withheld = troupe_runtime::secrets::key_names(
+        config
+            .providers
+            .values()
+            .filter_map(|provider| provider.api_key_env.as_deref())
+            .chain(started_withheld.iter().map(String::as_str)),
+    );
+    let child_env = child_environment_withholding(&config.tools.env_allowlist, &withheld, |name| {
+        locations.var(name)
+    });
     let (roles, role_warnings) = RoleSet::load(config_dir.as_deref(), project_root);
     let mut warnings: Vec<String> = role_warnings
         .iter()

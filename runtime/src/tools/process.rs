@@ -8,6 +8,7 @@
 //! This module starts, watches and stops processes; it does not decide what may
 //! run (permissions) nor how output is shown (`output`).
 
+use std::collections::BTreeSet;
 use std::io;
 use std::path::Path;
 use std::process::{ExitStatus, Stdio};
@@ -45,18 +46,36 @@ const READ_CHUNK_BYTES: usize = 64 * 1024;
 pub const BASE_ENV_VARS: [&str; 5] = ["HOME", "PATH", "USER", "TERM", "LANG"];
 
 /// SPEC §15: commands never see provider keys. These names are withheld even
-/// when a configuration allowlists them.
-pub const WITHHELD_ENV_VARS: [&str; 3] = [
-    "ANTHROPIC_API_KEY",
-    "OPENAI_API_KEY",
-    "ANTHROPIC_AUTH_TOKEN",
-];
+/// when a configuration allowlists them; [`child_environment_withholding`]
+/// withholds the configured key variables as well.
+pub const WITHHELD_ENV_VARS: [&str; 3] = crate::secrets::STANDARD_KEY_VARS;
 
 /// The environment of child processes: [`BASE_ENV_VARS`] plus the allowlisted
 /// names, in that order, each once, those `lookup` knows; never the
-/// [`WITHHELD_ENV_VARS`]. Pure: pass `|name| std::env::var(name).ok()` to read
-/// the runtime's environment (once per session).
+/// [`WITHHELD_ENV_VARS`] nor the names this process withheld at start-up.
+/// Pure apart from that start-up list: pass `|name| std::env::var(name).ok()`
+/// to read the runtime's environment (once per session).
 pub fn child_environment<F>(allowlist: &[String], lookup: F) -> Vec<(String, String)>
+where
+    F: Fn(&str) -> Option<String>,
+{
+    let withheld = crate::secrets::key_names(
+        crate::secrets::withheld_names()
+            .iter()
+            .map(String::as_str)
+            .collect::<Vec<_>>(),
+    );
+    child_environment_withholding(allowlist, &withheld, lookup)
+}
+
+/// [`child_environment`] with the withheld names given: every name in
+/// `withheld` and every [`WITHHELD_ENV_VARS`] name is left out, whatever the
+/// allowlist says. Pure.
+pub fn child_environment_withholding<F>(
+    allowlist: &[String],
+    withheld: &BTreeSet<String>,
+    lookup: F,
+) -> Vec<(String, String)>
 where
     F: Fn(&str) -> Option<String>,
 {
@@ -68,6 +87,7 @@ where
     for name in names {
         if name.is_empty()
             || WITHHELD_ENV_VARS.contains(&name)
+            || withheld.contains(name)
             || out.iter().any(|(existing, _)| existing == name)
         {
             continue;
@@ -531,6 +551,25 @@ mod tests {
         assert!(env.iter().all(|(k, _)| k != "ANTHROPIC_API_KEY"));
         assert_eq!(env.iter().filter(|(k, _)| k == "PATH").count(), 1);
         assert!(env.iter().all(|(k, _)| k != "SECRET"));
+    }
+
+    #[test]
+    fn configured_key_variables_are_withheld_whatever_the_allowlist_says() {
+        let withheld = crate::secrets::key_names(["SECRET"]);
+        let env = child_environment_withholding(
+            &[
+                "SECRET".into(),
+                "CARGO_HOME".into(),
+                "ANTHROPIC_API_KEY".into(),
+            ],
+            &withheld,
+            lookup,
+        );
+        assert!(
+            env.iter()
+                .all(|(k, _)| k != "SECRET" && k != "ANTHROPIC_API_KEY")
+        );
+        assert!(env.iter().any(|(k, _)| k == "CARGO_HOME"));
     }
 
     #[test]
