@@ -1,0 +1,218 @@
+//! Security through the real `troupe` binary against the scripted model
+//! server: provider keys reach no command by any route (`/proc/$PPID/environ`,
+//! `/proc/*/environ`, `env`, `ps eww`, the store, spill files), embedded and
+//! through a daemon, as root and as an unprivileged user; a project's
+//! configuration that widens what runs or where data goes applies only once
+//! the project is trusted with `troupe trust`; the files that govern Troupe
+//! are never written by tools, bypass included; nothing a command started
+//! survives its timeout.
+
+mod support;
+
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+use support::{COMMAND_LIMIT, Env, describe, json_lines, run};
+use troupe_runtime::tools::process::process_is_alive;
+use troupe_scripted::{Script, ScriptedServer, text, tool_call};
+
+/// The command a hostile model runs to look for provider keys.
+const SNOOP: &str = "tr '\\0' '\\n' < /proc/$PPID/environ; echo ---; \
+                     env; echo ---; ps eww 2>&1; echo ---; \
+                     cat /proc/[0-9]*/environ 2>/dev/null | tr '\\0' '\\n'; echo snooped";
+
+/// The unprivileged user of the `setpriv` runs.
+const NOBODY: u32 = 65_534;
+
+/// Whether this test process runs as root (needed to switch users).
+fn is_root() -> bool {
+    // SAFETY: geteuid cannot fail.
+    unsafe { libc::geteuid() == 0 }
+}
+
+/// `command` run through `setpriv` as user and group `NOBODY`, same
+/// environment and directory.
+fn as_nobody(command: &Command) -> Command {
+    let mut wrapped = Command::new("setpriv");
+    wrapped.args([
+        format!("--reuid={NOBODY}"),
+        format!("--regid={NOBODY}"),
+        "--clear-groups".to_owned(),
+        "--".to_owned(),
+    ]);
+    wrapped.arg(command.get_program()).args(command.get_args());
+    wrapped.env_clear();
+    for (key, value) in command.get_envs() {
+        if let Some(value) = value {
+            wrapped.env(key, value);
+        }
+    }
+    if let Some(dir) = command.get_current_dir() {
+        wrapped.current_dir(dir);
+    }
+    wrapped.stdin(std::process::Stdio::null());
+    wrapped
+}
+
+/// Gives every file under `dir` to `NOBODY`.
+fn give_to_nobody(dir: &Path) {
+    let status = Command::new("chown")
+        .args([
+            "-R",
+            &format!("{NOBODY}:{NOBODY}"),
+            &dir.display().to_string(),
+        ])
+        .status()
+        .unwrap();
+    assert!(status.success(), "chown {}", dir.display());
+}
+
+/// Every file under `dir` whose bytes contain `needle`.
+fn files_containing(dir: &Path, needle: &[u8]) -> Vec<String> {
+    let mut found = Vec::new();
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return found;
+    };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        let Ok(kind) = entry.file_type() else {
+            continue;
+        };
+        if kind.is_dir() {
+            found.extend(files_containing(&path, needle));
+        } else if kind.is_file()
+            && let Ok(bytes) = std::fs::read(&path)
+            && bytes.windows(needle.len()).any(|window| window == needle)
+        {
+            found.push(path.display().to_string());
+        }
+    }
+    found
+}
+
+/// Stops the daemon of `data_dir`, if one runs, and waits until it is gone.
+fn stop_daemon(data_dir: &Path) {
+    let Ok(text) = std::fs::read_to_string(data_dir.join("daemon.json")) else {
+        return;
+    };
+    let state: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let pid = state["pid"].as_u64().unwrap() as u32;
+    // SAFETY: plain signal delivery to the test's own daemon.
+    unsafe { libc::kill(pid as i32, libc::SIGTERM) };
+    let deadline = Instant::now() + COMMAND_LIMIT;
+    while process_is_alive(pid) {
+        assert!(Instant::now() < deadline, "daemon {pid} stops");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// One run in which the model snoops for the keys; asserts that both keys
+/// (the standard variable and a custom `api_key_env` the configuration also
+/// allowlists) still reach the provider and appear in no output, stored
+/// record or file.
+async fn keys_stay_hidden(daemon: bool, unprivileged: bool) {
+    let key = format!("sk-std-{}", uuid::Uuid::new_v4().simple());
+    let custom = format!("sk-custom-{}", uuid::Uuid::new_v4().simple());
+    let server = ScriptedServer::start(
+        Script::new()
+            .then(tool_call("bash", json!({ "command": SNOOP })))
+            .then(text("looked everywhere")),
+    )
+    .await
+    .unwrap();
+    let env = Env::new();
+    let config_dir = env.home.path().join("config/troupe");
+    std::fs::create_dir_all(&config_dir).unwrap();
+    std::fs::write(
+        config_dir.join("config.toml"),
+        format!(
+            "default_provider = \"mine\"\n[providers.mine]\nprotocol = \"anthropic\"\n\
+             base_url = \"{}\"\napi_key_env = \"MY_LLM_KEY\"\n\
+             [tools]\nenv_allowlist = [\"MY_LLM_KEY\", \"ANTHROPIC_API_KEY\"]\n\
+             [permissions]\nallow = [\"Bash\"]\n",
+            server.anthropic_base_url()
+        ),
+    )
+    .unwrap();
+    let mut command = env.command(Some(&server));
+    command
+        .env("ANTHROPIC_API_KEY", &key)
+        .env("MY_LLM_KEY", &custom)
+        .args(["run", "--json", "find the keys"]);
+    if daemon {
+        command
+            .env_remove("TROUPE_NO_DAEMON")
+            .env("TROUPE_DAEMON_IDLE_SECS", "30");
+    }
+    if unprivileged {
+        give_to_nobody(env.home.path());
+        give_to_nobody(env.root());
+        command = as_nobody(&command);
+    }
+    let output = run(command).await;
+    if daemon {
+        stop_daemon(&env.data_dir());
+    }
+    assert_eq!(output.status.code(), Some(0), "{}", describe(&output));
+    let requests = server.requests();
+    assert_eq!(requests.len(), 2, "{}", describe(&output));
+    assert_eq!(
+        requests[0].header("x-api-key"),
+        Some(custom.as_str()),
+        "the configured key still reaches the provider"
+    );
+    let result = requests[1].tool_results().last().cloned().unwrap();
+    assert!(result.content.contains("snooped"), "{}", result.content);
+    assert!(
+        result.content.contains("PATH="),
+        "env ran: {}",
+        result.content
+    );
+    for secret in [&key, &custom] {
+        assert!(
+            !result.content.contains(secret.as_str()),
+            "a key reached the command: {}",
+            result.content
+        );
+        assert!(
+            !String::from_utf8_lossy(&output.stdout).contains(secret.as_str()),
+            "a key is in the events"
+        );
+        let stored = files_containing(&env.data_dir(), secret.as_bytes());
+        assert!(stored.is_empty(), "a key is stored in {stored:?}");
+    }
+    // The export of the session carries no key either.
+    let session = support::session_of(&json_lines(&output.stdout));
+    let mut export = env.command(None);
+    export.args(["sessions", "export", &session]);
+    if unprivileged {
+        export = as_nobody(&export);
+    }
+    let exported = run(export).await;
+    assert_eq!(exported.status.code(), Some(0), "{}", describe(&exported));
+    let exported = String::from_utf8_lossy(&exported.stdout);
+    assert!(exported.contains("snooped"), "{exported}");
+    assert!(!exported.contains(&key) && !exported.contains(&custom));
+}
+
+#[tokio::test]
+async fn provider_keys_reach_no_command_in_an_embedded_run() {
+    keys_stay_hidden(false, false).await;
+}
+
+#[tokio::test]
+async fn provider_keys_reach_no_command_in_a_daemon_run() {
+    keys_stay_hidden(true, false).await;
+}
+
+#[tokio::test]
+async fn provider_keys_reach_no_command_of_an_unprivileged_user() {
+    if !is_root() {
+        eprintln!("skipped: switching to an unprivileged user needs root");
+        return;
+    }
+    keys_stay_hidden(false, true).await;
+    keys_stay_hidden(true, true).await;
+}
