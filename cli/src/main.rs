@@ -19,6 +19,7 @@ mod setup;
 mod shell;
 mod signals;
 mod telemetry;
+mod trust;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -70,6 +71,22 @@ enum Command {
         /// Why (passed to the model with a deny).
         #[arg(long)]
         reason: Option<String>,
+    },
+    /// Trust a project: its .troupe/config.toml then applies in full.
+    ///
+    /// Until a project is trusted, the settings of its .troupe/config.toml
+    /// that widen what runs unasked or where data goes are ignored (a mode of
+    /// accept-edits or bypass, allow rules, extra_roots, env_allowlist,
+    /// providers that set base_url or api_key_env, stdio MCP servers), with
+    /// one notice per run; settings that only restrict (deny, ask) always
+    /// apply. Review the file before trusting it.
+    Trust {
+        /// A directory of the project (default: the current one); its project
+        /// root is trusted.
+        dir: Option<PathBuf>,
+        /// Stop trusting the project instead.
+        #[arg(long)]
+        revoke: bool,
     },
     /// Run an offline demonstration against the built-in scripted model.
     Demo(DemoArgs),
@@ -262,6 +279,10 @@ fn main() -> ExitCode {
     match cli.command {
         Command::Completions { shell } => return ExitCode::from(shell::completions(shell)),
         Command::Man { out_dir } => return ExitCode::from(shell::man(out_dir.as_deref())),
+        Command::Trust { dir, revoke } => {
+            init_logging(false);
+            return ExitCode::from(trust::trust(dir.as_deref(), revoke));
+        }
         _ => {}
     }
     let no_color = std::env::var_os("NO_COLOR").map(|value| value.to_string_lossy().into_owned());
@@ -314,7 +335,7 @@ fn main() -> ExitCode {
                 })
                 .await
             }
-            Command::Completions { .. } | Command::Man { .. } => 0,
+            Command::Completions { .. } | Command::Man { .. } | Command::Trust { .. } => 0,
         }
     });
     // Do not wait for lingering blocking tasks (a pending terminal prompt).

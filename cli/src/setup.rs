@@ -14,8 +14,8 @@ use troupe_actors::{AgentEnv, ProviderForModel, SessionTarget};
 use troupe_runtime::agent::roles::RoleSet;
 use troupe_runtime::config::paths::{self, ProcessEnv};
 use troupe_runtime::config::{
-    Config, ConfigSources, Limits, PermissionMode, ResolvedProvider, load_config, resolve_provider,
-    startup_warnings,
+    Config, ConfigSources, Limits, PermissionMode, ResolvedProvider, TrustStore,
+    load_config_with_trust, resolve_provider, startup_warnings, untrusted_notice,
 };
 use troupe_runtime::llm::build_provider;
 use troupe_runtime::permissions::PermissionEngine;
@@ -258,8 +258,18 @@ pub async fn prepare(
         }
     };
     let sources = locations.config_sources(&cwd);
-    let config = load_config(&sources).map_err(|err| SetupError::usage(err.to_string()))?;
     let project_root = sources.project_root.clone().unwrap_or_else(|| cwd.clone());
+    let trusted = TrustStore::new(&locations.data_dir)
+        .is_trusted(&project_root)
+        .map_err(|err| SetupError::usage(format!("cannot read the trusted projects: {err}")))?;
+    let loaded = load_config_with_trust(&sources, trusted)
+        .map_err(|err| SetupError::usage(err.to_string()))?;
+    if !loaded.ignored.is_empty()
+        && let Some(file) = sources.project_file()
+    {
+        warnings.push(untrusted_notice(&file, &project_root, &loaded.ignored));
+    }
+    let config = loaded.config;
     // git status runs while the rest is set up; the first request waits for it
     // at most GIT_STATUS_BUDGET from here.
     let git_status = tokio::spawn({
