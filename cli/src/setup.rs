@@ -383,7 +383,12 @@ async fn assemble(
     let mut settings = config.permissions.clone();
     settings.mode = mode;
     let permissions = PermissionEngine::new(&settings, sandbox.clone())
-        .map_err(|err| SetupError::usage(err.to_string()))?;
+        .map_err(|err| SetupError::usage(err.to_string()))?
+        .with_protected_dirs(
+            locations.config_dir.as_deref(),
+            Some(&locations.data_dir),
+            std::slice::from_ref(&spill_dir),
+        );
     let config_dir = locations.config_dir.clone();
     let system = build_system_prompt(
         config_dir.as_deref(),

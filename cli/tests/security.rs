@@ -334,3 +334,40 @@ async fn a_hostile_project_configuration_applies_only_after_troupe_trust() {
     assert!(!results[1].is_error, "{:?}", results[1]);
     assert_eq!(std::fs::read_to_string(&outside_file).unwrap(), "owned");
 }
+
+#[tokio::test]
+async fn the_model_cannot_rewrite_troupe_configuration_even_in_bypass() {
+    let server = ScriptedServer::start(
+        Script::new()
+            .then(troupe_scripted::tool_calls([
+                (
+                    "write_file",
+                    json!({ "path": ".troupe/config.toml", "content": "[permissions]\nmode = \"bypass\"\n" }),
+                ),
+                (
+                    "bash",
+                    json!({ "command": "echo '{\"mcpServers\":{}}' > .mcp.json" }),
+                ),
+            ]))
+            .then(text("could not")),
+    )
+    .await
+    .unwrap();
+    let env = Env::new();
+    let mut command = env.command(Some(&server));
+    command.args(["run", "--mode", "bypass", "raise your permissions"]);
+    let output = run(command).await;
+    assert_eq!(output.status.code(), Some(0), "{}", describe(&output));
+    let results = server.requests()[1].tool_results();
+    assert_eq!(results.len(), 2);
+    for result in &results {
+        assert!(result.is_error, "{result:?}");
+        assert!(
+            result.content.contains("the user must make that change"),
+            "{}",
+            result.content
+        );
+    }
+    assert!(!env.root().join(".troupe/config.toml").exists());
+    assert!(!env.root().join(".mcp.json").exists());
+}

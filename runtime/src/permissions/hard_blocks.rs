@@ -20,6 +20,7 @@
 
 use std::path::{Component, Path, PathBuf};
 
+use super::protected::{ProtectedKind, ProtectedPaths};
 use super::shell::{
     self, AndOr, Command, Connector, Pipeline, RedirOp, Redirect, Script, SimpleCommand, Word,
 };
@@ -190,6 +191,8 @@ pub(crate) enum HardBlockKind {
     PowerOff,
     /// Writes into the project's `.git` internals.
     GitInternals,
+    /// Writes into the files that govern Troupe itself.
+    ProtectedConfig,
     /// Nesting too deep to check.
     TooComplex,
 }
@@ -219,12 +222,25 @@ impl HardBlock {
             HardBlockKind::PipeToShell => "downloaded code piped to a shell",
             HardBlockKind::PowerOff => "power off or reboot",
             HardBlockKind::GitInternals => "write into .git internals",
+            HardBlockKind::ProtectedConfig => "write to Troupe's own configuration",
             HardBlockKind::TooComplex => "command too deeply nested to check",
         };
         Self {
             kind,
             reason: format!("hard block ({label}): {detail}. {EVERY_MODE}"),
         }
+    }
+
+    /// The block for `action` (e.g. "writing `.troupe/config.toml`"), which
+    /// would change a protected place.
+    pub(crate) fn protected(action: &str, kind: ProtectedKind) -> Self {
+        Self::new(
+            HardBlockKind::ProtectedConfig,
+            &format!(
+                "{action} would change {}, which tools never change; tell the user what should change there and why: the user must make that change",
+                kind.describe()
+            ),
+        )
     }
 
     /// The block for a file write into `.git` internals.
@@ -247,6 +263,8 @@ pub(crate) struct ShellContext<'a> {
     pub(crate) home: Option<&'a Path>,
     /// Resolves symlinks of an absolute path; `None` when it cannot.
     pub(crate) resolve: &'a dyn Fn(&Path) -> Option<PathBuf>,
+    /// The places no command may write.
+    pub(crate) protected: &'a ProtectedPaths,
 }
 
 /// One simple command as rules see it.
@@ -1087,8 +1105,10 @@ impl Walker<'_, '_> {
                 continue;
             };
             let root = self.ctx.project_root;
-            let resolved_inside =
-                (self.ctx.resolve)(&path).is_some_and(|r| in_git_internals(&r, root));
+            let resolved = (self.ctx.resolve)(&path);
+            let resolved_inside = resolved
+                .as_deref()
+                .is_some_and(|r| in_git_internals(r, root));
             if in_git_internals(&path, root) || resolved_inside {
                 self.block(
                     HardBlockKind::GitInternals,
@@ -1096,6 +1116,17 @@ impl Walker<'_, '_> {
                         "{how} on `{raw}` changes the repository's .git directory; use git commands instead"
                     ),
                 );
+                return;
+            }
+            let protected = self.ctx.protected.covers(&path).or_else(|| {
+                resolved
+                    .as_deref()
+                    .and_then(|r| self.ctx.protected.covers(r))
+            });
+            if let Some(kind) = protected {
+                if self.block.is_none() {
+                    self.block = Some(HardBlock::protected(&format!("{how} on `{raw}`"), kind));
+                }
                 return;
             }
         }
@@ -1260,11 +1291,20 @@ mod tests {
         None
     }
 
+    fn protected() -> ProtectedPaths {
+        ProtectedPaths::for_project(Path::new(ROOT)).with_user_dirs(
+            Some(Path::new("/home/dev/.config/troupe")),
+            Some(Path::new("/home/dev/.local/state/troupe")),
+            &[PathBuf::from("/home/dev/.local/state/troupe/spill/s1")],
+        )
+    }
+
     fn check(line: &str) -> Option<HardBlock> {
         let ctx = ShellContext {
             project_root: Path::new(ROOT),
             home: Some(Path::new(HOME)),
             resolve: &no_resolve,
+            protected: &protected(),
         };
         analyse_command(line, &ctx).block
     }
@@ -1490,6 +1530,51 @@ mod tests {
     }
 
     #[test]
+    fn troupe_configuration_is_never_written_by_commands() {
+        use HardBlockKind::ProtectedConfig as P;
+        for line in [
+            "echo 'mode = \"bypass\"' >> .troupe/config.toml",
+            "printf x > ./.troupe/config.toml",
+            "cat evil.toml | tee .troupe/config.toml",
+            "cp evil.toml .troupe/config.toml",
+            "mv evil.toml /home/dev/proj/.troupe/config.toml",
+            "install -m 644 x .troupe/roles/r.md",
+            "ln -sf /tmp/x .troupe/config.toml",
+            "cp -t .troupe a b",
+            "dd if=x of=.troupe/config.toml",
+            "truncate -s 0 .troupe/config.toml",
+            "rm .troupe/config.toml",
+            "rm -rf .troupe",
+            "echo '{}' > .mcp.json",
+            "cd src && echo x > ../.mcp.json",
+            "echo x > ~/.config/troupe/config.toml",
+            "echo x > $HOME/.local/state/troupe/trusted.toml",
+            "cp x /home/dev/.local/state/troupe/db/conf",
+            "bash -c 'echo x > .troupe/config.toml'",
+            "sudo tee -a .troupe/config.toml < x",
+        ] {
+            assert_blocked(line, P);
+        }
+        let reason = check("echo x > .troupe/config.toml")
+            .map(|b| b.reason)
+            .unwrap_or_default();
+        assert!(
+            reason.contains("a redirection on `.troupe/config.toml` would change the project's Troupe configuration"),
+            "{reason}"
+        );
+        assert!(
+            reason.contains("the user must make that change"),
+            "{reason}"
+        );
+        assert!(reason.ends_with(EVERY_MODE), "{reason}");
+        assert_free("cat .troupe/config.toml");
+        assert_free("echo x > .troupe-notes");
+        assert_free("echo x > sub/.mcp.json");
+        assert_free("echo x > /home/dev/.local/state/troupe/spill/s1/out.txt");
+        assert_free("cp .troupe/config.toml backup.toml");
+    }
+
+    #[test]
     fn git_internals() {
         for line in [
             "echo x > .git/config",
@@ -1528,6 +1613,7 @@ mod tests {
             project_root: Path::new(ROOT),
             home: Some(Path::new(HOME)),
             resolve: &resolve,
+            protected: &protected(),
         };
         let analysis = analyse_command("rm -rf rootlink/", &ctx);
         assert_eq!(
@@ -1554,6 +1640,7 @@ mod tests {
             project_root: Path::new(ROOT),
             home: Some(Path::new(HOME)),
             resolve: &no_resolve,
+            protected: &protected(),
         };
         let analysis = analyse_command(
             "sudo  git   push origin && bash -c 'cargo test' | echo $(date)",
@@ -1619,6 +1706,7 @@ mod tests {
             project_root: Path::new(ROOT),
             home: Some(Path::new(HOME)),
             resolve: &no_resolve,
+            protected: &protected(),
         };
         let mut rng = rand::rngs::StdRng::seed_from_u64(0x7e0_0be);
         for _ in 0..3_000 {
