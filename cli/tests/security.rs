@@ -371,3 +371,67 @@ async fn the_model_cannot_rewrite_troupe_configuration_even_in_bypass() {
     assert!(!env.root().join(".troupe/config.toml").exists());
     assert!(!env.root().join(".mcp.json").exists());
 }
+
+/// Live (not zombie) processes whose command line is `sleep MARKER`.
+fn sleeping(marker: &str) -> Vec<u32> {
+    let wanted = format!("sleep\0{marker}\0");
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|entry| entry.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/cmdline"))
+                .is_ok_and(|cmdline| cmdline == wanted.as_bytes())
+        })
+        .filter(|pid| process_is_alive(*pid))
+        .collect()
+}
+
+/// Waits (bounded) until no `sleep MARKER` is alive; returns the survivors
+/// left at the limit.
+fn survivors(marker: &str) -> Vec<u32> {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let alive = sleeping(marker);
+        if alive.is_empty() || Instant::now() >= deadline {
+            return alive;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+#[tokio::test]
+async fn nothing_a_command_or_background_task_started_outlives_the_run() {
+    let server = ScriptedServer::start(
+        Script::new()
+            .then(tool_call(
+                "bash",
+                json!({ "command": "setsid sleep 1231.5 & (set -m; sleep 1232.5 &); echo started", "run_in_background": true }),
+            ))
+            .then(tool_call(
+                "bash",
+                json!({ "command": "set -m; sleep 1221.5 & sleep 100", "timeout_secs": 2 }),
+            ))
+            .then(text("done")),
+    )
+    .await
+    .unwrap();
+    let env = Env::new();
+    let mut command = env.command(Some(&server));
+    command.args(["run", "--mode", "bypass", "start things"]);
+    let output = run(command).await;
+    assert_eq!(output.status.code(), Some(0), "{}", describe(&output));
+    let timed_out = server.requests()[2].tool_results().last().cloned().unwrap();
+    assert!(
+        timed_out.content.contains("timed out after 2 s"),
+        "{}",
+        timed_out.content
+    );
+    for marker in ["1221.5", "1231.5", "1232.5"] {
+        assert_eq!(
+            survivors(marker),
+            Vec::<u32>::new(),
+            "`sleep {marker}` outlived the run"
+        );
+    }
+}

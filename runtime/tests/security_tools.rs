@@ -668,3 +668,107 @@ async fn reads_outside_need_approval_of_that_call() {
     let err = err_text(&h.call_with(&approved, "write_file", &write).await);
     assert!(err.contains("writing there is never allowed"), "{err}");
 }
+
+// ------------------------------------------------------------ no survivors
+
+/// Live (not zombie) processes whose command line is `sleep MARKER`.
+fn sleeping(marker: &str) -> Vec<u32> {
+    let wanted = format!("sleep\0{marker}\0");
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|entry| entry.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/cmdline"))
+                .is_ok_and(|cmdline| cmdline == wanted.as_bytes())
+        })
+        .filter(|pid| process_is_alive(*pid))
+        .collect()
+}
+
+/// Waits (bounded) until no `sleep MARKER` is alive; the survivors if some
+/// are still there at the limit.
+async fn survivors(marker: &str) -> Vec<u32> {
+    let deadline = Instant::now() + EVENT_LIMIT;
+    loop {
+        let alive = sleeping(marker);
+        if alive.is_empty() || Instant::now() >= deadline {
+            return alive;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// Runs `command` (which prints `started` once its processes are up) with a
+/// 2 s timeout under `containment`, and returns how it ended.
+async fn run_contained(
+    command: &str,
+    containment: &troupe_runtime::tools::process_tree::Containment,
+) -> troupe_runtime::tools::process::DriveOutcome {
+    use troupe_runtime::tools::process::{drive, spawn_shell_contained};
+    let dir = tempfile::tempdir().unwrap();
+    let mut shell = spawn_shell_contained(command, dir.path(), &[], containment).unwrap();
+    drive(
+        &mut shell,
+        Some(Duration::from_secs(2)),
+        &tokio_util::sync::CancellationToken::new(),
+        |_| {},
+    )
+    .await
+}
+
+/// The containments this machine offers: always the subreaper, and cgroup
+/// v2 when it is writable here.
+fn containments() -> Vec<troupe_runtime::tools::process_tree::Containment> {
+    use troupe_runtime::tools::process_tree::{Containment, detect};
+    let mut out = vec![Containment::Subreaper];
+    let detected = detect();
+    if detected != Containment::Subreaper {
+        out.push(detected);
+    } else {
+        eprintln!("cgroup v2 is not writable here: only the subreaper is tested");
+    }
+    out
+}
+
+#[tokio::test]
+async fn processes_that_left_the_group_die_on_timeout() {
+    use troupe_runtime::tools::process::Ending;
+    for (i, containment) in containments().into_iter().enumerate() {
+        let own_group = format!("1221.{i}1");
+        let new_session = format!("1221.{i}2");
+        let orphan = format!("1221.{i}3");
+        let command = format!(
+            "set -m; sleep {own_group} & setsid sleep {new_session} & \
+             (setsid sleep {orphan} &); sleep 100"
+        );
+        let outcome = run_contained(&command, &containment).await;
+        assert_eq!(outcome.ending, Ending::TimedOut, "{containment:?}");
+        for marker in [&own_group, &new_session, &orphan] {
+            assert_eq!(
+                survivors(marker).await,
+                Vec::<u32>::new(),
+                "`sleep {marker}` survived under {containment:?}"
+            );
+        }
+    }
+}
+
+#[tokio::test]
+async fn processes_left_running_after_the_command_exits_are_stopped() {
+    use troupe_runtime::tools::process::Ending;
+    for (i, containment) in containments().into_iter().enumerate() {
+        let marker = format!("1222.{i}1");
+        let outcome = run_contained(
+            &format!("(setsid sleep {marker} &); echo started"),
+            &containment,
+        )
+        .await;
+        assert_eq!(outcome.ending, Ending::Exited, "{containment:?}");
+        assert_eq!(
+            survivors(&marker).await,
+            Vec::<u32>::new(),
+            "{containment:?}"
+        );
+    }
+}
