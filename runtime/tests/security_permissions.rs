@@ -1217,7 +1217,11 @@ fn troupe_configuration_is_never_written_in_any_mode() {
     );
     let engine = PermissionEngine::new(&settings, sandbox)
         .expect("engine")
-        .with_protected_dirs(Some(&config_dir), Some(&data_dir), &[spill.clone()]);
+        .with_protected_dirs(
+            Some(&config_dir),
+            Some(&data_dir),
+            std::slice::from_ref(&spill),
+        );
     let config_file = config_dir.join("config.toml").display().to_string();
     let trusted = data_dir.join("trusted.toml").display().to_string();
     for mode in [
