@@ -18,7 +18,9 @@
 //!   process with the tag (and their descendants), found by scanning `/proc`;
 //!   they are signalled one by one.
 //!
-//! This module finds and signals processes; when to stop them (timeout,
+//! Empty cgroups left by a troupe process that was killed are removed by the
+//! next one that detects cgroup support. This module finds and signals
+//! processes; when to stop them (timeout,
 //! cancellation, the end of the main process) is `process`'s business. The
 //! set arithmetic ([`descendants`]) and the parsers are pure functions.
 
@@ -88,8 +90,39 @@ pub fn detect() -> Containment {
         .zip(own_cgroup(&own))
         .map(|(mount, own)| mount.join(own.trim_start_matches('/')));
     match parent {
-        Some(parent) if cgroup_usable(&parent) => Containment::Cgroup { parent },
+        Some(parent) if cgroup_usable(&parent) => {
+            remove_stale_cgroups(&parent);
+            Containment::Cgroup { parent }
+        }
         _ => Containment::Subreaper,
+    }
+}
+
+/// The process that created a cgroup named by [`Tree::new`] or the probe
+/// (`troupe-PID-…`).
+pub fn cgroup_owner(name: &str) -> Option<u32> {
+    let rest = name.strip_prefix(CGROUP_PREFIX)?.strip_prefix('-')?;
+    let (pid, tail) = rest.split_once('-')?;
+    (!tail.is_empty()).then_some(())?;
+    pid.parse().ok()
+}
+
+/// Removes the empty cgroups left below `parent` by troupe processes that
+/// are gone (killed before they could remove them). Populated ones are left
+/// alone.
+fn remove_stale_cgroups(parent: &Path) {
+    let Ok(entries) = std::fs::read_dir(parent) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(owner) = name.to_str().and_then(cgroup_owner) else {
+            continue;
+        };
+        if !super::process::process_is_alive(owner) {
+            // Fails (and is left alone) while processes are inside.
+            let _ = std::fs::remove_dir(entry.path());
+        }
     }
 }
 
@@ -487,6 +520,15 @@ mod tests {
             vec![10, 11, 12, 13, 20, 21]
         );
         assert!(descendants(&parents, &BTreeSet::new()).is_empty());
+    }
+
+    #[test]
+    fn cgroups_name_the_process_that_made_them() {
+        assert_eq!(cgroup_owner("troupe-123-4"), Some(123));
+        assert_eq!(cgroup_owner("troupe-123-probe-1"), Some(123));
+        assert_eq!(cgroup_owner("troupe-123"), None);
+        assert_eq!(cgroup_owner("troupe-x-1"), None);
+        assert_eq!(cgroup_owner("system.slice"), None);
     }
 
     #[test]
