@@ -535,7 +535,7 @@ fn a_denial_with_nobody_to_ask_advises_what_works_in_the_current_mode() {
         "{text}"
     );
     assert!(
-        text.contains("/.troupe/config.toml` (this project)"),
+        text.contains("/.troupe/config.toml` (this project, once trusted"),
         "{text}"
     );
 }
