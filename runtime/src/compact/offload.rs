@@ -153,7 +153,7 @@ impl Ledger {
                 })
                 .sum();
             let mut by_size = undecided.clone();
-            by_size.sort_by(|a, b| b.content_bytes().cmp(&a.content_bytes()));
+            by_size.sort_by_key(|result| std::cmp::Reverse(result.content_bytes()));
             let mut spill: Vec<&str> = Vec::new();
             for result in by_size {
                 let size = result.content_bytes();
