@@ -49,6 +49,8 @@ pub struct AgentEnv {
     pub system: SystemPrompt,
     /// Where large outputs are spilled.
     pub spill_dir: PathBuf,
+    /// The provider's context window in tokens (0: no compaction).
+    pub context_window: u64,
     /// Environment given to child processes.
     pub child_env: Arc<Vec<(String, String)>>,
     /// Background shell tasks of the session.

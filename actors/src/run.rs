@@ -22,9 +22,10 @@ use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort, SupervisionEvent
 use tokio_util::sync::CancellationToken;
 use troupe_runtime::agent::resume::{pause_note, user_message};
 use troupe_runtime::agent::{
-    AgentLoop, AgentSpec, AgentStatus, Approver, Budget, LimitHit, LoopSetup, RunAccount,
-    RunOutcome, SlotHolder, StopCause,
+    AgentLoop, AgentSpec, AgentStatus, Approver, Budget, ContextSetup, LimitHit, LoopSetup,
+    RunAccount, RunOutcome, SlotHolder, StopCause,
 };
+use troupe_runtime::compact::offload::Ledger;
 use troupe_runtime::config::{Limits, RuleEntry};
 use troupe_runtime::events::{ApprovalOutcome, EventKind, RunStatus};
 use troupe_runtime::model::{Message, Usage};
@@ -388,6 +389,18 @@ fn watch_wall_clock(run: &ActorRef<RunMsg>, limit: std::time::Duration, root: Ca
 }
 
 impl RunActorState {
+    /// The layer-1 decisions kept with the run's session (none when they
+    /// cannot be read: they are made again).
+    fn stored_ledger(&self) -> Ledger {
+        match self.env.store.ledger(&self.session_id) {
+            Ok(entries) => Ledger::from_entries(&entries),
+            Err(err) => {
+                tracing::warn!(%err, "the session's layer-1 decisions could not be read");
+                Ledger::default()
+            }
+        }
+    }
+
     /// Spawns the main agent, linked to the run.
     async fn spawn_main(
         &mut self,
@@ -416,6 +429,10 @@ impl RunActorState {
             token: self.account.root().child_token(),
             // The main agent's span is the root of the run's trace.
             parent_span: tracing::Span::none(),
+            context: ContextSetup {
+                window: self.env.context_window,
+                ledger: self.stored_ledger(),
+            },
         });
         let args = AgentArgs {
             machine,

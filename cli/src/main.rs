@@ -21,6 +21,7 @@ mod setup;
 mod shell;
 mod signals;
 mod telemetry;
+mod trust;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -74,6 +75,22 @@ enum Command {
         /// Why (passed to the model with a deny).
         #[arg(long)]
         reason: Option<String>,
+    },
+    /// Trust a project: its .troupe/config.toml then applies in full.
+    ///
+    /// Until a project is trusted, the settings of its .troupe/config.toml
+    /// that widen what runs unasked or where data goes are ignored (a mode of
+    /// accept-edits or bypass, allow rules, extra_roots, env_allowlist,
+    /// providers that set base_url or api_key_env, stdio MCP servers), with
+    /// one notice per run; settings that only restrict (deny, ask) always
+    /// apply. Review the file before trusting it.
+    Trust {
+        /// A directory of the project (default: the current one); its project
+        /// root is trusted.
+        dir: Option<PathBuf>,
+        /// Stop trusting the project instead.
+        #[arg(long)]
+        revoke: bool,
     },
     /// Run an offline demonstration against the built-in scripted model.
     Demo(DemoArgs),
@@ -294,10 +311,15 @@ fn parse_mode(text: &str) -> Result<troupe_runtime::config::PermissionMode, Stri
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    harden(&cli);
     // These only print text generated from the command line's definition.
     match cli.command {
         Command::Completions { shell } => return ExitCode::from(shell::completions(shell)),
         Command::Man { out_dir } => return ExitCode::from(shell::man(out_dir.as_deref())),
+        Command::Trust { dir, revoke } => {
+            init_logging(false);
+            return ExitCode::from(trust::trust(dir.as_deref(), revoke));
+        }
         _ => {}
     }
     let no_color = std::env::var_os("NO_COLOR").map(|value| value.to_string_lossy().into_owned());
@@ -353,12 +375,43 @@ fn main() -> ExitCode {
                 })
                 .await
             }
-            Command::Completions { .. } | Command::Man { .. } => 0,
+            Command::Completions { .. } | Command::Man { .. } | Command::Trust { .. } => 0,
         }
     });
     // Do not wait for lingering blocking tasks (a pending terminal prompt).
     runtime.shutdown_background();
     ExitCode::from(code)
+}
+
+/// Reads provider keys into memory and removes them from this process's
+/// environment (and `/proc/PID/environ`), makes the process non-dumpable and
+/// turns core dumps off, before any thread starts. The key variables are the
+/// standard ones, those the user and project configuration files name, and
+/// those a parent troupe process listed.
+fn harden(cli: &Cli) {
+    use troupe_runtime::config::paths::{self, ProcessEnv};
+    use troupe_runtime::secrets;
+    let given = match &cli.command {
+        Command::Run(args) => args.flags.cwd.clone(),
+        Command::Resume(args) => args.flags.cwd.clone(),
+        _ => None,
+    };
+    let mut roots = Vec::new();
+    if let Ok(cwd) = std::env::current_dir() {
+        roots.push(paths::find_project_root(&cwd));
+        if let Some(given) = given {
+            roots.push(paths::find_project_root(&cwd.join(given)));
+        }
+    }
+    let roots: Vec<&std::path::Path> = roots.iter().map(PathBuf::as_path).collect();
+    let user = paths::user_config_file(&ProcessEnv).ok();
+    let parent = std::env::var(secrets::WITHHOLD_VARS_VAR).ok();
+    let names = secrets::key_names_from_files(user.as_deref(), &roots, parent.as_deref());
+    // SAFETY: no other thread exists yet: the async runtime starts after this.
+    let report = unsafe { secrets::harden_process(&names) };
+    for failure in report.failures {
+        eprintln!("troupe: warning: {failure}");
+    }
 }
 
 /// Logs go to stderr (stdout carries answers and `--json` events), at `warn`

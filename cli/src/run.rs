@@ -254,7 +254,9 @@ async fn start_remote(
         session,
         flags,
         &current_dir,
-        std::env::vars(),
+        // With the provider keys read at start-up, which are no longer in
+        // this process's environment.
+        troupe_runtime::secrets::process_vars(),
         interactive,
     );
     let submitted = match client.submit(&body).await {

@@ -14,8 +14,8 @@ use troupe_actors::{AgentEnv, ProviderForModel, SessionTarget};
 use troupe_runtime::agent::roles::RoleSet;
 use troupe_runtime::config::paths::{self, ProcessEnv};
 use troupe_runtime::config::{
-    Config, ConfigSources, Limits, PermissionMode, ResolvedProvider, load_config, resolve_provider,
-    startup_warnings,
+    Config, ConfigSources, Limits, PermissionMode, ResolvedProvider, TrustStore,
+    load_config_with_trust, resolve_provider, startup_warnings, untrusted_notice,
 };
 use troupe_runtime::llm::build_provider;
 use troupe_runtime::permissions::PermissionEngine;
@@ -25,7 +25,7 @@ use troupe_runtime::store::{Store, StoreError};
 use troupe_runtime::telemetry::genai::ContentCapture;
 use troupe_runtime::tools::background::BackgroundTasks;
 use troupe_runtime::tools::builtin_registry;
-use troupe_runtime::tools::process::child_environment;
+use troupe_runtime::tools::process::child_environment_withholding;
 
 /// A setup failure, already worded for the person at the terminal, with the
 /// exit code it deserves.
@@ -114,7 +114,7 @@ impl Locations {
     pub fn var(&self, name: &str) -> Option<String> {
         match &self.vars {
             Some(vars) => vars.get(name).cloned(),
-            None => std::env::var(name).ok(),
+            None => troupe_runtime::config::paths::Env::var(&ProcessEnv, name),
         }
     }
 
@@ -254,8 +254,13 @@ pub struct Configured {
 pub fn configured(locations: &Locations, options: &RunOptions) -> Result<Configured, SetupError> {
     let cwd = working_directory(locations, options.cwd.as_deref())?;
     let sources = locations.config_sources(&cwd);
-    let config = load_config(&sources).map_err(|err| SetupError::usage(err.to_string()))?;
     let project_root = sources.project_root.clone().unwrap_or(cwd);
+    let trusted = TrustStore::new(&locations.data_dir)
+        .is_trusted(&project_root)
+        .map_err(|err| SetupError::usage(format!("cannot read the trusted projects: {err}")))?;
+    let config = load_config_with_trust(&sources, trusted)
+        .map_err(|err| SetupError::usage(err.to_string()))?
+        .config;
     let env = |name: &str| locations.var(name);
     let provider = resolve_provider(&config, options.provider.as_deref(), &env)
         .map(|resolved| match &options.model {
@@ -269,6 +274,46 @@ pub fn configured(locations: &Locations, options: &RunOptions) -> Result<Configu
         provider,
         roles,
     })
+}
+
+/// A project whose configuration asks for settings that need the person's
+/// trust before they apply.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TrustQuestion {
+    /// The project root (what `troupe trust` records).
+    pub root: PathBuf,
+    /// Its configuration file.
+    pub file: PathBuf,
+    /// The settings ignored until it is trusted.
+    pub ignored: Vec<String>,
+}
+
+/// The trust question for the project `options` names, if its configuration
+/// has settings that apply only once it is trusted and it is not trusted yet.
+pub fn trust_question(
+    locations: &Locations,
+    options: &RunOptions,
+) -> Result<Option<TrustQuestion>, SetupError> {
+    let cwd = working_directory(locations, options.cwd.as_deref())?;
+    let sources = locations.config_sources(&cwd);
+    let root = sources.project_root.clone().unwrap_or(cwd);
+    let store = TrustStore::new(&locations.data_dir);
+    let trusted = store
+        .is_trusted(&root)
+        .map_err(|err| SetupError::usage(format!("cannot read the trusted projects: {err}")))?;
+    if trusted {
+        return Ok(None);
+    }
+    let loaded = load_config_with_trust(&sources, false)
+        .map_err(|err| SetupError::usage(err.to_string()))?;
+    Ok(sources
+        .project_file()
+        .filter(|_| !loaded.ignored.is_empty())
+        .map(|file| TrustQuestion {
+            root,
+            file,
+            ignored: loaded.ignored,
+        }))
 }
 
 /// Loads configuration for `options` and prepares a run. `provider_override`
@@ -306,8 +351,18 @@ pub async fn prepare(
         }
     };
     let sources = locations.config_sources(&cwd);
-    let config = load_config(&sources).map_err(|err| SetupError::usage(err.to_string()))?;
     let project_root = sources.project_root.clone().unwrap_or_else(|| cwd.clone());
+    let trusted = TrustStore::new(&locations.data_dir)
+        .is_trusted(&project_root)
+        .map_err(|err| SetupError::usage(format!("cannot read the trusted projects: {err}")))?;
+    let loaded = load_config_with_trust(&sources, trusted)
+        .map_err(|err| SetupError::usage(err.to_string()))?;
+    if !loaded.ignored.is_empty()
+        && let Some(file) = sources.project_file()
+    {
+        warnings.push(untrusted_notice(&file, &project_root, &loaded.ignored));
+    }
+    let config = loaded.config;
     // git status runs while the rest is set up; the first request waits for it
     // at most GIT_STATUS_BUDGET from here.
     let git_status = tokio::spawn({
@@ -422,7 +477,12 @@ async fn assemble(
     let mut settings = config.permissions.clone();
     settings.mode = mode;
     let permissions = PermissionEngine::new(&settings, sandbox.clone())
-        .map_err(|err| SetupError::usage(err.to_string()))?;
+        .map_err(|err| SetupError::usage(err.to_string()))?
+        .with_protected_dirs(
+            locations.config_dir.as_deref(),
+            Some(&locations.data_dir),
+            std::slice::from_ref(&spill_dir),
+        );
     let config_dir = locations.config_dir.clone();
     let system = build_system_prompt(
         config_dir.as_deref(),
@@ -430,7 +490,17 @@ async fn assemble(
         provider.model(),
         git_status,
     );
-    let child_env = child_environment(&config.tools.env_allowlist, |name| locations.var(name));
+    let started_withheld = troupe_runtime::secrets::withheld_names();
+    let withheld = troupe_runtime::secrets::key_names(
+        config
+            .providers
+            .values()
+            .filter_map(|provider| provider.api_key_env.as_deref())
+            .chain(started_withheld.iter().map(String::as_str)),
+    );
+    let child_env = child_environment_withholding(&config.tools.env_allowlist, &withheld, |name| {
+        locations.var(name)
+    });
     let (roles, role_warnings) = RoleSet::load(config_dir.as_deref(), project_root);
     let mut warnings: Vec<String> = role_warnings
         .iter()
@@ -461,6 +531,7 @@ async fn assemble(
         sandbox,
         system,
         spill_dir,
+        context_window: resolved.context_window,
         child_env: Arc::new(child_env),
         background: Arc::new(BackgroundTasks::new()),
         tool_timeout: config.tools.timeout,

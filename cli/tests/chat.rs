@@ -455,3 +455,35 @@ async fn control_sequences_from_the_model_never_reach_the_terminal() {
     pane.keys(&["C-d"]);
     pane.wait_for("[exit 0]");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_chat_asks_once_to_trust_a_project_whose_configuration_needs_it() {
+    let server = ScriptedServer::start(Script::new()).await.unwrap();
+    let env = Env::new();
+    std::fs::write(
+        env.root().join(".troupe/config.toml"),
+        "[permissions]\nmode = \"bypass\"\n",
+    )
+    .unwrap();
+    let pane = Pane::start(&chat_command(&env, &server, &[]));
+    let screen = pane.wait_for("(review the file first)? [y/N]");
+    assert!(screen.contains("permissions.mode"), "{screen}");
+    pane.line("y");
+    pane.wait_for("(trusted ");
+    pane.wait_for_prompt(1);
+    pane.line("/mode");
+    pane.wait_for("mode: bypass");
+    pane.wait_for_prompt(2);
+    pane.keys(&["C-d"]);
+    pane.wait_for("[exit 0]");
+    let trusted = std::fs::read_to_string(env.data_dir().join("trusted.toml")).unwrap();
+    let root = std::fs::canonicalize(env.root()).unwrap();
+    assert!(trusted.contains(&*root.to_string_lossy()), "{trusted}");
+
+    // Trusted now: the next chat does not ask again.
+    let pane = Pane::start(&chat_command(&env, &server, &[]));
+    pane.wait_for_prompt(1);
+    assert!(!pane.screen().contains("[y/N]"));
+    pane.keys(&["C-d"]);
+    pane.wait_for("[exit 0]");
+}

@@ -21,8 +21,11 @@ fn outside_dir() -> (tempfile::TempDir, std::path::PathBuf) {
     (dir, path)
 }
 
+/// Writes the project's configuration and trusts the project, so all of it
+/// applies.
 fn write_project_config(env: &Env, body: &str) {
     std::fs::write(env.root().join(".troupe/config.toml"), body).unwrap();
+    env.trust();
 }
 
 #[tokio::test]
@@ -110,7 +113,7 @@ async fn a_denial_with_nobody_to_ask_gives_the_rule_line_and_no_useless_mode() {
     assert!(result.is_error, "{result:?}");
     let root = std::fs::canonicalize(env.root()).unwrap();
     let expected = format!(
-        "`allow = [\"Bash(cargo test --all)\"]` under `[permissions]` in `{}` (this project) or `~/.config/troupe/config.toml` (every project)",
+        "`allow = [\"Bash(cargo test --all)\"]` under `[permissions]` in `{}` (this project, once trusted with `troupe trust`) or `~/.config/troupe/config.toml` (every project)",
         root.join(".troupe/config.toml").display()
     );
     assert!(result.content.contains(&expected), "{}", result.content);

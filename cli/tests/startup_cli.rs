@@ -19,6 +19,7 @@ async fn settings_without_effect_are_warned_about_before_the_run() {
         "[mcp_servers.github]\ncommand = \"github-mcp\"\n\n[limits]\nbudget_usd = 1.0\n",
     )
     .unwrap();
+    env.trust();
     let mut command = env.command(Some(&server));
     command.args(["run", "hello"]);
     let output = run(command).await;

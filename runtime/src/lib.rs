@@ -12,6 +12,7 @@ pub mod model;
 pub mod permissions;
 pub mod prompt;
 pub mod sandbox;
+pub mod secrets;
 pub mod session;
 pub mod store;
 pub mod telemetry;

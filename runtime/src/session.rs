@@ -12,7 +12,7 @@ use crate::agent::resume::{RepairReport, repair_history};
 use crate::config::RuleEntry;
 use crate::events::{EventKind, RunEvent, RunStatus};
 use crate::model::{Message, Usage};
-use crate::store::{RunRecord, RunState, SkippedRecord, Store, StoreError};
+use crate::store::{CompactionMarker, RunRecord, RunState, SkippedRecord, Store, StoreError};
 
 /// A session loaded for its next run.
 #[derive(Debug, Clone, PartialEq)]
@@ -192,6 +192,34 @@ impl Transcript {
             self.saved = self.saved.min(self.messages.len() - 1);
         }
         close_with(&mut self.messages, text);
+    }
+
+    /// Replaces `messages[..cut]` by `summary` (a compaction): returns the
+    /// marker to store, which names the store index of the first message
+    /// kept. Everything must be stored first (the kept messages stay where
+    /// they are stored); a cut inside an earlier summary moves to its end.
+    pub fn compact(
+        &mut self,
+        summary: Vec<Message>,
+        cut: usize,
+        created: DateTime<Utc>,
+        tokens: (u64, u64),
+    ) -> CompactionMarker {
+        let cut = cut.clamp(self.summary_len, self.messages.len());
+        let first_kept = self.first_index + (cut - self.summary_len) as u64;
+        let kept = self.messages.split_off(cut);
+        self.summary_len = summary.len();
+        self.messages = summary.clone();
+        self.messages.extend(kept);
+        self.first_index = first_kept;
+        self.saved = self.messages.len();
+        CompactionMarker {
+            first_kept,
+            summary,
+            created,
+            before_tokens: tokens.0,
+            after_tokens: tokens.1,
+        }
     }
 
     /// The messages not yet stored, with their store indices.

@@ -1189,3 +1189,95 @@ fn globset_escape(path: &Path) -> String {
     assert!(!text.contains(['*', '?', '[', ']', '{', '}', '\\']));
     text
 }
+
+// ------------------------------------------------------- protected paths
+
+const PROTECTED_BLOCK: &str = "hard block (write to Troupe's own configuration)";
+const USER_MUST: &str = "the user must make that change";
+
+#[test]
+fn troupe_configuration_is_never_written_in_any_mode() {
+    let f = Fixture::new();
+    std::fs::create_dir_all(f.project.join(".troupe")).expect("mkdir .troupe");
+    let config_dir = f.base.join("home/.config/troupe");
+    let data_dir = f.base.join("data");
+    let spill = data_dir.join("spill/s1");
+    std::fs::create_dir_all(&spill).expect("mkdir spill");
+    let settings = PermissionSettings {
+        mode: PermissionMode::Bypass,
+        allow: vec![RuleEntry {
+            rule: "Write(**)".into(),
+            source: RuleSource::User,
+        }],
+        extra_roots: vec![f.base.clone()],
+        ..PermissionSettings::default()
+    };
+    let sandbox = Arc::new(
+        PathSandbox::new(&f.project, &[spill.clone(), f.base.clone()], None).expect("sandbox"),
+    );
+    let engine = PermissionEngine::new(&settings, sandbox)
+        .expect("engine")
+        .with_protected_dirs(
+            Some(&config_dir),
+            Some(&data_dir),
+            std::slice::from_ref(&spill),
+        );
+    let config_file = config_dir.join("config.toml").display().to_string();
+    let trusted = data_dir.join("trusted.toml").display().to_string();
+    for mode in [
+        PermissionMode::Default,
+        PermissionMode::AcceptEdits,
+        PermissionMode::Bypass,
+    ] {
+        engine.set_mode(mode);
+        for request in [
+            write(".troupe/config.toml"),
+            edit(".troupe/config.toml"),
+            write("./src/../.troupe/roles/new.md"),
+            write(&f.path(".troupe/config.toml")),
+            write(".mcp.json"),
+            write(&config_file),
+            write(&trusted),
+            bash("echo 'mode = \"bypass\"' >> .troupe/config.toml"),
+            bash("cp evil.json .mcp.json"),
+            bash(&format!("echo x > {trusted}")),
+        ] {
+            let decision = engine.decide(&request);
+            expect(&decision, Kind::Deny, PROTECTED_BLOCK);
+            expect(&decision, Kind::Deny, USER_MUST);
+            expect(&decision, Kind::Deny, EVERY_MODE);
+        }
+    }
+    // The session's spill directory and ordinary project files stay writable.
+    expect(
+        &engine.decide(&write(&spill.join("notes.txt").display().to_string())),
+        Kind::Allow,
+        "",
+    );
+    expect(&engine.decide(&write("src/lib.rs")), Kind::Allow, "");
+    expect(&engine.decide(&write("sub/.mcp.json")), Kind::Allow, "");
+    // Reading them is fine.
+    expect(
+        &engine.decide(&read(".troupe/config.toml")),
+        Kind::Allow,
+        "",
+    );
+}
+
+#[test]
+fn a_symlink_into_the_troupe_directory_does_not_open_it() {
+    let f = Fixture::new();
+    std::fs::create_dir_all(f.project.join(".troupe")).expect("mkdir .troupe");
+    symlink(f.project.join(".troupe"), f.project.join("cfg")).expect("symlink");
+    let engine = f.engine(PermissionMode::Bypass);
+    expect(
+        &engine.decide(&write("cfg/config.toml")),
+        Kind::Deny,
+        PROTECTED_BLOCK,
+    );
+    expect(
+        &engine.decide(&bash("echo x > cfg/config.toml")),
+        Kind::Deny,
+        PROTECTED_BLOCK,
+    );
+}

@@ -510,6 +510,67 @@ async fn writes_through_symlinks_pointing_outside_are_refused() {
 }
 
 #[tokio::test]
+async fn writes_replace_a_hard_linked_file_and_leave_its_outside_name_alone() {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let h = with_secrets();
+    let outside = h.outside.join("store.txt");
+    std::fs::write(&outside, "shared original\n").unwrap();
+    std::fs::set_permissions(&outside, std::fs::Permissions::from_mode(0o751)).unwrap();
+    let inside = h.project.join("linked.txt");
+    std::fs::hard_link(&outside, &inside).unwrap();
+    assert_eq!(std::fs::metadata(&outside).unwrap().nlink(), 2);
+
+    ok_text(
+        &h.call(
+            "edit_file",
+            json!({"path": "linked.txt", "old_string": "original", "new_string": "edited"}),
+        )
+        .await,
+    );
+    assert_eq!(h.read("linked.txt"), "shared edited\n");
+    assert_eq!(
+        std::fs::read_to_string(&outside).unwrap(),
+        "shared original\n"
+    );
+    let meta = std::fs::metadata(&inside).unwrap();
+    assert_eq!(
+        meta.permissions().mode() & 0o7777,
+        0o751,
+        "the mode is kept"
+    );
+    assert_eq!(meta.nlink(), 1, "the project file is a file of its own now");
+
+    // write_file over a second hard link.
+    let second = h.project.join("second.txt");
+    std::fs::hard_link(&outside, &second).unwrap();
+    ok_text(
+        &h.call(
+            "write_file",
+            json!({"path": "second.txt", "content": "replaced"}),
+        )
+        .await,
+    );
+    assert_eq!(h.read("second.txt"), "replaced");
+    assert_eq!(
+        std::fs::read_to_string(&outside).unwrap(),
+        "shared original\n"
+    );
+    assert_eq!(
+        std::fs::metadata(&second).unwrap().permissions().mode() & 0o7777,
+        0o751
+    );
+    // No temporary file is left next to the targets.
+    let names: Vec<String> = std::fs::read_dir(&h.project)
+        .unwrap()
+        .map(|entry| entry.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert!(
+        names.iter().all(|name| !name.ends_with(".tmp")),
+        "{names:?}"
+    );
+}
+
+#[tokio::test]
 async fn symlink_swapped_in_after_the_permission_check_is_refused() {
     let h = with_secrets();
     let secret = h.outside.join("secret.txt");
@@ -621,4 +682,108 @@ async fn reads_outside_need_approval_of_that_call() {
     let write = json!({"path": outside_file.to_str().unwrap(), "content": "x"}).to_string();
     let err = err_text(&h.call_with(&approved, "write_file", &write).await);
     assert!(err.contains("writing there is never allowed"), "{err}");
+}
+
+// ------------------------------------------------------------ no survivors
+
+/// Live (not zombie) processes whose command line is `sleep MARKER`.
+fn sleeping(marker: &str) -> Vec<u32> {
+    let wanted = format!("sleep\0{marker}\0");
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|entry| entry.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/cmdline"))
+                .is_ok_and(|cmdline| cmdline == wanted.as_bytes())
+        })
+        .filter(|pid| process_is_alive(*pid))
+        .collect()
+}
+
+/// Waits (bounded) until no `sleep MARKER` is alive; the survivors if some
+/// are still there at the limit.
+async fn survivors(marker: &str) -> Vec<u32> {
+    let deadline = Instant::now() + EVENT_LIMIT;
+    loop {
+        let alive = sleeping(marker);
+        if alive.is_empty() || Instant::now() >= deadline {
+            return alive;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// Runs `command` (which prints `started` once its processes are up) with a
+/// 2 s timeout under `containment`, and returns how it ended.
+async fn run_contained(
+    command: &str,
+    containment: &troupe_runtime::tools::process_tree::Containment,
+) -> troupe_runtime::tools::process::DriveOutcome {
+    use troupe_runtime::tools::process::{drive, spawn_shell_contained};
+    let dir = tempfile::tempdir().unwrap();
+    let mut shell = spawn_shell_contained(command, dir.path(), &[], containment).unwrap();
+    drive(
+        &mut shell,
+        Some(Duration::from_secs(2)),
+        &tokio_util::sync::CancellationToken::new(),
+        |_| {},
+    )
+    .await
+}
+
+/// The containments this machine offers: always the subreaper, and cgroup
+/// v2 when it is writable here.
+fn containments() -> Vec<troupe_runtime::tools::process_tree::Containment> {
+    use troupe_runtime::tools::process_tree::{Containment, detect};
+    let mut out = vec![Containment::Subreaper];
+    let detected = detect();
+    if detected != Containment::Subreaper {
+        out.push(detected);
+    } else {
+        eprintln!("cgroup v2 is not writable here: only the subreaper is tested");
+    }
+    out
+}
+
+#[tokio::test]
+async fn processes_that_left_the_group_die_on_timeout() {
+    use troupe_runtime::tools::process::Ending;
+    for (i, containment) in containments().into_iter().enumerate() {
+        let own_group = format!("1221.{i}1");
+        let new_session = format!("1221.{i}2");
+        let orphan = format!("1221.{i}3");
+        let command = format!(
+            "set -m; sleep {own_group} & setsid sleep {new_session} & \
+             (setsid sleep {orphan} &); sleep 100"
+        );
+        let outcome = run_contained(&command, &containment).await;
+        assert_eq!(outcome.ending, Ending::TimedOut, "{containment:?}");
+        for marker in [&own_group, &new_session, &orphan] {
+            assert_eq!(
+                survivors(marker).await,
+                Vec::<u32>::new(),
+                "`sleep {marker}` survived under {containment:?}"
+            );
+        }
+    }
+}
+
+#[tokio::test]
+async fn processes_left_running_after_the_command_exits_are_stopped() {
+    use troupe_runtime::tools::process::Ending;
+    for (i, containment) in containments().into_iter().enumerate() {
+        let marker = format!("1222.{i}1");
+        let outcome = run_contained(
+            &format!("(setsid sleep {marker} &); echo started"),
+            &containment,
+        )
+        .await;
+        assert_eq!(outcome.ending, Ending::Exited, "{containment:?}");
+        assert_eq!(
+            survivors(&marker).await,
+            Vec::<u32>::new(),
+            "{containment:?}"
+        );
+    }
 }

@@ -55,6 +55,8 @@ pub struct Harness {
     pub store: Store,
     /// Content capture on spans (off unless a test turns it on).
     pub capture: ContentCapture,
+    /// The context window agents compact for (0, the default: no compaction).
+    pub context_window: u64,
 }
 
 impl Harness {
@@ -74,6 +76,7 @@ impl Harness {
             protocol,
             store,
             capture: ContentCapture::default(),
+            context_window: 0,
         }
     }
 
@@ -202,6 +205,7 @@ impl Harness {
                 environment: TEST_ENVIRONMENT.into(),
             },
             spill_dir: self.spill_dir(),
+            context_window: self.context_window,
             child_env: Arc::new(vec![("PATH".into(), "/usr/bin:/bin".into())]),
             background: Arc::new(BackgroundTasks::new()),
             tool_timeout: Duration::from_secs(30),

@@ -14,8 +14,9 @@ use std::time::{Duration, Instant};
 use ractor::{Actor, ActorId, ActorRef};
 use troupe_runtime::agent::subagent::{ChildKind, MAX_DEPTH, child_panicked, child_result};
 use troupe_runtime::agent::{
-    AgentLaunch, AgentLoop, Input, LoopSetup, RunOutcome, SlotHolder, ToolLaunch,
+    AgentLaunch, AgentLoop, ContextSetup, Input, LoopSetup, RunOutcome, SlotHolder, ToolLaunch,
 };
+use troupe_runtime::compact::offload::Ledger;
 use troupe_runtime::events::{EventKind, RunStatus};
 use troupe_runtime::session::Transcript;
 use troupe_runtime::store::{ForkBase, NewSession};
@@ -236,6 +237,15 @@ impl AgentState {
             transcript,
             token: token.clone(),
             parent_span: launch.span,
+            // A fork sends its parent's history as its parent sent it.
+            context: ContextSetup {
+                window: self.env.context_window,
+                ledger: if fork_of.is_some() {
+                    self.machine.ledger().clone()
+                } else {
+                    Ledger::default()
+                },
+            },
         });
         let events = self.events.for_agent(path.clone());
         let args = AgentArgs {

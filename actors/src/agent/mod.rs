@@ -19,6 +19,7 @@
 //! [`ToolExecutor`]: crate::executor::ToolExecutor
 
 mod calls;
+mod compaction;
 mod lifecycle;
 mod stream;
 
@@ -64,6 +65,12 @@ pub(crate) enum Work {
     Model {
         epoch: u64,
         item: Result<StreamEvent, ProviderError>,
+    },
+    /// The summary call of `epoch` answered (its whole text) or failed.
+    Summarised {
+        epoch: u64,
+        result: Result<String, ProviderError>,
+        usage: troupe_runtime::model::Usage,
     },
     /// The model stream of `epoch` ended.
     ModelEnded { epoch: u64 },
@@ -263,6 +270,15 @@ impl AgentState {
                 Err(error) => Input::ModelFailed { epoch, error },
             }),
             Work::ModelEnded { epoch } => Some(Input::ModelEnded { epoch }),
+            Work::Summarised {
+                epoch,
+                result,
+                usage,
+            } => Some(Input::Summarised {
+                epoch,
+                result,
+                usage,
+            }),
             Work::ToolDone(report) => {
                 self.executors
                     .retain(|_, call| *call != (report.epoch, report.index));
@@ -353,6 +369,29 @@ impl AgentState {
             Effect::SaveRules(rules) => {
                 self.save_rules(&rules);
                 None
+            }
+            Effect::Offload(plan) => {
+                let session = self.machine.session_id().to_string();
+                let spilled =
+                    compaction::offload(&self.env.store, &session, &self.env.spill_dir, plan).await;
+                Some(Input::Offloaded { spilled })
+            }
+            Effect::Summarise {
+                epoch,
+                request,
+                cancel,
+                span,
+            } => {
+                compaction::summarise(myself, &self.provider, epoch, request, cancel, span);
+                None
+            }
+            Effect::SaveMarker(marker) => {
+                let session = self.machine.session_id().to_string();
+                Some(Input::Saved(compaction::save_marker(
+                    &self.env.store,
+                    &session,
+                    &marker,
+                )))
             }
             Effect::CallModel {
                 epoch,

@@ -109,8 +109,14 @@ impl Backend {
                     message: format!("cannot read the current directory: {err}"),
                     code: EXIT_USAGE,
                 })?;
-                let body =
-                    remote_request(prompt, session, flags, &current_dir, std::env::vars(), true);
+                let body = remote_request(
+                    prompt,
+                    session,
+                    flags,
+                    &current_dir,
+                    troupe_runtime::secrets::process_vars(),
+                    true,
+                );
                 let submitted = client.submit(&body).await?;
                 let events = client.events(&submitted.run_id, 1, true).await?;
                 Ok(Started {

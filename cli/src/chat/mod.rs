@@ -25,7 +25,7 @@ use rustyline::{Config as EditorConfig, Editor};
 use troupe_runtime::agent::agent_tool::agent_tool_definition;
 use troupe_runtime::agent::catalogue::ToolCatalogue;
 use troupe_runtime::agent::roles::RoleTools;
-use troupe_runtime::config::PermissionMode;
+use troupe_runtime::config::{PermissionMode, TrustStore};
 use troupe_runtime::events::RunStatus;
 use troupe_runtime::model::Usage;
 
@@ -33,7 +33,7 @@ use self::backend::{Backend, ChatError};
 use self::command::{ChatInput, SlashCommand, help_text};
 use self::screen::Screen;
 use crate::sessions::View;
-use crate::setup::{Locations, RunOptions, configured};
+use crate::setup::{Locations, RunOptions, configured, trust_question};
 use crate::signals::StopSignals;
 use crate::{ChatArgs, EXIT_RUNTIME, EXIT_USAGE, RunFlags};
 
@@ -118,6 +118,14 @@ pub async fn chat(args: ChatArgs, color: bool) -> u8 {
         }
     };
     eprintln!("troupe chat — /help lists commands; Ctrl-C or Ctrl-D leaves");
+    let asked = chat.ask_trust(editor).await;
+    editor = match asked {
+        Some(editor) => editor,
+        None => {
+            chat.backend.close().await;
+            return 0;
+        }
+    };
     let mut code = 0;
     loop {
         let prompt = chat.prompt();
@@ -191,6 +199,60 @@ fn line_editor(history: &PathBuf) -> rustyline::Result<Editor<(), FileHistory>> 
 }
 
 impl Chat {
+    /// Asks once whether to trust the project when its configuration has
+    /// settings that apply only to trusted projects; a yes records it as
+    /// `troupe trust` does. Returns the editor, or `None` when the person
+    /// left (Ctrl-C, Ctrl-D).
+    async fn ask_trust(
+        &self,
+        mut editor: Editor<(), FileHistory>,
+    ) -> Option<Editor<(), FileHistory>> {
+        let question = match trust_question(&self.locations, &self.options()) {
+            Ok(Some(question)) => question,
+            Ok(None) => return Some(editor),
+            Err(err) => {
+                eprintln!("troupe: {err}");
+                return Some(editor);
+            }
+        };
+        eprintln!(
+            "{} asks for settings that apply only in a project you trust: {}.\n\
+             Until then they are ignored (deny and ask rules always apply).",
+            question.file.display(),
+            question.ignored.join(", ")
+        );
+        let prompt = format!(
+            "Trust {} (review the file first)? [y/N] ",
+            question.root.display()
+        );
+        let (editor, answer) = tokio::task::spawn_blocking(move || {
+            let answer = editor.readline(&prompt);
+            (editor, answer)
+        })
+        .await
+        .ok()?;
+        match answer {
+            Ok(answer) if matches!(answer.trim().to_ascii_lowercase().as_str(), "y" | "yes") => {
+                match TrustStore::new(&self.locations.data_dir).set(&question.root, true) {
+                    Ok(root) => eprintln!(
+                        "(trusted {}; its settings apply from now on)",
+                        root.display()
+                    ),
+                    Err(err) => eprintln!("troupe: {err}"),
+                }
+                Some(editor)
+            }
+            Ok(_) => {
+                eprintln!(
+                    "(not trusted; trust it later with `troupe trust {}`)",
+                    question.root.display()
+                );
+                Some(editor)
+            }
+            Err(_) => None,
+        }
+    }
+
     /// The prompt: the mode when it is not the default.
     fn prompt(&self) -> String {
         match self.flags.mode {

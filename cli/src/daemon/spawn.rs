@@ -50,6 +50,12 @@ pub fn start_detached(data_dir: &Path, idle_secs: u64) -> std::io::Result<u32> {
         // The data directory as this client resolved it (a relative
         // TROUPE_HOME would name another directory from there).
         .env("TROUPE_HOME", data_dir)
+        // The provider keys this process read at start-up (no longer in its
+        // environment), named so the daemon withholds them in turn.
+        .envs(troupe_runtime::secrets::withhold_request(
+            &troupe_runtime::secrets::withheld_names(),
+            troupe_runtime::secrets::withheld,
+        ))
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(log)

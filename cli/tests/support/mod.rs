@@ -54,6 +54,14 @@ impl Env {
         self.home.path().join("data")
     }
 
+    /// Trusts the project, as `troupe trust` does: its whole
+    /// `.troupe/config.toml` applies.
+    pub fn trust(&self) {
+        troupe_runtime::config::TrustStore::new(&self.data_dir())
+            .set(self.root(), true)
+            .unwrap();
+    }
+
     /// The project root (the working directory of every command).
     pub fn root(&self) -> &Path {
         self.project.path()

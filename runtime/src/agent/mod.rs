@@ -22,7 +22,9 @@ pub use account::{RunAccount, SlotHolder, StopCause};
 pub use catalogue::ToolCatalogue;
 pub use guard::{Budget, LimitHit, LoopGuard, RunTally};
 pub use history::{HistoryError, validate_history};
-pub use machine::{AgentLaunch, AgentLoop, AgentStatus, Effect, Input, LoopSetup, ToolLaunch};
+pub use machine::{
+    AgentLaunch, AgentLoop, AgentStatus, ContextSetup, Effect, Input, LoopSetup, ToolLaunch,
+};
 pub use plan::{CallClass, ExecutionGroup, plan_execution};
 
 use std::time::Duration;

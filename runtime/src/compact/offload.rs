@@ -8,9 +8,8 @@
 
 use std::collections::BTreeMap;
 
-use serde::{Deserialize, Serialize};
-
 use crate::model::{ContentBlock, Message, Role, ToolOutputPart, ToolResult};
+use crate::store::LedgerEntry;
 
 /// A single result over this many bytes is offloaded.
 pub const SINGLE_RESULT_BYTES: usize = 50 * 1024;
@@ -23,22 +22,39 @@ pub const PREVIEW_LINES: usize = 20;
 pub const PREVIEW_BYTES: usize = 2_048;
 
 /// What was decided for one call's result.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(tag = "decision", rename_all = "snake_case")]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Decision {
     /// Sent whole.
     Kept,
-    /// Sent as this preview; the whole result is in the spill file.
+    /// Sent as a preview (made from the result, the same every time); the
+    /// whole result is in the spill file at `path`.
     Replaced {
-        /// The text sent instead.
-        preview: String,
+        /// The spill file.
+        path: String,
     },
 }
 
 /// Every decision of a session, by call id.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Ledger {
     decisions: BTreeMap<String, Decision>,
+}
+
+/// What layer 1 decided before a request: results to spill, and results
+/// kept whole (to record with the session).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct OffloadPlan {
+    /// Results to write to spill files.
+    pub spill: Vec<SpillOrder>,
+    /// Decisions to keep results whole, as kept with the session.
+    pub kept: Vec<LedgerEntry>,
+}
+
+impl OffloadPlan {
+    /// Nothing was decided.
+    pub fn is_empty(&self) -> bool {
+        self.spill.is_empty() && self.kept.is_empty()
+    }
 }
 
 /// A result to write to a spill file before the next request.
@@ -50,7 +66,58 @@ pub struct SpillOrder {
     pub text: String,
 }
 
+/// The spill file name of a call id: the id itself when it is a plain name,
+/// else a name derived from it (ids come from the provider and may hold
+/// path separators).
+pub fn spill_file_name(call_id: &str) -> String {
+    let plain = !call_id.is_empty()
+        && call_id.len() <= 128
+        && call_id
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
+    if plain {
+        return format!("result-{call_id}");
+    }
+    let hash = call_id
+        .bytes()
+        .fold(0xcbf2_9ce4_8422_2325_u64, |hash, byte| {
+            (hash ^ u64::from(byte)).wrapping_mul(0x0100_0000_01b3)
+        });
+    format!("result-{hash:016x}")
+}
+
 impl Ledger {
+    /// The ledger kept with a session.
+    pub fn from_entries(entries: &[LedgerEntry]) -> Self {
+        let decisions = entries
+            .iter()
+            .map(|entry| {
+                let decision = match (&entry.spill_path, entry.replaced) {
+                    (Some(path), true) => Decision::Replaced {
+                        path: path.display().to_string(),
+                    },
+                    _ => Decision::Kept,
+                };
+                (entry.call_id.clone(), decision)
+            })
+            .collect();
+        Self { decisions }
+    }
+
+    /// The entry to keep with the session for `call_id`'s decision.
+    pub fn entry(&self, call_id: &str, original_bytes: u64) -> Option<LedgerEntry> {
+        let decision = self.decisions.get(call_id)?;
+        Some(LedgerEntry {
+            call_id: call_id.to_string(),
+            replaced: matches!(decision, Decision::Replaced { .. }),
+            spill_path: match decision {
+                Decision::Replaced { path } => Some(path.into()),
+                Decision::Kept => None,
+            },
+            original_bytes,
+        })
+    }
+
     /// The decision for `call_id`, if made.
     pub fn get(&self, call_id: &str) -> Option<&Decision> {
         self.decisions.get(call_id)
@@ -67,8 +134,8 @@ impl Ledger {
     /// The decisions `messages` need that are not made yet: results to spill
     /// (returned, in order) and results to keep (recorded at once). Tool
     /// messages already fully decided cost one lookup per result.
-    pub fn plan(&mut self, messages: &[Message]) -> Vec<SpillOrder> {
-        let mut orders = Vec::new();
+    pub fn plan(&mut self, messages: &[Message]) -> OffloadPlan {
+        let mut plan = OffloadPlan::default();
         for message in messages.iter().filter(|m| m.role == Role::Tool) {
             let undecided: Vec<&ToolResult> = message
                 .tool_results_iter()
@@ -81,12 +148,12 @@ impl Ledger {
             let mut total: usize = message
                 .tool_results_iter()
                 .map(|result| match self.decisions.get(&result.call_id) {
-                    Some(Decision::Replaced { preview }) => preview.len(),
+                    Some(Decision::Replaced { .. }) => PREVIEW_BYTES,
                     _ => result.content_bytes(),
                 })
                 .sum();
             let mut by_size = undecided.clone();
-            by_size.sort_by(|a, b| b.content_bytes().cmp(&a.content_bytes()));
+            by_size.sort_by_key(|result| std::cmp::Reverse(result.content_bytes()));
             let mut spill: Vec<&str> = Vec::new();
             for result in by_size {
                 let size = result.content_bytes();
@@ -100,24 +167,33 @@ impl Ledger {
             }
             for result in undecided {
                 if spill.contains(&result.call_id.as_str()) {
-                    orders.push(SpillOrder {
+                    plan.spill.push(SpillOrder {
                         call_id: result.call_id.clone(),
                         text: result.joined_text(),
                     });
                 } else {
                     self.decisions
                         .insert(result.call_id.clone(), Decision::Kept);
+                    plan.kept.push(LedgerEntry {
+                        call_id: result.call_id.clone(),
+                        replaced: false,
+                        spill_path: None,
+                        original_bytes: result.content_bytes() as u64,
+                    });
                 }
             }
         }
-        orders
+        plan
     }
 
     /// Records a spill that worked: the result is sent as a preview from now on.
-    pub fn spilled(&mut self, order: &SpillOrder, path: &str) {
-        let preview = preview(&order.text, path);
-        self.decisions
-            .insert(order.call_id.clone(), Decision::Replaced { preview });
+    pub fn spilled(&mut self, call_id: &str, path: &str) {
+        self.decisions.insert(
+            call_id.to_string(),
+            Decision::Replaced {
+                path: path.to_string(),
+            },
+        );
     }
 
     /// `messages` as requests carry them: replaced results as their previews.
@@ -134,10 +210,10 @@ impl Ledger {
                     .map(|block| match block {
                         ContentBlock::ToolResult(result) => {
                             match self.decisions.get(&result.call_id) {
-                                Some(Decision::Replaced { preview }) => {
+                                Some(Decision::Replaced { path }) => {
                                     ContentBlock::ToolResult(ToolResult::text(
                                         result.call_id.clone(),
-                                        preview.clone(),
+                                        preview(&result.joined_text(), path),
                                         result.is_error,
                                     ))
                                 }
@@ -232,10 +308,10 @@ mod tests {
             results(&[("a", SINGLE_RESULT_BYTES + 1)]),
         ];
         let mut ledger = Ledger::default();
-        let orders = ledger.plan(&history);
+        let orders = ledger.plan(&history).spill;
         assert_eq!(orders.len(), 1);
         assert_eq!(orders[0].call_id, "a");
-        ledger.spilled(&orders[0], "/spill/a");
+        ledger.spilled(&orders[0].call_id, "/spill/a");
         let sent = ledger.apply(&history);
         let text = sent[2].tool_results_iter().next().unwrap().joined_text();
         assert!(
@@ -245,6 +321,9 @@ mod tests {
         // Later turns: nothing more to decide, the same request.
         assert!(ledger.plan(&history).is_empty());
         assert_eq!(ledger.apply(&history), sent);
+        assert_eq!(spill_file_name("toolu_01AbC"), "result-toolu_01AbC");
+        assert!(!spill_file_name("../../etc/passwd").contains('/'));
+        assert_ne!(spill_file_name("a/b"), spill_file_name("a/c"));
     }
 
     #[test]
@@ -257,12 +336,15 @@ mod tests {
             results(&[("big", SINGLE_RESULT_BYTES * 2)]),
         ];
         let mut ledger = Ledger::default();
-        let orders = ledger.plan(&history);
+        let plan = ledger.plan(&history);
         assert_eq!(ledger.get("small"), Some(&Decision::Kept));
-        assert_eq!(orders.len(), 1);
-        // The spill failed: not recorded, planned again next turn.
+        assert_eq!(plan.kept.len(), 1);
+        assert_eq!(plan.spill.len(), 1);
+        // The spill failed: not recorded, planned again next turn (the kept
+        // one is not decided twice).
         let again = ledger.plan(&history);
-        assert_eq!(again, orders);
+        assert_eq!(again.spill, plan.spill);
+        assert!(again.kept.is_empty());
         assert_eq!(ledger.apply(&history), history);
     }
 
@@ -282,6 +364,7 @@ mod tests {
         let mut ledger = Ledger::default();
         let orders: Vec<String> = ledger
             .plan(&history)
+            .spill
             .into_iter()
             .map(|o| o.call_id)
             .collect();
@@ -303,13 +386,14 @@ mod tests {
     }
 
     #[test]
-    fn the_ledger_survives_a_round_trip_and_forgets_what_is_gone() {
+    fn the_ledger_survives_the_store_and_forgets_what_is_gone() {
         let history = vec![call("a"), results(&[("a", SINGLE_RESULT_BYTES + 5)])];
         let mut ledger = Ledger::default();
-        let orders = ledger.plan(&history);
-        ledger.spilled(&orders[0], "/s/a");
-        let stored = serde_json::to_string(&ledger).unwrap();
-        let back: Ledger = serde_json::from_str(&stored).unwrap();
+        let orders = ledger.plan(&history).spill;
+        ledger.spilled(&orders[0].call_id, "/s/a");
+        let entry = ledger.entry("a", 51_205).unwrap();
+        assert!(entry.replaced);
+        let back = Ledger::from_entries(&[entry]);
         assert_eq!(back, ledger);
         assert_eq!(back.replaced(), 1);
         let mut trimmed = back.clone();

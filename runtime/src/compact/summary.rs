@@ -48,20 +48,38 @@ pub const BOUNDARY_NOTICE: &str = "\
 The summary above is context only. For exact file contents, exact error messages or the \
 user's exact words, read the files again with read_file; do not infer code from the summary.";
 
+/// How much of a compacted history may be kept verbatim or re-attached, for
+/// a threshold: the usual amounts, or a third of the threshold each where
+/// that is less (small windows), so that what a summary leaves stays well
+/// below the threshold it was made for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Budgets {
+    /// Tokens the verbatim tail holds at least.
+    pub tail_tokens: u64,
+    /// Tokens of one file of the recovery attachment.
+    pub file_tokens: u64,
+}
+
+/// The [`Budgets`] of a summary made for `threshold` tokens.
+pub fn budgets(threshold: u64) -> Budgets {
+    let third = threshold / 3;
+    Budgets {
+        tail_tokens: TAIL_MIN_TOKENS.min(third),
+        file_tokens: RECOVERY_FILE_TOKENS.min(third / RECOVERY_FILES as u64),
+    }
+}
+
 /// Where the history is cut: messages before `index` are summarised, the
 /// rest is kept. The cut is at a message that is not a tool message (a call
-/// is never separated from its results), leaving at least
-/// [`TAIL_MIN_TOKENS`] and [`TAIL_MIN_MESSAGES`] in the tail; `None` when no
-/// such cut leaves anything to summarise.
-pub fn tail_start(messages: &[Message]) -> Option<usize> {
+/// is never separated from its results), leaving at least `min_tokens` and
+/// [`TAIL_MIN_MESSAGES`] in the tail; `None` when no such cut leaves
+/// anything to summarise.
+pub fn tail_start(messages: &[Message], min_tokens: u64) -> Option<usize> {
     let mut tokens = 0;
     for index in (1..messages.len()).rev() {
         tokens += tokens_of_chars(messages[index].char_len() as u64);
         let kept = messages.len() - index;
-        if kept >= TAIL_MIN_MESSAGES
-            && tokens >= TAIL_MIN_TOKENS
-            && messages[index].role != Role::Tool
-        {
+        if kept >= TAIL_MIN_MESSAGES && tokens >= min_tokens && messages[index].role != Role::Tool {
             return Some(index);
         }
     }
@@ -140,15 +158,38 @@ pub struct FileSnapshot {
     pub content: String,
 }
 
+/// The files of `files` whose reading is not in `tail` (a file read in the
+/// kept tail is there already, whole).
+pub fn files_outside(files: &[FileSnapshot], tail: &[Message]) -> Vec<FileSnapshot> {
+    let read_in_tail: Vec<String> = tail
+        .iter()
+        .flat_map(|m| m.tool_calls())
+        .filter(|call| call.name == "read_file")
+        .filter_map(|call| {
+            let args = call.input_value().ok()?;
+            Some(args.get("path")?.as_str()?.to_string())
+        })
+        .collect();
+    files
+        .iter()
+        .filter(|file| !read_in_tail.contains(&file.path))
+        .cloned()
+        .collect()
+}
+
 /// The recovery attachment: the files read last (most recent first, each
-/// cut to [`RECOVERY_FILE_TOKENS`]), the tools offered from now on, and the
-/// boundary notice.
-pub fn recovery_attachment(files: &[FileSnapshot], tools: &[ToolDefinition]) -> String {
+/// cut to `file_tokens`), the tools offered from now on, and the boundary
+/// notice.
+pub fn recovery_attachment(
+    files: &[FileSnapshot],
+    tools: &[ToolDefinition],
+    file_tokens: u64,
+) -> String {
     let mut text = String::new();
     if !files.is_empty() {
         text.push_str("## Files read most recently\n");
         for file in files.iter().take(RECOVERY_FILES) {
-            let limit = (RECOVERY_FILE_TOKENS * 35 / 10) as usize;
+            let limit = (file_tokens * 35 / 10) as usize;
             let mut end = file.content.len().min(limit);
             while !file.content.is_char_boundary(end) {
                 end -= 1;
@@ -229,7 +270,7 @@ mod tests {
     #[test]
     fn the_tail_keeps_enough_tokens_and_messages_and_never_starts_with_results() {
         let messages = history(20, 10_000);
-        let start = tail_start(&messages).unwrap();
+        let start = tail_start(&messages, TAIL_MIN_TOKENS).unwrap();
         assert_ne!(messages[start].role, Role::Tool);
         let kept = &messages[start..];
         assert!(kept.len() >= TAIL_MIN_MESSAGES);
@@ -248,7 +289,22 @@ mod tests {
             })
             .unwrap();
         // Too short a history has nothing to summarise.
-        assert_eq!(tail_start(&history(1, 10)), None);
+        assert_eq!(tail_start(&history(1, 10), TAIL_MIN_TOKENS), None);
+        // Small windows keep less.
+        assert_eq!(
+            budgets(167_000),
+            Budgets {
+                tail_tokens: 10_000,
+                file_tokens: 5_000
+            }
+        );
+        assert_eq!(
+            budgets(7_000),
+            Budgets {
+                tail_tokens: 2_333,
+                file_tokens: 466
+            }
+        );
     }
 
     #[test]
@@ -301,7 +357,20 @@ mod tests {
             path: "src/lib.rs".into(),
             content: "z".repeat(40_000),
         }];
-        let attachment = recovery_attachment(&files, &tools);
+        let attachment = recovery_attachment(&files, &tools, RECOVERY_FILE_TOKENS);
+        let read_again = vec![Message {
+            role: Role::Assistant,
+            content: vec![ContentBlock::ToolCall(ToolCall {
+                id: "r".into(),
+                name: "read_file".into(),
+                input: r#"{"path":"src/lib.rs"}"#.into(),
+            })],
+        }];
+        assert!(
+            files_outside(&files, &read_again).is_empty(),
+            "read in the tail"
+        );
+        assert_eq!(files_outside(&files, &[]), files);
         assert!(attachment.contains("### src/lib.rs"));
         assert!(attachment.contains("[… cut; read the file for the rest]"));
         assert!(attachment.contains("- read_file: Read a file.\n"));

@@ -123,13 +123,39 @@ impl ConfigError {
 
 /// Loads the user file then the project file (each optional: a missing file is
 /// skipped, an unreadable one is an error), validates both and merges them.
+/// The project file applies in full: callers that have not checked the
+/// project's trust use [`load_config_with_trust`].
 pub fn load_config(sources: &ConfigSources) -> Result<Config, ConfigError> {
+    load_config_with_trust(sources, true).map(|loaded| loaded.config)
+}
+
+/// A merged configuration and what an untrusted project file had to leave
+/// out.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct LoadedConfig {
+    /// The merged configuration.
+    pub config: Config,
+    /// The project file's settings that were ignored because the project is
+    /// not trusted (see `trust::split_widening`); empty when trusted.
+    pub ignored: Vec<String>,
+}
+
+/// [`load_config`] for a project that is trusted (`project_trusted`) or not:
+/// an untrusted project file keeps only the settings that do not widen what
+/// runs unasked or where data goes, and the others are named in
+/// [`LoadedConfig::ignored`].
+pub fn load_config_with_trust(
+    sources: &ConfigSources,
+    project_trusted: bool,
+) -> Result<LoadedConfig, ConfigError> {
     let mut layers = Vec::new();
+    let mut ignored = Vec::new();
     if let Some(path) = &sources.user
         && let Some(text) = read_optional(path)?
     {
         let base = RootBase::Home(sources.home.as_deref());
-        layers.push(load_layer(path, &text, RuleSource::User, base, sources)?);
+        let (layer, _) = load_layer(path, &text, RuleSource::User, base, sources, true)?;
+        layers.push(layer);
     }
     if let Some(path) = sources.project_file() {
         // The same file configured twice (XDG_CONFIG_HOME pointed into the
@@ -137,16 +163,22 @@ pub fn load_config(sources: &ConfigSources) -> Result<Config, ConfigError> {
         let already_read = sources.user.as_deref() == Some(path.as_path());
         if !already_read && let Some(text) = read_optional(&path)? {
             let base = RootBase::ProjectRoot(sources.project_root.as_deref());
-            layers.push(load_layer(
+            let (layer, left_out) = load_layer(
                 &path,
                 &text,
                 RuleSource::Project,
                 base,
                 sources,
-            )?);
+                project_trusted,
+            )?;
+            layers.push(layer);
+            ignored = left_out;
         }
     }
-    merge(layers)
+    Ok(LoadedConfig {
+        config: merge(layers)?,
+        ignored,
+    })
 }
 
 /// Parses and validates one file's text (no merging, no path resolution).
@@ -278,16 +310,27 @@ struct Layer {
     extra_roots: Vec<PathBuf>,
 }
 
+/// Parses, validates and resolves one file; an untrusted file (`trusted`
+/// false) keeps only what `trust::split_widening` lets through, and the
+/// settings it left out are returned with the layer.
 fn load_layer(
     path: &Path,
     text: &str,
     source: RuleSource,
     base: RootBase<'_>,
     sources: &ConfigSources,
-) -> Result<Layer, ConfigError> {
+    trusted: bool,
+) -> Result<(Layer, Vec<String>), ConfigError> {
     let doc = Document::parse(path, text)?;
     let file = doc.deserialize()?;
     doc.validate(&file)?;
+    let (file, ignored) = if trusted {
+        (file, Vec::new())
+    } else {
+        let split = super::trust::split_widening(&file);
+        (split.applied, split.ignored)
+    };
+    let env_allowlist_ignored = ignored.iter().any(|key| key == "tools.env_allowlist");
     let raw_roots = file
         .permissions
         .as_ref()
@@ -307,14 +350,15 @@ fn load_layer(
         })?;
         extra_roots.push(root);
     }
-    Ok(Layer {
+    let layer = Layer {
         path: path.to_path_buf(),
         source,
-        env_allowlist_set: doc.has(&["tools", "env_allowlist"]),
+        env_allowlist_set: doc.has(&["tools", "env_allowlist"]) && !env_allowlist_ignored,
         default_provider_line: doc.line_of(&[Seg::Key("default_provider".into())]),
         file,
         extra_roots,
-    })
+    };
+    Ok((layer, ignored))
 }
 
 /// Makes one `extra_roots` entry absolute: `~` and `~/…` expand to the home

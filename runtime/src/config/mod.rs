@@ -7,9 +7,11 @@
 //! the project root; `load` reads the user and project files, reports errors with
 //! file, key and line, and merges them (a named entry at project level replaces
 //! the user entry of the same name whole); `expand` applies `${VAR}` expansion to
-//! MCP entries; `resolve` picks the provider to use; `warnings` names settings
+//! MCP entries; `resolve` picks the provider to use; `trust` decides which
+//! settings of an untrusted project apply and keeps the trusted projects;
+//! `warnings` names settings
 //! that are accepted but have no effect in a run. This module reads files and
-//! the environment only; it never touches the network.
+//! the environment, writes only the trust list, and never touches the network.
 
 mod de;
 pub mod expand;
@@ -17,6 +19,7 @@ pub mod file;
 pub mod load;
 pub mod paths;
 pub mod resolve;
+pub mod trust;
 pub mod warnings;
 
 use std::collections::BTreeMap;
@@ -30,9 +33,13 @@ pub use file::{
     ConfigFile, LimitsFile, McpServerFile, McpTransport, PermissionsFile, Price, ProviderFile,
     TelemetryFile, Thinking, ToolsFile,
 };
-pub use load::{ConfigError, ConfigSources, check_rule_syntax, load_config, parse_config_file};
+pub use load::{
+    ConfigError, ConfigSources, LoadedConfig, check_rule_syntax, load_config,
+    load_config_with_trust, parse_config_file,
+};
 pub use paths::{Env, PathError, ProcessEnv};
 pub use resolve::{ResolveError, resolve_provider, resolve_provider_from_process_env};
+pub use trust::{TrustStore, split_widening, untrusted_notice};
 pub use warnings::{NOT_SUPPORTED, startup_warnings};
 
 /// SPEC §1.2: default context window when a provider entry names none.

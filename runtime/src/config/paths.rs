@@ -68,13 +68,16 @@ impl Env for HashMap<String, String> {
 }
 
 /// The real process environment. Values that are not valid Unicode count as
-/// unset.
+/// unset. Provider keys removed from the environment at start-up are still
+/// found here (see `crate::secrets`).
 #[derive(Debug, Clone, Copy, Default)]
 pub struct ProcessEnv;
 
 impl Env for ProcessEnv {
     fn var(&self, name: &str) -> Option<String> {
-        std::env::var(name).ok()
+        std::env::var(name)
+            .ok()
+            .or_else(|| crate::secrets::withheld(name))
     }
 }
 

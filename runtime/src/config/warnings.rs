@@ -22,13 +22,8 @@ pub fn startup_warnings(config: &Config, provider: &ResolvedProvider) -> Vec<Str
             names.join(", ")
         ));
     }
-    for (name, entry) in &config.providers {
-        if entry.context_window.is_some() {
-            warnings.push(format!(
-                "`providers.{name}.context_window` {NOT_SUPPORTED}: nothing compacts the \
-                 history yet"
-            ));
-        }
+    if let Some(warning) = crate::compact::small_window_warning(provider.context_window) {
+        warnings.push(format!("provider `{}`: {warning}", provider.name));
     }
     if config.budget_usd_written && provider.price.is_none() {
         warnings.push(format!(
@@ -79,13 +74,6 @@ mod tests {
         config
             .mcp_servers
             .insert("search".into(), McpServerFile::default());
-        config.providers.insert(
-            "claude".into(),
-            ProviderFile {
-                context_window: Some(1000),
-                ..ProviderFile::default()
-            },
-        );
         config
             .providers
             .insert("local".into(), ProviderFile::default());
@@ -95,9 +83,6 @@ mod tests {
             vec![
                 "`mcp_servers` is not supported yet and has no effect: the servers github, \
                  search are not started and offer no tools"
-                    .to_owned(),
-                "`providers.claude.context_window` is not supported yet and has no effect: \
-                 nothing compacts the history yet"
                     .to_owned(),
                 "`limits.budget_usd` has no effect with provider `claude`, which has no \
                  `price`: no cost is estimated. Add `price = { input = …, output = … }` (USD \
@@ -110,8 +95,18 @@ mod tests {
             output: 15.0,
             ..Price::default()
         }));
-        assert_eq!(startup_warnings(&config, &priced).len(), 2);
+        assert_eq!(startup_warnings(&config, &priced).len(), 1);
         config.budget_usd_written = false;
-        assert_eq!(startup_warnings(&config, &provider(None)).len(), 2);
+        assert_eq!(startup_warnings(&config, &provider(None)).len(), 1);
+    }
+
+    #[test]
+    fn a_window_too_small_for_summaries_is_named() {
+        let mut small = provider(None);
+        small.context_window = 32_768;
+        let warnings = startup_warnings(&Config::default(), &small);
+        assert_eq!(warnings.len(), 1);
+        assert!(warnings[0].starts_with("provider `claude`: the context window of 32768 tokens"));
+        assert!(warnings[0].contains("automatic summaries are off"));
     }
 }

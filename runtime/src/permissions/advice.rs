@@ -128,7 +128,7 @@ fn rule_line(facts: &AdviceFacts<'_>) -> String {
 /// The project file and the user file, in words.
 fn files(project_root: &Path) -> String {
     format!(
-        "`{}` (this project) or `{USER_FILE}` (every project)",
+        "`{}` (this project, once trusted with `troupe trust`) or `{USER_FILE}` (every project)",
         project_root.join(".troupe").join("config.toml").display()
     )
 }
@@ -238,7 +238,7 @@ mod tests {
         })
     }
 
-    const FILES: &str = "`/work/proj/.troupe/config.toml` (this project) or `~/.config/troupe/config.toml` (every project)";
+    const FILES: &str = "`/work/proj/.troupe/config.toml` (this project, once trusted with `troupe trust`) or `~/.config/troupe/config.toml` (every project)";
 
     #[test]
     fn a_mode_fallback_nobody_can_answer_names_only_modes_that_help() {

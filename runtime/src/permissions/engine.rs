@@ -17,6 +17,7 @@ use crate::sandbox::{PathSandbox, resolve_path};
 use crate::tools::{Access, PermissionSubject, ToolCategory};
 
 use super::hard_blocks::{self, HardBlock, ShellContext, normalize};
+use super::protected::ProtectedPaths;
 use super::rules::{
     Candidate, CommandFacts, PathFacts, PatternContext, RequestFacts, Rule, allowing_rules,
     escape_command,
@@ -49,6 +50,7 @@ pub struct PermissionEngine {
     ask: Vec<Rule>,
     deny: Vec<Rule>,
     session: RwLock<Vec<(RuleEntry, Rule)>>,
+    protected: ProtectedPaths,
 }
 
 impl PermissionEngine {
@@ -72,6 +74,7 @@ impl PermissionEngine {
                 .map(|entry| parse_entry(entry, &ctx))
                 .collect()
         };
+        let sandbox_root = &sandbox.project_root().to_path_buf();
         let allow = compile(&settings.allow)?;
         let ask = compile(&settings.ask)?;
         let deny = compile(&settings.deny)?;
@@ -83,7 +86,23 @@ impl PermissionEngine {
             ask,
             deny,
             session: RwLock::new(Vec::new()),
+            protected: ProtectedPaths::for_project(sandbox_root),
         })
+    }
+
+    /// Also protects the user's Troupe configuration directory and the data
+    /// directory (the project's `.troupe/` and `.mcp.json` always are): no
+    /// tool writes there in any mode. `exempt` directories inside them (the
+    /// session's spill directory) stay writable.
+    pub fn with_protected_dirs(
+        mut self,
+        config_dir: Option<&Path>,
+        data_dir: Option<&Path>,
+        exempt: &[PathBuf],
+    ) -> Self {
+        self.protected = ProtectedPaths::for_project(self.sandbox.project_root())
+            .with_user_dirs(config_dir, data_dir, exempt);
+        self
     }
 
     /// The sandbox the engine resolves paths with.
@@ -203,6 +222,7 @@ impl PermissionEngine {
                     project_root: root,
                     home: self.home.as_deref(),
                     resolve: &resolve,
+                    protected: &self.protected,
                 };
                 let analysis = hard_blocks::analyse_command(command, &ctx);
                 if let Some(block) = analysis.block {
@@ -234,6 +254,13 @@ impl PermissionEngine {
                         if hard_blocks::in_git_internals(candidate, root) {
                             let decision = Decision::Deny {
                                 reason: HardBlock::git_write(candidate).reason,
+                            };
+                            return (decision, Cause::HardBlock);
+                        }
+                        if let Some(kind) = self.protected.covers(candidate) {
+                            let action = format!("writing `{path}`");
+                            let decision = Decision::Deny {
+                                reason: HardBlock::protected(&action, kind).reason,
                             };
                             return (decision, Cause::HardBlock);
                         }

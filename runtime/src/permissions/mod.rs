@@ -2,7 +2,7 @@
 //! person, or is refused — and why, in a sentence for the model and the person.
 //!
 //! [`PermissionEngine::decide`] applies, in order: hard blocks (destructive
-//! commands, writes into `.git` internals) and the path sandbox's write limit,
+//! commands, writes into `.git` internals or Troupe's own configuration) and the path sandbox's write limit,
 //! which hold in every mode; deny rules; plan mode; reads outside the allowed
 //! roots (ask); ask rules; allow rules; the mode's fallback. Rules look like
 //! `Bash(git push*)`, `Read(.env)`, `Write(src/**)`, `mcp__github__*`.
@@ -12,13 +12,15 @@
 //! contact with the file system is path resolution through the sandbox. Its
 //! parts: `rules` (rule syntax and matching), `shell` (a small shell parser),
 //! `hard_blocks` (destructive-command analysis), `engine` (the decision order),
-//! `advice` (what a user could change when a call cannot run).
+//! `advice` (what a user could change when a call cannot run), `protected`
+//! (the files that govern Troupe itself, which no tool writes).
 //! It must not touch the tool implementations, the configuration loader or the
 //! providers.
 
 mod advice;
 mod engine;
 mod hard_blocks;
+mod protected;
 mod rules;
 mod shell;
 
@@ -29,6 +31,7 @@ use crate::tools::{PermissionSubject, ToolCategory};
 
 pub use advice::{AdviceFacts, advice};
 pub use engine::{PermissionEngine, Verdict};
+pub use protected::{MCP_JSON, ProtectedKind, ProtectedPaths};
 pub use rules::RuleParseError;
 
 /// The answer for one call.

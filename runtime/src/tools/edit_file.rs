@@ -4,7 +4,7 @@
 //! error. The file is resolved and opened like `write_file` (refused outside the
 //! allowed roots, no symlink followed).
 
-use std::io::{self, Read, Write};
+use std::io::{self, Read};
 use std::path::Path;
 
 use futures::future::BoxFuture;
@@ -145,13 +145,7 @@ fn edit(path: &Path, display: &str, args: &Args) -> Result<String, String> {
         args.replace_all,
     )
     .map_err(|err| err.message(display))?;
-    let mut out = files::open_beneath(path, OpenMode::Write, false)
-        .map_err(|err| files::explain_io(display, &err))?;
-    files::ensure_regular(&out).map_err(|err| files::explain_io(display, &err))?;
-    out.set_len(0)
-        .and_then(|()| out.write_all(&plan.content))
-        .and_then(|()| out.flush())
-        .map_err(|err| files::explain_io(display, &err))?;
+    write_edited(path, display, &plan.content)?;
     let mut lines = plan
         .lines
         .iter()
@@ -193,6 +187,15 @@ fn read_for_edit(file: &mut std::fs::File, display: &str) -> Result<Vec<u8>, Str
         return Err(too_large(content.len() as u64));
     }
     Ok(content)
+}
+
+/// Writes the edited content by replacement (a new file renamed over the
+/// old one, keeping its mode), so other hard links to the file keep the old
+/// content.
+fn write_edited(path: &Path, display: &str, content: &[u8]) -> Result<(), String> {
+    files::replace_file(path, content, false)
+        .map(|_| ())
+        .map_err(|err| files::explain_io(display, &err))
 }
 
 /// The new content and where the replacements start.

@@ -7,11 +7,14 @@
 //! or an allow rule names the path (the permission check says which).
 //! [`open_beneath`] then opens the resolved path one component at a time with
 //! `O_NOFOLLOW`, so a symlink swapped into any component after the check makes
-//! the open fail instead of escaping. Permission decisions are not made here.
+//! the open fail instead of escaping. [`replace_file`] is the one write path of
+//! the file tools: it writes a temporary file in the target's directory and
+//! renames it over the target, so a write never goes through a hard link into
+//! a file elsewhere. Permission decisions are not made here.
 
 use std::ffi::CString;
 use std::fs::File;
-use std::io;
+use std::io::{self, Write};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Component, Path, PathBuf};
@@ -133,6 +136,15 @@ const NEW_DIR_MODE: libc::mode_t = 0o777;
 /// found anywhere fails with `ELOOP`/`ENOTDIR`. With `create_dirs`, missing
 /// directories are created on the way.
 pub fn open_beneath(path: &Path, mode: OpenMode, create_dirs: bool) -> io::Result<File> {
+    let (dir, name) = open_parent_beneath(path, create_dirs)?;
+    open_file_at(&dir, &name, mode)
+}
+
+/// Opens the directory that holds the final component of an absolute,
+/// resolved `path` the way [`open_beneath`] does (no symlink followed, missing
+/// directories created with `create_dirs`); returns it with the final
+/// component's name.
+fn open_parent_beneath(path: &Path, create_dirs: bool) -> io::Result<(OwnedFd, CString)> {
     let mut parts: Vec<&std::ffi::OsStr> = Vec::new();
     for component in path.components() {
         match component {
@@ -177,7 +189,11 @@ pub fn open_beneath(path: &Path, mode: OpenMode, create_dirs: bool) -> io::Resul
             Err(err) => return Err(err),
         };
     }
-    let name = c_name(last)?;
+    Ok((dir, c_name(last)?))
+}
+
+/// Opens `name` in `dir` without following a symlink.
+fn open_file_at(dir: &OwnedFd, name: &CString, mode: OpenMode) -> io::Result<File> {
     // O_NONBLOCK: opening a FIFO must not hang; it has no effect on regular
     // files, and callers refuse anything else with `ensure_regular`.
     let flags = libc::O_NOFOLLOW
@@ -218,6 +234,161 @@ pub fn ensure_regular(file: &File) -> io::Result<std::fs::Metadata> {
         ));
     }
     Ok(meta)
+}
+
+/// What [`replace_file`] replaced.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Replaced {
+    /// The file did not exist.
+    Created,
+    /// A regular file of this many bytes was replaced.
+    Existing {
+        /// Its previous size.
+        previous_bytes: u64,
+    },
+}
+
+/// Mode of the temporary file before the final mode is applied.
+const TEMP_FILE_MODE: libc::mode_t = 0o600;
+/// Attempts at a temporary name that is not taken.
+const TEMP_NAME_ATTEMPTS: usize = 16;
+
+/// Writes `content` to the absolute, resolved `path` by replacement: a
+/// temporary file in the same directory gets the content (and the old file's
+/// permission bits, and its owner where the process may set it), then is
+/// renamed over the target. Other hard links to the old file keep the old
+/// content; a symlink or a non-regular file at `path` is refused, and no
+/// symlink is followed in any component. Missing directories are created
+/// with `create_dirs`. On failure the target is left as it was.
+pub fn replace_file(path: &Path, content: &[u8], create_dirs: bool) -> io::Result<Replaced> {
+    let (dir, name) = open_parent_beneath(path, create_dirs)?;
+    let existing = stat_at(&dir, &name)?;
+    let (mode, owner, replaced) = match &existing {
+        None => {
+            // New files get the usual mode through the umask.
+            (None, None, Replaced::Created)
+        }
+        Some(stat) if (stat.st_mode & libc::S_IFMT) == libc::S_IFLNK => {
+            return Err(io::Error::from_raw_os_error(libc::ELOOP));
+        }
+        Some(stat) if (stat.st_mode & libc::S_IFMT) == libc::S_IFDIR => {
+            return Err(io::Error::from(io::ErrorKind::IsADirectory));
+        }
+        Some(stat) if (stat.st_mode & libc::S_IFMT) != libc::S_IFREG => {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "not a regular file (a device, FIFO or socket)",
+            ));
+        }
+        Some(stat) => (
+            Some(stat.st_mode & 0o7777),
+            Some((stat.st_uid, stat.st_gid)),
+            Replaced::Existing {
+                previous_bytes: u64::try_from(stat.st_size).unwrap_or_default(),
+            },
+        ),
+    };
+    let (mut file, temp) = create_temp_at(&dir, &name, mode.is_some())?;
+    let written = (|| {
+        file.write_all(content)?;
+        if let Some((uid, gid)) = owner {
+            // Keeping the owner needs privileges; without them the new file
+            // belongs to this process's user, as any new file would.
+            // SAFETY: fchown on a descriptor this function owns.
+            let _ = unsafe { libc::fchown(file.as_raw_fd(), uid, gid) };
+        }
+        // A new file was created with the usual mode through the umask; a
+        // replacement takes the old file's bits.
+        // SAFETY: fchmod on a descriptor this function owns.
+        if let Some(mode) = mode
+            && unsafe { libc::fchmod(file.as_raw_fd(), mode) } != 0
+        {
+            return Err(io::Error::last_os_error());
+        }
+        file.flush()?;
+        // SAFETY: valid directory fd and C strings for both names.
+        let rc = unsafe {
+            libc::renameat(
+                dir.as_raw_fd(),
+                temp.as_ptr(),
+                dir.as_raw_fd(),
+                name.as_ptr(),
+            )
+        };
+        if rc != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
+    })();
+    if written.is_err() {
+        // SAFETY: valid directory fd and C string; failure leaves a stray file
+        // that the next attempt does not reuse.
+        unsafe { libc::unlinkat(dir.as_raw_fd(), temp.as_ptr(), 0) };
+    }
+    written.map(|()| replaced)
+}
+
+/// `fstatat` without following a symlink; `None` when nothing is there.
+fn stat_at(dir: &OwnedFd, name: &CString) -> io::Result<Option<libc::stat>> {
+    let mut stat = std::mem::MaybeUninit::<libc::stat>::uninit();
+    // SAFETY: valid directory fd, C string and out-pointer.
+    let rc = unsafe {
+        libc::fstatat(
+            dir.as_raw_fd(),
+            name.as_ptr(),
+            stat.as_mut_ptr(),
+            libc::AT_SYMLINK_NOFOLLOW,
+        )
+    };
+    if rc != 0 {
+        let err = io::Error::last_os_error();
+        return if err.kind() == io::ErrorKind::NotFound {
+            Ok(None)
+        } else {
+            Err(err)
+        };
+    }
+    // SAFETY: fstatat succeeded and filled the struct.
+    Ok(Some(unsafe { stat.assume_init() }))
+}
+
+/// Creates a new temporary file next to `name` in `dir`.
+fn create_temp_at(dir: &OwnedFd, name: &CString, private: bool) -> io::Result<(File, CString)> {
+    let base = String::from_utf8_lossy(name.as_bytes());
+    let mode = if private {
+        TEMP_FILE_MODE
+    } else {
+        NEW_FILE_MODE
+    };
+    let mut last_err = io::Error::from(io::ErrorKind::AlreadyExists);
+    for _ in 0..TEMP_NAME_ATTEMPTS {
+        let temp = format!(
+            ".{base}.{}.{:08x}.tmp",
+            std::process::id(),
+            rand::random::<u32>()
+        );
+        let temp = c_name(std::ffi::OsStr::new(&temp))?;
+        let flags =
+            libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW | libc::O_CLOEXEC;
+        // SAFETY: valid dir fd and C string; the mode is read with O_CREAT.
+        let fd = unsafe {
+            libc::openat(
+                dir.as_raw_fd(),
+                temp.as_ptr(),
+                flags,
+                libc::c_uint::from(mode),
+            )
+        };
+        if fd >= 0 {
+            // SAFETY: `fd` was just returned by openat and is owned by nobody else.
+            return Ok((File::from(unsafe { OwnedFd::from_raw_fd(fd) }), temp));
+        }
+        last_err = io::Error::last_os_error();
+        if last_err.kind() != io::ErrorKind::AlreadyExists {
+            return Err(last_err);
+        }
+    }
+    Err(last_err)
 }
 
 /// True when an error from [`open_beneath`] means a symlink was met.

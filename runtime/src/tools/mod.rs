@@ -175,6 +175,7 @@ pub mod glob;
 pub mod grep;
 pub mod output;
 pub mod process;
+pub mod process_tree;
 pub mod read_file;
 pub mod registry;
 pub mod target;

@@ -1,13 +1,16 @@
 //! Process discipline for every child the runtime starts (SPEC §4, §6, §8): each
-//! child leads its own process group, gets stdin from /dev/null and only the
-//! environment it is given; stopping it stops the WHOLE group (SIGTERM, then
-//! SIGKILL after [`KILL_GRACE`]), so no grandchild survives a timeout or a
-//! cancellation. Used by `bash` and background tasks, and meant for hooks and MCP
+//! child leads its own process group inside a tree that follows every process
+//! it starts (its own cgroup, or a subreaper; see `process_tree`), gets stdin
+//! from /dev/null and only the environment it is given; stopping it stops the
+//! WHOLE group and tree (SIGTERM, then SIGKILL after [`KILL_GRACE`]), so no
+//! descendant survives a timeout or a cancellation, not even one that moved
+//! to a group or session of its own. Used by `bash` and background tasks, and meant for hooks and MCP
 //! stdio servers too, so it knows nothing about tools.
 //!
 //! This module starts, watches and stops processes; it does not decide what may
 //! run (permissions) nor how output is shown (`output`).
 
+use std::collections::BTreeSet;
 use std::io;
 use std::path::Path;
 use std::process::{ExitStatus, Stdio};
@@ -19,6 +22,8 @@ use tokio::io::AsyncReadExt;
 use tokio::net::unix::pipe;
 use tokio::process::{Child, Command};
 use tokio_util::sync::CancellationToken;
+
+use super::process_tree::{self, Containment, Tree};
 
 /// SPEC §4: after SIGTERM a process group has this long to exit before SIGKILL.
 pub const KILL_GRACE: Duration = Duration::from_secs(2);
@@ -45,18 +50,36 @@ const READ_CHUNK_BYTES: usize = 64 * 1024;
 pub const BASE_ENV_VARS: [&str; 5] = ["HOME", "PATH", "USER", "TERM", "LANG"];
 
 /// SPEC §15: commands never see provider keys. These names are withheld even
-/// when a configuration allowlists them.
-pub const WITHHELD_ENV_VARS: [&str; 3] = [
-    "ANTHROPIC_API_KEY",
-    "OPENAI_API_KEY",
-    "ANTHROPIC_AUTH_TOKEN",
-];
+/// when a configuration allowlists them; [`child_environment_withholding`]
+/// withholds the configured key variables as well.
+pub const WITHHELD_ENV_VARS: [&str; 3] = crate::secrets::STANDARD_KEY_VARS;
 
 /// The environment of child processes: [`BASE_ENV_VARS`] plus the allowlisted
 /// names, in that order, each once, those `lookup` knows; never the
-/// [`WITHHELD_ENV_VARS`]. Pure: pass `|name| std::env::var(name).ok()` to read
-/// the runtime's environment (once per session).
+/// [`WITHHELD_ENV_VARS`] nor the names this process withheld at start-up.
+/// Pure apart from that start-up list: pass `|name| std::env::var(name).ok()`
+/// to read the runtime's environment (once per session).
 pub fn child_environment<F>(allowlist: &[String], lookup: F) -> Vec<(String, String)>
+where
+    F: Fn(&str) -> Option<String>,
+{
+    let withheld = crate::secrets::key_names(
+        crate::secrets::withheld_names()
+            .iter()
+            .map(String::as_str)
+            .collect::<Vec<_>>(),
+    );
+    child_environment_withholding(allowlist, &withheld, lookup)
+}
+
+/// [`child_environment`] with the withheld names given: every name in
+/// `withheld` and every [`WITHHELD_ENV_VARS`] name is left out, whatever the
+/// allowlist says. Pure.
+pub fn child_environment_withholding<F>(
+    allowlist: &[String],
+    withheld: &BTreeSet<String>,
+    lookup: F,
+) -> Vec<(String, String)>
 where
     F: Fn(&str) -> Option<String>,
 {
@@ -68,6 +91,7 @@ where
     for name in names {
         if name.is_empty()
             || WITHHELD_ENV_VARS.contains(&name)
+            || withheld.contains(name)
             || out.iter().any(|(existing, _)| existing == name)
         {
             continue;
@@ -118,6 +142,9 @@ pub enum KillOutcome {
 #[derive(Debug)]
 pub struct ProcessGroup {
     pgid: libc::pid_t,
+    /// Every process the command started, wherever it moved (see
+    /// `process_tree`); `None` for a bare group.
+    tree: Option<Tree>,
     /// Set once the group was seen empty: it is never signalled again, so a
     /// recycled id can never be hit.
     gone: AtomicBool,
@@ -134,9 +161,18 @@ impl ProcessGroup {
         }
         Some(Self {
             pgid,
+            tree: None,
             gone: AtomicBool::new(false),
             armed: AtomicBool::new(true),
         })
+    }
+
+    /// The same group, also following `tree`: signals, liveness and kills
+    /// then cover every process the command started, also those that left
+    /// the group (`setsid`, `setpgid`, `set -m`).
+    pub fn with_tree(mut self, tree: Tree) -> Self {
+        self.tree = Some(tree);
+        self
     }
 
     /// The process group id (the leader's pid).
@@ -145,9 +181,12 @@ impl ProcessGroup {
         self.pgid.unsigned_abs()
     }
 
-    /// Sends `signal` to every member of the group. A group without members is
-    /// not an error.
+    /// Sends `signal` to every member of the group and of its tree. A group
+    /// without members is not an error.
     pub fn signal(&self, signal: libc::c_int) -> io::Result<()> {
+        if let Some(tree) = &self.tree {
+            tree.signal(signal);
+        }
         if self.gone.load(Ordering::Acquire) {
             return Ok(());
         }
@@ -165,9 +204,12 @@ impl ProcessGroup {
         Err(err)
     }
 
-    /// True while some member of the group is alive. Zombies (exited, waiting
-    /// for their parent) run nothing and do not count.
+    /// True while some member of the group or its tree is alive. Zombies
+    /// (exited, waiting for their parent) run nothing and do not count.
     pub fn has_live_members(&self) -> bool {
+        if self.tree.as_ref().is_some_and(Tree::has_live_members) {
+            return true;
+        }
         if self.gone.load(Ordering::Acquire) {
             return false;
         }
@@ -193,7 +235,7 @@ impl ProcessGroup {
             pgid = self.pgid,
             "process group outlived SIGTERM; sending SIGKILL"
         );
-        self.send_logged(libc::SIGKILL);
+        self.kill_now();
         if !self.wait_until_empty(KILL_CONFIRM).await {
             tracing::warn!(
                 pgid = self.pgid,
@@ -203,8 +245,11 @@ impl ProcessGroup {
         KillOutcome::Killed
     }
 
-    /// SIGKILL to the group at once.
+    /// SIGKILL to the group and its tree at once.
     pub fn kill_now(&self) {
+        if let Some(tree) = &self.tree {
+            tree.kill();
+        }
         self.send_logged(libc::SIGKILL);
     }
 
@@ -303,25 +348,40 @@ pub fn process_is_alive(pid: u32) -> bool {
     }
 }
 
-/// Makes `command` lead its own process group and spawns it. The caller sets
-/// the environment (`env_clear` plus [`child_environment`]), directory and
-/// stdio (stdin from /dev/null unless it feeds the child, as hooks do). The
-/// returned group kills every member when dropped while armed.
+/// Makes `command` lead its own process group and spawns it, contained as
+/// this process contains commands ([`process_tree::containment`]). The caller
+/// sets the environment (`env_clear` plus [`child_environment`]), directory
+/// and stdio (stdin from /dev/null unless it feeds the child, as hooks do).
+/// The returned group kills every member, and every process of its tree,
+/// when dropped while armed.
 pub fn spawn_in_group(command: &mut Command) -> Result<(Child, Arc<ProcessGroup>), ProcessError> {
+    spawn_contained(command, process_tree::containment())
+}
+
+/// [`spawn_in_group`] with the containment given (tests use both kinds).
+pub fn spawn_contained(
+    command: &mut Command,
+    containment: &Containment,
+) -> Result<(Child, Arc<ProcessGroup>), ProcessError> {
     command.process_group(0).kill_on_drop(false);
     let program = command
         .as_std()
         .get_program()
         .to_string_lossy()
         .into_owned();
+    let tree = Tree::new(containment);
+    tree.prepare(command)
+        .map_err(|source| ProcessError::Spawn {
+            program: program.clone(),
+            source,
+        })?;
     let child = command
         .spawn()
         .map_err(|source| ProcessError::Spawn { program, source })?;
-    let group = child
-        .id()
-        .and_then(ProcessGroup::new)
-        .ok_or(ProcessError::NoPid)?;
-    Ok((child, Arc::new(group)))
+    let pid = child.id().ok_or(ProcessError::NoPid)?;
+    tree.set_leader(pid);
+    let group = ProcessGroup::new(pid).ok_or(ProcessError::NoPid)?;
+    Ok((child, Arc::new(group.with_tree(tree))))
 }
 
 /// A shell command running in its own group, with stdout and stderr combined
@@ -344,6 +404,16 @@ pub fn spawn_shell(
     cwd: &Path,
     env: &[(String, String)],
 ) -> Result<ShellProcess, ProcessError> {
+    spawn_shell_contained(command, cwd, env, process_tree::containment())
+}
+
+/// [`spawn_shell`] with the containment given.
+pub fn spawn_shell_contained(
+    command: &str,
+    cwd: &Path,
+    env: &[(String, String)],
+    containment: &Containment,
+) -> Result<ShellProcess, ProcessError> {
     if tokio::runtime::Handle::try_current().is_err() {
         return Err(ProcessError::NoRuntime);
     }
@@ -358,7 +428,7 @@ pub fn spawn_shell(
         .stdin(Stdio::null())
         .stdout(Stdio::from(writer))
         .stderr(Stdio::from(stderr_writer));
-    let (child, group) = spawn_in_group(&mut cmd)?;
+    let (child, group) = spawn_contained(&mut cmd, containment)?;
     // Dropping the command closes our copies of the write end, so the pipe
     // reaches end-of-file once every process holding it is gone.
     drop(cmd);
@@ -531,6 +601,25 @@ mod tests {
         assert!(env.iter().all(|(k, _)| k != "ANTHROPIC_API_KEY"));
         assert_eq!(env.iter().filter(|(k, _)| k == "PATH").count(), 1);
         assert!(env.iter().all(|(k, _)| k != "SECRET"));
+    }
+
+    #[test]
+    fn configured_key_variables_are_withheld_whatever_the_allowlist_says() {
+        let withheld = crate::secrets::key_names(["SECRET"]);
+        let env = child_environment_withholding(
+            &[
+                "SECRET".into(),
+                "CARGO_HOME".into(),
+                "ANTHROPIC_API_KEY".into(),
+            ],
+            &withheld,
+            lookup,
+        );
+        assert!(
+            env.iter()
+                .all(|(k, _)| k != "SECRET" && k != "ANTHROPIC_API_KEY")
+        );
+        assert!(env.iter().any(|(k, _)| k == "CARGO_HOME"));
     }
 
     #[test]

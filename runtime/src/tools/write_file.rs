@@ -3,14 +3,14 @@
 //! allowed roots are refused whatever the permission engine said, and every
 //! component is opened without following symlinks.
 
-use std::io::{self, Write};
+use std::io;
 use std::path::Path;
 
 use futures::future::BoxFuture;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::files::{self, OpenMode};
+use super::files::{self, Replaced};
 use super::{
     Access, PermissionSubject, Tool, ToolCategory, ToolContext, ToolOutput, parse_args, plural,
 };
@@ -114,21 +114,14 @@ pub enum WriteOutcome {
 }
 
 /// Writes `content` to the resolved `path`, creating parents, never following
-/// a symlink in any component.
+/// a symlink in any component. An existing file is replaced (a new file
+/// renamed over it, keeping its mode), never written through: its other hard
+/// links keep their content.
 pub fn write_whole(path: &Path, content: &[u8]) -> io::Result<WriteOutcome> {
-    let (mut file, outcome) = match files::open_beneath(path, OpenMode::CreateNew, true) {
-        Ok(file) => (file, WriteOutcome::Created),
-        Err(err) if err.kind() == io::ErrorKind::AlreadyExists => {
-            let file = files::open_beneath(path, OpenMode::Write, false)?;
-            let previous_bytes = files::ensure_regular(&file)?.len();
-            file.set_len(0)?;
-            (file, WriteOutcome::Overwritten { previous_bytes })
-        }
-        Err(err) => return Err(err),
-    };
-    file.write_all(content)?;
-    file.flush()?;
-    Ok(outcome)
+    Ok(match files::replace_file(path, content, true)? {
+        Replaced::Created => WriteOutcome::Created,
+        Replaced::Existing { previous_bytes } => WriteOutcome::Overwritten { previous_bytes },
+    })
 }
 
 fn describe(display: &str, bytes: usize, outcome: WriteOutcome) -> String {

@@ -154,6 +154,7 @@ pub fn agent_env(
             environment: TEST_ENVIRONMENT.into(),
         },
         spill_dir,
+        context_window: 0,
         child_env: Arc::new(vec![("PATH".into(), "/usr/bin:/bin".into())]),
         background: Arc::new(BackgroundTasks::new()),
         tool_timeout: TOOL_TIMEOUT,

@@ -151,7 +151,15 @@ impl AgentLoop {
                 self.phase = Phase::Saving(AfterSave::Finish(done))
             }
             Phase::Done => self.phase = Phase::Done,
-            Phase::Idle | Phase::Saving(AfterSave::ModelCall) => {
+            Phase::Summarising(summarising) => {
+                genai::record_error(&summarising.span(), "cancelled");
+                summarising.cancel();
+                self.transcript.close(&outcome.final_text);
+                self.finish_with(outcome, out);
+            }
+            Phase::Idle
+            | Phase::Offloading
+            | Phase::Saving(AfterSave::ModelCall | AfterSave::TooLong(_)) => {
                 self.transcript.close(&outcome.final_text);
                 self.finish_with(outcome, out);
             }

@@ -478,6 +478,7 @@ impl AgentLoop {
         };
         state.running = false;
         let result = output.into_result(execution.calls[index].id.clone());
+        let read = read_file_snapshot(&execution.calls[index], &result);
         if execution.settle(index, result.clone(), error, capture) {
             let state = &mut execution.states[index];
             state.duration_ms = duration.as_millis() as u64;
@@ -489,6 +490,9 @@ impl AgentLoop {
                 index,
                 result,
             });
+        }
+        if let Some((path, content)) = read {
+            self.context.file_read(path, content);
         }
         self.after_call(out);
     }
@@ -588,4 +592,15 @@ impl AgentLoop {
             Err(err) => tracing::warn!(%err, "could not remember the approval as a rule"),
         }
     }
+}
+
+/// The path and text of a successful `read_file` call, for the recovery
+/// attachment of a later compaction.
+fn read_file_snapshot(call: &ToolCall, result: &ToolResult) -> Option<(String, String)> {
+    if call.name != "read_file" || result.is_error {
+        return None;
+    }
+    let args = call.input_value().ok()?;
+    let path = args.get("path")?.as_str()?.to_string();
+    Some((path, result.joined_text()))
 }

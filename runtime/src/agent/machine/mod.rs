@@ -18,9 +18,12 @@
 //! back inputs; it also turns the cancellation of [`AgentLoop::token`] into
 //! [`Input::Interrupted`].
 
+mod compaction;
 mod ending;
 mod execution;
 mod turn;
+
+pub use compaction::{ContextSetup, Trigger};
 
 #[cfg(test)]
 mod tests;
@@ -86,6 +89,8 @@ pub struct LoopSetup {
     /// Parent of its `invoke_agent` span: none for the main agent (the trace
     /// root), the `execute_tool agent` span that started it for a sub-agent.
     pub parent_span: Span,
+    /// The context window and the session's layer-1 decisions.
+    pub context: ContextSetup,
 }
 
 /// Something that happened to the agent.
@@ -155,6 +160,21 @@ pub enum Input {
         /// Epoch of the execution.
         epoch: u64,
     },
+    /// The interpreter carried out an [`Effect::Offload`]: the results it
+    /// spilled (call id and spill file); the others are tried next turn.
+    Offloaded {
+        /// Call id and path of each spilled result.
+        spilled: Vec<(String, String)>,
+    },
+    /// The summary call of `epoch` ([`Effect::Summarise`]) answered.
+    Summarised {
+        /// Epoch of the summary call.
+        epoch: u64,
+        /// Its whole text, or why it failed.
+        result: Result<String, ProviderError>,
+        /// Its usage.
+        usage: Usage,
+    },
     /// The person wrote to the agent while it works: the text joins the
     /// history before the agent's next model call (announced with a
     /// `user_message` event then). A loop that is over ignores it, and text
@@ -222,6 +242,26 @@ pub enum Effect {
     },
     /// Keep the session's "always" rules with the session (best effort).
     SaveRules(Vec<RuleEntry>),
+    /// Layer 1: write each result of `spill` to its spill file, keep the
+    /// decisions with the session and flush; answer with
+    /// [`Input::Offloaded`] naming the results spilled.
+    Offload(crate::compact::offload::OffloadPlan),
+    /// Ask the model for a summary (no tools); answer with
+    /// [`Input::Summarised`] carrying its whole text. Stop when `cancel` is
+    /// cancelled.
+    Summarise {
+        /// Epoch of the call.
+        epoch: u64,
+        /// The request.
+        request: ChatRequest,
+        /// The call's token.
+        cancel: CancellationToken,
+        /// The `compaction` span the call runs in.
+        span: Span,
+    },
+    /// Store the compaction marker (the summary and where the kept messages
+    /// begin) and flush; answer with [`Input::Saved`].
+    SaveMarker(crate::store::CompactionMarker),
     /// Start a model call; stream its events back as [`Input::Model`],
     /// [`Input::ModelFailed`], [`Input::ModelEnded`]. Stop when `cancel` is
     /// cancelled (dropping the stream aborts the request).
@@ -264,6 +304,9 @@ impl std::fmt::Debug for Effect {
             Self::Save => f.write_str("Save"),
             Self::SavePending { index, .. } => write!(f, "SavePending({index})"),
             Self::SaveRules(rules) => write!(f, "SaveRules({})", rules.len()),
+            Self::Offload(plan) => write!(f, "Offload({}, {})", plan.spill.len(), plan.kept.len()),
+            Self::Summarise { epoch, .. } => write!(f, "Summarise({epoch})"),
+            Self::SaveMarker(marker) => write!(f, "SaveMarker({})", marker.first_kept),
             Self::CallModel { epoch, .. } => write!(f, "CallModel({epoch})"),
             Self::RunTool(launch) => write!(f, "RunTool({}, {})", launch.index, launch.tool.name()),
             Self::StartAgent(launch) => {
@@ -286,7 +329,7 @@ impl std::fmt::Debug for Effect {
 pub struct AgentStatus {
     /// Agent path.
     pub path: String,
-    /// Phase name: `idle`, `saving`, `streaming`, `executing`,
+    /// Phase name: `idle`, `saving`, `compacting`, `streaming`, `executing`,
     /// `awaiting_approval`, `cancelling`, `done`.
     pub phase: &'static str,
     /// Messages in history.
@@ -305,6 +348,8 @@ enum AfterSave {
     Execute(Vec<ToolCall>),
     /// End the loop.
     Finish(RunOutcome),
+    /// End the turn: the history is too long even compacted (its estimate).
+    TooLong(u64),
 }
 
 enum Phase {
@@ -312,6 +357,10 @@ enum Phase {
     Idle,
     /// Waiting for [`Input::Saved`].
     Saving(AfterSave),
+    /// Layer 1: waiting for [`Input::Offloaded`].
+    Offloading,
+    /// A summary call is running.
+    Summarising(compaction::Summarising),
     /// A model stream is running.
     Streaming(Streaming),
     /// The calls of the last response are running.
@@ -410,6 +459,8 @@ pub struct AgentLoop {
     interrupt_pending: bool,
     /// Text the person wrote during the run, for the next model call.
     queued_messages: Vec<String>,
+    /// Compaction: estimate, ledger, breaker.
+    context: compaction::ContextState,
 }
 
 impl AgentLoop {
@@ -447,6 +498,7 @@ impl AgentLoop {
             store_failed: false,
             interrupt_pending: false,
             queued_messages: Vec::new(),
+            context: compaction::ContextState::new(setup.context),
         }
     }
 
@@ -479,6 +531,12 @@ impl AgentLoop {
             Input::Interrupted => self.interrupt(&mut out),
             Input::CleanupGraceOver { epoch } => self.on_grace_over(epoch, &mut out),
             Input::UserMessage { text } => self.queue_message(text),
+            Input::Offloaded { spilled } => self.on_offloaded(spilled, &mut out),
+            Input::Summarised {
+                epoch,
+                result,
+                usage,
+            } => self.on_summarised(epoch, result, usage, &mut out),
         }
         out
     }
@@ -528,6 +586,11 @@ impl AgentLoop {
         &self.token
     }
 
+    /// The layer-1 decisions (a fork starts from its parent's).
+    pub fn ledger(&self) -> &crate::compact::offload::Ledger {
+        &self.context.ledger
+    }
+
     /// The history and what of it is stored (the interpreter saves it).
     pub fn transcript(&self) -> &Transcript {
         &self.transcript
@@ -553,6 +616,7 @@ impl AgentLoop {
         let (phase, pending) = match &self.phase {
             Phase::Idle => ("idle", Vec::new()),
             Phase::Saving(_) => ("saving", Vec::new()),
+            Phase::Offloading | Phase::Summarising(_) => ("compacting", Vec::new()),
             Phase::Streaming(_) => ("streaming", Vec::new()),
             Phase::Executing(execution) if !execution.approvals.is_empty() => {
                 let mut ids: Vec<String> = execution.approvals.keys().cloned().collect();
@@ -608,6 +672,7 @@ impl AgentLoop {
                 self.interrupt_now(out);
             }
             (Ok(()), AfterSave::ModelCall) => self.model_call(out),
+            (Ok(()), AfterSave::TooLong(tokens)) => self.end_too_long(tokens, out),
             (Ok(()), AfterSave::Execute(calls)) => self.start_execution(calls, out),
             (Err(err), then) => self.save_failed(err, then, out),
         }

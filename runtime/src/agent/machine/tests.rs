@@ -34,6 +34,7 @@ struct Options {
     tool_calls: u32,
     task: Option<String>,
     allow: Vec<String>,
+    window: u64,
 }
 
 impl Default for Options {
@@ -47,6 +48,7 @@ impl Default for Options {
             tool_calls: 500,
             task: None,
             allow: Vec::new(),
+            window: 0,
         }
     }
 }
@@ -107,6 +109,10 @@ fn fixture(options: Options) -> Fixture {
         transcript,
         token: account.root().child_token(),
         parent_span: Span::none(),
+        context: ContextSetup {
+            window: options.window,
+            ledger: Default::default(),
+        },
     });
     Fixture {
         machine,
@@ -126,6 +132,9 @@ fn show(effects: &[Effect]) -> Vec<String> {
             Effect::Save => "save".into(),
             Effect::SavePending { index, .. } => format!("pending:{index}"),
             Effect::SaveRules(_) => "rules".into(),
+            Effect::Offload(plan) => format!("offload:{}:{}", plan.spill.len(), plan.kept.len()),
+            Effect::Summarise { epoch, .. } => format!("summarise:{epoch}"),
+            Effect::SaveMarker(_) => "marker".into(),
             Effect::CallModel { epoch, .. } => format!("model:{epoch}"),
             Effect::RunTool(launch) => format!("tool:{}:{}", launch.index, launch.tool.name()),
             Effect::StartAgent(launch) => {
@@ -526,7 +535,7 @@ fn a_denial_with_nobody_to_ask_advises_what_works_in_the_current_mode() {
         "{text}"
     );
     assert!(
-        text.contains("/.troupe/config.toml` (this project)"),
+        text.contains("/.troupe/config.toml` (this project, once trusted"),
         "{text}"
     );
 }
@@ -1152,4 +1161,284 @@ fn text_written_as_the_loop_ends_is_not_taken() {
         .is_empty()
     );
     assert!(f.history().iter().all(|m| !m.text().contains("one more")));
+}
+
+// ---- compaction ----
+
+impl Fixture {
+    /// The current model call answers with one `read_file` call and reports
+    /// `input` tokens of usage.
+    fn respond_read(&mut self, path: &str, input: u64) -> Vec<String> {
+        let epoch = self.epoch();
+        let event = StreamEvent::ToolCall(ToolCall {
+            id: format!("c{epoch}-0"),
+            name: "read_file".into(),
+            input: json!({ "path": path }).to_string(),
+        });
+        assert!(self.on(Input::Model { epoch, event }).is_empty());
+        self.on(Input::Model {
+            epoch,
+            event: StreamEvent::Usage(Usage {
+                input,
+                output: 10,
+                cache_read: 0,
+                cache_write: 0,
+            }),
+        });
+        self.step(Input::ModelEnded { epoch })
+    }
+
+    /// One turn: a read answered with `size` characters; returns the effects
+    /// after the results were saved (the start of the next model call).
+    fn read_turn(&mut self, path: &str, size: usize, input: u64) -> Vec<String> {
+        assert_eq!(self.respond_read(path, input), s(&["emit:usage", "save"]));
+        assert_eq!(
+            self.step(Input::Saved(Ok(()))),
+            s(&["emit:tool_started", "tool:0:read_file"])
+        );
+        assert_eq!(
+            self.done(0, &"r".repeat(size)),
+            s(&["pending:0", "emit:tool_finished", "save"])
+        );
+        self.step(Input::Saved(Ok(())))
+    }
+
+    fn request_of(effects: &[Effect]) -> Option<&ChatRequest> {
+        effects.iter().find_map(|effect| match effect {
+            Effect::CallModel { request, .. } | Effect::Summarise { request, .. } => Some(request),
+            _ => None,
+        })
+    }
+
+    fn summarise_epoch(effects: &[Effect]) -> u64 {
+        effects
+            .iter()
+            .find_map(|effect| match effect {
+                Effect::Summarise { epoch, .. } => Some(*epoch),
+                _ => None,
+            })
+            .expect("a summary call")
+    }
+}
+
+fn windowed(window: u64) -> Fixture {
+    fixture(Options {
+        window,
+        ..Options::default()
+    })
+    .started()
+}
+
+#[test]
+fn a_large_result_is_offloaded_once_and_every_later_request_carries_the_same_preview() {
+    let mut f = windowed(200_000);
+    assert_eq!(f.read_turn("big.log", 60_000, 100), s(&["offload:1:0"]));
+    let effects = f.on(Input::Offloaded {
+        spilled: vec![("c1-0".into(), "/spill/result-c1-0".into())],
+    });
+    assert_eq!(show(&effects), s(&["emit:iteration", "model:3"]));
+    let first = Fixture::request_of(&effects).unwrap().messages.clone();
+    let preview = first[2].tool_results_iter().next().unwrap().joined_text();
+    assert!(preview.starts_with("[content offloaded] original size: 60000 bytes"));
+    assert!(preview.contains("/spill/result-c1-0"));
+    // The stored history keeps the result whole.
+    assert_eq!(
+        f.history()[2]
+            .tool_results_iter()
+            .next()
+            .unwrap()
+            .joined_text()
+            .len(),
+        60_000
+    );
+    // The next turn: a small result, kept; the old preview is byte-identical.
+    assert_eq!(f.read_turn("small.rs", 10, 100), s(&["offload:0:1"]));
+    let effects = f.on(Input::Offloaded { spilled: vec![] });
+    let second = &Fixture::request_of(&effects).unwrap().messages;
+    assert_eq!(
+        &second[..first.len()],
+        &first[..],
+        "the prefix never changes"
+    );
+}
+
+#[test]
+fn a_failed_spill_is_tried_again_next_turn() {
+    let mut f = windowed(200_000);
+    assert_eq!(f.read_turn("big.log", 60_000, 100), s(&["offload:1:0"]));
+    // Nothing could be written: the request carries the whole result.
+    let effects = f.on(Input::Offloaded { spilled: vec![] });
+    let request = Fixture::request_of(&effects).unwrap();
+    assert_eq!(
+        request.messages[2]
+            .tool_results_iter()
+            .next()
+            .unwrap()
+            .joined_text()
+            .len(),
+        60_000
+    );
+    // The next turn decides it again (and the new small result).
+    assert_eq!(f.read_turn("small.rs", 10, 100), s(&["offload:1:1"]));
+}
+
+#[test]
+fn at_the_threshold_the_older_history_is_summarised_and_the_tail_kept() {
+    // Window 40,000: summaries from 7,000 tokens.
+    let mut f = windowed(40_000);
+    for (turn, path) in ["a.rs", "b.rs", "c.rs"].iter().enumerate() {
+        let effects = f.read_turn(path, 14_000, 100);
+        assert_eq!(effects, s(&["offload:0:1"]), "turn {turn}");
+        let effects = f.step(Input::Offloaded { spilled: vec![] });
+        assert_eq!(effects[0], "emit:iteration", "turn {turn}: {effects:?}");
+    }
+    // The fourth result crosses the threshold with a history long enough to cut.
+    assert_eq!(f.read_turn("d.rs", 14_000, 6_000), s(&["offload:0:1"]));
+    let effects = f.on(Input::Offloaded { spilled: vec![] });
+    let epoch = Fixture::summarise_epoch(&effects);
+    assert_eq!(
+        show(&effects),
+        s(&["emit:compaction", &format!("summarise:{epoch}")])
+    );
+    let request = Fixture::request_of(&effects).unwrap();
+    assert!(
+        request.tools.is_empty(),
+        "a summary request offers no tools"
+    );
+    assert!(
+        request
+            .messages
+            .last()
+            .unwrap()
+            .text()
+            .contains("<summary>")
+    );
+    let before = f.history().len();
+    let effects = f.step(Input::Summarised {
+        epoch,
+        result: Ok("<analysis>x</analysis><summary>Read four files.</summary>".into()),
+        usage: Usage {
+            input: 5_000,
+            output: 300,
+            cache_read: 0,
+            cache_write: 0,
+        },
+    });
+    assert_eq!(effects, s(&["emit:compaction", "marker"]));
+    assert!(f.history().len() < before);
+    let summary = f.history()[0].text();
+    assert!(summary.contains("Read four files."), "{summary}");
+    assert!(
+        summary.contains("### d.rs"),
+        "the recovery attachment has the last file read"
+    );
+    assert!(summary.contains("- read_file:"), "and the tools offered");
+    validate_history(f.history()).unwrap();
+    // Durable, then the model is called with the compacted history.
+    let effects = f.on(Input::Saved(Ok(())));
+    assert_eq!(
+        show(&effects),
+        s(&["emit:iteration", &format!("model:{}", epoch + 1)])
+    );
+    let request = Fixture::request_of(&effects).unwrap();
+    assert!(request.messages[0].text().contains("Read four files."));
+    assert!(!request.tools.is_empty());
+}
+
+#[test]
+fn a_failing_summary_is_counted_by_the_breaker_and_the_turn_goes_on() {
+    let mut f = windowed(40_000);
+    for path in ["a.rs", "b.rs", "c.rs"] {
+        f.read_turn(path, 14_000, 100);
+        f.step(Input::Offloaded { spilled: vec![] });
+    }
+    f.read_turn("d.rs", 14_000, 6_000);
+    let effects = f.on(Input::Offloaded { spilled: vec![] });
+    let epoch = Fixture::summarise_epoch(&effects);
+    // Too long: asked again with the oldest group left out.
+    let too_long = crate::llm::ProviderError::new(
+        "p",
+        crate::llm::ProviderErrorKind::PromptTooLong,
+        "too long",
+    );
+    let effects = f.step(Input::Summarised {
+        epoch,
+        result: Err(too_long),
+        usage: Usage::default(),
+    });
+    assert_eq!(effects, s(&[format!("summarise:{}", epoch + 1).as_str()]));
+    let broken =
+        crate::llm::ProviderError::new("p", crate::llm::ProviderErrorKind::StreamBroken, "reset");
+    let effects = f.step(Input::Summarised {
+        epoch: epoch + 1,
+        result: Err(broken),
+        usage: Usage::default(),
+    });
+    assert_eq!(
+        effects,
+        s(&[
+            "emit:compaction",
+            "emit:notice",
+            "emit:iteration",
+            &format!("model:{}", epoch + 2)
+        ])
+    );
+    assert!(!f.machine.context.breaker_is_open());
+}
+
+#[test]
+fn prompt_too_long_compacts_once_then_retries_and_a_second_refusal_ends_the_turn() {
+    let mut f = windowed(40_000);
+    for path in ["a.rs", "b.rs", "c.rs", "d.rs"] {
+        f.read_turn(path, 14_000, 100);
+        f.step(Input::Offloaded { spilled: vec![] });
+    }
+    let epoch = f.epoch();
+    let too_long = || {
+        crate::llm::ProviderError::new(
+            "p",
+            crate::llm::ProviderErrorKind::PromptTooLong,
+            "prompt is too long",
+        )
+    };
+    let effects = f.on(Input::ModelFailed {
+        epoch,
+        error: too_long(),
+    });
+    let summarise = Fixture::summarise_epoch(&effects);
+    assert_eq!(
+        show(&effects),
+        s(&["emit:compaction", &format!("summarise:{summarise}")])
+    );
+    let effects = f.step(Input::Summarised {
+        epoch: summarise,
+        result: Ok("<summary>short</summary>".into()),
+        usage: Usage::default(),
+    });
+    assert_eq!(effects, s(&["emit:compaction", "marker"]));
+    let effects = f.step(Input::Saved(Ok(())));
+    assert_eq!(
+        effects,
+        s(&["emit:iteration", &format!("model:{}", summarise + 1)])
+    );
+    // Refused again in the same turn: the error ends the run, history valid.
+    let effects = f.step(Input::ModelFailed {
+        epoch: summarise + 1,
+        error: too_long(),
+    });
+    assert_eq!(effects, s(&["emit:error", "save"]));
+    assert_eq!(
+        f.step(Input::Saved(Ok(()))),
+        s(&["finished:error:provider_error"])
+    );
+    validate_history(f.history()).unwrap();
+}
+
+#[test]
+fn a_window_of_zero_never_compacts() {
+    let mut f = windowed(0);
+    assert_eq!(
+        f.read_turn("big.log", 60_000, 100),
+        s(&["emit:iteration", "model:3"])
+    );
 }

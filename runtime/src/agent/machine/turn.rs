@@ -25,10 +25,16 @@ impl AgentLoop {
             self.save_then(AfterSave::ModelCall, out);
             return;
         }
+        if self.offload_step(out) {
+            return;
+        }
         if let Some(hit) = self.account.check() {
             // Budgets are the run's: the whole tree stops.
             self.account.stop(StopCause::Limit(hit.clone()));
             self.stop_on_limit(hit, out);
+            return;
+        }
+        if self.summary_step(out) {
             return;
         }
         let n = match self.guard.begin_turn() {
@@ -42,7 +48,7 @@ impl AgentLoop {
         self.epoch += 1;
         let request = ChatRequest {
             system: self.system.clone(),
-            messages: self.transcript.messages().to_vec(),
+            messages: self.request_messages(),
             tools: self.catalogue.offered(self.permissions.mode()).to_vec(),
         };
         let span = genai::chat_span(
@@ -141,6 +147,13 @@ impl AgentLoop {
         }
         genai::record_chat_error(&span, error.kind);
         drop(span);
+        if error.kind == crate::llm::ProviderErrorKind::PromptTooLong
+            && acc.blocks().is_empty()
+            && self.emergency(out)
+        {
+            // Compacted once, then the call is tried again.
+            return;
+        }
         out.push(Effect::Emit(EventKind::Error {
             kind: error.kind.as_str().to_string(),
             message: error.to_string(),
@@ -218,6 +231,8 @@ impl AgentLoop {
         let calls: Vec<ToolCall> = message.tool_calls().cloned().collect();
         let text = message.text();
         self.transcript.push(message);
+        self.re_anchor(&usage);
+        self.turn_done();
         if calls.is_empty() {
             self.finish_with(
                 RunOutcome {

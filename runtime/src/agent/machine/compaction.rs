@@ -1,0 +1,436 @@
+//! The compacting half of a turn, before its model call: layer 1 (large
+//! results offloaded, decided once per call id), then, at the threshold, a
+//! summary of the older history (layer 2) made by a model call with no tools;
+//! and the emergency path when the provider says the prompt is too long.
+//! Every rule is a function of `crate::compact`; this only sequences them.
+
+use std::collections::VecDeque;
+
+use chrono::Utc;
+use tokio_util::sync::CancellationToken;
+
+use crate::compact::breaker::Breaker;
+use crate::compact::estimate::{TokenEstimate, history_chars};
+use crate::compact::offload::{Ledger, OffloadPlan};
+use crate::compact::summary::{
+    FileSnapshot, RECOVERY_FILES, budgets, compacted, extract_summary, files_outside,
+    groups_to_drop, recovery_attachment, summary_request, tail_start, without_oldest_groups,
+};
+use crate::compact::{auto_threshold, emergency_limit};
+use crate::events::EventKind;
+use crate::llm::{ChatRequest, ProviderError, ProviderErrorKind, ToolDefinition};
+use crate::model::{Message, Usage};
+use crate::store::CompactionMarker;
+use crate::telemetry::genai;
+
+use super::{AfterSave, AgentLoop, Effect, Phase};
+
+/// How many too-long summary requests are retried with fewer groups.
+const SUMMARY_ATTEMPTS: u32 = 8;
+
+/// What a loop starts from for compaction.
+#[derive(Debug, Clone, Default)]
+pub struct ContextSetup {
+    /// The provider's context window in tokens (0: compaction off).
+    pub window: u64,
+    /// The session's layer-1 decisions (a fork starts from its parent's).
+    pub ledger: Ledger,
+}
+
+/// Why a summary is made.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Trigger {
+    /// The estimate reached the threshold.
+    Auto,
+    /// The provider refused the prompt as too long.
+    Emergency,
+}
+
+impl Trigger {
+    fn as_str(self) -> &'static str {
+        match self {
+            Self::Auto => "auto",
+            Self::Emergency => "emergency",
+        }
+    }
+}
+
+/// The compaction state of one loop.
+#[derive(Debug)]
+pub(super) struct ContextState {
+    window: u64,
+    pub(super) ledger: Ledger,
+    estimate: TokenEstimate,
+    breaker: Breaker,
+    /// Layer 1 ran for the coming model call.
+    offloaded: bool,
+    /// No automatic summary before the coming model call (it failed, or
+    /// there was nothing to summarise).
+    skip_summary: bool,
+    /// The emergency compaction of this turn was used.
+    emergency_used: bool,
+    /// Files read most recently, newest first.
+    recent_files: VecDeque<FileSnapshot>,
+}
+
+impl ContextState {
+    pub(super) fn new(setup: ContextSetup) -> Self {
+        Self {
+            window: setup.window,
+            ledger: setup.ledger,
+            estimate: TokenEstimate::reset(),
+            breaker: Breaker::default(),
+            offloaded: false,
+            skip_summary: false,
+            emergency_used: false,
+            recent_files: VecDeque::new(),
+        }
+    }
+
+    /// Whether automatic summaries are suspended.
+    #[cfg(test)]
+    pub(super) fn breaker_is_open(&self) -> bool {
+        self.breaker.is_open()
+    }
+
+    /// Remembers a file the agent read (for the recovery attachment).
+    pub(super) fn file_read(&mut self, path: String, content: String) {
+        self.recent_files.retain(|file| file.path != path);
+        self.recent_files.push_front(FileSnapshot { path, content });
+        self.recent_files.truncate(RECOVERY_FILES);
+    }
+}
+
+/// A summary request in flight.
+pub(super) struct Summarising {
+    pub(super) epoch: u64,
+    /// Messages before this index are being summarised.
+    cut: usize,
+    trigger: Trigger,
+    cancel: CancellationToken,
+    span: tracing::Span,
+    before_tokens: u64,
+    /// Too-long answers so far (groups dropped).
+    too_long: u32,
+}
+
+impl Summarising {
+    pub(super) fn cancel(&self) {
+        self.cancel.cancel();
+    }
+
+    pub(super) fn span(&self) -> tracing::Span {
+        self.span.clone()
+    }
+}
+
+/// Characters of a request as the estimate counts them.
+fn request_chars(system_chars: usize, tools: &[ToolDefinition], messages: &[Message]) -> u64 {
+    let tools: usize = tools
+        .iter()
+        .map(|tool| tool.name.len() + tool.description.len() + tool.input_schema.to_string().len())
+        .sum();
+    (system_chars + tools) as u64 + history_chars(messages)
+}
+
+impl AgentLoop {
+    /// The messages a request carries: the history with the ledger applied.
+    pub(super) fn request_messages(&self) -> Vec<Message> {
+        self.context.ledger.apply(self.transcript.messages())
+    }
+
+    fn system_chars(&self) -> usize {
+        self.system.stable.len() + self.system.environment.len()
+    }
+
+    /// The estimate of the next request.
+    pub(super) fn estimated_tokens(&self, messages: &[Message], tools: &[ToolDefinition]) -> u64 {
+        self.context
+            .estimate
+            .tokens(request_chars(self.system_chars(), tools, messages))
+    }
+
+    /// Re-anchors the estimate after a model call of this agent answered
+    /// with `usage` (its answer is the last message).
+    pub(super) fn re_anchor(&mut self, usage: &Usage) {
+        if usage.input + usage.output + usage.cache_read + usage.cache_write == 0 {
+            return; // the provider reported nothing to anchor to
+        }
+        let tools = self.catalogue.offered(self.permissions.mode());
+        let chars = request_chars(self.system_chars(), tools, &self.request_messages());
+        self.context.estimate = TokenEstimate::anchored(usage, chars);
+    }
+
+    /// Layer 1 before a model call: results to offload or to keep are
+    /// decided (once) and handed to the interpreter. True when it waits for
+    /// [`super::Input::Offloaded`].
+    pub(super) fn offload_step(&mut self, out: &mut Vec<Effect>) -> bool {
+        if std::mem::take(&mut self.context.offloaded) || self.context.window == 0 {
+            return false;
+        }
+        let plan: OffloadPlan = self.context.ledger.plan(self.transcript.messages());
+        if plan.is_empty() {
+            return false;
+        }
+        self.phase = Phase::Offloading;
+        out.push(Effect::Offload(plan));
+        true
+    }
+
+    /// The interpreter spilled what it could (`spilled`: call id and path).
+    pub(super) fn on_offloaded(&mut self, spilled: Vec<(String, String)>, out: &mut Vec<Effect>) {
+        if !matches!(self.phase, Phase::Offloading) {
+            return;
+        }
+        for (call_id, path) in spilled {
+            self.context.ledger.spilled(&call_id, &path);
+        }
+        self.phase = Phase::Idle;
+        self.context.offloaded = true;
+        self.model_call(out);
+    }
+
+    /// The threshold summaries are made for: the automatic one, or half the
+    /// window when the window is too small for automatic summaries.
+    fn summary_threshold(&self) -> u64 {
+        auto_threshold(self.context.window).unwrap_or(self.context.window / 2)
+    }
+
+    /// Layer 2 at the threshold: starts an automatic summary when the
+    /// estimate of the next request reaches it and the breaker allows. True
+    /// when a summary started.
+    pub(super) fn summary_step(&mut self, out: &mut Vec<Effect>) -> bool {
+        if std::mem::take(&mut self.context.skip_summary) {
+            return false;
+        }
+        let Some(threshold) = auto_threshold(self.context.window) else {
+            return false;
+        };
+        let tools = self.catalogue.offered(self.permissions.mode()).to_vec();
+        let estimate = self.estimated_tokens(&self.request_messages(), &tools);
+        if estimate < threshold || !self.context.breaker.allows(self.guard.turns()) {
+            return false;
+        }
+        self.start_summary(Trigger::Auto, estimate, 0, out)
+    }
+
+    /// Starts a summary of the older history. False (and nothing started)
+    /// when the history is too short to cut.
+    fn start_summary(
+        &mut self,
+        trigger: Trigger,
+        before_tokens: u64,
+        too_long: u32,
+        out: &mut Vec<Effect>,
+    ) -> bool {
+        let messages = self.transcript.messages();
+        let budgets = budgets(self.summary_threshold());
+        let Some(cut) = tail_start(messages, budgets.tail_tokens).filter(|cut| *cut > 0) else {
+            return false;
+        };
+        let older = &messages[..cut];
+        let groups = crate::compact::summary::user_turn_starts(older).len();
+        let part = without_oldest_groups(older, groups_to_drop(too_long, groups));
+        let request = ChatRequest {
+            system: self.system.clone(),
+            messages: summary_request(&self.context.ledger.apply(part)),
+            tools: Vec::new(),
+        };
+        self.epoch += 1;
+        let cancel = self.token.child_token();
+        let span = genai::compaction_span(&self.span, trigger.as_str(), before_tokens);
+        if too_long == 0 {
+            out.push(Effect::Emit(EventKind::Compaction {
+                phase: "started".into(),
+                before_tokens,
+                after_tokens: 0,
+            }));
+        }
+        self.phase = Phase::Summarising(Summarising {
+            epoch: self.epoch,
+            cut,
+            trigger,
+            cancel: cancel.clone(),
+            span: span.clone(),
+            before_tokens,
+            too_long,
+        });
+        out.push(Effect::Summarise {
+            epoch: self.epoch,
+            request,
+            cancel,
+            span,
+        });
+        true
+    }
+
+    /// The summary model call of `epoch` answered.
+    pub(super) fn on_summarised(
+        &mut self,
+        epoch: u64,
+        result: Result<String, ProviderError>,
+        usage: Usage,
+        out: &mut Vec<Effect>,
+    ) {
+        if !matches!(&self.phase, Phase::Summarising(s) if s.epoch == epoch) {
+            return;
+        }
+        // Spent like any call, but never an anchor for the estimate.
+        self.count_usage(&usage);
+        let Phase::Summarising(summarising) = std::mem::replace(&mut self.phase, Phase::Idle)
+        else {
+            return;
+        };
+        let summary = match result {
+            Ok(answer) => extract_summary(&answer),
+            Err(error)
+                if error.kind == ProviderErrorKind::PromptTooLong
+                    && summarising.too_long + 1 < SUMMARY_ATTEMPTS =>
+            {
+                // Too long to summarise: leave older groups out and ask again.
+                let (trigger, before, too_long) = (
+                    summarising.trigger,
+                    summarising.before_tokens,
+                    summarising.too_long + 1,
+                );
+                drop(summarising);
+                if !self.start_summary(trigger, before, too_long, out) {
+                    self.summary_failed(trigger, before, "nothing left to summarise", out);
+                }
+                return;
+            }
+            Err(error) => {
+                genai::record_chat_error(&summarising.span, error.kind);
+                let Summarising {
+                    trigger,
+                    before_tokens,
+                    ..
+                } = summarising;
+                self.summary_failed(trigger, before_tokens, &error.to_string(), out);
+                return;
+            }
+        };
+        if summary.trim().is_empty() {
+            self.summary_failed(
+                summarising.trigger,
+                summarising.before_tokens,
+                "the summary was empty",
+                out,
+            );
+            return;
+        }
+        let tools = self.catalogue.offered(self.permissions.mode()).to_vec();
+        let files: Vec<FileSnapshot> = self.context.recent_files.iter().cloned().collect();
+        let files = files_outside(&files, &self.transcript.messages()[summarising.cut..]);
+        let budgets = budgets(self.summary_threshold());
+        let attachment = recovery_attachment(&files, &tools, budgets.file_tokens);
+        let summary_messages = compacted(&summary, &attachment, &[]);
+        self.context.estimate = TokenEstimate::reset();
+        let marker: CompactionMarker = self.transcript.compact(
+            summary_messages,
+            summarising.cut,
+            Utc::now(),
+            (summarising.before_tokens, 0),
+        );
+        self.context.ledger.retain_for(self.transcript.messages());
+        let after = self.estimated_tokens(&self.request_messages(), &tools);
+        let mut marker = marker;
+        marker.after_tokens = after;
+        if summarising.trigger == Trigger::Auto {
+            // A summary that leaves the history at the threshold did not
+            // help: it counts as a failure, so summaries cannot loop.
+            if after >= self.summary_threshold() {
+                self.context.breaker.failed(self.guard.turns());
+            } else {
+                self.context.breaker.succeeded();
+            }
+        }
+        genai::record_compaction(&summarising.span, after);
+        drop(summarising.span);
+        out.push(Effect::Emit(EventKind::Compaction {
+            phase: "finished".into(),
+            before_tokens: marker.before_tokens,
+            after_tokens: after,
+        }));
+        // The marker is durable before the next request is built from it.
+        self.context.skip_summary = true;
+        self.context.offloaded = true;
+        let then = if summarising.trigger == Trigger::Emergency
+            && after > emergency_limit(self.context.window)
+        {
+            AfterSave::TooLong(after)
+        } else {
+            AfterSave::ModelCall
+        };
+        self.phase = Phase::Saving(then);
+        out.push(Effect::SaveMarker(marker));
+    }
+
+    fn summary_failed(
+        &mut self,
+        trigger: Trigger,
+        before_tokens: u64,
+        why: &str,
+        out: &mut Vec<Effect>,
+    ) {
+        out.push(Effect::Emit(EventKind::Compaction {
+            phase: "failed".into(),
+            before_tokens,
+            after_tokens: 0,
+        }));
+        match trigger {
+            Trigger::Auto => {
+                self.context.breaker.failed(self.guard.turns());
+                out.push(Effect::Emit(EventKind::notice(format!(
+                    "context compaction failed ({why}); going on with the full history"
+                ))));
+                self.context.skip_summary = true;
+                self.context.offloaded = true;
+                self.model_call(out);
+            }
+            Trigger::Emergency => self.end_too_long(before_tokens, out),
+        }
+    }
+
+    /// The provider refused the prompt as too long: compact once (whatever
+    /// the breaker says) and try again; the second refusal ends the turn.
+    /// True when an emergency compaction started.
+    pub(super) fn emergency(&mut self, out: &mut Vec<Effect>) -> bool {
+        if self.context.window == 0 || self.context.emergency_used {
+            return false;
+        }
+        self.context.emergency_used = true;
+        let tools = self.catalogue.offered(self.permissions.mode()).to_vec();
+        let before = self.estimated_tokens(&self.request_messages(), &tools);
+        self.start_summary(Trigger::Emergency, before, 0, out)
+    }
+
+    /// A new turn of the model may use the emergency path again.
+    pub(super) fn turn_done(&mut self) {
+        self.context.emergency_used = false;
+    }
+
+    /// Ends the turn: the history does not fit the window even compacted.
+    pub(super) fn end_too_long(&mut self, tokens: u64, out: &mut Vec<Effect>) {
+        let text = format!(
+            "(The conversation is too long for the model's context window even after compacting \
+             it: about {tokens} tokens for a window of {}. Start a new session, or continue with \
+             a model that has a larger window.)",
+            self.context.window
+        );
+        out.push(Effect::Emit(EventKind::Error {
+            kind: "prompt_too_long".into(),
+            message: text.clone(),
+        }));
+        self.transcript.close(&text);
+        self.finish_with(
+            crate::agent::RunOutcome {
+                status: crate::events::RunStatus::Error,
+                stop_reason: "prompt_too_long".into(),
+                final_text: text,
+                usage: Usage::default(),
+            },
+            out,
+        );
+    }
+}
