@@ -16,7 +16,7 @@ use troupe_runtime::store::{CompactionMarker, LedgerEntry, Store};
 use super::{AgentMsg, Work};
 
 /// Writes the spill files of `plan` below `spill_dir` and keeps every
-/// decision with `session`, then flushes. Returns the results spilled (call
+/// decision with `session`, made durable by the store's writer. Returns the results spilled (call
 /// id, path); a spill that failed is left out, so the loop tries it again.
 pub(super) async fn offload(
     store: &Store,
@@ -48,10 +48,14 @@ pub(super) async fn offload(
             }
         }
     }
-    let kept = entries
-        .iter()
-        .try_for_each(|entry| store.put_ledger_entry(session, entry))
-        .and_then(|()| store.flush());
+    let owner = session.to_string();
+    let kept = store
+        .commit_and_wait(move |store| {
+            entries
+                .iter()
+                .try_for_each(|entry| store.put_ledger_entry(&owner, entry))
+        })
+        .await;
     if let Err(err) = kept {
         // The decisions hold for this run; a resumed session decides again.
         tracing::warn!(%err, "layer-1 decisions could not be kept with the session");
@@ -59,19 +63,26 @@ pub(super) async fn offload(
     spilled
 }
 
-/// Stores a compaction marker and flushes.
+/// Hands a compaction marker to the store's writer; the answer comes back as
+/// [`Work::Saved`] once it is durable.
 pub(super) fn save_marker(
+    agent: &ActorRef<AgentMsg>,
     store: &Store,
     session: &str,
-    marker: &CompactionMarker,
-) -> Result<(), String> {
-    store
-        .put_marker(session, marker)
-        .and_then(|()| store.flush())
-        .map_err(|err| {
-            tracing::error!(%session, %err, "the compaction marker could not be stored");
-            err.to_string()
-        })
+    marker: CompactionMarker,
+) {
+    let session = session.to_string();
+    let agent = agent.clone();
+    store.commit(
+        move |store| store.put_marker(&session, &marker),
+        move |outcome| {
+            let result = outcome.map_err(|err| {
+                tracing::error!(%err, "the compaction marker could not be stored");
+                err.to_string()
+            });
+            let _ = agent.cast(AgentMsg::work(Work::Saved { upto: None, result }));
+        },
+    );
 }
 
 /// Starts the summary call of `epoch`: the whole answer comes back as one

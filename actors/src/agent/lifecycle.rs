@@ -91,7 +91,10 @@ impl AgentState {
                     tracing::error!(%err, "store write failed");
                     err.to_string()
                 });
-                let _ = agent.cast(AgentMsg::work(Work::Saved { upto, result }));
+                let _ = agent.cast(AgentMsg::work(Work::Saved {
+                    upto: Some(upto),
+                    result,
+                }));
             },
         );
     }

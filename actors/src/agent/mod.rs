@@ -97,9 +97,10 @@ pub(crate) enum Work {
     },
     /// The person wrote to the main agent of run `run_id`.
     UserMessage { run_id: String, text: String },
-    /// The writer made the history durable up to `upto` messages (or failed).
+    /// The writer made the history durable up to `upto` messages, or a
+    /// compaction marker (`None`) durable — or failed.
     Saved {
-        upto: usize,
+        upto: Option<usize>,
         result: Result<(), String>,
     },
     /// The writer made the pending result of call `index` of `epoch` durable
@@ -314,7 +315,7 @@ impl AgentState {
                 (run_id == self.machine.run_id()).then_some(Input::UserMessage { text })
             }
             Work::Saved { upto, result } => {
-                if result.is_ok() {
+                if let (Ok(()), Some(upto)) = (&result, upto) {
                     self.machine.transcript_mut().mark_saved(upto);
                 }
                 Some(Input::Saved(result))
@@ -387,11 +388,8 @@ impl AgentState {
             }
             Effect::SaveMarker(marker) => {
                 let session = self.machine.session_id().to_string();
-                Some(Input::Saved(compaction::save_marker(
-                    &self.env.store,
-                    &session,
-                    &marker,
-                )))
+                compaction::save_marker(myself, &self.env.store, &session, marker);
+                None
             }
             Effect::CallModel {
                 epoch,
