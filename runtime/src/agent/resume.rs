@@ -24,6 +24,10 @@ pub const INTERRUPTED_RESULT: &str = "interrupted before completion (the process
 /// SPEC §9: closes a history whose run was interrupted.
 pub const INTERRUPTED_CLOSING: &str =
     "(This run was interrupted before it finished. Send a message to continue.)";
+/// What stands first in a history whose first messages could not be read:
+/// every provider wants a conversation to begin with the person.
+pub const LOST_START: &str = "(The beginning of this conversation could not be read.)";
+
 /// SPEC §9: a pause longer than this adds a note to the next user message.
 pub const PAUSE_NOTE_AFTER: Duration = Duration::from_secs(6 * 3600);
 
@@ -40,6 +44,9 @@ pub struct RepairReport {
     pub dropped_empty_blocks: usize,
     /// Whether a closing assistant message was added.
     pub closed: bool,
+    /// Whether the history no longer began with a person's message (its first
+    /// records were unreadable) and [`LOST_START`] was put first.
+    pub restored_start: bool,
 }
 
 impl RepairReport {
@@ -121,6 +128,13 @@ pub fn repair_history(history: &mut Vec<Message>, pending: &[ToolResult]) -> Rep
     }
     // Duplicate call ids across the history would be rejected: keep the first.
     dedupe_call_ids(&mut repaired, &mut report);
+    if repaired
+        .first()
+        .is_some_and(|first| first.role != Role::User)
+    {
+        repaired.insert(0, Message::user_text(LOST_START));
+        report.restored_start = true;
+    }
     *history = repaired;
     if !history.is_empty() && !ends_with_assistant(history) {
         close_with(history, INTERRUPTED_CLOSING);
@@ -239,6 +253,23 @@ mod tests {
         let report = repair_history(&mut history, &[]);
         assert!(report.is_clean());
         assert_eq!(history.len(), 2);
+    }
+
+    /// Found by the property test: the first record unreadable left a
+    /// history that began with the model, which no provider accepts.
+    #[test]
+    fn a_history_whose_start_was_lost_begins_with_a_note() {
+        let mut history = vec![
+            assistant(vec![Message::assistant_text("earlier").content[0].clone()]),
+            Message::user_text("and then"),
+            Message::assistant_text("ok"),
+        ];
+        let report = repair_history(&mut history, &[]);
+        assert!(report.restored_start);
+        assert_eq!(history[0], Message::user_text(LOST_START));
+        assert_eq!(history.len(), 4);
+        validate_history(&history).unwrap();
+        assert!(repair_history(&mut history, &[]).is_clean());
     }
 
     #[test]
