@@ -7,6 +7,7 @@ pub mod agent;
 pub mod config;
 pub mod events;
 pub mod llm;
+pub mod mcp;
 pub mod model;
 pub mod permissions;
 pub mod prompt;

@@ -146,7 +146,10 @@ pub fn load_config(sources: &ConfigSources) -> Result<Config, ConfigError> {
             )?);
         }
     }
-    merge(layers)
+    let mut config = merge(layers)?;
+    // A project's `.mcp.json` adds the servers Troupe's files do not name.
+    super::mcp::add_project_mcp_json(&mut config, sources.project_root.as_deref())?;
+    Ok(config)
 }
 
 /// Parses and validates one file's text (no merging, no path resolution).
@@ -729,6 +732,12 @@ impl<'t> Document<'t> {
                     }
                     Some(_) => {}
                 }
+                if s.cwd.as_deref().is_some_and(|cwd| cwd.trim().is_empty()) {
+                    return Err(self.invalid(
+                        &at("cwd"),
+                        "empty directory; remove `cwd` to start the server in the project root",
+                    ));
+                }
                 for (field, set) in [("url", s.url.is_some()), ("headers", !s.headers.is_empty())] {
                     if set {
                         return Err(self.invalid(
@@ -753,6 +762,7 @@ impl<'t> Document<'t> {
                     ("command", s.command.is_some()),
                     ("args", !s.args.is_empty()),
                     ("env", !s.env.is_empty()),
+                    ("cwd", s.cwd.is_some()),
                 ] {
                     if set {
                         return Err(self.invalid(

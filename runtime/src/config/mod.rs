@@ -8,12 +8,14 @@
 //! file, key and line, and merges them (a named entry at project level replaces
 //! the user entry of the same name whole); `expand` applies `${VAR}` expansion to
 //! MCP entries; `resolve` picks the provider to use; `warnings` names settings
-//! that are accepted but have no effect in a run. This module reads files and
+//! that are accepted but have no effect in a run; `mcp` reads a project's
+//! `.mcp.json`. This module reads files and
 //! the environment only; it never touches the network.
 
 pub mod expand;
 pub mod file;
 pub mod load;
+pub mod mcp;
 pub mod paths;
 pub mod resolve;
 pub mod warnings;

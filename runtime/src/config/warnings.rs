@@ -15,13 +15,6 @@ pub const NOT_SUPPORTED: &str = "is not supported yet and has no effect";
 /// The warnings for a run of `provider` under `config`, in a stable order.
 pub fn startup_warnings(config: &Config, provider: &ResolvedProvider) -> Vec<String> {
     let mut warnings = Vec::new();
-    if !config.mcp_servers.is_empty() {
-        let names: Vec<&str> = config.mcp_servers.keys().map(String::as_str).collect();
-        warnings.push(format!(
-            "`mcp_servers` {NOT_SUPPORTED}: the servers {} are not started and offer no tools",
-            names.join(", ")
-        ));
-    }
     for (name, entry) in &config.providers {
         if entry.context_window.is_some() {
             warnings.push(format!(
@@ -71,7 +64,7 @@ mod tests {
     }
 
     #[test]
-    fn unsupported_keys_and_an_unpriced_budget_are_named() {
+    fn unsupported_keys_and_an_unpriced_budget_are_named_and_mcp_servers_are_not() {
         let mut config = Config::default();
         config
             .mcp_servers
@@ -93,9 +86,6 @@ mod tests {
         assert_eq!(
             startup_warnings(&config, &provider(None)),
             vec![
-                "`mcp_servers` is not supported yet and has no effect: the servers github, \
-                 search are not started and offer no tools"
-                    .to_owned(),
                 "`providers.claude.context_window` is not supported yet and has no effect: \
                  nothing compacts the history yet"
                     .to_owned(),
@@ -110,8 +100,8 @@ mod tests {
             output: 15.0,
             ..Price::default()
         }));
-        assert_eq!(startup_warnings(&config, &priced).len(), 2);
+        assert_eq!(startup_warnings(&config, &priced).len(), 1);
         config.budget_usd_written = false;
-        assert_eq!(startup_warnings(&config, &provider(None)).len(), 2);
+        assert_eq!(startup_warnings(&config, &provider(None)).len(), 1);
     }
 }
