@@ -207,6 +207,7 @@ impl Harness {
             tool_timeout: Duration::from_secs(30),
             store: self.store.clone(),
             capture: self.capture,
+            mcp: None,
             catalogues: Default::default(),
         }
     }

@@ -26,6 +26,9 @@ use tokio_util::sync::CancellationToken;
 
 use super::spec::{McpServerSpec, McpTransportSpec};
 
+/// A tool as a server lists it (`rmcp`'s type).
+pub use rmcp::model::Tool as RmcpTool;
+
 /// Lines of a server's stderr kept for messages.
 const STDERR_TAIL_LINES: usize = 20;
 
