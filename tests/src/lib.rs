@@ -164,6 +164,14 @@ impl Harness {
         Arc::new(env)
     }
 
+    /// An agent environment with the built-in tools and the tools of the
+    /// MCP servers of `hub`.
+    pub fn env_with_mcp(&self, hub: troupe_actors::McpHub) -> Arc<AgentEnv> {
+        let mut env = self.agent_env(builtin_registry());
+        env.mcp = Some(hub);
+        Arc::new(env)
+    }
+
     /// Builds the scripted provider for another model (roles that name one);
     /// [`tools::PANIC_MODEL`] gives a provider that panics.
     pub fn provider_for_model(&self) -> ProviderForModel {

@@ -211,7 +211,9 @@ impl Connection {
             })
             .unwrap_or_default();
         let (ended_tx, ended) = watch::channel(None);
+        let ended_tx = Arc::new(ended_tx);
         let watch_tail = tail.clone();
+        let session_end = ended_tx.clone();
         tokio::spawn(async move {
             let reason = match running.waiting().await {
                 Ok(QuitReason::Closed) => watch_tail.explain("the server closed the connection"),
@@ -219,8 +221,25 @@ impl Connection {
                 Ok(_) => "the connection ended".to_string(),
                 Err(err) => format!("the connection task failed: {err}"),
             };
-            let _ = ended_tx.send(Some(reason));
+            set_ended(&session_end, reason);
         });
+        // A stdio server's exit ends the connection even when a grandchild
+        // still holds its stdout open (no end of file then).
+        if let Some(pid) = pgid {
+            let exit_tail = tail.clone();
+            let process_end = ended_tx.clone();
+            let cancel = cancel.clone();
+            tokio::spawn(async move {
+                tokio::select! {
+                    _ = cancel.cancelled() => {}
+                    exited = process_exited(pid) => {
+                        if exited.is_ok() {
+                            set_ended(&process_end, exit_tail.explain("the server process exited"));
+                        }
+                    }
+                }
+            });
+        }
         Ok(Self {
             name: spec.name.clone(),
             peer,
@@ -284,6 +303,41 @@ impl Drop for Connection {
         self.cancel.cancel();
         kill_group(self.pgid);
     }
+}
+
+/// Records why the connection ended, once (the first reason stays).
+fn set_ended(ended: &watch::Sender<Option<String>>, reason: String) {
+    ended.send_if_modified(|slot| {
+        if slot.is_none() {
+            *slot = Some(reason);
+            true
+        } else {
+            false
+        }
+    });
+}
+
+/// Resolves when process `pid` (a child of this process) has exited, zombie
+/// or not, through a pidfd. An error when the kernel offers no pidfd.
+async fn process_exited(pid: i32) -> std::io::Result<()> {
+    use std::os::fd::{FromRawFd, OwnedFd};
+    // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor
+    // (or -1); nothing is borrowed.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    let fd = i32::try_from(fd).map_err(std::io::Error::other)?;
+    // SAFETY: `fd` was just returned by pidfd_open and is owned by no one else.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    // SAFETY: the descriptor is owned by the AsyncFd and closed only when it
+    // is dropped, after its registration ends.
+    let fd = unsafe {
+        tokio::io::unix::AsyncFd::register_with_interest(fd, tokio::io::Interest::READABLE)
+    }
+    .map_err(|err| err.into_parts().1)?;
+    let _ready = fd.readable().await?;
+    Ok(())
 }
 
 /// Kills a half-started server's process group unless disarmed.
