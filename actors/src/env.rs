@@ -39,9 +39,12 @@ pub type ProviderForModel = Arc<dyn Fn(&str) -> Result<Arc<dyn Provider>, String
 /// definition, so it is not small).
 #[derive(Default)]
 pub struct CatalogueCache {
-    catalogues: Mutex<HashMap<(String, bool), (u64, Arc<ToolCatalogue>)>>,
-    registry: Mutex<Option<(u64, Arc<ToolRegistry>)>>,
+    catalogues: Mutex<HashMap<(String, bool), Built<ToolCatalogue>>>,
+    registry: Mutex<Option<Built<ToolRegistry>>>,
 }
+
+/// Something built for one MCP tools generation.
+type Built<T> = (u64, Arc<T>);
 
 /// What a catalogue is built from, so it can be built again when the MCP
 /// tools change.
