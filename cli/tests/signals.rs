@@ -10,9 +10,7 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use support::{
-    COMMAND_LIMIT, Env, export, processes_running, session_of, spawn, wait_for_processes,
-};
+use support::{COMMAND_LIMIT, Env, export, session_of, spawn, wait_for_processes};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use troupe_runtime::model::{ContentBlock, Role};
 use troupe_scripted::{Script, ScriptedServer, ServerConfig, text, tool_call};
