@@ -127,6 +127,7 @@ async fn read_only_calls_run_together_others_one_at_a_time_and_no_server_process
     .await
     .unwrap();
     let env = Env::new();
+    env.trust();
     write_config(
         &env,
         &format!(
@@ -202,6 +203,7 @@ async fn server_everything_over_stdio_offers_its_tools_and_returns_text_and_imag
     .await
     .unwrap();
     let env = Env::new();
+    env.trust();
     write_config(
         &env,
         &format!(
@@ -263,6 +265,7 @@ async fn a_failing_server_and_a_hostile_tool_name_leave_the_good_servers_working
     .await
     .unwrap();
     let env = Env::new();
+    env.trust();
     write_config(
         &env,
         &format!(
@@ -332,6 +335,7 @@ async fn a_server_that_dies_during_a_call_gives_an_error_result() {
     .await
     .unwrap();
     let env = Env::new();
+    env.trust();
     write_config(
         &env,
         &format!(
@@ -358,6 +362,13 @@ async fn a_project_mcp_json_works_without_troupe_configuration() {
         }
     });
     std::fs::write(env.root().join(".mcp.json"), mcp_json.to_string()).unwrap();
+    // A cloned repository's servers run code: nothing starts until it is trusted.
+    let mut command = env.command(None);
+    command.args(["mcp", "list"]);
+    let untrusted = run(command).await;
+    assert_eq!(untrusted.status.code(), Some(2), "{}", describe(&untrusted));
+    assert!(text(&untrusted.stderr).contains("no MCP servers are configured"));
+    env.trust();
     let mut command = env.command(None);
     command.args(["mcp", "list"]);
     let output = run(command).await;

@@ -29,6 +29,7 @@ const ACTED: &[(&str, &str, Companions)] = &[
     ("providers.NAME.model", "\"other-model\"", &[]),
     ("providers.NAME.base_url", "\"http://127.0.0.1:10\"", &[]),
     ("providers.NAME.api_key_env", "\"OTHER_KEY\"", &[]),
+    ("providers.NAME.context_window", "50000", &[]),
     ("providers.NAME.max_tokens", "1000", &[]),
     ("providers.NAME.thinking", "true", &[]),
     ("providers.NAME.price", "{ input = 1.0, output = 2.0 }", &[]),
@@ -77,12 +78,7 @@ const ACTED: &[(&str, &str, Companions)] = &[
 
 /// Keys that are accepted but have no effect yet, each with its value, its
 /// companions, and the phrase its warning starts with.
-const WARNED: &[(&str, &str, Companions, &str)] = &[(
-    "providers.NAME.context_window",
-    "1000",
-    &[],
-    "`providers.p.context_window`",
-)];
+const WARNED: &[(&str, &str, Companions, &str)] = &[];
 
 /// The dotted keys of the document's key tables: the rows of every table
 /// under `## Keys`, prefixed by their section (`[providers.NAME]` gives
