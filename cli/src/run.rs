@@ -123,15 +123,7 @@ pub async fn resume(args: ResumeArgs, color: bool) -> u8 {
 /// Opens the store, recovers interrupted runs, prepares and executes a run.
 /// `session` is the id, or a unique prefix of the id, of a session to continue.
 async fn start(prompt: String, session: Option<&str>, flags: &RunFlags, color: bool) -> u8 {
-    let options = RunOptions {
-        cwd: flags.cwd.clone(),
-        provider: flags.provider.clone(),
-        model: flags.model.clone(),
-        mode: flags.mode,
-        max_turns: flags.max_turns,
-        budget_tokens: flags.budget_tokens,
-        timeout_secs: flags.timeout,
-    };
+    let options = RunOptions::from_flags(flags);
     let locations = match Locations::from_process() {
         Ok(locations) => locations,
         Err(err) => {

@@ -200,6 +200,21 @@ pub struct RunOptions {
     pub timeout_secs: Option<u64>,
 }
 
+impl RunOptions {
+    /// What the command line's run flags say.
+    pub fn from_flags(flags: &crate::RunFlags) -> Self {
+        Self {
+            cwd: flags.cwd.clone(),
+            provider: flags.provider.clone(),
+            model: flags.model.clone(),
+            mode: flags.mode,
+            max_turns: flags.max_turns,
+            budget_tokens: flags.budget_tokens,
+            timeout_secs: flags.timeout,
+        }
+    }
+}
+
 /// Everything a run needs, ready to submit.
 pub struct Prepared {
     /// The agent's environment.
