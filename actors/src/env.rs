@@ -1,7 +1,14 @@
-//! What the agents of a session work with that does not change during a run:
-//! the provider, the registry of tools, the roles, the sandbox, the system
-//! prompt, the store. Built by a front door (the CLI's set-up, tests) and
-//! shared by every agent of the tree.
+//! What the agents of a session work with: the provider, the registry of
+//! tools, the roles, the sandbox, the system prompt, the store — fixed for a
+//! run — and the MCP servers, whose tools join and leave while it runs.
+//! Built by a front door (the CLI's set-up, tests) and shared by every agent
+//! of the tree.
+//!
+//! A catalogue is a snapshot: the built-in tools in their fixed order, then
+//! the tools of the ready MCP servers sorted by name, filtered by the
+//! agent's role. Snapshots are cached per role and per MCP tools generation,
+//! so an agent that asks again gets the very same catalogue until a server's
+//! tools change (and the cached request prefix stays put).
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -20,15 +27,48 @@ use troupe_runtime::tools::RegistryError;
 use troupe_runtime::tools::background::BackgroundTasks;
 use troupe_runtime::tools::registry::ToolRegistry;
 
+use crate::mcp::McpHub;
+
 /// Builds a provider for another model of the same endpoint (a role that
 /// names its model). The error says why the model cannot be used.
 pub type ProviderForModel = Arc<dyn Fn(&str) -> Result<Arc<dyn Provider>, String> + Send + Sync>;
 
 /// The tool catalogues built for an environment, by role name and whether the
-/// `agent` tool is part of it: built once, shared by every agent with that
-/// role (a catalogue holds every definition, so it is not small).
+/// `agent` tool is part of it, for the MCP tools generation they were built
+/// at: shared by every agent with that role (a catalogue holds every
+/// definition, so it is not small).
 #[derive(Default)]
-pub struct CatalogueCache(Mutex<HashMap<(String, bool), Arc<ToolCatalogue>>>);
+pub struct CatalogueCache {
+    catalogues: Mutex<HashMap<(String, bool), Built<ToolCatalogue>>>,
+    registry: Mutex<Option<Built<ToolRegistry>>>,
+}
+
+/// Something built for one MCP tools generation.
+type Built<T> = (u64, Arc<T>);
+
+/// What a catalogue is built from, so it can be built again when the MCP
+/// tools change.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CatalogueKey {
+    /// The role name (`(main)` for the main agent).
+    pub role: String,
+    /// What the role allows.
+    pub tools: RoleTools,
+    /// Whether the `agent` tool is offered.
+    pub with_agent: bool,
+}
+
+impl CatalogueKey {
+    /// The main agent's: every tool and `agent`.
+    pub fn main() -> Self {
+        // Not a valid role name, so no role file can take its place.
+        Self {
+            role: "(main)".into(),
+            tools: RoleTools::All,
+            with_agent: true,
+        }
+    }
+}
 
 /// Everything the agents of a session work with that does not change during a run.
 pub struct AgentEnv {
@@ -39,8 +79,12 @@ pub struct AgentEnv {
     pub provider_for_model: Option<ProviderForModel>,
     /// Prices for cost budgets, when known.
     pub price: Option<Price>,
-    /// Every tool of the session (each agent's catalogue is taken from it).
+    /// The built-in tools of the session (each agent's catalogue is taken
+    /// from it and the ready MCP servers' tools).
     pub registry: Arc<ToolRegistry>,
+    /// The MCP servers whose tools join the catalogue, when any (the
+    /// servers run as long as a clone of this handle lives).
+    pub mcp: Option<McpHub>,
     /// The roles `agent` calls may name.
     pub roles: Arc<RoleSet>,
     /// The path sandbox.
@@ -73,33 +117,83 @@ impl AgentEnv {
 
     /// The main agent's catalogue: every tool of the registry and `agent`.
     pub fn main_catalogue(&self) -> Result<Arc<ToolCatalogue>, RegistryError> {
-        // Not a valid role name, so no role file can take its place.
-        self.catalogue("(main)", &RoleTools::All, true)
+        self.catalogue_for(&CatalogueKey::main())
     }
 
     /// The catalogue of role `role` allowing `tools`, with the `agent` tool
     /// when `with_agent` (and the role allows it): built on first use, then
-    /// shared.
+    /// shared until the MCP tools change.
     pub fn catalogue(
         &self,
         role: &str,
         tools: &RoleTools,
         with_agent: bool,
     ) -> Result<Arc<ToolCatalogue>, RegistryError> {
-        let key = (role.to_string(), with_agent);
+        self.catalogue_for(&CatalogueKey {
+            role: role.to_string(),
+            tools: tools.clone(),
+            with_agent,
+        })
+    }
+
+    /// The current catalogue for `key` (see [`AgentEnv::catalogue`]).
+    pub fn catalogue_for(&self, key: &CatalogueKey) -> Result<Arc<ToolCatalogue>, RegistryError> {
+        let (generation, registry) = self.current_registry();
+        let map_key = (key.role.clone(), key.with_agent);
         // A panic while holding the lock leaves a map of finished entries.
         let mut built = self
             .catalogues
-            .0
+            .catalogues
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
-        if let Some(catalogue) = built.get(&key) {
+        if let Some((built_at, catalogue)) = built.get(&map_key)
+            && *built_at == generation
+        {
             return Ok(catalogue.clone());
         }
-        let agent_tool = with_agent.then(|| self.agent_tool());
-        let catalogue = Arc::new(ToolCatalogue::for_role(&self.registry, tools, agent_tool)?);
-        built.insert(key, catalogue.clone());
+        let agent_tool = key.with_agent.then(|| self.agent_tool());
+        let catalogue = Arc::new(ToolCatalogue::for_role(&registry, &key.tools, agent_tool)?);
+        built.insert(map_key, (generation, catalogue.clone()));
         Ok(catalogue)
+    }
+
+    /// The generation of the MCP tools (0 without servers): a catalogue built
+    /// at another generation may be stale.
+    pub fn tools_generation(&self) -> u64 {
+        self.mcp
+            .as_ref()
+            .map_or(0, |mcp| mcp.state().tools_generation())
+    }
+
+    /// The built-in tools followed by the ready MCP servers' tools (sorted by
+    /// name), with the generation they belong to. A tool that cannot be
+    /// registered is logged and left out.
+    pub fn current_registry(&self) -> (u64, Arc<ToolRegistry>) {
+        let Some(mcp) = self.mcp.as_ref().map(McpHub::state) else {
+            return (0, self.registry.clone());
+        };
+        let mut cached = self
+            .catalogues
+            .registry
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let generation = mcp.tools_generation();
+        if let Some((built_at, registry)) = cached.as_ref()
+            && *built_at == generation
+        {
+            return (generation, registry.clone());
+        }
+        let (generation, tools) = mcp.tools();
+        let mut registry = (*self.registry).clone();
+        for tool in tools {
+            let name = tool.name().to_string();
+            if let Err(err) = registry.register(tool) {
+                tracing::warn!(tool = %name, error = %err, "MCP tool not offered");
+            }
+        }
+        let registry = Arc::new(registry);
+        *cached = Some((generation, registry.clone()));
+        (generation, registry)
     }
 
     /// The provider for `model`: the session's own when it is that model.

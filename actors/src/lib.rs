@@ -2,20 +2,23 @@
 //! a run actor per run (record, first and last events, shared budget,
 //! watchdog, approval broker), one agent actor per agent of the run's tree
 //! (the main agent, sub-agents, forks — one loop for all), a tool executor per
-//! call, an event log per run, read through bounded subscriptions. Actors only sequence the decisions that
+//! call, an event log per run, read through bounded subscriptions, and an MCP
+//! supervisor with one actor per configured MCP server. Actors only sequence the decisions that
 //! `troupe-runtime` makes.
 
 pub mod agent;
 pub mod env;
 pub mod event_log;
 pub mod executor;
+pub mod mcp;
 pub(crate) mod run;
 pub mod runtime;
 pub mod subscription;
 
 pub use agent::{AgentMsg, Internal};
-pub use env::{AgentEnv, CatalogueCache, ProviderForModel};
+pub use env::{AgentEnv, CatalogueCache, CatalogueKey, ProviderForModel};
 pub use event_log::{EventLog, EventLogMsg, EventSink};
+pub use mcp::McpHub;
 pub use run::SessionState;
 pub use runtime::{
     KEEP_IDLE_SESSIONS, RunHandle, RunSubmission, Runtime, RuntimeError, RuntimeStats,

@@ -443,6 +443,7 @@ impl RunActorState {
             root_session: self.session_id.clone(),
             report: Report::Run,
             slot: SlotHolder::default(),
+            catalogue_key: Some(crate::env::CatalogueKey::main()),
         };
         Actor::spawn_linked(None, AgentActor, args, myself.get_cell())
             .await

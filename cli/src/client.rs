@@ -207,12 +207,7 @@ impl DaemonClient {
             .post(format!("{}/v1/runs", self.base))
             .timeout(REQUEST_TIMEOUT)
             .json(body);
-        let answer: Value = self
-            .send(request)
-            .await?
-            .json()
-            .await
-            .map_err(|err| self.unreachable(&err))?;
+        let answer: Value = self.json_of(request).await?;
         let text = |key: &str| answer[key].as_str().unwrap_or_default().to_string();
         Ok(Submitted {
             run_id: text("run_id"),
@@ -236,11 +231,7 @@ impl DaemonClient {
             .post(format!("{}/v1/views", self.base))
             .timeout(REQUEST_TIMEOUT)
             .json(view);
-        self.send(request)
-            .await?
-            .json()
-            .await
-            .map_err(|err| self.unreachable(&err))
+        self.json_of(request).await
     }
 
     /// Cancels a run.
@@ -270,13 +261,20 @@ impl DaemonClient {
             .http
             .delete(format!("{}/v1/sessions/{id}", self.base))
             .timeout(REQUEST_TIMEOUT);
-        let answer: Value = self
-            .send(request)
+        let answer: Value = self.json_of(request).await?;
+        Ok(answer["text"].as_str().unwrap_or_default().to_string())
+    }
+
+    /// Sends `request` and reads its JSON answer.
+    async fn json_of<T: serde::de::DeserializeOwned>(
+        &self,
+        request: reqwest::RequestBuilder,
+    ) -> Result<T, ClientError> {
+        self.send(request)
             .await?
             .json()
             .await
-            .map_err(|err| self.unreachable(&err))?;
-        Ok(answer["text"].as_str().unwrap_or_default().to_string())
+            .map_err(|err| self.unreachable(&err))
     }
 
     /// Answers an approval.

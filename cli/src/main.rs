@@ -12,6 +12,7 @@ mod daemon;
 mod demo;
 mod follow;
 mod ids;
+mod mcp;
 mod render;
 mod run;
 mod runs;
@@ -92,6 +93,10 @@ enum Command {
         #[arg(long)]
         revoke: bool,
     },
+    /// MCP servers: `troupe mcp list` starts the servers configured here and
+    /// lists their state, tools and last error.
+    #[command(subcommand)]
+    Mcp(mcp::McpCommand),
     /// Run an offline demonstration against the built-in scripted model.
     Demo(DemoArgs),
     /// Run the runtime daemon: the HTTP/SSE API on loopback.
@@ -363,6 +368,7 @@ fn main() -> ExitCode {
                 reason,
             } => runs::approve(&run, &approval, answer, reason).await,
             Command::Demo(args) => demo::demo(args, color).await,
+            Command::Mcp(command) => mcp::mcp(command).await,
             Command::Serve {
                 listen,
                 allow_hosts,

@@ -123,15 +123,7 @@ pub async fn resume(args: ResumeArgs, color: bool) -> u8 {
 /// Opens the store, recovers interrupted runs, prepares and executes a run.
 /// `session` is the id, or a unique prefix of the id, of a session to continue.
 async fn start(prompt: String, session: Option<&str>, flags: &RunFlags, color: bool) -> u8 {
-    let options = RunOptions {
-        cwd: flags.cwd.clone(),
-        provider: flags.provider.clone(),
-        model: flags.model.clone(),
-        mode: flags.mode,
-        max_turns: flags.max_turns,
-        budget_tokens: flags.budget_tokens,
-        timeout_secs: flags.timeout,
-    };
+    let options = RunOptions::from_flags(flags);
     let locations = match Locations::from_process() {
         Ok(locations) => locations,
         Err(err) => {
@@ -370,6 +362,8 @@ pub async fn execute(
             return (EXIT_RUNTIME, None);
         }
     };
+    // The run's MCP servers are closed when it ends, whatever the ending.
+    let mcp = prepared.env.mcp.clone();
     let submission = prepared.into_submission(
         prompt,
         match approvals {
@@ -382,6 +376,7 @@ pub async fn execute(
         Err(err) => {
             eprintln!("troupe: {err}");
             runtime.shutdown().await;
+            shutdown_mcp(mcp).await;
             return (EXIT_RUNTIME, None);
         }
     };
@@ -400,15 +395,24 @@ pub async fn execute(
     )
     .await;
     if let Followed::Abandoned(signal) = followed {
+        shutdown_mcp(mcp).await;
         return (signal.exit_code(), Some(run_id));
     }
     runtime.shutdown().await;
+    shutdown_mcp(mcp).await;
     // Spans that ended after the run's last write (its root, the last model
     // call) go to the store too before the process exits.
     if let Err(err) = store.flush() {
         eprintln!("troupe: the store could not be flushed at exit: {err}");
     }
     (followed.exit_code(), Some(run_id))
+}
+
+/// Closes a run's MCP servers (their sessions, then their process groups).
+async fn shutdown_mcp(mcp: Option<troupe_actors::McpHub>) {
+    if let Some(hub) = mcp {
+        hub.shutdown().await;
+    }
 }
 
 /// A run on this process's runtime.

@@ -200,6 +200,21 @@ pub struct RunOptions {
     pub timeout_secs: Option<u64>,
 }
 
+impl RunOptions {
+    /// What the command line's run flags say.
+    pub fn from_flags(flags: &crate::RunFlags) -> Self {
+        Self {
+            cwd: flags.cwd.clone(),
+            provider: flags.provider.clone(),
+            model: flags.model.clone(),
+            mode: flags.mode,
+            max_turns: flags.max_turns,
+            budget_tokens: flags.budget_tokens,
+            timeout_secs: flags.timeout,
+        }
+    }
+}
+
 /// Everything a run needs, ready to submit.
 pub struct Prepared {
     /// The agent's environment.
@@ -316,6 +331,24 @@ pub fn trust_question(
         }))
 }
 
+/// The merged configuration for the directory `options` names, and its
+/// project root (what `troupe mcp list` starts servers from).
+pub fn configured_with_root(
+    locations: &Locations,
+    options: &RunOptions,
+) -> Result<(Config, PathBuf), SetupError> {
+    let cwd = working_directory(locations, options.cwd.as_deref())?;
+    let sources = locations.config_sources(&cwd);
+    let root = sources.project_root.clone().unwrap_or(cwd);
+    let trusted = TrustStore::new(&locations.data_dir)
+        .is_trusted(&root)
+        .map_err(|err| SetupError::usage(format!("cannot read the trusted projects: {err}")))?;
+    let config = load_config_with_trust(&sources, trusted)
+        .map_err(|err| SetupError::usage(err.to_string()))?
+        .config;
+    Ok((config, root))
+}
+
 /// Loads configuration for `options` and prepares a run. `provider_override`
 /// replaces the configured provider (the demo's scripted model).
 pub async fn prepare(
@@ -363,6 +396,10 @@ pub async fn prepare(
         warnings.push(untrusted_notice(&file, &project_root, &loaded.ignored));
     }
     let config = loaded.config;
+    // MCP servers connect while the rest is set up; the run waits for them
+    // at most their grace period, at the end of `assemble`.
+    let (mcp, mcp_warnings) = crate::mcp::start_servers(&config, locations, &project_root).await;
+    warnings.extend(mcp_warnings);
     // git status runs while the rest is set up; the first request waits for it
     // at most GIT_STATUS_BUDGET from here.
     let git_status = tokio::spawn({
@@ -390,6 +427,7 @@ pub async fn prepare(
         project_root: &project_root,
         locations,
         store: store.clone(),
+        mcp,
     };
     let mut prepared = assemble(&config, options, place, resolved, session, git_status).await?;
     warnings.append(&mut prepared.warnings);
@@ -405,6 +443,8 @@ struct Place<'a> {
     locations: &'a Locations,
     /// The session store.
     store: Store,
+    /// The MCP servers, started.
+    mcp: Option<troupe_actors::McpHub>,
 }
 
 /// Where a run works.
@@ -458,6 +498,7 @@ async fn assemble(
         project_root,
         locations,
         store,
+        mcp,
     } = place;
     let provider = build_provider(&resolved).map_err(|err| SetupError::usage(err.to_string()))?;
     let session_id = match &session {
@@ -537,8 +578,15 @@ async fn assemble(
         tool_timeout: config.tools.timeout,
         store,
         capture: ContentCapture::new(config.telemetry.capture_content),
+        mcp: mcp.clone(),
         catalogues: Default::default(),
     };
+    // The first model request waits for servers still starting, at most
+    // their grace period; later ones join from the next request on.
+    if let Some(hub) = &mcp {
+        hub.state().wait_for_startup().await;
+        warnings.extend(crate::mcp::startup_notices(hub.state()));
+    }
     Ok(Prepared {
         env: Arc::new(env),
         permissions,

@@ -247,12 +247,6 @@ fn listed_commands(help: &str) -> Vec<String> {
 #[tokio::test]
 async fn help_advertises_only_commands_that_exist() {
     let help = troupe_ok(&["--help"]).await;
-    for missing in ["chat", "mcp"] {
-        assert!(
-            !help.contains(missing),
-            "--help mentions `{missing}`: {help}"
-        );
-    }
     let commands = listed_commands(&help);
     for expected in [
         "run",
@@ -265,6 +259,8 @@ async fn help_advertises_only_commands_that_exist() {
         "serve",
         "runs",
         "approve",
+        "chat",
+        "mcp",
     ] {
         assert!(commands.iter().any(|c| c == expected), "{expected}: {help}");
     }

@@ -1,6 +1,7 @@
 //! What `troupe run` tells the person about its configuration and provider,
 //! through the real binary against the scripted model server: settings that
-//! have no effect are warned about before the run, and a rejected key names
+//! have no effect (and MCP servers that cannot start) are warned about
+//! before the run, and a rejected key names
 //! the variable and the provider entry to fix.
 
 mod support;
@@ -25,11 +26,9 @@ async fn settings_without_effect_are_warned_about_before_the_run() {
     let output = run(command).await;
     assert_eq!(output.status.code(), Some(0), "{}", describe(&output));
     let stderr = text(&output.stderr);
+    // A configured MCP server is started; one that cannot start is named.
     assert!(
-        stderr.contains(
-            "troupe: `mcp_servers` is not supported yet and has no effect: the servers github \
-             are not started and offer no tools"
-        ),
+        stderr.contains("troupe: MCP server github could not start: cannot start `github-mcp`"),
         "{stderr}"
     );
     assert!(

@@ -8,6 +8,7 @@ pub mod compact;
 pub mod config;
 pub mod events;
 pub mod llm;
+pub mod mcp;
 pub mod model;
 pub mod permissions;
 pub mod prompt;

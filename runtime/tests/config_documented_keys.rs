@@ -29,6 +29,7 @@ const ACTED: &[(&str, &str, Companions)] = &[
     ("providers.NAME.model", "\"other-model\"", &[]),
     ("providers.NAME.base_url", "\"http://127.0.0.1:10\"", &[]),
     ("providers.NAME.api_key_env", "\"OTHER_KEY\"", &[]),
+    ("providers.NAME.context_window", "50000", &[]),
     ("providers.NAME.max_tokens", "1000", &[]),
     ("providers.NAME.thinking", "true", &[]),
     ("providers.NAME.price", "{ input = 1.0, output = 2.0 }", &[]),
@@ -48,61 +49,36 @@ const ACTED: &[(&str, &str, Companions)] = &[
     ("tools.env_allowlist", "[\"CARGO_HOME\"]", &[]),
     ("tools.timeout_secs", "5", &[]),
     ("telemetry.capture_content", "true", &[]),
-];
-
-/// Keys that are accepted but have no effect yet, each with its value, its
-/// companions, and the phrase its warning starts with.
-const WARNED: &[(&str, &str, Companions, &str)] = &[
-    (
-        "providers.NAME.context_window",
-        "1000",
-        &[],
-        "`providers.p.context_window`",
-    ),
     (
         "mcp_servers.NAME.type",
         "\"stdio\"",
         &[("command", "\"x\"")],
-        "`mcp_servers`",
     ),
-    ("mcp_servers.NAME.command", "\"x\"", &[], "`mcp_servers`"),
-    (
-        "mcp_servers.NAME.args",
-        "[\"a\"]",
-        &[("command", "\"x\"")],
-        "`mcp_servers`",
-    ),
+    ("mcp_servers.NAME.command", "\"x\"", &[]),
+    ("mcp_servers.NAME.args", "[\"a\"]", &[("command", "\"x\"")]),
     (
         "mcp_servers.NAME.env",
         "{ A = \"b\" }",
         &[("command", "\"x\"")],
-        "`mcp_servers`",
     ),
-    (
-        "mcp_servers.NAME.url",
-        "\"http://127.0.0.1:1/mcp\"",
-        &[],
-        "`mcp_servers`",
-    ),
+    ("mcp_servers.NAME.cwd", "\"tools\"", &[("command", "\"x\"")]),
+    ("mcp_servers.NAME.url", "\"http://127.0.0.1:1/mcp\"", &[]),
     (
         "mcp_servers.NAME.headers",
         "{ A = \"b\" }",
         &[("url", "\"http://127.0.0.1:1/mcp\"")],
-        "`mcp_servers`",
     ),
     (
         "mcp_servers.NAME.startup_grace_secs",
         "1",
         &[("command", "\"x\"")],
-        "`mcp_servers`",
     ),
-    (
-        "mcp_servers.NAME.enabled",
-        "false",
-        &[("command", "\"x\"")],
-        "`mcp_servers`",
-    ),
+    ("mcp_servers.NAME.enabled", "false", &[("command", "\"x\"")]),
 ];
+
+/// Keys that are accepted but have no effect yet, each with its value, its
+/// companions, and the phrase its warning starts with.
+const WARNED: &[(&str, &str, Companions, &str)] = &[];
 
 /// The dotted keys of the document's key tables: the rows of every table
 /// under `## Keys`, prefixed by their section (`[providers.NAME]` gives
@@ -218,7 +194,6 @@ fn load(table: &toml::Table) -> (Observed, Vec<String>) {
     };
     let config = Config {
         providers: Default::default(),
-        mcp_servers: Default::default(),
         sources: Vec::new(),
         budget_usd_written: false,
         ..config

@@ -410,7 +410,7 @@ timeout_secs = 90
         let f = Fixture::new()
             .project("[mcp_servers.everything]\ntype = 'stdio'\ncommand = 'npx'\nargv = ['-y']\n");
         let message = f.error(&f.project_file(), "mcp_servers.everything.argv", 4);
-        assert!(message.contains("unknown key (expected one of: type, command, args, env, url, headers, startup_grace_secs, enabled)"), "{message}");
+        assert!(message.contains("unknown key (expected one of: type, command, args, env, cwd, url, headers, startup_grace_secs, enabled)"), "{message}");
     }
 
     #[test]

@@ -167,6 +167,14 @@ impl Harness {
         Arc::new(env)
     }
 
+    /// An agent environment with the built-in tools and the tools of the
+    /// MCP servers of `hub`.
+    pub fn env_with_mcp(&self, hub: troupe_actors::McpHub) -> Arc<AgentEnv> {
+        let mut env = self.agent_env(builtin_registry());
+        env.mcp = Some(hub);
+        Arc::new(env)
+    }
+
     /// Builds the scripted provider for another model (roles that name one);
     /// [`tools::PANIC_MODEL`] gives a provider that panics.
     pub fn provider_for_model(&self) -> ProviderForModel {
@@ -211,6 +219,7 @@ impl Harness {
             tool_timeout: Duration::from_secs(30),
             store: self.store.clone(),
             capture: self.capture,
+            mcp: None,
             catalogues: Default::default(),
         }
     }

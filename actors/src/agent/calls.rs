@@ -152,11 +152,19 @@ impl AgentState {
         let path = plan.spec.path.clone();
         let is_fork = plan.spec.is_fork;
         let system = plan.system_prompt(self.machine.system());
+        // A fork keeps its parent's catalogue (its requests must offer the
+        // same definitions); a role's catalogue follows the MCP tools.
+        let mut catalogue_key = None;
         let (catalogue, provider) = match &plan.kind {
             ChildKind::Fork => (self.machine.catalogue().clone(), self.provider.clone()),
             ChildKind::Role { tools, model, .. } => {
                 let with_agent = plan.spec.depth < MAX_DEPTH;
-                let catalogue = match self.env.catalogue(&plan.spec.role, tools, with_agent) {
+                let key = crate::env::CatalogueKey {
+                    role: plan.spec.role.clone(),
+                    tools: tools.clone(),
+                    with_agent,
+                };
+                let catalogue = match self.env.catalogue_for(&key) {
                     Ok(catalogue) => catalogue,
                     Err(err) => {
                         return Some(could_not_start(
@@ -179,6 +187,7 @@ impl AgentState {
                     },
                     None => self.provider.clone(),
                 };
+                catalogue_key = Some(key);
                 (catalogue, provider)
             }
         };
@@ -261,6 +270,7 @@ impl AgentState {
                 index,
             },
             slot,
+            catalogue_key,
         };
         match Actor::spawn_linked(None, AgentActor, args, myself.get_cell()).await {
             Ok((child, _)) => {

@@ -152,6 +152,9 @@ pub(crate) struct AgentArgs {
     pub report: Report,
     /// Its sub-agent slot.
     pub slot: SlotHolder,
+    /// What its catalogue is built from, so each model request offers the
+    /// tools of that moment; `None` (a fork) keeps the catalogue it got.
+    pub catalogue_key: Option<crate::env::CatalogueKey>,
 }
 
 /// The agent actor.
@@ -185,6 +188,10 @@ pub(crate) struct AgentState {
     /// Pending results were handed to the writer and wait for the next save
     /// to clear them.
     pending_stored: bool,
+    /// What its catalogue is built from (`None`: kept as given).
+    catalogue_key: Option<crate::env::CatalogueKey>,
+    /// The MCP tools generation its catalogue was last checked at.
+    catalogue_generation: Option<u64>,
     /// Cancels the agent's token when the state is dropped — also after a panic,
     /// when `post_stop` does not run.
     _stop_below_on_drop: DropGuard,
@@ -216,6 +223,8 @@ impl Actor for AgentActor {
             executors: HashMap::new(),
             children: HashMap::new(),
             pending_stored: false,
+            catalogue_key: args.catalogue_key,
+            catalogue_generation: None,
             _stop_below_on_drop: token.drop_guard(),
         })
     }
@@ -261,6 +270,35 @@ impl Actor for AgentActor {
 }
 
 impl AgentState {
+    /// Takes the catalogue of this moment before a model request, when the
+    /// MCP tools changed since the last one: tools of servers that joined
+    /// are offered from this request on, those of servers that left are not
+    /// (the catalogue, and so the request prefix, stays the same otherwise).
+    fn refresh_catalogue(&mut self, request: &mut troupe_runtime::llm::ChatRequest) {
+        let Some(key) = &self.catalogue_key else {
+            return;
+        };
+        let generation = self.env.tools_generation();
+        if self.catalogue_generation == Some(generation) {
+            return;
+        }
+        self.catalogue_generation = Some(generation);
+        let catalogue = match self.env.catalogue_for(key) {
+            Ok(catalogue) => catalogue,
+            Err(err) => {
+                tracing::warn!(%err, "the tool catalogue could not be rebuilt; the previous one is kept");
+                return;
+            }
+        };
+        if Arc::ptr_eq(&catalogue, self.machine.catalogue()) {
+            return;
+        }
+        request.tools = catalogue
+            .offered(self.machine.permissions().mode())
+            .to_vec();
+        self.machine.replace_catalogue(catalogue);
+    }
+
     /// Turns the loop's traffic into the loop's input (some traffic is
     /// handled here: a free slot starts a waiting child).
     async fn input_of(&mut self, myself: &ActorRef<AgentMsg>, work: Work) -> Option<Input> {
@@ -393,10 +431,11 @@ impl AgentState {
             }
             Effect::CallModel {
                 epoch,
-                request,
+                mut request,
                 cancel,
                 span,
             } => {
+                self.refresh_catalogue(&mut request);
                 stream::start(myself, &self.provider, epoch, request, cancel, span);
                 None
             }

@@ -133,15 +133,7 @@ impl Backend {
                 let session = session
                     .map(|given| ids::resolve(&embedded.store, IdKind::Session, given))
                     .transpose()?;
-                let options = RunOptions {
-                    cwd: flags.cwd.clone(),
-                    provider: flags.provider.clone(),
-                    model: flags.model.clone(),
-                    mode: flags.mode,
-                    max_turns: flags.max_turns,
-                    budget_tokens: flags.budget_tokens,
-                    timeout_secs: flags.timeout,
-                };
+                let options = RunOptions::from_flags(flags);
                 let mut prepared = crate::setup::prepare(
                     &options,
                     None,

@@ -144,6 +144,9 @@ pub struct McpServerFile {
     /// Environment (stdio); `${VAR}` expanded.
     #[serde(default)]
     pub env: BTreeMap<String, String>,
+    /// Working directory (stdio); relative to the project root. Default: the
+    /// project root.
+    pub cwd: Option<String>,
     /// URL (http); `${VAR}` expanded.
     pub url: Option<String>,
     /// Headers (http); `${VAR}` expanded.

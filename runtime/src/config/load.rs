@@ -175,10 +175,15 @@ pub fn load_config_with_trust(
             ignored = left_out;
         }
     }
-    Ok(LoadedConfig {
-        config: merge(layers)?,
-        ignored,
-    })
+    let mut config = merge(layers)?;
+    // A project's `.mcp.json` adds the servers Troupe's files do not name.
+    let left_out = super::mcp::add_project_mcp_json(
+        &mut config,
+        sources.project_root.as_deref(),
+        project_trusted,
+    )?;
+    ignored.extend(left_out);
+    Ok(LoadedConfig { config, ignored })
 }
 
 /// Parses and validates one file's text (no merging, no path resolution).
@@ -774,6 +779,12 @@ impl<'t> Document<'t> {
                     }
                     Some(_) => {}
                 }
+                if s.cwd.as_deref().is_some_and(|cwd| cwd.trim().is_empty()) {
+                    return Err(self.invalid(
+                        &at("cwd"),
+                        "empty directory; remove `cwd` to start the server in the project root",
+                    ));
+                }
                 for (field, set) in [("url", s.url.is_some()), ("headers", !s.headers.is_empty())] {
                     if set {
                         return Err(self.invalid(
@@ -798,6 +809,7 @@ impl<'t> Document<'t> {
                     ("command", s.command.is_some()),
                     ("args", !s.args.is_empty()),
                     ("env", !s.env.is_empty()),
+                    ("cwd", s.cwd.is_some()),
                 ] {
                     if set {
                         return Err(self.invalid(

@@ -7,16 +7,17 @@
 //! the project root; `load` reads the user and project files, reports errors with
 //! file, key and line, and merges them (a named entry at project level replaces
 //! the user entry of the same name whole); `expand` applies `${VAR}` expansion to
-//! MCP entries; `resolve` picks the provider to use; `trust` decides which
-//! settings of an untrusted project apply and keeps the trusted projects;
-//! `warnings` names settings
-//! that are accepted but have no effect in a run. This module reads files and
-//! the environment, writes only the trust list, and never touches the network.
+//! MCP entries; `mcp` reads a project's `.mcp.json`; `resolve` picks the
+//! provider to use; `trust` decides which settings of an untrusted project
+//! apply and keeps the trusted projects; `warnings` names settings that are
+//! accepted but have no effect in a run. This module reads files and the
+//! environment, writes only the trust list, and never touches the network.
 
 mod de;
 pub mod expand;
 pub mod file;
 pub mod load;
+pub mod mcp;
 pub mod paths;
 pub mod resolve;
 pub mod trust;

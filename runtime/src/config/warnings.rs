@@ -15,13 +15,6 @@ pub const NOT_SUPPORTED: &str = "is not supported yet and has no effect";
 /// The warnings for a run of `provider` under `config`, in a stable order.
 pub fn startup_warnings(config: &Config, provider: &ResolvedProvider) -> Vec<String> {
     let mut warnings = Vec::new();
-    if !config.mcp_servers.is_empty() {
-        let names: Vec<&str> = config.mcp_servers.keys().map(String::as_str).collect();
-        warnings.push(format!(
-            "`mcp_servers` {NOT_SUPPORTED}: the servers {} are not started and offer no tools",
-            names.join(", ")
-        ));
-    }
     if let Some(warning) = crate::compact::small_window_warning(provider.context_window) {
         warnings.push(format!("provider `{}`: {warning}", provider.name));
     }
@@ -66,7 +59,7 @@ mod tests {
     }
 
     #[test]
-    fn unsupported_keys_and_an_unpriced_budget_are_named() {
+    fn unsupported_keys_and_an_unpriced_budget_are_named_and_mcp_servers_are_not() {
         let mut config = Config::default();
         config
             .mcp_servers
@@ -81,9 +74,6 @@ mod tests {
         assert_eq!(
             startup_warnings(&config, &provider(None)),
             vec![
-                "`mcp_servers` is not supported yet and has no effect: the servers github, \
-                 search are not started and offer no tools"
-                    .to_owned(),
                 "`limits.budget_usd` has no effect with provider `claude`, which has no \
                  `price`: no cost is estimated. Add `price = { input = …, output = … }` (USD \
                  per million tokens) under `[providers.claude]`"
@@ -95,9 +85,9 @@ mod tests {
             output: 15.0,
             ..Price::default()
         }));
-        assert_eq!(startup_warnings(&config, &priced).len(), 1);
+        assert!(startup_warnings(&config, &priced).is_empty());
         config.budget_usd_written = false;
-        assert_eq!(startup_warnings(&config, &provider(None)).len(), 1);
+        assert!(startup_warnings(&config, &provider(None)).is_empty());
     }
 
     #[test]

@@ -160,6 +160,7 @@ pub fn agent_env(
         tool_timeout: TOOL_TIMEOUT,
         store,
         capture: troupe_runtime::telemetry::genai::ContentCapture::default(),
+        mcp: None,
         catalogues: Default::default(),
     }))
 }

@@ -566,6 +566,13 @@ impl AgentLoop {
         &self.catalogue
     }
 
+    /// Replaces its tools with a newer snapshot (MCP servers joined or
+    /// left), taken just before a model request: the calls of that response
+    /// are then checked against what the request offered.
+    pub fn replace_catalogue(&mut self, catalogue: Arc<ToolCatalogue>) {
+        self.catalogue = catalogue;
+    }
+
     /// The permission engine (shared by the run's tree).
     pub fn permissions(&self) -> &Arc<PermissionEngine> {
         &self.permissions

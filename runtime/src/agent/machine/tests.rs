@@ -1329,8 +1329,12 @@ fn at_the_threshold_the_older_history_is_summarised_and_the_tail_kept() {
     let summary = f.history()[0].text();
     assert!(summary.contains("Read four files."), "{summary}");
     assert!(
-        summary.contains("### d.rs"),
-        "the recovery attachment has the last file read"
+        summary.contains("### a.rs"),
+        "the recovery attachment has a file read before the cut"
+    );
+    assert!(
+        !summary.contains("### d.rs"),
+        "a file read in the kept tail is not repeated"
     );
     assert!(summary.contains("- read_file:"), "and the tools offered");
     validate_history(f.history()).unwrap();

@@ -1,0 +1,186 @@
+//! MCP servers at the front door: starting a run's configured servers (with
+//! the warnings a person should see), and `troupe mcp list`, which starts the
+//! servers configured for a directory, waits until each is ready or has
+//! failed, prints them (state, tools, last error) and shuts them down.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use clap::Subcommand;
+use serde_json::json;
+use troupe_actors::McpHub;
+use troupe_runtime::config::Config;
+use troupe_runtime::mcp::{CONNECT_TIMEOUT, McpState, ServerPhase, ServerStatus, resolve_servers};
+use troupe_runtime::tools::Tool;
+
+use crate::setup::{Locations, RunOptions, configured_with_root};
+use crate::{EXIT_RUNTIME, EXIT_USAGE};
+
+/// `troupe mcp` subcommands.
+#[derive(Debug, Subcommand)]
+pub enum McpCommand {
+    /// Start the MCP servers configured for this directory and list them:
+    /// state, tools, last error.
+    List {
+        /// One JSON object per server and line.
+        #[arg(long)]
+        json: bool,
+        /// Directory whose configuration is used (default: the current one).
+        #[arg(long)]
+        cwd: Option<std::path::PathBuf>,
+    },
+}
+
+/// Starts the servers `config` names for a run in `project_root`; `None`
+/// when there are none. Returns the warnings to show (undefined variables,
+/// unusable entries).
+pub async fn start_servers(
+    config: &Config,
+    locations: &Locations,
+    project_root: &Path,
+) -> (Option<McpHub>, Vec<String>) {
+    let env = |name: &str| locations.var(name);
+    let (specs, mut warnings) = resolve_servers(&config.mcp_servers, &env, project_root);
+    if specs.is_empty() {
+        return (None, warnings);
+    }
+    let base_env = locations
+        .vars
+        .as_ref()
+        .map(|vars| Arc::new(vars.iter().map(|(k, v)| (k.clone(), v.clone())).collect()));
+    match McpHub::start(specs, base_env).await {
+        Ok(hub) => (Some(hub), warnings),
+        Err(err) => {
+            warnings.push(err);
+            (None, warnings)
+        }
+    }
+}
+
+/// What a person is told about servers after a run's start-up wait: those
+/// that failed, and those still starting (their tools join later).
+pub fn startup_notices(state: &McpState) -> Vec<String> {
+    state
+        .statuses()
+        .iter()
+        .filter_map(|status| match status.phase {
+            ServerPhase::Failed => Some(format!(
+                "MCP server {} could not start: {}",
+                status.name,
+                status.last_error.as_deref().unwrap_or("no reason given")
+            )),
+            ServerPhase::Starting => Some(format!(
+                "MCP server {} is still starting; its tools are offered once it is ready",
+                status.name
+            )),
+            _ => None,
+        })
+        .collect()
+}
+
+/// `troupe mcp …`.
+pub async fn mcp(command: McpCommand) -> u8 {
+    match command {
+        McpCommand::List { json, cwd } => list(json, cwd).await,
+    }
+}
+
+async fn list(json: bool, cwd: Option<std::path::PathBuf>) -> u8 {
+    let locations = match Locations::from_process() {
+        Ok(locations) => locations,
+        Err(err) => {
+            eprintln!("troupe: {err}");
+            return err.code;
+        }
+    };
+    let options = RunOptions {
+        cwd,
+        ..RunOptions::default()
+    };
+    let (config, project_root) = match configured_with_root(&locations, &options) {
+        Ok(found) => found,
+        Err(err) => {
+            eprintln!("troupe: {err}");
+            return err.code;
+        }
+    };
+    let (hub, warnings) = start_servers(&config, &locations, &project_root).await;
+    for warning in &warnings {
+        eprintln!("troupe: {warning}");
+    }
+    let Some(hub) = hub else {
+        if config.mcp_servers.is_empty() {
+            eprintln!(
+                "troupe: no MCP servers are configured for {} (add [mcp_servers.NAME] to \
+                 .troupe/config.toml or a .mcp.json)",
+                project_root.display()
+            );
+            return EXIT_USAGE;
+        }
+        return if warnings.is_empty() { 0 } else { EXIT_RUNTIME };
+    };
+    hub.state()
+        .wait_settled(CONNECT_TIMEOUT + Duration::from_secs(1))
+        .await;
+    let statuses = hub.state().statuses();
+    for status in &statuses {
+        if json {
+            println!("{}", status_json(status));
+        } else {
+            print!("{}", status_text(status));
+        }
+    }
+    hub.shutdown().await;
+    0
+}
+
+/// One server as a JSON line.
+fn status_json(status: &ServerStatus) -> serde_json::Value {
+    let tools: Vec<serde_json::Value> = status
+        .tools
+        .iter()
+        .map(|tool| json!({"name": tool.name(), "read_only": tool.read_only()}))
+        .collect();
+    json!({
+        "name": status.name,
+        "state": status.phase.as_str(),
+        "transport": status.transport,
+        "target": status.target,
+        "server": status.server_info,
+        "tools": tools,
+        "skipped": status.skipped,
+        "last_error": status.last_error,
+    })
+}
+
+/// One server as text: a line, then its tools and skipped tools indented.
+fn status_text(status: &ServerStatus) -> String {
+    let mut out = format!(
+        "{}  {}  {}  {}",
+        status.name,
+        status.phase.as_str(),
+        status.transport,
+        status.target
+    );
+    if status.phase == ServerPhase::Ready {
+        let n = status.tools.len();
+        out.push_str(&format!("  ({n} tool{})", if n == 1 { "" } else { "s" }));
+    }
+    out.push('\n');
+    for tool in &status.tools {
+        let flag = if tool.read_only() {
+            "  (read-only)"
+        } else {
+            ""
+        };
+        out.push_str(&format!("    {}{flag}\n", tool.name()));
+    }
+    for skipped in &status.skipped {
+        out.push_str(&format!("    skipped: {skipped}\n"));
+    }
+    if let Some(error) = &status.last_error {
+        out.push_str(&format!("    last error: {error}\n"));
+    }
+    out
+}

@@ -1,0 +1,36 @@
+//! The MCP client side of the runtime (SPEC §8): what a configured server is
+//! ([`spec`]), how its tools are named and offered ([`names`], [`tool`]), how
+//! its results reach the model ([`content`]), one live connection through the
+//! `rmcp` crate ([`client`]), and the state every server's supervisor shares
+//! with the runs that use it ([`state`]).
+//!
+//! Nothing here supervises or restarts: the actors crate owns one actor per
+//! server and sequences these pieces. The decisions (names, read-only flags,
+//! schemas, result conversion, restart delays, how long a run waits for
+//! servers still starting) are pure functions with unit tests.
+
+use std::time::Duration;
+
+pub mod client;
+pub mod content;
+pub mod names;
+pub mod spec;
+pub mod state;
+pub mod tool;
+
+pub use client::{ConnectError, Connection};
+pub use names::{qualified_tool_name, server_prefix};
+pub use spec::{McpServerSpec, McpTransportSpec, resolve_servers};
+pub use state::{McpState, ServerPhase, ServerStatus, restart_delay};
+pub use tool::McpTool;
+
+/// SPEC §8: each server gets this long to connect and list its tools.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// SPEC §8: shutdown closes every session within this budget, then kills
+/// what is left of each stdio server's process group.
+pub const SHUTDOWN_BUDGET: Duration = Duration::from_secs(5);
+
+/// SPEC §8: how long a run's first model request waits for a server still
+/// starting, unless its entry sets `startup_grace_secs`.
+pub const DEFAULT_STARTUP_GRACE: Duration = Duration::from_secs(3);
