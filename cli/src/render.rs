@@ -121,13 +121,42 @@ pub fn next_step(status: RunStatus, stop_reason: &str, session_id: &str, run_id:
     }
 }
 
+/// Targets of started calls (what `tool_started` named), by agent path and
+/// call id, until their `tool_finished` line shows them.
+#[derive(Debug, Default)]
+pub struct CallTargets(HashMap<(String, String), String>);
+
+impl CallTargets {
+    /// A call started with `target`, if it names one.
+    pub fn started(&mut self, agent_path: &str, call_id: &str, target: Option<&String>) {
+        if let Some(target) = target {
+            self.0.insert(
+                (agent_path.to_string(), call_id.to_string()),
+                target.clone(),
+            );
+        }
+    }
+
+    /// The target of a call that finished (forgotten from now on).
+    pub fn finished(&mut self, agent_path: &str, call_id: &str) -> Option<String> {
+        self.0
+            .remove(&(agent_path.to_string(), call_id.to_string()))
+    }
+
+    /// No call is waiting for its finish line.
+    #[cfg(test)]
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
 /// Renders events for people on stderr.
 pub struct HumanRenderer {
     /// Text of each agent's current response not yet shown (parallel
     /// sub-agents interleave their events; each keeps its own text).
     pending_text: HashMap<String, String>,
     /// Targets of started calls, by agent path and call id, until they finish.
-    targets: HashMap<(String, String), String>,
+    targets: CallTargets,
     style: RenderStyle,
 }
 
@@ -136,7 +165,7 @@ impl HumanRenderer {
     pub fn new(style: RenderStyle) -> Self {
         Self {
             pending_text: HashMap::new(),
-            targets: HashMap::new(),
+            targets: CallTargets::default(),
             style,
         }
     }
@@ -201,10 +230,8 @@ impl HumanRenderer {
                     for_terminal(name),
                     for_terminal(args_preview)
                 )?;
-                if let Some(target) = target {
-                    self.targets
-                        .insert((event.agent_path.clone(), call_id.clone()), target.clone());
-                }
+                self.targets
+                    .started(&event.agent_path, call_id, target.as_ref());
             }
             EventKind::ToolFinished {
                 call_id,
@@ -214,9 +241,7 @@ impl HumanRenderer {
                 output_lines,
                 duration_ms,
             } => {
-                let target = self
-                    .targets
-                    .remove(&(event.agent_path.clone(), call_id.clone()));
+                let target = self.targets.finished(&event.agent_path, call_id);
                 let line = finished_line(
                     &for_terminal(name),
                     target.as_deref().map(for_terminal).as_deref(),

@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use troupe_runtime::events::{EventKind, NOTICE_MODEL_RETRY, RunEvent, RunStatus, preview};
 
 use super::markdown::MarkdownStream;
-use crate::render::{finished_line, stop_cause_words};
+use crate::render::{CallTargets, finished_line, stop_cause_words};
 
 /// One thing to show.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -30,7 +30,7 @@ pub struct TurnView {
     /// Text of each sub-agent's current response, shown before its tool lines.
     narration: HashMap<String, String>,
     /// Targets of started calls, by agent path and call id.
-    targets: HashMap<(String, String), String>,
+    targets: CallTargets,
     /// The main agent's iteration.
     pub iteration: u32,
     /// Tokens used so far by the whole tree (input, output and cache).
@@ -86,10 +86,8 @@ impl TurnView {
                     }
                 }
                 shown.push(Shown::Line(format!("{prefix}→ {name} {args_preview}")));
-                if let Some(target) = target {
-                    self.targets
-                        .insert((event.agent_path.clone(), call_id.clone()), target.clone());
-                }
+                self.targets
+                    .started(&event.agent_path, call_id, target.as_ref());
             }
             EventKind::ToolFinished {
                 call_id,
@@ -99,9 +97,7 @@ impl TurnView {
                 output_lines,
                 duration_ms,
             } => {
-                let target = self
-                    .targets
-                    .remove(&(event.agent_path.clone(), call_id.clone()));
+                let target = self.targets.finished(&event.agent_path, call_id);
                 let line = finished_line(
                     name,
                     target.as_deref(),

@@ -231,6 +231,24 @@ impl Ledger {
             .collect()
     }
 
+    /// Characters of `messages` as [`Ledger::apply`] sends them (a replaced
+    /// result counts its preview), without building them.
+    pub fn sent_chars(&self, messages: &[Message]) -> u64 {
+        messages
+            .iter()
+            .map(|message| {
+                let mut chars = message.char_len() as u64;
+                for result in message.tool_results_iter() {
+                    if let Some(Decision::Replaced { path }) = self.decisions.get(&result.call_id) {
+                        let sent = preview(&result.joined_text(), path).len() as u64;
+                        chars = chars - result.content_bytes() as u64 + sent;
+                    }
+                }
+                chars
+            })
+            .sum()
+    }
+
     /// Forgets the decisions of results no longer in `messages` (after a
     /// summary replaced them).
     pub fn retain_for(&mut self, messages: &[Message]) {
@@ -321,6 +339,8 @@ mod tests {
         // Later turns: nothing more to decide, the same request.
         assert!(ledger.plan(&history).is_empty());
         assert_eq!(ledger.apply(&history), sent);
+        let applied: u64 = sent.iter().map(|m| m.char_len() as u64).sum();
+        assert_eq!(ledger.sent_chars(&history), applied);
         assert_eq!(spill_file_name("toolu_01AbC"), "result-toolu_01AbC");
         assert!(!spill_file_name("../../etc/passwd").contains('/'));
         assert_ne!(spill_file_name("a/b"), spill_file_name("a/c"));

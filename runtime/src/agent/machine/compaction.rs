@@ -10,7 +10,7 @@ use chrono::Utc;
 use tokio_util::sync::CancellationToken;
 
 use crate::compact::breaker::Breaker;
-use crate::compact::estimate::{TokenEstimate, history_chars};
+use crate::compact::estimate::TokenEstimate;
 use crate::compact::offload::{Ledger, OffloadPlan};
 use crate::compact::summary::{
     FileSnapshot, RECOVERY_FILES, budgets, compacted, extract_summary, files_outside,
@@ -125,12 +125,12 @@ impl Summarising {
 }
 
 /// Characters of a request as the estimate counts them.
-fn request_chars(system_chars: usize, tools: &[ToolDefinition], messages: &[Message]) -> u64 {
+fn request_chars(system_chars: usize, tools: &[ToolDefinition], history_chars: u64) -> u64 {
     let tools: usize = tools
         .iter()
         .map(|tool| tool.name.len() + tool.description.len() + tool.input_schema.to_string().len())
         .sum();
-    (system_chars + tools) as u64 + history_chars(messages)
+    (system_chars + tools) as u64 + history_chars
 }
 
 impl AgentLoop {
@@ -143,11 +143,17 @@ impl AgentLoop {
         self.system.stable.len() + self.system.environment.len()
     }
 
+    /// Characters of the next request (the history as the ledger sends
+    /// it), counted without building it.
+    fn next_request_chars(&self) -> u64 {
+        let tools = self.catalogue.offered(self.permissions.mode());
+        let history = self.context.ledger.sent_chars(self.transcript.messages());
+        request_chars(self.system_chars(), tools, history)
+    }
+
     /// The estimate of the next request.
-    pub(super) fn estimated_tokens(&self, messages: &[Message], tools: &[ToolDefinition]) -> u64 {
-        self.context
-            .estimate
-            .tokens(request_chars(self.system_chars(), tools, messages))
+    pub(super) fn estimated_tokens(&self) -> u64 {
+        self.context.estimate.tokens(self.next_request_chars())
     }
 
     /// Re-anchors the estimate after a model call of this agent answered
@@ -156,9 +162,7 @@ impl AgentLoop {
         if usage.input + usage.output + usage.cache_read + usage.cache_write == 0 {
             return; // the provider reported nothing to anchor to
         }
-        let tools = self.catalogue.offered(self.permissions.mode());
-        let chars = request_chars(self.system_chars(), tools, &self.request_messages());
-        self.context.estimate = TokenEstimate::anchored(usage, chars);
+        self.context.estimate = TokenEstimate::anchored(usage, self.next_request_chars());
     }
 
     /// Layer 1 before a model call: results to offload or to keep are
@@ -206,8 +210,7 @@ impl AgentLoop {
         let Some(threshold) = auto_threshold(self.context.window) else {
             return false;
         };
-        let tools = self.catalogue.offered(self.permissions.mode()).to_vec();
-        let estimate = self.estimated_tokens(&self.request_messages(), &tools);
+        let estimate = self.estimated_tokens();
         if estimate < threshold || !self.context.breaker.allows(self.guard.turns()) {
             return false;
         }
@@ -333,7 +336,7 @@ impl AgentLoop {
             (summarising.before_tokens, 0),
         );
         self.context.ledger.retain_for(self.transcript.messages());
-        let after = self.estimated_tokens(&self.request_messages(), &tools);
+        let after = self.estimated_tokens();
         let mut marker = marker;
         marker.after_tokens = after;
         if summarising.trigger == Trigger::Auto {
@@ -400,8 +403,7 @@ impl AgentLoop {
             return false;
         }
         self.context.emergency_used = true;
-        let tools = self.catalogue.offered(self.permissions.mode()).to_vec();
-        let before = self.estimated_tokens(&self.request_messages(), &tools);
+        let before = self.estimated_tokens();
         self.start_summary(Trigger::Emergency, before, 0, out)
     }
 
