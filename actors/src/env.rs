@@ -107,6 +107,8 @@ pub struct AgentEnv {
     pub capture: ContentCapture,
     /// Catalogues built so far (start with `CatalogueCache::default()`).
     pub catalogues: CatalogueCache,
+    /// The hooks of the configuration (a project's only once it is trusted).
+    pub hooks: Arc<troupe_runtime::hooks::HookSet>,
 }
 
 impl AgentEnv {

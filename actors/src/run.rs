@@ -433,6 +433,7 @@ impl RunActorState {
                 window: self.env.context_window,
                 ledger: self.stored_ledger(),
             },
+            hooks: self.env.hooks.clone(),
         });
         let args = AgentArgs {
             machine,

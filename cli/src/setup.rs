@@ -580,6 +580,7 @@ async fn assemble(
         capture: ContentCapture::new(config.telemetry.capture_content),
         mcp: mcp.clone(),
         catalogues: Default::default(),
+        hooks: Arc::new(troupe_runtime::hooks::HookSet::new(config.hooks.clone())),
     };
     // The first model request waits for servers still starting, at most
     // their grace period; later ones join from the next request on.

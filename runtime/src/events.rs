@@ -209,6 +209,20 @@ pub enum EventKind {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         code: Option<String>,
     },
+    /// A hook ran (see the hooks documentation).
+    Hook {
+        /// The event (`PreToolUse`, …).
+        event: String,
+        /// The command.
+        command: String,
+        /// `continue`, `block`, `error` or `timeout`.
+        outcome: String,
+        /// The block reason or what went wrong.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        message: Option<String>,
+        /// How long it ran.
+        duration_ms: u64,
+    },
     /// An error.
     Error {
         /// Machine-readable kind.
@@ -265,6 +279,7 @@ impl EventKind {
             Self::SubagentFinished { .. } => "subagent_finished",
             Self::UserMessage { .. } => "user_message",
             Self::Notice { .. } => "notice",
+            Self::Hook { .. } => "hook",
             Self::Error { .. } => "error",
             Self::RunFinished { .. } => "run_finished",
         }

@@ -7,6 +7,7 @@ pub mod agent;
 pub mod compact;
 pub mod config;
 pub mod events;
+pub mod hooks;
 pub mod llm;
 pub mod mcp;
 pub mod model;

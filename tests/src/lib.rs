@@ -221,6 +221,7 @@ impl Harness {
             capture: self.capture,
             mcp: None,
             catalogues: Default::default(),
+            hooks: Arc::new(troupe_runtime::hooks::HookSet::default()),
         }
     }
 

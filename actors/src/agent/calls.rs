@@ -255,6 +255,7 @@ impl AgentState {
                     Ledger::default()
                 },
             },
+            hooks: self.env.hooks.clone(),
         });
         let events = self.events.for_agent(path.clone());
         let args = AgentArgs {

@@ -114,6 +114,11 @@ pub(crate) enum Work {
     Interrupted,
     /// The cleanup grace of the interrupted execution `epoch` is over.
     CleanupGraceOver { epoch: u64 },
+    /// Hooks the loop asked for ran.
+    HooksRan {
+        call: troupe_runtime::agent::HookCall,
+        verdict: troupe_runtime::hooks::HookVerdict,
+    },
 }
 
 impl AgentMsg {
@@ -369,6 +374,7 @@ impl AgentState {
             }),
             Work::Interrupted => Some(Input::Interrupted),
             Work::CleanupGraceOver { epoch } => Some(Input::CleanupGraceOver { epoch }),
+            Work::HooksRan { call, verdict } => Some(Input::HooksRan { call, verdict }),
         }
     }
 
@@ -449,6 +455,10 @@ impl AgentState {
                 lifecycle::close_approvals(&self.run, ids);
                 None
             }
+            Effect::RunHooks(request) => {
+                run_hooks(myself, &self.env, *request);
+                None
+            }
             Effect::ArmCleanupGrace { epoch, after } => {
                 lifecycle::arm_grace(myself, epoch, after);
                 None
@@ -459,4 +469,35 @@ impl AgentState {
             }
         }
     }
+}
+
+/// Runs the hooks of `request` in a task (they may take their whole
+/// timeout); the verdict comes back as [`Work::HooksRan`].
+fn run_hooks(
+    agent: &ActorRef<AgentMsg>,
+    env: &AgentEnv,
+    request: troupe_runtime::agent::HookRequest,
+) {
+    let agent = agent.clone();
+    let hooks = env.hooks.clone();
+    let ctx = troupe_runtime::hooks::HookContext {
+        place: request.place,
+        child_env: env.child_env.clone(),
+        parent_span: request.span,
+        cancel: request.cancel,
+    };
+    tokio::spawn(async move {
+        let verdict = troupe_runtime::hooks::fire(
+            &hooks,
+            request.event,
+            request.subject.as_deref(),
+            request.payload,
+            &ctx,
+        )
+        .await;
+        let _ = agent.cast(AgentMsg::work(Work::HooksRan {
+            call: request.call,
+            verdict,
+        }));
+    });
 }

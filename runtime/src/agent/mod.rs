@@ -23,7 +23,8 @@ pub use catalogue::ToolCatalogue;
 pub use guard::{Budget, LimitHit, LoopGuard, RunTally};
 pub use history::{HistoryError, validate_history};
 pub use machine::{
-    AgentLaunch, AgentLoop, AgentStatus, ContextSetup, Effect, Input, LoopSetup, ToolLaunch,
+    AgentLaunch, AgentLoop, AgentStatus, ContextSetup, Effect, HookCall, HookRequest, Input,
+    LoopSetup, ToolLaunch,
 };
 pub use plan::{CallClass, ExecutionGroup, plan_execution};
 

@@ -27,6 +27,9 @@ pub struct ConfigFile {
     pub tools: Option<ToolsFile>,
     /// `[telemetry]`.
     pub telemetry: Option<TelemetryFile>,
+    /// `[[hooks.EVENT]]` entries by event.
+    #[serde(default)]
+    pub hooks: BTreeMap<crate::hooks::HookEvent, Vec<HookFile>>,
 }
 
 /// `[providers.NAME]`.
@@ -236,6 +239,22 @@ pub struct ToolsFile {
     pub env_allowlist: Vec<String>,
     /// Default per-call timeout in seconds.
     pub timeout_secs: Option<u64>,
+}
+
+/// One `[[hooks.EVENT]]` entry.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HookFile {
+    /// Regular expression on the event's subject (the tool name for tool
+    /// events); absent: every one.
+    pub matcher: Option<String>,
+    /// The command, run with `bash -c` in the project root.
+    pub command: String,
+    /// Seconds before it is killed (default 60).
+    pub timeout_secs: Option<u64>,
+    /// Run only the first time it matches in a run.
+    #[serde(default)]
+    pub once: bool,
 }
 
 /// `[telemetry]`.

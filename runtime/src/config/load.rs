@@ -408,6 +408,22 @@ fn resolve_extra_root(
         .map_err(|e| format!("cannot make {raw:?} absolute ({e}); write an absolute path"))
 }
 
+/// A hook from its file entry.
+fn build_hook(
+    event: crate::hooks::HookEvent,
+    entry: &super::file::HookFile,
+    source: RuleSource,
+) -> Result<crate::hooks::Hook, crate::hooks::HookConfigError> {
+    crate::hooks::Hook::new(
+        event,
+        entry.matcher.as_deref(),
+        &entry.command,
+        entry.timeout_secs,
+        entry.once,
+        source,
+    )
+}
+
 /// Merges validated layers in order (user, then project).
 fn merge(layers: Vec<Layer>) -> Result<Config, ConfigError> {
     let mut config = Config::default();
@@ -417,6 +433,7 @@ fn merge(layers: Vec<Layer>) -> Result<Config, ConfigError> {
     let mut limits = Limits::default();
     let mut tools = ToolSettings::default();
     let mut telemetry = TelemetrySettings::default();
+    let mut hooks = Vec::new();
 
     for layer in layers {
         let Layer {
@@ -435,6 +452,14 @@ fn merge(layers: Vec<Layer>) -> Result<Config, ConfigError> {
         // survives.
         config.providers.extend(file.providers);
         config.mcp_servers.extend(file.mcp_servers);
+        // Hooks add up: a later file never replaces an earlier one's.
+        for (event, entries) in &file.hooks {
+            for entry in entries {
+                if let Ok(hook) = build_hook(*event, entry, source) {
+                    hooks.push(hook);
+                }
+            }
+        }
         if let Some(p) = file.permissions {
             mode = p.mode.or(mode);
             let tag = |rules: Vec<String>| {
@@ -472,6 +497,7 @@ fn merge(layers: Vec<Layer>) -> Result<Config, ConfigError> {
     config.limits = limits;
     config.tools = tools;
     config.telemetry = telemetry;
+    config.hooks = hooks;
 
     if let (Some(name), Some((path, line))) = (&config.default_provider, default_from)
         && !config.providers.is_empty()
@@ -675,6 +701,22 @@ impl<'t> Document<'t> {
             self.positive(&at("wall_clock_secs"), l.wall_clock_secs)?;
             self.positive(&at("max_tool_calls"), l.max_tool_calls)?;
             self.positive(&at("max_parallel_subagents"), l.max_parallel_subagents)?;
+        }
+        for (event, entries) in &file.hooks {
+            for (i, entry) in entries.iter().enumerate() {
+                // Validated with the same constructor the merge uses.
+                build_hook(*event, entry, RuleSource::User).map_err(|err| {
+                    let field = match err {
+                        crate::hooks::HookConfigError::BadMatcher { .. } => "matcher",
+                        crate::hooks::HookConfigError::EmptyCommand => "command",
+                        crate::hooks::HookConfigError::BadTimeout => "timeout_secs",
+                    };
+                    self.invalid(
+                        &[key("hooks"), key(event.as_str()), Seg::Index(i), key(field)],
+                        err.to_string(),
+                    )
+                })?;
+            }
         }
         if let Some(t) = &file.tools {
             self.positive(&[key("tools"), key("timeout_secs")], t.timeout_secs)?;

@@ -259,6 +259,8 @@ pub struct Config {
     pub tools: ToolSettings,
     /// Telemetry settings.
     pub telemetry: TelemetrySettings,
+    /// Hooks: the user file's, then the project's, each in file order.
+    pub hooks: Vec<crate::hooks::Hook>,
     /// The files that were read, in merge order (for messages and `troupe config`).
     pub sources: Vec<PathBuf>,
 }

@@ -162,6 +162,7 @@ pub fn agent_env(
         capture: troupe_runtime::telemetry::genai::ContentCapture::default(),
         mcp: None,
         catalogues: Default::default(),
+        hooks: Arc::new(troupe_runtime::hooks::HookSet::default()),
     }))
 }
 

@@ -159,7 +159,10 @@ impl AgentLoop {
             }
             Phase::Idle
             | Phase::Offloading
-            | Phase::Saving(AfterSave::ModelCall | AfterSave::TooLong(_)) => {
+            | Phase::Hooking(_)
+            | Phase::Saving(
+                AfterSave::ModelCall | AfterSave::TooLong(_) | AfterSave::StopHooks(_),
+            ) => {
                 self.transcript.close(&outcome.final_text);
                 self.finish_with(outcome, out);
             }

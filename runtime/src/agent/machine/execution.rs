@@ -131,6 +131,9 @@ impl AgentLoop {
                 span: None,
                 running: false,
                 durable: true,
+                hook_block: None,
+                hook_notes: Vec::new(),
+                held: None,
             })
             .collect();
         self.phase = Phase::Executing(Execution {
@@ -140,6 +143,7 @@ impl AgentLoop {
             states,
             group: 0,
             group_started: false,
+            group_hooks: super::hooks::GroupHooks::NotRun,
             approvals: HashMap::new(),
             cancel: self.token.child_token(),
         });
@@ -149,7 +153,7 @@ impl AgentLoop {
     /// Walks the groups: starts the current one, and while it is settled
     /// reports it and moves on; after the last one records the results and
     /// goes back to the model.
-    fn advance(&mut self, out: &mut Vec<Effect>) {
+    pub(super) fn advance(&mut self, out: &mut Vec<Effect>) {
         loop {
             let Phase::Executing(execution) = &mut self.phase else {
                 return;
@@ -157,6 +161,9 @@ impl AgentLoop {
             if !execution.group_started {
                 if execution.cancel.is_cancelled() {
                     self.interrupt_now(out);
+                    return;
+                }
+                if self.pre_tool_hooks(out) {
                     return;
                 }
                 self.start_group(out);
@@ -168,6 +175,7 @@ impl AgentLoop {
             execution.finish_events(out);
             execution.group += 1;
             execution.group_started = false;
+            execution.group_hooks = super::hooks::GroupHooks::NotRun;
             if execution.group < execution.groups.len() {
                 continue;
             }
@@ -185,21 +193,29 @@ impl AgentLoop {
     /// Starts the current group: decides every call, emits the start events in
     /// order, then launches the allowed calls and asks for the others.
     fn start_group(&mut self, out: &mut Vec<Effect>) {
-        let (indices, calls): (Vec<usize>, Vec<ToolCall>) = {
+        let (indices, calls, blocks): (Vec<usize>, Vec<ToolCall>, Vec<Option<String>>) = {
             let Phase::Executing(execution) = &self.phase else {
                 return;
             };
             let group = execution.groups[execution.group];
-            group
-                .indices()
-                .map(|index| (index, execution.calls[index].clone()))
-                .unzip()
+            let mut indices = Vec::new();
+            let mut calls = Vec::new();
+            let mut blocks = Vec::new();
+            for index in group.indices() {
+                indices.push(index);
+                calls.push(execution.calls[index].clone());
+                blocks.push(execution.states[index].hook_block.clone());
+            }
+            (indices, calls, blocks)
         };
         let grant = self.account.take_tool_calls(calls.len() as u32);
         let refused_by_budget = grant.hit.as_ref().map(|hit| hit.notice());
         let mut prepared: Vec<(Prepared, Option<Decision>)> = Vec::with_capacity(calls.len());
         for (k, call) in calls.iter().enumerate() {
-            if k < grant.granted as usize {
+            if let Some(reason) = &blocks[k] {
+                let text = format!("Blocked by a PreToolUse hook: {reason}");
+                prepared.push((Prepared::Refuse(text, ToolErrorKind::Denied), None));
+            } else if k < grant.granted as usize {
                 prepared.push(self.prepare(call));
             } else {
                 let text = format!(
@@ -281,6 +297,7 @@ impl AgentLoop {
             &call.id,
             &approval_id,
         );
+        let (tool, reason_text) = (call.name.clone(), reason.clone());
         out.push(Effect::Emit(EventKind::ApprovalRequested {
             approval_id: approval_id.clone(),
             tool: call.name.clone(),
@@ -299,6 +316,7 @@ impl AgentLoop {
                 span,
             },
         );
+        self.notify_hooks(&tool, &reason_text, out);
     }
 
     /// Starts call `index`: a tool executor, or a child agent.
@@ -450,7 +468,7 @@ impl AgentLoop {
     }
 
     /// The execution `epoch` belongs to, running or being cancelled.
-    fn execution_mut(&mut self, epoch: u64) -> Option<&mut Execution> {
+    pub(super) fn execution_mut(&mut self, epoch: u64) -> Option<&mut Execution> {
         match &mut self.phase {
             Phase::Executing(execution) if execution.epoch == epoch => Some(execution),
             Phase::Cancelling(cancelling) if cancelling.execution.epoch == epoch => {
@@ -469,6 +487,38 @@ impl AgentLoop {
         error: Option<ToolErrorKind>,
         out: &mut Vec<Effect>,
     ) {
+        let Some(execution) = self.execution_mut(epoch) else {
+            return;
+        };
+        let Some(state) = execution.states.get_mut(index) else {
+            return;
+        };
+        if state.result.is_some() || state.held.is_some() {
+            return;
+        }
+        let notes = std::mem::take(&mut state.hook_notes);
+        let result = output.into_result(execution.calls[index].id.clone());
+        let held = super::hooks::HeldResult {
+            result: super::hooks::with_notes(result, &notes),
+            duration,
+            error,
+        };
+        if let Some(held) = self.hold_for_post_hooks(epoch, index, held, out) {
+            self.record_finished(epoch, index, held.result, held.duration, held.error, out);
+        }
+    }
+
+    /// Records a finished call's result (its hooks done): settled, stored as
+    /// a pending result, and the execution moves on.
+    pub(super) fn record_finished(
+        &mut self,
+        epoch: u64,
+        index: usize,
+        result: ToolResult,
+        duration: Duration,
+        error: Option<ToolErrorKind>,
+        out: &mut Vec<Effect>,
+    ) {
         let capture = self.capture;
         let Some(execution) = self.execution_mut(epoch) else {
             return;
@@ -477,7 +527,6 @@ impl AgentLoop {
             return;
         };
         state.running = false;
-        let result = output.into_result(execution.calls[index].id.clone());
         let read = read_file_snapshot(&execution.calls[index], &result);
         if execution.settle(index, result.clone(), error, capture) {
             let state = &mut execution.states[index];

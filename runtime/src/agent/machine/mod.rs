@@ -21,9 +21,11 @@
 mod compaction;
 mod ending;
 mod execution;
+mod hooks;
 mod turn;
 
 pub use compaction::{ContextSetup, Trigger};
+pub use hooks::{HookCall, HookRequest};
 
 #[cfg(test)]
 mod tests;
@@ -91,6 +93,8 @@ pub struct LoopSetup {
     pub parent_span: Span,
     /// The context window and the session's layer-1 decisions.
     pub context: ContextSetup,
+    /// The hooks of the run.
+    pub hooks: Arc<crate::hooks::HookSet>,
 }
 
 /// Something that happened to the agent.
@@ -183,6 +187,13 @@ pub enum Input {
     UserMessage {
         /// What the person wrote.
         text: String,
+    },
+    /// The hooks of an [`Effect::RunHooks`] ran.
+    HooksRan {
+        /// What they answer.
+        call: HookCall,
+        /// What they decided.
+        verdict: crate::hooks::HookVerdict,
     },
 }
 
@@ -286,6 +297,9 @@ pub enum Effect {
     },
     /// Approval requests that no longer wait.
     ApprovalsClosed(Vec<String>),
+    /// Run hooks (in a task: they may take their whole timeout); answer
+    /// with [`Input::HooksRan`].
+    RunHooks(Box<HookRequest>),
     /// Feed [`Input::CleanupGraceOver`] after `after`.
     ArmCleanupGrace {
         /// Epoch of the execution.
@@ -319,6 +333,7 @@ impl std::fmt::Debug for Effect {
             Self::AwaitApproval { approval_id } => write!(f, "AwaitApproval({approval_id})"),
             Self::ApprovalsClosed(ids) => write!(f, "ApprovalsClosed({ids:?})"),
             Self::ArmCleanupGrace { epoch, .. } => write!(f, "ArmCleanupGrace({epoch})"),
+            Self::RunHooks(request) => write!(f, "RunHooks({})", request.event),
             Self::Finished(outcome) => write!(f, "Finished({})", outcome.status.as_str()),
         }
     }
@@ -330,7 +345,7 @@ pub struct AgentStatus {
     /// Agent path.
     pub path: String,
     /// Phase name: `idle`, `saving`, `compacting`, `streaming`, `executing`,
-    /// `awaiting_approval`, `cancelling`, `done`.
+    /// `awaiting_approval`, `hooking`, `cancelling`, `done`.
     pub phase: &'static str,
     /// Messages in history.
     pub history_len: usize,
@@ -350,6 +365,8 @@ enum AfterSave {
     Finish(RunOutcome),
     /// End the turn: the history is too long even compacted (its estimate).
     TooLong(u64),
+    /// Run the Stop hooks, then end with this outcome (or go on once).
+    StopHooks(RunOutcome),
 }
 
 enum Phase {
@@ -365,6 +382,8 @@ enum Phase {
     Streaming(Streaming),
     /// The calls of the last response are running.
     Executing(Execution),
+    /// The Stop hooks run; the outcome if they let the agent end.
+    Hooking(RunOutcome),
     /// Interrupted; waiting for running calls to stop.
     Cancelling(Cancelling),
     /// The loop is over.
@@ -396,6 +415,12 @@ struct CallState {
     /// Its result is durable (stored as a pending result, or needs no
     /// storing: refused calls are answered again the same way).
     durable: bool,
+    /// A PreToolUse hook blocked it, for this reason.
+    hook_block: Option<String>,
+    /// Notes of its PreToolUse hooks, appended to its result.
+    hook_notes: Vec<String>,
+    /// Its result, while its PostToolUse hooks run.
+    held: Option<hooks::HeldResult>,
 }
 
 /// What a call runs as, once allowed.
@@ -421,6 +446,8 @@ struct Execution {
     group: usize,
     /// The current group's calls were decided and started.
     group_started: bool,
+    /// The current group's PreToolUse hooks.
+    group_hooks: hooks::GroupHooks,
     approvals: HashMap<String, PendingApproval>,
     cancel: CancellationToken,
 }
@@ -461,6 +488,10 @@ pub struct AgentLoop {
     queued_messages: Vec<String>,
     /// Compaction: estimate, ledger, breaker.
     context: compaction::ContextState,
+    /// The hooks of the run.
+    hooks: Arc<crate::hooks::HookSet>,
+    /// A Stop hook already made this agent go on once.
+    stop_hook_continued: bool,
 }
 
 impl AgentLoop {
@@ -499,6 +530,8 @@ impl AgentLoop {
             interrupt_pending: false,
             queued_messages: Vec::new(),
             context: compaction::ContextState::new(setup.context),
+            hooks: setup.hooks,
+            stop_hook_continued: false,
         }
     }
 
@@ -537,6 +570,7 @@ impl AgentLoop {
                 result,
                 usage,
             } => self.on_summarised(epoch, result, usage, &mut out),
+            Input::HooksRan { call, verdict } => self.on_hooks_ran(call, verdict, &mut out),
         }
         out
     }
@@ -631,6 +665,7 @@ impl AgentLoop {
                 ("awaiting_approval", ids)
             }
             Phase::Executing(_) => ("executing", Vec::new()),
+            Phase::Hooking(_) => ("hooking", Vec::new()),
             Phase::Cancelling(_) => ("cancelling", Vec::new()),
             Phase::Done => ("done", Vec::new()),
         };
@@ -681,6 +716,7 @@ impl AgentLoop {
             (Ok(()), AfterSave::ModelCall) => self.model_call(out),
             (Ok(()), AfterSave::TooLong(tokens)) => self.end_too_long(tokens, out),
             (Ok(()), AfterSave::Execute(calls)) => self.start_execution(calls, out),
+            (Ok(()), AfterSave::StopHooks(outcome)) => self.run_stop_hooks(outcome, out),
             (Err(err), then) => self.save_failed(err, then, out),
         }
     }

@@ -35,6 +35,7 @@ struct Options {
     task: Option<String>,
     allow: Vec<String>,
     window: u64,
+    hooks: Vec<crate::hooks::Hook>,
 }
 
 impl Default for Options {
@@ -49,6 +50,7 @@ impl Default for Options {
             task: None,
             allow: Vec::new(),
             window: 0,
+            hooks: Vec::new(),
         }
     }
 }
@@ -113,6 +115,7 @@ fn fixture(options: Options) -> Fixture {
             window: options.window,
             ledger: Default::default(),
         },
+        hooks: Arc::new(crate::hooks::HookSet::new(options.hooks)),
     });
     Fixture {
         machine,
@@ -143,6 +146,7 @@ fn show(effects: &[Effect]) -> Vec<String> {
             Effect::AwaitApproval { .. } => "await".into(),
             Effect::ApprovalsClosed(_) => "closed".into(),
             Effect::ArmCleanupGrace { .. } => "grace".into(),
+            Effect::RunHooks(request) => format!("hooks:{}", request.event),
             Effect::Finished(outcome) => {
                 format!(
                     "finished:{}:{}",
@@ -1445,4 +1449,325 @@ fn a_window_of_zero_never_compacts() {
         f.read_turn("big.log", 60_000, 100),
         s(&["emit:iteration", "model:3"])
     );
+}
+
+// ---- hooks ----
+
+fn hook(event: crate::hooks::HookEvent, matcher: Option<&str>) -> crate::hooks::Hook {
+    crate::hooks::Hook::new(
+        event,
+        matcher,
+        "./hook.sh",
+        None,
+        false,
+        crate::config::RuleSource::User,
+    )
+    .unwrap()
+}
+
+fn hooked(hooks: Vec<crate::hooks::Hook>) -> Fixture {
+    fixture(Options {
+        hooks,
+        ..Options::default()
+    })
+    .started()
+}
+
+fn blocked(reason: &str) -> crate::hooks::HookVerdict {
+    crate::hooks::HookVerdict {
+        blocked: Some(reason.into()),
+        ..Default::default()
+    }
+}
+
+/// The hook requests among `effects`.
+fn hook_requests(effects: &[Effect]) -> Vec<&HookRequest> {
+    effects
+        .iter()
+        .filter_map(|effect| match effect {
+            Effect::RunHooks(request) => Some(request.as_ref()),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn a_pre_tool_hook_blocks_only_the_calls_it_matches_and_the_model_reads_why() {
+    use crate::hooks::HookEvent;
+    let mut f = hooked(vec![hook(HookEvent::PreToolUse, Some("bash"))]);
+    assert_eq!(f.respond(&[bash("rm -rf build")]), s(&["emit:usage", "save"]));
+    let effects = f.on(Input::Saved(Ok(())));
+    assert_eq!(show(&effects), s(&["hooks:PreToolUse"]));
+    let request = hook_requests(&effects)[0];
+    assert_eq!(request.subject.as_deref(), Some("bash"));
+    assert_eq!(request.payload.tool_name.as_deref(), Some("bash"));
+    assert_eq!(
+        request.payload.tool_input,
+        Some(json!({"command": "rm -rf build"}))
+    );
+    assert_eq!(request.payload.agent_path, "main");
+    let epoch = f.epoch();
+    // Nothing runs while the hook decides.
+    assert_eq!(f.machine.status().phase, "executing");
+    let mut verdict = blocked("no deletes on Fridays");
+    verdict.reports.push(crate::hooks::HookReport {
+        event: HookEvent::PreToolUse,
+        command: "./hook.sh".into(),
+        outcome: "block",
+        exit_code: Some(2),
+        message: Some("no deletes on Fridays".into()),
+        duration_ms: 4,
+    });
+    let effects = f.step(Input::HooksRan {
+        call: HookCall::PreTool { epoch, index: 0 },
+        verdict,
+    });
+    assert_eq!(
+        effects,
+        s(&[
+            "emit:hook",
+            "emit:tool_started",
+            "emit:tool_finished",
+            "save"
+        ])
+    );
+    assert_eq!(
+        f.last_results(),
+        vec![(
+            "Blocked by a PreToolUse hook: no deletes on Fridays".to_string(),
+            true
+        )]
+    );
+    // A read in the next response matches no hook and runs at once.
+    f.step(Input::Saved(Ok(())));
+    f.respond(&[read("a")]);
+    assert_eq!(
+        f.step(Input::Saved(Ok(()))),
+        s(&["emit:tool_started", "tool:0:read_file"])
+    );
+}
+
+#[test]
+fn a_rewrite_is_validated_and_decided_like_the_models_arguments() {
+    use crate::hooks::HookEvent;
+    let mut f = hooked(vec![hook(HookEvent::PreToolUse, None)]);
+    f.respond(&[bash("ls"), bash("pwd")]);
+    let effects = f.step(Input::Saved(Ok(())));
+    // Two side-effect calls: one group each; the first group's hook first.
+    assert_eq!(effects, s(&["hooks:PreToolUse"]));
+    let epoch = f.epoch();
+    let rewrite = |input: serde_json::Value| crate::hooks::HookVerdict {
+        updated_input: input.as_object().cloned(),
+        ..Default::default()
+    };
+    let effects = f.on(Input::HooksRan {
+        call: HookCall::PreTool { epoch, index: 0 },
+        verdict: rewrite(json!({"command": "ls -la"})),
+    });
+    let launched = effects
+        .iter()
+        .find_map(|effect| match effect {
+            Effect::RunTool(launch) => Some(launch.args.clone()),
+            _ => None,
+        })
+        .expect("the rewritten call runs");
+    assert_eq!(launched, json!({"command": "ls -la"}));
+    // The history keeps what the model wrote.
+    let asked = f.history()[f.history().len() - 1].tool_calls().next().unwrap().input.clone();
+    assert_eq!(asked, json!({"command": "ls"}).to_string());
+    // The second call's hook rewrites it into arguments the tool refuses.
+    let effects = f.done(0, "listing");
+    assert!(effects.contains(&"hooks:PreToolUse".to_string()), "{effects:?}");
+    let effects = f.step(Input::HooksRan {
+        call: HookCall::PreTool { epoch, index: 1 },
+        verdict: rewrite(json!({"cmd": 3})),
+    });
+    assert!(!effects.iter().any(|e| e.starts_with("tool:")), "{effects:?}");
+    let results = f.last_results();
+    assert!(results[1].1, "{results:?}");
+    assert!(results[1].0.contains("command"), "{results:?}");
+}
+
+#[test]
+fn a_post_tool_hook_note_is_appended_before_the_result_is_stored() {
+    use crate::hooks::HookEvent;
+    let mut f = hooked(vec![hook(HookEvent::PostToolUse, Some("read_file"))]);
+    f.respond(&[read("a")]);
+    assert_eq!(
+        f.step(Input::Saved(Ok(()))),
+        s(&["emit:tool_started", "tool:0:read_file"])
+    );
+    let epoch = f.epoch();
+    let effects = f.on(Input::CallFinished {
+        epoch,
+        index: 0,
+        output: ToolOutput::ok("contents"),
+        duration: Duration::from_millis(2),
+        error: None,
+    });
+    assert_eq!(show(&effects), s(&["hooks:PostToolUse"]));
+    let request = hook_requests(&effects)[0];
+    assert_eq!(request.payload.tool_result.as_deref(), Some("contents"));
+    assert_eq!(request.payload.tool_is_error, Some(false));
+    // The call counts as running until its hooks answer.
+    assert_eq!(f.machine.status().phase, "executing");
+    let effects = f.step(Input::HooksRan {
+        call: HookCall::PostTool { epoch, index: 0 },
+        verdict: crate::hooks::HookVerdict {
+            notes: vec!["a.txt is generated; edit a.in".into()],
+            ..Default::default()
+        },
+    });
+    assert_eq!(effects, s(&["pending:0"]));
+    f.step(Input::PendingSaved {
+        epoch,
+        index: 0,
+        result: Ok(()),
+    });
+    assert_eq!(
+        f.last_results(),
+        vec![(
+            "contents\nNote from a hook: a.txt is generated; edit a.in".to_string(),
+            false
+        )]
+    );
+}
+
+#[test]
+fn a_stop_hook_makes_the_agent_go_on_once_with_the_reason() {
+    use crate::hooks::HookEvent;
+    let mut f = hooked(vec![hook(HookEvent::Stop, None)]);
+    // The final answer is durable before the hook runs.
+    assert_eq!(f.answer_text("done"), s(&["emit:usage", "save"]));
+    let effects = f.on(Input::Saved(Ok(())));
+    assert_eq!(show(&effects), s(&["hooks:Stop"]));
+    let request = hook_requests(&effects)[0];
+    assert_eq!(request.payload.last_message.as_deref(), Some("done"));
+    assert_eq!(request.payload.stop_hook_active, Some(false));
+    assert_eq!(f.machine.status().phase, "hooking");
+    assert_eq!(
+        f.step(Input::HooksRan {
+            call: HookCall::Stop,
+            verdict: blocked("the tests fail"),
+        }),
+        s(&["emit:notice", "save"])
+    );
+    let last = f.history().last().unwrap();
+    assert_eq!(last.role, Role::User);
+    assert_eq!(
+        last.text(),
+        "A Stop hook asked you to continue before finishing: the tests fail"
+    );
+    assert_eq!(
+        f.step(Input::Saved(Ok(()))),
+        s(&["emit:iteration", "model:2"])
+    );
+    // Once only: the second final answer ends the run without asking again.
+    assert_eq!(f.answer_text("fixed"), s(&["emit:usage", "save"]));
+    assert_eq!(
+        f.step(Input::Saved(Ok(()))),
+        s(&["finished:finished:end_turn"])
+    );
+    assert_closed(f.history());
+}
+
+#[test]
+fn a_stop_hook_that_lets_go_ends_the_run_and_an_interrupt_while_it_runs_closes() {
+    use crate::hooks::HookEvent;
+    let mut f = hooked(vec![hook(HookEvent::Stop, None)]);
+    f.answer_text("done");
+    f.step(Input::Saved(Ok(())));
+    assert_eq!(
+        f.step(Input::HooksRan {
+            call: HookCall::Stop,
+            verdict: Default::default(),
+        }),
+        s(&["save"])
+    );
+    assert_eq!(
+        f.step(Input::Saved(Ok(()))),
+        s(&["finished:finished:end_turn"])
+    );
+
+    let mut f = hooked(vec![hook(HookEvent::Stop, None)]);
+    f.answer_text("done");
+    f.step(Input::Saved(Ok(())));
+    f.machine.token().cancel();
+    let effects = f.step(Input::Interrupted);
+    assert_eq!(effects, s(&["save"]));
+    assert_eq!(
+        f.step(Input::Saved(Ok(()))),
+        s(&["finished:cancelled:cancelled"])
+    );
+    assert_closed(f.history());
+}
+
+#[test]
+fn sub_agents_run_subagent_stop_hooks_matched_on_their_role() {
+    use crate::hooks::HookEvent;
+    let mut f = fixture(Options {
+        hooks: vec![
+            hook(HookEvent::Stop, None),
+            hook(HookEvent::SubagentStop, Some("explorer")),
+        ],
+        spec: AgentSpec {
+            depth: 1,
+            role: "explorer".into(),
+            path: "main/explorer-1".into(),
+            ..AgentSpec::main(25)
+        },
+        task: Some("look".into()),
+        ..Options::default()
+    });
+    assert_eq!(f.step(Input::Begin), s(&["emit:subagent_started", "save"]));
+    f.step(Input::Saved(Ok(())));
+    f.answer_text("found it");
+    let effects = f.on(Input::Saved(Ok(())));
+    let requests = hook_requests(&effects);
+    assert_eq!(requests.len(), 1);
+    assert_eq!(requests[0].event, HookEvent::SubagentStop);
+    assert_eq!(requests[0].subject.as_deref(), Some("explorer"));
+    assert_eq!(requests[0].payload.agent_path, "main/explorer-1");
+}
+
+#[test]
+fn an_approval_that_waits_runs_notification_hooks() {
+    use crate::hooks::HookEvent;
+    let mut f = fixture(Options {
+        mode: PermissionMode::Default,
+        hooks: vec![hook(HookEvent::Notification, None)],
+        ..Options::default()
+    })
+    .started();
+    f.respond(&[bash("make")]);
+    let effects = f.on(Input::Saved(Ok(())));
+    let requests = hook_requests(&effects);
+    assert_eq!(requests.len(), 1, "{:?}", show(&effects));
+    assert_eq!(requests[0].call, HookCall::Report);
+    let message = requests[0].payload.message.clone().unwrap();
+    assert!(message.starts_with("Troupe needs your approval for bash"), "{message}");
+    assert!(show(&effects).contains(&"await".to_string()));
+}
+
+#[test]
+fn an_interrupt_while_pre_tool_hooks_run_answers_every_call() {
+    use crate::hooks::HookEvent;
+    let mut f = hooked(vec![hook(HookEvent::PreToolUse, None)]);
+    f.respond(&[bash("make")]);
+    assert_eq!(f.step(Input::Saved(Ok(()))), s(&["hooks:PreToolUse"]));
+    let epoch = f.epoch();
+    f.machine.token().cancel();
+    let effects = f.step(Input::Interrupted);
+    assert!(effects.contains(&"save".to_string()), "{effects:?}");
+    // The late verdict changes nothing.
+    f.step(Input::Saved(Ok(())));
+    assert!(
+        f.step(Input::HooksRan {
+            call: HookCall::PreTool { epoch, index: 0 },
+            verdict: Default::default(),
+        })
+        .iter()
+        .all(|e| e == "emit:hook")
+    );
+    assert_closed(f.history());
 }

@@ -234,7 +234,7 @@ impl AgentLoop {
         self.re_anchor(&usage);
         self.turn_done();
         if calls.is_empty() {
-            self.finish_with(
+            self.end_turn(
                 RunOutcome {
                     status: RunStatus::Finished,
                     stop_reason: "end_turn".into(),
