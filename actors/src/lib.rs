@@ -10,6 +10,7 @@ pub mod agent;
 pub mod env;
 pub mod event_log;
 pub mod executor;
+pub(crate) mod hook_gate;
 pub mod mcp;
 pub(crate) mod run;
 pub mod runtime;

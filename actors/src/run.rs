@@ -59,6 +59,8 @@ pub(crate) struct RunArgs {
     pub limits: Limits,
     pub approver: Approver,
     pub session: SessionState,
+    /// How the session was opened (`None`: kept in memory from its last run).
+    pub opening: Option<crate::hook_gate::SessionOpening>,
     pub events: EventSink,
     pub runtime: ActorRef<RuntimeMsg>,
 }
@@ -147,6 +149,9 @@ pub(crate) struct RunActorState {
     main: Option<ActorRef<AgentMsg>>,
     /// What the main agent starts with, until `post_start` spawns it.
     start: Option<(Limits, Approver, Transcript)>,
+    /// A hook blocked the prompt: the run ends at once with this outcome,
+    /// the session as it was.
+    blocked: Option<(RunOutcome, SessionState)>,
     ended: bool,
 }
 
@@ -179,27 +184,66 @@ impl Actor for RunActor {
             broker: HashMap::new(),
             main: None,
             start: None,
+            blocked: None,
             ended: false,
         };
         let mut session = args.session;
+        // The hooks at the door run before anything is stored: a blocked
+        // prompt never enters the history.
+        let gate = crate::hook_gate::before_prompt(
+            &state.env,
+            &state.session_id,
+            &state.run_id,
+            args.opening,
+            &args.prompt,
+            root.clone(),
+        )
+        .await;
+        let prompt = match &gate.blocked {
+            Some(_) => BLOCKED_PROMPT.to_owned(),
+            None => args.prompt.clone(),
+        };
         // Durable before visible: the run record and the prompt are on disk
         // before anyone is told the run started, let alone the model.
         let now = Utc::now();
-        let note = session
-            .last_active
-            .and_then(|last| (now - last).to_std().ok())
-            .and_then(pause_note);
-        session.transcript.push(user_message(&args.prompt, note));
         let record = RunRecord {
             run_id: state.run_id.clone(),
             session_id: state.session_id.clone(),
-            prompt: args.prompt.clone(),
+            prompt: prompt.clone(),
             status: RunState::Running,
             stop_reason: None,
             started: now,
             ended: None,
             pid: std::process::id(),
         };
+        if let Some(reason) = gate.blocked.clone() {
+            if let Err(err) = state.env.store.put_run(&record) {
+                tracing::error!(run = %state.run_id, %err, "the run could not be recorded");
+            }
+            state.events.emit(EventKind::RunStarted { prompt });
+            for report in &gate.reports {
+                state.events.emit(report.event_kind());
+            }
+            let text = crate::hook_gate::blocked_text(&reason);
+            state.events.emit(EventKind::Error {
+                kind: "hook_blocked".into(),
+                message: text.clone(),
+            });
+            let outcome = RunOutcome {
+                status: RunStatus::Stopped,
+                stop_reason: "hook_blocked".into(),
+                final_text: text,
+                usage: Usage::default(),
+            };
+            state.blocked = Some((outcome, session));
+            return Ok(state);
+        }
+        let pause = session
+            .last_active
+            .and_then(|last| (now - last).to_std().ok())
+            .and_then(pause_note);
+        let note = join_notes(pause, gate.prompt_note());
+        session.transcript.push(user_message(&args.prompt, note));
         let started = state.env.store.put_run(&record).and_then(|()| {
             session
                 .transcript
@@ -209,9 +253,10 @@ impl Actor for RunActor {
             state.fail_start(&myself, err, session.transcript);
             return Ok(state);
         }
-        state.events.emit(EventKind::RunStarted {
-            prompt: args.prompt,
-        });
+        state.events.emit(EventKind::RunStarted { prompt });
+        for report in &gate.reports {
+            state.events.emit(report.event_kind());
+        }
         watch_wall_clock(&myself, args.limits.wall_clock, root);
         state.start = Some((args.limits, args.approver, session.transcript));
         Ok(state)
@@ -222,6 +267,10 @@ impl Actor for RunActor {
         myself: ActorRef<Self::Msg>,
         state: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
+        if let Some((outcome, session)) = state.blocked.take() {
+            state.end(&myself, outcome, Some(session));
+            return Ok(());
+        }
         // The main agent is linked once this actor runs (it supervises it).
         let Some((limits, approver, transcript)) = state.start.take() else {
             return Ok(());
@@ -285,16 +334,38 @@ impl Actor for RunActor {
                 let _ = reply.send(result);
             }
             RunMsg::Message { text, reply } => {
-                let result = match &state.main {
-                    Some(main) => main
-                        .cast(AgentMsg::work(Work::UserMessage {
-                            run_id: state.run_id.clone(),
-                            text,
-                        }))
-                        .map_err(|_| RuntimeError::Gone),
-                    None => Err(RuntimeError::Gone),
+                let Some(main) = state.main.clone() else {
+                    let _ = reply.send(Err(RuntimeError::Gone));
+                    return Ok(());
                 };
-                let _ = reply.send(result);
+                let (env, events) = (state.env.clone(), state.events.clone());
+                let (session_id, run_id) = (state.session_id.clone(), state.run_id.clone());
+                let cancel = state.account.root().clone();
+                // Its hooks run outside the mailbox; the text goes on only
+                // if none blocked it.
+                tokio::spawn(async move {
+                    let gate = crate::hook_gate::message_written(
+                        &env,
+                        &session_id,
+                        &run_id,
+                        &text,
+                        cancel,
+                    )
+                    .await;
+                    for report in &gate.reports {
+                        events.emit(report.event_kind());
+                    }
+                    let result = match gate.blocked {
+                        Some(reason) => Err(RuntimeError::HookBlocked(reason)),
+                        None => {
+                            let text =
+                                join_notes(gate.prompt_note(), Some(text)).unwrap_or_default();
+                            main.cast(AgentMsg::work(Work::UserMessage { run_id, text }))
+                                .map_err(|_| RuntimeError::Gone)
+                        }
+                    };
+                    let _ = reply.send(result);
+                });
             }
             RunMsg::Statuses(reply) => {
                 let agents: Vec<ActorRef<AgentMsg>> =
@@ -368,6 +439,17 @@ impl Actor for RunActor {
             );
         }
         Ok(())
+    }
+}
+
+/// The prompt recorded for a run whose prompt a hook blocked.
+const BLOCKED_PROMPT: &str = "(withheld: blocked by a UserPromptSubmit hook)";
+
+/// Two optional notes as one, blank-line separated.
+fn join_notes(first: Option<String>, second: Option<String>) -> Option<String> {
+    match (first, second) {
+        (Some(a), Some(b)) => Some(format!("{a}\n\n{b}")),
+        (a, b) => a.or(b),
     }
 }
 

@@ -22,6 +22,7 @@ use troupe_runtime::store::{NewSession, Store, StoreError};
 
 use crate::env::AgentEnv;
 use crate::event_log::{EventLog, EventLogArgs, EventLogMsg, EventSink, LiveEvents, live_events};
+use crate::hook_gate::SessionOpening;
 use crate::run::{RunActor, RunArgs, RunMsg, SessionState};
 use crate::subscription::EventSubscription;
 
@@ -52,6 +53,9 @@ pub enum RuntimeError {
     /// The session already has a run in progress.
     #[error("session {0} already has a run in progress; wait for it or cancel it")]
     SessionBusy(String),
+    /// A UserPromptSubmit hook blocked the text.
+    #[error("a UserPromptSubmit hook blocked the message: {0}")]
+    HookBlocked(String),
     /// The store refused a read or write.
     #[error(transparent)]
     Store(#[from] StoreError),
@@ -312,7 +316,7 @@ impl RuntimeState {
         myself: &ActorRef<RuntimeMsg>,
         submission: RunSubmission,
     ) -> Result<RunHandle, RuntimeError> {
-        let (session_id, session, notice) = self.open(&submission)?;
+        let (session_id, session, notice, opening) = self.open(&submission)?;
         for rule in &session.rules {
             if let Err(err) = submission.permissions.add_session_rule(rule.clone()) {
                 tracing::warn!(%err, "a stored session rule was not restored");
@@ -351,6 +355,7 @@ impl RuntimeState {
             limits: submission.limits,
             approver: submission.approver,
             session,
+            opening,
             events,
             runtime: myself.clone(),
         };
@@ -385,11 +390,12 @@ impl RuntimeState {
     }
 
     /// The session a submission runs in: created, kept from its last run, or
-    /// opened from the store (with the notice of what was repaired).
+    /// opened from the store (with the notice of what was repaired), and how
+    /// it was opened (for SessionStart hooks).
     fn open(
         &mut self,
         submission: &RunSubmission,
-    ) -> Result<(String, SessionState, Option<String>), RuntimeError> {
+    ) -> Result<(String, SessionState, Option<String>, Option<SessionOpening>), RuntimeError> {
         match &submission.session {
             SessionTarget::New(id) => {
                 let id = id
@@ -405,7 +411,12 @@ impl RuntimeState {
                     run_id: None,
                     fork_of: None,
                 })?;
-                Ok((id, SessionState::default(), None))
+                Ok((
+                    id,
+                    SessionState::default(),
+                    None,
+                    Some(SessionOpening::Startup),
+                ))
             }
             SessionTarget::Continue(id) => match self.sessions.remove(id) {
                 Some(SessionSlot::Running(run_id)) => {
@@ -413,7 +424,7 @@ impl RuntimeState {
                         .insert(id.clone(), SessionSlot::Running(run_id));
                     Err(RuntimeError::SessionBusy(id.clone()))
                 }
-                Some(SessionSlot::Idle(session)) => Ok((id.clone(), session, None)),
+                Some(SessionSlot::Idle(session)) => Ok((id.clone(), session, None, None)),
                 None => match open_session(&self.store, id)? {
                     Some(opened) => {
                         let notice = opened.repair_notice(id);
@@ -422,7 +433,7 @@ impl RuntimeState {
                             last_active: opened.last_updated,
                             rules: opened.rules,
                         };
-                        Ok((id.clone(), session, notice))
+                        Ok((id.clone(), session, notice, Some(SessionOpening::Resume)))
                     }
                     None => Err(RuntimeError::UnknownSession(id.clone())),
                 },

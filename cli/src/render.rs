@@ -52,6 +52,28 @@ pub struct RenderStyle {
 /// Longest one-line output shown on a finished tool's line, in characters.
 const OUTPUT_LINE_CHARS: usize = 80;
 
+/// The line a `hook` event is shown as, and whether it is quiet (dim): a
+/// hook that let the work go on is quiet; a block or a failure is not.
+pub fn hook_line(
+    event: &str,
+    command: &str,
+    outcome: &str,
+    message: Option<&str>,
+) -> (String, bool) {
+    let command = for_terminal(&preview(command)).into_owned();
+    let message = message
+        .map(|m| for_terminal(&preview(m)).into_owned())
+        .unwrap_or_default();
+    match outcome {
+        "continue" => (format!("hook {event} `{command}` ran"), true),
+        "block" => (
+            format!("hook {event} `{command}` blocked: {message}"),
+            false,
+        ),
+        _ => (format!("hook warning: {message}"), false),
+    }
+}
+
 /// The line of a finished tool call: mark, tool, target, time and what came
 /// out. A one-line output is shown (shortened), a longer one counted; an
 /// error shows its text.
@@ -301,6 +323,20 @@ impl HumanRenderer {
             }
             EventKind::UserMessage { text } => {
                 writeln!(out, "{prefix}» {}", preview(text))?;
+            }
+            EventKind::Hook {
+                event,
+                command,
+                outcome,
+                message,
+                ..
+            } => {
+                let (line, quiet) = hook_line(event, command, outcome, message.as_deref());
+                if quiet {
+                    writeln!(out, "{}", self.dim(&format!("{prefix}{line}")))?;
+                } else {
+                    writeln!(out, "{prefix}{line}")?;
+                }
             }
             EventKind::Error { kind, message } => {
                 writeln!(out, "{prefix}error ({kind}): {}", for_terminal(message))?;

@@ -167,10 +167,10 @@ async fn start(prompt: String, session: Option<&str>, flags: &RunFlags, color: b
         }
     };
     remove_old_sessions(&store, &locations.data_dir, session);
-    if !flags.json {
-        for warning in &prepared.warnings {
-            eprintln!("troupe: {warning}");
-        }
+    // On stderr also with --json: stdout stays the event stream, and what
+    // was ignored at start-up is never silent.
+    for warning in &prepared.warnings {
+        eprintln!("troupe: {warning}");
     }
     let approvals = Approvals::from_terminal();
     let style = RenderStyle {
@@ -258,10 +258,8 @@ async fn start_remote(
             return err.code;
         }
     };
-    if !flags.json {
-        for warning in &submitted.warnings {
-            eprintln!("troupe: {warning}");
-        }
+    for warning in &submitted.warnings {
+        eprintln!("troupe: {warning}");
     }
     if flags.detach {
         println!("{}", submitted.run_id);

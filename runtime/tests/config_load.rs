@@ -600,4 +600,53 @@ timeout_secs = 90
             "{message}"
         );
     }
+
+    #[test]
+    fn hooks_add_up_user_first_and_a_project_hook_never_replaces_a_users() {
+        let f = Fixture::new()
+            .user(
+                "[[hooks.PreToolUse]]\nmatcher = \"bash\"\ncommand = \"./user-check\"\n\
+                 [[hooks.Stop]]\ncommand = \"./user-stop\"\ntimeout_secs = 5\nonce = true\n",
+            )
+            .project("[[hooks.PreToolUse]]\ncommand = \"./project-check\"\n");
+        let hooks = f.load().unwrap().hooks;
+        let seen: Vec<(&str, &str, RuleSource)> = hooks
+            .iter()
+            .map(|hook| (hook.event.as_str(), hook.command.as_str(), hook.source))
+            .collect();
+        assert_eq!(
+            seen,
+            vec![
+                ("PreToolUse", "./user-check", RuleSource::User),
+                ("Stop", "./user-stop", RuleSource::User),
+                ("PreToolUse", "./project-check", RuleSource::Project),
+            ]
+        );
+        assert_eq!(hooks[1].timeout, Duration::from_secs(5));
+        assert!(hooks[1].once);
+        assert!(hooks[0].matches(Some("bash")) && !hooks[0].matches(Some("bash_output")));
+    }
+
+    #[test]
+    fn bad_hook_entries_name_the_key_and_line() {
+        let f = Fixture::new().user("\n[[hooks.PreTooluse]]\ncommand = \"x\"\n");
+        let message = f.error(&f.user_file, "hooks.PreTooluse", 2);
+        assert!(
+            message.contains("expected one of: SessionStart"),
+            "{message}"
+        );
+        let f = Fixture::new().project("[[hooks.Stop]]\ncommand = \"x\"\nmatcher = \"(\"\n");
+        let message = f.error(&f.project_file(), "hooks.Stop[0].matcher", 3);
+        assert!(
+            message.contains("not a valid regular expression"),
+            "{message}"
+        );
+        let f = Fixture::new().user("[[hooks.Stop]]\ncommand = \"x\"\ntimeout_secs = 0\n");
+        f.error(&f.user_file, "hooks.Stop[0].timeout_secs", 3);
+        let f = Fixture::new().user("[[hooks.Stop]]\ncommand = \"  \"\n");
+        f.error(&f.user_file, "hooks.Stop[0].command", 2);
+        let f = Fixture::new().user("[[hooks.Stop]]\ncommand = \"x\"\nwhen = 1\n");
+        f.load()
+            .expect_err("an unknown key in a hook entry is an error");
+    }
 }

@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use troupe_runtime::events::{EventKind, NOTICE_MODEL_RETRY, RunEvent, RunStatus, preview};
 
 use super::markdown::MarkdownStream;
-use crate::render::{CallTargets, finished_line, stop_cause_words};
+use crate::render::{CallTargets, finished_line, hook_line, stop_cause_words};
 
 /// One thing to show.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -153,6 +153,20 @@ impl TurnView {
                     shown.push(Shown::Dim(format!("{prefix}{text}")));
                 } else {
                     shown.push(Shown::Line(format!("{prefix}{text}")));
+                }
+            }
+            EventKind::Hook {
+                event,
+                command,
+                outcome,
+                message,
+                ..
+            } => {
+                let (line, quiet) = hook_line(event, command, outcome, message.as_deref());
+                if quiet {
+                    shown.push(Shown::Dim(format!("{prefix}{line}")));
+                } else {
+                    shown.push(Shown::Line(format!("{prefix}{line}")));
                 }
             }
             EventKind::Error { kind, message } => {

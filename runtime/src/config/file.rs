@@ -27,9 +27,9 @@ pub struct ConfigFile {
     pub tools: Option<ToolsFile>,
     /// `[telemetry]`.
     pub telemetry: Option<TelemetryFile>,
-    /// `[[hooks.EVENT]]` entries by event.
+    /// `[[hooks.EVENT]]` entries by event name (checked when validated).
     #[serde(default)]
-    pub hooks: BTreeMap<crate::hooks::HookEvent, Vec<HookFile>>,
+    pub hooks: BTreeMap<String, Vec<HookFile>>,
 }
 
 /// `[providers.NAME]`.

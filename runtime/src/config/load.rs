@@ -453,9 +453,10 @@ fn merge(layers: Vec<Layer>) -> Result<Config, ConfigError> {
         config.providers.extend(file.providers);
         config.mcp_servers.extend(file.mcp_servers);
         // Hooks add up: a later file never replaces an earlier one's.
-        for (event, entries) in &file.hooks {
-            for entry in entries {
-                if let Ok(hook) = build_hook(*event, entry, source) {
+        // In the order the events are documented, each in file order.
+        for event in crate::hooks::HookEvent::ALL {
+            for entry in file.hooks.get(event.as_str()).into_iter().flatten() {
+                if let Ok(hook) = build_hook(event, entry, source) {
                     hooks.push(hook);
                 }
             }
@@ -702,17 +703,30 @@ impl<'t> Document<'t> {
             self.positive(&at("max_tool_calls"), l.max_tool_calls)?;
             self.positive(&at("max_parallel_subagents"), l.max_parallel_subagents)?;
         }
-        for (event, entries) in &file.hooks {
+        for (name, entries) in &file.hooks {
+            let Some(event) = crate::hooks::HookEvent::from_name(name) else {
+                let known: Vec<&str> = crate::hooks::HookEvent::ALL
+                    .iter()
+                    .map(|event| event.as_str())
+                    .collect();
+                return Err(self.invalid(
+                    &[key("hooks"), key(name)],
+                    format!(
+                        "unknown hook event {name:?}; expected one of: {}",
+                        known.join(", ")
+                    ),
+                ));
+            };
             for (i, entry) in entries.iter().enumerate() {
                 // Validated with the same constructor the merge uses.
-                build_hook(*event, entry, RuleSource::User).map_err(|err| {
+                build_hook(event, entry, RuleSource::User).map_err(|err| {
                     let field = match err {
                         crate::hooks::HookConfigError::BadMatcher { .. } => "matcher",
                         crate::hooks::HookConfigError::EmptyCommand => "command",
                         crate::hooks::HookConfigError::BadTimeout => "timeout_secs",
                     };
                     self.invalid(
-                        &[key("hooks"), key(event.as_str()), Seg::Index(i), key(field)],
+                        &[key("hooks"), key(name), Seg::Index(i), key(field)],
                         err.to_string(),
                     )
                 })?;

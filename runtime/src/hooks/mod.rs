@@ -265,7 +265,10 @@ impl HookSet {
     /// Whether any hook would run for `event` on `subject` (without marking
     /// `once` hooks): lets callers skip building a payload.
     pub fn any_for(&self, event: HookEvent, subject: Option<&str>) -> bool {
-        let fired = self.fired_once.lock().unwrap_or_else(PoisonError::into_inner);
+        let fired = self
+            .fired_once
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
         self.hooks.iter().enumerate().any(|(index, hook)| {
             hook.event == event && hook.matches(subject) && !(hook.once && fired.contains(&index))
         })
@@ -274,7 +277,10 @@ impl HookSet {
     /// The hooks to run now for `event` on `subject`, in order; a `once` hook
     /// is handed out the first time only.
     pub fn matching(&self, event: HookEvent, subject: Option<&str>) -> Vec<Hook> {
-        let mut fired = self.fired_once.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut fired = self
+            .fired_once
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
         let mut out = Vec::new();
         for (index, hook) in self.hooks.iter().enumerate() {
             if hook.event != event || !hook.matches(subject) {
@@ -395,12 +401,26 @@ mod tests {
 
     #[test]
     fn bad_entries_say_why() {
-        let bad = Hook::new(HookEvent::Stop, Some("("), "x", None, false, RuleSource::User);
+        let bad = Hook::new(
+            HookEvent::Stop,
+            Some("("),
+            "x",
+            None,
+            false,
+            RuleSource::User,
+        );
         assert!(matches!(bad, Err(HookConfigError::BadMatcher { .. })));
         let empty = Hook::new(HookEvent::Stop, None, "  ", None, false, RuleSource::User);
         assert_eq!(empty.unwrap_err(), HookConfigError::EmptyCommand);
         for secs in [0, 3_601] {
-            let err = Hook::new(HookEvent::Stop, None, "x", Some(secs), false, RuleSource::User);
+            let err = Hook::new(
+                HookEvent::Stop,
+                None,
+                "x",
+                Some(secs),
+                false,
+                RuleSource::User,
+            );
             assert_eq!(err.unwrap_err(), HookConfigError::BadTimeout);
         }
         let ok = Hook::new(HookEvent::Stop, None, "x", Some(5), false, RuleSource::User).unwrap();

@@ -159,8 +159,14 @@ async fn run_one(hook: &Hook, payload: &[u8], ctx: &HookContext, span: &Span) ->
             let _ = stdin.write_all(&payload).await;
         });
     }
-    let stdout = child.stdout.take().map(|out| tokio::spawn(read_capped(out)));
-    let stderr = child.stderr.take().map(|err| tokio::spawn(read_capped(err)));
+    let stdout = child
+        .stdout
+        .take()
+        .map(|out| tokio::spawn(read_capped(out)));
+    let stderr = child
+        .stderr
+        .take()
+        .map(|err| tokio::spawn(read_capped(err)));
     let mut exit = HookExit::default();
     tokio::select! {
         biased;
@@ -299,7 +305,9 @@ mod tests {
         assert_eq!(verdict.blocked, None);
         assert_eq!(
             verdict.updated_input,
-            serde_json::json!({"command": "ls -la"}).as_object().cloned()
+            serde_json::json!({"command": "ls -la"})
+                .as_object()
+                .cloned()
         );
         let seen: Vec<serde_json::Value> = std::fs::read_to_string(&record)
             .unwrap()
@@ -322,7 +330,10 @@ mod tests {
         let second = format!("touch {}", marker.display());
         let hooks = set(
             HookEvent::PreToolUse,
-            &[("echo 'not on main' >&2; exit 2", None), (second.as_str(), None)],
+            &[
+                ("echo 'not on main' >&2; exit 2", None),
+                (second.as_str(), None),
+            ],
         );
         let verdict = fire(
             &hooks,
@@ -342,10 +353,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let pid_file = dir.path().join("child.pid");
         // The hook starts a child that would outlive it, then hangs.
-        let command = format!(
-            "sleep 600 & echo $! > {}; wait",
-            pid_file.display()
-        );
+        let command = format!("sleep 600 & echo $! > {}; wait", pid_file.display());
         let hooks = set(HookEvent::PreToolUse, &[(command.as_str(), Some(1))]);
         let verdict = fire(
             &hooks,

@@ -76,6 +76,19 @@ pub struct HookReport {
     pub duration_ms: u64,
 }
 
+impl HookReport {
+    /// The `hook` event that tells of this run.
+    pub fn event_kind(&self) -> crate::events::EventKind {
+        crate::events::EventKind::Hook {
+            event: self.event.as_str().to_owned(),
+            command: self.command.clone(),
+            outcome: self.outcome.to_owned(),
+            message: self.message.clone(),
+            duration_ms: self.duration_ms,
+        }
+    }
+}
+
 /// What the hooks of one event decided together.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct HookVerdict {
@@ -92,7 +105,13 @@ pub struct HookVerdict {
 impl HookVerdict {
     /// Adds one hook's outcome; returns false when the walk must stop (it
     /// blocked).
-    pub fn add(&mut self, hook: &Hook, exit: &HookExit, outcome: HookOutcome, ran: Duration) -> bool {
+    pub fn add(
+        &mut self,
+        hook: &Hook,
+        exit: &HookExit,
+        outcome: HookOutcome,
+        ran: Duration,
+    ) -> bool {
         let (outcome_name, message) = match &outcome {
             HookOutcome::Proceed { .. } => ("continue", None),
             HookOutcome::Block { reason } => ("block", Some(reason.clone())),
@@ -129,6 +148,22 @@ impl HookVerdict {
     /// The notes as one text for the model, if any.
     pub fn note_text(&self) -> Option<String> {
         (!self.notes.is_empty()).then(|| self.notes.join("\n"))
+    }
+
+    /// Adds the reports and notes of `later` (hooks of another event that
+    /// ran after these); a block of `later` counts when none came before.
+    pub fn extend(&mut self, later: HookVerdict) {
+        if self.blocked.is_none() {
+            self.blocked = later.blocked;
+        }
+        self.notes.extend(later.notes);
+        self.reports.extend(later.reports);
+    }
+
+    /// The text put before a prompt: the hooks' notes, labelled.
+    pub fn prompt_note(&self) -> Option<String> {
+        self.note_text()
+            .map(|notes| format!("(Notes from hooks: {notes})"))
     }
 }
 
@@ -167,10 +202,16 @@ pub fn interpret(hook: &Hook, exit: &HookExit) -> HookOutcome {
             ),
         },
         Some(code) => HookOutcome::Warn {
-            message: format!("{event} hook `{label}` exited with {code}{}", detail(&exit.stderr)),
+            message: format!(
+                "{event} hook `{label}` exited with {code}{}",
+                detail(&exit.stderr)
+            ),
         },
         None => HookOutcome::Warn {
-            message: format!("{event} hook `{label}` was killed by a signal{}", detail(&exit.stderr)),
+            message: format!(
+                "{event} hook `{label}` was killed by a signal{}",
+                detail(&exit.stderr)
+            ),
         },
     }
 }
@@ -202,7 +243,9 @@ fn from_stdout(hook: &Hook, stdout: &str) -> HookOutcome {
             HookOutcome::Block { reason }
         } else {
             HookOutcome::Warn {
-                message: format!("{event} hook `{label}` asked to block, but {event} cannot be blocked"),
+                message: format!(
+                    "{event} hook `{label}` asked to block, but {event} cannot be blocked"
+                ),
             }
         };
     }
@@ -211,12 +254,16 @@ fn from_stdout(hook: &Hook, stdout: &str) -> HookOutcome {
         Some(Value::Object(input)) if event == HookEvent::PreToolUse => Some(input),
         Some(Value::Object(_)) => {
             return HookOutcome::Warn {
-                message: format!("{event} hook `{label}` gave updated_input, which only PreToolUse hooks may"),
+                message: format!(
+                    "{event} hook `{label}` gave updated_input, which only PreToolUse hooks may"
+                ),
             };
         }
         Some(_) => {
             return HookOutcome::Warn {
-                message: format!("{event} hook `{label}` gave an updated_input that is not an object"),
+                message: format!(
+                    "{event} hook `{label}` gave an updated_input that is not an object"
+                ),
             };
         }
     };
@@ -334,7 +381,10 @@ mod tests {
             spawn_error: Some("no such file".into()),
             ..HookExit::default()
         };
-        assert!(matches!(interpret(&pre, &missing), HookOutcome::Warn { .. }));
+        assert!(matches!(
+            interpret(&pre, &missing),
+            HookOutcome::Warn { .. }
+        ));
     }
 
     #[test]
@@ -342,7 +392,11 @@ mod tests {
         let pre = hook(HookEvent::PreToolUse);
         let out = interpret(
             &pre,
-            &exited(0, r#"{"updated_input": {"command": "ls -la"}, "note": "listed"}"#, ""),
+            &exited(
+                0,
+                r#"{"updated_input": {"command": "ls -la"}, "note": "listed"}"#,
+                "",
+            ),
         );
         let expected_input = json!({"command": "ls -la"}).as_object().cloned();
         assert_eq!(
@@ -352,10 +406,24 @@ mod tests {
                 note: Some("listed".into())
             }
         );
-        let blocked = interpret(&pre, &exited(0, r#"{"decision":"block","reason":"nope"}"#, ""));
-        assert_eq!(blocked, HookOutcome::Block { reason: "nope".into() });
+        let blocked = interpret(
+            &pre,
+            &exited(0, r#"{"decision":"block","reason":"nope"}"#, ""),
+        );
+        assert_eq!(
+            blocked,
+            HookOutcome::Block {
+                reason: "nope".into()
+            }
+        );
         for bad in [r#"{"updated_input": 3}"#, r#"{"note": 3}"#, "{not json"] {
-            assert!(matches!(interpret(&pre, &exited(0, bad, "")), HookOutcome::Warn { .. }), "{bad}");
+            assert!(
+                matches!(
+                    interpret(&pre, &exited(0, bad, "")),
+                    HookOutcome::Warn { .. }
+                ),
+                "{bad}"
+            );
         }
         let post = hook(HookEvent::PostToolUse);
         let rewrite = interpret(&post, &exited(0, r#"{"updated_input": {"a": 1}}"#, ""));

@@ -290,18 +290,19 @@ impl AgentLoop {
     }
 
     /// [`Input::HooksRan`].
-    pub(super) fn on_hooks_ran(&mut self, call: HookCall, verdict: HookVerdict, out: &mut Vec<Effect>) {
+    pub(super) fn on_hooks_ran(
+        &mut self,
+        call: HookCall,
+        verdict: HookVerdict,
+        out: &mut Vec<Effect>,
+    ) {
         for report in &verdict.reports {
-            out.push(Effect::Emit(EventKind::Hook {
-                event: report.event.as_str().to_owned(),
-                command: report.command.clone(),
-                outcome: report.outcome.to_owned(),
-                message: report.message.clone(),
-                duration_ms: report.duration_ms,
-            }));
+            out.push(Effect::Emit(report.event_kind()));
         }
         match call {
-            HookCall::PreTool { epoch, index } => self.pre_tool_answered(epoch, index, verdict, out),
+            HookCall::PreTool { epoch, index } => {
+                self.pre_tool_answered(epoch, index, verdict, out)
+            }
             HookCall::PostTool { epoch, index } => {
                 self.post_tool_answered(epoch, index, verdict, out)
             }
@@ -353,7 +354,11 @@ impl AgentLoop {
         let Some(execution) = self.execution_mut(epoch) else {
             return;
         };
-        let Some(held) = execution.states.get_mut(index).and_then(|state| state.held.take()) else {
+        let Some(held) = execution
+            .states
+            .get_mut(index)
+            .and_then(|state| state.held.take())
+        else {
             return;
         };
         let notes = verdict.notes;

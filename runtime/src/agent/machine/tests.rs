@@ -1495,7 +1495,10 @@ fn hook_requests(effects: &[Effect]) -> Vec<&HookRequest> {
 fn a_pre_tool_hook_blocks_only_the_calls_it_matches_and_the_model_reads_why() {
     use crate::hooks::HookEvent;
     let mut f = hooked(vec![hook(HookEvent::PreToolUse, Some("bash"))]);
-    assert_eq!(f.respond(&[bash("rm -rf build")]), s(&["emit:usage", "save"]));
+    assert_eq!(
+        f.respond(&[bash("rm -rf build")]),
+        s(&["emit:usage", "save"])
+    );
     let effects = f.on(Input::Saved(Ok(())));
     assert_eq!(show(&effects), s(&["hooks:PreToolUse"]));
     let request = hook_requests(&effects)[0];
@@ -1573,16 +1576,27 @@ fn a_rewrite_is_validated_and_decided_like_the_models_arguments() {
         .expect("the rewritten call runs");
     assert_eq!(launched, json!({"command": "ls -la"}));
     // The history keeps what the model wrote.
-    let asked = f.history()[f.history().len() - 1].tool_calls().next().unwrap().input.clone();
+    let asked = f.history()[f.history().len() - 1]
+        .tool_calls()
+        .next()
+        .unwrap()
+        .input
+        .clone();
     assert_eq!(asked, json!({"command": "ls"}).to_string());
     // The second call's hook rewrites it into arguments the tool refuses.
     let effects = f.done(0, "listing");
-    assert!(effects.contains(&"hooks:PreToolUse".to_string()), "{effects:?}");
+    assert!(
+        effects.contains(&"hooks:PreToolUse".to_string()),
+        "{effects:?}"
+    );
     let effects = f.step(Input::HooksRan {
         call: HookCall::PreTool { epoch, index: 1 },
         verdict: rewrite(json!({"cmd": 3})),
     });
-    assert!(!effects.iter().any(|e| e.starts_with("tool:")), "{effects:?}");
+    assert!(
+        !effects.iter().any(|e| e.starts_with("tool:")),
+        "{effects:?}"
+    );
     let results = f.last_results();
     assert!(results[1].1, "{results:?}");
     assert!(results[1].0.contains("command"), "{results:?}");
@@ -1745,7 +1759,10 @@ fn an_approval_that_waits_runs_notification_hooks() {
     assert_eq!(requests.len(), 1, "{:?}", show(&effects));
     assert_eq!(requests[0].call, HookCall::Report);
     let message = requests[0].payload.message.clone().unwrap();
-    assert!(message.starts_with("Troupe needs your approval for bash"), "{message}");
+    assert!(
+        message.starts_with("Troupe needs your approval for bash"),
+        "{message}"
+    );
     assert!(show(&effects).contains(&"await".to_string()));
 }
 

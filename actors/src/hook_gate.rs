@@ -1,0 +1,108 @@
+//! The hooks at a prompt's door: SessionStart when a run opens a session
+//! (new, or resumed from the store), UserPromptSubmit for every prompt
+//! before it enters the history — the run's prompt and text written during
+//! a run. A block keeps the prompt out of the history and out of every
+//! request; notes go before the prompt.
+
+use tokio_util::sync::CancellationToken;
+use troupe_runtime::hooks::{self, HookContext, HookEvent, HookPayload, HookPlace, HookVerdict};
+
+use crate::env::AgentEnv;
+
+/// How a run opened its session.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SessionOpening {
+    /// A new session.
+    Startup,
+    /// A stored session, opened by this process.
+    Resume,
+}
+
+impl SessionOpening {
+    /// The SessionStart `trigger` (and matcher subject).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Startup => "startup",
+            Self::Resume => "resume",
+        }
+    }
+}
+
+fn context(
+    env: &AgentEnv,
+    session_id: &str,
+    run_id: &str,
+    cancel: CancellationToken,
+) -> HookContext {
+    HookContext {
+        place: HookPlace {
+            session_id: session_id.to_owned(),
+            run_id: run_id.to_owned(),
+            agent_path: "main".to_owned(),
+            cwd: env.sandbox.project_root().to_path_buf(),
+        },
+        child_env: env.child_env.clone(),
+        parent_span: tracing::Span::none(),
+        cancel,
+    }
+}
+
+/// Runs the SessionStart hooks (when the session was opened) and the
+/// UserPromptSubmit hooks of `prompt`; the verdicts of both, in that order.
+pub(crate) async fn before_prompt(
+    env: &AgentEnv,
+    session_id: &str,
+    run_id: &str,
+    opening: Option<SessionOpening>,
+    prompt: &str,
+    cancel: CancellationToken,
+) -> HookVerdict {
+    let ctx = context(env, session_id, run_id, cancel);
+    let mut verdict = HookVerdict::default();
+    if let Some(opening) = opening
+        && env
+            .hooks
+            .any_for(HookEvent::SessionStart, Some(opening.as_str()))
+    {
+        let mut payload = HookPayload::new(HookEvent::SessionStart, &ctx.place);
+        payload.trigger = Some(opening.as_str().to_owned());
+        verdict.extend(
+            hooks::fire(
+                &env.hooks,
+                HookEvent::SessionStart,
+                Some(opening.as_str()),
+                payload,
+                &ctx,
+            )
+            .await,
+        );
+    }
+    verdict.extend(prompt_submitted(env, &ctx, prompt).await);
+    verdict
+}
+
+/// Runs the UserPromptSubmit hooks of text written during run `run_id`.
+pub(crate) async fn message_written(
+    env: &AgentEnv,
+    session_id: &str,
+    run_id: &str,
+    text: &str,
+    cancel: CancellationToken,
+) -> HookVerdict {
+    let ctx = context(env, session_id, run_id, cancel);
+    prompt_submitted(env, &ctx, text).await
+}
+
+async fn prompt_submitted(env: &AgentEnv, ctx: &HookContext, prompt: &str) -> HookVerdict {
+    if !env.hooks.any_for(HookEvent::UserPromptSubmit, None) {
+        return HookVerdict::default();
+    }
+    let mut payload = HookPayload::new(HookEvent::UserPromptSubmit, &ctx.place);
+    payload.prompt = Some(prompt.to_owned());
+    hooks::fire(&env.hooks, HookEvent::UserPromptSubmit, None, payload, ctx).await
+}
+
+/// The message a run ends with when a hook blocked its prompt.
+pub(crate) fn blocked_text(reason: &str) -> String {
+    format!("A UserPromptSubmit hook blocked the prompt: {reason}")
+}
