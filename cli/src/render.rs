@@ -116,6 +116,7 @@ pub fn stop_cause_words(stop_reason: &str) -> String {
         "budget_usd" => "cost budget".into(),
         "wall_clock" => "time limit".into(),
         "max_tool_calls" => "tool-call budget".into(),
+        "hook_blocked" => "a hook blocked the prompt".into(),
         other => other.replace('_', " "),
     }
 }

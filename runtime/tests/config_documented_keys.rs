@@ -74,6 +74,10 @@ const ACTED: &[(&str, &str, Companions)] = &[
         &[("command", "\"x\"")],
     ),
     ("mcp_servers.NAME.enabled", "false", &[("command", "\"x\"")]),
+    ("hooks.EVENT.command", "\"./check.sh\"", &[]),
+    ("hooks.EVENT.matcher", "\"bash\"", &[("command", "\"x\"")]),
+    ("hooks.EVENT.timeout_secs", "5", &[("command", "\"x\"")]),
+    ("hooks.EVENT.once", "true", &[("command", "\"x\"")]),
 ];
 
 /// Keys that are accepted but have no effect yet, each with its value, its
@@ -101,10 +105,12 @@ fn documented_keys() -> BTreeSet<String> {
             prefix = if title == "Top level" {
                 Some(String::new())
             } else {
+                // `[table]`, or `[[array]]` for arrays of tables.
                 let table = title
                     .trim_matches('`')
                     .strip_prefix('[')
                     .and_then(|t| t.strip_suffix(']'))
+                    .map(|t| t.trim_start_matches('[').trim_end_matches(']'))
                     .unwrap_or_else(|| panic!("unexpected key section title {title:?}"));
                 Some(format!("{table}."))
             };
@@ -151,11 +157,21 @@ fn value(expression: &str) -> toml::Value {
 }
 
 /// Sets a dotted key (`NAME` stands for `p` under `providers`, `s` under
-/// `mcp_servers`), creating tables on the way.
+/// `mcp_servers`; `EVENT` for the one entry of `[[hooks.Stop]]`), creating
+/// tables on the way.
 fn set(table: &mut toml::Table, dotted: &str, expression: &str) {
     let parts: Vec<&str> = dotted.split('.').collect();
     let mut current = table;
     for (i, part) in parts.iter().enumerate() {
+        if *part == "EVENT" {
+            let entries = current
+                .entry("Stop".to_owned())
+                .or_insert_with(|| toml::Value::Array(vec![toml::Value::Table(toml::Table::new())]))
+                .as_array_mut()
+                .expect("an array of tables");
+            current = entries[0].as_table_mut().expect("a table entry");
+            continue;
+        }
         let part = match (*part, parts.first()) {
             ("NAME", Some(&"providers")) => "p",
             ("NAME", _) => "s",
