@@ -151,6 +151,21 @@ impl Harness {
         self.env_with_registry(registry)
     }
 
+    /// An agent environment with test tools and the given hooks.
+    pub fn env_with_hooks(
+        &self,
+        extra: Vec<Arc<dyn Tool>>,
+        hooks: Vec<troupe_runtime::hooks::Hook>,
+    ) -> Arc<AgentEnv> {
+        let mut registry = builtin_registry();
+        for tool in extra {
+            registry.register(tool).expect("test tool registers");
+        }
+        let mut env = self.agent_env(registry);
+        env.hooks = Arc::new(troupe_runtime::hooks::HookSet::new(hooks));
+        Arc::new(env)
+    }
+
     /// An agent environment with the given registry.
     pub fn env_with_registry(&self, registry: ToolRegistry) -> Arc<AgentEnv> {
         Arc::new(self.agent_env(registry))
