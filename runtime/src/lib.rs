@@ -10,6 +10,7 @@ pub mod events;
 pub mod llm;
 pub mod mcp;
 pub mod model;
+pub mod os_sandbox;
 pub mod permissions;
 pub mod prompt;
 pub mod sandbox;
