@@ -247,6 +247,13 @@ pub fn enter(prepared: &Prepared) -> io::Result<()> {
         // SAFETY: unshare takes plain flags.
         check(unsafe { libc::unshare(prepared.unshare) })?;
         if let Some((uid_map, gid_map)) = &prepared.id_maps {
+            // A process that is not dumpable (the runtime makes itself so)
+            // cannot write its own id maps: `/proc/self` then belongs to
+            // root. The child is about to `exec`, which makes it dumpable
+            // anyway, and it is not in a Landlock domain yet, so no
+            // confined command can reach it in between.
+            // SAFETY: prctl with plain integers.
+            check(unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 1, 0, 0, 0) })?;
             write_file(c"/proc/self/setgroups", c"deny")?;
             write_file(c"/proc/self/uid_map", uid_map)?;
             write_file(c"/proc/self/gid_map", gid_map)?;
@@ -339,28 +346,37 @@ pub fn landlock_abi() -> i32 {
 }
 
 /// Whether a child can enter the namespaces `kind` makes (a private mount
-/// namespace and a network namespace) and bind a directory read-only.
+/// namespace and a network namespace) and bind a directory read-only (a
+/// fresh one in the temporary directory; `/` itself cannot be bound in a
+/// user namespace).
 pub fn namespaces_work(kind: NamespaceKind) -> bool {
     use std::os::unix::process::CommandExt;
+    let dir = std::env::temp_dir().join(format!("troupe-ns-probe-{}", std::process::id()));
+    if std::fs::create_dir(&dir).is_err() {
+        return false;
+    }
     let plan = Plan {
-        read_only_mounts: vec![std::path::PathBuf::from("/")],
+        read_only_mounts: vec![dir.clone()],
         network: false,
         ..Plan::default()
     };
     let mut prepared = Prepared::default();
-    if prepare_namespaces(&plan, kind, &mut prepared).is_err() {
-        return false;
-    }
-    let mut probe = std::process::Command::new("/bin/sh");
-    probe
-        .args(["-c", ":"])
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null());
-    // SAFETY: `enter` only makes async-signal-safe system calls on memory
-    // prepared before the fork.
-    unsafe {
-        probe.pre_exec(move || enter(&prepared));
-    }
-    probe.status().is_ok_and(|status| status.success())
+    let works = prepare_namespaces(&plan, kind, &mut prepared).is_ok() && {
+        let mut probe = std::process::Command::new("/bin/sh");
+        probe
+            .args(["-c", ":"])
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null());
+        // SAFETY: `enter` only makes async-signal-safe system calls on memory
+        // prepared before the fork.
+        unsafe {
+            probe.pre_exec(move || enter(&prepared));
+        }
+        let status = probe.status();
+        tracing::debug!(?kind, ?status, "namespace probe");
+        status.is_ok_and(|status| status.success())
+    };
+    let _ = std::fs::remove_dir(&dir);
+    works
 }
