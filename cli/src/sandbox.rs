@@ -75,11 +75,7 @@ pub fn sandbox(command: SandboxCommand) -> u8 {
 /// The text `troupe sandbox status` prints.
 fn report(sandbox: &CommandSandbox) -> String {
     let mut lines = sandbox.describe();
-    lines.extend(
-        troupe_runtime::os_sandbox::KernelSupport::probe()
-            .describe()
-            .into_iter(),
-    );
+    lines.extend(troupe_runtime::os_sandbox::KernelSupport::probe().describe());
     if let Some(dir) = sandbox.temp_dir() {
         lines.push(format!("TMPDIR of commands: {}", dir.display()));
     }

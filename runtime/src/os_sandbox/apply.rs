@@ -231,7 +231,7 @@ fn ruleset(plan: &Plan) -> Result<Option<OwnedFd>, ApplyError> {
     for path in &plan.devices {
         let Ok(fd) = PathFd::new(path) else { continue };
         let access = if path.is_dir() {
-            device | AccessFs::MakeChar
+            device
         } else {
             device & AccessFs::from_file(abi)
         };
