@@ -20,6 +20,7 @@ use troupe_runtime::agent::agent_tool::agent_tool_definition;
 use troupe_runtime::agent::roles::{RoleSet, RoleTools};
 use troupe_runtime::config::Price;
 use troupe_runtime::llm::{Provider, SystemPrompt, ToolDefinition};
+use troupe_runtime::os_sandbox::CommandSandbox;
 use troupe_runtime::sandbox::PathSandbox;
 use troupe_runtime::store::Store;
 use troupe_runtime::telemetry::genai::ContentCapture;
@@ -89,6 +90,8 @@ pub struct AgentEnv {
     pub roles: Arc<RoleSet>,
     /// The path sandbox.
     pub sandbox: Arc<PathSandbox>,
+    /// The OS sandbox of commands.
+    pub os_sandbox: Arc<CommandSandbox>,
     /// The system prompt (stable part fixed for the session).
     pub system: SystemPrompt,
     /// Where large outputs are spilled.

@@ -44,6 +44,7 @@ fn context(
         child_env: env.child_env.clone(),
         parent_span: tracing::Span::none(),
         cancel,
+        sandbox: env.os_sandbox.clone(),
     }
 }
 

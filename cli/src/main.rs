@@ -16,6 +16,7 @@ mod mcp;
 mod render;
 mod run;
 mod runs;
+mod sandbox;
 mod sanitize;
 mod sessions;
 mod setup;
@@ -93,6 +94,10 @@ enum Command {
         #[arg(long)]
         revoke: bool,
     },
+    /// The OS sandbox of commands: `troupe sandbox status` shows how commands
+    /// are confined here and what this kernel cannot enforce.
+    #[command(subcommand)]
+    Sandbox(sandbox::SandboxCommand),
     /// MCP servers: `troupe mcp list` starts the servers configured here and
     /// lists their state, tools and last error.
     #[command(subcommand)]
@@ -325,6 +330,10 @@ fn main() -> ExitCode {
             init_logging(false);
             return ExitCode::from(trust::trust(dir.as_deref(), revoke));
         }
+        Command::Sandbox(command) => {
+            init_logging(false);
+            return ExitCode::from(sandbox::sandbox(command));
+        }
         _ => {}
     }
     let no_color = std::env::var_os("NO_COLOR").map(|value| value.to_string_lossy().into_owned());
@@ -381,7 +390,10 @@ fn main() -> ExitCode {
                 })
                 .await
             }
-            Command::Completions { .. } | Command::Man { .. } | Command::Trust { .. } => 0,
+            Command::Completions { .. }
+            | Command::Man { .. }
+            | Command::Trust { .. }
+            | Command::Sandbox(_) => 0,
         }
     });
     // Do not wait for lingering blocking tasks (a pending terminal prompt).

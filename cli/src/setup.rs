@@ -18,7 +18,8 @@ use troupe_runtime::config::{
     load_config_with_trust, resolve_provider, startup_warnings, untrusted_notice,
 };
 use troupe_runtime::llm::build_provider;
-use troupe_runtime::permissions::PermissionEngine;
+use troupe_runtime::os_sandbox::CommandSandbox;
+use troupe_runtime::permissions::{PermissionEngine, ProtectedPaths};
 use troupe_runtime::prompt::{GIT_STATUS_BUDGET, GitStatus, build_system_prompt, read_git_status};
 use troupe_runtime::sandbox::PathSandbox;
 use troupe_runtime::store::{Store, StoreError};
@@ -524,6 +525,7 @@ async fn assemble(
             Some(&locations.data_dir),
             std::slice::from_ref(&spill_dir),
         );
+    let os_sandbox = command_sandbox(config, &sandbox, locations, &spill_dir);
     let config_dir = locations.config_dir.clone();
     let system = build_system_prompt(
         config_dir.as_deref(),
@@ -548,6 +550,7 @@ async fn assemble(
         .map(|warning| format!("role ignored: {warning}"))
         .collect();
     warnings.extend(startup_warnings(config, &resolved));
+    warnings.extend(os_sandbox.notices());
     let mut limits = config.limits;
     if let Some(max_turns) = options.max_turns {
         limits.max_turns = max_turns;
@@ -570,6 +573,7 @@ async fn assemble(
         registry: Arc::new(builtin_registry()),
         roles: Arc::new(roles),
         sandbox,
+        os_sandbox: Arc::new(os_sandbox),
         system,
         spill_dir,
         context_window: resolved.context_window,
@@ -596,6 +600,23 @@ async fn assemble(
         session,
         warnings,
     })
+}
+
+/// The OS sandbox of a session's commands: its allowed roots, the spill
+/// directory (which holds its temporary directory) and Troupe's protected
+/// places, as the permission engine sees them.
+pub fn command_sandbox(
+    config: &Config,
+    sandbox: &PathSandbox,
+    locations: &Locations,
+    spill_dir: &Path,
+) -> CommandSandbox {
+    let protected = ProtectedPaths::for_project(sandbox.project_root()).with_user_dirs(
+        locations.config_dir.as_deref(),
+        Some(&locations.data_dir),
+        &[spill_dir.to_path_buf()],
+    );
+    CommandSandbox::new(config.sandbox, sandbox.roots(), &protected, spill_dir)
 }
 
 /// The working directory: `--cwd` (which must be an existing directory) or the

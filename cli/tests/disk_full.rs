@@ -19,14 +19,12 @@ async fn a_full_disk_mid_run_is_an_error_event_and_a_clear_message() {
     let data = home.path().join("data");
     std::fs::create_dir_all(&data).unwrap();
     // Fill the disk, then print a result too large to fit in what is left.
-    // Commands may not write into the data directory; a script the analysis
-    // does not read stands for a process that fills the disk.
+    // Commands write in the data directory only through their temporary
+    // directory (`TMPDIR`, in the session's spill directory); a script the
+    // analysis does not read stands for a process that fills the disk.
     std::fs::write(
         project.path().join("fill.sh"),
-        format!(
-            "dd if=/dev/zero of={} bs=1M count=64 2>/dev/null\n",
-            data.join("fill").display()
-        ),
+        "dd if=/dev/zero of=\"$TMPDIR/fill\" bs=1M count=64 2>/dev/null\n",
     )
     .unwrap();
     let fill = "bash fill.sh; head -c 40000 /dev/zero | tr '\\0' x";

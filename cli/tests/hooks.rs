@@ -15,20 +15,21 @@ use support::{Env, describe, json_lines, run, session_of};
 use troupe_runtime::tools::process::process_is_alive;
 use troupe_scripted::{Script, ScriptedServer, text, tool_call, tool_calls};
 
-/// A directory outside the project where hooks leave what they saw.
+/// A directory of the project where hooks leave what they saw (hooks run in
+/// the OS sandbox: they write inside the project only).
 struct Records {
-    dir: tempfile::TempDir,
+    dir: PathBuf,
 }
 
 impl Records {
-    fn new() -> Self {
-        Self {
-            dir: tempfile::tempdir().unwrap(),
-        }
+    fn new(env: &Env) -> Self {
+        let dir = env.root().join("hook-records");
+        std::fs::create_dir_all(&dir).unwrap();
+        Self { dir }
     }
 
     fn path(&self, name: &str) -> PathBuf {
-        self.dir.path().join(name)
+        self.dir.join(name)
     }
 
     /// A hook command that appends its payload (one line) to `name`.
@@ -105,7 +106,7 @@ async fn every_hook_of_a_run_fires_with_its_payload_and_the_reduced_environment(
     .await
     .unwrap();
     let env = Env::new();
-    let records = Records::new();
+    let records = Records::new(&env);
     let environment = records.path("env.txt");
     let config = [
         "[permissions]\nmode = \"bypass\"\n".to_owned(),
@@ -311,7 +312,7 @@ async fn hooks_that_hang_crash_or_fail_warn_and_the_run_goes_on() {
     .await
     .unwrap();
     let env = Env::new();
-    let records = Records::new();
+    let records = Records::new(&env);
     let pid_file = records.path("child.pid");
     let hang = format!("sleep 600 & echo $! > '{}'; wait", pid_file.display());
     configure(
@@ -359,7 +360,7 @@ async fn an_untrusted_projects_hooks_do_not_run_until_it_is_trusted() {
         .await
         .unwrap();
     let env = Env::new();
-    let records = Records::new();
+    let records = Records::new(&env);
     let marker = records.path("ran");
     std::fs::write(
         env.root().join(".troupe/config.toml"),
@@ -390,4 +391,26 @@ async fn an_untrusted_projects_hooks_do_not_run_until_it_is_trusted() {
     assert_eq!(code, 0, "{stderr}");
     assert!(marker.exists(), "the trusted project's hook did not run");
     let _ = describe;
+}
+
+#[tokio::test]
+async fn hooks_run_in_the_os_sandbox_like_commands() {
+    let server = ScriptedServer::start(Script::new().then(text("done")))
+        .await
+        .unwrap();
+    let env = Env::new();
+    let records = Records::new(&env);
+    let outside = tempfile::tempdir().unwrap();
+    let escaped = outside.path().join("escaped");
+    let inside = records.path("inside");
+    let command = format!(
+        "touch '{}' 2>/dev/null; touch '{}'",
+        escaped.display(),
+        inside.display()
+    );
+    configure(&env, &entry("UserPromptSubmit", None, &command, None));
+    let (_, stderr, code) = json_run(&env, &server, &["hello"]).await;
+    assert_eq!(code, 0, "{stderr}");
+    assert!(inside.exists(), "the hook did not run");
+    assert!(!escaped.exists(), "a hook wrote outside the allowed roots");
 }

@@ -343,7 +343,12 @@ async fn removing_a_session_removes_its_spill_files() {
     );
     let session = session_of(&json_lines(&output.stdout));
     let spill = env.data_dir().join("spill").join(&session);
-    let spilled: Vec<_> = std::fs::read_dir(&spill).unwrap().collect();
+    // Files only: the directory also holds the commands' temporary directory.
+    let spilled: Vec<_> = std::fs::read_dir(&spill)
+        .unwrap()
+        .flatten()
+        .filter(|entry| entry.file_type().is_ok_and(|kind| kind.is_file()))
+        .collect();
     assert_eq!(spilled.len(), 1, "one spill file");
     let mut command = env.command(None);
     command.args(["sessions", "rm", &session]);

@@ -194,6 +194,7 @@ fn main() {
         Arc::new(PathSandbox::new(&root, &[], None).unwrap_or_else(|e| panic!("sandbox: {e}")));
     let ctx = ToolContext {
         call_id: "bench".into(),
+        os_sandbox: std::sync::Arc::new(troupe_runtime::os_sandbox::CommandSandbox::off()),
         sandbox,
         spill_dir: root.join(".spill"),
         cancel: CancellationToken::new(),

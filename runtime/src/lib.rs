@@ -11,6 +11,7 @@ pub mod hooks;
 pub mod llm;
 pub mod mcp;
 pub mod model;
+pub mod os_sandbox;
 pub mod permissions;
 pub mod prompt;
 pub mod sandbox;

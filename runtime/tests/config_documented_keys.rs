@@ -49,6 +49,8 @@ const ACTED: &[(&str, &str, Companions)] = &[
     ("tools.env_allowlist", "[\"CARGO_HOME\"]", &[]),
     ("tools.timeout_secs", "5", &[]),
     ("telemetry.capture_content", "true", &[]),
+    ("sandbox.mode", "\"read-only\"", &[]),
+    ("sandbox.network", "false", &[]),
     (
         "mcp_servers.NAME.type",
         "\"stdio\"",

@@ -223,6 +223,7 @@ impl Harness {
             registry: Arc::new(registry),
             roles: Arc::new(roles),
             sandbox: self.sandbox(),
+            os_sandbox: Arc::new(troupe_runtime::os_sandbox::CommandSandbox::off()),
             system: SystemPrompt {
                 stable: TEST_STABLE_PROMPT.into(),
                 environment: TEST_ENVIRONMENT.into(),

@@ -51,6 +51,7 @@ impl AgentState {
         let context = ToolContext {
             call_id: launch.call_id,
             sandbox: self.env.sandbox.clone(),
+            os_sandbox: self.env.os_sandbox.clone(),
             spill_dir: self.env.spill_dir.clone(),
             cancel: launch.cancel,
             child_env,

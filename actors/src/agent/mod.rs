@@ -485,6 +485,7 @@ fn run_hooks(
         child_env: env.child_env.clone(),
         parent_span: request.span,
         cancel: request.cancel,
+        sandbox: env.os_sandbox.clone(),
     };
     tokio::spawn(async move {
         let verdict = troupe_runtime::hooks::fire(

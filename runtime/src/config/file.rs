@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use super::{PermissionMode, Protocol};
+use super::{PermissionMode, Protocol, SandboxMode};
 
 /// One `config.toml` file as written.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -27,6 +27,8 @@ pub struct ConfigFile {
     pub tools: Option<ToolsFile>,
     /// `[telemetry]`.
     pub telemetry: Option<TelemetryFile>,
+    /// `[sandbox]`.
+    pub sandbox: Option<SandboxFile>,
     /// `[[hooks.EVENT]]` entries by event name (checked when validated).
     #[serde(default)]
     pub hooks: BTreeMap<String, Vec<HookFile>>,
@@ -263,4 +265,14 @@ pub struct HookFile {
 pub struct TelemetryFile {
     /// Record prompt and completion content on spans.
     pub capture_content: Option<bool>,
+}
+
+/// `[sandbox]`: how the operating system confines commands.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SandboxFile {
+    /// `workspace-write` (default), `read-only` or `off`.
+    pub mode: Option<SandboxMode>,
+    /// Whether commands may use the network (default true).
+    pub network: Option<bool>,
 }

@@ -490,6 +490,10 @@ fn merge(layers: Vec<Layer>) -> Result<Config, ConfigError> {
         {
             telemetry.capture_content = capture;
         }
+        if let Some(s) = file.sandbox {
+            config.sandbox.mode = s.mode.unwrap_or(config.sandbox.mode);
+            config.sandbox.network = s.network.unwrap_or(config.sandbox.network);
+        }
         config.sources.push(path);
     }
 

@@ -32,7 +32,7 @@ use serde::{Deserialize, Serialize};
 pub use expand::{expand, expand_mcp_server, warn_undefined_once};
 pub use file::{
     ConfigFile, LimitsFile, McpServerFile, McpTransport, PermissionsFile, Price, ProviderFile,
-    TelemetryFile, Thinking, ToolsFile,
+    SandboxFile, TelemetryFile, Thinking, ToolsFile,
 };
 pub use load::{
     ConfigError, ConfigSources, LoadedConfig, check_rule_syntax, load_config,
@@ -239,6 +239,49 @@ pub struct TelemetrySettings {
     pub capture_content: bool,
 }
 
+/// `[sandbox] mode`: what the operating system lets commands write.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum SandboxMode {
+    /// Writes only inside the allowed roots, the spill directory and the
+    /// session's temporary directory; Troupe's own files stay read-only.
+    #[default]
+    WorkspaceWrite,
+    /// No writes at all (besides `/dev/null` and the terminal devices).
+    ReadOnly,
+    /// Commands run unconfined.
+    Off,
+}
+
+impl SandboxMode {
+    /// The name used in config.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::WorkspaceWrite => "workspace-write",
+            Self::ReadOnly => "read-only",
+            Self::Off => "off",
+        }
+    }
+}
+
+/// Effective `[sandbox]` settings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SandboxSettings {
+    /// What commands may write.
+    pub mode: SandboxMode,
+    /// Whether commands may use the network.
+    pub network: bool,
+}
+
+impl Default for SandboxSettings {
+    fn default() -> Self {
+        Self {
+            mode: SandboxMode::WorkspaceWrite,
+            network: true,
+        }
+    }
+}
+
 /// The merged configuration of user and project files.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Config {
@@ -259,6 +302,8 @@ pub struct Config {
     pub tools: ToolSettings,
     /// Telemetry settings.
     pub telemetry: TelemetrySettings,
+    /// The OS sandbox of commands.
+    pub sandbox: SandboxSettings,
     /// Hooks: the user file's, then the project's, each in file order.
     pub hooks: Vec<crate::hooks::Hook>,
     /// The files that were read, in merge order (for messages and `troupe config`).

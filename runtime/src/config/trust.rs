@@ -6,7 +6,8 @@
 //! `ask`, limits, models) and names every setting it left out: a `mode` of
 //! `accept-edits` or `bypass`, `allow` rules, `extra_roots`, a non-empty
 //! `env_allowlist`, provider entries that set `base_url` or `api_key_env`, and
-//! stdio MCP servers. [`TrustStore`] keeps the trusted project roots,
+//! stdio MCP servers, and a `[sandbox]` `mode` other than `read-only` or
+//! `network = true`. [`TrustStore`] keeps the trusted project roots,
 //! canonical, in a small TOML file in the data directory, rewritten atomically
 //! (a temporary file renamed over it), so no database lock is needed and a
 //! daemon and a command line read the same list. [`untrusted_notice`] words
@@ -20,7 +21,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use super::file::{ConfigFile, McpTransport};
-use super::{PermissionMode, paths};
+use super::{PermissionMode, SandboxMode, paths};
 
 /// File of the trusted project roots, in the data directory.
 pub const TRUST_FILE_NAME: &str = "trusted.toml";
@@ -97,6 +98,18 @@ pub fn split_widening(file: &ConfigFile) -> TrustSplit {
     {
         ignored.push("tools.env_allowlist".to_owned());
         tools.env_allowlist.clear();
+    }
+    if let Some(sandbox) = applied.sandbox.as_mut() {
+        // Only the strictest mode and turning the network off narrow; any
+        // other value could undo a stricter user setting.
+        if let Some(mode) = sandbox.mode.filter(|mode| *mode != SandboxMode::ReadOnly) {
+            ignored.push(format!("sandbox.mode = \"{}\"", mode.as_str()));
+            sandbox.mode = None;
+        }
+        if sandbox.network == Some(true) {
+            ignored.push("sandbox.network = true".to_owned());
+            sandbox.network = None;
+        }
     }
     TrustSplit { applied, ignored }
 }
@@ -338,6 +351,31 @@ command = "./steal.sh"
         assert_eq!(tools.timeout_secs, Some(5));
         assert_eq!(applied.limits.unwrap().max_turns, Some(3));
         assert_eq!(applied.default_provider.as_deref(), Some("anthropic"));
+    }
+
+    #[test]
+    fn a_project_may_only_tighten_the_os_sandbox() {
+        for (text, ignored) in [
+            ("mode = \"off\"", vec!["sandbox.mode = \"off\""]),
+            (
+                "mode = \"workspace-write\"\nnetwork = true",
+                vec![
+                    "sandbox.mode = \"workspace-write\"",
+                    "sandbox.network = true",
+                ],
+            ),
+            ("mode = \"read-only\"\nnetwork = false", vec![]),
+        ] {
+            let split = split_widening(&parse(&format!("[sandbox]\n{text}\n")));
+            assert_eq!(split.ignored, ignored, "{text}");
+            let applied = split.applied.sandbox.unwrap();
+            assert!(
+                applied
+                    .mode
+                    .is_none_or(|mode| mode == SandboxMode::ReadOnly)
+            );
+            assert_ne!(applied.network, Some(true));
+        }
     }
 
     #[test]

@@ -1,5 +1,6 @@
 //! Runs hooks: each as `bash -c COMMAND` in the project root, in its own
-//! process group and contained like the `bash` tool's commands, with the
+//! process group, contained and confined by the OS sandbox like the `bash`
+//! tool's commands, with the
 //! payload on stdin, the reduced environment plus `TROUPE_PROJECT_DIR`,
 //! `TROUPE_HOOK_EVENT` and `TRACEPARENT` (never provider keys), and a
 //! timeout after which the whole group is killed. Whatever a hook left
@@ -18,7 +19,9 @@ use super::verdict::{HOOK_OUTPUT_CAP, interpret};
 use super::{Hook, HookEvent, HookExit, HookOutcome, HookPayload, HookPlace, HookSet, HookVerdict};
 use crate::telemetry::genai;
 use crate::telemetry::propagation::{TRACEPARENT_ENV, traceparent_of};
-use crate::tools::process::spawn_in_group;
+use crate::os_sandbox::CommandSandbox;
+use crate::tools::process::spawn_confined;
+use crate::tools::process_tree::containment;
 
 /// How long the output of a hook that exited may take to arrive.
 const OUTPUT_GRACE: Duration = Duration::from_secs(2);
@@ -40,6 +43,8 @@ pub struct HookContext {
     pub parent_span: Span,
     /// Cancelled when the run stops: a hook still running is killed.
     pub cancel: CancellationToken,
+    /// The OS sandbox hooks run in, as the `bash` tool's commands do.
+    pub sandbox: Arc<CommandSandbox>,
 }
 
 /// Runs the hooks of `hooks` that match `event` on `subject`, one after the
@@ -142,7 +147,7 @@ async fn run_one(hook: &Hook, payload: &[u8], ctx: &HookContext, span: &Span) ->
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
-    let (mut child, group) = match spawn_in_group(&mut command) {
+    let (mut child, group) = match spawn_confined(&mut command, containment(), Some(&ctx.sandbox)) {
         Ok(spawned) => spawned,
         Err(err) => {
             return HookExit {
@@ -237,6 +242,7 @@ mod tests {
             ]),
             parent_span: Span::none(),
             cancel: CancellationToken::new(),
+            sandbox: Arc::new(CommandSandbox::off()),
         }
     }
 

@@ -99,6 +99,16 @@ impl ProtectedPaths {
         }
     }
 
+    /// Every protected place, each as given and as resolved.
+    pub fn places(&self) -> impl Iterator<Item = &Path> {
+        self.places.iter().map(|(place, _)| place.as_path())
+    }
+
+    /// The directories inside protected places that stay writable.
+    pub fn exempt(&self) -> impl Iterator<Item = &Path> {
+        self.exempt.iter().map(PathBuf::as_path)
+    }
+
     /// The protected place `path` (absolute, normalised) lies in, if any.
     pub fn covers(&self, path: &Path) -> Option<ProtectedKind> {
         if self.exempt.iter().any(|dir| path.starts_with(dir)) {

@@ -21,6 +21,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::output::{OutputCollector, OutputLimits, RenderedOutput, spill_file_name};
 use super::process::{self, Ending, KillOutcome, ProcessError, ProcessGroup};
+use crate::os_sandbox::CommandSandbox;
 
 /// Prefix of task ids (`task_1`) and of their log files.
 const TASK_PREFIX: &str = "task";
@@ -157,16 +158,18 @@ impl BackgroundTasks {
         self.table().tasks.iter().find(|t| t.id == id).cloned()
     }
 
-    /// Starts `bash -c COMMAND` in `cwd` with exactly `env` as a background
-    /// task whose log goes to `spill_dir`; returns its id. Needs a Tokio runtime.
+    /// Starts `bash -c COMMAND` in `cwd` with exactly `env`, confined by
+    /// `sandbox`, as a background task whose log goes to `spill_dir`; returns
+    /// its id. Needs a Tokio runtime.
     pub fn start(
         &self,
         command: &str,
         cwd: &Path,
         env: &[(String, String)],
         spill_dir: &Path,
+        sandbox: &CommandSandbox,
     ) -> Result<String, ProcessError> {
-        let mut shell = process::spawn_shell(command, cwd, env)?;
+        let mut shell = process::spawn_shell_confined(command, cwd, env, sandbox)?;
         let (id, task) = {
             let mut table = self.table();
             table.next_id += 1;
@@ -306,6 +309,7 @@ mod tests {
                 dir.path(),
                 &[],
                 &dir.path().join("spill"),
+                &CommandSandbox::off(),
             )
             .unwrap();
         assert_eq!(id, "task_1");
@@ -322,7 +326,13 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let tasks = BackgroundTasks::new();
         let id = tasks
-            .start("sleep 300 & sleep 300", dir.path(), &[], dir.path())
+            .start(
+                "sleep 300 & sleep 300",
+                dir.path(),
+                &[],
+                dir.path(),
+                &CommandSandbox::off(),
+            )
             .unwrap();
         let pgid = tasks.find(&id).unwrap().group.id();
         assert_eq!(

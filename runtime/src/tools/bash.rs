@@ -159,6 +159,7 @@ fn start_background(command: &str, ctx: &ToolContext) -> ToolOutput {
         ctx.sandbox.project_root(),
         &ctx.child_env,
         &ctx.spill_dir,
+        &ctx.os_sandbox,
     ) {
         Ok(id) => ToolOutput::ok(format!(
             "Started background task {id}. Read its output with task_output {{\"id\": \"{id}\"}}; \
@@ -170,8 +171,12 @@ fn start_background(command: &str, ctx: &ToolContext) -> ToolOutput {
 
 async fn run_foreground(command: &str, timeout_secs: Option<u64>, ctx: &ToolContext) -> ToolOutput {
     let (timeout, clamped) = effective_timeout(timeout_secs);
-    let mut shell = match process::spawn_shell(command, ctx.sandbox.project_root(), &ctx.child_env)
-    {
+    let mut shell = match process::spawn_shell_confined(
+        command,
+        ctx.sandbox.project_root(),
+        &ctx.child_env,
+        &ctx.os_sandbox,
+    ) {
         Ok(shell) => shell,
         Err(err) => return ToolOutput::error(format!("Could not run the command: {err}.")),
     };

@@ -102,6 +102,8 @@ pub struct ToolContext {
     pub call_id: String,
     /// The sandbox; its project root is the working directory of commands.
     pub sandbox: Arc<PathSandbox>,
+    /// The OS sandbox that confines commands.
+    pub os_sandbox: Arc<crate::os_sandbox::CommandSandbox>,
     /// Directory for spilled outputs of this session.
     pub spill_dir: PathBuf,
     /// Cancelled when the call, its turn or its run is cancelled.

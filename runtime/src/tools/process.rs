@@ -7,6 +7,9 @@
 //! to a group or session of its own. Used by `bash` and background tasks, and meant for hooks and MCP
 //! stdio servers too, so it knows nothing about tools.
 //!
+//! Commands of tools are also confined by the OS sandbox ([`spawn_confined`],
+//! see `os_sandbox`).
+//!
 //! This module starts, watches and stops processes; it does not decide what may
 //! run (permissions) nor how output is shown (`output`).
 
@@ -24,6 +27,7 @@ use tokio::process::{Child, Command};
 use tokio_util::sync::CancellationToken;
 
 use super::process_tree::{self, Containment, Tree};
+use crate::os_sandbox::CommandSandbox;
 
 /// SPEC §4: after SIGTERM a process group has this long to exit before SIGKILL.
 pub const KILL_GRACE: Duration = Duration::from_secs(2);
@@ -363,6 +367,18 @@ pub fn spawn_contained(
     command: &mut Command,
     containment: &Containment,
 ) -> Result<(Child, Arc<ProcessGroup>), ProcessError> {
+    spawn_confined(command, containment, None)
+}
+
+/// [`spawn_contained`], confined by `sandbox` when given: the one spawn path
+/// of every command the runtime starts for a tool, a background task or a
+/// hook. The sandbox's hook is added after the tree's, which must still
+/// write to the cgroup file system.
+pub fn spawn_confined(
+    command: &mut Command,
+    containment: &Containment,
+    sandbox: Option<&CommandSandbox>,
+) -> Result<(Child, Arc<ProcessGroup>), ProcessError> {
     command.process_group(0).kill_on_drop(false);
     let program = command
         .as_std()
@@ -375,6 +391,14 @@ pub fn spawn_contained(
             program: program.clone(),
             source,
         })?;
+    if let Some(sandbox) = sandbox {
+        sandbox
+            .confine(command)
+            .map_err(|err| ProcessError::Spawn {
+                program: program.clone(),
+                source: io::Error::other(err),
+            })?;
+    }
     let child = command
         .spawn()
         .map_err(|source| ProcessError::Spawn { program, source })?;
@@ -407,12 +431,39 @@ pub fn spawn_shell(
     spawn_shell_contained(command, cwd, env, process_tree::containment())
 }
 
+/// [`spawn_shell`] confined by `sandbox` (see [`spawn_confined`]).
+pub fn spawn_shell_confined(
+    command: &str,
+    cwd: &Path,
+    env: &[(String, String)],
+    sandbox: &CommandSandbox,
+) -> Result<ShellProcess, ProcessError> {
+    spawn_shell_in(
+        command,
+        cwd,
+        env,
+        process_tree::containment(),
+        Some(sandbox),
+    )
+}
+
 /// [`spawn_shell`] with the containment given.
 pub fn spawn_shell_contained(
     command: &str,
     cwd: &Path,
     env: &[(String, String)],
     containment: &Containment,
+) -> Result<ShellProcess, ProcessError> {
+    spawn_shell_in(command, cwd, env, containment, None)
+}
+
+/// [`spawn_shell`] with the containment and the sandbox given.
+pub fn spawn_shell_in(
+    command: &str,
+    cwd: &Path,
+    env: &[(String, String)],
+    containment: &Containment,
+    sandbox: Option<&CommandSandbox>,
 ) -> Result<ShellProcess, ProcessError> {
     if tokio::runtime::Handle::try_current().is_err() {
         return Err(ProcessError::NoRuntime);
@@ -428,7 +479,7 @@ pub fn spawn_shell_contained(
         .stdin(Stdio::null())
         .stdout(Stdio::from(writer))
         .stderr(Stdio::from(stderr_writer));
-    let (child, group) = spawn_contained(&mut cmd, containment)?;
+    let (child, group) = spawn_confined(&mut cmd, containment, sandbox)?;
     // Dropping the command closes our copies of the write end, so the pipe
     // reaches end-of-file once every process holding it is gone.
     drop(cmd);

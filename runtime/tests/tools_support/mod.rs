@@ -75,6 +75,7 @@ impl Harness {
     pub fn ctx(&self, call_id: &str) -> ToolContext {
         ToolContext {
             call_id: call_id.to_string(),
+            os_sandbox: std::sync::Arc::new(troupe_runtime::os_sandbox::CommandSandbox::off()),
             sandbox: Arc::clone(&self.sandbox),
             spill_dir: self.spill.clone(),
             cancel: CancellationToken::new(),

@@ -149,6 +149,7 @@ pub fn agent_env(
         registry: Arc::new(registry),
         roles: Arc::new(troupe_runtime::agent::roles::RoleSet::builtin()),
         sandbox: Arc::new(sandbox),
+        os_sandbox: Arc::new(troupe_runtime::os_sandbox::CommandSandbox::off()),
         system: SystemPrompt {
             stable: TEST_STABLE_PROMPT.into(),
             environment: TEST_ENVIRONMENT.into(),

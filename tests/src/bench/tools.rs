@@ -145,6 +145,7 @@ mod tests {
     fn context(dir: &std::path::Path) -> ToolContext {
         ToolContext {
             call_id: "call-1".into(),
+            os_sandbox: std::sync::Arc::new(troupe_runtime::os_sandbox::CommandSandbox::off()),
             sandbox: Arc::new(PathSandbox::new(dir, &[], None).unwrap()),
             spill_dir: dir.join("spill"),
             cancel: tokio_util::sync::CancellationToken::new(),

@@ -1,0 +1,382 @@
+//! Applying a [`Plan`] to one child process.
+//!
+//! Everything that allocates, opens paths or can fail in interesting ways
+//! happens in the parent ([`prepare`]): the Landlock ruleset is created and
+//! filled there (one file descriptor per rule, closed again once added), and
+//! the mount table edits are turned into C strings. Between `fork` and
+//! `exec` the child ([`enter`]) only makes system calls on that prepared
+//! memory: `unshare`, writes to its own `/proc/self/{setgroups,uid_map,
+//! gid_map}` (user namespace only), `mount`, `prctl(PR_SET_NO_NEW_PRIVS)` and
+//! `landlock_restrict_self`, all async-signal-safe.
+//!
+//! A Landlocked process may not `ptrace` (nor read `/proc/PID/environ`,
+//! `/proc/PID/mem`, …) of any process outside its own domain, even as root;
+//! with ABI 6 it may not signal them nor reach their abstract UNIX sockets
+//! either.
+
+use std::ffi::CString;
+use std::io;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+
+use landlock::{
+    ABI, Access, AccessFs, AccessNet, PathBeneath, PathFd, Ruleset, RulesetAttr,
+    RulesetCreatedAttr, Scope,
+};
+
+use super::plan::Plan;
+
+/// The Landlock ABI the rules are written for (and tested on); older kernels
+/// get the subset they know.
+pub const TARGET_ABI: ABI = ABI::V7;
+
+/// How the child enters its namespaces.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NamespaceKind {
+    /// This process may create mount and network namespaces itself (root).
+    Privileged,
+    /// Through a user namespace that maps the caller's own ids.
+    User,
+}
+
+/// Why a command could not be confined.
+#[derive(Debug, thiserror::Error)]
+pub enum ApplyError {
+    /// The Landlock ruleset could not be built.
+    #[error("cannot build the Landlock ruleset: {0}")]
+    Ruleset(#[from] landlock::RulesetError),
+    /// A path of the plan holds a NUL byte.
+    #[error("a sandbox path holds a NUL byte: {0}")]
+    Nul(String),
+}
+
+/// One mount call of the child.
+#[derive(Debug)]
+struct MountCall {
+    source: Option<CString>,
+    target: CString,
+    flags: libc::c_ulong,
+}
+
+/// What the child applies between fork and exec.
+#[derive(Debug, Default)]
+pub struct Prepared {
+    /// `unshare` flags; 0 when no namespace is made.
+    unshare: libc::c_int,
+    /// Contents for `/proc/self/uid_map` and `gid_map` (user namespace).
+    id_maps: Option<(CString, CString)>,
+    /// Mount calls in order (the first makes every mount private).
+    mounts: Vec<MountCall>,
+    /// The Landlock ruleset, when the kernel has Landlock.
+    ruleset: Option<OwnedFd>,
+    /// Drop [`DROPPED_CAPABILITIES`] from the bounding set (the parent runs
+    /// as root, so the command would get every capability).
+    drop_capabilities: bool,
+}
+
+/// Capabilities a confined command never gets, even as root:
+/// `CAP_SYS_ADMIN` (21) and `CAP_PERFMON` (38). Either lets root read the
+/// memory and environment of any process through `/proc/PID/{environ,mem}`
+/// whatever Landlock says (the kernel's `perfmon_capable` exception).
+pub const DROPPED_CAPABILITIES: [libc::c_int; 2] = [21, 38];
+
+/// Prepares `plan` for a child: a Landlock ruleset when `landlock` (the
+/// kernel offers it) and namespace work when `namespaces` says how.
+pub fn prepare(
+    plan: &Plan,
+    landlock: bool,
+    namespaces: Option<NamespaceKind>,
+) -> Result<Prepared, ApplyError> {
+    let mut prepared = Prepared::default();
+    if let Some(kind) = namespaces.filter(|_| plan.needs_namespaces()) {
+        prepare_namespaces(plan, kind, &mut prepared)?;
+    }
+    if landlock {
+        prepared.ruleset = ruleset(plan)?;
+    }
+    // SAFETY: geteuid cannot fail.
+    prepared.drop_capabilities = unsafe { libc::geteuid() } == 0;
+    Ok(prepared)
+}
+
+fn c_path(path: &Path) -> Result<CString, ApplyError> {
+    CString::new(path.as_os_str().as_bytes())
+        .map_err(|_| ApplyError::Nul(path.display().to_string()))
+}
+
+fn prepare_namespaces(
+    plan: &Plan,
+    kind: NamespaceKind,
+    prepared: &mut Prepared,
+) -> Result<(), ApplyError> {
+    let mut flags = libc::CLONE_NEWNS;
+    if !plan.network {
+        flags |= libc::CLONE_NEWNET;
+    }
+    if kind == NamespaceKind::User {
+        flags |= libc::CLONE_NEWUSER;
+        // SAFETY: getuid and getgid cannot fail.
+        let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
+        let maps = (
+            CString::new(format!("{uid} {uid} 1\n")),
+            CString::new(format!("{gid} {gid} 1\n")),
+        );
+        if let (Ok(uid_map), Ok(gid_map)) = maps {
+            prepared.id_maps = Some((uid_map, gid_map));
+        }
+    }
+    prepared.unshare = flags;
+    prepared.mounts.push(MountCall {
+        source: None,
+        target: c"/".to_owned(),
+        flags: libc::MS_REC | libc::MS_PRIVATE,
+    });
+    for place in &plan.read_only_mounts {
+        // A place that does not exist has nothing to protect yet; one that
+        // exists but cannot be described is still bound read-only.
+        let Ok(meta) = std::fs::symlink_metadata(place) else {
+            continue;
+        };
+        if meta.file_type().is_symlink() {
+            // The place the link names is resolved separately; binding
+            // over a link would bind its target.
+            continue;
+        }
+        let target = c_path(place)?;
+        let kept = kept_mount_flags(&target);
+        prepared.mounts.push(MountCall {
+            source: Some(target.clone()),
+            target: target.clone(),
+            flags: libc::MS_BIND | libc::MS_REC,
+        });
+        prepared.mounts.push(MountCall {
+            source: None,
+            target,
+            flags: libc::MS_REMOUNT | libc::MS_BIND | libc::MS_RDONLY | kept,
+        });
+    }
+    for dir in &plan.writable_mounts {
+        if !dir.is_dir() {
+            continue;
+        }
+        let target = c_path(dir)?;
+        let kept = kept_mount_flags(&target);
+        prepared.mounts.push(MountCall {
+            source: Some(target.clone()),
+            target: target.clone(),
+            flags: libc::MS_BIND | libc::MS_REC,
+        });
+        prepared.mounts.push(MountCall {
+            source: None,
+            target,
+            flags: libc::MS_REMOUNT | libc::MS_BIND | kept,
+        });
+    }
+    Ok(())
+}
+
+/// The flags of the mount holding `path` that a remount must keep (in a user
+/// namespace the kernel refuses to drop them).
+fn kept_mount_flags(path: &CString) -> libc::c_ulong {
+    // SAFETY: statvfs fills the zeroed struct; the path is a valid C string.
+    let mut stat: libc::statvfs = unsafe { std::mem::zeroed() };
+    if unsafe { libc::statvfs(path.as_ptr(), &mut stat) } != 0 {
+        return 0;
+    }
+    let pairs = [
+        (libc::ST_NOSUID, libc::MS_NOSUID),
+        (libc::ST_NODEV, libc::MS_NODEV),
+        (libc::ST_NOEXEC, libc::MS_NOEXEC),
+        (libc::ST_NOATIME, libc::MS_NOATIME),
+        (libc::ST_NODIRATIME, libc::MS_NODIRATIME),
+        (libc::ST_RELATIME, libc::MS_RELATIME),
+    ];
+    pairs
+        .iter()
+        .filter(|(st, _)| stat.f_flag & st != 0)
+        .fold(0, |acc, (_, ms)| acc | ms)
+}
+
+/// The ruleset fd for `plan`: every file-system access is handled (so only
+/// what a rule grants is allowed), reads and execution are granted on `/`,
+/// everything on the writable directories, writes and `ioctl` on the
+/// devices; process scoping from ABI 6; TCP bind and connect refused when
+/// the network is off (ABI 4).
+fn ruleset(plan: &Plan) -> Result<Option<OwnedFd>, ApplyError> {
+    let abi = TARGET_ABI;
+    let all = AccessFs::from_all(abi);
+    let read = AccessFs::from_read(abi);
+    let mut ruleset = Ruleset::default()
+        .handle_access(all)?
+        .scope(Scope::from_all(abi))?;
+    if !plan.network {
+        ruleset = ruleset.handle_access(AccessNet::from_all(abi))?;
+    }
+    let mut created = ruleset.create()?;
+    if let Ok(fd) = PathFd::new("/") {
+        created = created.add_rule(PathBeneath::new(fd, read))?;
+    }
+    for dir in &plan.writable {
+        // A root that vanished since the session started grants nothing.
+        let Ok(fd) = PathFd::new(dir) else { continue };
+        let access = if dir.is_dir() {
+            all
+        } else {
+            AccessFs::from_file(abi)
+        };
+        created = created.add_rule(PathBeneath::new(fd, access))?;
+    }
+    let device = read | AccessFs::WriteFile | AccessFs::Truncate | AccessFs::IoctlDev;
+    for path in &plan.devices {
+        let Ok(fd) = PathFd::new(path) else { continue };
+        let access = if path.is_dir() {
+            device
+        } else {
+            device & AccessFs::from_file(abi)
+        };
+        created = created.add_rule(PathBeneath::new(fd, access))?;
+    }
+    Ok(created.into())
+}
+
+/// Applies `prepared` to the calling process. Runs between fork and exec:
+/// system calls only, on memory prepared before the fork.
+pub fn enter(prepared: &Prepared) -> io::Result<()> {
+    if prepared.unshare != 0 {
+        // SAFETY: unshare takes plain flags.
+        check(unsafe { libc::unshare(prepared.unshare) })?;
+        if let Some((uid_map, gid_map)) = &prepared.id_maps {
+            // A process that is not dumpable (the runtime makes itself so)
+            // cannot write its own id maps: `/proc/self` then belongs to
+            // root. The child is about to `exec`, which makes it dumpable
+            // anyway, and it is not in a Landlock domain yet, so no
+            // confined command can reach it in between.
+            // SAFETY: prctl with plain integers.
+            check(unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 1, 0, 0, 0) })?;
+            write_file(c"/proc/self/setgroups", c"deny")?;
+            write_file(c"/proc/self/uid_map", uid_map)?;
+            write_file(c"/proc/self/gid_map", gid_map)?;
+        }
+        for call in &prepared.mounts {
+            let source = call
+                .source
+                .as_ref()
+                .map_or(std::ptr::null(), |source| source.as_ptr());
+            // SAFETY: valid C strings or null, no file-system type, no data.
+            check(unsafe {
+                libc::mount(
+                    source,
+                    call.target.as_ptr(),
+                    std::ptr::null(),
+                    call.flags,
+                    std::ptr::null(),
+                )
+            })?;
+        }
+    }
+    if prepared.drop_capabilities {
+        for capability in DROPPED_CAPABILITIES {
+            // SAFETY: prctl with plain integers. EINVAL: a kernel that does
+            // not know the capability cannot grant it either.
+            let rc = unsafe { libc::prctl(libc::PR_CAPBSET_DROP, capability, 0, 0, 0) };
+            if rc != 0 && io::Error::last_os_error().raw_os_error() != Some(libc::EINVAL) {
+                return Err(io::Error::last_os_error());
+            }
+        }
+    }
+    if let Some(ruleset) = &prepared.ruleset {
+        // SAFETY: prctl with plain integers.
+        check(unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) })?;
+        // SAFETY: a ruleset descriptor owned by `prepared`, no flags.
+        let rc = unsafe {
+            libc::syscall(
+                libc::SYS_landlock_restrict_self,
+                ruleset.as_raw_fd(),
+                0 as libc::c_uint,
+            )
+        };
+        if rc != 0 {
+            return Err(io::Error::last_os_error());
+        }
+    }
+    Ok(())
+}
+
+fn check(rc: libc::c_int) -> io::Result<()> {
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// Writes `text` to the file `path` (a `/proc/self` control file).
+fn write_file(path: &std::ffi::CStr, text: &std::ffi::CStr) -> io::Result<()> {
+    // SAFETY: a valid C string; the descriptor is closed below.
+    let fd = unsafe { libc::open(path.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let bytes = text.to_bytes();
+    // SAFETY: writes the bytes of `text` to the descriptor above.
+    let written = unsafe { libc::write(fd, bytes.as_ptr().cast(), bytes.len()) };
+    let err = io::Error::last_os_error();
+    // SAFETY: closes the descriptor opened above.
+    unsafe { libc::close(fd) };
+    if usize::try_from(written).is_ok_and(|n| n == bytes.len()) {
+        Ok(())
+    } else {
+        Err(err)
+    }
+}
+
+/// The kernel's Landlock ABI version; 0 without Landlock.
+pub fn landlock_abi() -> i32 {
+    // SAFETY: the version query takes no attribute and touches no memory.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_landlock_create_ruleset,
+            std::ptr::null::<libc::c_void>(),
+            0usize,
+            1u32, // LANDLOCK_CREATE_RULESET_VERSION
+        )
+    };
+    i32::try_from(rc).unwrap_or(0).max(0)
+}
+
+/// Whether a child can enter the namespaces `kind` makes (a private mount
+/// namespace and a network namespace) and bind a directory read-only (a
+/// fresh one in the temporary directory; `/` itself cannot be bound in a
+/// user namespace).
+pub fn namespaces_work(kind: NamespaceKind) -> bool {
+    use std::os::unix::process::CommandExt;
+    let dir = std::env::temp_dir().join(format!("troupe-ns-probe-{}", std::process::id()));
+    if std::fs::create_dir(&dir).is_err() {
+        return false;
+    }
+    let plan = Plan {
+        read_only_mounts: vec![dir.clone()],
+        network: false,
+        ..Plan::default()
+    };
+    let mut prepared = Prepared::default();
+    let works = prepare_namespaces(&plan, kind, &mut prepared).is_ok() && {
+        let mut probe = std::process::Command::new("/bin/sh");
+        probe
+            .args(["-c", ":"])
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null());
+        // SAFETY: `enter` only makes async-signal-safe system calls on memory
+        // prepared before the fork.
+        unsafe {
+            probe.pre_exec(move || enter(&prepared));
+        }
+        let status = probe.status();
+        tracing::debug!(?kind, ?status, "namespace probe");
+        status.is_ok_and(|status| status.success())
+    };
+    let _ = std::fs::remove_dir(&dir);
+    works
+}

@@ -1,0 +1,345 @@
+//! What a confined command may touch, decided from the settings and the
+//! session's paths alone: [`plan`] is a pure function (the directory listing
+//! it may need is passed in), so every rule of the OS sandbox is tested
+//! without a kernel.
+//!
+//! The rules:
+//! - reading and executing stay allowed everywhere;
+//! - `workspace-write` grants writes below the allowed roots (project root,
+//!   spill directory, extra roots) and the session's temporary directory;
+//!   `read-only` grants none; both grant the harmless devices
+//!   ([`DEVICES`]);
+//! - a protected place (Troupe's own files) that lies inside a writable
+//!   directory is carved out: read-only bind mounts when the process can
+//!   create a mount namespace ([`Carve::Mounts`]); otherwise the writable
+//!   directory is split into its entries minus the protected ones
+//!   ([`Carve::Split`]), which leaves the directories on the way read-only;
+//! - a writable directory that lies inside a protected place (and not inside
+//!   an exempt one such as the spill directory) is dropped;
+//! - `network = false` asks for a network namespace when one can be made,
+//!   and for the TCP rules of the kernel's access control either way.
+
+use std::path::{Path, PathBuf};
+
+use crate::config::{SandboxMode, SandboxSettings};
+
+/// Device files commands may write (and use with `ioctl`) in every confined
+/// mode: output sinks, random sources and terminals. `/dev/shm` is not among
+/// them: shared memory outlives the command and is shared with every process.
+pub const DEVICES: [&str; 8] = [
+    "/dev/null",
+    "/dev/zero",
+    "/dev/full",
+    "/dev/random",
+    "/dev/urandom",
+    "/dev/tty",
+    "/dev/ptmx",
+    "/dev/pts",
+];
+
+/// How protected places inside writable directories are kept read-only.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Carve {
+    /// Read-only bind mounts in a private mount namespace.
+    Mounts,
+    /// Writable directories are split around the protected places.
+    Split,
+}
+
+/// The paths the plan is made from, all absolute and resolved.
+#[derive(Debug, Clone, Copy)]
+pub struct PlanInputs<'a> {
+    /// `[sandbox]` settings.
+    pub settings: SandboxSettings,
+    /// The allowed roots (project root first, spill directory, extra roots).
+    pub roots: &'a [PathBuf],
+    /// The session's temporary directory (`TMPDIR` of commands).
+    pub temp_dir: &'a Path,
+    /// Troupe's protected places.
+    pub protected: &'a [PathBuf],
+    /// Directories inside protected places that stay writable.
+    pub exempt: &'a [PathBuf],
+    /// How carving is possible in this process.
+    pub carve: Carve,
+}
+
+/// What the spawn code applies to one command.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Plan {
+    /// Directories (and files) below which everything may be written.
+    pub writable: Vec<PathBuf>,
+    /// Device files that may be written.
+    pub devices: Vec<PathBuf>,
+    /// Protected places made read-only by bind mounts, in mount order.
+    pub read_only_mounts: Vec<PathBuf>,
+    /// Exempt directories inside those, bound writable again on top.
+    pub writable_mounts: Vec<PathBuf>,
+    /// Whether commands may use the network.
+    pub network: bool,
+}
+
+impl Plan {
+    /// Whether the plan needs a private mount or network namespace.
+    pub fn needs_namespaces(&self) -> bool {
+        !self.read_only_mounts.is_empty() || !self.network
+    }
+}
+
+/// The plan for `inputs`; `None` when the mode is `off`. `list` gives the
+/// entries of a directory (absolute paths); it is only called for
+/// [`Carve::Split`].
+pub fn plan<F>(inputs: &PlanInputs<'_>, list: F) -> Option<Plan>
+where
+    F: Fn(&Path) -> Vec<PathBuf>,
+{
+    let candidates: Vec<PathBuf> = match inputs.settings.mode {
+        SandboxMode::Off => return None,
+        SandboxMode::ReadOnly => Vec::new(),
+        SandboxMode::WorkspaceWrite => inputs
+            .roots
+            .iter()
+            .chain(std::iter::once(&inputs.temp_dir.to_path_buf()))
+            .cloned()
+            .collect(),
+    };
+    let is_exempt = |path: &Path| inputs.exempt.iter().any(|dir| path.starts_with(dir));
+    let is_protected = |path: &Path| {
+        !is_exempt(path) && inputs.protected.iter().any(|place| path.starts_with(place))
+    };
+    let mut writable: Vec<PathBuf> = Vec::new();
+    let mut read_only_mounts: Vec<PathBuf> = Vec::new();
+    for dir in candidates {
+        if is_protected(&dir) || writable.iter().any(|w| dir.starts_with(w)) {
+            continue;
+        }
+        // A later root can hold an earlier one: keep the outer one only.
+        writable.retain(|w| !w.starts_with(&dir));
+        let inside: Vec<&PathBuf> = inputs
+            .protected
+            .iter()
+            .filter(|place| place.starts_with(&dir) && **place != dir && !is_exempt(place))
+            .collect();
+        match inputs.carve {
+            Carve::Mounts => {
+                writable.push(dir);
+                for place in inside {
+                    if !read_only_mounts.contains(place) {
+                        read_only_mounts.push(place.clone());
+                    }
+                }
+            }
+            Carve::Split => split_around(&dir, &inside, &list, &is_exempt, &mut writable),
+        }
+    }
+    read_only_mounts.sort_by_key(|path| path.components().count());
+    let writable_mounts = inputs
+        .exempt
+        .iter()
+        .filter(|dir| read_only_mounts.iter().any(|place| dir.starts_with(place)))
+        .cloned()
+        .collect();
+    Some(Plan {
+        writable,
+        devices: DEVICES.iter().map(PathBuf::from).collect(),
+        read_only_mounts,
+        writable_mounts,
+        network: inputs.settings.network,
+    })
+}
+
+/// Grants `dir` whole when no protected place lies inside it, else each of
+/// its entries (recursively around the places), never the places
+/// themselves nor `dir` itself.
+fn split_around<F, E>(
+    dir: &Path,
+    inside: &[&PathBuf],
+    list: &F,
+    is_exempt: &E,
+    writable: &mut Vec<PathBuf>,
+) where
+    F: Fn(&Path) -> Vec<PathBuf>,
+    E: Fn(&Path) -> bool,
+{
+    if inside.is_empty() {
+        writable.push(dir.to_path_buf());
+        return;
+    }
+    for entry in list(dir) {
+        if inside.iter().any(|place| **place == entry) && !is_exempt(&entry) {
+            continue;
+        }
+        let deeper: Vec<&PathBuf> = inside
+            .iter()
+            .copied()
+            .filter(|place| place.starts_with(&entry) && **place != entry)
+            .collect();
+        split_around(&entry, &deeper, list, is_exempt, writable);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn paths(list: &[&str]) -> Vec<PathBuf> {
+        list.iter().map(PathBuf::from).collect()
+    }
+
+    fn inputs<'a>(
+        mode: SandboxMode,
+        roots: &'a [PathBuf],
+        protected: &'a [PathBuf],
+        exempt: &'a [PathBuf],
+        carve: Carve,
+    ) -> PlanInputs<'a> {
+        PlanInputs {
+            settings: SandboxSettings {
+                mode,
+                network: true,
+            },
+            roots,
+            temp_dir: Path::new("/data/spill/s1/tmp"),
+            protected,
+            exempt,
+            carve,
+        }
+    }
+
+    fn no_listing(_: &Path) -> Vec<PathBuf> {
+        Vec::new()
+    }
+
+    #[test]
+    fn off_confines_nothing() {
+        let roots = paths(&["/p"]);
+        let plan = plan(
+            &inputs(SandboxMode::Off, &roots, &[], &[], Carve::Mounts),
+            no_listing,
+        );
+        assert_eq!(plan, None);
+    }
+
+    #[test]
+    fn workspace_write_grants_roots_and_the_temporary_directory_and_carves_protected_places() {
+        let roots = paths(&["/p", "/data/spill/s1", "/extra"]);
+        let protected = paths(&["/p/.troupe", "/p/.mcp.json", "/cfg/troupe", "/data"]);
+        let exempt = paths(&["/data/spill/s1"]);
+        let plan = plan(
+            &inputs(
+                SandboxMode::WorkspaceWrite,
+                &roots,
+                &protected,
+                &exempt,
+                Carve::Mounts,
+            ),
+            no_listing,
+        )
+        .unwrap();
+        // The temporary directory lies in the spill directory: one grant.
+        assert_eq!(plan.writable, paths(&["/p", "/data/spill/s1", "/extra"]));
+        assert_eq!(
+            plan.read_only_mounts,
+            paths(&["/p/.troupe", "/p/.mcp.json"])
+        );
+        assert!(plan.writable_mounts.is_empty());
+        assert!(plan.devices.contains(&PathBuf::from("/dev/null")));
+        assert!(!plan.devices.contains(&PathBuf::from("/dev/shm")));
+        assert!(plan.network);
+        assert!(plan.needs_namespaces());
+    }
+
+    #[test]
+    fn read_only_grants_only_devices() {
+        let roots = paths(&["/p", "/data/spill/s1"]);
+        let protected = paths(&["/p/.troupe"]);
+        let plan = plan(
+            &inputs(
+                SandboxMode::ReadOnly,
+                &roots,
+                &protected,
+                &[],
+                Carve::Mounts,
+            ),
+            no_listing,
+        )
+        .unwrap();
+        assert!(plan.writable.is_empty());
+        assert!(plan.read_only_mounts.is_empty());
+        assert_eq!(plan.devices.len(), DEVICES.len());
+        assert!(!plan.needs_namespaces());
+    }
+
+    #[test]
+    fn roots_inside_protected_places_are_dropped_unless_exempt() {
+        // `extra_roots = ["~/.config/troupe"]` and a data directory inside
+        // the project: the spill directory stays writable, bound again.
+        let roots = paths(&["/p", "/cfg/troupe/sub", "/p/.th/spill/s1"]);
+        let protected = paths(&["/cfg/troupe", "/p/.th"]);
+        let exempt = paths(&["/p/.th/spill/s1"]);
+        let mut inputs = inputs(
+            SandboxMode::WorkspaceWrite,
+            &roots,
+            &protected,
+            &exempt,
+            Carve::Mounts,
+        );
+        let temp = PathBuf::from("/p/.th/spill/s1/tmp");
+        inputs.temp_dir = &temp;
+        let plan = plan(&inputs, no_listing).unwrap();
+        assert_eq!(plan.writable, paths(&["/p"]));
+        assert_eq!(plan.read_only_mounts, paths(&["/p/.th"]));
+        assert_eq!(plan.writable_mounts, paths(&["/p/.th/spill/s1"]));
+    }
+
+    #[test]
+    fn nested_roots_collapse_into_the_outer_one() {
+        let roots = paths(&["/p/sub", "/p"]);
+        let plan = plan(
+            &inputs(SandboxMode::WorkspaceWrite, &roots, &[], &[], Carve::Mounts),
+            no_listing,
+        )
+        .unwrap();
+        assert_eq!(plan.writable, paths(&["/p", "/data/spill/s1/tmp"]));
+    }
+
+    #[test]
+    fn without_mounts_a_root_is_split_around_its_protected_entries() {
+        let roots = paths(&["/p", "/data/spill/s1"]);
+        let protected = paths(&["/p/.troupe", "/p/.mcp.json", "/p/deep/.troupe", "/data"]);
+        let exempt = paths(&["/data/spill/s1"]);
+        let listing = |dir: &Path| -> Vec<PathBuf> {
+            match dir.to_str() {
+                Some("/p") => paths(&["/p/.troupe", "/p/.mcp.json", "/p/src", "/p/deep"]),
+                Some("/p/deep") => paths(&["/p/deep/.troupe", "/p/deep/a"]),
+                _ => Vec::new(),
+            }
+        };
+        let plan = plan(
+            &inputs(
+                SandboxMode::WorkspaceWrite,
+                &roots,
+                &protected,
+                &exempt,
+                Carve::Split,
+            ),
+            listing,
+        )
+        .unwrap();
+        assert_eq!(
+            plan.writable,
+            paths(&["/p/src", "/p/deep/a", "/data/spill/s1"])
+        );
+        assert!(plan.read_only_mounts.is_empty());
+        assert!(!plan.needs_namespaces());
+    }
+
+    #[test]
+    fn network_off_needs_a_namespace() {
+        let roots = paths(&["/p"]);
+        let mut inputs = inputs(SandboxMode::ReadOnly, &roots, &[], &[], Carve::Mounts);
+        inputs.settings.network = false;
+        let plan = plan(&inputs, no_listing).unwrap();
+        assert!(!plan.network);
+        assert!(plan.needs_namespaces());
+    }
+}
