@@ -49,11 +49,25 @@ pub struct SessionState {
     pub rules: Vec<RuleEntry>,
 }
 
+/// What a run is for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum RunJob {
+    /// The prompt joins the history and the main agent works on it.
+    Prompt,
+    /// The main agent only compacts the session's history (manual
+    /// compaction): no prompt joins it, no model turn is taken.
+    Compact,
+}
+
+/// The prompt a compaction run is recorded with.
+pub const COMPACT_PROMPT: &str = "(compact the conversation)";
+
 /// What a run starts from.
 pub(crate) struct RunArgs {
     pub run_id: String,
     pub session_id: String,
     pub prompt: String,
+    pub job: RunJob,
     pub env: Arc<AgentEnv>,
     pub permissions: Arc<PermissionEngine>,
     pub limits: Limits,
@@ -127,6 +141,16 @@ impl RunMsg {
 /// The run actor.
 pub(crate) struct RunActor;
 
+/// What the main agent starts with.
+struct MainStart {
+    limits: Limits,
+    approver: Approver,
+    transcript: Transcript,
+    /// The session had a history before this run.
+    resumed: bool,
+    job: RunJob,
+}
+
 /// A registered agent of the tree.
 struct TreeAgent {
     agent: ActorRef<AgentMsg>,
@@ -146,7 +170,7 @@ pub(crate) struct RunActorState {
     broker: HashMap<String, ActorRef<AgentMsg>>,
     main: Option<ActorRef<AgentMsg>>,
     /// What the main agent starts with, until `post_start` spawns it.
-    start: Option<(Limits, Approver, Transcript)>,
+    start: Option<MainStart>,
     ended: bool,
 }
 
@@ -182,14 +206,17 @@ impl Actor for RunActor {
             ended: false,
         };
         let mut session = args.session;
+        let resumed = !session.transcript.is_empty();
         // Durable before visible: the run record and the prompt are on disk
         // before anyone is told the run started, let alone the model.
         let now = Utc::now();
-        let note = session
-            .last_active
-            .and_then(|last| (now - last).to_std().ok())
-            .and_then(pause_note);
-        session.transcript.push(user_message(&args.prompt, note));
+        if args.job == RunJob::Prompt {
+            let note = session
+                .last_active
+                .and_then(|last| (now - last).to_std().ok())
+                .and_then(pause_note);
+            session.transcript.push(user_message(&args.prompt, note));
+        }
         let record = RunRecord {
             run_id: state.run_id.clone(),
             session_id: state.session_id.clone(),
@@ -213,7 +240,13 @@ impl Actor for RunActor {
             prompt: args.prompt,
         });
         watch_wall_clock(&myself, args.limits.wall_clock, root);
-        state.start = Some((args.limits, args.approver, session.transcript));
+        state.start = Some(MainStart {
+            limits: args.limits,
+            approver: args.approver,
+            transcript: session.transcript,
+            resumed,
+            job: args.job,
+        });
         Ok(state)
     }
 
@@ -223,13 +256,10 @@ impl Actor for RunActor {
         state: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
         // The main agent is linked once this actor runs (it supervises it).
-        let Some((limits, approver, transcript)) = state.start.take() else {
+        let Some(start) = state.start.take() else {
             return Ok(());
         };
-        match state
-            .spawn_main(&myself, limits, approver, transcript)
-            .await
-        {
+        match state.spawn_main(&myself, start).await {
             Ok(main) => state.main = Some(main),
             Err(err) => state.end(
                 &myself,
@@ -405,10 +435,15 @@ impl RunActorState {
     async fn spawn_main(
         &mut self,
         myself: &ActorRef<RunMsg>,
-        limits: Limits,
-        approver: Approver,
-        transcript: Transcript,
+        start: MainStart,
     ) -> Result<ActorRef<AgentMsg>, String> {
+        let MainStart {
+            limits,
+            approver,
+            transcript,
+            resumed,
+            job,
+        } = start;
         let catalogue = self.env.main_catalogue().map_err(|err| err.to_string())?;
         let machine = AgentLoop::new(LoopSetup {
             spec: AgentSpec::main(limits.max_turns),
@@ -432,6 +467,9 @@ impl RunActorState {
             context: ContextSetup {
                 window: self.env.context_window,
                 ledger: self.stored_ledger(),
+                work_ahead: self.env.work_ahead,
+                resumed,
+                compact_only: job == RunJob::Compact,
             },
         });
         let args = AgentArgs {

@@ -270,13 +270,15 @@ impl HumanRenderer {
             EventKind::Usage { .. } => {}
             EventKind::Compaction {
                 phase,
+                trigger,
                 before_tokens,
                 after_tokens,
             } => writeln!(
                 out,
                 "{}",
                 self.dim(&format!(
-                    "{prefix}compaction {phase}: {before_tokens} → {after_tokens} tokens"
+                    "{prefix}compaction {phase}{}: {before_tokens} → {after_tokens} tokens",
+                    trigger_note(trigger)
                 ))
             )?,
             EventKind::SubagentStarted { role, task } => {
@@ -333,6 +335,16 @@ impl HumanRenderer {
             }
         }
         out.flush()
+    }
+}
+
+/// What a `compaction` event's trigger adds to its line: nothing for an
+/// automatic one (or an older event without a trigger), else ` (manual)`,
+/// ` (resume)`, ` (emergency)`.
+pub fn trigger_note(trigger: &str) -> String {
+    match trigger {
+        "" | "auto" => String::new(),
+        other => format!(" ({})", for_terminal(other)),
     }
 }
 

@@ -49,6 +49,7 @@ const ACTED: &[(&str, &str, Companions)] = &[
     ("tools.env_allowlist", "[\"CARGO_HOME\"]", &[]),
     ("tools.timeout_secs", "5", &[]),
     ("telemetry.capture_content", "true", &[]),
+    ("compaction.work_ahead", "false", &[]),
     (
         "mcp_servers.NAME.type",
         "\"stdio\"",

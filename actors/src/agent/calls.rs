@@ -254,6 +254,9 @@ impl AgentState {
                 } else {
                     Ledger::default()
                 },
+                work_ahead: self.env.work_ahead,
+                resumed: false,
+                compact_only: false,
             },
         });
         let events = self.events.for_agent(path.clone());

@@ -192,6 +192,7 @@ fn runtime_error(err: RuntimeError) -> ApiError {
         | RuntimeError::UnknownApproval(_)
         | RuntimeError::UnknownSession(_) => ApiError::not_found(err.to_string()),
         RuntimeError::SessionBusy(_) => ApiError::conflict(err.to_string()),
+        RuntimeError::NothingToCompact(_) => ApiError::unprocessable(err.to_string()),
         RuntimeError::Gone => ApiError::unavailable(err.to_string()),
         RuntimeError::Start(_) | RuntimeError::RunStart(_) | RuntimeError::Store(_) => {
             ApiError::internal(err.to_string())

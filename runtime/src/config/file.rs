@@ -27,6 +27,16 @@ pub struct ConfigFile {
     pub tools: Option<ToolsFile>,
     /// `[telemetry]`.
     pub telemetry: Option<TelemetryFile>,
+    /// `[compaction]`.
+    pub compaction: Option<CompactionFile>,
+}
+
+/// `[compaction]`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CompactionFile {
+    /// Prepare summaries ahead, from 70% of the threshold (default true).
+    pub work_ahead: Option<bool>,
 }
 
 /// `[providers.NAME]`.

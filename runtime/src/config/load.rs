@@ -464,6 +464,9 @@ fn merge(layers: Vec<Layer>) -> Result<Config, ConfigError> {
         {
             telemetry.capture_content = capture;
         }
+        if let Some(work_ahead) = file.compaction.and_then(|c| c.work_ahead) {
+            config.compaction.work_ahead = work_ahead;
+        }
         config.sources.push(path);
     }
 

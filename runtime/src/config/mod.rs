@@ -239,6 +239,20 @@ pub struct TelemetrySettings {
     pub capture_content: bool,
 }
 
+/// Effective compaction settings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CompactionSettings {
+    /// Summaries are prepared ahead, from 70% of the threshold, while the
+    /// agent goes on.
+    pub work_ahead: bool,
+}
+
+impl Default for CompactionSettings {
+    fn default() -> Self {
+        Self { work_ahead: true }
+    }
+}
+
 /// The merged configuration of user and project files.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Config {
@@ -259,6 +273,8 @@ pub struct Config {
     pub tools: ToolSettings,
     /// Telemetry settings.
     pub telemetry: TelemetrySettings,
+    /// Compaction settings.
+    pub compaction: CompactionSettings,
     /// The files that were read, in merge order (for messages and `troupe config`).
     pub sources: Vec<PathBuf>,
 }

@@ -159,7 +159,7 @@ impl AgentLoop {
             }
             Phase::Idle
             | Phase::Offloading
-            | Phase::Saving(AfterSave::ModelCall | AfterSave::TooLong(_)) => {
+            | Phase::Saving(AfterSave::ModelCall | AfterSave::TooLong(_) | AfterSave::Compact) => {
                 self.transcript.close(&outcome.final_text);
                 self.finish_with(outcome, out);
             }

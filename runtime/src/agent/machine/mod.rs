@@ -350,6 +350,8 @@ enum AfterSave {
     Finish(RunOutcome),
     /// End the turn: the history is too long even compacted (its estimate).
     TooLong(u64),
+    /// Compact the history (the loop's only job).
+    Compact,
 }
 
 enum Phase {
@@ -655,7 +657,12 @@ impl AgentLoop {
                 task: task.clone(),
             }));
         }
-        self.save_then(AfterSave::ModelCall, out);
+        let then = if self.context.compact_only {
+            AfterSave::Compact
+        } else {
+            AfterSave::ModelCall
+        };
+        self.save_then(then, out);
     }
 
     /// Asks for a save and waits for it before `then`.
@@ -679,6 +686,7 @@ impl AgentLoop {
                 self.interrupt_now(out);
             }
             (Ok(()), AfterSave::ModelCall) => self.model_call(out),
+            (Ok(()), AfterSave::Compact) => self.compact_now(out),
             (Ok(()), AfterSave::TooLong(tokens)) => self.end_too_long(tokens, out),
             (Ok(()), AfterSave::Execute(calls)) => self.start_execution(calls, out),
             (Err(err), then) => self.save_failed(err, then, out),
