@@ -358,6 +358,14 @@ pub fn write_json_line(event: &RunEvent, out: &mut impl Write) -> std::io::Resul
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_compaction_line_names_its_trigger_unless_automatic() {
+        assert_eq!(trigger_note("auto"), "");
+        assert_eq!(trigger_note(""), "");
+        assert_eq!(trigger_note("manual"), " (manual)");
+        assert_eq!(trigger_note("resume"), " (resume)");
+    }
     use troupe_runtime::model::Usage;
 
     fn event(seq: u64, kind: EventKind) -> RunEvent {
