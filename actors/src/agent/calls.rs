@@ -250,7 +250,7 @@ impl AgentState {
             context: ContextSetup {
                 window: self.env.context_window,
                 ledger: if fork_of.is_some() {
-                    self.machine.ledger().clone()
+                    self.machine.ledger().forked()
                 } else {
                     Ledger::default()
                 },
