@@ -98,6 +98,9 @@ pub struct AgentEnv {
     pub spill_dir: PathBuf,
     /// The provider's context window in tokens (0: no compaction).
     pub context_window: u64,
+    /// Summaries are prepared ahead, from 70% of the threshold, while the
+    /// agent goes on (`[compaction] work_ahead`).
+    pub work_ahead: bool,
     /// Environment given to child processes.
     pub child_env: Arc<Vec<(String, String)>>,
     /// Background shell tasks of the session.

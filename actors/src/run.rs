@@ -49,11 +49,25 @@ pub struct SessionState {
     pub rules: Vec<RuleEntry>,
 }
 
+/// What a run is for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum RunJob {
+    /// The prompt joins the history and the main agent works on it.
+    Prompt,
+    /// The main agent only compacts the session's history (manual
+    /// compaction): no prompt joins it, no model turn is taken.
+    Compact,
+}
+
+/// The prompt a compaction run is recorded with.
+pub const COMPACT_PROMPT: &str = "(compact the conversation)";
+
 /// What a run starts from.
 pub(crate) struct RunArgs {
     pub run_id: String,
     pub session_id: String,
     pub prompt: String,
+    pub job: RunJob,
     pub env: Arc<AgentEnv>,
     pub permissions: Arc<PermissionEngine>,
     pub limits: Limits,
@@ -129,6 +143,16 @@ impl RunMsg {
 /// The run actor.
 pub(crate) struct RunActor;
 
+/// What the main agent starts with.
+struct MainStart {
+    limits: Limits,
+    approver: Approver,
+    transcript: Transcript,
+    /// The session had a history before this run.
+    resumed: bool,
+    job: RunJob,
+}
+
 /// A registered agent of the tree.
 struct TreeAgent {
     agent: ActorRef<AgentMsg>,
@@ -148,7 +172,7 @@ pub(crate) struct RunActorState {
     broker: HashMap<String, ActorRef<AgentMsg>>,
     main: Option<ActorRef<AgentMsg>>,
     /// What the main agent starts with, until `post_start` spawns it.
-    start: Option<(Limits, Approver, Transcript)>,
+    start: Option<MainStart>,
     /// A hook blocked the prompt: the run ends at once with this outcome,
     /// the session as it was.
     blocked: Option<(RunOutcome, SessionState)>,
@@ -188,17 +212,23 @@ impl Actor for RunActor {
             ended: false,
         };
         let mut session = args.session;
+        let resumed = !session.transcript.is_empty();
         // The hooks at the door run before anything is stored: a blocked
-        // prompt never enters the history.
-        let gate = crate::hook_gate::before_prompt(
-            &state.env,
-            &state.session_id,
-            &state.run_id,
-            args.opening,
-            &args.prompt,
-            root.clone(),
-        )
-        .await;
+        // prompt never enters the history. A compaction run has no prompt.
+        let gate = match args.job {
+            RunJob::Prompt => {
+                crate::hook_gate::before_prompt(
+                    &state.env,
+                    &state.session_id,
+                    &state.run_id,
+                    args.opening,
+                    &args.prompt,
+                    root.clone(),
+                )
+                .await
+            }
+            RunJob::Compact => troupe_runtime::hooks::HookVerdict::default(),
+        };
         let prompt = match &gate.blocked {
             Some(_) => BLOCKED_PROMPT.to_owned(),
             None => args.prompt.clone(),
@@ -238,12 +268,14 @@ impl Actor for RunActor {
             state.blocked = Some((outcome, session));
             return Ok(state);
         }
-        let pause = session
-            .last_active
-            .and_then(|last| (now - last).to_std().ok())
-            .and_then(pause_note);
-        let note = join_notes(pause, gate.prompt_note());
-        session.transcript.push(user_message(&args.prompt, note));
+        if args.job == RunJob::Prompt {
+            let pause = session
+                .last_active
+                .and_then(|last| (now - last).to_std().ok())
+                .and_then(pause_note);
+            let note = join_notes(pause, gate.prompt_note());
+            session.transcript.push(user_message(&args.prompt, note));
+        }
         let started = state.env.store.put_run(&record).and_then(|()| {
             session
                 .transcript
@@ -258,7 +290,13 @@ impl Actor for RunActor {
             state.events.emit(report.event_kind());
         }
         watch_wall_clock(&myself, args.limits.wall_clock, root);
-        state.start = Some((args.limits, args.approver, session.transcript));
+        state.start = Some(MainStart {
+            limits: args.limits,
+            approver: args.approver,
+            transcript: session.transcript,
+            resumed,
+            job: args.job,
+        });
         Ok(state)
     }
 
@@ -272,13 +310,10 @@ impl Actor for RunActor {
             return Ok(());
         }
         // The main agent is linked once this actor runs (it supervises it).
-        let Some((limits, approver, transcript)) = state.start.take() else {
+        let Some(start) = state.start.take() else {
             return Ok(());
         };
-        match state
-            .spawn_main(&myself, limits, approver, transcript)
-            .await
-        {
+        match state.spawn_main(&myself, start).await {
             Ok(main) => state.main = Some(main),
             Err(err) => state.end(
                 &myself,
@@ -487,10 +522,15 @@ impl RunActorState {
     async fn spawn_main(
         &mut self,
         myself: &ActorRef<RunMsg>,
-        limits: Limits,
-        approver: Approver,
-        transcript: Transcript,
+        start: MainStart,
     ) -> Result<ActorRef<AgentMsg>, String> {
+        let MainStart {
+            limits,
+            approver,
+            transcript,
+            resumed,
+            job,
+        } = start;
         let catalogue = self.env.main_catalogue().map_err(|err| err.to_string())?;
         let machine = AgentLoop::new(LoopSetup {
             spec: AgentSpec::main(limits.max_turns),
@@ -514,6 +554,9 @@ impl RunActorState {
             context: ContextSetup {
                 window: self.env.context_window,
                 ledger: self.stored_ledger(),
+                work_ahead: self.env.work_ahead,
+                resumed,
+                compact_only: job == RunJob::Compact,
             },
             hooks: self.env.hooks.clone(),
         });

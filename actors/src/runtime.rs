@@ -5,6 +5,10 @@
 //! failure below it: a run that fails ends with an error event instead of
 //! taking the process down.
 //!
+//! A session is compacted on request by a run of its own whose only job is
+//! the summary ([`Runtime::compact`]): the same loop, events and store
+//! writes as any compaction, and the same rule of one run per session.
+//!
 //! [`Runtime`] is the handle front doors (the CLI, the daemon, tests) use.
 
 use std::collections::HashMap;
@@ -23,7 +27,7 @@ use troupe_runtime::store::{NewSession, Store, StoreError};
 use crate::env::AgentEnv;
 use crate::event_log::{EventLog, EventLogArgs, EventLogMsg, EventSink, LiveEvents, live_events};
 use crate::hook_gate::SessionOpening;
-use crate::run::{RunActor, RunArgs, RunMsg, SessionState};
+use crate::run::{COMPACT_PROMPT, RunActor, RunArgs, RunJob, RunMsg, SessionState};
 use crate::subscription::EventSubscription;
 
 /// Errors of the runtime handle.
@@ -56,6 +60,11 @@ pub enum RuntimeError {
     /// A UserPromptSubmit hook blocked the text.
     #[error("a UserPromptSubmit hook blocked the message: {0}")]
     HookBlocked(String),
+    /// The session's history is too short to compact.
+    #[error(
+        "session {0} is too short to compact: all of it would be kept verbatim as the recent part"
+    )]
+    NothingToCompact(String),
     /// The store refused a read or write.
     #[error(transparent)]
     Store(#[from] StoreError),
@@ -116,7 +125,7 @@ pub(crate) enum HistorySource {
 pub(crate) enum RuntimeMsg {
     /// Start a run.
     Submit(
-        Box<RunSubmission>,
+        Box<(RunSubmission, RunJob)>,
         RpcReplyPort<Result<RunHandle, RuntimeError>>,
     ),
     /// The run actor of a run in progress.
@@ -213,7 +222,8 @@ impl Actor for RuntimeActor {
     ) -> Result<(), ActorProcessingErr> {
         match message {
             RuntimeMsg::Submit(submission, reply) => {
-                let result = state.submit(&myself, *submission).await;
+                let (submission, job) = *submission;
+                let result = state.submit(&myself, submission, job).await;
                 let _ = reply.send(result);
             }
             RuntimeMsg::Run(run_id, reply) => {
@@ -315,8 +325,20 @@ impl RuntimeState {
         &mut self,
         myself: &ActorRef<RuntimeMsg>,
         submission: RunSubmission,
+        job: RunJob,
     ) -> Result<RunHandle, RuntimeError> {
         let (session_id, session, notice, opening) = self.open(&submission)?;
+        if job == RunJob::Compact
+            && !troupe_runtime::compact::compactable(
+                session.transcript.messages(),
+                submission.env.context_window,
+            )
+        {
+            // Refused before anything is recorded; the session stays as it was.
+            self.sessions
+                .insert(session_id.clone(), SessionSlot::Idle(session));
+            return Err(RuntimeError::NothingToCompact(session_id));
+        }
         for rule in &session.rules {
             if let Err(err) = submission.permissions.add_session_rule(rule.clone()) {
                 tracing::warn!(%err, "a stored session rule was not restored");
@@ -349,7 +371,11 @@ impl RuntimeState {
         let args = RunArgs {
             run_id: run_id.clone(),
             session_id: session_id.clone(),
-            prompt: submission.prompt,
+            prompt: match job {
+                RunJob::Prompt => submission.prompt,
+                RunJob::Compact => COMPACT_PROMPT.to_string(),
+            },
+            job,
             env: submission.env,
             permissions: Arc::new(submission.permissions),
             limits: submission.limits,
@@ -505,8 +531,34 @@ impl Runtime {
 
     /// Starts a run.
     pub async fn submit(&self, submission: RunSubmission) -> Result<RunHandle, RuntimeError> {
-        ractor::call!(self.actor, RuntimeMsg::Submit, Box::new(submission))
-            .map_err(|_| RuntimeError::Gone)?
+        ractor::call!(
+            self.actor,
+            RuntimeMsg::Submit,
+            Box::new((submission, RunJob::Prompt))
+        )
+        .map_err(|_| RuntimeError::Gone)?
+    }
+
+    /// Compacts a stored session now (manual compaction): a run whose only
+    /// job is to summarise the older history of the session that
+    /// `submission.session` continues (its `prompt` is not used). The run
+    /// emits `compaction` events (trigger `manual`) and ends `finished` with
+    /// stop reason `compacted`, or with an error when the summary could not
+    /// be made. A session with a run in progress is
+    /// [`RuntimeError::SessionBusy`]; one too short to cut is
+    /// [`RuntimeError::NothingToCompact`], refused before any run starts.
+    pub async fn compact(&self, submission: RunSubmission) -> Result<RunHandle, RuntimeError> {
+        if !matches!(submission.session, SessionTarget::Continue(_)) {
+            return Err(RuntimeError::RunStart(
+                "only a stored session can be compacted".into(),
+            ));
+        }
+        ractor::call!(
+            self.actor,
+            RuntimeMsg::Submit,
+            Box::new((submission, RunJob::Compact))
+        )
+        .map_err(|_| RuntimeError::Gone)?
     }
 
     async fn run(&self, run_id: &str) -> Result<ActorRef<RunMsg>, RuntimeError> {

@@ -28,6 +28,8 @@ pub const ADDR_VAR: &str = "TROUPE_ADDR";
 pub const TOKEN_VAR: &str = "TROUPE_TOKEN";
 /// How long a request other than the event stream may take.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long a compaction (one model call) may take through the daemon.
+const COMPACT_TIMEOUT: Duration = Duration::from_secs(30 * 60);
 /// How many times a broken event stream is reopened in a row.
 const RECONNECTS: u32 = 5;
 
@@ -261,6 +263,18 @@ impl DaemonClient {
             .http
             .delete(format!("{}/v1/sessions/{id}", self.base))
             .timeout(REQUEST_TIMEOUT);
+        let answer: Value = self.json_of(request).await?;
+        Ok(answer["text"].as_str().unwrap_or_default().to_string())
+    }
+
+    /// Compacts a session (`POST /v1/sessions/{id}/compact`) and waits for
+    /// it: the text saying what was done.
+    pub async fn compact_session(&self, id: &str, body: &Value) -> Result<String, ClientError> {
+        let request = self
+            .http
+            .post(format!("{}/v1/sessions/{id}/compact", self.base))
+            .timeout(COMPACT_TIMEOUT)
+            .json(body);
         let answer: Value = self.json_of(request).await?;
         Ok(answer["text"].as_str().unwrap_or_default().to_string())
     }

@@ -252,6 +252,12 @@ pub enum SessionsCommand {
         /// Session id (or a unique prefix of one).
         id: String,
     },
+    /// Compact a session now: summarise its older history (the recent part
+    /// is kept verbatim), so that it continues with a smaller context.
+    Compact {
+        /// Session id (or a unique prefix of one).
+        id: String,
+    },
 }
 
 /// `troupe runs` subcommands.

@@ -293,13 +293,15 @@ impl HumanRenderer {
             EventKind::Usage { .. } => {}
             EventKind::Compaction {
                 phase,
+                trigger,
                 before_tokens,
                 after_tokens,
             } => writeln!(
                 out,
                 "{}",
                 self.dim(&format!(
-                    "{prefix}compaction {phase}: {before_tokens} → {after_tokens} tokens"
+                    "{prefix}compaction {phase}{}: {before_tokens} → {after_tokens} tokens",
+                    trigger_note(trigger)
                 ))
             )?,
             EventKind::SubagentStarted { role, task } => {
@@ -373,6 +375,16 @@ impl HumanRenderer {
     }
 }
 
+/// What a `compaction` event's trigger adds to its line: nothing for an
+/// automatic one (or an older event without a trigger), else ` (manual)`,
+/// ` (resume)`, ` (emergency)`.
+pub fn trigger_note(trigger: &str) -> String {
+    match trigger {
+        "" | "auto" => String::new(),
+        other => format!(" ({})", for_terminal(other)),
+    }
+}
+
 /// Writes one event as a JSON line and flushes.
 pub fn write_json_line(event: &RunEvent, out: &mut impl Write) -> std::io::Result<()> {
     serde_json::to_writer(&mut *out, event)?;
@@ -383,6 +395,14 @@ pub fn write_json_line(event: &RunEvent, out: &mut impl Write) -> std::io::Resul
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_compaction_line_names_its_trigger_unless_automatic() {
+        assert_eq!(trigger_note("auto"), "");
+        assert_eq!(trigger_note(""), "");
+        assert_eq!(trigger_note("manual"), " (manual)");
+        assert_eq!(trigger_note("resume"), " (resume)");
+    }
     use troupe_runtime::model::Usage;
 
     fn event(seq: u64, kind: EventKind) -> RunEvent {

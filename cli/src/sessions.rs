@@ -219,6 +219,7 @@ pub async fn sessions(command: SessionsCommand) -> u8 {
         SessionsCommand::Show { id } => View::SessionShow { id },
         SessionsCommand::Export { id } => View::SessionExport { id },
         SessionsCommand::Rm { id } => return remove_command(&id).await,
+        SessionsCommand::Compact { id } => return compact_command(&id).await,
     };
     print_view(view).await
 }
@@ -270,6 +271,103 @@ async fn remove_command(id: &str) -> u8 {
             eprintln!("troupe: {message}");
             code
         }
+    }
+}
+
+/// `troupe sessions compact ID`: by the running daemon when there is one,
+/// else on a runtime started here; prints what the compaction did.
+async fn compact_command(given: &str) -> u8 {
+    let locations = match Locations::from_process() {
+        Ok(locations) => locations,
+        Err(err) => {
+            eprintln!("troupe: {err}");
+            return err.code;
+        }
+    };
+    let answer = match DaemonClient::locate(&locations) {
+        Ok(Some(client)) => {
+            let cwd = std::env::current_dir().unwrap_or_default();
+            client
+                .compact_session(given, &compact_request(&cwd, std::env::vars()))
+                .await
+                .map_err(|err| (err.code, err.message))
+        }
+        Ok(None) => compact_here(&locations, given).await,
+        Err(err) => Err((err.code, err.message)),
+    };
+    match answer {
+        Ok(text) => {
+            println!("{text}");
+            0
+        }
+        Err((code, message)) => {
+            eprintln!("troupe: {message}");
+            code
+        }
+    }
+}
+
+/// The `POST /v1/sessions/{id}/compact` body sent from this shell: its
+/// directory and environment, so the daemon reads the configuration a run
+/// started here would read.
+pub fn compact_request(
+    cwd: &std::path::Path,
+    env: impl IntoIterator<Item = (String, String)>,
+) -> serde_json::Value {
+    let env: serde_json::Map<String, serde_json::Value> = env
+        .into_iter()
+        .map(|(name, value)| (name, serde_json::Value::String(value)))
+        .collect();
+    serde_json::json!({ "cwd": cwd, "env": env })
+}
+
+/// Compacts `given` on a runtime of this process; the text to print.
+async fn compact_here(locations: &Locations, given: &str) -> Result<String, (u8, String)> {
+    let store = locations
+        .open_store()
+        .map_err(|err| (err.code, err.message))?;
+    let id = crate::ids::resolve(&store, crate::ids::IdKind::Session, given)
+        .map_err(|err| (err.code, err.message))?;
+    crate::run::report_recovered(&store, false);
+    let prepared = crate::setup::prepare(
+        &crate::setup::RunOptions::default(),
+        None,
+        &store,
+        locations,
+        Some(&id),
+    )
+    .await
+    .map_err(|err| (err.code, err.message))?;
+    let runtime = troupe_actors::Runtime::start(store.clone())
+        .await
+        .map_err(runtime_error)?;
+    let submission = prepared.into_submission(String::new(), troupe_actors::Approver::Absent);
+    let outcome = match runtime.compact(submission).await {
+        Ok(handle) => handle.outcome.await.map_err(runtime_error),
+        Err(err) => Err(compact_refusal(err)),
+    };
+    runtime.shutdown().await;
+    if let Err(err) = store.flush() {
+        tracing::warn!(%err, "the store could not be flushed");
+    }
+    compacted_text(&outcome?)
+}
+
+/// The exit code and message of a refused compaction.
+pub fn compact_refusal(err: troupe_actors::RuntimeError) -> (u8, String) {
+    match err {
+        troupe_actors::RuntimeError::NothingToCompact(_)
+        | troupe_actors::RuntimeError::UnknownSession(_) => (EXIT_USAGE, err.to_string()),
+        err => runtime_error(err),
+    }
+}
+
+/// What a compaction run's outcome says: its text when it compacted, else
+/// the error.
+pub fn compacted_text(outcome: &troupe_actors::RunOutcome) -> Result<String, (u8, String)> {
+    match outcome.status {
+        troupe_runtime::events::RunStatus::Finished => Ok(outcome.final_text.clone()),
+        _ => Err((EXIT_RUNTIME, outcome.final_text.clone())),
     }
 }
 

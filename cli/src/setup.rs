@@ -577,6 +577,7 @@ async fn assemble(
         system,
         spill_dir,
         context_window: resolved.context_window,
+        work_ahead: config.compaction.work_ahead,
         child_env: Arc::new(child_env),
         background: Arc::new(BackgroundTasks::new()),
         tool_timeout: config.tools.timeout,

@@ -177,6 +177,11 @@ pub enum EventKind {
     Compaction {
         /// `started`, `finished`, `failed`.
         phase: String,
+        /// Why: `auto` (the threshold), `manual` (asked for), `resume` (a
+        /// stored session continued near the window), `emergency` (the
+        /// provider refused the prompt as too long).
+        #[serde(default)]
+        trigger: String,
         /// Estimated tokens before.
         before_tokens: u64,
         /// Estimated tokens after (0 until finished).

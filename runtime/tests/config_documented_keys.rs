@@ -51,6 +51,7 @@ const ACTED: &[(&str, &str, Companions)] = &[
     ("telemetry.capture_content", "true", &[]),
     ("sandbox.mode", "\"read-only\"", &[]),
     ("sandbox.network", "false", &[]),
+    ("compaction.work_ahead", "false", &[]),
     (
         "mcp_servers.NAME.type",
         "\"stdio\"",

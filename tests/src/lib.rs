@@ -57,6 +57,8 @@ pub struct Harness {
     pub capture: ContentCapture,
     /// The context window agents compact for (0, the default: no compaction).
     pub context_window: u64,
+    /// Summaries are prepared ahead (off unless a test turns it on).
+    pub work_ahead: bool,
 }
 
 impl Harness {
@@ -77,6 +79,7 @@ impl Harness {
             store,
             capture: ContentCapture::default(),
             context_window: 0,
+            work_ahead: false,
         }
     }
 
@@ -230,6 +233,7 @@ impl Harness {
             },
             spill_dir: self.spill_dir(),
             context_window: self.context_window,
+            work_ahead: self.work_ahead,
             child_env: Arc::new(vec![("PATH".into(), "/usr/bin:/bin".into())]),
             background: Arc::new(BackgroundTasks::new()),
             tool_timeout: Duration::from_secs(30),
@@ -267,6 +271,25 @@ impl Harness {
             })
             .await
             .expect("run starts")
+    }
+
+    /// Compacts a stored session now (manual compaction) with `env`.
+    pub async fn compact(
+        &self,
+        session_id: &str,
+        env: Arc<AgentEnv>,
+    ) -> Result<RunHandle, troupe_actors::RuntimeError> {
+        self.runtime
+            .compact(RunSubmission {
+                prompt: String::new(),
+                session: SessionTarget::Continue(session_id.to_string()),
+                env,
+                permissions: self.permissions(PermissionMode::Bypass),
+                mode: PermissionMode::Bypass,
+                limits: Limits::default(),
+                approver: Approver::Absent,
+            })
+            .await
     }
 
     /// The history of a session (live, kept since its last run, or stored).

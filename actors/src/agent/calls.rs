@@ -251,10 +251,13 @@ impl AgentState {
             context: ContextSetup {
                 window: self.env.context_window,
                 ledger: if fork_of.is_some() {
-                    self.machine.ledger().clone()
+                    self.machine.ledger().forked()
                 } else {
                     Ledger::default()
                 },
+                work_ahead: self.env.work_ahead,
+                resumed: false,
+                compact_only: false,
             },
             hooks: self.env.hooks.clone(),
         });

@@ -165,6 +165,48 @@ impl Backend {
         }
     }
 
+    /// Compacts `session` now (`/compact`): the text saying what was done.
+    pub async fn compact(&self, session: &str, flags: &RunFlags) -> Result<String, ChatError> {
+        match self {
+            Self::Daemon(client) => {
+                let current_dir = std::env::current_dir().map_err(|err| ChatError {
+                    message: format!("cannot read the current directory: {err}"),
+                    code: EXIT_USAGE,
+                })?;
+                let mut body = crate::sessions::compact_request(
+                    &current_dir,
+                    troupe_runtime::secrets::process_vars(),
+                );
+                body["provider"] = serde_json::json!(flags.provider);
+                body["model"] = serde_json::json!(flags.model);
+                Ok(client.compact_session(session, &body).await?)
+            }
+            Self::Embedded(embedded) => {
+                let session = ids::resolve(&embedded.store, IdKind::Session, session)?;
+                let prepared = crate::setup::prepare(
+                    &RunOptions::from_flags(flags),
+                    None,
+                    &embedded.store,
+                    &embedded.locations,
+                    Some(&session),
+                )
+                .await?;
+                let submission = prepared.into_submission(String::new(), Approver::Absent);
+                let refused = |(code, message): (u8, String)| ChatError { message, code };
+                let handle = embedded
+                    .runtime
+                    .compact(submission)
+                    .await
+                    .map_err(|err| refused(crate::sessions::compact_refusal(err)))?;
+                let outcome = handle.outcome.await.map_err(|_| ChatError {
+                    message: "the compaction ended without an outcome".into(),
+                    code: EXIT_RUNTIME,
+                })?;
+                crate::sessions::compacted_text(&outcome).map_err(refused)
+            }
+        }
+    }
+
     /// Renders a read-only view of the store (`/sessions`, `/resume`).
     pub async fn view(&self, view: View) -> Rendered {
         match self {

@@ -33,6 +33,8 @@ pub enum SlashCommand {
     Tools,
     /// `/agents`: the sub-agent roles the agent may start.
     Agents,
+    /// `/compact`: summarise the conversation's older part now.
+    Compact,
     /// `/exit`: leave the chat.
     Exit,
     /// A command that does not exist.
@@ -56,6 +58,10 @@ pub const COMMANDS: &[(&str, &str)] = &[
     ("/cost", "tokens and cost of this chat"),
     ("/tools", "the tools the agent is offered"),
     ("/agents", "the sub-agent roles it may start"),
+    (
+        "/compact",
+        "summarise the older part of this conversation now",
+    ),
     ("/exit", "leave (Ctrl-C or Ctrl-D at the prompt too)"),
 ];
 
@@ -88,6 +94,7 @@ pub fn parse(line: &str) -> ChatInput {
         "cost" => SlashCommand::Cost,
         "tools" => SlashCommand::Tools,
         "agents" => SlashCommand::Agents,
+        "compact" => SlashCommand::Compact,
         "exit" | "quit" => SlashCommand::Exit,
         _ => SlashCommand::Unknown(format!("/{name}")),
     })
@@ -120,6 +127,13 @@ mod tests {
             ChatInput::Command(command) => command,
             other => panic!("{line:?} gave {other:?}"),
         }
+    }
+
+    #[test]
+    fn compact_is_a_command_listed_in_the_help() {
+        assert_eq!(command("/compact"), SlashCommand::Compact);
+        assert_eq!(command("/COMPACT"), SlashCommand::Compact);
+        assert!(help_text().contains("/compact"));
     }
 
     #[test]

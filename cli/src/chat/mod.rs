@@ -378,6 +378,15 @@ impl Chat {
                 }
                 Err(err) => eprintln!("{}", err.message),
             },
+            SlashCommand::Compact => match self.session.clone() {
+                None => eprintln!("(nothing to compact: no conversation yet)"),
+                Some(session) => {
+                    eprintln!("(compacting the conversation…)");
+                    match self.backend.compact(&session, &self.flags).await {
+                        Ok(text) | Err(ChatError { message: text, .. }) => eprintln!("{text}"),
+                    }
+                }
+            },
             SlashCommand::Unknown(name) => {
                 eprintln!(
                     "unknown command {name}; /help lists them (start with // to send a line beginning with /)"

@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use troupe_runtime::events::{EventKind, NOTICE_MODEL_RETRY, RunEvent, RunStatus, preview};
 
 use super::markdown::MarkdownStream;
-use crate::render::{CallTargets, finished_line, hook_line, stop_cause_words};
+use crate::render::{CallTargets, finished_line, hook_line, stop_cause_words, trigger_note};
 
 /// One thing to show.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -124,10 +124,12 @@ impl TurnView {
             } => self.tokens += input + output + cache_read + cache_write,
             EventKind::Compaction {
                 phase,
+                trigger,
                 before_tokens,
                 after_tokens,
             } => shown.push(Shown::Dim(format!(
-                "{prefix}compaction {phase}: {before_tokens} → {after_tokens} tokens"
+                "{prefix}compaction {phase}{}: {before_tokens} → {after_tokens} tokens",
+                trigger_note(trigger)
             ))),
             EventKind::SubagentStarted { role, task } => {
                 shown.push(Shown::Line(format!(

@@ -1,5 +1,6 @@
 //! The daemon's HTTP API: runs (create, list, show, cancel, approvals), a
-//! run's events as Server-Sent Events, sessions, health.
+//! run's events as Server-Sent Events, sessions (show, remove, compact),
+//! health.
 //!
 //! Every request passes [`guard`](super::guard) first: its `Host`/`Origin`
 //! must name this daemon and, except for `/healthz`, it must carry the token.
@@ -148,6 +149,7 @@ pub fn router(state: ApiState) -> Router {
             "/v1/sessions/{id}",
             get(show_session).delete(remove_session),
         )
+        .route("/v1/sessions/{id}/compact", post(compact_session))
         .route("/v1/views", post(render_view))
         .fallback(|| async { ApiError::not_found("no such endpoint") })
         .layer(middleware::from_fn_with_state(state.clone(), guard_request))
@@ -193,6 +195,7 @@ fn runtime_error(err: RuntimeError) -> ApiError {
         | RuntimeError::UnknownSession(_) => ApiError::not_found(err.to_string()),
         RuntimeError::SessionBusy(_) => ApiError::conflict(err.to_string()),
         RuntimeError::HookBlocked(_) => ApiError::unprocessable(err.to_string()),
+        RuntimeError::NothingToCompact(_) => ApiError::unprocessable(err.to_string()),
         RuntimeError::Gone => ApiError::unavailable(err.to_string()),
         RuntimeError::Start(_) | RuntimeError::RunStart(_) | RuntimeError::Store(_) => {
             ApiError::internal(err.to_string())
@@ -594,6 +597,103 @@ async fn remove_session(
         ))),
         Err(err) => Err(runtime_error(err)),
     }
+}
+
+/// `POST /v1/sessions/{id}/compact`: what a client sends to compact a
+/// session — the configuration is read for `cwd` with `env`, as for a run.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CompactRequest {
+    /// The client's working directory (absolute); the session's own
+    /// directory is used when it still exists.
+    pub cwd: PathBuf,
+    /// Provider entry.
+    #[serde(default)]
+    pub provider: Option<String>,
+    /// Model id.
+    #[serde(default)]
+    pub model: Option<String>,
+    /// The client's environment variables.
+    #[serde(default)]
+    pub env: Option<BTreeMap<String, String>>,
+}
+
+/// `POST /v1/sessions/{id}/compact`: summarises the older history of a
+/// session (an id or a unique prefix) now and answers once it is done, with
+/// the run that did it and the estimate before and after; 409 while a run of
+/// it is in progress, 422 when it is too short to compact, 502 when the
+/// summary could not be made.
+async fn compact_session(
+    State(state): State<ApiState>,
+    Path(given): Path<String>,
+    body: Body,
+) -> Result<Response, ApiError> {
+    if state.closing.load(Ordering::SeqCst) {
+        return Err(ApiError::unavailable("the daemon is shutting down"));
+    }
+    let request: CompactRequest = json_body(body).await?;
+    if !request.cwd.is_absolute() {
+        return Err(ApiError::bad_request(format!(
+            "cwd {} is not an absolute path",
+            request.cwd.display()
+        )));
+    }
+    let id =
+        crate::ids::resolve(&state.store, crate::ids::IdKind::Session, &given).map_err(|err| {
+            match err.code {
+                crate::EXIT_USAGE => ApiError::not_found(err.message),
+                _ => ApiError::internal(err.message),
+            }
+        })?;
+    let prepared = (state.prepare)(RunRequest {
+        prompt: String::new(),
+        session_id: Some(id.clone()),
+        cwd: request.cwd,
+        keep_session_cwd: true,
+        mode: None,
+        provider: request.provider,
+        model: request.model,
+        limits: RunLimits::default(),
+        env: request.env,
+        interactive: false,
+    })
+    .await?;
+    let mut handle = match state.runtime.compact(prepared.submission).await {
+        Ok(handle) => handle,
+        Err(RuntimeError::SessionBusy(_)) => {
+            return Err(ApiError::conflict(format!(
+                "session {id} has a run in progress; compact it once the run has ended"
+            )));
+        }
+        Err(err) => return Err(runtime_error(err)),
+    };
+    // The estimate before and after, from the run's `compaction` events.
+    let mut tokens = (0, 0);
+    while let Some(event) = handle.events.recv().await {
+        match &event.kind {
+            EventKind::Compaction {
+                before_tokens,
+                after_tokens,
+                ..
+            } => tokens = (*before_tokens, *after_tokens),
+            EventKind::RunFinished { .. } => break,
+            _ => {}
+        }
+    }
+    let outcome = handle
+        .outcome
+        .await
+        .map_err(|_| ApiError::internal("the compaction ended without an outcome"))?;
+    let text = crate::sessions::compacted_text(&outcome)
+        .map_err(|(_, message)| ApiError::bad_gateway(message))?;
+    Ok(axum::Json(json!({
+        "session_id": id,
+        "run_id": handle.run_id,
+        "before_tokens": tokens.0,
+        "after_tokens": tokens.1,
+        "text": text,
+    }))
+    .into_response())
 }
 
 /// `POST /v1/views`: a read-only view of the store rendered exactly as the

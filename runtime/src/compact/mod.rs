@@ -1,11 +1,13 @@
 //! Context compaction as pure decisions: the token estimate, layer 1 (large
 //! tool results offloaded to spill files, decided once per call id in a
 //! ledger), layer 2 (a summary of the older history replacing it, the recent
-//! tail kept verbatim, a recovery attachment after it), the circuit breaker
-//! of automatic summaries and the thresholds that trigger each. Nothing here
+//! tail kept verbatim, a recovery attachment after it), summaries prepared
+//! ahead and when they still fit, the circuit breaker of automatic summaries
+//! and the thresholds that trigger each. Nothing here
 //! writes a file or calls a model: the agent's interpreter does, and feeds
 //! the outcome back.
 
+pub mod ahead;
 pub mod breaker;
 pub mod estimate;
 pub mod offload;
@@ -47,6 +49,15 @@ pub fn emergency_limit(window: u64) -> u64 {
     window.saturating_sub(EMERGENCY_MARGIN)
 }
 
+/// Whether a history of `messages` can be compacted for a context
+/// `window` (manual compaction refuses one that cannot): some part of it is
+/// old enough to summarise once the verbatim tail is kept.
+pub fn compactable(messages: &[crate::model::Message], window: u64) -> bool {
+    let threshold = auto_threshold(window).unwrap_or(window / 2);
+    summary::tail_start(messages, summary::budgets(threshold).tail_tokens)
+        .is_some_and(|cut| cut > 0)
+}
+
 /// The start-up warning for a window too small for summaries, if it is.
 pub fn small_window_warning(window: u64) -> Option<String> {
     auto_threshold(window).is_none().then(|| {
@@ -74,5 +85,22 @@ mod tests {
         assert!(small_window_warning(33_000).unwrap().contains("33000"));
         assert!(small_window_warning(40_000).is_none());
         assert_eq!(resume_threshold(100), 0);
+    }
+
+    #[test]
+    fn a_history_is_compactable_when_something_precedes_the_kept_tail() {
+        use crate::model::Message;
+        let short = vec![Message::user_text("hi"), Message::assistant_text("hello")];
+        assert!(!compactable(&short, 200_000));
+        let long: Vec<Message> = (0..20)
+            .flat_map(|i| {
+                [
+                    Message::user_text(format!("request {i} {}", "x".repeat(20_000))),
+                    Message::assistant_text(format!("answer {i}")),
+                ]
+            })
+            .collect();
+        assert!(compactable(&long, 200_000));
+        assert!(!compactable(&long[..4], 200_000), "all of it is the tail");
     }
 }

@@ -35,10 +35,24 @@ pub enum Decision {
 }
 
 /// Every decision of a session, by call id.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default)]
 pub struct Ledger {
     decisions: BTreeMap<String, Decision>,
+    /// How many leading messages of the history [`Ledger::plan`] last saw
+    /// are fully decided: the next plan starts there, so a turn costs its
+    /// new messages, not the whole history. Reset when the history is
+    /// replaced ([`Ledger::retain_for`]) or shorter than it.
+    scanned: usize,
 }
+
+/// Ledgers are equal when their decisions are.
+impl PartialEq for Ledger {
+    fn eq(&self, other: &Self) -> bool {
+        self.decisions == other.decisions
+    }
+}
+
+impl Eq for Ledger {}
 
 /// What layer 1 decided before a request: results to spill, and results
 /// kept whole (to record with the session).
@@ -101,7 +115,10 @@ impl Ledger {
                 (entry.call_id.clone(), decision)
             })
             .collect();
-        Self { decisions }
+        Self {
+            decisions,
+            scanned: 0,
+        }
     }
 
     /// The entry to keep with the session for `call_id`'s decision.
@@ -116,6 +133,15 @@ impl Ledger {
             },
             original_bytes,
         })
+    }
+
+    /// The decisions for a fork: the same, planned over its own history
+    /// from the start.
+    pub fn forked(&self) -> Self {
+        Self {
+            decisions: self.decisions.clone(),
+            scanned: 0,
+        }
     }
 
     /// The decision for `call_id`, if made.
@@ -136,7 +162,20 @@ impl Ledger {
     /// messages already fully decided cost one lookup per result.
     pub fn plan(&mut self, messages: &[Message]) -> OffloadPlan {
         let mut plan = OffloadPlan::default();
-        for message in messages.iter().filter(|m| m.role == Role::Tool) {
+        let start = if self.scanned <= messages.len() {
+            self.scanned
+        } else {
+            0
+        };
+        // The first message left with a result to spill: planned again next
+        // time, in case its spill fails.
+        let mut pending: Option<usize> = None;
+        for (index, message) in messages
+            .iter()
+            .enumerate()
+            .skip(start)
+            .filter(|(_, m)| m.role == Role::Tool)
+        {
             let undecided: Vec<&ToolResult> = message
                 .tool_results_iter()
                 .filter(|result| !self.decisions.contains_key(&result.call_id))
@@ -165,6 +204,9 @@ impl Ledger {
                     total = total - size + PREVIEW_BYTES;
                 }
             }
+            if !spill.is_empty() {
+                pending.get_or_insert(index);
+            }
             for result in undecided {
                 if spill.contains(&result.call_id.as_str()) {
                     plan.spill.push(SpillOrder {
@@ -183,6 +225,7 @@ impl Ledger {
                 }
             }
         }
+        self.scanned = pending.unwrap_or(messages.len());
         plan
     }
 
@@ -257,6 +300,7 @@ impl Ledger {
             .flat_map(|m| m.tool_results_iter().map(|r| r.call_id.as_str()))
             .collect();
         self.decisions.retain(|id, _| present.contains(id.as_str()));
+        self.scanned = 0;
     }
 }
 
@@ -366,6 +410,37 @@ mod tests {
         assert_eq!(again.spill, plan.spill);
         assert!(again.kept.is_empty());
         assert_eq!(ledger.apply(&history), history);
+    }
+
+    #[test]
+    fn a_plan_starts_after_the_messages_already_decided() {
+        let mut history = vec![Message::user_text("go"), call("a"), results(&[("a", 10)])];
+        let mut ledger = Ledger::default();
+        ledger.plan(&history);
+        assert_eq!(ledger.scanned, 3);
+        history.push(call("big"));
+        history.push(results(&[("big", SINGLE_RESULT_BYTES * 2)]));
+        history.push(call("b"));
+        history.push(results(&[("b", 10)]));
+        let plan = ledger.plan(&history);
+        assert_eq!((plan.spill.len(), plan.kept.len()), (1, 1));
+        assert_eq!(ledger.scanned, 4, "stops at the message still to spill");
+        ledger.spilled("big", "/s/big");
+        assert!(ledger.plan(&history).is_empty());
+        assert_eq!(ledger.scanned, history.len());
+        // A replaced history is planned from its start again.
+        let compacted = vec![
+            Message::user_text("summary"),
+            call("c"),
+            results(&[("c", 10)]),
+        ];
+        ledger.retain_for(&compacted);
+        assert_eq!(ledger.plan(&compacted).kept.len(), 1);
+        // A history shorter than what was seen is planned whole.
+        let mut other = Ledger::default();
+        other.plan(&history);
+        assert_eq!(other.plan(&history[..3]).kept.len(), 0);
+        assert_eq!(other.scanned, 3);
     }
 
     #[test]

@@ -32,6 +32,16 @@ pub struct ConfigFile {
     /// `[[hooks.EVENT]]` entries by event name (checked when validated).
     #[serde(default)]
     pub hooks: BTreeMap<String, Vec<HookFile>>,
+    /// `[compaction]`.
+    pub compaction: Option<CompactionFile>,
+}
+
+/// `[compaction]`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CompactionFile {
+    /// Prepare summaries ahead, from 70% of the threshold (default true).
+    pub work_ahead: Option<bool>,
 }
 
 /// `[providers.NAME]`.

@@ -494,6 +494,9 @@ fn merge(layers: Vec<Layer>) -> Result<Config, ConfigError> {
             config.sandbox.mode = s.mode.unwrap_or(config.sandbox.mode);
             config.sandbox.network = s.network.unwrap_or(config.sandbox.network);
         }
+        if let Some(work_ahead) = file.compaction.and_then(|c| c.work_ahead) {
+            config.compaction.work_ahead = work_ahead;
+        }
         config.sources.push(path);
     }
 

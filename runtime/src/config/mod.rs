@@ -282,6 +282,20 @@ impl Default for SandboxSettings {
     }
 }
 
+/// Effective compaction settings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CompactionSettings {
+    /// Summaries are prepared ahead, from 70% of the threshold, while the
+    /// agent goes on.
+    pub work_ahead: bool,
+}
+
+impl Default for CompactionSettings {
+    fn default() -> Self {
+        Self { work_ahead: true }
+    }
+}
+
 /// The merged configuration of user and project files.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Config {
@@ -306,6 +320,8 @@ pub struct Config {
     pub sandbox: SandboxSettings,
     /// Hooks: the user file's, then the project's, each in file order.
     pub hooks: Vec<crate::hooks::Hook>,
+    /// Compaction settings.
+    pub compaction: CompactionSettings,
     /// The files that were read, in merge order (for messages and `troupe config`).
     pub sources: Vec<PathBuf>,
 }

@@ -17,9 +17,9 @@ use tracing::Span;
 
 use super::verdict::{HOOK_OUTPUT_CAP, interpret};
 use super::{Hook, HookEvent, HookExit, HookOutcome, HookPayload, HookPlace, HookSet, HookVerdict};
+use crate::os_sandbox::CommandSandbox;
 use crate::telemetry::genai;
 use crate::telemetry::propagation::{TRACEPARENT_ENV, traceparent_of};
-use crate::os_sandbox::CommandSandbox;
 use crate::tools::process::spawn_confined;
 use crate::tools::process_tree::containment;
 

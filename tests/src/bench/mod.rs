@@ -156,6 +156,7 @@ pub fn agent_env(
         },
         spill_dir,
         context_window: 0,
+        work_ahead: false,
         child_env: Arc::new(vec![("PATH".into(), "/usr/bin:/bin".into())]),
         background: Arc::new(BackgroundTasks::new()),
         tool_timeout: TOOL_TIMEOUT,

@@ -1,14 +1,22 @@
 //! The compacting half of a turn, before its model call: layer 1 (large
 //! results offloaded, decided once per call id), then, at the threshold, a
-//! summary of the older history (layer 2) made by a model call with no tools;
-//! and the emergency path when the provider says the prompt is too long.
+//! summary of the older history (layer 2) made by a model call with no tools
+//! — or swapped in from one prepared ahead, from 70% of the threshold, while
+//! the agent went on; the emergency path when the provider says the prompt is
+//! too long; a summary before the first request of a continued session near
+//! the window; and a loop whose only job is a summary (manual compaction).
 //! Every rule is a function of `crate::compact`; this only sequences them.
+//!
+//! Every compaction starts in [`AgentLoop::begin_compaction`] and ends in
+//! [`AgentLoop::apply_summary`] or [`AgentLoop::summary_failed`], whatever
+//! its trigger.
 
 use std::collections::VecDeque;
 
 use chrono::Utc;
 use tokio_util::sync::CancellationToken;
 
+use crate::compact::ahead::{PrefixKey, prefix_key, should_prepare, still_matches};
 use crate::compact::breaker::Breaker;
 use crate::compact::estimate::TokenEstimate;
 use crate::compact::offload::{Ledger, OffloadPlan};
@@ -16,14 +24,15 @@ use crate::compact::summary::{
     FileSnapshot, RECOVERY_FILES, budgets, compacted, extract_summary, files_outside,
     groups_to_drop, recovery_attachment, summary_request, tail_start, without_oldest_groups,
 };
-use crate::compact::{auto_threshold, emergency_limit};
-use crate::events::EventKind;
+use crate::compact::{auto_threshold, emergency_limit, resume_threshold};
+use crate::events::{EventKind, RunStatus};
 use crate::llm::{ChatRequest, ProviderError, ProviderErrorKind, ToolDefinition};
 use crate::model::{Message, Usage};
 use crate::store::CompactionMarker;
 use crate::telemetry::genai;
 
 use super::{AfterSave, AgentLoop, Effect, Phase};
+use crate::agent::RunOutcome;
 
 /// How many too-long summary requests are retried with fewer groups.
 const SUMMARY_ATTEMPTS: u32 = 8;
@@ -35,6 +44,15 @@ pub struct ContextSetup {
     pub window: u64,
     /// The session's layer-1 decisions (a fork starts from its parent's).
     pub ledger: Ledger,
+    /// Summaries are prepared ahead, from 70% of the threshold, while the
+    /// agent goes on.
+    pub work_ahead: bool,
+    /// The loop continues a stored session: when its first request is
+    /// estimated above the window − 8,000, the history is compacted first.
+    pub resumed: bool,
+    /// The loop's only job is to compact the history (manual compaction):
+    /// it summarises, stores the result and finishes, with no model turn.
+    pub compact_only: bool,
 }
 
 /// Why a summary is made.
@@ -42,17 +60,44 @@ pub struct ContextSetup {
 pub enum Trigger {
     /// The estimate reached the threshold.
     Auto,
+    /// Someone asked for it (`troupe sessions compact`, `/compact`, the API).
+    Manual,
+    /// A stored session is continued with an estimate near the window.
+    Resume,
     /// The provider refused the prompt as too long.
     Emergency,
 }
 
 impl Trigger {
-    fn as_str(self) -> &'static str {
+    /// The trigger as events and spans name it.
+    pub fn as_str(self) -> &'static str {
         match self {
             Self::Auto => "auto",
+            Self::Manual => "manual",
+            Self::Resume => "resume",
             Self::Emergency => "emergency",
         }
     }
+}
+
+/// A summary prepared ahead, for the history prefix of `key`.
+#[derive(Debug)]
+struct Ahead {
+    key: PrefixKey,
+    state: AheadState,
+}
+
+#[derive(Debug)]
+enum AheadState {
+    /// Its request runs beside the agent's turns.
+    InFlight {
+        epoch: u64,
+        cancel: CancellationToken,
+        /// `compact ahead`: the preparation's request runs in it.
+        span: tracing::Span,
+    },
+    /// Its summary, ready to swap in.
+    Ready(String),
 }
 
 /// The compaction state of one loop.
@@ -71,6 +116,14 @@ pub(super) struct ContextState {
     emergency_used: bool,
     /// Files read most recently, newest first.
     recent_files: VecDeque<FileSnapshot>,
+    /// Prepare summaries ahead.
+    work_ahead: bool,
+    /// A summary prepared (or being prepared) ahead.
+    ahead: Option<Ahead>,
+    /// The first request of a continued session is still to come.
+    resume_pending: bool,
+    /// Only compact, then finish.
+    pub(super) compact_only: bool,
 }
 
 impl ContextState {
@@ -84,7 +137,26 @@ impl ContextState {
             skip_summary: false,
             emergency_used: false,
             recent_files: VecDeque::new(),
+            work_ahead: setup.work_ahead,
+            ahead: None,
+            resume_pending: setup.resumed,
+            compact_only: setup.compact_only,
         }
+    }
+
+    /// The estimate's anchor.
+    #[cfg(test)]
+    pub(super) fn estimate(&self) -> TokenEstimate {
+        self.estimate
+    }
+
+    /// Whether a summary is being prepared ahead (`Some(false)`) or is
+    /// ready (`Some(true)`).
+    #[cfg(test)]
+    pub(super) fn prepared(&self) -> Option<bool> {
+        self.ahead
+            .as_ref()
+            .map(|ahead| matches!(ahead.state, AheadState::Ready(_)))
     }
 
     /// Whether automatic summaries are suspended.
@@ -200,10 +272,20 @@ impl AgentLoop {
         auto_threshold(self.context.window).unwrap_or(self.context.window / 2)
     }
 
-    /// Layer 2 at the threshold: starts an automatic summary when the
-    /// estimate of the next request reaches it and the breaker allows. True
-    /// when a summary started.
+    /// Layer 2 before a model call: the first request of a continued
+    /// session estimated above the window − 8,000 compacts first (whatever
+    /// the window); otherwise an automatic summary starts when the estimate
+    /// reaches the threshold and the breaker allows. True when a compaction
+    /// began.
     pub(super) fn summary_step(&mut self, out: &mut Vec<Effect>) -> bool {
+        if std::mem::take(&mut self.context.resume_pending) && self.context.window > 0 {
+            let estimate = self.estimated_tokens();
+            if estimate >= resume_threshold(self.context.window)
+                && self.begin_compaction(Trigger::Resume, estimate, out)
+            {
+                return true;
+            }
+        }
         if std::mem::take(&mut self.context.skip_summary) {
             return false;
         }
@@ -214,7 +296,208 @@ impl AgentLoop {
         if estimate < threshold || !self.context.breaker.allows(self.guard.turns()) {
             return false;
         }
-        self.start_summary(Trigger::Auto, estimate, 0, out)
+        self.begin_compaction(Trigger::Auto, estimate, out)
+    }
+
+    /// Work ahead, as a model call starts: from 70% of the threshold (below
+    /// it), a summary of the older history is asked for beside the agent's
+    /// call — once at a time, never moving the estimate, never touching the
+    /// history. Its answer waits in [`ContextState`] until the threshold.
+    pub(super) fn prepare_step(&mut self, out: &mut Vec<Effect>) {
+        if !self.context.work_ahead || self.context.ahead.is_some() {
+            return;
+        }
+        let Some(threshold) = auto_threshold(self.context.window) else {
+            return;
+        };
+        if !self.context.breaker.allows(self.guard.turns()) {
+            return;
+        }
+        let estimate = self.estimated_tokens();
+        if !should_prepare(estimate, threshold) {
+            return;
+        }
+        let messages = self.transcript.messages();
+        let Some(cut) = tail_start(messages, budgets(threshold).tail_tokens).filter(|cut| *cut > 0)
+        else {
+            return;
+        };
+        let key = prefix_key(messages, cut);
+        let request = ChatRequest {
+            system: self.system.clone(),
+            messages: summary_request(&self.context.ledger.apply(&messages[..cut])),
+            tools: Vec::new(),
+        };
+        self.epoch += 1;
+        let cancel = self.token.child_token();
+        let span = genai::compaction_span(&self.span, "ahead", estimate);
+        self.context.ahead = Some(Ahead {
+            key,
+            state: AheadState::InFlight {
+                epoch: self.epoch,
+                cancel: cancel.clone(),
+                span: span.clone(),
+            },
+        });
+        out.push(Effect::Summarise {
+            epoch: self.epoch,
+            request,
+            cancel,
+            span,
+        });
+    }
+
+    /// Whether `epoch` is the summary being prepared ahead.
+    fn is_preparing(&self, epoch: u64) -> bool {
+        matches!(
+            &self.context.ahead,
+            Some(Ahead { state: AheadState::InFlight { epoch: e, .. }, .. }) if *e == epoch
+        )
+    }
+
+    /// The summary prepared ahead answered: kept if it still fits the
+    /// history, else discarded. Its usage is spent, never an anchor.
+    fn on_prepared(&mut self, result: Result<String, ProviderError>, usage: &Usage) {
+        self.count_usage(usage);
+        let Some(Ahead {
+            key,
+            state: AheadState::InFlight { span, .. },
+        }) = self.context.ahead.take()
+        else {
+            return;
+        };
+        match result {
+            Ok(answer) => {
+                let summary = extract_summary(&answer);
+                if summary.trim().is_empty() {
+                    genai::record_error(&span, "empty_summary");
+                } else if !still_matches(&key, self.transcript.messages()) {
+                    genai::record_error(&span, "stale");
+                    tracing::debug!("a summary prepared ahead no longer fits the history");
+                } else {
+                    self.context.ahead = Some(Ahead {
+                        key,
+                        state: AheadState::Ready(summary),
+                    });
+                }
+            }
+            // The summary is made at the threshold instead.
+            Err(error) => genai::record_chat_error(&span, error.kind),
+        }
+    }
+
+    /// The one place a compaction of any trigger starts. An automatic one
+    /// takes the summary prepared ahead when it still fits the history: a
+    /// ready one is swapped in at once, one still on its way is waited for;
+    /// a stale one is discarded and a summary asked for now. False (and
+    /// nothing started) when the history is too short to cut.
+    pub(super) fn begin_compaction(
+        &mut self,
+        trigger: Trigger,
+        before_tokens: u64,
+        out: &mut Vec<Effect>,
+    ) -> bool {
+        if trigger == Trigger::Auto
+            && let Some(ahead) = self.context.ahead.take()
+        {
+            let fits = still_matches(&ahead.key, self.transcript.messages());
+            let cut = ahead.key.len;
+            match ahead.state {
+                AheadState::Ready(summary) if fits => {
+                    self.swap_prepared(summary, cut, before_tokens, out);
+                    return true;
+                }
+                AheadState::InFlight {
+                    epoch,
+                    cancel,
+                    span: _,
+                } if fits => {
+                    out.push(self.compaction_event("started", trigger, before_tokens, 0));
+                    self.phase = Phase::Summarising(Summarising {
+                        epoch,
+                        cut,
+                        trigger,
+                        cancel,
+                        span: genai::compaction_span(&self.span, trigger.as_str(), before_tokens),
+                        before_tokens,
+                        too_long: 0,
+                    });
+                    return true;
+                }
+                AheadState::InFlight { cancel, span, .. } => {
+                    genai::record_error(&span, "stale");
+                    cancel.cancel();
+                }
+                AheadState::Ready(_) => {}
+            }
+            tracing::debug!("a summary prepared ahead no longer fits the history; discarded");
+        }
+        self.start_summary(trigger, before_tokens, 0, out)
+    }
+
+    /// Swaps in the summary prepared ahead for `messages[..cut]`: no model
+    /// call on the agent's path.
+    fn swap_prepared(
+        &mut self,
+        summary: String,
+        cut: usize,
+        before_tokens: u64,
+        out: &mut Vec<Effect>,
+    ) {
+        let trigger = Trigger::Auto;
+        out.push(self.compaction_event("started", trigger, before_tokens, 0));
+        let summarising = Summarising {
+            epoch: self.epoch,
+            cut,
+            trigger,
+            cancel: CancellationToken::new(),
+            span: genai::compaction_span(&self.span, trigger.as_str(), before_tokens),
+            before_tokens,
+            too_long: 0,
+        };
+        self.apply_summary(summarising, &summary, out);
+    }
+
+    fn compaction_event(
+        &self,
+        phase: &str,
+        trigger: Trigger,
+        before_tokens: u64,
+        after_tokens: u64,
+    ) -> Effect {
+        Effect::Emit(EventKind::Compaction {
+            phase: phase.into(),
+            trigger: trigger.as_str().into(),
+            before_tokens,
+            after_tokens,
+        })
+    }
+
+    /// Manual compaction: the loop's only job. Summarises the older history
+    /// (whatever the breaker says) and finishes; a history too short to cut
+    /// ends the loop with an error saying so.
+    pub(super) fn compact_now(&mut self, out: &mut Vec<Effect>) {
+        let before = self.estimated_tokens();
+        if self.begin_compaction(Trigger::Manual, before, out) {
+            return;
+        }
+        let text = format!(
+            "(Nothing to compact: the conversation, about {before} tokens, is short enough to \
+             be kept whole.)"
+        );
+        out.push(Effect::Emit(EventKind::Error {
+            kind: "nothing_to_compact".into(),
+            message: text.clone(),
+        }));
+        self.finish_with(
+            RunOutcome {
+                status: RunStatus::Error,
+                stop_reason: "nothing_to_compact".into(),
+                final_text: text,
+                usage: Usage::default(),
+            },
+            out,
+        );
     }
 
     /// Starts a summary of the older history. False (and nothing started)
@@ -243,11 +526,7 @@ impl AgentLoop {
         let cancel = self.token.child_token();
         let span = genai::compaction_span(&self.span, trigger.as_str(), before_tokens);
         if too_long == 0 {
-            out.push(Effect::Emit(EventKind::Compaction {
-                phase: "started".into(),
-                before_tokens,
-                after_tokens: 0,
-            }));
+            out.push(self.compaction_event("started", trigger, before_tokens, 0));
         }
         self.phase = Phase::Summarising(Summarising {
             epoch: self.epoch,
@@ -275,6 +554,10 @@ impl AgentLoop {
         usage: Usage,
         out: &mut Vec<Effect>,
     ) {
+        if self.is_preparing(epoch) {
+            self.on_prepared(result, &usage);
+            return;
+        }
         if !matches!(&self.phase, Phase::Summarising(s) if s.epoch == epoch) {
             return;
         }
@@ -322,12 +605,20 @@ impl AgentLoop {
             );
             return;
         }
+        self.apply_summary(summarising, &summary, out);
+    }
+
+    /// The one place a compaction that worked ends: the summary and the
+    /// recovery attachment replace `messages[..cut]`, the estimate is reset,
+    /// the marker is stored; then the turn goes on (or, for a manual
+    /// compaction, the loop finishes).
+    fn apply_summary(&mut self, summarising: Summarising, summary: &str, out: &mut Vec<Effect>) {
         let tools = self.catalogue.offered(self.permissions.mode()).to_vec();
         let files: Vec<FileSnapshot> = self.context.recent_files.iter().cloned().collect();
         let files = files_outside(&files, &self.transcript.messages()[summarising.cut..]);
         let budgets = budgets(self.summary_threshold());
         let attachment = recovery_attachment(&files, &tools, budgets.file_tokens);
-        let summary_messages = compacted(&summary, &attachment, &[]);
+        let summary_messages = compacted(summary, &attachment, &[]);
         self.context.estimate = TokenEstimate::reset();
         let marker: CompactionMarker = self.transcript.compact(
             summary_messages,
@@ -336,6 +627,16 @@ impl AgentLoop {
             (summarising.before_tokens, 0),
         );
         self.context.ledger.retain_for(self.transcript.messages());
+        // A summary prepared ahead for the prefix just replaced is stale (one
+        // still on its way is checked when it answers).
+        if let Some(Ahead {
+            key,
+            state: AheadState::Ready(_),
+        }) = &self.context.ahead
+            && !still_matches(key, self.transcript.messages())
+        {
+            self.context.ahead = None;
+        }
         let after = self.estimated_tokens();
         let mut marker = marker;
         marker.after_tokens = after;
@@ -350,25 +651,38 @@ impl AgentLoop {
         }
         genai::record_compaction(&summarising.span, after);
         drop(summarising.span);
-        out.push(Effect::Emit(EventKind::Compaction {
-            phase: "finished".into(),
-            before_tokens: marker.before_tokens,
-            after_tokens: after,
-        }));
+        out.push(self.compaction_event(
+            "finished",
+            summarising.trigger,
+            marker.before_tokens,
+            after,
+        ));
         // The marker is durable before the next request is built from it.
         self.context.skip_summary = true;
         self.context.offloaded = true;
-        let then = if summarising.trigger == Trigger::Emergency
-            && after > emergency_limit(self.context.window)
-        {
-            AfterSave::TooLong(after)
-        } else {
-            AfterSave::ModelCall
+        let then = match summarising.trigger {
+            Trigger::Manual => AfterSave::Finish(RunOutcome {
+                status: RunStatus::Finished,
+                stop_reason: "compacted".into(),
+                final_text: format!(
+                    "Compacted the conversation: about {} tokens before, {after} after.",
+                    marker.before_tokens
+                ),
+                usage: Usage::default(),
+            }),
+            Trigger::Emergency if after > emergency_limit(self.context.window) => {
+                AfterSave::TooLong(after)
+            }
+            _ => AfterSave::ModelCall,
         };
         self.phase = Phase::Saving(then);
         out.push(Effect::SaveMarker(marker));
     }
 
+    /// The one place a compaction that failed ends: an automatic one is
+    /// counted by the breaker and the turn goes on with the full history (as
+    /// after a failed resume summary); a manual one ends the loop with the
+    /// reason; an emergency one ends the turn.
     fn summary_failed(
         &mut self,
         trigger: Trigger,
@@ -376,14 +690,12 @@ impl AgentLoop {
         why: &str,
         out: &mut Vec<Effect>,
     ) {
-        out.push(Effect::Emit(EventKind::Compaction {
-            phase: "failed".into(),
-            before_tokens,
-            after_tokens: 0,
-        }));
+        out.push(self.compaction_event("failed", trigger, before_tokens, 0));
         match trigger {
-            Trigger::Auto => {
-                self.context.breaker.failed(self.guard.turns());
+            Trigger::Auto | Trigger::Resume => {
+                if trigger == Trigger::Auto {
+                    self.context.breaker.failed(self.guard.turns());
+                }
                 out.push(Effect::Emit(EventKind::notice(format!(
                     "context compaction failed ({why}); going on with the full history"
                 ))));
@@ -392,19 +704,37 @@ impl AgentLoop {
                 self.model_call(out);
             }
             Trigger::Emergency => self.end_too_long(before_tokens, out),
+            Trigger::Manual => {
+                let text = format!("(The conversation could not be compacted: {why}.)");
+                out.push(Effect::Emit(EventKind::Error {
+                    kind: "compaction_failed".into(),
+                    message: text.clone(),
+                }));
+                self.finish_with(
+                    RunOutcome {
+                        status: RunStatus::Error,
+                        stop_reason: "compaction_failed".into(),
+                        final_text: text,
+                        usage: Usage::default(),
+                    },
+                    out,
+                );
+            }
         }
     }
 
     /// The provider refused the prompt as too long: compact once (whatever
-    /// the breaker says) and try again; the second refusal ends the turn.
-    /// True when an emergency compaction started.
+    /// the breaker says, with a summary made now: the provider counted more
+    /// than the estimate, and one prepared ahead keeps a longer tail) and try
+    /// again; the second refusal ends the turn. True when an emergency
+    /// compaction started.
     pub(super) fn emergency(&mut self, out: &mut Vec<Effect>) -> bool {
         if self.context.window == 0 || self.context.emergency_used {
             return false;
         }
         self.context.emergency_used = true;
         let before = self.estimated_tokens();
-        self.start_summary(Trigger::Emergency, before, 0, out)
+        self.begin_compaction(Trigger::Emergency, before, out)
     }
 
     /// A new turn of the model may use the emergency path again.

@@ -161,7 +161,10 @@ impl AgentLoop {
             | Phase::Offloading
             | Phase::Hooking(_)
             | Phase::Saving(
-                AfterSave::ModelCall | AfterSave::TooLong(_) | AfterSave::StopHooks(_),
+                AfterSave::ModelCall
+                | AfterSave::TooLong(_)
+                | AfterSave::StopHooks(_)
+                | AfterSave::Compact,
             ) => {
                 self.transcript.close(&outcome.final_text);
                 self.finish_with(outcome, out);

@@ -367,6 +367,8 @@ enum AfterSave {
     TooLong(u64),
     /// Run the Stop hooks, then end with this outcome (or go on once).
     StopHooks(RunOutcome),
+    /// Compact the history (the loop's only job).
+    Compact,
 }
 
 enum Phase {
@@ -690,7 +692,12 @@ impl AgentLoop {
                 task: task.clone(),
             }));
         }
-        self.save_then(AfterSave::ModelCall, out);
+        let then = if self.context.compact_only {
+            AfterSave::Compact
+        } else {
+            AfterSave::ModelCall
+        };
+        self.save_then(then, out);
     }
 
     /// Asks for a save and waits for it before `then`.
@@ -714,6 +721,7 @@ impl AgentLoop {
                 self.interrupt_now(out);
             }
             (Ok(()), AfterSave::ModelCall) => self.model_call(out),
+            (Ok(()), AfterSave::Compact) => self.compact_now(out),
             (Ok(()), AfterSave::TooLong(tokens)) => self.end_too_long(tokens, out),
             (Ok(()), AfterSave::Execute(calls)) => self.start_execution(calls, out),
             (Ok(()), AfterSave::StopHooks(outcome)) => self.run_stop_hooks(outcome, out),

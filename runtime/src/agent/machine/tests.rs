@@ -14,6 +14,7 @@ use crate::agent::guard::Budget;
 use crate::agent::roles::{RoleSet, RoleTools};
 use crate::agent::subagent::{FORK_CANNOT_START_AGENTS, FORK_PREAMBLE};
 use crate::agent::{AgentSpec, StopCause, validate_history};
+use crate::compact::estimate::TokenEstimate;
 use crate::config::{PermissionMode, PermissionSettings};
 use crate::events::RunStatus;
 use crate::model::{Message, Role, StopReason, Usage};
@@ -35,6 +36,11 @@ struct Options {
     task: Option<String>,
     allow: Vec<String>,
     window: u64,
+    work_ahead: bool,
+    resumed: bool,
+    compact_only: bool,
+    /// Messages before the task (a continued session's history).
+    history: Vec<Message>,
     hooks: Vec<crate::hooks::Hook>,
 }
 
@@ -50,6 +56,10 @@ impl Default for Options {
             task: None,
             allow: Vec::new(),
             window: 0,
+            work_ahead: false,
+            resumed: false,
+            compact_only: false,
+            history: Vec::new(),
             hooks: Vec::new(),
         }
     }
@@ -89,6 +99,9 @@ fn fixture(options: Options) -> Fixture {
         8,
     ));
     let mut transcript = Transcript::new();
+    for message in options.history {
+        transcript.push(message);
+    }
     transcript.push(Message::user_text("do the task"));
     let machine = AgentLoop::new(LoopSetup {
         spec: options.spec,
@@ -113,7 +126,10 @@ fn fixture(options: Options) -> Fixture {
         parent_span: Span::none(),
         context: ContextSetup {
             window: options.window,
-            ledger: Default::default(),
+            work_ahead: options.work_ahead,
+            resumed: options.resumed,
+            compact_only: options.compact_only,
+            ..ContextSetup::default()
         },
         hooks: Arc::new(crate::hooks::HookSet::new(options.hooks)),
     });
@@ -1449,6 +1465,369 @@ fn a_window_of_zero_never_compacts() {
         f.read_turn("big.log", 60_000, 100),
         s(&["emit:iteration", "model:3"])
     );
+}
+
+// ---- work ahead, manual compaction, compaction before resume ----
+
+/// The triggers of the `compaction` events among `effects`, as
+/// `phase:trigger`.
+fn compaction_events(effects: &[Effect]) -> Vec<String> {
+    effects
+        .iter()
+        .filter_map(|effect| match effect {
+            Effect::Emit(EventKind::Compaction { phase, trigger, .. }) => {
+                Some(format!("{phase}:{trigger}"))
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+fn working_ahead(window: u64) -> Fixture {
+    fixture(Options {
+        window,
+        work_ahead: true,
+        ..Options::default()
+    })
+    .started()
+}
+
+/// Window 40,000 (threshold 7,000, work ahead from 4,900): three reads of
+/// ~4,000 tokens, the third answered with 1,000 tokens of usage, bring the
+/// estimate to ~5,000: the summary is asked for beside the next model call.
+/// Returns the epoch of the preparation.
+fn prepare_ahead(f: &mut Fixture) -> u64 {
+    for path in ["a.rs", "b.rs"] {
+        assert_eq!(f.read_turn(path, 14_000, 100), s(&["offload:0:1"]));
+        let effects = f.step(Input::Offloaded { spilled: vec![] });
+        assert_eq!(effects[0], "emit:iteration", "{effects:?}");
+        assert_eq!(effects.len(), 2, "nothing prepared below 70%: {effects:?}");
+    }
+    assert_eq!(f.read_turn("c.rs", 14_000, 1_000), s(&["offload:0:1"]));
+    let effects = f.on(Input::Offloaded { spilled: vec![] });
+    let epoch = Fixture::summarise_epoch(&effects);
+    assert_eq!(
+        show(&effects),
+        s(&[
+            "emit:iteration",
+            &format!("summarise:{epoch}"),
+            &format!("model:{}", epoch + 1)
+        ]),
+        "the summary request goes out beside the agent's, not before it"
+    );
+    assert!(compaction_events(&effects).is_empty(), "no event yet");
+    let request = Fixture::request_of(&effects).unwrap();
+    assert!(request.tools.is_empty());
+    assert_eq!(f.machine.context.prepared(), Some(false));
+    epoch
+}
+
+fn summary_answer(epoch: u64, text: &str) -> Input {
+    Input::Summarised {
+        epoch,
+        result: Ok(format!("<summary>{text}</summary>")),
+        usage: Usage {
+            input: 3_000,
+            output: 200,
+            cache_read: 0,
+            cache_write: 0,
+        },
+    }
+}
+
+#[test]
+fn a_summary_prepared_ahead_is_swapped_in_at_the_threshold_with_no_model_call() {
+    let mut f = working_ahead(40_000);
+    let prepared = prepare_ahead(&mut f);
+    let anchor = f.machine.context.estimate();
+    // The answer arrives while the agent's call streams: nothing happens to
+    // the agent, its history or its estimate.
+    let history = f.history().to_vec();
+    assert!(
+        f.step(summary_answer(prepared, "Prepared ahead."))
+            .is_empty()
+    );
+    assert_eq!(f.machine.context.prepared(), Some(true));
+    assert_eq!(f.history(), &history[..]);
+    assert_eq!(f.machine.context.estimate(), anchor, "never an anchor");
+    assert_eq!(f.machine.status().phase, "streaming");
+    // The fourth read crosses the threshold: swapped in, no summary call.
+    assert_eq!(f.read_turn("d.rs", 14_000, 6_000), s(&["offload:0:1"]));
+    let effects = f.on(Input::Offloaded { spilled: vec![] });
+    assert_eq!(
+        show(&effects),
+        s(&["emit:compaction", "emit:compaction", "marker"])
+    );
+    assert_eq!(
+        compaction_events(&effects),
+        s(&["started:auto", "finished:auto"])
+    );
+    assert_eq!(f.machine.context.estimate(), TokenEstimate::reset());
+    assert!(f.history()[0].text().contains("Prepared ahead."));
+    validate_history(f.history()).unwrap();
+    let effects = f.on(Input::Saved(Ok(())));
+    assert_eq!(show(&effects)[0], "emit:iteration");
+    let request = Fixture::request_of(&effects).unwrap();
+    assert!(request.messages[0].text().contains("Prepared ahead."));
+    assert!(!request.tools.is_empty());
+    assert_eq!(f.machine.context.prepared(), None);
+}
+
+#[test]
+fn a_preparation_still_on_its_way_at_the_threshold_is_waited_for_not_asked_again() {
+    let mut f = working_ahead(40_000);
+    let prepared = prepare_ahead(&mut f);
+    assert_eq!(f.read_turn("d.rs", 14_000, 6_000), s(&["offload:0:1"]));
+    let effects = f.on(Input::Offloaded { spilled: vec![] });
+    assert_eq!(show(&effects), s(&["emit:compaction"]), "no second request");
+    assert_eq!(f.machine.status().phase, "compacting");
+    let effects = f.on(summary_answer(prepared, "Prepared ahead."));
+    assert_eq!(compaction_events(&effects), s(&["finished:auto"]));
+    assert_eq!(show(&effects), s(&["emit:compaction", "marker"]));
+    assert!(f.history()[0].text().contains("Prepared ahead."));
+}
+
+#[test]
+fn a_preparation_answered_after_another_compaction_is_stale_and_discarded() {
+    let mut f = working_ahead(40_000);
+    let prepared = prepare_ahead(&mut f);
+    // The provider refuses the agent's call: an emergency summary, made now.
+    let effects = f.on(Input::ModelFailed {
+        epoch: prepared + 1,
+        error: crate::llm::ProviderError::new(
+            "p",
+            crate::llm::ProviderErrorKind::PromptTooLong,
+            "prompt is too long",
+        ),
+    });
+    let emergency = Fixture::summarise_epoch(&effects);
+    assert_ne!(emergency, prepared);
+    assert_eq!(compaction_events(&effects), s(&["started:emergency"]));
+    let effects = f.on(summary_answer(emergency, "Made in the emergency."));
+    assert_eq!(compaction_events(&effects), s(&["finished:emergency"]));
+    f.step(Input::Saved(Ok(())));
+    // The preparation answers now: its prefix is gone, it is discarded.
+    let history = f.history().to_vec();
+    assert!(
+        f.step(summary_answer(prepared, "Prepared ahead."))
+            .is_empty()
+    );
+    assert_eq!(f.machine.context.prepared(), None);
+    assert_eq!(f.history(), &history[..]);
+}
+
+#[test]
+fn a_ready_summary_whose_prefix_another_compaction_replaced_is_discarded() {
+    let mut f = working_ahead(40_000);
+    let prepared = prepare_ahead(&mut f);
+    assert!(
+        f.step(summary_answer(prepared, "Prepared ahead."))
+            .is_empty()
+    );
+    let effects = f.on(Input::ModelFailed {
+        epoch: prepared + 1,
+        error: crate::llm::ProviderError::new(
+            "p",
+            crate::llm::ProviderErrorKind::PromptTooLong,
+            "prompt is too long",
+        ),
+    });
+    let emergency = Fixture::summarise_epoch(&effects);
+    f.step(summary_answer(emergency, "Made in the emergency."));
+    f.step(Input::Saved(Ok(())));
+    assert_eq!(f.machine.context.prepared(), None, "stale: discarded");
+    // At the threshold a summary is asked for.
+    assert_eq!(f.read_turn("d.rs", 14_000, 6_000), s(&["offload:0:1"]));
+    let effects = f.on(Input::Offloaded { spilled: vec![] });
+    let fresh = Fixture::summarise_epoch(&effects);
+    assert_eq!(
+        show(&effects),
+        s(&["emit:compaction", &format!("summarise:{fresh}")])
+    );
+    let effects = f.on(summary_answer(fresh, "Made at the threshold."));
+    assert_eq!(compaction_events(&effects), s(&["finished:auto"]));
+    let first = f.history()[0].text();
+    assert!(first.contains("Made at the threshold."), "{first}");
+    assert!(
+        f.history()
+            .iter()
+            .all(|m| !m.text().contains("Prepared ahead."))
+    );
+}
+
+#[test]
+fn without_work_ahead_nothing_is_prepared() {
+    let mut f = windowed(40_000);
+    for (path, input) in [("a.rs", 100), ("b.rs", 100), ("c.rs", 1_000)] {
+        f.read_turn(path, 14_000, input);
+        let effects = f.step(Input::Offloaded { spilled: vec![] });
+        assert_eq!(effects.len(), 2, "{effects:?}");
+    }
+    assert_eq!(f.machine.context.prepared(), None);
+}
+
+/// A stored history of `turns` exchanges of ~`size` characters each.
+fn long_history(turns: usize, size: usize) -> Vec<Message> {
+    (0..turns)
+        .flat_map(|i| {
+            [
+                Message::user_text(format!("request {i} {}", "x".repeat(size))),
+                Message::assistant_text(format!("answer {i}")),
+            ]
+        })
+        .collect()
+}
+
+#[test]
+fn a_manual_compaction_summarises_whatever_the_breaker_says_and_finishes() {
+    let mut f = fixture(Options {
+        window: 40_000,
+        compact_only: true,
+        history: long_history(10, 7_000),
+        ..Options::default()
+    });
+    assert_eq!(f.step(Input::Begin), s(&["save"]));
+    let effects = f.on(Input::Saved(Ok(())));
+    let epoch = Fixture::summarise_epoch(&effects);
+    assert_eq!(compaction_events(&effects), s(&["started:manual"]));
+    assert!(Fixture::request_of(&effects).unwrap().tools.is_empty());
+    let effects = f.on(summary_answer(epoch, "Ten requests."));
+    assert_eq!(compaction_events(&effects), s(&["finished:manual"]));
+    assert_eq!(show(&effects), s(&["emit:compaction", "marker"]));
+    assert_eq!(f.machine.context.estimate(), TokenEstimate::reset());
+    let effects = f.on(Input::Saved(Ok(())));
+    assert_eq!(show(&effects), s(&["finished:finished:compacted"]));
+    let Some(Effect::Finished(outcome)) = effects.last() else {
+        panic!("finished");
+    };
+    assert!(outcome.final_text.starts_with("Compacted the conversation"));
+    assert_eq!(f.machine.status().turns, 0, "no model turn");
+    assert!(f.history()[0].text().contains("Ten requests."));
+}
+
+#[test]
+fn a_manual_compaction_of_a_short_history_is_refused_and_a_failed_one_says_why() {
+    let mut f = fixture(Options {
+        window: 40_000,
+        compact_only: true,
+        ..Options::default()
+    });
+    f.step(Input::Begin);
+    assert_eq!(f.step(Input::Saved(Ok(()))), s(&["emit:error", "save"]));
+    assert_eq!(
+        f.step(Input::Saved(Ok(()))),
+        s(&["finished:error:nothing_to_compact"])
+    );
+    let mut f = fixture(Options {
+        window: 40_000,
+        compact_only: true,
+        history: long_history(10, 7_000),
+        ..Options::default()
+    });
+    f.step(Input::Begin);
+    let effects = f.on(Input::Saved(Ok(())));
+    let epoch = Fixture::summarise_epoch(&effects);
+    let effects = f.on(Input::Summarised {
+        epoch,
+        result: Err(crate::llm::ProviderError::new(
+            "p",
+            crate::llm::ProviderErrorKind::StreamBroken,
+            "reset",
+        )),
+        usage: Usage::default(),
+    });
+    assert_eq!(compaction_events(&effects), s(&["failed:manual"]));
+    assert_eq!(
+        show(&effects),
+        s(&["emit:compaction", "emit:error", "save"])
+    );
+    assert_eq!(
+        f.step(Input::Saved(Ok(()))),
+        s(&["finished:error:compaction_failed"])
+    );
+}
+
+#[test]
+fn a_continued_session_near_the_window_is_compacted_before_its_first_request() {
+    // ~34,000 tokens of stored history: above 40,000 − 8,000.
+    let history = long_history(10, 12_000);
+    let mut f = fixture(Options {
+        window: 40_000,
+        resumed: true,
+        history: history.clone(),
+        ..Options::default()
+    });
+    assert_eq!(f.step(Input::Begin), s(&["save"]));
+    let effects = f.on(Input::Saved(Ok(())));
+    let epoch = Fixture::summarise_epoch(&effects);
+    assert_eq!(compaction_events(&effects), s(&["started:resume"]));
+    let effects = f.on(summary_answer(epoch, "Ten earlier requests."));
+    assert_eq!(compaction_events(&effects), s(&["finished:resume"]));
+    assert_eq!(f.machine.context.estimate(), TokenEstimate::reset());
+    // Then the first request, from the summary and the kept tail (the task).
+    let effects = f.on(Input::Saved(Ok(())));
+    assert_eq!(
+        show(&effects),
+        s(&["emit:iteration", &format!("model:{}", epoch + 1)])
+    );
+    let request = Fixture::request_of(&effects).unwrap();
+    assert!(request.messages[0].text().contains("Ten earlier requests."));
+    assert_eq!(request.messages.last().unwrap().text(), "do the task");
+    // A continued session well inside the window starts at once.
+    let mut f = fixture(Options {
+        window: 40_000,
+        resumed: true,
+        history: long_history(2, 1_000),
+        ..Options::default()
+    });
+    f.step(Input::Begin);
+    assert_eq!(
+        f.step(Input::Saved(Ok(()))),
+        s(&["emit:iteration", "model:1"])
+    );
+    // A long first history of a new session is an automatic summary.
+    let mut f = fixture(Options {
+        window: 40_000,
+        history,
+        ..Options::default()
+    });
+    f.step(Input::Begin);
+    let effects = f.on(Input::Saved(Ok(())));
+    assert_eq!(compaction_events(&effects), s(&["started:auto"]));
+}
+
+#[test]
+fn the_estimate_is_reset_after_every_kind_of_compaction() {
+    // Auto and emergency: the estimate had an anchor before.
+    let mut f = windowed(40_000);
+    for path in ["a.rs", "b.rs", "c.rs"] {
+        f.read_turn(path, 14_000, 100);
+        f.step(Input::Offloaded { spilled: vec![] });
+    }
+    f.read_turn("d.rs", 14_000, 6_000);
+    assert_ne!(f.machine.context.estimate(), TokenEstimate::reset());
+    let effects = f.on(Input::Offloaded { spilled: vec![] });
+    let epoch = Fixture::summarise_epoch(&effects);
+    f.step(summary_answer(epoch, "auto"));
+    assert_eq!(f.machine.context.estimate(), TokenEstimate::reset());
+    f.step(Input::Saved(Ok(())));
+    f.read_turn("e.rs", 100, 2_000);
+    let effects = f.on(Input::Offloaded { spilled: vec![] });
+    let model = f.epoch();
+    assert_eq!(show(&effects)[0], "emit:iteration");
+    assert_ne!(f.machine.context.estimate(), TokenEstimate::reset());
+    let effects = f.on(Input::ModelFailed {
+        epoch: model,
+        error: crate::llm::ProviderError::new(
+            "p",
+            crate::llm::ProviderErrorKind::PromptTooLong,
+            "prompt is too long",
+        ),
+    });
+    let epoch = Fixture::summarise_epoch(&effects);
+    f.step(summary_answer(epoch, "emergency"));
+    assert_eq!(f.machine.context.estimate(), TokenEstimate::reset());
+    // Manual and resume are checked in their own tests above.
 }
 
 // ---- hooks ----

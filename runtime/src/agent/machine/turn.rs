@@ -45,6 +45,8 @@ impl AgentLoop {
             }
         };
         out.push(Effect::Emit(EventKind::Iteration { n }));
+        // A summary prepared ahead runs beside this call, never before it.
+        self.prepare_step(out);
         self.epoch += 1;
         let request = ChatRequest {
             system: self.system.clone(),
