@@ -307,7 +307,7 @@ fn a_plain_answer_saves_then_finishes() {
 fn a_read_only_batch_then_a_side_effect_in_order() {
     let mut f = fixture(Options::default()).started();
     assert_eq!(
-        f.respond(&[read("a"), read("b"), bash("ls")]),
+        f.respond(&[read("a"), read("b"), bash("make")]),
         s(&["emit:usage", "save"])
     );
     // The calls are durable before any runs; then the read batch starts.
@@ -543,7 +543,7 @@ fn a_denial_with_nobody_to_ask_advises_what_works_in_the_current_mode() {
 #[test]
 fn cancellation_mid_batch_waits_for_running_calls_then_closes() {
     let mut f = fixture(Options::default()).started();
-    f.respond(&[read("a"), read("b"), bash("ls")]);
+    f.respond(&[read("a"), read("b"), bash("make")]);
     f.step(Input::Saved(Ok(())));
     assert_eq!(f.done(0, "A"), s(&["pending:0"]));
     f.account.stop(StopCause::Cancelled);
