@@ -948,7 +948,7 @@ fn five_thousand_refused_calls_settle_in_one_step_without_recursion() {
     })
     .started();
     let calls: Vec<(&str, serde_json::Value)> =
-        (0..5_000).map(|i| bash(&format!("echo {i}"))).collect();
+        (0..5_000).map(|i| bash(&format!("printf {i}"))).collect();
     assert_eq!(f.respond(&calls), s(&["emit:usage", "save"]));
     let effects = show(&f.on(Input::Saved(Ok(()))));
     assert_eq!(effects.len(), 10_001);
