@@ -53,9 +53,8 @@ fn decide(c: &mut Criterion) {
     let dir = tempfile::tempdir().expect("tempdir");
     let project = dir.path().join("project");
     std::fs::create_dir_all(project.join("src")).expect("mkdir");
-    let sandbox = Arc::new(
-        PathSandbox::new(&project, &[], Some(dir.path().join("home"))).expect("sandbox"),
-    );
+    let sandbox =
+        Arc::new(PathSandbox::new(&project, &[], Some(dir.path().join("home"))).expect("sandbox"));
     let allow = ["Bash(cargo test*)", "Bash(git status*)", "Bash(echo *)"]
         .iter()
         .map(|rule| RuleEntry {
