@@ -210,9 +210,19 @@ async fn pre_tool_use_hooks_block_with_a_reason_and_rewrite_arguments() {
     let server = ScriptedServer::start(
         Script::new()
             .then(tool_calls([
-                ("bash", json!({"command": "echo original"})),
-                ("bash", json!({"command": "echo forbidden"})),
-                ("bash", json!({"command": "echo untouched"})),
+                // Commands with effects: one call per group, hooks in order.
+                (
+                    "bash",
+                    json!({"command": "printf 'original\\n' | tee -a log"}),
+                ),
+                (
+                    "bash",
+                    json!({"command": "printf 'forbidden\\n' | tee -a log"}),
+                ),
+                (
+                    "bash",
+                    json!({"command": "printf 'untouched\\n' | tee -a log"}),
+                ),
             ]))
             .then(text("done")),
     )
@@ -222,7 +232,7 @@ async fn pre_tool_use_hooks_block_with_a_reason_and_rewrite_arguments() {
     let guard = r#"p=$(cat)
 case "$p" in
   *forbidden*) echo "forbidden words are not allowed" >&2; exit 2 ;;
-  *original*) echo '{"updated_input": {"command": "echo rewritten"}}' ;;
+  *original*) echo '{"updated_input": {"command": "printf rewritten | tee -a log"}}' ;;
 esac"#;
     configure(
         &env,

@@ -508,8 +508,8 @@ async fn approvals_allow_deny_and_allow_always() {
     let script = Script::new()
         .then(write_call("one.txt"))
         .then(write_call("two.txt"))
-        .then(tool_call("bash", json!({"command": "echo hi"})))
-        .then(tool_call("bash", json!({"command": "echo hi"})))
+        .then(tool_call("bash", json!({"command": "printf hi"})))
+        .then(tool_call("bash", json!({"command": "printf hi"})))
         .then(text("done"));
     let h = Harness::anthropic(script).await;
     let env = h.env_with(vec![]);
@@ -952,13 +952,13 @@ async fn an_empty_response_is_recorded_as_a_placeholder() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn five_thousand_refused_calls_finish_without_exhausting_the_stack() {
-    // Every call of the response is refused at once (plan mode refuses bash),
-    // so every group settles as soon as it starts: the loop walks them
-    // iteratively, on the actor's ordinary stack.
+    // Every call of the response is refused at once (plan mode refuses a
+    // command that is not read-only), so every group settles as soon as it
+    // starts: the loop walks them iteratively, on the actor's ordinary stack.
     let calls = (0..5_000).map(|i| {
         (
             "bash".to_string(),
-            json!({ "command": format!("echo {i}") }),
+            json!({ "command": format!("printf {i}") }),
         )
     });
     let script = Script::new()

