@@ -163,3 +163,50 @@ async fn sessions_compact_goes_through_the_daemon_when_one_runs() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pre_and_post_compact_hooks_run_on_the_manual_path() {
+    let server = ScriptedServer::start(script()).await.unwrap();
+    let env = Env::new();
+    write_files(&env);
+    let records = env.root().join("hook-records");
+    std::fs::create_dir_all(&records).unwrap();
+    let recorder = |name: &str| {
+        format!(
+            "command = '''{{ cat; echo; }} >> '{}' '''\n",
+            records.join(name).display()
+        )
+    };
+    std::fs::write(
+        env.root().join(".troupe/config.toml"),
+        format!(
+            "[[hooks.PreCompact]]\n{}[[hooks.PostCompact]]\nmatcher = \"manual\"\n{}",
+            recorder("pre"),
+            recorder("post")
+        ),
+    )
+    .unwrap();
+    env.trust();
+    let session = first_run(env.command(Some(&server)), "read them").await;
+    let mut command = env.command(Some(&server));
+    command.args(["sessions", "compact", &session]);
+    let output = run(command).await;
+    check_compacted(&output, &server);
+    let payload = |name: &str| -> Value {
+        let text = std::fs::read_to_string(records.join(name)).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
+        assert_eq!(lines.len(), 1, "{name}: {text}");
+        serde_json::from_str(lines[0]).unwrap()
+    };
+    let pre = payload("pre");
+    assert_eq!(pre["event"], "PreCompact");
+    assert_eq!(pre["trigger"], "manual");
+    assert_eq!(pre["session_id"], session.as_str());
+    let post = payload("post");
+    assert_eq!(post["event"], "PostCompact");
+    assert_eq!(post["trigger"], "manual");
+    assert!(
+        post["tokens_after"].as_u64().unwrap() < post["tokens_before"].as_u64().unwrap(),
+        "{post}"
+    );
+}

@@ -114,6 +114,9 @@ pub(crate) enum Work {
     Interrupted,
     /// The cleanup grace of the interrupted execution `epoch` is over.
     CleanupGraceOver { epoch: u64 },
+    /// The loop finished while hooks that only report still ran; they are
+    /// done now: report the outcome.
+    FinishAfterHooks(RunOutcome),
     /// Hooks the loop asked for ran.
     HooksRan {
         call: troupe_runtime::agent::HookCall,
@@ -195,6 +198,8 @@ pub(crate) struct AgentState {
     pending_stored: bool,
     /// What its catalogue is built from (`None`: kept as given).
     catalogue_key: Option<crate::env::CatalogueKey>,
+    /// Hooks that only report, still running (the outcome waits for them).
+    report_hooks: Vec<tokio::task::JoinHandle<()>>,
     /// The MCP tools generation its catalogue was last checked at.
     catalogue_generation: Option<u64>,
     /// Cancels the agent's token when the state is dropped — also after a panic,
@@ -230,6 +235,7 @@ impl Actor for AgentActor {
             pending_stored: false,
             catalogue_key: args.catalogue_key,
             catalogue_generation: None,
+            report_hooks: Vec::new(),
             _stop_below_on_drop: token.drop_guard(),
         })
     }
@@ -375,6 +381,10 @@ impl AgentState {
             Work::Interrupted => Some(Input::Interrupted),
             Work::CleanupGraceOver { epoch } => Some(Input::CleanupGraceOver { epoch }),
             Work::HooksRan { call, verdict } => Some(Input::HooksRan { call, verdict }),
+            Work::FinishAfterHooks(outcome) => {
+                self.finish(myself, outcome);
+                None
+            }
         }
     }
 
@@ -455,8 +465,18 @@ impl AgentState {
                 lifecycle::close_approvals(&self.run, ids);
                 None
             }
-            Effect::RunHooks(request) => {
-                run_hooks(myself, &self.env, *request);
+            Effect::RunHooks(mut request) => {
+                let reports_only = request.call == troupe_runtime::agent::HookCall::Report;
+                if reports_only {
+                    // Not stopped by the end of this agent's loop: the run
+                    // waits for them (a cancelled run still kills them).
+                    request.cancel = self.machine.account().root().clone();
+                }
+                let running = run_hooks(myself, &self.env, *request);
+                if reports_only {
+                    self.report_hooks.retain(|hook| !hook.is_finished());
+                    self.report_hooks.push(running);
+                }
                 None
             }
             Effect::ArmCleanupGrace { epoch, after } => {
@@ -464,7 +484,20 @@ impl AgentState {
                 None
             }
             Effect::Finished(outcome) => {
-                self.finish(myself, outcome);
+                let hooks = std::mem::take(&mut self.report_hooks);
+                if hooks.iter().all(|hook| hook.is_finished()) {
+                    self.finish(myself, outcome);
+                } else {
+                    // Reporting hooks (PostCompact, Notification) end before
+                    // the outcome goes out, each within its timeout.
+                    let agent = myself.clone();
+                    tokio::spawn(async move {
+                        for hook in hooks {
+                            let _ = hook.await;
+                        }
+                        let _ = agent.cast(AgentMsg::work(Work::FinishAfterHooks(outcome)));
+                    });
+                }
                 None
             }
         }
@@ -477,7 +510,7 @@ fn run_hooks(
     agent: &ActorRef<AgentMsg>,
     env: &AgentEnv,
     request: troupe_runtime::agent::HookRequest,
-) {
+) -> tokio::task::JoinHandle<()> {
     let agent = agent.clone();
     let hooks = env.hooks.clone();
     let ctx = troupe_runtime::hooks::HookContext {
@@ -500,5 +533,5 @@ fn run_hooks(
             call: request.call,
             verdict,
         }));
-    });
+    })
 }

@@ -412,7 +412,7 @@ impl AgentLoop {
                     cancel,
                     span: _,
                 } if fits => {
-                    out.push(self.compaction_event("started", trigger, before_tokens, 0));
+                    self.announce_compaction("started", trigger, before_tokens, 0, out);
                     self.phase = Phase::Summarising(Summarising {
                         epoch,
                         cut,
@@ -445,7 +445,7 @@ impl AgentLoop {
         out: &mut Vec<Effect>,
     ) {
         let trigger = Trigger::Auto;
-        out.push(self.compaction_event("started", trigger, before_tokens, 0));
+        self.announce_compaction("started", trigger, before_tokens, 0, out);
         let summarising = Summarising {
             epoch: self.epoch,
             cut,
@@ -458,19 +458,24 @@ impl AgentLoop {
         self.apply_summary(summarising, &summary, out);
     }
 
-    fn compaction_event(
+    /// The one place a compaction's start and end are told: the
+    /// `compaction` event, and the PreCompact (`started`) or PostCompact
+    /// (`finished`, `failed`) hooks, for every trigger alike.
+    fn announce_compaction(
         &self,
         phase: &str,
         trigger: Trigger,
         before_tokens: u64,
         after_tokens: u64,
-    ) -> Effect {
-        Effect::Emit(EventKind::Compaction {
+        out: &mut Vec<Effect>,
+    ) {
+        out.push(Effect::Emit(EventKind::Compaction {
             phase: phase.into(),
             trigger: trigger.as_str().into(),
             before_tokens,
             after_tokens,
-        })
+        }));
+        self.compaction_hooks(phase, trigger.as_str(), before_tokens, after_tokens, out);
     }
 
     /// Manual compaction: the loop's only job. Summarises the older history
@@ -526,7 +531,7 @@ impl AgentLoop {
         let cancel = self.token.child_token();
         let span = genai::compaction_span(&self.span, trigger.as_str(), before_tokens);
         if too_long == 0 {
-            out.push(self.compaction_event("started", trigger, before_tokens, 0));
+            self.announce_compaction("started", trigger, before_tokens, 0, out);
         }
         self.phase = Phase::Summarising(Summarising {
             epoch: self.epoch,
@@ -651,12 +656,13 @@ impl AgentLoop {
         }
         genai::record_compaction(&summarising.span, after);
         drop(summarising.span);
-        out.push(self.compaction_event(
+        self.announce_compaction(
             "finished",
             summarising.trigger,
             marker.before_tokens,
             after,
-        ));
+            out,
+        );
         // The marker is durable before the next request is built from it.
         self.context.skip_summary = true;
         self.context.offloaded = true;
@@ -690,7 +696,7 @@ impl AgentLoop {
         why: &str,
         out: &mut Vec<Effect>,
     ) {
-        out.push(self.compaction_event("failed", trigger, before_tokens, 0));
+        self.announce_compaction("failed", trigger, before_tokens, 0, out);
         match trigger {
             Trigger::Auto | Trigger::Resume => {
                 if trigger == Trigger::Auto {

@@ -249,6 +249,42 @@ impl AgentLoop {
         );
     }
 
+    /// Asks for the PreCompact hooks (`phase` `started`) or the PostCompact
+    /// hooks (`finished`, `failed`) of a compaction. They only report: the
+    /// compaction does not wait for them.
+    pub(super) fn compaction_hooks(
+        &self,
+        phase: &str,
+        trigger: &str,
+        before_tokens: u64,
+        after_tokens: u64,
+        out: &mut Vec<Effect>,
+    ) {
+        let event = if phase == "started" {
+            HookEvent::PreCompact
+        } else {
+            HookEvent::PostCompact
+        };
+        if !self.hooks.any_for(event, Some(trigger)) {
+            return;
+        }
+        let mut payload = HookPayload::new(event, &self.hook_place());
+        payload.trigger = Some(trigger.to_owned());
+        payload.tokens_before = Some(before_tokens);
+        if event == HookEvent::PostCompact {
+            payload.tokens_after = Some(after_tokens);
+            payload.message = (phase == "failed").then(|| "the compaction failed".to_owned());
+        }
+        self.request_hooks(
+            HookCall::Report,
+            event,
+            Some(trigger.to_owned()),
+            payload,
+            self.span.clone(),
+            out,
+        );
+    }
+
     /// The event its end runs: Stop for the main agent, SubagentStop for
     /// the others.
     fn stop_event(&self) -> HookEvent {

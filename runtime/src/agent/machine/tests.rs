@@ -2167,3 +2167,65 @@ fn an_interrupt_while_pre_tool_hooks_run_answers_every_call() {
     );
     assert_closed(f.history());
 }
+
+#[test]
+fn compaction_hooks_run_around_manual_and_automatic_compactions() {
+    use crate::hooks::HookEvent;
+    let hooks = || {
+        vec![
+            hook(HookEvent::PreCompact, None),
+            hook(HookEvent::PostCompact, Some("manual|emergency")),
+        ]
+    };
+    let mut f = fixture(Options {
+        window: 40_000,
+        compact_only: true,
+        history: long_history(10, 7_000),
+        hooks: hooks(),
+        ..Options::default()
+    });
+    f.step(Input::Begin);
+    let effects = f.on(Input::Saved(Ok(())));
+    let requests = hook_requests(&effects);
+    assert_eq!(requests.len(), 1, "{:?}", show(&effects));
+    assert_eq!(requests[0].event, HookEvent::PreCompact);
+    assert_eq!(requests[0].payload.trigger.as_deref(), Some("manual"));
+    assert!(requests[0].payload.tokens_before.unwrap() > 0);
+    // They only report: the summary call goes out at once.
+    assert!(show(&effects).iter().any(|e| e.starts_with("summarise:")));
+    let epoch = Fixture::summarise_epoch(&effects);
+    let effects = f.on(summary_answer(epoch, "Ten requests."));
+    let requests = hook_requests(&effects);
+    assert_eq!(requests.len(), 1);
+    assert_eq!(requests[0].event, HookEvent::PostCompact);
+    assert_eq!(requests[0].call, HookCall::Report);
+    assert!(requests[0].payload.tokens_after.is_some());
+    assert_eq!(requests[0].payload.message, None);
+
+    // A failed manual compaction runs the PostCompact hooks too, saying so.
+    let mut f = fixture(Options {
+        window: 40_000,
+        compact_only: true,
+        history: long_history(10, 7_000),
+        hooks: hooks(),
+        ..Options::default()
+    });
+    f.step(Input::Begin);
+    let effects = f.on(Input::Saved(Ok(())));
+    let epoch = Fixture::summarise_epoch(&effects);
+    let effects = f.on(Input::Summarised {
+        epoch,
+        result: Err(crate::llm::ProviderError::new(
+            "p",
+            crate::llm::ProviderErrorKind::StreamBroken,
+            "reset",
+        )),
+        usage: Usage::default(),
+    });
+    let requests = hook_requests(&effects);
+    assert_eq!(requests.len(), 1);
+    assert_eq!(
+        requests[0].payload.message.as_deref(),
+        Some("the compaction failed")
+    );
+}
