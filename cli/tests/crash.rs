@@ -120,9 +120,16 @@ fn script() -> Script {
         .collect()
 }
 
-/// Puts the files the script reads into a fresh project.
+/// Puts the files the script reads into a fresh project. The dump is large
+/// enough for a summary to be prepared ahead, which would take a scripted
+/// answer of its own: this test is about kills, not compaction.
 fn prepare_project(env: &Env) {
     std::fs::write(env.root().join(DATA), "one\ntwo\nthree\n").unwrap();
+    std::fs::write(
+        env.root().join(".troupe/config.toml"),
+        "[compaction]\nwork_ahead = false\n",
+    )
+    .unwrap();
 }
 
 /// `troupe run --json --mode bypass` with extra arguments.
