@@ -307,7 +307,9 @@ pub fn parse_skill(text: &str, dir_name: &str, path: &Path) -> Result<Skill, Str
     }
     let body = cut_body(split.body.trim());
     if body.is_empty() {
-        return Err("the body is empty; write the skill's instructions after the front matter".into());
+        return Err(
+            "the body is empty; write the skill's instructions after the front matter".into(),
+        );
     }
     Ok(Skill {
         name,
@@ -470,22 +472,35 @@ mod tests {
             ("no front matter", "has no front matter"),
             ("---\ndescription: d\nBody", "never closed"),
             ("---\nname: x\n---\nB", "missing `description`"),
-            ("---\ndescription: d\nname: ../etc\n---\nB", "line 3: `name`"),
+            (
+                "---\ndescription: d\nname: ../etc\n---\nB",
+                "line 3: `name`",
+            ),
             ("---\ndescription: d\nname: a b\n---\nB", "not a skill name"),
-            ("---\ndescription: d\ntools: x\n---\nB", "line 3: YAML front matter"),
+            (
+                "---\ndescription: d\ntools: x\n---\nB",
+                "line 3: YAML front matter",
+            ),
             ("---\ndescription: d\n---\n  \n", "the body is empty"),
         ] {
             let err = parse_skill(text, "ok", path).unwrap_err();
             assert!(err.contains(needle), "{text:?}: {err}");
         }
         let long = format!("---\ndescription: {}\n---\nB", "x".repeat(501));
-        assert!(parse_skill(&long, "ok", path).unwrap_err().contains("501 characters"));
+        assert!(
+            parse_skill(&long, "ok", path)
+                .unwrap_err()
+                .contains("501 characters")
+        );
         assert!(parse_skill("---\ndescription: d\n---\nB", &"x".repeat(65), path).is_err());
     }
 
     #[test]
     fn huge_body_is_cut_like_instruction_files() {
-        let text = format!("---\ndescription: d\n---\n{}", "é".repeat(SKILL_BODY_MAX_BYTES));
+        let text = format!(
+            "---\ndescription: d\n---\n{}",
+            "é".repeat(SKILL_BODY_MAX_BYTES)
+        );
         let skill = parse_skill(&text, "big", Path::new("/p")).unwrap();
         assert!(skill.body.ends_with(CUT_NOTE));
         assert!(skill.body.len() <= SKILL_BODY_MAX_BYTES + CUT_NOTE.len());
@@ -549,7 +564,10 @@ mod tests {
         let b = catalogue(&SkillSet::from_skills([skill("alpha"), skill("zeta")])).unwrap();
         assert_eq!(a, b);
         assert!(a.starts_with("# Skills\n"));
-        assert!(a.ends_with("\n- alpha: about alpha\n- zeta: about zeta"), "{a}");
+        assert!(
+            a.ends_with("\n- alpha: about alpha\n- zeta: about zeta"),
+            "{a}"
+        );
     }
 
     #[test]
@@ -566,7 +584,11 @@ mod tests {
         assert_eq!(text(&found), "# Skill: deploy\n\nStep one.");
         let missing = tool.load("../../etc/passwd");
         assert!(missing.is_error);
-        assert!(text(&missing).contains("Known skills: deploy."), "{}", text(&missing));
+        assert!(
+            text(&missing).contains("Known skills: deploy."),
+            "{}",
+            text(&missing)
+        );
         assert!(tool.read_only() && tool.is_system());
         assert_eq!(tool.category(), ToolCategory::Read);
     }

@@ -500,8 +500,7 @@ fn too_large(len: u64) -> String {
 
 /// The keys a role file's front matter may have, for the missing-front-matter
 /// message.
-const ROLE_KEYS_HINT: &str =
-    "`description: ...` (and optional name, tools, model, max_turns)";
+const ROLE_KEYS_HINT: &str = "`description: ...` (and optional name, tools, model, max_turns)";
 
 /// The front matter keys. Unknown keys are errors.
 #[derive(Debug, Default, Deserialize)]
