@@ -9,6 +9,8 @@
 //! file is read through a size cap, symlinks may not leave their root, and a
 //! broken file is skipped with a [`SkillWarning`] naming it. A project skill
 //! replaces a user skill of the same name.
+//!
+//! [`commands`] loads custom chat commands the same way.
 
 use std::collections::BTreeMap;
 use std::fs;
@@ -24,6 +26,8 @@ use crate::config::paths::PROJECT_DIR_NAME;
 use crate::front_matter::{key_prefix, one_line, parse_front_matter, split_front_matter};
 use crate::tools::registry::valid_tool_name;
 use crate::tools::{Tool, ToolCategory, ToolContext, ToolOutput, parse_args};
+
+pub mod commands;
 
 /// Directory of skills under `.troupe/` and under the user config dir.
 pub const SKILLS_DIR_NAME: &str = "skills";
@@ -71,7 +75,7 @@ pub struct SkillWarning {
 }
 
 impl SkillWarning {
-    fn new(path: &Path, message: impl Into<String>) -> Self {
+    pub(crate) fn new(path: &Path, message: impl Into<String>) -> Self {
         Self {
             path: path.to_path_buf(),
             message: message.into(),
@@ -243,7 +247,10 @@ fn load_dir(dir: &Path, root: &Path, warnings: &mut Vec<SkillWarning>) -> BTreeM
 /// Reads one `SKILL.md`: `None` when the directory has none (not a skill),
 /// otherwise at most [`SKILL_FILE_READ_BYTES`] of it, lossily decoded. It must
 /// resolve inside `canonical_root`.
-fn read_skill_file(path: &Path, canonical_root: &Path) -> Result<Option<String>, String> {
+pub(crate) fn read_skill_file(
+    path: &Path,
+    canonical_root: &Path,
+) -> Result<Option<String>, String> {
     let real = match fs::canonicalize(path) {
         Ok(real) => real,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
@@ -251,14 +258,14 @@ fn read_skill_file(path: &Path, canonical_root: &Path) -> Result<Option<String>,
     };
     if !real.starts_with(canonical_root) {
         return Err(format!(
-            "resolves to {}, outside {}; skipped: copy the skill here instead",
+            "resolves to {}, outside {}; skipped: copy the file here instead",
             real.display(),
             canonical_root.display()
         ));
     }
     let meta = fs::metadata(&real).map_err(|e| format!("cannot read the file ({e})"))?;
     if !meta.is_file() {
-        return Err("is not a regular file; a skill is a Markdown file".into());
+        return Err("is not a regular file; it must be a Markdown file".into());
     }
     let file = fs::File::open(&real).map_err(|e| format!("cannot read the file ({e})"))?;
     let mut bytes = Vec::new();
@@ -320,7 +327,7 @@ pub fn parse_skill(text: &str, dir_name: &str, path: &Path) -> Result<Skill, Str
 }
 
 /// `body` cut to [`SKILL_BODY_MAX_BYTES`] at a char boundary, with a note.
-fn cut_body(body: &str) -> String {
+pub(crate) fn cut_body(body: &str) -> String {
     if body.len() <= SKILL_BODY_MAX_BYTES {
         return body.to_owned();
     }
