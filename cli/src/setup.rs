@@ -266,6 +266,8 @@ pub struct Configured {
     pub provider: Result<ResolvedProvider, String>,
     /// The sub-agent roles.
     pub roles: RoleSet,
+    /// The project root runs would use.
+    pub project_root: PathBuf,
 }
 
 /// Reads configuration as a run with `options` would, from this process's
@@ -292,6 +294,7 @@ pub fn configured(locations: &Locations, options: &RunOptions) -> Result<Configu
         config,
         provider,
         roles,
+        project_root,
     })
 }
 
@@ -614,7 +617,7 @@ async fn assemble(
 }
 
 /// The built-in tools, plus `load_skill` when there is at least one skill.
-fn registry_with_skills(skills: SkillSet) -> ToolRegistry {
+pub fn registry_with_skills(skills: SkillSet) -> ToolRegistry {
     let mut registry = builtin_registry();
     if !skills.is_empty()
         && let Err(err) = registry.register(Arc::new(LoadSkill::new(Arc::new(skills))))
