@@ -168,3 +168,34 @@ async fn load_skill_is_offered_to_the_read_only_explorer_role() {
     assert!(tools.contains(&"load_skill".to_owned()), "{tools:?}");
     assert!(!tools.contains(&"write_file".to_owned()), "{tools:?}");
 }
+
+#[tokio::test]
+async fn the_catalogue_is_byte_identical_across_runs_of_one_session() {
+    let server = ScriptedServer::start(
+        Script::new()
+            .then(troupe_scripted::text("first"))
+            .then(troupe_scripted::text("second")),
+    )
+    .await
+    .unwrap();
+    let env = env_with_skills();
+    let mut command = env.command(Some(&server));
+    command.args(["run", "--json", "one"]);
+    let output = run(command).await;
+    assert_eq!(output.status.code(), Some(0), "{}", describe(&output));
+    let id = support::session_of(&support::json_lines(&output.stdout));
+    let mut command = env.command(Some(&server));
+    command.args(["run", "--session", &id, "two"]);
+    let output = run(command).await;
+    assert_eq!(output.status.code(), Some(0), "{}", describe(&output));
+    let requests = server.requests();
+    assert_eq!(requests.len(), 2);
+    let stable = |i: usize| {
+        requests[i].body["system"][0]["text"]
+            .as_str()
+            .unwrap()
+            .to_owned()
+    };
+    assert!(stable(0).ends_with(CATALOGUE));
+    assert_eq!(stable(0), stable(1));
+}
