@@ -20,13 +20,16 @@ use troupe_runtime::config::{
 use troupe_runtime::llm::build_provider;
 use troupe_runtime::os_sandbox::CommandSandbox;
 use troupe_runtime::permissions::{PermissionEngine, ProtectedPaths};
-use troupe_runtime::prompt::{GIT_STATUS_BUDGET, GitStatus, build_system_prompt, read_git_status};
+use troupe_runtime::prompt::{
+    GIT_STATUS_BUDGET, GitStatus, build_system_prompt, read_git_status, with_skill_catalogue,
+};
 use troupe_runtime::sandbox::PathSandbox;
+use troupe_runtime::skills::{LoadSkill, SkillSet};
 use troupe_runtime::store::{Store, StoreError};
 use troupe_runtime::telemetry::genai::ContentCapture;
 use troupe_runtime::tools::background::BackgroundTasks;
-use troupe_runtime::tools::builtin_registry;
 use troupe_runtime::tools::process::child_environment_withholding;
+use troupe_runtime::tools::{ToolRegistry, builtin_registry};
 
 /// A setup failure, already worded for the person at the terminal, with the
 /// exit code it deserves.
@@ -263,6 +266,8 @@ pub struct Configured {
     pub provider: Result<ResolvedProvider, String>,
     /// The sub-agent roles.
     pub roles: RoleSet,
+    /// The project root runs would use.
+    pub project_root: PathBuf,
 }
 
 /// Reads configuration as a run with `options` would, from this process's
@@ -289,6 +294,7 @@ pub fn configured(locations: &Locations, options: &RunOptions) -> Result<Configu
         config,
         provider,
         roles,
+        project_root,
     })
 }
 
@@ -527,12 +533,14 @@ async fn assemble(
         );
     let os_sandbox = command_sandbox(config, &sandbox, locations, &spill_dir);
     let config_dir = locations.config_dir.clone();
-    let system = build_system_prompt(
+    let mut system = build_system_prompt(
         config_dir.as_deref(),
         project_root,
         provider.model(),
         git_status,
     );
+    let (skills, skill_warnings) = SkillSet::load(config_dir.as_deref(), project_root);
+    system.stable = with_skill_catalogue(system.stable, &skills);
     let started_withheld = troupe_runtime::secrets::withheld_names();
     let withheld = troupe_runtime::secrets::key_names(
         config
@@ -549,6 +557,11 @@ async fn assemble(
         .iter()
         .map(|warning| format!("role ignored: {warning}"))
         .collect();
+    warnings.extend(
+        skill_warnings
+            .iter()
+            .map(|warning| format!("skill ignored: {warning}")),
+    );
     warnings.extend(startup_warnings(config, &resolved));
     warnings.extend(os_sandbox.notices());
     let mut limits = config.limits;
@@ -570,7 +583,7 @@ async fn assemble(
         provider,
         provider_for_model: Some(provider_for_model),
         price: resolved.price,
-        registry: Arc::new(builtin_registry()),
+        registry: Arc::new(registry_with_skills(skills)),
         roles: Arc::new(roles),
         sandbox,
         os_sandbox: Arc::new(os_sandbox),
@@ -601,6 +614,17 @@ async fn assemble(
         session,
         warnings,
     })
+}
+
+/// The built-in tools, plus `load_skill` when there is at least one skill.
+pub fn registry_with_skills(skills: SkillSet) -> ToolRegistry {
+    let mut registry = builtin_registry();
+    if !skills.is_empty()
+        && let Err(err) = registry.register(Arc::new(LoadSkill::new(Arc::new(skills))))
+    {
+        tracing::error!(error = %err, "load_skill not registered");
+    }
+    registry
 }
 
 /// The OS sandbox of a session's commands: its allowed roots, the spill

@@ -3,7 +3,8 @@
 //! tool call waits for an approval answered at the prompt, a message typed
 //! while the agent works reaching its next model call, `/cost`, Esc
 //! cancelling a turn (its command killed), Ctrl-C at the idle prompt leaving,
-//! the line history kept for the next chat; through the daemon and embedded.
+//! the line history kept for the next chat, custom commands with their
+//! arguments and `/skills`; through the daemon and embedded.
 
 mod support;
 
@@ -486,4 +487,60 @@ async fn the_chat_asks_once_to_trust_a_project_whose_configuration_needs_it() {
     assert!(!pane.screen().contains("[y/N]"));
     pane.keys(&["C-d"]);
     pane.wait_for("[exit 0]");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn custom_commands_expand_their_arguments_and_skills_are_listed() {
+    let script = Script::new().then(text("Reviewed as asked."));
+    let server = ScriptedServer::start(script).await.unwrap();
+    let env = Env::new();
+    let commands = env.root().join(".troupe/commands");
+    std::fs::create_dir_all(&commands).unwrap();
+    std::fs::write(
+        commands.join("review.md"),
+        "---\ndescription: Review one file\n---\nREVIEW-CMD: read $ARGUMENTS and list its bugs.\n",
+    )
+    .unwrap();
+    // Named like a built-in: never shadows it, and says so.
+    std::fs::write(commands.join("cost.md"), "not the real cost\n").unwrap();
+    let user_commands = env.home.path().join("config/troupe/commands");
+    std::fs::create_dir_all(&user_commands).unwrap();
+    std::fs::write(user_commands.join("review.md"), "USER-REVIEW $ARGUMENTS\n").unwrap();
+    let skill = env.root().join(".troupe/skills/deploy");
+    std::fs::create_dir_all(&skill).unwrap();
+    std::fs::write(
+        skill.join("SKILL.md"),
+        "---\ndescription: Deploy to staging\n---\nmake deploy\n",
+    )
+    .unwrap();
+
+    let pane = Pane::start(&chat_command(&env, &server, &[]));
+    let screen = pane.wait_for("custom command ignored");
+    assert!(
+        screen.contains(".troupe/commands/cost.md: /cost is a built-in command"),
+        "{screen}"
+    );
+    let mut prompts = 1;
+    let mut command = |line: &str, expect: &str| {
+        pane.wait_for_prompt(prompts);
+        pane.line(line);
+        prompts += 1;
+        pane.wait_for(expect)
+    };
+    let help = command("/help", "Custom commands");
+    assert!(help.contains("/review [ARGS]  Review one file"), "{help}");
+    assert!(help.contains("/skills"), "{help}");
+    let skills = command("/skills", "Skills (the agent loads them");
+    assert!(
+        skills.contains("deploy       Deploy to staging"),
+        "{skills}"
+    );
+    command("/review src/lib.rs", "Reviewed as asked.");
+    let request = &server.requests()[0];
+    assert_eq!(
+        request.last_user_text().as_deref(),
+        Some("REVIEW-CMD: read src/lib.rs and list its bugs.")
+    );
+    command("/cost", "1 turn(s)");
+    command("/exit", "[exit 0]");
 }

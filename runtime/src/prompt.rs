@@ -112,6 +112,15 @@ pub fn assemble_stable(instructions: &[InstructionFile]) -> String {
     parts.join("\n\n")
 }
 
+/// The stable part with the skills catalogue appended (nothing without
+/// skills). Sorted by name, so the cached prefix is the same on every run.
+pub fn with_skill_catalogue(stable: String, skills: &crate::skills::SkillSet) -> String {
+    match crate::skills::catalogue(skills) {
+        Some(catalogue) => format!("{stable}\n\n{catalogue}"),
+        None => stable,
+    }
+}
+
 /// Builds the environment part.
 pub fn assemble_environment(facts: &EnvironmentFacts) -> String {
     let mut out = format!(
@@ -263,6 +272,22 @@ mod tests {
         assert!(a.ends_with("# Instructions from /p/AGENTS.md\nUse tabs."));
         assert!(!a.contains("TROUPE.md"));
         assert!(!a.contains("\n\n\n"));
+    }
+
+    #[test]
+    fn skill_catalogue_ends_the_stable_part() {
+        let base = assemble_stable(&[]);
+        let none = crate::skills::SkillSet::default();
+        assert_eq!(with_skill_catalogue(base.clone(), &none), base);
+        let skills = crate::skills::SkillSet::from_skills([crate::skills::Skill {
+            name: "deploy".into(),
+            description: "Ship it".into(),
+            body: "b".into(),
+            path: "/p".into(),
+        }]);
+        let with = with_skill_catalogue(base.clone(), &skills);
+        assert!(with.starts_with(&base));
+        assert!(with.ends_with("# Skills\nSkills are instructions for specific tasks. When a task matches one, call load_skill with its name before you start, and follow what it says.\n- deploy: Ship it"), "{with}");
     }
 
     #[test]

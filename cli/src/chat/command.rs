@@ -1,6 +1,8 @@
 //! What a line typed at the chat prompt means: a message for the agent, or
 //! one of the slash commands.
 
+use troupe_runtime::skills::commands::CommandSet;
+
 /// One line typed at the idle prompt.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ChatInput {
@@ -35,6 +37,8 @@ pub enum SlashCommand {
     Agents,
     /// `/compact`: summarise the conversation's older part now.
     Compact,
+    /// `/skills`: the skills the agent may load.
+    Skills,
     /// `/exit`: leave the chat.
     Exit,
     /// A command that does not exist.
@@ -62,6 +66,7 @@ pub const COMMANDS: &[(&str, &str)] = &[
         "/compact",
         "summarise the older part of this conversation now",
     ),
+    ("/skills", "the skills the agent may load"),
     ("/exit", "leave (Ctrl-C or Ctrl-D at the prompt too)"),
 ];
 
@@ -95,6 +100,7 @@ pub fn parse(line: &str) -> ChatInput {
         "tools" => SlashCommand::Tools,
         "agents" => SlashCommand::Agents,
         "compact" => SlashCommand::Compact,
+        "skills" => SlashCommand::Skills,
         "exit" | "quit" => SlashCommand::Exit,
         _ => SlashCommand::Unknown(format!("/{name}")),
     })
@@ -118,6 +124,46 @@ pub fn help_text() -> String {
     text
 }
 
+/// True when `/name` is a built-in command (custom commands never shadow one).
+pub fn is_builtin(name: &str) -> bool {
+    !matches!(
+        parse(&format!("/{name}")),
+        ChatInput::Command(SlashCommand::Unknown(_))
+    )
+}
+
+/// The name and arguments of a line typed as `/NAME ARGS`, for a custom
+/// command; `None` for messages and `//` lines.
+pub fn invocation(line: &str) -> Option<(&str, &str)> {
+    let trimmed = line.trim();
+    if trimmed.starts_with("//") {
+        return None;
+    }
+    let command = trimmed.strip_prefix('/')?;
+    Some(match command.split_once(char::is_whitespace) {
+        Some((name, rest)) => (name, rest.trim()),
+        None => (command, ""),
+    })
+}
+
+/// The custom commands section of `/help` (nothing without custom commands).
+pub fn custom_help(commands: &CommandSet) -> String {
+    if commands.is_empty() {
+        return String::new();
+    }
+    let mut text = String::from("Custom commands (sent as a message; ARGS replace $ARGUMENTS):\n");
+    for command in commands.iter() {
+        let name = format!("/{} [ARGS]", command.name);
+        let from = command.path.display();
+        if command.description.is_empty() {
+            text.push_str(&format!("  {name}  ({from})\n"));
+        } else {
+            text.push_str(&format!("  {name}  {} ({from})\n", command.description));
+        }
+    }
+    text.trim_end().to_string()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -134,6 +180,50 @@ mod tests {
         assert_eq!(command("/compact"), SlashCommand::Compact);
         assert_eq!(command("/COMPACT"), SlashCommand::Compact);
         assert!(help_text().contains("/compact"));
+    }
+
+    #[test]
+    fn skills_is_a_command_listed_in_the_help() {
+        assert_eq!(command("/skills"), SlashCommand::Skills);
+        assert!(help_text().contains("/skills"));
+    }
+
+    #[test]
+    fn custom_command_invocations() {
+        assert_eq!(
+            invocation("/review  src/lib.rs  now "),
+            Some(("review", "src/lib.rs  now"))
+        );
+        assert_eq!(invocation(" /review"), Some(("review", "")));
+        assert_eq!(invocation("//review"), None);
+        assert_eq!(invocation("review"), None);
+        for builtin in ["help", "HELP", "quit", "skills", "compact", "tools"] {
+            assert!(is_builtin(builtin), "{builtin}");
+        }
+        assert!(!is_builtin("review"));
+    }
+
+    #[test]
+    fn custom_commands_are_listed_with_their_description() {
+        assert_eq!(custom_help(&CommandSet::default()), "");
+        let dir = tempfile::tempdir().unwrap();
+        let commands = dir.path().join(".troupe/commands");
+        std::fs::create_dir_all(&commands).unwrap();
+        std::fs::write(
+            commands.join("review.md"),
+            "---\ndescription: Review a file\n---\nR",
+        )
+        .unwrap();
+        std::fs::write(commands.join("fix.md"), "Fix $ARGUMENTS").unwrap();
+        let (set, _) = CommandSet::load(None, dir.path());
+        let help = custom_help(&set);
+        let lines: Vec<&str> = help.lines().collect();
+        assert!(lines[0].starts_with("Custom commands"));
+        assert!(lines[1].starts_with("  /fix [ARGS]  ("), "{help}");
+        assert!(
+            lines[2].starts_with("  /review [ARGS]  Review a file ("),
+            "{help}"
+        );
     }
 
     #[test]

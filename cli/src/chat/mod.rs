@@ -28,6 +28,8 @@ use troupe_runtime::agent::roles::RoleTools;
 use troupe_runtime::config::{PermissionMode, TrustStore};
 use troupe_runtime::events::RunStatus;
 use troupe_runtime::model::Usage;
+use troupe_runtime::skills::commands::CommandSet;
+use troupe_runtime::skills::{SkillSet, SkillWarning};
 
 use self::backend::{Backend, ChatError};
 use self::command::{ChatInput, SlashCommand, help_text};
@@ -126,6 +128,9 @@ pub async fn chat(args: ChatArgs, color: bool) -> u8 {
             return 0;
         }
     };
+    for warning in chat.custom_commands().1 {
+        eprintln!("troupe: custom command ignored: {warning}");
+    }
     let mut code = 0;
     loop {
         let prompt = chat.prompt();
@@ -173,6 +178,16 @@ pub async fn chat(args: ChatArgs, color: bool) -> u8 {
                 }
             }
             ChatInput::Command(SlashCommand::Exit) => break,
+            ChatInput::Command(SlashCommand::Unknown(name)) => match chat.expand_custom(&line) {
+                Some(message) => {
+                    eprintln!("» {}", troupe_runtime::events::preview(&message));
+                    if let Some(exit) = chat.converse(message, &mut signals).await {
+                        code = exit;
+                        break;
+                    }
+                }
+                None => chat.command(SlashCommand::Unknown(name)).await,
+            },
             ChatInput::Command(command) => chat.command(command).await,
         }
     }
@@ -333,7 +348,14 @@ impl Chat {
 
     async fn command(&mut self, command: SlashCommand) {
         match command {
-            SlashCommand::Help => eprintln!("{}", help_text()),
+            SlashCommand::Help => {
+                eprintln!("{}", help_text());
+                let custom = command::custom_help(&self.custom_commands().0);
+                if !custom.is_empty() {
+                    eprintln!("{custom}");
+                }
+            }
+            SlashCommand::Skills => eprintln!("{}", self.skills()),
             SlashCommand::Clear => {
                 self.session = None;
                 eprintln!("(a new conversation starts with your next message)");
@@ -446,12 +468,69 @@ impl Chat {
         text
     }
 
+    /// The custom commands (those named like a built-in dropped) and the
+    /// warnings about files that were skipped. Read at each use, so edits
+    /// apply at once.
+    fn custom_commands(&self) -> (CommandSet, Vec<SkillWarning>) {
+        let Ok(configured) = self.configured() else {
+            return Default::default();
+        };
+        let (commands, mut warnings) = CommandSet::load(
+            self.locations.config_dir.as_deref(),
+            &configured.project_root,
+        );
+        let (commands, shadowing) = commands.without(command::is_builtin);
+        warnings.extend(shadowing);
+        (commands, warnings)
+    }
+
+    /// The message a custom command typed as `line` sends, if `line` names one.
+    fn expand_custom(&self, line: &str) -> Option<String> {
+        let (name, arguments) = command::invocation(line)?;
+        let (commands, _) = self.custom_commands();
+        commands.get(name).map(|custom| custom.expand(arguments))
+    }
+
+    /// `/skills`: the skills a session started now would offer.
+    fn skills(&self) -> String {
+        let configured = match self.configured() {
+            Ok(configured) => configured,
+            Err(err) => return err.message,
+        };
+        let (skills, warnings) = SkillSet::load(
+            self.locations.config_dir.as_deref(),
+            &configured.project_root,
+        );
+        let mut text = if skills.is_empty() {
+            "No skills (add .troupe/skills/NAME/SKILL.md; see docs/skills.md).".to_string()
+        } else {
+            let mut text = String::from("Skills (the agent loads them with `load_skill`):");
+            for skill in skills.iter() {
+                text.push_str(&format!(
+                    "\n  {:<12} {} ({})",
+                    skill.name,
+                    skill.description,
+                    skill.path.display()
+                ));
+            }
+            text
+        };
+        for warning in warnings {
+            text.push_str(&format!("\nskill ignored: {warning}"));
+        }
+        text
+    }
+
     /// `/tools`: the tools offered to the agent in the next turn's mode.
     fn tools(&self) -> Result<String, ChatError> {
         let configured = self.configured()?;
         let mode = self.mode();
+        let (skills, _) = SkillSet::load(
+            self.locations.config_dir.as_deref(),
+            &configured.project_root,
+        );
         let catalogue = ToolCatalogue::new(
-            troupe_runtime::tools::builtin_registry(),
+            crate::setup::registry_with_skills(skills),
             Some(agent_tool_definition(&configured.roles)),
         )
         .map_err(|err| ChatError {

@@ -20,8 +20,8 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 use serde::de::{self, Deserializer, SeqAccess, Visitor};
 
-use crate::config::load::line_at;
 use crate::config::paths::PROJECT_DIR_NAME;
+use crate::front_matter::{key_prefix, parse_front_matter, split_front_matter};
 use crate::tools::registry::valid_tool_name;
 
 /// Turn limit of a sub-agent whose role sets none (the main agent's default).
@@ -498,66 +498,9 @@ fn too_large(len: u64) -> String {
     )
 }
 
-/// Front matter syntax.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Syntax {
-    Yaml,
-    Toml,
-}
-
-impl Syntax {
-    fn delimiter(self) -> &'static str {
-        match self {
-            Self::Yaml => "---",
-            Self::Toml => "+++",
-        }
-    }
-}
-
-/// A role file cut into front matter and body.
-#[derive(Debug)]
-struct Split<'a> {
-    syntax: Syntax,
-    /// The front matter without its delimiter lines.
-    front: &'a str,
-    /// Everything after the closing delimiter line.
-    body: &'a str,
-}
-
-/// Cuts `text` at its front matter delimiters (the first line, and the next
-/// line equal to it).
-fn split_front_matter(text: &str) -> Result<Split<'_>, String> {
-    let text = text.strip_prefix('\u{feff}').unwrap_or(text);
-    let (first, rest) = text.split_once('\n').unwrap_or((text, ""));
-    let syntax = match first.trim_end() {
-        "---" => Syntax::Yaml,
-        "+++" => Syntax::Toml,
-        _ => {
-            return Err(
-                "has no front matter: start the file with a `---` line, then \
-                 `description: ...` (and optional name, tools, model, max_turns), then a \
-                 `---` line, then the prompt (or use `+++` lines around TOML)"
-                    .into(),
-            );
-        }
-    };
-    let delimiter = syntax.delimiter();
-    let mut offset = 0;
-    for line in rest.split_inclusive('\n') {
-        if line.trim_end() == delimiter {
-            return Ok(Split {
-                syntax,
-                front: &rest[..offset],
-                body: &rest[offset + line.len()..],
-            });
-        }
-        offset += line.len();
-    }
-    Err(format!(
-        "the front matter opened by `{delimiter}` on line 1 is never closed; add a \
-         `{delimiter}` line after its keys"
-    ))
-}
+/// The keys a role file's front matter may have, for the missing-front-matter
+/// message.
+const ROLE_KEYS_HINT: &str = "`description: ...` (and optional name, tools, model, max_turns)";
 
 /// The front matter keys. Unknown keys are errors.
 #[derive(Debug, Default, Deserialize)]
@@ -635,61 +578,11 @@ impl<'de> Deserialize<'de> for ToolList {
     }
 }
 
-/// Parses the front matter. `front` is the text between the delimiters; a
-/// newline is put before it so the parsers' line numbers are the file's.
-fn parse_front_matter(syntax: Syntax, front: &str) -> Result<FrontMatter, String> {
-    if front.trim().is_empty() {
-        return Ok(FrontMatter::default());
-    }
-    let source = format!("\n{front}");
-    match syntax {
-        Syntax::Yaml => serde_yaml_ng::from_str(&source).map_err(|e| {
-            let text = e.to_string();
-            match e.location() {
-                Some(at) => {
-                    let mark = format!(" at line {} column {}", at.line(), at.column());
-                    format!(
-                        "line {}: YAML front matter: {}",
-                        at.line(),
-                        text.replacen(&mark, "", 1)
-                    )
-                }
-                None => format!("YAML front matter: {text}"),
-            }
-        }),
-        Syntax::Toml => toml::from_str(&source).map_err(|e| {
-            let message = e.message().trim_end();
-            match e.span() {
-                Some(span) => format!(
-                    "line {}: TOML front matter: {message}",
-                    line_at(&source, span.start)
-                ),
-                None => format!("TOML front matter: {message}"),
-            }
-        }),
-    }
-}
-
-/// The line of `key` in the front matter (`key:` or `key =` at the start of a
-/// line), as a `line N: ` prefix, or nothing.
-fn key_prefix(front: &str, key: &str) -> String {
-    front
-        .lines()
-        .position(|line| {
-            line.trim_start()
-                .strip_prefix(key)
-                .is_some_and(|rest| rest.trim_start().starts_with([':', '=']))
-        })
-        // The front matter starts on line 2.
-        .map(|i| format!("line {}: ", i + 2))
-        .unwrap_or_default()
-}
-
 /// Parses one role file's text. `stem` is the file name without `.md`, the
 /// default name. The error says what to fix.
 fn parse_role(text: &str, stem: &str, source: RoleSource) -> Result<Role, String> {
-    let split = split_front_matter(text)?;
-    let front = parse_front_matter(split.syntax, split.front)?;
+    let split = split_front_matter(text, ROLE_KEYS_HINT)?;
+    let front: FrontMatter = parse_front_matter(split.syntax, split.front)?;
     let at = |key: &str| key_prefix(split.front, key);
 
     let name = match front.name {
