@@ -11,7 +11,6 @@
 //! those with [`CommandSet::without`].
 
 use std::collections::BTreeMap;
-use std::fs;
 use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
@@ -135,48 +134,20 @@ fn load_dir(
     warnings: &mut Vec<SkillWarning>,
 ) -> BTreeMap<String, CustomCommand> {
     let mut commands = BTreeMap::new();
-    let entries = match fs::read_dir(dir) {
-        Ok(entries) => entries,
-        Err(e)
-            if matches!(
-                e.kind(),
-                std::io::ErrorKind::NotFound | std::io::ErrorKind::NotADirectory
-            ) =>
-        {
-            return commands;
-        }
-        Err(e) => {
-            warnings.push(SkillWarning::new(
-                dir,
-                format!("cannot list the commands directory ({e}); fix its permissions"),
-            ));
-            return commands;
-        }
-    };
-    let Ok(canonical_root) = fs::canonicalize(root) else {
-        return commands;
-    };
-    let mut names: Vec<std::ffi::OsString> = entries
-        .filter_map(Result::ok)
-        .map(|entry| entry.file_name())
-        .filter(|name| {
+    let Some((names, canonical_root)) = super::listed_entries(
+        dir,
+        root,
+        "commands",
+        MAX_COMMANDS_PER_DIR,
+        |name| {
             Path::new(name)
                 .extension()
                 .is_some_and(|ext| ext == COMMAND_FILE_EXTENSION)
-        })
-        .collect();
-    names.sort();
-    if names.len() > MAX_COMMANDS_PER_DIR {
-        warnings.push(SkillWarning::new(
-            dir,
-            format!(
-                "{} command files ignored: at most {MAX_COMMANDS_PER_DIR} are read per \
-                 directory, in file-name order",
-                names.len() - MAX_COMMANDS_PER_DIR
-            ),
-        ));
-        names.truncate(MAX_COMMANDS_PER_DIR);
-    }
+        },
+        warnings,
+    ) else {
+        return commands;
+    };
     for file_name in names {
         let path = dir.join(&file_name);
         let stem = Path::new(&file_name)
@@ -255,6 +226,7 @@ pub fn parse_command(text: &str, name: &str, path: &Path) -> Result<CustomComman
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::fs;
 
     fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
         fs::create_dir_all(dir).unwrap();

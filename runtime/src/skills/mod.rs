@@ -161,10 +161,18 @@ pub fn catalogue(skills: &SkillSet) -> Option<String> {
     Some(out)
 }
 
-/// The skills of one root's `skills/` directory, keyed by name. `root` is the
-/// directory nothing may resolve outside of.
-fn load_dir(dir: &Path, root: &Path, warnings: &mut Vec<SkillWarning>) -> BTreeMap<String, Skill> {
-    let mut skills = BTreeMap::new();
+/// The entries of `dir` that `keep` accepts, sorted by name and cut to
+/// `max` (a warning says how many were left out), with the canonical `root`
+/// nothing may resolve outside of. `None` when there is nothing to read: no
+/// such directory, or one that cannot be listed (a warning says so).
+pub(crate) fn listed_entries(
+    dir: &Path,
+    root: &Path,
+    what: &str,
+    max: usize,
+    keep: impl Fn(&std::ffi::OsStr) -> bool,
+    warnings: &mut Vec<SkillWarning>,
+) -> Option<(Vec<std::ffi::OsString>, PathBuf)> {
     let entries = match fs::read_dir(dir) {
         Ok(entries) => entries,
         Err(e)
@@ -173,35 +181,46 @@ fn load_dir(dir: &Path, root: &Path, warnings: &mut Vec<SkillWarning>) -> BTreeM
                 std::io::ErrorKind::NotFound | std::io::ErrorKind::NotADirectory
             ) =>
         {
-            return skills;
+            return None;
         }
         Err(e) => {
             warnings.push(SkillWarning::new(
                 dir,
-                format!("cannot list the skills directory ({e}); fix its permissions"),
+                format!("cannot list the {what} directory ({e}); fix its permissions"),
             ));
-            return skills;
+            return None;
         }
     };
-    let Ok(canonical_root) = fs::canonicalize(root) else {
-        return skills;
-    };
+    let canonical_root = fs::canonicalize(root).ok()?;
     let mut names: Vec<std::ffi::OsString> = entries
         .filter_map(Result::ok)
         .map(|entry| entry.file_name())
+        .filter(|name| keep(name))
         .collect();
     names.sort();
-    if names.len() > MAX_SKILLS_PER_DIR {
+    if names.len() > max {
         warnings.push(SkillWarning::new(
             dir,
             format!(
-                "{} skills ignored: at most {MAX_SKILLS_PER_DIR} are read per directory, in \
-                 name order; remove the ones you do not use",
-                names.len() - MAX_SKILLS_PER_DIR
+                "{} {what} entries ignored: at most {max} are read per directory, in name \
+                 order; remove the ones you do not use",
+                names.len() - max
             ),
         ));
-        names.truncate(MAX_SKILLS_PER_DIR);
+        names.truncate(max);
     }
+    Some((names, canonical_root))
+}
+
+/// The skills of one root's `skills/` directory, keyed by name. `root` is the
+/// directory nothing may resolve outside of.
+fn load_dir(dir: &Path, root: &Path, warnings: &mut Vec<SkillWarning>) -> BTreeMap<String, Skill> {
+    let mut skills = BTreeMap::new();
+    let Some((names, canonical_root)) =
+        listed_entries(dir, root, "skills", MAX_SKILLS_PER_DIR, |_| true, warnings)
+    else {
+        return skills;
+    };
     for name in names {
         let skill_dir = dir.join(&name);
         let path = skill_dir.join(SKILL_FILE_NAME);
