@@ -107,7 +107,7 @@ async fn list(json: bool, cwd: Option<std::path::PathBuf>) -> u8 {
     };
     let (hub, warnings) = start_servers(&config, &locations, &project_root).await;
     for warning in &warnings {
-        eprintln!("troupe: {warning}");
+        eprintln!("troupe: {}", crate::sanitize::for_terminal(warning));
     }
     let Some(hub) = hub else {
         if config.mcp_servers.is_empty() {

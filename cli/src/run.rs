@@ -170,7 +170,7 @@ async fn start(prompt: String, session: Option<&str>, flags: &RunFlags, color: b
     // On stderr also with --json: stdout stays the event stream, and what
     // was ignored at start-up is never silent.
     for warning in &prepared.warnings {
-        eprintln!("troupe: {warning}");
+        eprintln!("troupe: {}", crate::sanitize::for_terminal(warning));
     }
     let approvals = Approvals::from_terminal();
     let style = RenderStyle {
@@ -259,7 +259,7 @@ async fn start_remote(
         }
     };
     for warning in &submitted.warnings {
-        eprintln!("troupe: {warning}");
+        eprintln!("troupe: {}", crate::sanitize::for_terminal(warning));
     }
     if flags.detach {
         println!("{}", submitted.run_id);

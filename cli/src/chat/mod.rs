@@ -34,6 +34,7 @@ use troupe_runtime::skills::{SkillSet, SkillWarning};
 use self::backend::{Backend, ChatError};
 use self::command::{ChatInput, SlashCommand, help_text};
 use self::screen::Screen;
+use crate::sanitize::for_terminal;
 use crate::sessions::View;
 use crate::setup::{Locations, RunOptions, configured, trust_question};
 use crate::signals::StopSignals;
@@ -129,7 +130,10 @@ pub async fn chat(args: ChatArgs, color: bool) -> u8 {
         }
     };
     for warning in chat.custom_commands().1 {
-        eprintln!("troupe: custom command ignored: {warning}");
+        eprintln!(
+            "troupe: custom command ignored: {}",
+            for_terminal(&warning.to_string())
+        );
     }
     let mut code = 0;
     loop {
@@ -180,7 +184,10 @@ pub async fn chat(args: ChatArgs, color: bool) -> u8 {
             ChatInput::Command(SlashCommand::Exit) => break,
             ChatInput::Command(SlashCommand::Unknown(name)) => match chat.expand_custom(&line) {
                 Some(message) => {
-                    eprintln!("» {}", troupe_runtime::events::preview(&message));
+                    eprintln!(
+                        "» {}",
+                        for_terminal(&troupe_runtime::events::preview(&message))
+                    );
                     if let Some(exit) = chat.converse(message, &mut signals).await {
                         code = exit;
                         break;
@@ -293,7 +300,7 @@ impl Chat {
                 }
             };
             for warning in &started.warnings {
-                eprintln!("troupe: {warning}");
+                eprintln!("troupe: {}", crate::sanitize::for_terminal(warning));
             }
             if self.session.as_deref() != Some(started.session_id.as_str()) {
                 eprintln!("(session {})", started.session_id);
@@ -352,10 +359,11 @@ impl Chat {
                 eprintln!("{}", help_text());
                 let custom = command::custom_help(&self.custom_commands().0);
                 if !custom.is_empty() {
-                    eprintln!("{custom}");
+                    // Descriptions come from the repository's files.
+                    eprintln!("{}", for_terminal(&custom));
                 }
             }
-            SlashCommand::Skills => eprintln!("{}", self.skills()),
+            SlashCommand::Skills => eprintln!("{}", for_terminal(&self.skills())),
             SlashCommand::Clear => {
                 self.session = None;
                 eprintln!("(a new conversation starts with your next message)");
