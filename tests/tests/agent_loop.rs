@@ -934,6 +934,9 @@ async fn an_empty_response_is_recorded_as_a_placeholder() {
     let env = h.env_with(vec![]);
     let mut run = h.submit("first", RunOptions::bypass(env.clone())).await;
     let events = run_events(&mut run).await;
+    // The session is free again once the runtime has the run's outcome
+    // (`run_finished` may reach the subscriber a moment before).
+    let _ = tokio::time::timeout(troupe_tests::WAIT, &mut run.outcome).await;
     assert_eq!(
         finished(&events),
         (
