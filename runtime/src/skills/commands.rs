@@ -16,7 +16,6 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 
 use super::{SkillWarning, cut_body, read_skill_file};
-use crate::config::paths::PROJECT_DIR_NAME;
 use crate::front_matter::{key_prefix, one_line, parse_front_matter, split_front_matter};
 use crate::tools::registry::valid_tool_name;
 
@@ -81,13 +80,8 @@ impl CommandSet {
         user_config_dir: Option<&Path>,
         project_root: &Path,
     ) -> (CommandSet, Vec<SkillWarning>) {
-        let mut warnings = Vec::new();
-        let mut commands = BTreeMap::new();
-        if let Some(dir) = user_config_dir {
-            commands.extend(load_dir(&dir.join(COMMANDS_DIR_NAME), dir, &mut warnings));
-        }
-        let dir = project_root.join(PROJECT_DIR_NAME).join(COMMANDS_DIR_NAME);
-        commands.extend(load_dir(&dir, project_root, &mut warnings));
+        let (commands, warnings) =
+            super::load_layered(user_config_dir, project_root, COMMANDS_DIR_NAME, load_dir);
         (CommandSet { commands }, warnings)
     }
 

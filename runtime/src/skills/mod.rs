@@ -97,13 +97,8 @@ impl SkillSet {
         user_config_dir: Option<&Path>,
         project_root: &Path,
     ) -> (SkillSet, Vec<SkillWarning>) {
-        let mut warnings = Vec::new();
-        let mut skills = BTreeMap::new();
-        if let Some(dir) = user_config_dir {
-            skills.extend(load_dir(&dir.join(SKILLS_DIR_NAME), dir, &mut warnings));
-        }
-        let dir = project_root.join(PROJECT_DIR_NAME).join(SKILLS_DIR_NAME);
-        skills.extend(load_dir(&dir, project_root, &mut warnings));
+        let (skills, warnings) =
+            load_layered(user_config_dir, project_root, SKILLS_DIR_NAME, load_dir);
         tracing::debug!(
             skills = skills.len(),
             warnings = warnings.len(),
@@ -159,6 +154,25 @@ pub fn catalogue(skills: &SkillSet) -> Option<String> {
         out.push_str(&format!("\n- {}: {}", skill.name, skill.description));
     }
     Some(out)
+}
+
+/// The entries of `dir_name` under the user config directory (when given)
+/// and under `<project_root>/.troupe/`, read by `load`; a project entry
+/// replaces a user entry of the same name.
+pub(crate) fn load_layered<T>(
+    user_config_dir: Option<&Path>,
+    project_root: &Path,
+    dir_name: &str,
+    load: impl Fn(&Path, &Path, &mut Vec<SkillWarning>) -> BTreeMap<String, T>,
+) -> (BTreeMap<String, T>, Vec<SkillWarning>) {
+    let mut warnings = Vec::new();
+    let mut entries = BTreeMap::new();
+    if let Some(dir) = user_config_dir {
+        entries.extend(load(&dir.join(dir_name), dir, &mut warnings));
+    }
+    let dir = project_root.join(PROJECT_DIR_NAME).join(dir_name);
+    entries.extend(load(&dir, project_root, &mut warnings));
+    (entries, warnings)
 }
 
 /// The entries of `dir` that `keep` accepts, sorted by name and cut to
