@@ -229,6 +229,38 @@ async fn writes_outside_the_roots_are_stopped_for_an_unprivileged_user() {
 }
 
 #[tokio::test]
+async fn troupes_files_cannot_be_created_where_they_do_not_exist_yet() {
+    if !landlock() {
+        return;
+    }
+    let setup = Setup::new("");
+    let root = setup.env.root().to_path_buf();
+    std::fs::remove_dir_all(root.join(".troupe")).unwrap();
+    std::fs::remove_file(root.join(".mcp.json")).unwrap();
+    let create = format!(
+        "t=.troupe; m=.mcp.json; mkdir -p \"$t\"; echo 'mode = \"bypass\"' > \"$t/config.toml\"; \
+         echo '{{\"mcpServers\": {{}}}}' > \"$m\"; echo {MARKER}"
+    );
+    let results = setup.run(&[bash(&create)], false).await;
+    let result = &results[0];
+    assert!(result.contains(MARKER), "the command ran: {result}");
+    assert!(!root.join(".troupe/config.toml").exists(), "{result}");
+    assert!(!root.join(".mcp.json").exists(), "{result}");
+    if troupe_runtime::os_sandbox::KernelSupport::probe()
+        .namespaces
+        .is_some()
+    {
+        // With mounts the root is writable whole: the directory was made
+        // empty and kept read-only; the file could be written, and was set
+        // aside with nothing lost, and the model is told.
+        assert!(root.join(".troupe").is_dir());
+        let aside = std::fs::read_to_string(root.join(".mcp.json.rejected")).unwrap();
+        assert!(aside.contains("mcpServers"), "{aside}");
+        assert!(result.contains("a file Troupe protects"), "{result}");
+    }
+}
+
+#[tokio::test]
 async fn background_tasks_are_confined_too() {
     if !landlock() {
         return;

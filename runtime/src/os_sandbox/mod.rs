@@ -27,7 +27,7 @@ use crate::config::{SandboxMode, SandboxSettings};
 use crate::permissions::ProtectedPaths;
 
 pub use apply::{ApplyError, NamespaceKind};
-pub use plan::{Carve, Plan, PlanInputs};
+pub use plan::{Carve, MissingPlaces, Plan, PlanInputs};
 
 /// Name of the session's temporary directory inside its spill directory.
 pub const TEMP_DIR_NAME: &str = "tmp";
@@ -114,6 +114,7 @@ struct OwnedInputs {
     roots: Vec<PathBuf>,
     temp_dir: PathBuf,
     places: Vec<PathBuf>,
+    file_places: Vec<PathBuf>,
     exempt: Vec<PathBuf>,
 }
 
@@ -170,6 +171,7 @@ impl CommandSandbox {
             roots: roots.to_vec(),
             temp_dir: resolved_temp,
             places: protected.places().map(Path::to_path_buf).collect(),
+            file_places: protected.file_places().map(Path::to_path_buf).collect(),
             exempt: protected.exempt().map(Path::to_path_buf).collect(),
         };
         let mut sandbox = Self {
@@ -267,9 +269,17 @@ impl CommandSandbox {
     /// after every other `pre_exec` hook that needs to write files (joining
     /// a cgroup): hooks run in the order they were added, and after this
     /// one the child can no longer write there. Does nothing for mode `off`.
-    pub fn confine(&self, command: &mut tokio::process::Command) -> Result<(), ApplyError> {
+    ///
+    /// A protected directory that a mount should keep read-only but that
+    /// does not exist yet is created empty first; a protected file in that
+    /// situation is returned, for the caller to set aside if the command
+    /// creates it ([`WatchedFiles::set_aside_created`]).
+    pub fn confine(
+        &self,
+        command: &mut tokio::process::Command,
+    ) -> Result<WatchedFiles, ApplyError> {
         if self.plan.is_none() {
-            return Ok(());
+            return Ok(WatchedFiles::default());
         }
         if let Some(dir) = &self.temp_dir {
             if let Err(err) = std::fs::create_dir_all(dir) {
@@ -283,8 +293,18 @@ impl CommandSandbox {
             Carve::Mounts => None,
         };
         let Some(plan) = fresh.as_ref().or(self.plan.as_ref()) else {
-            return Ok(());
+            return Ok(WatchedFiles::default());
         };
+        let missing = plan::missing_places(plan, &self.inputs.file_places, |path| {
+            std::fs::symlink_metadata(path).is_ok()
+        });
+        for dir in &missing.create {
+            // Empty, so a bind mount keeps it read-only; a directory that
+            // cannot be made here cannot be made by the command either.
+            if let Err(err) = std::fs::create_dir_all(dir) {
+                tracing::warn!(dir = %dir.display(), error = %err, "cannot create a protected directory to keep it read-only");
+            }
+        }
         let landlock = self.support.landlock_abi > 0;
         let prepared = apply::prepare(plan, landlock, self.support.namespaces)?;
         // SAFETY: `enter` only makes async-signal-safe system calls on
@@ -292,7 +312,7 @@ impl CommandSandbox {
         unsafe {
             command.pre_exec(move || apply::enter(&prepared));
         }
-        Ok(())
+        Ok(WatchedFiles(missing.watch))
     }
 
     /// A few lines describing this sandbox, for `troupe sandbox status`.
@@ -321,6 +341,53 @@ impl CommandSandbox {
             );
         }
         out
+    }
+}
+
+/// Suffix of the name a protected file created by a command is moved to.
+pub const SET_ASIDE_SUFFIX: &str = ".rejected";
+
+/// Protected files that did not exist when a confined command started and
+/// that no mount can keep read-only (see [`MissingPlaces`]): whatever the
+/// command creates there is set aside when it ends
+/// ([`WatchedFiles::set_aside_created`]), renamed with
+/// [`SET_ASIDE_SUFFIX`] so no program reads it as configuration and
+/// nothing is lost.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct WatchedFiles(Vec<PathBuf>);
+
+impl WatchedFiles {
+    /// Whether nothing is watched.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// Moves each watched file that exists now (a file, a link or a
+    /// directory of that name) to its set-aside name, replacing an earlier
+    /// one; returns `(path, new path)` of each moved.
+    pub fn set_aside_created(&self) -> Vec<(PathBuf, PathBuf)> {
+        let mut moved = Vec::new();
+        for path in &self.0 {
+            if std::fs::symlink_metadata(path).is_err() {
+                continue;
+            }
+            let mut aside = path.clone().into_os_string();
+            aside.push(SET_ASIDE_SUFFIX);
+            let aside = PathBuf::from(aside);
+            if std::fs::symlink_metadata(&aside).is_ok_and(|meta| meta.is_dir()) {
+                let _ = std::fs::remove_dir_all(&aside);
+            }
+            match std::fs::rename(path, &aside) {
+                Ok(()) => {
+                    tracing::warn!(path = %path.display(), aside = %aside.display(), "a command created a protected file; it was set aside");
+                    moved.push((path.clone(), aside));
+                }
+                Err(err) => {
+                    tracing::warn!(path = %path.display(), error = %err, "a command created a protected file that cannot be set aside");
+                }
+            }
+        }
+        moved
     }
 }
 
@@ -451,6 +518,62 @@ mod tests {
             if support.namespaces.is_some() {
                 // Split carving cannot create entries at the top of the root.
                 assert!(layout.project.join("src/lib.rs").exists(), "{out}");
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn protected_places_that_do_not_exist_yet_cannot_be_created() {
+        let support = KernelSupport::probe();
+        if support.landlock_abi == 0 {
+            return;
+        }
+        for support in [
+            support,
+            KernelSupport {
+                namespaces: None,
+                ..support
+            },
+        ] {
+            let layout = layout();
+            std::fs::remove_dir_all(layout.project.join(".troupe")).unwrap();
+            std::fs::remove_file(layout.project.join(".mcp.json")).unwrap();
+            let sandbox = sandbox(&layout, workspace_write(), support);
+            let env = vec![("PATH".to_owned(), "/usr/bin:/bin".to_owned())];
+            let mut shell = spawn_shell_confined(
+                "mkdir -p .troupe; echo 'mode = \"bypass\"' > .troupe/config.toml; \
+                 echo '{\"mcpServers\": {}}' > .mcp.json; echo done",
+                &layout.project,
+                &env,
+                &sandbox,
+            )
+            .unwrap();
+            let outcome = drive(&mut shell, None, &CancellationToken::new(), |_| {}).await;
+            assert!(outcome.status.is_some());
+            let set_aside = shell.group.set_aside_created_protected();
+            assert!(
+                !layout.project.join(".troupe/config.toml").exists(),
+                "{support:?}"
+            );
+            assert!(!layout.project.join(".mcp.json").exists(), "{support:?}");
+            if support.namespaces.is_some() {
+                // The directory was made empty and kept read-only; the file
+                // could be written, and was set aside with nothing lost.
+                assert!(layout.project.join(".troupe").is_dir());
+                let aside = layout.project.join(format!(".mcp.json{SET_ASIDE_SUFFIX}"));
+                assert_eq!(
+                    set_aside,
+                    vec![(layout.project.join(".mcp.json"), aside.clone())]
+                );
+                assert!(
+                    std::fs::read_to_string(aside)
+                        .unwrap()
+                        .contains("mcpServers")
+                );
+            } else {
+                // Split carving never grants the project root itself.
+                assert!(set_aside.is_empty());
+                assert!(!layout.project.join(".troupe").exists());
             }
         }
     }

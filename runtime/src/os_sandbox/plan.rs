@@ -147,6 +147,35 @@ where
     })
 }
 
+/// What a command's start does about protected places a bind mount should
+/// keep read-only but that do not exist yet (a bind mount needs something to
+/// bind, and the directory holding the place is writable).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct MissingPlaces {
+    /// Directories created empty first, then bound read-only like the rest.
+    pub create: Vec<PathBuf>,
+    /// Files that cannot be made up front (other programs read them as
+    /// configuration): set aside if the command creates them.
+    pub watch: Vec<PathBuf>,
+}
+
+/// The [`MissingPlaces`] of `plan`: every read-only mount that does not
+/// exist, a directory unless it is one of `file_places`.
+pub fn missing_places<E>(plan: &Plan, file_places: &[PathBuf], exists: E) -> MissingPlaces
+where
+    E: Fn(&Path) -> bool,
+{
+    let mut missing = MissingPlaces::default();
+    for place in plan.read_only_mounts.iter().filter(|place| !exists(place)) {
+        if file_places.contains(place) {
+            missing.watch.push(place.clone());
+        } else {
+            missing.create.push(place.clone());
+        }
+    }
+    missing
+}
+
 /// Grants `dir` whole when no protected place lies inside it, else each of
 /// its entries (recursively around the places), never the places
 /// themselves nor `dir` itself.
@@ -207,6 +236,29 @@ mod tests {
 
     fn no_listing(_: &Path) -> Vec<PathBuf> {
         Vec::new()
+    }
+
+    #[test]
+    fn missing_directories_are_created_and_missing_files_watched() {
+        let plan = Plan {
+            read_only_mounts: paths(&["/p/.troupe", "/p/.mcp.json", "/home/u/.config/troupe"]),
+            ..Plan::default()
+        };
+        let files = paths(&["/p/.mcp.json"]);
+        let none_exist = missing_places(&plan, &files, |_| false);
+        assert_eq!(
+            none_exist.create,
+            paths(&["/p/.troupe", "/home/u/.config/troupe"])
+        );
+        assert_eq!(none_exist.watch, paths(&["/p/.mcp.json"]));
+        let all_exist = missing_places(&plan, &files, |_| true);
+        assert_eq!(all_exist, MissingPlaces::default());
+        // A split plan binds nothing, so nothing is created or watched: the
+        // directories holding the places are never granted whole.
+        assert_eq!(
+            missing_places(&Plan::default(), &files, |_| false),
+            MissingPlaces::default()
+        );
     }
 
     #[test]

@@ -41,6 +41,11 @@ impl ProtectedKind {
             Self::DataDir => "Troupe's data directory",
         }
     }
+
+    /// Whether the place is a directory (every kind but `.mcp.json`).
+    pub fn is_directory(self) -> bool {
+        !matches!(self, Self::McpJson)
+    }
 }
 
 /// The places tools never write.
@@ -102,6 +107,14 @@ impl ProtectedPaths {
     /// Every protected place, each as given and as resolved.
     pub fn places(&self) -> impl Iterator<Item = &Path> {
         self.places.iter().map(|(place, _)| place.as_path())
+    }
+
+    /// The protected places that are files (as given and as resolved).
+    pub fn file_places(&self) -> impl Iterator<Item = &Path> {
+        self.places
+            .iter()
+            .filter(|(_, kind)| !kind.is_directory())
+            .map(|(place, _)| place.as_path())
     }
 
     /// The directories inside protected places that stay writable.

@@ -10,6 +10,7 @@
 //! module's.
 
 use std::os::unix::process::ExitStatusExt;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use futures::future::BoxFuture;
@@ -189,11 +190,13 @@ async fn run_foreground(command: &str, timeout_secs: Option<u64>, ctx: &ToolCont
     })
     .await;
     collector.flush();
+    let set_aside = shell.group.set_aside_created_protected();
     render(
         &collector,
         &outcome,
         timeout,
         clamped.then_some(timeout_secs).flatten(),
+        &set_aside,
     )
 }
 
@@ -203,6 +206,7 @@ fn render(
     outcome: &DriveOutcome,
     timeout: Duration,
     clamped_from: Option<u64>,
+    set_aside: &[(PathBuf, PathBuf)],
 ) -> ToolOutput {
     let rendered = collector.render();
     let mut text = rendered.text;
@@ -262,6 +266,13 @@ fn render(
             _ => {}
         },
         None => notes.push("exit status unknown".to_string()),
+    }
+    for (path, aside) in set_aside {
+        notes.push(format!(
+            "the command created {}, a file Troupe protects; it was moved to {} and has no effect",
+            path.display(),
+            aside.display()
+        ));
     }
     for note in notes {
         text.push('[');

@@ -15,7 +15,7 @@
 
 use std::collections::BTreeSet;
 use std::io;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{ExitStatus, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -27,7 +27,7 @@ use tokio::process::{Child, Command};
 use tokio_util::sync::CancellationToken;
 
 use super::process_tree::{self, Containment, Tree};
-use crate::os_sandbox::CommandSandbox;
+use crate::os_sandbox::{CommandSandbox, WatchedFiles};
 
 /// SPEC §4: after SIGTERM a process group has this long to exit before SIGKILL.
 pub const KILL_GRACE: Duration = Duration::from_secs(2);
@@ -153,6 +153,9 @@ pub struct ProcessGroup {
     /// recycled id can never be hit.
     gone: AtomicBool,
     armed: AtomicBool,
+    /// Protected files the command must not leave behind (see
+    /// [`WatchedFiles`]); set aside when it ends and again when dropped.
+    watched: WatchedFiles,
 }
 
 impl ProcessGroup {
@@ -168,7 +171,22 @@ impl ProcessGroup {
             tree: None,
             gone: AtomicBool::new(false),
             armed: AtomicBool::new(true),
+            watched: WatchedFiles::default(),
         })
+    }
+
+    /// The same group, setting aside what the command creates at `watched`
+    /// when it ends.
+    pub fn with_watched(mut self, watched: WatchedFiles) -> Self {
+        self.watched = watched;
+        self
+    }
+
+    /// Sets aside the protected files the command created (they did not
+    /// exist when it started); returns `(path, new path)` of each. Call it
+    /// once the command has ended.
+    pub fn set_aside_created_protected(&self) -> Vec<(PathBuf, PathBuf)> {
+        self.watched.set_aside_created()
     }
 
     /// The same group, also following `tree`: signals, liveness and kills
@@ -287,6 +305,9 @@ impl Drop for ProcessGroup {
         if self.armed.load(Ordering::Acquire) && self.has_live_members() {
             self.kill_now();
         }
+        // Whoever ran the command did this already; this catches a task
+        // that ended otherwise (its processes are gone now).
+        self.watched.set_aside_created();
     }
 }
 
@@ -391,21 +412,22 @@ pub fn spawn_confined(
             program: program.clone(),
             source,
         })?;
-    if let Some(sandbox) = sandbox {
-        sandbox
+    let watched = match sandbox {
+        Some(sandbox) => sandbox
             .confine(command)
             .map_err(|err| ProcessError::Spawn {
                 program: program.clone(),
                 source: io::Error::other(err),
-            })?;
-    }
+            })?,
+        None => WatchedFiles::default(),
+    };
     let child = command
         .spawn()
         .map_err(|source| ProcessError::Spawn { program, source })?;
     let pid = child.id().ok_or(ProcessError::NoPid)?;
     tree.set_leader(pid);
     let group = ProcessGroup::new(pid).ok_or(ProcessError::NoPid)?;
-    Ok((child, Arc::new(group.with_tree(tree))))
+    Ok((child, Arc::new(group.with_tree(tree).with_watched(watched))))
 }
 
 /// A shell command running in its own group, with stdout and stderr combined
