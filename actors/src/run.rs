@@ -132,6 +132,13 @@ pub(crate) enum RunInternal {
     },
     /// The wall-clock budget is used up.
     WallClock,
+    /// The run's end is recorded (durable, or the write failed): what
+    /// [`RunActorState::end`] started, [`RunActorState::finish`] completes.
+    EndRecorded {
+        outcome: RunOutcome,
+        session: Option<SessionState>,
+        recorded: Result<(), StoreError>,
+    },
 }
 
 impl RunMsg {
@@ -276,11 +283,17 @@ impl Actor for RunActor {
             let note = join_notes(pause, gate.prompt_note());
             session.transcript.push(user_message(&args.prompt, note));
         }
-        let started = state.env.store.put_run(&record).and_then(|()| {
+        // Written here, made durable on the store's writer thread: no worker
+        // waits for the disk.
+        let written = state.env.store.put_run(&record).and_then(|()| {
             session
                 .transcript
-                .save(&state.env.store, &state.session_id, true)
+                .save(&state.env.store, &state.session_id, false)
         });
+        let started = match written {
+            Ok(()) => state.env.store.commit_and_wait(|_| Ok(())).await,
+            Err(err) => Err(err),
+        };
         if let Err(err) = started {
             state.fail_start(&myself, err, session.transcript);
             return Ok(state);
@@ -604,6 +617,11 @@ impl RunActorState {
                 };
                 self.end(myself, outcome, Some(session));
             }
+            RunInternal::EndRecorded {
+                outcome,
+                session,
+                recorded,
+            } => self.finish(myself, outcome, session, recorded),
             RunInternal::WallClock => {
                 if self.ended {
                     return;
@@ -641,9 +659,10 @@ impl RunActorState {
         );
     }
 
-    /// Ends the run once: the record's end durable, `run_finished` (the last
-    /// event) with the whole tree's usage, everything below cancelled, the
-    /// runtime told, the actor stopped.
+    /// Ends the run once: everything below cancelled, the record's end
+    /// written and made durable on the store's writer thread (no worker
+    /// waits for the disk); [`RunInternal::EndRecorded`] then completes it
+    /// ([`RunActorState::finish`]).
     fn end(
         &mut self,
         myself: &ActorRef<RunMsg>,
@@ -655,18 +674,42 @@ impl RunActorState {
         }
         self.ended = true;
         outcome.usage = self.account.tally().usage;
-        let store = &self.env.store;
-        let ended = store.run(&self.run_id).and_then(|record| {
-            let Some(mut record) = record else {
-                return Ok(());
-            };
-            record.status = RunState::Ended(outcome.status);
-            record.stop_reason = Some(outcome.stop_reason.clone());
-            record.ended = Some(Utc::now());
-            store.put_run(&record)?;
-            store.flush()
-        });
-        if let Err(err) = ended {
+        // Nothing of the run outlives it (the watchdog, stragglers).
+        self.account.root().cancel();
+        let run_id = self.run_id.clone();
+        let (status, stop_reason) = (outcome.status, outcome.stop_reason.clone());
+        let run = myself.clone();
+        self.env.store.commit(
+            move |store| {
+                let Some(mut record) = store.run(&run_id)? else {
+                    return Ok(());
+                };
+                record.status = RunState::Ended(status);
+                record.stop_reason = Some(stop_reason);
+                record.ended = Some(Utc::now());
+                store.put_run(&record)
+            },
+            move |recorded| {
+                let _ = run.cast(RunMsg::internal(RunInternal::EndRecorded {
+                    outcome,
+                    session,
+                    recorded,
+                }));
+            },
+        );
+    }
+
+    /// Completes [`RunActorState::end`] once the record's end is durable (or
+    /// could not be written): `run_finished` (the last event) with the whole
+    /// tree's usage, the runtime told, the actor stopped.
+    fn finish(
+        &mut self,
+        myself: &ActorRef<RunMsg>,
+        mut outcome: RunOutcome,
+        session: Option<SessionState>,
+        recorded: Result<(), StoreError>,
+    ) {
+        if let Err(err) = recorded {
             tracing::error!(run = %self.run_id, %err, "could not record the end of the run");
             self.events.emit(EventKind::Error {
                 kind: "store".into(),
@@ -683,8 +726,6 @@ impl RunActorState {
             final_text: outcome.final_text.clone(),
             usage_total: outcome.usage,
         });
-        // Nothing of the run outlives it (the watchdog, stragglers).
-        self.account.root().cancel();
         let _ = self.runtime.cast(RuntimeMsg::RunEnded {
             run_id: self.run_id.clone(),
             outcome,

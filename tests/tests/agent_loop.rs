@@ -825,13 +825,9 @@ async fn status_is_answered_at_once_while_tools_run_and_approvals_wait() {
     assert!(h.root().join("y.txt").exists());
 }
 
-/// One async worker only: an agent that waited for the disk on it would stall
-/// every actor, the scripted server and this test.
-#[tokio::test(flavor = "current_thread")]
-async fn durable_is_a_state_the_agent_waits_in_without_holding_a_worker() {
-    let script = Script::new().then(text("done"));
-    let h = Harness::anthropic(script).await;
-    // Hold the store's writer: the agent's first save queues behind this write.
+/// Holds the store's writer thread until the returned sender sends (or 30 s
+/// pass): every durable write queued meanwhile waits behind it.
+fn hold_the_writer(h: &Harness) -> std::sync::mpsc::Sender<()> {
     let (release, gate) = std::sync::mpsc::channel::<()>();
     h.store.commit(
         move |_| {
@@ -840,29 +836,105 @@ async fn durable_is_a_state_the_agent_waits_in_without_holding_a_worker() {
         },
         |_| {},
     );
-    let mut run = h.submit("go", RunOptions::bypass(h.env_with(vec![]))).await;
-    events_until(&mut run, |e| matches!(e.kind, EventKind::RunStarted { .. })).await;
-    // The agent answers at once, waiting for durability before its model call.
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    loop {
-        let statuses = h.runtime.agents(&run.run_id).await.unwrap();
-        if statuses.first().is_some_and(|s| s.phase == "saving") {
-            break;
+    release
+}
+
+/// One async worker only: a run that waited for the disk on it would stall
+/// every actor, the scripted server and this test.
+#[tokio::test(flavor = "current_thread")]
+async fn a_run_starts_once_its_record_is_durable_without_holding_a_worker() {
+    let h = Harness::anthropic(Script::new().then(text("done"))).await;
+    let release = hold_the_writer(&h);
+    let submit = h.submit("go", RunOptions::bypass(h.env_with(vec![])));
+    let watch = async {
+        // This task goes on while the run waits: the worker is free. The run
+        // is not started (no handle, no model call) until the write is durable.
+        for _ in 0..200 {
+            tokio::task::yield_now().await;
+            assert!(h.server.requests().is_empty());
         }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "the agent never waited for its save: {statuses:?}"
-        );
-        tokio::task::yield_now().await;
-    }
-    // Nothing depends on the unsaved history yet: no model call was made.
-    assert!(h.server.requests().is_empty());
-    let status = &h.runtime.agents(&run.run_id).await.unwrap()[0];
-    assert_eq!(status.phase, "saving");
-    release.send(()).unwrap();
+        release.send(()).unwrap();
+    };
+    let (mut run, ()) = tokio::join!(submit, watch);
     let events = run_events(&mut run).await;
     assert_eq!(finished(&events).0, RunStatus::Finished);
     assert_eq!(h.server.requests().len(), 1);
+    let record = h.store.run(&run.run_id).unwrap().unwrap();
+    assert!(record.ended.is_some());
+}
+
+/// A tool that answers once the test lets it.
+struct GateTool {
+    open: Arc<tokio::sync::Notify>,
+    schema: Value,
+}
+
+impl troupe_runtime::tools::Tool for GateTool {
+    fn name(&self) -> &str {
+        "gate"
+    }
+    fn description(&self) -> &str {
+        "Answers once opened."
+    }
+    fn input_schema(&self) -> &Value {
+        &self.schema
+    }
+    fn read_only(&self) -> bool {
+        true
+    }
+    fn category(&self) -> troupe_runtime::tools::ToolCategory {
+        troupe_runtime::tools::ToolCategory::Read
+    }
+    fn execute<'a>(
+        &'a self,
+        _args: Value,
+        _ctx: &'a troupe_runtime::tools::ToolContext,
+    ) -> futures::future::BoxFuture<'a, troupe_runtime::tools::ToolOutput> {
+        Box::pin(async move {
+            self.open.notified().await;
+            troupe_runtime::tools::ToolOutput::ok("opened")
+        })
+    }
+}
+
+/// One async worker only: an agent that waited for the disk on it would stall
+/// every actor, the scripted server and this test.
+#[tokio::test(flavor = "current_thread")]
+async fn durable_is_a_state_the_agent_waits_in_without_holding_a_worker() {
+    let script = Script::new()
+        .then(tool_call("gate", json!({})))
+        .then(text("done"));
+    let h = Harness::anthropic(script).await;
+    let open = Arc::new(tokio::sync::Notify::new());
+    let gate = GateTool {
+        open: open.clone(),
+        schema: json!({ "type": "object", "properties": {} }),
+    };
+    let mut run = h
+        .submit("go", RunOptions::bypass(h.env_with(vec![Arc::new(gate)])))
+        .await;
+    events_until(
+        &mut run,
+        |e| matches!(&e.kind, EventKind::ToolStarted { name, .. } if name == "gate"),
+    )
+    .await;
+    // Everything so far is durable (the model was called); hold the writer,
+    // then let the tool answer: the agent's save of the result queues behind.
+    let release = hold_the_writer(&h);
+    open.notify_one();
+    for _ in 0..200 {
+        // This task goes on (the worker is free) and the agent answers (its
+        // mailbox is free), but nothing depends on the unsaved result: no
+        // second model call.
+        tokio::task::yield_now().await;
+        let statuses = h.runtime.agents(&run.run_id).await.unwrap();
+        assert_eq!(statuses[0].path, "main");
+        assert_eq!(h.server.requests().len(), 1);
+    }
+    release.send(()).unwrap();
+    let events = run_events(&mut run).await;
+    assert_eq!(finished(&events).0, RunStatus::Finished);
+    assert_eq!(h.server.requests().len(), 2);
     assert_closed(&h.history(&run.session_id).await);
 }
 
