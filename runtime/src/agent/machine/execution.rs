@@ -134,6 +134,7 @@ impl AgentLoop {
                 hook_block: None,
                 hook_notes: Vec::new(),
                 held: None,
+                pre_hooked: false,
             })
             .collect();
         self.phase = Phase::Executing(Execution {

@@ -150,8 +150,10 @@ impl AgentLoop {
         let wanted: Vec<(usize, ToolCall)> = execution.groups[execution.group]
             .indices()
             .filter(|&index| {
-                self.hooks
-                    .any_for(HookEvent::PreToolUse, Some(&execution.calls[index].name))
+                !execution.states[index].pre_hooked
+                    && self
+                        .hooks
+                        .any_for(HookEvent::PreToolUse, Some(&execution.calls[index].name))
             })
             .map(|index| (index, execution.calls[index].clone()))
             .collect();
@@ -176,6 +178,9 @@ impl AgentLoop {
         let Phase::Executing(execution) = &mut self.phase else {
             return false;
         };
+        for (index, _) in &wanted {
+            execution.states[*index].pre_hooked = true;
+        }
         if wanted.is_empty() {
             execution.group_hooks = GroupHooks::Done;
             false
@@ -376,7 +381,39 @@ impl AgentLoop {
             GroupHooks::Waiting(left - 1)
         };
         if execution.group_hooks == GroupHooks::Done {
+            self.regroup_after_rewrites();
             self.advance(out);
+        }
+    }
+
+    /// Plans the current group again from its calls' arguments as they are
+    /// now: a rewrite that gives a call another class (a read-only `ls`
+    /// rewritten into `touch`) must not run it alongside the others. The
+    /// group splits into the groups its calls would have formed; each call's
+    /// hooks have run already and do not run again.
+    fn regroup_after_rewrites(&mut self) {
+        let Phase::Executing(execution) = &mut self.phase else {
+            return;
+        };
+        let current = execution.groups[execution.group];
+        let classes: Vec<_> = current
+            .indices()
+            .map(|index| {
+                let call = &execution.calls[index];
+                self.catalogue.class(&call.name, &call.input)
+            })
+            .collect();
+        let planned: Vec<_> = crate::agent::plan_execution(&classes)
+            .into_iter()
+            .map(|group| crate::agent::ExecutionGroup {
+                start: group.start + current.start,
+                end: group.end + current.start,
+                concurrent: group.concurrent,
+            })
+            .collect();
+        if planned != [current] {
+            let at = execution.group;
+            execution.groups.splice(at..=at, planned);
         }
     }
 

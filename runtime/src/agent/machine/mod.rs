@@ -423,6 +423,9 @@ struct CallState {
     hook_notes: Vec<String>,
     /// Its result, while its PostToolUse hooks run.
     held: Option<hooks::HeldResult>,
+    /// Its PreToolUse hooks have run (they run once per call, also when a
+    /// rewrite moves it into a group of its own).
+    pre_hooked: bool,
 }
 
 /// What a call runs as, once allowed.

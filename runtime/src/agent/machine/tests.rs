@@ -1982,6 +1982,53 @@ fn a_rewrite_is_validated_and_decided_like_the_models_arguments() {
 }
 
 #[test]
+fn a_rewrite_into_a_side_effect_takes_the_call_out_of_its_read_only_batch() {
+    use crate::hooks::HookEvent;
+    let mut f = hooked(vec![hook(HookEvent::PreToolUse, None)]);
+    f.respond(&[bash("ls"), bash("cat a"), bash("wc -l a")]);
+    // Three read-only commands: one concurrent group, a hook for each.
+    let effects = f.step(Input::Saved(Ok(())));
+    assert_eq!(
+        effects,
+        s(&["hooks:PreToolUse", "hooks:PreToolUse", "hooks:PreToolUse"])
+    );
+    let epoch = f.epoch();
+    f.on(Input::HooksRan {
+        call: HookCall::PreTool { epoch, index: 0 },
+        verdict: crate::hooks::HookVerdict::default(),
+    });
+    f.on(Input::HooksRan {
+        call: HookCall::PreTool { epoch, index: 1 },
+        verdict: crate::hooks::HookVerdict {
+            updated_input: json!({"command": "touch a"}).as_object().cloned(),
+            ..Default::default()
+        },
+    });
+    let effects = show(&f.on(Input::HooksRan {
+        call: HookCall::PreTool { epoch, index: 2 },
+        verdict: crate::hooks::HookVerdict::default(),
+    }));
+    // The rewritten call has side effects now: `ls` runs alone, then the
+    // rewritten call alone, then `wc`, and no hook runs twice.
+    let tools: Vec<&String> = effects.iter().filter(|e| e.starts_with("tool:")).collect();
+    assert_eq!(tools, ["tool:0:bash"], "{effects:?}");
+    let effects = f.done(0, "listing");
+    let tools: Vec<&String> = effects.iter().filter(|e| e.starts_with("tool:")).collect();
+    assert_eq!(tools, ["tool:1:bash"], "{effects:?}");
+    assert!(
+        !effects.iter().any(|e| e.starts_with("hooks:")),
+        "{effects:?}"
+    );
+    let effects = f.done(1, "touched");
+    let tools: Vec<&String> = effects.iter().filter(|e| e.starts_with("tool:")).collect();
+    assert_eq!(tools, ["tool:2:bash"], "{effects:?}");
+    assert!(
+        !effects.iter().any(|e| e.starts_with("hooks:")),
+        "{effects:?}"
+    );
+}
+
+#[test]
 fn a_post_tool_hook_note_is_appended_before_the_result_is_stored() {
     use crate::hooks::HookEvent;
     let mut f = hooked(vec![hook(HookEvent::PostToolUse, Some("read_file"))]);
