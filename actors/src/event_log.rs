@@ -18,7 +18,7 @@ use std::sync::Arc;
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 use tokio::sync::broadcast;
 use troupe_runtime::events::{EventKind, RunEvent};
-use troupe_runtime::store::Store;
+use troupe_runtime::store::{self, Store};
 
 #[cfg(test)]
 use crate::subscription::EventSubscription;
@@ -105,7 +105,8 @@ impl Actor for EventLog {
 
 impl EventLogState {
     /// Stores an event before anyone sees it (DESIGN.md principle 6); the
-    /// last event of a run is made durable by the store's writer, awaited.
+    /// last event of a run is made durable by the store's writer, awaited at
+    /// most [`store::CONFIRM_DEADLINE`].
     /// Returns the store's error the first time it fails (later failures of
     /// the same run are only logged).
     async fn store_event(&mut self, event: &RunEvent) -> Option<String> {
@@ -113,7 +114,10 @@ impl EventLogState {
         let last = matches!(event.kind, EventKind::RunFinished { .. });
         let mut stored = self.store.append_event(event);
         if last && stored.is_ok() {
-            stored = self.store.commit_and_wait(|_| Ok(())).await;
+            let durable = self.store.commit_and_wait(|_| Ok(()));
+            stored = tokio::time::timeout(store::CONFIRM_DEADLINE, durable)
+                .await
+                .unwrap_or_else(|_| Err(store::unconfirmed("the run's events")));
         }
         match stored {
             Ok(()) => None,

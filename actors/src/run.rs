@@ -31,7 +31,7 @@ use troupe_runtime::events::{ApprovalOutcome, EventKind, RunStatus};
 use troupe_runtime::model::{Message, Usage};
 use troupe_runtime::permissions::PermissionEngine;
 use troupe_runtime::session::Transcript;
-use troupe_runtime::store::{RunRecord, RunState, StoreError};
+use troupe_runtime::store::{self, RunRecord, RunState, StoreError};
 
 use crate::agent::{AgentActor, AgentArgs, AgentMsg, Report, Work};
 use crate::env::AgentEnv;
@@ -678,7 +678,27 @@ impl RunActorState {
         self.account.root().cancel();
         let run_id = self.run_id.clone();
         let (status, stop_reason) = (outcome.status, outcome.stop_reason.clone());
-        let run = myself.clone();
+        // Told once: when the write is durable, or when the disk has not
+        // answered within CONFIRM_DEADLINE (a run must end even then).
+        let ending = Arc::new(std::sync::Mutex::new(Some((outcome, session))));
+        let deliver = {
+            let run = myself.clone();
+            move |recorded: Result<(), StoreError>| {
+                let taken = ending.lock().ok().and_then(|mut ending| ending.take());
+                if let Some((outcome, session)) = taken {
+                    let _ = run.cast(RunMsg::internal(RunInternal::EndRecorded {
+                        outcome,
+                        session,
+                        recorded,
+                    }));
+                }
+            }
+        };
+        let overdue = deliver.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(store::CONFIRM_DEADLINE).await;
+            overdue(Err(store::unconfirmed("the end of the run")));
+        });
         self.env.store.commit(
             move |store| {
                 let Some(mut record) = store.run(&run_id)? else {
@@ -689,13 +709,7 @@ impl RunActorState {
                 record.ended = Some(Utc::now());
                 store.put_run(&record)
             },
-            move |recorded| {
-                let _ = run.cast(RunMsg::internal(RunInternal::EndRecorded {
-                    outcome,
-                    session,
-                    recorded,
-                }));
-            },
+            deliver,
         );
     }
 

@@ -938,6 +938,66 @@ async fn durable_is_a_state_the_agent_waits_in_without_holding_a_worker() {
     assert_closed(&h.history(&run.session_id).await);
 }
 
+/// A disk that never confirms a write must not make a run uncancellable:
+/// once cancelled, the agent waits for its save, the run for its record and
+/// the event log for the last event each at most the confirmation deadline,
+/// and the run ends, saying what was not confirmed.
+/// The clock is paused once no request is in flight, so the deadlines pass at
+/// once.
+#[tokio::test(flavor = "current_thread")]
+async fn a_cancelled_run_ends_even_when_the_disk_never_confirms_its_writes() {
+    let script = Script::new()
+        .then(tool_call("gate", json!({})))
+        .then(text("never sent"));
+    let h = Harness::anthropic(script).await;
+    let open = Arc::new(tokio::sync::Notify::new());
+    let gate = GateTool {
+        open: open.clone(),
+        schema: json!({ "type": "object", "properties": {} }),
+    };
+    let mut run = h
+        .submit("go", RunOptions::bypass(h.env_with(vec![Arc::new(gate)])))
+        .await;
+    events_until(
+        &mut run,
+        |e| matches!(&e.kind, EventKind::ToolStarted { name, .. } if name == "gate"),
+    )
+    .await;
+    let release = hold_the_writer(&h);
+    tokio::time::pause();
+    open.notify_one();
+    h.runtime.cancel(&run.run_id).await.unwrap();
+    let mut unconfirmed = 0;
+    let finished_as = loop {
+        let Ok(event) = tokio::time::timeout(Duration::from_secs(600), run.events.recv()).await
+        else {
+            panic!(
+                "the run did not end: {:?}",
+                h.runtime.agents(&run.run_id).await
+            );
+        };
+        let event = event.expect("events until run_finished");
+        match event.kind {
+            EventKind::Error { kind, message } if kind == "store" => {
+                assert!(message.contains("did not confirm"), "{message}");
+                unconfirmed += 1;
+            }
+            EventKind::RunFinished {
+                status,
+                stop_reason,
+                ..
+            } if event.agent_path == "main" => break (status, stop_reason),
+            _ => {}
+        }
+    };
+    // Cancelled as asked; each write nobody confirmed is said out loud (the
+    // agent's last save, the run's record, its last event).
+    assert_eq!(finished_as, (RunStatus::Cancelled, "cancelled".to_string()));
+    assert_eq!(unconfirmed, 3);
+    assert_eq!(h.server.requests().len(), 1);
+    drop(release);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_call_over_its_timeout_is_stopped_with_an_error_result() {
     let script = Script::new()

@@ -57,12 +57,13 @@ pub(super) fn close_approvals(run: &ActorRef<RunMsg>, approval_ids: Vec<String>)
     }));
 }
 
-/// Feeds [`Work::CleanupGraceOver`] after `after`.
-pub(super) fn arm_grace(myself: &ActorRef<AgentMsg>, epoch: u64, after: Duration) {
+/// Feeds `work` to the agent after `after` (a grace or a deadline; the
+/// machine ignores one that no longer applies).
+pub(super) fn arm_timer(myself: &ActorRef<AgentMsg>, after: Duration, work: Work) {
     let agent = myself.clone();
     tokio::spawn(async move {
         tokio::time::sleep(after).await;
-        let _ = agent.cast(AgentMsg::work(Work::CleanupGraceOver { epoch }));
+        let _ = agent.cast(AgentMsg::work(work));
     });
 }
 

@@ -114,6 +114,8 @@ pub(crate) enum Work {
     Interrupted,
     /// The cleanup grace of the interrupted execution `epoch` is over.
     CleanupGraceOver { epoch: u64 },
+    /// Save number `save` was not confirmed in time after an interruption.
+    SaveOverdue { save: u64 },
     /// The loop finished while hooks that only report still ran; they are
     /// done now: report the outcome.
     FinishAfterHooks(RunOutcome),
@@ -380,6 +382,7 @@ impl AgentState {
             }),
             Work::Interrupted => Some(Input::Interrupted),
             Work::CleanupGraceOver { epoch } => Some(Input::CleanupGraceOver { epoch }),
+            Work::SaveOverdue { save } => Some(Input::SaveOverdue { save }),
             Work::HooksRan { call, verdict } => Some(Input::HooksRan { call, verdict }),
             Work::FinishAfterHooks(outcome) => {
                 self.finish(myself, outcome);
@@ -480,7 +483,11 @@ impl AgentState {
                 None
             }
             Effect::ArmCleanupGrace { epoch, after } => {
-                lifecycle::arm_grace(myself, epoch, after);
+                lifecycle::arm_timer(myself, after, Work::CleanupGraceOver { epoch });
+                None
+            }
+            Effect::ArmSaveDeadline { save, after } => {
+                lifecycle::arm_timer(myself, after, Work::SaveOverdue { save });
                 None
             }
             Effect::Finished(outcome) => {

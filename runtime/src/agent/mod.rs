@@ -51,6 +51,10 @@ pub const EMPTY_RESPONSE_PLACEHOLDER: &str = "(no response)";
 /// this long to stop its processes (bash needs 2 s between SIGTERM and
 /// SIGKILL) before it is given up on.
 pub const CLEANUP_GRACE: Duration = Duration::from_secs(5);
+/// How long an interrupted agent still waits for a save in flight before it
+/// ends without it (a disk that never answers must not make a run
+/// uncancellable).
+pub const SAVE_DEADLINE: Duration = crate::store::CONFIRM_DEADLINE;
 
 /// Whether someone can answer approval requests during a run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -49,6 +49,23 @@ pub use records::{
 pub use span_writer::{SPAN_SYNC_TIMEOUT, SpanWriter};
 pub use writer::{MAX_GROUP, WRITER_THREAD_NAME};
 
+/// How long a step that must end — a cancelled agent's last save, the
+/// record and the last event of an ending run — waits for the disk to
+/// confirm a write before it goes on without the confirmation (and says so):
+/// a disk that never answers must not make a run endless.
+pub const CONFIRM_DEADLINE: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// The error of a write the disk did not confirm within [`CONFIRM_DEADLINE`]
+/// (`what`: "the end of the run").
+pub fn unconfirmed(what: &str) -> StoreError {
+    StoreError::Database {
+        detail: format!(
+            "the disk did not confirm {what} within {} s",
+            CONFIRM_DEADLINE.as_secs()
+        ),
+    }
+}
+
 /// Where the store's current time comes from (replaceable in tests).
 pub type Clock = Arc<dyn Fn() -> DateTime<Utc> + Send + Sync>;
 

@@ -76,13 +76,38 @@ impl AgentLoop {
     }
 
     /// [`super::Input::Interrupted`]: the agent's token was cancelled. A save
-    /// in flight is waited for first.
+    /// in flight is waited for first, at most [`crate::agent::SAVE_DEADLINE`].
     pub(super) fn interrupt(&mut self, out: &mut Vec<Effect>) {
         match &self.phase {
-            Phase::Saving(AfterSave::Finish(_)) | Phase::Done => {}
-            Phase::Saving(_) => self.interrupt_pending = true,
+            Phase::Done => {}
+            Phase::Saving(then) => {
+                if !matches!(then, AfterSave::Finish(_)) {
+                    self.interrupt_pending = true;
+                }
+                out.push(Effect::ArmSaveDeadline {
+                    save: self.saves,
+                    after: crate::agent::SAVE_DEADLINE,
+                });
+            }
             _ => self.interrupt_now(out),
         }
+    }
+
+    /// [`super::Input::SaveOverdue`]: the save an interruption waits for did
+    /// not answer in time; it counts as failed (the history may not be on
+    /// disk), and the agent ends.
+    pub(super) fn on_save_overdue(&mut self, save: u64, out: &mut Vec<Effect>) {
+        if save != self.saves || !matches!(self.phase, Phase::Saving(_)) {
+            return;
+        }
+        self.interrupt_pending = false;
+        let seconds = crate::agent::SAVE_DEADLINE.as_secs();
+        self.on_saved(
+            Err(format!(
+                "the disk did not confirm the save within {seconds} s"
+            )),
+            out,
+        );
     }
 
     /// Interrupts whatever runs, with the outcome the stop cause gives.

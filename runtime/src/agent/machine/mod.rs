@@ -164,6 +164,12 @@ pub enum Input {
         /// Epoch of the execution.
         epoch: u64,
     },
+    /// Save number `save` was not confirmed within [`SAVE_DEADLINE`] of an
+    /// interruption.
+    SaveOverdue {
+        /// Which save ([`Effect::ArmSaveDeadline`]).
+        save: u64,
+    },
     /// The interpreter carried out an [`Effect::Offload`]: the results it
     /// spilled (call id and spill file); the others are tried next turn.
     Offloaded {
@@ -300,6 +306,13 @@ pub enum Effect {
     /// Run hooks (in a task: they may take their whole timeout); answer
     /// with [`Input::HooksRan`].
     RunHooks(Box<HookRequest>),
+    /// Feed [`Input::SaveOverdue`] after `after`.
+    ArmSaveDeadline {
+        /// Which save.
+        save: u64,
+        /// How long it may still take.
+        after: Duration,
+    },
     /// Feed [`Input::CleanupGraceOver`] after `after`.
     ArmCleanupGrace {
         /// Epoch of the execution.
@@ -333,6 +346,7 @@ impl std::fmt::Debug for Effect {
             Self::AwaitApproval { approval_id } => write!(f, "AwaitApproval({approval_id})"),
             Self::ApprovalsClosed(ids) => write!(f, "ApprovalsClosed({ids:?})"),
             Self::ArmCleanupGrace { epoch, .. } => write!(f, "ArmCleanupGrace({epoch})"),
+            Self::ArmSaveDeadline { save, .. } => write!(f, "ArmSaveDeadline({save})"),
             Self::RunHooks(request) => write!(f, "RunHooks({})", request.event),
             Self::Finished(outcome) => write!(f, "Finished({})", outcome.status.as_str()),
         }
@@ -489,6 +503,8 @@ pub struct AgentLoop {
     store_failed: bool,
     /// Interrupted while a save was pending.
     interrupt_pending: bool,
+    /// Numbers the saves asked for (the current one while saving).
+    saves: u64,
     /// Text the person wrote during the run, for the next model call.
     queued_messages: Vec<String>,
     /// Compaction: estimate, ledger, breaker.
@@ -533,6 +549,7 @@ impl AgentLoop {
             children: 0,
             store_failed: false,
             interrupt_pending: false,
+            saves: 0,
             queued_messages: Vec::new(),
             context: compaction::ContextState::new(setup.context),
             hooks: setup.hooks,
@@ -568,6 +585,7 @@ impl AgentLoop {
             } => self.on_approval(approval_id, outcome, reason, &mut out),
             Input::Interrupted => self.interrupt(&mut out),
             Input::CleanupGraceOver { epoch } => self.on_grace_over(epoch, &mut out),
+            Input::SaveOverdue { save } => self.on_save_overdue(save, &mut out),
             Input::UserMessage { text } => self.queue_message(text),
             Input::Offloaded { spilled } => self.on_offloaded(spilled, &mut out),
             Input::Summarised {
@@ -704,9 +722,18 @@ impl AgentLoop {
     }
 
     /// Asks for a save and waits for it before `then`.
+    /// Once the agent is interrupted, every save has a deadline
+    /// ([`crate::agent::SAVE_DEADLINE`]).
     fn save_then(&mut self, then: AfterSave, out: &mut Vec<Effect>) {
+        self.saves += 1;
         self.phase = Phase::Saving(then);
         out.push(Effect::Save);
+        if self.token.is_cancelled() {
+            out.push(Effect::ArmSaveDeadline {
+                save: self.saves,
+                after: crate::agent::SAVE_DEADLINE,
+            });
+        }
     }
 
     fn on_saved(&mut self, result: Result<(), String>, out: &mut Vec<Effect>) {

@@ -162,6 +162,7 @@ fn show(effects: &[Effect]) -> Vec<String> {
             Effect::AwaitApproval { .. } => "await".into(),
             Effect::ApprovalsClosed(_) => "closed".into(),
             Effect::ArmCleanupGrace { .. } => "grace".into(),
+            Effect::ArmSaveDeadline { save, .. } => format!("deadline:{save}"),
             Effect::RunHooks(request) => format!("hooks:{}", request.event),
             Effect::Finished(outcome) => {
                 format!(
@@ -183,8 +184,24 @@ impl Fixture {
         self.machine.on(input)
     }
 
+    /// The effects of `input`, shown; save deadlines (timers armed once the
+    /// agent is interrupted) are left out: `deadlines` shows them.
     fn step(&mut self, input: Input) -> Vec<String> {
         show(&self.on(input))
+            .into_iter()
+            .filter(|effect| !effect.starts_with("deadline:"))
+            .collect()
+    }
+
+    /// The save deadlines `input` arms.
+    fn deadlines(&mut self, input: Input) -> Vec<u64> {
+        self.on(input)
+            .iter()
+            .filter_map(|effect| match effect {
+                Effect::ArmSaveDeadline { save, .. } => Some(*save),
+                _ => None,
+            })
+            .collect()
     }
 
     /// Begin and the first save: the first model call is running.
@@ -665,15 +682,44 @@ fn cancellation_while_streaming_keeps_the_partial_text() {
 fn an_interruption_during_a_save_waits_for_it() {
     let mut f = fixture(Options::default()).started();
     f.respond(&[bash("rm -r build")]);
-    // The calls are being saved when the run is cancelled.
-    assert!(f.on(Input::Interrupted).is_empty());
-    assert_eq!(f.step(Input::Saved(Ok(()))), s(&["save"]));
+    // The calls are being saved when the run is cancelled: the agent waits
+    // for the save, at most the save deadline; so does every later save.
+    let first = f.deadlines(Input::Interrupted);
+    assert_eq!(first.len(), 1);
+    let second = f.deadlines(Input::Saved(Ok(())));
+    assert_eq!(second.len(), 1);
+    assert!(second[0] > first[0]);
+    // The deadline of the answered save is ignored.
+    assert!(f.on(Input::SaveOverdue { save: first[0] }).is_empty());
     assert_eq!(
         f.step(Input::Saved(Ok(()))),
         s(&["finished:cancelled:cancelled"])
     );
     assert_eq!(f.last_results(), vec![("(cancelled)".to_string(), true)]);
     assert_closed(f.history());
+}
+
+#[test]
+fn an_interruption_does_not_wait_for_a_save_that_never_answers() {
+    let mut f = fixture(Options::default()).started();
+    f.respond(&[bash("rm -r build")]);
+    let save = f.deadlines(Input::Interrupted)[0];
+    let effects = f.step(Input::SaveOverdue { save });
+    assert_eq!(effects, s(&["emit:error", "finished:error:store_error"]));
+    assert!(f.machine.is_done());
+    // The save that answers late changes nothing.
+    assert!(f.on(Input::Saved(Ok(()))).is_empty());
+}
+
+#[test]
+fn a_final_save_that_never_answers_ends_the_agent_once_interrupted() {
+    let mut f = fixture(Options::default()).started();
+    assert_eq!(f.answer_text("hello"), s(&["emit:usage", "save"]));
+    let save = f.deadlines(Input::Interrupted)[0];
+    assert_eq!(
+        f.step(Input::SaveOverdue { save }),
+        s(&["emit:error", "finished:error:store_error"])
+    );
 }
 
 #[test]
@@ -754,7 +800,7 @@ fn spent_tokens_refuse_the_calls_of_the_response_that_spent_them() {
             .starts_with("Not run. (Stopped: the token budget")
     );
     assert!(f.account.root().is_cancelled());
-    assert!(f.on(Input::Interrupted).is_empty());
+    assert!(f.step(Input::Interrupted).is_empty());
     assert_eq!(f.step(Input::Saved(Ok(()))), s(&["save"]));
     assert_eq!(
         f.step(Input::Saved(Ok(()))),
