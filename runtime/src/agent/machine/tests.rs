@@ -2229,3 +2229,82 @@ fn compaction_hooks_run_around_manual_and_automatic_compactions() {
         Some("the compaction failed")
     );
 }
+
+/// The request of the model call among `effects`, if one started.
+fn model_request(effects: Vec<Effect>) -> Option<ChatRequest> {
+    effects.into_iter().find_map(|effect| match effect {
+        Effect::CallModel { request, .. } => Some(request),
+        _ => None,
+    })
+}
+
+#[test]
+fn plan_mode_requests_offer_read_only_tools_and_the_reminder_of_their_iteration() {
+    let mut f = fixture(Options {
+        mode: PermissionMode::Plan,
+        ..Options::default()
+    });
+    assert_eq!(f.step(Input::Begin), s(&["save"]));
+    let mut requests = vec![model_request(f.on(Input::Saved(Ok(())))).unwrap()];
+    for i in 0..5 {
+        f.respond(&[read(&format!("file{i}"))]);
+        f.step(Input::Saved(Ok(())));
+        let epoch = f.epoch();
+        f.on(Input::CallFinished {
+            epoch,
+            index: 0,
+            output: ToolOutput::ok("text"),
+            duration: Duration::ZERO,
+            error: None,
+        });
+        f.on(Input::PendingSaved {
+            epoch,
+            index: 0,
+            result: Ok(()),
+        });
+        requests.push(model_request(f.on(Input::Saved(Ok(())))).unwrap());
+    }
+    assert_eq!(requests.len(), 6);
+    let registry = crate::tools::builtin_registry();
+    for (i, request) in requests.iter().enumerate() {
+        let iteration = i as u32 + 1;
+        assert_eq!(
+            request.system.stable, "stable",
+            "the cached prefix is untouched"
+        );
+        let expected = crate::prompt::plan_reminder(PermissionMode::Plan, iteration).unwrap();
+        assert_eq!(request.system.environment, format!("env\n\n{expected}"));
+        assert!(!request.tools.is_empty());
+        for tool in &request.tools {
+            assert!(registry.is_read_only(&tool.name), "{} offered", tool.name);
+        }
+    }
+    let full = crate::prompt::PLAN_REMINDER_FULL;
+    let fulls: Vec<bool> = requests
+        .iter()
+        .map(|r| r.system.environment.ends_with(full))
+        .collect();
+    assert_eq!(fulls, [true, false, false, false, true, false]);
+
+    // Leaving plan mode during the run: the next request has no reminder and
+    // every tool again.
+    f.machine.permissions().set_mode(PermissionMode::Bypass);
+    f.respond(&[read("last")]);
+    f.step(Input::Saved(Ok(())));
+    let epoch = f.epoch();
+    f.on(Input::CallFinished {
+        epoch,
+        index: 0,
+        output: ToolOutput::ok("text"),
+        duration: Duration::ZERO,
+        error: None,
+    });
+    f.on(Input::PendingSaved {
+        epoch,
+        index: 0,
+        result: Ok(()),
+    });
+    let request = model_request(f.on(Input::Saved(Ok(())))).unwrap();
+    assert_eq!(request.system.environment, "env");
+    assert!(request.tools.iter().any(|tool| tool.name == "bash"));
+}

@@ -1,4 +1,5 @@
-//! The model-call half of a turn: budget and turn checks, the request, the
+//! The model-call half of a turn: budget and turn checks, the request (with
+//! the plan-mode reminder of its iteration in plan mode), the
 //! stream's events, and what its end means (finish, stop on a loop limit, or
 //! record the calls and run them). Call ids a response repeats are repaired
 //! before the response is recorded.
@@ -9,6 +10,7 @@ use crate::agent::{EMPTY_RESPONSE_PLACEHOLDER, RunOutcome};
 use crate::events::{EventKind, NOTICE_MODEL_RETRY, RunStatus};
 use crate::llm::{ChatRequest, ProviderError, ResponseAccumulator, ResponseMetadata, StreamEvent};
 use crate::model::{ContentBlock, Message, StopReason, ToolCall, Usage};
+use crate::prompt::{plan_reminder, with_plan_reminder};
 use crate::telemetry::genai;
 
 use super::{AfterSave, AgentLoop, Effect, Phase, Streaming};
@@ -48,10 +50,13 @@ impl AgentLoop {
         // A summary prepared ahead runs beside this call, never before it.
         self.prepare_step(out);
         self.epoch += 1;
+        // The mode is read once per request: tools and reminder agree. The
+        // plan reminder rides in this request's environment part only.
+        let mode = self.permissions.mode();
         let request = ChatRequest {
-            system: self.system.clone(),
+            system: with_plan_reminder(&self.system, plan_reminder(mode, n)),
             messages: self.request_messages(),
-            tools: self.catalogue.offered(self.permissions.mode()).to_vec(),
+            tools: self.catalogue.offered(mode).to_vec(),
         };
         let span = genai::chat_span(
             &self.span,
