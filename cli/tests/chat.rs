@@ -4,7 +4,7 @@
 //! while the agent works reaching its next model call, `/cost`, Esc
 //! cancelling a turn (its command killed), Ctrl-C at the idle prompt leaving,
 //! the line history kept for the next chat, custom commands with their
-//! arguments and `/skills`; through the daemon and embedded.
+//! arguments and `/skills`, `/plan` then `/do`; through the daemon and embedded.
 
 mod support;
 
@@ -543,4 +543,55 @@ async fn custom_commands_expand_their_arguments_and_skills_are_listed() {
     );
     command("/cost", "1 turn(s)");
     command("/exit", "[exit 0]");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn plan_then_do_plans_with_read_only_tools_and_carries_out_in_the_mode_before() {
+    let script = Script::new()
+        .then(text("PLAN: 1. change lib.rs"))
+        .then(text("Carried out."));
+    let server = ScriptedServer::start(script).await.unwrap();
+    let env = Env::new();
+    let pane = Pane::start(&chat_command(&env, &server, &["--mode", "accept-edits"]));
+    let mut prompts = 1;
+    let mut command = |line: &str, expect: &str| {
+        pane.wait_for_prompt(prompts);
+        pane.line(line);
+        prompts += 1;
+        pane.wait_for(expect)
+    };
+    command("/do", "(not in plan mode: /plan starts planning)");
+    command("/plan", "(plan mode from the next message on");
+    command("/plan", "(already in plan mode; /do carries out the plan)");
+    let screen = command("how do we split lib.rs?", "PLAN: 1. change lib.rs");
+    assert!(screen.contains("[plan] ›"), "{screen}");
+    let screen = command("/do keep the tests", "Carried out.");
+    assert!(
+        screen.contains("(mode accept-edits again; carrying out the plan)"),
+        "{screen}"
+    );
+    command("/mode", "mode: accept-edits");
+    command("/exit", "[exit 0]");
+
+    let requests = server.requests();
+    assert_eq!(requests.len(), 2);
+    let planning = &requests[0];
+    assert!(
+        planning
+            .system_text()
+            .contains("# Plan mode\nYou are in plan mode")
+    );
+    let tools = planning.tool_names();
+    assert!(tools.contains(&"read_file".to_owned()), "{tools:?}");
+    assert!(!tools.contains(&"write_file".to_owned()) && !tools.contains(&"bash".to_owned()));
+    let doing = &requests[1];
+    assert_eq!(
+        doing.last_user_text().as_deref(),
+        Some("Carry out the plan you made above, step by step.\n\nkeep the tests")
+    );
+    assert!(doing.any_user_text_contains("how do we split lib.rs?"));
+    assert!(!doing.system_text().contains("# Plan mode"));
+    assert!(doing.tool_names().contains(&"write_file".to_owned()));
+    // Both turns share the cached stable block.
+    assert_eq!(planning.body["system"][0], doing.body["system"][0]);
 }
