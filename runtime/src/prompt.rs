@@ -2,8 +2,9 @@
 //!
 //! - Stable: identity, rules, tool policy, style, then project instructions
 //!   (`AGENTS.md`, `TROUPE.md` from the user config directory and the project
-//!   root). Built once per session and byte-identical for its life, so the
-//!   provider's prompt cache always hits it.
+//!   root), the project memory ([`with_memory`], as the session started) and
+//!   the skills catalogue. Built once per session and byte-identical for its
+//!   life, so the provider's prompt cache always hits it.
 //! - Environment: working directory, platform, date (to the day), git status,
 //!   model. Rebuilt when a session starts; sent after the cache breakpoint.
 //!   In plan mode, each request's environment part ends with the plan-mode
@@ -130,6 +131,15 @@ pub fn assemble_stable(instructions: &[InstructionFile]) -> String {
         ));
     }
     parts.join("\n\n")
+}
+
+/// The stable part with the project memory appended (nothing without
+/// memory). Comes after the instructions and before the skills catalogue.
+pub fn with_memory(stable: String, memory: Option<&str>) -> String {
+    match memory.filter(|memory| !memory.trim().is_empty()) {
+        Some(memory) => format!("{stable}\n\n{}", crate::memory::prompt_section(memory)),
+        None => stable,
+    }
 }
 
 /// The stable part with the skills catalogue appended (nothing without
@@ -336,6 +346,16 @@ mod tests {
         let with = with_skill_catalogue(base.clone(), &skills);
         assert!(with.starts_with(&base));
         assert!(with.ends_with("# Skills\nSkills are instructions for specific tasks. When a task matches one, call load_skill with its name before you start, and follow what it says.\n- deploy: Ship it"), "{with}");
+    }
+
+    #[test]
+    fn memory_follows_the_instructions() {
+        let base = assemble_stable(&[]);
+        assert_eq!(with_memory(base.clone(), None), base);
+        assert_eq!(with_memory(base.clone(), Some(" \n")), base);
+        let with = with_memory(base.clone(), Some("- use pnpm\n"));
+        assert!(with.starts_with(&format!("{base}\n\n# Project memory\n")));
+        assert!(with.ends_with("\n- use pnpm"), "{with}");
     }
 
     #[test]
