@@ -142,7 +142,7 @@ fn fixture(options: Options) -> Fixture {
 
 /// Effects as short strings: `emit:<type>`, `save`, `pending:<i>`, `rules`,
 /// `model:<epoch>`, `tool:<i>:<name>`, `agent:<i>:<path>`, `await`, `closed`,
-/// `grace`, `finished:<status>:<reason>`.
+/// `grace`, `memory`, `finished:<status>:<reason>`.
 fn show(effects: &[Effect]) -> Vec<String> {
     effects
         .iter()
@@ -162,6 +162,7 @@ fn show(effects: &[Effect]) -> Vec<String> {
             Effect::AwaitApproval { .. } => "await".into(),
             Effect::ApprovalsClosed(_) => "closed".into(),
             Effect::ArmCleanupGrace { .. } => "grace".into(),
+            Effect::UpdateMemory { .. } => "memory".into(),
             Effect::RunHooks(request) => format!("hooks:{}", request.event),
             Effect::Finished(outcome) => {
                 format!(
@@ -2307,4 +2308,96 @@ fn plan_mode_requests_offer_read_only_tools_and_the_reminder_of_their_iteration(
     let request = model_request(f.on(Input::Saved(Ok(())))).unwrap();
     assert_eq!(request.system.environment, "env");
     assert!(request.tools.iter().any(|tool| tool.name == "bash"));
+}
+
+/// Runs one turn that reads `path`, up to the next model call; returns the
+/// effects of the response's end (before the calls run).
+fn read_turn(f: &mut Fixture, path: &str) -> Vec<String> {
+    let ended = f.respond(&[read(path)]);
+    f.step(Input::Saved(Ok(())));
+    f.done(0, "text");
+    f.step(Input::Saved(Ok(())));
+    ended
+}
+
+#[test]
+fn every_fifth_completed_turn_of_the_main_agent_asks_for_a_memory_update() {
+    let mut f = fixture(Options::default()).started();
+    let mut updates = Vec::new();
+    for turn in 1..=11 {
+        let ended = read_turn(&mut f, &format!("f{turn}"));
+        if ended.contains(&"memory".to_string()) {
+            assert_eq!(ended, s(&["emit:usage", "memory", "save"]));
+            updates.push(turn);
+        }
+    }
+    assert_eq!(updates, [5, 10]);
+
+    // The digest is the conversation's words; the update answers nothing
+    // back, so the history and the context estimate are the loop's own.
+    let mut f = fixture(Options::default()).started();
+    for turn in 1..=4 {
+        read_turn(&mut f, &format!("f{turn}"));
+    }
+    let before = f.history().len();
+    let effects = f.on(Input::ModelEnded { epoch: f.epoch() });
+    let digest = effects
+        .iter()
+        .find_map(|effect| match effect {
+            Effect::UpdateMemory { digest } => Some(digest.clone()),
+            _ => None,
+        })
+        .unwrap();
+    assert!(digest.starts_with("User: do the task"), "{digest}");
+    assert!(!digest.contains("text"), "tool output stays out: {digest}");
+    assert_eq!(f.history().len(), before + 1);
+
+    // A continued session counts its earlier turns too.
+    let history: Vec<Message> = (0..3)
+        .flat_map(|i| {
+            [
+                Message::user_text(format!("q{i}")),
+                Message::assistant_text(format!("a{i}")),
+            ]
+        })
+        .collect();
+    let mut f = fixture(Options {
+        history,
+        ..Options::default()
+    })
+    .started();
+    assert!(!read_turn(&mut f, "x").contains(&"memory".to_string()));
+    assert!(read_turn(&mut f, "y").contains(&"memory".to_string()));
+}
+
+#[test]
+fn sub_agents_and_forks_never_update_the_memory() {
+    for spec in [
+        AgentSpec {
+            path: "main/explorer-1".into(),
+            role: "explorer".into(),
+            max_turns: 25,
+            unknown_tool_limit: 2,
+            depth: 1,
+            is_fork: false,
+        },
+        AgentSpec {
+            path: "main/fork-1".into(),
+            role: "main".into(),
+            max_turns: 25,
+            unknown_tool_limit: 2,
+            depth: 1,
+            is_fork: true,
+        },
+    ] {
+        let mut f = fixture(Options {
+            spec,
+            ..Options::default()
+        })
+        .started();
+        for turn in 1..=5 {
+            let ended = read_turn(&mut f, &format!("f{turn}"));
+            assert!(!ended.contains(&"memory".to_string()), "{ended:?}");
+        }
+    }
 }

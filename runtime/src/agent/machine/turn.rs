@@ -2,7 +2,8 @@
 //! the plan-mode reminder of its iteration in plan mode), the
 //! stream's events, and what its end means (finish, stop on a loop limit, or
 //! record the calls and run them). Call ids a response repeats are repaired
-//! before the response is recorded.
+//! before the response is recorded. Every fifth completed turn of the
+//! session's main agent asks for a background memory update.
 
 use crate::agent::StopCause;
 use crate::agent::history::{call_ids, complete_results, repair_call_ids};
@@ -240,6 +241,7 @@ impl AgentLoop {
         self.transcript.push(message);
         self.re_anchor(&usage);
         self.turn_done();
+        self.memory_step(out);
         if calls.is_empty() {
             self.end_turn(
                 RunOutcome {
@@ -266,6 +268,27 @@ impl AgentLoop {
         // The calls are durable before any of them runs: a crash during
         // execution leaves them answered "interrupted", never re-run.
         self.save_then(AfterSave::Execute(calls), out);
+    }
+}
+
+impl AgentLoop {
+    /// After a completed turn of the main agent: every
+    /// [`crate::memory::DISTIL_EVERY_TURNS`] turns of the session, the
+    /// project memory is updated in the background from the conversation.
+    fn memory_step(&self, out: &mut Vec<Effect>) {
+        if self.spec.depth > 0 || self.spec.is_fork {
+            return;
+        }
+        let messages = self.transcript.messages();
+        let completed = messages
+            .iter()
+            .filter(|message| message.role == crate::model::Role::Assistant)
+            .count();
+        if crate::memory::distil_due(completed) {
+            out.push(Effect::UpdateMemory {
+                digest: crate::memory::conversation_digest(messages),
+            });
+        }
     }
 }
 
