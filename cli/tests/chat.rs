@@ -4,7 +4,8 @@
 //! while the agent works reaching its next model call, `/cost`, Esc
 //! cancelling a turn (its command killed), Ctrl-C at the idle prompt leaving,
 //! the line history kept for the next chat, custom commands with their
-//! arguments and `/skills`, `/plan` then `/do`; through the daemon and embedded.
+//! arguments and `/skills`, `/plan` then `/do`, `/memory` and `/mcp`; through
+//! the daemon and embedded.
 
 mod support;
 
@@ -594,4 +595,43 @@ async fn plan_then_do_plans_with_read_only_tools_and_carries_out_in_the_mode_bef
     assert!(doing.tool_names().contains(&"write_file".to_owned()));
     // Both turns share the cached stable block.
     assert_eq!(planning.body["system"][0], doing.body["system"][0]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn memory_shows_and_adds_notes_and_mcp_lists_the_servers() {
+    let server = ScriptedServer::start(Script::new()).await.unwrap();
+    let env = Env::new();
+    env.trust();
+    std::fs::write(
+        env.root().join(".troupe/config.toml"),
+        "[mcp_servers.quits]\ncommand = \"sh\"\nargs = [\"-c\", \"echo cannot start >&2; exit 3\"]\n",
+    )
+    .unwrap();
+    let pane = Pane::start(&chat_command(&env, &server, &[]));
+    let mut prompts = 1;
+    let mut command = |line: &str, expect: &str| {
+        pane.wait_for_prompt(prompts);
+        pane.line(line);
+        prompts += 1;
+        pane.wait_for(expect)
+    };
+    command("/memory", "No project memory yet");
+    command("/memory Deploys go through make ship.", "(remembered in");
+    assert_eq!(
+        std::fs::read_to_string(env.root().join(".troupe/memory.md")).unwrap(),
+        "- Deploys go through make ship.\n"
+    );
+    let screen = command(
+        "/memory",
+        "this conversation keeps the memory it started with",
+    );
+    assert!(
+        screen.contains("\n- Deploys go through make ship."),
+        "{screen}"
+    );
+    let screen = command("/mcp", "last error:");
+    assert!(screen.contains("quits  failed  stdio"), "{screen}");
+    assert!(screen.contains("cannot start"), "{screen}");
+    command("/exit", "[exit 0]");
+    assert!(server.requests().is_empty());
 }

@@ -44,6 +44,10 @@ pub enum SlashCommand {
     Plan(Option<String>),
     /// `/do [NOTE]`: back to the mode before `/plan`, and carry out the plan.
     Do(Option<String>),
+    /// `/memory [NOTE]`: show the project memory, or add a note to it.
+    Memory(Option<String>),
+    /// `/mcp`: the MCP servers, their state, tools and last error.
+    Mcp,
     /// `/exit`: leave the chat.
     Exit,
     /// A command that does not exist.
@@ -80,6 +84,11 @@ pub const COMMANDS: &[(&str, &str)] = &[
         "/do [NOTE]",
         "leave plan mode for the mode before it and carry out the plan",
     ),
+    (
+        "/memory [NOTE]",
+        "show the project memory (.troupe/memory.md), or add a note",
+    ),
+    ("/mcp", "the MCP servers: state, tools, last error"),
     ("/exit", "leave (Ctrl-C or Ctrl-D at the prompt too)"),
 ];
 
@@ -116,6 +125,8 @@ pub fn parse(line: &str) -> ChatInput {
         "skills" => SlashCommand::Skills,
         "plan" => SlashCommand::Plan(argument),
         "do" => SlashCommand::Do(argument),
+        "memory" => SlashCommand::Memory(argument),
+        "mcp" => SlashCommand::Mcp,
         "exit" | "quit" => SlashCommand::Exit,
         _ => SlashCommand::Unknown(format!("/{name}")),
     })
@@ -128,6 +139,24 @@ pub fn do_message(note: Option<&str>) -> String {
     match note.map(str::trim).filter(|note| !note.is_empty()) {
         Some(note) => format!("{CARRY_OUT}\n\n{note}"),
         None => CARRY_OUT.to_string(),
+    }
+}
+
+/// `/memory`'s text: the memory file at `path` and its content (`None`: no
+/// file, or a blank one).
+pub fn memory_text(path: &std::path::Path, memory: Option<&str>) -> String {
+    match memory {
+        Some(memory) => format!(
+            "Project memory ({}; new sessions start with it, this conversation keeps the \
+             memory it started with):\n{}",
+            path.display(),
+            memory.trim_end()
+        ),
+        None => format!(
+            "No project memory yet ({}). /memory NOTE adds a note; so does the agent's \
+             remember tool when you ask it to remember something.",
+            path.display()
+        ),
     }
 }
 
@@ -262,6 +291,23 @@ mod tests {
         let help = help_text();
         assert!(help.contains("/plan [TASK]") && help.contains("/do [NOTE]"));
         assert!(is_builtin("plan") && is_builtin("do"));
+    }
+
+    #[test]
+    fn memory_and_mcp_are_commands_listed_in_the_help() {
+        assert_eq!(command("/memory"), SlashCommand::Memory(None));
+        assert_eq!(
+            command("/memory use pnpm "),
+            SlashCommand::Memory(Some("use pnpm".into()))
+        );
+        assert_eq!(command("/mcp"), SlashCommand::Mcp);
+        let help = help_text();
+        assert!(help.contains("/memory [NOTE]") && help.contains("/mcp "));
+        let path = std::path::Path::new("/p/.troupe/memory.md");
+        assert!(
+            memory_text(path, None).starts_with("No project memory yet (/p/.troupe/memory.md)")
+        );
+        assert!(memory_text(path, Some("- a\n")).ends_with("started with):\n- a"));
     }
 
     #[test]

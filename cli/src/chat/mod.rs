@@ -384,6 +384,12 @@ impl Chat {
                 }
             }
             SlashCommand::Skills => eprintln!("{}", for_terminal(&self.skills())),
+            SlashCommand::Memory(note) => eprintln!("{}", for_terminal(&self.memory(note))),
+            SlashCommand::Mcp => {
+                eprintln!("(starting the MCP servers to list them…)");
+                let text = crate::mcp::servers_text(&self.locations, &self.options()).await;
+                eprintln!("{}", for_terminal(&text));
+            }
             SlashCommand::Clear => {
                 self.session = None;
                 eprintln!("(a new conversation starts with your next message)");
@@ -551,6 +557,29 @@ impl Chat {
         let (name, arguments) = command::invocation(line)?;
         let (commands, _) = self.custom_commands();
         commands.get(name).map(|custom| custom.expand(arguments))
+    }
+
+    /// `/memory`: the project memory a new session would start with; with
+    /// a note, the note appended to it first.
+    fn memory(&self, note: Option<String>) -> String {
+        let root = match self.configured() {
+            Ok(configured) => configured.project_root,
+            Err(err) => return err.message,
+        };
+        let path = troupe_runtime::memory::memory_path(&root);
+        if let Some(note) = note {
+            return match troupe_runtime::memory::append_note(&root, &note) {
+                Ok(path) => format!(
+                    "(remembered in {}; new sessions start with it)",
+                    path.display()
+                ),
+                Err(err) => format!("not remembered: {err}"),
+            };
+        }
+        command::memory_text(
+            &path,
+            troupe_runtime::memory::load_for_prompt(&root).as_deref(),
+        )
     }
 
     /// `/skills`: the skills a session started now would offer.
