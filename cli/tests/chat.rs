@@ -635,3 +635,40 @@ async fn memory_shows_and_adds_notes_and_mcp_lists_the_servers() {
     command("/exit", "[exit 0]");
     assert!(server.requests().is_empty());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leaving_an_embedded_chat_lets_a_background_memory_update_finish() {
+    let main = |response| {
+        troupe_scripted::Turn::new(response)
+            .when(troupe_scripted::Matcher::system_contains("You are Troupe"))
+    };
+    let mut script = Script::new();
+    for i in 0..4 {
+        script = script.then(main(tool_call(
+            "glob",
+            json!({ "pattern": format!("*{i}") }),
+        )));
+    }
+    let script = script.then(main(text("Looked around."))).then(
+        // Slower than the person leaving: the chat must wait for it.
+        troupe_scripted::Turn::new(text("- kept\n- learned\n"))
+            .when(troupe_scripted::Matcher::system_contains(
+                "You maintain the project memory",
+            ))
+            .with_delay(Duration::from_millis(500)),
+    );
+    let server = ScriptedServer::start(script).await.unwrap();
+    let env = Env::new();
+    std::fs::write(env.root().join(".troupe/memory.md"), "- kept\n").unwrap();
+    let pane = Pane::start(&chat_command(&env, &server, &["--mode", "bypass"]));
+    pane.wait_for_prompt(1);
+    pane.line("look around");
+    pane.wait_for("Looked around.");
+    pane.wait_for_prompt(2);
+    pane.line("/exit");
+    pane.wait_for("[exit 0]");
+    assert_eq!(
+        std::fs::read_to_string(env.root().join(".troupe/memory.md")).unwrap(),
+        "- kept\n- learned\n"
+    );
+}
