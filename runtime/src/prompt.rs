@@ -181,7 +181,10 @@ pub fn plan_reminder(mode: PermissionMode, iteration: u32) -> Option<&'static st
     if mode != PermissionMode::Plan {
         return None;
     }
-    if iteration.saturating_sub(1).is_multiple_of(PLAN_REMINDER_EVERY) {
+    if iteration
+        .saturating_sub(1)
+        .is_multiple_of(PLAN_REMINDER_EVERY)
+    {
         Some(PLAN_REMINDER_FULL)
     } else {
         Some(PLAN_REMINDER_SHORT)
