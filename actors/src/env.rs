@@ -115,6 +115,9 @@ pub struct AgentEnv {
     pub catalogues: CatalogueCache,
     /// The hooks of the configuration (a project's only once it is trusted).
     pub hooks: Arc<troupe_runtime::hooks::HookSet>,
+    /// The project memory the stable prompt holds (kept with a new session)
+    /// and the background updates in flight.
+    pub memory: troupe_runtime::memory::SessionMemory,
 }
 
 impl AgentEnv {

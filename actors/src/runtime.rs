@@ -437,6 +437,16 @@ impl RuntimeState {
                     run_id: None,
                     fork_of: None,
                 })?;
+                // Later runs of the session send the memory this one sends.
+                let memory = submission
+                    .env
+                    .memory
+                    .snapshot
+                    .as_deref()
+                    .unwrap_or_default();
+                if let Err(err) = self.store.put_session_memory(&id, memory) {
+                    tracing::warn!(%err, "the session's memory could not be kept with it");
+                }
                 Ok((
                     id,
                     SessionState::default(),

@@ -184,3 +184,36 @@ fn status_text(status: &ServerStatus) -> String {
     }
     out
 }
+
+/// What `troupe mcp list` prints, as text, for the servers configured for
+/// `options`' directory: each started, waited for until ready or failed,
+/// shown (state, tools, last error) and shut down. The chat's `/mcp`.
+pub async fn servers_text(locations: &Locations, options: &RunOptions) -> String {
+    let (config, project_root) = match configured_with_root(locations, options) {
+        Ok(found) => found,
+        Err(err) => return err.message,
+    };
+    let (hub, warnings) = start_servers(&config, locations, &project_root).await;
+    let mut text: String = warnings
+        .iter()
+        .map(|warning| format!("troupe: {warning}\n"))
+        .collect();
+    match hub {
+        None if config.mcp_servers.is_empty() => text.push_str(&format!(
+            "No MCP servers are configured for {} (add [mcp_servers.NAME] to \
+             .troupe/config.toml or a .mcp.json).",
+            project_root.display()
+        )),
+        None => {}
+        Some(hub) => {
+            hub.state()
+                .wait_settled(CONNECT_TIMEOUT + Duration::from_secs(1))
+                .await;
+            for status in hub.state().statuses() {
+                text.push_str(&status_text(&status));
+            }
+            hub.shutdown().await;
+        }
+    }
+    text.trim_end().to_string()
+}

@@ -17,6 +17,7 @@ use std::sync::Arc;
 use futures::future::BoxFuture;
 use troupe_actors::{Approver, RunHandle, Runtime};
 use troupe_runtime::events::RunEvent;
+use troupe_runtime::memory::MEMORY_SETTLE_LIMIT;
 use troupe_runtime::session::recover_interrupted_runs;
 use troupe_runtime::store::{SESSION_MAX_AGE, Store};
 
@@ -362,6 +363,7 @@ pub async fn execute(
     };
     // The run's MCP servers are closed when it ends, whatever the ending.
     let mcp = prepared.env.mcp.clone();
+    let memory = prepared.env.memory.clone();
     let submission = prepared.into_submission(
         prompt,
         match approvals {
@@ -398,6 +400,11 @@ pub async fn execute(
     }
     runtime.shutdown().await;
     shutdown_mcp(mcp).await;
+    // A background memory update still running gets a bounded chance to
+    // finish before the process ends it.
+    if !memory.settle(MEMORY_SETTLE_LIMIT).await {
+        tracing::warn!("a background memory update did not finish before exit");
+    }
     // Spans that ended after the run's last write (its root, the last model
     // call) go to the store too before the process exits.
     if let Err(err) = store.flush() {

@@ -18,10 +18,12 @@ use troupe_runtime::config::{
     load_config_with_trust, resolve_provider, startup_warnings, untrusted_notice,
 };
 use troupe_runtime::llm::build_provider;
+use troupe_runtime::memory::{Remember, SessionMemory, load_for_prompt};
 use troupe_runtime::os_sandbox::CommandSandbox;
 use troupe_runtime::permissions::{PermissionEngine, ProtectedPaths};
 use troupe_runtime::prompt::{
-    GIT_STATUS_BUDGET, GitStatus, build_system_prompt, read_git_status, with_skill_catalogue,
+    GIT_STATUS_BUDGET, GitStatus, build_system_prompt, read_git_status, with_memory,
+    with_skill_catalogue,
 };
 use troupe_runtime::sandbox::PathSandbox;
 use troupe_runtime::skills::{LoadSkill, SkillSet};
@@ -539,6 +541,8 @@ async fn assemble(
         provider.model(),
         git_status,
     );
+    let memory = session_memory(&store, &session, project_root);
+    system.stable = with_memory(system.stable, memory.as_deref());
     let (skills, skill_warnings) = SkillSet::load(config_dir.as_deref(), project_root);
     system.stable = with_skill_catalogue(system.stable, &skills);
     let started_withheld = troupe_runtime::secrets::withheld_names();
@@ -599,6 +603,7 @@ async fn assemble(
         mcp: mcp.clone(),
         catalogues: Default::default(),
         hooks: Arc::new(troupe_runtime::hooks::HookSet::new(config.hooks.clone())),
+        memory: SessionMemory::new(memory),
     };
     // The first model request waits for servers still starting, at most
     // their grace period; later ones join from the next request on.
@@ -616,9 +621,37 @@ async fn assemble(
     })
 }
 
-/// The built-in tools, plus `load_skill` when there is at least one skill.
+/// The project memory a run's prompt holds: a continued session's own (the
+/// memory as it started), else the project's memory file now. A continued
+/// session that kept none (it started before memory was kept) keeps the
+/// current file from now on.
+fn session_memory(store: &Store, session: &SessionTarget, project_root: &Path) -> Option<String> {
+    let SessionTarget::Continue(id) = session else {
+        return load_for_prompt(project_root);
+    };
+    match store.session_memory(id) {
+        Ok(Some(kept)) => (!kept.is_empty()).then_some(kept),
+        Ok(None) => {
+            let memory = load_for_prompt(project_root);
+            if let Err(err) = store.put_session_memory(id, memory.as_deref().unwrap_or_default()) {
+                tracing::warn!(%err, "the session's memory could not be kept with it");
+            }
+            memory
+        }
+        Err(err) => {
+            tracing::warn!(%err, "the session's memory could not be read; the current file is used");
+            load_for_prompt(project_root)
+        }
+    }
+}
+
+/// The built-in tools, `remember`, and `load_skill` when there is at least
+/// one skill.
 pub fn registry_with_skills(skills: SkillSet) -> ToolRegistry {
     let mut registry = builtin_registry();
+    if let Err(err) = registry.register(Arc::new(Remember::new())) {
+        tracing::error!(error = %err, "remember not registered");
+    }
     if !skills.is_empty()
         && let Err(err) = registry.register(Arc::new(LoadSkill::new(Arc::new(skills))))
     {

@@ -4,7 +4,8 @@
 //! while the agent works reaching its next model call, `/cost`, Esc
 //! cancelling a turn (its command killed), Ctrl-C at the idle prompt leaving,
 //! the line history kept for the next chat, custom commands with their
-//! arguments and `/skills`; through the daemon and embedded.
+//! arguments and `/skills`, `/plan` then `/do`, `/memory` and `/mcp`; through
+//! the daemon and embedded.
 
 mod support;
 
@@ -543,4 +544,131 @@ async fn custom_commands_expand_their_arguments_and_skills_are_listed() {
     );
     command("/cost", "1 turn(s)");
     command("/exit", "[exit 0]");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn plan_then_do_plans_with_read_only_tools_and_carries_out_in_the_mode_before() {
+    let script = Script::new()
+        .then(text("PLAN: 1. change lib.rs"))
+        .then(text("Carried out."));
+    let server = ScriptedServer::start(script).await.unwrap();
+    let env = Env::new();
+    let pane = Pane::start(&chat_command(&env, &server, &["--mode", "accept-edits"]));
+    let mut prompts = 1;
+    let mut command = |line: &str, expect: &str| {
+        pane.wait_for_prompt(prompts);
+        pane.line(line);
+        prompts += 1;
+        pane.wait_for(expect)
+    };
+    command("/do", "(not in plan mode: /plan starts planning)");
+    command("/plan", "(plan mode from the next message on");
+    command("/plan", "(already in plan mode; /do carries out the plan)");
+    let screen = command("how do we split lib.rs?", "PLAN: 1. change lib.rs");
+    assert!(screen.contains("[plan] ›"), "{screen}");
+    let screen = command("/do keep the tests", "Carried out.");
+    assert!(
+        screen.contains("(mode accept-edits again; carrying out the plan)"),
+        "{screen}"
+    );
+    command("/mode", "mode: accept-edits");
+    command("/exit", "[exit 0]");
+
+    let requests = server.requests();
+    assert_eq!(requests.len(), 2);
+    let planning = &requests[0];
+    assert!(
+        planning
+            .system_text()
+            .contains("# Plan mode\nYou are in plan mode")
+    );
+    let tools = planning.tool_names();
+    assert!(tools.contains(&"read_file".to_owned()), "{tools:?}");
+    assert!(!tools.contains(&"write_file".to_owned()) && !tools.contains(&"bash".to_owned()));
+    let doing = &requests[1];
+    assert_eq!(
+        doing.last_user_text().as_deref(),
+        Some("Carry out the plan you made above, step by step.\n\nkeep the tests")
+    );
+    assert!(doing.any_user_text_contains("how do we split lib.rs?"));
+    assert!(!doing.system_text().contains("# Plan mode"));
+    assert!(doing.tool_names().contains(&"write_file".to_owned()));
+    // Both turns share the cached stable block.
+    assert_eq!(planning.body["system"][0], doing.body["system"][0]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn memory_shows_and_adds_notes_and_mcp_lists_the_servers() {
+    let server = ScriptedServer::start(Script::new()).await.unwrap();
+    let env = Env::new();
+    env.trust();
+    std::fs::write(
+        env.root().join(".troupe/config.toml"),
+        "[mcp_servers.quits]\ncommand = \"sh\"\nargs = [\"-c\", \"echo cannot start >&2; exit 3\"]\n",
+    )
+    .unwrap();
+    let pane = Pane::start(&chat_command(&env, &server, &[]));
+    let mut prompts = 1;
+    let mut command = |line: &str, expect: &str| {
+        pane.wait_for_prompt(prompts);
+        pane.line(line);
+        prompts += 1;
+        pane.wait_for(expect)
+    };
+    command("/memory", "No project memory yet");
+    command("/memory Deploys go through make ship.", "(remembered in");
+    assert_eq!(
+        std::fs::read_to_string(env.root().join(".troupe/memory.md")).unwrap(),
+        "- Deploys go through make ship.\n"
+    );
+    let screen = command(
+        "/memory",
+        "this conversation keeps the memory it started with",
+    );
+    assert!(
+        screen.contains("\n- Deploys go through make ship."),
+        "{screen}"
+    );
+    let screen = command("/mcp", "last error:");
+    assert!(screen.contains("quits  failed  stdio"), "{screen}");
+    assert!(screen.contains("cannot start"), "{screen}");
+    command("/exit", "[exit 0]");
+    assert!(server.requests().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leaving_an_embedded_chat_lets_a_background_memory_update_finish() {
+    let main = |response| {
+        troupe_scripted::Turn::new(response)
+            .when(troupe_scripted::Matcher::system_contains("You are Troupe"))
+    };
+    let mut script = Script::new();
+    for i in 0..4 {
+        script = script.then(main(tool_call(
+            "glob",
+            json!({ "pattern": format!("*{i}") }),
+        )));
+    }
+    let script = script.then(main(text("Looked around."))).then(
+        // Slower than the person leaving: the chat must wait for it.
+        troupe_scripted::Turn::new(text("- kept\n- learned\n"))
+            .when(troupe_scripted::Matcher::system_contains(
+                "You maintain the project memory",
+            ))
+            .with_delay(Duration::from_millis(500)),
+    );
+    let server = ScriptedServer::start(script).await.unwrap();
+    let env = Env::new();
+    std::fs::write(env.root().join(".troupe/memory.md"), "- kept\n").unwrap();
+    let pane = Pane::start(&chat_command(&env, &server, &["--mode", "bypass"]));
+    pane.wait_for_prompt(1);
+    pane.line("look around");
+    pane.wait_for("Looked around.");
+    pane.wait_for_prompt(2);
+    pane.line("/exit");
+    pane.wait_for("[exit 0]");
+    assert_eq!(
+        std::fs::read_to_string(env.root().join(".troupe/memory.md")).unwrap(),
+        "- kept\n- learned\n"
+    );
 }

@@ -11,6 +11,7 @@ pub mod front_matter;
 pub mod hooks;
 pub mod llm;
 pub mod mcp;
+pub mod memory;
 pub mod model;
 pub mod os_sandbox;
 pub mod permissions;

@@ -2,10 +2,14 @@
 //!
 //! - Stable: identity, rules, tool policy, style, then project instructions
 //!   (`AGENTS.md`, `TROUPE.md` from the user config directory and the project
-//!   root). Built once per session and byte-identical for its life, so the
-//!   provider's prompt cache always hits it.
+//!   root), the project memory ([`with_memory`], as the session started) and
+//!   the skills catalogue. Built once per session and byte-identical for its
+//!   life, so the provider's prompt cache always hits it.
 //! - Environment: working directory, platform, date (to the day), git status,
 //!   model. Rebuilt when a session starts; sent after the cache breakpoint.
+//!   In plan mode, each request's environment part ends with the plan-mode
+//!   reminder for that request's iteration ([`plan_reminder`],
+//!   [`with_plan_reminder`]), so the cached prefix never changes.
 //!
 //! Assembly is pure ([`assemble_stable`], [`assemble_environment`]); reading the
 //! instruction files and git status is done by the thin loaders below.
@@ -14,6 +18,7 @@ use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
 
+use crate::config::PermissionMode;
 use crate::llm::SystemPrompt;
 
 /// SPEC §1.2: the project instruction files, in the order they are loaded.
@@ -54,6 +59,22 @@ read it with read_file when you need the rest.";
 const STYLE: &str = "# Style
 Be concise. Report what you did and what you found, with file paths and line numbers \
 where useful. When the task is done, stop and give a short final answer.";
+
+/// SPEC §12: the full plan-mode reminder is sent every this many iterations
+/// (on the first, then every fourth after it); the short one otherwise.
+pub const PLAN_REMINDER_EVERY: u32 = 4;
+
+/// The full plan-mode reminder.
+pub const PLAN_REMINDER_FULL: &str = "# Plan mode
+You are in plan mode: only read-only tools are offered, and nothing may be changed. \
+Study the task and the code it touches, then answer with a concrete plan: the steps \
+in order, the files to change and what to change in each, and how to check the result. \
+Do not try to edit files or run commands that change anything; the plan is carried out \
+once the person leaves plan mode.";
+
+/// The short plan-mode reminder, sent between full ones.
+pub const PLAN_REMINDER_SHORT: &str =
+    "# Plan mode\nStill in plan mode: read-only tools only; end with the plan.";
 
 /// One project instruction file, already read.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -112,6 +133,15 @@ pub fn assemble_stable(instructions: &[InstructionFile]) -> String {
     parts.join("\n\n")
 }
 
+/// The stable part with the project memory appended (nothing without
+/// memory). Comes after the instructions and before the skills catalogue.
+pub fn with_memory(stable: String, memory: Option<&str>) -> String {
+    match memory.filter(|memory| !memory.trim().is_empty()) {
+        Some(memory) => format!("{stable}\n\n{}", crate::memory::prompt_section(memory)),
+        None => stable,
+    }
+}
+
 /// The stable part with the skills catalogue appended (nothing without
 /// skills). Sorted by name, so the cached prefix is the same on every run.
 pub fn with_skill_catalogue(stable: String, skills: &crate::skills::SkillSet) -> String {
@@ -141,6 +171,37 @@ pub fn assemble_environment(facts: &EnvironmentFacts) -> String {
         ),
     }
     out
+}
+
+/// The plan-mode reminder of the request of `iteration` (1-based, counted
+/// per user message) in `mode`: none outside plan mode; the full one on the
+/// first iteration and every [`PLAN_REMINDER_EVERY`] after it; the short one
+/// otherwise.
+pub fn plan_reminder(mode: PermissionMode, iteration: u32) -> Option<&'static str> {
+    if mode != PermissionMode::Plan {
+        return None;
+    }
+    if iteration
+        .saturating_sub(1)
+        .is_multiple_of(PLAN_REMINDER_EVERY)
+    {
+        Some(PLAN_REMINDER_FULL)
+    } else {
+        Some(PLAN_REMINDER_SHORT)
+    }
+}
+
+/// The system prompt of one request: `system` itself, or with `reminder`
+/// ending its environment part (the stable part, and so the cached prefix,
+/// is untouched).
+pub fn with_plan_reminder(system: &SystemPrompt, reminder: Option<&str>) -> SystemPrompt {
+    match reminder {
+        None => system.clone(),
+        Some(reminder) => SystemPrompt {
+            stable: system.stable.clone(),
+            environment: format!("{}\n\n{reminder}", system.environment),
+        },
+    }
 }
 
 /// Reads the instruction files: the user's (`config_dir`) first, then the
@@ -291,9 +352,54 @@ mod tests {
     }
 
     #[test]
+    fn memory_follows_the_instructions() {
+        let base = assemble_stable(&[]);
+        assert_eq!(with_memory(base.clone(), None), base);
+        assert_eq!(with_memory(base.clone(), Some(" \n")), base);
+        let with = with_memory(base.clone(), Some("- use pnpm\n"));
+        assert!(with.starts_with(&format!("{base}\n\n# Project memory\n")));
+        assert!(with.ends_with("\n- use pnpm"), "{with}");
+    }
+
+    #[test]
     fn stable_base_is_small() {
         // SPEC §14: the fixed prefix (tools + system prompt) stays within 10 KB.
         assert!(assemble_stable(&[]).len() < 2_500);
+    }
+
+    #[test]
+    fn plan_reminder_is_full_every_fourth_iteration_and_short_between() {
+        for mode in [
+            PermissionMode::Default,
+            PermissionMode::AcceptEdits,
+            PermissionMode::Bypass,
+        ] {
+            assert_eq!(plan_reminder(mode, 1), None);
+        }
+        let plan = |n| plan_reminder(PermissionMode::Plan, n);
+        for full in [1, 5, 9, 13] {
+            assert_eq!(plan(full), Some(PLAN_REMINDER_FULL), "{full}");
+        }
+        for short in [2, 3, 4, 6, 7, 8, 10] {
+            assert_eq!(plan(short), Some(PLAN_REMINDER_SHORT), "{short}");
+        }
+        // An iteration counter that never started still gets the full one.
+        assert_eq!(plan(0), Some(PLAN_REMINDER_FULL));
+    }
+
+    #[test]
+    fn the_reminder_ends_the_environment_and_leaves_the_stable_part() {
+        let system = SystemPrompt {
+            stable: "S".into(),
+            environment: "# Environment\nE".into(),
+        };
+        assert_eq!(with_plan_reminder(&system, None), system);
+        let reminded = with_plan_reminder(&system, Some(PLAN_REMINDER_SHORT));
+        assert_eq!(reminded.stable, "S");
+        assert_eq!(
+            reminded.environment,
+            format!("# Environment\nE\n\n{PLAN_REMINDER_SHORT}")
+        );
     }
 
     #[test]

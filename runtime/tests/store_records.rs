@@ -109,6 +109,8 @@ mod store {
             source: RuleSource::Session,
         }];
         f.store().put_session_rules("s1", &rules).unwrap();
+        assert_eq!(f.store().session_memory("s1").unwrap(), None);
+        f.store().put_session_memory("s1", "- use pnpm\n").unwrap();
         let started = f.clock.now();
         let record = run("r1", "s1", started, RunState::Running);
         f.store().put_run(&record).unwrap();
@@ -138,6 +140,10 @@ mod store {
         assert_eq!(s.markers("s1").unwrap(), vec![mark]);
         assert_eq!(s.ledger("s1").unwrap(), vec![entry]);
         assert_eq!(s.session_rules("s1").unwrap(), rules);
+        assert_eq!(
+            s.session_memory("s1").unwrap().as_deref(),
+            Some("- use pnpm\n")
+        );
         assert_eq!(s.run("r1").unwrap(), Some(record));
         assert_eq!(s.events("r1", 0).unwrap(), events);
         assert_eq!(s.spans("r1").unwrap(), vec![span]);
@@ -287,6 +293,7 @@ mod store {
                     }],
                 )
                 .unwrap();
+            f.store().put_session_memory(id, "- fact\n").unwrap();
             // Run ids that prefix each other too: r, r1, r10, r1x.
             let run_id = format!("r{}", &id[1..]);
             f.store()
@@ -322,16 +329,20 @@ mod store {
             assert_eq!(f.store().pending_results(id).unwrap().len(), 1);
             assert_eq!(f.store().ledger(id).unwrap().len(), 1);
             assert_eq!(f.store().session_rules(id).unwrap().len(), 1);
+            assert!(f.store().session_memory(id).unwrap().is_some());
             assert_eq!(f.store().events(&run_id, 0).unwrap().len(), 3);
             assert_eq!(f.store().spans(&run_id).unwrap().len(), 1);
             assert_eq!(f.store().list_runs(Some(id)).unwrap().len(), 1);
         }
 
         // Exactly the removed session's records are gone from the raw trees:
-        // meta, 4 messages, pending, marker, ledger, rules, run, run index,
-        // 3 events, span.
+        // meta, 4 messages, pending, marker, ledger, rules, memory, run, run
+        // index, 3 events, span.
         let keys = f.with_raw(all_keys);
-        assert_eq!(before - keys.len(), 1 + 4 + 1 + 1 + 1 + 1 + 1 + 1 + 3 + 1);
+        assert_eq!(
+            before - keys.len(),
+            1 + 4 + 1 + 1 + 1 + 1 + 1 + 1 + 1 + 3 + 1
+        );
         for (tree, key) in &keys {
             let owned_by_s1 = key.as_slice() == b"s1" || key.starts_with(b"s1\0");
             let owned_by_r1 = key.as_slice() == b"r1" || key.starts_with(b"r1\0");

@@ -242,6 +242,7 @@ impl Harness {
             mcp: None,
             catalogues: Default::default(),
             hooks: Arc::new(troupe_runtime::hooks::HookSet::default()),
+            memory: Default::default(),
         }
     }
 

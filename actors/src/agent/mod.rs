@@ -21,6 +21,7 @@
 mod calls;
 mod compaction;
 mod lifecycle;
+mod memory;
 mod stream;
 
 use std::collections::{HashMap, VecDeque};
@@ -480,6 +481,10 @@ impl AgentState {
                     self.report_hooks.retain(|hook| !hook.is_finished());
                     self.report_hooks.push(running);
                 }
+                None
+            }
+            Effect::UpdateMemory { digest } => {
+                memory::start_update(&self.env, &self.provider, digest);
                 None
             }
             Effect::ArmCleanupGrace { epoch, after } => {

@@ -8,6 +8,7 @@ use std::sync::Arc;
 use futures::future::BoxFuture;
 use troupe_actors::{Approver, Runtime};
 use troupe_runtime::events::RunEvent;
+use troupe_runtime::memory::MEMORY_SETTLE_LIMIT;
 use troupe_runtime::store::Store;
 
 use crate::client::{DaemonClient, RemoteRun};
@@ -51,6 +52,9 @@ pub struct Embedded {
     store: Store,
     locations: Locations,
     telemetry: crate::telemetry::CliTelemetry,
+    /// The memory of each turn's run: background updates still running get
+    /// a bounded chance to finish when the chat ends.
+    memories: std::sync::Mutex<Vec<troupe_runtime::memory::SessionMemory>>,
 }
 
 /// Where turns run.
@@ -92,6 +96,7 @@ impl Backend {
             store,
             locations: locations.clone(),
             telemetry,
+            memories: Default::default(),
         })))
     }
 
@@ -143,6 +148,11 @@ impl Backend {
                 )
                 .await?;
                 let warnings = std::mem::take(&mut prepared.warnings);
+                embedded
+                    .memories
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .push(prepared.env.memory.clone());
                 let submission = prepared.into_submission(prompt.to_string(), Approver::Present);
                 let handle =
                     embedded
@@ -235,6 +245,20 @@ impl Backend {
     pub async fn close(self) {
         if let Self::Embedded(embedded) = self {
             embedded.runtime.shutdown().await;
+            let memories = std::mem::take(
+                &mut *embedded
+                    .memories
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner),
+            );
+            let deadline = tokio::time::Instant::now() + MEMORY_SETTLE_LIMIT;
+            for memory in memories {
+                let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+                if !memory.settle(left).await {
+                    tracing::warn!("a background memory update did not finish before exit");
+                    break;
+                }
+            }
             if let Err(err) = embedded.store.flush() {
                 eprintln!("troupe: the store could not be flushed at exit: {err}");
             }

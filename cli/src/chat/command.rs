@@ -1,6 +1,7 @@
 //! What a line typed at the chat prompt means: a message for the agent, or
-//! one of the slash commands.
+//! one of the slash commands; and the plan-mode switch of `/plan` and `/do`.
 
+use troupe_runtime::config::PermissionMode;
 use troupe_runtime::skills::commands::CommandSet;
 
 /// One line typed at the idle prompt.
@@ -39,6 +40,14 @@ pub enum SlashCommand {
     Compact,
     /// `/skills`: the skills the agent may load.
     Skills,
+    /// `/plan [TASK]`: plan mode from the next message on (and send TASK).
+    Plan(Option<String>),
+    /// `/do [NOTE]`: back to the mode before `/plan`, and carry out the plan.
+    Do(Option<String>),
+    /// `/memory [NOTE]`: show the project memory, or add a note to it.
+    Memory(Option<String>),
+    /// `/mcp`: the MCP servers, their state, tools and last error.
+    Mcp,
     /// `/exit`: leave the chat.
     Exit,
     /// A command that does not exist.
@@ -67,6 +76,19 @@ pub const COMMANDS: &[(&str, &str)] = &[
         "summarise the older part of this conversation now",
     ),
     ("/skills", "the skills the agent may load"),
+    (
+        "/plan [TASK]",
+        "plan mode: read-only tools, the agent plans (and gets TASK)",
+    ),
+    (
+        "/do [NOTE]",
+        "leave plan mode for the mode before it and carry out the plan",
+    ),
+    (
+        "/memory [NOTE]",
+        "show the project memory (.troupe/memory.md), or add a note",
+    ),
+    ("/mcp", "the MCP servers: state, tools, last error"),
     ("/exit", "leave (Ctrl-C or Ctrl-D at the prompt too)"),
 ];
 
@@ -101,9 +123,75 @@ pub fn parse(line: &str) -> ChatInput {
         "agents" => SlashCommand::Agents,
         "compact" => SlashCommand::Compact,
         "skills" => SlashCommand::Skills,
+        "plan" => SlashCommand::Plan(argument),
+        "do" => SlashCommand::Do(argument),
+        "memory" => SlashCommand::Memory(argument),
+        "mcp" => SlashCommand::Mcp,
         "exit" | "quit" => SlashCommand::Exit,
         _ => SlashCommand::Unknown(format!("/{name}")),
     })
+}
+
+/// The message `/do` sends: carry out the plan, then what was typed after
+/// `/do`, if anything.
+pub fn do_message(note: Option<&str>) -> String {
+    const CARRY_OUT: &str = "Carry out the plan you made above, step by step.";
+    match note.map(str::trim).filter(|note| !note.is_empty()) {
+        Some(note) => format!("{CARRY_OUT}\n\n{note}"),
+        None => CARRY_OUT.to_string(),
+    }
+}
+
+/// `/memory`'s text: the memory file at `path` and its content (`None`: no
+/// file, or a blank one).
+pub fn memory_text(path: &std::path::Path, memory: Option<&str>) -> String {
+    match memory {
+        Some(memory) => format!(
+            "Project memory ({}; new sessions start with it, this conversation keeps the \
+             memory it started with):\n{}",
+            path.display(),
+            memory.trim_end()
+        ),
+        None => format!(
+            "No project memory yet ({}). /memory NOTE adds a note; so does the agent's \
+             remember tool when you ask it to remember something.",
+            path.display()
+        ),
+    }
+}
+
+/// The mode `/do` returns to: the one in force when `/plan` was typed.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct PlanSwitch {
+    before: Option<PermissionMode>,
+}
+
+impl PlanSwitch {
+    /// `/plan` typed in mode `current`: false when already planning (the
+    /// mode to return to stays the one kept first).
+    pub fn enter(&mut self, current: PermissionMode) -> bool {
+        if current == PermissionMode::Plan {
+            return false;
+        }
+        self.before = Some(current);
+        true
+    }
+
+    /// `/do` typed in mode `current`: the mode to return to, or `None` when
+    /// not planning. Plan mode that did not start with `/plan` (a flag or the
+    /// configuration) returns to the default mode.
+    pub fn leave(&mut self, current: PermissionMode) -> Option<PermissionMode> {
+        if current != PermissionMode::Plan {
+            self.before = None;
+            return None;
+        }
+        Some(self.before.take().unwrap_or(PermissionMode::Default))
+    }
+
+    /// `/mode` chose a mode: nothing to return to any more.
+    pub fn forget(&mut self) {
+        self.before = None;
+    }
 }
 
 /// `/help`'s text.
@@ -186,6 +274,79 @@ mod tests {
     fn skills_is_a_command_listed_in_the_help() {
         assert_eq!(command("/skills"), SlashCommand::Skills);
         assert!(help_text().contains("/skills"));
+    }
+
+    #[test]
+    fn plan_and_do_are_commands_listed_in_the_help() {
+        assert_eq!(command("/plan"), SlashCommand::Plan(None));
+        assert_eq!(
+            command("/plan  split lib.rs "),
+            SlashCommand::Plan(Some("split lib.rs".into()))
+        );
+        assert_eq!(command("/do"), SlashCommand::Do(None));
+        assert_eq!(
+            command("/DO skip step 3"),
+            SlashCommand::Do(Some("skip step 3".into()))
+        );
+        let help = help_text();
+        assert!(help.contains("/plan [TASK]") && help.contains("/do [NOTE]"));
+        assert!(is_builtin("plan") && is_builtin("do"));
+    }
+
+    #[test]
+    fn memory_and_mcp_are_commands_listed_in_the_help() {
+        assert_eq!(command("/memory"), SlashCommand::Memory(None));
+        assert_eq!(
+            command("/memory use pnpm "),
+            SlashCommand::Memory(Some("use pnpm".into()))
+        );
+        assert_eq!(command("/mcp"), SlashCommand::Mcp);
+        let help = help_text();
+        assert!(help.contains("/memory [NOTE]") && help.contains("/mcp "));
+        let path = std::path::Path::new("/p/.troupe/memory.md");
+        assert!(
+            memory_text(path, None).starts_with("No project memory yet (/p/.troupe/memory.md)")
+        );
+        assert!(memory_text(path, Some("- a\n")).ends_with("started with):\n- a"));
+    }
+
+    #[test]
+    fn do_returns_to_the_mode_before_plan() {
+        let mut switch = PlanSwitch::default();
+        assert!(switch.enter(PermissionMode::AcceptEdits));
+        // A second /plan keeps the mode to return to.
+        assert!(!switch.enter(PermissionMode::Plan));
+        assert_eq!(
+            switch.leave(PermissionMode::Plan),
+            Some(PermissionMode::AcceptEdits)
+        );
+        // Not planning: nothing to do.
+        assert_eq!(switch.leave(PermissionMode::AcceptEdits), None);
+        // Plan mode from a flag or the configuration returns to default.
+        assert_eq!(
+            switch.leave(PermissionMode::Plan),
+            Some(PermissionMode::Default)
+        );
+        // /mode in between forgets the mode before /plan.
+        assert!(switch.enter(PermissionMode::Bypass));
+        switch.forget();
+        assert_eq!(
+            switch.leave(PermissionMode::Plan),
+            Some(PermissionMode::Default)
+        );
+    }
+
+    #[test]
+    fn the_do_message_carries_the_note() {
+        assert_eq!(
+            do_message(None),
+            "Carry out the plan you made above, step by step."
+        );
+        assert_eq!(do_message(Some("  ")), do_message(None));
+        assert_eq!(
+            do_message(Some("skip step 3")),
+            "Carry out the plan you made above, step by step.\n\nskip step 3"
+        );
     }
 
     #[test]

@@ -60,6 +60,8 @@ struct Chat {
     typed_ahead: String,
     turns: u32,
     color: bool,
+    /// The mode `/do` returns to.
+    plan: command::PlanSwitch,
 }
 
 /// Runs `troupe chat`; returns the exit code.
@@ -107,6 +109,7 @@ pub async fn chat(args: ChatArgs, color: bool) -> u8 {
         typed_ahead: String::new(),
         turns: 0,
         color,
+        plan: command::PlanSwitch::default(),
     };
     if let Some(id) = args.session {
         chat.resume(&id).await;
@@ -182,6 +185,23 @@ pub async fn chat(args: ChatArgs, color: bool) -> u8 {
                 }
             }
             ChatInput::Command(SlashCommand::Exit) => break,
+            ChatInput::Command(SlashCommand::Plan(task)) => {
+                chat.enter_plan();
+                if let Some(task) = task
+                    && let Some(exit) = chat.converse(task, &mut signals).await
+                {
+                    code = exit;
+                    break;
+                }
+            }
+            ChatInput::Command(SlashCommand::Do(note)) => {
+                if let Some(message) = chat.leave_plan(note.as_deref())
+                    && let Some(exit) = chat.converse(message, &mut signals).await
+                {
+                    code = exit;
+                    break;
+                }
+            }
             ChatInput::Command(SlashCommand::Unknown(name)) => match chat.expand_custom(&line) {
                 Some(message) => {
                     eprintln!(
@@ -364,6 +384,12 @@ impl Chat {
                 }
             }
             SlashCommand::Skills => eprintln!("{}", for_terminal(&self.skills())),
+            SlashCommand::Memory(note) => eprintln!("{}", for_terminal(&self.memory(note))),
+            SlashCommand::Mcp => {
+                eprintln!("(starting the MCP servers to list them…)");
+                let text = crate::mcp::servers_text(&self.locations, &self.options()).await;
+                eprintln!("{}", for_terminal(&text));
+            }
             SlashCommand::Clear => {
                 self.session = None;
                 eprintln!("(a new conversation starts with your next message)");
@@ -377,6 +403,7 @@ impl Chat {
             SlashCommand::Mode(None) => eprintln!("mode: {}", self.mode().as_str()),
             SlashCommand::Mode(Some(name)) => match PermissionMode::parse(&name) {
                 Some(mode) => {
+                    self.plan.forget();
                     self.flags.mode = Some(mode);
                     eprintln!("(mode {} from the next message on)", mode.as_str());
                 }
@@ -422,8 +449,41 @@ impl Chat {
                     "unknown command {name}; /help lists them (start with // to send a line beginning with /)"
                 );
             }
-            SlashCommand::Exit => {}
+            // Handled where a turn can start.
+            SlashCommand::Exit | SlashCommand::Plan(_) | SlashCommand::Do(_) => {}
         }
+    }
+
+    /// `/plan`: plan mode from the next message on, keeping the mode to
+    /// return to.
+    fn enter_plan(&mut self) {
+        if self.plan.enter(self.mode()) {
+            self.flags.mode = Some(PermissionMode::Plan);
+            eprintln!(
+                "(plan mode from the next message on: read-only tools; /do carries out the plan)"
+            );
+        } else {
+            eprintln!("(already in plan mode; /do carries out the plan)");
+        }
+    }
+
+    /// `/do`: back to the mode before `/plan`; the message that carries out
+    /// the plan, or `None` when there is nothing to carry out.
+    fn leave_plan(&mut self, note: Option<&str>) -> Option<String> {
+        let Some(mode) = self.plan.leave(self.mode()) else {
+            eprintln!("(not in plan mode: /plan starts planning)");
+            return None;
+        };
+        self.flags.mode = Some(mode);
+        if self.session.is_none() {
+            eprintln!(
+                "(mode {} again; no plan to carry out yet: no conversation)",
+                mode.as_str()
+            );
+            return None;
+        }
+        eprintln!("(mode {} again; carrying out the plan)", mode.as_str());
+        Some(command::do_message(note))
     }
 
     fn options(&self) -> RunOptions {
@@ -497,6 +557,29 @@ impl Chat {
         let (name, arguments) = command::invocation(line)?;
         let (commands, _) = self.custom_commands();
         commands.get(name).map(|custom| custom.expand(arguments))
+    }
+
+    /// `/memory`: the project memory a new session would start with; with
+    /// a note, the note appended to it first.
+    fn memory(&self, note: Option<String>) -> String {
+        let root = match self.configured() {
+            Ok(configured) => configured.project_root,
+            Err(err) => return err.message,
+        };
+        let path = troupe_runtime::memory::memory_path(&root);
+        if let Some(note) = note {
+            return match troupe_runtime::memory::append_note(&root, &note) {
+                Ok(path) => format!(
+                    "(remembered in {}; new sessions start with it)",
+                    path.display()
+                ),
+                Err(err) => format!("not remembered: {err}"),
+            };
+        }
+        command::memory_text(
+            &path,
+            troupe_runtime::memory::load_for_prompt(&root).as_deref(),
+        )
     }
 
     /// `/skills`: the skills a session started now would offer.

@@ -100,7 +100,7 @@ fn running_sessions(
 impl Store {
     /// Removes a session, every session below it (its child sessions, their
     /// children, …) and every record of each: messages, pending results,
-    /// markers, ledger, rules, and runs with their events and spans. Nothing
+    /// markers, ledger, rules, memory, and runs with their events and spans. Nothing
     /// of another session is touched. The deepest sessions go first and `id`
     /// last, so a removal cut short leaves `id` listed, to be removed again.
     ///
@@ -229,6 +229,12 @@ impl Store {
             .remove(id.as_bytes())
             .map_err(self.sled_err("remove rules"))?;
         removed += usize::from(rules.is_some());
+        let memory = self
+            .inner
+            .memory
+            .remove(id.as_bytes())
+            .map_err(self.sled_err("remove the session's memory"))?;
+        removed += usize::from(memory.is_some());
         let meta = self
             .inner
             .sessions

@@ -28,6 +28,8 @@ pub const MARKERS_TREE: &str = "markers";
 pub const LEDGER_TREE: &str = "ledger";
 /// Tree of "allow always" rules: key `session_id`.
 pub const RULES_TREE: &str = "session_rules";
+/// Tree of the project memory each session's prompt holds: key `session_id`.
+pub const MEMORY_TREE: &str = "session_memory";
 /// Tree of run records: key `run_id`.
 pub const RUNS_TREE: &str = "runs";
 /// Index of a session's runs: key `session_id 0x00 run_id`, empty value.

@@ -1,6 +1,7 @@
 //! Records kept with a session besides its messages: tool results that finished
 //! before their tool message was written, compaction markers, the layer-1
-//! replacement ledger (SPEC §10) and "allow always" rules.
+//! replacement ledger (SPEC §10), "allow always" rules and the project memory
+//! the session's prompt holds.
 //!
 //! Each write checks that the session exists; each list returns records in the
 //! order they were written and skips damaged ones with a warning. What the
@@ -124,6 +125,30 @@ impl Store {
             Some(raw) => decode_one(format!("rules of session {session:?}"), &raw),
             None => Ok(Vec::new()),
         }
+    }
+
+    /// Keeps the project memory the session's stable prompt holds (empty:
+    /// none), so its later runs send the same prompt.
+    pub fn put_session_memory(&self, session: &str, memory: &str) -> Result<(), StoreError> {
+        self.require_session(session)?;
+        self.inner
+            .memory
+            .insert(session.as_bytes(), layout::encode(&memory)?)
+            .map_err(self.sled_err("store the session's memory"))?;
+        Ok(())
+    }
+
+    /// The project memory kept with the session; `None` when none was kept
+    /// (a session from before memory was kept).
+    pub fn session_memory(&self, session: &str) -> Result<Option<String>, StoreError> {
+        self.require_session(session)?;
+        let raw = self
+            .inner
+            .memory
+            .get(session.as_bytes())
+            .map_err(self.sled_err("read the session's memory"))?;
+        raw.map(|raw| decode_one(format!("memory of session {session:?}"), &raw))
+            .transpose()
     }
 
     /// Every readable record under `session 0x00` in `tree`, in key order.

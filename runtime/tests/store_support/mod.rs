@@ -246,6 +246,7 @@ pub fn all_keys(db: &sled::Db) -> Vec<(String, Vec<u8>)> {
         layout::MARKERS_TREE,
         layout::LEDGER_TREE,
         layout::RULES_TREE,
+        layout::MEMORY_TREE,
         layout::RUNS_TREE,
         layout::SESSION_RUNS_TREE,
         layout::EVENTS_TREE,

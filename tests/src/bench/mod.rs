@@ -165,6 +165,7 @@ pub fn agent_env(
         mcp: None,
         catalogues: Default::default(),
         hooks: Arc::new(troupe_runtime::hooks::HookSet::default()),
+        memory: Default::default(),
     }))
 }
 

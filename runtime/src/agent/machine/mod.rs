@@ -313,6 +313,14 @@ pub enum Effect {
         /// How long it may still take.
         after: Duration,
     },
+    /// Update the project memory from `digest` (what the person and the
+    /// agent said recently) in the background: a side request that never
+    /// answers the loop, so neither its result nor its usage reaches the
+    /// history or the context estimate, and its failure never ends the run.
+    UpdateMemory {
+        /// The recent conversation (see [`crate::memory::conversation_digest`]).
+        digest: String,
+    },
     /// Feed [`Input::CleanupGraceOver`] after `after`.
     ArmCleanupGrace {
         /// Epoch of the execution.
@@ -347,6 +355,7 @@ impl std::fmt::Debug for Effect {
             Self::ApprovalsClosed(ids) => write!(f, "ApprovalsClosed({ids:?})"),
             Self::ArmCleanupGrace { epoch, .. } => write!(f, "ArmCleanupGrace({epoch})"),
             Self::ArmSaveDeadline { save, .. } => write!(f, "ArmSaveDeadline({save})"),
+            Self::UpdateMemory { digest } => write!(f, "UpdateMemory({})", digest.len()),
             Self::RunHooks(request) => write!(f, "RunHooks({})", request.event),
             Self::Finished(outcome) => write!(f, "Finished({})", outcome.status.as_str()),
         }

@@ -142,7 +142,7 @@ fn fixture(options: Options) -> Fixture {
 
 /// Effects as short strings: `emit:<type>`, `save`, `pending:<i>`, `rules`,
 /// `model:<epoch>`, `tool:<i>:<name>`, `agent:<i>:<path>`, `await`, `closed`,
-/// `grace`, `finished:<status>:<reason>`.
+/// `grace`, `memory`, `finished:<status>:<reason>`.
 fn show(effects: &[Effect]) -> Vec<String> {
     effects
         .iter()
@@ -163,6 +163,7 @@ fn show(effects: &[Effect]) -> Vec<String> {
             Effect::ApprovalsClosed(_) => "closed".into(),
             Effect::ArmCleanupGrace { .. } => "grace".into(),
             Effect::ArmSaveDeadline { save, .. } => format!("deadline:{save}"),
+            Effect::UpdateMemory { .. } => "memory".into(),
             Effect::RunHooks(request) => format!("hooks:{}", request.event),
             Effect::Finished(outcome) => {
                 format!(
@@ -2321,4 +2322,175 @@ fn compaction_hooks_run_around_manual_and_automatic_compactions() {
         requests[0].payload.message.as_deref(),
         Some("the compaction failed")
     );
+}
+
+/// The request of the model call among `effects`, if one started.
+fn model_request(effects: Vec<Effect>) -> Option<ChatRequest> {
+    effects.into_iter().find_map(|effect| match effect {
+        Effect::CallModel { request, .. } => Some(request),
+        _ => None,
+    })
+}
+
+#[test]
+fn plan_mode_requests_offer_read_only_tools_and_the_reminder_of_their_iteration() {
+    let mut f = fixture(Options {
+        mode: PermissionMode::Plan,
+        ..Options::default()
+    });
+    assert_eq!(f.step(Input::Begin), s(&["save"]));
+    let mut requests = vec![model_request(f.on(Input::Saved(Ok(())))).unwrap()];
+    for i in 0..5 {
+        f.respond(&[read(&format!("file{i}"))]);
+        f.step(Input::Saved(Ok(())));
+        let epoch = f.epoch();
+        f.on(Input::CallFinished {
+            epoch,
+            index: 0,
+            output: ToolOutput::ok("text"),
+            duration: Duration::ZERO,
+            error: None,
+        });
+        f.on(Input::PendingSaved {
+            epoch,
+            index: 0,
+            result: Ok(()),
+        });
+        requests.push(model_request(f.on(Input::Saved(Ok(())))).unwrap());
+    }
+    assert_eq!(requests.len(), 6);
+    let registry = crate::tools::builtin_registry();
+    for (i, request) in requests.iter().enumerate() {
+        let iteration = i as u32 + 1;
+        assert_eq!(
+            request.system.stable, "stable",
+            "the cached prefix is untouched"
+        );
+        let expected = crate::prompt::plan_reminder(PermissionMode::Plan, iteration).unwrap();
+        assert_eq!(request.system.environment, format!("env\n\n{expected}"));
+        assert!(!request.tools.is_empty());
+        for tool in &request.tools {
+            assert!(registry.is_read_only(&tool.name), "{} offered", tool.name);
+        }
+    }
+    let full = crate::prompt::PLAN_REMINDER_FULL;
+    let fulls: Vec<bool> = requests
+        .iter()
+        .map(|r| r.system.environment.ends_with(full))
+        .collect();
+    assert_eq!(fulls, [true, false, false, false, true, false]);
+
+    // Leaving plan mode during the run: the next request has no reminder and
+    // every tool again.
+    f.machine.permissions().set_mode(PermissionMode::Bypass);
+    f.respond(&[read("last")]);
+    f.step(Input::Saved(Ok(())));
+    let epoch = f.epoch();
+    f.on(Input::CallFinished {
+        epoch,
+        index: 0,
+        output: ToolOutput::ok("text"),
+        duration: Duration::ZERO,
+        error: None,
+    });
+    f.on(Input::PendingSaved {
+        epoch,
+        index: 0,
+        result: Ok(()),
+    });
+    let request = model_request(f.on(Input::Saved(Ok(())))).unwrap();
+    assert_eq!(request.system.environment, "env");
+    assert!(request.tools.iter().any(|tool| tool.name == "bash"));
+}
+
+/// Runs one turn that reads `path`, up to the next model call; returns the
+/// effects of the response's end (before the calls run).
+fn read_turn(f: &mut Fixture, path: &str) -> Vec<String> {
+    let ended = f.respond(&[read(path)]);
+    f.step(Input::Saved(Ok(())));
+    f.done(0, "text");
+    f.step(Input::Saved(Ok(())));
+    ended
+}
+
+#[test]
+fn every_fifth_completed_turn_of_the_main_agent_asks_for_a_memory_update() {
+    let mut f = fixture(Options::default()).started();
+    let mut updates = Vec::new();
+    for turn in 1..=11 {
+        let ended = read_turn(&mut f, &format!("f{turn}"));
+        if ended.contains(&"memory".to_string()) {
+            assert_eq!(ended, s(&["emit:usage", "memory", "save"]));
+            updates.push(turn);
+        }
+    }
+    assert_eq!(updates, [5, 10]);
+
+    // The digest is the conversation's words; the update answers nothing
+    // back, so the history and the context estimate are the loop's own.
+    let mut f = fixture(Options::default()).started();
+    for turn in 1..=4 {
+        read_turn(&mut f, &format!("f{turn}"));
+    }
+    let before = f.history().len();
+    let effects = f.on(Input::ModelEnded { epoch: f.epoch() });
+    let digest = effects
+        .iter()
+        .find_map(|effect| match effect {
+            Effect::UpdateMemory { digest } => Some(digest.clone()),
+            _ => None,
+        })
+        .unwrap();
+    assert!(digest.starts_with("User: do the task"), "{digest}");
+    assert!(!digest.contains("text"), "tool output stays out: {digest}");
+    assert_eq!(f.history().len(), before + 1);
+
+    // A continued session counts its earlier turns too.
+    let history: Vec<Message> = (0..3)
+        .flat_map(|i| {
+            [
+                Message::user_text(format!("q{i}")),
+                Message::assistant_text(format!("a{i}")),
+            ]
+        })
+        .collect();
+    let mut f = fixture(Options {
+        history,
+        ..Options::default()
+    })
+    .started();
+    assert!(!read_turn(&mut f, "x").contains(&"memory".to_string()));
+    assert!(read_turn(&mut f, "y").contains(&"memory".to_string()));
+}
+
+#[test]
+fn sub_agents_and_forks_never_update_the_memory() {
+    for spec in [
+        AgentSpec {
+            path: "main/explorer-1".into(),
+            role: "explorer".into(),
+            max_turns: 25,
+            unknown_tool_limit: 2,
+            depth: 1,
+            is_fork: false,
+        },
+        AgentSpec {
+            path: "main/fork-1".into(),
+            role: "main".into(),
+            max_turns: 25,
+            unknown_tool_limit: 2,
+            depth: 1,
+            is_fork: true,
+        },
+    ] {
+        let mut f = fixture(Options {
+            spec,
+            ..Options::default()
+        })
+        .started();
+        for turn in 1..=5 {
+            let ended = read_turn(&mut f, &format!("f{turn}"));
+            assert!(!ended.contains(&"memory".to_string()), "{ended:?}");
+        }
+    }
 }

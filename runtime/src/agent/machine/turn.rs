@@ -1,7 +1,9 @@
-//! The model-call half of a turn: budget and turn checks, the request, the
+//! The model-call half of a turn: budget and turn checks, the request (with
+//! the plan-mode reminder of its iteration in plan mode), the
 //! stream's events, and what its end means (finish, stop on a loop limit, or
 //! record the calls and run them). Call ids a response repeats are repaired
-//! before the response is recorded.
+//! before the response is recorded. Every fifth completed turn of the
+//! session's main agent asks for a background memory update.
 
 use crate::agent::StopCause;
 use crate::agent::history::{call_ids, complete_results, repair_call_ids};
@@ -9,6 +11,7 @@ use crate::agent::{EMPTY_RESPONSE_PLACEHOLDER, RunOutcome};
 use crate::events::{EventKind, NOTICE_MODEL_RETRY, RunStatus};
 use crate::llm::{ChatRequest, ProviderError, ResponseAccumulator, ResponseMetadata, StreamEvent};
 use crate::model::{ContentBlock, Message, StopReason, ToolCall, Usage};
+use crate::prompt::{plan_reminder, with_plan_reminder};
 use crate::telemetry::genai;
 
 use super::{AfterSave, AgentLoop, Effect, Phase, Streaming};
@@ -48,10 +51,13 @@ impl AgentLoop {
         // A summary prepared ahead runs beside this call, never before it.
         self.prepare_step(out);
         self.epoch += 1;
+        // The mode is read once per request: tools and reminder agree. The
+        // plan reminder rides in this request's environment part only.
+        let mode = self.permissions.mode();
         let request = ChatRequest {
-            system: self.system.clone(),
+            system: with_plan_reminder(&self.system, plan_reminder(mode, n)),
             messages: self.request_messages(),
-            tools: self.catalogue.offered(self.permissions.mode()).to_vec(),
+            tools: self.catalogue.offered(mode).to_vec(),
         };
         let span = genai::chat_span(
             &self.span,
@@ -235,6 +241,7 @@ impl AgentLoop {
         self.transcript.push(message);
         self.re_anchor(&usage);
         self.turn_done();
+        self.memory_step(out);
         if calls.is_empty() {
             self.end_turn(
                 RunOutcome {
@@ -261,6 +268,27 @@ impl AgentLoop {
         // The calls are durable before any of them runs: a crash during
         // execution leaves them answered "interrupted", never re-run.
         self.save_then(AfterSave::Execute(calls), out);
+    }
+}
+
+impl AgentLoop {
+    /// After a completed turn of the main agent: every
+    /// [`crate::memory::DISTIL_EVERY_TURNS`] turns of the session, the
+    /// project memory is updated in the background from the conversation.
+    fn memory_step(&self, out: &mut Vec<Effect>) {
+        if self.spec.depth > 0 || self.spec.is_fork {
+            return;
+        }
+        let messages = self.transcript.messages();
+        let completed = messages
+            .iter()
+            .filter(|message| message.role == crate::model::Role::Assistant)
+            .count();
+        if crate::memory::distil_due(completed) {
+            out.push(Effect::UpdateMemory {
+                digest: crate::memory::conversation_digest(messages),
+            });
+        }
     }
 }
 
