@@ -19,8 +19,10 @@ pub fn terminal_available() -> bool {
             .is_ok()
 }
 
-/// Parses an answer typed at the prompt: `y`/`yes`, `a`/`always`, `n`/`no`
-/// (anything after the first word is the reason), `c`/`cancel`.
+/// Parses an answer typed at the prompt: `y`/`yes`, `a`/`always`, `n`/`no`,
+/// `c`/`cancel`; anything after the first word of a yes or a no is kept (a
+/// no's reason for the model, or the field values answering an MCP server's
+/// question).
 pub fn parse_answer(line: &str) -> Option<(ApprovalOutcome, Option<String>)> {
     let line = line.trim();
     let (word, rest) = match line.split_once(char::is_whitespace) {
@@ -31,8 +33,8 @@ pub fn parse_answer(line: &str) -> Option<(ApprovalOutcome, Option<String>)> {
         None => (line, None),
     };
     match word.to_ascii_lowercase().as_str() {
-        "y" | "yes" => Some((ApprovalOutcome::Allow, None)),
-        "a" | "always" => Some((ApprovalOutcome::AllowAlways, None)),
+        "y" | "yes" => Some((ApprovalOutcome::Allow, rest)),
+        "a" | "always" => Some((ApprovalOutcome::AllowAlways, rest)),
         "n" | "no" => Some((ApprovalOutcome::Deny, rest)),
         "c" | "cancel" => Some((ApprovalOutcome::Cancel, None)),
         _ => None,
@@ -89,6 +91,10 @@ mod tests {
             Some((ApprovalOutcome::Deny, Some("use the test database".into())))
         );
         assert_eq!(parse_answer("no"), Some((ApprovalOutcome::Deny, None)));
+        assert_eq!(
+            parse_answer("y {\"name\": \"Ann\"}"),
+            Some((ApprovalOutcome::Allow, Some("{\"name\": \"Ann\"}".into())))
+        );
         assert_eq!(parse_answer("c"), Some((ApprovalOutcome::Cancel, None)));
         assert_eq!(parse_answer("maybe"), None);
         assert_eq!(parse_answer(""), None);
