@@ -41,6 +41,19 @@ pub fn parse_answer(line: &str) -> Option<(ApprovalOutcome, Option<String>)> {
     }
 }
 
+/// The first lines of a prompt: what wants to run, or what an MCP server
+/// asks (its questions arrive as approvals from `mcp server NAME`).
+fn heading(tool: &str, args: &str) -> String {
+    let shown: String = args.chars().take(2_000).collect();
+    // A sub-agent's requests are prefixed with `[path] `.
+    let asker = tool.rsplit("] ").next().unwrap_or(tool);
+    if asker.starts_with("mcp server ") {
+        format!("{tool} asks: {shown}")
+    } else {
+        format!("{tool} wants to run: {shown}")
+    }
+}
+
 /// Asks on the terminal until a valid answer is typed. Blocking: call it from
 /// a blocking task. End of input or an unusable terminal counts as a denial.
 pub fn ask(tool: &str, args: &str, reason: &str) -> (ApprovalOutcome, Option<String>) {
@@ -55,8 +68,7 @@ pub fn ask(tool: &str, args: &str, reason: &str) -> (ApprovalOutcome, Option<Str
         return (ApprovalOutcome::Deny, Some("no terminal to ask on".into()));
     };
     let mut reader = BufReader::new(tty);
-    let shown: String = args.chars().take(2_000).collect();
-    let _ = writeln!(writer, "\n{tool} wants to run: {shown}\n  ({reason})");
+    let _ = writeln!(writer, "\n{}\n  ({reason})", heading(tool, args));
     loop {
         let _ = write!(
             writer,
@@ -78,6 +90,19 @@ pub fn ask(tool: &str, args: &str, reason: &str) -> (ApprovalOutcome, Option<Str
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_servers_question_is_headed_as_a_question() {
+        assert_eq!(heading("bash", "ls"), "bash wants to run: ls");
+        assert_eq!(
+            heading("mcp server ev", "Your name?"),
+            "mcp server ev asks: Your name?"
+        );
+        assert_eq!(
+            heading("[main/general-1] mcp server ev", "Your name?"),
+            "[main/general-1] mcp server ev asks: Your name?"
+        );
+    }
 
     #[test]
     fn answers() {
