@@ -2,8 +2,9 @@
 //! `@modelcontextprotocol/server-everything` (installed by
 //! `tests/mcp/install.sh`): roots (the project root), progress notifications
 //! shown as notices, elicitation answered with the schema's defaults or
-//! declined when nobody can be asked and answered by a person on the
-//! terminal otherwise, and the server over Streamable HTTP.
+//! declined when nobody can be asked, answered by a person on the terminal
+//! or, on the daemon, with `troupe approve` otherwise, and the server over
+//! Streamable HTTP.
 //!
 //! When the server is not installed a test says so loudly and passes, unless
 //! `TROUPE_REQUIRE_MCP_SERVERS=1` (CI sets it), where it fails.
@@ -236,10 +237,10 @@ impl HttpEverything {
                 let Ok(line) = line else { break };
                 said.push_str(&line);
                 said.push('\n');
-                if line.contains("listening") {
-                    if let Some(tx) = ready_tx.take() {
-                        let _ = tx.send(Ok(()));
-                    }
+                if line.contains("listening")
+                    && let Some(tx) = ready_tx.take()
+                {
+                    let _ = tx.send(Ok(()));
                 }
             }
             if let Some(tx) = ready_tx {
@@ -306,4 +307,156 @@ async fn server_everything_over_streamable_http_lists_its_tools_and_returns_text
     assert!(results[0].contains("Echo: over http"), "{results:?}");
     let body = requests[1].body.to_string();
     assert!(body.contains("\"media_type\":\"image/png\""), "{body}");
+}
+
+/// A `troupe serve` of the test's home, stopped with SIGTERM when dropped.
+struct Daemon {
+    child: Child,
+    addr: String,
+    token: String,
+}
+
+impl Daemon {
+    fn start(env: &Env, server: &ScriptedServer) -> Self {
+        let mut child = env
+            .command(Some(server))
+            .arg("serve")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("troupe serve starts");
+        let mut stderr = BufReader::new(child.stderr.take().unwrap());
+        let addr = loop {
+            let mut line = String::new();
+            // Blocking read: the daemon writes this line first (or exits).
+            assert!(
+                stderr.read_line(&mut line).unwrap() > 0,
+                "the daemon exited before listening"
+            );
+            if let Some(rest) = line
+                .trim()
+                .strip_prefix("troupe serve: listening on http://")
+            {
+                break rest.split_whitespace().next().unwrap().to_string();
+            }
+        };
+        // Keep draining its stderr so it never blocks on a full pipe.
+        std::thread::spawn(move || for _ in stderr.lines() {});
+        let token = std::fs::read_to_string(env.data_dir().join("daemon.token"))
+            .unwrap()
+            .trim()
+            .to_string();
+        Self { child, addr, token }
+    }
+
+    /// Sends an authorised HTTP/1.0 request; the open stream, the head sent.
+    async fn send(&self, method: &str, path: &str, body: &str) -> tokio::net::TcpStream {
+        use tokio::io::AsyncWriteExt;
+        let mut stream = tokio::net::TcpStream::connect(&self.addr).await.unwrap();
+        let head = format!(
+            "{method} {path} HTTP/1.0\r\nHost: {}\r\nAuthorization: Bearer {}\r\n\
+             Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+            self.addr,
+            self.token,
+            body.len()
+        );
+        stream.write_all(head.as_bytes()).await.unwrap();
+        stream
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        // SAFETY: plain signal delivery to our own child, not reaped yet.
+        unsafe {
+            libc::kill(self.child.id() as i32, libc::SIGTERM);
+        }
+        let _ = self.child.wait();
+    }
+}
+
+#[tokio::test]
+async fn on_the_daemon_a_servers_question_is_answered_with_troupe_approve() {
+    use tokio::io::{AsyncBufReadExt, AsyncReadExt};
+    let Some(script) = everything() else { return };
+    let server = ScriptedServer::start(
+        Script::new()
+            .then(tool_call(
+                "mcp__everything__trigger-elicitation-request",
+                json!({}),
+            ))
+            .then(say("answered")),
+    )
+    .await
+    .unwrap();
+    let env = Env::new();
+    configure_stdio(&env, &script);
+    let daemon = Daemon::start(&env, &server);
+    let body = json!({"prompt": "ask me", "cwd": env.root(), "interactive": true}).to_string();
+    let mut created = String::new();
+    daemon
+        .send("POST", "/v1/runs", &body)
+        .await
+        .read_to_string(&mut created)
+        .await
+        .unwrap();
+    let created: Value = serde_json::from_str(created.split("\r\n\r\n").nth(1).unwrap()).unwrap();
+    let run_id = created["run_id"].as_str().unwrap().to_string();
+
+    let stream = daemon
+        .send("GET", &format!("/v1/runs/{run_id}/events"), "")
+        .await;
+    let mut lines = tokio::io::BufReader::new(stream).lines();
+    let mut events = Vec::new();
+    let mut answered = false;
+    loop {
+        let line = tokio::time::timeout(Duration::from_secs(60), lines.next_line())
+            .await
+            .expect("the daemon sends events in time")
+            .unwrap()
+            .expect("the stream lasts until run_finished");
+        let Some(data) = line.strip_prefix("data:") else {
+            continue;
+        };
+        let event: Value = serde_json::from_str(data.trim()).unwrap();
+        events.push(event.clone());
+        if event["type"] == "approval_requested" && !answered {
+            assert_eq!(event["tool"], "mcp server everything", "{event}");
+            assert!(
+                event["args"]
+                    .as_str()
+                    .unwrap()
+                    .contains("name (string, required)"),
+                "{event}"
+            );
+            let approval_id = event["approval_id"].as_str().unwrap().to_string();
+            let mut command = env.command(None);
+            command.args([
+                "approve",
+                &run_id,
+                &approval_id,
+                "allow",
+                "--reason",
+                "{\"name\": \"Bo Daemon\"}",
+            ]);
+            let output = run(command).await;
+            assert_eq!(output.status.code(), Some(0), "{}", describe(&output));
+            answered = true;
+        }
+        if event["type"] == "run_finished" && event["agent_path"] == "main" {
+            break;
+        }
+    }
+    assert!(answered, "{events:#?}");
+    assert_eq!(events.last().unwrap()["status"], "finished", "{events:#?}");
+    assert!(
+        events
+            .iter()
+            .any(|e| e["type"] == "approval_resolved" && e["outcome"] == "allow"),
+        "{events:#?}"
+    );
+    let result = results(&server, 1);
+    let result = result.last().unwrap();
+    assert!(result.contains("- Name: Bo Daemon"), "{result}");
+    assert!(result.contains("- Favorite Integer: 42"), "{result}");
 }
