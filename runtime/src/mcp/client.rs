@@ -49,6 +49,9 @@ pub use rmcp::model::Tool as RmcpTool;
 /// Lines of a server's stderr kept for messages.
 const STDERR_TAIL_LINES: usize = 20;
 
+/// How long a failed handshake waits for the rest of the server's stderr.
+const STDERR_DRAIN: Duration = Duration::from_secs(1);
+
 /// Characters of one stderr line kept.
 const STDERR_LINE_CHARS: usize = 500;
 
@@ -331,16 +334,24 @@ impl Connection {
                         ))
                     })?;
                 let pgid = process.id().and_then(|pid| i32::try_from(pid).ok());
-                if let Some(stderr) = stderr {
-                    forward_stderr(spec.name.clone(), stderr, tail.clone());
-                }
+                let mut stderr_read =
+                    stderr.map(|stderr| forward_stderr(spec.name.clone(), stderr, tail.clone()));
                 let guard = GroupGuard(pgid);
-                let running = client
-                    .serve_with_ct(process, cancel.clone())
-                    .await
-                    .map_err(|err| {
-                        ConnectError(tail.explain(&format!("the MCP handshake failed: {err}")))
-                    })?;
+                let running = match client.serve_with_ct(process, cancel.clone()).await {
+                    Ok(running) => running,
+                    Err(err) => {
+                        // A server that failed at once has usually said why:
+                        // let its stderr reach the tail (it ends with the
+                        // process group, killed first; bounded all the same).
+                        kill_group(pgid);
+                        if let Some(reader) = stderr_read.as_mut() {
+                            let _ = tokio::time::timeout(STDERR_DRAIN, reader).await;
+                        }
+                        return Err(ConnectError(
+                            tail.explain(&format!("the MCP handshake failed: {err}")),
+                        ));
+                    }
+                };
                 guard.disarm();
                 (running, pgid)
             }
@@ -557,14 +568,18 @@ pub fn kill_group(pgid: Option<i32>) {
 }
 
 /// Reads a server's stderr into the log, keeping the last lines.
-fn forward_stderr(server: String, stderr: tokio::process::ChildStderr, tail: StderrTail) {
+fn forward_stderr(
+    server: String,
+    stderr: tokio::process::ChildStderr,
+    tail: StderrTail,
+) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
         let mut lines = BufReader::new(stderr).lines();
         while let Ok(Some(line)) = lines.next_line().await {
             tracing::info!(target: "troupe::mcp::stderr", server = %server, "{line}");
             tail.push(&line);
         }
-    });
+    })
 }
 
 #[cfg(test)]
