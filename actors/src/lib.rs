@@ -12,6 +12,7 @@ pub mod event_log;
 pub mod executor;
 pub(crate) mod hook_gate;
 pub mod mcp;
+pub(crate) mod reach;
 pub(crate) mod run;
 pub mod runtime;
 pub mod subscription;

@@ -32,6 +32,7 @@ use troupe_runtime::mcp::{
     CONNECT_TIMEOUT, Connection, McpServerSpec, McpState, SHUTDOWN_BUDGET, ServerPhase,
     restart_delay,
 };
+use troupe_runtime::telemetry::genai;
 
 /// The environment a stdio server starts from (`None`: this process's).
 pub type BaseEnv = Option<Arc<Vec<(String, String)>>>;
@@ -180,7 +181,12 @@ impl McpServerState {
         let base_env = self.base_env.clone();
         let me = myself.clone();
         let cancel = self.tasks.clone();
-        let span = tracing::info_span!("mcp.connect", server = %spec.name);
+        let span = genai::mcp_connect_span(
+            &tracing::Span::none(),
+            &spec.name,
+            genai::mcp_network_transport(spec.transport_name()),
+        );
+        let connect_span = span.clone();
         tokio::spawn(tracing::Instrument::instrument(
             async move {
                 let attempt = async {
@@ -195,6 +201,15 @@ impl McpServerState {
                     _ = cancel.cancelled() => return,
                     outcome = tokio::time::timeout(CONNECT_TIMEOUT, attempt) => outcome,
                 };
+                genai::record_mcp_connect(
+                    &connect_span,
+                    match &outcome {
+                        Ok(Ok(_)) => "connected",
+                        Ok(Err(_)) => "failed",
+                        Err(_) => "timed_out",
+                    },
+                );
+                drop(connect_span);
                 let message = match outcome {
                     Ok(Ok((connection, tools))) => {
                         McpServerMsg::Connected(Box::new(connection), tools)
@@ -256,7 +271,7 @@ impl McpServerState {
 
     /// Publishes the tools of the live connection.
     fn publish(&self, connection: &Connection, tools: &[RmcpTool]) {
-        let (kept, skipped) = tools_of(&self.spec.name, tools, connection.peer());
+        let (kept, skipped) = tools_of(&self.spec.name, tools, &connection.link());
         for reason in &skipped {
             tracing::warn!(server = %self.spec.name, "{reason}");
         }

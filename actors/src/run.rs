@@ -8,7 +8,8 @@
 //!   sub-agent slots) and the wall-clock watchdog;
 //! - a registry of the tree's agents by path (cancel one child, status);
 //! - the approval broker: each open approval id routes answers to whichever
-//!   agent asked, at any depth.
+//!   agent asked, at any depth, or to the tool call waiting on a question
+//!   (an MCP server's elicitation, see `reach`).
 //!
 //! A panic of the main agent is contained here: the tree below is cancelled
 //! and the run ends with an error; the session is repaired from the store on
@@ -123,6 +124,11 @@ pub(crate) enum RunInternal {
         approval_id: String,
         agent: ActorRef<AgentMsg>,
     },
+    /// A tool call waits for the answer to the question `approval_id`.
+    QuestionOpened {
+        approval_id: String,
+        reply: tokio::sync::oneshot::Sender<troupe_runtime::tools::Answer>,
+    },
     /// Approval requests that no longer wait.
     ApprovalsClosed { approval_ids: Vec<String> },
     /// The main agent's loop is over.
@@ -177,6 +183,7 @@ pub(crate) struct RunActorState {
     account: Arc<RunAccount>,
     agents: HashMap<String, TreeAgent>,
     broker: HashMap<String, ActorRef<AgentMsg>>,
+    questions: HashMap<String, tokio::sync::oneshot::Sender<troupe_runtime::tools::Answer>>,
     main: Option<ActorRef<AgentMsg>>,
     /// What the main agent starts with, until `post_start` spawns it.
     start: Option<MainStart>,
@@ -213,6 +220,7 @@ impl Actor for RunActor {
             account,
             agents: HashMap::new(),
             broker: HashMap::new(),
+            questions: HashMap::new(),
             main: None,
             start: None,
             blocked: None,
@@ -368,6 +376,14 @@ impl Actor for RunActor {
                 reason,
                 reply,
             } => {
+                if let Some(question) = state.questions.remove(&approval_id) {
+                    let _ = reply.send(
+                        question
+                            .send((outcome, reason))
+                            .map_err(|_| RuntimeError::UnknownApproval(approval_id)),
+                    );
+                    return Ok(());
+                }
                 let result = match state.broker.get(&approval_id) {
                     Some(agent) => agent
                         .cast(AgentMsg::work(Work::Approve {
@@ -601,9 +617,13 @@ impl RunActorState {
             RunInternal::ApprovalOpened { approval_id, agent } => {
                 self.broker.insert(approval_id, agent);
             }
+            RunInternal::QuestionOpened { approval_id, reply } => {
+                self.questions.insert(approval_id, reply);
+            }
             RunInternal::ApprovalsClosed { approval_ids } => {
                 for id in approval_ids {
                     self.broker.remove(&id);
+                    self.questions.remove(&id);
                 }
             }
             RunInternal::MainFinished {

@@ -19,8 +19,10 @@ pub fn terminal_available() -> bool {
             .is_ok()
 }
 
-/// Parses an answer typed at the prompt: `y`/`yes`, `a`/`always`, `n`/`no`
-/// (anything after the first word is the reason), `c`/`cancel`.
+/// Parses an answer typed at the prompt: `y`/`yes`, `a`/`always`, `n`/`no`,
+/// `c`/`cancel`; anything after the first word of a yes or a no is kept (a
+/// no's reason for the model, or the field values answering an MCP server's
+/// question).
 pub fn parse_answer(line: &str) -> Option<(ApprovalOutcome, Option<String>)> {
     let line = line.trim();
     let (word, rest) = match line.split_once(char::is_whitespace) {
@@ -31,11 +33,24 @@ pub fn parse_answer(line: &str) -> Option<(ApprovalOutcome, Option<String>)> {
         None => (line, None),
     };
     match word.to_ascii_lowercase().as_str() {
-        "y" | "yes" => Some((ApprovalOutcome::Allow, None)),
-        "a" | "always" => Some((ApprovalOutcome::AllowAlways, None)),
+        "y" | "yes" => Some((ApprovalOutcome::Allow, rest)),
+        "a" | "always" => Some((ApprovalOutcome::AllowAlways, rest)),
         "n" | "no" => Some((ApprovalOutcome::Deny, rest)),
         "c" | "cancel" => Some((ApprovalOutcome::Cancel, None)),
         _ => None,
+    }
+}
+
+/// The first lines of a prompt: what wants to run, or what an MCP server
+/// asks (its questions arrive as approvals from `mcp server NAME`).
+fn heading(tool: &str, args: &str) -> String {
+    let shown: String = args.chars().take(2_000).collect();
+    // A sub-agent's requests are prefixed with `[path] `.
+    let asker = tool.rsplit("] ").next().unwrap_or(tool);
+    if asker.starts_with("mcp server ") {
+        format!("{tool} asks: {shown}")
+    } else {
+        format!("{tool} wants to run: {shown}")
     }
 }
 
@@ -53,8 +68,7 @@ pub fn ask(tool: &str, args: &str, reason: &str) -> (ApprovalOutcome, Option<Str
         return (ApprovalOutcome::Deny, Some("no terminal to ask on".into()));
     };
     let mut reader = BufReader::new(tty);
-    let shown: String = args.chars().take(2_000).collect();
-    let _ = writeln!(writer, "\n{tool} wants to run: {shown}\n  ({reason})");
+    let _ = writeln!(writer, "\n{}\n  ({reason})", heading(tool, args));
     loop {
         let _ = write!(
             writer,
@@ -78,6 +92,19 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_servers_question_is_headed_as_a_question() {
+        assert_eq!(heading("bash", "ls"), "bash wants to run: ls");
+        assert_eq!(
+            heading("mcp server ev", "Your name?"),
+            "mcp server ev asks: Your name?"
+        );
+        assert_eq!(
+            heading("[main/general-1] mcp server ev", "Your name?"),
+            "[main/general-1] mcp server ev asks: Your name?"
+        );
+    }
+
+    #[test]
     fn answers() {
         assert_eq!(parse_answer("y\n"), Some((ApprovalOutcome::Allow, None)));
         assert_eq!(
@@ -89,6 +116,10 @@ mod tests {
             Some((ApprovalOutcome::Deny, Some("use the test database".into())))
         );
         assert_eq!(parse_answer("no"), Some((ApprovalOutcome::Deny, None)));
+        assert_eq!(
+            parse_answer("y {\"name\": \"Ann\"}"),
+            Some((ApprovalOutcome::Allow, Some("{\"name\": \"Ann\"}".into())))
+        );
         assert_eq!(parse_answer("c"), Some((ApprovalOutcome::Cancel, None)));
         assert_eq!(parse_answer("maybe"), None);
         assert_eq!(parse_answer(""), None);

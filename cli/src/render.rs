@@ -318,7 +318,11 @@ impl HumanRenderer {
             }
             EventKind::Notice { text, code } => {
                 let text = for_terminal(text);
-                if code.as_deref() == Some(NOTICE_MODEL_RETRY) {
+                let quiet = [
+                    NOTICE_MODEL_RETRY,
+                    troupe_runtime::mcp::calls::NOTICE_MCP_PROGRESS,
+                ];
+                if code.as_deref().is_some_and(|code| quiet.contains(&code)) {
                     writeln!(out, "{}", self.dim(&format!("{prefix}{text}")))?;
                 } else {
                     writeln!(out, "{prefix}{text}")?;

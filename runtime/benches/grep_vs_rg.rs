@@ -201,6 +201,7 @@ fn main() {
         child_env: Arc::new(Vec::new()),
         background: Arc::new(BackgroundTasks::new()),
         outside_read_approved: false,
+        reach: None,
     };
     let grep = Grep::new();
     let have_rg = rg_available();

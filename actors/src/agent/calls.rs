@@ -53,10 +53,18 @@ impl AgentState {
             sandbox: self.env.sandbox.clone(),
             os_sandbox: self.env.os_sandbox.clone(),
             spill_dir: self.env.spill_dir.clone(),
-            cancel: launch.cancel,
+            cancel: launch.cancel.clone(),
             child_env,
             background: self.env.background.clone(),
             outside_read_approved: launch.outside_read_approved,
+            reach: Some(Arc::new(crate::reach::RunReach {
+                events: self.events.clone(),
+                run: self.run.clone(),
+                run_id: self.machine.run_id().to_string(),
+                account: self.machine.account().clone(),
+                approver: self.machine.approver(),
+                cancel: launch.cancel.clone(),
+            })),
         };
         let agent = myself.clone();
         let report_to: ReportTo = Arc::new(move |report| {

@@ -9,14 +9,28 @@
 //! bounded by the caller; closing asks the session to end, waits at most the
 //! budget it is given, then kills whatever is left of the process group, so no
 //! grandchild of a launcher such as `npx` or `uvx` survives.
+//!
+//! The client declares form elicitation and roots: `roots/list` is answered
+//! with the project root, progress and questions go to the call they belong
+//! to (see [`super::calls`]).
+
+// Roots are deprecated by a later protocol revision (SEP-2577) but are what
+// the servers of the 2025 revisions ask for.
+#![allow(deprecated)]
 
 use std::collections::{HashMap, VecDeque};
 use std::process::Stdio;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use rmcp::model::{ClientCapabilities, ClientConfig, Implementation, ProtocolVersion, Tool};
-use rmcp::service::{NotificationContext, Peer, QuitReason, RoleClient};
+use rmcp::model::{
+    ClientCapabilities, ClientConfig, ElicitRequestParams, ElicitResult, ElicitationAction,
+    ElicitationCapability, ErrorData, FormElicitationCapability, Implementation, ListRootsResult,
+    ProgressNotificationParam, ProtocolVersion, Root, RootsCapabilities, Tool,
+};
+use rmcp::service::{
+    InboundStreamOrigin, NotificationContext, Peer, QuitReason, RequestContext, RoleClient,
+};
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
 use rmcp::{ClientHandler, ServiceExt};
@@ -24,13 +38,19 @@ use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::sync::{Notify, watch};
 use tokio_util::sync::CancellationToken;
 
+use super::calls::{CallScopes, NOTICE_MCP_ELICITATION, NOTICE_MCP_PROGRESS, progress_text};
+use super::elicit::{ElicitDecision, answer_elicitation, default_elicitation, question_of};
 use super::spec::{McpServerSpec, McpTransportSpec};
+use crate::tools::Question;
 
 /// A tool as a server lists it (`rmcp`'s type).
 pub use rmcp::model::Tool as RmcpTool;
 
 /// Lines of a server's stderr kept for messages.
 const STDERR_TAIL_LINES: usize = 20;
+
+/// How long a failed handshake waits for the rest of the server's stderr.
+const STDERR_DRAIN: Duration = Duration::from_secs(1);
 
 /// Characters of one stderr line kept.
 const STDERR_LINE_CHARS: usize = 500;
@@ -70,11 +90,16 @@ impl StderrTail {
     }
 }
 
-/// The client side of the protocol: names Troupe, and tells the owner when
-/// the server's tool list changed.
+/// The client side of the protocol: names Troupe, tells the owner when the
+/// server's tool list changed, offers the project root, passes progress to
+/// the call it belongs to, and answers elicitations through the call that
+/// asks (or with the schema's defaults when nobody can be asked).
 struct TroupeClient {
     info: ClientConfig,
+    server: String,
     tools_changed: Arc<Notify>,
+    scopes: Arc<CallScopes>,
+    roots: Vec<Root>,
 }
 
 impl ClientHandler for TroupeClient {
@@ -85,16 +110,151 @@ impl ClientHandler for TroupeClient {
     async fn on_tool_list_changed(&self, _context: NotificationContext<RoleClient>) {
         self.tools_changed.notify_one();
     }
+
+    async fn list_roots(
+        &self,
+        _context: RequestContext<RoleClient>,
+    ) -> Result<ListRootsResult, ErrorData> {
+        Ok(ListRootsResult::new(self.roots.clone()))
+    }
+
+    async fn on_progress(
+        &self,
+        params: ProgressNotificationParam,
+        _context: NotificationContext<RoleClient>,
+    ) {
+        let Some(scope) = self.scopes.by_progress(&params.progress_token) else {
+            return;
+        };
+        let Some(reach) = scope.reach() else {
+            return;
+        };
+        if scope.admit_progress(params.progress, params.total) {
+            reach.notice(
+                NOTICE_MCP_PROGRESS,
+                progress_text(
+                    &self.server,
+                    params.progress,
+                    params.total,
+                    params.message.as_deref(),
+                ),
+            );
+        }
+    }
+
+    async fn create_elicitation(
+        &self,
+        request: ElicitRequestParams,
+        context: RequestContext<RoleClient>,
+    ) -> Result<ElicitResult, ErrorData> {
+        let (message, schema) = match request {
+            ElicitRequestParams::FormElicitationParams {
+                message,
+                requested_schema,
+                ..
+            } => (
+                message,
+                serde_json::to_value(&requested_schema).unwrap_or_default(),
+            ),
+            // Only form elicitation is declared.
+            _ => return Ok(ElicitResult::new(ElicitationAction::Decline)),
+        };
+        let origin = match context.extensions.get::<InboundStreamOrigin>() {
+            Some(InboundStreamOrigin::OutboundRequest(id)) => Some(id.clone()),
+            _ => None,
+        };
+        let scope = self.scopes.asking(origin.as_ref());
+        let reach = scope.as_ref().and_then(|scope| scope.reach().cloned());
+        let question = Question {
+            tool: format!("mcp server {}", self.server),
+            args: question_of(&message, &schema),
+            reason: ELICITATION_HOW.to_string(),
+        };
+        let asked = reach.as_ref().and_then(|reach| reach.ask(question));
+        let decision = match asked {
+            Some(answer) => {
+                let (outcome, given) = tokio::select! {
+                    answer = answer => answer,
+                    _ = context.ct.cancelled() => {
+                        return Ok(ElicitResult::new(ElicitationAction::Cancel));
+                    }
+                };
+                answer_elicitation(&schema, &outcome, given.as_deref())
+            }
+            None => default_elicitation(&schema),
+        };
+        Ok(match decision {
+            ElicitDecision::Accept(content) => {
+                tracing::info!(server = %self.server, "MCP elicitation accepted");
+                ElicitResult::new(ElicitationAction::Accept)
+                    .with_content(serde_json::Value::Object(content))
+            }
+            ElicitDecision::Decline(reason) => {
+                tracing::info!(server = %self.server, %reason, "MCP elicitation declined");
+                if let Some(reach) = &reach {
+                    reach.notice(
+                        NOTICE_MCP_ELICITATION,
+                        format!(
+                            "MCP server {}: its question was declined: {reason}",
+                            self.server
+                        ),
+                    );
+                }
+                ElicitResult::new(ElicitationAction::Decline)
+            }
+            ElicitDecision::Cancel => ElicitResult::new(ElicitationAction::Cancel),
+        })
+    }
 }
 
-/// The client's initialize parameters.
-fn client_config() -> ClientConfig {
+/// How a person answers a server's question (shown as the approval's reason).
+const ELICITATION_HOW: &str = "the MCP server asks a question: allow to answer with the \
+     defaults, or allow with a JSON object of field values as the reason \
+     (e.g. {\"name\": \"Ann\"}); deny declines; cancel cancels the question";
+
+/// The client's initialize parameters: form elicitation and roots.
+pub fn client_config() -> ClientConfig {
+    let mut capabilities = ClientCapabilities::default();
+    capabilities.elicitation = Some(
+        ElicitationCapability::new()
+            .with_form(FormElicitationCapability::new().with_schema_validation(true)),
+    );
+    capabilities.roots = Some(RootsCapabilities::default());
     let mut info = ClientConfig::new(
-        ClientCapabilities::default(),
+        capabilities,
         Implementation::new("troupe", env!("CARGO_PKG_VERSION")),
     );
     info.protocol_version = ProtocolVersion::V_2025_11_25;
     info
+}
+
+/// `file://` URI of an absolute path (bytes outside the unreserved set and
+/// `/` percent-encoded).
+pub fn file_uri(path: &std::path::Path) -> String {
+    use std::os::unix::ffi::OsStrExt;
+    let mut uri = String::from("file://");
+    for &byte in path.as_os_str().as_bytes() {
+        if byte.is_ascii_alphanumeric() || b"-._~/".contains(&byte) {
+            uri.push(char::from(byte));
+        } else {
+            uri.push_str(&format!("%{byte:02X}"));
+        }
+    }
+    uri
+}
+
+/// The roots offered to a server: the project root.
+fn roots_of(spec: &McpServerSpec) -> Vec<Root> {
+    spec.project_root
+        .iter()
+        .map(|root| {
+            let name = root
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_else(|| root.display().to_string());
+            Root::new(file_uri(root)).with_name(name)
+        })
+        .collect()
 }
 
 /// A connected server.
@@ -107,6 +267,7 @@ pub struct Connection {
     tail: StderrTail,
     tools_changed: Arc<Notify>,
     server_info: String,
+    scopes: Arc<CallScopes>,
 }
 
 impl std::fmt::Debug for Connection {
@@ -130,9 +291,13 @@ impl Connection {
     ) -> Result<Self, ConnectError> {
         let cancel = CancellationToken::new();
         let tools_changed = Arc::new(Notify::new());
+        let scopes = Arc::new(CallScopes::default());
         let client = TroupeClient {
             info: client_config(),
+            server: spec.name.clone(),
             tools_changed: tools_changed.clone(),
+            scopes: scopes.clone(),
+            roots: roots_of(spec),
         };
         let tail = StderrTail::default();
         let (running, pgid) = match &spec.transport {
@@ -169,16 +334,24 @@ impl Connection {
                         ))
                     })?;
                 let pgid = process.id().and_then(|pid| i32::try_from(pid).ok());
-                if let Some(stderr) = stderr {
-                    forward_stderr(spec.name.clone(), stderr, tail.clone());
-                }
+                let mut stderr_read =
+                    stderr.map(|stderr| forward_stderr(spec.name.clone(), stderr, tail.clone()));
                 let guard = GroupGuard(pgid);
-                let running = client
-                    .serve_with_ct(process, cancel.clone())
-                    .await
-                    .map_err(|err| {
-                        ConnectError(tail.explain(&format!("the MCP handshake failed: {err}")))
-                    })?;
+                let running = match client.serve_with_ct(process, cancel.clone()).await {
+                    Ok(running) => running,
+                    Err(err) => {
+                        // A server that failed at once has usually said why:
+                        // let its stderr reach the tail (it ends with the
+                        // process group, killed first; bounded all the same).
+                        kill_group(pgid);
+                        if let Some(reader) = stderr_read.as_mut() {
+                            let _ = tokio::time::timeout(STDERR_DRAIN, reader).await;
+                        }
+                        return Err(ConnectError(
+                            tail.explain(&format!("the MCP handshake failed: {err}")),
+                        ));
+                    }
+                };
                 guard.disarm();
                 (running, pgid)
             }
@@ -257,7 +430,16 @@ impl Connection {
             tail,
             tools_changed,
             server_info,
+            scopes,
         })
+    }
+
+    /// What a tool needs to call through this connection.
+    pub fn link(&self) -> CallLink {
+        CallLink {
+            peer: self.peer.clone(),
+            scopes: self.scopes.clone(),
+        }
     }
 
     /// The session, for calls (cheap to clone).
@@ -311,6 +493,16 @@ impl Drop for Connection {
         self.cancel.cancel();
         kill_group(self.pgid);
     }
+}
+
+/// The session and the calls in flight on it: what each tool of a server
+/// calls through (cheap to clone).
+#[derive(Clone)]
+pub struct CallLink {
+    /// The session.
+    pub peer: Peer<RoleClient>,
+    /// The calls in flight.
+    pub scopes: Arc<CallScopes>,
 }
 
 /// Records why the connection ended, once (the first reason stays).
@@ -376,12 +568,44 @@ pub fn kill_group(pgid: Option<i32>) {
 }
 
 /// Reads a server's stderr into the log, keeping the last lines.
-fn forward_stderr(server: String, stderr: tokio::process::ChildStderr, tail: StderrTail) {
+fn forward_stderr(
+    server: String,
+    stderr: tokio::process::ChildStderr,
+    tail: StderrTail,
+) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
         let mut lines = BufReader::new(stderr).lines();
         while let Ok(Some(line)) = lines.next_line().await {
             tracing::info!(target: "troupe::mcp::stderr", server = %server, "{line}");
             tail.push(&line);
         }
-    });
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn file_uris_percent_encode_what_is_not_plain() {
+        assert_eq!(
+            file_uri(std::path::Path::new("/home/a b/proj-1_x.y~")),
+            "file:///home/a%20b/proj-1_x.y~"
+        );
+        assert_eq!(
+            file_uri(std::path::Path::new("/p/é#?")),
+            "file:///p/%C3%A9%23%3F"
+        );
+    }
+
+    #[test]
+    fn the_client_declares_form_elicitation_and_roots() {
+        let info = serde_json::to_value(client_config()).unwrap();
+        assert_eq!(
+            info["capabilities"]["elicitation"]["form"],
+            serde_json::json!({"schemaValidation": true})
+        );
+        assert_eq!(info["capabilities"]["roots"], serde_json::json!({}));
+        assert_eq!(info["protocolVersion"], "2025-11-25");
+    }
 }

@@ -1,8 +1,10 @@
 //! The MCP client side of the runtime (SPEC §8): what a configured server is
 //! ([`spec`]), how its tools are named and offered ([`names`], [`tool`]), how
 //! its results reach the model ([`content`]), one live connection through the
-//! `rmcp` crate ([`client`]), and the state every server's supervisor shares
-//! with the runs that use it ([`state`]).
+//! `rmcp` crate ([`client`]), the calls in flight on it, which progress and
+//! questions reach ([`calls`]), how a question is answered ([`elicit`]), and
+//! the state every server's supervisor shares with the runs that use it
+//! ([`state`]).
 //!
 //! Nothing here supervises or restarts: the actors crate owns one actor per
 //! server and sequences these pieces. The decisions (names, read-only flags,
@@ -11,8 +13,10 @@
 
 use std::time::Duration;
 
+pub mod calls;
 pub mod client;
 pub mod content;
+pub mod elicit;
 pub mod names;
 pub mod spec;
 pub mod state;

@@ -45,6 +45,8 @@ pub struct McpServerSpec {
     pub transport: McpTransportSpec,
     /// How long a run's first request waits for it while it starts.
     pub startup_grace: Duration,
+    /// The project root, offered to the server as its root (`roots/list`).
+    pub project_root: Option<PathBuf>,
 }
 
 impl McpServerSpec {
@@ -143,6 +145,7 @@ fn spec_of(
             .startup_grace_secs
             .map(Duration::from_secs)
             .unwrap_or(DEFAULT_STARTUP_GRACE),
+        project_root: Some(project_root.to_path_buf()),
     })
 }
 

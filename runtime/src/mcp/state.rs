@@ -291,6 +291,7 @@ mod tests {
                 headers: vec![],
             },
             startup_grace: Duration::from_secs(grace),
+            project_root: None,
         }
     }
 

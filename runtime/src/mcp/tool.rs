@@ -7,18 +7,33 @@
 //! never wait for a person), else it is an execute-category tool. A call
 //! goes straight to the session (the server actor is not in the way); the
 //! per-call timeout and cancellation come from the executor: when the call's
-//! token is cancelled the request future is dropped, and `rmcp` then sends
-//! `notifications/cancelled` for it.
+//! token is cancelled (or the call is dropped) `notifications/cancelled` is
+//! sent for it.
+//!
+//! For its duration a call is in scope on its connection ([`CallScopes`]):
+//! the server's progress notifications for it become notices of the run that
+//! made it, and a question the server asks meanwhile goes to that run's
+//! approval path. The call runs under a `tools/call {tool}` span, and its
+//! `execute_tool` span carries the server's name.
+//!
+//! [`CallScopes`]: super::calls::CallScopes
 
 use std::sync::Arc;
 
 use futures::future::BoxFuture;
-use rmcp::model::{CallToolRequestParams, JsonObject};
-use rmcp::service::{Peer, RoleClient, ServiceError};
+use rmcp::model::{
+    CallToolRequest, CallToolRequestParams, CancelledNotification, CancelledNotificationParam,
+    ClientRequest, JsonObject, RequestId, ServerResult,
+};
+use rmcp::service::{Peer, PeerRequestOptions, RoleClient, ServiceError};
 use serde_json::Value;
+use tracing::Instrument;
+use tracing_opentelemetry::OpenTelemetrySpanExt;
 
+use super::client::CallLink;
 use super::content::tool_output;
 use super::names::qualified_tool_name;
+use crate::telemetry::genai;
 use crate::tools::registry::ArgumentSchema;
 use crate::tools::{Tool, ToolCategory, ToolContext, ToolOutput};
 
@@ -33,7 +48,7 @@ pub struct McpTool {
     description: String,
     schema: Value,
     read_only: bool,
-    peer: Peer<RoleClient>,
+    link: CallLink,
 }
 
 impl std::fmt::Debug for McpTool {
@@ -65,14 +80,10 @@ pub fn is_read_only(tool: &rmcp::model::Tool) -> bool {
 }
 
 impl McpTool {
-    /// The tool `tool` of `server`, called through `peer`, or why it is
+    /// The tool `tool` of `server`, called through `link`, or why it is
     /// skipped (a name that is not valid once qualified, a schema that does
     /// not compile).
-    pub fn new(
-        server: &str,
-        tool: &rmcp::model::Tool,
-        peer: Peer<RoleClient>,
-    ) -> Result<Self, String> {
+    pub fn new(server: &str, tool: &rmcp::model::Tool, link: CallLink) -> Result<Self, String> {
         let name = qualified_tool_name(server, &tool.name)?;
         let schema = input_schema_of(&tool.input_schema);
         ArgumentSchema::compile(&name, &schema)
@@ -95,7 +106,7 @@ impl McpTool {
             description,
             schema,
             read_only: is_read_only(tool),
-            peer,
+            link,
         })
     }
 
@@ -122,31 +133,105 @@ impl McpTool {
         };
         let mut params = CallToolRequestParams::new(self.tool.clone());
         params.arguments = arguments;
-        // Dropping the request on cancellation makes rmcp send
-        // notifications/cancelled for it.
+        let execute = tracing::Span::current();
+        execute.set_attribute(genai::MCP_SERVER, self.server.clone());
+        let span = genai::mcp_call_span(&execute, &self.server, &self.tool, &ctx.call_id);
+        let output = self.send(params, ctx).instrument(span.clone()).await;
+        if output.is_error {
+            genai::record_error(&span, "tool_error");
+        }
+        output
+    }
+
+    /// Sends the call and waits for its result, in scope on the connection.
+    async fn send(&self, params: CallToolRequestParams, ctx: &ToolContext) -> ToolOutput {
+        let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
+        let sent = tokio::select! {
+            biased;
+            _ = ctx.cancel.cancelled() => {
+                return ToolOutput::error(crate::agent::CANCELLED_RESULT);
+            }
+            sent = self
+                .link
+                .peer
+                .send_cancellable_request(request, PeerRequestOptions::no_options()) => sent,
+        };
+        let handle = match sent {
+            Ok(handle) => handle,
+            Err(err) => return self.failed(err),
+        };
+        let _scope = self.link.scopes.enter(
+            handle.id.clone(),
+            handle.progress_token.clone(),
+            ctx.reach.clone(),
+        );
+        // Cancelling the call or dropping it sends notifications/cancelled.
+        let mut abandoned = CancelOnDrop {
+            peer: self.link.peer.clone(),
+            id: Some(handle.id.clone()),
+        };
         let result = tokio::select! {
             biased;
             _ = ctx.cancel.cancelled() => {
                 return ToolOutput::error(crate::agent::CANCELLED_RESULT);
             }
-            result = self.peer.call_tool(params) => result,
+            result = handle.await_response() => result,
         };
+        abandoned.id = None;
         match result {
-            Ok(result) => tool_output(&self.server, &self.tool, result),
-            Err(ServiceError::TransportClosed) => ToolOutput::error(format!(
+            Ok(ServerResult::CallToolResult(result)) => {
+                tool_output(&self.server, &self.tool, result)
+            }
+            Ok(_) => ToolOutput::error(format!(
+                "MCP server {} answered the call with something other than a tool result.",
+                self.server
+            )),
+            Err(err) => self.failed(err),
+        }
+    }
+
+    fn failed(&self, err: ServiceError) -> ToolOutput {
+        match err {
+            ServiceError::TransportClosed => ToolOutput::error(format!(
                 "MCP server {} is not connected (it exited or was restarted during the call); \
                  the call did not complete.",
                 self.server
             )),
-            Err(ServiceError::McpError(err)) => ToolOutput::error(format!(
+            ServiceError::McpError(err) => ToolOutput::error(format!(
                 "MCP server {} answered with an error: {}",
                 self.server, err.message
             )),
-            Err(err) => ToolOutput::error(format!(
+            err => ToolOutput::error(format!(
                 "The call to MCP server {} failed: {err}",
                 self.server
             )),
         }
+    }
+}
+
+/// Sends `notifications/cancelled` for a request given up on (unless disarmed
+/// by taking `id`).
+struct CancelOnDrop {
+    peer: Peer<RoleClient>,
+    id: Option<RequestId>,
+}
+
+impl Drop for CancelOnDrop {
+    fn drop(&mut self) {
+        let Some(id) = self.id.take() else {
+            return;
+        };
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let peer = self.peer.clone();
+        runtime.spawn(async move {
+            let notification = CancelledNotification::new(CancelledNotificationParam::new(
+                Some(id),
+                Some("the call was cancelled".into()),
+            ));
+            let _ = peer.send_notification(notification.into()).await;
+        });
     }
 }
 
@@ -185,12 +270,12 @@ impl Tool for McpTool {
 pub fn tools_of(
     server: &str,
     tools: &[rmcp::model::Tool],
-    peer: &Peer<RoleClient>,
+    link: &CallLink,
 ) -> (Vec<Arc<McpTool>>, Vec<String>) {
     let mut kept: Vec<Arc<McpTool>> = Vec::new();
     let mut skipped = Vec::new();
     for tool in tools {
-        match McpTool::new(server, tool, peer.clone()) {
+        match McpTool::new(server, tool, link.clone()) {
             Ok(tool) if kept.iter().any(|k| k.name == tool.name) => {
                 skipped.push(format!(
                     "tool {} is listed twice; the first is kept",

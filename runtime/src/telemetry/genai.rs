@@ -110,6 +110,8 @@ pub const HOOK_EXIT_CODE: &str = "troupe.hook.exit_code";
 pub const HOOK_OUTCOME: &str = "troupe.hook.outcome";
 /// `troupe.mcp.server`: the configured server name.
 pub const MCP_SERVER: &str = "troupe.mcp.server";
+/// How connecting to an MCP server ended: `connected`, `failed`, `timed_out`.
+pub const MCP_OUTCOME: &str = "troupe.mcp.outcome";
 
 /// Name of the span event recording a permission decision.
 pub const PERMISSION_EVENT: &str = "permission";
@@ -442,8 +444,23 @@ pub fn mcp_connect_span(parent: &Span, server: &str, transport: &str) -> Span {
         mcp.method.name = MCP_INITIALIZE,
         network.transport = transport,
         troupe.mcp.server = server,
+        troupe.mcp.outcome = Empty,
         error.type = Empty,
     )
+}
+
+/// `network.transport` of an MCP server's transport (`stdio` or `http`).
+pub fn mcp_network_transport(transport: &str) -> &'static str {
+    if transport == "stdio" { "pipe" } else { "tcp" }
+}
+
+/// Records how connecting to an MCP server ended (`connected`, `failed`,
+/// `timed_out`); anything but `connected` is an error.
+pub fn record_mcp_connect(span: &Span, outcome: &str) {
+    span.record(MCP_OUTCOME, outcome);
+    if outcome != "connected" {
+        record_error(span, outcome);
+    }
 }
 
 /// `tools/call {tool}`: one MCP tool call (span kind client), a child of the

@@ -117,6 +117,33 @@ pub struct ToolContext {
     /// path it reads, which lets a read-only tool read a path outside the
     /// allowed roots. Writes outside are refused always.
     pub outside_read_approved: bool,
+    /// The run the call belongs to, for what a tool shows or asks while it
+    /// runs (`None`: nobody is listening, nobody can be asked).
+    pub reach: Option<Arc<dyn CallReach>>,
+}
+
+/// A question a running call puts to a person through the run's approval
+/// path (shown like an approval: `tool`, then `args`, then `reason`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Question {
+    /// Who asks (e.g. `mcp server github`).
+    pub tool: String,
+    /// The question, with what an answer may hold.
+    pub args: String,
+    /// How to answer.
+    pub reason: String,
+}
+
+/// A person's answer: the outcome and the text given with it.
+pub type Answer = (crate::events::ApprovalOutcome, Option<String>);
+
+/// What a running call can reach of the run that made it, beyond its
+/// result: notices for people (progress) and a person to ask.
+pub trait CallReach: Send + Sync {
+    /// Shows people `text` as a notice with `code` (never added to history).
+    fn notice(&self, code: &str, text: String);
+    /// Asks a person; `None` when nobody can be asked in this run.
+    fn ask(&self, question: Question) -> Option<BoxFuture<'static, Answer>>;
 }
 
 /// One tool.

@@ -82,6 +82,7 @@ impl Harness {
             child_env: Arc::clone(&self.child_env),
             background: Arc::clone(&self.background),
             outside_read_approved: false,
+            reach: None,
         }
     }
 

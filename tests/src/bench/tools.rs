@@ -152,6 +152,7 @@ mod tests {
             child_env: Arc::new(Vec::new()),
             background: Arc::new(BackgroundTasks::new()),
             outside_read_approved: false,
+            reach: None,
         }
     }
 

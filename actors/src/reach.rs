@@ -1,0 +1,114 @@
+//! What a running tool call reaches of its run ([`CallReach`]): notices in
+//! the run's event log (an MCP server's progress), and questions put to a
+//! person through the run's approval broker (an MCP server's elicitation).
+//!
+//! A question is an approval like any other to the front doors: an
+//! `approval_requested` event (its `tool` names who asks), answered through
+//! the terminal prompt, the API or `troupe approve`, then an
+//! `approval_resolved` event. The run routes the answer to the waiting call
+//! instead of to an agent. With nobody to ask in the run ([`Approver::Absent`])
+//! there is no question, and the caller answers on its own.
+
+use std::sync::Arc;
+
+use futures::future::BoxFuture;
+use ractor::ActorRef;
+use tokio_util::sync::CancellationToken;
+use troupe_runtime::agent::{Approver, RunAccount};
+use troupe_runtime::events::{ApprovalOutcome, EventKind};
+use troupe_runtime::tools::{Answer, CallReach, Question};
+
+use crate::event_log::EventSink;
+use crate::run::{RunInternal, RunMsg};
+
+/// The reach of one call of one agent.
+pub(crate) struct RunReach {
+    pub events: EventSink,
+    pub run: ActorRef<RunMsg>,
+    pub run_id: String,
+    pub account: Arc<RunAccount>,
+    pub approver: Approver,
+    /// The call's token: a cancelled call stops waiting for its answer.
+    pub cancel: CancellationToken,
+}
+
+impl CallReach for RunReach {
+    fn notice(&self, code: &str, text: String) {
+        self.events.emit(EventKind::Notice {
+            text,
+            code: Some(code.to_string()),
+        });
+    }
+
+    fn ask(&self, question: Question) -> Option<BoxFuture<'static, Answer>> {
+        if self.approver == Approver::Absent {
+            return None;
+        }
+        let approval_id = format!("{}-{}", self.run_id, self.account.next_approval_number());
+        let (reply, answer) = tokio::sync::oneshot::channel();
+        // Routed before anyone can see the request.
+        self.run
+            .cast(RunMsg::internal(RunInternal::QuestionOpened {
+                approval_id: approval_id.clone(),
+                reply,
+            }))
+            .ok()?;
+        self.events.emit(EventKind::ApprovalRequested {
+            approval_id: approval_id.clone(),
+            tool: question.tool,
+            args: question.args,
+            reason: question.reason,
+        });
+        let open = OpenQuestion {
+            approval_id,
+            run: self.run.clone(),
+            events: self.events.clone(),
+            resolved: false,
+        };
+        let cancel = self.cancel.clone();
+        Some(Box::pin(async move {
+            let mut open = open;
+            let answer = tokio::select! {
+                answer = answer => answer.unwrap_or((
+                    ApprovalOutcome::Deny,
+                    Some("the run ended before an answer".into()),
+                )),
+                _ = cancel.cancelled() => (ApprovalOutcome::Cancel, None),
+            };
+            open.resolve(&answer.0);
+            answer
+        }))
+    }
+}
+
+/// A question waiting for its answer: closed in the broker when answered or
+/// given up on (the call ended first).
+struct OpenQuestion {
+    approval_id: String,
+    run: ActorRef<RunMsg>,
+    events: EventSink,
+    resolved: bool,
+}
+
+impl OpenQuestion {
+    fn resolve(&mut self, outcome: &ApprovalOutcome) {
+        self.resolved = true;
+        self.events.emit(EventKind::ApprovalResolved {
+            approval_id: self.approval_id.clone(),
+            outcome: outcome.clone(),
+        });
+    }
+}
+
+impl Drop for OpenQuestion {
+    fn drop(&mut self) {
+        if !self.resolved {
+            self.resolve(&ApprovalOutcome::Cancel);
+        }
+        let _ = self
+            .run
+            .cast(RunMsg::internal(RunInternal::ApprovalsClosed {
+                approval_ids: vec![self.approval_id.clone()],
+            }));
+    }
+}
