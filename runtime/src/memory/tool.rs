@@ -110,6 +110,7 @@ mod tests {
             child_env: Arc::new(Vec::new()),
             background: Arc::new(crate::tools::background::BackgroundTasks::new()),
             outside_read_approved: false,
+            reach: None,
         }
     }
 
