@@ -517,6 +517,13 @@ impl McpHub {
         &self.0.state
     }
 
+    /// How many handles to these servers exist, this one included: a
+    /// registry that keeps one knows the servers are in use while it sees
+    /// more than one.
+    pub fn handles(&self) -> usize {
+        Arc::strong_count(&self.0)
+    }
+
     /// Closes every session concurrently within [`SHUTDOWN_BUDGET`], kills
     /// each stdio server's process group, and stops the supervisor.
     pub async fn shutdown(&self) {

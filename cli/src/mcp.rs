@@ -10,8 +10,11 @@ use std::time::Duration;
 use clap::Subcommand;
 use serde_json::json;
 use troupe_actors::McpHub;
+use troupe_actors::mcp::BaseEnv;
 use troupe_runtime::config::Config;
-use troupe_runtime::mcp::{CONNECT_TIMEOUT, McpState, ServerPhase, ServerStatus, resolve_servers};
+use troupe_runtime::mcp::{
+    CONNECT_TIMEOUT, McpServerSpec, McpState, ServerPhase, ServerStatus, resolve_servers,
+};
 use troupe_runtime::tools::Tool;
 
 use crate::setup::{Locations, RunOptions, configured_with_root};
@@ -40,22 +43,37 @@ pub async fn start_servers(
     locations: &Locations,
     project_root: &Path,
 ) -> (Option<McpHub>, Vec<String>) {
-    let env = |name: &str| locations.var(name);
-    let (specs, mut warnings) = resolve_servers(&config.mcp_servers, &env, project_root);
+    let (specs, mut warnings) = server_specs(config, locations, project_root);
     if specs.is_empty() {
         return (None, warnings);
     }
-    let base_env = locations
-        .vars
-        .as_ref()
-        .map(|vars| Arc::new(vars.iter().map(|(k, v)| (k.clone(), v.clone())).collect()));
-    match McpHub::start(specs, base_env).await {
+    match McpHub::start(specs, base_env(locations)).await {
         Ok(hub) => (Some(hub), warnings),
         Err(err) => {
             warnings.push(err);
             (None, warnings)
         }
     }
+}
+
+/// The servers `config` names for `project_root`, resolved with the
+/// variables of `locations`, and the warnings to show.
+pub fn server_specs(
+    config: &Config,
+    locations: &Locations,
+    project_root: &Path,
+) -> (Vec<McpServerSpec>, Vec<String>) {
+    let env = |name: &str| locations.var(name);
+    resolve_servers(&config.mcp_servers, &env, project_root)
+}
+
+/// The environment stdio servers started for `locations` inherit: the
+/// client's when it sent one, else this process's.
+pub fn base_env(locations: &Locations) -> BaseEnv {
+    locations
+        .vars
+        .as_ref()
+        .map(|vars| Arc::new(vars.iter().map(|(k, v)| (k.clone(), v.clone())).collect()))
 }
 
 /// What a person is told about servers after a run's start-up wait: those

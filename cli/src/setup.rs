@@ -358,14 +358,45 @@ pub fn configured_with_root(
     Ok((config, root))
 }
 
-/// Loads configuration for `options` and prepares a run. `provider_override`
-/// replaces the configured provider (the demo's scripted model).
+/// Where a run's MCP servers come from.
+#[derive(Debug, Clone, Copy)]
+pub enum McpSource<'a> {
+    /// Started for the run; whoever runs it shuts them down at its end.
+    Own,
+    /// The daemon's, shared with the project's other runs; the run must
+    /// not shut them down.
+    Shared(&'a crate::daemon::mcp_hubs::McpHubs),
+}
+
+/// Loads configuration for `options` and prepares a run, with MCP servers of
+/// its own. `provider_override` replaces the configured provider (the demo's
+/// scripted model).
 pub async fn prepare(
     options: &RunOptions,
     provider_override: Option<ResolvedProvider>,
     store: &Store,
     locations: &Locations,
     continue_session: Option<&str>,
+) -> Result<Prepared, SetupError> {
+    prepare_with(
+        options,
+        provider_override,
+        store,
+        locations,
+        continue_session,
+        McpSource::Own,
+    )
+    .await
+}
+
+/// [`prepare`], with the MCP servers `servers` gives.
+pub async fn prepare_with(
+    options: &RunOptions,
+    provider_override: Option<ResolvedProvider>,
+    store: &Store,
+    locations: &Locations,
+    continue_session: Option<&str>,
+    servers: McpSource<'_>,
 ) -> Result<Prepared, SetupError> {
     // A continued session runs where it ran before, unless told otherwise.
     let stored_cwd = match continue_session {
@@ -407,7 +438,10 @@ pub async fn prepare(
     let config = loaded.config;
     // MCP servers connect while the rest is set up; the run waits for them
     // at most their grace period, at the end of `assemble`.
-    let (mcp, mcp_warnings) = crate::mcp::start_servers(&config, locations, &project_root).await;
+    let (mcp, mcp_warnings) = match servers {
+        McpSource::Own => crate::mcp::start_servers(&config, locations, &project_root).await,
+        McpSource::Shared(hubs) => hubs.servers_for(&config, locations, &project_root).await,
+    };
     warnings.extend(mcp_warnings);
     // git status runs while the rest is set up; the first request waits for it
     // at most GIT_STATUS_BUDGET from here.

@@ -4,7 +4,7 @@
 # docs/performance.md (the summary table and the bench's own section) with the
 # machine, date and load average.
 #
-# Usage: tests/benches/run-all.sh [BENCH...]   (default: all seven)
+# Usage: tests/benches/run-all.sh [BENCH...]   (default: all eight)
 # Environment: TROUPE_BENCH_SAMPLES, TROUPE_BENCH_TURNS, TROUPE_BENCH_AGENTS,
 # TROUPE_BENCH_ROUNDS, TROUPE_BENCH_GIT_FILES, TROUPE_BENCH_SUBAGENTS,
 # TROUPE_BENCH_FORK_SAMPLES override the defaults of the benches that read
@@ -17,7 +17,7 @@ cd "$(dirname "$0")/../.."
 
 benches=("$@")
 if [ ${#benches[@]} -eq 0 ]; then
-    benches=(binary agent_turn tracing_turn read_only_batch idle_agents agent_tree daemon)
+    benches=(binary agent_turn tracing_turn read_only_batch idle_agents agent_tree daemon mcp)
 fi
 
 echo "== $(date -u +%Y-%m-%dT%H:%M:%SZ), $(nproc) CPUs, $(lscpu | sed -n 's/^Model name:[[:space:]]*//p' | head -n 1)"

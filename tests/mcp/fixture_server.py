@@ -11,6 +11,8 @@ Tools:
 With --hostile it also lists a tool whose name is not valid for a model.
 With FIXTURE_PIDS_FILE set it starts a grandchild (`sleep`) and writes its own
 pid and the grandchild's to that file, so a test can check both are gone.
+With FIXTURE_STARTS_FILE set it does the same but appends the line to that
+file, so a test can also count how many times the server was started.
 """
 
 import asyncio
@@ -68,10 +70,19 @@ if "--hostile" in sys.argv:
 
 if __name__ == "__main__":
     pids_file = os.environ.get("FIXTURE_PIDS_FILE")
-    if pids_file:
+    starts_file = os.environ.get("FIXTURE_STARTS_FILE")
+    if pids_file or starts_file:
         child = subprocess.Popen(["sleep", "1000"], stdin=subprocess.DEVNULL)
+        line = f"{os.getpid()} {child.pid}\n"
+    if pids_file:
         with open(pids_file + ".tmp", "w") as f:
-            f.write(f"{os.getpid()} {child.pid}\n")
+            f.write(line)
         os.rename(pids_file + ".tmp", pids_file)
+    if starts_file:
+        # One short append per start: whole lines, even from servers started
+        # side by side.
+        fd = os.open(starts_file, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        os.write(fd, line.encode())
+        os.close(fd)
     sys.stderr.write("fixture: ready on stdio\n")
     mcp.run()

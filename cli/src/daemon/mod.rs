@@ -6,15 +6,18 @@
 //! `daemon.json` names a live process), open the store, mark runs a dead
 //! process left unfinished as interrupted, create the token on first start,
 //! bind (loopback and any free port unless `--listen` says otherwise) and
-//! write `daemon.json` `{addr, pid}`. SIGTERM, SIGINT or SIGHUP: stop accepting runs,
+//! write `daemon.json` `{addr, pid}`. Runs of one project share its MCP
+//! servers ([`mcp_hubs`]). SIGTERM, SIGINT or SIGHUP: stop accepting runs,
 //! cancel the runs in progress and wait for their last events (bounded),
-//! stop the runtime, flush the store, remove `daemon.json`, exit 0.
+//! stop the runtime, shut every MCP server down, flush the store, remove
+//! `daemon.json`, exit 0.
 
 pub mod api;
 pub mod error;
 pub mod guard;
 pub mod home;
 pub mod idle;
+pub mod mcp_hubs;
 pub mod spawn;
 
 use std::net::SocketAddr;
@@ -33,6 +36,7 @@ use self::api::{ApiState, Prepare, PreparedRun, RunRequest};
 use self::error::ApiError;
 use self::home::DaemonState;
 use self::idle::Activity;
+use self::mcp_hubs::McpHubs;
 use crate::EXIT_RUNTIME;
 use crate::setup::{self, Locations, RunOptions};
 
@@ -108,6 +112,8 @@ async fn run_daemon(options: ServeOptions) -> Result<(), String> {
         .map_err(|err| err.to_string())?;
     let closing = Arc::new(AtomicBool::new(false));
     let activity = Arc::new(Activity::default());
+    let hubs = Arc::new(McpHubs::default());
+    let sweeper = tokio::spawn(sweep_hubs(hubs.clone()));
     let state = ApiState {
         runtime: runtime.clone(),
         store: store.clone(),
@@ -115,7 +121,7 @@ async fn run_daemon(options: ServeOptions) -> Result<(), String> {
         token: token.into(),
         listen: bound,
         allowed_hosts: Arc::new(allowed_hosts),
-        prepare: prepare_function(store.clone(), locations.clone()),
+        prepare: prepare_function(store.clone(), locations.clone(), hubs.clone()),
         closing: closing.clone(),
         activity: activity.clone(),
         owners: Default::default(),
@@ -179,6 +185,8 @@ async fn run_daemon(options: ServeOptions) -> Result<(), String> {
         tracing::warn!("connections still open after 5 s; closing them");
     }
     runtime.shutdown().await;
+    sweeper.abort();
+    hubs.shutdown().await;
     if let Err(err) = store.flush() {
         eprintln!("troupe serve: the store could not be flushed: {err}");
     }
@@ -210,6 +218,16 @@ async fn until_idle(idle: Option<Duration>, runtime: &Runtime, activity: &Activi
     }
 }
 
+/// Shuts down the MCP servers no run needs any more, every
+/// [`mcp_hubs::SWEEP_PERIOD`], until aborted.
+async fn sweep_hubs(hubs: Arc<McpHubs>) {
+    let mut ticks = tokio::time::interval(mcp_hubs::SWEEP_PERIOD);
+    loop {
+        ticks.tick().await;
+        hubs.sweep(std::time::Instant::now()).await;
+    }
+}
+
 /// Cancels every run in progress and waits (bounded) until each has ended.
 async fn cancel_runs(runtime: &Runtime) {
     let running = runtime.running().await.unwrap_or_default();
@@ -228,11 +246,12 @@ async fn cancel_runs(runtime: &Runtime) {
     }
 }
 
-/// Prepares runs the way `troupe run` does, from the request's options.
-fn prepare_function(store: Store, locations: Arc<Locations>) -> Prepare {
+/// Prepares runs the way `troupe run` does, from the request's options,
+/// with the project's shared MCP servers.
+fn prepare_function(store: Store, locations: Arc<Locations>, hubs: Arc<McpHubs>) -> Prepare {
     Arc::new(move |request: RunRequest| {
-        let (store, locations) = (store.clone(), locations.clone());
-        async move { prepare_run(request, &store, &locations).await }.boxed()
+        let (store, locations, hubs) = (store.clone(), locations.clone(), hubs.clone());
+        async move { prepare_run(request, &store, &locations, &hubs).await }.boxed()
     })
 }
 
@@ -240,6 +259,7 @@ async fn prepare_run(
     request: RunRequest,
     store: &Store,
     locations: &Locations,
+    hubs: &McpHubs,
 ) -> Result<PreparedRun, ApiError> {
     let mode = match request.mode.as_deref() {
         None => None,
@@ -272,12 +292,13 @@ async fn prepare_run(
     let client_locations = request
         .env
         .map(|vars| Locations::for_client(locations.data_dir.clone(), vars, request.cwd.clone()));
-    let mut prepared = setup::prepare(
+    let mut prepared = setup::prepare_with(
         &options,
         None,
         store,
         client_locations.as_ref().unwrap_or(locations),
         session_id.as_deref(),
+        setup::McpSource::Shared(hubs),
     )
     .await
     .map_err(|err| match err.code {
