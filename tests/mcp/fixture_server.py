@@ -7,6 +7,9 @@ Tools:
   record(id)        not annotated: counts how many of its calls are in
                     progress at once and reports the highest count seen.
   die()             not annotated: the server exits while the call is open.
+  hold(id)          not annotated: writes ID.started in FIXTURE_MARK_DIR, then
+                    waits a minute; a call the client cancels writes
+                    ID.cancelled there when the cancellation arrives.
 
 With --hostile it also lists a tool whose name is not valid for a model.
 With FIXTURE_PIDS_FILE set it starts a grandchild (`sleep`) and writes its own
@@ -50,6 +53,25 @@ async def record(id: str) -> str:
     await asyncio.sleep(0.2)
     in_flight -= 1
     return f"{id}: at most {max_in_flight} in progress at once"
+
+
+def mark(name: str) -> None:
+    marks = os.environ.get("FIXTURE_MARK_DIR")
+    if marks:
+        with open(os.path.join(marks, name), "w") as f:
+            f.write("")
+
+
+@mcp.tool()
+async def hold(id: str) -> str:
+    """Waits a minute, unless the call is cancelled."""
+    mark(f"{id}.started")
+    try:
+        await asyncio.sleep(60)
+    except asyncio.CancelledError:
+        mark(f"{id}.cancelled")
+        raise
+    return f"{id}: held a minute"
 
 
 @mcp.tool()

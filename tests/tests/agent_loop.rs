@@ -897,14 +897,9 @@ impl troupe_runtime::tools::Tool for GateTool {
     }
 }
 
-/// One async worker only: an agent that waited for the disk on it would stall
-/// every actor, the scripted server and this test.
-#[tokio::test(flavor = "current_thread")]
-async fn durable_is_a_state_the_agent_waits_in_without_holding_a_worker() {
-    let script = Script::new()
-        .then(tool_call("gate", json!({})))
-        .then(text("done"));
-    let h = Harness::anthropic(script).await;
+/// Starts a run whose first call is to the `gate` tool and returns once that
+/// call started, with what opens the gate.
+async fn run_to_the_gate(h: &Harness) -> (troupe_actors::RunHandle, Arc<tokio::sync::Notify>) {
     let open = Arc::new(tokio::sync::Notify::new());
     let gate = GateTool {
         open: open.clone(),
@@ -918,6 +913,18 @@ async fn durable_is_a_state_the_agent_waits_in_without_holding_a_worker() {
         |e| matches!(&e.kind, EventKind::ToolStarted { name, .. } if name == "gate"),
     )
     .await;
+    (run, open)
+}
+
+/// One async worker only: an agent that waited for the disk on it would stall
+/// every actor, the scripted server and this test.
+#[tokio::test(flavor = "current_thread")]
+async fn durable_is_a_state_the_agent_waits_in_without_holding_a_worker() {
+    let script = Script::new()
+        .then(tool_call("gate", json!({})))
+        .then(text("done"));
+    let h = Harness::anthropic(script).await;
+    let (mut run, open) = run_to_the_gate(&h).await;
     // Everything so far is durable (the model was called); hold the writer,
     // then let the tool answer: the agent's save of the result queues behind.
     let release = hold_the_writer(&h);
@@ -950,19 +957,7 @@ async fn a_cancelled_run_ends_even_when_the_disk_never_confirms_its_writes() {
         .then(tool_call("gate", json!({})))
         .then(text("never sent"));
     let h = Harness::anthropic(script).await;
-    let open = Arc::new(tokio::sync::Notify::new());
-    let gate = GateTool {
-        open: open.clone(),
-        schema: json!({ "type": "object", "properties": {} }),
-    };
-    let mut run = h
-        .submit("go", RunOptions::bypass(h.env_with(vec![Arc::new(gate)])))
-        .await;
-    events_until(
-        &mut run,
-        |e| matches!(&e.kind, EventKind::ToolStarted { name, .. } if name == "gate"),
-    )
-    .await;
+    let (mut run, open) = run_to_the_gate(&h).await;
     let release = hold_the_writer(&h);
     tokio::time::pause();
     open.notify_one();

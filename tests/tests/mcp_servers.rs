@@ -3,7 +3,8 @@
 //! server that becomes ready late joins the agents' catalogue snapshot (the
 //! same snapshot until the tools change), a server killed from outside is
 //! withdrawn, restarted by its supervisor and its tools come back, and
-//! shutdown leaves none of its processes.
+//! shutdown leaves none of its processes; a call the agent cancels reaches
+//! the server as `notifications/cancelled`.
 //!
 //! The server is started behind a FIFO (`sh -c 'read go < FIFO; exec python
 //! …'`), so the test decides when it may start; every wait is on a status
@@ -170,6 +171,7 @@ async fn a_late_server_joins_the_catalogue_and_a_killed_one_comes_back_after_res
         [
             "mcp__late__barrier_read",
             "mcp__late__die",
+            "mcp__late__hold",
             "mcp__late__record"
         ]
     );
@@ -189,7 +191,7 @@ async fn a_late_server_joins_the_catalogue_and_a_killed_one_comes_back_after_res
     assert!(mcp_names(&env).is_empty());
     release(&fifo).await;
     wait_for(&state, "late", ServerPhase::Ready, 1).await;
-    assert_eq!(mcp_names(&env).len(), 3);
+    assert_eq!(mcp_names(&env).len(), 4);
     assert_eq!(
         wait_gone(&first).await,
         [0; 0],
@@ -205,4 +207,70 @@ async fn a_late_server_joins_the_catalogue_and_a_killed_one_comes_back_after_res
         [0; 0],
         "MCP processes survived the shutdown"
     );
+}
+
+/// Waits, bounded, until `path` exists.
+async fn wait_exists(path: &Path) {
+    tokio::time::timeout(LIMIT, async {
+        while !path.exists() {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("{} never appeared", path.display()));
+}
+
+#[tokio::test]
+async fn a_cancelled_call_is_cancelled_on_the_server_too() {
+    let Some(python) = fixture_python() else {
+        return;
+    };
+    let harness = Harness::anthropic(Script::new()).await;
+    let marks = tempfile::tempdir().unwrap();
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("mcp/fixture_server.py");
+    let spec = McpServerSpec {
+        name: "fixture".into(),
+        transport: McpTransportSpec::Stdio {
+            command: python.display().to_string(),
+            args: vec![script.display().to_string()],
+            env: vec![(
+                "FIXTURE_MARK_DIR".into(),
+                marks.path().display().to_string(),
+            )],
+            cwd: harness.root().to_path_buf(),
+        },
+        startup_grace: Duration::from_secs(60),
+        project_root: Some(harness.root().to_path_buf()),
+    };
+    let hub = McpHub::start(vec![spec], None).await.unwrap();
+    wait_for(hub.state(), "fixture", ServerPhase::Ready, 0).await;
+    let (_, tools) = hub.state().tools();
+    let hold = tools
+        .into_iter()
+        .find(|tool| tool.name() == "mcp__fixture__hold")
+        .expect("the fixture offers hold");
+    let cancel = tokio_util::sync::CancellationToken::new();
+    let ctx = troupe_runtime::tools::ToolContext {
+        call_id: "c1".into(),
+        sandbox: Arc::new(
+            troupe_runtime::sandbox::PathSandbox::new(harness.root(), &[], None).unwrap(),
+        ),
+        os_sandbox: Arc::new(troupe_runtime::os_sandbox::CommandSandbox::off()),
+        spill_dir: harness.root().join("spill"),
+        cancel: cancel.clone(),
+        child_env: Arc::new(Vec::new()),
+        background: Arc::new(troupe_runtime::tools::background::BackgroundTasks::new()),
+        outside_read_approved: false,
+        reach: None,
+    };
+    let call = hold.execute(serde_json::json!({"id": "h1"}), &ctx);
+    let cancel_once_started = async {
+        wait_exists(&marks.path().join("h1.started")).await;
+        cancel.cancel();
+    };
+    let (output, ()) = tokio::join!(call, cancel_once_started);
+    assert!(output.is_error, "{output:?}");
+    // The server learns of it (its handler is cancelled), not only the client.
+    wait_exists(&marks.path().join("h1.cancelled")).await;
+    hub.shutdown().await;
 }
