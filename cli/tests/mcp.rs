@@ -257,6 +257,8 @@ async fn server_everything_over_stdio_offers_its_tools_and_returns_text_and_imag
 #[tokio::test]
 async fn a_failing_server_and_a_hostile_tool_name_leave_the_good_servers_working() {
     let Some(python) = python() else { return };
+    let pids = tempfile::tempdir().unwrap();
+    let hang_pid = pids.path().join("hangs.pid");
     let server = ScriptedServer::start(
         Script::new()
             .then(tool_call("mcp__good__record", json!({"id": "x"})))
@@ -269,7 +271,10 @@ async fn a_failing_server_and_a_hostile_tool_name_leave_the_good_servers_working
     write_config(
         &env,
         &format!(
-            "[mcp_servers.quits]\ncommand = \"sh\"\nargs = [\"-c\", \"echo cannot start >&2; exit 3\"]\n\n{}\n{}\n[permissions]\nallow = [\"mcp__good__*\"]\n",
+            "[mcp_servers.quits]\ncommand = \"sh\"\nargs = [\"-c\", \"echo cannot start >&2; exit 3\"]\n\n\
+             [mcp_servers.hangs]\ncommand = \"sh\"\nargs = [\"-c\", \"echo $$ > {}; exec sleep 1000\"]\n\
+             startup_grace_secs = 1\n\n{}\n{}\n[permissions]\nallow = [\"mcp__good__*\"]\n",
+            hang_pid.display(),
             fixture_entry("hostile", &python, true, None),
             fixture_entry("good", &python, false, None),
         ),
@@ -295,17 +300,36 @@ async fn a_failing_server_and_a_hostile_tool_name_leave_the_good_servers_working
         "{tools:?}"
     );
     assert!(
-        !tools
-            .iter()
-            .any(|t| t.contains("bad") || t.starts_with("mcp__quits")),
+        !tools.iter().any(|t| t.contains("bad")
+            || t.starts_with("mcp__quits")
+            || t.starts_with("mcp__hangs")),
         "{tools:?}"
     );
+    // The server that never answers did not hold the run up: the first
+    // request went out while it was still starting (after its 1 s grace, not
+    // its 30 s connect limit), and nothing of it survived the run.
+    assert!(
+        stderr.contains("MCP server hangs is still starting"),
+        "{stderr}"
+    );
+    let pid: i32 = std::fs::read_to_string(&hang_pid)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(!alive(pid), "the hanging server {pid} survived troupe");
     let result = requests[1].tool_results().last().cloned().unwrap();
     assert!(
         !result.is_error && result.content.contains("x: at most 1"),
         "{result:?}"
     );
 
+    // `troupe mcp list` waits for every server to settle: without the one
+    // that never answers (it would take its whole connect limit).
+    let config = std::fs::read_to_string(env.root().join(".troupe/config.toml")).unwrap();
+    let (before, after) = config.split_once("[mcp_servers.hangs]").unwrap();
+    let (_, rest) = after.split_once("startup_grace_secs = 1\n").unwrap();
+    write_config(&env, &format!("{before}{rest}"));
     let mut command = env.command(None);
     command.args(["mcp", "list", "--json"]);
     let output = run(command).await;

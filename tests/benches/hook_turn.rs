@@ -8,12 +8,17 @@
 //!   that does nothing: its cost is the process it is);
 //! - `spawn`: the hook process alone, as the operating system costs it —
 //!   `bash -c true` started with piped stdin, stdout and stderr, in its own
-//!   process group, and waited for — timed directly `2 × (TURNS − 1)` times.
+//!   process group, and waited for — timed directly `2 × (TURNS − 1)` times;
+//! - `contained`: the same process started the way every command of Troupe
+//!   is (`process::spawn_in_group`: its own cgroup, or the subreaper, and
+//!   the kill of its whole tree when it ends), timed the same way.
 //!
-//! Per turn: `added = hooks − none`, and `runtime overhead = added − 2 × spawn`
-//! (what Troupe adds around the two hook processes: payload, matching, the
-//! span, the event, the extra loop steps). Target: the hook processes' own
-//! cost plus at most 1 ms.
+//! Per turn: `added = hooks − none`, `runtime overhead = added − 2 × spawn`
+//! (everything Troupe adds around the two bare processes), and `loop overhead
+//! = added − 2 × contained` (what the hook machinery adds beyond starting the
+//! processes the way every command is started: payload, matching, the span,
+//! the event, the extra loop steps). Target: the hook processes' own cost
+//! plus at most 1 ms.
 //!
 //! Environment: `TROUPE_BENCH_TURNS` (default 30), `TROUPE_BENCH_SAMPLES`
 //! (default 15). Figures go to `docs/performance.md`, never into assertions.
@@ -113,6 +118,25 @@ async fn one_spawn() -> Result<f64, String> {
     Ok(millis(started.elapsed()))
 }
 
+/// One hook process started as Troupe starts every command, in ms.
+async fn one_contained_spawn() -> Result<f64, String> {
+    let started = Instant::now();
+    let mut command = tokio::process::Command::new("bash");
+    command
+        .args(["-c", "true"])
+        .env_clear()
+        .env("PATH", "/usr/bin:/bin")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let (mut child, group) =
+        troupe_runtime::tools::process::spawn_in_group(&mut command).map_err(|e| e.to_string())?;
+    drop(child.stdin.take());
+    child.wait().await.map_err(|err| err.to_string())?;
+    group.kill_now();
+    Ok(millis(started.elapsed()))
+}
+
 fn summary(values: &[f64]) -> String {
     Summary::of(values).map_or_else(|| "no samples".into(), |s| s.to_string())
 }
@@ -127,6 +151,7 @@ async fn bench() -> Result<(), String> {
         one_run(turns, true).await?;
     }
     let (mut none, mut hooks, mut spawn, mut overhead) = (vec![], vec![], vec![], vec![]);
+    let (mut contained, mut loop_overhead) = (vec![], vec![]);
     for round in 0..samples {
         let (a, b) = if round % 2 == 0 {
             let a = one_run(turns, false).await?;
@@ -139,18 +164,27 @@ async fn bench() -> Result<(), String> {
         for _ in 0..2 * (turns - 1) {
             spawns.push(one_spawn().await?);
         }
+        let mut contained_spawns = Vec::with_capacity(2 * (turns - 1));
+        for _ in 0..2 * (turns - 1) {
+            contained_spawns.push(one_contained_spawn().await?);
+        }
         // Per turn: the hook processes of a turn (two per tool call).
         let per_turn_spawn = spawns.iter().sum::<f64>() / turns as f64;
+        let per_turn_contained = contained_spawns.iter().sum::<f64>() / turns as f64;
         none.push(a);
         hooks.push(b);
         spawn.push(per_turn_spawn / 2.0);
+        contained.push(per_turn_contained / 2.0);
         overhead.push(b - a - per_turn_spawn);
+        loop_overhead.push(b - a - per_turn_contained);
     }
     println!("  per turn, ms:");
     println!("    none                    {}", summary(&none));
     println!("    hooks (2 no-op hooks)   {}", summary(&hooks));
     println!("    one hook process alone  {}", summary(&spawn));
+    println!("    one contained process   {}", summary(&contained));
     println!("    runtime overhead        {}", summary(&overhead));
+    println!("    loop overhead           {}", summary(&loop_overhead));
     println!("\n{}", machine_line());
     Ok(())
 }
