@@ -9,6 +9,8 @@ use std::io::{BufRead, BufReader, IsTerminal, Write};
 
 use troupe_runtime::events::ApprovalOutcome;
 
+use crate::sanitize::for_terminal;
+
 /// True when a person can be asked: stdin is a terminal and `/dev/tty` opens.
 pub fn terminal_available() -> bool {
     std::io::stdin().is_terminal()
@@ -43,10 +45,14 @@ pub fn parse_answer(line: &str) -> Option<(ApprovalOutcome, Option<String>)> {
 
 /// The first lines of a prompt: what wants to run, or what an MCP server
 /// asks (its questions arrive as approvals from `mcp server NAME`).
+/// The arguments come from the model and the question from a server: both
+/// are cleaned of terminal control sequences before they are shown.
 fn heading(tool: &str, args: &str) -> String {
     let shown: String = args.chars().take(2_000).collect();
+    let shown = for_terminal(&shown);
+    let tool = for_terminal(tool);
     // A sub-agent's requests are prefixed with `[path] `.
-    let asker = tool.rsplit("] ").next().unwrap_or(tool);
+    let asker = tool.rsplit("] ").next().unwrap_or(&tool);
     if asker.starts_with("mcp server ") {
         format!("{tool} asks: {shown}")
     } else {
@@ -68,7 +74,12 @@ pub fn ask(tool: &str, args: &str, reason: &str) -> (ApprovalOutcome, Option<Str
         return (ApprovalOutcome::Deny, Some("no terminal to ask on".into()));
     };
     let mut reader = BufReader::new(tty);
-    let _ = writeln!(writer, "\n{}\n  ({reason})", heading(tool, args));
+    let _ = writeln!(
+        writer,
+        "\n{}\n  ({})",
+        heading(tool, args),
+        for_terminal(reason)
+    );
     loop {
         let _ = write!(
             writer,
@@ -90,6 +101,17 @@ pub fn ask(tool: &str, args: &str, reason: &str) -> (ApprovalOutcome, Option<Str
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn control_sequences_in_what_is_asked_never_reach_the_terminal() {
+        let shown = heading(
+            "mcp server \u{1b}]0;evil\u{7}ev",
+            "Name?\u{1b}]52;c;ZXZpbA==\u{7}\u{1b}[2J",
+        );
+        assert!(!shown.contains('\u{1b}'), "{shown:?}");
+        assert!(!shown.contains('\u{7}'), "{shown:?}");
+        assert!(shown.contains("asks: Name?"), "{shown:?}");
+    }
 
     #[test]
     fn a_servers_question_is_headed_as_a_question() {
