@@ -1,12 +1,13 @@
 //! Troupe's actor tree on `ractor` (DESIGN.md): the runtime actor at the root,
 //! a run actor per run (record, first and last events, shared budget,
 //! watchdog, approval broker), one agent actor per agent of the run's tree
-//! (the main agent, sub-agents, forks — one loop for all), a tool executor per
-//! call, an event log per run, read through bounded subscriptions, and an MCP
+//! (the main agent, sub-agents, forks — one loop for all) with the compactor
+//! of its session, a tool executor per call, an event log per run, read through bounded subscriptions, and an MCP
 //! supervisor with one actor per configured MCP server. Actors only sequence the decisions that
 //! `troupe-runtime` makes.
 
 pub mod agent;
+pub(crate) mod compactor;
 pub mod env;
 pub mod event_log;
 pub mod executor;

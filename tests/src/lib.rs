@@ -185,6 +185,14 @@ impl Harness {
         Arc::new(env)
     }
 
+    /// An agent environment with the built-in tools whose agents talk to
+    /// `provider` (a wrapper around [`Harness::provider`], for instance).
+    pub fn env_with_provider(&self, provider: Arc<dyn Provider>) -> Arc<AgentEnv> {
+        let mut env = self.agent_env(builtin_registry());
+        env.provider = provider;
+        Arc::new(env)
+    }
+
     /// An agent environment with the built-in tools and the tools of the
     /// MCP servers of `hub`.
     pub fn env_with_mcp(&self, hub: troupe_actors::McpHub) -> Arc<AgentEnv> {

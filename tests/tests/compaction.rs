@@ -543,3 +543,51 @@ async fn a_session_continued_near_the_window_is_compacted_before_its_first_reque
     assert!(requests[13].any_user_text_contains("go on"));
     assert_eq!(requests.len(), 14);
 }
+
+/// Answers through the scripted provider, but panics when asked for a
+/// summary (a request without tools): a bug in provider code.
+struct PanicsOnSummary(std::sync::Arc<dyn troupe_runtime::llm::Provider>);
+
+impl troupe_runtime::llm::Provider for PanicsOnSummary {
+    fn name(&self) -> &str {
+        self.0.name()
+    }
+    fn model(&self) -> &str {
+        self.0.model()
+    }
+    fn stream(
+        &self,
+        request: &troupe_runtime::llm::ChatRequest,
+    ) -> troupe_runtime::llm::EventStream {
+        assert!(
+            !request.tools.is_empty(),
+            "a provider bug while summarising"
+        );
+        self.0.stream(request)
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_summary_that_panics_is_a_failed_compaction_and_the_agent_goes_on() {
+    const FILES: usize = 10;
+    let mut script = Script::new();
+    for i in 0..FILES {
+        script = script.then(read(&format!("f{i}.txt")));
+    }
+    let script = script.then(Turn::new(text("all read")).when(not_summary()));
+    let mut h = Harness::anthropic(script).await;
+    // Window 60,000: summaries from 27,000 tokens.
+    h.context_window = 60_000;
+    write_files(&h, FILES, 600);
+    let env = h.env_with_provider(std::sync::Arc::new(PanicsOnSummary(h.provider())));
+    let mut run = h.submit("read them all", RunOptions::bypass(env)).await;
+    let events = run_events(&mut run).await;
+    // The panic stayed in the session's compactor: the agent lived, counted
+    // a failed compaction and finished its work.
+    assert_eq!(finished(&events).0, RunStatus::Finished, "{events:#?}");
+    assert_eq!(finished(&events).2, "all read");
+    let phases: Vec<String> = compactions(&events).into_iter().map(|c| c.0).collect();
+    assert!(phases.contains(&"failed".to_string()), "{phases:?}");
+    assert!(h.server.requests().iter().all(|r| !is_summary(r)));
+    validate_history(&h.history(&run.session_id).await).unwrap();
+}

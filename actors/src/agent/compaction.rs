@@ -1,19 +1,21 @@
 //! The agent's compaction effects: layer-1 spill files and their ledger
-//! entries, the summary model call (streamed in a task of its own, its text
-//! collected), and the compaction marker. The decisions are the loop's.
+//! entries, the summary model call (handed to the session's compactor,
+//! `crate::compactor`), and the compaction marker. The decisions are the
+//! loop's.
 
 use std::path::PathBuf;
-use std::sync::Arc;
 
-use futures::StreamExt;
-use ractor::ActorRef;
+use ractor::{Actor, ActorRef, MessagingErr};
 use tokio_util::sync::CancellationToken;
-use tracing::{Instrument, Span};
+use tracing::Span;
+use troupe_runtime::agent::Input;
 use troupe_runtime::compact::offload::{OffloadPlan, spill_file_name};
-use troupe_runtime::llm::{ChatRequest, Provider, ResponseAccumulator};
+use troupe_runtime::llm::{ChatRequest, ProviderError, ProviderErrorKind};
+use troupe_runtime::model::Usage;
 use troupe_runtime::store::{CompactionMarker, LedgerEntry, Store};
 
 use super::{AgentMsg, Work};
+use crate::compactor::{Compactor, CompactorArgs, CompactorHandle, CompactorMsg};
 
 /// Writes the spill files of `plan` below `spill_dir` and keeps every
 /// decision with `session`, made durable by the store's writer. Returns the results spilled (call
@@ -85,40 +87,67 @@ pub(super) fn save_marker(
     );
 }
 
-/// Starts the summary call of `epoch`: the whole answer comes back as one
-/// message. Cancelling `cancel` drops the stream (and the HTTP request).
-pub(super) fn summarise(
-    agent: &ActorRef<AgentMsg>,
-    provider: &Arc<dyn Provider>,
-    epoch: u64,
-    request: ChatRequest,
-    cancel: CancellationToken,
-    span: Span,
-) {
-    let stream = provider.stream(&request);
-    drop(request);
-    let agent = agent.clone();
-    tokio::spawn(async move {
-        let mut stream = stream;
-        let mut answer = ResponseAccumulator::new();
-        let result = loop {
-            let item = tokio::select! {
-                _ = cancel.cancelled() => return,
-                item = stream.next().instrument(span.clone()) => item,
-            };
-            match item {
-                Some(Ok(event)) => answer.push(&event),
-                Some(Err(err)) => break Err(err),
-                None => break Ok(()),
-            }
-        };
-        drop(span);
-        let usage = answer.usage();
-        let result = result.map(|()| answer.into_message().text());
-        let _ = agent.cast(AgentMsg::work(Work::Summarised {
+impl super::AgentState {
+    /// Hands summary request `epoch` to the session's compactor, started on
+    /// the first summary (linked: it ends with the agent) and again if it is
+    /// gone; its answer comes back as [`Work::Summarised`]. When no
+    /// compactor can be started, the summary fails at once.
+    pub(super) async fn summarise(
+        &mut self,
+        myself: &ActorRef<AgentMsg>,
+        epoch: u64,
+        request: ChatRequest,
+        cancel: CancellationToken,
+        span: Span,
+    ) -> Option<Input> {
+        let mut message = CompactorMsg::Summarise {
             epoch,
-            result,
-            usage,
-        }));
-    });
+            request,
+            cancel,
+            span,
+        };
+        for _ in 0..2 {
+            let compactor = match &self.compactor {
+                Some(handle) => handle.0.clone(),
+                None => {
+                    let args = CompactorArgs {
+                        agent: myself.clone(),
+                        provider: self.provider.clone(),
+                    };
+                    match Actor::spawn_linked(None, Compactor, args, myself.get_cell()).await {
+                        Ok((compactor, _)) => {
+                            self.compactor = Some(CompactorHandle(compactor.clone()));
+                            compactor
+                        }
+                        Err(err) => {
+                            tracing::error!(%err, "the compactor could not start");
+                            break;
+                        }
+                    }
+                }
+            };
+            match compactor.cast(message) {
+                Ok(()) => return None,
+                Err(MessagingErr::SendErr(returned)) => {
+                    // It is gone: start another one for this request.
+                    self.compactor = None;
+                    message = returned;
+                }
+                Err(err) => {
+                    tracing::error!(%err, "the compactor refused a summary request");
+                    self.compactor = None;
+                    break;
+                }
+            }
+        }
+        Some(Input::Summarised {
+            epoch,
+            result: Err(ProviderError::new(
+                self.provider.name(),
+                ProviderErrorKind::StreamBroken,
+                "the compactor could not be started",
+            )),
+            usage: Usage::default(),
+        })
+    }
 }

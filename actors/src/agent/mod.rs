@@ -205,6 +205,8 @@ pub(crate) struct AgentState {
     report_hooks: Vec<tokio::task::JoinHandle<()>>,
     /// The MCP tools generation its catalogue was last checked at.
     catalogue_generation: Option<u64>,
+    /// The compactor of its session, once a summary was asked for.
+    compactor: Option<crate::compactor::CompactorHandle>,
     /// Cancels the agent's token when the state is dropped — also after a panic,
     /// when `post_stop` does not run.
     _stop_below_on_drop: DropGuard,
@@ -238,6 +240,7 @@ impl Actor for AgentActor {
             pending_stored: false,
             catalogue_key: args.catalogue_key,
             catalogue_generation: None,
+            compactor: None,
             report_hooks: Vec::new(),
             _stop_below_on_drop: token.drop_guard(),
         })
@@ -440,10 +443,7 @@ impl AgentState {
                 request,
                 cancel,
                 span,
-            } => {
-                compaction::summarise(myself, &self.provider, epoch, request, cancel, span);
-                None
-            }
+            } => self.summarise(myself, epoch, request, cancel, span).await,
             Effect::SaveMarker(marker) => {
                 let session = self.machine.session_id().to_string();
                 compaction::save_marker(myself, &self.env.store, &session, marker);

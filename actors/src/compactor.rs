@@ -1,0 +1,155 @@
+//! The compactor of one agent's session: the actor that makes the summary
+//! requests of context compaction beside the agent (the tree's `Compactor`,
+//! one per session, started with the session's first summary and linked to
+//! its agent, so it ends with it).
+//!
+//! What to summarise, when, and what to do with the answer are the agent
+//! loop's decisions (`troupe_runtime::compact`, the machine's compaction
+//! phases); the compactor only carries a request out and answers the agent
+//! with [`Work::Summarised`]. Each summary streams in a task of its own — a
+//! summary prepared ahead and one the agent waits for may overlap — and the
+//! compactor watches each task: a panic in the provider's code while it
+//! streams a summary is contained here and answered as a failed summary
+//! (which the loop counts like any other failure), never as a dead agent.
+//! A cancelled summary is answered with nothing: the loop has moved on.
+
+use std::sync::Arc;
+
+use futures::StreamExt;
+use ractor::{Actor, ActorProcessingErr, ActorRef};
+use tokio_util::sync::CancellationToken;
+use tracing::{Instrument, Span};
+use troupe_runtime::llm::{
+    ChatRequest, Provider, ProviderError, ProviderErrorKind, ResponseAccumulator,
+};
+use troupe_runtime::model::Usage;
+
+use crate::agent::{AgentMsg, Work};
+
+/// Messages of the compactor.
+pub(crate) enum CompactorMsg {
+    /// Make summary request `epoch`; stop when `cancel` is cancelled.
+    Summarise {
+        /// The loop's step the answer belongs to.
+        epoch: u64,
+        /// The summary request (no tools).
+        request: ChatRequest,
+        /// Cancelled when the loop no longer wants the answer.
+        cancel: CancellationToken,
+        /// The compaction's span; the request runs inside it.
+        span: Span,
+    },
+}
+
+/// Arguments of the compactor.
+pub(crate) struct CompactorArgs {
+    /// The agent it answers.
+    pub agent: ActorRef<AgentMsg>,
+    /// The agent's provider.
+    pub provider: Arc<dyn Provider>,
+}
+
+/// The compactor actor.
+pub(crate) struct Compactor;
+
+impl Actor for Compactor {
+    type Msg = CompactorMsg;
+    type State = CompactorArgs;
+    type Arguments = CompactorArgs;
+
+    async fn pre_start(
+        &self,
+        _myself: ActorRef<Self::Msg>,
+        args: Self::Arguments,
+    ) -> Result<Self::State, ActorProcessingErr> {
+        Ok(args)
+    }
+
+    async fn handle(
+        &self,
+        _myself: ActorRef<Self::Msg>,
+        message: Self::Msg,
+        state: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
+        let CompactorMsg::Summarise {
+            epoch,
+            request,
+            cancel,
+            span,
+        } = message;
+        let provider = state.provider.clone();
+        let provider_name = provider.name().to_string();
+        let agent = state.agent.clone();
+        let summary = tokio::spawn(stream_summary(provider, request, cancel, span));
+        tokio::spawn(async move {
+            let (result, usage) = match summary.await {
+                Ok(Some(answer)) => answer,
+                // Cancelled: the loop has moved on.
+                Ok(None) => return,
+                Err(err) => {
+                    let what = if err.is_panic() {
+                        "panicked"
+                    } else {
+                        "was stopped"
+                    };
+                    tracing::error!(epoch, %err, "a summary request {what}");
+                    (
+                        Err(ProviderError::new(
+                            provider_name,
+                            ProviderErrorKind::StreamBroken,
+                            format!("the summary request {what}"),
+                        )),
+                        Usage::default(),
+                    )
+                }
+            };
+            let _ = agent.cast(AgentMsg::work(Work::Summarised {
+                epoch,
+                result,
+                usage,
+            }));
+        });
+        Ok(())
+    }
+}
+
+/// A compactor as its agent holds it: stopped when dropped, so it never
+/// outlives its agent, also when the agent panicked.
+pub(crate) struct CompactorHandle(pub(crate) ActorRef<CompactorMsg>);
+
+impl Drop for CompactorHandle {
+    fn drop(&mut self) {
+        self.0.stop(None);
+    }
+}
+
+/// What a summary request answered: its whole text (or the error) and its
+/// usage.
+type SummaryAnswer = (Result<String, ProviderError>, Usage);
+
+/// Streams one summary request to its end; `None` when `cancel` stopped it
+/// (dropping the stream drops the HTTP request).
+async fn stream_summary(
+    provider: Arc<dyn Provider>,
+    request: ChatRequest,
+    cancel: CancellationToken,
+    span: Span,
+) -> Option<SummaryAnswer> {
+    let mut stream = provider.stream(&request);
+    drop(request);
+    let mut answer = ResponseAccumulator::new();
+    let result = loop {
+        let item = tokio::select! {
+            _ = cancel.cancelled() => return None,
+            item = stream.next().instrument(span.clone()) => item,
+        };
+        match item {
+            Some(Ok(event)) => answer.push(&event),
+            Some(Err(err)) => break Err(err),
+            None => break Ok(()),
+        }
+    };
+    drop(span);
+    let usage = answer.usage();
+    Some((result.map(|()| answer.into_message().text()), usage))
+}
