@@ -6,6 +6,10 @@
 //! supervisor with one actor per configured MCP server. Actors only sequence the decisions that
 //! `troupe-runtime` makes.
 
+// Product code never unwraps: errors are values (tests may).
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
+#![warn(missing_docs)]
+
 pub mod agent;
 pub(crate) mod compactor;
 pub mod env;

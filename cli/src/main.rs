@@ -5,6 +5,10 @@
 //! 2 usage/config error, 3 stopped by a limit, 130 cancelled (143 or 129 when
 //! SIGTERM or SIGHUP cancelled the run).
 
+// Product code never unwraps: errors are values (tests may).
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
+#![warn(missing_docs)]
+
 mod approval;
 mod chat;
 mod client;
@@ -213,6 +217,8 @@ pub struct RunArgs {
     /// Continue this session (its id, or a unique prefix of it) instead of starting a new one.
     #[arg(long)]
     pub session: Option<String>,
+    // The run options (a doc comment here would become clap help text).
+    #[allow(missing_docs)]
     #[command(flatten)]
     pub flags: RunFlags,
 }
@@ -224,6 +230,8 @@ pub struct ResumeArgs {
     pub id: String,
     /// What to say (default: ask the agent to carry on where it stopped).
     pub prompt: Option<String>,
+    // The run options (a doc comment here would become clap help text).
+    #[allow(missing_docs)]
     #[command(flatten)]
     pub flags: RunFlags,
 }

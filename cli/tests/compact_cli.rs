@@ -156,6 +156,7 @@ async fn sessions_compact_goes_through_the_daemon_when_one_runs() {
     command.args(["sessions", "compact", "no-such-session-0193"]);
     let output = run(command).await;
     assert_eq!(output.status.code(), Some(2), "{}", describe(&output));
+    // SAFETY: a plain signal to the process this test started.
     unsafe { libc::kill(pid as i32, libc::SIGTERM) };
     let deadline = Instant::now() + COMMAND_LIMIT;
     while process_is_alive(pid) {

@@ -3,6 +3,10 @@
 //! HTTP server, no terminal: `troupe-actors` sequences what this crate decides and
 //! `troupe-cli` is the front door.
 
+// Product code never unwraps: errors are values (tests may).
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
+#![warn(missing_docs)]
+
 pub mod agent;
 pub mod compact;
 pub mod config;

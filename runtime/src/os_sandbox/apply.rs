@@ -179,8 +179,9 @@ fn prepare_namespaces(
 /// The flags of the mount holding `path` that a remount must keep (in a user
 /// namespace the kernel refuses to drop them).
 fn kept_mount_flags(path: &CString) -> libc::c_ulong {
-    // SAFETY: statvfs fills the zeroed struct; the path is a valid C string.
+    // SAFETY: an all-zero statvfs is a valid value of this plain C struct.
     let mut stat: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: statvfs fills the struct; the path is a valid C string.
     if unsafe { libc::statvfs(path.as_ptr(), &mut stat) } != 0 {
         return 0;
     }

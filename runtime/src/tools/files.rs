@@ -299,8 +299,8 @@ pub fn replace_file(path: &Path, content: &[u8], create_dirs: bool) -> io::Resul
         }
         // A new file was created with the usual mode through the umask; a
         // replacement takes the old file's bits.
-        // SAFETY: fchmod on a descriptor this function owns.
         if let Some(mode) = mode
+            // SAFETY: fchmod on a descriptor this function owns.
             && unsafe { libc::fchmod(file.as_raw_fd(), mode) } != 0
         {
             return Err(io::Error::last_os_error());
@@ -507,6 +507,7 @@ mod tests {
         let (_d, base) = base();
         let fifo = base.join("fifo");
         let c = CString::new(fifo.as_os_str().as_bytes()).unwrap();
+        // SAFETY: valid C string.
         assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
         let file = open_beneath(&fifo, OpenMode::Read, false).unwrap();
         assert!(ensure_regular(&file).is_err());

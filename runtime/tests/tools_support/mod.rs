@@ -147,8 +147,8 @@ pub fn err_text(out: &ToolOutput) -> String {
 pub fn mkfifo(path: &Path) {
     use std::os::unix::ffi::OsStrExt;
     let c = std::ffi::CString::new(path.as_os_str().as_bytes()).unwrap();
-    // SAFETY: valid C string.
     assert_eq!(
+        // SAFETY: valid C string.
         unsafe { libc::mkfifo(c.as_ptr(), 0o600) },
         0,
         "mkfifo failed"
