@@ -167,6 +167,10 @@ enum SessionSlot {
     Idle(SessionState),
 }
 
+/// How long, beyond the store's confirmation deadline, the runtime waits for
+/// an ended run's event log to store its last events.
+const LOG_DRAIN_MARGIN: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// State of the runtime actor.
 pub(crate) struct RuntimeState {
     store: Store,
@@ -273,7 +277,7 @@ impl Actor for RuntimeActor {
                 run_id,
                 outcome,
                 session,
-            } => state.run_ended(&run_id, outcome, session),
+            } => state.run_ended(&run_id, outcome, session).await,
         }
         Ok(())
     }
@@ -302,16 +306,18 @@ impl Actor for RuntimeActor {
                             usage_total: Usage::default(),
                         });
                     }
-                    state.run_ended(
-                        &run_id,
-                        RunOutcome {
-                            status: RunStatus::Error,
-                            stop_reason: "run_failed".into(),
-                            final_text: String::new(),
-                            usage: Usage::default(),
-                        },
-                        None,
-                    );
+                    state
+                        .run_ended(
+                            &run_id,
+                            RunOutcome {
+                                status: RunStatus::Error,
+                                stop_reason: "run_failed".into(),
+                                final_text: String::new(),
+                                usage: Usage::default(),
+                            },
+                            None,
+                        )
+                        .await;
                 }
                 None => tracing::warn!(%err, "a runtime child failed"),
             }
@@ -489,8 +495,22 @@ impl RuntimeState {
         });
     }
 
-    fn run_ended(&mut self, run_id: &str, outcome: RunOutcome, session: Option<SessionState>) {
+    async fn run_ended(
+        &mut self,
+        run_id: &str,
+        outcome: RunOutcome,
+        session: Option<SessionState>,
+    ) {
         self.forget_idle_sessions();
+        // The run's last event is stored before the run is forgotten: a
+        // subscriber that comes later reads `run_finished` from the store.
+        // The log answers within the store's confirmation deadline.
+        if let Some(run) = self.runs.get(run_id) {
+            let limit = troupe_runtime::store::CONFIRM_DEADLINE + LOG_DRAIN_MARGIN;
+            if let Err(err) = run.log.drain_and_wait(Some(limit)).await {
+                tracing::warn!(%run_id, %err, "the run's event log did not finish in time");
+            }
+        }
         let Some(mut run) = self.runs.remove(run_id) else {
             return;
         };
@@ -508,8 +528,6 @@ impl RuntimeState {
         if let Some(outcome_tx) = run.outcome.take() {
             let _ = outcome_tx.send(outcome);
         }
-        // Subscribers then hold every event, run_finished last.
-        let _ = run.log.drain();
     }
 }
 
