@@ -412,3 +412,28 @@ pub fn finished(events: &[RunEvent]) -> (RunStatus, String, String) {
 pub fn types(events: &[RunEvent]) -> Vec<&'static str> {
     events.iter().map(|event| event.kind.type_name()).collect()
 }
+
+/// The Python interpreter of the MCP test fixtures (the venv
+/// `tests/mcp/install.sh` makes in `$TROUPE_MCP_FIXTURES`, by default
+/// `~/.cache/troupe/mcp-fixtures`). `None`, said loudly, when it is not
+/// installed; a failure instead under `TROUPE_REQUIRE_MCP_SERVERS=1` (CI).
+pub fn mcp_fixture_python() -> Option<std::path::PathBuf> {
+    let dir = match std::env::var_os("TROUPE_MCP_FIXTURES") {
+        Some(dir) => std::path::PathBuf::from(dir),
+        None => std::path::PathBuf::from(std::env::var_os("HOME").unwrap_or_default())
+            .join(".cache/troupe/mcp-fixtures"),
+    };
+    let python = dir.join("venv/bin/python");
+    if python.exists() {
+        return Some(python);
+    }
+    let message = format!(
+        "the Python `mcp` package is not installed at {}: run tests/mcp/install.sh",
+        python.display()
+    );
+    if std::env::var("TROUPE_REQUIRE_MCP_SERVERS").is_ok_and(|v| v == "1") {
+        panic!("{message}");
+    }
+    eprintln!("\n\n!!!!! SKIPPED: {message} !!!!!\n");
+    None
+}

@@ -11,7 +11,7 @@
 //! change, with a time limit. When the fixture is not installed the test
 //! says so loudly and passes, unless `TROUPE_REQUIRE_MCP_SERVERS=1`.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -19,30 +19,10 @@ use troupe_actors::McpHub;
 use troupe_runtime::mcp::{McpServerSpec, McpState, McpTransportSpec, ServerPhase};
 use troupe_scripted::Script;
 use troupe_tests::Harness;
+use troupe_tests::mcp_fixture_python as fixture_python;
 
 /// Longest wait for one status change.
 const LIMIT: Duration = Duration::from_secs(60);
-
-fn fixture_python() -> Option<PathBuf> {
-    let dir = match std::env::var_os("TROUPE_MCP_FIXTURES") {
-        Some(dir) => PathBuf::from(dir),
-        None => PathBuf::from(std::env::var_os("HOME").unwrap_or_default())
-            .join(".cache/troupe/mcp-fixtures"),
-    };
-    let python = dir.join("venv/bin/python");
-    if python.exists() {
-        return Some(python);
-    }
-    let message = format!(
-        "the Python `mcp` package is not installed at {}: run tests/mcp/install.sh",
-        python.display()
-    );
-    if std::env::var("TROUPE_REQUIRE_MCP_SERVERS").is_ok_and(|v| v == "1") {
-        panic!("{message}");
-    }
-    eprintln!("\n\n!!!!! SKIPPED: {message} !!!!!\n");
-    None
-}
 
 /// Waits until `server` is in `phase` (with at least `restarts` restarts).
 async fn wait_for(state: &McpState, server: &str, phase: ServerPhase, restarts: u32) {

@@ -8,7 +8,7 @@
 //! loudly and passes, unless `TROUPE_REQUIRE_MCP_SERVERS=1`.
 
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 
 use opentelemetry::trace::Status;
@@ -19,31 +19,11 @@ use troupe_runtime::events::{EventKind, RunStatus};
 use troupe_runtime::mcp::{McpServerSpec, McpTransportSpec, ServerPhase};
 use troupe_runtime::telemetry::{TelemetrySettings, testing};
 use troupe_scripted::{Script, text, tool_call};
+use troupe_tests::mcp_fixture_python as fixture_python;
 use troupe_tests::{Harness, RunOptions, run_events};
 
 /// Longest wait for the servers to settle.
 const LIMIT: Duration = Duration::from_secs(60);
-
-fn fixture_python() -> Option<PathBuf> {
-    let dir = match std::env::var_os("TROUPE_MCP_FIXTURES") {
-        Some(dir) => PathBuf::from(dir),
-        None => PathBuf::from(std::env::var_os("HOME").unwrap_or_default())
-            .join(".cache/troupe/mcp-fixtures"),
-    };
-    let python = dir.join("venv/bin/python");
-    if python.exists() {
-        return Some(python);
-    }
-    let message = format!(
-        "the Python `mcp` package is not installed at {}: run tests/mcp/install.sh",
-        python.display()
-    );
-    if std::env::var("TROUPE_REQUIRE_MCP_SERVERS").is_ok_and(|v| v == "1") {
-        panic!("{message}");
-    }
-    eprintln!("\n\n!!!!! SKIPPED: {message} !!!!!\n");
-    None
-}
 
 fn attributes(span: &SpanData) -> HashMap<String, String> {
     span.attributes
