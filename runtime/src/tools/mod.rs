@@ -207,6 +207,7 @@ pub mod process;
 pub mod process_tree;
 pub mod read_file;
 pub mod registry;
+pub mod schema;
 pub mod target;
 pub mod tasks;
 pub mod walk;
