@@ -14,8 +14,9 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use futures::future::BoxFuture;
+use schemars::JsonSchema;
 use serde::Deserialize;
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use super::output::{OutputCollector, OutputLimits, spill_file_name};
 use super::process::{self, DriveOutcome, Ending, KILL_GRACE, KillOutcome};
@@ -41,10 +42,16 @@ pub struct Bash {
     schema: Value,
 }
 
-#[derive(Debug, Deserialize)]
+/// The arguments; the tool's schema is derived from them.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
 struct Args {
+    /// Shell command line
     command: String,
+    /// Default 120, max 600
+    #[schemars(range(min = 1))]
     timeout_secs: Option<u64>,
+    /// Start it as a background task and return its id at once
     #[serde(default)]
     run_in_background: bool,
 }
@@ -53,16 +60,7 @@ impl Bash {
     /// The tool with its schema.
     pub fn new() -> Self {
         Self {
-            schema: json!({
-                "type": "object",
-                "properties": {
-                    "command": {"type": "string", "description": "Shell command line"},
-                    "timeout_secs": {"type": "integer", "minimum": 1, "description": "Default 120, max 600"},
-                    "run_in_background": {"type": "boolean", "description": "Start it as a background task and return its id at once"}
-                },
-                "required": ["command"],
-                "additionalProperties": false
-            }),
+            schema: super::schema::of::<Args>(),
         }
     }
 }
@@ -290,6 +288,12 @@ fn render(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn the_schema_is_derived_from_the_arguments() {
+        crate::tools::schema::assert_schema_matches::<Args>(Bash::new().input_schema());
+    }
 
     #[test]
     fn timeouts_default_and_clamp() {

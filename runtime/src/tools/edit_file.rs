@@ -8,8 +8,9 @@ use std::io::{self, Read};
 use std::path::Path;
 
 use futures::future::BoxFuture;
+use schemars::JsonSchema;
 use serde::Deserialize;
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use super::files::{self, OpenMode};
 use super::{
@@ -30,11 +31,17 @@ pub struct EditFile {
     schema: Value,
 }
 
-#[derive(Debug, Deserialize)]
+/// The arguments; the tool's schema is derived from them.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
 struct Args {
+    /// File path, relative to the project root or absolute
     path: String,
+    /// Exact text to replace
     old_string: String,
+    /// Replacement text
     new_string: String,
+    /// Replace every occurrence (default false)
     #[serde(default)]
     replace_all: bool,
 }
@@ -43,17 +50,7 @@ impl EditFile {
     /// The tool with its schema.
     pub fn new() -> Self {
         Self {
-            schema: json!({
-                "type": "object",
-                "properties": {
-                    "path": {"type": "string", "description": "File path, relative to the project root or absolute"},
-                    "old_string": {"type": "string", "description": "Exact text to replace"},
-                    "new_string": {"type": "string", "description": "Replacement text"},
-                    "replace_all": {"type": "boolean", "description": "Replace every occurrence (default false)"}
-                },
-                "required": ["path", "old_string", "new_string"],
-                "additionalProperties": false
-            }),
+            schema: super::schema::of::<Args>(),
         }
     }
 }
@@ -427,6 +424,11 @@ fn collapse_whitespace(text: &str, mut seen: impl FnMut(usize, u64)) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_schema_is_derived_from_the_arguments() {
+        crate::tools::schema::assert_schema_matches::<Args>(EditFile::new().input_schema());
+    }
 
     #[test]
     fn unique_replacement() {

@@ -14,8 +14,9 @@ use std::time::SystemTime;
 use futures::future::BoxFuture;
 use globset::{GlobBuilder, GlobMatcher};
 use ignore::{DirEntry, ParallelVisitor, ParallelVisitorBuilder, WalkState};
+use schemars::JsonSchema;
 use serde::Deserialize;
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use super::files::{self, display_path};
 use super::output::{MAX_OUTPUT_BYTES, NOTES_RESERVE_BYTES};
@@ -28,9 +29,13 @@ pub struct Glob {
     schema: Value,
 }
 
-#[derive(Debug, Deserialize)]
+/// The arguments; the tool's schema is derived from them.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
 struct Args {
+    /// Glob, e.g. **/*.rs or src/*.ts
     pattern: String,
+    /// Directory to search (default: project root)
     path: Option<String>,
 }
 
@@ -38,15 +43,7 @@ impl Glob {
     /// The tool with its schema.
     pub fn new() -> Self {
         Self {
-            schema: json!({
-                "type": "object",
-                "properties": {
-                    "pattern": {"type": "string", "description": "Glob, e.g. **/*.rs or src/*.ts"},
-                    "path": {"type": "string", "description": "Directory to search (default: project root)"}
-                },
-                "required": ["pattern"],
-                "additionalProperties": false
-            }),
+            schema: super::schema::of::<Args>(),
         }
     }
 }
@@ -316,6 +313,11 @@ pub fn render_paths(paths: &[String], total: u64, max_bytes: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_schema_is_derived_from_the_arguments() {
+        crate::tools::schema::assert_schema_matches::<Args>(Glob::new().input_schema());
+    }
 
     fn split(p: &str) -> (String, String) {
         split_literal_prefix(p)

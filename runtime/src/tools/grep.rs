@@ -16,8 +16,9 @@ use grep_regex::{RegexMatcher, RegexMatcherBuilder};
 use grep_searcher::{BinaryDetection, Searcher, SearcherBuilder, Sink, SinkMatch};
 use ignore::overrides::{Override, OverrideBuilder};
 use ignore::{DirEntry, ParallelVisitor, ParallelVisitorBuilder, WalkState};
+use schemars::JsonSchema;
 use serde::Deserialize;
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use super::files::{self, display_path};
 use super::output::MAX_OUTPUT_BYTES;
@@ -49,7 +50,7 @@ pub struct Grep {
 }
 
 /// What `grep` returns.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum OutputMode {
     /// Paths of matching files.
@@ -61,11 +62,17 @@ pub enum OutputMode {
     Count,
 }
 
-#[derive(Debug, Deserialize)]
+/// The arguments; the tool's schema is derived from them.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
 struct Args {
+    /// Regex (Rust syntax)
     pattern: String,
+    /// File or directory (default: project root)
     path: Option<String>,
+    /// Only files matching this glob, e.g. *.rs
     glob: Option<String>,
+    /// What to return (default files_with_matches)
     #[serde(default)]
     output_mode: OutputMode,
 }
@@ -74,17 +81,7 @@ impl Grep {
     /// The tool with its schema.
     pub fn new() -> Self {
         Self {
-            schema: json!({
-                "type": "object",
-                "properties": {
-                    "pattern": {"type": "string", "description": "Regex (Rust syntax)"},
-                    "path": {"type": "string", "description": "File or directory (default: project root)"},
-                    "glob": {"type": "string", "description": "Only files matching this glob, e.g. *.rs"},
-                    "output_mode": {"enum": ["files_with_matches", "content", "count"]}
-                },
-                "required": ["pattern"],
-                "additionalProperties": false
-            }),
+            schema: super::schema::of::<Args>(),
         }
     }
 }
@@ -642,6 +639,11 @@ fn shorten_line(line: &[u8]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_schema_is_derived_from_the_arguments() {
+        crate::tools::schema::assert_schema_matches::<Args>(Grep::new().input_schema());
+    }
 
     fn tree() -> tempfile::TempDir {
         let dir = tempfile::tempdir().unwrap();

@@ -10,8 +10,9 @@
 use std::io::{self, BufRead, BufReader, Read};
 
 use futures::future::BoxFuture;
+use schemars::JsonSchema;
 use serde::Deserialize;
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use super::files::{self, OpenMode};
 use super::output::{MAX_OUTPUT_BYTES, MAX_OUTPUT_LINES};
@@ -43,11 +44,19 @@ pub struct ReadFile {
     schema: Value,
 }
 
-#[derive(Debug, Deserialize)]
+/// The arguments; the tool's schema is derived from them.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
 struct Args {
+    /// File path, relative to the project root or absolute
     path: String,
+    /// First line to return, 1-based (default 1)
+    #[schemars(range(min = 1))]
     offset: Option<u64>,
+    /// Lines to return (default and max 2000)
+    #[schemars(range(min = 1))]
     limit: Option<u64>,
+    /// Byte of line `offset` to start at, to continue a cut line (default 0)
     byte_offset: Option<u64>,
 }
 
@@ -55,17 +64,7 @@ impl ReadFile {
     /// The tool with its schema.
     pub fn new() -> Self {
         Self {
-            schema: json!({
-                "type": "object",
-                "properties": {
-                    "path": {"type": "string", "description": "File path, relative to the project root or absolute"},
-                    "offset": {"type": "integer", "minimum": 1, "description": "First line to return, 1-based (default 1)"},
-                    "limit": {"type": "integer", "minimum": 1, "description": "Lines to return (default and max 2000)"},
-                    "byte_offset": {"type": "integer", "minimum": 0, "description": "Byte of line `offset` to start at, to continue a cut line (default 0)"}
-                },
-                "required": ["path"],
-                "additionalProperties": false
-            }),
+            schema: super::schema::of::<Args>(),
         }
     }
 }
@@ -534,6 +533,11 @@ fn count_remaining<R: BufRead>(reader: &mut R, budget: &mut u64) -> io::Result<(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_schema_is_derived_from_the_arguments() {
+        crate::tools::schema::assert_schema_matches::<Args>(ReadFile::new().input_schema());
+    }
 
     fn page(text: &[u8], offset: u64, limit: Option<u64>) -> Result<String, String> {
         page_at(text, offset, 0, limit, MAX_SCAN_BYTES)

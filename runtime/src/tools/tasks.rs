@@ -6,27 +6,26 @@
 //! [`BackgroundTasks`]: super::background::BackgroundTasks
 
 use futures::future::BoxFuture;
+use schemars::JsonSchema;
 use serde::Deserialize;
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use super::background::{BackgroundTasks, TaskInfo};
 use super::{PermissionSubject, Tool, ToolCategory, ToolContext, ToolOutput, parse_args, plural};
 
-#[derive(Debug, Deserialize)]
+/// The arguments of `task_output` and `task_kill`; their schema is derived
+/// from them.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
 struct IdArgs {
+    /// Task id from bash run_in_background
     id: String,
 }
 
-fn id_schema() -> Value {
-    json!({
-        "type": "object",
-        "properties": {
-            "id": {"type": "string", "description": "Task id from bash run_in_background"}
-        },
-        "required": ["id"],
-        "additionalProperties": false
-    })
-}
+/// The arguments of `task_list`: none.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct NoArgs {}
 
 fn unknown_task(tasks: &BackgroundTasks, id: &str) -> ToolOutput {
     let ids = tasks.ids();
@@ -62,7 +61,7 @@ impl TaskOutput {
     /// The tool with its schema.
     pub fn new() -> Self {
         Self {
-            schema: id_schema(),
+            schema: super::schema::of::<IdArgs>(),
         }
     }
 }
@@ -130,11 +129,7 @@ impl TaskList {
     /// The tool with its schema.
     pub fn new() -> Self {
         Self {
-            schema: json!({
-                "type": "object",
-                "properties": {},
-                "additionalProperties": false
-            }),
+            schema: super::schema::of::<NoArgs>(),
         }
     }
 }
@@ -170,8 +165,11 @@ impl Tool for TaskList {
         true
     }
 
-    fn execute<'a>(&'a self, _args: Value, ctx: &'a ToolContext) -> BoxFuture<'a, ToolOutput> {
+    fn execute<'a>(&'a self, args: Value, ctx: &'a ToolContext) -> BoxFuture<'a, ToolOutput> {
         Box::pin(async move {
+            if let Err(out) = parse_args::<NoArgs>(self.name(), args) {
+                return out;
+            }
             let tasks = ctx.background.list();
             if tasks.is_empty() {
                 return ToolOutput::ok("No background tasks.");
@@ -201,7 +199,7 @@ impl TaskKill {
     /// The tool with its schema.
     pub fn new() -> Self {
         Self {
-            schema: id_schema(),
+            schema: super::schema::of::<IdArgs>(),
         }
     }
 }
@@ -259,5 +257,18 @@ impl Tool for TaskKill {
                 (_, None) => unknown_task(&ctx.background, &args.id),
             }
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tools::schema::assert_schema_matches;
+
+    #[test]
+    fn the_schemas_are_derived_from_the_arguments() {
+        assert_schema_matches::<IdArgs>(TaskOutput::new().input_schema());
+        assert_schema_matches::<NoArgs>(TaskList::new().input_schema());
+        assert_schema_matches::<IdArgs>(TaskKill::new().input_schema());
     }
 }

@@ -7,8 +7,9 @@ use std::io;
 use std::path::Path;
 
 use futures::future::BoxFuture;
+use schemars::JsonSchema;
 use serde::Deserialize;
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use super::files::{self, Replaced};
 use super::{
@@ -21,9 +22,13 @@ pub struct WriteFile {
     schema: Value,
 }
 
-#[derive(Debug, Deserialize)]
+/// The arguments; the tool's schema is derived from them.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
 struct Args {
+    /// File path, relative to the project root or absolute
     path: String,
+    /// The complete new content
     content: String,
 }
 
@@ -31,15 +36,7 @@ impl WriteFile {
     /// The tool with its schema.
     pub fn new() -> Self {
         Self {
-            schema: json!({
-                "type": "object",
-                "properties": {
-                    "path": {"type": "string", "description": "File path, relative to the project root or absolute"},
-                    "content": {"type": "string", "description": "The complete new content"}
-                },
-                "required": ["path", "content"],
-                "additionalProperties": false
-            }),
+            schema: super::schema::of::<Args>(),
         }
     }
 }
@@ -132,5 +129,15 @@ fn describe(display: &str, bytes: usize, outcome: WriteOutcome) -> String {
             "Overwrote {display} ({size}; it had {}).",
             plural(previous_bytes, "byte")
         ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_schema_is_derived_from_the_arguments() {
+        crate::tools::schema::assert_schema_matches::<Args>(WriteFile::new().input_schema());
     }
 }
