@@ -7,8 +7,11 @@
 //! named role exists or that nesting is allowed. The description is part of
 //! every request, so it is short and a pure function of the role set.
 
+use std::sync::LazyLock;
+
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use super::roles::RoleSet;
 use crate::llm::ToolDefinition;
@@ -33,47 +36,34 @@ that would fill your context; do quick lookups yourself.
 
 Roles (`role`, default general):";
 
-/// A call of the `agent` tool.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+/// A call of the `agent` tool; the tool's schema is derived from it (the
+/// `schemars` descriptions are what the model reads).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct AgentCallArgs {
     /// Short label shown to people (3–6 words), trimmed.
+    #[schemars(description = "Short label for people, 3-6 words")]
     pub description: String,
     /// The full task for the child.
+    #[schemars(description = "The complete task and what to report")]
     pub prompt: String,
     /// Role name; `None` = the default role.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(description = "Role name (default general)")]
     pub role: Option<String>,
     /// Start the child from a copy of the caller's conversation.
     #[serde(default)]
+    #[schemars(description = "Start from a copy of this conversation (default false)")]
     pub fork: bool,
 }
 
-/// The JSON Schema of the tool's arguments.
+/// The schema, derived once.
+static AGENT_TOOL_SCHEMA: LazyLock<Value> =
+    LazyLock::new(crate::tools::schema::of::<AgentCallArgs>);
+
+/// The JSON Schema of the tool's arguments, derived from [`AgentCallArgs`].
 pub fn agent_tool_schema() -> Value {
-    json!({
-        "type": "object",
-        "properties": {
-            "description": {
-                "type": "string",
-                "description": "Short label for people, 3-6 words"
-            },
-            "prompt": {
-                "type": "string",
-                "description": "The complete task and what to report"
-            },
-            "role": {
-                "type": "string",
-                "description": "Role name (default general)"
-            },
-            "fork": {
-                "type": "boolean",
-                "description": "Start from a copy of this conversation (default false)"
-            }
-        },
-        "required": ["description", "prompt"],
-        "additionalProperties": false
-    })
+    AGENT_TOOL_SCHEMA.clone()
 }
 
 /// The tool description for the model: what a sub-agent is, parallel calls,
@@ -135,6 +125,7 @@ mod tests {
     use super::*;
     use crate::agent::roles::{Role, RoleSource, RoleTools};
     use crate::tools::registry::valid_tool_name;
+    use serde_json::json;
 
     /// The description's budget with the built-in roles (it is in every request).
     const DESCRIPTION_BUDGET: usize = 1200;
@@ -147,6 +138,11 @@ mod tests {
         assert!(valid_tool_name(&def.name));
         assert_eq!(def.input_schema, agent_tool_schema());
         assert_eq!(def.description, agent_tool_description(&roles));
+    }
+
+    #[test]
+    fn schema_is_derived_from_the_arguments() {
+        crate::tools::schema::assert_schema_matches::<AgentCallArgs>(&agent_tool_schema());
     }
 
     #[test]

@@ -4,8 +4,9 @@
 //! in plan mode), and the note applies from the next session on.
 
 use futures::future::BoxFuture;
+use schemars::JsonSchema;
 use serde::Deserialize;
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use super::{NOTE_MAX_CHARS, append_note};
 use crate::tools::{Tool, ToolCategory, ToolContext, ToolOutput, parse_args};
@@ -19,8 +20,13 @@ pub struct Remember {
     schema: Value,
 }
 
-#[derive(Debug, Deserialize)]
+/// The arguments; the tool's schema is derived from them.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
 struct Args {
+    #[schemars(description = format!(
+        "One durable fact, one sentence (at most {NOTE_MAX_CHARS} characters)"
+    ))]
     note: String,
 }
 
@@ -28,17 +34,7 @@ impl Remember {
     /// The tool with its schema.
     pub fn new() -> Self {
         Self {
-            schema: json!({
-                "type": "object",
-                "properties": {
-                    "note": {
-                        "type": "string",
-                        "description": format!("One durable fact, one sentence (at most {NOTE_MAX_CHARS} characters)")
-                    }
-                },
-                "required": ["note"],
-                "additionalProperties": false
-            }),
+            schema: crate::tools::schema::of::<Args>(),
         }
     }
 }
@@ -95,9 +91,22 @@ impl Tool for Remember {
 mod tests {
     use std::sync::Arc;
 
+    use serde_json::json;
+
     use super::*;
     use crate::sandbox::PathSandbox;
     use crate::tools::ToolRegistry;
+    use crate::tools::schema::assert_schema_matches;
+
+    #[test]
+    fn the_schema_is_derived_from_the_arguments() {
+        let tool = Remember::new();
+        assert_schema_matches::<Args>(tool.input_schema());
+        assert_eq!(
+            tool.input_schema()["properties"]["note"]["description"],
+            format!("One durable fact, one sentence (at most {NOTE_MAX_CHARS} characters)")
+        );
+    }
 
     fn context(root: &std::path::Path) -> ToolContext {
         let sandbox = Arc::new(PathSandbox::new(root, &[], None).unwrap());

@@ -19,8 +19,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use futures::future::BoxFuture;
+use schemars::JsonSchema;
 use serde::Deserialize;
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use crate::config::paths::PROJECT_DIR_NAME;
 use crate::front_matter::{key_prefix, one_line, parse_front_matter, split_front_matter};
@@ -384,14 +385,7 @@ impl LoadSkill {
     pub fn new(skills: Arc<SkillSet>) -> Self {
         Self {
             skills,
-            schema: json!({
-                "type": "object",
-                "properties": {
-                    "name": {"type": "string", "description": "Skill name from the Skills list."}
-                },
-                "required": ["name"],
-                "additionalProperties": false
-            }),
+            schema: crate::tools::schema::of::<LoadSkillArgs>(),
             description: "Loads the instructions of a skill listed under Skills in the system \
                           prompt. Load a skill before starting a task it covers."
                 .into(),
@@ -418,8 +412,11 @@ impl LoadSkill {
     }
 }
 
-#[derive(Deserialize)]
+/// The arguments of `load_skill`; its schema is derived from them.
+#[derive(Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
 struct LoadSkillArgs {
+    /// Skill name from the Skills list.
     name: String,
 }
 
@@ -461,6 +458,13 @@ impl Tool for LoadSkill {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::tools::schema::assert_schema_matches;
+
+    #[test]
+    fn load_skill_schema_is_derived_from_its_arguments() {
+        let tool = LoadSkill::new(Arc::new(SkillSet::default()));
+        assert_schema_matches::<LoadSkillArgs>(tool.input_schema());
+    }
 
     fn write_skill(root: &Path, dir: &str, text: &str) -> PathBuf {
         let dir = root.join(dir);

@@ -250,6 +250,7 @@ pub fn builtin_registry() -> ToolRegistry {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     /// SPEC §14: the fixed request prefix (tool definitions + system prompt)
     /// stays within 10 KB; the built-in tool definitions get about 6 KB of it.
@@ -300,6 +301,129 @@ mod tests {
             }
             assert!(!tool.description().is_empty());
         }
+    }
+
+    /// Every schema a built-in tool, `remember`, `load_skill` and `agent`
+    /// offer, by tool name.
+    fn offered_schemas() -> Vec<(String, serde_json::Value)> {
+        let mut tools = builtin_tools();
+        tools.push(Arc::new(crate::memory::Remember::new()));
+        tools.push(Arc::new(crate::skills::LoadSkill::new(Arc::new(
+            crate::skills::SkillSet::default(),
+        ))));
+        let mut schemas: Vec<(String, serde_json::Value)> = tools
+            .iter()
+            .map(|tool| (tool.name().to_owned(), tool.input_schema().clone()))
+            .collect();
+        schemas.push((
+            crate::agent::agent_tool::AGENT_TOOL_NAME.to_owned(),
+            crate::agent::agent_tool::agent_tool_schema(),
+        ));
+        schemas
+    }
+
+    #[test]
+    fn every_offered_schema_has_the_shape_providers_accept() {
+        for (name, schema) in offered_schemas() {
+            let text = schema.to_string();
+            for absent in [
+                "$ref",
+                "$schema",
+                "$defs",
+                "definitions",
+                "\"title\"",
+                "null",
+            ] {
+                assert!(!text.contains(absent), "{name}: {absent} in {text}");
+            }
+            assert_eq!(schema["type"], "object", "{name}");
+            assert_eq!(schema["additionalProperties"], false, "{name}");
+            assert!(schema["properties"].is_object(), "{name}");
+            assert!(schema.get("description").is_none(), "{name}");
+            for (prop, value) in schema["properties"].as_object().into_iter().flatten() {
+                assert!(
+                    value["type"].is_string() || value["enum"].is_array(),
+                    "{name}.{prop}: one type or an enum: {value}"
+                );
+                assert!(value.get("format").is_none(), "{name}.{prop}: {value}");
+            }
+            ArgumentSchema::compile(&name, &schema).unwrap();
+        }
+    }
+
+    #[test]
+    fn derived_schemas_keep_what_the_tools_promised() {
+        let schemas: std::collections::BTreeMap<String, serde_json::Value> =
+            offered_schemas().into_iter().collect();
+        let at = |tool: &str, pointer: &str| {
+            schemas[tool]
+                .pointer(pointer)
+                .cloned()
+                .unwrap_or_else(|| panic!("{tool}{pointer} missing: {}", schemas[tool]))
+        };
+        let expected = [
+            ("read_file", "/required", json!(["path"])),
+            ("read_file", "/properties/offset/type", json!("integer")),
+            ("read_file", "/properties/offset/minimum", json!(1)),
+            ("read_file", "/properties/limit/minimum", json!(1)),
+            ("read_file", "/properties/byte_offset/minimum", json!(0)),
+            ("write_file", "/required", json!(["path", "content"])),
+            (
+                "edit_file",
+                "/required",
+                json!(["path", "old_string", "new_string"]),
+            ),
+            (
+                "edit_file",
+                "/properties/replace_all/type",
+                json!("boolean"),
+            ),
+            ("glob", "/required", json!(["pattern"])),
+            ("glob", "/properties/path/type", json!("string")),
+            ("grep", "/required", json!(["pattern"])),
+            (
+                "grep",
+                "/properties/output_mode/enum",
+                json!(["files_with_matches", "content", "count"]),
+            ),
+            ("bash", "/required", json!(["command"])),
+            ("bash", "/properties/timeout_secs/minimum", json!(1)),
+            (
+                "bash",
+                "/properties/run_in_background/type",
+                json!("boolean"),
+            ),
+            ("task_output", "/required", json!(["id"])),
+            ("task_list", "/properties", json!({})),
+            ("task_kill", "/required", json!(["id"])),
+            ("remember", "/required", json!(["note"])),
+            ("load_skill", "/required", json!(["name"])),
+            ("agent", "/required", json!(["description", "prompt"])),
+            ("agent", "/properties/role/type", json!("string")),
+            ("agent", "/properties/fork/type", json!("boolean")),
+        ];
+        for (tool, pointer, value) in expected {
+            assert_eq!(at(tool, pointer), value, "{tool}{pointer}");
+        }
+        // Every property has a description.
+        for (name, schema) in &schemas {
+            for (prop, value) in schema["properties"].as_object().into_iter().flatten() {
+                assert!(value["description"].is_string(), "{name}.{prop}: {value}");
+            }
+        }
+    }
+
+    #[test]
+    fn schemas_are_the_same_bytes_every_time() {
+        let first: Vec<String> = offered_schemas()
+            .iter()
+            .map(|(_, s)| s.to_string())
+            .collect();
+        let again: Vec<String> = offered_schemas()
+            .iter()
+            .map(|(_, s)| s.to_string())
+            .collect();
+        assert_eq!(first, again);
     }
 
     #[test]
