@@ -499,3 +499,95 @@ async fn sub_agents_using_up_the_runs_budget_stop_the_run_with_exit_three() {
             && e["agent_path"].as_str().unwrap().starts_with("main/fork-"))
     );
 }
+
+/// The argument schemas in a request, by tool name, whichever the protocol.
+fn offered_schemas(request: &troupe_scripted::RecordedRequest) -> Vec<(String, Value)> {
+    request.body["tools"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no tools in {}", request.body))
+        .iter()
+        .map(|tool| {
+            let (name, schema) = match tool.get("function") {
+                Some(function) => (&function["name"], &function["parameters"]),
+                None => (&tool["name"], &tool["input_schema"]),
+            };
+            (name.as_str().unwrap().to_owned(), schema.clone())
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn both_protocols_are_offered_the_strict_schemas_derived_from_the_argument_types() {
+    for openai in [false, true] {
+        let server = ScriptedServer::start(Script::new().then(text("Nothing to do.")))
+            .await
+            .unwrap();
+        let env = Env::new();
+        let mut command = env.command(None);
+        if openai {
+            command
+                .env("OPENAI_BASE_URL", server.openai_base_url())
+                .env("OPENAI_API_KEY", "test-key");
+        } else {
+            command
+                .env("ANTHROPIC_BASE_URL", server.anthropic_base_url())
+                .env("ANTHROPIC_API_KEY", "test-key");
+        }
+        let output = run(command.args(["run", "Look around."])).await;
+        assert_eq!(
+            output.status.code(),
+            Some(0),
+            "{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        let requests = server.requests();
+        let schemas = offered_schemas(&requests[0]);
+        let names: Vec<&str> = schemas.iter().map(|(name, _)| name.as_str()).collect();
+        for expected in [
+            "read_file",
+            "grep",
+            "bash",
+            "task_list",
+            "remember",
+            "agent",
+        ] {
+            assert!(names.contains(&expected), "openai={openai}: {names:?}");
+        }
+        for (name, schema) in &schemas {
+            let text = schema.to_string();
+            for absent in ["$schema", "$ref", "$defs", "\"title\"", "null", "uint64"] {
+                assert!(!text.contains(absent), "{name}: {absent} in {text}");
+            }
+            assert_eq!(schema["type"], "object", "{name}: {text}");
+            assert_eq!(schema["additionalProperties"], false, "{name}: {text}");
+            let properties = schema["properties"].as_object().unwrap();
+            for required in schema["required"].as_array().into_iter().flatten() {
+                assert!(
+                    properties.contains_key(required.as_str().unwrap()),
+                    "{name}"
+                );
+            }
+        }
+        let schema = |tool: &str| &schemas.iter().find(|(name, _)| name == tool).unwrap().1;
+        let read_file = schema("read_file");
+        assert_eq!(read_file["required"], json!(["path"]));
+        assert_eq!(
+            read_file["properties"]["offset"],
+            json!({
+                "type": "integer",
+                "minimum": 1,
+                "description": "First line to return, 1-based (default 1)"
+            })
+        );
+        assert_eq!(
+            schema("grep")["properties"]["output_mode"]["enum"],
+            json!(["files_with_matches", "content", "count"])
+        );
+        assert_eq!(schema("bash")["properties"]["timeout_secs"]["minimum"], 1);
+        assert_eq!(schema("task_list")["properties"], json!({}));
+        assert_eq!(
+            schema("agent")["required"],
+            json!(["description", "prompt"])
+        );
+    }
+}
