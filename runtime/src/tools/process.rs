@@ -267,9 +267,12 @@ impl ProcessGroup {
         KillOutcome::Killed
     }
 
-    /// SIGKILL to the group and its tree at once.
+    /// SIGKILL to the group and its tree at once. A tree whose processes
+    /// have all ended is removed instead: nothing is left to kill.
     pub fn kill_now(&self) {
-        if let Some(tree) = &self.tree {
+        if let Some(tree) = &self.tree
+            && !tree.remove_if_empty()
+        {
             tree.kill();
         }
         self.send_logged(libc::SIGKILL);

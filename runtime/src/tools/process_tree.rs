@@ -30,7 +30,7 @@ use std::io;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
-use std::sync::atomic::{AtomicI32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
 use std::time::Duration;
 
 use super::process::parse_proc_stat;
@@ -290,6 +290,8 @@ pub struct Tree {
     kind: TreeKind,
     /// The command's main process, once started.
     leader: AtomicI32,
+    /// The cgroup was removed: it was empty, and nothing can join it again.
+    removed: AtomicBool,
 }
 
 impl Tree {
@@ -315,7 +317,29 @@ impl Tree {
         Self {
             kind,
             leader: AtomicI32::new(0),
+            removed: AtomicBool::new(false),
         }
+    }
+
+    /// Removes the tree's cgroup when no process is left in it; true when
+    /// it is gone (then the tree has no member and nothing to kill). The
+    /// kernel refuses to remove a cgroup that still holds a process, so
+    /// this is also the cheapest way to learn that the tree is empty: one
+    /// `rmdir`, where reading `cgroup.procs` right after a member exited
+    /// waits for the kernel to finish releasing it. False for a subreaper
+    /// tree.
+    pub fn remove_if_empty(&self) -> bool {
+        let TreeKind::Cgroup { dir } = &self.kind else {
+            return false;
+        };
+        if self.removed.load(Ordering::Acquire) {
+            return true;
+        }
+        let removed = std::fs::remove_dir(dir).is_ok();
+        if removed {
+            self.removed.store(true, Ordering::Release);
+        }
+        removed
     }
 
     /// Whether this tree is a cgroup.
@@ -363,6 +387,9 @@ impl Tree {
 
     /// The live processes of the tree (never this process itself).
     pub fn members(&self) -> Vec<i32> {
+        if self.removed.load(Ordering::Acquire) {
+            return Vec::new();
+        }
         // SAFETY: getpid cannot fail.
         let me = unsafe { libc::getpid() };
         let members: Vec<i32> = match &self.kind {
@@ -398,7 +425,9 @@ impl Tree {
 
     /// True while some process of the tree is alive.
     pub fn has_live_members(&self) -> bool {
-        !self.members().is_empty()
+        // An empty cgroup is removed: it cannot fill again, since only a
+        // member could start a process in it.
+        !self.remove_if_empty() && !self.members().is_empty()
     }
 
     /// Sends `signal` to every process of the tree.
@@ -413,6 +442,9 @@ impl Tree {
     /// Kills every process of the tree at once (`cgroup.kill`, or SIGKILL to
     /// each member).
     pub fn kill(&self) {
+        if self.removed.load(Ordering::Acquire) {
+            return;
+        }
         if let TreeKind::Cgroup { dir } = &self.kind
             && std::fs::write(dir.join("cgroup.kill"), "1").is_ok()
         {
@@ -427,9 +459,10 @@ impl Drop for Tree {
         let TreeKind::Cgroup { dir } = &self.kind else {
             return;
         };
-        if self.has_live_members() {
-            self.kill();
+        if self.remove_if_empty() {
+            return;
         }
+        self.kill();
         if std::fs::remove_dir(dir).is_ok() {
             return;
         }
@@ -488,6 +521,42 @@ mod tests {
             Some(PathBuf::from("/odd dir"))
         );
         assert_eq!(cgroup2_mount("proc /proc proc rw 0 0\n"), None);
+    }
+
+    #[tokio::test]
+    async fn a_cgroup_is_removed_once_its_last_process_ended_and_not_before() {
+        let containment = detect();
+        if containment == Containment::Subreaper {
+            eprintln!("cgroup v2 is not writable here: nothing to remove");
+            return;
+        }
+        let tree = Tree::new(&containment);
+        let TreeKind::Cgroup { dir } = &tree.kind else {
+            panic!("a cgroup tree under {containment:?}");
+        };
+        let dir = dir.clone();
+        let mut command = tokio::process::Command::new("sleep");
+        command.arg("30");
+        tree.prepare(&mut command).unwrap();
+        let mut child = command.spawn().unwrap();
+        tree.set_leader(child.id().unwrap());
+        assert!(!tree.remove_if_empty(), "a running member keeps its cgroup");
+        assert!(dir.exists());
+        assert!(tree.has_live_members());
+        child.start_kill().unwrap();
+        child.wait().await.unwrap();
+        assert!(!tree.has_live_members());
+        assert!(
+            !dir.exists(),
+            "the emptied cgroup {} is left",
+            dir.display()
+        );
+        assert!(tree.members().is_empty());
+        // Nothing to kill, nothing to remove: no error, no thread.
+        tree.kill();
+        assert!(tree.remove_if_empty());
+        drop(tree);
+        assert!(!dir.exists());
     }
 
     #[test]
