@@ -7,13 +7,13 @@
 //! and closed, and the texts shown when it stops. The actors of
 //! `troupe-actors` only interpret the machine's effects.
 
-pub mod account;
+pub(crate) mod account;
 pub mod agent_tool;
 pub mod catalogue;
-pub mod guard;
-pub mod history;
-pub mod machine;
-pub mod plan;
+pub(crate) mod guard;
+pub(crate) mod history;
+pub(crate) mod machine;
+pub(crate) mod plan;
 pub mod resume;
 pub mod roles;
 pub mod subagent;

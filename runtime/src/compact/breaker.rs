@@ -26,6 +26,7 @@ impl Breaker {
     }
 
     /// Whether it is open (no automatic summaries until it half-opens).
+    #[cfg(test)]
     pub fn is_open(&self) -> bool {
         self.opened_at.is_some()
     }

@@ -3,7 +3,7 @@
 //! call of the agent re-anchors it; any compaction resets it (the history it
 //! measured is gone); a summary request never touches it.
 
-use crate::model::{Message, Usage};
+use crate::model::Usage;
 
 /// Characters per token of text the provider has not counted yet, times 10.
 const CHARS_PER_TOKEN_X10: u64 = 35;
@@ -45,11 +45,6 @@ impl TokenEstimate {
 /// Tokens of `chars` characters never counted by a provider (rounded up).
 pub fn tokens_of_chars(chars: u64) -> u64 {
     (chars * 10).div_ceil(CHARS_PER_TOKEN_X10)
-}
-
-/// Characters of `messages` as the estimate counts them.
-pub fn history_chars(messages: &[Message]) -> u64 {
-    messages.iter().map(|m| m.char_len() as u64).sum()
 }
 
 #[cfg(test)]

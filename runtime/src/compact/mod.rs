@@ -7,11 +7,11 @@
 //! writes a file or calls a model: the agent's interpreter does, and feeds
 //! the outcome back.
 
-pub mod ahead;
-pub mod breaker;
-pub mod estimate;
+pub(crate) mod ahead;
+pub(crate) mod breaker;
+pub(crate) mod estimate;
 pub mod offload;
-pub mod summary;
+pub(crate) mod summary;
 
 /// Tokens kept free for the summary request itself below the window.
 pub const SUMMARY_RESERVE: u64 = 20_000;

@@ -14,14 +14,14 @@
 //! environment, writes only the trust list, and never touches the network.
 
 mod de;
-pub mod expand;
-pub mod file;
+pub(crate) mod expand;
+pub(crate) mod file;
 pub mod load;
-pub mod mcp;
+pub(crate) mod mcp;
 pub mod paths;
 pub mod resolve;
 pub mod trust;
-pub mod warnings;
+pub(crate) mod warnings;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;

@@ -10,8 +10,8 @@
 //! warning and the work goes on. Hooks never hang a run: each has a timeout
 //! after which its whole process group is killed.
 
-pub mod runner;
-pub mod verdict;
+pub(crate) mod runner;
+pub(crate) mod verdict;
 
 use std::collections::HashSet;
 use std::fmt;

@@ -14,15 +14,15 @@
 use std::time::Duration;
 
 pub mod calls;
-pub mod client;
-pub mod content;
-pub mod elicit;
-pub mod names;
-pub mod spec;
+pub(crate) mod client;
+pub(crate) mod content;
+pub(crate) mod elicit;
+pub(crate) mod names;
+pub(crate) mod spec;
 pub mod state;
 pub mod tool;
 
-pub use client::{ConnectError, Connection};
+pub use client::{ConnectError, Connection, RmcpTool};
 pub use names::{qualified_tool_name, server_prefix};
 pub use spec::{McpServerSpec, McpTransportSpec, resolve_servers};
 pub use state::{McpState, ServerPhase, ServerStatus, restart_delay};

@@ -17,8 +17,8 @@
 //!   a user namespace). Where something is missing, [`CommandSandbox::notices`]
 //!   says what is not enforced; commands never run less confined silently.
 
-pub mod apply;
-pub mod plan;
+pub(crate) mod apply;
+pub(crate) mod plan;
 
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;

@@ -119,9 +119,11 @@ pub enum OpenMode {
     /// Read only.
     Read,
     /// Create a new file for writing; fails if it exists.
+    #[cfg(test)]
     CreateNew,
     /// Open an existing file for writing (not truncated: the caller checks
     /// it with [`ensure_regular`] first, then truncates).
+    #[cfg(test)]
     Write,
 }
 
@@ -201,7 +203,9 @@ fn open_file_at(dir: &OwnedFd, name: &CString, mode: OpenMode) -> io::Result<Fil
         | libc::O_NONBLOCK
         | match mode {
             OpenMode::Read => libc::O_RDONLY,
+            #[cfg(test)]
             OpenMode::CreateNew => libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL,
+            #[cfg(test)]
             OpenMode::Write => libc::O_WRONLY,
         };
     // SAFETY: valid dir fd and C string; the mode argument is read only with O_CREAT.

@@ -197,20 +197,20 @@ pub(crate) fn plural(n: u64, noun: &str) -> String {
 }
 
 pub mod background;
-pub mod bash;
-pub mod edit_file;
-pub mod files;
-pub mod glob;
+pub(crate) mod bash;
+pub(crate) mod edit_file;
+pub(crate) mod files;
+pub(crate) mod glob;
 pub mod grep;
 pub mod output;
 pub mod process;
 pub mod process_tree;
-pub mod read_file;
+pub(crate) mod read_file;
 pub mod registry;
-pub mod target;
-pub mod tasks;
-pub mod walk;
-pub mod write_file;
+pub(crate) mod target;
+pub(crate) mod tasks;
+pub(crate) mod walk;
+pub(crate) mod write_file;
 
 pub use registry::{ArgumentSchema, RegistryError, ToolRegistry};
 

@@ -24,7 +24,7 @@ mod execution;
 mod hooks;
 mod turn;
 
-pub use compaction::{ContextSetup, Trigger};
+pub use compaction::ContextSetup;
 pub use hooks::{HookCall, HookRequest};
 
 #[cfg(test)]
