@@ -11,7 +11,7 @@ use crate::env::AgentEnv;
 
 /// How a run opened its session.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SessionOpening {
+pub(crate) enum SessionOpening {
     /// A new session.
     Startup,
     /// A stored session, opened by this process.
@@ -20,7 +20,7 @@ pub enum SessionOpening {
 
 impl SessionOpening {
     /// The SessionStart `trigger` (and matcher subject).
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Self::Startup => "startup",
             Self::Resume => "resume",

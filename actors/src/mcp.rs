@@ -25,7 +25,7 @@ use std::time::Duration;
 use ractor::{Actor, ActorId, ActorProcessingErr, ActorRef, RpcReplyPort, SupervisionEvent};
 use tokio::time::Instant;
 use tokio_util::sync::{CancellationToken, DropGuard};
-use troupe_runtime::mcp::client::RmcpTool;
+use troupe_runtime::mcp::RmcpTool;
 use troupe_runtime::mcp::state::next_attempt;
 use troupe_runtime::mcp::tool::tools_of;
 use troupe_runtime::mcp::{

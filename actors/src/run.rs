@@ -61,7 +61,7 @@ pub(crate) enum RunJob {
 }
 
 /// The prompt a compaction run is recorded with.
-pub const COMPACT_PROMPT: &str = "(compact the conversation)";
+pub(crate) const COMPACT_PROMPT: &str = "(compact the conversation)";
 
 /// What a run starts from.
 pub(crate) struct RunArgs {

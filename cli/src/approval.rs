@@ -12,7 +12,7 @@ use troupe_runtime::events::ApprovalOutcome;
 use crate::sanitize::for_terminal;
 
 /// True when a person can be asked: stdin is a terminal and `/dev/tty` opens.
-pub fn terminal_available() -> bool {
+pub(crate) fn terminal_available() -> bool {
     std::io::stdin().is_terminal()
         && std::fs::OpenOptions::new()
             .read(true)
@@ -25,7 +25,7 @@ pub fn terminal_available() -> bool {
 /// `c`/`cancel`; anything after the first word of a yes or a no is kept (a
 /// no's reason for the model, or the field values answering an MCP server's
 /// question).
-pub fn parse_answer(line: &str) -> Option<(ApprovalOutcome, Option<String>)> {
+pub(crate) fn parse_answer(line: &str) -> Option<(ApprovalOutcome, Option<String>)> {
     let line = line.trim();
     let (word, rest) = match line.split_once(char::is_whitespace) {
         Some((word, rest)) => (
@@ -62,7 +62,7 @@ fn heading(tool: &str, args: &str) -> String {
 
 /// Asks on the terminal until a valid answer is typed. Blocking: call it from
 /// a blocking task. End of input or an unusable terminal counts as a denial.
-pub fn ask(tool: &str, args: &str, reason: &str) -> (ApprovalOutcome, Option<String>) {
+pub(crate) fn ask(tool: &str, args: &str, reason: &str) -> (ApprovalOutcome, Option<String>) {
     let Ok(tty) = std::fs::OpenOptions::new()
         .read(true)
         .write(true)

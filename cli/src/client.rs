@@ -23,9 +23,9 @@ use crate::setup::Locations;
 use crate::{EXIT_RUNTIME, EXIT_USAGE};
 
 /// Environment variable naming a daemon's address (`127.0.0.1:PORT`).
-pub const ADDR_VAR: &str = "TROUPE_ADDR";
+pub(crate) const ADDR_VAR: &str = "TROUPE_ADDR";
 /// Environment variable holding a daemon's token (else `daemon.token`).
-pub const TOKEN_VAR: &str = "TROUPE_TOKEN";
+pub(crate) const TOKEN_VAR: &str = "TROUPE_TOKEN";
 /// How long a request other than the event stream may take.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long a compaction (one model call) may take through the daemon.
@@ -35,7 +35,7 @@ const RECONNECTS: u32 = 5;
 
 /// A failed request, worded for the person, with the exit code it deserves.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ClientError {
+pub(crate) struct ClientError {
     /// What went wrong.
     pub message: String,
     /// 2 for what the person can fix in the request or configuration, 1 else.
@@ -50,7 +50,7 @@ impl std::fmt::Display for ClientError {
 
 /// The exit code an API error status deserves: configuration and request
 /// errors are the person's to fix (2), the rest are runtime errors (1).
-pub fn exit_code_for_status(status: u16) -> u8 {
+pub(crate) fn exit_code_for_status(status: u16) -> u8 {
     match status {
         400 | 404 | 422 => EXIT_USAGE,
         _ => EXIT_RUNTIME,
@@ -59,7 +59,7 @@ pub fn exit_code_for_status(status: u16) -> u8 {
 
 /// A daemon to talk to.
 #[derive(Clone)]
-pub struct DaemonClient {
+pub(crate) struct DaemonClient {
     base: String,
     token: String,
     http: reqwest::Client,
@@ -67,7 +67,7 @@ pub struct DaemonClient {
 
 /// What `POST /v1/runs` answered.
 #[derive(Debug, Clone)]
-pub struct Submitted {
+pub(crate) struct Submitted {
     /// The run.
     pub run_id: String,
     /// The session it works in.
@@ -80,7 +80,7 @@ impl DaemonClient {
     /// The daemon for `locations`, if one is running: `TROUPE_ADDR`, else a
     /// `daemon.json` naming a live process. Errors: a daemon is named but
     /// there is no token to talk to it with.
-    pub fn locate(locations: &Locations) -> Result<Option<Self>, ClientError> {
+    pub(crate) fn locate(locations: &Locations) -> Result<Option<Self>, ClientError> {
         let addr = match std::env::var(ADDR_VAR).ok().filter(|addr| !addr.is_empty()) {
             Some(addr) => addr,
             None => match home::read_state(&locations.data_dir) {
@@ -106,7 +106,7 @@ impl DaemonClient {
     /// The daemon for `locations`: the running one, or one started now
     /// (detached, exiting after its idle limit). Racing clients end up with
     /// the same daemon.
-    pub async fn locate_or_start(locations: &Locations) -> Result<Self, ClientError> {
+    pub(crate) async fn locate_or_start(locations: &Locations) -> Result<Self, ClientError> {
         if let Some(client) = Self::locate(locations)? {
             return Ok(client);
         }
@@ -149,7 +149,7 @@ impl DaemonClient {
     }
 
     /// A client of the daemon at `addr` (`host:port`) with `token`.
-    pub fn new(addr: &str, token: String) -> Result<Self, ClientError> {
+    pub(crate) fn new(addr: &str, token: String) -> Result<Self, ClientError> {
         troupe_runtime::llm::http::install_crypto_provider();
         let http = reqwest::Client::builder()
             .connect_timeout(Duration::from_secs(5))
@@ -203,7 +203,7 @@ impl DaemonClient {
     }
 
     /// Submits a run (`POST /v1/runs`).
-    pub async fn submit(&self, body: &Value) -> Result<Submitted, ClientError> {
+    pub(crate) async fn submit(&self, body: &Value) -> Result<Submitted, ClientError> {
         let request = self
             .http
             .post(format!("{}/v1/runs", self.base))
@@ -227,7 +227,7 @@ impl DaemonClient {
     }
 
     /// Renders a read-only view in the daemon (`POST /v1/views`).
-    pub async fn view(&self, view: &View) -> Result<Rendered, ClientError> {
+    pub(crate) async fn view(&self, view: &View) -> Result<Rendered, ClientError> {
         let request = self
             .http
             .post(format!("{}/v1/views", self.base))
@@ -237,7 +237,7 @@ impl DaemonClient {
     }
 
     /// Cancels a run.
-    pub async fn cancel(&self, run_id: &str) -> Result<(), ClientError> {
+    pub(crate) async fn cancel(&self, run_id: &str) -> Result<(), ClientError> {
         let request = self
             .http
             .post(format!("{}/v1/runs/{run_id}/cancel", self.base))
@@ -247,7 +247,7 @@ impl DaemonClient {
 
     /// Hands text the person wrote to a run in progress (for its next model
     /// call).
-    pub async fn send_message(&self, run_id: &str, text: &str) -> Result<(), ClientError> {
+    pub(crate) async fn send_message(&self, run_id: &str, text: &str) -> Result<(), ClientError> {
         let request = self
             .http
             .post(format!("{}/v1/runs/{run_id}/messages", self.base))
@@ -258,7 +258,7 @@ impl DaemonClient {
 
     /// Removes a session (`DELETE /v1/sessions/{id}`); returns what
     /// `sessions rm` prints.
-    pub async fn remove_session(&self, id: &str) -> Result<String, ClientError> {
+    pub(crate) async fn remove_session(&self, id: &str) -> Result<String, ClientError> {
         let request = self
             .http
             .delete(format!("{}/v1/sessions/{id}", self.base))
@@ -269,7 +269,11 @@ impl DaemonClient {
 
     /// Compacts a session (`POST /v1/sessions/{id}/compact`) and waits for
     /// it: the text saying what was done.
-    pub async fn compact_session(&self, id: &str, body: &Value) -> Result<String, ClientError> {
+    pub(crate) async fn compact_session(
+        &self,
+        id: &str,
+        body: &Value,
+    ) -> Result<String, ClientError> {
         let request = self
             .http
             .post(format!("{}/v1/sessions/{id}/compact", self.base))
@@ -292,7 +296,7 @@ impl DaemonClient {
     }
 
     /// Answers an approval.
-    pub async fn approve(
+    pub(crate) async fn approve(
         &self,
         run_id: &str,
         approval_id: &str,
@@ -314,7 +318,7 @@ impl DaemonClient {
     /// Opens a run's event stream from `from_seq`. An `owner` (the command
     /// that started the run) takes the run with it when it goes away: the
     /// daemon cancels a run whose owners all disconnected before it ended.
-    pub async fn events(
+    pub(crate) async fn events(
         &self,
         run_id: &str,
         from_seq: u64,
@@ -348,7 +352,7 @@ impl DaemonClient {
 }
 
 /// A run's events as the daemon streams them.
-pub struct RemoteEvents {
+pub(crate) struct RemoteEvents {
     client: DaemonClient,
     /// The stream owns the run (see [`DaemonClient::events`]).
     owner: bool,
@@ -366,7 +370,7 @@ impl RemoteEvents {
     /// from the next sequence number, so nothing is lost or repeated.
     /// Cancel-safe: bytes are taken from the connection only in the poll
     /// that hands them to the parser.
-    pub async fn recv(&mut self) -> Option<RunEvent> {
+    pub(crate) async fn recv(&mut self) -> Option<RunEvent> {
         let mut reconnects = 0;
         loop {
             if self.finished {
@@ -430,7 +434,7 @@ impl RemoteEvents {
 }
 
 /// A run in the daemon, followed from the terminal.
-pub struct RemoteRun {
+pub(crate) struct RemoteRun {
     /// The daemon.
     pub client: Arc<DaemonClient>,
     /// The run.

@@ -167,7 +167,7 @@ fn temp_dir(prefix: &str) -> std::io::Result<tempfile::TempDir> {
 
 /// What the demo prints after `--keep`: where the sample repository and the
 /// demo's own home are, and the commands that look at what it left there.
-pub fn kept_notice(
+pub(crate) fn kept_notice(
     sample: &Path,
     home: &Path,
     session_id: Option<&str>,
@@ -198,7 +198,7 @@ pub fn kept_notice(
 /// user configuration (default settings), so it neither writes into the
 /// person's session store nor depends on their configuration. Both that home
 /// and the sample repository are deleted at the end unless `--keep` is given.
-pub async fn demo(args: DemoArgs, color: bool) -> u8 {
+pub(crate) async fn demo(args: DemoArgs, color: bool) -> u8 {
     let sample = match temp_dir("troupe-demo-") {
         Ok(dir) => dir,
         Err(err) => {

@@ -17,7 +17,7 @@ use crate::run::Approvals;
 use crate::signals::{StopSignal, StopSignals, exit_code, notice};
 
 /// The connection between the terminal and one run.
-pub trait RunLink {
+pub(crate) trait RunLink {
     /// The run's next event; `None` when no more can come. Cancel-safe (it
     /// sits in a `select!` with the signals).
     fn next_event(&mut self) -> impl Future<Output = Option<RunEvent>> + Send;
@@ -34,13 +34,13 @@ pub trait RunLink {
 }
 
 /// Sends one answer — approval id, outcome, reason — to the run.
-pub type Answerer = std::sync::Arc<
+pub(crate) type Answerer = std::sync::Arc<
     dyn Fn(String, ApprovalOutcome, Option<String>) -> BoxFuture<'static, ()> + Send + Sync,
 >;
 
 /// How following a run ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Followed {
+pub(crate) enum Followed {
     /// The run ended (or its events stopped coming): its status and answer,
     /// and the first stop signal received meanwhile.
     Ended {
@@ -57,7 +57,7 @@ pub enum Followed {
 
 impl Followed {
     /// The process's exit code.
-    pub fn exit_code(&self) -> u8 {
+    pub(crate) fn exit_code(&self) -> u8 {
         match self {
             Self::Ended { status, signal, .. } => exit_code(*status, *signal),
             Self::Abandoned(signal) => signal.exit_code(),
@@ -67,7 +67,7 @@ impl Followed {
 
 /// What the first stop signal does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum OnSignal {
+pub(crate) enum OnSignal {
     /// Cancel the run and wait for its end (the command that started it).
     Cancel,
     /// Stop following; the run goes on (`troupe runs attach`).
@@ -77,7 +77,7 @@ pub enum OnSignal {
 /// Follows `link` until the main agent's `run_finished`, rendering as `style`
 /// says (or JSON lines), answering approvals as `approvals` says. Prints the
 /// final answer on stdout when the run finished and output is prose.
-pub async fn follow<L: RunLink>(
+pub(crate) async fn follow<L: RunLink>(
     link: &mut L,
     signals: &mut StopSignals,
     json: bool,

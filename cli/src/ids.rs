@@ -10,7 +10,7 @@ use crate::setup::SetupError;
 
 /// What kind of id a command takes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum IdKind {
+pub(crate) enum IdKind {
     /// A session id (`resume`, `run --session`, `sessions show|export|rm`).
     Session,
     /// A run id (`trace`).
@@ -35,7 +35,7 @@ impl IdKind {
 }
 
 /// The full id `given` names, or a usage error saying why it names none.
-pub fn resolve(store: &Store, kind: IdKind, given: &str) -> Result<String, SetupError> {
+pub(crate) fn resolve(store: &Store, kind: IdKind, given: &str) -> Result<String, SetupError> {
     let found = match kind {
         IdKind::Session => store.find_session(given),
         IdKind::Run => store.find_run(given),
@@ -51,7 +51,7 @@ pub fn resolve(store: &Store, kind: IdKind, given: &str) -> Result<String, Setup
 
 /// The full id of a lookup, or the message that explains why `given` names
 /// no single id.
-pub fn outcome(kind: IdKind, given: &str, found: IdMatch) -> Result<String, String> {
+pub(crate) fn outcome(kind: IdKind, given: &str, found: IdMatch) -> Result<String, String> {
     let noun = kind.noun();
     match found {
         IdMatch::Unique(id) => Ok(id),

@@ -22,7 +22,7 @@ use crate::{EXIT_RUNTIME, EXIT_USAGE};
 
 /// `troupe mcp` subcommands.
 #[derive(Debug, Subcommand)]
-pub enum McpCommand {
+pub(crate) enum McpCommand {
     /// Start the MCP servers configured for this directory and list them:
     /// state, tools, last error.
     List {
@@ -38,7 +38,7 @@ pub enum McpCommand {
 /// Starts the servers `config` names for a run in `project_root`; `None`
 /// when there are none. Returns the warnings to show (undefined variables,
 /// unusable entries).
-pub async fn start_servers(
+pub(crate) async fn start_servers(
     config: &Config,
     locations: &Locations,
     project_root: &Path,
@@ -58,7 +58,7 @@ pub async fn start_servers(
 
 /// The servers `config` names for `project_root`, resolved with the
 /// variables of `locations`, and the warnings to show.
-pub fn server_specs(
+pub(crate) fn server_specs(
     config: &Config,
     locations: &Locations,
     project_root: &Path,
@@ -69,7 +69,7 @@ pub fn server_specs(
 
 /// The environment stdio servers started for `locations` inherit: the
 /// client's when it sent one, else this process's.
-pub fn base_env(locations: &Locations) -> BaseEnv {
+pub(crate) fn base_env(locations: &Locations) -> BaseEnv {
     locations
         .vars
         .as_ref()
@@ -78,7 +78,7 @@ pub fn base_env(locations: &Locations) -> BaseEnv {
 
 /// What a person is told about servers after a run's start-up wait: those
 /// that failed, and those still starting (their tools join later).
-pub fn startup_notices(state: &McpState) -> Vec<String> {
+pub(crate) fn startup_notices(state: &McpState) -> Vec<String> {
     state
         .statuses()
         .iter()
@@ -98,7 +98,7 @@ pub fn startup_notices(state: &McpState) -> Vec<String> {
 }
 
 /// `troupe mcp …`.
-pub async fn mcp(command: McpCommand) -> u8 {
+pub(crate) async fn mcp(command: McpCommand) -> u8 {
     match command {
         McpCommand::List { json, cwd } => list(json, cwd).await,
     }
@@ -206,7 +206,7 @@ fn status_text(status: &ServerStatus) -> String {
 /// What `troupe mcp list` prints, as text, for the servers configured for
 /// `options`' directory: each started, waited for until ready or failed,
 /// shown (state, tools, last error) and shut down. The chat's `/mcp`.
-pub async fn servers_text(locations: &Locations, options: &RunOptions) -> String {
+pub(crate) async fn servers_text(locations: &Locations, options: &RunOptions) -> String {
     let (config, project_root) = match configured_with_root(locations, options) {
         Ok(found) => found,
         Err(err) => return err.message,

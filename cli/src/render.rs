@@ -19,7 +19,7 @@ use crate::sanitize::for_terminal;
 
 /// The `--color` choice.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
-pub enum ColorChoice {
+pub(crate) enum ColorChoice {
     /// Colour when stderr is a terminal and `NO_COLOR` is unset or empty.
     #[default]
     Auto,
@@ -32,7 +32,11 @@ pub enum ColorChoice {
 /// Whether progress on stderr is coloured: `always` and `never` say so;
 /// `auto` colours only a terminal, and only when `NO_COLOR` is unset or empty
 /// (<https://no-color.org>).
-pub fn use_color(choice: ColorChoice, stderr_is_terminal: bool, no_color: Option<&str>) -> bool {
+pub(crate) fn use_color(
+    choice: ColorChoice,
+    stderr_is_terminal: bool,
+    no_color: Option<&str>,
+) -> bool {
     match choice {
         ColorChoice::Always => true,
         ColorChoice::Never => false,
@@ -42,7 +46,7 @@ pub fn use_color(choice: ColorChoice, stderr_is_terminal: bool, no_color: Option
 
 /// How a person's terminal output looks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct RenderStyle {
+pub(crate) struct RenderStyle {
     /// ANSI colour (dim progress lines).
     pub color: bool,
     /// Say, when the run ends, which command continues it.
@@ -54,7 +58,7 @@ const OUTPUT_LINE_CHARS: usize = 80;
 
 /// The line a `hook` event is shown as, and whether it is quiet (dim): a
 /// hook that let the work go on is quiet; a block or a failure is not.
-pub fn hook_line(
+pub(crate) fn hook_line(
     event: &str,
     command: &str,
     outcome: &str,
@@ -78,7 +82,7 @@ pub fn hook_line(
 /// out. A one-line output is shown (shortened), a longer one counted; an
 /// error shows its text.
 /// `✓ read_file src/lib.rs (0 ms, 120 lines)`, `✗ bash make (15 ms): exit 2`.
-pub fn finished_line(
+pub(crate) fn finished_line(
     name: &str,
     target: Option<&str>,
     is_error: bool,
@@ -107,7 +111,7 @@ pub fn finished_line(
 }
 
 /// What a stop reason means, in words.
-pub fn stop_cause_words(stop_reason: &str) -> String {
+pub(crate) fn stop_cause_words(stop_reason: &str) -> String {
     match stop_reason {
         "max_turns" => "turn limit".into(),
         "unknown_tools" => "unknown tools requested".into(),
@@ -124,7 +128,12 @@ pub fn stop_cause_words(stop_reason: &str) -> String {
 /// The one line that says, when a run ends, what to type next: the command
 /// that continues its session and, when there is something to look into, the
 /// command that shows its trace.
-pub fn next_step(status: RunStatus, stop_reason: &str, session_id: &str, run_id: &str) -> String {
+pub(crate) fn next_step(
+    status: RunStatus,
+    stop_reason: &str,
+    session_id: &str,
+    run_id: &str,
+) -> String {
     let resume = format!("troupe resume {session_id}");
     let trace = format!("troupe trace {run_id}");
     match status {
@@ -147,11 +156,11 @@ pub fn next_step(status: RunStatus, stop_reason: &str, session_id: &str, run_id:
 /// Targets of started calls (what `tool_started` named), by agent path and
 /// call id, until their `tool_finished` line shows them.
 #[derive(Debug, Default)]
-pub struct CallTargets(HashMap<(String, String), String>);
+pub(crate) struct CallTargets(HashMap<(String, String), String>);
 
 impl CallTargets {
     /// A call started with `target`, if it names one.
-    pub fn started(&mut self, agent_path: &str, call_id: &str, target: Option<&String>) {
+    pub(crate) fn started(&mut self, agent_path: &str, call_id: &str, target: Option<&String>) {
         if let Some(target) = target {
             self.0.insert(
                 (agent_path.to_string(), call_id.to_string()),
@@ -161,20 +170,20 @@ impl CallTargets {
     }
 
     /// The target of a call that finished (forgotten from now on).
-    pub fn finished(&mut self, agent_path: &str, call_id: &str) -> Option<String> {
+    pub(crate) fn finished(&mut self, agent_path: &str, call_id: &str) -> Option<String> {
         self.0
             .remove(&(agent_path.to_string(), call_id.to_string()))
     }
 
     /// No call is waiting for its finish line.
     #[cfg(test)]
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.0.is_empty()
     }
 }
 
 /// Renders events for people on stderr.
-pub struct HumanRenderer {
+pub(crate) struct HumanRenderer {
     /// Text of each agent's current response not yet shown (parallel
     /// sub-agents interleave their events; each keeps its own text).
     pending_text: HashMap<String, String>,
@@ -185,7 +194,7 @@ pub struct HumanRenderer {
 
 impl HumanRenderer {
     /// A renderer in `style`.
-    pub fn new(style: RenderStyle) -> Self {
+    pub(crate) fn new(style: RenderStyle) -> Self {
         Self {
             pending_text: HashMap::new(),
             targets: CallTargets::default(),
@@ -202,7 +211,7 @@ impl HumanRenderer {
     }
 
     /// Renders one event to `out` (stderr in practice).
-    pub fn render(&mut self, event: &RunEvent, out: &mut impl Write) -> std::io::Result<()> {
+    pub(crate) fn render(&mut self, event: &RunEvent, out: &mut impl Write) -> std::io::Result<()> {
         let prefix = if event.agent_path == "main" {
             String::new()
         } else {
@@ -382,7 +391,7 @@ impl HumanRenderer {
 /// What a `compaction` event's trigger adds to its line: nothing for an
 /// automatic one (or an older event without a trigger), else ` (manual)`,
 /// ` (resume)`, ` (emergency)`.
-pub fn trigger_note(trigger: &str) -> String {
+pub(crate) fn trigger_note(trigger: &str) -> String {
     match trigger {
         "" | "auto" => String::new(),
         other => format!(" ({})", for_terminal(other)),
@@ -390,7 +399,7 @@ pub fn trigger_note(trigger: &str) -> String {
 }
 
 /// Writes one event as a JSON line and flushes.
-pub fn write_json_line(event: &RunEvent, out: &mut impl Write) -> std::io::Result<()> {
+pub(crate) fn write_json_line(event: &RunEvent, out: &mut impl Write) -> std::io::Result<()> {
     serde_json::to_writer(&mut *out, event)?;
     out.write_all(b"\n")?;
     out.flush()

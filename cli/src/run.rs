@@ -31,7 +31,7 @@ use crate::{EXIT_RUNTIME, ResumeArgs, RunArgs, RunFlags, approval};
 
 /// Who answers approval requests of a run started from the command line.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Approvals {
+pub(crate) enum Approvals {
     /// Ask on the terminal.
     Terminal,
     /// Nobody can answer: the agent denies with a reason.
@@ -42,7 +42,7 @@ pub enum Approvals {
 
 impl Approvals {
     /// Asked on the terminal when there is one, else nobody can answer.
-    pub fn from_terminal() -> Self {
+    pub(crate) fn from_terminal() -> Self {
         if approval::terminal_available() {
             Self::Terminal
         } else {
@@ -52,16 +52,16 @@ impl Approvals {
 }
 
 /// SPEC §9: what `troupe resume ID` says when no prompt is given.
-pub const CONTINUE_PROMPT: &str =
+pub(crate) const CONTINUE_PROMPT: &str =
     "Continue where you left off. If the task is done, say so briefly.";
 
 /// The prompt argument that means "read the prompt from stdin".
-pub const STDIN_PROMPT: &str = "-";
+pub(crate) const STDIN_PROMPT: &str = "-";
 
 /// The prompt a run gets from its `PROMPT` argument: the argument itself, or
 /// for `-` everything `read_stdin` returns without its trailing line break.
 /// A prompt that is empty or only whitespace is a usage error.
-pub fn prompt_from(
+pub(crate) fn prompt_from(
     arg: &str,
     read_stdin: impl FnOnce() -> std::io::Result<String>,
 ) -> Result<String, SetupError> {
@@ -95,7 +95,7 @@ fn read_all_stdin() -> std::io::Result<String> {
 }
 
 /// Runs `troupe run`; `color` says whether progress is coloured.
-pub async fn run(args: RunArgs, color: bool) -> u8 {
+pub(crate) async fn run(args: RunArgs, color: bool) -> u8 {
     let prompt = match prompt_from(&args.prompt, read_all_stdin) {
         Ok(prompt) => prompt,
         Err(err) => {
@@ -107,7 +107,7 @@ pub async fn run(args: RunArgs, color: bool) -> u8 {
 }
 
 /// Runs `troupe resume ID [PROMPT]`.
-pub async fn resume(args: ResumeArgs, color: bool) -> u8 {
+pub(crate) async fn resume(args: ResumeArgs, color: bool) -> u8 {
     let prompt = match args.prompt {
         Some(arg) => match prompt_from(&arg, read_all_stdin) {
             Ok(prompt) => prompt,
@@ -186,7 +186,7 @@ async fn start(prompt: String, session: Option<&str>, flags: &RunFlags, color: b
 /// The `POST /v1/runs` body of a run started from this shell: what the
 /// command line says, this directory, and this environment, so the daemon
 /// prepares it as an embedded run would be prepared here.
-pub fn remote_request(
+pub(crate) fn remote_request(
     prompt: &str,
     session: Option<&str>,
     flags: &RunFlags,
@@ -300,7 +300,7 @@ async fn start_remote(
 
 /// Marks runs a dead process left unfinished as interrupted (repairing their
 /// sessions) and tells the person how to continue them.
-pub fn report_recovered(store: &Store, json: bool) {
+pub(crate) fn report_recovered(store: &Store, json: bool) {
     match recover_interrupted_runs(store, chrono::Utc::now()) {
         Ok(recovered) => {
             for run in recovered {
@@ -342,7 +342,7 @@ fn remove_old_sessions(store: &Store, data_dir: &std::path::Path, continued: Opt
 /// Submits `prompt` on a fresh embedded runtime and follows the run to its end,
 /// rendering its events as `style` says (or as JSON lines).
 /// Returns the exit code and the run id (when the run started).
-pub async fn execute(
+pub(crate) async fn execute(
     prepared: Prepared,
     store: Store,
     prompt: String,
@@ -421,7 +421,7 @@ async fn shutdown_mcp(mcp: Option<troupe_actors::McpHub>) {
 }
 
 /// A run on this process's runtime.
-pub struct EmbeddedRun {
+pub(crate) struct EmbeddedRun {
     /// The runtime.
     pub runtime: Runtime,
     /// The run.

@@ -22,12 +22,12 @@ use crate::signals::StopSignals;
 use crate::{EXIT_RUNTIME, RunsCommand};
 
 /// What is said when an action needs a daemon and none runs.
-pub const NEEDS_DAEMON: &str = "no daemon is running for this data directory: only runs in a \
+pub(crate) const NEEDS_DAEMON: &str = "no daemon is running for this data directory: only runs in a \
 daemon (`troupe serve`) can be reached from another terminal; a run started without one is \
 cancelled with Ctrl-C in its own terminal";
 
 /// Runs a `troupe runs` subcommand; returns the exit code.
-pub async fn runs(command: RunsCommand, color: bool) -> u8 {
+pub(crate) async fn runs(command: RunsCommand, color: bool) -> u8 {
     match command {
         RunsCommand::List { json } => print_view(View::RunsList { json }).await,
         RunsCommand::Show { id } => print_view(View::RunShow { id }).await,
@@ -40,7 +40,7 @@ pub async fn runs(command: RunsCommand, color: bool) -> u8 {
 }
 
 /// Runs `troupe approve RUN APPROVAL ANSWER [--reason]`.
-pub async fn approve(
+pub(crate) async fn approve(
     run: &str,
     approval: &str,
     outcome: ApprovalOutcome,

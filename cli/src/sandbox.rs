@@ -18,7 +18,7 @@ use crate::{EXIT_RUNTIME, EXIT_USAGE};
 
 /// `troupe sandbox` subcommands.
 #[derive(Debug, Subcommand)]
-pub enum SandboxCommand {
+pub(crate) enum SandboxCommand {
     /// Show how commands are confined here: mode, network, kernel support,
     /// writable directories, read-only places, and what is not enforced.
     /// Exits with 1 when something configured is not enforced.
@@ -33,7 +33,7 @@ pub enum SandboxCommand {
 const SESSION_PLACEHOLDER: &str = "SESSION";
 
 /// Runs `troupe sandbox`; returns the exit code.
-pub fn sandbox(command: SandboxCommand) -> u8 {
+pub(crate) fn sandbox(command: SandboxCommand) -> u8 {
     let SandboxCommand::Status { cwd } = command;
     let locations = match Locations::from_process() {
         Ok(locations) => locations,

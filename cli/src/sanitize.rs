@@ -24,7 +24,7 @@ const BEL: char = '\u{7}';
 /// `text` with terminal control sequences removed and other control
 /// characters made visible (see the module docs). Borrows when nothing
 /// needed changing.
-pub fn for_terminal(text: &str) -> Cow<'_, str> {
+pub(crate) fn for_terminal(text: &str) -> Cow<'_, str> {
     if !text.chars().any(needs_care) {
         return Cow::Borrowed(text);
     }

@@ -19,7 +19,7 @@ use crate::{EXIT_RUNTIME, EXIT_USAGE, SessionsCommand};
 /// either way.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(tag = "view", rename_all = "snake_case")]
-pub enum View {
+pub(crate) enum View {
     /// `sessions list [--json]`.
     SessionsList {
         /// One JSON object per line.
@@ -54,7 +54,7 @@ pub enum View {
 
 /// What rendering a view produced: the exit code, stdout and stderr text.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct Rendered {
+pub(crate) struct Rendered {
     /// The exit code.
     pub code: u8,
     /// What goes to stdout.
@@ -76,10 +76,10 @@ fn write_view(store: &Store, view: &View, out: &mut impl Write) -> CommandResult
 }
 
 /// What `runs list` prints when the store holds no run.
-pub const NO_RUNS: &str = "no runs yet";
+pub(crate) const NO_RUNS: &str = "no runs yet";
 
 /// One line of `runs list`: id, status, start time, the prompt's start.
-pub fn format_runs_list_line(run: &RunRecord) -> String {
+pub(crate) fn format_runs_list_line(run: &RunRecord) -> String {
     format!(
         "{:<ID_COLUMN$}  {:<11}  {}  {}",
         run.run_id,
@@ -146,7 +146,7 @@ fn run_show(store: &Store, given: &str, out: &mut impl Write) -> CommandResult {
 }
 
 /// Renders `view` from `store` into text (what the daemon sends back).
-pub fn render_view(store: &Store, view: &View) -> Rendered {
+pub(crate) fn render_view(store: &Store, view: &View) -> Rendered {
     let mut out = Vec::new();
     let result = write_view(store, view, &mut out);
     let (code, stderr) = match result {
@@ -162,7 +162,7 @@ pub fn render_view(store: &Store, view: &View) -> Rendered {
 
 /// Prints a view: rendered by the running daemon when there is one, else
 /// from the store opened here. Returns the exit code.
-pub async fn print_view(view: View) -> u8 {
+pub(crate) async fn print_view(view: View) -> u8 {
     let locations = match Locations::from_process() {
         Ok(locations) => locations,
         Err(err) => {
@@ -213,7 +213,7 @@ pub async fn print_view(view: View) -> u8 {
 }
 
 /// Runs a `troupe sessions` subcommand; returns the exit code.
-pub async fn sessions(command: SessionsCommand) -> u8 {
+pub(crate) async fn sessions(command: SessionsCommand) -> u8 {
     let view = match command {
         SessionsCommand::List { json } => View::SessionsList { json },
         SessionsCommand::Show { id } => View::SessionShow { id },
@@ -310,7 +310,7 @@ async fn compact_command(given: &str) -> u8 {
 /// The `POST /v1/sessions/{id}/compact` body sent from this shell: its
 /// directory and environment, so the daemon reads the configuration a run
 /// started here would read.
-pub fn compact_request(
+pub(crate) fn compact_request(
     cwd: &std::path::Path,
     env: impl IntoIterator<Item = (String, String)>,
 ) -> serde_json::Value {
@@ -354,7 +354,7 @@ async fn compact_here(locations: &Locations, given: &str) -> Result<String, (u8,
 }
 
 /// The exit code and message of a refused compaction.
-pub fn compact_refusal(err: troupe_actors::RuntimeError) -> (u8, String) {
+pub(crate) fn compact_refusal(err: troupe_actors::RuntimeError) -> (u8, String) {
     match err {
         troupe_actors::RuntimeError::NothingToCompact(_)
         | troupe_actors::RuntimeError::UnknownSession(_) => (EXIT_USAGE, err.to_string()),
@@ -364,7 +364,7 @@ pub fn compact_refusal(err: troupe_actors::RuntimeError) -> (u8, String) {
 
 /// What a compaction run's outcome says: its text when it compacted, else
 /// the error.
-pub fn compacted_text(outcome: &troupe_actors::RunOutcome) -> Result<String, (u8, String)> {
+pub(crate) fn compacted_text(outcome: &troupe_actors::RunOutcome) -> Result<String, (u8, String)> {
     match outcome.status {
         troupe_runtime::events::RunStatus::Finished => Ok(outcome.final_text.clone()),
         _ => Err((EXIT_RUNTIME, outcome.final_text.clone())),
@@ -418,10 +418,10 @@ fn trace_view(store: &Store, given: &str, out: &mut impl Write) -> CommandResult
 const ID_COLUMN: usize = 36;
 
 /// What `sessions list` prints when the store holds no session.
-pub const NO_SESSIONS: &str = "no sessions yet";
+pub(crate) const NO_SESSIONS: &str = "no sessions yet";
 
 /// The header line of `sessions list`, aligned with [`format_list_line`].
-pub fn list_header() -> String {
+pub(crate) fn list_header() -> String {
     format!(
         "{:<ID_COLUMN$}  {:<16}  {:>5}  {:<24}  TITLE",
         "ID", "UPDATED", "MSGS", "MODEL"
@@ -430,7 +430,7 @@ pub fn list_header() -> String {
 
 /// One line per session, newest first. A child session's line ends with
 /// `  ↳ PARENT_ID AGENT_PATH`; a top-level session's line has no suffix.
-pub fn format_list_line(meta: &SessionMeta) -> String {
+pub(crate) fn format_list_line(meta: &SessionMeta) -> String {
     let mut line = format!(
         "{:<ID_COLUMN$}  {}  {:>5}  {:<24}  {}",
         meta.id,
@@ -450,7 +450,7 @@ pub fn format_list_line(meta: &SessionMeta) -> String {
 
 /// One line of `sessions show` per child session: id, agent path, message
 /// count, title.
-pub fn format_child_line(child: &SessionMeta) -> String {
+pub(crate) fn format_child_line(child: &SessionMeta) -> String {
     format!(
         "child     {}  {}  {} message{}  {}",
         child.id,
@@ -465,7 +465,7 @@ pub fn format_child_line(child: &SessionMeta) -> String {
 
 /// One line of `sessions show` per run: id, status and, when it says more
 /// than the status, the stop reason (`finished (end_turn)`, `interrupted`).
-pub fn format_run_line(run: &RunRecord) -> String {
+pub(crate) fn format_run_line(run: &RunRecord) -> String {
     let status = run.status.as_str();
     match run.stop_reason.as_deref() {
         Some(reason) if !reason.is_empty() && reason != status => {
@@ -498,7 +498,7 @@ fn list(store: &Store, json: bool, out: &mut impl Write) -> CommandResult {
 }
 
 /// A message as people read it in `sessions show`.
-pub fn format_message(message: &Message) -> String {
+pub(crate) fn format_message(message: &Message) -> String {
     let role = match message.role {
         Role::User => "user",
         Role::Assistant => "assistant",
@@ -591,7 +591,7 @@ fn remove(store: &Store, given: &str, out: &mut impl Write) -> Result<Vec<String
 /// The full id of the session `given` names, for removal: it must exist,
 /// though its metadata may be damaged (listing and cleanup skip such a
 /// session, so removing it is the only way its records go).
-pub fn removable_session(store: &Store, given: &str) -> Result<String, (u8, String)> {
+pub(crate) fn removable_session(store: &Store, given: &str) -> Result<String, (u8, String)> {
     let id = session_id(store, given)?;
     if !matches!(store.session(&id), Err(StoreError::Corrupt { .. })) {
         meta_or_usage(store, &id)?;
@@ -601,7 +601,7 @@ pub fn removable_session(store: &Store, given: &str) -> Result<String, (u8, Stri
 
 /// What `sessions rm` says once `removed` (the session `id` and its child
 /// sessions) are gone.
-pub fn removed_text(id: &str, removed: &[String]) -> String {
+pub(crate) fn removed_text(id: &str, removed: &[String]) -> String {
     match removed.iter().filter(|removed| *removed != id).count() {
         0 => format!("removed session {id}"),
         1 => format!("removed session {id} and its 1 child session"),

@@ -36,7 +36,7 @@ use troupe_runtime::tools::{ToolRegistry, builtin_registry};
 /// A setup failure, already worded for the person at the terminal, with the
 /// exit code it deserves.
 #[derive(Debug)]
-pub struct SetupError {
+pub(crate) struct SetupError {
     /// What went wrong and what to do.
     pub message: String,
     /// SPEC §1.1 exit code: 2 for usage and configuration, 1 for the rest.
@@ -45,7 +45,7 @@ pub struct SetupError {
 
 impl SetupError {
     /// A usage or configuration error (exit code 2).
-    pub fn usage(message: impl Into<String>) -> Self {
+    pub(crate) fn usage(message: impl Into<String>) -> Self {
         Self {
             message: message.into(),
             code: EXIT_USAGE,
@@ -53,7 +53,7 @@ impl SetupError {
     }
 
     /// A runtime error such as an unusable store (exit code 1).
-    pub fn runtime(message: impl Into<String>) -> Self {
+    pub(crate) fn runtime(message: impl Into<String>) -> Self {
         Self {
             message: message.into(),
             code: EXIT_RUNTIME,
@@ -70,7 +70,7 @@ impl std::fmt::Display for SetupError {
 /// Where a command keeps its data and finds its configuration, and the
 /// environment variables configuration is read with.
 #[derive(Clone, PartialEq, Eq)]
-pub struct Locations {
+pub(crate) struct Locations {
     /// The data directory (absolute): the store and spill files.
     pub data_dir: PathBuf,
     /// The user configuration directory (config file, roles, instructions);
@@ -101,7 +101,7 @@ impl std::fmt::Debug for Locations {
 impl Locations {
     /// The locations a client's environment `vars` names, with the data
     /// directory of the daemon that prepares the run.
-    pub fn for_client(
+    pub(crate) fn for_client(
         data_dir: PathBuf,
         vars: BTreeMap<String, String>,
         current_dir: PathBuf,
@@ -117,7 +117,7 @@ impl Locations {
     }
 
     /// The value of an environment variable as configuration sees it.
-    pub fn var(&self, name: &str) -> Option<String> {
+    pub(crate) fn var(&self, name: &str) -> Option<String> {
         match &self.vars {
             Some(vars) => vars.get(name).cloned(),
             None => troupe_runtime::config::paths::Env::var(&ProcessEnv, name),
@@ -127,7 +127,7 @@ impl Locations {
     /// The locations the process environment names. A relative `TROUPE_HOME`
     /// is resolved against the current directory here, once, and a notice
     /// naming the absolute directory goes to stderr.
-    pub fn from_process() -> Result<Self, SetupError> {
+    pub(crate) fn from_process() -> Result<Self, SetupError> {
         let resolved =
             paths::process_data_dir().map_err(|err| SetupError::usage(err.to_string()))?;
         if let Some(notice) = resolved.notice() {
@@ -144,7 +144,7 @@ impl Locations {
 
     /// A self-contained home: data in `data_dir`, no user configuration (so
     /// default settings apply, plus whatever the project holds).
-    pub fn isolated(data_dir: PathBuf) -> Self {
+    pub(crate) fn isolated(data_dir: PathBuf) -> Self {
         Self {
             data_dir,
             config_dir: None,
@@ -168,7 +168,7 @@ impl Locations {
 
     /// Opens the session store in the data directory. When a daemon holds
     /// it, the message names the daemon.
-    pub fn open_store(&self) -> Result<Store, SetupError> {
+    pub(crate) fn open_store(&self) -> Result<Store, SetupError> {
         Store::open(&self.data_dir).map_err(|err| {
             let holder = match (&err, crate::daemon::home::read_state(&self.data_dir)) {
                 (StoreError::Locked { .. }, Some(state))
@@ -189,7 +189,7 @@ impl Locations {
 
 /// What the command line says about a run.
 #[derive(Debug, Clone, Default)]
-pub struct RunOptions {
+pub(crate) struct RunOptions {
     /// `--cwd`.
     pub cwd: Option<PathBuf>,
     /// `--provider`.
@@ -208,7 +208,7 @@ pub struct RunOptions {
 
 impl RunOptions {
     /// What the command line's run flags say.
-    pub fn from_flags(flags: &crate::RunFlags) -> Self {
+    pub(crate) fn from_flags(flags: &crate::RunFlags) -> Self {
         Self {
             cwd: flags.cwd.clone(),
             provider: flags.provider.clone(),
@@ -222,7 +222,7 @@ impl RunOptions {
 }
 
 /// Everything a run needs, ready to submit.
-pub struct Prepared {
+pub(crate) struct Prepared {
     /// The agent's environment.
     pub env: Arc<AgentEnv>,
     /// The permission engine.
@@ -241,7 +241,7 @@ pub struct Prepared {
 impl Prepared {
     /// The submission of `prompt` as prepared, with `approver` answering
     /// its approvals.
-    pub fn into_submission(
+    pub(crate) fn into_submission(
         self,
         prompt: String,
         approver: troupe_actors::Approver,
@@ -261,7 +261,7 @@ impl Prepared {
 /// What configuration says for the directory `options` names, without
 /// preparing a run: what the chat's `/mode`, `/model`, `/cost`, `/tools` and
 /// `/agents` show.
-pub struct Configured {
+pub(crate) struct Configured {
     /// The merged configuration.
     pub config: Config,
     /// The provider runs would use, or why none can be used.
@@ -274,7 +274,10 @@ pub struct Configured {
 
 /// Reads configuration as a run with `options` would, from this process's
 /// environment.
-pub fn configured(locations: &Locations, options: &RunOptions) -> Result<Configured, SetupError> {
+pub(crate) fn configured(
+    locations: &Locations,
+    options: &RunOptions,
+) -> Result<Configured, SetupError> {
     let cwd = working_directory(locations, options.cwd.as_deref())?;
     let sources = locations.config_sources(&cwd);
     let project_root = sources.project_root.clone().unwrap_or(cwd);
@@ -303,7 +306,7 @@ pub fn configured(locations: &Locations, options: &RunOptions) -> Result<Configu
 /// A project whose configuration asks for settings that need the person's
 /// trust before they apply.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TrustQuestion {
+pub(crate) struct TrustQuestion {
     /// The project root (what `troupe trust` records).
     pub root: PathBuf,
     /// Its configuration file.
@@ -314,7 +317,7 @@ pub struct TrustQuestion {
 
 /// The trust question for the project `options` names, if its configuration
 /// has settings that apply only once it is trusted and it is not trusted yet.
-pub fn trust_question(
+pub(crate) fn trust_question(
     locations: &Locations,
     options: &RunOptions,
 ) -> Result<Option<TrustQuestion>, SetupError> {
@@ -342,7 +345,7 @@ pub fn trust_question(
 
 /// The merged configuration for the directory `options` names, and its
 /// project root (what `troupe mcp list` starts servers from).
-pub fn configured_with_root(
+pub(crate) fn configured_with_root(
     locations: &Locations,
     options: &RunOptions,
 ) -> Result<(Config, PathBuf), SetupError> {
@@ -360,7 +363,7 @@ pub fn configured_with_root(
 
 /// Where a run's MCP servers come from.
 #[derive(Debug, Clone, Copy)]
-pub enum McpSource<'a> {
+pub(crate) enum McpSource<'a> {
     /// Started for the run; whoever runs it shuts them down at its end.
     Own,
     /// The daemon's, shared with the project's other runs; the run must
@@ -371,7 +374,7 @@ pub enum McpSource<'a> {
 /// Loads configuration for `options` and prepares a run, with MCP servers of
 /// its own. `provider_override` replaces the configured provider (the demo's
 /// scripted model).
-pub async fn prepare(
+pub(crate) async fn prepare(
     options: &RunOptions,
     provider_override: Option<ResolvedProvider>,
     store: &Store,
@@ -390,7 +393,7 @@ pub async fn prepare(
 }
 
 /// [`prepare`], with the MCP servers `servers` gives.
-pub async fn prepare_with(
+pub(crate) async fn prepare_with(
     options: &RunOptions,
     provider_override: Option<ResolvedProvider>,
     store: &Store,
@@ -492,7 +495,7 @@ struct Place<'a> {
 
 /// Where a run works.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum WorkDir {
+pub(crate) enum WorkDir {
     /// The directory given with `--cwd`.
     Given,
     /// The continued session's own directory, which still exists.
@@ -507,7 +510,7 @@ pub enum WorkDir {
 
 /// Decides where a run works: `--cwd` when given, else a continued session's
 /// directory when it still is one (`is_dir`), else the current directory.
-pub fn choose_work_dir(
+pub(crate) fn choose_work_dir(
     given: bool,
     stored: Option<PathBuf>,
     is_dir: impl Fn(&Path) -> bool,
@@ -520,7 +523,7 @@ pub fn choose_work_dir(
 }
 
 /// What a person is told when a continued session's directory is gone.
-pub fn gone_directory_notice(gone: &Path, used: &Path) -> String {
+pub(crate) fn gone_directory_notice(gone: &Path, used: &Path) -> String {
     format!(
         "the session's directory {} no longer exists; working in {} instead (pass --cwd to choose)",
         gone.display(),
@@ -681,7 +684,7 @@ fn session_memory(store: &Store, session: &SessionTarget, project_root: &Path) -
 
 /// The built-in tools, `remember`, and `load_skill` when there is at least
 /// one skill.
-pub fn registry_with_skills(skills: SkillSet) -> ToolRegistry {
+pub(crate) fn registry_with_skills(skills: SkillSet) -> ToolRegistry {
     let mut registry = builtin_registry();
     if let Err(err) = registry.register(Arc::new(Remember::new())) {
         tracing::error!(error = %err, "remember not registered");
@@ -697,7 +700,7 @@ pub fn registry_with_skills(skills: SkillSet) -> ToolRegistry {
 /// The OS sandbox of a session's commands: its allowed roots, the spill
 /// directory (which holds its temporary directory) and Troupe's protected
 /// places, as the permission engine sees them.
-pub fn command_sandbox(
+pub(crate) fn command_sandbox(
     config: &Config,
     sandbox: &PathSandbox,
     locations: &Locations,

@@ -13,7 +13,7 @@ use clap_complete::Shell;
 use crate::{Cli, EXIT_RUNTIME};
 
 /// The completion script of `shell` for the `troupe` command.
-pub fn completion_script(shell: Shell) -> Vec<u8> {
+pub(crate) fn completion_script(shell: Shell) -> Vec<u8> {
     let mut command = Cli::command();
     let mut script = Vec::new();
     clap_complete::generate(shell, &mut command, "troupe", &mut script);
@@ -21,7 +21,7 @@ pub fn completion_script(shell: Shell) -> Vec<u8> {
 }
 
 /// The manual page of the `troupe` command, in roff.
-pub fn man_page() -> std::io::Result<Vec<u8>> {
+pub(crate) fn man_page() -> std::io::Result<Vec<u8>> {
     let mut page = Vec::new();
     clap_mangen::Man::new(Cli::command()).render(&mut page)?;
     Ok(page)
@@ -40,13 +40,13 @@ fn print(bytes: &[u8]) -> u8 {
 }
 
 /// Runs `troupe completions SHELL`.
-pub fn completions(shell: Shell) -> u8 {
+pub(crate) fn completions(shell: Shell) -> u8 {
     print(&completion_script(shell))
 }
 
 /// Runs `troupe man [--out-dir DIR]`: the page of `troupe` on stdout, or the
 /// pages of `troupe` and of every subcommand written into `out_dir`.
-pub fn man(out_dir: Option<&Path>) -> u8 {
+pub(crate) fn man(out_dir: Option<&Path>) -> u8 {
     let Some(dir) = out_dir else {
         return match man_page() {
             Ok(page) => print(&page),

@@ -10,7 +10,7 @@ use troupe_runtime::events::RunStatus;
 /// A signal that cancels the run: Ctrl-C, `kill`/`timeout`/`docker stop`, or
 /// a closed terminal.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum StopSignal {
+pub(crate) enum StopSignal {
     /// SIGINT (Ctrl-C).
     Interrupt,
     /// SIGTERM.
@@ -21,10 +21,10 @@ pub enum StopSignal {
 
 impl StopSignal {
     /// Every signal that cancels a run.
-    pub const ALL: [StopSignal; 3] = [Self::Interrupt, Self::Terminate, Self::Hangup];
+    pub(crate) const ALL: [StopSignal; 3] = [Self::Interrupt, Self::Terminate, Self::Hangup];
 
     /// The signal's number (the same on every Unix for these three).
-    pub fn number(self) -> u8 {
+    pub(crate) fn number(self) -> u8 {
         match self {
             Self::Hangup => 1,
             Self::Interrupt => 2,
@@ -33,7 +33,7 @@ impl StopSignal {
     }
 
     /// The signal's name.
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             Self::Hangup => "SIGHUP",
             Self::Interrupt => "SIGINT",
@@ -42,12 +42,12 @@ impl StopSignal {
     }
 
     /// The exit code of a process this signal stopped: 128 + its number.
-    pub fn exit_code(self) -> u8 {
+    pub(crate) fn exit_code(self) -> u8 {
         128 + self.number()
     }
 
     /// What to tell the person when the signal arrives first.
-    pub fn cancelling_notice(self) -> String {
+    pub(crate) fn cancelling_notice(self) -> String {
         match self {
             Self::Interrupt => "cancelling (Ctrl-C again to exit at once)".to_string(),
             other => format!(
@@ -71,7 +71,7 @@ impl StopSignal {
 /// stop signal received while it ran: a run the signal cancelled exits with
 /// 128 + the signal's number (130, 143, 129); any other end keeps its status's
 /// code (a run that finished before the cancellation landed exits 0).
-pub fn exit_code(status: RunStatus, signal: Option<StopSignal>) -> u8 {
+pub(crate) fn exit_code(status: RunStatus, signal: Option<StopSignal>) -> u8 {
     match signal {
         Some(signal) if status == RunStatus::Cancelled => signal.exit_code(),
         _ => status.exit_code() as u8,
@@ -80,14 +80,14 @@ pub fn exit_code(status: RunStatus, signal: Option<StopSignal>) -> u8 {
 
 /// Listeners for every [`StopSignal`], installed for the whole run: a signal
 /// arriving between two polls is kept, not lost.
-pub struct StopSignals {
+pub(crate) struct StopSignals {
     listeners: Vec<(StopSignal, tokio::signal::unix::Signal)>,
 }
 
 impl StopSignals {
     /// Installs the listeners; from here on these signals no longer end the
     /// process by themselves.
-    pub fn listen() -> std::io::Result<Self> {
+    pub(crate) fn listen() -> std::io::Result<Self> {
         let listeners = StopSignal::ALL
             .into_iter()
             .map(|signal| Ok((signal, tokio::signal::unix::signal(signal.kind())?)))
@@ -96,7 +96,7 @@ impl StopSignals {
     }
 
     /// [`StopSignals::listen`], saying on stderr why when it fails.
-    pub fn listen_or_report() -> Option<Self> {
+    pub(crate) fn listen_or_report() -> Option<Self> {
         Self::listen()
             .map_err(|err| {
                 notice(&format!(
@@ -107,7 +107,7 @@ impl StopSignals {
     }
 
     /// The next stop signal.
-    pub async fn recv(&mut self) -> StopSignal {
+    pub(crate) async fn recv(&mut self) -> StopSignal {
         let waits = self.listeners.iter_mut().map(|(signal, listener)| {
             let signal = *signal;
             Box::pin(async move {
@@ -121,7 +121,7 @@ impl StopSignals {
 
 /// Writes one line to stderr, ignoring failures (after SIGHUP the terminal
 /// may be gone).
-pub fn notice(line: &str) {
+pub(crate) fn notice(line: &str) {
     let _ = writeln!(std::io::stderr().lock(), "troupe: {line}");
 }
 

@@ -12,7 +12,7 @@ use troupe_runtime::telemetry::{
 };
 
 /// The telemetry of one command: the pipeline's guard and the span writer.
-pub struct CliTelemetry {
+pub(crate) struct CliTelemetry {
     guard: Option<TelemetryGuard>,
     writer: Arc<SpanWriter>,
 }
@@ -20,7 +20,7 @@ pub struct CliTelemetry {
 /// Starts the process's telemetry with `store` as the local span store. An
 /// unusable `OTEL_*` value or an exporter that cannot be set up is one warning
 /// and no export; the logs and the local span store work regardless.
-pub fn start(store: &Store) -> CliTelemetry {
+pub(crate) fn start(store: &Store) -> CliTelemetry {
     let env = |name: &str| std::env::var(name).ok();
     let settings = TelemetrySettings::from_env(env).unwrap_or_else(|err| {
         eprintln!("troupe: telemetry export is off: {err}");
@@ -57,13 +57,13 @@ fn without_export(env: &impl Fn(&str) -> Option<String>) -> TelemetrySettings {
 
 impl CliTelemetry {
     /// Waits until every span that ended so far is in the store.
-    pub fn sync_spans(&self) {
+    pub(crate) fn sync_spans(&self) {
         self.writer.sync();
     }
 
     /// At exit: flushes export within the guard's bound, writes the last
     /// spans and flushes the store.
-    pub fn stop(self) {
+    pub(crate) fn stop(self) {
         if let Some(mut guard) = self.guard
             && let Err(err) = guard.shutdown()
         {
@@ -74,7 +74,7 @@ impl CliTelemetry {
 }
 
 /// The span tree of `run_id` from the store, or `None` when nothing was kept.
-pub fn span_tree(store: &Store, run_id: &str) -> Result<Option<String>, String> {
+pub(crate) fn span_tree(store: &Store, run_id: &str) -> Result<Option<String>, String> {
     let values = store.spans(run_id).map_err(|err| err.to_string())?;
     let records: Vec<SpanRecord> = values
         .into_iter()

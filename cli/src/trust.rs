@@ -14,7 +14,7 @@ use crate::setup::Locations;
 use crate::{EXIT_RUNTIME, EXIT_USAGE};
 
 /// Runs `troupe trust`; returns the exit code.
-pub fn trust(dir: Option<&Path>, revoke: bool) -> u8 {
+pub(crate) fn trust(dir: Option<&Path>, revoke: bool) -> u8 {
     let locations = match Locations::from_process() {
         Ok(locations) => locations,
         Err(err) => {

@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 use crate::model::Usage;
 
 /// SPEC §1.4: length of `args_preview` / `output_preview`, in characters.
-pub const PREVIEW_CHARS: usize = 200;
+pub(crate) const PREVIEW_CHARS: usize = 200;
 
 /// `notice.code` of a failed model request that is about to be sent again.
 pub const NOTICE_MODEL_RETRY: &str = "model_retry";
@@ -309,7 +309,7 @@ pub struct RunEvent {
     pub kind: EventKind,
 }
 
-/// Shortens text to one line of at most [`PREVIEW_CHARS`] characters, cutting on
+/// Shortens text to one line of at most `PREVIEW_CHARS` characters, cutting on
 /// a character boundary and marking the cut with `…`.
 pub fn preview(text: &str) -> String {
     let mut out = String::with_capacity(text.len().min(PREVIEW_CHARS * 4));

@@ -14,7 +14,7 @@ use crate::config::load::line_at;
 
 /// Front matter syntax.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Syntax {
+pub(crate) enum Syntax {
     /// Between `---` lines.
     Yaml,
     /// Between `+++` lines.
@@ -23,7 +23,7 @@ pub enum Syntax {
 
 impl Syntax {
     /// The delimiter line.
-    pub fn delimiter(self) -> &'static str {
+    pub(crate) fn delimiter(self) -> &'static str {
         match self {
             Self::Yaml => "---",
             Self::Toml => "+++",
@@ -33,7 +33,7 @@ impl Syntax {
 
 /// A file cut into front matter and body.
 #[derive(Debug)]
-pub struct Split<'a> {
+pub(crate) struct Split<'a> {
     /// The syntax of the front matter.
     pub syntax: Syntax,
     /// The front matter without its delimiter lines.
@@ -45,7 +45,7 @@ pub struct Split<'a> {
 /// Cuts `text` at its front matter delimiters (the first line, and the next
 /// line equal to it). `keys_hint` names the keys the caller expects, e.g.
 /// "`description: ...` (and optional name)", for the missing-front-matter message.
-pub fn split_front_matter<'a>(text: &'a str, keys_hint: &str) -> Result<Split<'a>, String> {
+pub(crate) fn split_front_matter<'a>(text: &'a str, keys_hint: &str) -> Result<Split<'a>, String> {
     let text = text.strip_prefix('\u{feff}').unwrap_or(text);
     let (first, rest) = text.split_once('\n').unwrap_or((text, ""));
     let syntax = match first.trim_end() {
@@ -79,7 +79,7 @@ pub fn split_front_matter<'a>(text: &'a str, keys_hint: &str) -> Result<Split<'a
 /// Parses the front matter into `T`. `front` is the text between the
 /// delimiters; a newline is put before it so the parsers' line numbers are the
 /// file's. Empty front matter is `T::default()`.
-pub fn parse_front_matter<T: DeserializeOwned + Default>(
+pub(crate) fn parse_front_matter<T: DeserializeOwned + Default>(
     syntax: Syntax,
     front: &str,
 ) -> Result<T, String> {
@@ -117,7 +117,7 @@ pub fn parse_front_matter<T: DeserializeOwned + Default>(
 
 /// The line of `key` in the front matter (`key:` or `key =` at the start of a
 /// line), as a `line N: ` prefix, or nothing.
-pub fn key_prefix(front: &str, key: &str) -> String {
+pub(crate) fn key_prefix(front: &str, key: &str) -> String {
     front
         .lines()
         .position(|line| {
@@ -131,7 +131,7 @@ pub fn key_prefix(front: &str, key: &str) -> String {
 }
 
 /// `text` with runs of whitespace collapsed to one space, trimmed.
-pub fn one_line(text: &str) -> String {
+pub(crate) fn one_line(text: &str) -> String {
     text.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 

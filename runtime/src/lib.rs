@@ -11,7 +11,7 @@ pub mod agent;
 pub mod compact;
 pub mod config;
 pub mod events;
-pub mod front_matter;
+pub(crate) mod front_matter;
 pub mod hooks;
 pub mod llm;
 pub mod mcp;

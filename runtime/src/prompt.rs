@@ -8,10 +8,10 @@
 //! - Environment: working directory, platform, date (to the day), git status,
 //!   model. Rebuilt when a session starts; sent after the cache breakpoint.
 //!   In plan mode, each request's environment part ends with the plan-mode
-//!   reminder for that request's iteration ([`plan_reminder`],
-//!   [`with_plan_reminder`]), so the cached prefix never changes.
+//!   reminder for that request's iteration (`plan_reminder`,
+//!   `with_plan_reminder`), so the cached prefix never changes.
 //!
-//! Assembly is pure ([`assemble_stable`], [`assemble_environment`]); reading the
+//! Assembly is pure (`assemble_stable`, `assemble_environment`); reading the
 //! instruction files and git status is done by the thin loaders below.
 
 use std::path::{Path, PathBuf};
@@ -22,15 +22,15 @@ use crate::config::PermissionMode;
 use crate::llm::SystemPrompt;
 
 /// SPEC §1.2: the project instruction files, in the order they are loaded.
-pub const INSTRUCTION_FILES: [&str; 2] = ["AGENTS.md", "TROUPE.md"];
+pub(crate) const INSTRUCTION_FILES: [&str; 2] = ["AGENTS.md", "TROUPE.md"];
 /// Lines of `git status` kept in the environment part.
-pub const GIT_STATUS_MAX_LINES: usize = 20;
+pub(crate) const GIT_STATUS_MAX_LINES: usize = 20;
 /// How long the first request may wait for `git status` before the
 /// environment goes without it (SPEC §14: first request within 30 ms; git
 /// status of a very large repository alone takes longer).
 pub const GIT_STATUS_BUDGET: Duration = Duration::from_millis(15);
 /// Largest instruction file loaded, in bytes; longer files are cut with a note.
-pub const INSTRUCTION_FILE_MAX_BYTES: usize = 40_000;
+pub(crate) const INSTRUCTION_FILE_MAX_BYTES: usize = 40_000;
 
 /// Identity: who the agent is.
 const IDENTITY: &str = "You are Troupe, a coding agent working in the user's repository through tools. \
@@ -62,7 +62,7 @@ where useful. When the task is done, stop and give a short final answer.";
 
 /// SPEC §12: the full plan-mode reminder is sent every this many iterations
 /// (on the first, then every fourth after it); the short one otherwise.
-pub const PLAN_REMINDER_EVERY: u32 = 4;
+pub(crate) const PLAN_REMINDER_EVERY: u32 = 4;
 
 /// The full plan-mode reminder.
 pub const PLAN_REMINDER_FULL: &str = "# Plan mode
@@ -78,7 +78,7 @@ pub const PLAN_REMINDER_SHORT: &str =
 
 /// One project instruction file, already read.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct InstructionFile {
+pub(crate) struct InstructionFile {
     /// Where it was read from.
     pub path: PathBuf,
     /// Its content (possibly cut).
@@ -88,7 +88,7 @@ pub struct InstructionFile {
 /// The git status part of the environment.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum GitStatus {
-    /// `git status --short --branch`, cut to [`GIT_STATUS_MAX_LINES`].
+    /// `git status --short --branch`, cut to `GIT_STATUS_MAX_LINES`.
     Status(String),
     /// Not a git repository (or git is not installed).
     NotRepository,
@@ -98,7 +98,7 @@ pub enum GitStatus {
 
 /// Everything the environment part says.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct EnvironmentFacts {
+pub(crate) struct EnvironmentFacts {
     /// Working directory.
     pub cwd: PathBuf,
     /// Operating system and architecture, e.g. `linux x86_64`.
@@ -113,7 +113,7 @@ pub struct EnvironmentFacts {
 
 /// Builds the stable part from the fixed modules and the instruction files.
 /// Empty modules are skipped so no stray blank lines change the bytes.
-pub fn assemble_stable(instructions: &[InstructionFile]) -> String {
+pub(crate) fn assemble_stable(instructions: &[InstructionFile]) -> String {
     let mut parts: Vec<String> = vec![
         IDENTITY.to_string(),
         RULES.to_string(),
@@ -152,7 +152,7 @@ pub fn with_skill_catalogue(stable: String, skills: &crate::skills::SkillSet) ->
 }
 
 /// Builds the environment part.
-pub fn assemble_environment(facts: &EnvironmentFacts) -> String {
+pub(crate) fn assemble_environment(facts: &EnvironmentFacts) -> String {
     let mut out = format!(
         "# Environment\nWorking directory: {}\nPlatform: {}\nDate: {}\nModel: {}",
         facts.cwd.display(),
@@ -177,7 +177,7 @@ pub fn assemble_environment(facts: &EnvironmentFacts) -> String {
 /// per user message) in `mode`: none outside plan mode; the full one on the
 /// first iteration and every [`PLAN_REMINDER_EVERY`] after it; the short one
 /// otherwise.
-pub fn plan_reminder(mode: PermissionMode, iteration: u32) -> Option<&'static str> {
+pub(crate) fn plan_reminder(mode: PermissionMode, iteration: u32) -> Option<&'static str> {
     if mode != PermissionMode::Plan {
         return None;
     }
@@ -194,7 +194,7 @@ pub fn plan_reminder(mode: PermissionMode, iteration: u32) -> Option<&'static st
 /// The system prompt of one request: `system` itself, or with `reminder`
 /// ending its environment part (the stable part, and so the cached prefix,
 /// is untouched).
-pub fn with_plan_reminder(system: &SystemPrompt, reminder: Option<&str>) -> SystemPrompt {
+pub(crate) fn with_plan_reminder(system: &SystemPrompt, reminder: Option<&str>) -> SystemPrompt {
     match reminder {
         None => system.clone(),
         Some(reminder) => SystemPrompt {
@@ -206,7 +206,10 @@ pub fn with_plan_reminder(system: &SystemPrompt, reminder: Option<&str>) -> Syst
 
 /// Reads the instruction files: the user's (`config_dir`) first, then the
 /// project's. Unreadable files are skipped with a warning.
-pub fn load_instructions(config_dir: Option<&Path>, project_root: &Path) -> Vec<InstructionFile> {
+pub(crate) fn load_instructions(
+    config_dir: Option<&Path>,
+    project_root: &Path,
+) -> Vec<InstructionFile> {
     let mut files = Vec::new();
     let dirs = config_dir.into_iter().chain(std::iter::once(project_root));
     for dir in dirs {
@@ -235,7 +238,7 @@ pub fn load_instructions(config_dir: Option<&Path>, project_root: &Path) -> Vec<
     files
 }
 
-/// `git status --short --branch` in `dir`, cut to [`GIT_STATUS_MAX_LINES`],
+/// `git status --short --branch` in `dir`, cut to `GIT_STATUS_MAX_LINES`,
 /// waiting at most `budget` (the git process is killed after it).
 pub async fn read_git_status(dir: &Path, budget: Duration) -> GitStatus {
     // Without the parallel index preload, git stays on one core and the
@@ -279,12 +282,12 @@ pub async fn read_git_status(dir: &Path, budget: Duration) -> GitStatus {
 }
 
 /// Today's date in local time, `YYYY-MM-DD`.
-pub fn today() -> String {
+pub(crate) fn today() -> String {
     chrono::Local::now().format("%Y-%m-%d").to_string()
 }
 
 /// The platform string, e.g. `linux x86_64`.
-pub fn platform() -> String {
+pub(crate) fn platform() -> String {
     format!("{} {}", std::env::consts::OS, std::env::consts::ARCH)
 }
 

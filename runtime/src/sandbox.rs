@@ -13,7 +13,7 @@ use std::io;
 use std::path::{Component, Path, PathBuf};
 
 /// SPEC §5: symlink chains longer than this are refused (as the kernel's ELOOP).
-pub const MAX_SYMLINK_HOPS: usize = 40;
+pub(crate) const MAX_SYMLINK_HOPS: usize = 40;
 
 /// Why a path could not be resolved.
 #[derive(Debug, thiserror::Error)]

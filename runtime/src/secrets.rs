@@ -28,7 +28,7 @@ use std::sync::OnceLock;
 use crate::config::{ConfigFile, Protocol};
 
 /// Variables that hold provider credentials whatever the configuration says.
-pub const STANDARD_KEY_VARS: [&str; 3] = [
+pub(crate) const STANDARD_KEY_VARS: [&str; 3] = [
     "ANTHROPIC_API_KEY",
     "OPENAI_API_KEY",
     "ANTHROPIC_AUTH_TOKEN",
@@ -51,7 +51,7 @@ struct Withheld {
 /// Set once by [`harden_process`].
 static WITHHELD: OnceLock<Withheld> = OnceLock::new();
 
-/// The key variables to withhold: [`STANDARD_KEY_VARS`], each protocol's
+/// The key variables to withhold: `STANDARD_KEY_VARS`, each protocol's
 /// default key variable and every name in `configured` (the `api_key_env` of
 /// provider entries, the names a parent process listed). Empty names and
 /// names that cannot be variable names are left out.
@@ -68,7 +68,9 @@ pub fn key_names<'a>(configured: impl IntoIterator<Item = &'a str>) -> BTreeSet<
 }
 
 /// Every `api_key_env` named by the provider entries of `files`.
-pub fn configured_key_vars<'a>(files: impl IntoIterator<Item = &'a ConfigFile>) -> Vec<String> {
+pub(crate) fn configured_key_vars<'a>(
+    files: impl IntoIterator<Item = &'a ConfigFile>,
+) -> Vec<String> {
     files
         .into_iter()
         .flat_map(|file| file.providers.values())
@@ -77,7 +79,7 @@ pub fn configured_key_vars<'a>(files: impl IntoIterator<Item = &'a ConfigFile>) 
 }
 
 /// The names listed in a [`WITHHOLD_VARS_VAR`] value.
-pub fn parse_withhold_list(value: &str) -> Vec<&str> {
+pub(crate) fn parse_withhold_list(value: &str) -> Vec<&str> {
     value
         .split(',')
         .map(str::trim)

@@ -21,7 +21,7 @@ use crate::{EXIT_RUNTIME, EXIT_USAGE, RunFlags};
 
 /// A failure to show the person, with the exit code it would give.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ChatError {
+pub(crate) struct ChatError {
     /// What went wrong.
     pub message: String,
     /// Exit code.
@@ -47,7 +47,7 @@ impl From<crate::client::ClientError> for ChatError {
 }
 
 /// A runtime in this process, kept for the whole chat.
-pub struct Embedded {
+pub(crate) struct Embedded {
     runtime: Runtime,
     store: Store,
     locations: Locations,
@@ -58,7 +58,7 @@ pub struct Embedded {
 }
 
 /// Where turns run.
-pub enum Backend {
+pub(crate) enum Backend {
     /// The daemon.
     Daemon(Arc<DaemonClient>),
     /// This process.
@@ -66,7 +66,7 @@ pub enum Backend {
 }
 
 /// One turn that started.
-pub struct Started {
+pub(crate) struct Started {
     /// Its events and controls.
     pub link: TurnLink,
     /// The session it works in.
@@ -77,7 +77,7 @@ pub struct Started {
 
 impl Backend {
     /// The daemon (started on demand), or an embedded runtime for `no_daemon`.
-    pub async fn open(locations: &Locations, no_daemon: bool) -> Result<Self, ChatError> {
+    pub(crate) async fn open(locations: &Locations, no_daemon: bool) -> Result<Self, ChatError> {
         if !no_daemon {
             let client = DaemonClient::locate_or_start(locations).await?;
             return Ok(Self::Daemon(Arc::new(client)));
@@ -102,7 +102,7 @@ impl Backend {
 
     /// Starts a turn: `prompt` on `session` (a new one when `None`), set up
     /// as `flags` say, its approvals asked in the chat.
-    pub async fn start_turn(
+    pub(crate) async fn start_turn(
         &self,
         prompt: &str,
         session: Option<&str>,
@@ -176,7 +176,11 @@ impl Backend {
     }
 
     /// Compacts `session` now (`/compact`): the text saying what was done.
-    pub async fn compact(&self, session: &str, flags: &RunFlags) -> Result<String, ChatError> {
+    pub(crate) async fn compact(
+        &self,
+        session: &str,
+        flags: &RunFlags,
+    ) -> Result<String, ChatError> {
         match self {
             Self::Daemon(client) => {
                 let current_dir = std::env::current_dir().map_err(|err| ChatError {
@@ -218,7 +222,7 @@ impl Backend {
     }
 
     /// Renders a read-only view of the store (`/sessions`, `/resume`).
-    pub async fn view(&self, view: View) -> Rendered {
+    pub(crate) async fn view(&self, view: View) -> Rendered {
         match self {
             Self::Daemon(client) => match client.view(&view).await {
                 Ok(rendered) => rendered,
@@ -242,7 +246,7 @@ impl Backend {
     }
 
     /// Stops what the chat started in this process.
-    pub async fn close(self) {
+    pub(crate) async fn close(self) {
         if let Self::Embedded(embedded) = self {
             embedded.runtime.shutdown().await;
             let memories = std::mem::take(
@@ -268,7 +272,7 @@ impl Backend {
 }
 
 /// One turn's run, in the daemon or here.
-pub enum TurnLink {
+pub(crate) enum TurnLink {
     /// In the daemon.
     Remote(RemoteRun),
     /// In this process.

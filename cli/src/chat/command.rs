@@ -6,7 +6,7 @@ use troupe_runtime::skills::commands::CommandSet;
 
 /// One line typed at the idle prompt.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ChatInput {
+pub(crate) enum ChatInput {
     /// Nothing to do (an empty line).
     Nothing,
     /// A message for the agent.
@@ -17,7 +17,7 @@ pub enum ChatInput {
 
 /// The chat's slash commands.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum SlashCommand {
+pub(crate) enum SlashCommand {
     /// `/help`: list the commands.
     Help,
     /// `/clear`: the next message starts a new session.
@@ -55,7 +55,7 @@ pub enum SlashCommand {
 }
 
 /// The commands with their one-line help, in the order `/help` lists them.
-pub const COMMANDS: &[(&str, &str)] = &[
+pub(crate) const COMMANDS: &[(&str, &str)] = &[
     ("/help", "list these commands"),
     ("/clear", "start a new conversation (a new session)"),
     ("/sessions", "list recent sessions"),
@@ -95,7 +95,7 @@ pub const COMMANDS: &[(&str, &str)] = &[
 /// Reads one line typed at the prompt. A line starting with `/` is a
 /// command (`//` sends the rest, starting with `/`, as a message); anything
 /// else that is not blank is a message, kept as typed.
-pub fn parse(line: &str) -> ChatInput {
+pub(crate) fn parse(line: &str) -> ChatInput {
     let trimmed = line.trim();
     if trimmed.is_empty() {
         return ChatInput::Nothing;
@@ -134,7 +134,7 @@ pub fn parse(line: &str) -> ChatInput {
 
 /// The message `/do` sends: carry out the plan, then what was typed after
 /// `/do`, if anything.
-pub fn do_message(note: Option<&str>) -> String {
+pub(crate) fn do_message(note: Option<&str>) -> String {
     const CARRY_OUT: &str = "Carry out the plan you made above, step by step.";
     match note.map(str::trim).filter(|note| !note.is_empty()) {
         Some(note) => format!("{CARRY_OUT}\n\n{note}"),
@@ -144,7 +144,7 @@ pub fn do_message(note: Option<&str>) -> String {
 
 /// `/memory`'s text: the memory file at `path` and its content (`None`: no
 /// file, or a blank one).
-pub fn memory_text(path: &std::path::Path, memory: Option<&str>) -> String {
+pub(crate) fn memory_text(path: &std::path::Path, memory: Option<&str>) -> String {
     match memory {
         Some(memory) => format!(
             "Project memory ({}; new sessions start with it, this conversation keeps the \
@@ -162,14 +162,14 @@ pub fn memory_text(path: &std::path::Path, memory: Option<&str>) -> String {
 
 /// The mode `/do` returns to: the one in force when `/plan` was typed.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
-pub struct PlanSwitch {
+pub(crate) struct PlanSwitch {
     before: Option<PermissionMode>,
 }
 
 impl PlanSwitch {
     /// `/plan` typed in mode `current`: false when already planning (the
     /// mode to return to stays the one kept first).
-    pub fn enter(&mut self, current: PermissionMode) -> bool {
+    pub(crate) fn enter(&mut self, current: PermissionMode) -> bool {
         if current == PermissionMode::Plan {
             return false;
         }
@@ -180,7 +180,7 @@ impl PlanSwitch {
     /// `/do` typed in mode `current`: the mode to return to, or `None` when
     /// not planning. Plan mode that did not start with `/plan` (a flag or the
     /// configuration) returns to the default mode.
-    pub fn leave(&mut self, current: PermissionMode) -> Option<PermissionMode> {
+    pub(crate) fn leave(&mut self, current: PermissionMode) -> Option<PermissionMode> {
         if current != PermissionMode::Plan {
             self.before = None;
             return None;
@@ -189,13 +189,13 @@ impl PlanSwitch {
     }
 
     /// `/mode` chose a mode: nothing to return to any more.
-    pub fn forget(&mut self) {
+    pub(crate) fn forget(&mut self) {
         self.before = None;
     }
 }
 
 /// `/help`'s text.
-pub fn help_text() -> String {
+pub(crate) fn help_text() -> String {
     let width = COMMANDS
         .iter()
         .map(|(name, _)| name.len())
@@ -213,7 +213,7 @@ pub fn help_text() -> String {
 }
 
 /// True when `/name` is a built-in command (custom commands never shadow one).
-pub fn is_builtin(name: &str) -> bool {
+pub(crate) fn is_builtin(name: &str) -> bool {
     !matches!(
         parse(&format!("/{name}")),
         ChatInput::Command(SlashCommand::Unknown(_))
@@ -222,7 +222,7 @@ pub fn is_builtin(name: &str) -> bool {
 
 /// The name and arguments of a line typed as `/NAME ARGS`, for a custom
 /// command; `None` for messages and `//` lines.
-pub fn invocation(line: &str) -> Option<(&str, &str)> {
+pub(crate) fn invocation(line: &str) -> Option<(&str, &str)> {
     let trimmed = line.trim();
     if trimmed.starts_with("//") {
         return None;
@@ -235,7 +235,7 @@ pub fn invocation(line: &str) -> Option<(&str, &str)> {
 }
 
 /// The custom commands section of `/help` (nothing without custom commands).
-pub fn custom_help(commands: &CommandSet) -> String {
+pub(crate) fn custom_help(commands: &CommandSet) -> String {
     if commands.is_empty() {
         return String::new();
     }

@@ -5,7 +5,7 @@ use crossterm::event::{KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
 
 /// What a key pressed during a turn means.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum TurnKey {
+pub(crate) enum TurnKey {
     /// Esc or Ctrl-C: cancel the turn.
     Cancel,
     /// Enter: send the typed line.
@@ -21,7 +21,7 @@ pub enum TurnKey {
 }
 
 /// Reads one key event.
-pub fn turn_key(event: &KeyEvent) -> TurnKey {
+pub(crate) fn turn_key(event: &KeyEvent) -> TurnKey {
     if event.kind == KeyEventKind::Release {
         return TurnKey::Ignore;
     }
@@ -41,18 +41,18 @@ pub fn turn_key(event: &KeyEvent) -> TurnKey {
 }
 
 /// Longest line kept while typing during a turn, in characters.
-pub const TYPED_LINE_CHARS: usize = 10_000;
+pub(crate) const TYPED_LINE_CHARS: usize = 10_000;
 
 /// A line being typed.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
-pub struct TypedLine {
+pub(crate) struct TypedLine {
     text: String,
 }
 
 impl TypedLine {
     /// Applies a key; returns the line when `Submit` ends it (blank lines are
     /// not returned).
-    pub fn apply(&mut self, key: &TurnKey) -> Option<String> {
+    pub(crate) fn apply(&mut self, key: &TurnKey) -> Option<String> {
         match key {
             TurnKey::Char(c) if self.text.chars().count() < TYPED_LINE_CHARS => {
                 self.text.push(*c);
@@ -71,7 +71,7 @@ impl TypedLine {
     }
 
     /// What is typed so far.
-    pub fn as_str(&self) -> &str {
+    pub(crate) fn as_str(&self) -> &str {
         &self.text
     }
 }

@@ -7,13 +7,13 @@ use termimad::MadSkin;
 
 /// Text of one answer waiting to be shown.
 #[derive(Debug, Default)]
-pub struct MarkdownStream {
+pub(crate) struct MarkdownStream {
     pending: String,
 }
 
 impl MarkdownStream {
     /// Adds streamed text; returns the blocks it completed, if any.
-    pub fn push(&mut self, text: &str) -> Option<String> {
+    pub(crate) fn push(&mut self, text: &str) -> Option<String> {
         self.pending.push_str(text);
         let end = complete_blocks_end(&self.pending);
         if end == 0 {
@@ -25,7 +25,7 @@ impl MarkdownStream {
     }
 
     /// Everything not shown yet (the answer ended, or a tool call follows).
-    pub fn finish(&mut self) -> Option<String> {
+    pub(crate) fn finish(&mut self) -> Option<String> {
         let rest = std::mem::take(&mut self.pending);
         Some(rest).filter(|rest| !rest.trim().is_empty())
     }
@@ -34,7 +34,7 @@ impl MarkdownStream {
 /// The length of the prefix of `text` made of complete blocks: up to the end
 /// of its last blank line outside a fenced code block (a fence is a line
 /// starting with three backticks or tildes, possibly indented).
-pub fn complete_blocks_end(text: &str) -> usize {
+pub(crate) fn complete_blocks_end(text: &str) -> usize {
     let mut in_fence = false;
     let mut end = 0;
     let mut offset = 0;
@@ -60,7 +60,7 @@ pub fn complete_blocks_end(text: &str) -> usize {
 }
 
 /// How Markdown looks: styled, or plain text where colour is off.
-pub fn skin(color: bool) -> MadSkin {
+pub(crate) fn skin(color: bool) -> MadSkin {
     if color {
         MadSkin::default()
     } else {
@@ -70,7 +70,7 @@ pub fn skin(color: bool) -> MadSkin {
 
 /// `markdown` rendered for a terminal `width` columns wide, without trailing
 /// blank lines.
-pub fn render(skin: &MadSkin, markdown: &str, width: usize) -> String {
+pub(crate) fn render(skin: &MadSkin, markdown: &str, width: usize) -> String {
     let text = termimad::FmtText::from(skin, markdown, Some(width.max(20)));
     text.to_string().trim_end().to_string()
 }

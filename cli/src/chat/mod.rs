@@ -8,13 +8,13 @@
 //! when the turn ends first. Lines are edited with the usual keys and kept in
 //! a history file in the data directory.
 
-pub mod backend;
-pub mod command;
-pub mod keys;
-pub mod markdown;
-pub mod screen;
-pub mod turn;
-pub mod view;
+pub(crate) mod backend;
+pub(crate) mod command;
+pub(crate) mod keys;
+pub(crate) mod markdown;
+pub(crate) mod screen;
+pub(crate) mod turn;
+pub(crate) mod view;
 
 use std::io::IsTerminal;
 use std::path::PathBuf;
@@ -41,7 +41,7 @@ use crate::signals::StopSignals;
 use crate::{ChatArgs, EXIT_RUNTIME, EXIT_USAGE, RunFlags};
 
 /// The line history file in the data directory.
-pub const HISTORY_FILE: &str = "chat_history";
+pub(crate) const HISTORY_FILE: &str = "chat_history";
 
 /// Lines kept in the history file.
 const HISTORY_LINES: usize = 2_000;
@@ -65,7 +65,7 @@ struct Chat {
 }
 
 /// Runs `troupe chat`; returns the exit code.
-pub async fn chat(args: ChatArgs, color: bool) -> u8 {
+pub(crate) async fn chat(args: ChatArgs, color: bool) -> u8 {
     if !std::io::stdin().is_terminal() || !std::io::stderr().is_terminal() {
         eprintln!(
             "troupe: `troupe chat` needs a terminal; for scripts use `troupe run PROMPT` (or `-` to read it from stdin)"

@@ -16,7 +16,7 @@ use crate::sanitize::for_terminal;
 const TICK: Duration = Duration::from_millis(120);
 
 /// Output of one turn.
-pub struct Screen {
+pub(crate) struct Screen {
     spinner: ProgressBar,
     skin: MadSkin,
     color: bool,
@@ -24,7 +24,7 @@ pub struct Screen {
 
 impl Screen {
     /// A screen with a spinner on stderr.
-    pub fn new(color: bool) -> Self {
+    pub(crate) fn new(color: bool) -> Self {
         let spinner = ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr());
         if let Ok(style) = ProgressStyle::with_template("{spinner} {msg}") {
             spinner.set_style(style);
@@ -40,7 +40,7 @@ impl Screen {
     /// Shows `items` above the spinner. Their text comes from the model,
     /// tools and providers: control sequences in it are removed before
     /// Troupe adds its own styling.
-    pub fn show(&self, items: Vec<Shown>) {
+    pub(crate) fn show(&self, items: Vec<Shown>) {
         for item in items {
             let text = match item {
                 Shown::Markdown(markdown) => {
@@ -56,7 +56,7 @@ impl Screen {
     }
 
     /// Prints one line (or several) above the spinner.
-    pub fn line(&self, text: &str) {
+    pub(crate) fn line(&self, text: &str) {
         self.spinner.suspend(|| {
             let mut err = std::io::stderr().lock();
             for line in text.split('\n') {
@@ -68,7 +68,7 @@ impl Screen {
     }
 
     /// The spinner's text.
-    pub fn status(&self, text: String) {
+    pub(crate) fn status(&self, text: String) {
         self.spinner.set_message(text);
     }
 
@@ -81,13 +81,13 @@ impl Screen {
     }
 
     /// Removes the spinner.
-    pub fn close(self) {
+    pub(crate) fn close(self) {
         self.spinner.finish_and_clear();
     }
 }
 
 /// The terminal's width in columns (80 when unknown).
-pub fn terminal_width() -> usize {
+pub(crate) fn terminal_width() -> usize {
     crossterm::terminal::size()
         .map(|(columns, _)| usize::from(columns))
         .unwrap_or(80)
@@ -95,14 +95,14 @@ pub fn terminal_width() -> usize {
 
 /// The terminal in key mode for the length of a turn: keys arrive one by
 /// one and Ctrl-C is a key, not a signal. Restored on drop.
-pub struct KeyMode {
+pub(crate) struct KeyMode {
     active: bool,
 }
 
 impl KeyMode {
     /// Enters key mode; on a terminal that refuses it, keys are not read and
     /// Ctrl-C stays a signal (which cancels the turn too).
-    pub fn enter() -> Self {
+    pub(crate) fn enter() -> Self {
         match crossterm::terminal::enable_raw_mode() {
             Ok(()) => Self { active: true },
             Err(err) => {
@@ -113,7 +113,7 @@ impl KeyMode {
     }
 
     /// Whether keys are read.
-    pub fn active(&self) -> bool {
+    pub(crate) fn active(&self) -> bool {
         self.active
     }
 }

@@ -20,7 +20,7 @@ use crate::signals::{StopSignal, StopSignals};
 
 /// How a turn ended.
 #[derive(Debug)]
-pub struct TurnEnd {
+pub(crate) struct TurnEnd {
     /// The main agent's status (`error` when the events stopped early).
     pub status: RunStatus,
     /// Tokens of the turn.
@@ -49,7 +49,7 @@ struct Ask {
 const ASK_ARGS_CHARS: usize = 2_000;
 
 /// Follows the turn on `link` to its end.
-pub async fn follow_turn(
+pub(crate) async fn follow_turn(
     link: &mut impl RunLink,
     screen: &Screen,
     signals: &mut StopSignals,
@@ -247,7 +247,7 @@ async fn next_key(keys: &mut Option<EventStream>) -> crossterm::event::KeyEvent 
 
 /// The spinner's text: what the agent does, its step, tokens and time, and
 /// the line being typed (an approval answer, or text to queue).
-pub fn status_text(
+pub(crate) fn status_text(
     view: &TurnView,
     seconds: u64,
     answering: Option<&str>,

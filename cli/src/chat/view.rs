@@ -12,7 +12,7 @@ use crate::render::{CallTargets, finished_line, hook_line, stop_cause_words, tri
 
 /// One thing to show.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Shown {
+pub(crate) enum Shown {
     /// Part of the answer, Markdown.
     Markdown(String),
     /// A line of its own.
@@ -25,7 +25,7 @@ pub enum Shown {
 
 /// The view of one turn.
 #[derive(Debug, Default)]
-pub struct TurnView {
+pub(crate) struct TurnView {
     answer: MarkdownStream,
     /// Text of each sub-agent's current response, shown before its tool lines.
     narration: HashMap<String, String>,
@@ -41,7 +41,7 @@ pub struct TurnView {
 
 impl TurnView {
     /// What `event` shows.
-    pub fn on(&mut self, event: &RunEvent) -> Vec<Shown> {
+    pub(crate) fn on(&mut self, event: &RunEvent) -> Vec<Shown> {
         let main = event.agent_path == "main";
         let prefix = if main {
             String::new()
@@ -200,7 +200,7 @@ impl TurnView {
 }
 
 /// The line that closes a turn: how it ended, its steps and tokens.
-pub fn ending_line(status: RunStatus, stop_reason: &str, steps: u32, tokens: u64) -> String {
+pub(crate) fn ending_line(status: RunStatus, stop_reason: &str, steps: u32, tokens: u64) -> String {
     let how = match status {
         RunStatus::Finished => "done".to_string(),
         RunStatus::Cancelled => "cancelled".to_string(),

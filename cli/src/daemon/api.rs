@@ -39,7 +39,7 @@ use super::guard;
 use super::idle::{Activity, StreamGuard};
 
 /// The largest request body accepted (1 MiB).
-pub const BODY_LIMIT: usize = 1024 * 1024;
+pub(crate) const BODY_LIMIT: usize = 1024 * 1024;
 
 /// `POST /v1/runs`: what a client asks for. Configuration is read for `cwd`
 /// with the environment the client sends (`env`), so a run behaves as it
@@ -47,7 +47,7 @@ pub const BODY_LIMIT: usize = 1024 * 1024;
 /// without `env`, with the daemon's own.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct RunRequest {
+pub(crate) struct RunRequest {
     /// The task.
     pub prompt: String,
     /// Continue this session instead of starting a new one.
@@ -85,7 +85,7 @@ pub struct RunRequest {
 /// Per-run limits a client may set.
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct RunLimits {
+pub(crate) struct RunLimits {
     /// Turn limit.
     #[serde(default)]
     pub max_turns: Option<u32>,
@@ -98,7 +98,7 @@ pub struct RunLimits {
 }
 
 /// A run ready to submit, with what the person should be told first.
-pub struct PreparedRun {
+pub(crate) struct PreparedRun {
     /// The submission.
     pub submission: RunSubmission,
     /// Start-up warnings (a broken role file, a setting with no effect).
@@ -106,12 +106,12 @@ pub struct PreparedRun {
 }
 
 /// Turns a run request into a submission (configuration, provider, tools).
-pub type Prepare =
+pub(crate) type Prepare =
     Arc<dyn Fn(RunRequest) -> BoxFuture<'static, Result<PreparedRun, ApiError>> + Send + Sync>;
 
 /// What every handler shares.
 #[derive(Clone)]
-pub struct ApiState {
+pub(crate) struct ApiState {
     /// The runtime runs go to.
     pub runtime: Runtime,
     /// The store runs and sessions are read from.
@@ -135,7 +135,7 @@ pub struct ApiState {
 }
 
 /// The API's router.
-pub fn router(state: ApiState) -> Router {
+pub(crate) fn router(state: ApiState) -> Router {
     Router::new()
         .route("/healthz", get(health))
         .route("/v1/runs", post(create_run).get(list_runs))
@@ -324,11 +324,11 @@ struct EventsQuery {
 
 /// How long a run whose owning client went away waits for it to reconnect
 /// before it is cancelled.
-pub const OWNER_GRACE: Duration = Duration::from_secs(3);
+pub(crate) const OWNER_GRACE: Duration = Duration::from_secs(3);
 
 /// The event streams of the clients that own runs, counted per run.
 #[derive(Debug, Default)]
-pub struct Owners {
+pub(crate) struct Owners {
     streams: std::sync::Mutex<std::collections::HashMap<String, usize>>,
 }
 
@@ -349,7 +349,7 @@ impl Owners {
     }
 
     /// Owning streams of `run_id` open now.
-    pub fn open(&self, run_id: &str) -> usize {
+    pub(crate) fn open(&self, run_id: &str) -> usize {
         let streams = self.streams.lock().unwrap_or_else(|p| p.into_inner());
         streams.get(run_id).copied().unwrap_or(0)
     }
@@ -358,7 +358,7 @@ impl Owners {
 /// True when a run must be cancelled because its owner is gone: no owning
 /// stream is open any more, and the run had not ended when the last one
 /// closed.
-pub fn owner_gone(owning_streams_left: usize, run_ended: bool) -> bool {
+pub(crate) fn owner_gone(owning_streams_left: usize, run_ended: bool) -> bool {
     owning_streams_left == 0 && !run_ended
 }
 
@@ -397,7 +397,10 @@ impl Drop for OwnerGuard {
 
 /// The first sequence number a client wants: after `Last-Event-ID`, else
 /// `from_seq`, else 1.
-pub fn first_wanted(last_event_id: Option<&str>, from_seq: Option<u64>) -> Result<u64, ApiError> {
+pub(crate) fn first_wanted(
+    last_event_id: Option<&str>,
+    from_seq: Option<u64>,
+) -> Result<u64, ApiError> {
     match last_event_id {
         Some(text) => text
             .trim()
@@ -603,7 +606,7 @@ async fn remove_session(
 /// session — the configuration is read for `cwd` with `env`, as for a run.
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct CompactRequest {
+pub(crate) struct CompactRequest {
     /// The client's working directory (absolute); the session's own
     /// directory is used when it still exists.
     pub cwd: PathBuf,

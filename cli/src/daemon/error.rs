@@ -7,7 +7,7 @@ use serde_json::json;
 /// One API error: the HTTP status, a stable machine code and a message for
 /// people.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ApiError {
+pub(crate) struct ApiError {
     /// HTTP status.
     pub status: StatusCode,
     /// Stable code (`unauthorized`, `not_found`, …).
@@ -26,32 +26,32 @@ impl ApiError {
     }
 
     /// 400: the request is malformed.
-    pub fn bad_request(message: impl Into<String>) -> Self {
+    pub(crate) fn bad_request(message: impl Into<String>) -> Self {
         Self::new(StatusCode::BAD_REQUEST, "bad_request", message)
     }
 
     /// 401: no or a wrong token.
-    pub fn unauthorized(message: impl Into<String>) -> Self {
+    pub(crate) fn unauthorized(message: impl Into<String>) -> Self {
         Self::new(StatusCode::UNAUTHORIZED, "unauthorized", message)
     }
 
     /// 403: a foreign `Host` or `Origin`.
-    pub fn forbidden(message: impl Into<String>) -> Self {
+    pub(crate) fn forbidden(message: impl Into<String>) -> Self {
         Self::new(StatusCode::FORBIDDEN, "forbidden", message)
     }
 
     /// 404: no such run, session or endpoint.
-    pub fn not_found(message: impl Into<String>) -> Self {
+    pub(crate) fn not_found(message: impl Into<String>) -> Self {
         Self::new(StatusCode::NOT_FOUND, "not_found", message)
     }
 
     /// 409: the request conflicts with the state (a busy session, an ended run).
-    pub fn conflict(message: impl Into<String>) -> Self {
+    pub(crate) fn conflict(message: impl Into<String>) -> Self {
         Self::new(StatusCode::CONFLICT, "conflict", message)
     }
 
     /// 413: the body is over the limit.
-    pub fn too_large(limit: usize) -> Self {
+    pub(crate) fn too_large(limit: usize) -> Self {
         Self::new(
             StatusCode::PAYLOAD_TOO_LARGE,
             "payload_too_large",
@@ -61,22 +61,22 @@ impl ApiError {
 
     /// 422: the request is well-formed but its content is refused (a bad
     /// configuration for the run).
-    pub fn unprocessable(message: impl Into<String>) -> Self {
+    pub(crate) fn unprocessable(message: impl Into<String>) -> Self {
         Self::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid_request", message)
     }
 
     /// 500: the daemon failed.
-    pub fn internal(message: impl Into<String>) -> Self {
+    pub(crate) fn internal(message: impl Into<String>) -> Self {
         Self::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", message)
     }
 
     /// 502: the model could not do what was asked (a compaction's summary).
-    pub fn bad_gateway(message: impl Into<String>) -> Self {
+    pub(crate) fn bad_gateway(message: impl Into<String>) -> Self {
         Self::new(StatusCode::BAD_GATEWAY, "model_error", message)
     }
 
     /// 503: the daemon is shutting down.
-    pub fn unavailable(message: impl Into<String>) -> Self {
+    pub(crate) fn unavailable(message: impl Into<String>) -> Self {
         Self::new(StatusCode::SERVICE_UNAVAILABLE, "unavailable", message)
     }
 }

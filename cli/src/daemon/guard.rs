@@ -12,7 +12,7 @@ use std::net::SocketAddr;
 use super::error::ApiError;
 
 /// Checks `Authorization: Bearer TOKEN` against `token` in constant time.
-pub fn check_token(authorization: Option<&str>, token: &str) -> Result<(), ApiError> {
+pub(crate) fn check_token(authorization: Option<&str>, token: &str) -> Result<(), ApiError> {
     let Some(value) = authorization else {
         return Err(ApiError::unauthorized(
             "missing Authorization: Bearer TOKEN (the token is in $TROUPE_HOME/daemon.token)",
@@ -30,7 +30,7 @@ pub fn check_token(authorization: Option<&str>, token: &str) -> Result<(), ApiEr
 }
 
 /// Compares two byte strings in time that depends only on their lengths.
-pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+pub(crate) fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     use subtle::ConstantTimeEq;
     a.len() == b.len() && bool::from(a.ct_eq(b))
 }
@@ -67,7 +67,7 @@ fn allowed_host(host: &str, listen: SocketAddr, extra: &[String]) -> bool {
 
 /// Refuses a request whose `Host` (required) or `Origin` (when sent) names
 /// another server than this daemon.
-pub fn check_origin(
+pub(crate) fn check_origin(
     host: Option<&str>,
     origin: Option<&str>,
     listen: SocketAddr,

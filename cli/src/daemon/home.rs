@@ -10,13 +10,13 @@ use serde::{Deserialize, Serialize};
 use troupe_runtime::tools::process::process_is_alive;
 
 /// File name of the token.
-pub const TOKEN_FILE: &str = "daemon.token";
+pub(crate) const TOKEN_FILE: &str = "daemon.token";
 /// File name of the running daemon's state.
-pub const STATE_FILE: &str = "daemon.json";
+pub(crate) const STATE_FILE: &str = "daemon.json";
 
 /// What a running daemon writes about itself.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct DaemonState {
+pub(crate) struct DaemonState {
     /// Where it listens (`127.0.0.1:PORT`).
     pub addr: String,
     /// Its process id.
@@ -25,7 +25,7 @@ pub struct DaemonState {
 
 /// The token of the daemon of `data_dir`: read, or generated (32 random
 /// bytes, hex) into a new file only the owner can read.
-pub fn load_or_create_token(data_dir: &Path) -> std::io::Result<String> {
+pub(crate) fn load_or_create_token(data_dir: &Path) -> std::io::Result<String> {
     let path = data_dir.join(TOKEN_FILE);
     match std::fs::read_to_string(&path) {
         Ok(token) if !token.trim().is_empty() => return Ok(token.trim().to_string()),
@@ -57,7 +57,7 @@ pub fn load_or_create_token(data_dir: &Path) -> std::io::Result<String> {
 }
 
 /// The token, if a daemon created one.
-pub fn read_token(data_dir: &Path) -> Option<String> {
+pub(crate) fn read_token(data_dir: &Path) -> Option<String> {
     std::fs::read_to_string(data_dir.join(TOKEN_FILE))
         .ok()
         .map(|token| token.trim().to_string())
@@ -65,18 +65,18 @@ pub fn read_token(data_dir: &Path) -> Option<String> {
 }
 
 /// The state file's path.
-pub fn state_path(data_dir: &Path) -> PathBuf {
+pub(crate) fn state_path(data_dir: &Path) -> PathBuf {
     data_dir.join(STATE_FILE)
 }
 
 /// The state a daemon wrote, if the file is there and readable.
-pub fn read_state(data_dir: &Path) -> Option<DaemonState> {
+pub(crate) fn read_state(data_dir: &Path) -> Option<DaemonState> {
     let text = std::fs::read_to_string(state_path(data_dir)).ok()?;
     serde_json::from_str(&text).ok()
 }
 
 /// Writes the state file atomically (a temporary file renamed over it).
-pub fn write_state(data_dir: &Path, state: &DaemonState) -> std::io::Result<()> {
+pub(crate) fn write_state(data_dir: &Path, state: &DaemonState) -> std::io::Result<()> {
     let path = state_path(data_dir);
     let temporary = data_dir.join(format!("{STATE_FILE}.{}", std::process::id()));
     let text = serde_json::to_string(state).map_err(std::io::Error::other)?;
@@ -94,7 +94,7 @@ pub fn write_state(data_dir: &Path, state: &DaemonState) -> std::io::Result<()> 
 }
 
 /// Removes the state file if it still describes this process.
-pub fn remove_state(data_dir: &Path) {
+pub(crate) fn remove_state(data_dir: &Path) {
     if read_state(data_dir).is_some_and(|state| state.pid == std::process::id()) {
         let _ = std::fs::remove_file(state_path(data_dir));
     }
@@ -103,7 +103,7 @@ pub fn remove_state(data_dir: &Path) {
 /// True when the process a state file names is alive and is a daemon (its
 /// command line has `serve`): a pid reused by another program after a
 /// daemon was killed does not count.
-pub fn daemon_alive(state: &DaemonState) -> bool {
+pub(crate) fn daemon_alive(state: &DaemonState) -> bool {
     process_is_alive(state.pid)
         && std::fs::read(format!("/proc/{}/cmdline", state.pid))
             .is_ok_and(|cmdline| cmdline.split(|b| *b == 0).any(|arg| arg == b"serve"))

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 /// What the daemon is doing, as the idle check sees it.
 #[derive(Debug)]
-pub struct Activity {
+pub(crate) struct Activity {
     last_request: Mutex<Instant>,
     open_streams: AtomicUsize,
 }
@@ -24,31 +24,31 @@ impl Default for Activity {
 
 impl Activity {
     /// A request arrived.
-    pub fn touch(&self) {
+    pub(crate) fn touch(&self) {
         let mut last = self.last_request.lock().unwrap_or_else(|p| p.into_inner());
         *last = Instant::now();
     }
 
     /// When the last request arrived.
-    pub fn last_request(&self) -> Instant {
+    pub(crate) fn last_request(&self) -> Instant {
         *self.last_request.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// An event stream opened; it counts until the guard is dropped.
-    pub fn stream_opened(self: &std::sync::Arc<Self>) -> StreamGuard {
+    pub(crate) fn stream_opened(self: &std::sync::Arc<Self>) -> StreamGuard {
         self.open_streams.fetch_add(1, Ordering::SeqCst);
         StreamGuard(self.clone())
     }
 
     /// Event streams open now.
-    pub fn open_streams(&self) -> usize {
+    pub(crate) fn open_streams(&self) -> usize {
         self.open_streams.load(Ordering::SeqCst)
     }
 }
 
 /// Counts one open event stream while it lives.
 #[derive(Debug)]
-pub struct StreamGuard(std::sync::Arc<Activity>);
+pub(crate) struct StreamGuard(std::sync::Arc<Activity>);
 
 impl Drop for StreamGuard {
     fn drop(&mut self) {
@@ -59,7 +59,7 @@ impl Drop for StreamGuard {
 
 /// True when a daemon with idle limit `idle` should exit at `now`: nothing
 /// runs, nobody follows a stream, and the last request is `idle` old.
-pub fn idle_for_too_long(
+pub(crate) fn idle_for_too_long(
     now: Instant,
     last_request: Instant,
     idle: Duration,

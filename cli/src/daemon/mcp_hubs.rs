@@ -35,10 +35,10 @@ use troupe_runtime::mcp::{McpServerSpec, SHUTDOWN_BUDGET};
 use crate::setup::Locations;
 
 /// A project's servers are closed once no run has held them this long.
-pub const HUB_IDLE_LIMIT: Duration = Duration::from_secs(600);
+pub(crate) const HUB_IDLE_LIMIT: Duration = Duration::from_secs(600);
 
 /// How often the daemon looks for hubs to shut down.
-pub const SWEEP_PERIOD: Duration = Duration::from_secs(1);
+pub(crate) const SWEEP_PERIOD: Duration = Duration::from_secs(1);
 
 /// Room beyond [`SHUTDOWN_BUDGET`] for the hubs' actors to answer before the
 /// daemon stops waiting (dropping a hub still kills its process groups).
@@ -48,7 +48,7 @@ const SHUTDOWN_SLACK: Duration = Duration::from_millis(500);
 /// resolved to (commands, arguments, expanded variables, working
 /// directories, URLs, headers, grace periods).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct HubKey {
+pub(crate) struct HubKey {
     /// The project root.
     pub root: PathBuf,
     /// The resolved servers, by name.
@@ -58,7 +58,7 @@ pub struct HubKey {
 /// The key of the servers `specs` for the project at `root`. `specs` come
 /// sorted by name from the configuration; they are sorted here too, so the
 /// key does not depend on the order they were listed in.
-pub fn hub_key(root: &Path, specs: &[McpServerSpec]) -> HubKey {
+pub(crate) fn hub_key(root: &Path, specs: &[McpServerSpec]) -> HubKey {
     let mut specs = specs.to_vec();
     specs.sort_by(|a, b| a.name.cmp(&b.name));
     HubKey {
@@ -69,7 +69,7 @@ pub fn hub_key(root: &Path, specs: &[McpServerSpec]) -> HubKey {
 
 /// What to do with a project's hub for a run that wants `wanted`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum HubChoice {
+pub(crate) enum HubChoice {
     /// The project's hub serves exactly these servers: share it.
     Reuse,
     /// The project has no hub: start one.
@@ -84,7 +84,7 @@ pub enum HubChoice {
 
 /// Chooses the servers of a run that wants `wanted`, given the key of the
 /// project's current hub (`None`: it has none).
-pub fn choose_hub(current: Option<&HubKey>, wanted: &HubKey) -> HubChoice {
+pub(crate) fn choose_hub(current: Option<&HubKey>, wanted: &HubKey) -> HubChoice {
     match current {
         _ if wanted.specs.is_empty() => match current {
             Some(_) => HubChoice::Retire,
@@ -98,12 +98,12 @@ pub fn choose_hub(current: Option<&HubKey>, wanted: &HubKey) -> HubChoice {
 
 /// Whether a project's hub is evicted: no run holds it and none has for at
 /// least `limit` (`unused_for` is the time since a run last held it).
-pub fn evict(in_use: bool, unused_for: Duration, limit: Duration) -> bool {
+pub(crate) fn evict(in_use: bool, unused_for: Duration, limit: Duration) -> bool {
     !in_use && unused_for >= limit
 }
 
 /// The daemon's running hubs.
-pub struct McpHubs {
+pub(crate) struct McpHubs {
     idle_limit: Duration,
     hubs: Mutex<Hubs>,
 }
@@ -143,7 +143,7 @@ impl Default for McpHubs {
 
 impl McpHubs {
     /// No hubs yet; a project's hub is evicted after `idle_limit` unused.
-    pub fn new(idle_limit: Duration) -> Self {
+    pub(crate) fn new(idle_limit: Duration) -> Self {
         Self {
             idle_limit,
             hubs: Mutex::new(Hubs::default()),
@@ -153,7 +153,7 @@ impl McpHubs {
     /// The servers of a run in `project_root` configured by `config`, with
     /// the warnings to show (undefined variables, unusable entries, a hub
     /// that could not start). `None` when the project has no servers.
-    pub async fn servers_for(
+    pub(crate) async fn servers_for(
         &self,
         config: &Config,
         locations: &Locations,
@@ -176,7 +176,7 @@ impl McpHubs {
     /// The hub for `key`, shared, started (from `base_env`) when the project
     /// has none or has one for other servers; `None` when `key` names no
     /// servers. `now` is when the run takes it.
-    pub async fn acquire(
+    pub(crate) async fn acquire(
         &self,
         key: HubKey,
         base_env: BaseEnv,
@@ -231,7 +231,7 @@ impl McpHubs {
 
     /// Shuts down the replaced hubs no run holds any more and evicts the
     /// hubs no run has held for the idle limit, as of `now`.
-    pub async fn sweep(&self, now: Instant) {
+    pub(crate) async fn sweep(&self, now: Instant) {
         let mut hubs = self.hubs.lock().await;
         hubs.closing.retain(|task| !task.is_finished());
         let retiring = std::mem::take(&mut hubs.retiring);
@@ -260,7 +260,7 @@ impl McpHubs {
     /// Shuts every hub down concurrently (each closes its sessions within
     /// the MCP shutdown budget and kills its process groups) and starts no
     /// more.
-    pub async fn shutdown(&self) {
+    pub(crate) async fn shutdown(&self) {
         let (hubs, closing) = {
             let mut hubs = self.hubs.lock().await;
             hubs.stopped = true;
@@ -286,7 +286,7 @@ impl McpHubs {
     /// How many hubs run: the projects' current ones and the replaced ones
     /// still held or closing.
     #[cfg(test)]
-    pub async fn running(&self) -> usize {
+    pub(crate) async fn running(&self) -> usize {
         let hubs = self.hubs.lock().await;
         hubs.by_root.len()
             + hubs.retiring.len()

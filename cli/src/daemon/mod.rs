@@ -12,13 +12,13 @@
 //! stop the runtime, shut every MCP server down, flush the store, remove
 //! `daemon.json`, exit 0.
 
-pub mod api;
-pub mod error;
-pub mod guard;
-pub mod home;
-pub mod idle;
-pub mod mcp_hubs;
-pub mod spawn;
+pub(crate) mod api;
+pub(crate) mod error;
+pub(crate) mod guard;
+pub(crate) mod home;
+pub(crate) mod idle;
+pub(crate) mod mcp_hubs;
+pub(crate) mod spawn;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -46,11 +46,11 @@ const CANCEL_GRACE: Duration = Duration::from_secs(10);
 
 /// Where the daemon listens unless told otherwise: loopback, any free port
 /// (clients find it in `daemon.json`).
-pub const DEFAULT_LISTEN: &str = "127.0.0.1:0";
+pub(crate) const DEFAULT_LISTEN: &str = "127.0.0.1:0";
 
 /// How `troupe serve` was asked to run.
 #[derive(Debug, Clone, Default)]
-pub struct ServeOptions {
+pub(crate) struct ServeOptions {
     /// `--listen`.
     pub listen: Option<SocketAddr>,
     /// `--allow-host`.
@@ -60,7 +60,7 @@ pub struct ServeOptions {
 }
 
 /// Runs `troupe serve`; returns the exit code.
-pub async fn serve(options: ServeOptions) -> u8 {
+pub(crate) async fn serve(options: ServeOptions) -> u8 {
     match run_daemon(options).await {
         Ok(()) => 0,
         Err(message) => {

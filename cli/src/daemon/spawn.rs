@@ -12,16 +12,16 @@ use std::time::{Duration, Instant};
 use super::home;
 
 /// File the detached daemon's stderr goes to, in the data directory.
-pub const LOG_FILE: &str = "daemon.log";
+pub(crate) const LOG_FILE: &str = "daemon.log";
 /// Environment variable with the idle limit of daemons started on demand.
-pub const IDLE_VAR: &str = "TROUPE_DAEMON_IDLE_SECS";
+pub(crate) const IDLE_VAR: &str = "TROUPE_DAEMON_IDLE_SECS";
 /// The idle limit of daemons started on demand (10 minutes).
-pub const DEFAULT_IDLE_SECS: u64 = 600;
+pub(crate) const DEFAULT_IDLE_SECS: u64 = 600;
 /// How long a client waits for a daemon it started to answer.
-pub const START_LIMIT: Duration = Duration::from_secs(10);
+pub(crate) const START_LIMIT: Duration = Duration::from_secs(10);
 
 /// The idle limit for a daemon started on demand, from `IDLE_VAR`'s value.
-pub fn idle_secs(value: Option<&str>) -> Result<u64, String> {
+pub(crate) fn idle_secs(value: Option<&str>) -> Result<u64, String> {
     match value.map(str::trim).filter(|value| !value.is_empty()) {
         None => Ok(DEFAULT_IDLE_SECS),
         Some(text) => match text.parse::<u64>() {
@@ -35,7 +35,7 @@ pub fn idle_secs(value: Option<&str>) -> Result<u64, String> {
 
 /// Starts a detached daemon for `data_dir` that exits after `idle_secs`
 /// with nothing to do. Returns its process id.
-pub fn start_detached(data_dir: &Path, idle_secs: u64) -> std::io::Result<u32> {
+pub(crate) fn start_detached(data_dir: &Path, idle_secs: u64) -> std::io::Result<u32> {
     std::fs::create_dir_all(data_dir)?;
     let log = std::fs::OpenOptions::new()
         .create(true)
@@ -69,7 +69,7 @@ pub fn start_detached(data_dir: &Path, idle_secs: u64) -> std::io::Result<u32> {
 
 /// Waits until the data directory's `daemon.json` names a live daemon, for at
 /// most `limit`; `None` when none appeared.
-pub fn wait_for_state(data_dir: &Path, limit: Duration) -> Option<home::DaemonState> {
+pub(crate) fn wait_for_state(data_dir: &Path, limit: Duration) -> Option<home::DaemonState> {
     let deadline = Instant::now() + limit;
     let mut pause = Duration::from_millis(2);
     loop {
@@ -87,7 +87,7 @@ pub fn wait_for_state(data_dir: &Path, limit: Duration) -> Option<home::DaemonSt
 }
 
 /// The last lines of the daemon log, for an error message.
-pub fn log_tail(data_dir: &Path) -> String {
+pub(crate) fn log_tail(data_dir: &Path) -> String {
     let text = std::fs::read_to_string(data_dir.join(LOG_FILE)).unwrap_or_default();
     let lines: Vec<&str> = text.lines().rev().take(5).collect();
     lines.into_iter().rev().collect::<Vec<_>>().join("\n")

@@ -24,14 +24,14 @@ use troupe_runtime::model::Message;
 use troupe_scripted::{RecordedRequest, ScriptedServer};
 
 /// The binary under test.
-pub const TROUPE: &str = env!("CARGO_BIN_EXE_troupe");
+pub(crate) const TROUPE: &str = env!("CARGO_BIN_EXE_troupe");
 
 /// How long one `troupe` invocation may take before the test gives up.
-pub const COMMAND_LIMIT: Duration = Duration::from_secs(60);
+pub(crate) const COMMAND_LIMIT: Duration = Duration::from_secs(60);
 
 /// A sandboxed environment: empty home, config and data directories, and a
 /// project directory with an (empty) `.troupe` folder.
-pub struct Env {
+pub(crate) struct Env {
     /// `HOME`; holds `config/` (`XDG_CONFIG_HOME`) and `data/` (`TROUPE_HOME`).
     pub home: tempfile::TempDir,
     /// The project root and working directory.
@@ -40,7 +40,7 @@ pub struct Env {
 
 impl Env {
     /// A fresh environment.
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         let env = Self {
             home: tempfile::tempdir().unwrap(),
             project: tempfile::tempdir().unwrap(),
@@ -50,32 +50,36 @@ impl Env {
     }
 
     /// The data directory (`TROUPE_HOME`).
-    pub fn data_dir(&self) -> PathBuf {
+    pub(crate) fn data_dir(&self) -> PathBuf {
         self.home.path().join("data")
     }
 
     /// Trusts the project, as `troupe trust` does: its whole
     /// `.troupe/config.toml` applies.
-    pub fn trust(&self) {
+    pub(crate) fn trust(&self) {
         troupe_runtime::config::TrustStore::new(&self.data_dir())
             .set(self.root(), true)
             .unwrap();
     }
 
     /// The project root (the working directory of every command).
-    pub fn root(&self) -> &Path {
+    pub(crate) fn root(&self) -> &Path {
         self.project.path()
     }
 
     /// `troupe` with a cleared environment pointing at this sandbox and, when
     /// given, at `server` as the Anthropic endpoint. Runs are embedded
     /// (`TROUPE_NO_DAEMON=1`); remove that variable to go through a daemon.
-    pub fn command(&self, server: Option<&ScriptedServer>) -> Command {
+    pub(crate) fn command(&self, server: Option<&ScriptedServer>) -> Command {
         self.command_with_home(server, &self.data_dir())
     }
 
     /// [`Env::command`] with another `TROUPE_HOME`.
-    pub fn command_with_home(&self, server: Option<&ScriptedServer>, data_dir: &Path) -> Command {
+    pub(crate) fn command_with_home(
+        &self,
+        server: Option<&ScriptedServer>,
+        data_dir: &Path,
+    ) -> Command {
         let mut command = Command::new(TROUPE);
         command
             .env_clear()
@@ -99,7 +103,7 @@ impl Env {
 /// Starts a prepared command with stdout piped and stderr to `stderr_file`,
 /// reads its `--json` lines until `stop` says so (or the output ends), then
 /// SIGKILLs it and reaps it. Returns the lines read, parsed.
-pub async fn run_then_kill(
+pub(crate) async fn run_then_kill(
     mut command: Command,
     stderr_file: &Path,
     mut stop: impl FnMut(&[Value]) -> bool,
@@ -137,7 +141,7 @@ pub async fn run_then_kill(
 /// while it was starting a child can leave that child holding the lock for
 /// the moment until it executes its program (the descriptor is close-on-exec);
 /// anything longer means a process kept the database open.
-pub async fn wait_until_unlocked(data_dir: &Path, limit: Duration) -> Result<(), String> {
+pub(crate) async fn wait_until_unlocked(data_dir: &Path, limit: Duration) -> Result<(), String> {
     use std::os::fd::AsRawFd;
     /// How often the lock is tried while it is held.
     const RETRY: Duration = Duration::from_millis(5);
@@ -169,7 +173,7 @@ pub async fn wait_until_unlocked(data_dir: &Path, limit: Duration) -> Result<(),
 }
 
 /// Runs a prepared command to its end within [`COMMAND_LIMIT`].
-pub async fn run(mut command: Command) -> Output {
+pub(crate) async fn run(mut command: Command) -> Output {
     command.stdout(Stdio::piped()).stderr(Stdio::piped());
     let child = spawn(command);
     tokio::time::timeout(COMMAND_LIMIT, child.wait_with_output())
@@ -188,14 +192,14 @@ pub async fn run(mut command: Command) -> Output {
 /// locked by another test's child that is being started. Holding this guard
 /// while spawning (which returns once the child has executed its program) and
 /// while a store is open in the test process rules that out.
-pub fn fd_guard() -> MutexGuard<'static, ()> {
+pub(crate) fn fd_guard() -> MutexGuard<'static, ()> {
     static GUARD: Mutex<()> = Mutex::new(());
     // A test that panicked while holding the guard leaves nothing to repair.
     GUARD.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 /// Starts `command` under [`fd_guard`].
-pub fn spawn(command: Command) -> tokio::process::Child {
+pub(crate) fn spawn(command: Command) -> tokio::process::Child {
     let _guard = fd_guard();
     tokio::process::Command::from(command)
         .spawn()
@@ -203,12 +207,12 @@ pub fn spawn(command: Command) -> tokio::process::Child {
 }
 
 /// The text of an output stream.
-pub fn text(bytes: &[u8]) -> String {
+pub(crate) fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
 }
 
 /// Both output streams, for assertion messages.
-pub fn describe(output: &Output) -> String {
+pub(crate) fn describe(output: &Output) -> String {
     format!(
         "exit {:?}\n--- stdout\n{}\n--- stderr\n{}",
         output.status.code(),
@@ -218,7 +222,7 @@ pub fn describe(output: &Output) -> String {
 }
 
 /// Parses `--json` output: one event object per line.
-pub fn json_lines(stdout: &[u8]) -> Vec<Value> {
+pub(crate) fn json_lines(stdout: &[u8]) -> Vec<Value> {
     text(stdout)
         .lines()
         .map(|line| serde_json::from_str(line).unwrap_or_else(|e| panic!("{line}: {e}")))
@@ -226,7 +230,7 @@ pub fn json_lines(stdout: &[u8]) -> Vec<Value> {
 }
 
 /// The session id carried by a run's events.
-pub fn session_of(events: &[Value]) -> String {
+pub(crate) fn session_of(events: &[Value]) -> String {
     events
         .first()
         .and_then(|event| event["session_id"].as_str())
@@ -236,7 +240,7 @@ pub fn session_of(events: &[Value]) -> String {
 
 /// Parses `troupe sessions export` output: one message per line, each a
 /// `Message` of the conversation model.
-pub fn parse_export(stdout: &[u8]) -> Vec<Message> {
+pub(crate) fn parse_export(stdout: &[u8]) -> Vec<Message> {
     text(stdout)
         .lines()
         .map(|line| {
@@ -247,7 +251,7 @@ pub fn parse_export(stdout: &[u8]) -> Vec<Message> {
 }
 
 /// `troupe sessions export ID`, which must succeed, parsed.
-pub async fn export(env: &Env, id: &str) -> Vec<Message> {
+pub(crate) async fn export(env: &Env, id: &str) -> Vec<Message> {
     let mut command = env.command(None);
     command.args(["sessions", "export", id]);
     let output = run(command).await;
@@ -257,7 +261,7 @@ pub async fn export(env: &Env, id: &str) -> Vec<Message> {
 
 /// Removes every `cache_control` field: the rolling cache breakpoint moves to
 /// the newest message, so it is not part of what a message says.
-pub fn strip_cache_control(value: &mut Value) {
+pub(crate) fn strip_cache_control(value: &mut Value) {
     match value {
         Value::Object(map) => {
             map.remove("cache_control");
@@ -269,7 +273,7 @@ pub fn strip_cache_control(value: &mut Value) {
 }
 
 /// The messages of a recorded request, without `cache_control`.
-pub fn wire_messages(request: &RecordedRequest) -> Vec<Value> {
+pub(crate) fn wire_messages(request: &RecordedRequest) -> Vec<Value> {
     let mut messages = request.messages().to_vec();
     messages.iter_mut().for_each(strip_cache_control);
     messages
@@ -277,7 +281,7 @@ pub fn wire_messages(request: &RecordedRequest) -> Vec<Value> {
 
 /// The Anthropic wire messages the runtime sends for `history`, without
 /// `cache_control` (built by the runtime's own request encoder).
-pub fn wire_of(history: &[Message]) -> Vec<Value> {
+pub(crate) fn wire_of(history: &[Message]) -> Vec<Value> {
     let provider = ResolvedProvider {
         name: "claude".into(),
         protocol: Protocol::Anthropic,
@@ -309,7 +313,7 @@ pub fn wire_of(history: &[Message]) -> Vec<Value> {
 
 /// Runs `troupe` on a pseudo-terminal (through `script`), typing `answers`.
 /// Returns the exit code and everything the terminal showed.
-pub async fn run_on_terminal(command: Command, answers: &str) -> (Option<i32>, String) {
+pub(crate) async fn run_on_terminal(command: Command, answers: &str) -> (Option<i32>, String) {
     use std::io::Write;
     let program = command.get_program().to_string_lossy().into_owned();
     let args: Vec<String> = command
@@ -364,7 +368,7 @@ const POLL: Duration = Duration::from_millis(20);
 
 /// Pids of the processes whose command line contains `needle` (arguments
 /// joined by spaces).
-pub fn processes_running(needle: &str) -> Vec<i32> {
+pub(crate) fn processes_running(needle: &str) -> Vec<i32> {
     let Ok(entries) = std::fs::read_dir("/proc") else {
         return Vec::new();
     };
@@ -381,7 +385,7 @@ pub fn processes_running(needle: &str) -> Vec<i32> {
 
 /// Waits until `done` holds for the processes matching `needle`, for at most
 /// `limit`; returns the last scan.
-pub async fn wait_for_processes(
+pub(crate) async fn wait_for_processes(
     needle: &str,
     limit: Duration,
     done: impl Fn(&[i32]) -> bool,

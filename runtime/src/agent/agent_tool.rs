@@ -17,7 +17,7 @@ use super::roles::RoleSet;
 use crate::llm::ToolDefinition;
 
 /// Name of the tool that starts a sub-agent.
-pub const AGENT_TOOL_NAME: &str = "agent";
+pub(crate) const AGENT_TOOL_NAME: &str = "agent";
 
 /// The expected arguments, quoted in errors for the model.
 const SIGNATURE: &str = "{description: string, prompt: string, role?: string, fork?: boolean}";
@@ -62,14 +62,14 @@ static AGENT_TOOL_SCHEMA: LazyLock<Value> =
     LazyLock::new(crate::tools::schema::of::<AgentCallArgs>);
 
 /// The JSON Schema of the tool's arguments, derived from [`AgentCallArgs`].
-pub fn agent_tool_schema() -> Value {
+pub(crate) fn agent_tool_schema() -> Value {
     AGENT_TOOL_SCHEMA.clone()
 }
 
 /// The tool description for the model: what a sub-agent is, parallel calls,
 /// forks, limits, then one `- name: description` line per role in the set's
 /// stable order. The same set always gives the same bytes.
-pub fn agent_tool_description(roles: &RoleSet) -> String {
+pub(crate) fn agent_tool_description(roles: &RoleSet) -> String {
     let mut text = String::from(DESCRIPTION_HEAD);
     for role in roles {
         text.push_str("\n- ");
@@ -91,7 +91,7 @@ pub fn agent_tool_definition(roles: &RoleSet) -> ToolDefinition {
 
 /// Reads a call's arguments. `description` and `role` are trimmed (an empty
 /// role counts as none). The error is written for the model.
-pub fn parse_agent_call(args: &Value) -> Result<AgentCallArgs, String> {
+pub(crate) fn parse_agent_call(args: &Value) -> Result<AgentCallArgs, String> {
     if !args.is_object() {
         return Err(format!(
             "Arguments for {AGENT_TOOL_NAME} must be a JSON object: {SIGNATURE}"

@@ -113,7 +113,7 @@ impl LimitHit {
 }
 
 /// `1 turn`, `2 turns`: a count with its noun in the right number.
-pub fn count_of(n: u64, noun: &str) -> String {
+pub(crate) fn count_of(n: u64, noun: &str) -> String {
     if n == 1 {
         format!("1 {noun}")
     } else {
@@ -200,7 +200,7 @@ impl Budget {
 /// Per-user-message loop state: turns taken, unknown-tool streak, the run of
 /// identical calls.
 #[derive(Debug, Clone)]
-pub struct LoopGuard {
+pub(crate) struct LoopGuard {
     max_turns: u32,
     unknown_limit: u32,
     turns: u32,
@@ -211,7 +211,7 @@ pub struct LoopGuard {
 
 impl LoopGuard {
     /// A guard with the given turn limit and unknown-tool limit.
-    pub fn new(max_turns: u32, unknown_limit: u32) -> Self {
+    pub(crate) fn new(max_turns: u32, unknown_limit: u32) -> Self {
         Self {
             max_turns,
             unknown_limit,
@@ -223,12 +223,12 @@ impl LoopGuard {
     }
 
     /// Turns started so far.
-    pub fn turns(&self) -> u32 {
+    pub(crate) fn turns(&self) -> u32 {
         self.turns
     }
 
     /// Called before each model call: counts the turn, or says the limit is hit.
-    pub fn begin_turn(&mut self) -> Result<u32, LimitHit> {
+    pub(crate) fn begin_turn(&mut self) -> Result<u32, LimitHit> {
         if self.turns >= self.max_turns {
             return Err(LimitHit::MaxTurns {
                 limit: self.max_turns,
@@ -241,7 +241,7 @@ impl LoopGuard {
     /// Called with a response's tool calls before they run. `is_known` says
     /// whether a name is a registered tool. Returns the limit hit, if any; the
     /// caller then answers every call without running it and stops.
-    pub fn observe_calls(
+    pub(crate) fn observe_calls(
         &mut self,
         calls: &[ToolCall],
         is_known: impl Fn(&str) -> bool,
@@ -281,7 +281,7 @@ impl LoopGuard {
 
 /// Arguments in canonical form: parsed and re-serialised with sorted keys and
 /// no insignificant whitespace; malformed JSON is compared as written.
-pub fn canonical_arguments(input: &str) -> String {
+pub(crate) fn canonical_arguments(input: &str) -> String {
     match serde_json::from_str::<serde_json::Value>(input) {
         // serde_json's map is ordered by key (no `preserve_order` feature), so
         // serialising sorts every object's keys.

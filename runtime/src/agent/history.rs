@@ -164,7 +164,7 @@ pub fn validate_history(history: &[Message]) -> Result<(), HistoryError> {
 
 /// The results of a turn's calls in call order: every call without a result
 /// gets an error result with `missing_text` (e.g. "(cancelled)").
-pub fn complete_results(
+pub(crate) fn complete_results(
     calls: &[ToolCall],
     results: Vec<Option<ToolResult>>,
     missing_text: &str,
@@ -182,14 +182,14 @@ pub fn complete_results(
 
 /// True when the history ends with an assistant message whose calls are all
 /// answered — i.e. a closing message is not needed.
-pub fn ends_with_assistant(history: &[Message]) -> bool {
+pub(crate) fn ends_with_assistant(history: &[Message]) -> bool {
     matches!(history.last(), Some(last) if last.role == Role::Assistant && last.tool_calls().next().is_none())
 }
 
 /// Closes an early exit: appends `text` as an assistant message unless the
 /// history already ends with a plain assistant message, in which case the text
 /// is appended to it as a separate text block.
-pub fn close_with(history: &mut Vec<Message>, text: &str) {
+pub(crate) fn close_with(history: &mut Vec<Message>, text: &str) {
     if ends_with_assistant(history)
         && let Some(last) = history.last_mut()
     {
@@ -203,7 +203,7 @@ pub fn close_with(history: &mut Vec<Message>, text: &str) {
 
 /// A call id renamed by [`repair_call_ids`].
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RenamedCall {
+pub(crate) struct RenamedCall {
     /// Index of the call among the message's calls.
     pub index: usize,
     /// The id the provider sent.
@@ -220,7 +220,7 @@ pub struct RenamedCall {
 /// id) with the smallest `n >= 2` that no call has. The message is what
 /// history keeps, so every later request carries the new ids and the results
 /// pair with them. Returns the renames, in call order.
-pub fn repair_call_ids(message: &mut Message, taken: &HashSet<String>) -> Vec<RenamedCall> {
+pub(crate) fn repair_call_ids(message: &mut Message, taken: &HashSet<String>) -> Vec<RenamedCall> {
     // Ids kept as sent are claimed first, so a fresh id never takes one that
     // a later call of the message legitimately has.
     let kept: HashSet<String> = message
@@ -261,7 +261,7 @@ pub fn repair_call_ids(message: &mut Message, taken: &HashSet<String>) -> Vec<Re
 }
 
 /// The ids of every tool call in `history`.
-pub fn call_ids(history: &[Message]) -> HashSet<String> {
+pub(crate) fn call_ids(history: &[Message]) -> HashSet<String> {
     history
         .iter()
         .flat_map(|message| message.tool_calls())

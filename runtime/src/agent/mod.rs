@@ -7,46 +7,42 @@
 //! and closed, and the texts shown when it stops. The actors of
 //! `troupe-actors` only interpret the machine's effects.
 
-pub mod account;
+pub(crate) mod account;
 pub mod agent_tool;
 pub mod catalogue;
-pub mod guard;
-pub mod history;
-pub mod machine;
-pub mod plan;
+pub(crate) mod guard;
+pub(crate) mod history;
+pub(crate) mod machine;
+pub(crate) mod plan;
 pub mod resume;
 pub mod roles;
 pub mod subagent;
 
 pub use account::{RunAccount, SlotHolder, StopCause};
 pub use catalogue::ToolCatalogue;
-pub use guard::{Budget, LimitHit, LoopGuard, RunTally};
-pub use history::{HistoryError, validate_history};
+pub use guard::{Budget, LimitHit};
+pub use history::validate_history;
 pub use machine::{
     AgentLaunch, AgentLoop, AgentStatus, ContextSetup, Effect, HookCall, HookRequest, Input,
     LoopSetup, ToolLaunch,
 };
-pub use plan::{CallClass, ExecutionGroup, plan_execution};
+pub(crate) use plan::{ExecutionGroup, plan_execution};
 
 use std::time::Duration;
 
 use crate::events::RunStatus;
 use crate::model::Usage;
 
-/// SPEC §3: default per-call tool timeout.
-pub const DEFAULT_TOOL_TIMEOUT: Duration = Duration::from_secs(30);
-/// SPEC §3: turns per user message for the main agent.
-pub const DEFAULT_MAX_TURNS: u32 = 25;
 /// SPEC §3: turns in a row where every call names an unknown tool, main agent.
-pub const UNKNOWN_TOOL_TURNS_MAIN: u32 = 3;
+pub(crate) const UNKNOWN_TOOL_TURNS_MAIN: u32 = 3;
 /// SPEC §3 / §7: the same for sub-agents.
-pub const UNKNOWN_TOOL_TURNS_SUBAGENT: u32 = 2;
+pub(crate) const UNKNOWN_TOOL_TURNS_SUBAGENT: u32 = 2;
 /// SPEC §3: identical calls (same tool, same canonical arguments) in a row that stop the loop.
-pub const REPEATED_CALL_LIMIT: u32 = 3;
+pub(crate) const REPEATED_CALL_LIMIT: u32 = 3;
 /// SPEC §3: the result given to a call that was cancelled before it finished.
 pub const CANCELLED_RESULT: &str = "(cancelled)";
 /// SPEC §3: recorded in place of an empty final response.
-pub const EMPTY_RESPONSE_PLACEHOLDER: &str = "(no response)";
+pub(crate) const EMPTY_RESPONSE_PLACEHOLDER: &str = "(no response)";
 /// After a timeout or a cancellation a tool's token is cancelled and it gets
 /// this long to stop its processes (bash needs 2 s between SIGTERM and
 /// SIGKILL) before it is given up on.
@@ -54,7 +50,7 @@ pub const CLEANUP_GRACE: Duration = Duration::from_secs(5);
 /// How long an interrupted agent still waits for a save in flight before it
 /// ends without it (a disk that never answers must not make a run
 /// uncancellable).
-pub const SAVE_DEADLINE: Duration = crate::store::CONFIRM_DEADLINE;
+pub(crate) const SAVE_DEADLINE: Duration = crate::store::CONFIRM_DEADLINE;
 
 /// Whether someone can answer approval requests during a run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

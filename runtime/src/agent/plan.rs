@@ -18,7 +18,7 @@ pub enum CallClass {
 
 /// A contiguous group of calls `[start, end)` executed together.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ExecutionGroup {
+pub(crate) struct ExecutionGroup {
     /// First call index.
     pub start: usize,
     /// One past the last call index.
@@ -29,14 +29,14 @@ pub struct ExecutionGroup {
 
 impl ExecutionGroup {
     /// The call indices of this group.
-    pub fn indices(&self) -> std::ops::Range<usize> {
+    pub(crate) fn indices(&self) -> std::ops::Range<usize> {
         self.start..self.end
     }
 }
 
 /// Groups calls by class: runs of read-only calls and runs of `agent` calls
 /// become concurrent batches, everything else runs alone.
-pub fn plan_execution(classes: &[CallClass]) -> Vec<ExecutionGroup> {
+pub(crate) fn plan_execution(classes: &[CallClass]) -> Vec<ExecutionGroup> {
     let mut groups = Vec::new();
     let mut i = 0;
     while i < classes.len() {

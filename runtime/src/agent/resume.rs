@@ -26,10 +26,10 @@ pub const INTERRUPTED_CLOSING: &str =
     "(This run was interrupted before it finished. Send a message to continue.)";
 /// What stands first in a history whose first messages could not be read:
 /// every provider wants a conversation to begin with the person.
-pub const LOST_START: &str = "(The beginning of this conversation could not be read.)";
+pub(crate) const LOST_START: &str = "(The beginning of this conversation could not be read.)";
 
 /// SPEC §9: a pause longer than this adds a note to the next user message.
-pub const PAUSE_NOTE_AFTER: Duration = Duration::from_secs(6 * 3600);
+pub(crate) const PAUSE_NOTE_AFTER: Duration = Duration::from_secs(6 * 3600);
 
 /// What a repair changed.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -45,7 +45,7 @@ pub struct RepairReport {
     /// Whether a closing assistant message was added.
     pub closed: bool,
     /// Whether the history no longer began with a person's message (its first
-    /// records were unreadable) and [`LOST_START`] was put first.
+    /// records were unreadable) and `LOST_START` was put first.
     pub restored_start: bool,
 }
 
@@ -197,7 +197,7 @@ pub fn pause_note(paused: Duration) -> Option<String> {
 }
 
 /// "3 days", "7 hours", "45 minutes".
-pub fn human_duration(duration: Duration) -> String {
+pub(crate) fn human_duration(duration: Duration) -> String {
     let secs = duration.as_secs();
     let (value, unit) = if secs >= 2 * 86_400 {
         (secs / 86_400, "days")

@@ -25,27 +25,27 @@ use crate::front_matter::{key_prefix, parse_front_matter, split_front_matter};
 use crate::tools::registry::valid_tool_name;
 
 /// Turn limit of a sub-agent whose role sets none (the main agent's default).
-pub const SUBAGENT_MAX_TURNS: u32 = 25;
+pub(crate) const SUBAGENT_MAX_TURNS: u32 = 25;
 /// Name of the general-purpose built-in role, used when a call names no role.
-pub const GENERAL_ROLE: &str = "general";
+pub(crate) const GENERAL_ROLE: &str = "general";
 /// Name of the read-only built-in role.
-pub const EXPLORER_ROLE: &str = "explorer";
+pub(crate) const EXPLORER_ROLE: &str = "explorer";
 /// Directory of role files under `.troupe/` and under the user config dir.
-pub const AGENTS_DIR_NAME: &str = "agents";
+pub(crate) const AGENTS_DIR_NAME: &str = "agents";
 /// Extension of role files; other files in the directory are ignored.
 const ROLE_FILE_EXTENSION: &str = "md";
 /// Largest role file read: a prompt longer than this is a mistake or an attack.
-pub const MAX_ROLE_FILE_BYTES: u64 = 64 * 1024;
+pub(crate) const MAX_ROLE_FILE_BYTES: u64 = 64 * 1024;
 /// Role files read per directory, so a hostile repository cannot flood the
 /// tool description (every role is listed there) or the load time.
-pub const MAX_ROLE_FILES_PER_DIR: usize = 64;
+pub(crate) const MAX_ROLE_FILES_PER_DIR: usize = 64;
 /// Longest role name: names appear in agent paths and in every request.
-pub const MAX_ROLE_NAME_LEN: usize = 32;
+pub(crate) const MAX_ROLE_NAME_LEN: usize = 32;
 /// Longest description in characters: it is repeated in every request.
-pub const MAX_DESCRIPTION_CHARS: usize = 500;
+pub(crate) const MAX_DESCRIPTION_CHARS: usize = 500;
 /// Range of `max_turns` in a role file: at least one turn, and no role may run
 /// unboundedly longer than a main agent would.
-pub const ROLE_MAX_TURNS_RANGE: std::ops::RangeInclusive<i64> = 1..=200;
+pub(crate) const ROLE_MAX_TURNS_RANGE: std::ops::RangeInclusive<i64> = 1..=200;
 /// Entries of a `tools` list: far more than any real allowlist, and a bound on
 /// what YAML aliases can multiply.
 const MAX_TOOL_ENTRIES: usize = 128;
@@ -120,7 +120,7 @@ pub struct Role {
     pub tools: RoleTools,
     /// Model for the child; `None` = the parent's.
     pub model: Option<String>,
-    /// Turn limit; `None` = [`SUBAGENT_MAX_TURNS`].
+    /// Turn limit; `None` = `SUBAGENT_MAX_TURNS`.
     pub max_turns: Option<u32>,
     /// Where the role was defined.
     pub source: RoleSource,
@@ -285,7 +285,7 @@ fn builtin_roles() -> Vec<Role> {
 }
 
 /// True for names matching `^[a-z0-9][a-z0-9_-]{0,31}$`.
-pub fn valid_role_name(name: &str) -> bool {
+pub(crate) fn valid_role_name(name: &str) -> bool {
     let mut bytes = name.bytes();
     let Some(first) = bytes.next() else {
         return false;

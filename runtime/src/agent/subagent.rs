@@ -17,16 +17,16 @@ use crate::model::{Message, Role as MessageRole, ToolResult};
 pub const MAX_DEPTH: u32 = 2;
 
 /// SPEC §7: a fork's report is at most this many words.
-pub const FORK_REPORT_MAX_WORDS: usize = 500;
+pub(crate) const FORK_REPORT_MAX_WORDS: usize = 500;
 
 /// The role name used in agent paths and events for forks.
-pub const FORK_ROLE: &str = "fork";
+pub(crate) const FORK_ROLE: &str = "fork";
 
 /// The role used when an `agent` call names none.
-pub const DEFAULT_ROLE: &str = "general";
+pub(crate) const DEFAULT_ROLE: &str = "general";
 
 /// SPEC §7: what a fork is told after the copy of its parent's conversation.
-pub const FORK_PREAMBLE: &str = "You are a forked worker: a copy of the agent above, started to \
+pub(crate) const FORK_PREAMBLE: &str = "You are a forked worker: a copy of the agent above, started to \
 carry out one subtask of its plan while it waits. Work only on the task below and stay in its \
 scope. Do not fork or start other agents, and do not ask questions: nobody will answer them, so \
 make reasonable assumptions and state them. When you are done, end with a report that starts \
@@ -34,11 +34,11 @@ with \"Scope:\" (what you were asked to do), then what you found or changed, wit
 most 500 words.\n\nYour task:";
 
 /// Placeholder result, in a fork's copy, of the call that started the fork.
-pub const FORK_OWN_CALL_RESULT: &str =
+pub(crate) const FORK_OWN_CALL_RESULT: &str =
     "(This call started you, the forked worker. Its result will be your report.)";
 
 /// Placeholder result, in a fork's copy, of the other calls still running in the parent.
-pub const FORK_SIBLING_CALL_RESULT: &str =
+pub(crate) const FORK_SIBLING_CALL_RESULT: &str =
     "(Still running in the parent agent; its result is not available to this fork.)";
 
 /// Refusal for an `agent` call made by a fork.
@@ -187,7 +187,7 @@ fn child_spec(parent: &AgentSpec, role: &str, max_turns: u32, is_fork: bool) -> 
 
 /// The path of a parent's `n`-th child (1-based) with `label`:
 /// `main/fork-2`, `main/explorer-1/general-1`.
-pub fn child_path(parent_path: &str, label: &str, n: u32) -> String {
+pub(crate) fn child_path(parent_path: &str, label: &str, n: u32) -> String {
     format!("{parent_path}/{label}-{n}")
 }
 
@@ -196,7 +196,7 @@ pub fn child_path(parent_path: &str, label: &str, n: u32) -> String {
 /// valid conversation), then the preamble and the task. Everything before the
 /// placeholders is byte-identical to the parent's last request, so the
 /// provider's prompt cache serves it.
-pub fn fork_history(parent: &[Message], own_call_id: &str, task: &str) -> Vec<Message> {
+pub(crate) fn fork_history(parent: &[Message], own_call_id: &str, task: &str) -> Vec<Message> {
     let mut history = parent.to_vec();
     let unanswered: Vec<ToolResult> = match history.last() {
         Some(last) if last.role == MessageRole::Assistant => last
@@ -221,7 +221,7 @@ pub fn fork_history(parent: &[Message], own_call_id: &str, task: &str) -> Vec<Me
 
 /// SPEC §7: a fork's report cut to [`FORK_REPORT_MAX_WORDS`] words, with a
 /// note saying so. Shorter reports are returned unchanged.
-pub fn truncate_report(text: &str) -> String {
+pub(crate) fn truncate_report(text: &str) -> String {
     let mut words = 0;
     let mut in_word = false;
     for (at, ch) in text.char_indices() {

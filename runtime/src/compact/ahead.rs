@@ -14,7 +14,7 @@ use super::work_ahead_threshold;
 
 /// The history prefix a prepared summary was made from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct PrefixKey {
+pub(crate) struct PrefixKey {
     /// Messages summarised: the history's first `len`.
     pub len: usize,
     /// Hash of those messages.
@@ -22,7 +22,7 @@ pub struct PrefixKey {
 }
 
 /// The key of `messages[..cut]` (`cut` is clamped to the history).
-pub fn prefix_key(messages: &[Message], cut: usize) -> PrefixKey {
+pub(crate) fn prefix_key(messages: &[Message], cut: usize) -> PrefixKey {
     let len = cut.min(messages.len());
     // Deterministic within the process, which is all a key must be: it never
     // leaves the loop that made it.
@@ -45,7 +45,7 @@ pub fn prefix_key(messages: &[Message], cut: usize) -> PrefixKey {
 /// with the very prefix it summarised, and the message after it (where the
 /// kept tail begins) exists and is not a tool message, so no call is
 /// separated from its results.
-pub fn still_matches(key: &PrefixKey, messages: &[Message]) -> bool {
+pub(crate) fn still_matches(key: &PrefixKey, messages: &[Message]) -> bool {
     key.len > 0
         && messages
             .get(key.len)
@@ -56,7 +56,7 @@ pub fn still_matches(key: &PrefixKey, messages: &[Message]) -> bool {
 /// Whether to start preparing a summary now: the estimate is at
 /// [`super::WORK_AHEAD_PERCENT`] of the `threshold` or more but below it (at
 /// the threshold the summary is due, not prepared).
-pub fn should_prepare(estimate: u64, threshold: u64) -> bool {
+pub(crate) fn should_prepare(estimate: u64, threshold: u64) -> bool {
     estimate >= work_ahead_threshold(threshold) && estimate < threshold
 }
 

@@ -4,13 +4,13 @@
 //! compactions neither consult nor move it.
 
 /// Consecutive failures that open the breaker.
-pub const FAILURES_TO_OPEN: u32 = 3;
+pub(crate) const FAILURES_TO_OPEN: u32 = 3;
 /// Turns after which an open breaker lets one attempt through.
-pub const TURNS_TO_HALF_OPEN: u32 = 5;
+pub(crate) const TURNS_TO_HALF_OPEN: u32 = 5;
 
 /// The breaker's state.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Breaker {
+pub(crate) struct Breaker {
     failures: u32,
     /// The turn it opened at.
     opened_at: Option<u32>,
@@ -18,7 +18,7 @@ pub struct Breaker {
 
 impl Breaker {
     /// Whether an automatic summary may be tried at `turn`.
-    pub fn allows(&self, turn: u32) -> bool {
+    pub(crate) fn allows(&self, turn: u32) -> bool {
         match self.opened_at {
             None => true,
             Some(opened) => turn >= opened + TURNS_TO_HALF_OPEN,
@@ -26,12 +26,13 @@ impl Breaker {
     }
 
     /// Whether it is open (no automatic summaries until it half-opens).
-    pub fn is_open(&self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn is_open(&self) -> bool {
         self.opened_at.is_some()
     }
 
     /// An automatic summary failed at `turn`.
-    pub fn failed(&mut self, turn: u32) {
+    pub(crate) fn failed(&mut self, turn: u32) {
         self.failures += 1;
         if self.opened_at.is_some() || self.failures >= FAILURES_TO_OPEN {
             self.opened_at = Some(turn);
@@ -39,7 +40,7 @@ impl Breaker {
     }
 
     /// An automatic summary worked.
-    pub fn succeeded(&mut self) {
+    pub(crate) fn succeeded(&mut self) {
         *self = Self::default();
     }
 }

@@ -3,14 +3,14 @@
 //! call of the agent re-anchors it; any compaction resets it (the history it
 //! measured is gone); a summary request never touches it.
 
-use crate::model::{Message, Usage};
+use crate::model::Usage;
 
 /// Characters per token of text the provider has not counted yet, times 10.
 const CHARS_PER_TOKEN_X10: u64 = 35;
 
 /// What the estimate counts from.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct TokenEstimate {
+pub(crate) struct TokenEstimate {
     /// Tokens the provider reported for the last call (none after a reset).
     anchor_tokens: u64,
     /// Characters of history the anchor covers.
@@ -21,7 +21,7 @@ impl TokenEstimate {
     /// After a main model call whose usage was `usage`, when the request
     /// and its answer were `request_chars` characters (system prompt, tool
     /// definitions and history, the answer included).
-    pub fn anchored(usage: &Usage, request_chars: u64) -> Self {
+    pub(crate) fn anchored(usage: &Usage, request_chars: u64) -> Self {
         Self {
             anchor_tokens: usage.input + usage.output + usage.cache_read + usage.cache_write,
             anchor_chars: request_chars,
@@ -29,27 +29,22 @@ impl TokenEstimate {
     }
 
     /// After a compaction: nothing is counted by the provider yet.
-    pub fn reset() -> Self {
+    pub(crate) fn reset() -> Self {
         Self::default()
     }
 
     /// The estimate for a request of `request_chars` characters, counted as
     /// [`TokenEstimate::anchored`] counts them (one that shrank below the
     /// anchor counts the anchor).
-    pub fn tokens(&self, request_chars: u64) -> u64 {
+    pub(crate) fn tokens(&self, request_chars: u64) -> u64 {
         let added = request_chars.saturating_sub(self.anchor_chars);
         self.anchor_tokens + tokens_of_chars(added)
     }
 }
 
 /// Tokens of `chars` characters never counted by a provider (rounded up).
-pub fn tokens_of_chars(chars: u64) -> u64 {
+pub(crate) fn tokens_of_chars(chars: u64) -> u64 {
     (chars * 10).div_ceil(CHARS_PER_TOKEN_X10)
-}
-
-/// Characters of `messages` as the estimate counts them.
-pub fn history_chars(messages: &[Message]) -> u64 {
-    messages.iter().map(|m| m.char_len() as u64).sum()
 }
 
 #[cfg(test)]

@@ -7,45 +7,45 @@
 //! writes a file or calls a model: the agent's interpreter does, and feeds
 //! the outcome back.
 
-pub mod ahead;
-pub mod breaker;
-pub mod estimate;
+pub(crate) mod ahead;
+pub(crate) mod breaker;
+pub(crate) mod estimate;
 pub mod offload;
-pub mod summary;
+pub(crate) mod summary;
 
 /// Tokens kept free for the summary request itself below the window.
-pub const SUMMARY_RESERVE: u64 = 20_000;
+pub(crate) const SUMMARY_RESERVE: u64 = 20_000;
 /// Tokens kept free for the estimate's error below the window.
-pub const SAFETY_MARGIN: u64 = 13_000;
+pub(crate) const SAFETY_MARGIN: u64 = 13_000;
 /// Tokens kept free below the window when a stored session is continued.
-pub const RESUME_MARGIN: u64 = 8_000;
+pub(crate) const RESUME_MARGIN: u64 = 8_000;
 /// Tokens kept free below the window after an emergency compaction: above
 /// this the turn ends with an error.
-pub const EMERGENCY_MARGIN: u64 = 3_000;
+pub(crate) const EMERGENCY_MARGIN: u64 = 3_000;
 /// Fraction (in percent) of the threshold from which a summary is prepared
 /// ahead, while the agent goes on.
-pub const WORK_AHEAD_PERCENT: u64 = 70;
+pub(crate) const WORK_AHEAD_PERCENT: u64 = 70;
 
 /// Where automatic summaries start for a context `window`: `None` when the
 /// window is too small for them (layer 1 still runs).
-pub fn auto_threshold(window: u64) -> Option<u64> {
+pub(crate) fn auto_threshold(window: u64) -> Option<u64> {
     window
         .checked_sub(SUMMARY_RESERVE + SAFETY_MARGIN)
         .filter(|threshold| *threshold > 0)
 }
 
 /// Where preparing a summary ahead starts.
-pub fn work_ahead_threshold(threshold: u64) -> u64 {
+pub(crate) fn work_ahead_threshold(threshold: u64) -> u64 {
     threshold * WORK_AHEAD_PERCENT / 100
 }
 
 /// Above this estimate, a stored session is compacted before it continues.
-pub fn resume_threshold(window: u64) -> u64 {
+pub(crate) fn resume_threshold(window: u64) -> u64 {
     window.saturating_sub(RESUME_MARGIN)
 }
 
 /// Above this estimate after an emergency compaction, the turn ends.
-pub fn emergency_limit(window: u64) -> u64 {
+pub(crate) fn emergency_limit(window: u64) -> u64 {
     window.saturating_sub(EMERGENCY_MARGIN)
 }
 
@@ -59,7 +59,7 @@ pub fn compactable(messages: &[crate::model::Message], window: u64) -> bool {
 }
 
 /// The start-up warning for a window too small for summaries, if it is.
-pub fn small_window_warning(window: u64) -> Option<String> {
+pub(crate) fn small_window_warning(window: u64) -> Option<String> {
     auto_threshold(window).is_none().then(|| {
         format!(
             "the context window of {window} tokens is at most {} tokens: automatic summaries \

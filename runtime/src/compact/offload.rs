@@ -12,14 +12,14 @@ use crate::model::{ContentBlock, Message, Role, ToolOutputPart, ToolResult};
 use crate::store::LedgerEntry;
 
 /// A single result over this many bytes is offloaded.
-pub const SINGLE_RESULT_BYTES: usize = 50 * 1024;
+pub(crate) const SINGLE_RESULT_BYTES: usize = 50 * 1024;
 /// A tool message whose results add up to more is offloaded, largest first,
 /// until it is under.
-pub const MESSAGE_BYTES: usize = 200 * 1024;
+pub(crate) const MESSAGE_BYTES: usize = 200 * 1024;
 /// Lines of the preview.
-pub const PREVIEW_LINES: usize = 20;
+pub(crate) const PREVIEW_LINES: usize = 20;
 /// Bytes of the preview.
-pub const PREVIEW_BYTES: usize = 2_048;
+pub(crate) const PREVIEW_BYTES: usize = 2_048;
 
 /// What was decided for one call's result.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -313,7 +313,7 @@ fn has_image(result: &ToolResult) -> bool {
 
 /// The text a replaced result is sent as: its size, where it is, its first
 /// lines, and the instruction to read the file rather than guess.
-pub fn preview(text: &str, path: &str) -> String {
+pub(crate) fn preview(text: &str, path: &str) -> String {
     format!(
         "[content offloaded] original size: {} bytes\n[saved to] {path}\n[head preview]\n{}\n\n\
          The full content is at the path above; read it with read_file instead of guessing \
@@ -325,7 +325,7 @@ pub fn preview(text: &str, path: &str) -> String {
 
 /// The first [`PREVIEW_LINES`] lines or [`PREVIEW_BYTES`] bytes of `text`,
 /// whichever is shorter, cut on a character boundary.
-pub fn head(text: &str) -> &str {
+pub(crate) fn head(text: &str) -> &str {
     let mut end = text.len().min(PREVIEW_BYTES);
     while !text.is_char_boundary(end) {
         end -= 1;

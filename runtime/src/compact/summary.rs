@@ -11,16 +11,16 @@ use crate::model::{ContentBlock, Message, Role};
 use super::estimate::tokens_of_chars;
 
 /// The tail kept verbatim holds at least this many tokens…
-pub const TAIL_MIN_TOKENS: u64 = 10_000;
+pub(crate) const TAIL_MIN_TOKENS: u64 = 10_000;
 /// …and at least this many messages (when the history has them).
-pub const TAIL_MIN_MESSAGES: usize = 5;
+pub(crate) const TAIL_MIN_MESSAGES: usize = 5;
 /// Files of the recovery attachment.
-pub const RECOVERY_FILES: usize = 5;
+pub(crate) const RECOVERY_FILES: usize = 5;
 /// Tokens of one file in the recovery attachment.
-pub const RECOVERY_FILE_TOKENS: u64 = 5_000;
+pub(crate) const RECOVERY_FILE_TOKENS: u64 = 5_000;
 
 /// What the summary request asks for.
-pub const SUMMARY_INSTRUCTION: &str = "\
+pub(crate) const SUMMARY_INSTRUCTION: &str = "\
 You are summarizing the conversation above between a user and a coding agent, so that the \
 agent can continue the work with only your summary and the most recent messages. Answer in two \
 phases.
@@ -44,7 +44,7 @@ Rules: do not call any tools; write plain text only. Keep every user message of 
 its original words and language. Write the summary in the language the user writes in.";
 
 /// The notice that closes the recovery attachment.
-pub const BOUNDARY_NOTICE: &str = "\
+pub(crate) const BOUNDARY_NOTICE: &str = "\
 The summary above is context only. For exact file contents, exact error messages or the \
 user's exact words, read the files again with read_file; do not infer code from the summary.";
 
@@ -53,7 +53,7 @@ user's exact words, read the files again with read_file; do not infer code from 
 /// that is less (small windows), so that what a summary leaves stays well
 /// below the threshold it was made for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Budgets {
+pub(crate) struct Budgets {
     /// Tokens the verbatim tail holds at least.
     pub tail_tokens: u64,
     /// Tokens of one file of the recovery attachment.
@@ -61,7 +61,7 @@ pub struct Budgets {
 }
 
 /// The [`Budgets`] of a summary made for `threshold` tokens.
-pub fn budgets(threshold: u64) -> Budgets {
+pub(crate) fn budgets(threshold: u64) -> Budgets {
     let third = threshold / 3;
     Budgets {
         tail_tokens: TAIL_MIN_TOKENS.min(third),
@@ -74,7 +74,7 @@ pub fn budgets(threshold: u64) -> Budgets {
 /// is never separated from its results), leaving at least `min_tokens` and
 /// [`TAIL_MIN_MESSAGES`] in the tail; `None` when no such cut leaves
 /// anything to summarise.
-pub fn tail_start(messages: &[Message], min_tokens: u64) -> Option<usize> {
+pub(crate) fn tail_start(messages: &[Message], min_tokens: u64) -> Option<usize> {
     let mut tokens = 0;
     for index in (1..messages.len()).rev() {
         tokens += tokens_of_chars(messages[index].char_len() as u64);
@@ -88,7 +88,7 @@ pub fn tail_start(messages: &[Message], min_tokens: u64) -> Option<usize> {
 
 /// Indices where user turns begin: a user message (not tool results) starts
 /// a group that runs to the next.
-pub fn user_turn_starts(messages: &[Message]) -> Vec<usize> {
+pub(crate) fn user_turn_starts(messages: &[Message]) -> Vec<usize> {
     messages
         .iter()
         .enumerate()
@@ -100,7 +100,7 @@ pub fn user_turn_starts(messages: &[Message]) -> Vec<usize> {
 /// How many of the oldest user-turn groups to leave out of the summary
 /// request after `failures` too-long answers: one more each of the first
 /// three times, then a fifth of the groups more each time.
-pub fn groups_to_drop(failures: u32, groups: usize) -> usize {
+pub(crate) fn groups_to_drop(failures: u32, groups: usize) -> usize {
     let failures = failures as usize;
     let dropped = if failures <= 3 {
         failures
@@ -111,7 +111,7 @@ pub fn groups_to_drop(failures: u32, groups: usize) -> usize {
 }
 
 /// The part to summarise with the oldest `drop` user-turn groups left out.
-pub fn without_oldest_groups(older: &[Message], drop: usize) -> &[Message] {
+pub(crate) fn without_oldest_groups(older: &[Message], drop: usize) -> &[Message] {
     let starts = user_turn_starts(older);
     match starts.get(drop) {
         Some(start) if drop > 0 => &older[*start..],
@@ -121,7 +121,7 @@ pub fn without_oldest_groups(older: &[Message], drop: usize) -> &[Message] {
 
 /// The messages of a summary request: the part to summarise, then the
 /// instruction as the last user message. Sent with no tools.
-pub fn summary_request(older: &[Message]) -> Vec<Message> {
+pub(crate) fn summary_request(older: &[Message]) -> Vec<Message> {
     let mut messages = older.to_vec();
     messages.push(Message::user_text(SUMMARY_INSTRUCTION));
     messages
@@ -130,7 +130,7 @@ pub fn summary_request(older: &[Message]) -> Vec<Message> {
 /// The summary in a model's answer: the inside of `<summary>` (to its end
 /// when the closing tag is missing, as when the answer was cut), else the
 /// answer without its `<analysis>` part.
-pub fn extract_summary(answer: &str) -> String {
+pub(crate) fn extract_summary(answer: &str) -> String {
     if let Some(start) = answer.find("<summary>") {
         let rest = &answer[start + "<summary>".len()..];
         let body = rest.find("</summary>").map_or(rest, |end| &rest[..end]);
@@ -151,7 +151,7 @@ pub fn extract_summary(answer: &str) -> String {
 
 /// One file of the recovery attachment, as it was read.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct FileSnapshot {
+pub(crate) struct FileSnapshot {
     /// Its path as the model named it.
     pub path: String,
     /// Its content as read.
@@ -160,7 +160,7 @@ pub struct FileSnapshot {
 
 /// The files of `files` whose reading is not in `tail` (a file read in the
 /// kept tail is there already, whole).
-pub fn files_outside(files: &[FileSnapshot], tail: &[Message]) -> Vec<FileSnapshot> {
+pub(crate) fn files_outside(files: &[FileSnapshot], tail: &[Message]) -> Vec<FileSnapshot> {
     let read_in_tail: Vec<String> = tail
         .iter()
         .flat_map(|m| m.tool_calls())
@@ -180,7 +180,7 @@ pub fn files_outside(files: &[FileSnapshot], tail: &[Message]) -> Vec<FileSnapsh
 /// The recovery attachment: the files read last (most recent first, each
 /// cut to `file_tokens`), the tools offered from now on, and the boundary
 /// notice.
-pub fn recovery_attachment(
+pub(crate) fn recovery_attachment(
     files: &[FileSnapshot],
     tools: &[ToolDefinition],
     file_tokens: u64,
@@ -219,7 +219,7 @@ pub fn recovery_attachment(
 
 /// The history after a summary: the summary and the recovery attachment as
 /// one user message, then the tail as it was.
-pub fn compacted(summary: &str, attachment: &str, tail: &[Message]) -> Vec<Message> {
+pub(crate) fn compacted(summary: &str, attachment: &str, tail: &[Message]) -> Vec<Message> {
     let mut messages = Vec::with_capacity(tail.len() + 1);
     messages.push(Message {
         role: Role::User,

@@ -18,7 +18,7 @@ use toml::de::{DeTable, DeValue};
 
 /// What serde found wrong, as values.
 #[derive(Debug, Clone, PartialEq)]
-pub enum ProblemKind {
+pub(super) enum ProblemKind {
     /// A key the table does not take; `expected` lists the keys it takes.
     UnknownKey {
         /// The key as written.
@@ -59,7 +59,7 @@ pub enum ProblemKind {
 /// A deserialisation problem and the span of the text it is about (the
 /// innermost key or value being read when it arose).
 #[derive(Debug, Clone, PartialEq)]
-pub struct Problem {
+pub(super) struct Problem {
     /// What is wrong.
     pub kind: ProblemKind,
     /// Byte range in the file, when known.
@@ -161,7 +161,7 @@ fn accepted(expected: &str) -> String {
 
 /// A problem in the configuration's vocabulary (keys, tables, arrays), saying
 /// what is expected.
-pub fn describe(kind: &ProblemKind) -> String {
+pub(super) fn describe(kind: &ProblemKind) -> String {
     match kind {
         ProblemKind::UnknownKey { expected: [], .. } => {
             "unknown key (this table takes no keys)".to_owned()
@@ -186,7 +186,7 @@ pub fn describe(kind: &ProblemKind) -> String {
 
 /// Deserialises `T` from a parsed document, with the key path of a problem
 /// (`providers.a.model`, `.` for the top level).
-pub fn from_tree<T: de::DeserializeOwned>(
+pub(super) fn from_tree<T: de::DeserializeOwned>(
     tree: &Spanned<DeTable<'_>>,
 ) -> Result<T, serde_path_to_error::Error<Problem>> {
     serde_path_to_error::deserialize(TableDe {

@@ -10,9 +10,6 @@
 //! module only transforms strings: it reads the environment through an [`Env`]
 //! and never the process environment directly.
 
-use std::collections::HashSet;
-use std::sync::{Mutex, OnceLock};
-
 use super::file::McpServerFile;
 use super::paths::Env;
 
@@ -33,7 +30,7 @@ fn is_var_name(name: &str) -> bool {
 
 /// Expands every `${NAME}` in `input`. Names of undefined variables are pushed
 /// onto `undefined` unless already there.
-pub fn expand_into(input: &str, env: &impl Env, undefined: &mut Vec<String>) -> String {
+pub(crate) fn expand_into(input: &str, env: &impl Env, undefined: &mut Vec<String>) -> String {
     let mut out = String::with_capacity(input.len());
     let mut rest = input;
     while let Some(start) = rest.find(OPEN) {
@@ -69,7 +66,8 @@ pub fn expand_into(input: &str, env: &impl Env, undefined: &mut Vec<String>) -> 
 
 /// Expands every `${NAME}` in `input`; returns the result and the names of the
 /// undefined variables (each once, in order of first appearance).
-pub fn expand(input: &str, env: &impl Env) -> (String, Vec<String>) {
+#[cfg(test)]
+pub(crate) fn expand(input: &str, env: &impl Env) -> (String, Vec<String>) {
     let mut undefined = Vec::new();
     let out = expand_into(input, env, &mut undefined);
     (out, undefined)
@@ -101,31 +99,6 @@ pub fn expand_mcp_server(server: &McpServerFile, env: &impl Env) -> (McpServerFi
         .map(|(k, v)| (k.clone(), expand_into(v, env, &mut undefined)))
         .collect();
     (out, undefined)
-}
-
-/// Logs one `tracing` warning per undefined variable name for the life of the
-/// process (a name already warned about, by any server, is not repeated).
-/// `context` says where the variables were used (e.g. `MCP server "search"`).
-/// Returns the names warned about by this call.
-pub fn warn_undefined_once(context: &str, names: &[String]) -> Vec<String> {
-    static WARNED: OnceLock<Mutex<HashSet<String>>> = OnceLock::new();
-    let warned = WARNED.get_or_init(|| Mutex::new(HashSet::new()));
-    // A poisoned lock only means another thread panicked while inserting a
-    // name; the set is still usable.
-    let mut warned = warned
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner());
-    let mut fresh = Vec::new();
-    for name in names {
-        if warned.insert(name.clone()) {
-            tracing::warn!(
-                variable = %name,
-                "{context}: environment variable {name} is not set; ${{{name}}} expands to \"\""
-            );
-            fresh.push(name.clone());
-        }
-    }
-    fresh
 }
 
 #[cfg(test)]
@@ -186,21 +159,6 @@ mod tests {
             expand("${bad name} ${TOKEN}", &env()).0,
             "${bad name} s3cret"
         );
-    }
-
-    #[test]
-    fn warnings_are_issued_once_per_name_per_process() {
-        let a = "TROUPE_TEST_UNDEFINED_A".to_owned();
-        let b = "TROUPE_TEST_UNDEFINED_B".to_owned();
-        assert_eq!(
-            warn_undefined_once("server one", std::slice::from_ref(&a)),
-            vec![a.clone()]
-        );
-        assert_eq!(
-            warn_undefined_once("server two", &[a.clone(), b.clone()]),
-            vec![b.clone()]
-        );
-        assert!(warn_undefined_once("server three", &[a, b]).is_empty());
     }
 
     #[test]

@@ -198,7 +198,7 @@ pub fn parse_config_file(path: &Path, text: &str) -> Result<ConfigFile, ConfigEr
 /// Checks the syntax of one permission rule: `Name` or `Name(pattern)`, a
 /// non-empty name without whitespace or parentheses, a non-empty pattern with
 /// balanced parentheses. Matching semantics belong to the permission engine.
-pub fn check_rule_syntax(rule: &str) -> Result<(), String> {
+pub(crate) fn check_rule_syntax(rule: &str) -> Result<(), String> {
     const EXPECTED: &str = "expected `Name` or `Name(pattern)`, e.g. `Bash(git push*)`";
     let name_end = rule.find('(').unwrap_or(rule.len());
     let name = &rule[..name_end];
@@ -249,7 +249,7 @@ pub fn check_rule_syntax(rule: &str) -> Result<(), String> {
 }
 
 /// Checks that `url` is an absolute `http://` or `https://` URL with a host.
-pub fn check_http_url(url: &str) -> Result<(), String> {
+pub(crate) fn check_http_url(url: &str) -> Result<(), String> {
     const EXPECTED: &str = "expected an http:// or https:// URL";
     let parsed =
         reqwest::Url::parse(url).map_err(|e| format!("invalid URL {url:?} ({e}); {EXPECTED}"))?;
@@ -266,7 +266,7 @@ pub fn check_http_url(url: &str) -> Result<(), String> {
 }
 
 /// Whether `name` is a valid MCP server name (`^[A-Za-z0-9_-]+$`).
-pub fn is_valid_server_name(name: &str) -> bool {
+pub(crate) fn is_valid_server_name(name: &str) -> bool {
     !name.is_empty()
         && name
             .chars()

@@ -21,14 +21,14 @@ use super::file::{McpServerFile, McpTransport};
 use super::load::{ConfigError, check_http_url, is_valid_server_name};
 
 /// The file name, at the project root.
-pub const MCP_JSON_FILE: &str = ".mcp.json";
+pub(crate) const MCP_JSON_FILE: &str = ".mcp.json";
 
 /// A `.mcp.json` larger than this is refused (a server list is a few KB).
-pub const MAX_MCP_JSON_BYTES: u64 = 1024 * 1024;
+pub(crate) const MAX_MCP_JSON_BYTES: u64 = 1024 * 1024;
 
 /// The servers of a `.mcp.json`, by name, and what was ignored in it.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct McpJson {
+pub(crate) struct McpJson {
     /// Server entries by name.
     pub servers: BTreeMap<String, McpServerFile>,
     /// Keys that were ignored (`mcpServers.x.description`), for a warning.
@@ -36,7 +36,7 @@ pub struct McpJson {
 }
 
 /// Reads `<root>/.mcp.json`: `Ok(None)` when there is none.
-pub fn read_mcp_json(root: &Path) -> Result<Option<McpJson>, ConfigError> {
+pub(crate) fn read_mcp_json(root: &Path) -> Result<Option<McpJson>, ConfigError> {
     let path = root.join(MCP_JSON_FILE);
     let meta = match std::fs::metadata(&path) {
         Ok(meta) => meta,
@@ -69,7 +69,7 @@ pub fn read_mcp_json(root: &Path) -> Result<Option<McpJson>, ConfigError> {
 }
 
 /// Parses the text of a `.mcp.json`; `path` is only used in messages.
-pub fn parse_mcp_json(path: &Path, text: &str) -> Result<McpJson, ConfigError> {
+pub(crate) fn parse_mcp_json(path: &Path, text: &str) -> Result<McpJson, ConfigError> {
     let root: Value = serde_json::from_str(text).map_err(|err| ConfigError::Syntax {
         path: path.to_path_buf(),
         line: err.line().max(1),
@@ -127,7 +127,7 @@ pub fn parse_mcp_json(path: &Path, text: &str) -> Result<McpJson, ConfigError> {
 /// Adds the servers of the project's `.mcp.json` to `config` under the names
 /// its files do not define. Returns the names taken from `.mcp.json` and the
 /// keys that were ignored.
-pub fn merge_mcp_json(config: &mut Config, json: McpJson) -> (Vec<String>, Vec<String>) {
+pub(crate) fn merge_mcp_json(config: &mut Config, json: McpJson) -> (Vec<String>, Vec<String>) {
     let mut added = Vec::new();
     for (name, server) in json.servers {
         if !config.mcp_servers.contains_key(&name) {
@@ -142,7 +142,7 @@ pub fn merge_mcp_json(config: &mut Config, json: McpJson) -> (Vec<String>, Vec<S
 /// loader calls after merging Troupe's own files. In a project that is not
 /// trusted, its stdio servers (which run a command) are left out and named in
 /// the returned list.
-pub fn add_project_mcp_json(
+pub(crate) fn add_project_mcp_json(
     config: &mut Config,
     project_root: Option<&Path>,
     trusted: bool,

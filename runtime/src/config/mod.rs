@@ -14,14 +14,14 @@
 //! environment, writes only the trust list, and never touches the network.
 
 mod de;
-pub mod expand;
-pub mod file;
+pub(crate) mod expand;
+pub(crate) mod file;
 pub mod load;
-pub mod mcp;
+pub(crate) mod mcp;
 pub mod paths;
 pub mod resolve;
 pub mod trust;
-pub mod warnings;
+pub(crate) mod warnings;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -29,18 +29,15 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-pub use expand::{expand, expand_mcp_server, warn_undefined_once};
-pub use file::{
-    ConfigFile, LimitsFile, McpServerFile, McpTransport, PermissionsFile, Price, ProviderFile,
-    SandboxFile, TelemetryFile, Thinking, ToolsFile,
-};
+pub use expand::expand_mcp_server;
+pub(crate) use file::{ConfigFile, McpServerFile, ProviderFile};
+pub use file::{McpTransport, Price, Thinking};
 pub use load::{
-    ConfigError, ConfigSources, LoadedConfig, check_rule_syntax, load_config,
-    load_config_with_trust, parse_config_file,
+    ConfigError, ConfigSources, load_config, load_config_with_trust, parse_config_file,
 };
-pub use paths::{Env, PathError, ProcessEnv};
-pub use resolve::{ResolveError, resolve_provider, resolve_provider_from_process_env};
-pub use trust::{TrustStore, split_widening, untrusted_notice};
+pub(crate) use paths::Env;
+pub use resolve::resolve_provider;
+pub use trust::{TrustStore, untrusted_notice};
 pub use warnings::{NOT_SUPPORTED, startup_warnings};
 
 /// SPEC §1.2: default context window when a provider entry names none.
@@ -48,11 +45,11 @@ pub const DEFAULT_CONTEXT_WINDOW: u64 = 200_000;
 /// SPEC §2: default `max_tokens` per response.
 pub const DEFAULT_MAX_TOKENS: u32 = 8_192;
 /// SPEC §2: default extended-thinking budget when `thinking = true`.
-pub const DEFAULT_THINKING_BUDGET: u32 = 16_000;
+pub(crate) const DEFAULT_THINKING_BUDGET: u32 = 16_000;
 /// SPEC §2: a stream that delivers nothing this long is broken.
-pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(300);
+pub(crate) const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(300);
 /// SPEC §2: at most this many retries of a failed request.
-pub const DEFAULT_MAX_RETRIES: u32 = 4;
+pub(crate) const DEFAULT_MAX_RETRIES: u32 = 4;
 
 /// Wire protocol of a provider.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]

@@ -11,17 +11,17 @@ use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 
 /// SPEC §1.2: variable naming the data directory outright.
-pub const TROUPE_HOME_VAR: &str = "TROUPE_HOME";
+pub(crate) const TROUPE_HOME_VAR: &str = "TROUPE_HOME";
 /// XDG base-directory variable for state (data directory parent).
-pub const XDG_STATE_HOME_VAR: &str = "XDG_STATE_HOME";
+pub(crate) const XDG_STATE_HOME_VAR: &str = "XDG_STATE_HOME";
 /// XDG base-directory variable for configuration.
-pub const XDG_CONFIG_HOME_VAR: &str = "XDG_CONFIG_HOME";
+pub(crate) const XDG_CONFIG_HOME_VAR: &str = "XDG_CONFIG_HOME";
 /// The user's home directory.
-pub const HOME_VAR: &str = "HOME";
+pub(crate) const HOME_VAR: &str = "HOME";
 /// Directory name used under the XDG base directories.
-pub const APP_DIR_NAME: &str = "troupe";
+pub(crate) const APP_DIR_NAME: &str = "troupe";
 /// Name of the per-project directory at the project root (SPEC §1.2).
-pub const PROJECT_DIR_NAME: &str = ".troupe";
+pub(crate) const PROJECT_DIR_NAME: &str = ".troupe";
 /// Name of a configuration file, user and project alike (SPEC §1.2).
 pub const CONFIG_FILE_NAME: &str = "config.toml";
 /// Marker of a repository root used by project-root discovery.
@@ -109,7 +109,7 @@ fn xdg_base(env: &impl Env, var: &str) -> Option<PathBuf> {
 
 /// SPEC §1.2: the data directory: `TROUPE_HOME`, else `$XDG_STATE_HOME/troupe`,
 /// else `~/.local/state/troupe`.
-pub fn data_dir(env: &impl Env) -> Result<PathBuf, PathError> {
+pub(crate) fn data_dir(env: &impl Env) -> Result<PathBuf, PathError> {
     if let Some(dir) = env.non_empty(TROUPE_HOME_VAR) {
         return Ok(PathBuf::from(dir));
     }
@@ -150,7 +150,7 @@ impl ResolvedDataDir {
 /// [`data_dir`] made absolute: a relative `TROUPE_HOME` is joined to `cwd`
 /// once, so every later use (the store, spill files, the sandbox roots) names
 /// the same directory whatever working directory a run is given.
-pub fn resolve_data_dir(env: &impl Env, cwd: &Path) -> Result<ResolvedDataDir, PathError> {
+pub(crate) fn resolve_data_dir(env: &impl Env, cwd: &Path) -> Result<ResolvedDataDir, PathError> {
     let dir = data_dir(env)?;
     if dir.is_absolute() {
         return Ok(ResolvedDataDir {
@@ -200,34 +200,24 @@ pub fn find_project_root(cwd: &Path) -> PathBuf {
 }
 
 /// Whether `dir` holds a `.troupe/` directory or a `.git` entry.
-pub fn has_project_marker(dir: &Path) -> bool {
+pub(crate) fn has_project_marker(dir: &Path) -> bool {
     dir.join(PROJECT_DIR_NAME).is_dir() || dir.join(GIT_MARKER).exists()
 }
 
 /// The nearest ancestor of `cwd` (itself included) for which `is_root` holds,
 /// else `cwd`.
-pub fn project_root_where(cwd: &Path, is_root: impl Fn(&Path) -> bool) -> PathBuf {
+pub(crate) fn project_root_where(cwd: &Path, is_root: impl Fn(&Path) -> bool) -> PathBuf {
     cwd.ancestors()
         .find(|dir| is_root(dir))
         .unwrap_or(cwd)
         .to_path_buf()
 }
 
-/// [`resolve_data_dir`] of the real environment and current directory. A
+/// `resolve_data_dir` of the real environment and current directory. A
 /// current directory that cannot be read leaves a relative value as it is.
 pub fn process_data_dir() -> Result<ResolvedDataDir, PathError> {
     let cwd = std::env::current_dir().unwrap_or_default();
     resolve_data_dir(&ProcessEnv, &cwd)
-}
-
-/// [`config_dir`] of the real environment.
-pub fn process_config_dir() -> Result<PathBuf, PathError> {
-    config_dir(&ProcessEnv)
-}
-
-/// [`user_config_file`] of the real environment.
-pub fn process_user_config_file() -> Result<PathBuf, PathError> {
-    user_config_file(&ProcessEnv)
 }
 
 #[cfg(test)]

@@ -11,19 +11,19 @@ use std::net::IpAddr;
 
 use super::file::{ProviderFile, Thinking};
 use super::load::check_http_url;
-use super::paths::{Env, ProcessEnv};
+use super::paths::Env;
 use super::{
     Config, DEFAULT_CONTEXT_WINDOW, DEFAULT_IDLE_TIMEOUT, DEFAULT_MAX_RETRIES, DEFAULT_MAX_TOKENS,
     DEFAULT_THINKING_BUDGET, Protocol, ResolvedProvider,
 };
 
 /// Name of the implicit Anthropic provider used when no entries are configured.
-pub const IMPLICIT_ANTHROPIC_NAME: &str = "claude";
+pub(crate) const IMPLICIT_ANTHROPIC_NAME: &str = "claude";
 /// Name of the implicit OpenAI provider used when no entries are configured.
-pub const IMPLICIT_OPENAI_NAME: &str = "openai";
+pub(crate) const IMPLICIT_OPENAI_NAME: &str = "openai";
 /// Entry-name prefixes that imply the OpenAI protocol when `protocol` is absent
 /// (compared case-insensitively); every other name implies Anthropic.
-pub const OPENAI_NAME_PREFIXES: [&str; 2] = ["openai", "gpt"];
+pub(crate) const OPENAI_NAME_PREFIXES: [&str; 2] = ["openai", "gpt"];
 /// Host name that always means this machine.
 const LOCALHOST: &str = "localhost";
 
@@ -96,7 +96,7 @@ impl ResolvedProvider {
 
 /// The protocol implied by an entry name: names starting with `openai` or
 /// `gpt` (any case) speak OpenAI, every other name Anthropic.
-pub fn infer_protocol(name: &str) -> Protocol {
+pub(crate) fn infer_protocol(name: &str) -> Protocol {
     let lower = name.to_ascii_lowercase();
     if OPENAI_NAME_PREFIXES.iter().any(|p| lower.starts_with(p)) {
         Protocol::OpenAi
@@ -107,7 +107,7 @@ pub fn infer_protocol(name: &str) -> Protocol {
 
 /// Whether `url` points at this machine (`localhost`, `*.localhost`,
 /// `127.0.0.0/8`, `::1`, or an IPv4-mapped loopback address).
-pub fn is_loopback_url(url: &str) -> bool {
+pub(crate) fn is_loopback_url(url: &str) -> bool {
     let Ok(parsed) = reqwest::Url::parse(url) else {
         return false;
     };
@@ -186,14 +186,6 @@ pub fn resolve_provider(
         (name.to_owned(), entry)
     };
     resolve_entry(&name, &entry, env)
-}
-
-/// [`resolve_provider`] with the real process environment.
-pub fn resolve_provider_from_process_env(
-    config: &Config,
-    requested: Option<&str>,
-) -> Result<ResolvedProvider, ResolveError> {
-    resolve_provider(config, requested, &ProcessEnv)
 }
 
 /// The implicit provider the environment points at, if any.

@@ -1,7 +1,7 @@
 //! Project trust (SPEC §5): a project's `.troupe/config.toml` may widen what
 //! runs unasked or where data goes only once the user trusted that project.
 //!
-//! [`split_widening`] is the pure rule: it returns the part of a project file
+//! `split_widening` is the pure rule: it returns the part of a project file
 //! that applies to an untrusted project (narrowing settings such as `deny` and
 //! `ask`, limits, models) and names every setting it left out: a `mode` of
 //! `accept-edits` or `bypass`, `allow` rules, `extra_roots`, a non-empty
@@ -24,12 +24,12 @@ use super::file::{ConfigFile, McpTransport};
 use super::{PermissionMode, SandboxMode, paths};
 
 /// File of the trusted project roots, in the data directory.
-pub const TRUST_FILE_NAME: &str = "trusted.toml";
+pub(crate) const TRUST_FILE_NAME: &str = "trusted.toml";
 
 /// The part of a project file that applies without trust, and what was left
 /// out (dotted keys, in file order of sections).
 #[derive(Debug, Clone, PartialEq, Default)]
-pub struct TrustSplit {
+pub(crate) struct TrustSplit {
     /// The settings that apply to an untrusted project.
     pub applied: ConfigFile,
     /// The settings left out, e.g. `permissions.mode = "bypass"`.
@@ -37,13 +37,13 @@ pub struct TrustSplit {
 }
 
 /// Whether a mode set by a project widens what runs unasked.
-pub fn mode_widens(mode: PermissionMode) -> bool {
+pub(crate) fn mode_widens(mode: PermissionMode) -> bool {
     matches!(mode, PermissionMode::AcceptEdits | PermissionMode::Bypass)
 }
 
 /// Splits a project file into what applies to an untrusted project and what
 /// is left out. Pure.
-pub fn split_widening(file: &ConfigFile) -> TrustSplit {
+pub(crate) fn split_widening(file: &ConfigFile) -> TrustSplit {
     let mut applied = file.clone();
     let mut ignored = Vec::new();
     let mut dropped_providers = Vec::new();

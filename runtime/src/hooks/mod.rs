@@ -1,7 +1,7 @@
 //! Hooks: commands the user configures to run at points of an agent's work
 //! (`[[hooks.EVENT]]` in the user or project file). This module holds what a
-//! hook is and which ones apply ([`HookSet::matching`]); [`verdict`] turns how
-//! a hook ended into what happens next (pure); [`runner`] runs the commands.
+//! hook is and which ones apply ([`HookSet::matching`]); `verdict` turns how
+//! a hook ended into what happens next (pure); `runner` runs the commands.
 //!
 //! A hook gets a JSON payload on stdin ([`HookPayload`]). Exit 0 goes on
 //! (stdout may carry a JSON object with `updated_input`, `note` or
@@ -10,8 +10,8 @@
 //! warning and the work goes on. Hooks never hang a run: each has a timeout
 //! after which its whole process group is killed.
 
-pub mod runner;
-pub mod verdict;
+pub(crate) mod runner;
+pub(crate) mod verdict;
 
 use std::collections::HashSet;
 use std::fmt;
@@ -26,13 +26,14 @@ use serde_json::Value;
 use crate::config::RuleSource;
 
 pub use runner::{HookContext, fire};
-pub use verdict::{HookExit, HookOutcome, HookReport, HookVerdict};
+pub use verdict::HookVerdict;
+pub(crate) use verdict::{HookExit, HookOutcome};
 
 /// Default time a hook may run before it is killed.
-pub const DEFAULT_HOOK_TIMEOUT: Duration = Duration::from_secs(60);
+pub(crate) const DEFAULT_HOOK_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// The longest a configured timeout may be (a hook that hangs still ends).
-pub const MAX_HOOK_TIMEOUT: Duration = Duration::from_secs(3_600);
+pub(crate) const MAX_HOOK_TIMEOUT: Duration = Duration::from_secs(3_600);
 
 /// When a hook runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]

@@ -27,10 +27,10 @@ use crate::tools::process_tree::containment;
 const OUTPUT_GRACE: Duration = Duration::from_secs(2);
 
 /// Variable naming the project root in a hook's environment.
-pub const PROJECT_DIR_ENV: &str = "TROUPE_PROJECT_DIR";
+pub(crate) const PROJECT_DIR_ENV: &str = "TROUPE_PROJECT_DIR";
 
 /// Variable naming the event in a hook's environment.
-pub const HOOK_EVENT_ENV: &str = "TROUPE_HOOK_EVENT";
+pub(crate) const HOOK_EVENT_ENV: &str = "TROUPE_HOOK_EVENT";
 
 /// Where and how hooks of one agent run.
 #[derive(Debug, Clone)]
@@ -110,7 +110,7 @@ fn log_outcome(hook: &Hook, exit: &HookExit, outcome: &HookOutcome) {
 
 /// The environment of a hook: the reduced set, its own `TRACEPARENT`, the
 /// project directory and the event.
-pub fn hook_environment(
+pub(crate) fn hook_environment(
     child_env: &[(String, String)],
     traceparent: Option<String>,
     place: &HookPlace,

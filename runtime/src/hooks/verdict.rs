@@ -9,7 +9,7 @@ use serde_json::{Map, Value};
 use super::{Hook, HookEvent};
 
 /// How much of a hook's stdout and stderr is read; the rest is discarded.
-pub const HOOK_OUTPUT_CAP: usize = 64 * 1024;
+pub(crate) const HOOK_OUTPUT_CAP: usize = 64 * 1024;
 
 /// How a hook process ended.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -174,7 +174,7 @@ impl HookVerdict {
 /// with `reason` (blocks like exit 2). Exit 2: block with stderr as the
 /// reason, where the event can be blocked (elsewhere a warning). Anything
 /// else, a timeout, a signal or a command that did not start: a warning.
-pub fn interpret(hook: &Hook, exit: &HookExit) -> HookOutcome {
+pub(crate) fn interpret(hook: &Hook, exit: &HookExit) -> HookOutcome {
     let event = hook.event;
     let label = short_command(&hook.command);
     if let Some(err) = &exit.spawn_error {
@@ -284,7 +284,7 @@ fn from_stdout(hook: &Hook, stdout: &str) -> HookOutcome {
 }
 
 /// The first line of a command, cut to 60 characters, for messages.
-pub fn short_command(command: &str) -> String {
+pub(crate) fn short_command(command: &str) -> String {
     let line = command.lines().next().unwrap_or_default().trim();
     let mut out: String = line.chars().take(60).collect();
     if out.len() < line.len() || command.trim().lines().count() > 1 {

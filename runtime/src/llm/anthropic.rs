@@ -44,7 +44,7 @@ use crate::model::{ContentBlock, Message, Role, StopReason, ToolOutputPart, Usag
 /// The API version header value this adapter speaks.
 pub const ANTHROPIC_VERSION: &str = "2023-06-01";
 /// Path of the Messages endpoint below the base URL.
-pub const MESSAGES_PATH: &str = "/v1/messages";
+pub(crate) const MESSAGES_PATH: &str = "/v1/messages";
 /// SPEC §2: at most this many cache breakpoints per request (an API limit).
 pub const MAX_CACHE_BREAKPOINTS: usize = 4;
 
@@ -380,7 +380,7 @@ pub fn request_body(
 
 /// The token counts of a `prompt is too long: N tokens > M maximum` message
 /// (ERRORS.md A2), as `(actual, maximum)`.
-pub fn prompt_too_long_counts(message: &str) -> Option<(u64, u64)> {
+pub(crate) fn prompt_too_long_counts(message: &str) -> Option<(u64, u64)> {
     let (_, rest) = message.split_once("prompt is too long: ")?;
     let (actual, rest) = rest.split_once(" tokens > ")?;
     let (maximum, _) = rest.split_once(" maximum")?;
@@ -394,7 +394,11 @@ fn is_structured_prompt_too_long(message: &str) -> bool {
 }
 
 /// Error kind of an Anthropic error `type` (HTTP body or `error` event).
-pub fn error_kind(error_type: &str, message: &str, status: Option<u16>) -> ProviderErrorKind {
+pub(crate) fn error_kind(
+    error_type: &str,
+    message: &str,
+    status: Option<u16>,
+) -> ProviderErrorKind {
     match error_type {
         "invalid_request_error"
             if is_structured_prompt_too_long(message)
@@ -432,7 +436,7 @@ struct ErrorBody {
 
 /// Classifies an HTTP error response from its `{"type":"error","error":{...}}`
 /// envelope, falling back on the status for other bodies.
-pub fn error_from_response(provider: &str, response: &ErrorResponse) -> ProviderError {
+pub(crate) fn error_from_response(provider: &str, response: &ErrorResponse) -> ProviderError {
     match serde_json::from_str::<ErrorEnvelope>(&response.body) {
         Ok(envelope) => {
             let kind = error_kind(

@@ -5,7 +5,7 @@
 //! timeout to every wait, and decodes the body.
 //!
 //! It knows HTTP and the retry rules but no provider's JSON: an adapter supplies a
-//! [`Wire`] (its SSE decoder and its error-envelope parser) and the request body
+//! `Wire` (its SSE decoder and its error-envelope parser) and the request body
 //! bytes. Dropping the returned stream drops the in-flight response, which aborts
 //! the connection; no task outlives the stream.
 
@@ -23,26 +23,26 @@ use super::{ChatRequest, EventStream, ProviderError, ProviderErrorKind, StreamEv
 use crate::config::ResolvedProvider;
 
 /// Time allowed to open a TCP (and TLS) connection to the provider.
-pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+pub(crate) const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long an unused keep-alive connection stays in the pool.
-pub const POOL_IDLE_TIMEOUT: Duration = Duration::from_secs(90);
+pub(crate) const POOL_IDLE_TIMEOUT: Duration = Duration::from_secs(90);
 /// TCP keep-alive probe interval, so a silently dead peer is noticed.
-pub const TCP_KEEPALIVE: Duration = Duration::from_secs(30);
+pub(crate) const TCP_KEEPALIVE: Duration = Duration::from_secs(30);
 /// Most bytes of an error response body that are read.
-pub const MAX_ERROR_BODY_BYTES: usize = 64 * 1024;
+pub(crate) const MAX_ERROR_BODY_BYTES: usize = 64 * 1024;
 /// `User-Agent` of every request.
-pub const USER_AGENT: &str = concat!("troupe/", env!("CARGO_PKG_VERSION"));
+pub(crate) const USER_AGENT: &str = concat!("troupe/", env!("CARGO_PKG_VERSION"));
 
 /// Milliseconds to wait before retrying (non-standard, sent by Anthropic and OpenAI).
-pub const RETRY_AFTER_MS: HeaderName = HeaderName::from_static("retry-after-ms");
+pub(crate) const RETRY_AFTER_MS: HeaderName = HeaderName::from_static("retry-after-ms");
 /// Seconds (or an HTTP-date) to wait before retrying (RFC 9110).
-pub const RETRY_AFTER: HeaderName = HeaderName::from_static("retry-after");
+pub(crate) const RETRY_AFTER: HeaderName = HeaderName::from_static("retry-after");
 /// The server's own retry decision, `true` or `false`.
-pub const X_SHOULD_RETRY: HeaderName = HeaderName::from_static("x-should-retry");
+pub(crate) const X_SHOULD_RETRY: HeaderName = HeaderName::from_static("x-should-retry");
 /// Anthropic's request id header.
-pub const REQUEST_ID: HeaderName = HeaderName::from_static("request-id");
+pub(crate) const REQUEST_ID: HeaderName = HeaderName::from_static("request-id");
 /// OpenAI's (and most compatible servers') request id header.
-pub const X_REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
+pub(crate) const X_REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 
 /// Installs ring as the process's rustls crypto provider, once. reqwest is built
 /// without a provider of its own; an already installed provider is kept.
@@ -80,7 +80,7 @@ pub fn build_client(provider: &str, url: &reqwest::Url) -> Result<reqwest::Clien
 /// The delay a response asks for: `retry-after-ms` first, then `retry-after` as
 /// seconds or as an HTTP-date (relative to `now`). Unparsable or negative values
 /// are ignored.
-pub fn retry_after(headers: &HeaderMap, now: DateTime<Utc>) -> Option<Duration> {
+pub(crate) fn retry_after(headers: &HeaderMap, now: DateTime<Utc>) -> Option<Duration> {
     if let Some(ms) = header_str(headers, &RETRY_AFTER_MS).and_then(parse_non_negative) {
         return Duration::try_from_secs_f64(ms / 1_000.0).ok();
     }
@@ -94,7 +94,7 @@ pub fn retry_after(headers: &HeaderMap, now: DateTime<Utc>) -> Option<Duration> 
 }
 
 /// The `x-should-retry` header, when it says `true` or `false`.
-pub fn should_retry(headers: &HeaderMap) -> Option<bool> {
+pub(crate) fn should_retry(headers: &HeaderMap) -> Option<bool> {
     match header_str(headers, &X_SHOULD_RETRY)? {
         "true" => Some(true),
         "false" => Some(false),
@@ -103,7 +103,7 @@ pub fn should_retry(headers: &HeaderMap) -> Option<bool> {
 }
 
 /// The provider's request id (`request-id`, else `x-request-id`).
-pub fn request_id(headers: &HeaderMap) -> Option<String> {
+pub(crate) fn request_id(headers: &HeaderMap) -> Option<String> {
     header_str(headers, &REQUEST_ID)
         .or_else(|| header_str(headers, &X_REQUEST_ID))
         .map(str::to_string)
@@ -123,12 +123,12 @@ fn parse_non_negative(text: &str) -> Option<f64> {
 }
 
 /// Whether an HTTP status is a success (2xx).
-pub fn is_success(status: u16) -> bool {
+pub(crate) fn is_success(status: u16) -> bool {
     reqwest::StatusCode::from_u16(status).is_ok_and(|code| code.is_success())
 }
 
 /// The error kind an HTTP status means when the body says nothing more specific.
-pub fn status_kind(status: u16) -> ProviderErrorKind {
+pub(crate) fn status_kind(status: u16) -> ProviderErrorKind {
     match status {
         401 | 403 => ProviderErrorKind::Authentication,
         402 => ProviderErrorKind::Quota,
@@ -146,7 +146,7 @@ pub fn status_kind(status: u16) -> ProviderErrorKind {
 /// Where the key of a provider comes from, for the advice of an
 /// authentication error.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct KeySource {
+pub(crate) struct KeySource {
     /// The provider entry's name (`[providers.NAME]`).
     pub provider: String,
     /// The environment variable `api_key_env` names.
@@ -157,7 +157,7 @@ pub struct KeySource {
 
 impl KeySource {
     /// The key source of a resolved provider.
-    pub fn of(config: &ResolvedProvider) -> Self {
+    pub(crate) fn of(config: &ResolvedProvider) -> Self {
         Self {
             provider: config.name.clone(),
             api_key_env: config.api_key_env.clone(),
@@ -169,7 +169,7 @@ impl KeySource {
 /// An authentication error (401/403) says which variable holds the key and
 /// which provider entry names it, ahead of the server's own message; other
 /// errors are returned as they are.
-pub fn with_key_advice(error: ProviderError, key: &KeySource) -> ProviderError {
+pub(crate) fn with_key_advice(error: ProviderError, key: &KeySource) -> ProviderError {
     if error.kind != ProviderErrorKind::Authentication {
         return error;
     }
@@ -197,7 +197,7 @@ pub fn with_key_advice(error: ProviderError, key: &KeySource) -> ProviderError {
 
 /// Message fragments that say the prompt exceeded the context window, matched
 /// (case-insensitively) only after the structured fields gave no answer.
-pub const PROMPT_TOO_LONG_PHRASES: [&str; 5] = [
+pub(crate) const PROMPT_TOO_LONG_PHRASES: [&str; 5] = [
     "prompt is too long",
     "context length",
     "context window",
@@ -206,7 +206,7 @@ pub const PROMPT_TOO_LONG_PHRASES: [&str; 5] = [
 ];
 
 /// SPEC §2: message-text fallback of the prompt-too-long detection, for 400/413.
-pub fn is_prompt_too_long_text(status: Option<u16>, message: &str) -> bool {
+pub(crate) fn is_prompt_too_long_text(status: Option<u16>, message: &str) -> bool {
     if !matches!(status, Some(400) | Some(413) | None) {
         return false;
     }
@@ -218,7 +218,7 @@ pub fn is_prompt_too_long_text(status: Option<u16>, message: &str) -> bool {
 
 /// An error response as the adapters see it.
 #[derive(Debug, Clone)]
-pub struct ErrorResponse {
+pub(crate) struct ErrorResponse {
     /// HTTP status.
     pub status: u16,
     /// The body (at most [`MAX_ERROR_BODY_BYTES`], lossily decoded).
@@ -232,7 +232,7 @@ pub struct ErrorResponse {
 impl ErrorResponse {
     /// An error whose kind comes from the status alone, for bodies that are not
     /// the provider's JSON error envelope (proxies, gateways, HTML pages).
-    pub fn unstructured(&self, provider: &str) -> ProviderError {
+    pub(crate) fn unstructured(&self, provider: &str) -> ProviderError {
         let body = excerpt(&self.body);
         let message = if body.is_empty() {
             format!("HTTP {} with an empty body", self.status)
@@ -248,7 +248,7 @@ impl ErrorResponse {
     }
 
     /// An error of `kind` carrying this response's status, request id and delay.
-    pub fn error(
+    pub(crate) fn error(
         &self,
         provider: &str,
         kind: ProviderErrorKind,

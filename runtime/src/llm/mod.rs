@@ -5,9 +5,9 @@
 //! sees [`ChatRequest`], [`StreamEvent`] and [`ProviderError`]. Adding a protocol
 //! touches one adapter file and one match arm in [`build_provider`].
 
-pub mod accumulate;
+pub(crate) mod accumulate;
 pub mod anthropic;
-pub mod error;
+pub(crate) mod error;
 pub mod http;
 pub mod openai;
 pub mod retry;

@@ -36,13 +36,13 @@ use crate::config::ResolvedProvider;
 use crate::model::{ContentBlock, Message, Role, StopReason, ToolCall, ToolOutputPart, Usage};
 
 /// Path of the Chat Completions endpoint below the base URL.
-pub const CHAT_COMPLETIONS_PATH: &str = "/chat/completions";
+pub(crate) const CHAT_COMPLETIONS_PATH: &str = "/chat/completions";
 /// Host whose models take `max_completion_tokens`.
-pub const OPENAI_HOST: &str = "api.openai.com";
+pub(crate) const OPENAI_HOST: &str = "api.openai.com";
 /// Text standing in for an image in a tool message (tool messages carry text only).
 pub const IMAGE_OMITTED: &str = "[image omitted]";
 /// The data payload that ends a Chat Completions stream.
-pub const DONE: &str = "[DONE]";
+pub(crate) const DONE: &str = "[DONE]";
 
 /// Whether the token limit is sent as `max_completion_tokens` (true) or
 /// `max_tokens` (false).
@@ -50,7 +50,7 @@ pub const DONE: &str = "[DONE]";
 /// api.openai.com's newer (reasoning) models reject `max_tokens` with
 /// `unsupported_parameter`, while many OpenAI-compatible servers only know
 /// `max_tokens`; so the newer name is used for the OpenAI host only.
-pub fn uses_max_completion_tokens(base_url: &str) -> bool {
+pub(crate) fn uses_max_completion_tokens(base_url: &str) -> bool {
     reqwest::Url::parse(base_url)
         .ok()
         .and_then(|url| {
@@ -319,7 +319,7 @@ pub fn request_body(
 
 /// The fields of an OpenAI-style error object.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
-pub struct ErrorFields {
+pub(crate) struct ErrorFields {
     /// `message`.
     pub message: String,
     /// `type`.
@@ -338,7 +338,7 @@ fn string_field(value: &serde_json::Value, key: &str) -> Option<String> {
 
 /// Reads an error object: `{"error":{...}}` (OpenAI), `{"error":"text"}`
 /// (Ollama), or a top-level `{"object":"error",...}` (vLLM).
-pub fn error_fields(value: &serde_json::Value) -> Option<ErrorFields> {
+pub(crate) fn error_fields(value: &serde_json::Value) -> Option<ErrorFields> {
     let fields = |object: &serde_json::Value| ErrorFields {
         message: string_field(object, "message").unwrap_or_default(),
         error_type: string_field(object, "type"),
@@ -357,7 +357,7 @@ pub fn error_fields(value: &serde_json::Value) -> Option<ErrorFields> {
 
 /// Error kind of an OpenAI error: structured `code`/`type` first, message text
 /// second, then the HTTP status (or, mid-stream, the type).
-pub fn error_kind(fields: &ErrorFields, status: Option<u16>) -> ProviderErrorKind {
+pub(crate) fn error_kind(fields: &ErrorFields, status: Option<u16>) -> ProviderErrorKind {
     let code = fields.code.as_deref();
     let error_type = fields.error_type.as_deref();
     if code == Some("context_length_exceeded") {
@@ -391,7 +391,7 @@ fn describe(fields: &ErrorFields) -> String {
 
 /// Classifies an HTTP error response from its error envelope, falling back on
 /// the status for other bodies.
-pub fn error_from_response(provider: &str, response: &ErrorResponse) -> ProviderError {
+pub(crate) fn error_from_response(provider: &str, response: &ErrorResponse) -> ProviderError {
     let fields = serde_json::from_str::<serde_json::Value>(&response.body)
         .ok()
         .and_then(|value| error_fields(&value));

@@ -13,9 +13,9 @@
 //! and a mid-stream `api_error`, connection failures, idle timeouts and broken
 //! streams. A server's `x-should-retry: true|false` overrides the kind. The delay
 //! is the server's (`retry-after-ms`, `retry-after`) when it is in
-//! (0, [`MAX_SERVER_DELAY`]]; otherwise exponential backoff from
-//! [`DEFAULT_BASE_DELAY`] doubling per retry, capped at [`DEFAULT_MAX_DELAY`], with
-//! up to [`JITTER_FRACTION`] of it taken off at random so clients that failed
+//! (0, `MAX_SERVER_DELAY`]; otherwise exponential backoff from
+//! `DEFAULT_BASE_DELAY` doubling per retry, capped at `DEFAULT_MAX_DELAY`, with
+//! up to `JITTER_FRACTION` of it taken off at random so clients that failed
 //! together do not retry together.
 
 use std::time::Duration;
@@ -24,17 +24,17 @@ use super::{ProviderError, ProviderErrorKind};
 use crate::config::DEFAULT_MAX_RETRIES;
 
 /// First backoff delay (the official Anthropic and OpenAI SDKs use the same).
-pub const DEFAULT_BASE_DELAY: Duration = Duration::from_millis(500);
+pub(crate) const DEFAULT_BASE_DELAY: Duration = Duration::from_millis(500);
 /// Longest backoff delay (as in the official SDKs).
-pub const DEFAULT_MAX_DELAY: Duration = Duration::from_secs(8);
+pub(crate) const DEFAULT_MAX_DELAY: Duration = Duration::from_secs(8);
 /// Longest server-requested delay that is honoured; a longer or zero
 /// `retry-after` falls back to backoff (ERRORS.md A4: the SDKs' rule).
-pub const MAX_SERVER_DELAY: Duration = Duration::from_secs(60);
+pub(crate) const MAX_SERVER_DELAY: Duration = Duration::from_secs(60);
 /// Largest share of a backoff delay removed as jitter.
-pub const JITTER_FRACTION: f64 = 0.25;
+pub(crate) const JITTER_FRACTION: f64 = 0.25;
 /// SPEC §2: HTTP statuses of server errors that are retried (529 is
 /// [`ProviderErrorKind::Overloaded`], 429 [`ProviderErrorKind::RateLimited`]).
-pub const RETRYABLE_SERVER_STATUSES: [u16; 3] = [500, 502, 503];
+pub(crate) const RETRYABLE_SERVER_STATUSES: [u16; 3] = [500, 502, 503];
 
 /// How a provider retries failed requests.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -89,7 +89,7 @@ impl RetryPolicy {
     }
 
     /// The backoff before retry number `retries_done + 1`: `base * 2^retries_done`
-    /// capped at `max_delay`, minus up to [`JITTER_FRACTION`] of it.
+    /// capped at `max_delay`, minus up to `JITTER_FRACTION` of it.
     pub fn backoff(&self, retries_done: u32, jitter: f64) -> Duration {
         let factor = 2u32.saturating_pow(retries_done);
         let delay = self
@@ -137,7 +137,7 @@ impl Retrying {
 
 /// Whether an error of this kind (and status) is worth retrying when nothing was
 /// delivered yet.
-pub fn is_retryable(error: &ProviderError) -> bool {
+pub(crate) fn is_retryable(error: &ProviderError) -> bool {
     match error.kind {
         ProviderErrorKind::RateLimited
         | ProviderErrorKind::Overloaded

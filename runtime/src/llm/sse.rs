@@ -6,11 +6,11 @@
 //! loses one leading space; several `data:` lines join with `\n`; a blank line
 //! dispatches the event; comments start with `:`) and the loop that feeds parsed
 //! events to a protocol decoder. It knows no provider's JSON: `anthropic` and
-//! `openai` implement [`WireDecoder`] for their event payloads. It does no HTTP,
+//! `openai` implement `WireDecoder` for their event payloads. It does no HTTP,
 //! no retries and no timing; `http` wraps it with those.
 //!
 //! Memory is bounded: a line (and the data of one event) longer than
-//! [`MAX_LINE_BYTES`] fails the stream with [`SseError::LineTooLong`].
+//! `MAX_LINE_BYTES` fails the stream with [`SseError::LineTooLong`].
 //!
 //! Parsing is linear in the size of the body whatever the chunking: every byte is
 //! scanned for a line end once, consumed bytes are dropped only when new bytes
@@ -33,7 +33,7 @@ const BOM: &[u8] = b"\xEF\xBB\xBF";
 /// A line of the stream (and the data of one event) may hold at most this
 /// many bytes (16 MiB): a provider that never sends a line end cannot grow
 /// memory without limit; past it the stream fails with a provider error.
-pub const MAX_LINE_BYTES: usize = 16 * 1024 * 1024;
+pub(crate) const MAX_LINE_BYTES: usize = 16 * 1024 * 1024;
 
 /// Longest excerpt of offending input quoted in an error message.
 pub(crate) const EXCERPT_CHARS: usize = 120;
@@ -57,7 +57,7 @@ pub enum SseError {
     LineTooLong {
         /// 1-based line number in the stream.
         line: u64,
-        /// The cap ([`MAX_LINE_BYTES`] unless set otherwise).
+        /// The cap (`MAX_LINE_BYTES` unless set otherwise).
         limit: usize,
     },
 }
@@ -116,7 +116,7 @@ impl SseParser {
     }
 
     /// A parser accepting lines of at most `limit` bytes (tests use small
-    /// limits; streams use [`MAX_LINE_BYTES`]).
+    /// limits; streams use `MAX_LINE_BYTES`).
     pub fn with_line_limit(limit: usize) -> Self {
         Self {
             line_limit: limit.max(1),
@@ -334,7 +334,7 @@ pub(crate) trait WireDecoder: Send + Unpin + 'static {
 
 /// A body byte stream as the decoders take it: transport failures are already
 /// [`ProviderError`]s (idle timeout, connection reset).
-pub type ByteStream = futures::stream::BoxStream<'static, Result<Bytes, ProviderError>>;
+pub(crate) type ByteStream = futures::stream::BoxStream<'static, Result<Bytes, ProviderError>>;
 
 /// Where the decode stream is.
 enum State {

@@ -9,10 +9,10 @@
 //! (stdio, or the standalone stream) the earliest call still in flight is
 //! asked ([`CallScopes::asking`]). With no call in flight nobody is asked.
 //!
-//! Progress becomes notices at a bounded rate ([`ProgressGate`]): the first
+//! Progress becomes notices at a bounded rate (`ProgressGate`): the first
 //! notification of a call, the one that reaches its total, and otherwise at
-//! most one per [`PROGRESS_NOTICE_INTERVAL`], never more than
-//! [`MAX_PROGRESS_NOTICES`] per call — a server flooding notifications cannot
+//! most one per `PROGRESS_NOTICE_INTERVAL`, never more than
+//! `MAX_PROGRESS_NOTICES` per call — a server flooding notifications cannot
 //! swamp the event log.
 //!
 //! [`McpTool`]: super::tool::McpTool
@@ -25,10 +25,10 @@ use rmcp::model::{ProgressToken, RequestId};
 use crate::tools::CallReach;
 
 /// Progress notices of one call are at least this far apart (except its last).
-pub const PROGRESS_NOTICE_INTERVAL: Duration = Duration::from_secs(1);
+pub(crate) const PROGRESS_NOTICE_INTERVAL: Duration = Duration::from_secs(1);
 
 /// Progress notices one call shows at most.
-pub const MAX_PROGRESS_NOTICES: u32 = 50;
+pub(crate) const MAX_PROGRESS_NOTICES: u32 = 50;
 
 /// Characters of a progress message kept.
 const PROGRESS_MESSAGE_CHARS: usize = 200;
@@ -37,11 +37,11 @@ const PROGRESS_MESSAGE_CHARS: usize = 200;
 pub const NOTICE_MCP_PROGRESS: &str = "mcp_progress";
 
 /// `notice.code` of an MCP server's question and how it was answered.
-pub const NOTICE_MCP_ELICITATION: &str = "mcp_elicitation";
+pub(crate) const NOTICE_MCP_ELICITATION: &str = "mcp_elicitation";
 
 /// Which progress notifications of one call become notices.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct ProgressGate {
+pub(crate) struct ProgressGate {
     shown: u32,
     last: Option<Duration>,
     finished: bool,
@@ -50,7 +50,7 @@ pub struct ProgressGate {
 impl ProgressGate {
     /// Whether the notification at `at` (time since the call started) with
     /// `progress` of `total` is shown; records it when it is.
-    pub fn admit(&mut self, at: Duration, progress: f64, total: Option<f64>) -> bool {
+    pub(crate) fn admit(&mut self, at: Duration, progress: f64, total: Option<f64>) -> bool {
         if self.shown >= MAX_PROGRESS_NOTICES {
             return false;
         }
@@ -70,7 +70,7 @@ impl ProgressGate {
 }
 
 /// The notice for a progress notification of `server`.
-pub fn progress_text(
+pub(crate) fn progress_text(
     server: &str,
     progress: f64,
     total: Option<f64>,

@@ -62,7 +62,7 @@ pub struct ConnectError(pub String);
 
 /// The last lines a stdio server wrote to stderr.
 #[derive(Clone, Default)]
-pub struct StderrTail(Arc<Mutex<VecDeque<String>>>);
+pub(crate) struct StderrTail(Arc<Mutex<VecDeque<String>>>);
 
 impl StderrTail {
     fn push(&self, line: &str) {
@@ -74,13 +74,13 @@ impl StderrTail {
     }
 
     /// The kept lines, oldest first, joined by ` | ` (empty when none).
-    pub fn joined(&self) -> String {
+    pub(crate) fn joined(&self) -> String {
         let lines = self.0.lock().unwrap_or_else(PoisonError::into_inner);
         lines.iter().cloned().collect::<Vec<_>>().join(" | ")
     }
 
     /// `reason`, followed by what the server last wrote to stderr.
-    pub fn explain(&self, reason: &str) -> String {
+    pub(crate) fn explain(&self, reason: &str) -> String {
         let tail = self.joined();
         if tail.is_empty() {
             reason.to_string()
@@ -213,7 +213,7 @@ const ELICITATION_HOW: &str = "the MCP server asks a question: allow to answer w
      (e.g. {\"name\": \"Ann\"}); deny declines; cancel cancels the question";
 
 /// The client's initialize parameters: form elicitation and roots.
-pub fn client_config() -> ClientConfig {
+pub(crate) fn client_config() -> ClientConfig {
     let mut capabilities = ClientCapabilities::default();
     capabilities.elicitation = Some(
         ElicitationCapability::new()
@@ -230,7 +230,7 @@ pub fn client_config() -> ClientConfig {
 
 /// `file://` URI of an absolute path (bytes outside the unreserved set and
 /// `/` percent-encoded).
-pub fn file_uri(path: &std::path::Path) -> String {
+pub(crate) fn file_uri(path: &std::path::Path) -> String {
     use std::os::unix::ffi::OsStrExt;
     let mut uri = String::from("file://");
     for &byte in path.as_os_str().as_bytes() {
@@ -557,7 +557,7 @@ impl Drop for GroupGuard {
 }
 
 /// SIGKILL to every process of group `pgid` (a group already gone is fine).
-pub fn kill_group(pgid: Option<i32>) {
+pub(crate) fn kill_group(pgid: Option<i32>) {
     if let Some(pgid) = pgid.filter(|pgid| *pgid > 1) {
         // SAFETY: killpg only sends a signal; the group was created for this
         // server (its leader is our child), so it names no other process.

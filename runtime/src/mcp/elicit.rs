@@ -17,17 +17,17 @@ use serde_json::{Map, Value};
 use crate::events::ApprovalOutcome;
 
 /// Fields a schema may have; a larger one is declined.
-pub const MAX_FIELDS: usize = 100;
+pub(crate) const MAX_FIELDS: usize = 100;
 
 /// Bytes the content of one answer may take, serialised.
-pub const MAX_CONTENT_BYTES: usize = 64 * 1024;
+pub(crate) const MAX_CONTENT_BYTES: usize = 64 * 1024;
 
 /// Characters of the question shown to a person.
 const MAX_QUESTION_CHARS: usize = 4_000;
 
 /// What to answer a server.
 #[derive(Debug, Clone, PartialEq)]
-pub enum ElicitDecision {
+pub(crate) enum ElicitDecision {
     /// Accept with this content (it satisfies the schema).
     Accept(Map<String, Value>),
     /// Decline, for this reason (logged and shown, not sent).
@@ -38,7 +38,7 @@ pub enum ElicitDecision {
 
 /// The answer when nobody can be asked: accept with the schema's defaults
 /// when every required field has one that fits its field, else decline.
-pub fn default_elicitation(schema: &Value) -> ElicitDecision {
+pub(crate) fn default_elicitation(schema: &Value) -> ElicitDecision {
     let (fields, required) = match fields_of(schema) {
         Ok(parts) => parts,
         Err(reason) => return ElicitDecision::Decline(reason),
@@ -55,7 +55,7 @@ pub fn default_elicitation(schema: &Value) -> ElicitDecision {
 /// The reply for a person's answer to the question: allow accepts with the
 /// schema's defaults overlaid by the JSON object the person gave (if any),
 /// checked against the schema; deny declines; cancel cancels.
-pub fn answer_elicitation(
+pub(crate) fn answer_elicitation(
     schema: &Value,
     outcome: &ApprovalOutcome,
     given: Option<&str>,
@@ -99,7 +99,7 @@ pub fn answer_elicitation(
 
 /// The question as an approval shows it: the server's message, then one line
 /// per field (name, type, required, default, choices), bounded in length.
-pub fn question_of(message: &str, schema: &Value) -> String {
+pub(crate) fn question_of(message: &str, schema: &Value) -> String {
     let mut out = message.trim().to_string();
     if let Ok((fields, required)) = fields_of(schema) {
         for (name, field) in fields {

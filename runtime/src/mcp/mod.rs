@@ -1,8 +1,8 @@
 //! The MCP client side of the runtime (SPEC §8): what a configured server is
-//! ([`spec`]), how its tools are named and offered ([`names`], [`tool`]), how
-//! its results reach the model ([`content`]), one live connection through the
-//! `rmcp` crate ([`client`]), the calls in flight on it, which progress and
-//! questions reach ([`calls`]), how a question is answered ([`elicit`]), and
+//! (`spec`), how its tools are named and offered (`names`, [`tool`]), how
+//! its results reach the model (`content`), one live connection through the
+//! `rmcp` crate (`client`), the calls in flight on it, which progress and
+//! questions reach ([`calls`]), how a question is answered (`elicit`), and
 //! the state every server's supervisor shares with the runs that use it
 //! ([`state`]).
 //!
@@ -14,19 +14,17 @@
 use std::time::Duration;
 
 pub mod calls;
-pub mod client;
-pub mod content;
-pub mod elicit;
-pub mod names;
-pub mod spec;
+pub(crate) mod client;
+pub(crate) mod content;
+pub(crate) mod elicit;
+pub(crate) mod names;
+pub(crate) mod spec;
 pub mod state;
 pub mod tool;
 
-pub use client::{ConnectError, Connection};
-pub use names::{qualified_tool_name, server_prefix};
+pub use client::{Connection, RmcpTool};
 pub use spec::{McpServerSpec, McpTransportSpec, resolve_servers};
 pub use state::{McpState, ServerPhase, ServerStatus, restart_delay};
-pub use tool::McpTool;
 
 /// SPEC §8: each server gets this long to connect and list its tools.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
@@ -37,4 +35,4 @@ pub const SHUTDOWN_BUDGET: Duration = Duration::from_secs(5);
 
 /// SPEC §8: how long a run's first model request waits for a server still
 /// starting, unless its entry sets `startup_grace_secs`.
-pub const DEFAULT_STARTUP_GRACE: Duration = Duration::from_secs(3);
+pub(crate) const DEFAULT_STARTUP_GRACE: Duration = Duration::from_secs(3);

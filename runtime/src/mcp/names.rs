@@ -7,13 +7,13 @@ use crate::tools::registry::{MAX_TOOL_NAME_LEN, valid_tool_name};
 
 /// `mcp__<server>__`: the prefix of every tool of `server` (and of the
 /// permission rule `mcp__<server>__*`).
-pub fn server_prefix(server: &str) -> String {
+pub(crate) fn server_prefix(server: &str) -> String {
     format!("mcp__{server}__")
 }
 
 /// The name the model is offered for `tool` of `server`, or why the tool is
 /// skipped.
-pub fn qualified_tool_name(server: &str, tool: &str) -> Result<String, String> {
+pub(crate) fn qualified_tool_name(server: &str, tool: &str) -> Result<String, String> {
     if tool.is_empty() {
         return Err(format!(
             "a tool of MCP server {server:?} is skipped: it has no name"

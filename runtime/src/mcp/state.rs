@@ -7,7 +7,7 @@
 //! agent compares to know that its catalogue is stale (a status change that
 //! keeps the tools leaves the catalogue, and so the cached request prefix,
 //! alone). The decisions about time are pure functions: how long a run's first
-//! request still waits for servers that are starting ([`startup_wait`]) and
+//! request still waits for servers that are starting (`startup_wait`) and
 //! how long a supervisor waits before restarting a server ([`restart_delay`]).
 
 use std::collections::BTreeMap;
@@ -23,14 +23,14 @@ use super::tool::McpTool;
 use crate::tools::Tool;
 
 /// First delay before a restart.
-pub const RESTART_BASE_DELAY: Duration = Duration::from_millis(500);
+pub(crate) const RESTART_BASE_DELAY: Duration = Duration::from_millis(500);
 
 /// Longest delay between restarts.
-pub const RESTART_MAX_DELAY: Duration = Duration::from_secs(60);
+pub(crate) const RESTART_MAX_DELAY: Duration = Duration::from_secs(60);
 
 /// A server up this long counts as healthy: its next failure restarts at once
 /// (after the base delay) again.
-pub const HEALTHY_UPTIME: Duration = Duration::from_secs(60);
+pub(crate) const HEALTHY_UPTIME: Duration = Duration::from_secs(60);
 
 /// What a server is doing.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -252,7 +252,7 @@ impl McpState {
 /// How much longer a run's first request waits, given the grace periods of
 /// the servers still starting and the time since they were started: the
 /// longest grace still running, or `None` when there is nothing to wait for.
-pub fn startup_wait(starting_graces: &[Duration], elapsed: Duration) -> Option<Duration> {
+pub(crate) fn startup_wait(starting_graces: &[Duration], elapsed: Duration) -> Option<Duration> {
     starting_graces
         .iter()
         .filter_map(|grace| grace.checked_sub(elapsed))
@@ -261,7 +261,7 @@ pub fn startup_wait(starting_graces: &[Duration], elapsed: Duration) -> Option<D
 }
 
 /// The delay before restart number `attempt` (0 for the first): doubling from
-/// [`RESTART_BASE_DELAY`], at most [`RESTART_MAX_DELAY`].
+/// `RESTART_BASE_DELAY`, at most `RESTART_MAX_DELAY`.
 pub fn restart_delay(attempt: u32) -> Duration {
     let factor = 1u32.checked_shl(attempt.min(16)).unwrap_or(u32::MAX);
     RESTART_BASE_DELAY
@@ -270,7 +270,7 @@ pub fn restart_delay(attempt: u32) -> Duration {
 }
 
 /// The attempt number after a failure: back to 0 when the server had been up
-/// for [`HEALTHY_UPTIME`], else one more.
+/// for `HEALTHY_UPTIME`, else one more.
 pub fn next_attempt(attempt: u32, uptime: Option<Duration>) -> u32 {
     match uptime {
         Some(up) if up >= HEALTHY_UPTIME => 0,

@@ -62,7 +62,7 @@ impl std::fmt::Debug for McpTool {
 
 /// The schema offered for a server's input schema: passed through, except
 /// that one without a `type` (e.g. `{}`) is an object schema.
-pub fn input_schema_of(schema: &JsonObject) -> Value {
+pub(crate) fn input_schema_of(schema: &JsonObject) -> Value {
     let mut schema = schema.clone();
     if !schema.contains_key("type") {
         schema.insert("type".into(), Value::String("object".into()));
@@ -72,7 +72,7 @@ pub fn input_schema_of(schema: &JsonObject) -> Value {
 
 /// Whether the server marked the tool read-only (`readOnlyHint: true`; any
 /// other value or none is not).
-pub fn is_read_only(tool: &rmcp::model::Tool) -> bool {
+pub(crate) fn is_read_only(tool: &rmcp::model::Tool) -> bool {
     tool.annotations
         .as_ref()
         .and_then(|a| a.read_only_hint)

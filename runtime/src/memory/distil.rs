@@ -23,14 +23,14 @@ use crate::model::{ContentBlock, Message, Role, Usage};
 
 /// SPEC §12: the memory is updated in the background every this many
 /// completed turns.
-pub const DISTIL_EVERY_TURNS: usize = 5;
+pub(crate) const DISTIL_EVERY_TURNS: usize = 5;
 /// Characters of conversation the update reads (the most recent ones).
 const DIGEST_MAX_CHARS: usize = 24_000;
 /// Characters kept of one message in the digest.
 const DIGEST_MESSAGE_MAX_CHARS: usize = 2_000;
 
 /// The system prompt of the update request.
-pub const DISTIL_INSTRUCTIONS: &str = "You maintain the project memory of a coding agent: a \
+pub(crate) const DISTIL_INSTRUCTIONS: &str = "You maintain the project memory of a coding agent: a \
 short Markdown file of durable facts about one project (conventions, commands, architecture \
 decisions, preferences the user stated) that is given to the agent at the start of every \
 session. You get the current file and an excerpt of a recent conversation. Answer with the \
@@ -63,7 +63,7 @@ pub enum DistilOutcome {
 
 /// True when the turn that just completed, the `completed`th of the
 /// session (its assistant messages), is due an update.
-pub fn distil_due(completed: usize) -> bool {
+pub(crate) fn distil_due(completed: usize) -> bool {
     completed > 0 && completed.is_multiple_of(DISTIL_EVERY_TURNS)
 }
 
@@ -78,7 +78,7 @@ fn clip(text: &str, max: usize) -> String {
 /// What the update reads of a history: the person's and the agent's words
 /// (and the names of the tools the agent called), most recent last, at most
 /// [`DIGEST_MAX_CHARS`]. Tool results are left out.
-pub fn conversation_digest(messages: &[Message]) -> String {
+pub(crate) fn conversation_digest(messages: &[Message]) -> String {
     let mut parts: Vec<String> = Vec::new();
     let mut total = 0usize;
     for message in messages.iter().rev() {
@@ -124,7 +124,7 @@ pub fn conversation_digest(messages: &[Message]) -> String {
 
 /// The update request: [`DISTIL_INSTRUCTIONS`], the current file and the
 /// digest in one user message, no tools.
-pub fn distil_request(memory: &str, digest: &str) -> ChatRequest {
+pub(crate) fn distil_request(memory: &str, digest: &str) -> ChatRequest {
     let memory = if memory.trim().is_empty() {
         "(empty)"
     } else {
@@ -162,7 +162,7 @@ fn clean_answer(answer: &str) -> String {
 /// The file to write: `distilled` (from the file as it was, `before`), plus
 /// the notes appended since (`now` = `before` + notes). `None` when the file
 /// changed otherwise meanwhile (a person's edit wins).
-pub fn merge_distilled(before: &str, distilled: &str, now: &str) -> Option<String> {
+pub(crate) fn merge_distilled(before: &str, distilled: &str, now: &str) -> Option<String> {
     let added = now.strip_prefix(before)?;
     let mut out = distilled.to_string();
     if !added.trim().is_empty() {
@@ -175,7 +175,7 @@ pub fn merge_distilled(before: &str, distilled: &str, now: &str) -> Option<Strin
 }
 
 /// Runs one update for the project at `project_root` with `digest` (see
-/// [`conversation_digest`]): asks `provider`, then writes the merged answer.
+/// `conversation_digest`): asks `provider`, then writes the merged answer.
 /// Returns what it did and the usage of its request. Stops when `cancel` is
 /// cancelled.
 pub async fn distil(

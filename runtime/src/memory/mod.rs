@@ -2,13 +2,13 @@
 //! the project that go into the stable part of the system prompt.
 //!
 //! - Reading: [`load_for_prompt`] reads the file through a size cap
-//!   ([`MEMORY_MAX_BYTES`], longer files are cut with a note, like instruction
-//!   files); [`prompt_section`] is how it appears in the prompt.
+//!   (`MEMORY_MAX_BYTES`, longer files are cut with a note, like instruction
+//!   files); `prompt_section` is how it appears in the prompt.
 //! - Writing: the `remember` tool ([`Remember`]) and the chat's `/memory NOTE`
 //!   append one note ([`append_note`]); the background update ([`distil`])
 //!   rewrites the file from the recent conversation. Both write by atomic
 //!   replacement, never through a symlink, one at a time in this process
-//!   ([`MEMORY_LOCK`]), and never past [`MEMORY_MAX_BYTES`].
+//!   (`MEMORY_LOCK`), and never past `MEMORY_MAX_BYTES`.
 //! - Sessions: the text a session's stable prompt holds is taken once, when
 //!   the session starts, and kept with it ([`SessionMemory::snapshot`]), so
 //!   changes take effect at the next session and the cached prefix of a
@@ -32,19 +32,17 @@ use crate::tools::files::{self, OpenMode};
 mod distil;
 mod tool;
 
-pub use distil::{
-    DISTIL_EVERY_TURNS, DISTIL_INSTRUCTIONS, DistilOutcome, conversation_digest, distil,
-    distil_due, distil_request, merge_distilled,
-};
-pub use tool::{REMEMBER_TOOL_NAME, Remember};
+pub use distil::{DistilOutcome, distil};
+pub(crate) use distil::{conversation_digest, distil_due};
+pub use tool::Remember;
 
 /// File of the project memory inside `.troupe/`.
-pub const MEMORY_FILE_NAME: &str = "memory.md";
+pub(crate) const MEMORY_FILE_NAME: &str = "memory.md";
 /// Largest memory put into the prompt, in bytes; a longer file is cut with a
 /// note. Notes and background updates never make the file longer.
-pub const MEMORY_MAX_BYTES: usize = 16_000;
+pub(crate) const MEMORY_MAX_BYTES: usize = 16_000;
 /// Longest note `remember` keeps, in characters.
-pub const NOTE_MAX_CHARS: usize = 500;
+pub(crate) const NOTE_MAX_CHARS: usize = 500;
 /// How long an embedded run's process waits, after the run, for a
 /// background memory update still running.
 pub const MEMORY_SETTLE_LIMIT: std::time::Duration = std::time::Duration::from_secs(20);
@@ -56,7 +54,7 @@ const SECTION_HEADING: &str = "# Project memory\nNotes kept for this project fro
 
 /// Serialises every read-modify-write of memory files in this process, so a
 /// note appended while a background update runs is never lost.
-pub static MEMORY_LOCK: Mutex<()> = Mutex::new(());
+pub(crate) static MEMORY_LOCK: Mutex<()> = Mutex::new(());
 
 /// What went wrong with the memory file.
 #[derive(Debug, thiserror::Error)]
@@ -70,7 +68,7 @@ pub enum MemoryError {
         /// Its length.
         chars: usize,
     },
-    /// The file would grow past [`MEMORY_MAX_BYTES`].
+    /// The file would grow past `MEMORY_MAX_BYTES`.
     #[error(
         "the project memory is full ({bytes} bytes of at most {MEMORY_MAX_BYTES}); \
          shorten .troupe/memory.md by hand, or let the background update condense it"
@@ -177,7 +175,7 @@ fn read_current(project_root: &Path) -> Result<String, MemoryError> {
 }
 
 /// Cuts `text` to [`MEMORY_MAX_BYTES`] on a character boundary, with a note.
-pub fn cap_for_prompt(mut text: String) -> String {
+pub(crate) fn cap_for_prompt(mut text: String) -> String {
     if text.len() <= MEMORY_MAX_BYTES {
         return text;
     }
@@ -191,7 +189,7 @@ pub fn cap_for_prompt(mut text: String) -> String {
 }
 
 /// The project memory for a new session's prompt: `None` when there is no
-/// file or it is blank; cut to [`MEMORY_MAX_BYTES`]. A file that cannot be
+/// file or it is blank; cut to `MEMORY_MAX_BYTES`. A file that cannot be
 /// read (a symlink, a directory) is left out with a warning.
 pub fn load_for_prompt(project_root: &Path) -> Option<String> {
     match read_raw(project_root, MEMORY_MAX_BYTES) {
@@ -208,14 +206,14 @@ pub fn load_for_prompt(project_root: &Path) -> Option<String> {
 }
 
 /// The memory section of the stable prompt.
-pub fn prompt_section(memory: &str) -> String {
+pub(crate) fn prompt_section(memory: &str) -> String {
     format!("{SECTION_HEADING}\n{}", memory.trim())
 }
 
 /// `note` as one Markdown list line: white space (new lines included)
 /// collapsed, a leading list marker dropped; checked against
 /// [`NOTE_MAX_CHARS`].
-pub fn normalize_note(note: &str) -> Result<String, MemoryError> {
+pub(crate) fn normalize_note(note: &str) -> Result<String, MemoryError> {
     let collapsed = note.split_whitespace().collect::<Vec<_>>().join(" ");
     let stripped = collapsed
         .strip_prefix("- ")
@@ -235,7 +233,7 @@ pub fn normalize_note(note: &str) -> Result<String, MemoryError> {
 /// The memory file after appending `note` to `current`: one `- note` line
 /// after what is there; an error when the note is unusable or the file would
 /// grow past [`MEMORY_MAX_BYTES`].
-pub fn appended(current: &str, note: &str) -> Result<String, MemoryError> {
+pub(crate) fn appended(current: &str, note: &str) -> Result<String, MemoryError> {
     let note = normalize_note(note)?;
     let mut out = current.to_string();
     if !out.is_empty() && !out.ends_with('\n') {

@@ -12,7 +12,7 @@ use super::{NOTE_MAX_CHARS, append_note};
 use crate::tools::{Tool, ToolCategory, ToolContext, ToolOutput, parse_args};
 
 /// Name of the tool.
-pub const REMEMBER_TOOL_NAME: &str = "remember";
+pub(crate) const REMEMBER_TOOL_NAME: &str = "remember";
 
 /// The `remember` tool.
 #[derive(Debug)]

@@ -29,7 +29,7 @@ use super::plan::Plan;
 
 /// The Landlock ABI the rules are written for (and tested on); older kernels
 /// get the subset they know.
-pub const TARGET_ABI: ABI = ABI::V7;
+pub(crate) const TARGET_ABI: ABI = ABI::V7;
 
 /// How the child enters its namespaces.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -61,7 +61,7 @@ struct MountCall {
 
 /// What the child applies between fork and exec.
 #[derive(Debug, Default)]
-pub struct Prepared {
+pub(crate) struct Prepared {
     /// `unshare` flags; 0 when no namespace is made.
     unshare: libc::c_int,
     /// Contents for `/proc/self/uid_map` and `gid_map` (user namespace).
@@ -79,11 +79,11 @@ pub struct Prepared {
 /// `CAP_SYS_ADMIN` (21) and `CAP_PERFMON` (38). Either lets root read the
 /// memory and environment of any process through `/proc/PID/{environ,mem}`
 /// whatever Landlock says (the kernel's `perfmon_capable` exception).
-pub const DROPPED_CAPABILITIES: [libc::c_int; 2] = [21, 38];
+pub(crate) const DROPPED_CAPABILITIES: [libc::c_int; 2] = [21, 38];
 
 /// Prepares `plan` for a child: a Landlock ruleset when `landlock` (the
 /// kernel offers it) and namespace work when `namespaces` says how.
-pub fn prepare(
+pub(crate) fn prepare(
     plan: &Plan,
     landlock: bool,
     namespaces: Option<NamespaceKind>,
@@ -243,7 +243,7 @@ fn ruleset(plan: &Plan) -> Result<Option<OwnedFd>, ApplyError> {
 
 /// Applies `prepared` to the calling process. Runs between fork and exec:
 /// system calls only, on memory prepared before the fork.
-pub fn enter(prepared: &Prepared) -> io::Result<()> {
+pub(crate) fn enter(prepared: &Prepared) -> io::Result<()> {
     if prepared.unshare != 0 {
         // SAFETY: unshare takes plain flags.
         check(unsafe { libc::unshare(prepared.unshare) })?;
@@ -333,7 +333,7 @@ fn write_file(path: &std::ffi::CStr, text: &std::ffi::CStr) -> io::Result<()> {
 }
 
 /// The kernel's Landlock ABI version; 0 without Landlock.
-pub fn landlock_abi() -> i32 {
+pub(crate) fn landlock_abi() -> i32 {
     // SAFETY: the version query takes no attribute and touches no memory.
     let rc = unsafe {
         libc::syscall(
@@ -350,7 +350,7 @@ pub fn landlock_abi() -> i32 {
 /// namespace and a network namespace) and bind a directory read-only (a
 /// fresh one in the temporary directory; `/` itself cannot be bound in a
 /// user namespace).
-pub fn namespaces_work(kind: NamespaceKind) -> bool {
+pub(crate) fn namespaces_work(kind: NamespaceKind) -> bool {
     use std::os::unix::process::CommandExt;
     let dir = std::env::temp_dir().join(format!("troupe-ns-probe-{}", std::process::id()));
     if std::fs::create_dir(&dir).is_err() {

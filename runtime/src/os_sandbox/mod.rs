@@ -7,18 +7,18 @@
 //! tools consult in-process: this one is enforced by Linux on the child
 //! process and everything it starts.
 //!
-//! - [`plan`] decides, purely, what a command may write (the allowed roots,
+//! - `plan` decides, purely, what a command may write (the allowed roots,
 //!   the spill directory, the session's temporary directory, a few devices)
 //!   and which of Troupe's protected places must stay read-only inside them.
-//! - [`apply`] turns a plan into a Landlock ruleset and namespace set-up in
+//! - `apply` turns a plan into a Landlock ruleset and namespace set-up in
 //!   the parent and applies it in the child between fork and exec.
 //! - [`KernelSupport`] is probed once per process: the Landlock ABI and
 //!   whether mount and network namespaces can be made (as root, or through
 //!   a user namespace). Where something is missing, [`CommandSandbox::notices`]
 //!   says what is not enforced; commands never run less confined silently.
 
-pub mod apply;
-pub mod plan;
+pub(crate) mod apply;
+pub(crate) mod plan;
 
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
@@ -26,11 +26,11 @@ use std::sync::OnceLock;
 use crate::config::{SandboxMode, SandboxSettings};
 use crate::permissions::ProtectedPaths;
 
-pub use apply::{ApplyError, NamespaceKind};
-pub use plan::{Carve, MissingPlaces, Plan, PlanInputs};
+pub(crate) use apply::{ApplyError, NamespaceKind};
+pub(crate) use plan::{Carve, Plan, PlanInputs};
 
 /// Name of the session's temporary directory inside its spill directory.
-pub const TEMP_DIR_NAME: &str = "tmp";
+pub(crate) const TEMP_DIR_NAME: &str = "tmp";
 
 /// The lowest Landlock ABI with TCP rules.
 const NETWORK_ABI: i32 = 4;
@@ -345,13 +345,13 @@ impl CommandSandbox {
 }
 
 /// Suffix of the name a protected file created by a command is moved to.
-pub const SET_ASIDE_SUFFIX: &str = ".rejected";
+pub(crate) const SET_ASIDE_SUFFIX: &str = ".rejected";
 
 /// Protected files that did not exist when a confined command started and
-/// that no mount can keep read-only (see [`MissingPlaces`]): whatever the
+/// that no mount can keep read-only (see `MissingPlaces`): whatever the
 /// command creates there is set aside when it ends
 /// ([`WatchedFiles::set_aside_created`]), renamed with
-/// [`SET_ASIDE_SUFFIX`] so no program reads it as configuration and
+/// `SET_ASIDE_SUFFIX` so no program reads it as configuration and
 /// nothing is lost.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct WatchedFiles(Vec<PathBuf>);

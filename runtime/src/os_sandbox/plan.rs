@@ -26,7 +26,7 @@ use crate::config::{SandboxMode, SandboxSettings};
 /// Device files commands may write (and use with `ioctl`) in every confined
 /// mode: output sinks, random sources and terminals. `/dev/shm` is not among
 /// them: shared memory outlives the command and is shared with every process.
-pub const DEVICES: [&str; 8] = [
+pub(crate) const DEVICES: [&str; 8] = [
     "/dev/null",
     "/dev/zero",
     "/dev/full",
@@ -39,7 +39,7 @@ pub const DEVICES: [&str; 8] = [
 
 /// How protected places inside writable directories are kept read-only.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Carve {
+pub(crate) enum Carve {
     /// Read-only bind mounts in a private mount namespace.
     Mounts,
     /// Writable directories are split around the protected places.
@@ -48,7 +48,7 @@ pub enum Carve {
 
 /// The paths the plan is made from, all absolute and resolved.
 #[derive(Debug, Clone, Copy)]
-pub struct PlanInputs<'a> {
+pub(crate) struct PlanInputs<'a> {
     /// `[sandbox]` settings.
     pub settings: SandboxSettings,
     /// The allowed roots (project root first, spill directory, extra roots).
@@ -88,7 +88,7 @@ impl Plan {
 /// The plan for `inputs`; `None` when the mode is `off`. `list` gives the
 /// entries of a directory (absolute paths); it is only called for
 /// [`Carve::Split`].
-pub fn plan<F>(inputs: &PlanInputs<'_>, list: F) -> Option<Plan>
+pub(crate) fn plan<F>(inputs: &PlanInputs<'_>, list: F) -> Option<Plan>
 where
     F: Fn(&Path) -> Vec<PathBuf>,
 {
@@ -151,7 +151,7 @@ where
 /// keep read-only but that do not exist yet (a bind mount needs something to
 /// bind, and the directory holding the place is writable).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct MissingPlaces {
+pub(crate) struct MissingPlaces {
     /// Directories created empty first, then bound read-only like the rest.
     pub create: Vec<PathBuf>,
     /// Files that cannot be made up front (other programs read them as
@@ -161,7 +161,7 @@ pub struct MissingPlaces {
 
 /// The [`MissingPlaces`] of `plan`: every read-only mount that does not
 /// exist, a directory unless it is one of `file_places`.
-pub fn missing_places<E>(plan: &Plan, file_places: &[PathBuf], exists: E) -> MissingPlaces
+pub(crate) fn missing_places<E>(plan: &Plan, file_places: &[PathBuf], exists: E) -> MissingPlaces
 where
     E: Fn(&Path) -> bool,
 {

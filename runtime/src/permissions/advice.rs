@@ -21,7 +21,7 @@ const USER_FILE: &str = "~/.config/troupe/config.toml";
 
 /// Everything the advice depends on.
 #[derive(Debug, Clone, Copy)]
-pub struct AdviceFacts<'a> {
+pub(crate) struct AdviceFacts<'a> {
     /// The mode the call was decided in.
     pub mode: PermissionMode,
     /// The call.
@@ -41,7 +41,7 @@ pub struct AdviceFacts<'a> {
 /// give. `None` when nothing the user could change would let it run (hard
 /// blocks, unusable paths), when the refusal already names the rule to change
 /// (deny rules), or when a person will be asked anyway.
-pub fn advice(facts: &AdviceFacts<'_>) -> Option<String> {
+pub(crate) fn advice(facts: &AdviceFacts<'_>) -> Option<String> {
     match facts.cause {
         Cause::HardBlock | Cause::UnusablePath | Cause::DenyRule | Cause::AllowRule => None,
         Cause::OutsideWrite => Some(format!(

@@ -190,7 +190,7 @@ impl PermissionEngine {
     }
 
     /// Decides one call and says whether the decision lets the tool read a
-    /// path outside the allowed roots (see [`Verdict`]): both come from the
+    /// path outside the allowed roots (see `Verdict`): both come from the
     /// same resolution of the path.
     pub fn verdict(&self, request: &PermissionRequest) -> Verdict {
         let mut outside_read = false;

@@ -33,10 +33,10 @@ use serde::{Deserialize, Serialize};
 use crate::config::{PermissionMode, RuleEntry, RuleSource};
 use crate::tools::{PermissionSubject, ToolCategory};
 
-pub use advice::{AdviceFacts, advice};
-pub use engine::{PermissionEngine, Verdict};
-pub use protected::{MCP_JSON, ProtectedKind, ProtectedPaths};
-pub use rules::RuleParseError;
+pub(crate) use advice::{AdviceFacts, advice};
+pub use engine::PermissionEngine;
+pub use protected::ProtectedPaths;
+pub(crate) use rules::RuleParseError;
 
 /// The answer for one call.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -142,7 +142,7 @@ pub enum PermissionError {
 
 /// Whether a tool is offered to the model in `mode`: plan mode offers only
 /// read-only tools (SPEC §5, §12); every other mode offers every tool.
-pub fn offered_in_mode(mode: PermissionMode, read_only: bool) -> bool {
+pub(crate) fn offered_in_mode(mode: PermissionMode, read_only: bool) -> bool {
     mode != PermissionMode::Plan || read_only
 }
 

@@ -16,7 +16,7 @@ use crate::config::paths::PROJECT_DIR_NAME;
 use crate::sandbox::resolve_path;
 
 /// The project file that configures MCP servers for every tool of its kind.
-pub const MCP_JSON: &str = ".mcp.json";
+pub(crate) const MCP_JSON: &str = ".mcp.json";
 
 /// What a protected place is, for the refusal.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

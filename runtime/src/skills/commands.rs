@@ -20,15 +20,15 @@ use crate::front_matter::{key_prefix, one_line, parse_front_matter, split_front_
 use crate::tools::registry::valid_tool_name;
 
 /// Directory of commands under `.troupe/` and under the user config dir.
-pub const COMMANDS_DIR_NAME: &str = "commands";
+pub(crate) const COMMANDS_DIR_NAME: &str = "commands";
 /// Extension of command files; other files are ignored.
 const COMMAND_FILE_EXTENSION: &str = "md";
 /// Command files read per directory, in file-name order.
-pub const MAX_COMMANDS_PER_DIR: usize = 128;
+pub(crate) const MAX_COMMANDS_PER_DIR: usize = 128;
 /// Longest description in characters.
-pub const MAX_COMMAND_DESCRIPTION_CHARS: usize = 200;
+pub(crate) const MAX_COMMAND_DESCRIPTION_CHARS: usize = 200;
 /// What `$ARGUMENTS` in a body stands for.
-pub const ARGUMENTS_PLACEHOLDER: &str = "$ARGUMENTS";
+pub(crate) const ARGUMENTS_PLACEHOLDER: &str = "$ARGUMENTS";
 /// The keys of a command's front matter.
 const COMMAND_KEYS_HINT: &str = "`description: ...`";
 
@@ -55,7 +55,7 @@ impl CustomCommand {
 /// `body` with every `$ARGUMENTS` replaced by `arguments` (trimmed). A body
 /// without the placeholder gets non-empty arguments appended after a blank
 /// line, so they are never lost.
-pub fn expand(body: &str, arguments: &str) -> String {
+pub(crate) fn expand(body: &str, arguments: &str) -> String {
     let arguments = arguments.trim();
     if body.contains(ARGUMENTS_PLACEHOLDER) {
         body.replace(ARGUMENTS_PLACEHOLDER, arguments)
@@ -183,7 +183,7 @@ struct CommandFrontMatter {
 
 /// Parses one command file; `name` is its file name without `.md`. Front
 /// matter is optional; without it the whole text is the body.
-pub fn parse_command(text: &str, name: &str, path: &Path) -> Result<CustomCommand, String> {
+pub(crate) fn parse_command(text: &str, name: &str, path: &Path) -> Result<CustomCommand, String> {
     let starts_front_matter = text
         .trim_start_matches('\u{feff}')
         .lines()

@@ -31,21 +31,21 @@ use crate::tools::{Tool, ToolCategory, ToolContext, ToolOutput, parse_args};
 pub mod commands;
 
 /// Directory of skills under `.troupe/` and under the user config dir.
-pub const SKILLS_DIR_NAME: &str = "skills";
+pub(crate) const SKILLS_DIR_NAME: &str = "skills";
 /// File of a skill inside its directory.
-pub const SKILL_FILE_NAME: &str = "SKILL.md";
+pub(crate) const SKILL_FILE_NAME: &str = "SKILL.md";
 /// Name of the tool that loads a skill's body.
-pub const LOAD_SKILL_TOOL_NAME: &str = "load_skill";
+pub(crate) const LOAD_SKILL_TOOL_NAME: &str = "load_skill";
 /// Largest skill body kept, in bytes; longer bodies are cut with a note, like
 /// project instruction files.
-pub const SKILL_BODY_MAX_BYTES: usize = crate::prompt::INSTRUCTION_FILE_MAX_BYTES;
+pub(crate) const SKILL_BODY_MAX_BYTES: usize = crate::prompt::INSTRUCTION_FILE_MAX_BYTES;
 /// Bytes read from one `SKILL.md`: the body cap plus room for front matter.
 const SKILL_FILE_READ_BYTES: u64 = SKILL_BODY_MAX_BYTES as u64 + 8 * 1024;
 /// Skill directories read per root, in name order, so a hostile repository
 /// cannot flood the system prompt.
-pub const MAX_SKILLS_PER_DIR: usize = 64;
+pub(crate) const MAX_SKILLS_PER_DIR: usize = 64;
 /// Longest description in characters: it is sent with every request.
-pub const MAX_SKILL_DESCRIPTION_CHARS: usize = 500;
+pub(crate) const MAX_SKILL_DESCRIPTION_CHARS: usize = 500;
 /// Note appended to a body that was cut.
 const CUT_NOTE: &str = "\n[skill cut: file too long]";
 
@@ -143,7 +143,7 @@ impl SkillSet {
 
 /// The catalogue section of the stable system prompt, or `None` without
 /// skills. Sorted by name, so equal sets give identical bytes.
-pub fn catalogue(skills: &SkillSet) -> Option<String> {
+pub(crate) fn catalogue(skills: &SkillSet) -> Option<String> {
     if skills.is_empty() {
         return None;
     }
@@ -319,7 +319,7 @@ struct SkillFrontMatter {
 
 /// Parses one `SKILL.md`. `dir_name` is the skill directory's name, the
 /// default name. The error says what to fix.
-pub fn parse_skill(text: &str, dir_name: &str, path: &Path) -> Result<Skill, String> {
+pub(crate) fn parse_skill(text: &str, dir_name: &str, path: &Path) -> Result<Skill, String> {
     let split = split_front_matter(text, SKILL_KEYS_HINT)?;
     let front: SkillFrontMatter = parse_front_matter(split.syntax, split.front)?;
     let at = |key: &str| key_prefix(split.front, key);

@@ -35,7 +35,8 @@ pub const SESSION_MAX_AGE: Duration = Duration::from_secs(30 * 24 * 60 * 60);
 /// Ids are returned family by family, the family with the oldest newest
 /// update first; within a family the deepest sessions come first and the
 /// family's head last, the order in which they are removed.
-pub fn sessions_to_remove(
+#[cfg(test)]
+pub(super) fn sessions_to_remove(
     sessions: &[SessionMeta],
     cutoff: DateTime<Utc>,
     in_use: &HashSet<String>,
@@ -125,7 +126,7 @@ impl Store {
 
     /// Removes sessions last updated more than `age` before `now` (use
     /// [`SESSION_MAX_AGE`]), never one in `in_use` (see
-    /// [`sessions_to_remove`] for every exception: a family goes whole or not
+    /// `sessions_to_remove` for every exception: a family goes whole or not
     /// at all). Sessions with a run still marked running, and the child
     /// sessions such a run created, count as running. Returns the removed ids.
     /// Meant to run in the background; it holds no lock between sessions.

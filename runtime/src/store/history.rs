@@ -25,7 +25,7 @@ pub(crate) struct HistoryBuilder {
 impl HistoryBuilder {
     /// Starts from `marker` (or from the beginning without one), expecting
     /// about `capacity` messages.
-    pub fn new(marker: Option<CompactionMarker>, capacity: usize) -> Self {
+    pub(super) fn new(marker: Option<CompactionMarker>, capacity: usize) -> Self {
         let (first_index, summary) = match marker {
             Some(marker) => (marker.first_kept, marker.summary),
             None => (0, Vec::new()),
@@ -44,7 +44,7 @@ impl HistoryBuilder {
 
     /// Adds the record of message `index` (records arrive in increasing index
     /// order, none below the marker's `first_kept`).
-    pub fn push(&mut self, index: u64, decoded: Result<Message, String>) {
+    pub(super) fn push(&mut self, index: u64, decoded: Result<Message, String>) {
         if index > self.next_expected {
             self.skipped.push(gap(self.next_expected, index));
         }
@@ -56,7 +56,7 @@ impl HistoryBuilder {
     }
 
     /// Records a key in the session's range that is not a message key.
-    pub fn push_bad_key(&mut self, key: &[u8]) {
+    pub(super) fn push_bad_key(&mut self, key: &[u8]) {
         self.skipped.push(SkippedRecord {
             index: self.next_expected,
             reason: format!("record with a malformed key ({} bytes) ignored", key.len()),
@@ -65,7 +65,7 @@ impl HistoryBuilder {
 
     /// Finishes: messages expected up to `message_count` but never seen are
     /// reported as a gap.
-    pub fn finish(
+    pub(super) fn finish(
         mut self,
         message_count: u64,
         last_updated: Option<DateTime<Utc>>,

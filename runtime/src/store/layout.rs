@@ -40,20 +40,20 @@ pub const EVENTS_TREE: &str = "events";
 pub const SPANS_TREE: &str = "spans";
 
 /// Separator between an owner id and the rest of a key.
-pub const SEPARATOR: u8 = 0x00;
+pub(crate) const SEPARATOR: u8 = 0x00;
 
 /// Longest accepted session or run id, in bytes (ids are UUIDs in practice).
 pub const MAX_ID_BYTES: usize = 256;
 
 /// Version tag written into every value; readers skip records of another version.
-pub const FORMAT_VERSION: u32 = 1;
+pub(crate) const FORMAT_VERSION: u32 = 1;
 
 /// Size of an integer in a key.
 const U64_BYTES: usize = 8;
 
 /// Checks an owner id (session or run): non-empty, at most [`MAX_ID_BYTES`],
 /// no `0x00` byte (the separator).
-pub fn check_id(what: &'static str, id: &str) -> Result<(), StoreError> {
+pub(crate) fn check_id(what: &'static str, id: &str) -> Result<(), StoreError> {
     let reason = if id.is_empty() {
         "it is empty".to_owned()
     } else if id.len() > MAX_ID_BYTES {
@@ -71,7 +71,7 @@ pub fn check_id(what: &'static str, id: &str) -> Result<(), StoreError> {
 }
 
 /// Checks an id that follows the separator (call id, span id): non-empty.
-pub fn check_child_id(what: &'static str, id: &str) -> Result<(), StoreError> {
+pub(crate) fn check_child_id(what: &'static str, id: &str) -> Result<(), StoreError> {
     if id.is_empty() {
         return Err(StoreError::InvalidId {
             what,
@@ -83,7 +83,7 @@ pub fn check_child_id(what: &'static str, id: &str) -> Result<(), StoreError> {
 }
 
 /// `owner 0x00`: the prefix of every key of one session or run.
-pub fn owner_prefix(owner: &str) -> Vec<u8> {
+pub(crate) fn owner_prefix(owner: &str) -> Vec<u8> {
     let mut key = Vec::with_capacity(owner.len() + 1 + U64_BYTES);
     key.extend_from_slice(owner.as_bytes());
     key.push(SEPARATOR);
@@ -91,7 +91,7 @@ pub fn owner_prefix(owner: &str) -> Vec<u8> {
 }
 
 /// `owner 0x01`: the first key after every key of `owner` (exclusive range end).
-pub fn owner_end(owner: &str) -> Vec<u8> {
+pub(crate) fn owner_end(owner: &str) -> Vec<u8> {
     let mut key = Vec::with_capacity(owner.len() + 1);
     key.extend_from_slice(owner.as_bytes());
     key.push(SEPARATOR + 1);
@@ -106,7 +106,7 @@ pub fn numbered_key(owner: &str, n: u64) -> Vec<u8> {
 }
 
 /// `owner 0x00 child`: pending results, ledger entries, spans, a session's runs.
-pub fn child_key(owner: &str, child: &str) -> Vec<u8> {
+pub(crate) fn child_key(owner: &str, child: &str) -> Vec<u8> {
     let mut key = owner_prefix(owner);
     key.extend_from_slice(child.as_bytes());
     key
@@ -120,7 +120,7 @@ pub fn parse_numbered_key(owner: &str, key: &[u8]) -> Option<u64> {
     Some(u64::from_be_bytes(bytes))
 }
 
-/// The child part of a [`child_key`] of `owner`, when it is UTF-8.
+/// The child part of a `child_key` of `owner`, when it is UTF-8.
 pub fn parse_child_key<'k>(owner: &str, key: &'k [u8]) -> Option<&'k str> {
     let rest = key.strip_prefix(owner_prefix(owner).as_slice())?;
     std::str::from_utf8(rest).ok()

@@ -12,7 +12,7 @@ use super::layout::{self, check_id};
 use super::{Store, StoreError};
 
 /// How many of the ids an ambiguous prefix matches are kept to be shown.
-pub const MAX_LISTED_MATCHES: usize = 10;
+pub(crate) const MAX_LISTED_MATCHES: usize = 10;
 
 /// What a prefix of an id names.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -21,7 +21,7 @@ pub enum IdMatch {
     Unique(String),
     /// Several ids start with the prefix and none equals it.
     Ambiguous {
-        /// The first matching ids in key order, at most [`MAX_LISTED_MATCHES`].
+        /// The first matching ids in key order, at most `MAX_LISTED_MATCHES`.
         ids: Vec<String>,
         /// How many ids match in all.
         total: usize,
@@ -33,7 +33,7 @@ pub enum IdMatch {
 /// Decides what `prefix` names among `ids` (the ids that start with it, in any
 /// order). An id equal to the prefix wins over longer ids that extend it, so a
 /// full id always names its own session or run.
-pub fn decide(prefix: &str, ids: impl IntoIterator<Item = String>) -> IdMatch {
+pub(super) fn decide(prefix: &str, ids: impl IntoIterator<Item = String>) -> IdMatch {
     let mut listed = Vec::new();
     let mut total = 0usize;
     for id in ids {

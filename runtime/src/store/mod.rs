@@ -14,7 +14,7 @@
 //!
 //! Reads never fail because one record is damaged: list operations skip an
 //! undecodable record with a warning, and [`Store::load_history`] reports it in
-//! [`LoadedHistory::skipped`]. Every write failure is returned as a
+//! `LoadedHistory::skipped`. Every write failure is returned as a
 //! [`StoreError`] whose message says what to do.
 
 mod cleanup;
@@ -39,15 +39,15 @@ use std::sync::atomic::AtomicU64;
 use chrono::{DateTime, Utc};
 use sled::transaction::TransactionError;
 
-pub use cleanup::{SESSION_MAX_AGE, sessions_to_remove};
+pub use cleanup::SESSION_MAX_AGE;
 pub use error::StoreError;
-pub use lookup::{IdMatch, MAX_LISTED_MATCHES};
+pub use lookup::IdMatch;
+pub(crate) use records::SkippedRecord;
 pub use records::{
-    CompactionMarker, ForkBase, LedgerEntry, LoadedHistory, NewSession, RunRecord, RunState,
-    SessionMeta, SkippedRecord, TITLE_MAX_CHARS, session_title,
+    CompactionMarker, ForkBase, LedgerEntry, NewSession, RunRecord, RunState, SessionMeta,
+    TITLE_MAX_CHARS,
 };
-pub use span_writer::{SPAN_SYNC_TIMEOUT, SpanWriter};
-pub use writer::{MAX_GROUP, WRITER_THREAD_NAME};
+pub use span_writer::SpanWriter;
 
 /// How long a step that must end — a cancelled agent's last save, the
 /// record and the last event of an ending run — waits for the disk to

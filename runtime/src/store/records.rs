@@ -114,7 +114,7 @@ pub(crate) struct SessionRecord {
 
 impl SessionRecord {
     /// A fresh record for a new session created at `now`.
-    pub fn new(new: &NewSession, now: DateTime<Utc>) -> Self {
+    pub(crate) fn new(new: &NewSession, now: DateTime<Utc>) -> Self {
         Self {
             meta: SessionMeta {
                 id: new.id.clone(),
@@ -137,7 +137,7 @@ impl SessionRecord {
     /// Applies the write of message `index` at `now`: the count covers the
     /// index, the update time moves, and the title comes from the earliest
     /// user message with text.
-    pub fn apply_message(&mut self, index: u64, message: &Message, now: DateTime<Utc>) {
+    pub(crate) fn apply_message(&mut self, index: u64, message: &Message, now: DateTime<Utc>) {
         self.meta.message_count = self.meta.message_count.max(index.saturating_add(1));
         self.meta.updated = now;
         let may_title = self.title_index.is_none_or(|current| index <= current);
@@ -151,7 +151,7 @@ impl SessionRecord {
     }
 
     /// Applies the removal of every message from index `len` on at `now`.
-    pub fn apply_truncate(&mut self, len: u64, now: DateTime<Utc>) {
+    pub(crate) fn apply_truncate(&mut self, len: u64, now: DateTime<Utc>) {
         self.meta.message_count = self.meta.message_count.min(len);
         self.meta.updated = now;
         if self.title_index.is_some_and(|index| index >= len) {
@@ -164,7 +164,7 @@ impl SessionRecord {
 /// SPEC §9: the title of a session from its first user message: whitespace
 /// runs collapsed to one space, trimmed, cut to at most [`TITLE_MAX_CHARS`]
 /// characters on a character boundary.
-pub fn session_title(text: &str) -> String {
+pub(crate) fn session_title(text: &str) -> String {
     let mut title = String::new();
     let mut chars = 0usize;
     for word in text.split_whitespace() {

@@ -203,7 +203,7 @@ impl Store {
     /// The history to resume from (SPEC §9): the summary of the last readable
     /// compaction marker, then every stored message from its `first_kept` on.
     /// Undecodable or truncated records and missing index ranges are skipped
-    /// and reported in [`LoadedHistory::skipped`], never an error.
+    /// and reported in `LoadedHistory::skipped`, never an error.
     pub fn load_history(&self, session: &str) -> Result<LoadedHistory, StoreError> {
         let Some(record) = self.session_record(session)? else {
             return Err(StoreError::NotFound {

@@ -15,10 +15,10 @@ use super::Store;
 use crate::telemetry::{SpanRecord, SpanSink};
 
 /// How long [`SpanWriter::sync`] waits for the queue to drain.
-pub const SPAN_SYNC_TIMEOUT: Duration = Duration::from_secs(5);
+pub(crate) const SPAN_SYNC_TIMEOUT: Duration = Duration::from_secs(5);
 /// Spans kept waiting for their root at most; beyond this the oldest run's
 /// spans are written at once (a run that never ends cannot grow memory).
-pub const MAX_BUFFERED_SPANS: usize = 4_096;
+pub(super) const MAX_BUFFERED_SPANS: usize = 4_096;
 
 enum Job {
     Span(String, Box<SpanRecord>),
@@ -88,7 +88,7 @@ impl SpanWriter {
         }
     }
 
-    /// Waits (at most [`SPAN_SYNC_TIMEOUT`]) until every span queued before
+    /// Waits (at most `SPAN_SYNC_TIMEOUT`) until every span queued before
     /// this call is in the store.
     pub fn sync(&self) {
         let (done, wait) = mpsc::sync_channel(1);

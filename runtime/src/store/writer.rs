@@ -26,10 +26,10 @@ use super::{Inner, Store, StoreError, error};
 
 /// At most this many queued writes are committed by one flush, so a flood of
 /// writes still gets answers in bounded batches.
-pub const MAX_GROUP: usize = 256;
+pub(crate) const MAX_GROUP: usize = 256;
 
 /// Name of the writer thread (seen in `/proc/PID/task/*/comm` and debuggers).
-pub const WRITER_THREAD_NAME: &str = "troupe-store";
+pub(crate) const WRITER_THREAD_NAME: &str = "troupe-store";
 
 /// A write handed to the writer.
 type Write = Box<dyn FnOnce(&Store) -> Result<(), StoreError> + Send>;

@@ -30,14 +30,14 @@ use super::pipeline::{Counters, EXPORT_FAILURE_LOG_EVERY, LOG_TARGET, TelemetryE
 use super::settings::{OtlpExport, OtlpProtocol};
 
 /// Most retries of one batch during a run.
-pub const MAX_EXPORT_RETRIES: u32 = 3;
+pub(crate) const MAX_EXPORT_RETRIES: u32 = 3;
 
 /// Wait before the first retry; it doubles for each further one.
-pub const FIRST_RETRY_DELAY: Duration = Duration::from_millis(100);
+pub(crate) const FIRST_RETRY_DELAY: Duration = Duration::from_millis(100);
 
 /// Why one export attempt failed, as far as the transport could tell.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ExportFailure {
+pub(crate) enum ExportFailure {
     /// Nothing listens at the endpoint: the connection was refused.
     Refused,
     /// The collector did not answer within the export timeout.
@@ -65,7 +65,7 @@ impl fmt::Display for ExportFailure {
 /// The wait before retrying a batch whose attempt failed with `failure`, or
 /// `None` to give up: after `retries` retries so far, `elapsed` since the first
 /// attempt, within `budget` (the export timeout), `closing` once shutdown began.
-pub fn retry_delay(
+pub(super) fn retry_delay(
     failure: &ExportFailure,
     retries: u32,
     elapsed: Duration,
@@ -85,7 +85,7 @@ pub fn retry_delay(
 }
 
 /// What a transport error was: refused, timed out, or something else.
-pub fn classify_error(error: &(dyn StdError + 'static)) -> ExportFailure {
+pub(super) fn classify_error(error: &(dyn StdError + 'static)) -> ExportFailure {
     let mut timed_out = false;
     let mut source: Option<&(dyn StdError + 'static)> = Some(error);
     while let Some(err) = source {

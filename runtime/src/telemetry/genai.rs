@@ -35,111 +35,90 @@ use crate::permissions::Decision;
 
 // ---- attribute keys (GenAI semantic conventions) ----
 
-/// `gen_ai.operation.name`: `chat`, `execute_tool`, `invoke_agent`.
-pub const OPERATION_NAME: &str = "gen_ai.operation.name";
-/// `gen_ai.provider.name`: `anthropic`, `openai`, …
-pub const PROVIDER_NAME: &str = "gen_ai.provider.name";
 /// `gen_ai.request.model`: the model asked for.
-pub const REQUEST_MODEL: &str = "gen_ai.request.model";
+pub(crate) const REQUEST_MODEL: &str = "gen_ai.request.model";
 /// `gen_ai.response.model`: the model that answered.
-pub const RESPONSE_MODEL: &str = "gen_ai.response.model";
+pub(crate) const RESPONSE_MODEL: &str = "gen_ai.response.model";
 /// `gen_ai.response.id`: the provider's id of the response.
-pub const RESPONSE_ID: &str = "gen_ai.response.id";
+pub(crate) const RESPONSE_ID: &str = "gen_ai.response.id";
 /// `gen_ai.usage.input_tokens`: every input token, cached ones included.
-pub const USAGE_INPUT_TOKENS: &str = "gen_ai.usage.input_tokens";
+pub(crate) const USAGE_INPUT_TOKENS: &str = "gen_ai.usage.input_tokens";
 /// `gen_ai.usage.output_tokens`.
-pub const USAGE_OUTPUT_TOKENS: &str = "gen_ai.usage.output_tokens";
+pub(crate) const USAGE_OUTPUT_TOKENS: &str = "gen_ai.usage.output_tokens";
 /// `gen_ai.usage.cache_read.input_tokens`: input tokens read from the prompt cache.
-pub const USAGE_CACHE_READ_INPUT_TOKENS: &str = "gen_ai.usage.cache_read.input_tokens";
+pub(crate) const USAGE_CACHE_READ_INPUT_TOKENS: &str = "gen_ai.usage.cache_read.input_tokens";
 /// `gen_ai.usage.cache_creation.input_tokens`: input tokens written to the prompt cache.
-pub const USAGE_CACHE_CREATION_INPUT_TOKENS: &str = "gen_ai.usage.cache_creation.input_tokens";
+pub(crate) const USAGE_CACHE_CREATION_INPUT_TOKENS: &str =
+    "gen_ai.usage.cache_creation.input_tokens";
 /// `gen_ai.response.finish_reasons`: string array.
-pub const RESPONSE_FINISH_REASONS: &str = "gen_ai.response.finish_reasons";
+pub(crate) const RESPONSE_FINISH_REASONS: &str = "gen_ai.response.finish_reasons";
 /// `gen_ai.conversation.id`: the session id (SPEC §11).
-pub const CONVERSATION_ID: &str = "gen_ai.conversation.id";
-/// `gen_ai.agent.name`: the agent path (`main`, `main/explorer-1`).
-pub const AGENT_NAME: &str = "gen_ai.agent.name";
-/// `gen_ai.tool.name`.
-pub const TOOL_NAME: &str = "gen_ai.tool.name";
+pub(crate) const CONVERSATION_ID: &str = "gen_ai.conversation.id";
 /// `gen_ai.tool.call.id`.
-pub const TOOL_CALL_ID: &str = "gen_ai.tool.call.id";
-/// `gen_ai.tool.type`: always `function` for Troupe's tools.
-pub const TOOL_TYPE: &str = "gen_ai.tool.type";
+pub(crate) const TOOL_CALL_ID: &str = "gen_ai.tool.call.id";
 /// `error.type`: low-cardinality class of the failure (see [`ToolErrorKind`]).
-pub const ERROR_TYPE: &str = "error.type";
+pub(crate) const ERROR_TYPE: &str = "error.type";
 /// `gen_ai.input.messages` (content; JSON, only with content capture).
-pub const INPUT_MESSAGES: &str = "gen_ai.input.messages";
+pub(crate) const INPUT_MESSAGES: &str = "gen_ai.input.messages";
 /// `gen_ai.output.messages` (content; JSON, only with content capture).
-pub const OUTPUT_MESSAGES: &str = "gen_ai.output.messages";
+pub(crate) const OUTPUT_MESSAGES: &str = "gen_ai.output.messages";
 /// `gen_ai.system_instructions` (content; JSON, only with content capture).
-pub const SYSTEM_INSTRUCTIONS: &str = "gen_ai.system_instructions";
+pub(crate) const SYSTEM_INSTRUCTIONS: &str = "gen_ai.system_instructions";
 /// `gen_ai.tool.call.arguments` (content; only with content capture).
-pub const TOOL_CALL_ARGUMENTS: &str = "gen_ai.tool.call.arguments";
+pub(crate) const TOOL_CALL_ARGUMENTS: &str = "gen_ai.tool.call.arguments";
 /// `gen_ai.tool.call.result` (content; only with content capture).
-pub const TOOL_CALL_RESULT: &str = "gen_ai.tool.call.result";
-/// `mcp.method.name`: `initialize`, `tools/call`, … (MCP semantic conventions).
-pub const MCP_METHOD_NAME: &str = "mcp.method.name";
-/// `network.transport` of an MCP connection: `pipe` (stdio) or `tcp` (HTTP).
-pub const NETWORK_TRANSPORT: &str = "network.transport";
+pub(crate) const TOOL_CALL_RESULT: &str = "gen_ai.tool.call.result";
 
 /// `troupe.run_id`: set on `invoke_agent` spans ([`super::RUN_ID_ATTRIBUTE`]).
-pub const RUN_ID: &str = super::RUN_ID_ATTRIBUTE;
+pub(crate) const RUN_ID: &str = super::RUN_ID_ATTRIBUTE;
 /// `troupe.run.status`: how an agent run ended (`finished`, `stopped`, …).
-pub const RUN_STATUS: &str = "troupe.run.status";
-/// `troupe.approval.id`.
-pub const APPROVAL_ID: &str = "troupe.approval.id";
+pub(crate) const RUN_STATUS: &str = "troupe.run.status";
 /// `troupe.approval.outcome`: `allow`, `allow_always`, `deny`, `cancel`.
-pub const APPROVAL_OUTCOME: &str = "troupe.approval.outcome";
+pub(crate) const APPROVAL_OUTCOME: &str = "troupe.approval.outcome";
 /// `troupe.permission.decision` (attribute of the [`PERMISSION_EVENT`] span event).
-pub const PERMISSION_DECISION: &str = "troupe.permission.decision";
+pub(crate) const PERMISSION_DECISION: &str = "troupe.permission.decision";
 /// `troupe.permission.reason` (attribute of the [`PERMISSION_EVENT`] span event).
-pub const PERMISSION_REASON: &str = "troupe.permission.reason";
-/// `troupe.compaction.trigger`: `auto`, `manual`, `emergency`, `background`.
-pub const COMPACTION_TRIGGER: &str = "troupe.compaction.trigger";
+pub(crate) const PERMISSION_REASON: &str = "troupe.permission.reason";
 /// `troupe.compaction.tokens_before`: estimated tokens before compaction.
-pub const COMPACTION_TOKENS_BEFORE: &str = "troupe.compaction.tokens_before";
+pub(crate) const COMPACTION_TOKENS_BEFORE: &str = "troupe.compaction.tokens_before";
 /// `troupe.compaction.tokens_after`: estimated tokens after compaction.
-pub const COMPACTION_TOKENS_AFTER: &str = "troupe.compaction.tokens_after";
-/// `troupe.hook.event`: `PreToolUse`, `Stop`, … (SPEC §6).
-pub const HOOK_EVENT: &str = "troupe.hook.event";
-/// `troupe.hook.command`: the hook's command line.
-pub const HOOK_COMMAND: &str = "troupe.hook.command";
+pub(crate) const COMPACTION_TOKENS_AFTER: &str = "troupe.compaction.tokens_after";
 /// `troupe.hook.exit_code`.
-pub const HOOK_EXIT_CODE: &str = "troupe.hook.exit_code";
+pub(crate) const HOOK_EXIT_CODE: &str = "troupe.hook.exit_code";
 /// `troupe.hook.outcome`: `continue`, `block`, `error`, `timeout`.
-pub const HOOK_OUTCOME: &str = "troupe.hook.outcome";
+pub(crate) const HOOK_OUTCOME: &str = "troupe.hook.outcome";
 /// `troupe.mcp.server`: the configured server name.
-pub const MCP_SERVER: &str = "troupe.mcp.server";
+pub(crate) const MCP_SERVER: &str = "troupe.mcp.server";
 /// How connecting to an MCP server ended: `connected`, `failed`, `timed_out`.
-pub const MCP_OUTCOME: &str = "troupe.mcp.outcome";
+pub(crate) const MCP_OUTCOME: &str = "troupe.mcp.outcome";
 
 /// Name of the span event recording a permission decision.
-pub const PERMISSION_EVENT: &str = "permission";
+pub(crate) const PERMISSION_EVENT: &str = "permission";
 
 // ---- operation names and span names ----
 
 /// `gen_ai.operation.name` of a model call.
-pub const OP_CHAT: &str = "chat";
+pub(crate) const OP_CHAT: &str = "chat";
 /// `gen_ai.operation.name` of a tool call.
-pub const OP_EXECUTE_TOOL: &str = "execute_tool";
+pub(crate) const OP_EXECUTE_TOOL: &str = "execute_tool";
 /// `gen_ai.operation.name` of an agent run.
-pub const OP_INVOKE_AGENT: &str = "invoke_agent";
+pub(crate) const OP_INVOKE_AGENT: &str = "invoke_agent";
 /// Operation (span name prefix) of an approval wait.
-pub const OP_AWAIT_APPROVAL: &str = "await_approval";
+pub(crate) const OP_AWAIT_APPROVAL: &str = "await_approval";
 /// Operation (span name prefix) of a compaction.
-pub const OP_COMPACT: &str = "compact";
+pub(crate) const OP_COMPACT: &str = "compact";
 /// Operation (span name prefix) of a hook run.
-pub const OP_HOOK: &str = "hook";
+pub(crate) const OP_HOOK: &str = "hook";
 /// MCP method of a connection handshake.
-pub const MCP_INITIALIZE: &str = "initialize";
+pub(crate) const MCP_INITIALIZE: &str = "initialize";
 /// MCP method of a tool call.
-pub const MCP_TOOLS_CALL: &str = "tools/call";
+pub(crate) const MCP_TOOLS_CALL: &str = "tools/call";
 /// `gen_ai.tool.type` of every Troupe tool.
-pub const TOOL_TYPE_FUNCTION: &str = "function";
+pub(crate) const TOOL_TYPE_FUNCTION: &str = "function";
 
 /// `{operation} {target}`, the GenAI span-name rule; just the operation when
 /// the target is empty.
-pub fn span_name(operation: &str, target: &str) -> String {
+pub(crate) fn span_name(operation: &str, target: &str) -> String {
     if target.is_empty() {
         operation.to_string()
     } else {
@@ -148,17 +127,17 @@ pub fn span_name(operation: &str, target: &str) -> String {
 }
 
 /// `chat {model}`.
-pub fn chat_span_name(model: &str) -> String {
+pub(crate) fn chat_span_name(model: &str) -> String {
     span_name(OP_CHAT, model)
 }
 
 /// `execute_tool {tool}`.
-pub fn tool_span_name(tool: &str) -> String {
+pub(crate) fn tool_span_name(tool: &str) -> String {
     span_name(OP_EXECUTE_TOOL, tool)
 }
 
 /// `invoke_agent {agent}`.
-pub fn agent_span_name(agent: &str) -> String {
+pub(crate) fn agent_span_name(agent: &str) -> String {
     span_name(OP_INVOKE_AGENT, agent)
 }
 
@@ -199,13 +178,13 @@ impl ToolErrorKind {
 }
 
 /// `error.type` of a failed model call: the provider error kind's name.
-pub fn provider_error_type(kind: ProviderErrorKind) -> &'static str {
+pub(crate) fn provider_error_type(kind: ProviderErrorKind) -> &'static str {
     kind.as_str()
 }
 
 /// `error.type` of an agent run that ended this way, or `None` when the end is
 /// not a failure (finished, stopped by a limit, cancelled by someone).
-pub fn run_error_type(status: RunStatus) -> Option<&'static str> {
+pub(crate) fn run_error_type(status: RunStatus) -> Option<&'static str> {
     match status {
         RunStatus::Error | RunStatus::Interrupted => Some(status.as_str()),
         RunStatus::Finished | RunStatus::Stopped | RunStatus::Cancelled => None,
@@ -213,7 +192,7 @@ pub fn run_error_type(status: RunStatus) -> Option<&'static str> {
 }
 
 /// `gen_ai.response.finish_reasons` entry of a stop reason (Troupe's neutral names).
-pub fn finish_reason(reason: &StopReason) -> Cow<'static, str> {
+pub(crate) fn finish_reason(reason: &StopReason) -> Cow<'static, str> {
     match reason {
         StopReason::EndTurn => Cow::Borrowed("end_turn"),
         StopReason::ToolUse => Cow::Borrowed("tool_use"),
@@ -226,13 +205,13 @@ pub fn finish_reason(reason: &StopReason) -> Cow<'static, str> {
 
 /// A token count as an attribute value (`u64` would become a string; counts
 /// beyond `i64::MAX` do not occur and saturate).
-pub fn token_count(tokens: u64) -> i64 {
+pub(crate) fn token_count(tokens: u64) -> i64 {
     i64::try_from(tokens).unwrap_or(i64::MAX)
 }
 
 /// `gen_ai.usage.input_tokens` of a usage: uncached, cache-read and
 /// cache-written input together (the conventions count cached tokens as input).
-pub fn total_input_tokens(usage: &Usage) -> u64 {
+pub(crate) fn total_input_tokens(usage: &Usage) -> u64 {
     usage
         .input
         .saturating_add(usage.cache_read)
@@ -319,7 +298,7 @@ pub fn record_finish(span: &Span, reason: &StopReason) {
 }
 
 /// Records a failed model call: `error.type` from the provider error kind, error status.
-pub fn record_chat_error(span: &Span, kind: ProviderErrorKind) {
+pub(crate) fn record_chat_error(span: &Span, kind: ProviderErrorKind) {
     record_error(span, provider_error_type(kind));
 }
 
@@ -346,7 +325,7 @@ pub fn record_tool_error(span: &Span, kind: ToolErrorKind) {
 /// Sets `error.type` and error status (described by the same value) on a span
 /// created by one of these helpers (on spans without an `error.type` field,
 /// such as `await_approval`, only the status is set).
-pub fn record_error(span: &Span, error_type: &str) {
+pub(crate) fn record_error(span: &Span, error_type: &str) {
     span.record(ERROR_TYPE, error_type);
     span.set_status(Status::error(error_type.to_string()));
 }
@@ -370,7 +349,7 @@ pub fn permission_event(span: &Span, decision: &Decision) {
 
 /// `await_approval {tool}`: the time a call waits for a person (a child of the
 /// call's `execute_tool` span).
-pub fn approval_span(parent: &Span, tool: &str, call_id: &str, approval_id: &str) -> Span {
+pub(crate) fn approval_span(parent: &Span, tool: &str, call_id: &str, approval_id: &str) -> Span {
     tracing::info_span!(
         target: TRACE_TARGET,
         parent: parent,
@@ -384,13 +363,13 @@ pub fn approval_span(parent: &Span, tool: &str, call_id: &str, approval_id: &str
 }
 
 /// Records the answer to an approval.
-pub fn record_approval(span: &Span, outcome: &ApprovalOutcome) {
+pub(crate) fn record_approval(span: &Span, outcome: &ApprovalOutcome) {
     span.record(APPROVAL_OUTCOME, outcome.as_str());
 }
 
 /// `compact {trigger}`: one context compaction (`auto`, `manual`, `emergency`,
 /// `background`), with the estimate before it.
-pub fn compaction_span(parent: &Span, trigger: &str, tokens_before: u64) -> Span {
+pub(crate) fn compaction_span(parent: &Span, trigger: &str, tokens_before: u64) -> Span {
     tracing::info_span!(
         target: TRACE_TARGET,
         parent: parent,
@@ -404,12 +383,12 @@ pub fn compaction_span(parent: &Span, trigger: &str, tokens_before: u64) -> Span
 }
 
 /// Records the estimate after a compaction.
-pub fn record_compaction(span: &Span, tokens_after: u64) {
+pub(crate) fn record_compaction(span: &Span, tokens_after: u64) {
     span.record(COMPACTION_TOKENS_AFTER, token_count(tokens_after));
 }
 
 /// `hook {event}`: one hook command run (SPEC §6).
-pub fn hook_span(parent: &Span, event: &str, command: &str) -> Span {
+pub(crate) fn hook_span(parent: &Span, event: &str, command: &str) -> Span {
     tracing::info_span!(
         target: TRACE_TARGET,
         parent: parent,
@@ -425,7 +404,7 @@ pub fn hook_span(parent: &Span, event: &str, command: &str) -> Span {
 
 /// Records how a hook ended: its exit code (if it exited) and outcome
 /// (`continue`, `block`, `error`, `timeout`).
-pub fn record_hook(span: &Span, exit_code: Option<i32>, outcome: &str) {
+pub(crate) fn record_hook(span: &Span, exit_code: Option<i32>, outcome: &str) {
     if let Some(code) = exit_code {
         span.record(HOOK_EXIT_CODE, i64::from(code));
     }
@@ -465,7 +444,7 @@ pub fn record_mcp_connect(span: &Span, outcome: &str) {
 
 /// `tools/call {tool}`: one MCP tool call (span kind client), a child of the
 /// call's `execute_tool` span; `tool` is the server's own tool name.
-pub fn mcp_call_span(parent: &Span, server: &str, tool: &str, call_id: &str) -> Span {
+pub(crate) fn mcp_call_span(parent: &Span, server: &str, tool: &str, call_id: &str) -> Span {
     tracing::info_span!(
         target: TRACE_TARGET,
         parent: parent,
@@ -543,12 +522,12 @@ impl ContentCapture {
 }
 
 /// Messages in the conventions' JSON shape: `[{role, parts: [...]}]`.
-pub fn input_messages_json(messages: &[Message]) -> serde_json::Value {
+pub(crate) fn input_messages_json(messages: &[Message]) -> serde_json::Value {
     serde_json::Value::Array(messages.iter().map(message_json).collect())
 }
 
 /// A response in the conventions' output shape: `[{role, parts, finish_reason}]`.
-pub fn output_messages_json(message: &Message, reason: &StopReason) -> serde_json::Value {
+pub(crate) fn output_messages_json(message: &Message, reason: &StopReason) -> serde_json::Value {
     let mut value = message_json(message);
     if let serde_json::Value::Object(map) = &mut value {
         map.insert(

@@ -39,14 +39,14 @@ use super::RUN_ID_ATTRIBUTE;
 use super::genai;
 
 /// Most spans buffered while their trace has no run id yet (all traces together).
-pub const MAX_PENDING_SPANS: usize = 4096;
+pub(crate) const MAX_PENDING_SPANS: usize = 4096;
 
 /// Finished runs remembered so that spans ending after their root are still filed.
-pub const RECENT_RUNS: usize = 64;
+pub(crate) const RECENT_RUNS: usize = 64;
 
 /// Longest attribute value copied into a record, in characters; longer values
 /// are cut and end with `…`.
-pub const MAX_ATTRIBUTE_CHARS: usize = 512;
+pub(crate) const MAX_ATTRIBUTE_CHARS: usize = 512;
 
 /// Attribute namespaces copied into records.
 const KEPT_PREFIXES: [&str; 4] = ["gen_ai.", "troupe.", "error.", "mcp."];
@@ -106,7 +106,7 @@ pub struct SpanRecord {
     /// Status.
     pub status: SpanStatus,
     /// The `gen_ai.*`, `troupe.*`, `error.*` and `mcp.*` attributes as text
-    /// (content attributes excluded, values cut at [`MAX_ATTRIBUTE_CHARS`]).
+    /// (content attributes excluded, values cut at `MAX_ATTRIBUTE_CHARS`).
     pub attributes: BTreeMap<String, String>,
     /// Span events in order.
     pub events: Vec<SpanEventRecord>,
@@ -373,7 +373,7 @@ impl RunIndex {
 }
 
 /// The SDK span processor of the local span store (see the module doc).
-pub struct LocalSpanProcessor {
+pub(crate) struct LocalSpanProcessor {
     sink: Arc<dyn SpanSink>,
     index: Mutex<RunIndex>,
 }
@@ -386,16 +386,11 @@ impl fmt::Debug for LocalSpanProcessor {
 
 impl LocalSpanProcessor {
     /// A processor handing records to `sink`.
-    pub fn new(sink: Arc<dyn SpanSink>) -> Self {
+    pub(crate) fn new(sink: Arc<dyn SpanSink>) -> Self {
         Self {
             sink,
             index: Mutex::new(RunIndex::default()),
         }
-    }
-
-    /// Spans discarded because the pending buffer was full.
-    pub fn discarded(&self) -> u64 {
-        self.lock().discarded
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, RunIndex> {

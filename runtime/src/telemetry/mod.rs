@@ -6,12 +6,12 @@
 //! subscriber (a log layer on stderr whose lines carry the trace id, and the
 //! `tracing-opentelemetry` layer), the SDK tracer provider, the OTLP batch
 //! exporter with its bounded queue and drop counter, and the
-//! [`LocalSpanProcessor`] that keeps each run's spans with the run for
+//! `LocalSpanProcessor` that keeps each run's spans with the run for
 //! `troupe trace RUN`. It must not touch actors, the sled store or the terminal:
 //! actors call the [`genai`] helpers, the store implements [`SpanSink`], and the
 //! CLI prints [`render_span_tree`].
 //!
-//! Only spans of [`TRACE_TARGET`] reach OpenTelemetry (one span per agent run,
+//! Only spans of `TRACE_TARGET` reach OpenTelemetry (one span per agent run,
 //! model call, tool call, approval wait, compaction, hook and MCP call — nothing
 //! else), so dependencies that create their own `tracing` spans never appear in
 //! a trace.
@@ -31,26 +31,15 @@ mod settings;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
 
-pub use export::{ExportFailure, FIRST_RETRY_DELAY, MAX_EXPORT_RETRIES};
-pub use local::{
-    LocalSpanProcessor, MAX_ATTRIBUTE_CHARS, MAX_PENDING_SPANS, MemorySpanSink, RECENT_RUNS,
-    SpanEventRecord, SpanRecord, SpanSink, SpanStatus,
-};
-pub use pipeline::{
-    DROP_LOG_EVERY, EXPORT_BATCH_SIZE, EXPORT_FAILURE_LOG_EVERY, EXPORT_INTERVAL,
-    EXPORT_QUEUE_SIZE, EXPORT_TIMEOUT, ExportStats, SHUTDOWN_TIMEOUT, Telemetry, TelemetryBuilder,
-    TelemetryError, TelemetryGuard, init, log_filter,
-};
+pub use local::{MemorySpanSink, SpanRecord, SpanSink, SpanStatus};
+pub use pipeline::{ExportStats, Telemetry, TelemetryError, TelemetryGuard, init, log_filter};
 pub use render::render_span_tree;
-pub use settings::{
-    DEFAULT_LOG_FILTER, DEFAULT_SERVICE_NAME, OtlpExport, OtlpProtocol, SettingsError, TRACES_PATH,
-    TelemetrySettings, log_filter_from_env,
-};
+pub use settings::{TelemetrySettings, log_filter_from_env};
 
 /// The `tracing` target of every span and span event that becomes
 /// OpenTelemetry data. The OpenTelemetry layer is filtered to this target.
-pub const TRACE_TARGET: &str = "troupe::trace";
+pub(crate) const TRACE_TARGET: &str = "troupe::trace";
 
 /// Attribute on `invoke_agent` spans naming the run they belong to; the local
 /// span store files every span of the trace under this run id.
-pub const RUN_ID_ATTRIBUTE: &str = "troupe.run_id";
+pub(crate) const RUN_ID_ATTRIBUTE: &str = "troupe.run_id";

@@ -53,26 +53,26 @@ use super::settings::{DEFAULT_LOG_FILTER, SettingsError, TelemetrySettings};
 /// Most finished spans waiting for export. A span is 1–2 KB in memory, so a
 /// full queue holds a few MB; a run makes a handful of spans per turn, so it
 /// fills only when the collector has been unreachable for a long time.
-pub const EXPORT_QUEUE_SIZE: usize = 2048;
+pub(crate) const EXPORT_QUEUE_SIZE: usize = 2048;
 
 /// Most spans sent in one OTLP request.
-pub const EXPORT_BATCH_SIZE: usize = 512;
+pub(crate) const EXPORT_BATCH_SIZE: usize = 512;
 
 /// How often queued spans are sent (a full batch is sent at once).
-pub const EXPORT_INTERVAL: Duration = Duration::from_millis(500);
+pub(crate) const EXPORT_INTERVAL: Duration = Duration::from_millis(500);
 
 /// Longest one export may take, retries included; a slow or hanging collector
 /// costs at most this per batch, on the export thread only.
-pub const EXPORT_TIMEOUT: Duration = Duration::from_secs(3);
+pub(crate) const EXPORT_TIMEOUT: Duration = Duration::from_secs(3);
 
 /// Longest [`TelemetryGuard::shutdown`] waits for the final flush.
-pub const SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(2);
+pub(crate) const SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// Dropped spans are logged at the first drop and then once per this many.
-pub const DROP_LOG_EVERY: u64 = 1000;
+pub(crate) const DROP_LOG_EVERY: u64 = 1000;
 
 /// Failed exports are logged at the first failure and then once per this many.
-pub const EXPORT_FAILURE_LOG_EVERY: u64 = 20;
+pub(crate) const EXPORT_FAILURE_LOG_EVERY: u64 = 20;
 
 /// `tracing` target of the pipeline's own log lines.
 pub(super) const LOG_TARGET: &str = "troupe::telemetry";
@@ -216,7 +216,7 @@ impl SpanProcessor for QueueGate {
 }
 
 /// The log filter of `text` (env-filter syntax). A filter that does not parse
-/// never turns anything off: the default [`DEFAULT_LOG_FILTER`] is used instead,
+/// never turns anything off: the default `DEFAULT_LOG_FILTER` is used instead,
 /// with the warning to log once (naming the text and what is wrong with it).
 pub fn log_filter(text: &str) -> (EnvFilter, Option<String>) {
     match EnvFilter::try_new(text) {

@@ -20,7 +20,7 @@
 //! can be attached to a span only before that span starts. It is the right type
 //! at the edges, where a context arrives from outside the process: a
 //! `traceparent` from a daemon client or from the `TRACEPARENT` environment
-//! variable is turned into a context with [`context_from_traceparent`] and set
+//! variable is turned into a context with `context_from_traceparent` and set
 //! as the remote parent of the run's root span with [`set_remote_parent`].
 //! Going out, [`traceparent_of`] / [`current_traceparent`] give the string for a
 //! child process's `TRACEPARENT` (hooks, stdio MCP servers) or an HTTP header.
@@ -37,14 +37,14 @@ use tracing_opentelemetry::OpenTelemetrySpanExt;
 /// Environment variable a child process gets the parent's `traceparent` in
 /// (the convention of OpenTelemetry's environment-carrier proposal and of
 /// tools such as `otel-cli`).
-pub const TRACEPARENT_ENV: &str = "TRACEPARENT";
+pub(crate) const TRACEPARENT_ENV: &str = "TRACEPARENT";
 
 /// The W3C header / carrier key.
-pub const TRACEPARENT_HEADER: &str = "traceparent";
+pub(crate) const TRACEPARENT_HEADER: &str = "traceparent";
 
 /// The OpenTelemetry context of a span (empty when telemetry is off or the span
 /// is disabled). Starts the span's OpenTelemetry side if it was not yet started.
-pub fn context_of(span: &Span) -> Context {
+pub(crate) fn context_of(span: &Span) -> Context {
     span.context()
 }
 
@@ -55,13 +55,13 @@ pub fn traceparent_of(span: &Span) -> Option<String> {
 }
 
 /// The W3C `traceparent` of the current span, for a child process's
-/// [`TRACEPARENT_ENV`].
+/// `TRACEPARENT_ENV`.
 pub fn current_traceparent() -> Option<String> {
     traceparent_of(&Span::current())
 }
 
 /// The W3C `traceparent` of an OpenTelemetry context.
-pub fn traceparent_of_context(cx: &Context) -> Option<String> {
+pub(crate) fn traceparent_of_context(cx: &Context) -> Option<String> {
     if !cx.span().span_context().is_valid() {
         return None;
     }
@@ -72,7 +72,7 @@ pub fn traceparent_of_context(cx: &Context) -> Option<String> {
 
 /// Parses a W3C `traceparent` into a context whose span is the remote parent,
 /// or `None` when the text is not a valid `traceparent`.
-pub fn context_from_traceparent(traceparent: &str) -> Option<Context> {
+pub(crate) fn context_from_traceparent(traceparent: &str) -> Option<Context> {
     let mut carrier: HashMap<String, String> = HashMap::new();
     carrier.insert(
         TRACEPARENT_HEADER.to_string(),

@@ -6,29 +6,29 @@
 use std::fmt;
 
 /// SPEC §1.2: service name when `OTEL_SERVICE_NAME` is unset.
-pub const DEFAULT_SERVICE_NAME: &str = "troupe";
+pub(crate) const DEFAULT_SERVICE_NAME: &str = "troupe";
 
 /// Log filter when neither `TROUPE_LOG` nor `RUST_LOG` is set (the CLI's default).
-pub const DEFAULT_LOG_FILTER: &str = "warn";
+pub(crate) const DEFAULT_LOG_FILTER: &str = "warn";
 
 /// Path appended to `OTEL_EXPORTER_OTLP_ENDPOINT` for http/protobuf export
 /// (OTLP exporter specification: the base endpoint gets the signal path).
-pub const TRACES_PATH: &str = "v1/traces";
+pub(crate) const TRACES_PATH: &str = "v1/traces";
 
 /// `OTEL_SDK_DISABLED`: `true` (any case) turns export off.
-pub const ENV_SDK_DISABLED: &str = "OTEL_SDK_DISABLED";
+pub(super) const ENV_SDK_DISABLED: &str = "OTEL_SDK_DISABLED";
 /// `OTEL_EXPORTER_OTLP_ENDPOINT`: base URL of the collector.
-pub const ENV_ENDPOINT: &str = "OTEL_EXPORTER_OTLP_ENDPOINT";
+pub(super) const ENV_ENDPOINT: &str = "OTEL_EXPORTER_OTLP_ENDPOINT";
 /// `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`: full URL for traces, used as is.
-pub const ENV_TRACES_ENDPOINT: &str = "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT";
+pub(super) const ENV_TRACES_ENDPOINT: &str = "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT";
 /// `OTEL_EXPORTER_OTLP_PROTOCOL`: `http/protobuf` (default) or `grpc`.
-pub const ENV_PROTOCOL: &str = "OTEL_EXPORTER_OTLP_PROTOCOL";
+pub(super) const ENV_PROTOCOL: &str = "OTEL_EXPORTER_OTLP_PROTOCOL";
 /// `OTEL_SERVICE_NAME`: the `service.name` resource attribute.
-pub const ENV_SERVICE_NAME: &str = "OTEL_SERVICE_NAME";
+pub(super) const ENV_SERVICE_NAME: &str = "OTEL_SERVICE_NAME";
 /// `TROUPE_LOG`: log filter (env-filter syntax), checked before `RUST_LOG`.
-pub const ENV_TROUPE_LOG: &str = "TROUPE_LOG";
+pub(super) const ENV_TROUPE_LOG: &str = "TROUPE_LOG";
 /// `RUST_LOG`: log filter when `TROUPE_LOG` is unset.
-pub const ENV_RUST_LOG: &str = "RUST_LOG";
+pub(super) const ENV_RUST_LOG: &str = "RUST_LOG";
 
 /// OTLP transport.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -174,7 +174,7 @@ impl TelemetrySettings {
 }
 
 /// The log filter text: `TROUPE_LOG`, else `RUST_LOG`, else
-/// [`DEFAULT_LOG_FILTER`]; empty values count as unset. Whether it parses is
+/// `DEFAULT_LOG_FILTER`; empty values count as unset. Whether it parses is
 /// decided where it is used ([`super::log_filter`]).
 pub fn log_filter_from_env(lookup: impl Fn(&str) -> Option<String>) -> String {
     let get = |name: &str| lookup(name).filter(|value| !value.trim().is_empty());

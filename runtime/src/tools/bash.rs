@@ -23,22 +23,22 @@ use super::process::{self, DriveOutcome, Ending, KILL_GRACE, KillOutcome};
 use super::{PermissionSubject, Tool, ToolCategory, ToolContext, ToolOutput, parse_args};
 
 /// SPEC §4: default timeout of a command.
-pub const DEFAULT_TIMEOUT_SECS: u64 = 120;
+pub(crate) const DEFAULT_TIMEOUT_SECS: u64 = 120;
 
 /// SPEC §4: largest timeout; larger values are clamped (and the result says so).
-pub const MAX_TIMEOUT_SECS: u64 = 600;
+pub(crate) const MAX_TIMEOUT_SECS: u64 = 600;
 
 /// Added to the command's timeout for the per-call timeout of the agent, so
 /// that the tool's own timeout, the group's grace period and draining the
 /// pipe always finish first and the result keeps its output.
-pub const OUTER_TIMEOUT_SLACK: Duration = Duration::from_secs(5);
+pub(crate) const OUTER_TIMEOUT_SLACK: Duration = Duration::from_secs(5);
 
 /// Prefix of the spill files of foreground commands.
 const SPILL_PREFIX: &str = "bash";
 
 /// The `bash` tool.
 #[derive(Debug)]
-pub struct Bash {
+pub(crate) struct Bash {
     schema: Value,
 }
 
@@ -58,7 +58,7 @@ struct Args {
 
 impl Bash {
     /// The tool with its schema.
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Self {
             schema: super::schema::of::<Args>(),
         }
@@ -72,7 +72,7 @@ impl Default for Bash {
 }
 
 /// The effective timeout and whether the requested one was clamped.
-pub fn effective_timeout(requested: Option<u64>) -> (Duration, bool) {
+pub(crate) fn effective_timeout(requested: Option<u64>) -> (Duration, bool) {
     let secs = requested.unwrap_or(DEFAULT_TIMEOUT_SECS).max(1);
     if secs > MAX_TIMEOUT_SECS {
         (Duration::from_secs(MAX_TIMEOUT_SECS), true)

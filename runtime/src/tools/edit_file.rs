@@ -23,11 +23,11 @@ const MAX_LISTED_MATCH_LINES: usize = 10;
 /// Files over this size (8 MiB) are not edited, and an edit whose result
 /// would be larger is refused before the result is built: one call holds at
 /// most the file and its result in memory.
-pub const MAX_EDIT_BYTES: u64 = 8 * 1024 * 1024;
+pub(crate) const MAX_EDIT_BYTES: u64 = 8 * 1024 * 1024;
 
 /// The `edit_file` tool.
 #[derive(Debug)]
-pub struct EditFile {
+pub(crate) struct EditFile {
     schema: Value,
 }
 
@@ -48,7 +48,7 @@ struct Args {
 
 impl EditFile {
     /// The tool with its schema.
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Self {
             schema: super::schema::of::<Args>(),
         }
@@ -197,7 +197,7 @@ fn write_edited(path: &Path, display: &str, content: &[u8]) -> Result<(), String
 
 /// The new content and where the replacements start.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct EditPlan {
+pub(crate) struct EditPlan {
     /// The file after the edit.
     pub content: Vec<u8>,
     /// Occurrences replaced.
@@ -211,7 +211,7 @@ pub struct EditPlan {
 
 /// Why an edit cannot be made.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum EditError {
+pub(crate) enum EditError {
     /// `old_string` does not occur; `near_line` when it occurs once whitespace
     /// is ignored.
     NotFound {
@@ -238,7 +238,7 @@ pub enum EditError {
 
 impl EditError {
     /// The model-facing message.
-    pub fn message(&self, display: &str) -> String {
+    pub(crate) fn message(&self, display: &str) -> String {
         match self {
             EditError::NotFound { near_line: None } => format!(
                 "old_string was not found in {display}. Read the file again and copy the exact \
@@ -280,7 +280,7 @@ impl EditError {
 
 /// Decides an edit. Pure: exact byte matching, falling back to CRLF-converted
 /// strings when the file uses CRLF and the strings have bare `\n`.
-pub fn plan_edit(
+pub(crate) fn plan_edit(
     content: &[u8],
     old: &str,
     new: &str,
@@ -290,7 +290,7 @@ pub fn plan_edit(
 }
 
 /// [`plan_edit`] with a result limit of `limit` bytes.
-pub fn plan_edit_within(
+pub(crate) fn plan_edit_within(
     content: &[u8],
     old: &str,
     new: &str,

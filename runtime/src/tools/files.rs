@@ -23,7 +23,7 @@ use super::{Access, ToolContext};
 
 /// A path checked for one use.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct UsePath {
+pub(crate) struct UsePath {
     /// The resolved absolute path (no symlinks, no `..`).
     pub path: PathBuf,
     /// How to show it to the model: relative to the project root when inside
@@ -33,7 +33,11 @@ pub struct UsePath {
 
 /// Resolves `raw` for `access` at the moment of use, or explains (for the
 /// model) why it may not be used.
-pub fn resolve_for_use(ctx: &ToolContext, raw: &str, access: Access) -> Result<UsePath, String> {
+pub(crate) fn resolve_for_use(
+    ctx: &ToolContext,
+    raw: &str,
+    access: Access,
+) -> Result<UsePath, String> {
     let resolved = ctx
         .sandbox
         .resolve(raw)
@@ -89,7 +93,7 @@ fn symlink_note(ctx: &ToolContext, raw: &str, resolved: &Path) -> String {
 }
 
 /// Applies `.` and `..` without touching the file system.
-pub fn lexical_normalize(path: &Path) -> PathBuf {
+pub(crate) fn lexical_normalize(path: &Path) -> PathBuf {
     let mut out = PathBuf::from("/");
     for component in path.components() {
         match component {
@@ -105,7 +109,7 @@ pub fn lexical_normalize(path: &Path) -> PathBuf {
 
 /// `path` relative to `project_root` when inside it (`.` for the root itself),
 /// absolute otherwise.
-pub fn display_path(project_root: &Path, path: &Path) -> String {
+pub(crate) fn display_path(project_root: &Path, path: &Path) -> String {
     match path.strip_prefix(project_root) {
         Ok(rel) if rel.as_os_str().is_empty() => ".".to_string(),
         Ok(rel) => rel.display().to_string(),
@@ -115,13 +119,15 @@ pub fn display_path(project_root: &Path, path: &Path) -> String {
 
 /// How to open the final component.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum OpenMode {
+pub(crate) enum OpenMode {
     /// Read only.
     Read,
     /// Create a new file for writing; fails if it exists.
+    #[cfg(test)]
     CreateNew,
     /// Open an existing file for writing (not truncated: the caller checks
     /// it with [`ensure_regular`] first, then truncates).
+    #[cfg(test)]
     Write,
 }
 
@@ -135,7 +141,7 @@ const NEW_DIR_MODE: libc::mode_t = 0o777;
 /// relative to its parent, the final component with `O_NOFOLLOW`. A symlink
 /// found anywhere fails with `ELOOP`/`ENOTDIR`. With `create_dirs`, missing
 /// directories are created on the way.
-pub fn open_beneath(path: &Path, mode: OpenMode, create_dirs: bool) -> io::Result<File> {
+pub(crate) fn open_beneath(path: &Path, mode: OpenMode, create_dirs: bool) -> io::Result<File> {
     let (dir, name) = open_parent_beneath(path, create_dirs)?;
     open_file_at(&dir, &name, mode)
 }
@@ -201,7 +207,9 @@ fn open_file_at(dir: &OwnedFd, name: &CString, mode: OpenMode) -> io::Result<Fil
         | libc::O_NONBLOCK
         | match mode {
             OpenMode::Read => libc::O_RDONLY,
+            #[cfg(test)]
             OpenMode::CreateNew => libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL,
+            #[cfg(test)]
             OpenMode::Write => libc::O_WRONLY,
         };
     // SAFETY: valid dir fd and C string; the mode argument is read only with O_CREAT.
@@ -222,7 +230,7 @@ fn open_file_at(dir: &OwnedFd, name: &CString, mode: OpenMode) -> io::Result<Fil
 
 /// The metadata of `file` when it is a regular file; an error otherwise
 /// (directories, FIFOs, devices, sockets).
-pub fn ensure_regular(file: &File) -> io::Result<std::fs::Metadata> {
+pub(crate) fn ensure_regular(file: &File) -> io::Result<std::fs::Metadata> {
     let meta = file.metadata()?;
     if meta.is_dir() {
         return Err(io::Error::from(io::ErrorKind::IsADirectory));
@@ -238,7 +246,7 @@ pub fn ensure_regular(file: &File) -> io::Result<std::fs::Metadata> {
 
 /// What [`replace_file`] replaced.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Replaced {
+pub(crate) enum Replaced {
     /// The file did not exist.
     Created,
     /// A regular file of this many bytes was replaced.
@@ -260,7 +268,7 @@ const TEMP_NAME_ATTEMPTS: usize = 16;
 /// content; a symlink or a non-regular file at `path` is refused, and no
 /// symlink is followed in any component. Missing directories are created
 /// with `create_dirs`. On failure the target is left as it was.
-pub fn replace_file(path: &Path, content: &[u8], create_dirs: bool) -> io::Result<Replaced> {
+pub(crate) fn replace_file(path: &Path, content: &[u8], create_dirs: bool) -> io::Result<Replaced> {
     let (dir, name) = open_parent_beneath(path, create_dirs)?;
     let existing = stat_at(&dir, &name)?;
     let (mode, owner, replaced) = match &existing {
@@ -392,7 +400,7 @@ fn create_temp_at(dir: &OwnedFd, name: &CString, private: bool) -> io::Result<(F
 }
 
 /// True when an error from [`open_beneath`] means a symlink was met.
-pub fn is_symlink_error(err: &io::Error) -> bool {
+pub(crate) fn is_symlink_error(err: &io::Error) -> bool {
     matches!(err.raw_os_error(), Some(libc::ELOOP) | Some(libc::ENOTDIR))
 }
 
@@ -431,15 +439,15 @@ fn open_dir_at(dir: &OwnedFd, name: &CString) -> io::Result<OwnedFd> {
 }
 
 /// Bytes examined for a NUL to call a file binary.
-pub const BINARY_SNIFF_BYTES: usize = 8 * 1024;
+pub(crate) const BINARY_SNIFF_BYTES: usize = 8 * 1024;
 
 /// True when the first [`BINARY_SNIFF_BYTES`] of `head` contain a NUL byte.
-pub fn looks_binary(head: &[u8]) -> bool {
+pub(crate) fn looks_binary(head: &[u8]) -> bool {
     memchr::memchr(0, &head[..head.len().min(BINARY_SNIFF_BYTES)]).is_some()
 }
 
 /// A model-facing explanation of an I/O error on `display`.
-pub fn explain_io(display: &str, err: &io::Error) -> String {
+pub(crate) fn explain_io(display: &str, err: &io::Error) -> String {
     if is_symlink_error(err) {
         return format!(
             "Refused: a component of `{display}` is a symbolic link (it changed after the path \

@@ -25,7 +25,7 @@ use super::{Access, PermissionSubject, Tool, ToolCategory, ToolContext, ToolOutp
 
 /// The `glob` tool.
 #[derive(Debug)]
-pub struct Glob {
+pub(crate) struct Glob {
     schema: Value,
 }
 
@@ -41,7 +41,7 @@ struct Args {
 
 impl Glob {
     /// The tool with its schema.
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Self {
             schema: super::schema::of::<Args>(),
         }
@@ -144,7 +144,7 @@ fn join_raw(base: &str, prefix: &str) -> String {
 /// rest, so the walk starts as deep as possible: `src/**/*.rs` → (`src`,
 /// `**/*.rs`); `*.rs` → (``, `*.rs`). The last component always stays in the
 /// rest. A leading `./` is dropped.
-pub fn split_literal_prefix(pattern: &str) -> (String, String) {
+pub(crate) fn split_literal_prefix(pattern: &str) -> (String, String) {
     let pattern = pattern.strip_prefix("./").unwrap_or(pattern);
     let absolute = pattern.starts_with('/');
     let parts: Vec<&str> = pattern.split('/').filter(|p| !p.is_empty()).collect();
@@ -288,7 +288,7 @@ const MAX_GLOB_TEXT_BYTES: usize = MAX_OUTPUT_BYTES - NOTES_RESERVE_BYTES;
 
 /// The result text: one path a line while they fit in `max_bytes`, then a
 /// note when fewer than `total` are shown.
-pub fn render_paths(paths: &[String], total: u64, max_bytes: usize) -> String {
+pub(crate) fn render_paths(paths: &[String], total: u64, max_bytes: usize) -> String {
     let mut text = String::new();
     let mut shown = 0usize;
     for path in paths {

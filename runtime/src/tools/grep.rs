@@ -4,8 +4,8 @@
 //! `count` (`path:count`); at most 500 entries, sorted by path then line, with a
 //! note when more matched. Binary files (a NUL byte) are skipped, `.gitignore`d
 //! and hidden files too (see `walk`). Memory and time stay bounded on any
-//! input: files over [`MAX_FILE_BYTES`] are not searched and a line over
-//! [`MAX_SEARCH_LINE_BYTES`] ends its file's search; the result names both. Reads only; the searched path is resolved
+//! input: files over `MAX_FILE_BYTES` are not searched and a line over
+//! `MAX_SEARCH_LINE_BYTES` ends its file's search; the result names both. Reads only; the searched path is resolved
 //! at the moment of use like every path.
 
 use std::path::{Path, PathBuf};
@@ -29,16 +29,16 @@ use super::{
 
 /// Bytes of one matching line shown in `content` mode; longer lines (minified
 /// code) are cut with `…`.
-pub const MAX_LINE_BYTES: usize = 400;
+pub(crate) const MAX_LINE_BYTES: usize = 400;
 
 /// Files larger than this (256 MiB) are not searched; the result names them.
 /// Keeps one call's time bounded on huge logs and images of disks.
-pub const MAX_FILE_BYTES: u64 = 256 * 1024 * 1024;
+pub(crate) const MAX_FILE_BYTES: u64 = 256 * 1024 * 1024;
 
 /// A line longer than this (4 MiB) ends the search of its file (matches
 /// before it are kept) and the result names the file: the searcher holds a
 /// whole line in memory, so this bounds memory per search thread.
-pub const MAX_SEARCH_LINE_BYTES: usize = 4 * 1024 * 1024;
+pub(crate) const MAX_SEARCH_LINE_BYTES: usize = 4 * 1024 * 1024;
 
 /// Paths named per kind of skipped file in a result.
 const MAX_NAMED_SKIPS: usize = 5;
@@ -52,7 +52,7 @@ pub struct Grep {
 /// What `grep` returns.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
-pub enum OutputMode {
+pub(crate) enum OutputMode {
     /// Paths of matching files.
     #[default]
     FilesWithMatches,
@@ -167,7 +167,7 @@ impl Tool for Grep {
 
 /// A compiled search: matcher, file filter and mode.
 #[derive(Debug, Clone)]
-pub struct GrepQuery {
+pub(crate) struct GrepQuery {
     matcher: RegexMatcher,
     overrides: Option<Override>,
     mode: OutputMode,
@@ -176,7 +176,7 @@ pub struct GrepQuery {
 
 /// One result entry, ordered by path then line.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
-pub struct Entry {
+pub(crate) struct Entry {
     /// The file.
     pub path: PathBuf,
     /// Line number (content mode) or 0.
@@ -189,7 +189,7 @@ pub struct Entry {
 
 /// What a search found.
 #[derive(Debug, Clone, Default)]
-pub struct GrepReport {
+pub(crate) struct GrepReport {
     /// The first entries by path (and line).
     pub entries: Vec<Entry>,
     /// Entries there would be without the cap (files for files_with_matches
@@ -212,7 +212,7 @@ pub struct GrepReport {
 
 /// Files left out (wholly or partly) for one reason.
 #[derive(Debug, Clone, Default)]
-pub struct Skipped {
+pub(crate) struct Skipped {
     /// How many.
     pub count: u64,
     /// The first few by path.
@@ -245,7 +245,7 @@ impl Skipped {
 impl GrepQuery {
     /// Compiles `pattern` (and the optional glob filter relative to `root`).
     /// Errors are written for the model.
-    pub fn new(
+    pub(crate) fn new(
         pattern: &str,
         glob: Option<&str>,
         root: &Path,
@@ -282,7 +282,7 @@ impl GrepQuery {
 
     /// Searches `root` (a file or a directory) with the parallel walker; stops
     /// early (with partial results) once `stop` is raised.
-    pub fn run(&self, root: &Path, stop: &StopFlag) -> GrepReport {
+    pub(crate) fn run(&self, root: &Path, stop: &StopFlag) -> GrepReport {
         let shared = Arc::new(Mutex::new(Totals::new(self.cap)));
         let mut builder = VisitorBuilder {
             query: self,
@@ -320,7 +320,7 @@ impl GrepQuery {
 
 impl GrepReport {
     /// The text shown to the model; paths relative to `project_root`.
-    pub fn render(&self, project_root: &Path, pattern: &str, root_display: &str) -> String {
+    pub(crate) fn render(&self, project_root: &Path, pattern: &str, root_display: &str) -> String {
         let skip_notes: Vec<String> = [
             self.too_large.note(
                 project_root,

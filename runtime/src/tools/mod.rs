@@ -197,29 +197,30 @@ pub(crate) fn plural(n: u64, noun: &str) -> String {
 }
 
 pub mod background;
-pub mod bash;
-pub mod edit_file;
-pub mod files;
-pub mod glob;
+pub(crate) mod bash;
+pub(crate) mod edit_file;
+pub(crate) mod files;
+pub(crate) mod glob;
 pub mod grep;
 pub mod output;
 pub mod process;
 pub mod process_tree;
-pub mod read_file;
+pub(crate) mod read_file;
 pub mod registry;
-pub mod schema;
-pub mod target;
-pub mod tasks;
-pub mod walk;
-pub mod write_file;
+pub(crate) mod schema;
+pub(crate) mod target;
+pub(crate) mod tasks;
+pub(crate) mod walk;
+pub(crate) mod write_file;
 
-pub use registry::{ArgumentSchema, RegistryError, ToolRegistry};
+pub(crate) use registry::ArgumentSchema;
+pub use registry::{RegistryError, ToolRegistry};
 
 /// Every built-in tool of the tool layer, in the fixed definition order (the
 /// request prefix depends on it, SPEC §14): read_file, write_file, edit_file,
 /// glob, grep, bash, task_output, task_list, task_kill. `agent` and
 /// `load_skill` are registered by the layers that own them.
-pub fn builtin_tools() -> Vec<Arc<dyn Tool>> {
+pub(crate) fn builtin_tools() -> Vec<Arc<dyn Tool>> {
     vec![
         Arc::new(read_file::ReadFile::new()),
         Arc::new(write_file::WriteFile::new()),
@@ -233,7 +234,7 @@ pub fn builtin_tools() -> Vec<Arc<dyn Tool>> {
     ]
 }
 
-/// A registry with [`builtin_tools`]. A built-in tool whose registration fails
+/// A registry with `builtin_tools`. A built-in tool whose registration fails
 /// (impossible unless its schema is broken, which the unit tests rule out) is
 /// logged and left out rather than taking the runtime down.
 pub fn builtin_registry() -> ToolRegistry {

@@ -3,11 +3,11 @@
 //! `[kept lines A-B of N; full output: PATH]`, the full output spilled to a file in
 //! the session's spill directory.
 //!
-//! [`plan_tail`] is the pure decision (which bytes of the end to keep);
-//! [`OutputCollector`] streams a command's output through it with bounded memory:
+//! `plan_tail` is the pure decision (which bytes of the end to keep);
+//! `OutputCollector` streams a command's output through it with bounded memory:
 //! it keeps the whole output while it is small, and once it is over the limits it
 //! writes everything to the spill file and keeps only a tail window in memory.
-//! Spill files of one session stay within [`SPILL_QUOTA_BYTES`] (oldest
+//! Spill files of one session stay within `SPILL_QUOTA_BYTES` (oldest
 //! removed first when a new one is created) and their directory goes with the
 //! session ([`remove_spill_dirs`]).
 //! This module owns spill files of commands only; layer-1 spilling of other tool
@@ -18,7 +18,7 @@ use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 
 /// SPEC §4: command output over this many lines keeps only its tail.
-pub const MAX_OUTPUT_LINES: usize = 2_000;
+pub(crate) const MAX_OUTPUT_LINES: usize = 2_000;
 
 /// SPEC §4: command output over this many bytes (50 KB) keeps only its tail. The
 /// same bound caps `read_file` results and the text of `grep` results.
@@ -27,21 +27,21 @@ pub const MAX_OUTPUT_BYTES: usize = 50 * 1024;
 /// Bytes of the [`MAX_OUTPUT_BYTES`] budget left for the header and the notes
 /// around a truncated body, so that a whole command result stays within 50 KB and
 /// is never spilled a second time by layer 1 (SPEC §10 spills results over 50 KB).
-pub const NOTES_RESERVE_BYTES: usize = 1_024;
+pub(crate) const NOTES_RESERVE_BYTES: usize = 1_024;
 
 /// A runaway command must not fill the disk: a spill file stops growing at this
 /// size (256 MiB) and the result says so. The tail kept in the result is still
 /// the true end of the output.
-pub const MAX_SPILL_BYTES: u64 = 256 * 1024 * 1024;
+pub(crate) const MAX_SPILL_BYTES: u64 = 256 * 1024 * 1024;
 
 /// Spill files of one session take at most this much disk (1 GiB): before a
 /// spill file is created, the oldest files of the session's spill directory
 /// are removed until the others and one full spill file fit.
-pub const SPILL_QUOTA_BYTES: u64 = 1024 * 1024 * 1024;
+pub(crate) const SPILL_QUOTA_BYTES: u64 = 1024 * 1024 * 1024;
 
 /// Name of the directory below the data directory holding one spill
 /// directory per session.
-pub const SPILL_ROOT_DIR: &str = "spill";
+pub(crate) const SPILL_ROOT_DIR: &str = "spill";
 
 /// The spill directory of session `session_id` below `data_dir`.
 pub fn session_spill_dir(data_dir: &Path, session_id: &str) -> PathBuf {
@@ -70,7 +70,7 @@ pub fn remove_spill_dirs(data_dir: &Path, session_ids: &[String]) {
 
 /// A file in a spill directory, as the quota sees it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SpillFile {
+pub(crate) struct SpillFile {
     /// Its path.
     pub path: PathBuf,
     /// Its size in bytes.
@@ -81,7 +81,11 @@ pub struct SpillFile {
 
 /// Which files to remove, oldest first (then by path), so that the others
 /// plus `incoming` bytes fit in `quota`. Pure.
-pub fn spill_files_to_remove(files: &[SpillFile], incoming: u64, quota: u64) -> Vec<PathBuf> {
+pub(crate) fn spill_files_to_remove(
+    files: &[SpillFile],
+    incoming: u64,
+    quota: u64,
+) -> Vec<PathBuf> {
     let mut total: u64 = files.iter().map(|file| file.bytes).sum();
     let mut by_age: Vec<&SpillFile> = files.iter().collect();
     by_age.sort_by(|a, b| (a.modified, &a.path).cmp(&(b.modified, &b.path)));
@@ -99,7 +103,7 @@ pub fn spill_files_to_remove(files: &[SpillFile], incoming: u64, quota: u64) -> 
 /// Makes room in `dir` for a new spill file at `incoming_path` under
 /// `quota`: removes the oldest other files as [`spill_files_to_remove`]
 /// says. Returns the files removed. Best effort: errors are logged.
-pub fn make_spill_room(dir: &Path, incoming_path: &Path, quota: u64) -> Vec<PathBuf> {
+pub(crate) fn make_spill_room(dir: &Path, incoming_path: &Path, quota: u64) -> Vec<PathBuf> {
     let entries = match std::fs::read_dir(dir) {
         Ok(entries) => entries,
         Err(err) => {
@@ -147,7 +151,7 @@ const WINDOW_UTF8_MARGIN: usize = 8;
 
 /// Limits applied to one output.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct OutputLimits {
+pub(crate) struct OutputLimits {
     /// Output with more lines than this is truncated.
     pub max_lines: usize,
     /// Output with more bytes than this is truncated.
@@ -159,21 +163,22 @@ pub struct OutputLimits {
 impl OutputLimits {
     /// SPEC §4 limits for command output: 2,000 lines or 50 KB, the kept tail
     /// leaving room for the header and notes.
-    pub const COMMAND: Self = Self {
+    pub(crate) const COMMAND: Self = Self {
         max_lines: MAX_OUTPUT_LINES,
         max_bytes: MAX_OUTPUT_BYTES,
         keep_bytes: MAX_OUTPUT_BYTES - NOTES_RESERVE_BYTES,
     };
 
     /// True when an output of this size must be truncated.
-    pub fn exceeded_by(&self, total_bytes: u64, total_lines: u64) -> bool {
+    pub(crate) fn exceeded_by(&self, total_bytes: u64, total_lines: u64) -> bool {
         total_bytes > self.max_bytes as u64 || total_lines > self.max_lines as u64
     }
 }
 
 /// Number of lines in `text`: newline characters, plus one for a last line
 /// without a newline. Empty text has no lines.
-pub fn count_lines(text: &[u8]) -> u64 {
+#[cfg(test)]
+pub(crate) fn count_lines(text: &[u8]) -> u64 {
     let newlines = memchr::memchr_iter(b'\n', text).count() as u64;
     match text.last() {
         Some(b'\n') | None => newlines,
@@ -183,7 +188,7 @@ pub fn count_lines(text: &[u8]) -> u64 {
 
 /// Which part of the end of an output to keep.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct TailPlan {
+pub(crate) struct TailPlan {
     /// Byte index in the window where the kept text starts (a char boundary).
     pub keep_from: usize,
     /// First kept line, 1-based.
@@ -205,7 +210,7 @@ pub struct TailPlan {
 /// when it is not whole it must hold at least `limits.keep_bytes` bytes, so that
 /// a line starting before it is known to be too long. `total_lines` counts the
 /// lines of the whole output.
-pub fn plan_tail(
+pub(crate) fn plan_tail(
     window: &str,
     window_is_whole: bool,
     total_lines: u64,
@@ -262,7 +267,7 @@ pub fn plan_tail(
 /// Makes a file name from a call or task id: ASCII letters, digits, `-`, `_` and
 /// `.` are kept, anything else becomes `_`, and a name made only of dots cannot
 /// result.
-pub fn spill_file_name(prefix: &str, id: &str) -> String {
+pub(crate) fn spill_file_name(prefix: &str, id: &str) -> String {
     let cleaned: String = id
         .chars()
         .map(|c| {
@@ -301,7 +306,7 @@ enum Spill {
 /// Collects a command's output with bounded memory and spills it when it is over
 /// the limits (see the module docs).
 #[derive(Debug)]
-pub struct OutputCollector {
+pub(crate) struct OutputCollector {
     limits: OutputLimits,
     spill_path: PathBuf,
     /// The whole output while `whole`; afterwards its last bytes.
@@ -318,7 +323,7 @@ pub struct OutputCollector {
 impl OutputCollector {
     /// A collector that creates the spill file only once the output is over the
     /// limits (bash).
-    pub fn new(spill_path: PathBuf, limits: OutputLimits) -> Self {
+    pub(crate) fn new(spill_path: PathBuf, limits: OutputLimits) -> Self {
         Self {
             limits,
             spill_path,
@@ -334,32 +339,28 @@ impl OutputCollector {
     }
 
     /// The same collector with another spill quota for its directory.
-    pub fn with_quota(mut self, quota: u64) -> Self {
+    #[cfg(test)]
+    pub(crate) fn with_quota(mut self, quota: u64) -> Self {
         self.quota = quota;
         self
     }
 
     /// A collector that writes every byte to the spill file from the start
     /// (background tasks, whose output keeps growing).
-    pub fn eager(spill_path: PathBuf, limits: OutputLimits) -> Self {
+    pub(crate) fn eager(spill_path: PathBuf, limits: OutputLimits) -> Self {
         let mut collector = Self::new(spill_path, limits);
         collector.eager = true;
         collector.open_spill();
         collector
     }
 
-    /// The spill file's path (it exists once the output was spilled).
-    pub fn spill_path(&self) -> &Path {
-        &self.spill_path
-    }
-
     /// Bytes received so far.
-    pub fn total_bytes(&self) -> u64 {
+    pub(crate) fn total_bytes(&self) -> u64 {
         self.total_bytes
     }
 
     /// Lines received so far.
-    pub fn total_lines(&self) -> u64 {
+    pub(crate) fn total_lines(&self) -> u64 {
         match self.last_byte {
             Some(b'\n') | None => self.newlines,
             Some(_) => self.newlines + 1,
@@ -367,13 +368,13 @@ impl OutputCollector {
     }
 
     /// True once the output is over the limits.
-    pub fn is_over_limits(&self) -> bool {
+    pub(crate) fn is_over_limits(&self) -> bool {
         self.limits
             .exceeded_by(self.total_bytes, self.total_lines())
     }
 
     /// Adds a chunk of output.
-    pub fn push(&mut self, chunk: &[u8]) {
+    pub(crate) fn push(&mut self, chunk: &[u8]) {
         if chunk.is_empty() {
             return;
         }
@@ -397,7 +398,7 @@ impl OutputCollector {
     }
 
     /// Flushes the spill file.
-    pub fn flush(&mut self) {
+    pub(crate) fn flush(&mut self) {
         if let Spill::Open { file, .. } = &mut self.spill
             && let Err(err) = file.flush()
         {
@@ -407,7 +408,7 @@ impl OutputCollector {
 
     /// The output as a tool shows it: whole when within the limits, otherwise
     /// the tail with the `[kept lines A-B of N; full output: PATH]` header.
-    pub fn render(&self) -> RenderedOutput {
+    pub(crate) fn render(&self) -> RenderedOutput {
         if !self.is_over_limits() {
             return RenderedOutput {
                 text: String::from_utf8_lossy(&self.window).into_owned(),

@@ -7,7 +7,7 @@
 //! to a group or session of its own. Used by `bash` and background tasks, and meant for hooks and MCP
 //! stdio servers too, so it knows nothing about tools.
 //!
-//! Commands of tools are also confined by the OS sandbox ([`spawn_confined`],
+//! Commands of tools are also confined by the OS sandbox (`spawn_confined`,
 //! see `os_sandbox`).
 //!
 //! This module starts, watches and stops processes; it does not decide what may
@@ -34,33 +34,33 @@ pub const KILL_GRACE: Duration = Duration::from_secs(2);
 
 /// How often a group being stopped is checked for live members. Group members
 /// that are not our children cannot be waited for, only observed.
-pub const GROUP_POLL_INTERVAL: Duration = Duration::from_millis(10);
+pub(crate) const GROUP_POLL_INTERVAL: Duration = Duration::from_millis(10);
 
 /// After SIGKILL, how long to wait for the kernel to finish the group off
 /// before reporting it gone anyway (SIGKILL cannot be caught; only a process in
 /// uninterruptible sleep lingers).
-pub const KILL_CONFIRM: Duration = Duration::from_secs(1);
+pub(crate) const KILL_CONFIRM: Duration = Duration::from_secs(1);
 
 /// Once every process of the group is gone, how long to keep reading output
 /// still buffered in the pipe. Only a process that left the group (`setsid`)
 /// can hold the pipe open longer; its output is then abandoned.
-pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(1);
+pub(crate) const DRAIN_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// Size of one read from a child's output pipe.
 const READ_CHUNK_BYTES: usize = 64 * 1024;
 
 /// SPEC §4: the only variables of the runtime's environment a command sees,
 /// besides the configured allowlist.
-pub const BASE_ENV_VARS: [&str; 5] = ["HOME", "PATH", "USER", "TERM", "LANG"];
+pub(crate) const BASE_ENV_VARS: [&str; 5] = ["HOME", "PATH", "USER", "TERM", "LANG"];
 
 /// SPEC §15: commands never see provider keys. These names are withheld even
 /// when a configuration allowlists them; [`child_environment_withholding`]
 /// withholds the configured key variables as well.
-pub const WITHHELD_ENV_VARS: [&str; 3] = crate::secrets::STANDARD_KEY_VARS;
+pub(crate) const WITHHELD_ENV_VARS: [&str; 3] = crate::secrets::STANDARD_KEY_VARS;
 
-/// The environment of child processes: [`BASE_ENV_VARS`] plus the allowlisted
+/// The environment of child processes: `BASE_ENV_VARS` plus the allowlisted
 /// names, in that order, each once, those `lookup` knows; never the
-/// [`WITHHELD_ENV_VARS`] nor the names this process withheld at start-up.
+/// `WITHHELD_ENV_VARS` nor the names this process withheld at start-up.
 /// Pure apart from that start-up list: pass `|name| std::env::var(name).ok()`
 /// to read the runtime's environment (once per session).
 pub fn child_environment<F>(allowlist: &[String], lookup: F) -> Vec<(String, String)>
@@ -77,7 +77,7 @@ where
 }
 
 /// [`child_environment`] with the withheld names given: every name in
-/// `withheld` and every [`WITHHELD_ENV_VARS`] name is left out, whatever the
+/// `withheld` and every `WITHHELD_ENV_VARS` name is left out, whatever the
 /// allowlist says. Pure.
 pub fn child_environment_withholding<F>(
     allowlist: &[String],
@@ -316,7 +316,7 @@ impl Drop for ProcessGroup {
 
 /// True when some process of group `pgid` is alive (not a zombie). Reads
 /// `/proc` where it exists; elsewhere any member counts, zombies included.
-pub fn group_has_live_members(pgid: libc::pid_t) -> bool {
+pub(crate) fn group_has_live_members(pgid: libc::pid_t) -> bool {
     // SAFETY: signal 0 only checks for existence and permission.
     let rc = unsafe { libc::kill(-pgid, 0) };
     if rc != 0 && io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH) {
@@ -353,7 +353,7 @@ fn scan_proc_for_group(pgid: libc::pid_t) -> Option<bool> {
 /// Parses the state and process group of a `/proc/PID/stat` line. The command
 /// name is in parentheses and may contain anything, so fields are counted from
 /// the last `)`.
-pub fn parse_proc_stat(stat: &str) -> Option<(char, libc::pid_t)> {
+pub(crate) fn parse_proc_stat(stat: &str) -> Option<(char, libc::pid_t)> {
     let rest = &stat[stat.rfind(')')? + 1..];
     let mut fields = rest.split_ascii_whitespace();
     let state = fields.next()?.chars().next()?;
@@ -387,7 +387,7 @@ pub fn spawn_in_group(command: &mut Command) -> Result<(Child, Arc<ProcessGroup>
 }
 
 /// [`spawn_in_group`] with the containment given (tests use both kinds).
-pub fn spawn_contained(
+pub(crate) fn spawn_contained(
     command: &mut Command,
     containment: &Containment,
 ) -> Result<(Child, Arc<ProcessGroup>), ProcessError> {
@@ -398,7 +398,7 @@ pub fn spawn_contained(
 /// of every command the runtime starts for a tool, a background task or a
 /// hook. The sandbox's hook is added after the tree's, which must still
 /// write to the cgroup file system.
-pub fn spawn_confined(
+pub(crate) fn spawn_confined(
     command: &mut Command,
     containment: &Containment,
     sandbox: Option<&CommandSandbox>,
@@ -445,10 +445,9 @@ pub struct ShellProcess {
     pub output: pipe::Receiver,
 }
 
-/// Starts `bash -c COMMAND` in `cwd` with exactly `env`, in its own process
-/// group, stdin from /dev/null, stdout and stderr into one pipe. Must be called
-/// inside a Tokio runtime.
-pub fn spawn_shell(
+/// [`spawn_shell_in`] with the usual containment and no sandbox.
+#[cfg(test)]
+pub(crate) fn spawn_shell(
     command: &str,
     cwd: &Path,
     env: &[(String, String)],
@@ -456,8 +455,9 @@ pub fn spawn_shell(
     spawn_shell_contained(command, cwd, env, process_tree::containment())
 }
 
-/// [`spawn_shell`] confined by `sandbox` (see [`spawn_confined`]).
-pub fn spawn_shell_confined(
+/// [`spawn_shell_in`] with the usual containment, confined by `sandbox` (see
+/// [`spawn_confined`]).
+pub(crate) fn spawn_shell_confined(
     command: &str,
     cwd: &Path,
     env: &[(String, String)],
@@ -472,7 +472,7 @@ pub fn spawn_shell_confined(
     )
 }
 
-/// [`spawn_shell`] with the containment given.
+/// [`spawn_shell_in`] without a sandbox.
 pub fn spawn_shell_contained(
     command: &str,
     cwd: &Path,
@@ -482,7 +482,9 @@ pub fn spawn_shell_contained(
     spawn_shell_in(command, cwd, env, containment, None)
 }
 
-/// [`spawn_shell`] with the containment and the sandbox given.
+/// Starts `bash -c COMMAND` in `cwd` with exactly `env`, in its own process
+/// group, stdin from /dev/null, stdout and stderr into one pipe, with the
+/// containment and the sandbox given. Must be called inside a Tokio runtime.
 pub fn spawn_shell_in(
     command: &str,
     cwd: &Path,

@@ -14,7 +14,7 @@
 //!   (`PR_SET_CHILD_SUBREAPER`, kept across `exec`), so orphans of its tree
 //!   are re-parented to it instead of to init and stay its descendants, and
 //!   every process of the tree carries a tag in its environment
-//!   ([`TAG_VAR`]). The members are the shell's descendants plus every
+//!   (`TAG_VAR`). The members are the shell's descendants plus every
 //!   process with the tag (and their descendants), found by scanning `/proc`;
 //!   they are signalled one by one.
 //!
@@ -22,7 +22,7 @@
 //! next one that detects cgroup support. This module finds and signals
 //! processes; when to stop them (timeout,
 //! cancellation, the end of the main process) is `process`'s business. The
-//! set arithmetic ([`descendants`]) and the parsers are pure functions.
+//! set arithmetic (`descendants`) and the parsers are pure functions.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::ffi::CString;
@@ -37,7 +37,7 @@ use super::process::parse_proc_stat;
 
 /// Environment variable that tags every process of a command's tree in
 /// subreaper mode (its value names the command).
-pub const TAG_VAR: &str = "TROUPE_PROCESS_TAG";
+pub(crate) const TAG_VAR: &str = "TROUPE_PROCESS_TAG";
 
 /// Prefix of the cgroups this process creates below its own.
 const CGROUP_PREFIX: &str = "troupe";
@@ -100,7 +100,7 @@ pub fn detect() -> Containment {
 
 /// The process that created a cgroup named by [`Tree::new`] or the probe
 /// (`troupe-PID-…`).
-pub fn cgroup_owner(name: &str) -> Option<u32> {
+pub(crate) fn cgroup_owner(name: &str) -> Option<u32> {
     let rest = name.strip_prefix(CGROUP_PREFIX)?.strip_prefix('-')?;
     let (pid, tail) = rest.split_once('-')?;
     (!tail.is_empty()).then_some(())?;
@@ -165,7 +165,7 @@ fn joins(dir: &Path) -> bool {
 }
 
 /// The mount point of the cgroup v2 hierarchy in a `/proc/mounts` text.
-pub fn cgroup2_mount(mounts: &str) -> Option<PathBuf> {
+pub(crate) fn cgroup2_mount(mounts: &str) -> Option<PathBuf> {
     mounts.lines().find_map(|line| {
         let mut fields = line.split_ascii_whitespace();
         let _device = fields.next()?;
@@ -202,7 +202,7 @@ fn unescape_mount(text: &str) -> String {
 
 /// This process's cgroup v2 path in a `/proc/self/cgroup` text (the `0::`
 /// line).
-pub fn own_cgroup(text: &str) -> Option<String> {
+pub(crate) fn own_cgroup(text: &str) -> Option<String> {
     text.lines()
         .find_map(|line| line.strip_prefix("0::"))
         .map(str::to_owned)
@@ -210,7 +210,7 @@ pub fn own_cgroup(text: &str) -> Option<String> {
 
 /// Every process below `roots` (the roots included) in a `pid → parent`
 /// table.
-pub fn descendants(parents: &BTreeMap<i32, i32>, roots: &BTreeSet<i32>) -> BTreeSet<i32> {
+pub(crate) fn descendants(parents: &BTreeMap<i32, i32>, roots: &BTreeSet<i32>) -> BTreeSet<i32> {
     let mut children: BTreeMap<i32, Vec<i32>> = BTreeMap::new();
     for (&pid, &parent) in parents {
         children.entry(parent).or_default().push(pid);
@@ -228,7 +228,7 @@ pub fn descendants(parents: &BTreeMap<i32, i32>, roots: &BTreeSet<i32>) -> BTree
 }
 
 /// Whether an `environ` block (NUL-separated) holds `TAG_VAR=tag`.
-pub fn environ_has_tag(environ: &[u8], tag: &str) -> bool {
+pub(crate) fn environ_has_tag(environ: &[u8], tag: &str) -> bool {
     let wanted = format!("{TAG_VAR}={tag}");
     environ
         .split(|&b| b == 0)

@@ -21,10 +21,10 @@ use super::{
 };
 
 /// SPEC §4: lines returned by default and at most per call.
-pub const MAX_READ_LINES: usize = MAX_OUTPUT_LINES;
+pub(crate) const MAX_READ_LINES: usize = MAX_OUTPUT_LINES;
 
 /// SPEC §4: bytes of numbered output returned at most per call (50 KB).
-pub const MAX_READ_BYTES: usize = MAX_OUTPUT_BYTES;
+pub(crate) const MAX_READ_BYTES: usize = MAX_OUTPUT_BYTES;
 
 /// Buffer size of the line reader.
 const READ_BUFFER_BYTES: usize = 64 * 1024;
@@ -32,15 +32,15 @@ const READ_BUFFER_BYTES: usize = 64 * 1024;
 /// Bytes of one line shown at most; a longer line is cut with a marker that
 /// gives the byte to continue from (`byte_offset`). Bounds memory on files
 /// with huge lines (minified code, sparse or generated files).
-pub const MAX_LINE_BYTES: usize = 16 * 1024;
+pub(crate) const MAX_LINE_BYTES: usize = 16 * 1024;
 
 /// Bytes one call reads at most (1 GiB): skipping to `offset`, reading the page
 /// and counting the lines after it. Past it the result says how far it got.
-pub const MAX_SCAN_BYTES: u64 = 1024 * 1024 * 1024;
+pub(crate) const MAX_SCAN_BYTES: u64 = 1024 * 1024 * 1024;
 
 /// The `read_file` tool.
 #[derive(Debug)]
-pub struct ReadFile {
+pub(crate) struct ReadFile {
     schema: Value,
 }
 
@@ -62,7 +62,7 @@ struct Args {
 
 impl ReadFile {
     /// The tool with its schema.
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Self {
             schema: super::schema::of::<Args>(),
         }
@@ -143,7 +143,7 @@ pub(crate) fn path_subject(args: &Value, access: Access) -> PermissionSubject {
 
 /// Which lines to return.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ReadRequest {
+pub(crate) struct ReadRequest {
     /// First line, 1-based.
     pub offset: u64,
     /// Lines requested (clamped to [`MAX_READ_LINES`]).
@@ -187,7 +187,7 @@ fn read_numbered(
 
 /// Why a page could not be rendered.
 #[derive(Debug, thiserror::Error)]
-pub enum PageError {
+pub(crate) enum PageError {
     /// Reading failed.
     #[error(transparent)]
     Io(#[from] io::Error),
@@ -330,7 +330,7 @@ fn cut_at_char_boundary(bytes: &[u8]) -> &[u8] {
 /// each line keeps at most [`MAX_LINE_BYTES`] (a longer one is cut with a
 /// marker giving the byte to continue from) and at most `scan_limit` bytes are
 /// read in all. Pure apart from reading.
-pub fn render_page<R: BufRead>(
+pub(crate) fn render_page<R: BufRead>(
     mut reader: R,
     request: ReadRequest,
     scan_limit: u64,

@@ -16,7 +16,7 @@ use super::Tool;
 use crate::llm::ToolDefinition;
 
 /// SPEC §4 (provider constraint): tool names match `^[A-Za-z0-9_-]{1,64}$`.
-pub const MAX_TOOL_NAME_LEN: usize = 64;
+pub(crate) const MAX_TOOL_NAME_LEN: usize = 64;
 
 /// At most this many schema violations are listed in one error.
 const MAX_LISTED_VIOLATIONS: usize = 5;
@@ -53,7 +53,7 @@ struct Entry {
 /// A compiled object schema of a tool's arguments: validates raw arguments and
 /// words every failure for the model. Cheap to clone.
 #[derive(Clone)]
-pub struct ArgumentSchema {
+pub(crate) struct ArgumentSchema {
     validator: Arc<jsonschema::Validator>,
     /// `{path: string, offset?: integer}`: the expected shape, for messages.
     signature: Arc<str>,
@@ -69,7 +69,7 @@ impl std::fmt::Debug for ArgumentSchema {
 
 impl ArgumentSchema {
     /// Compiles the schema of tool `name`; it must be an object schema.
-    pub fn compile(name: &str, schema: &Value) -> Result<Self, RegistryError> {
+    pub(crate) fn compile(name: &str, schema: &Value) -> Result<Self, RegistryError> {
         if schema.get("type").and_then(Value::as_str) != Some("object") {
             return Err(RegistryError::InvalidSchema {
                 name: name.to_string(),
@@ -90,7 +90,7 @@ impl ArgumentSchema {
     /// Parses and validates the raw arguments of a call to tool `name`. The
     /// error is written for the model: unparseable JSON (with an excerpt), or
     /// the schema violations with the expected shape. Blank input is `{}`.
-    pub fn validate(&self, name: &str, raw_input: &str) -> Result<Value, String> {
+    pub(crate) fn validate(&self, name: &str, raw_input: &str) -> Result<Value, String> {
         let trimmed = raw_input.trim();
         let source = if trimmed.is_empty() { "{}" } else { trimmed };
         let value: Value = serde_json::from_str(source).map_err(|err| {
@@ -252,7 +252,7 @@ impl ToolRegistry {
 }
 
 /// True for names matching `^[A-Za-z0-9_-]{1,64}$`.
-pub fn valid_tool_name(name: &str) -> bool {
+pub(crate) fn valid_tool_name(name: &str) -> bool {
     !name.is_empty()
         && name.len() <= MAX_TOOL_NAME_LEN
         && name
@@ -280,7 +280,7 @@ fn excerpt(raw: &str) -> String {
 
 /// Renders an object schema as `{a: string, b?: integer, c?: "x"|"y"}`:
 /// required fields first (and unmarked), optional ones with `?`.
-pub fn signature_of(schema: &Value) -> String {
+pub(crate) fn signature_of(schema: &Value) -> String {
     let required: Vec<&str> = schema
         .get("required")
         .and_then(Value::as_array)

@@ -18,7 +18,7 @@ use serde_json::{Map, Value};
 
 /// The provider-ready argument schema of `T` (see the module docs). The same
 /// type always gives the same value, keys in a stable order.
-pub fn of<T: JsonSchema>() -> Value {
+pub(crate) fn of<T: JsonSchema>() -> Value {
     // Draft 2020-12 with every subschema inline; the meta-schema stays until
     // `provider_ready` so that `RestrictFormats` knows which formats are
     // standard and drops the others.
@@ -38,7 +38,7 @@ const ROOT_KEYS_DROPPED: [&str; 5] = ["$schema", "title", "description", "$defs"
 /// removed, `"type": "object"` and `"properties"` present, each property a
 /// plain `enum` where it is a choice of constants (`constants_as_enum`), and
 /// each property outside `required` made non-nullable (`without_null`).
-pub fn provider_ready(schema: Value) -> Value {
+pub(crate) fn provider_ready(schema: Value) -> Value {
     let Value::Object(mut root) = schema else {
         return schema;
     };

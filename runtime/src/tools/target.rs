@@ -11,12 +11,12 @@ use serde_json::Value;
 use crate::events::preview;
 
 /// Longest target, in characters, before it is cut with `…`.
-pub const TARGET_MAX_CHARS: usize = 80;
+pub(crate) const TARGET_MAX_CHARS: usize = 80;
 
 /// The target of a call of `tool` with JSON arguments `args`, one line of at
 /// most [`TARGET_MAX_CHARS`] characters; `None` when the tool has none or the
 /// arguments do not name it.
-pub fn tool_target(tool: &str, args: &str) -> Option<String> {
+pub(crate) fn tool_target(tool: &str, args: &str) -> Option<String> {
     let args: Value = serde_json::from_str(args).ok()?;
     let field = |name: &str| {
         args.get(name)

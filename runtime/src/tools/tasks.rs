@@ -53,13 +53,13 @@ fn describe(info: &TaskInfo) -> String {
 
 /// The `task_output` tool.
 #[derive(Debug)]
-pub struct TaskOutput {
+pub(crate) struct TaskOutput {
     schema: Value,
 }
 
 impl TaskOutput {
     /// The tool with its schema.
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Self {
             schema: super::schema::of::<IdArgs>(),
         }
@@ -121,13 +121,13 @@ impl Tool for TaskOutput {
 
 /// The `task_list` tool.
 #[derive(Debug)]
-pub struct TaskList {
+pub(crate) struct TaskList {
     schema: Value,
 }
 
 impl TaskList {
     /// The tool with its schema.
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Self {
             schema: super::schema::of::<NoArgs>(),
         }
@@ -191,13 +191,13 @@ impl Tool for TaskList {
 
 /// The `task_kill` tool.
 #[derive(Debug)]
-pub struct TaskKill {
+pub(crate) struct TaskKill {
     schema: Value,
 }
 
 impl TaskKill {
     /// The tool with its schema.
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Self {
             schema: super::schema::of::<IdArgs>(),
         }

@@ -15,10 +15,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use ignore::WalkBuilder;
 
 /// SPEC §4: `grep` and `glob` return at most this many entries by default.
-pub const MAX_RESULTS: usize = 500;
+pub(crate) const MAX_RESULTS: usize = 500;
 
 /// A walker over `root` with the filters described in the module docs.
-pub fn walk_builder(root: &Path) -> WalkBuilder {
+pub(crate) fn walk_builder(root: &Path) -> WalkBuilder {
     let mut builder = WalkBuilder::new(root);
     builder
         .standard_filters(true)
@@ -32,33 +32,33 @@ pub fn walk_builder(root: &Path) -> WalkBuilder {
 /// the call's future is dropped (an outer timeout) or cancelled, the walk quits
 /// at its next entry instead of running on unobserved.
 #[derive(Debug, Clone, Default)]
-pub struct StopFlag(Arc<AtomicBool>);
+pub(crate) struct StopFlag(Arc<AtomicBool>);
 
 impl StopFlag {
     /// A flag not yet raised.
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Self::default()
     }
 
     /// Raises the flag.
-    pub fn stop(&self) {
+    pub(crate) fn stop(&self) {
         self.0.store(true, Ordering::Relaxed);
     }
 
     /// True once raised.
-    pub fn is_stopped(&self) -> bool {
+    pub(crate) fn is_stopped(&self) -> bool {
         self.0.load(Ordering::Relaxed)
     }
 
     /// A guard raising the flag when dropped.
-    pub fn guard(&self) -> StopOnDrop {
+    pub(crate) fn guard(&self) -> StopOnDrop {
         StopOnDrop(self.clone())
     }
 }
 
 /// Raises its [`StopFlag`] when dropped.
 #[derive(Debug)]
-pub struct StopOnDrop(StopFlag);
+pub(crate) struct StopOnDrop(StopFlag);
 
 impl Drop for StopOnDrop {
     fn drop(&mut self) {
@@ -68,14 +68,14 @@ impl Drop for StopOnDrop {
 
 /// Keeps the `cap` smallest items pushed into it (by `Ord`), in bounded memory.
 #[derive(Debug, Clone)]
-pub struct BoundedBest<T: Ord> {
+pub(crate) struct BoundedBest<T: Ord> {
     heap: BinaryHeap<T>,
     cap: usize,
 }
 
 impl<T: Ord> BoundedBest<T> {
     /// An empty collector keeping at most `cap` items.
-    pub fn new(cap: usize) -> Self {
+    pub(crate) fn new(cap: usize) -> Self {
         Self {
             heap: BinaryHeap::with_capacity(cap.saturating_add(1).min(1024)),
             cap,
@@ -83,12 +83,12 @@ impl<T: Ord> BoundedBest<T> {
     }
 
     /// True when `item` would be kept (cheap pre-check before building it).
-    pub fn would_keep(&self, item: &T) -> bool {
+    pub(crate) fn would_keep(&self, item: &T) -> bool {
         self.heap.len() < self.cap || self.heap.peek().is_some_and(|worst| item < worst)
     }
 
     /// Offers an item.
-    pub fn push(&mut self, item: T) {
+    pub(crate) fn push(&mut self, item: T) {
         if self.cap == 0 {
             return;
         }
@@ -101,14 +101,14 @@ impl<T: Ord> BoundedBest<T> {
     }
 
     /// Merges another collector into this one.
-    pub fn merge(&mut self, other: BoundedBest<T>) {
+    pub(crate) fn merge(&mut self, other: BoundedBest<T>) {
         for item in other.heap {
             self.push(item);
         }
     }
 
     /// The kept items, smallest first.
-    pub fn into_sorted(self) -> Vec<T> {
+    pub(crate) fn into_sorted(self) -> Vec<T> {
         self.heap.into_sorted_vec()
     }
 }

@@ -18,7 +18,7 @@ use super::{
 
 /// The `write_file` tool.
 #[derive(Debug)]
-pub struct WriteFile {
+pub(crate) struct WriteFile {
     schema: Value,
 }
 
@@ -34,7 +34,7 @@ struct Args {
 
 impl WriteFile {
     /// The tool with its schema.
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Self {
             schema: super::schema::of::<Args>(),
         }
@@ -100,7 +100,7 @@ impl Tool for WriteFile {
 
 /// Whether a write created the file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum WriteOutcome {
+pub(crate) enum WriteOutcome {
     /// The file did not exist.
     Created,
     /// An existing file of this many bytes was replaced.
@@ -114,7 +114,7 @@ pub enum WriteOutcome {
 /// a symlink in any component. An existing file is replaced (a new file
 /// renamed over it, keeping its mode), never written through: its other hard
 /// links keep their content.
-pub fn write_whole(path: &Path, content: &[u8]) -> io::Result<WriteOutcome> {
+pub(crate) fn write_whole(path: &Path, content: &[u8]) -> io::Result<WriteOutcome> {
     Ok(match files::replace_file(path, content, true)? {
         Replaced::Created => WriteOutcome::Created,
         Replaced::Existing { previous_bytes } => WriteOutcome::Overwritten { previous_bytes },

@@ -19,50 +19,50 @@ use troupe_runtime::model::{ContentBlock, Message, Role, ToolCall, ToolResult};
 use troupe_runtime::store::{Clock, NewSession, RunRecord, RunState, SessionMeta, Store, layout};
 
 /// Environment variable that turns a test of this binary into a child role.
-pub const ROLE_VAR: &str = "TROUPE_STORE_TEST_ROLE";
+pub(crate) const ROLE_VAR: &str = "TROUPE_STORE_TEST_ROLE";
 /// Environment variable carrying the data directory to a child.
-pub const DIR_VAR: &str = "TROUPE_STORE_TEST_DIR";
+pub(crate) const DIR_VAR: &str = "TROUPE_STORE_TEST_DIR";
 /// How long a parent waits for a line from a child.
-pub const CHILD_LIMIT: Duration = Duration::from_secs(60);
+pub(crate) const CHILD_LIMIT: Duration = Duration::from_secs(60);
 
 /// A clock the test moves by hand.
 #[derive(Clone)]
-pub struct ManualClock(Arc<Mutex<DateTime<Utc>>>);
+pub(crate) struct ManualClock(Arc<Mutex<DateTime<Utc>>>);
 
 impl ManualClock {
     /// A clock starting at 2026-11-01T00:00:00Z.
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         let start = Utc.with_ymd_and_hms(2026, 11, 1, 0, 0, 0).single().unwrap();
         Self(Arc::new(Mutex::new(start)))
     }
 
     /// The current time.
-    pub fn now(&self) -> DateTime<Utc> {
+    pub(crate) fn now(&self) -> DateTime<Utc> {
         *self.0.lock().unwrap()
     }
 
     /// Moves the clock forward.
-    pub fn advance(&self, by: TimeDelta) {
+    pub(crate) fn advance(&self, by: TimeDelta) {
         let mut now = self.0.lock().unwrap();
         *now += by;
     }
 
     /// The clock as the store wants it.
-    pub fn clock(&self) -> Clock {
+    pub(crate) fn clock(&self) -> Clock {
         let inner = self.0.clone();
         Arc::new(move || *inner.lock().unwrap())
     }
 }
 
 /// A store in a fresh temporary data directory.
-pub struct Fixture {
+pub(crate) struct Fixture {
     pub dir: TempDir,
     pub clock: ManualClock,
     store: Option<Store>,
 }
 
 impl Fixture {
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         let dir = tempfile::tempdir().unwrap();
         let clock = ManualClock::new();
         let store = Store::open_with_clock(dir.path(), clock.clock()).unwrap();
@@ -74,12 +74,12 @@ impl Fixture {
     }
 
     /// The open store.
-    pub fn store(&self) -> &Store {
+    pub(crate) fn store(&self) -> &Store {
         self.store.as_ref().unwrap()
     }
 
     /// Closes the store and opens it again (as a new process would).
-    pub fn reopen(&mut self) {
+    pub(crate) fn reopen(&mut self) {
         self.store = None;
         let clock = self.clock.clock();
         let dir = self.data_dir().to_path_buf();
@@ -89,19 +89,19 @@ impl Fixture {
     }
 
     /// The data directory.
-    pub fn data_dir(&self) -> &Path {
+    pub(crate) fn data_dir(&self) -> &Path {
         self.dir.path()
     }
 
     /// Creates a session with defaults.
-    pub fn session(&self, id: &str) -> SessionMeta {
+    pub(crate) fn session(&self, id: &str) -> SessionMeta {
         self.store().create_session(&new_session(id, None)).unwrap()
     }
 
     /// Creates a child session of `parent` (agent `main/ID`, run `run_id`)
     /// one second after the previous clock time, so creation order is
     /// visible.
-    pub fn child(&self, id: &str, parent: &str, run_id: &str) -> SessionMeta {
+    pub(crate) fn child(&self, id: &str, parent: &str, run_id: &str) -> SessionMeta {
         self.clock.advance(TimeDelta::seconds(1));
         self.store()
             .create_session(&new_child_session(
@@ -114,7 +114,7 @@ impl Fixture {
     }
 
     /// Drops the store, runs `f` on the raw sled database, and reopens.
-    pub fn with_raw<T>(&mut self, f: impl FnOnce(&sled::Db) -> T) -> T {
+    pub(crate) fn with_raw<T>(&mut self, f: impl FnOnce(&sled::Db) -> T) -> T {
         self.store = None;
         let out = {
             let path = self.data_dir().join(layout::DB_DIR_NAME);
@@ -129,7 +129,7 @@ impl Fixture {
 }
 
 /// A new-session request.
-pub fn new_session(id: &str, parent: Option<&str>) -> NewSession {
+pub(crate) fn new_session(id: &str, parent: Option<&str>) -> NewSession {
     NewSession {
         id: id.into(),
         cwd: PathBuf::from("/work/repo"),
@@ -144,7 +144,12 @@ pub fn new_session(id: &str, parent: Option<&str>) -> NewSession {
 
 /// A new-session request for a child session of `parent`, created by run
 /// `run_id` for the agent at `agent_path`.
-pub fn new_child_session(id: &str, parent: &str, agent_path: &str, run_id: &str) -> NewSession {
+pub(crate) fn new_child_session(
+    id: &str,
+    parent: &str,
+    agent_path: &str,
+    run_id: &str,
+) -> NewSession {
     NewSession {
         parent: Some(parent.into()),
         agent_path: Some(agent_path.into()),
@@ -156,7 +161,7 @@ pub fn new_child_session(id: &str, parent: &str, agent_path: &str, run_id: &str)
 
 /// A distinct message for position `i` of a conversation, cycling through
 /// user, assistant-with-call and tool messages.
-pub fn message(i: u64) -> Message {
+pub(crate) fn message(i: u64) -> Message {
     match i % 3 {
         0 => Message::user_text(format!("user message {i}")),
         1 => Message {
@@ -185,7 +190,7 @@ pub fn message(i: u64) -> Message {
 }
 
 /// A message of about `bytes` bytes of JSON.
-pub fn sized_message(i: u64, bytes: usize) -> Message {
+pub(crate) fn sized_message(i: u64, bytes: usize) -> Message {
     let filler: String = "lorem ipsum dolor sit amet, "
         .chars()
         .cycle()
@@ -195,7 +200,12 @@ pub fn sized_message(i: u64, bytes: usize) -> Message {
 }
 
 /// A run record.
-pub fn run(run_id: &str, session: &str, started: DateTime<Utc>, status: RunState) -> RunRecord {
+pub(crate) fn run(
+    run_id: &str,
+    session: &str,
+    started: DateTime<Utc>,
+    status: RunState,
+) -> RunRecord {
     RunRecord {
         run_id: run_id.into(),
         session_id: session.into(),
@@ -215,7 +225,7 @@ pub fn run(run_id: &str, session: &str, started: DateTime<Utc>, status: RunState
 }
 
 /// An event of a run.
-pub fn event(run_id: &str, session: &str, seq: u64) -> RunEvent {
+pub(crate) fn event(run_id: &str, session: &str, seq: u64) -> RunEvent {
     RunEvent {
         seq,
         run_id: run_id.into(),
@@ -233,12 +243,12 @@ pub fn event(run_id: &str, session: &str, seq: u64) -> RunEvent {
 }
 
 /// A finished status.
-pub fn ended() -> RunState {
+pub(crate) fn ended() -> RunState {
     RunState::Ended(RunStatus::Finished)
 }
 
 /// Every key of every store tree, for checking what a removal left.
-pub fn all_keys(db: &sled::Db) -> Vec<(String, Vec<u8>)> {
+pub(crate) fn all_keys(db: &sled::Db) -> Vec<(String, Vec<u8>)> {
     let trees = [
         layout::SESSIONS_TREE,
         layout::MESSAGES_TREE,
@@ -263,18 +273,18 @@ pub fn all_keys(db: &sled::Db) -> Vec<(String, Vec<u8>)> {
 }
 
 /// Whether this process is the child playing `role`.
-pub fn is_child(role: &str) -> bool {
+pub(crate) fn is_child(role: &str) -> bool {
     std::env::var(ROLE_VAR).is_ok_and(|value| value == role)
 }
 
 /// The data directory given to a child.
-pub fn child_dir() -> PathBuf {
+pub(crate) fn child_dir() -> PathBuf {
     PathBuf::from(std::env::var(DIR_VAR).unwrap())
 }
 
 /// A command that re-runs exactly the test `test_name` of this binary as the
 /// child `role` on `data_dir`, with stdin and stdout piped.
-pub fn child_command(test_name: &str, role: &str, data_dir: &Path) -> Command {
+pub(crate) fn child_command(test_name: &str, role: &str, data_dir: &Path) -> Command {
     let mut command = Command::new(std::env::current_exe().unwrap());
     command
         .args([test_name, "--exact", "--nocapture", "--test-threads", "1"])
@@ -287,7 +297,7 @@ pub fn child_command(test_name: &str, role: &str, data_dir: &Path) -> Command {
 }
 
 /// Lines a child writes to stdout, delivered over a channel.
-pub fn child_lines(child: &mut Child) -> Receiver<String> {
+pub(crate) fn child_lines(child: &mut Child) -> Receiver<String> {
     let stdout: ChildStdout = child.stdout.take().unwrap();
     let (tx, rx) = mpsc::channel();
     std::thread::spawn(move || {
@@ -304,7 +314,7 @@ pub fn child_lines(child: &mut Child) -> Receiver<String> {
 /// Waits for a line containing `prefix` and returns it from `prefix` on,
 /// skipping the test harness's own output (which may precede a report on the
 /// same line); panics after [`CHILD_LIMIT`] or when the child closes stdout.
-pub fn wait_line(lines: &Receiver<String>, prefix: &str) -> String {
+pub(crate) fn wait_line(lines: &Receiver<String>, prefix: &str) -> String {
     loop {
         match lines.recv_timeout(CHILD_LIMIT) {
             Ok(line) => {
@@ -318,7 +328,7 @@ pub fn wait_line(lines: &Receiver<String>, prefix: &str) -> String {
 }
 
 /// Writes one line to stdout and flushes it (the child's report to its parent).
-pub fn report(line: &str) {
+pub(crate) fn report(line: &str) {
     use std::io::Write;
     let mut out = std::io::stdout().lock();
     writeln!(out, "{line}").unwrap();
@@ -328,7 +338,7 @@ pub fn report(line: &str) {
 /// Opens with `open`, waiting (at most 10 s) while the previous handle of the
 /// same database, just dropped, still holds its lock: sled releases the lock
 /// when its background threads let go of the database, a moment after the drop.
-pub fn until_unlocked<T, E: std::fmt::Display>(open: impl Fn() -> Result<T, E>) -> T {
+pub(crate) fn until_unlocked<T, E: std::fmt::Display>(open: impl Fn() -> Result<T, E>) -> T {
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
     loop {
         match open() {

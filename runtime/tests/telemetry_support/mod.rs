@@ -16,22 +16,22 @@ use troupe_runtime::telemetry::genai::{self, ContentCapture, ToolErrorKind};
 use troupe_runtime::telemetry::propagation;
 
 /// The model asked for.
-pub const MODEL: &str = "claude-sonnet-4-5";
+pub(crate) const MODEL: &str = "claude-sonnet-4-5";
 /// The model that answered.
-pub const RESPONSE_MODEL: &str = "claude-sonnet-4-5-20250929";
+pub(crate) const RESPONSE_MODEL: &str = "claude-sonnet-4-5-20250929";
 /// The session id.
-pub const CONVERSATION: &str = "sess-1";
+pub(crate) const CONVERSATION: &str = "sess-1";
 /// The tools called in the middle turn, with their call ids.
-pub const TOOLS: [(&str, &str); 3] = [
+pub(crate) const TOOLS: [(&str, &str); 3] = [
     ("read_file", "call_1"),
     ("grep", "call_2"),
     ("bash", "call_3"),
 ];
 /// Spans one workload creates.
-pub const SPANS_PER_RUN: usize = 6;
+pub(crate) const SPANS_PER_RUN: usize = 6;
 
 /// The usage of the first model call.
-pub fn first_usage() -> Usage {
+pub(crate) fn first_usage() -> Usage {
     Usage {
         input: 100,
         output: 40,
@@ -42,14 +42,14 @@ pub fn first_usage() -> Usage {
 
 /// What the workload saw while it ran.
 #[derive(Debug, Default, Clone)]
-pub struct Observed {
+pub(crate) struct Observed {
     /// `traceparent` of each tool span, by tool name, taken inside its task.
     pub tool_traceparents: Vec<(String, Option<String>)>,
 }
 
 /// Creates the spans of one run under the current default dispatcher (tasks
 /// inherit it with `with_current_subscriber`). `bash` times out.
-pub async fn mimic_run(run_id: &str, capture: ContentCapture) -> Observed {
+pub(crate) async fn mimic_run(run_id: &str, capture: ContentCapture) -> Observed {
     let agent = genai::agent_span(&Span::none(), run_id, "main", CONVERSATION);
 
     // Not a step of the run: must never reach OpenTelemetry.
@@ -135,11 +135,11 @@ pub async fn mimic_run(run_id: &str, capture: ContentCapture) -> Observed {
 
 /// A log writer that keeps everything written, for assertions on log lines.
 #[derive(Clone, Default)]
-pub struct LogBuffer(pub Arc<Mutex<Vec<u8>>>);
+pub(crate) struct LogBuffer(pub Arc<Mutex<Vec<u8>>>);
 
 impl LogBuffer {
     /// Everything written so far.
-    pub fn text(&self) -> String {
+    pub(crate) fn text(&self) -> String {
         String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
     }
 }

@@ -15,7 +15,7 @@ use troupe_runtime::tools::process::child_environment;
 use troupe_runtime::tools::{ToolContext, ToolOutput, ToolRegistry, builtin_registry};
 
 /// A temporary project and everything a tool call needs.
-pub struct Harness {
+pub(crate) struct Harness {
     _dir: tempfile::TempDir,
     /// The project root (resolved).
     pub project: PathBuf,
@@ -35,12 +35,12 @@ pub struct Harness {
 
 impl Harness {
     /// A fresh project.
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Self::with_env_allowlist(&[])
     }
 
     /// A fresh project whose commands also get the allowlisted variables.
-    pub fn with_env_allowlist(allowlist: &[String]) -> Self {
+    pub(crate) fn with_env_allowlist(allowlist: &[String]) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let base = resolve_path(dir.path()).unwrap();
         let project = base.join("project");
@@ -72,7 +72,7 @@ impl Harness {
     }
 
     /// A context for call `call_id`.
-    pub fn ctx(&self, call_id: &str) -> ToolContext {
+    pub(crate) fn ctx(&self, call_id: &str) -> ToolContext {
         ToolContext {
             call_id: call_id.to_string(),
             os_sandbox: std::sync::Arc::new(troupe_runtime::os_sandbox::CommandSandbox::off()),
@@ -88,7 +88,7 @@ impl Harness {
 
     /// Validates `raw` for `name` and executes the call with `ctx`; a
     /// validation error becomes an error result, as in the agent.
-    pub async fn call_with(&self, ctx: &ToolContext, name: &str, raw: &str) -> ToolOutput {
+    pub(crate) async fn call_with(&self, ctx: &ToolContext, name: &str, raw: &str) -> ToolOutput {
         let args = match self.registry.validate(name, raw) {
             Ok(args) => args,
             Err(message) => return ToolOutput::error(message),
@@ -98,13 +98,13 @@ impl Harness {
     }
 
     /// [`Harness::call_with`] with a fresh context for call `call_1`.
-    pub async fn call(&self, name: &str, args: serde_json::Value) -> ToolOutput {
+    pub(crate) async fn call(&self, name: &str, args: serde_json::Value) -> ToolOutput {
         self.call_with(&self.ctx("call_1"), name, &args.to_string())
             .await
     }
 
     /// Writes a file under the project.
-    pub fn write(&self, rel: &str, content: impl AsRef<[u8]>) -> PathBuf {
+    pub(crate) fn write(&self, rel: &str, content: impl AsRef<[u8]>) -> PathBuf {
         let path = self.project.join(rel);
         std::fs::create_dir_all(path.parent().unwrap()).unwrap();
         std::fs::write(&path, content).unwrap();
@@ -112,13 +112,13 @@ impl Harness {
     }
 
     /// Reads a file under the project.
-    pub fn read(&self, rel: &str) -> String {
+    pub(crate) fn read(&self, rel: &str) -> String {
         std::fs::read_to_string(self.project.join(rel)).unwrap()
     }
 }
 
 /// The text of a result.
-pub fn text(out: &ToolOutput) -> String {
+pub(crate) fn text(out: &ToolOutput) -> String {
     out.content
         .iter()
         .map(|part| match part {
@@ -131,20 +131,20 @@ pub fn text(out: &ToolOutput) -> String {
 
 /// Asserts a successful result and returns its text.
 #[track_caller]
-pub fn ok_text(out: &ToolOutput) -> String {
+pub(crate) fn ok_text(out: &ToolOutput) -> String {
     assert!(!out.is_error, "expected success, got error: {}", text(out));
     text(out)
 }
 
 /// Asserts an error result and returns its text.
 #[track_caller]
-pub fn err_text(out: &ToolOutput) -> String {
+pub(crate) fn err_text(out: &ToolOutput) -> String {
     assert!(out.is_error, "expected an error, got: {}", text(out));
     text(out)
 }
 
 /// Creates a FIFO at `path`.
-pub fn mkfifo(path: &Path) {
+pub(crate) fn mkfifo(path: &Path) {
     use std::os::unix::ffi::OsStrExt;
     let c = std::ffi::CString::new(path.as_os_str().as_bytes()).unwrap();
     assert_eq!(
@@ -158,7 +158,7 @@ pub fn mkfifo(path: &Path) {
 /// Reads one line from a FIFO without blocking the runtime, failing the test
 /// after `limit`. Opening blocks until the command opens it for writing: an
 /// event, not a sleep.
-pub async fn read_fifo(path: &Path, limit: std::time::Duration) -> String {
+pub(crate) async fn read_fifo(path: &Path, limit: std::time::Duration) -> String {
     let path = path.to_path_buf();
     let read = tokio::task::spawn_blocking(move || std::fs::read_to_string(path).unwrap());
     tokio::time::timeout(limit, read)

@@ -57,7 +57,7 @@ pub struct ContextSetup {
 
 /// Why a summary is made.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Trigger {
+pub(super) enum Trigger {
     /// The estimate reached the threshold.
     Auto,
     /// Someone asked for it (`troupe sessions compact`, `/compact`, the API).
@@ -70,7 +70,7 @@ pub enum Trigger {
 
 impl Trigger {
     /// The trigger as events and spans name it.
-    pub fn as_str(self) -> &'static str {
+    pub(super) fn as_str(self) -> &'static str {
         match self {
             Self::Auto => "auto",
             Self::Manual => "manual",

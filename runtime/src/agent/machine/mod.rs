@@ -24,7 +24,7 @@ mod execution;
 mod hooks;
 mod turn;
 
-pub use compaction::{ContextSetup, Trigger};
+pub use compaction::ContextSetup;
 pub use hooks::{HookCall, HookRequest};
 
 #[cfg(test)]
@@ -164,7 +164,7 @@ pub enum Input {
         /// Epoch of the execution.
         epoch: u64,
     },
-    /// Save number `save` was not confirmed within [`SAVE_DEADLINE`] of an
+    /// Save number `save` was not confirmed within `SAVE_DEADLINE` of an
     /// interruption.
     SaveOverdue {
         /// Which save ([`Effect::ArmSaveDeadline`]).
@@ -318,7 +318,7 @@ pub enum Effect {
     /// answers the loop, so neither its result nor its usage reaches the
     /// history or the context estimate, and its failure never ends the run.
     UpdateMemory {
-        /// The recent conversation (see [`crate::memory::conversation_digest`]).
+        /// The recent conversation (see `crate::memory::conversation_digest`).
         digest: String,
     },
     /// Feed [`Input::CleanupGraceOver`] after `after`.

@@ -1939,7 +1939,7 @@ fn a_pre_tool_hook_blocks_only_the_calls_it_matches_and_the_model_reads_why() {
     // Nothing runs while the hook decides.
     assert_eq!(f.machine.status().phase, "executing");
     let mut verdict = blocked("no deletes on Fridays");
-    verdict.reports.push(crate::hooks::HookReport {
+    verdict.reports.push(crate::hooks::verdict::HookReport {
         event: HookEvent::PreToolUse,
         command: "./hook.sh".into(),
         outcome: "block",

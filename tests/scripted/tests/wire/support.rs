@@ -10,10 +10,10 @@ use serde_json::{Value, json};
 use troupe_scripted::{Protocol, ScriptedServer};
 
 /// Upper bound for every wait in these tests (never reached when they pass).
-pub const WAIT: Duration = Duration::from_secs(10);
+pub(crate) const WAIT: Duration = Duration::from_secs(10);
 
 /// An HTTP client (reqwest needs a TLS provider installed even for plain http).
-pub fn client() -> reqwest::Client {
+pub(crate) fn client() -> reqwest::Client {
     static PROVIDER: Once = Once::new();
     PROVIDER.call_once(|| {
         let _ = rustls::crypto::ring::default_provider().install_default();
@@ -25,7 +25,7 @@ pub fn client() -> reqwest::Client {
 }
 
 /// The endpoint URL for `protocol`, built from the base URL the SDKs would use.
-pub fn endpoint(server: &ScriptedServer, protocol: Protocol) -> String {
+pub(crate) fn endpoint(server: &ScriptedServer, protocol: Protocol) -> String {
     match protocol {
         Protocol::Anthropic => format!("{}/v1/messages", server.anthropic_base_url()),
         Protocol::OpenAi => format!("{}/chat/completions", server.openai_base_url()),
@@ -33,7 +33,7 @@ pub fn endpoint(server: &ScriptedServer, protocol: Protocol) -> String {
 }
 
 /// A valid one-message request asking `prompt`.
-pub fn ask(protocol: Protocol, prompt: &str, stream: bool) -> Value {
+pub(crate) fn ask(protocol: Protocol, prompt: &str, stream: bool) -> Value {
     match protocol {
         Protocol::Anthropic => json!({
             "model": "claude-test",
@@ -55,7 +55,11 @@ pub fn ask(protocol: Protocol, prompt: &str, stream: bool) -> Value {
 }
 
 /// Posts `body` to the endpoint of `protocol`.
-pub async fn post(server: &ScriptedServer, protocol: Protocol, body: &Value) -> reqwest::Response {
+pub(crate) async fn post(
+    server: &ScriptedServer,
+    protocol: Protocol,
+    body: &Value,
+) -> reqwest::Response {
     client()
         .post(endpoint(server, protocol))
         .header("x-api-key", "test-key")
@@ -66,7 +70,7 @@ pub async fn post(server: &ScriptedServer, protocol: Protocol, body: &Value) -> 
 }
 
 /// Reads a whole SSE response into events.
-pub async fn events(response: reqwest::Response) -> Vec<Event> {
+pub(crate) async fn events(response: reqwest::Response) -> Vec<Event> {
     response
         .bytes_stream()
         .eventsource()
@@ -76,7 +80,7 @@ pub async fn events(response: reqwest::Response) -> Vec<Event> {
 }
 
 /// The JSON payloads of the events (`[DONE]` excluded).
-pub fn payloads(events: &[Event]) -> Vec<Value> {
+pub(crate) fn payloads(events: &[Event]) -> Vec<Value> {
     events
         .iter()
         .filter(|e| e.data != "[DONE]")
@@ -86,7 +90,7 @@ pub fn payloads(events: &[Event]) -> Vec<Value> {
 
 /// Reads the raw body until the stream ends or fails; returns the text received
 /// and whether it failed.
-pub async fn raw_body(response: reqwest::Response) -> (String, bool) {
+pub(crate) async fn raw_body(response: reqwest::Response) -> (String, bool) {
     let mut stream = response.bytes_stream();
     let mut text = Vec::new();
     while let Some(piece) = stream.next().await {
@@ -100,7 +104,7 @@ pub async fn raw_body(response: reqwest::Response) -> (String, bool) {
 
 /// A complete tool call as a client would assemble it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Assembled {
+pub(crate) struct Assembled {
     pub id: String,
     pub name: String,
     pub arguments: String,
@@ -109,7 +113,7 @@ pub struct Assembled {
 /// Assembles an Anthropic stream the way a client must: text, thinking,
 /// signature, tool calls from `input_json_delta`s, stop reason, final usage.
 #[derive(Debug, Default)]
-pub struct AnthropicMessage {
+pub(crate) struct AnthropicMessage {
     pub text: String,
     pub thinking: String,
     pub signature: String,
@@ -121,7 +125,7 @@ pub struct AnthropicMessage {
     pub stopped: bool,
 }
 
-pub fn assemble_anthropic(events: &[Event]) -> AnthropicMessage {
+pub(crate) fn assemble_anthropic(events: &[Event]) -> AnthropicMessage {
     let mut message = AnthropicMessage::default();
     let mut open_kind = String::new();
     for event in events {
@@ -179,7 +183,7 @@ pub fn assemble_anthropic(events: &[Event]) -> AnthropicMessage {
 /// Assembles an OpenAI chunk stream the way a client must (tool calls by
 /// `index`, id and name from the first fragment).
 #[derive(Debug, Default)]
-pub struct OpenAiMessage {
+pub(crate) struct OpenAiMessage {
     pub content: String,
     pub reasoning: String,
     pub tool_calls: Vec<Assembled>,
@@ -188,7 +192,7 @@ pub struct OpenAiMessage {
     pub done: bool,
 }
 
-pub fn assemble_openai(events: &[Event]) -> OpenAiMessage {
+pub(crate) fn assemble_openai(events: &[Event]) -> OpenAiMessage {
     let mut message = OpenAiMessage::default();
     for event in events {
         assert!(!message.done, "nothing may follow [DONE]");
