@@ -20,7 +20,7 @@ use super::{Hook, HookEvent, HookExit, HookOutcome, HookPayload, HookPlace, Hook
 use crate::os_sandbox::CommandSandbox;
 use crate::telemetry::genai;
 use crate::telemetry::propagation::{TRACEPARENT_ENV, traceparent_of};
-use crate::tools::process::spawn_confined;
+use crate::tools::process::spawn_bash;
 use crate::tools::process_tree::containment;
 
 /// How long the output of a hook that exited may take to arrive.
@@ -137,17 +137,21 @@ pub(crate) fn hook_environment(
 /// Runs one hook to its end, its timeout or the run's cancellation.
 async fn run_one(hook: &Hook, payload: &[u8], ctx: &HookContext, span: &Span) -> HookExit {
     let env = hook_environment(&ctx.child_env, traceparent_of(span), &ctx.place, hook.event);
-    let mut command = Command::new("bash");
-    command
-        .arg("-c")
-        .arg(&hook.command)
-        .current_dir(&ctx.place.cwd)
-        .env_clear()
-        .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    let (mut child, group) = match spawn_confined(&mut command, containment(), Some(&ctx.sandbox)) {
+    let stdio = |command: &mut Command| {
+        command
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+    };
+    let spawned = spawn_bash(
+        &hook.command,
+        &ctx.place.cwd,
+        &env,
+        stdio,
+        containment(),
+        Some(&ctx.sandbox),
+    );
+    let (mut child, group) = match spawned {
         Ok(spawned) => spawned,
         Err(err) => {
             return HookExit {
@@ -156,7 +160,6 @@ async fn run_one(hook: &Hook, payload: &[u8], ctx: &HookContext, span: &Span) ->
             };
         }
     };
-    drop(command);
     if let Some(mut stdin) = child.stdin.take() {
         let payload = payload.to_vec();
         // A hook that does not read its stdin must not stall the run.

@@ -321,6 +321,15 @@ impl Tree {
         }
     }
 
+    /// The `cgroup.procs` file of the tree's cgroup (none for a subreaper
+    /// tree): a process that writes `0` to it joins the tree.
+    pub(crate) fn cgroup_procs(&self) -> Option<PathBuf> {
+        match &self.kind {
+            TreeKind::Cgroup { dir } => Some(dir.join("cgroup.procs")),
+            TreeKind::Subreaper { .. } => None,
+        }
+    }
+
     /// Removes the tree's cgroup when no process is left in it; true when
     /// it is gone (then the tree has no member and nothing to kill). The
     /// kernel refuses to remove a cgroup that still holds a process, so
