@@ -308,44 +308,34 @@ async fn timeline(captured: &CapturedSpans, with_hooks: bool) -> Result<(), Stri
     Ok(())
 }
 
+/// The cost of `bash -c true` forked by name, forked into a cgroup and
+/// started with `posix_spawn`, in this process as it is (`state`).
+async fn spawn_costs(state: &str) -> Result<(), String> {
+    println!("spawn, mean of 40, {state}:");
+    println!(
+        "  forked                {}",
+        spawn_cost(40, one_spawn).await?
+    );
+    let contained = spawn_cost(40, one_contained_spawn).await?;
+    println!("  forked into a cgroup  {contained}");
+    let posix_spawn = spawn_cost(40, || spawn_bash(POSIX_SPAWNED_BASH)).await?;
+    println!("  posix_spawn           {posix_spawn}");
+    Ok(())
+}
+
 /// Where the time of a turn goes (`TROUPE_BENCH_DIAGNOSE=1`): the cost of
-/// a spawn — forked by name, forked into a cgroup, and with `posix_spawn` —
-/// in a small process and with 256 MiB of touched memory (a fork copies the page tables, and the parent then takes
-/// a fault on each page it writes), then the spans of a few turns with and
-/// without hooks.
+/// a spawn in a small process and with 256 MiB of touched memory (a fork
+/// copies the page tables, and the parent then takes a fault on each page it
+/// writes), then the spans of a few turns with and without hooks.
 fn diagnose() -> Result<(), String> {
     let (telemetry, captured) = troupe_runtime::telemetry::testing::capture(&Default::default())
         .map_err(|e| e.to_string())?;
     tracing::dispatcher::set_global_default(telemetry.dispatch().clone())
         .map_err(|e| e.to_string())?;
     run_on_tokio_workers(async move {
-        println!("spawn, mean of 40:");
-        println!(
-            "  bare                  {}",
-            spawn_cost(40, one_spawn).await?
-        );
-        println!(
-            "  contained             {}",
-            spawn_cost(40, one_contained_spawn).await?
-        );
-        let posix_spawn = || spawn_bash(POSIX_SPAWNED_BASH);
-        println!(
-            "  bare, posix_spawn       {}",
-            spawn_cost(40, posix_spawn).await?
-        );
-        let ballast: Vec<u8> = vec![1; 256 << 20];
-        println!(
-            "  bare, 256 MiB more      {}",
-            spawn_cost(40, one_spawn).await?
-        );
-        println!(
-            "  contained, 256 MiB more {}",
-            spawn_cost(40, one_contained_spawn).await?
-        );
-        println!(
-            "  posix_spawn, 256 MiB more {}",
-            spawn_cost(40, posix_spawn).await?
-        );
+        spawn_costs("a small process").await?;
+        let ballast: Vec<u8> = std::hint::black_box(vec![1; 256 << 20]);
+        spawn_costs("256 MiB more touched").await?;
         drop(ballast);
         timeline(&captured, false).await?;
         timeline(&captured, true).await
