@@ -330,19 +330,25 @@ impl Tree {
         }
     }
 
-    /// Removes the tree's cgroup when no process is left in it; true when
-    /// it is gone (then the tree has no member and nothing to kill). The
-    /// kernel refuses to remove a cgroup that still holds a process, so
-    /// this is also the cheapest way to learn that the tree is empty: one
-    /// `rmdir`, where reading `cgroup.procs` right after a member exited
-    /// waits for the kernel to finish releasing it. False for a subreaper
-    /// tree.
+    /// Removes the tree's cgroup once its main process has ended and no
+    /// process is left in it; true when it is gone (then the tree has no
+    /// member and nothing to kill). The kernel refuses to remove a cgroup
+    /// that still holds a process, so this is also the cheapest way to
+    /// learn that the tree is empty: one `rmdir`, where reading
+    /// `cgroup.procs` right after a member exited waits for the kernel to
+    /// finish releasing it. While the main process lives nothing is tried:
+    /// a shell that joins its cgroup itself is not in it yet when it starts.
+    /// False for a subreaper tree.
     pub fn remove_if_empty(&self) -> bool {
         let TreeKind::Cgroup { dir } = &self.kind else {
             return false;
         };
         if self.removed.load(Ordering::Acquire) {
             return true;
+        }
+        let leader = self.leader.load(Ordering::Acquire);
+        if leader > 0 && super::process::process_is_alive(leader.unsigned_abs()) {
+            return false;
         }
         let removed = std::fs::remove_dir(dir).is_ok();
         if removed {
@@ -566,6 +572,30 @@ mod tests {
         assert!(tree.remove_if_empty());
         drop(tree);
         assert!(!dir.exists());
+    }
+
+    #[tokio::test]
+    async fn a_cgroup_stays_while_its_main_process_lives_even_before_it_joined() {
+        let containment = detect();
+        if containment == Containment::Subreaper {
+            eprintln!("cgroup v2 is not writable here: nothing to remove");
+            return;
+        }
+        let tree = Tree::new(&containment);
+        let procs = tree.cgroup_procs().unwrap();
+        // Started outside the cgroup, as a shell that joins it itself is
+        // until its first command runs.
+        let mut child = tokio::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .unwrap();
+        tree.set_leader(child.id().unwrap());
+        assert!(!tree.remove_if_empty());
+        assert!(procs.exists(), "the cgroup was removed under a live shell");
+        child.start_kill().unwrap();
+        child.wait().await.unwrap();
+        assert!(tree.remove_if_empty());
+        assert!(!procs.exists());
     }
 
     #[test]
