@@ -941,7 +941,8 @@ mod tests {
         let script = "echo line $LINENO; cat /proc/self/cgroup; tr '\\0' ' ' < /proc/$$/cmdline\n\
                       no-such-command-here; exit 3";
         let path = ("PATH".to_owned(), "/usr/bin:/bin".to_owned());
-        let (code, output) = contained_shell(script, &[path.clone()], &containment).await;
+        let (code, output) =
+            contained_shell(script, std::slice::from_ref(&path), &containment).await;
         assert_eq!(code, Some(3), "{output}");
         // The shell joined by itself; line numbers are the script's own;
         // its commands ran in the cgroup.
