@@ -47,7 +47,7 @@ pub(crate) fn parse_answer(line: &str) -> Option<(ApprovalOutcome, Option<String
 /// asks (its questions arrive as approvals from `mcp server NAME`).
 /// The arguments come from the model and the question from a server: both
 /// are cleaned of terminal control sequences before they are shown.
-fn heading(tool: &str, args: &str) -> String {
+pub(crate) fn heading(tool: &str, args: &str) -> String {
     let shown: String = args.chars().take(2_000).collect();
     let shown = for_terminal(&shown);
     let tool = for_terminal(tool);

@@ -13,7 +13,7 @@ use troupe_runtime::model::Usage;
 use super::keys::{TurnKey, TypedLine, turn_key};
 use super::screen::{KeyMode, Screen};
 use super::view::TurnView;
-use crate::approval::parse_answer;
+use crate::approval::{heading, parse_answer};
 use crate::follow::RunLink;
 use crate::sanitize::for_terminal;
 use crate::signals::{StopSignal, StopSignals};
@@ -215,16 +215,21 @@ fn on_event(
 }
 
 fn show_ask(screen: &Screen, ask: &Ask) {
+    screen.line(&ask_text(ask));
+}
+
+/// The lines that ask: what wants to run (or what an MCP server asks), as
+/// the terminal prompt words it, why, and the answers.
+fn ask_text(ask: &Ask) -> String {
     let mut args: String = ask.args.chars().take(ASK_ARGS_CHARS).collect();
     if ask.args.chars().count() > ASK_ARGS_CHARS {
         args.push('…');
     }
-    screen.line(&format!(
-        "? {} wants to run: {}\n  ({})\n  allow? [y]es / [a]lways / [n]o [reason] / [c]ancel the turn",
-        for_terminal(&ask.label),
-        for_terminal(&args),
+    format!(
+        "? {}\n  ({})\n  allow? [y]es / [a]lways / [n]o [reason] / [c]ancel the turn",
+        heading(&ask.label, &args),
         for_terminal(&ask.reason)
-    ));
+    )
 }
 
 /// The next key pressed; pending forever when keys are not read.
@@ -278,6 +283,30 @@ pub(crate) fn status_text(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn ask(label: &str, args: &str) -> Ask {
+        Ask {
+            approval_id: "a1".into(),
+            label: label.into(),
+            args: args.into(),
+            reason: "why".into(),
+        }
+    }
+
+    #[test]
+    fn a_server_question_is_asked_not_run() {
+        let text = ask_text(&ask("[main/fork-1] mcp server notes", "Your name?"));
+        assert!(
+            text.starts_with("? [main/fork-1] mcp server notes asks: Your name?\n  (why)\n"),
+            "{text}"
+        );
+        let text = ask_text(&ask("bash", "rm -rf build\u{1b}]52;c;eA==\u{7}"));
+        assert!(
+            text.starts_with("? bash wants to run: rm -rf build"),
+            "{text}"
+        );
+        assert!(!text.contains('\u{1b}'), "{text}");
+    }
 
     #[test]
     fn the_status_says_what_happens_and_shows_what_is_typed() {
