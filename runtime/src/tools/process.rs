@@ -4,11 +4,14 @@
 //! from /dev/null and only the environment it is given; stopping it stops the
 //! WHOLE group and tree (SIGTERM, then SIGKILL after [`KILL_GRACE`]), so no
 //! descendant survives a timeout or a cancellation, not even one that moved
-//! to a group or session of its own. Used by `bash` and background tasks, and meant for hooks and MCP
-//! stdio servers too, so it knows nothing about tools.
+//! to a group or session of its own. Used by `bash`, background tasks and
+//! hooks, so it knows nothing about tools.
 //!
-//! Commands of tools are also confined by the OS sandbox (`spawn_confined`,
-//! see `os_sandbox`).
+//! Commands are also confined by the OS sandbox (`spawn_confined`, see
+//! `os_sandbox`). A shell that nothing has to confine between fork and
+//! `exec` joins its cgroup itself and is started with `posix_spawn`
+//! ([`spawn_bash`]), so starting it does not cost more as the runtime's
+//! memory grows.
 //!
 //! This module starts, watches and stops processes; it does not decide what may
 //! run (permissions) nor how output is shown (`output`).
