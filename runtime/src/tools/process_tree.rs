@@ -538,18 +538,23 @@ mod tests {
         assert_eq!(cgroup2_mount("proc /proc proc rw 0 0\n"), None);
     }
 
-    #[tokio::test]
-    async fn a_cgroup_is_removed_once_its_last_process_ended_and_not_before() {
+    /// A new cgroup tree, or none where cgroup v2 is not writable.
+    fn cgroup_tree() -> Option<Tree> {
         let containment = detect();
         if containment == Containment::Subreaper {
-            eprintln!("cgroup v2 is not writable here: nothing to remove");
-            return;
+            eprintln!("cgroup v2 is not writable here: no cgroup to test");
+            return None;
         }
         let tree = Tree::new(&containment);
-        let TreeKind::Cgroup { dir } = &tree.kind else {
-            panic!("a cgroup tree under {containment:?}");
+        tree.is_cgroup().then_some(tree)
+    }
+
+    #[tokio::test]
+    async fn a_cgroup_is_removed_once_its_last_process_ended_and_not_before() {
+        let Some(tree) = cgroup_tree() else {
+            return;
         };
-        let dir = dir.clone();
+        let dir = tree.cgroup_procs().unwrap().parent().unwrap().to_path_buf();
         let mut command = tokio::process::Command::new("sleep");
         command.arg("30");
         tree.prepare(&mut command).unwrap();
@@ -576,12 +581,9 @@ mod tests {
 
     #[tokio::test]
     async fn a_cgroup_stays_while_its_main_process_lives_even_before_it_joined() {
-        let containment = detect();
-        if containment == Containment::Subreaper {
-            eprintln!("cgroup v2 is not writable here: nothing to remove");
+        let Some(tree) = cgroup_tree() else {
             return;
-        }
-        let tree = Tree::new(&containment);
+        };
         let procs = tree.cgroup_procs().unwrap();
         // Started outside the cgroup, as a shell that joins it itself is
         // until its first command runs.
