@@ -13,50 +13,17 @@ mod support;
 use std::path::{Path, PathBuf};
 
 use serde_json::{Value, json};
-use support::{Env, describe, json_lines, run, text};
+use support::{EVERYTHING, Env, describe, json_lines, mcp_fixture, run, text};
 use troupe_scripted::{Script, ScriptedServer, text as say, tool_call, tool_calls};
-
-/// Where the test servers are installed.
-fn fixtures_dir() -> PathBuf {
-    match std::env::var_os("TROUPE_MCP_FIXTURES") {
-        Some(dir) => PathBuf::from(dir),
-        None => PathBuf::from(std::env::var_os("HOME").unwrap_or_default())
-            .join(".cache/troupe/mcp-fixtures"),
-    }
-}
-
-/// `path` when it exists; else skips the test loudly (`None`), or fails it
-/// when the servers are required.
-fn required(path: PathBuf, what: &str) -> Option<PathBuf> {
-    if path.exists() {
-        return Some(path);
-    }
-    let message = format!(
-        "{what} is not installed at {}: run tests/mcp/install.sh (or set TROUPE_MCP_FIXTURES)",
-        path.display()
-    );
-    if std::env::var("TROUPE_REQUIRE_MCP_SERVERS").is_ok_and(|v| v == "1") {
-        panic!("{message}");
-    }
-    eprintln!("\n\n!!!!! SKIPPED: {message} !!!!!\n");
-    None
-}
 
 /// The Python of the venv with the `mcp` package.
 fn python() -> Option<PathBuf> {
-    required(
-        fixtures_dir().join("venv/bin/python"),
-        "the Python `mcp` package (venv)",
-    )
+    mcp_fixture("venv/bin/python", "the Python `mcp` package (venv)")
 }
 
 /// server-everything's entry point.
 fn everything() -> Option<PathBuf> {
-    required(
-        fixtures_dir()
-            .join("node/node_modules/@modelcontextprotocol/server-everything/dist/index.js"),
-        "@modelcontextprotocol/server-everything",
-    )
+    mcp_fixture(EVERYTHING, "@modelcontextprotocol/server-everything")
 }
 
 /// The FastMCP fixture script.

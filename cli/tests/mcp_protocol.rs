@@ -17,29 +17,12 @@ use std::process::{Child, Stdio};
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use support::{Env, describe, json_lines, run, run_on_terminal};
+use support::{EVERYTHING, Env, describe, json_lines, mcp_fixture, run, run_on_terminal};
 use troupe_scripted::{Script, ScriptedServer, text as say, tool_call, tool_calls};
 
 /// server-everything's entry point, or `None` (skip) when not installed.
 fn everything() -> Option<PathBuf> {
-    let dir = match std::env::var_os("TROUPE_MCP_FIXTURES") {
-        Some(dir) => PathBuf::from(dir),
-        None => PathBuf::from(std::env::var_os("HOME").unwrap_or_default())
-            .join(".cache/troupe/mcp-fixtures"),
-    };
-    let path = dir.join("node/node_modules/@modelcontextprotocol/server-everything/dist/index.js");
-    if path.exists() {
-        return Some(path);
-    }
-    let message = format!(
-        "@modelcontextprotocol/server-everything is not installed at {}: run tests/mcp/install.sh",
-        path.display()
-    );
-    if std::env::var("TROUPE_REQUIRE_MCP_SERVERS").is_ok_and(|v| v == "1") {
-        panic!("{message}");
-    }
-    eprintln!("\n\n!!!!! SKIPPED: {message} !!!!!\n");
-    None
+    mcp_fixture(EVERYTHING, "@modelcontextprotocol/server-everything")
 }
 
 /// A TOML string literal.

