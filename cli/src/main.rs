@@ -412,6 +412,7 @@ fn main() -> ExitCode {
     });
     // Do not wait for lingering blocking tasks (a pending terminal prompt).
     runtime.shutdown_background();
+    troupe_runtime::tools::process_tree::remove_spare_cgroups();
     ExitCode::from(code)
 }
 

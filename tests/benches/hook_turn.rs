@@ -1,33 +1,39 @@
 //! Benchmark: what hooks add to an agent turn. A scripted run of `TURNS`
 //! model calls (default 30), each but the last asking for the bench-only
 //! `noop` tool, on the real runtime and adapter over loopback in bypass mode
-//! (OS sandbox off), measured interleaved sample by sample:
+//! (OS sandbox off), measured interleaved sample by sample (each setup goes
+//! first, second and third in turn):
 //!
-//! - `none`: no hook configured;
+//! - `bare`: no hook configured;
 //! - `hooks`: one PreToolUse and one PostToolUse hook, each `true` (a hook
 //!   that does nothing: its cost is the process it is);
-//! - `process`: the hook process alone, as cheaply as the operating system
-//!   starts it — `/bin/bash -c true` started with `posix_spawn`, piped stdin,
-//!   stdout and stderr, in its own process group, and waited for — timed
-//!   directly `2 × (TURNS − 1)` times;
-//! - `runner`: one no-op hook run through the hook runner (`hooks::fire`:
-//!   payload, environment, its own cgroup, stdin, output, verdict), timed the
-//!   same way.
+//! - `inline`: no hook, and the tool itself starts the same two processes as
+//!   cheaply as the operating system can — `/bin/bash -c true` with
+//!   `posix_spawn`, piped stdin, stdout and stderr, in its own process group,
+//!   waited for — so the turn pays everything the two processes cost it
+//!   (the kernel starting and ending them, the caches they take over) and
+//!   nothing of the hook machinery.
 //!
-//! Per turn: `added = hooks − none`; `overhead = added − 2 × process`, what
-//! Troupe adds to the two processes (target: at most 1 ms); of it, `runner
-//! part = 2 × (runner − process)` and `loop part = added − 2 × runner` (the
-//! extra steps of the agent's loop).
+//! Per turn: `overhead = hooks − inline`, what Troupe adds to the two hook
+//! processes' own cost (target: at most 1 ms). To say where it goes, the
+//! same rounds time, outside any run, the process alone (`process`) and one
+//! no-op hook through the hook runner (`runner`: `hooks::fire`, so payload,
+//! environment, its own cgroup, stdin, output, verdict), each `2 × (TURNS −
+//! 1)` times: `runner part = 2 × (runner − process)`, and the rest is the
+//! agent loop's own steps for the hooks (asking for them, their verdicts,
+//! their events).
 //!
 //! Environment: `TROUPE_BENCH_TURNS` (default 30), `TROUPE_BENCH_SAMPLES`
 //! (default 15); `TROUPE_BENCH_DIAGNOSE=1` shows instead where a turn's time
-//! goes (see `diagnose`). Figures go to `docs/performance.md`, never into
-//! assertions.
+//! goes (see `diagnose`). The runs' stores live in `TMPDIR`: set it to a
+//! memory file system to take the disk's flush times out of the spread.
+//! Figures go to `docs/performance.md`, never into assertions.
 
 use std::process::Stdio;
 use std::sync::Arc;
 use std::time::Instant;
 
+use futures::future::BoxFuture;
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 use troupe_runtime::config::RuleSource;
@@ -35,6 +41,7 @@ use troupe_runtime::events::{EventKind, RunStatus};
 use troupe_runtime::hooks::{self, Hook, HookContext, HookEvent, HookPayload, HookPlace, HookSet};
 use troupe_runtime::os_sandbox::CommandSandbox;
 use troupe_runtime::telemetry::testing::CapturedSpans;
+use troupe_runtime::tools::{Tool, ToolCategory, ToolContext, ToolOutput};
 use troupe_scripted::{Script, text, tool_call};
 use troupe_tests::bench::stats::{Summary, millis};
 use troupe_tests::bench::system::machine_line;
@@ -68,11 +75,67 @@ fn noop_hooks() -> Vec<Hook> {
         .unwrap_or_default()
 }
 
+/// What a run of the bench has besides the `noop` tool.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Setup {
+    /// Nothing.
+    Bare,
+    /// The two no-op hooks.
+    Hooks,
+    /// No hook; the tool itself starts the two hook processes as cheaply as
+    /// the system can (see [`InlineProcesses`]).
+    Inline,
+}
+
+/// The bench's `noop` tool, starting `/bin/bash -c true` twice with
+/// `posix_spawn` (as [`spawn_bash`] does) before it answers: the two hook
+/// processes of a turn, with everything they cost the turn (the kernel
+/// starting and ending them, the caches they take over), and nothing of the
+/// hook machinery.
+struct InlineProcesses(NoopTool);
+
+impl Tool for InlineProcesses {
+    fn name(&self) -> &str {
+        self.0.name()
+    }
+    fn description(&self) -> &str {
+        self.0.description()
+    }
+    fn input_schema(&self) -> &serde_json::Value {
+        self.0.input_schema()
+    }
+    fn read_only(&self) -> bool {
+        true
+    }
+    fn category(&self) -> ToolCategory {
+        self.0.category()
+    }
+    fn execute<'a>(
+        &'a self,
+        args: serde_json::Value,
+        ctx: &'a ToolContext,
+    ) -> BoxFuture<'a, ToolOutput> {
+        Box::pin(async move {
+            for _ in 0..2 {
+                if let Err(err) = spawn_bash(POSIX_SPAWNED_BASH).await {
+                    return ToolOutput::error(err);
+                }
+            }
+            self.0.execute(args, ctx).await
+        })
+    }
+}
+
 /// Wall time per turn of one run, in ms.
-async fn one_run(turns: usize, with_hooks: bool) -> Result<f64, String> {
+async fn one_run(turns: usize, setup: Setup) -> Result<f64, String> {
+    let with_hooks = setup == Setup::Hooks;
     let h = Harness::anthropic(script(turns)).await;
     let hooks = if with_hooks { noop_hooks() } else { Vec::new() };
-    let env = h.env_with_hooks(vec![Arc::new(NoopTool::new())], hooks);
+    let tool: Arc<dyn Tool> = match setup {
+        Setup::Inline => Arc::new(InlineProcesses(NoopTool::new())),
+        Setup::Bare | Setup::Hooks => Arc::new(NoopTool::new()),
+    };
+    let env = h.env_with_hooks(vec![tool], hooks);
     let mut options = RunOptions::bypass(env);
     options.limits = generous_limits(turns);
     let started = Instant::now();
@@ -180,12 +243,15 @@ async fn bench() -> Result<(), String> {
     let samples = count_from_env("TROUPE_BENCH_SAMPLES", DEFAULT_SAMPLES)?;
     println!("hook_turn: {turns} model calls per run, {samples} runs per configuration");
     println!("{}", machine_line());
+    const SETUPS: [Setup; 3] = [Setup::Bare, Setup::Hooks, Setup::Inline];
     for _ in 0..WARMUP_RUNS {
-        one_run(turns, false).await?;
-        one_run(turns, true).await?;
+        for setup in SETUPS {
+            one_run(turns, setup).await?;
+        }
     }
-    let (mut none, mut hooks, mut process, mut fired) = (vec![], vec![], vec![], vec![]);
-    let (mut overhead, mut runner_part, mut loop_part) = (vec![], vec![], vec![]);
+    let (mut bare, mut hooks, mut inline) = (vec![], vec![], vec![]);
+    let (mut process, mut fired) = (vec![], vec![]);
+    let (mut in_turn, mut overhead, mut runner_part, mut rest) = (vec![], vec![], vec![], vec![]);
     let project = tempfile::tempdir().map_err(|err| err.to_string())?;
     let runner_hooks = HookSet::new(noop_hooks());
     let ctx = HookContext {
@@ -201,13 +267,13 @@ async fn bench() -> Result<(), String> {
         sandbox: Arc::new(CommandSandbox::off()),
     };
     for round in 0..samples {
-        let (a, b) = if round % 2 == 0 {
-            let a = one_run(turns, false).await?;
-            (a, one_run(turns, true).await?)
-        } else {
-            let b = one_run(turns, true).await?;
-            (one_run(turns, false).await?, b)
-        };
+        // Each setup goes first, second and third in turn.
+        let mut per_turn = [0.0; 3];
+        for k in 0..SETUPS.len() {
+            let index = (round + k) % SETUPS.len();
+            per_turn[index] = one_run(turns, SETUPS[index]).await?;
+        }
+        let [a, b, c] = per_turn;
         let (mut processes, mut fires) = (0.0, 0.0);
         for _ in 0..2 * (turns - 1) {
             processes += spawn_bash(POSIX_SPAWNED_BASH).await?;
@@ -215,25 +281,47 @@ async fn bench() -> Result<(), String> {
         }
         // Per turn: the hooks of a turn (two per tool call).
         let (processes, fires) = (processes / turns as f64, fires / turns as f64);
-        none.push(a);
+        bare.push(a);
         hooks.push(b);
+        inline.push(c);
         process.push(processes / 2.0);
         fired.push(fires / 2.0);
-        overhead.push(b - a - processes);
+        in_turn.push(c - a);
+        overhead.push(b - c);
         runner_part.push(fires - processes);
-        loop_part.push(b - a - fires);
+        rest.push(b - c - (fires - processes));
     }
     println!("  ms:");
-    println!("    turn, no hook                 {}", summary(&none));
-    println!("    turn, two no-op hooks         {}", summary(&hooks));
-    println!("    one hook process, posix_spawn {}", summary(&process));
-    println!("    one hook through the runner   {}", summary(&fired));
-    println!("    overhead per turn             {}", summary(&overhead));
+    println!("    turn, no hook                       {}", summary(&bare));
     println!(
-        "      runner part                 {}",
+        "    turn, two no-op hooks               {}",
+        summary(&hooks)
+    );
+    println!(
+        "    turn, the tool starts two processes {}",
+        summary(&inline)
+    );
+    println!(
+        "    the two processes in a turn         {}",
+        summary(&in_turn)
+    );
+    println!(
+        "    one hook process alone, posix_spawn {}",
+        summary(&process)
+    );
+    println!(
+        "    one hook through the runner alone   {}",
+        summary(&fired)
+    );
+    println!(
+        "    overhead per turn                   {}",
+        summary(&overhead)
+    );
+    println!(
+        "      runner part                       {}",
         summary(&runner_part)
     );
-    println!("      loop part                   {}", summary(&loop_part));
+    println!("      rest                              {}", summary(&rest));
     println!("\n{}", machine_line());
     Ok(())
 }
@@ -272,7 +360,12 @@ where
 async fn timeline(captured: &CapturedSpans, with_hooks: bool) -> Result<(), String> {
     let seen = captured.len();
     let faults = minor_faults();
-    one_run(DIAGNOSED_TURNS, with_hooks).await?;
+    let setup = if with_hooks {
+        Setup::Hooks
+    } else {
+        Setup::Bare
+    };
+    one_run(DIAGNOSED_TURNS, setup).await?;
     let faults = minor_faults() - faults;
     let mut spans = captured.spans().split_off(seen);
     spans.sort_by_key(|span| span.start_time);

@@ -10,7 +10,7 @@ use std::process::Stdio;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::process::Command;
 use tokio_util::sync::CancellationToken;
 use tracing::Span;
@@ -160,54 +160,74 @@ async fn run_one(hook: &Hook, payload: &[u8], ctx: &HookContext, span: &Span) ->
             };
         }
     };
-    if let Some(mut stdin) = child.stdin.take() {
-        let payload = payload.to_vec();
-        // A hook that does not read its stdin must not stall the run.
-        tokio::spawn(async move {
-            let _ = stdin.write_all(&payload).await;
-        });
-    }
-    let stdout = child
-        .stdout
-        .take()
-        .map(|out| tokio::spawn(read_capped(out)));
-    let stderr = child
-        .stderr
-        .take()
-        .map(|err| tokio::spawn(read_capped(err)));
+    // The payload is written and the output read in this task, beside the
+    // wait: no task of its own for each (waking another worker thread
+    // costs more than a no-op hook's whole exchange).
+    let (stdin, stdout, stderr) = (child.stdin.take(), child.stdout.take(), child.stderr.take());
+    let (mut out, mut err) = (Vec::new(), Vec::new());
     let mut exit = HookExit::default();
-    tokio::select! {
-        biased;
-        () = ctx.cancel.cancelled() => {
-            exit.spawn_error = Some("the run stopped".to_owned());
+    {
+        let exchange = async {
+            tokio::join!(
+                write_payload(stdin, payload),
+                read_capped(stdout, &mut out),
+                read_capped(stderr, &mut err)
+            );
+        };
+        tokio::pin!(exchange);
+        let mut exchanged = false;
+        {
+            let waited = tokio::time::timeout(hook.timeout, child.wait());
+            tokio::pin!(waited);
+            loop {
+                tokio::select! {
+                    biased;
+                    () = ctx.cancel.cancelled() => {
+                        exit.spawn_error = Some("the run stopped".to_owned());
+                        break;
+                    }
+                    waited = &mut waited => {
+                        match waited {
+                            Ok(Ok(status)) => exit.code = status.code(),
+                            Ok(Err(err)) => {
+                                exit.spawn_error = Some(format!("waiting for it failed: {err}"));
+                            }
+                            Err(_) => exit.timed_out = true,
+                        }
+                        break;
+                    }
+                    // Both pipes closed before the exit was seen.
+                    () = &mut exchange, if !exchanged => exchanged = true,
+                }
+            }
         }
-        waited = tokio::time::timeout(hook.timeout, child.wait()) => match waited {
-            Ok(Ok(status)) => exit.code = status.code(),
-            Ok(Err(err)) => exit.spawn_error = Some(format!("waiting for it failed: {err}")),
-            Err(_) => exit.timed_out = true,
-        },
+        // Whatever it started dies with it; its pipes close.
+        group.kill_now();
+        let _ = tokio::time::timeout(OUTPUT_GRACE, child.wait()).await;
+        if !exchanged {
+            // What arrived by then is kept.
+            let _ = tokio::time::timeout(OUTPUT_GRACE, exchange).await;
+        }
     }
-    // Whatever it started dies with it; its pipes close.
-    group.kill_now();
-    let _ = tokio::time::timeout(OUTPUT_GRACE, child.wait()).await;
-    exit.stdout = collect(stdout).await;
-    exit.stderr = collect(stderr).await;
+    exit.stdout = String::from_utf8_lossy(&out).into_owned();
+    exit.stderr = String::from_utf8_lossy(&err).into_owned();
     exit
 }
 
-async fn collect(reader: Option<tokio::task::JoinHandle<String>>) -> String {
-    let Some(reader) = reader else {
-        return String::new();
-    };
-    match tokio::time::timeout(OUTPUT_GRACE, reader).await {
-        Ok(Ok(text)) => text,
-        _ => String::new(),
+/// Writes the payload to a hook's stdin and closes it. A hook that does not
+/// read it cannot stall the run: the write ends when the hook does.
+async fn write_payload<W: AsyncWrite + Unpin>(stdin: Option<W>, payload: &[u8]) {
+    if let Some(mut stdin) = stdin {
+        let _ = stdin.write_all(payload).await;
     }
 }
 
-/// Reads everything, keeping the first [`HOOK_OUTPUT_CAP`] bytes.
-async fn read_capped<R: AsyncRead + Unpin>(mut reader: R) -> String {
-    let mut kept = Vec::new();
+/// Reads everything into `kept`, keeping the first [`HOOK_OUTPUT_CAP`]
+/// bytes; nothing without a reader.
+async fn read_capped<R: AsyncRead + Unpin>(reader: Option<R>, kept: &mut Vec<u8>) {
+    let Some(mut reader) = reader else {
+        return;
+    };
     let mut chunk = [0u8; 8192];
     loop {
         match reader.read(&mut chunk).await {
@@ -218,7 +238,6 @@ async fn read_capped<R: AsyncRead + Unpin>(mut reader: R) -> String {
             }
         }
     }
-    String::from_utf8_lossy(&kept).into_owned()
 }
 
 #[cfg(test)]
@@ -415,6 +434,48 @@ mod tests {
         assert_eq!(verdict.reports[1].exit_code, Some(7));
         assert_eq!(verdict.reports[2].exit_code, Some(127));
         assert_eq!(verdict.note_text().as_deref(), Some("checked"));
+    }
+
+    #[tokio::test]
+    async fn a_hook_that_ignores_a_large_payload_neither_stalls_nor_loses_its_output() {
+        let dir = tempfile::tempdir().unwrap();
+        // Ten pipe buffers of payload the hooks never read, and a child left
+        // holding the pipes open, which dies with its hook (a runner that
+        // waited for the pipes to close would hang until the timeout).
+        let big = "x".repeat(640 * 1024);
+        let blocking = set(
+            HookEvent::PreToolUse,
+            &[("sleep 30 & echo 'not read' >&2; exit 2", Some(20))],
+        );
+        let mut pre = payload(dir.path(), HookEvent::PreToolUse);
+        pre.tool_input = Some(serde_json::json!({ "command": big }));
+        let verdict = fire(
+            &blocking,
+            HookEvent::PreToolUse,
+            Some("bash"),
+            pre,
+            &context(dir.path()),
+        )
+        .await;
+        let report = &verdict.reports[0];
+        assert_eq!((report.outcome, report.exit_code), ("block", Some(2)));
+        assert_eq!(report.message.as_deref(), Some("not read"));
+        let noting = set(
+            HookEvent::PostToolUse,
+            &[("echo '{\"note\": \"noted\"}'; sleep 30 &", Some(20))],
+        );
+        let mut post = payload(dir.path(), HookEvent::PostToolUse);
+        post.tool_result = Some(big);
+        let verdict = fire(
+            &noting,
+            HookEvent::PostToolUse,
+            Some("bash"),
+            post,
+            &context(dir.path()),
+        )
+        .await;
+        assert_eq!(verdict.reports[0].outcome, "continue");
+        assert_eq!(verdict.note_text().as_deref(), Some("noted"));
     }
 
     #[tokio::test]

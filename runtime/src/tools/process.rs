@@ -271,10 +271,10 @@ impl ProcessGroup {
     }
 
     /// SIGKILL to the group and its tree at once. A tree whose processes
-    /// have all ended is removed instead: nothing is left to kill.
+    /// have all ended is released instead: nothing is left to kill.
     pub fn kill_now(&self) {
         if let Some(tree) = &self.tree
-            && !tree.remove_if_empty()
+            && !tree.release_if_empty()
         {
             tree.kill();
         }

@@ -9,7 +9,12 @@
 //!   `/proc/mounts`) and this process may create cgroups below its own: the
 //!   command is moved into a fresh cgroup before it executes, every
 //!   descendant stays in it whatever it does with sessions and groups, and
-//!   `cgroup.kill` ends them all at once. The cgroup is removed afterwards.
+//!   `cgroup.kill` ends them all at once. Once the command's last process
+//!   has ended, its emptied cgroup is kept as a spare for a later command
+//!   ([`SPARE_CGROUPS`] at most, the rest removed): making and removing a
+//!   cgroup costs the kernel about 0.45 ms, most of it after `rmdir`
+//!   returns, while joining an existing one costs nothing measurable. The
+//!   spares are removed when the process ends ([`remove_spare_cgroups`]).
 //! - **subreaper** otherwise: the command's shell is made a child subreaper
 //!   (`PR_SET_CHILD_SUBREAPER`, kept across `exec`), so orphans of its tree
 //!   are re-parented to it instead of to init and stay its descendants, and
@@ -29,8 +34,8 @@ use std::ffi::CString;
 use std::io;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
-use std::sync::OnceLock;
-use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicI32, AtomicU64, Ordering};
+use std::sync::{Mutex, MutexGuard, OnceLock, PoisonError};
 use std::time::Duration;
 
 use super::process::parse_proc_stat;
@@ -48,6 +53,77 @@ const CGROUP_REMOVE_LIMIT: Duration = Duration::from_secs(2);
 
 /// Pause between attempts to remove an emptied cgroup.
 const CGROUP_REMOVE_PAUSE: Duration = Duration::from_millis(5);
+
+/// Most emptied cgroups kept for later commands; more commands than this
+/// ending at once remove theirs.
+pub const SPARE_CGROUPS: usize = 8;
+
+/// Emptied cgroups kept for later commands, at most `capacity`.
+#[derive(Debug)]
+struct SpareCgroups {
+    dirs: Mutex<Vec<PathBuf>>,
+    capacity: usize,
+}
+
+impl SpareCgroups {
+    const fn new(capacity: usize) -> Self {
+        Self {
+            dirs: Mutex::new(Vec::new()),
+            capacity,
+        }
+    }
+
+    fn dirs(&self) -> MutexGuard<'_, Vec<PathBuf>> {
+        self.dirs.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// A spare cgroup below `parent`, if one is kept (the latest kept first).
+    fn take(&self, parent: &Path) -> Option<PathBuf> {
+        let mut dirs = self.dirs();
+        let index = dirs.iter().rposition(|dir| dir.parent() == Some(parent))?;
+        Some(dirs.remove(index))
+    }
+
+    /// Keeps the empty cgroup `dir`; false (and nothing kept) when full.
+    fn keep(&self, dir: &Path) -> bool {
+        let mut dirs = self.dirs();
+        if dirs.len() >= self.capacity {
+            return false;
+        }
+        dirs.push(dir.to_path_buf());
+        true
+    }
+
+    /// Every kept cgroup, no longer kept.
+    fn drain(&self) -> Vec<PathBuf> {
+        std::mem::take(&mut *self.dirs())
+    }
+}
+
+/// The emptied cgroups this process keeps for its next commands.
+static SPARES: SpareCgroups = SpareCgroups::new(SPARE_CGROUPS);
+
+/// Removes the spare cgroups this process kept (call it when the process is
+/// about to end; a later command makes a new cgroup). Those a killed process
+/// leaves behind are removed by the next troupe process
+/// ([`detect`]).
+pub fn remove_spare_cgroups() {
+    for dir in SPARES.drain() {
+        if let Err(err) = std::fs::remove_dir(&dir) {
+            tracing::debug!(dir = %dir.display(), error = %err, "cannot remove a spare cgroup");
+        }
+    }
+}
+
+/// Whether a cgroup's `cgroup.events` text says processes are inside it
+/// (`populated 1`); `None` when the text has no such line.
+pub(crate) fn cgroup_populated(events: &str) -> Option<bool> {
+    events.lines().find_map(|line| match line.trim() {
+        "populated 0" => Some(false),
+        "populated 1" => Some(true),
+        _ => None,
+    })
+}
 
 /// How commands' process trees are contained in this process.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -290,19 +366,34 @@ pub struct Tree {
     kind: TreeKind,
     /// The command's main process, once started.
     leader: AtomicI32,
-    /// The cgroup was removed: it was empty, and nothing can join it again.
-    removed: AtomicBool,
+    /// True once the tree's cgroup was released (removed or kept as a spare):
+    /// it was empty and the main process had ended, so nothing of the
+    /// command can be in it again, and the tree must not touch it any more
+    /// (a spare may hold another command by then). Every use of the cgroup
+    /// holds this lock, so none can overlap its release.
+    released: Mutex<bool>,
+    /// Where an emptied cgroup is kept for a later command.
+    spares: &'static SpareCgroups,
 }
 
 impl Tree {
     /// A tree for the next command under `containment`. A cgroup that cannot
     /// be created falls back to the subreaper.
     pub fn new(containment: &Containment) -> Self {
+        Self::with_spares(containment, &SPARES)
+    }
+
+    /// [`Tree::new`], taking a spare cgroup from and keeping its own in
+    /// `spares`.
+    fn with_spares(containment: &Containment, spares: &'static SpareCgroups) -> Self {
         static NEXT: AtomicU64 = AtomicU64::new(1);
         let n = NEXT.fetch_add(1, Ordering::Relaxed);
         let name = format!("{CGROUP_PREFIX}-{}-{n}", std::process::id());
         let kind = match containment {
             Containment::Cgroup { parent } => {
+                if let Some(dir) = spares.take(parent) {
+                    return Self::with_kind(TreeKind::Cgroup { dir }, spares);
+                }
                 let dir = parent.join(&name);
                 match std::fs::create_dir(&dir) {
                     Ok(()) => TreeKind::Cgroup { dir },
@@ -314,11 +405,21 @@ impl Tree {
             }
             Containment::Subreaper => TreeKind::Subreaper { tag: name },
         };
+        Self::with_kind(kind, spares)
+    }
+
+    fn with_kind(kind: TreeKind, spares: &'static SpareCgroups) -> Self {
         Self {
             kind,
             leader: AtomicI32::new(0),
-            removed: AtomicBool::new(false),
+            released: Mutex::new(false),
+            spares,
         }
+    }
+
+    /// The release flag, held while the cgroup is used.
+    fn released(&self) -> MutexGuard<'_, bool> {
+        self.released.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// The `cgroup.procs` file of the tree's cgroup (none for a subreaper
@@ -330,31 +431,38 @@ impl Tree {
         }
     }
 
-    /// Removes the tree's cgroup once its main process has ended and no
-    /// process is left in it; true when it is gone (then the tree has no
-    /// member and nothing to kill). The kernel refuses to remove a cgroup
-    /// that still holds a process, so this is also the cheapest way to
-    /// learn that the tree is empty: one `rmdir`, where reading
-    /// `cgroup.procs` right after a member exited waits for the kernel to
-    /// finish releasing it. While the main process lives nothing is tried:
-    /// a shell that joins its cgroup itself is not in it yet when it starts.
-    /// False for a subreaper tree.
-    pub fn remove_if_empty(&self) -> bool {
+    /// Releases the tree's cgroup once its main process has ended and no
+    /// process is left in it: it is kept as a spare for a later command, or
+    /// removed when enough are kept. True when it is released (then the tree
+    /// has no member and nothing to kill). Emptiness is read from
+    /// `cgroup.events`, which the kernel updates as a process exits, before
+    /// its parent can reap it (reading `cgroup.procs` right after a member
+    /// exited waits for the kernel to finish releasing it). While the main
+    /// process lives nothing is tried: a shell that joins its cgroup itself
+    /// is not in it yet when it starts. False for a subreaper tree.
+    pub fn release_if_empty(&self) -> bool {
         let TreeKind::Cgroup { dir } = &self.kind else {
             return false;
         };
-        if self.removed.load(Ordering::Acquire) {
+        let mut released = self.released();
+        if *released {
             return true;
         }
         let leader = self.leader.load(Ordering::Acquire);
         if leader > 0 && super::process::process_is_alive(leader.unsigned_abs()) {
             return false;
         }
-        let removed = std::fs::remove_dir(dir).is_ok();
-        if removed {
-            self.removed.store(true, Ordering::Release);
-        }
-        removed
+        let populated = std::fs::read_to_string(dir.join("cgroup.events"))
+            .ok()
+            .as_deref()
+            .and_then(cgroup_populated);
+        *released = match populated {
+            Some(true) => false,
+            // The kernel refuses to remove a cgroup that holds a process.
+            Some(false) => self.spares.keep(dir) || std::fs::remove_dir(dir).is_ok(),
+            None => std::fs::remove_dir(dir).is_ok(),
+        };
+        *released
     }
 
     /// Whether this tree is a cgroup.
@@ -402,9 +510,15 @@ impl Tree {
 
     /// The live processes of the tree (never this process itself).
     pub fn members(&self) -> Vec<i32> {
-        if self.removed.load(Ordering::Acquire) {
+        let released = self.released();
+        if *released {
             return Vec::new();
         }
+        self.members_unlocked()
+    }
+
+    /// [`Tree::members`] for a caller holding the release flag, unreleased.
+    fn members_unlocked(&self) -> Vec<i32> {
         // SAFETY: getpid cannot fail.
         let me = unsafe { libc::getpid() };
         let members: Vec<i32> = match &self.kind {
@@ -440,14 +554,18 @@ impl Tree {
 
     /// True while some process of the tree is alive.
     pub fn has_live_members(&self) -> bool {
-        // An empty cgroup is removed: it cannot fill again, since only a
+        // An empty cgroup is released: it cannot fill again, since only a
         // member could start a process in it.
-        !self.remove_if_empty() && !self.members().is_empty()
+        !self.release_if_empty() && !self.members().is_empty()
     }
 
     /// Sends `signal` to every process of the tree.
     pub fn signal(&self, signal: libc::c_int) {
-        for pid in self.members() {
+        let released = self.released();
+        if *released {
+            return;
+        }
+        for pid in self.members_unlocked() {
             // SAFETY: kill(2) with a single positive pid taken from /proc a
             // moment ago.
             unsafe { libc::kill(pid, signal) };
@@ -457,7 +575,8 @@ impl Tree {
     /// Kills every process of the tree at once (`cgroup.kill`, or SIGKILL to
     /// each member).
     pub fn kill(&self) {
-        if self.removed.load(Ordering::Acquire) {
+        let released = self.released();
+        if *released {
             return;
         }
         if let TreeKind::Cgroup { dir } = &self.kind
@@ -465,7 +584,11 @@ impl Tree {
         {
             return;
         }
-        self.signal(libc::SIGKILL);
+        for pid in self.members_unlocked() {
+            // SAFETY: kill(2) with a single positive pid taken from /proc a
+            // moment ago.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+        }
     }
 }
 
@@ -474,7 +597,7 @@ impl Drop for Tree {
         let TreeKind::Cgroup { dir } = &self.kind else {
             return;
         };
-        if self.remove_if_empty() {
+        if self.release_if_empty() {
             return;
         }
         self.kill();
@@ -538,50 +661,90 @@ mod tests {
         assert_eq!(cgroup2_mount("proc /proc proc rw 0 0\n"), None);
     }
 
-    /// A new cgroup tree, or none where cgroup v2 is not writable.
-    fn cgroup_tree() -> Option<Tree> {
+    /// A new cgroup tree keeping its spare in `spares`, or none where
+    /// cgroup v2 is not writable.
+    fn cgroup_tree_in(spares: &'static SpareCgroups) -> Option<Tree> {
         let containment = detect();
         if containment == Containment::Subreaper {
             eprintln!("cgroup v2 is not writable here: no cgroup to test");
             return None;
         }
-        let tree = Tree::new(&containment);
+        let tree = Tree::with_spares(&containment, spares);
         tree.is_cgroup().then_some(tree)
     }
 
+    /// The cgroup directory of a cgroup tree.
+    fn cgroup_dir(tree: &Tree) -> PathBuf {
+        tree.cgroup_procs().unwrap().parent().unwrap().to_path_buf()
+    }
+
+    /// Whether the cgroup `dir` holds no process.
+    fn is_empty_cgroup(dir: &Path) -> bool {
+        let events = std::fs::read_to_string(dir.join("cgroup.events")).unwrap();
+        cgroup_populated(&events) == Some(false)
+    }
+
+    /// Removes what a test kept in `spares`.
+    fn remove_all(spares: &SpareCgroups) {
+        for dir in spares.drain() {
+            std::fs::remove_dir(&dir).unwrap();
+        }
+    }
+
     #[tokio::test]
-    async fn a_cgroup_is_removed_once_its_last_process_ended_and_not_before() {
-        let Some(tree) = cgroup_tree() else {
+    async fn a_cgroup_is_kept_as_a_spare_once_its_last_process_ended_and_not_before() {
+        static SPARES: SpareCgroups = SpareCgroups::new(1);
+        let Some(tree) = cgroup_tree_in(&SPARES) else {
             return;
         };
-        let dir = tree.cgroup_procs().unwrap().parent().unwrap().to_path_buf();
+        let dir = cgroup_dir(&tree);
         let mut command = tokio::process::Command::new("sleep");
         command.arg("30");
         tree.prepare(&mut command).unwrap();
         let mut child = command.spawn().unwrap();
         tree.set_leader(child.id().unwrap());
-        assert!(!tree.remove_if_empty(), "a running member keeps its cgroup");
-        assert!(dir.exists());
+        assert!(
+            !tree.release_if_empty(),
+            "a running member keeps its cgroup"
+        );
+        assert!(SPARES.dirs().is_empty());
         assert!(tree.has_live_members());
         child.start_kill().unwrap();
         child.wait().await.unwrap();
         assert!(!tree.has_live_members());
-        assert!(
-            !dir.exists(),
-            "the emptied cgroup {} is left",
-            dir.display()
+        assert_eq!(
+            *SPARES.dirs(),
+            vec![dir.clone()],
+            "the emptied cgroup is kept"
         );
+        assert!(is_empty_cgroup(&dir));
         assert!(tree.members().is_empty());
-        // Nothing to kill, nothing to remove: no error, no thread.
+        // Nothing to kill, nothing to release again: no error, no thread.
         tree.kill();
-        assert!(tree.remove_if_empty());
+        assert!(tree.release_if_empty());
         drop(tree);
-        assert!(!dir.exists());
+        assert_eq!(SPARES.dirs().len(), 1, "released once");
+        // The next command gets it; with no spare left, a new one is made.
+        let next = cgroup_tree_in(&SPARES).unwrap();
+        assert_eq!(cgroup_dir(&next), dir);
+        let another = cgroup_tree_in(&SPARES).unwrap();
+        assert_ne!(cgroup_dir(&another), dir);
+        // Unused trees release their cgroups; one is kept, one removed.
+        let another_dir = cgroup_dir(&another);
+        drop(next);
+        drop(another);
+        assert_eq!(*SPARES.dirs(), vec![dir]);
+        assert!(
+            !another_dir.exists(),
+            "a cgroup beyond the spares is removed"
+        );
+        remove_all(&SPARES);
     }
 
     #[tokio::test]
     async fn a_cgroup_stays_while_its_main_process_lives_even_before_it_joined() {
-        let Some(tree) = cgroup_tree() else {
+        static SPARES: SpareCgroups = SpareCgroups::new(1);
+        let Some(tree) = cgroup_tree_in(&SPARES) else {
             return;
         };
         let procs = tree.cgroup_procs().unwrap();
@@ -592,12 +755,103 @@ mod tests {
             .spawn()
             .unwrap();
         tree.set_leader(child.id().unwrap());
-        assert!(!tree.remove_if_empty());
-        assert!(procs.exists(), "the cgroup was removed under a live shell");
+        assert!(!tree.release_if_empty());
+        assert!(SPARES.dirs().is_empty(), "released under a live shell");
+        assert!(procs.exists());
         child.start_kill().unwrap();
         child.wait().await.unwrap();
-        assert!(tree.remove_if_empty());
-        assert!(!procs.exists());
+        assert!(tree.release_if_empty());
+        remove_all(&SPARES);
+    }
+
+    #[tokio::test]
+    async fn a_cgroup_that_still_holds_a_process_is_never_kept_as_a_spare() {
+        static SPARES: SpareCgroups = SpareCgroups::new(1);
+        let Some(tree) = cgroup_tree_in(&SPARES) else {
+            return;
+        };
+        let dir = cgroup_dir(&tree);
+        // The main process leaves a process of its own behind and ends.
+        let mut command = tokio::process::Command::new("bash");
+        command
+            .args(["-c", "setsid sleep 30 >/dev/null 2>&1 < /dev/null &"])
+            .stdin(std::process::Stdio::null());
+        tree.prepare(&mut command).unwrap();
+        let mut child = command.spawn().unwrap();
+        tree.set_leader(child.id().unwrap());
+        child.wait().await.unwrap();
+        assert!(
+            !tree.release_if_empty(),
+            "the left process keeps the cgroup"
+        );
+        assert!(tree.has_live_members());
+        drop(tree);
+        assert!(SPARES.dirs().is_empty(), "a cgroup that was killed is kept");
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while dir.exists() && std::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert!(!dir.exists(), "the cgroup of a killed process is left");
+    }
+
+    #[tokio::test]
+    async fn a_released_tree_never_touches_the_command_that_reuses_its_cgroup() {
+        static SPARES: SpareCgroups = SpareCgroups::new(1);
+        let Some(first) = cgroup_tree_in(&SPARES) else {
+            return;
+        };
+        let dir = cgroup_dir(&first);
+        let mut command = tokio::process::Command::new("true");
+        first.prepare(&mut command).unwrap();
+        let mut child = command.spawn().unwrap();
+        first.set_leader(child.id().unwrap());
+        child.wait().await.unwrap();
+        assert!(first.release_if_empty());
+        let second = cgroup_tree_in(&SPARES).unwrap();
+        assert_eq!(cgroup_dir(&second), dir, "the spare is reused");
+        let mut command = tokio::process::Command::new("sleep");
+        command.arg("30");
+        second.prepare(&mut command).unwrap();
+        let mut sleeper = command.spawn().unwrap();
+        second.set_leader(sleeper.id().unwrap());
+        first.kill();
+        first.signal(libc::SIGKILL);
+        assert!(first.members().is_empty());
+        assert!(first.release_if_empty());
+        drop(first);
+        assert!(
+            second.has_live_members(),
+            "the released tree reached the command that reused its cgroup"
+        );
+        assert!(sleeper.try_wait().unwrap().is_none());
+        second.kill();
+        sleeper.wait().await.unwrap();
+        assert!(second.release_if_empty());
+        remove_all(&SPARES);
+    }
+
+    #[test]
+    fn spares_are_kept_up_to_their_number_and_taken_by_parent() {
+        let spares = SpareCgroups::new(2);
+        let (a, b) = (Path::new("/cg/a"), Path::new("/cg/b"));
+        assert!(spares.keep(&a.join("troupe-1-1")));
+        assert!(spares.keep(&b.join("troupe-1-2")));
+        assert!(!spares.keep(&a.join("troupe-1-3")), "only two are kept");
+        assert_eq!(spares.take(b), Some(b.join("troupe-1-2")));
+        assert_eq!(spares.take(b), None);
+        assert_eq!(spares.take(Path::new("/cg")), None);
+        assert!(spares.keep(&a.join("troupe-1-4")));
+        assert_eq!(spares.take(a), Some(a.join("troupe-1-4")), "latest first");
+        assert_eq!(spares.drain(), vec![a.join("troupe-1-1")]);
+        assert_eq!(spares.take(a), None);
+    }
+
+    #[test]
+    fn populated_is_read_from_cgroup_events() {
+        assert_eq!(cgroup_populated("populated 0\nfrozen 0\n"), Some(false));
+        assert_eq!(cgroup_populated("populated 1\nfrozen 0\n"), Some(true));
+        assert_eq!(cgroup_populated("frozen 0\n"), None);
+        assert_eq!(cgroup_populated(""), None);
     }
 
     #[test]
