@@ -357,14 +357,9 @@ where
 
 /// The spans of turns 10 to 12 of one run, start and end in µs from the
 /// first, and the run's minor page faults.
-async fn timeline(captured: &CapturedSpans, with_hooks: bool) -> Result<(), String> {
+async fn timeline(captured: &CapturedSpans, setup: Setup) -> Result<(), String> {
     let seen = captured.len();
     let faults = minor_faults();
-    let setup = if with_hooks {
-        Setup::Hooks
-    } else {
-        Setup::Bare
-    };
     one_run(DIAGNOSED_TURNS, setup).await?;
     let faults = minor_faults() - faults;
     let mut spans = captured.spans().split_off(seen);
@@ -381,10 +376,10 @@ async fn timeline(captured: &CapturedSpans, with_hooks: bool) -> Result<(), Stri
         t.duration_since(origin)
             .map_or(0.0, |d| d.as_secs_f64() * 1e6)
     };
-    let label = if with_hooks {
-        "two no-op hooks"
-    } else {
-        "no hook"
+    let label = match setup {
+        Setup::Bare => "no hook",
+        Setup::Hooks => "two no-op hooks",
+        Setup::Inline => "no hook, the tool starts two processes",
     };
     println!("  {label}: {faults} minor faults in the run; turns 10-12 (µs):");
     for span in spans
@@ -399,6 +394,40 @@ async fn timeline(captured: &CapturedSpans, with_hooks: bool) -> Result<(), Stri
         );
     }
     Ok(())
+}
+
+/// The gaps around a turn's steps, in µs, over all turns of one run: from
+/// the end of a model call to the start of the first step after it (the
+/// answer stored, hooks or tool asked for), and from the end of the last step
+/// to the next model call (the result stored, the request sent).
+async fn turn_gaps(captured: &CapturedSpans, setup: Setup) -> Result<(Vec<f64>, Vec<f64>), String> {
+    let seen = captured.len();
+    one_run(DIAGNOSED_TURNS, setup).await?;
+    let mut spans = captured.spans().split_off(seen);
+    spans.sort_by_key(|span| span.start_time);
+    let micros = |from: std::time::SystemTime, to: std::time::SystemTime| {
+        to.duration_since(from)
+            .map_or(0.0, |d| d.as_secs_f64() * 1e6)
+    };
+    let is_chat = |name: &str| name.starts_with("chat");
+    let is_step = |name: &str| name.starts_with("hook") || name.starts_with("execute_tool");
+    let chats: Vec<_> = spans.iter().filter(|s| is_chat(&s.name)).collect();
+    let (mut before, mut after) = (vec![], vec![]);
+    // The first turns warm up.
+    for pair in chats.windows(2).skip(2) {
+        let steps: Vec<_> = spans
+            .iter()
+            .filter(|s| is_step(&s.name))
+            .filter(|s| s.start_time >= pair[0].end_time && s.end_time <= pair[1].start_time)
+            .collect();
+        let (Some(first), Some(last)) = (steps.first(), steps.iter().max_by_key(|s| s.end_time))
+        else {
+            continue;
+        };
+        before.push(micros(pair[0].end_time, first.start_time));
+        after.push(micros(last.end_time, pair[1].start_time));
+    }
+    Ok((before, after))
 }
 
 /// The cost of `bash -c true` forked by name, forked into a cgroup and
@@ -430,8 +459,35 @@ fn diagnose() -> Result<(), String> {
         let ballast: Vec<u8> = std::hint::black_box(vec![1; 256 << 20]);
         spawn_costs("256 MiB more touched").await?;
         drop(ballast);
-        timeline(&captured, false).await?;
-        timeline(&captured, true).await
+        for setup in [Setup::Bare, Setup::Inline] {
+            timeline(&captured, setup).await?;
+        }
+        timeline(&captured, Setup::Hooks).await?;
+        let mut gaps = [(vec![], vec![]), (vec![], vec![]), (vec![], vec![])];
+        for _ in 0..12 {
+            for (index, setup) in [Setup::Bare, Setup::Inline, Setup::Hooks]
+                .into_iter()
+                .enumerate()
+            {
+                let (before, after) = turn_gaps(&captured, setup).await?;
+                gaps[index].0.extend(before);
+                gaps[index].1.extend(after);
+            }
+        }
+        println!("gaps around a turn's steps, µs, 12 runs each:");
+        for (label, (before, after)) in [
+            "no hook",
+            "the tool starts two processes",
+            "two no-op hooks",
+        ]
+        .iter()
+        .zip(&gaps)
+        {
+            println!("  {label}:");
+            println!("    model call end → first step   {}", summary(before));
+            println!("    last step end → model call    {}", summary(after));
+        }
+        Ok(())
     })
 }
 
