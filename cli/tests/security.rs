@@ -5,7 +5,7 @@
 //! configuration that widens what runs or where data goes applies only once
 //! the project is trusted with `troupe trust`; the files that govern Troupe
 //! are never written by tools, bypass included; nothing a command started
-//! survives its timeout.
+//! survives its timeout, and no cgroup of `troupe`'s outlives it.
 
 mod support;
 
@@ -14,8 +14,9 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use serde_json::json;
-use support::{COMMAND_LIMIT, Env, describe, json_lines, run};
+use support::{COMMAND_LIMIT, Env, describe, json_lines, run, spawn};
 use troupe_runtime::tools::process::process_is_alive;
+use troupe_runtime::tools::process_tree::{Containment, detect};
 use troupe_scripted::{Script, ScriptedServer, text, tool_call};
 
 /// The command a hostile model runs to look for provider keys.
@@ -434,4 +435,54 @@ async fn nothing_a_command_or_background_task_started_outlives_the_run() {
             "`sleep {marker}` outlived the run"
         );
     }
+}
+
+#[tokio::test]
+async fn troupe_leaves_no_cgroup_behind_when_it_exits() {
+    let Containment::Cgroup { parent } = detect() else {
+        eprintln!("cgroup v2 is not writable here: no cgroup to look for");
+        return;
+    };
+    // Commands one after the other, each in the cgroup the last one left.
+    let server = ScriptedServer::start(
+        Script::new()
+            .then(tool_call("bash", json!({ "command": "echo one" })))
+            .then(tool_call("bash", json!({ "command": "echo two" })))
+            .then(tool_call(
+                "bash",
+                json!({ "command": "cat /proc/self/cgroup" }),
+            ))
+            .then(text("done")),
+    )
+    .await
+    .unwrap();
+    let env = Env::new();
+    let mut command = env.command(Some(&server));
+    command.args(["run", "--mode", "bypass", "run three commands"]);
+    let child = spawn(command);
+    let pid = child.id().unwrap();
+    let output = tokio::time::timeout(COMMAND_LIMIT, child.wait_with_output())
+        .await
+        .expect("troupe ends")
+        .unwrap();
+    assert_eq!(output.status.code(), Some(0), "{}", describe(&output));
+    let seen = server.requests()[3].tool_results().last().cloned().unwrap();
+    let prefix = format!("troupe-{pid}-");
+    assert!(
+        seen.content.contains(&prefix),
+        "the command ran outside troupe's cgroups: {}",
+        seen.content
+    );
+    let left: Vec<String> = std::fs::read_dir(&parent)
+        .unwrap()
+        .flatten()
+        .filter_map(|entry| entry.file_name().to_str().map(str::to_owned))
+        .filter(|name| name.starts_with(&prefix))
+        .collect();
+    assert_eq!(
+        left,
+        Vec::<String>::new(),
+        "cgroups left below {}",
+        parent.display()
+    );
 }
