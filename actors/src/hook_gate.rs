@@ -48,6 +48,20 @@ fn context(
     }
 }
 
+/// Whether a run of `job` that opened its session as `opening` has hooks
+/// at its door (SessionStart, UserPromptSubmit) to run before it starts.
+pub(crate) fn has_door_hooks(
+    env: &AgentEnv,
+    job: crate::run::RunJob,
+    opening: Option<SessionOpening>,
+) -> bool {
+    job == crate::run::RunJob::Prompt
+        && (opening.is_some_and(|opening| {
+            env.hooks
+                .any_for(HookEvent::SessionStart, Some(opening.as_str()))
+        }) || env.hooks.any_for(HookEvent::UserPromptSubmit, None))
+}
+
 /// Runs the SessionStart hooks (when the session was opened) and the
 /// UserPromptSubmit hooks of `prompt`; the verdicts of both, in that order.
 pub(crate) async fn before_prompt(

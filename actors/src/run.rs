@@ -166,6 +166,20 @@ struct MainStart {
     job: RunJob,
 }
 
+/// What a run opens with. Without hooks at the door the run opens in
+/// `pre_start`, which the runtime awaits; with them it opens in `post_start`,
+/// in the run's own task, so that a slow SessionStart or UserPromptSubmit
+/// hook holds up this run only, never the runtime that starts every run.
+struct Door {
+    prompt: String,
+    job: RunJob,
+    session: SessionState,
+    opening: Option<crate::hook_gate::SessionOpening>,
+    limits: Limits,
+    approver: Approver,
+    root: CancellationToken,
+}
+
 /// A registered agent of the tree.
 struct TreeAgent {
     agent: ActorRef<AgentMsg>,
@@ -185,6 +199,9 @@ pub(crate) struct RunActorState {
     broker: HashMap<String, ActorRef<AgentMsg>>,
     questions: HashMap<String, tokio::sync::oneshot::Sender<troupe_runtime::tools::Answer>>,
     main: Option<ActorRef<AgentMsg>>,
+    /// What the run opens with, while its hooks at the door wait for
+    /// `post_start`.
+    door: Option<Door>,
     /// What the main agent starts with, until `post_start` spawns it.
     start: Option<MainStart>,
     /// A hook blocked the prompt: the run ends at once with this outcome,
@@ -222,102 +239,31 @@ impl Actor for RunActor {
             broker: HashMap::new(),
             questions: HashMap::new(),
             main: None,
+            door: None,
             start: None,
             blocked: None,
             ended: false,
         };
-        let mut session = args.session;
-        let resumed = !session.transcript.is_empty();
-        // The hooks at the door run before anything is stored: a blocked
-        // prompt never enters the history. A compaction run has no prompt.
-        let gate = match args.job {
-            RunJob::Prompt => {
-                crate::hook_gate::before_prompt(
-                    &state.env,
-                    &state.session_id,
-                    &state.run_id,
-                    args.opening,
-                    &args.prompt,
-                    root.clone(),
-                )
-                .await
-            }
-            RunJob::Compact => troupe_runtime::hooks::HookVerdict::default(),
+        let door = Door {
+            prompt: args.prompt,
+            job: args.job,
+            session: args.session,
+            opening: args.opening,
+            limits: args.limits,
+            approver: args.approver,
+            root,
         };
-        let prompt = match &gate.blocked {
-            Some(_) => BLOCKED_PROMPT.to_owned(),
-            None => args.prompt.clone(),
-        };
-        // Durable before visible: the run record and the prompt are on disk
-        // before anyone is told the run started, let alone the model.
-        let now = Utc::now();
-        let record = RunRecord {
-            run_id: state.run_id.clone(),
-            session_id: state.session_id.clone(),
-            prompt: prompt.clone(),
-            status: RunState::Running,
-            stop_reason: None,
-            started: now,
-            ended: None,
-            pid: std::process::id(),
-        };
-        if let Some(reason) = gate.blocked.clone() {
+        if crate::hook_gate::has_door_hooks(&state.env, door.job, door.opening) {
+            // Known to the store at once (`troupe runs`, the daemon's API),
+            // with no word of the prompt before the hooks passed it.
+            let record = state.record(CHECKED_PROMPT.to_owned(), Utc::now());
             if let Err(err) = state.env.store.put_run(&record) {
                 tracing::error!(run = %state.run_id, %err, "the run could not be recorded");
             }
-            state.events.emit(EventKind::RunStarted { prompt });
-            for report in &gate.reports {
-                state.events.emit(report.event_kind());
-            }
-            let text = crate::hook_gate::blocked_text(&reason);
-            state.events.emit(EventKind::Error {
-                kind: "hook_blocked".into(),
-                message: text.clone(),
-            });
-            let outcome = RunOutcome {
-                status: RunStatus::Stopped,
-                stop_reason: "hook_blocked".into(),
-                final_text: text,
-                usage: Usage::default(),
-            };
-            state.blocked = Some((outcome, session));
-            return Ok(state);
+            state.door = Some(door);
+        } else {
+            state.open(&myself, door).await;
         }
-        if args.job == RunJob::Prompt {
-            let pause = session
-                .last_active
-                .and_then(|last| (now - last).to_std().ok())
-                .and_then(pause_note);
-            let note = join_notes(pause, gate.prompt_note());
-            session.transcript.push(user_message(&args.prompt, note));
-        }
-        // Written here, made durable on the store's writer thread: no worker
-        // waits for the disk.
-        let written = state.env.store.put_run(&record).and_then(|()| {
-            session
-                .transcript
-                .save(&state.env.store, &state.session_id, false)
-        });
-        let started = match written {
-            Ok(()) => state.env.store.commit_and_wait(|_| Ok(())).await,
-            Err(err) => Err(err),
-        };
-        if let Err(err) = started {
-            state.fail_start(&myself, err, session.transcript);
-            return Ok(state);
-        }
-        state.events.emit(EventKind::RunStarted { prompt });
-        for report in &gate.reports {
-            state.events.emit(report.event_kind());
-        }
-        watch_wall_clock(&myself, args.limits.wall_clock, root);
-        state.start = Some(MainStart {
-            limits: args.limits,
-            approver: args.approver,
-            transcript: session.transcript,
-            resumed,
-            job: args.job,
-        });
         Ok(state)
     }
 
@@ -326,6 +272,9 @@ impl Actor for RunActor {
         myself: ActorRef<Self::Msg>,
         state: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
+        if let Some(door) = state.door.take() {
+            state.open(&myself, door).await;
+        }
         if let Some((outcome, session)) = state.blocked.take() {
             state.end(&myself, outcome, Some(session));
             return Ok(());
@@ -509,6 +458,9 @@ impl Actor for RunActor {
 /// The prompt recorded for a run whose prompt a hook blocked.
 const BLOCKED_PROMPT: &str = "(withheld: blocked by a UserPromptSubmit hook)";
 
+/// The prompt recorded for a run while its hooks at the door run.
+const CHECKED_PROMPT: &str = "(withheld: being checked by the hooks at the door)";
+
 /// Two optional notes as one, blank-line separated.
 fn join_notes(first: Option<String>, second: Option<String>) -> Option<String> {
     match (first, second) {
@@ -654,6 +606,111 @@ impl RunActorState {
                 }
                 self.account.stop(StopCause::Limit(hit));
             }
+        }
+    }
+
+    /// Opens the run: the hooks at the door run before anything of the
+    /// prompt is stored (a blocked prompt never enters the history), then
+    /// the run record and the prompt are made durable before anyone is told
+    /// the run started. Leaves the main agent's start in `start`, a blocked
+    /// prompt's outcome in `blocked`, or ends the run when the store fails.
+    async fn open(&mut self, myself: &ActorRef<RunMsg>, door: Door) {
+        let mut session = door.session;
+        let resumed = !session.transcript.is_empty();
+        // The hooks at the door run before anything is stored: a blocked
+        // prompt never enters the history. A compaction run has no prompt.
+        let gate = match door.job {
+            RunJob::Prompt => {
+                crate::hook_gate::before_prompt(
+                    &self.env,
+                    &self.session_id,
+                    &self.run_id,
+                    door.opening,
+                    &door.prompt,
+                    door.root.clone(),
+                )
+                .await
+            }
+            RunJob::Compact => troupe_runtime::hooks::HookVerdict::default(),
+        };
+        let prompt = match &gate.blocked {
+            Some(_) => BLOCKED_PROMPT.to_owned(),
+            None => door.prompt.clone(),
+        };
+        // Durable before visible: the run record and the prompt are on disk
+        // before anyone is told the run started, let alone the model.
+        let now = Utc::now();
+        let record = self.record(prompt.clone(), now);
+        if let Some(reason) = gate.blocked.clone() {
+            if let Err(err) = self.env.store.put_run(&record) {
+                tracing::error!(run = %self.run_id, %err, "the run could not be recorded");
+            }
+            self.events.emit(EventKind::RunStarted { prompt });
+            for report in &gate.reports {
+                self.events.emit(report.event_kind());
+            }
+            let text = crate::hook_gate::blocked_text(&reason);
+            self.events.emit(EventKind::Error {
+                kind: "hook_blocked".into(),
+                message: text.clone(),
+            });
+            let outcome = RunOutcome {
+                status: RunStatus::Stopped,
+                stop_reason: "hook_blocked".into(),
+                final_text: text,
+                usage: Usage::default(),
+            };
+            self.blocked = Some((outcome, session));
+            return;
+        }
+        if door.job == RunJob::Prompt {
+            let pause = session
+                .last_active
+                .and_then(|last| (now - last).to_std().ok())
+                .and_then(pause_note);
+            let note = join_notes(pause, gate.prompt_note());
+            session.transcript.push(user_message(&door.prompt, note));
+        }
+        // Written here, made durable on the store's writer thread: no worker
+        // waits for the disk.
+        let written = self.env.store.put_run(&record).and_then(|()| {
+            session
+                .transcript
+                .save(&self.env.store, &self.session_id, false)
+        });
+        let started = match written {
+            Ok(()) => self.env.store.commit_and_wait(|_| Ok(())).await,
+            Err(err) => Err(err),
+        };
+        if let Err(err) = started {
+            self.fail_start(myself, err, session.transcript);
+            return;
+        }
+        self.events.emit(EventKind::RunStarted { prompt });
+        for report in &gate.reports {
+            self.events.emit(report.event_kind());
+        }
+        watch_wall_clock(myself, door.limits.wall_clock, door.root);
+        self.start = Some(MainStart {
+            limits: door.limits,
+            approver: door.approver,
+            transcript: session.transcript,
+            resumed,
+            job: door.job,
+        });
+    }
+
+    /// The record of this run, running since `started`, with `prompt`.
+    fn record(&self, prompt: String, started: chrono::DateTime<Utc>) -> RunRecord {
+        RunRecord {
+            run_id: self.run_id.clone(),
+            session_id: self.session_id.clone(),
+            prompt,
+            status: RunState::Running,
+            stop_reason: None,
+            started,
+            ended: None,
+            pid: std::process::id(),
         }
     }
 

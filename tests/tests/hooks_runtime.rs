@@ -2,7 +2,8 @@
 //! text written during a run passes UserPromptSubmit hooks — a blocked text
 //! is refused and never reaches the model; a waiting approval runs the
 //! Notification hooks; SessionStart fires when a session is created and not
-//! again when the runtime continues the session it kept in memory.
+//! again when the runtime continues the session it kept in memory; a slow
+//! hook at one run's door holds up no other run.
 
 use serde_json::{Value, json};
 use troupe_actors::{Approver, RuntimeError};
@@ -135,4 +136,63 @@ async fn session_start_fires_for_a_new_session_not_for_one_kept_in_memory() {
     assert_eq!(starts.len(), 1, "{starts:?}");
     assert_eq!(starts[0]["trigger"], "startup");
     assert_eq!(starts[0]["run_id"], first.run_id.as_str());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_hook_at_one_runs_door_holds_up_no_other_run() {
+    // The hook-less run is served first; the gated one after its hook ends.
+    let h = Harness::anthropic(Script::new().then(text("quick")).then(text("gated"))).await;
+    let dir = tempfile::tempdir().unwrap();
+    let go = dir.path().join("go");
+    let waiting = format!(
+        "while [ ! -e '{go}' ]; do sleep 0.01; done; echo 'checked' >&2",
+        go = go.display()
+    );
+    let gated_env = h.env_with_hooks(vec![], vec![hook(HookEvent::UserPromptSubmit, &waiting)]);
+    let secret = "the launch code is 0000";
+    let mut gated = tokio::time::timeout(
+        troupe_tests::WAIT,
+        h.submit(secret, RunOptions::bypass(gated_env)),
+    )
+    .await
+    .expect("the submission does not wait for its hook");
+    // Known while its hook runs, without a word of the prompt.
+    let record = h
+        .store
+        .run(&gated.run_id)
+        .unwrap()
+        .expect("recorded at once");
+    assert!(!record.prompt.contains("launch code"), "{}", record.prompt);
+    let mut quick = h
+        .submit(
+            "hello",
+            RunOptions::bypass(h.env_with_hooks(vec![], vec![])),
+        )
+        .await;
+    let (status, _, text) = finished(&run_events(&mut quick).await);
+    assert_eq!((status, text.as_str()), (RunStatus::Finished, "quick"));
+    // The gated run has not started: its hook still waits.
+    assert!(
+        h.store
+            .load_history(&gated.session_id)
+            .unwrap()
+            .messages
+            .is_empty(),
+        "the prompt entered the history before its hook passed it"
+    );
+    std::fs::write(&go, "").unwrap();
+    let events = run_events(&mut gated).await;
+    let (status, _, text) = finished(&events);
+    assert_eq!((status, text.as_str()), (RunStatus::Finished, "gated"));
+    assert_eq!(h.store.run(&gated.run_id).unwrap().unwrap().prompt, secret);
+    let started = events
+        .iter()
+        .position(|e| matches!(e.kind, EventKind::RunStarted { .. }))
+        .unwrap();
+    assert!(
+        events[started..].iter().any(
+            |e| matches!(&e.kind, EventKind::Hook { event, .. } if event == "UserPromptSubmit")
+        ),
+        "{events:?}"
+    );
 }
