@@ -178,6 +178,8 @@ struct Door {
     limits: Limits,
     approver: Approver,
     root: CancellationToken,
+    /// When the run was submitted.
+    started: chrono::DateTime<Utc>,
 }
 
 /// A registered agent of the tree.
@@ -252,11 +254,12 @@ impl Actor for RunActor {
             limits: args.limits,
             approver: args.approver,
             root,
+            started: Utc::now(),
         };
         if crate::hook_gate::has_door_hooks(&state.env, door.job, door.opening) {
             // Known to the store at once (`troupe runs`, the daemon's API),
             // with no word of the prompt before the hooks passed it.
-            let record = state.record(CHECKED_PROMPT.to_owned(), Utc::now());
+            let record = state.record(CHECKED_PROMPT.to_owned(), door.started);
             if let Err(err) = state.env.store.put_run(&record) {
                 tracing::error!(run = %state.run_id, %err, "the run could not be recorded");
             }
@@ -640,7 +643,7 @@ impl RunActorState {
         // Durable before visible: the run record and the prompt are on disk
         // before anyone is told the run started, let alone the model.
         let now = Utc::now();
-        let record = self.record(prompt.clone(), now);
+        let record = self.record(prompt.clone(), door.started);
         if let Some(reason) = gate.blocked.clone() {
             if let Err(err) = self.env.store.put_run(&record) {
                 tracing::error!(run = %self.run_id, %err, "the run could not be recorded");
