@@ -448,7 +448,10 @@ async fn spawn_costs(state: &str) -> Result<(), String> {
 /// Where the time of a turn goes (`TROUPE_BENCH_DIAGNOSE=1`): the cost of
 /// a spawn in a small process and with 256 MiB of touched memory (a fork
 /// copies the page tables, and the parent then takes a fault on each page it
-/// writes), then the spans of a few turns with and without hooks.
+/// writes); the spans of a few turns without hooks, with the tool starting
+/// two processes and with the two hooks; then, over 12 runs of each, the
+/// gaps around a turn's steps (where the turn waits for the store and the
+/// model rather than for a step).
 fn diagnose() -> Result<(), String> {
     let (telemetry, captured) = troupe_runtime::telemetry::testing::capture(&Default::default())
         .map_err(|e| e.to_string())?;
