@@ -111,6 +111,8 @@ pub(crate) enum RunMsg {
 
 /// Traffic from the run's agents and timers.
 pub(crate) enum RunInternal {
+    /// The hooks at the run's door answered.
+    Gated(troupe_runtime::hooks::HookVerdict),
     /// An agent of the tree started.
     AgentStarted {
         path: String,
@@ -171,13 +173,11 @@ struct MainStart {
 /// in the run's own task, so that a slow SessionStart or UserPromptSubmit
 /// hook holds up this run only, never the runtime that starts every run.
 struct Door {
-    prompt: String,
-    job: RunJob,
+    /// What its hooks read.
+    check: DoorCheck,
     session: SessionState,
-    opening: Option<crate::hook_gate::SessionOpening>,
     limits: Limits,
     approver: Approver,
-    root: CancellationToken,
     /// When the run was submitted.
     started: chrono::DateTime<Utc>,
 }
@@ -247,16 +247,18 @@ impl Actor for RunActor {
             ended: false,
         };
         let door = Door {
-            prompt: args.prompt,
-            job: args.job,
+            check: DoorCheck {
+                prompt: args.prompt,
+                job: args.job,
+                opening: args.opening,
+                root,
+            },
             session: args.session,
-            opening: args.opening,
             limits: args.limits,
             approver: args.approver,
-            root,
             started: Utc::now(),
         };
-        if crate::hook_gate::has_door_hooks(&state.env, door.job, door.opening) {
+        if crate::hook_gate::has_door_hooks(&state.env, door.check.job, door.check.opening) {
             // Known to the store at once (`troupe runs`, the daemon's API),
             // with no word of the prompt before the hooks passed it.
             let record = state.record(CHECKED_PROMPT.to_owned(), door.started);
@@ -275,29 +277,11 @@ impl Actor for RunActor {
         myself: ActorRef<Self::Msg>,
         state: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
-        if let Some(door) = state.door.take() {
-            state.open(&myself, door).await;
-        }
-        if let Some((outcome, session)) = state.blocked.take() {
-            state.end(&myself, outcome, Some(session));
-            return Ok(());
-        }
-        // The main agent is linked once this actor runs (it supervises it).
-        let Some(start) = state.start.take() else {
-            return Ok(());
-        };
-        match state.spawn_main(&myself, start).await {
-            Ok(main) => state.main = Some(main),
-            Err(err) => state.end(
-                &myself,
-                RunOutcome {
-                    status: RunStatus::Error,
-                    stop_reason: "agent_failed".into(),
-                    final_text: format!("the agent could not start: {err}"),
-                    usage: Usage::default(),
-                },
-                None,
-            ),
+        match &state.door {
+            // The hooks at the door run in a task: the mailbox stays open (a
+            // cancel kills them), and the run opens on their verdict.
+            Some(door) => state.gate_at_door(&myself, door),
+            None => state.launch(&myself).await,
         }
         Ok(())
     }
@@ -419,6 +403,12 @@ impl Actor for RunActor {
                 }
                 None => drop(reply),
             },
+            RunMsg::Internal(RunInternal::Gated(gate)) => {
+                if let Some(door) = state.door.take() {
+                    state.open_with(&myself, door, gate).await;
+                    state.launch(&myself).await;
+                }
+            }
             RunMsg::Internal(internal) => state.on_internal(&myself, internal),
         }
         Ok(())
@@ -463,6 +453,39 @@ const BLOCKED_PROMPT: &str = "(withheld: blocked by a UserPromptSubmit hook)";
 
 /// The prompt recorded for a run while its hooks at the door run.
 const CHECKED_PROMPT: &str = "(withheld: being checked by the hooks at the door)";
+
+/// What the hooks at a run's door read.
+#[derive(Clone)]
+struct DoorCheck {
+    prompt: String,
+    job: RunJob,
+    opening: Option<crate::hook_gate::SessionOpening>,
+    root: CancellationToken,
+}
+
+/// The verdict of the hooks at a run's door (none for a compaction run,
+/// which has no prompt).
+async fn door_gate(
+    env: &AgentEnv,
+    session_id: &str,
+    run_id: &str,
+    door: &DoorCheck,
+) -> troupe_runtime::hooks::HookVerdict {
+    match door.job {
+        RunJob::Prompt => {
+            crate::hook_gate::before_prompt(
+                env,
+                session_id,
+                run_id,
+                door.opening,
+                &door.prompt,
+                door.root.clone(),
+            )
+            .await
+        }
+        RunJob::Compact => troupe_runtime::hooks::HookVerdict::default(),
+    }
+}
 
 /// Two optional notes as one, blank-line separated.
 fn join_notes(first: Option<String>, second: Option<String>) -> Option<String> {
@@ -563,6 +586,8 @@ impl RunActorState {
 
     fn on_internal(&mut self, myself: &ActorRef<RunMsg>, internal: RunInternal) {
         match internal {
+            // Handled in `handle`, which awaits the store.
+            RunInternal::Gated(_) => {}
             RunInternal::AgentStarted { path, agent, token } => {
                 self.agents.insert(path, TreeAgent { agent, token });
             }
@@ -612,33 +637,70 @@ impl RunActorState {
         }
     }
 
-    /// Opens the run: the hooks at the door run before anything of the
-    /// prompt is stored (a blocked prompt never enters the history), then
-    /// the run record and the prompt are made durable before anyone is told
-    /// the run started. Leaves the main agent's start in `start`, a blocked
-    /// prompt's outcome in `blocked`, or ends the run when the store fails.
+    /// Opens the run in `pre_start`: its door has no hooks to wait for.
     async fn open(&mut self, myself: &ActorRef<RunMsg>, door: Door) {
+        let gate = door_gate(&self.env, &self.session_id, &self.run_id, &door.check).await;
+        self.open_with(myself, door, gate).await;
+    }
+
+    /// Runs the hooks at the door in a task; their verdict comes back as
+    /// [`RunInternal::Gated`]. They run before anything of the prompt is
+    /// stored: a blocked prompt never enters the history.
+    fn gate_at_door(&self, myself: &ActorRef<RunMsg>, door: &Door) {
+        let (env, session_id, run_id) = (
+            self.env.clone(),
+            self.session_id.clone(),
+            self.run_id.clone(),
+        );
+        let check = door.check.clone();
+        let run = myself.clone();
+        tokio::spawn(async move {
+            let gate = door_gate(&env, &session_id, &run_id, &check).await;
+            let _ = run.cast(RunMsg::internal(RunInternal::Gated(gate)));
+        });
+    }
+
+    /// Starts the opened run's main agent, or ends a run whose prompt a hook
+    /// blocked. The main agent is linked once this actor runs (it
+    /// supervises it).
+    async fn launch(&mut self, myself: &ActorRef<RunMsg>) {
+        if let Some((outcome, session)) = self.blocked.take() {
+            self.end(myself, outcome, Some(session));
+            return;
+        }
+        let Some(start) = self.start.take() else {
+            return;
+        };
+        match self.spawn_main(myself, start).await {
+            Ok(main) => self.main = Some(main),
+            Err(err) => self.end(
+                myself,
+                RunOutcome {
+                    status: RunStatus::Error,
+                    stop_reason: "agent_failed".into(),
+                    final_text: format!("the agent could not start: {err}"),
+                    usage: Usage::default(),
+                },
+                None,
+            ),
+        }
+    }
+
+    /// Opens the run once the hooks at its door gave `gate`: the run record
+    /// and the prompt are made durable before anyone is told the run
+    /// started. Leaves the main agent's start in `start`, a blocked prompt's
+    /// outcome in `blocked`, or ends the run when the store fails.
+    async fn open_with(
+        &mut self,
+        myself: &ActorRef<RunMsg>,
+        door: Door,
+        gate: troupe_runtime::hooks::HookVerdict,
+    ) {
         let mut session = door.session;
         let resumed = !session.transcript.is_empty();
-        // The hooks at the door run before anything is stored: a blocked
-        // prompt never enters the history. A compaction run has no prompt.
-        let gate = match door.job {
-            RunJob::Prompt => {
-                crate::hook_gate::before_prompt(
-                    &self.env,
-                    &self.session_id,
-                    &self.run_id,
-                    door.opening,
-                    &door.prompt,
-                    door.root.clone(),
-                )
-                .await
-            }
-            RunJob::Compact => troupe_runtime::hooks::HookVerdict::default(),
-        };
         let prompt = match &gate.blocked {
             Some(_) => BLOCKED_PROMPT.to_owned(),
-            None => door.prompt.clone(),
+            None => door.check.prompt.clone(),
         };
         // Durable before visible: the run record and the prompt are on disk
         // before anyone is told the run started, let alone the model.
@@ -666,13 +728,15 @@ impl RunActorState {
             self.blocked = Some((outcome, session));
             return;
         }
-        if door.job == RunJob::Prompt {
+        if door.check.job == RunJob::Prompt {
             let pause = session
                 .last_active
                 .and_then(|last| (now - last).to_std().ok())
                 .and_then(pause_note);
             let note = join_notes(pause, gate.prompt_note());
-            session.transcript.push(user_message(&door.prompt, note));
+            session
+                .transcript
+                .push(user_message(&door.check.prompt, note));
         }
         // Written here, made durable on the store's writer thread: no worker
         // waits for the disk.
@@ -693,13 +757,13 @@ impl RunActorState {
         for report in &gate.reports {
             self.events.emit(report.event_kind());
         }
-        watch_wall_clock(myself, door.limits.wall_clock, door.root);
+        watch_wall_clock(myself, door.limits.wall_clock, door.check.root);
         self.start = Some(MainStart {
             limits: door.limits,
             approver: door.approver,
             transcript: session.transcript,
             resumed,
-            job: door.job,
+            job: door.check.job,
         });
     }
 

@@ -3,7 +3,7 @@
 //! is refused and never reaches the model; a waiting approval runs the
 //! Notification hooks; SessionStart fires when a session is created and not
 //! again when the runtime continues the session it kept in memory; a slow
-//! hook at one run's door holds up no other run.
+//! hook at one run's door holds up no other run, and a cancel kills it.
 
 use serde_json::{Value, json};
 use troupe_actors::{Approver, RuntimeError};
@@ -195,4 +195,29 @@ async fn a_slow_hook_at_one_runs_door_holds_up_no_other_run() {
         ),
         "{events:?}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancel_kills_a_hook_at_the_door_and_ends_the_run() {
+    let h = Harness::anthropic(Script::new().then(text("never asked"))).await;
+    let dir = tempfile::tempdir().unwrap();
+    let marker = dir.path().join("waiting");
+    // Says it runs, then waits for a file nobody writes.
+    let waiting = format!(
+        "touch '{marker}'; while :; do sleep 0.01; done",
+        marker = marker.display()
+    );
+    let env = h.env_with_hooks(vec![], vec![hook(HookEvent::SessionStart, &waiting)]);
+    let mut run = h.submit("hello", RunOptions::bypass(env)).await;
+    let deadline = std::time::Instant::now() + troupe_tests::WAIT;
+    while !marker.exists() {
+        assert!(std::time::Instant::now() < deadline, "the hook never ran");
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+    h.runtime.cancel(&run.run_id).await.unwrap();
+    // Within WAIT, where the hook would wait for its 30 s timeout.
+    let events = run_events(&mut run).await;
+    let (status, _, _) = finished(&events);
+    assert_eq!(status, RunStatus::Cancelled, "{events:?}");
+    assert!(h.server.requests().is_empty(), "the model was asked");
 }
