@@ -267,7 +267,9 @@ impl Actor for RunActor {
             }
             state.door = Some(door);
         } else {
-            state.open(&myself, door).await;
+            // No hook to ask: the run opens at once.
+            let gate = troupe_runtime::hooks::HookVerdict::default();
+            state.open_with(&myself, door, gate).await;
         }
         Ok(state)
     }
@@ -635,12 +637,6 @@ impl RunActorState {
                 self.account.stop(StopCause::Limit(hit));
             }
         }
-    }
-
-    /// Opens the run in `pre_start`: its door has no hooks to wait for.
-    async fn open(&mut self, myself: &ActorRef<RunMsg>, door: Door) {
-        let gate = door_gate(&self.env, &self.session_id, &self.run_id, &door.check).await;
-        self.open_with(myself, door, gate).await;
     }
 
     /// Runs the hooks at the door in a task; their verdict comes back as

@@ -562,9 +562,13 @@ impl Tree {
     /// Sends `signal` to every process of the tree.
     pub fn signal(&self, signal: libc::c_int) {
         let released = self.released();
-        if *released {
-            return;
+        if !*released {
+            self.signal_unlocked(signal);
         }
+    }
+
+    /// [`Tree::signal`] for a caller holding the release flag, unreleased.
+    fn signal_unlocked(&self, signal: libc::c_int) {
         for pid in self.members_unlocked() {
             // SAFETY: kill(2) with a single positive pid taken from /proc a
             // moment ago.
@@ -584,11 +588,7 @@ impl Tree {
         {
             return;
         }
-        for pid in self.members_unlocked() {
-            // SAFETY: kill(2) with a single positive pid taken from /proc a
-            // moment ago.
-            unsafe { libc::kill(pid, libc::SIGKILL) };
-        }
+        self.signal_unlocked(libc::SIGKILL);
     }
 }
 
