@@ -56,8 +56,51 @@ pub enum ApplyError {
 struct MountCall {
     source: Option<CString>,
     target: CString,
+    fstype: Option<CString>,
     flags: libc::c_ulong,
+    data: Option<CString>,
 }
+
+impl MountCall {
+    fn bind(path: &CString, flags: libc::c_ulong) -> Self {
+        Self {
+            source: Some(path.clone()),
+            target: path.clone(),
+            fstype: None,
+            flags,
+            data: None,
+        }
+    }
+
+    fn remount(target: &CString, flags: libc::c_ulong) -> Self {
+        Self {
+            source: None,
+            target: target.clone(),
+            fstype: None,
+            flags,
+            data: None,
+        }
+    }
+}
+
+/// Most directories a plan may show again inside hidden places (the child
+/// keeps their descriptors on its stack).
+pub(crate) const MAX_SHOWN: usize = 8;
+
+/// One step of the child's mount-table edits.
+#[derive(Debug)]
+enum MountStep {
+    /// A `mount` call.
+    Mount(MountCall),
+    /// `mkdir` (an existing directory is fine).
+    MakeDir(CString),
+    /// Binds the directory opened into slot `slot` (see
+    /// [`Prepared::shown_sources`]) onto `target`.
+    BindShown { slot: usize, target: CString },
+}
+
+/// Flags of the empty file system that hides a place.
+const HIDING_FLAGS: libc::c_ulong = libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC;
 
 /// What the child applies between fork and exec.
 #[derive(Debug, Default)]
@@ -66,8 +109,12 @@ pub(crate) struct Prepared {
     unshare: libc::c_int,
     /// Contents for `/proc/self/uid_map` and `gid_map` (user namespace).
     id_maps: Option<(CString, CString)>,
-    /// Mount calls in order (the first makes every mount private).
-    mounts: Vec<MountCall>,
+    /// Directories shown again inside hidden places, opened by the child
+    /// in its new mount namespace before anything hides them (a bind mount
+    /// takes its source from the caller's own namespace).
+    shown_sources: Vec<CString>,
+    /// Mount steps in order (the first makes every mount private).
+    mounts: Vec<MountStep>,
     /// The Landlock ruleset, when the kernel has Landlock.
     ruleset: Option<OwnedFd>,
     /// Drop [`DROPPED_CAPABILITIES`] from the bounding set (the parent runs
@@ -127,11 +174,80 @@ fn prepare_namespaces(
         }
     }
     prepared.unshare = flags;
-    prepared.mounts.push(MountCall {
-        source: None,
-        target: c"/".to_owned(),
-        flags: libc::MS_REC | libc::MS_PRIVATE,
-    });
+    prepared.mounts.push(MountStep::Mount(MountCall::remount(
+        &c"/".to_owned(),
+        libc::MS_REC | libc::MS_PRIVATE,
+    )));
+    // Every edit, outermost first, so an edit inside a place comes after
+    // the place's own; at one depth: hide, show, pin, read-only, writable.
+    let mut groups: Vec<(usize, u8, Vec<MountStep>)> = Vec::new();
+    let depth = |path: &Path| path.components().count();
+    for place in &plan.hidden {
+        if !place.is_dir() {
+            continue;
+        }
+        let target = c_path(place)?;
+        let mut steps = vec![MountStep::Mount(MountCall {
+            source: Some(c"tmpfs".to_owned()),
+            target: target.clone(),
+            fstype: Some(c"tmpfs".to_owned()),
+            flags: HIDING_FLAGS,
+            data: Some(c"mode=0755,size=64k,nr_inodes=1024".to_owned()),
+        })];
+        for shown in plan
+            .shown
+            .iter()
+            .filter(|shown| shown.path.starts_with(place))
+        {
+            let mut dir = place.clone();
+            if let Ok(rest) = shown.path.strip_prefix(place) {
+                for part in rest.components() {
+                    dir.push(part);
+                    steps.push(MountStep::MakeDir(c_path(&dir)?));
+                }
+            }
+        }
+        steps.push(MountStep::Mount(MountCall::remount(
+            &target,
+            libc::MS_REMOUNT | libc::MS_RDONLY | HIDING_FLAGS,
+        )));
+        groups.push((depth(place), 0, steps));
+    }
+    for shown in &plan.shown {
+        if prepared.shown_sources.len() == MAX_SHOWN {
+            tracing::warn!(dir = %shown.path.display(), "too many directories to show again inside hidden places; left hidden");
+            continue;
+        }
+        let target = c_path(&shown.path)?;
+        let slot = prepared.shown_sources.len();
+        prepared.shown_sources.push(target.clone());
+        let mut steps = vec![MountStep::BindShown {
+            slot,
+            target: target.clone(),
+        }];
+        if !shown.writable {
+            let kept = kept_mount_flags(&target);
+            steps.push(MountStep::Mount(MountCall::remount(
+                &target,
+                libc::MS_REMOUNT | libc::MS_BIND | libc::MS_RDONLY | kept,
+            )));
+        }
+        groups.push((depth(&shown.path), 1, steps));
+    }
+    for dir in &plan.pinned {
+        if !dir.is_dir() {
+            continue;
+        }
+        let target = c_path(dir)?;
+        groups.push((
+            depth(dir),
+            2,
+            vec![MountStep::Mount(MountCall::bind(
+                &target,
+                libc::MS_BIND | libc::MS_REC,
+            ))],
+        ));
+    }
     for place in &plan.read_only_mounts {
         // A place that does not exist has nothing to protect yet; one that
         // exists but cannot be described is still bound read-only.
@@ -145,16 +261,17 @@ fn prepare_namespaces(
         }
         let target = c_path(place)?;
         let kept = kept_mount_flags(&target);
-        prepared.mounts.push(MountCall {
-            source: Some(target.clone()),
-            target: target.clone(),
-            flags: libc::MS_BIND | libc::MS_REC,
-        });
-        prepared.mounts.push(MountCall {
-            source: None,
-            target,
-            flags: libc::MS_REMOUNT | libc::MS_BIND | libc::MS_RDONLY | kept,
-        });
+        groups.push((
+            depth(place),
+            3,
+            vec![
+                MountStep::Mount(MountCall::bind(&target, libc::MS_BIND | libc::MS_REC)),
+                MountStep::Mount(MountCall::remount(
+                    &target,
+                    libc::MS_REMOUNT | libc::MS_BIND | libc::MS_RDONLY | kept,
+                )),
+            ],
+        ));
     }
     for dir in &plan.writable_mounts {
         if !dir.is_dir() {
@@ -162,17 +279,22 @@ fn prepare_namespaces(
         }
         let target = c_path(dir)?;
         let kept = kept_mount_flags(&target);
-        prepared.mounts.push(MountCall {
-            source: Some(target.clone()),
-            target: target.clone(),
-            flags: libc::MS_BIND | libc::MS_REC,
-        });
-        prepared.mounts.push(MountCall {
-            source: None,
-            target,
-            flags: libc::MS_REMOUNT | libc::MS_BIND | kept,
-        });
+        groups.push((
+            depth(dir),
+            4,
+            vec![
+                MountStep::Mount(MountCall::bind(&target, libc::MS_BIND | libc::MS_REC)),
+                MountStep::Mount(MountCall::remount(
+                    &target,
+                    libc::MS_REMOUNT | libc::MS_BIND | kept,
+                )),
+            ],
+        ));
     }
+    groups.sort_by_key(|(depth, rank, _)| (*depth, *rank));
+    prepared
+        .mounts
+        .extend(groups.into_iter().flat_map(|(_, _, steps)| steps));
     Ok(())
 }
 
@@ -259,21 +381,49 @@ pub(crate) fn enter(prepared: &Prepared) -> io::Result<()> {
             write_file(c"/proc/self/uid_map", uid_map)?;
             write_file(c"/proc/self/gid_map", gid_map)?;
         }
-        for call in &prepared.mounts {
-            let source = call
-                .source
-                .as_ref()
-                .map_or(std::ptr::null(), |source| source.as_ptr());
-            // SAFETY: valid C strings or null, no file-system type, no data.
-            check(unsafe {
-                libc::mount(
-                    source,
-                    call.target.as_ptr(),
-                    std::ptr::null(),
-                    call.flags,
-                    std::ptr::null(),
+        // The directories to show again, opened before anything hides
+        // them; the descriptors close at `exec`.
+        let mut shown_fds: [libc::c_int; MAX_SHOWN] = [-1; MAX_SHOWN];
+        for (slot, path) in prepared.shown_sources.iter().enumerate().take(MAX_SHOWN) {
+            // SAFETY: a valid C string; open is async-signal-safe.
+            shown_fds[slot] = unsafe {
+                libc::open(
+                    path.as_ptr(),
+                    libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC,
                 )
-            })?;
+            };
+        }
+        for step in &prepared.mounts {
+            match step {
+                MountStep::Mount(call) => mount(call)?,
+                MountStep::MakeDir(path) => {
+                    // SAFETY: a valid C string; mkdir is async-signal-safe.
+                    let rc = unsafe { libc::mkdir(path.as_ptr(), 0o755) };
+                    if rc != 0 && io::Error::last_os_error().raw_os_error() != Some(libc::EEXIST) {
+                        return Err(io::Error::last_os_error());
+                    }
+                }
+                MountStep::BindShown { slot, target } => {
+                    let Some(&fd) = shown_fds.get(*slot).filter(|fd| **fd >= 0) else {
+                        // Gone since the plan was made: it stays hidden.
+                        continue;
+                    };
+                    let mut buf = [0u8; 40];
+                    let Some(source) = fd_path(fd, &mut buf) else {
+                        continue;
+                    };
+                    // SAFETY: valid C strings, no file-system type, no data.
+                    check(unsafe {
+                        libc::mount(
+                            source.as_ptr(),
+                            target.as_ptr(),
+                            std::ptr::null(),
+                            libc::MS_BIND | libc::MS_REC,
+                            std::ptr::null(),
+                        )
+                    })?;
+                }
+            }
         }
     }
     if prepared.drop_capabilities {
@@ -302,6 +452,47 @@ pub(crate) fn enter(prepared: &Prepared) -> io::Result<()> {
         }
     }
     Ok(())
+}
+
+/// Makes one `mount` call.
+fn mount(call: &MountCall) -> io::Result<()> {
+    let ptr = |text: &Option<CString>| text.as_ref().map_or(std::ptr::null(), |text| text.as_ptr());
+    // SAFETY: valid C strings or null; the data, when given, is a C string
+    // of mount options.
+    check(unsafe {
+        libc::mount(
+            ptr(&call.source),
+            call.target.as_ptr(),
+            ptr(&call.fstype),
+            call.flags,
+            ptr(&call.data).cast(),
+        )
+    })
+}
+
+/// Writes `/proc/self/fd/FD` and a NUL into `buf` without allocating (the
+/// child may not), returning it as a C string.
+fn fd_path(fd: libc::c_int, buf: &mut [u8; 40]) -> Option<&std::ffi::CStr> {
+    const PREFIX: &[u8] = b"/proc/self/fd/";
+    buf[..PREFIX.len()].copy_from_slice(PREFIX);
+    let mut digits = [0u8; 12];
+    let mut count = 0;
+    let mut rest = fd.unsigned_abs();
+    loop {
+        digits[count] = b'0' + (rest % 10) as u8;
+        count += 1;
+        rest /= 10;
+        if rest == 0 {
+            break;
+        }
+    }
+    let mut end = PREFIX.len();
+    for digit in digits[..count].iter().rev() {
+        buf[end] = *digit;
+        end += 1;
+    }
+    buf[end] = 0;
+    std::ffi::CStr::from_bytes_until_nul(&buf[..=end]).ok()
 }
 
 fn check(rc: libc::c_int) -> io::Result<()> {
@@ -347,17 +538,26 @@ pub(crate) fn landlock_abi() -> i32 {
 }
 
 /// Whether a child can enter the namespaces `kind` makes (a private mount
-/// namespace and a network namespace) and bind a directory read-only (a
-/// fresh one in the temporary directory; `/` itself cannot be bound in a
-/// user namespace).
+/// namespace and a network namespace), bind a directory read-only, pin one,
+/// and hide one behind an empty file system showing a directory inside it
+/// again (fresh ones in the temporary directory; `/` itself cannot be bound
+/// in a user namespace).
 pub(crate) fn namespaces_work(kind: NamespaceKind) -> bool {
     use std::os::unix::process::CommandExt;
     let dir = std::env::temp_dir().join(format!("troupe-ns-probe-{}", std::process::id()));
-    if std::fs::create_dir(&dir).is_err() {
+    let shown = dir.join("hidden/shown");
+    if std::fs::create_dir(&dir).is_err() || std::fs::create_dir_all(&shown).is_err() {
+        let _ = std::fs::remove_dir_all(&dir);
         return false;
     }
     let plan = Plan {
-        read_only_mounts: vec![dir.clone()],
+        read_only_mounts: vec![dir.join("hidden/shown")],
+        hidden: vec![dir.join("hidden")],
+        shown: vec![super::plan::Shown {
+            path: shown,
+            writable: true,
+        }],
+        pinned: vec![dir.clone()],
         network: false,
         ..Plan::default()
     };
@@ -378,6 +578,6 @@ pub(crate) fn namespaces_work(kind: NamespaceKind) -> bool {
         tracing::debug!(?kind, ?status, "namespace probe");
         status.is_ok_and(|status| status.success())
     };
-    let _ = std::fs::remove_dir(&dir);
+    let _ = std::fs::remove_dir_all(&dir);
     works
 }

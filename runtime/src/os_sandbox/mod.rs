@@ -8,25 +8,34 @@
 //! process and everything it starts.
 //!
 //! - `plan` decides, purely, what a command may write (the allowed roots,
-//!   the spill directory, the session's temporary directory, a few devices)
-//!   and which of Troupe's protected places must stay read-only inside them.
+//!   the spill directory, the session's temporary directory, a few devices),
+//!   which of Troupe's protected places and git's configuration must stay
+//!   read-only inside them, and which of Troupe's private places (the data
+//!   directory, the user's configuration) are hidden from commands.
+//! - `git` finds git's configuration places in the writable roots.
 //! - `apply` turns a plan into a Landlock ruleset and namespace set-up in
 //!   the parent and applies it in the child between fork and exec.
+//! - `guard` puts back protected files no mount keeps read-only (created
+//!   ones, and git's configuration where no mount can be made).
 //! - [`KernelSupport`] is probed once per process: the Landlock ABI and
 //!   whether mount and network namespaces can be made (as root, or through
 //!   a user namespace). Where something is missing, [`CommandSandbox::notices`]
 //!   says what is not enforced; commands never run less confined silently.
 
 pub(crate) mod apply;
+pub(crate) mod git;
+pub(crate) mod guard;
 pub(crate) mod plan;
 
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
 use crate::config::{SandboxMode, SandboxSettings};
+use crate::permissions::ProtectedKind;
 use crate::permissions::ProtectedPaths;
 
 pub(crate) use apply::{ApplyError, NamespaceKind};
+pub use guard::{SetAside, WatchedFiles};
 pub(crate) use plan::{Carve, Plan, PlanInputs};
 
 /// Name of the session's temporary directory inside its spill directory.
@@ -116,7 +125,22 @@ struct OwnedInputs {
     places: Vec<PathBuf>,
     file_places: Vec<PathBuf>,
     exempt: Vec<PathBuf>,
+    /// The data directory (always hidden where mounts can be made).
+    data_dirs: Vec<PathBuf>,
+    /// The user's configuration directory (hidden from commands, not from
+    /// hooks).
+    config_dirs: Vec<PathBuf>,
+    /// Directories inside those that commands still read.
+    shown_read_only: Vec<PathBuf>,
+    /// Git's configuration in the writable roots.
+    git: git::GitPlaces,
+    /// Whether the user's configuration directory stays visible (hooks).
+    show_user_config: bool,
 }
+
+/// Directory of the user's configuration that commands still read: the
+/// skills, whose scripts the model runs.
+const SHOWN_CONFIG_DIRS: [&str; 1] = [crate::skills::SKILLS_DIR_NAME];
 
 impl CommandSandbox {
     /// No confinement: commands run as the runtime itself would run them.
@@ -167,12 +191,40 @@ impl CommandSandbox {
     ) -> Self {
         let temp_dir = spill_dir.join(TEMP_DIR_NAME);
         let resolved_temp = crate::sandbox::resolve_path(&temp_dir).unwrap_or(temp_dir.clone());
+        let exempt: Vec<PathBuf> = protected.exempt().map(Path::to_path_buf).collect();
+        // Only real directories can be hidden (a place given through a link
+        // is listed resolved as well).
+        let real_dir = |path: &Path| git::look(path) == git::Entry::Dir;
+        let private = |wanted: ProtectedKind| -> Vec<PathBuf> {
+            protected
+                .private_places()
+                .filter(|(place, kind)| *kind == wanted && real_dir(place))
+                .map(|(place, _)| place.to_path_buf())
+                .collect()
+        };
+        let config_dirs = private(ProtectedKind::UserConfig);
+        let shown_read_only = config_dirs
+            .iter()
+            .flat_map(|dir| SHOWN_CONFIG_DIRS.iter().map(|name| dir.join(name)))
+            .filter(|dir| real_dir(dir))
+            .collect();
+        let git_roots: Vec<PathBuf> = roots
+            .iter()
+            .filter(|root| !exempt.iter().any(|dir| root.starts_with(dir)))
+            .cloned()
+            .collect();
+        let git = git::places(&git_roots, git::look, list_dir);
         let inputs = OwnedInputs {
             roots: roots.to_vec(),
             temp_dir: resolved_temp,
             places: protected.places().map(Path::to_path_buf).collect(),
             file_places: protected.file_places().map(Path::to_path_buf).collect(),
-            exempt: protected.exempt().map(Path::to_path_buf).collect(),
+            exempt,
+            data_dirs: private(ProtectedKind::DataDir),
+            config_dirs,
+            shown_read_only,
+            git,
+            show_user_config: false,
         };
         let mut sandbox = Self {
             settings,
@@ -195,6 +247,11 @@ impl CommandSandbox {
     }
 
     fn make_plan(&self) -> Option<Plan> {
+        let mut hidden = self.inputs.data_dirs.clone();
+        if !self.inputs.show_user_config {
+            hidden.extend(self.inputs.config_dirs.iter().cloned());
+        }
+        let git_read_only: Vec<PathBuf> = self.inputs.git.read_only().cloned().collect();
         let inputs = PlanInputs {
             settings: self.settings,
             roots: &self.inputs.roots,
@@ -202,8 +259,22 @@ impl CommandSandbox {
             protected: &self.inputs.places,
             exempt: &self.inputs.exempt,
             carve: self.carve(),
+            hidden: &hidden,
+            shown_read_only: &self.inputs.shown_read_only,
+            git_read_only: &git_read_only,
+            pinned: &self.inputs.git.pinned,
         };
         plan::plan(&inputs, list_dir)
+    }
+
+    /// The sandbox of hooks: the same, but the user's configuration
+    /// directory stays visible (read-only), since hooks are the user's own
+    /// commands and may live there.
+    pub fn for_hooks(&self) -> Self {
+        let mut sandbox = self.clone();
+        sandbox.inputs.show_user_config = true;
+        sandbox.plan = sandbox.make_plan();
+        sandbox
     }
 
     /// The settings this sandbox was made from.
@@ -295,7 +366,14 @@ impl CommandSandbox {
         let Some(plan) = fresh.as_ref().or(self.plan.as_ref()) else {
             return Ok(WatchedFiles::default());
         };
-        let missing = plan::missing_places(plan, &self.inputs.file_places, |path| {
+        let file_places: Vec<PathBuf> = self
+            .inputs
+            .file_places
+            .iter()
+            .chain(&self.inputs.git.files)
+            .cloned()
+            .collect();
+        let missing = plan::missing_places(plan, &file_places, |path| {
             std::fs::symlink_metadata(path).is_ok()
         });
         for dir in &missing.create {
@@ -305,6 +383,12 @@ impl CommandSandbox {
                 tracing::warn!(dir = %dir.display(), error = %err, "cannot create a protected directory to keep it read-only");
             }
         }
+        let mut watched = WatchedFiles::missing(missing.watch);
+        if self.carve() == Carve::Split && self.settings.mode == SandboxMode::WorkspaceWrite {
+            // No mount keeps git's configuration read-only: it is taken
+            // now and put back when the command ends.
+            watched.snapshot(&self.inputs.git.files, &self.inputs.git.dirs);
+        }
         let landlock = self.support.landlock_abi > 0;
         let prepared = apply::prepare(plan, landlock, self.support.namespaces)?;
         // SAFETY: `enter` only makes async-signal-safe system calls on
@@ -312,7 +396,7 @@ impl CommandSandbox {
         unsafe {
             command.pre_exec(move || apply::enter(&prepared));
         }
-        Ok(WatchedFiles(missing.watch))
+        Ok(watched)
     }
 
     /// A few lines describing this sandbox, for `troupe sandbox status`.
@@ -332,62 +416,54 @@ impl CommandSandbox {
             out.push("writable:".to_owned());
             out.extend(plan.writable.iter().map(|p| format!("  {}", p.display())));
         }
-        if !plan.read_only_mounts.is_empty() {
+        if !plan.read_only_mounts.is_empty() || !plan.pinned.is_empty() {
             out.push("read-only inside them:".to_owned());
             out.extend(
                 plan.read_only_mounts
                     .iter()
                     .map(|p| format!("  {}", p.display())),
             );
+            out.extend(
+                plan.pinned
+                    .iter()
+                    .map(|p| format!("  {} (cannot be renamed or replaced)", p.display())),
+            );
+        }
+        let private: Vec<&PathBuf> = self
+            .inputs
+            .data_dirs
+            .iter()
+            .chain(&self.inputs.config_dirs)
+            .collect();
+        if !plan.hidden.is_empty() {
+            out.push("hidden from commands:".to_owned());
+            out.extend(plan.hidden.iter().map(|p| format!("  {}", p.display())));
+            for shown in &plan.shown {
+                let how = if shown.writable {
+                    "writable"
+                } else {
+                    "read-only"
+                };
+                out.push(format!("  except {} ({how})", shown.path.display()));
+            }
+        } else if !private.is_empty() && self.carve() == Carve::Split {
+            out.push(
+                "not hidden from commands (no mount namespace can be made here), read-only:"
+                    .to_owned(),
+            );
+            out.extend(private.iter().map(|p| format!("  {}", p.display())));
+            out.push(
+                "  the daemon refuses runs and approvals that come from commands instead"
+                    .to_owned(),
+            );
+        }
+        if self.carve() == Carve::Split && !self.inputs.git.files.is_empty() {
+            out.push(
+                "git configuration (no mount namespace): restored after each command if changed"
+                    .to_owned(),
+            );
         }
         out
-    }
-}
-
-/// Suffix of the name a protected file created by a command is moved to.
-pub(crate) const SET_ASIDE_SUFFIX: &str = ".rejected";
-
-/// Protected files that did not exist when a confined command started and
-/// that no mount can keep read-only (see `MissingPlaces`): whatever the
-/// command creates there is set aside when it ends
-/// ([`WatchedFiles::set_aside_created`]), renamed with
-/// `SET_ASIDE_SUFFIX` so no program reads it as configuration and
-/// nothing is lost.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct WatchedFiles(Vec<PathBuf>);
-
-impl WatchedFiles {
-    /// Whether nothing is watched.
-    pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
-    }
-
-    /// Moves each watched file that exists now (a file, a link or a
-    /// directory of that name) to its set-aside name, replacing an earlier
-    /// one; returns `(path, new path)` of each moved.
-    pub fn set_aside_created(&self) -> Vec<(PathBuf, PathBuf)> {
-        let mut moved = Vec::new();
-        for path in &self.0 {
-            if std::fs::symlink_metadata(path).is_err() {
-                continue;
-            }
-            let mut aside = path.clone().into_os_string();
-            aside.push(SET_ASIDE_SUFFIX);
-            let aside = PathBuf::from(aside);
-            if std::fs::symlink_metadata(&aside).is_ok_and(|meta| meta.is_dir()) {
-                let _ = std::fs::remove_dir_all(&aside);
-            }
-            match std::fs::rename(path, &aside) {
-                Ok(()) => {
-                    tracing::warn!(path = %path.display(), aside = %aside.display(), "a command created a protected file; it was set aside");
-                    moved.push((path.clone(), aside));
-                }
-                Err(err) => {
-                    tracing::warn!(path = %path.display(), error = %err, "a command created a protected file that cannot be set aside");
-                }
-            }
-        }
-        moved
     }
 }
 
@@ -560,10 +636,16 @@ mod tests {
                 // The directory was made empty and kept read-only; the file
                 // could be written, and was set aside with nothing lost.
                 assert!(layout.project.join(".troupe").is_dir());
-                let aside = layout.project.join(format!(".mcp.json{SET_ASIDE_SUFFIX}"));
+                let aside = layout
+                    .project
+                    .join(format!(".mcp.json{}", guard::SET_ASIDE_SUFFIX));
                 assert_eq!(
                     set_aside,
-                    vec![(layout.project.join(".mcp.json"), aside.clone())]
+                    vec![SetAside {
+                        path: layout.project.join(".mcp.json"),
+                        aside: Some(aside.clone()),
+                        restored: false
+                    }]
                 );
                 assert!(
                     std::fs::read_to_string(aside)
@@ -575,6 +657,194 @@ mod tests {
                 assert!(set_aside.is_empty());
                 assert!(!layout.project.join(".troupe").exists());
             }
+        }
+    }
+
+    /// Every way this kernel can confine: as probed, through a user
+    /// namespace when root could also make one, and without namespaces.
+    fn supports() -> Vec<KernelSupport> {
+        let support = KernelSupport::probe();
+        let mut out = vec![support];
+        if support.namespaces == Some(NamespaceKind::Privileged)
+            && apply::namespaces_work(NamespaceKind::User)
+        {
+            out.push(KernelSupport {
+                namespaces: Some(NamespaceKind::User),
+                ..support
+            });
+        }
+        out.push(KernelSupport {
+            namespaces: None,
+            ..support
+        });
+        out
+    }
+
+    #[tokio::test]
+    async fn the_data_and_configuration_directories_are_hidden_but_for_the_spill_directory_and_skills()
+     {
+        if KernelSupport::probe().landlock_abi == 0 {
+            return;
+        }
+        for support in supports() {
+            let layout = layout();
+            let data = layout.spill.join("../..");
+            let data = crate::sandbox::resolve_path(&data).unwrap();
+            let config = layout.outside.join("cfg/troupe");
+            std::fs::create_dir_all(config.join("skills/pdf")).unwrap();
+            std::fs::write(config.join("config.toml"), "secret-config").unwrap();
+            std::fs::write(config.join("skills/pdf/run.sh"), "echo skill-ran").unwrap();
+            std::fs::write(data.join("daemon.token"), "secret-token").unwrap();
+            std::fs::create_dir_all(data.join("spill/other")).unwrap();
+            std::fs::write(data.join("spill/other/x"), "secret-spill").unwrap();
+            std::fs::write(layout.spill.join("mine"), "my-spill").unwrap();
+            let protected = ProtectedPaths::for_project(&layout.project).with_user_dirs(
+                Some(&config),
+                Some(&data),
+                std::slice::from_ref(&layout.spill),
+            );
+            let roots = vec![layout.project.clone(), layout.spill.clone()];
+            let sandbox = CommandSandbox::with_support(
+                workspace_write(),
+                &roots,
+                &protected,
+                &layout.spill,
+                support,
+            );
+            let script = format!(
+                "cat {data}/daemon.token; ls {data}; cat {data}/spill/other/x; \
+                 cat {config}/config.toml; cat {spill}/mine; echo w > {spill}/w; \
+                 sh {config}/skills/pdf/run.sh; echo x > {config}/skills/pdf/run.sh; \
+                 touch {data}/new; echo end",
+                data = data.display(),
+                config = config.display(),
+                spill = layout.spill.display(),
+            );
+            let (_, out) = run(&sandbox, &layout.project, &script).await;
+            assert!(out.contains("my-spill"), "{support:?}: {out}");
+            assert!(out.contains("skill-ran"), "{support:?}: {out}");
+            assert!(out.ends_with("end\n"), "{support:?}: {out}");
+            assert!(layout.spill.join("w").exists(), "{support:?}");
+            assert_eq!(
+                std::fs::read_to_string(config.join("skills/pdf/run.sh")).unwrap(),
+                "echo skill-ran"
+            );
+            assert!(!data.join("new").exists(), "{support:?}");
+            let hidden = support.namespaces.is_some();
+            for secret in ["secret-token", "secret-config", "secret-spill"] {
+                assert_eq!(!out.contains(secret), hidden, "{secret} {support:?}: {out}");
+            }
+            assert_eq!(
+                !sandbox
+                    .describe()
+                    .iter()
+                    .any(|line| line.contains("not hidden")),
+                hidden
+            );
+            if hidden {
+                // Hooks are the user's own commands: they still read the
+                // configuration directory, never the data directory.
+                let (_, out) = run(
+                    &sandbox.for_hooks(),
+                    &layout.project,
+                    &format!(
+                        "cat {}/config.toml; cat {}/daemon.token; echo end",
+                        config.display(),
+                        data.display()
+                    ),
+                )
+                .await;
+                assert!(out.contains("secret-config"), "{out}");
+                assert!(!out.contains("secret-token"), "{out}");
+            }
+        }
+    }
+
+    /// A git repository in the layout's project with one commit.
+    fn git_repository(layout: &Layout) {
+        let git = |args: &[&str]| {
+            let status = std::process::Command::new("git")
+                .args(["-c", "user.name=t", "-c", "user.email=t@t"])
+                .args(args)
+                .current_dir(&layout.project)
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::null())
+                .status()
+                .unwrap();
+            assert!(status.success(), "git {args:?}");
+        };
+        git(&["init", "-q"]);
+        std::fs::create_dir_all(layout.project.join("src")).unwrap();
+        std::fs::write(layout.project.join("src/a.txt"), "a\n").unwrap();
+        git(&["add", "src/a.txt"]);
+        git(&["commit", "-qm", "first"]);
+    }
+
+    #[tokio::test]
+    async fn git_configuration_stays_as_it_was_while_git_itself_works() {
+        if KernelSupport::probe().landlock_abi == 0 {
+            return;
+        }
+        for support in supports() {
+            let layout = layout();
+            git_repository(&layout);
+            let config_before =
+                std::fs::read_to_string(layout.project.join(".git/config")).unwrap();
+            let sandbox = sandbox(&layout, workspace_write(), support);
+            let env = vec![
+                ("PATH".to_owned(), "/usr/bin:/bin".to_owned()),
+                ("HOME".to_owned(), layout.outside.display().to_string()),
+            ];
+            let script = "git config core.fsmonitor 'touch MARKER'; \
+                 printf '[core]\\n\\tfsmonitor = touch MARKER\\n' >> .git/config; \
+                 printf '#!/bin/sh\\ntouch MARKER\\n' > .git/hooks/post-checkout; \
+                 mkdir -p .git/info; echo '* filter=evil' > .git/info/attributes; \
+                 echo b > src/b.txt && git -c user.name=t -c user.email=t@t add src/b.txt && \
+                 git -c user.name=t -c user.email=t@t commit -qm second && echo committed; \
+                 echo /elsewhere > .git/commondir; mv .git .git-old";
+            let mut shell = spawn_shell_confined(script, &layout.project, &env, &sandbox).unwrap();
+            let mut out = Vec::new();
+            drive(&mut shell, None, &CancellationToken::new(), |b| {
+                out.extend_from_slice(b)
+            })
+            .await;
+            let set_aside = shell.group.set_aside_created_protected();
+            let out = String::from_utf8_lossy(&out);
+            assert!(out.contains("committed"), "{support:?}: {out}");
+            let git = layout.project.join(".git");
+            assert_eq!(
+                std::fs::read_to_string(git.join("config")).unwrap(),
+                config_before,
+                "{support:?}: {out}"
+            );
+            assert!(!git.join("hooks/post-checkout").exists(), "{support:?}");
+            assert!(!git.join("commondir").exists(), "{support:?}");
+            assert!(!git.join("info/attributes").exists(), "{support:?}");
+            assert!(
+                set_aside
+                    .iter()
+                    .any(|done| done.path == git.join("commondir")),
+                "{support:?}: {set_aside:?}"
+            );
+            // Pinned (or, in a split root, at the top of a root no command
+            // may change): the directory could not be renamed away.
+            assert!(!layout.project.join(".git-old").exists(), "{support:?}");
+            if support.namespaces.is_none() {
+                // No mount kept the configuration read-only: what the
+                // command wrote was put back and set aside.
+                assert!(
+                    set_aside.iter().any(|done| done.path == git.join("config")
+                        && done.restored
+                        && done.aside.is_some()),
+                    "{support:?}: {set_aside:?}"
+                );
+            }
+            let log = std::process::Command::new("git")
+                .args(["log", "--oneline"])
+                .current_dir(&layout.project)
+                .output()
+                .unwrap();
+            assert_eq!(String::from_utf8_lossy(&log.stdout).lines().count(), 2);
         }
     }
 

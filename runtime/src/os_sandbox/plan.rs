@@ -16,6 +16,16 @@
 //!   ([`Carve::Split`]), which leaves the directories on the way read-only;
 //! - a writable directory that lies inside a protected place (and not inside
 //!   an exempt one such as the spill directory) is dropped;
+//! - Troupe's private places (the data directory, the user's configuration
+//!   directory) are hidden behind an empty read-only file system when mounts
+//!   can be made, wherever they lie; the writable directories inside them
+//!   (the session's spill directory) and the few read-only ones commands need
+//!   (the user's skills) are shown again;
+//! - git's own configuration inside a writable root (`.git/config`,
+//!   `.git/hooks`, …) is carved out read-only like a protected place, and the
+//!   `.git` directory holding it is pinned (bound onto itself, so it cannot
+//!   be renamed or replaced), when mounts can be made; a split root leaves
+//!   them to the caller, which guards them by content;
 //! - `network = false` asks for a network namespace when one can be made,
 //!   and for the TCP rules of the kernel's access control either way.
 
@@ -61,6 +71,26 @@ pub(crate) struct PlanInputs<'a> {
     pub exempt: &'a [PathBuf],
     /// How carving is possible in this process.
     pub carve: Carve,
+    /// Troupe's private places, hidden from commands entirely (mounts only).
+    pub hidden: &'a [PathBuf],
+    /// Directories inside hidden places that commands may still read.
+    pub shown_read_only: &'a [PathBuf],
+    /// Git's configuration places inside the writable roots, kept read-only
+    /// (mounts only).
+    pub git_read_only: &'a [PathBuf],
+    /// Directories bound onto themselves so they cannot be renamed, removed
+    /// or replaced (mounts only).
+    pub pinned: &'a [PathBuf],
+}
+
+/// A directory inside a hidden place that commands see again, bound from
+/// where it really is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Shown {
+    /// The directory.
+    pub path: PathBuf,
+    /// Whether commands may write below it.
+    pub writable: bool,
 }
 
 /// What the spawn code applies to one command.
@@ -74,6 +104,12 @@ pub struct Plan {
     pub read_only_mounts: Vec<PathBuf>,
     /// Exempt directories inside those, bound writable again on top.
     pub writable_mounts: Vec<PathBuf>,
+    /// Places hidden behind an empty read-only file system.
+    pub hidden: Vec<PathBuf>,
+    /// Directories inside hidden places shown again.
+    pub shown: Vec<Shown>,
+    /// Directories bound onto themselves (`.git`).
+    pub pinned: Vec<PathBuf>,
     /// Whether commands may use the network.
     pub network: bool,
 }
@@ -81,7 +117,10 @@ pub struct Plan {
 impl Plan {
     /// Whether the plan needs a private mount or network namespace.
     pub fn needs_namespaces(&self) -> bool {
-        !self.read_only_mounts.is_empty() || !self.network
+        !self.read_only_mounts.is_empty()
+            || !self.hidden.is_empty()
+            || !self.pinned.is_empty()
+            || !self.network
     }
 }
 
@@ -108,7 +147,7 @@ where
     };
     let mut writable: Vec<PathBuf> = Vec::new();
     let mut read_only_mounts: Vec<PathBuf> = Vec::new();
-    for dir in candidates {
+    for dir in candidates.iter().cloned() {
         if is_protected(&dir) || writable.iter().any(|w| dir.starts_with(w)) {
             continue;
         }
@@ -131,6 +170,35 @@ where
             Carve::Split => split_around(&dir, &inside, &list, &is_exempt, &mut writable),
         }
     }
+    let (hidden, shown, pinned) = match inputs.carve {
+        Carve::Mounts => {
+            for place in inputs.git_read_only {
+                let inside_writable = writable.iter().any(|dir| place.starts_with(dir));
+                if inside_writable && !read_only_mounts.contains(place) {
+                    read_only_mounts.push(place.clone());
+                }
+            }
+            let pinned: Vec<PathBuf> = inputs
+                .pinned
+                .iter()
+                .filter(|dir| writable.iter().any(|w| dir.starts_with(w)))
+                .cloned()
+                .collect();
+            // What commands write inside a hidden place, also where an
+            // outer root holds it, is shown again.
+            let written: Vec<PathBuf> = candidates
+                .iter()
+                .filter(|dir| writable.iter().any(|w| dir.starts_with(w)))
+                .cloned()
+                .collect();
+            let (hidden, shown) = hide(inputs.hidden, inputs.shown_read_only, &written);
+            (hidden, shown, pinned)
+        }
+        Carve::Split => (Vec::new(), Vec::new(), Vec::new()),
+    };
+    // A hidden place is read-only already and cannot be renamed: no bind
+    // mount is needed on it or inside it, but for what is shown again.
+    read_only_mounts.retain(|place| !hidden.iter().any(|dir| place.starts_with(dir)));
     read_only_mounts.sort_by_key(|path| path.components().count());
     let writable_mounts = inputs
         .exempt
@@ -143,8 +211,56 @@ where
         devices: DEVICES.iter().map(PathBuf::from).collect(),
         read_only_mounts,
         writable_mounts,
+        hidden,
+        shown,
+        pinned,
         network: inputs.settings.network,
     })
+}
+
+/// The hidden places (outermost only) and what is shown again inside them:
+/// every writable directory inside one, writable, and each of `read_only`
+/// inside one that no shown directory holds already, read-only.
+fn hide(
+    places: &[PathBuf],
+    read_only: &[PathBuf],
+    writable: &[PathBuf],
+) -> (Vec<PathBuf>, Vec<Shown>) {
+    let mut hidden: Vec<PathBuf> = Vec::new();
+    for place in places {
+        // A place below another hidden one is hidden already.
+        if hidden.iter().any(|outer| place.starts_with(outer)) {
+            continue;
+        }
+        hidden.retain(|inner| !inner.starts_with(place));
+        hidden.push(place.clone());
+    }
+    let inside = |path: &Path| {
+        hidden
+            .iter()
+            .any(|place| path.starts_with(place) && path != place)
+    };
+    let mut shown: Vec<Shown> = Vec::new();
+    for dir in writable.iter().filter(|dir| inside(dir)) {
+        if shown.iter().any(|outer| dir.starts_with(&outer.path)) {
+            continue;
+        }
+        shown.retain(|inner| !inner.path.starts_with(dir));
+        shown.push(Shown {
+            path: dir.clone(),
+            writable: true,
+        });
+    }
+    for dir in read_only {
+        if inside(dir) && !shown.iter().any(|outer| dir.starts_with(&outer.path)) {
+            shown.push(Shown {
+                path: dir.clone(),
+                writable: false,
+            });
+        }
+    }
+    shown.sort_by_key(|shown| shown.path.components().count());
+    (hidden, shown)
 }
 
 /// What a command's start does about protected places a bind mount should
@@ -231,6 +347,10 @@ mod tests {
             protected,
             exempt,
             carve,
+            hidden: &[],
+            shown_read_only: &[],
+            git_read_only: &[],
+            pinned: &[],
         }
     }
 
@@ -383,6 +503,117 @@ mod tests {
         );
         assert!(plan.read_only_mounts.is_empty());
         assert!(!plan.needs_namespaces());
+    }
+
+    #[test]
+    fn private_places_are_hidden_and_what_commands_need_is_shown_again() {
+        let roots = paths(&["/p", "/data/spill/s1"]);
+        let protected = paths(&["/p/.troupe", "/cfg/troupe", "/data"]);
+        let exempt = paths(&["/data/spill/s1"]);
+        let hidden = paths(&["/data", "/cfg/troupe", "/data/spill"]);
+        let shown = paths(&["/cfg/troupe/skills", "/elsewhere/skills"]);
+        let mut made = inputs(
+            SandboxMode::WorkspaceWrite,
+            &roots,
+            &protected,
+            &exempt,
+            Carve::Mounts,
+        );
+        made.hidden = &hidden;
+        made.shown_read_only = &shown;
+        let made_plan = plan(&made, no_listing).unwrap();
+        assert_eq!(made_plan.hidden, paths(&["/data", "/cfg/troupe"]));
+        assert_eq!(
+            made_plan.shown,
+            vec![
+                Shown {
+                    path: PathBuf::from("/data/spill/s1"),
+                    writable: true
+                },
+                Shown {
+                    path: PathBuf::from("/cfg/troupe/skills"),
+                    writable: false
+                },
+            ]
+        );
+        assert_eq!(made_plan.writable, paths(&["/p", "/data/spill/s1"]));
+        assert_eq!(made_plan.read_only_mounts, paths(&["/p/.troupe"]));
+        assert!(made_plan.writable_mounts.is_empty());
+        assert!(made_plan.needs_namespaces());
+
+        // A data directory inside the project is hidden, not bound
+        // read-only, and its spill directory is shown again.
+        let roots = paths(&["/p", "/p/.th/spill/s1"]);
+        let protected = paths(&["/p/.troupe", "/p/.th"]);
+        let exempt = paths(&["/p/.th/spill/s1"]);
+        let hidden = paths(&["/p/.th"]);
+        let mut made = inputs(
+            SandboxMode::WorkspaceWrite,
+            &roots,
+            &protected,
+            &exempt,
+            Carve::Mounts,
+        );
+        let temp = PathBuf::from("/p/.th/spill/s1/tmp");
+        made.temp_dir = &temp;
+        made.hidden = &hidden;
+        let made_plan = plan(&made, no_listing).unwrap();
+        assert_eq!(made_plan.hidden, paths(&["/p/.th"]));
+        assert_eq!(made_plan.read_only_mounts, paths(&["/p/.troupe"]));
+        assert!(made_plan.writable_mounts.is_empty());
+        assert_eq!(
+            made_plan.shown,
+            vec![Shown {
+                path: PathBuf::from("/p/.th/spill/s1"),
+                writable: true
+            }]
+        );
+
+        // Without mounts nothing can be hidden.
+        let mut split = made;
+        split.carve = Carve::Split;
+        let split_plan = plan_split(&split);
+        assert!(split_plan.hidden.is_empty() && split_plan.shown.is_empty());
+    }
+
+    fn plan_split(inputs: &PlanInputs<'_>) -> Plan {
+        plan(inputs, |dir: &Path| match dir.to_str() {
+            Some("/p") => paths(&["/p/.troupe", "/p/.th", "/p/src", "/p/.git"]),
+            _ => Vec::new(),
+        })
+        .unwrap()
+    }
+
+    #[test]
+    fn git_configuration_is_read_only_and_its_directory_pinned_inside_writable_roots() {
+        let roots = paths(&["/p", "/data/spill/s1"]);
+        let git = paths(&["/p/.git/config", "/p/.git/hooks", "/other/.git/config"]);
+        let pinned = paths(&["/p/.git", "/other/.git"]);
+        let mut made = inputs(SandboxMode::WorkspaceWrite, &roots, &[], &[], Carve::Mounts);
+        made.git_read_only = &git;
+        made.pinned = &pinned;
+        let made_plan = plan(&made, no_listing).unwrap();
+        assert_eq!(made_plan.pinned, paths(&["/p/.git"]));
+        assert_eq!(
+            made_plan.read_only_mounts,
+            paths(&["/p/.git/config", "/p/.git/hooks"])
+        );
+        assert!(made_plan.needs_namespaces());
+
+        // A split root is not split around them (git writes new files at
+        // the top of `.git`); the caller guards them by content instead.
+        made.carve = Carve::Split;
+        let split_plan = plan_split(&made);
+        assert!(split_plan.pinned.is_empty());
+        assert!(split_plan.read_only_mounts.is_empty());
+        assert!(split_plan.writable.contains(&PathBuf::from("/p")));
+
+        // Read-only mode writes nothing: nothing to carve.
+        let mut read_only = made;
+        read_only.settings.mode = SandboxMode::ReadOnly;
+        read_only.carve = Carve::Mounts;
+        let read_only_plan = plan(&read_only, no_listing).unwrap();
+        assert!(read_only_plan.pinned.is_empty() && read_only_plan.read_only_mounts.is_empty());
     }
 
     #[test]

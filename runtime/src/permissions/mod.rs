@@ -35,6 +35,7 @@ use crate::tools::{PermissionSubject, ToolCategory};
 
 pub(crate) use advice::{AdviceFacts, advice};
 pub use engine::PermissionEngine;
+pub(crate) use protected::ProtectedKind;
 pub use protected::ProtectedPaths;
 pub(crate) use rules::RuleParseError;
 

@@ -117,6 +117,16 @@ impl ProtectedPaths {
             .map(|(place, _)| place.as_path())
     }
 
+    /// The user's configuration directory and the data directory (each as
+    /// given and as resolved): Troupe's private places, which commands do
+    /// not even read where the OS sandbox can hide them.
+    pub fn private_places(&self) -> impl Iterator<Item = (&Path, ProtectedKind)> {
+        self.places
+            .iter()
+            .filter(|(_, kind)| matches!(kind, ProtectedKind::UserConfig | ProtectedKind::DataDir))
+            .map(|(place, kind)| (place.as_path(), *kind))
+    }
+
     /// The directories inside protected places that stay writable.
     pub fn exempt(&self) -> impl Iterator<Item = &Path> {
         self.exempt.iter().map(PathBuf::as_path)

@@ -216,13 +216,8 @@ impl BackgroundTasks {
             let set_aside = shell.group.set_aside_created_protected();
             {
                 let mut state = task.state();
-                for (path, aside) in set_aside {
-                    let note = format!(
-                        "\n[the task created {}, a file Troupe protects; it was moved to {} and \
-                         has no effect]\n",
-                        path.display(),
-                        aside.display()
-                    );
+                for done in set_aside {
+                    let note = format!("\n[{}]\n", done.note("task"));
                     state.output.push(note.as_bytes());
                 }
                 state.output.flush();

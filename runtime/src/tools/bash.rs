@@ -10,7 +10,6 @@
 //! module's.
 
 use std::os::unix::process::ExitStatusExt;
-use std::path::PathBuf;
 use std::time::Duration;
 
 use futures::future::BoxFuture;
@@ -204,7 +203,7 @@ fn render(
     outcome: &DriveOutcome,
     timeout: Duration,
     clamped_from: Option<u64>,
-    set_aside: &[(PathBuf, PathBuf)],
+    set_aside: &[crate::os_sandbox::SetAside],
 ) -> ToolOutput {
     let rendered = collector.render();
     let mut text = rendered.text;
@@ -265,13 +264,7 @@ fn render(
         },
         None => notes.push("exit status unknown".to_string()),
     }
-    for (path, aside) in set_aside {
-        notes.push(format!(
-            "the command created {}, a file Troupe protects; it was moved to {} and has no effect",
-            path.display(),
-            aside.display()
-        ));
-    }
+    notes.extend(set_aside.iter().map(|done| done.note("command")));
     for note in notes {
         text.push('[');
         text.push_str(&note);

@@ -156,8 +156,8 @@ pub struct ProcessGroup {
     /// recycled id can never be hit.
     gone: AtomicBool,
     armed: AtomicBool,
-    /// Protected files the command must not leave behind (see
-    /// [`WatchedFiles`]); set aside when it ends and again when dropped.
+    /// Protected files the command must leave as it found them (see
+    /// [`WatchedFiles`]); put back when it ends and again when dropped.
     watched: WatchedFiles,
 }
 
@@ -185,10 +185,10 @@ impl ProcessGroup {
         self
     }
 
-    /// Sets aside the protected files the command created (they did not
-    /// exist when it started); returns `(path, new path)` of each. Call it
-    /// once the command has ended.
-    pub fn set_aside_created_protected(&self) -> Vec<(PathBuf, PathBuf)> {
+    /// Puts back the protected files the command created, changed or
+    /// removed (see [`WatchedFiles`]); returns what was done to each. Call
+    /// it once the command has ended.
+    pub fn set_aside_created_protected(&self) -> Vec<crate::os_sandbox::SetAside> {
         self.watched.set_aside_created()
     }
 
