@@ -44,7 +44,7 @@ fn context(
         child_env: env.child_env.clone(),
         parent_span: tracing::Span::none(),
         cancel,
-        sandbox: env.os_sandbox.clone(),
+        sandbox: std::sync::Arc::new(env.os_sandbox.for_hooks()),
     }
 }
 

@@ -12,6 +12,7 @@ pub mod compact;
 pub mod config;
 pub mod events;
 pub(crate) mod front_matter;
+pub mod git_command;
 pub mod hooks;
 pub mod llm;
 pub mod mcp;

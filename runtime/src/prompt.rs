@@ -243,19 +243,18 @@ pub(crate) fn load_instructions(
 pub async fn read_git_status(dir: &Path, budget: Duration) -> GitStatus {
     // Without the parallel index preload, git stays on one core and the
     // budget holds even in very large repositories.
-    let child = tokio::process::Command::new("git")
-        .args([
+    let child = crate::git_command::git_command(
+        dir,
+        &[
             "-c",
             "core.preloadIndex=false",
             "status",
             "--short",
             "--branch",
-        ])
-        .current_dir(dir)
-        .stdin(Stdio::null())
-        .stderr(Stdio::null())
-        .kill_on_drop(true)
-        .output();
+        ],
+    )
+    .stderr(Stdio::null())
+    .output();
     let output = match tokio::time::timeout(budget, child).await {
         Err(_) => return GitStatus::TooSlow,
         Ok(Err(_)) => return GitStatus::NotRepository,
@@ -478,16 +477,102 @@ mod tests {
             GitStatus::Status(text) => assert!(text.contains("?? new.txt"), "{text}"),
             other => panic!("{other:?}"),
         }
-        // A git that cannot answer in time: its fsmonitor hook hangs.
-        let hang = std::process::Command::new("git")
-            .args(["config", "core.fsmonitor", "sleep 5; false"])
-            .current_dir(dir.path())
-            .status()
-            .unwrap();
-        assert!(hang.success());
+        // A git that cannot answer in time: a filter driver hangs on a
+        // tracked file whose stat changed.
+        let git = |args: &[&str]| {
+            let status = std::process::Command::new("git")
+                .args(["-c", "user.name=t", "-c", "user.email=t@t"])
+                .args(args)
+                .current_dir(dir.path())
+                .status()
+                .unwrap();
+            assert!(status.success(), "{args:?}");
+        };
+        git(&["add", "new.txt"]);
+        git(&["commit", "-qm", "one"]);
+        std::fs::write(dir.path().join(".gitattributes"), "*.txt filter=slow\n").unwrap();
+        git(&["config", "filter.slow.clean", "sleep 5; cat"]);
+        touch_later(&dir.path().join("new.txt"));
         assert_eq!(
             read_git_status(dir.path(), Duration::from_millis(100)).await,
             GitStatus::TooSlow
         );
+    }
+
+    /// Gives `path` a modification time a few seconds ahead, so git must
+    /// read it again.
+    fn touch_later(path: &Path) {
+        let later = std::time::SystemTime::now() + Duration::from_secs(5);
+        let file = std::fs::File::options().write(true).open(path).unwrap();
+        file.set_modified(later).unwrap();
+    }
+
+    /// Runs `git` in `dir` as a user would, failing the test if it fails.
+    fn user_git(dir: &Path, args: &[&str]) {
+        let status = std::process::Command::new("git")
+            .args(["-c", "user.name=t", "-c", "user.email=t@t"])
+            .args(args)
+            .current_dir(dir)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .unwrap();
+        assert!(status.success(), "git {args:?}");
+    }
+
+    #[tokio::test]
+    async fn git_status_runs_nothing_the_repository_names() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        user_git(root, &["init", "-q"]);
+        std::fs::write(root.join("a.txt"), "a\n").unwrap();
+        user_git(root, &["add", "a.txt"]);
+        user_git(root, &["commit", "-qm", "one"]);
+        let marker = |what: &str| root.join(format!("MARKER-{what}"));
+        let program = |what: &str| format!("touch {}", marker(what).display());
+        let hooks = root.join("evil-hooks");
+        std::fs::create_dir(&hooks).unwrap();
+        for hook in ["post-index-change", "post-checkout", "pre-commit"] {
+            let path = hooks.join(hook);
+            std::fs::write(&path, format!("#!/bin/sh\n{}\n", program("hook"))).unwrap();
+            std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+                .unwrap();
+        }
+        std::fs::write(root.join(".gitattributes"), "*.txt filter=evil diff=evil\n").unwrap();
+        let settings = [
+            ("core.fsmonitor", program("fsmonitor")),
+            ("core.hooksPath", hooks.display().to_string()),
+            ("core.pager", program("pager")),
+            ("diff.external", program("diff")),
+            ("diff.evil.textconv", program("textconv")),
+            ("credential.helper", format!("!{}", program("credential"))),
+            ("core.sshCommand", program("ssh")),
+            ("filter.evil.clean", format!("{}; cat", program("filter"))),
+            ("filter.evil.smudge", format!("{}; cat", program("smudge"))),
+        ];
+        for (key, value) in &settings {
+            user_git(root, &["config", key, value]);
+        }
+        std::fs::write(root.join("b.txt"), "untracked\n").unwrap();
+        touch_later(&root.join("a.txt"));
+        match read_git_status(root, Duration::from_secs(10)).await {
+            GitStatus::Status(text) => assert!(text.contains("?? b.txt"), "{text}"),
+            other => panic!("{other:?}"),
+        }
+        let ran: Vec<String> = std::fs::read_dir(root)
+            .unwrap()
+            .flatten()
+            .map(|entry| entry.file_name().to_string_lossy().into_owned())
+            .filter(|name| name.starts_with("MARKER"))
+            .collect();
+        // A filter driver cannot be turned off by name: it runs, but
+        // confined it can change nothing.
+        let confined = crate::os_sandbox::KernelSupport::probe().landlock_abi > 0;
+        let expected: &[&str] = if confined { &[] } else { &["MARKER-filter"] };
+        assert_eq!(ran, expected);
+        // The same repository, as a user's own git sees it, does run them:
+        // the test's settings are live.
+        user_git(root, &["status", "--short"]);
+        assert!(marker("fsmonitor").exists());
     }
 }

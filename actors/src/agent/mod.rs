@@ -530,7 +530,7 @@ fn run_hooks(
         child_env: env.child_env.clone(),
         parent_span: request.span,
         cancel: request.cancel,
-        sandbox: env.os_sandbox.clone(),
+        sandbox: Arc::new(env.os_sandbox.for_hooks()),
     };
     tokio::spawn(async move {
         let verdict = troupe_runtime::hooks::fire(

@@ -111,6 +111,8 @@ pub struct CommandSandbox {
     support: KernelSupport,
     /// `None` for mode `off`.
     plan: Option<Plan>,
+    /// The plan of hooks (see [`CommandSandbox::for_hooks`]).
+    hooks_plan: Option<Plan>,
     temp_dir: Option<PathBuf>,
     /// What the plan was made from, to make it again for each command when
     /// it depends on a directory listing ([`Carve::Split`]).
@@ -155,6 +157,7 @@ impl CommandSandbox {
                 namespaces: None,
             },
             plan: None,
+            hooks_plan: None,
             temp_dir: None,
             inputs: OwnedInputs::default(),
         }
@@ -230,10 +233,16 @@ impl CommandSandbox {
             settings,
             support,
             plan: None,
+            hooks_plan: None,
             temp_dir: None,
             inputs,
         };
         sandbox.plan = sandbox.make_plan();
+        if !sandbox.inputs.config_dirs.is_empty() {
+            sandbox.inputs.show_user_config = true;
+            sandbox.hooks_plan = sandbox.make_plan();
+            sandbox.inputs.show_user_config = false;
+        }
         sandbox.temp_dir = sandbox.plan.as_ref().map(|_| temp_dir);
         sandbox
     }
@@ -272,8 +281,10 @@ impl CommandSandbox {
     /// commands and may live there.
     pub fn for_hooks(&self) -> Self {
         let mut sandbox = self.clone();
-        sandbox.inputs.show_user_config = true;
-        sandbox.plan = sandbox.make_plan();
+        if !self.inputs.config_dirs.is_empty() {
+            sandbox.inputs.show_user_config = true;
+            sandbox.plan = self.hooks_plan.clone();
+        }
         sandbox
     }
 
@@ -465,6 +476,29 @@ impl CommandSandbox {
         }
         out
     }
+}
+
+/// Confines `command` read-only: it may write only the harmless devices,
+/// and neither connect nor bind TCP sockets, through Landlock alone (no
+/// namespace is made, so it costs next to nothing). Nothing is done where
+/// the kernel offers no Landlock.
+pub fn confine_read_only(command: &mut tokio::process::Command) -> Result<(), ApplyError> {
+    let support = KernelSupport::probe();
+    if support.landlock_abi == 0 {
+        return Ok(());
+    }
+    let plan = Plan {
+        devices: plan::DEVICES.iter().map(PathBuf::from).collect(),
+        network: false,
+        ..Plan::default()
+    };
+    let prepared = apply::prepare(&plan, true, None)?;
+    // SAFETY: `enter` only makes async-signal-safe system calls on memory
+    // prepared before the fork (see `apply`).
+    unsafe {
+        command.pre_exec(move || apply::enter(&prepared));
+    }
+    Ok(())
 }
 
 /// The entries of `dir`, sorted; empty when it cannot be read.

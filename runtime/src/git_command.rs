@@ -1,0 +1,61 @@
+//! How Troupe runs git itself (the git status of the prompt's environment,
+//! and any later use): never as the repository would have it.
+//!
+//! A repository's configuration can name programs that git runs on its own
+//! (`core.fsmonitor`, hooks through `core.hooksPath`, a pager, an external
+//! diff, credential helpers, filter drivers), and a command the model ran
+//! may have written that configuration. So [`git_command`] starts git with
+//! every such setting turned off on its command line (which wins over every
+//! configuration file, and reaches the git processes it starts through
+//! `GIT_CONFIG_PARAMETERS`), without the system configuration, without
+//! optional locks, with no network transport, and confined by the kernel
+//! with writes and TCP refused where the kernel offers Landlock: a filter
+//! driver, which no setting can switch off by name, runs but can change
+//! nothing. The user's own global configuration still applies (it lies
+//! outside every writable root).
+
+use std::path::Path;
+
+/// The `-c` settings Troupe's own git runs with: nothing the repository
+/// names runs, nothing widens where git works.
+pub const GIT_OVERRIDES: [&str; 8] = [
+    "core.fsmonitor=false",
+    "core.hooksPath=/dev/null",
+    "core.pager=cat",
+    "diff.external=",
+    "credential.helper=",
+    "core.sshCommand=false",
+    "protocol.allow=never",
+    "core.untrackedCache=false",
+];
+
+/// Environment of Troupe's own git: no system configuration, no prompts,
+/// no optional locks (a read-only git never writes the index).
+pub const GIT_ENV: [(&str, &str); 4] = [
+    ("GIT_CONFIG_NOSYSTEM", "1"),
+    ("GIT_TERMINAL_PROMPT", "0"),
+    ("GIT_OPTIONAL_LOCKS", "0"),
+    ("GIT_ASKPASS", "false"),
+];
+
+/// `git ARGS…` in `dir`, as Troupe runs git itself: the overrides, the
+/// environment above, stdin from /dev/null, killed when dropped, and
+/// confined read-only without network where the kernel allows (a command
+/// that cannot be confined runs with the overrides alone, and says so in
+/// the log).
+pub fn git_command(dir: &Path, args: &[&str]) -> tokio::process::Command {
+    let mut command = tokio::process::Command::new("git");
+    for setting in GIT_OVERRIDES {
+        command.arg("-c").arg(setting);
+    }
+    command
+        .args(args)
+        .current_dir(dir)
+        .envs(GIT_ENV)
+        .stdin(std::process::Stdio::null())
+        .kill_on_drop(true);
+    if let Err(err) = crate::os_sandbox::confine_read_only(&mut command) {
+        tracing::warn!(%err, "git runs unconfined");
+    }
+    command
+}
