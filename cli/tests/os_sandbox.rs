@@ -401,3 +401,119 @@ async fn sandbox_status_says_what_is_enforced() {
     assert!(stdout.contains("commands run unconfined"), "{stdout}");
     assert_eq!(output.status.code(), Some(0), "{}", describe(&output));
 }
+
+/// `git ARGS` in `dir` as the user runs it, outside Troupe.
+fn user_git(dir: &Path, args: &[&str]) {
+    let status = Command::new("git")
+        .args(["-c", "user.name=t", "-c", "user.email=t@t"])
+        .args(args)
+        .current_dir(dir)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .unwrap();
+    assert!(status.success(), "git {args:?}");
+}
+
+#[tokio::test]
+async fn a_commands_git_configuration_never_runs_outside_the_sandbox() {
+    let setup = Setup::new("");
+    let root = setup.env.root().to_path_buf();
+    user_git(&root, &["init", "-q"]);
+    std::fs::write(root.join("tracked.txt"), "x\n").unwrap();
+    user_git(&root, &["add", "tracked.txt"]);
+    user_git(&root, &["commit", "-qm", "first"]);
+    let config_before = std::fs::read_to_string(root.join(".git/config")).unwrap();
+    let marker = setup.outside().join("MARKER");
+    let payload = format!("touch {}", marker.display());
+
+    // A command tries every way into git's configuration it can spell
+    // (through variables, so that only the sandbox stands in the way).
+    if landlock() {
+        let attempt = format!(
+            "g=.git; k=core.fsmonitor; git config \"$k\" '{payload}'; \
+             printf '[core]\\n\\tfsmonitor = {payload}\\n' >> \"$g/config\"; \
+             python3 -c \"open('$g/hooks/post-index-change', 'w').write('#!/bin/sh\\n{payload}\\n')\"; \
+             ln \"$g/config\" linked-config && echo '[core] hooksPath = /tmp' >> linked-config; \
+             echo {MARKER}"
+        );
+        let results = setup.run(&[bash(&attempt)], false).await;
+        assert!(
+            results[0].contains(MARKER),
+            "the command ran: {}",
+            results[0]
+        );
+        assert_eq!(
+            std::fs::read_to_string(root.join(".git/config")).unwrap(),
+            config_before,
+            "{}",
+            results[0]
+        );
+        assert!(!root.join(".git/hooks/post-index-change").exists());
+    }
+
+    // Changed by other means: the next run's start reads git status, and
+    // runs nothing the configuration names.
+    // (A start waits for git status only briefly, and this machine may be
+    // busy: runs repeat until one start collected it.)
+    user_git(&root, &["config", "core.fsmonitor", &payload]);
+    std::fs::write(root.join("untracked.txt"), "y\n").unwrap();
+    let mut collected = false;
+    for _ in 0..30 {
+        let server = ScriptedServer::start(Script::new().then(text("done")))
+            .await
+            .unwrap();
+        let mut command = setup.env.command(Some(&server));
+        command.args(["run", "--json", "look"]);
+        let output = run(command).await;
+        assert_eq!(output.status.code(), Some(0), "{}", describe(&output));
+        assert!(!marker.exists(), "the configured program ran");
+        if server.requests()[0]
+            .system_text()
+            .contains("?? untracked.txt")
+        {
+            collected = true;
+            break;
+        }
+    }
+    assert!(collected, "no run's start collected git status");
+    // The configuration is live: a user's own git runs it.
+    user_git(&root, &["status", "--short"]);
+    assert!(marker.exists());
+}
+
+#[tokio::test]
+async fn troupes_data_and_configuration_directories_are_hidden_from_commands() {
+    if !landlock() {
+        return;
+    }
+    let setup = Setup::new("");
+    let data = setup.env.data_dir();
+    let config = setup.env.home.path().join("config/troupe");
+    std::fs::create_dir_all(&data).unwrap();
+    std::fs::write(data.join("daemon.token"), "secret-token-value").unwrap();
+    std::fs::create_dir_all(config.join("skills/tool")).unwrap();
+    std::fs::write(config.join("skills/tool/helper.sh"), "echo helper-ran").unwrap();
+    let read = format!(
+        "d='{data}'; c='{config}'; cat \"$d/daemon.token\"; ls \"$d\"; grep -r . \"$c/config.toml\"; \
+         sh \"$c/skills/tool/helper.sh\"; echo spilled > \"$TMPDIR/t\" && cat \"$TMPDIR/t\"; echo {MARKER}",
+        data = data.display(),
+        config = config.display(),
+    );
+    let results = setup.run(&[bash(&read)], false).await;
+    let result = &results[0];
+    assert!(result.contains(MARKER), "the command ran: {result}");
+    assert!(
+        result.contains("helper-ran"),
+        "skills stay readable: {result}"
+    );
+    assert!(
+        result.contains("spilled"),
+        "the temporary directory works: {result}"
+    );
+    let mounts = troupe_runtime::os_sandbox::KernelSupport::probe()
+        .namespaces
+        .is_some();
+    assert_eq!(!result.contains("secret-token-value"), mounts, "{result}");
+    assert_eq!(!result.contains("allow = "), mounts, "{result}");
+}
