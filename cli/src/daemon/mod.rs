@@ -18,6 +18,7 @@ pub(crate) mod guard;
 pub(crate) mod home;
 pub(crate) mod idle;
 pub(crate) mod mcp_hubs;
+pub(crate) mod peer;
 pub(crate) mod spawn;
 
 use std::net::SocketAddr;

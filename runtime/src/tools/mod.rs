@@ -201,6 +201,7 @@ pub(crate) mod bash;
 pub(crate) mod edit_file;
 pub(crate) mod files;
 pub(crate) mod glob;
+pub mod lineage;
 pub mod grep;
 pub mod output;
 pub mod process;

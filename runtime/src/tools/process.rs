@@ -453,7 +453,8 @@ pub(crate) fn spawn_bash(
     command
         .current_dir(cwd)
         .env_clear()
-        .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())));
+        .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+        .env(super::lineage::COMMAND_VAR, std::process::id().to_string());
     stdio(&mut command);
     spawn_in_tree(&mut command, tree, self_join.is_none(), sandbox)
 }

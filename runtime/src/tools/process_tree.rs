@@ -45,7 +45,7 @@ use super::process::parse_proc_stat;
 pub(crate) const TAG_VAR: &str = "TROUPE_PROCESS_TAG";
 
 /// Prefix of the cgroups this process creates below its own.
-const CGROUP_PREFIX: &str = "troupe";
+pub(crate) const CGROUP_PREFIX: &str = "troupe";
 
 /// How long removing an emptied cgroup waits for the kernel to finish the
 /// killed processes off.
