@@ -6,7 +6,11 @@
 //! directory's `daemon.json` names a live daemon; its token is read from
 //! `TROUPE_TOKEN` or the data directory's `daemon.token`. A `daemon.json`
 //! whose process is gone (or is no longer a daemon) is ignored, and a run
-//! starts a daemon on demand ([`spawn`]).
+//! starts a daemon on demand ([`spawn`]). The daemon of the data directory
+//! is reached through its Unix socket, where the kernel tells it who is
+//! asking (it lets only the owner's processes, never a run's commands,
+//! start runs or answer approvals); a daemon named by `TROUPE_ADDR` alone
+//! over TCP.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -63,6 +67,9 @@ pub(crate) struct DaemonClient {
     base: String,
     token: String,
     http: reqwest::Client,
+    /// The socket's directory, held open while its address goes through
+    /// it (see `home::socket_address`).
+    _socket_dir: Option<Arc<std::os::fd::OwnedFd>>,
 }
 
 /// What `POST /v1/runs` answered.
@@ -81,11 +88,16 @@ impl DaemonClient {
     /// `daemon.json` naming a live process. Errors: a daemon is named but
     /// there is no token to talk to it with.
     pub(crate) fn locate(locations: &Locations) -> Result<Option<Self>, ClientError> {
-        let addr = match std::env::var(ADDR_VAR).ok().filter(|addr| !addr.is_empty()) {
-            Some(addr) => addr,
-            None => match home::read_state(&locations.data_dir) {
-                Some(state) if home::daemon_alive(&state) => state.addr,
-                _ => return Ok(None),
+        let state = home::read_state(&locations.data_dir).filter(home::daemon_alive);
+        let (addr, socket) = match std::env::var(ADDR_VAR).ok().filter(|addr| !addr.is_empty()) {
+            // The data directory's own daemon, named: its socket still.
+            Some(addr) => match state {
+                Some(state) if state.addr == addr => (addr, state.socket),
+                _ => (addr, None),
+            },
+            None => match state {
+                Some(state) => (state.addr, state.socket),
+                None => return Ok(None),
             },
         };
         let token = std::env::var(TOKEN_VAR)
@@ -100,7 +112,7 @@ impl DaemonClient {
                 ),
                 code: EXIT_RUNTIME,
             })?;
-        Self::new(&addr, token).map(Some)
+        Self::connect(&addr, socket.as_deref(), token).map(Some)
     }
 
     /// The daemon for `locations`: the running one, or one started now
@@ -148,21 +160,34 @@ impl DaemonClient {
         }
     }
 
-    /// A client of the daemon at `addr` (`host:port`) with `token`.
-    pub(crate) fn new(addr: &str, token: String) -> Result<Self, ClientError> {
+    /// A client of the daemon at `addr` (`host:port`) with `token`, through
+    /// its Unix socket when `socket` names one (the requests still name
+    /// `addr` as their host).
+    pub(crate) fn connect(
+        addr: &str,
+        socket: Option<&std::path::Path>,
+        token: String,
+    ) -> Result<Self, ClientError> {
         troupe_runtime::llm::http::install_crypto_provider();
-        let http = reqwest::Client::builder()
+        let failed = |err: &dyn std::fmt::Display| ClientError {
+            message: format!("cannot set up the daemon client: {err}"),
+            code: EXIT_RUNTIME,
+        };
+        let mut builder = reqwest::Client::builder()
             .connect_timeout(Duration::from_secs(5))
-            .tls_certs_only(Vec::new())
-            .build()
-            .map_err(|err| ClientError {
-                message: format!("cannot set up the daemon client: {err}"),
-                code: EXIT_RUNTIME,
-            })?;
+            .tls_certs_only(Vec::new());
+        let mut socket_dir = None;
+        if let Some(socket) = socket {
+            let (address, dir) = home::socket_address(socket).map_err(|err| failed(&err))?;
+            builder = builder.unix_socket(address);
+            socket_dir = dir.map(Arc::new);
+        }
+        let http = builder.build().map_err(|err| failed(&err))?;
         Ok(Self {
             base: format!("http://{addr}"),
             token,
             http,
+            _socket_dir: socket_dir,
         })
     }
 

@@ -1,6 +1,8 @@
 //! The daemon's files in the data directory: `daemon.token` (the bearer
-//! token, created once with mode 0600) and `daemon.json` (`{addr, pid}`
-//! while a daemon runs, removed when it exits).
+//! token, created once with mode 0600), `daemon.json` (`{addr, pid,
+//! socket}` while a daemon runs, removed when it exits) and `daemon.sock`,
+//! the Unix socket local clients use (see [`socket_address`] for paths too
+//! long for a socket address).
 
 use std::io::Write;
 use std::os::unix::fs::OpenOptionsExt;
@@ -13,6 +15,8 @@ use troupe_runtime::tools::process::process_is_alive;
 pub(crate) const TOKEN_FILE: &str = "daemon.token";
 /// File name of the running daemon's state.
 pub(crate) const STATE_FILE: &str = "daemon.json";
+/// File name of the daemon's Unix socket.
+pub(crate) const SOCKET_FILE: &str = "daemon.sock";
 
 /// What a running daemon writes about itself.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -21,6 +25,39 @@ pub(crate) struct DaemonState {
     pub addr: String,
     /// Its process id.
     pub pid: u32,
+    /// Its Unix socket, when it has one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub socket: Option<PathBuf>,
+}
+
+/// Longest socket path used as it is; a longer one (a socket address holds
+/// 107 bytes) is reached through the directory's descriptor.
+const MAX_SOCKET_PATH: usize = 100;
+
+/// An address for the Unix socket at `path`: the path itself, or, when it is
+/// too long for a socket address, `/proc/self/fd/N/NAME` through a
+/// descriptor of its directory, which the caller keeps open as long as it
+/// binds or connects.
+pub(crate) fn socket_address(
+    path: &Path,
+) -> std::io::Result<(PathBuf, Option<std::os::fd::OwnedFd>)> {
+    if path.as_os_str().len() <= MAX_SOCKET_PATH {
+        return Ok((path.to_path_buf(), None));
+    }
+    let (Some(dir), Some(name)) = (path.parent(), path.file_name()) else {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            "a socket path needs a directory and a name",
+        ));
+    };
+    let dir = std::fs::File::open(dir)?;
+    let fd = std::os::fd::OwnedFd::from(dir);
+    let address = PathBuf::from(format!(
+        "/proc/self/fd/{}",
+        std::os::fd::AsRawFd::as_raw_fd(&fd)
+    ))
+    .join(name);
+    Ok((address, Some(fd)))
 }
 
 /// The token of the daemon of `data_dir`: read, or generated (32 random
@@ -136,6 +173,7 @@ mod tests {
         let mine = DaemonState {
             addr: "127.0.0.1:1".into(),
             pid: std::process::id(),
+            socket: Some(dir.path().join(SOCKET_FILE)),
         };
         write_state(dir.path(), &mine).unwrap();
         assert_eq!(read_state(dir.path()), Some(mine));
@@ -144,6 +182,7 @@ mod tests {
         let other = DaemonState {
             addr: "127.0.0.1:2".into(),
             pid: u32::MAX - 1,
+            socket: None,
         };
         write_state(dir.path(), &other).unwrap();
         remove_state(dir.path());
@@ -158,10 +197,31 @@ mod tests {
         let reused = DaemonState {
             addr: "127.0.0.1:3".into(),
             pid: sleeper.id(),
+            socket: None,
         };
         assert!(process_is_alive(reused.pid));
         assert!(!daemon_alive(&reused));
         sleeper.kill().unwrap();
         sleeper.wait().unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_socket_path_too_long_for_an_address_is_reached_through_its_directory() {
+        let base = tempfile::tempdir().unwrap();
+        let deep = base.path().join("d".repeat(60)).join("e".repeat(60));
+        std::fs::create_dir_all(&deep).unwrap();
+        let path = deep.join(SOCKET_FILE);
+        let (address, dir) = socket_address(&path).unwrap();
+        assert!(dir.is_some());
+        assert!(address.as_os_str().len() < 100, "{}", address.display());
+        let listener = tokio::net::UnixListener::bind(&address).unwrap();
+        assert!(path.exists());
+        let (client_address, _client_dir) = socket_address(&path).unwrap();
+        let connect = tokio::net::UnixStream::connect(&client_address);
+        let (accepted, connected) = tokio::join!(listener.accept(), connect);
+        accepted.unwrap();
+        connected.unwrap();
+        let short = base.path().join(SOCKET_FILE);
+        assert_eq!(socket_address(&short).unwrap().0, short);
     }
 }

@@ -132,6 +132,7 @@ async fn run_daemon(options: ServeOptions) -> Result<(), String> {
         &DaemonState {
             addr: bound.to_string(),
             pid: std::process::id(),
+            socket: None,
         },
     )
     .map_err(|err| {
