@@ -27,3 +27,4 @@ pub mod skills;
 pub mod store;
 pub mod telemetry;
 pub mod tools;
+pub(crate) mod untrusted;
