@@ -344,7 +344,7 @@ async fn run_json(
 ) -> (std::process::Output, String) {
     let mut command = secrets.command(env, Some(server));
     command
-        .env("TROUPE_LOG", "debug")
+        .env("TROUPE_LOG", "trace")
         .args(["run", "--json", prompt]);
     let output = run(command).await;
     assert_eq!(output.status.code(), Some(0), "{}", describe(&output));
@@ -369,7 +369,7 @@ async fn mcp_list(secrets: &Secrets, env: &Env) -> Vec<std::process::Output> {
     let mut outputs = Vec::new();
     for json in [false, true] {
         let mut command = secrets.command(env, None);
-        command.env("TROUPE_LOG", "debug").args(["mcp", "list"]);
+        command.env("TROUPE_LOG", "trace").args(["mcp", "list"]);
         if json {
             command.arg("--json");
         }
