@@ -82,14 +82,16 @@ enum Command {
         #[arg(long)]
         reason: Option<String>,
     },
-    /// Trust a project: its .troupe/config.toml then applies in full.
+    /// Trust a project: its .troupe/config.toml, .mcp.json, role files and
+    /// skills then apply in full.
     ///
-    /// Until a project is trusted, the settings of its .troupe/config.toml
-    /// that widen what runs unasked or where data goes are ignored (a mode of
-    /// accept-edits or bypass, allow rules, extra_roots, env_allowlist,
-    /// providers that set base_url or api_key_env, stdio MCP servers), with
-    /// one notice per run; settings that only restrict (deny, ask) always
-    /// apply. Review the file before trusting it.
+    /// Until a project is trusted, what its files ask for that widens what
+    /// runs unasked or where data goes is ignored (a mode of accept-edits or
+    /// bypass, allow rules, extra_roots, env_allowlist, providers that set
+    /// base_url or api_key_env, hooks, every MCP server of .troupe/config.toml
+    /// and .mcp.json), and so are its role files and skills, with one notice
+    /// per run; settings that only restrict (deny, ask) always apply. Review
+    /// the files before trusting it.
     Trust {
         /// A directory of the project (default: the current one); its project
         /// root is trusted.

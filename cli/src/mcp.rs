@@ -57,14 +57,16 @@ pub(crate) async fn start_servers(
 }
 
 /// The servers `config` names for `project_root`, resolved with the
-/// variables of `locations`, and the warnings to show.
+/// variables of `locations` (never a provider key variable of `config`), and
+/// the warnings to show.
 pub(crate) fn server_specs(
     config: &Config,
     locations: &Locations,
     project_root: &Path,
 ) -> (Vec<McpServerSpec>, Vec<String>) {
     let env = |name: &str| locations.var(name);
-    resolve_servers(&config.mcp_servers, &env, project_root)
+    let key_vars = troupe_runtime::secrets::config_key_names(config);
+    resolve_servers(&config.mcp_servers, &env, project_root, &key_vars)
 }
 
 /// The environment stdio servers started for `locations` inherit: the
@@ -116,13 +118,17 @@ async fn list(json: bool, cwd: Option<std::path::PathBuf>) -> u8 {
         cwd,
         ..RunOptions::default()
     };
-    let (config, project_root) = match configured_with_root(&locations, &options) {
-        Ok(found) => found,
+    let project = match configured_with_root(&locations, &options) {
+        Ok(project) => project,
         Err(err) => {
             eprintln!("troupe: {err}");
             return err.code;
         }
     };
+    if let Some(notice) = project.notice() {
+        eprintln!("troupe: {}", crate::sanitize::for_terminal(&notice));
+    }
+    let (config, project_root) = (project.config, project.root);
     let (hub, warnings) = start_servers(&config, &locations, &project_root).await;
     for warning in &warnings {
         eprintln!("troupe: {}", crate::sanitize::for_terminal(warning));
@@ -207,13 +213,16 @@ fn status_text(status: &ServerStatus) -> String {
 /// `options`' directory: each started, waited for until ready or failed,
 /// shown (state, tools, last error) and shut down. The chat's `/mcp`.
 pub(crate) async fn servers_text(locations: &Locations, options: &RunOptions) -> String {
-    let (config, project_root) = match configured_with_root(locations, options) {
-        Ok(found) => found,
+    let project = match configured_with_root(locations, options) {
+        Ok(project) => project,
         Err(err) => return err.message,
     };
+    let notice = project.notice();
+    let (config, project_root) = (project.config, project.root);
     let (hub, warnings) = start_servers(&config, locations, &project_root).await;
-    let mut text: String = warnings
+    let mut text: String = notice
         .iter()
+        .chain(&warnings)
         .map(|warning| format!("troupe: {warning}\n"))
         .collect();
     match hub {

@@ -47,7 +47,7 @@ pub(crate) fn sandbox(command: SandboxCommand) -> u8 {
         ..RunOptions::default()
     };
     let (config, root) = match configured_with_root(&locations, &options) {
-        Ok(found) => found,
+        Ok(project) => (project.config, project.root),
         Err(err) => {
             eprintln!("troupe: {err}");
             return err.code;

@@ -258,6 +258,72 @@ impl Prepared {
     }
 }
 
+/// The configuration of the project a directory belongs to, as far as the
+/// project's trust lets it apply.
+#[derive(Debug, Clone)]
+pub(crate) struct ProjectConfig {
+    /// The merged configuration (an untrusted project's widening settings
+    /// left out).
+    pub config: Config,
+    /// The project root.
+    pub root: PathBuf,
+    /// Whether the person trusts the project.
+    pub trusted: bool,
+    /// What of the project waits for trust: settings of its files, its role
+    /// files and its skills. Empty when it is trusted.
+    pub ignored: Vec<String>,
+}
+
+impl ProjectConfig {
+    /// The project root whose own role files and skills apply: none for a
+    /// project that is not trusted.
+    pub(crate) fn own_files(&self) -> Option<&Path> {
+        self.trusted.then_some(self.root.as_path())
+    }
+
+    /// The one notice naming what was left out, when something was.
+    pub(crate) fn notice(&self) -> Option<String> {
+        (!self.ignored.is_empty()).then(|| untrusted_notice(&self.root, &self.ignored))
+    }
+}
+
+/// The project's role files and skills, named as the untrusted notice names
+/// them.
+fn own_files_left_out(root: &Path) -> Vec<String> {
+    let roles = RoleSet::project_role_names(root)
+        .into_iter()
+        .map(|name| format!("role {name} (.troupe/agents)"));
+    let skills = SkillSet::project_skill_names(root)
+        .into_iter()
+        .map(|name| format!("skill {name} (.troupe/skills)"));
+    roles.chain(skills).collect()
+}
+
+/// Reads the configuration of the project holding `cwd`, as far as its
+/// trust lets it apply.
+fn load_project(locations: &Locations, cwd: &Path) -> Result<ProjectConfig, SetupError> {
+    let sources = locations.config_sources(cwd);
+    let root = sources
+        .project_root
+        .clone()
+        .unwrap_or_else(|| cwd.to_path_buf());
+    let trusted = TrustStore::new(&locations.data_dir)
+        .is_trusted(&root)
+        .map_err(|err| SetupError::usage(format!("cannot read the trusted projects: {err}")))?;
+    let loaded = load_config_with_trust(&sources, trusted)
+        .map_err(|err| SetupError::usage(err.to_string()))?;
+    let mut ignored = loaded.ignored;
+    if !trusted {
+        ignored.extend(own_files_left_out(&root));
+    }
+    Ok(ProjectConfig {
+        config: loaded.config,
+        root,
+        trusted,
+        ignored,
+    })
+}
+
 /// What configuration says for the directory `options` names, without
 /// preparing a run: what the chat's `/mode`, `/model`, `/cost`, `/tools` and
 /// `/agents` show.
@@ -270,6 +336,16 @@ pub(crate) struct Configured {
     pub roles: RoleSet,
     /// The project root runs would use.
     pub project_root: PathBuf,
+    /// Whether the project is trusted (its own role files and skills apply).
+    pub trusted: bool,
+}
+
+impl Configured {
+    /// The project root whose own role files and skills apply: none for a
+    /// project that is not trusted.
+    pub(crate) fn own_files(&self) -> Option<&Path> {
+        self.trusted.then_some(self.project_root.as_path())
+    }
 }
 
 /// Reads configuration as a run with `options` would, from this process's
@@ -279,86 +355,58 @@ pub(crate) fn configured(
     options: &RunOptions,
 ) -> Result<Configured, SetupError> {
     let cwd = working_directory(locations, options.cwd.as_deref())?;
-    let sources = locations.config_sources(&cwd);
-    let project_root = sources.project_root.clone().unwrap_or(cwd);
-    let trusted = TrustStore::new(&locations.data_dir)
-        .is_trusted(&project_root)
-        .map_err(|err| SetupError::usage(format!("cannot read the trusted projects: {err}")))?;
-    let config = load_config_with_trust(&sources, trusted)
-        .map_err(|err| SetupError::usage(err.to_string()))?
-        .config;
+    let project = load_project(locations, &cwd)?;
     let env = |name: &str| locations.var(name);
-    let provider = resolve_provider(&config, options.provider.as_deref(), &env)
+    let provider = resolve_provider(&project.config, options.provider.as_deref(), &env)
         .map(|resolved| match &options.model {
             Some(model) => resolved.with_model(model.clone()),
             None => resolved,
         })
         .map_err(|err| err.to_string());
-    let (roles, _) = RoleSet::load(locations.config_dir.as_deref(), &project_root);
+    let (roles, _) = RoleSet::load(locations.config_dir.as_deref(), project.own_files());
     Ok(Configured {
-        config,
         provider,
         roles,
-        project_root,
+        trusted: project.trusted,
+        config: project.config,
+        project_root: project.root,
     })
 }
 
-/// A project whose configuration asks for settings that need the person's
-/// trust before they apply.
+/// A project whose files ask for settings, servers, roles or skills that
+/// need the person's trust before they apply.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct TrustQuestion {
     /// The project root (what `troupe trust` records).
     pub root: PathBuf,
-    /// Its configuration file.
-    pub file: PathBuf,
-    /// The settings ignored until it is trusted.
+    /// What is ignored until it is trusted.
     pub ignored: Vec<String>,
 }
 
-/// The trust question for the project `options` names, if its configuration
-/// has settings that apply only once it is trusted and it is not trusted yet.
+/// The trust question for the project `options` names, if it is not trusted
+/// and its files ask for something that applies only once it is.
 pub(crate) fn trust_question(
     locations: &Locations,
     options: &RunOptions,
 ) -> Result<Option<TrustQuestion>, SetupError> {
     let cwd = working_directory(locations, options.cwd.as_deref())?;
-    let sources = locations.config_sources(&cwd);
-    let root = sources.project_root.clone().unwrap_or(cwd);
-    let store = TrustStore::new(&locations.data_dir);
-    let trusted = store
-        .is_trusted(&root)
-        .map_err(|err| SetupError::usage(format!("cannot read the trusted projects: {err}")))?;
-    if trusted {
-        return Ok(None);
-    }
-    let loaded = load_config_with_trust(&sources, false)
-        .map_err(|err| SetupError::usage(err.to_string()))?;
-    Ok(sources
-        .project_file()
-        .filter(|_| !loaded.ignored.is_empty())
-        .map(|file| TrustQuestion {
-            root,
-            file,
-            ignored: loaded.ignored,
-        }))
+    let project = load_project(locations, &cwd)?;
+    Ok(
+        (!project.trusted && !project.ignored.is_empty()).then_some(TrustQuestion {
+            root: project.root,
+            ignored: project.ignored,
+        }),
+    )
 }
 
-/// The merged configuration for the directory `options` names, and its
-/// project root (what `troupe mcp list` starts servers from).
+/// The configuration of the project of the directory `options` names (what
+/// `troupe mcp list` starts servers from).
 pub(crate) fn configured_with_root(
     locations: &Locations,
     options: &RunOptions,
-) -> Result<(Config, PathBuf), SetupError> {
+) -> Result<ProjectConfig, SetupError> {
     let cwd = working_directory(locations, options.cwd.as_deref())?;
-    let sources = locations.config_sources(&cwd);
-    let root = sources.project_root.clone().unwrap_or(cwd);
-    let trusted = TrustStore::new(&locations.data_dir)
-        .is_trusted(&root)
-        .map_err(|err| SetupError::usage(format!("cannot read the trusted projects: {err}")))?;
-    let config = load_config_with_trust(&sources, trusted)
-        .map_err(|err| SetupError::usage(err.to_string()))?
-        .config;
-    Ok((config, root))
+    load_project(locations, &cwd)
 }
 
 /// Where a run's MCP servers come from.
@@ -426,19 +474,14 @@ pub(crate) async fn prepare_with(
             cwd
         }
     };
-    let sources = locations.config_sources(&cwd);
-    let project_root = sources.project_root.clone().unwrap_or_else(|| cwd.clone());
-    let trusted = TrustStore::new(&locations.data_dir)
-        .is_trusted(&project_root)
-        .map_err(|err| SetupError::usage(format!("cannot read the trusted projects: {err}")))?;
-    let loaded = load_config_with_trust(&sources, trusted)
-        .map_err(|err| SetupError::usage(err.to_string()))?;
-    if !loaded.ignored.is_empty()
-        && let Some(file) = sources.project_file()
-    {
-        warnings.push(untrusted_notice(&file, &project_root, &loaded.ignored));
-    }
-    let config = loaded.config;
+    let project = load_project(locations, &cwd)?;
+    warnings.extend(project.notice());
+    let own_files = project.own_files().map(Path::to_path_buf);
+    let ProjectConfig {
+        config,
+        root: project_root,
+        ..
+    } = project;
     // MCP servers connect while the rest is set up; the run waits for them
     // at most their grace period, at the end of `assemble`.
     let (mcp, mcp_warnings) = match servers {
@@ -471,6 +514,7 @@ pub(crate) async fn prepare_with(
     let git_status = git_status.await.unwrap_or(GitStatus::TooSlow);
     let place = Place {
         project_root: &project_root,
+        own_files: own_files.as_deref(),
         locations,
         store: store.clone(),
         mcp,
@@ -485,6 +529,9 @@ pub(crate) async fn prepare_with(
 struct Place<'a> {
     /// The project root.
     project_root: &'a Path,
+    /// The project root whose role files and skills apply (none when the
+    /// project is not trusted).
+    own_files: Option<&'a Path>,
     /// The data and configuration directories.
     locations: &'a Locations,
     /// The session store.
@@ -542,6 +589,7 @@ async fn assemble(
 ) -> Result<Prepared, SetupError> {
     let Place {
         project_root,
+        own_files,
         locations,
         store,
         mcp,
@@ -580,20 +628,13 @@ async fn assemble(
     );
     let memory = session_memory(&store, &session, project_root);
     system.stable = with_memory(system.stable, memory.as_deref());
-    let (skills, skill_warnings) = SkillSet::load(config_dir.as_deref(), project_root);
+    let (skills, skill_warnings) = SkillSet::load(config_dir.as_deref(), own_files);
     system.stable = with_skill_catalogue(system.stable, &skills);
-    let started_withheld = troupe_runtime::secrets::withheld_names();
-    let withheld = troupe_runtime::secrets::key_names(
-        config
-            .providers
-            .values()
-            .filter_map(|provider| provider.api_key_env.as_deref())
-            .chain(started_withheld.iter().map(String::as_str)),
-    );
+    let withheld = troupe_runtime::secrets::config_key_names(config);
     let child_env = child_environment_withholding(&config.tools.env_allowlist, &withheld, |name| {
         locations.var(name)
     });
-    let (roles, role_warnings) = RoleSet::load(config_dir.as_deref(), project_root);
+    let (roles, role_warnings) = RoleSet::load(config_dir.as_deref(), own_files);
     let mut warnings: Vec<String> = role_warnings
         .iter()
         .map(|warning| format!("role ignored: {warning}"))

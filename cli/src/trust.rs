@@ -1,7 +1,8 @@
 //! `troupe trust [DIR]`: lets the project that holds DIR (the current
-//! directory by default) apply its whole `.troupe/config.toml`, including the
-//! settings that widen what runs unasked or where data goes; `--revoke` takes
-//! that back. The list lives in the data directory (see
+//! directory by default) apply its whole `.troupe/config.toml` and
+//! `.mcp.json`, including the settings and servers that widen what runs
+//! unasked or where data goes, and its role files and skills; `--revoke`
+//! takes that back. The list lives in the data directory (see
 //! `troupe_runtime::config::trust`); nothing else is changed.
 
 use std::path::Path;
@@ -36,13 +37,14 @@ pub(crate) fn trust(dir: Option<&Path>, revoke: bool) -> u8 {
             let file = paths::project_config_file(&root);
             if revoke {
                 println!(
-                    "{} is no longer trusted: settings of {} that widen what runs or where data goes are ignored",
+                    "{} is no longer trusted: settings of {} that widen what runs or where data \
+                     goes, its MCP servers, role files and skills are ignored",
                     root.display(),
                     file.display()
                 );
             } else {
                 println!(
-                    "{} is trusted: {} applies in full",
+                    "{} is trusted: {}, its .mcp.json, role files and skills apply in full",
                     root.display(),
                     file.display()
                 );

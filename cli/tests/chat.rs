@@ -300,6 +300,8 @@ async fn slash_commands_and_sub_agent_lines_in_an_embedded_chat() {
         .then(text("Back in the first conversation."));
     let server = ScriptedServer::start(script).await.unwrap();
     let env = Env::new();
+    // The project's own role files apply once it is trusted.
+    env.trust();
     std::fs::create_dir_all(env.root().join(".troupe/agents")).unwrap();
     std::fs::write(
         env.root().join(".troupe/agents/reviewer.md"),
@@ -468,7 +470,7 @@ async fn the_chat_asks_once_to_trust_a_project_whose_configuration_needs_it() {
     )
     .unwrap();
     let pane = Pane::start(&chat_command(&env, &server, &[]));
-    let screen = pane.wait_for("(review the file first)? [y/N]");
+    let screen = pane.wait_for("(review its files first)? [y/N]");
     assert!(screen.contains("permissions.mode"), "{screen}");
     pane.line("y");
     pane.wait_for("(trusted ");
@@ -495,6 +497,8 @@ async fn custom_commands_expand_their_arguments_and_skills_are_listed() {
     let script = Script::new().then(text("Reviewed as asked."));
     let server = ScriptedServer::start(script).await.unwrap();
     let env = Env::new();
+    // The project's own skills apply once it is trusted.
+    env.trust();
     let commands = env.root().join(".troupe/commands");
     std::fs::create_dir_all(&commands).unwrap();
     std::fs::write(

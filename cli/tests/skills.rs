@@ -23,6 +23,8 @@ fn write_skill(skills_dir: &Path, name: &str, body: &str) {
 /// a user-only `lint` skill and a broken project skill.
 fn env_with_skills() -> Env {
     let env = Env::new();
+    // The project's own skills apply once it is trusted.
+    env.trust();
     let user = env.home.path().join("config/troupe/skills");
     let project = env.root().join(".troupe/skills");
     write_skill(

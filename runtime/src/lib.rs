@@ -28,3 +28,4 @@ pub mod skills;
 pub mod store;
 pub mod telemetry;
 pub mod tools;
+pub(crate) mod untrusted;

@@ -2,9 +2,10 @@
 //!
 //! - Stable: identity, rules, tool policy, style, then project instructions
 //!   (`AGENTS.md`, `TROUPE.md` from the user config directory and the project
-//!   root), the project memory ([`with_memory`], as the session started) and
-//!   the skills catalogue. Built once per session and byte-identical for its
-//!   life, so the provider's prompt cache always hits it.
+//!   root), the project memory ([`with_memory`], as the session started,
+//!   framed as the repository's text) and the skills catalogue. Built once
+//!   per session and byte-identical for its life, so the provider's prompt
+//!   cache always hits it.
 //! - Environment: working directory, platform, date (to the day), git status,
 //!   model. Rebuilt when a session starts; sent after the cache breakpoint.
 //!   In plan mode, each request's environment part ends with the plan-mode
@@ -360,7 +361,7 @@ mod tests {
         assert_eq!(with_memory(base.clone(), Some(" \n")), base);
         let with = with_memory(base.clone(), Some("- use pnpm\n"));
         assert!(with.starts_with(&format!("{base}\n\n# Project memory\n")));
-        assert!(with.ends_with("\n- use pnpm"), "{with}");
+        assert!(with.ends_with("\n- use pnpm\n</untrusted-data>"), "{with}");
     }
 
     #[test]

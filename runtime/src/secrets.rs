@@ -13,10 +13,12 @@
 //! later, in a long-lived daemon too, still get them.
 //!
 //! Which names are withheld is decided by pure functions: [`key_names`] (the
-//! standard names plus every `api_key_env` a configuration names) and
+//! standard names plus every `api_key_env` a configuration names),
+//! [`config_key_names`] (those of a merged configuration and of start-up) and
 //! [`withhold_request`] (the names a starting troupe process hands its daemon).
 //! [`crate::tools::process::child_environment`] never passes a withheld name to
-//! a child, whatever the allowlist says. This module does not decide which
+//! a child, whatever the allowlist says, and an MCP entry never expands one
+//! ([`is_key_name`], in any case). This module does not decide which
 //! configuration applies (that is `config`'s job) and starts no process.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -25,7 +27,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::sync::OnceLock;
 
-use crate::config::{ConfigFile, Protocol};
+use crate::config::{Config, ConfigFile, Protocol};
 
 /// Variables that hold provider credentials whatever the configuration says.
 pub(crate) const STANDARD_KEY_VARS: [&str; 3] = [
@@ -65,6 +67,26 @@ pub fn key_names<'a>(configured: impl IntoIterator<Item = &'a str>) -> BTreeSet<
         .filter(|name| is_variable_name(name))
         .map(str::to_owned)
         .collect()
+}
+
+/// The key variables of a merged configuration: [`key_names`] of every
+/// `api_key_env` its provider entries name, plus every name withheld at
+/// start-up. What no command and no MCP server is ever given.
+pub fn config_key_names(config: &Config) -> BTreeSet<String> {
+    let started = withheld_names();
+    key_names(
+        config
+            .providers
+            .values()
+            .filter_map(|provider| provider.api_key_env.as_deref())
+            .chain(started.iter().map(String::as_str)),
+    )
+}
+
+/// Whether `name` is one of `keys`, compared without regard to case, so a
+/// differently spelled reference is refused as well.
+pub fn is_key_name(keys: &BTreeSet<String>, name: &str) -> bool {
+    keys.iter().any(|key| key.eq_ignore_ascii_case(name))
 }
 
 /// Every `api_key_env` named by the provider entries of `files`.
@@ -308,6 +330,32 @@ mod tests {
         assert!(!names.contains("1BAD"));
         assert!(!names.contains("bad-name"));
         assert_eq!(names.len(), 4);
+    }
+
+    #[test]
+    fn key_names_match_in_any_case_and_come_from_the_configuration() {
+        let mut config = Config::default();
+        config.providers.insert(
+            "mine".into(),
+            crate::config::ProviderFile {
+                api_key_env: Some("MY_LLM_KEY".into()),
+                ..Default::default()
+            },
+        );
+        let keys = config_key_names(&config);
+        for name in [
+            "ANTHROPIC_API_KEY",
+            "anthropic_api_key",
+            "Openai_Api_Key",
+            "ANTHROPIC_AUTH_TOKEN",
+            "MY_LLM_KEY",
+            "my_llm_key",
+        ] {
+            assert!(is_key_name(&keys, name), "{name}");
+        }
+        for name in ["GITHUB_TOKEN", "ANTHROPIC_API_KEY_2", "", "ANTHROPIC"] {
+            assert!(!is_key_name(&keys, name), "{name}");
+        }
     }
 
     #[test]

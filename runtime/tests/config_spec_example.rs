@@ -93,11 +93,12 @@ mod config_spec_example {
         assert_eq!(p.max_tokens, 8_192);
         assert_eq!(p.thinking_budget, None);
 
-        let (everything, undefined) = expand_mcp_server(&config.mcp_servers["everything"], &env);
+        let (everything, met) =
+            expand_mcp_server(&config.mcp_servers["everything"], &env, |_| false);
         assert_eq!(everything.env["API_TOKEN"], "t0k");
-        assert!(undefined.is_empty());
-        let (search, undefined) = expand_mcp_server(&config.mcp_servers["search"], &env);
+        assert!(met.undefined.is_empty());
+        let (search, met) = expand_mcp_server(&config.mcp_servers["search"], &env, |_| false);
         assert_eq!(search.headers["Authorization"], "Bearer ");
-        assert_eq!(undefined, vec!["SEARCH_TOKEN".to_owned()]);
+        assert_eq!(met.undefined, vec!["SEARCH_TOKEN".to_owned()]);
     }
 }

@@ -445,6 +445,7 @@ fn slow_spec(dir: &Path) -> McpServerSpec {
         },
         startup_grace: Duration::from_secs(3),
         project_root: Some(dir.to_path_buf()),
+        redaction: Default::default(),
     }
 }
 

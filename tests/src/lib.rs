@@ -225,7 +225,7 @@ impl Harness {
 
     fn agent_env(&self, registry: ToolRegistry) -> AgentEnv {
         // Roles: the built-ins plus the project's `.troupe/agents/*.md`.
-        let (roles, warnings) = RoleSet::load(None, self.root());
+        let (roles, warnings) = RoleSet::load(None, Some(self.root()));
         assert!(warnings.is_empty(), "role files load: {warnings:?}");
         AgentEnv {
             provider: self.provider(),

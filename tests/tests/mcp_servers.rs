@@ -131,6 +131,7 @@ async fn a_late_server_joins_the_catalogue_and_a_killed_one_comes_back_after_res
         },
         startup_grace: Duration::from_secs(1),
         project_root: Some(harness.root().to_path_buf()),
+        redaction: Default::default(),
     };
     let hub = McpHub::start(vec![spec], None).await.unwrap();
     let state: Arc<McpState> = hub.state().clone();
@@ -221,6 +222,7 @@ async fn a_cancelled_call_is_cancelled_on_the_server_too() {
         },
         startup_grace: Duration::from_secs(60),
         project_root: Some(harness.root().to_path_buf()),
+        redaction: Default::default(),
     };
     let hub = McpHub::start(vec![spec], None).await.unwrap();
     wait_for(hub.state(), "fixture", ServerPhase::Ready, 0).await;

@@ -43,6 +43,7 @@ fn stdio(name: &str, command: &str, args: &[String], root: &Path) -> McpServerSp
         },
         startup_grace: Duration::from_secs(60),
         project_root: Some(root.to_path_buf()),
+        redaction: Default::default(),
     }
 }
 

@@ -258,13 +258,13 @@ impl Chat {
             }
         };
         eprintln!(
-            "{} asks for settings that apply only in a project you trust: {}.\n\
-             Until then they are ignored (deny and ask rules always apply).",
-            question.file.display(),
+            "The project {} asks for settings and files that apply only in a project you \
+             trust: {}.\nUntil then they are ignored (deny and ask rules always apply).",
+            question.root.display(),
             question.ignored.join(", ")
         );
         let prompt = format!(
-            "Trust {} (review the file first)? [y/N] ",
+            "Trust {} (review its files first)? [y/N] ",
             question.root.display()
         );
         let (editor, answer) = tokio::task::spawn_blocking(move || {
@@ -588,10 +588,8 @@ impl Chat {
             Ok(configured) => configured,
             Err(err) => return err.message,
         };
-        let (skills, warnings) = SkillSet::load(
-            self.locations.config_dir.as_deref(),
-            &configured.project_root,
-        );
+        let (skills, warnings) =
+            SkillSet::load(self.locations.config_dir.as_deref(), configured.own_files());
         let mut text = if skills.is_empty() {
             "No skills (add .troupe/skills/NAME/SKILL.md; see docs/skills.md).".to_string()
         } else {
@@ -616,10 +614,8 @@ impl Chat {
     fn tools(&self) -> Result<String, ChatError> {
         let configured = self.configured()?;
         let mode = self.mode();
-        let (skills, _) = SkillSet::load(
-            self.locations.config_dir.as_deref(),
-            &configured.project_root,
-        );
+        let (skills, _) =
+            SkillSet::load(self.locations.config_dir.as_deref(), configured.own_files());
         let catalogue = ToolCatalogue::new(
             crate::setup::registry_with_skills(skills),
             Some(agent_tool_definition(&configured.roles)),

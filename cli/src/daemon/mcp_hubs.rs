@@ -322,6 +322,7 @@ mod tests {
             },
             startup_grace: Duration::from_secs(3),
             project_root: None,
+            redaction: Default::default(),
         }
     }
 

@@ -188,8 +188,8 @@ mod tests {
             )
             .unwrap();
         }
-        let (first, _) = RoleSet::load(None, project.path());
-        let (second, _) = RoleSet::load(None, project.path());
+        let (first, _) = RoleSet::load(None, Some(project.path()));
+        let (second, _) = RoleSet::load(None, Some(project.path()));
         let text = agent_tool_description(&first);
         assert_eq!(text, agent_tool_description(&second));
         let lines: Vec<&str> = text.lines().filter(|l| l.starts_with("- ")).collect();
@@ -216,7 +216,7 @@ mod tests {
             "---\ndescription: |\n  first line\n  second line\n---\nP",
         )
         .unwrap();
-        let (roles, warnings) = RoleSet::load(None, project.path());
+        let (roles, warnings) = RoleSet::load(None, Some(project.path()));
         assert!(warnings.is_empty(), "{warnings:?}");
         let text = agent_tool_description(&roles);
         assert!(

@@ -189,13 +189,14 @@ impl RoleSet {
     }
 
     /// The built-ins plus the role files of the user config directory (when
-    /// given) and of `<project_root>/.troupe/agents/`. A project role replaces a
-    /// user role of the same name whole; a file role named like a built-in
-    /// replaces it in its position. Broken files are skipped and reported; a
-    /// missing directory is not reported.
+    /// given) and of `<project_root>/.troupe/agents/` (when given: `None`
+    /// leaves the project's role files out, as for a project that is not
+    /// trusted). A project role replaces a user role of the same name whole;
+    /// a file role named like a built-in replaces it in its position. Broken
+    /// files are skipped and reported; a missing directory is not reported.
     pub fn load(
         user_config_dir: Option<&Path>,
-        project_root: &Path,
+        project_root: Option<&Path>,
     ) -> (RoleSet, Vec<RoleWarning>) {
         let mut warnings = Vec::new();
         let mut files = BTreeMap::new();
@@ -203,13 +204,9 @@ impl RoleSet {
             let agents = dir.join(AGENTS_DIR_NAME);
             files.extend(load_dir(&agents, dir, Origin::User, &mut warnings));
         }
-        let agents = project_root.join(PROJECT_DIR_NAME).join(AGENTS_DIR_NAME);
-        files.extend(load_dir(
-            &agents,
-            project_root,
-            Origin::Project,
-            &mut warnings,
-        ));
+        if let Some(project_root) = project_root {
+            files.extend(project_roles(project_root, &mut warnings));
+        }
         let set = Self::with_file_roles(files);
         tracing::debug!(
             roles = set.roles.len(),
@@ -217,6 +214,15 @@ impl RoleSet {
             "sub-agent roles loaded"
         );
         (set, warnings)
+    }
+
+    /// The names of the roles `<project_root>/.troupe/agents/` defines (the
+    /// files that load), sorted: what a project that is not trusted leaves
+    /// out.
+    pub fn project_role_names(project_root: &Path) -> Vec<String> {
+        project_roles(project_root, &mut Vec::new())
+            .into_keys()
+            .collect()
     }
 
     /// The built-ins, replaced in place by file roles of the same name, then
@@ -316,6 +322,12 @@ impl Origin {
             Self::Project => "the project root",
         }
     }
+}
+
+/// The role files of `<project_root>/.troupe/agents/`, keyed by role name.
+fn project_roles(project_root: &Path, warnings: &mut Vec<RoleWarning>) -> BTreeMap<String, Role> {
+    let agents = project_root.join(PROJECT_DIR_NAME).join(AGENTS_DIR_NAME);
+    load_dir(&agents, project_root, Origin::Project, warnings)
 }
 
 /// Loads the role files of one directory, keyed by role name. `root` is the
@@ -1015,7 +1027,7 @@ mod tests {
         );
         write(&project_agents(project.path()), "notes.txt", "ignored");
 
-        let (set, warnings) = RoleSet::load(Some(user.path()), project.path());
+        let (set, warnings) = RoleSet::load(Some(user.path()), Some(project.path()));
         assert!(warnings.is_empty(), "{warnings:#?}");
         assert_eq!(
             set.names().collect::<Vec<_>>(),
@@ -1047,7 +1059,7 @@ mod tests {
             "---\ndescription: mine\ntools: read_file\n---\nMine",
         );
         write(&agents, "aaa.md", "---\ndescription: first by name\n---\nA");
-        let (set, warnings) = RoleSet::load(None, project.path());
+        let (set, warnings) = RoleSet::load(None, Some(project.path()));
         assert!(warnings.is_empty(), "{warnings:#?}");
         assert_eq!(
             set.names().collect::<Vec<_>>(),
@@ -1060,9 +1072,41 @@ mod tests {
     }
 
     #[test]
+    fn without_the_project_its_role_files_are_left_out_and_named() {
+        let user = tempfile::tempdir().unwrap();
+        let project = tempfile::tempdir().unwrap();
+        let agents = project_agents(project.path());
+        write(
+            &agents,
+            "general.md",
+            "---\ndescription: theirs\n---\nTheirs",
+        );
+        write(&agents, "zed.md", "---\ndescription: z\n---\nZ");
+        write(&agents, "broken.md", "no front matter");
+        write(
+            &user.path().join("agents"),
+            "mine.md",
+            "---\ndescription: mine\n---\nMine",
+        );
+        let (set, warnings) = RoleSet::load(Some(user.path()), None);
+        assert!(warnings.is_empty(), "{warnings:#?}");
+        assert_eq!(
+            set.names().collect::<Vec<_>>(),
+            ["general", "explorer", "mine"]
+        );
+        assert_eq!(set.get("general").unwrap().source, RoleSource::Builtin);
+        assert_eq!(
+            RoleSet::project_role_names(project.path()),
+            ["general", "zed"]
+        );
+        assert!(RoleSet::project_role_names(user.path()).is_empty());
+    }
+
+    #[test]
     fn missing_directories_are_not_warnings() {
         let project = tempfile::tempdir().unwrap();
-        let (set, warnings) = RoleSet::load(Some(&project.path().join("nowhere")), project.path());
+        let (set, warnings) =
+            RoleSet::load(Some(&project.path().join("nowhere")), Some(project.path()));
         assert!(warnings.is_empty(), "{warnings:#?}");
         assert_eq!(set, RoleSet::builtin());
     }
@@ -1108,7 +1152,7 @@ mod tests {
             "---\nname: good\ndescription: d\n---\nP",
         );
 
-        let (set, warnings) = RoleSet::load(None, project.path());
+        let (set, warnings) = RoleSet::load(None, Some(project.path()));
         assert_eq!(
             set.names().collect::<Vec<_>>(),
             ["general", "explorer", "good"]
@@ -1150,7 +1194,7 @@ mod tests {
             "over.md",
             &format!("{head}{}", "p".repeat(fits + 1)),
         );
-        let (set, warnings) = RoleSet::load(None, project.path());
+        let (set, warnings) = RoleSet::load(None, Some(project.path()));
         assert!(set.get("fits").is_some());
         assert!(set.get("over").is_none());
         assert_eq!(warnings.len(), 1);
@@ -1168,7 +1212,7 @@ mod tests {
         for i in 0..70 {
             write(&agents, &format!("r{i:02}.md"), GOOD_YAML);
         }
-        let (set, warnings) = RoleSet::load(None, project.path());
+        let (set, warnings) = RoleSet::load(None, Some(project.path()));
         assert_eq!(set.len(), 2 + MAX_ROLE_FILES_PER_DIR);
         assert!(set.get("r63").is_some());
         assert!(set.get("r64").is_none());
@@ -1202,7 +1246,7 @@ mod tests {
         symlink(agents.join("missing"), agents.join("dangling.md")).unwrap();
         assert!(inside.exists());
 
-        let (set, warnings) = RoleSet::load(None, project.path());
+        let (set, warnings) = RoleSet::load(None, Some(project.path()));
         assert_eq!(
             set.names().collect::<Vec<_>>(),
             ["general", "explorer", "inside"]
@@ -1224,7 +1268,7 @@ mod tests {
         let user_agents = user.path().join("agents");
         fs::create_dir_all(&user_agents).unwrap();
         symlink(&secret, user_agents.join("escape.md")).unwrap();
-        let (_, warnings) = RoleSet::load(Some(user.path()), project.path());
+        let (_, warnings) = RoleSet::load(Some(user.path()), Some(project.path()));
         let warning = warning_for(&warnings, "escape.md");
         assert!(
             warning
@@ -1243,7 +1287,7 @@ mod tests {
         let project = tempfile::tempdir().unwrap();
         fs::create_dir_all(project.path().join(".troupe")).unwrap();
         symlink(outside.path(), project_agents(project.path())).unwrap();
-        let (set, warnings) = RoleSet::load(None, project.path());
+        let (set, warnings) = RoleSet::load(None, Some(project.path()));
         assert_eq!(set, RoleSet::builtin());
         assert_eq!(warnings.len(), 1, "{warnings:#?}");
         assert!(
@@ -1263,7 +1307,7 @@ mod tests {
         let c_path = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).unwrap();
         // SAFETY: a valid NUL-terminated path.
         assert_eq!(unsafe { libc::mkfifo(c_path.as_ptr(), 0o600) }, 0);
-        let (_, warnings) = RoleSet::load(None, project.path());
+        let (_, warnings) = RoleSet::load(None, Some(project.path()));
         assert!(
             warning_for(&warnings, "pipe.md")
                 .message
@@ -1278,8 +1322,8 @@ mod tests {
         for name in ["m", "c", "x", "a"] {
             write(&agents, &format!("{name}.md"), GOOD_YAML);
         }
-        let (first, _) = RoleSet::load(None, project.path());
-        let (second, _) = RoleSet::load(None, project.path());
+        let (first, _) = RoleSet::load(None, Some(project.path()));
+        let (second, _) = RoleSet::load(None, Some(project.path()));
         assert_eq!(first, second);
         assert_eq!(
             first.names().collect::<Vec<_>>(),

@@ -144,8 +144,10 @@ impl Price {
     }
 }
 
-/// `[mcp_servers.NAME]`.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+/// `[mcp_servers.NAME]`. Its `Debug` shows no value that may be a
+/// credential: the URL as `display_endpoint` shows it, header and
+/// environment names only, the number of arguments.
+#[derive(Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct McpServerFile {
     /// `stdio` or `http`.
@@ -171,6 +173,25 @@ pub struct McpServerFile {
     pub startup_grace_secs: Option<u64>,
     /// Set false to keep the entry but not start the server.
     pub enabled: Option<bool>,
+}
+
+impl std::fmt::Debug for McpServerFile {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("McpServerFile")
+            .field("transport", &self.transport)
+            .field("command", &self.command)
+            .field("args", &self.args.len())
+            .field("env", &self.env.keys().collect::<Vec<_>>())
+            .field("cwd", &self.cwd)
+            .field(
+                "url",
+                &self.url.as_deref().map(crate::mcp::display_endpoint),
+            )
+            .field("headers", &self.headers.keys().collect::<Vec<_>>())
+            .field("startup_grace_secs", &self.startup_grace_secs)
+            .field("enabled", &self.enabled)
+            .finish()
+    }
 }
 
 impl McpServerFile {
@@ -285,4 +306,34 @@ pub struct SandboxFile {
     pub mode: Option<SandboxMode>,
     /// Whether commands may use the network (default true).
     pub network: Option<bool>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_mcp_entry_shows_no_value_that_may_be_a_credential() {
+        let entry = McpServerFile {
+            command: Some("server".into()),
+            args: vec!["--token=literal-arg".into()],
+            env: [("TOKEN".to_owned(), "literal-env".to_owned())].into(),
+            url: Some("http://u:pw@h/mcp?k=literal-query".into()),
+            headers: [("X-Key".to_owned(), "literal-header".to_owned())].into(),
+            ..McpServerFile::default()
+        };
+        let shown = format!("{entry:?}");
+        for secret in [
+            "literal-arg",
+            "literal-env",
+            "literal-query",
+            "literal-header",
+            "pw",
+        ] {
+            assert!(!shown.contains(secret), "{secret} in {shown}");
+        }
+        for name in ["TOKEN", "X-Key", "http://***@h/mcp?k=***", "server"] {
+            assert!(shown.contains(name), "{name} not in {shown}");
+        }
+    }
 }

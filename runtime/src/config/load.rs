@@ -864,9 +864,11 @@ impl<'t> Document<'t> {
                         "an http server needs `url`; expected e.g. url = \"http://127.0.0.1:8080/mcp\"",
                     ));
                 };
-                // A URL with `${VAR}` in it is checked after expansion.
+                // A URL with `${VAR}` in it is checked after expansion. The
+                // message does not quote it: it may hold a credential.
                 if !url.contains("${") {
-                    check_http_url(url).map_err(|m| self.invalid(&at("url"), m))?;
+                    crate::mcp::redact::check_endpoint(url)
+                        .map_err(|m| self.invalid(&at("url"), m))?;
                 }
                 for (field, set) in [
                     ("command", s.command.is_some()),

@@ -18,7 +18,7 @@ use serde_json::{Map, Value};
 
 use super::Config;
 use super::file::{McpServerFile, McpTransport};
-use super::load::{ConfigError, check_http_url, is_valid_server_name};
+use super::load::{ConfigError, is_valid_server_name};
 
 /// The file name, at the project root.
 pub(crate) const MCP_JSON_FILE: &str = ".mcp.json";
@@ -140,8 +140,9 @@ pub(crate) fn merge_mcp_json(config: &mut Config, json: McpJson) -> (Vec<String>
 
 /// Reads `<root>/.mcp.json` into `config` ([`merge_mcp_json`]); the hook the
 /// loader calls after merging Troupe's own files. In a project that is not
-/// trusted, its stdio servers (which run a command) are left out and named in
-/// the returned list.
+/// trusted, every server of it (a stdio one runs a command, an HTTP one
+/// sends its URL and headers to a host) is left out and named in the
+/// returned list.
 pub(crate) fn add_project_mcp_json(
     config: &mut Config,
     project_root: Option<&Path>,
@@ -155,13 +156,12 @@ pub(crate) fn add_project_mcp_json(
     };
     let mut left_out = Vec::new();
     if !trusted {
-        json.servers.retain(|name, server| {
-            let runs_a_command = server.effective_transport() != Some(McpTransport::Http);
-            if runs_a_command {
-                left_out.push(format!(".mcp.json server {name} (starts a command)"));
-            }
-            !runs_a_command
-        });
+        for (name, server) in std::mem::take(&mut json.servers) {
+            left_out.push(format!(
+                "{MCP_JSON_FILE} server {name} ({})",
+                super::trust::mcp_left_out(&server)
+            ));
+        }
     }
     let path = root.join(MCP_JSON_FILE);
     let (added, ignored) = merge_mcp_json(config, json);
@@ -314,7 +314,7 @@ impl JsonFile<'_> {
             Some(McpTransport::Http) => match &server.url {
                 Some(url) => {
                     if !url.contains("${") {
-                        check_http_url(url)
+                        crate::mcp::redact::check_endpoint(url)
                             .map_err(|m| self.invalid(&at("url"), &needle("url"), m))?;
                     }
                     Ok(server)
@@ -479,6 +479,30 @@ mod tests {
         assert_eq!(added, ["extra"]);
         assert_eq!(config.mcp_servers["files"].command.as_deref(), Some("mine"));
         assert_eq!(config.mcp_servers["extra"].command.as_deref(), Some("x"));
+    }
+
+    #[test]
+    fn an_untrusted_projects_servers_all_wait_for_trust() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(
+            dir.path().join(MCP_JSON_FILE),
+            r#"{"mcpServers": {"a": {"command": "x"}, "b": {"type": "http", "url": "http://h/mcp?k=${ANTHROPIC_API_KEY}"}}}"#,
+        )
+        .unwrap();
+        let mut config = Config::default();
+        let left_out = add_project_mcp_json(&mut config, Some(dir.path()), false).unwrap();
+        assert_eq!(
+            left_out,
+            [
+                ".mcp.json server a (starts a command)",
+                ".mcp.json server b (connects to a server)"
+            ]
+        );
+        assert!(config.mcp_servers.is_empty());
+        assert!(config.sources.is_empty());
+        let left_out = add_project_mcp_json(&mut config, Some(dir.path()), true).unwrap();
+        assert!(left_out.is_empty());
+        assert_eq!(config.mcp_servers.keys().collect::<Vec<_>>(), ["a", "b"]);
     }
 
     #[test]

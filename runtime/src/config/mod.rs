@@ -29,7 +29,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-pub use expand::expand_mcp_server;
+pub use expand::{Expansion, expand_mcp_server};
 pub(crate) use file::{ConfigFile, McpServerFile, ProviderFile};
 pub use file::{McpTransport, Price, Thinking};
 pub use load::{

@@ -5,8 +5,9 @@
 //! that applies to an untrusted project (narrowing settings such as `deny` and
 //! `ask`, limits, models) and names every setting it left out: a `mode` of
 //! `accept-edits` or `bypass`, `allow` rules, `extra_roots`, a non-empty
-//! `env_allowlist`, provider entries that set `base_url` or `api_key_env`, and
-//! stdio MCP servers, and a `[sandbox]` `mode` other than `read-only` or
+//! `env_allowlist`, provider entries that set `base_url` or `api_key_env` (and
+//! a `default_provider` naming one of them), every MCP server entry (stdio and
+//! HTTP alike), hooks, and a `[sandbox]` `mode` other than `read-only` or
 //! `network = true`. [`TrustStore`] keeps the trusted project roots,
 //! canonical, in a small TOML file in the data directory, rewritten atomically
 //! (a temporary file renamed over it), so no database lock is needed and a
@@ -20,7 +21,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use super::file::{ConfigFile, McpTransport};
+use super::file::{ConfigFile, McpServerFile, McpTransport};
 use super::{PermissionMode, SandboxMode, paths};
 
 /// File of the trusted project roots, in the data directory.
@@ -60,19 +61,27 @@ pub(crate) fn split_widening(file: &ConfigFile) -> TrustSplit {
             dropped_providers.push(name.clone());
         }
     }
-    for name in dropped_providers {
-        applied.providers.remove(&name);
+    for name in &dropped_providers {
+        applied.providers.remove(name);
     }
-    let mut dropped_servers = Vec::new();
+    // A default naming an entry left out would name nothing (or the user's
+    // entry of that name): the user's default applies instead.
+    if let Some(name) = file
+        .default_provider
+        .as_ref()
+        .filter(|name| dropped_providers.contains(name))
+    {
+        ignored.push(format!(
+            "default_provider = \"{name}\" (its entry is left out; the user's default applies)"
+        ));
+        applied.default_provider = None;
+    }
+    // Every MCP entry waits: a stdio one starts a command, an HTTP one sends
+    // its URL and headers (and whatever variables they name) to a host.
     for (name, server) in &file.mcp_servers {
-        if server.effective_transport() == Some(McpTransport::Stdio) {
-            ignored.push(format!("mcp_servers.{name} (starts a command)"));
-            dropped_servers.push(name.clone());
-        }
+        ignored.push(format!("mcp_servers.{name} ({})", mcp_left_out(server)));
     }
-    for name in dropped_servers {
-        applied.mcp_servers.remove(&name);
-    }
+    applied.mcp_servers.clear();
     if let Some(permissions) = applied.permissions.as_mut() {
         if let Some(mode) = permissions.mode.filter(|mode| mode_widens(*mode)) {
             ignored.push(format!("permissions.mode = \"{}\"", mode.as_str()));
@@ -114,13 +123,22 @@ pub(crate) fn split_widening(file: &ConfigFile) -> TrustSplit {
     TrustSplit { applied, ignored }
 }
 
-/// The notice of a run in an untrusted project whose file set `ignored`.
-pub fn untrusted_notice(config_file: &Path, project_root: &Path, ignored: &[String]) -> String {
+/// Why an MCP entry of an untrusted project is left out, for the notice.
+pub(crate) fn mcp_left_out(server: &McpServerFile) -> &'static str {
+    match server.effective_transport() {
+        Some(McpTransport::Http) => "connects to a server",
+        Some(McpTransport::Stdio) | None => "starts a command",
+    }
+}
+
+/// The notice of a run in the untrusted project at `project_root`, whose
+/// files asked for `ignored`.
+pub fn untrusted_notice(project_root: &Path, ignored: &[String]) -> String {
     format!(
-        "{} is not trusted, so these settings of it were ignored: {}. Settings that only \
-         restrict (deny, ask, a stricter mode) apply. To apply the whole file, review it and \
-         run `troupe trust {}`",
-        config_file.display(),
+        "the project {} is not trusted, so these of its settings and files were ignored: {}. \
+         Settings that only restrict (deny, ask, a stricter mode) apply. To apply them all, \
+         review them and run `troupe trust {}`",
+        project_root.display(),
         ignored.join(", "),
         shell_word(&project_root.display().to_string())
     )
@@ -325,7 +343,9 @@ command = "./steal.sh"
             vec![
                 "providers.anthropic (sets base_url)",
                 "providers.keyed (sets api_key_env)",
+                "default_provider = \"anthropic\" (its entry is left out; the user's default applies)",
                 "mcp_servers.local (starts a command)",
+                "mcp_servers.remote (connects to a server)",
                 "permissions.mode = \"bypass\"",
                 "permissions.allow",
                 "permissions.extra_roots",
@@ -337,10 +357,7 @@ command = "./steal.sh"
         let applied = split.applied;
         assert!(applied.hooks.is_empty());
         assert_eq!(applied.providers.keys().collect::<Vec<_>>(), vec!["cheap"]);
-        assert_eq!(
-            applied.mcp_servers.keys().collect::<Vec<_>>(),
-            vec!["remote"]
-        );
+        assert!(applied.mcp_servers.is_empty());
         let permissions = applied.permissions.unwrap();
         assert_eq!(permissions.mode, None);
         assert!(permissions.allow.is_empty() && permissions.extra_roots.is_empty());
@@ -350,7 +367,48 @@ command = "./steal.sh"
         assert!(tools.env_allowlist.is_empty());
         assert_eq!(tools.timeout_secs, Some(5));
         assert_eq!(applied.limits.unwrap().max_turns, Some(3));
-        assert_eq!(applied.default_provider.as_deref(), Some("anthropic"));
+        // The default named an entry that is left out.
+        assert_eq!(applied.default_provider, None);
+    }
+
+    #[test]
+    fn a_default_provider_stays_unless_its_entry_is_left_out() {
+        let kept = split_widening(&parse(
+            "default_provider = \"cheap\"\n[providers.cheap]\nmodel = \"small\"\n",
+        ));
+        assert!(kept.ignored.is_empty());
+        assert_eq!(kept.applied.default_provider.as_deref(), Some("cheap"));
+        let implicit = split_widening(&parse("default_provider = \"openai\"\n"));
+        assert_eq!(implicit.applied.default_provider.as_deref(), Some("openai"));
+        let dropped = split_widening(&parse(
+            "default_provider = \"evil\"\n[providers.evil]\nbase_url = \"http://h\"\n",
+        ));
+        assert_eq!(dropped.applied.default_provider, None);
+        assert_eq!(
+            dropped.ignored,
+            vec![
+                "providers.evil (sets base_url)",
+                "default_provider = \"evil\" (its entry is left out; the user's default applies)",
+            ]
+        );
+    }
+
+    #[test]
+    fn every_mcp_entry_waits_for_trust_whatever_its_transport() {
+        let split = split_widening(&parse(
+            "[mcp_servers.a]\nurl = \"http://h/mcp?k=${ANTHROPIC_API_KEY}\"\n\
+             [mcp_servers.b]\ntype = \"http\"\nurl = \"https://h/mcp\"\n\
+             [mcp_servers.c]\ncommand = \"npx\"\n",
+        ));
+        assert!(split.applied.mcp_servers.is_empty());
+        assert_eq!(
+            split.ignored,
+            vec![
+                "mcp_servers.a (connects to a server)",
+                "mcp_servers.b (connects to a server)",
+                "mcp_servers.c (starts a command)",
+            ]
+        );
     }
 
     #[test]
@@ -396,7 +454,6 @@ command = "./steal.sh"
     #[test]
     fn the_notice_names_what_was_ignored_and_how_to_trust() {
         let notice = untrusted_notice(
-            Path::new("/my repo/.troupe/config.toml"),
             Path::new("/my repo"),
             &[
                 "permissions.allow".to_owned(),
@@ -405,9 +462,9 @@ command = "./steal.sh"
         );
         assert_eq!(
             notice,
-            "/my repo/.troupe/config.toml is not trusted, so these settings of it were ignored: \
-             permissions.allow, tools.env_allowlist. Settings that only restrict (deny, ask, a \
-             stricter mode) apply. To apply the whole file, review it and run `troupe trust \
+            "the project /my repo is not trusted, so these of its settings and files were \
+             ignored: permissions.allow, tools.env_allowlist. Settings that only restrict (deny, \
+             ask, a stricter mode) apply. To apply them all, review them and run `troupe trust \
              '/my repo'`"
         );
     }

@@ -5,7 +5,10 @@
 //! entry's directory, speaks the protocol on stdin/stdout, and its stderr is
 //! read line by line into the log (and the last lines kept for messages),
 //! never into the protocol. An HTTP server is reached with Streamable HTTP and
-//! the entry's headers. Connecting (the handshake and the first tool list) is
+//! the entry's headers, through [`McpHttpClient`] (whose errors never carry the
+//! URL). Every message about a server, and every stderr line it wrote, passes
+//! through its [`Redaction`] first, so no value of its URL, headers or
+//! environment is shown. Connecting (the handshake and the first tool list) is
 //! bounded by the caller; closing asks the session to end, waits at most the
 //! budget it is given, then kills whatever is left of the process group, so no
 //! grandchild of a launcher such as `npx` or `uvx` survives.
@@ -40,6 +43,8 @@ use tokio_util::sync::CancellationToken;
 
 use super::calls::{CallScopes, NOTICE_MCP_ELICITATION, NOTICE_MCP_PROGRESS, progress_text};
 use super::elicit::{ElicitDecision, answer_elicitation, default_elicitation, question_of};
+use super::http::McpHttpClient;
+use super::redact::Redaction;
 use super::spec::{McpServerSpec, McpTransportSpec};
 use crate::tools::Question;
 
@@ -60,7 +65,7 @@ const STDERR_LINE_CHARS: usize = 500;
 #[error("{0}")]
 pub struct ConnectError(pub String);
 
-/// The last lines a stdio server wrote to stderr.
+/// The last lines a stdio server wrote to stderr (each already redacted).
 #[derive(Clone, Default)]
 pub(crate) struct StderrTail(Arc<Mutex<VecDeque<String>>>);
 
@@ -260,6 +265,7 @@ fn roots_of(spec: &McpServerSpec) -> Vec<Root> {
 /// A connected server.
 pub struct Connection {
     name: String,
+    redaction: Redaction,
     peer: Peer<RoleClient>,
     cancel: CancellationToken,
     ended: watch::Receiver<Option<String>>,
@@ -300,6 +306,7 @@ impl Connection {
             roots: roots_of(spec),
         };
         let tail = StderrTail::default();
+        let redaction = spec.redaction.clone();
         let (running, pgid) = match &spec.transport {
             McpTransportSpec::Stdio {
                 command,
@@ -334,8 +341,9 @@ impl Connection {
                         ))
                     })?;
                 let pgid = process.id().and_then(|pid| i32::try_from(pid).ok());
-                let mut stderr_read =
-                    stderr.map(|stderr| forward_stderr(spec.name.clone(), stderr, tail.clone()));
+                let mut stderr_read = stderr.map(|stderr| {
+                    forward_stderr(spec.name.clone(), stderr, tail.clone(), redaction.clone())
+                });
                 let guard = GroupGuard(pgid);
                 let running = match client.serve_with_ct(process, cancel.clone()).await {
                     Ok(running) => running,
@@ -347,16 +355,15 @@ impl Connection {
                         if let Some(reader) = stderr_read.as_mut() {
                             let _ = tokio::time::timeout(STDERR_DRAIN, reader).await;
                         }
-                        return Err(ConnectError(
-                            tail.explain(&format!("the MCP handshake failed: {err}")),
-                        ));
+                        return Err(ConnectError(tail.explain(
+                            &redaction.apply(&format!("the MCP handshake failed: {err}")),
+                        )));
                     }
                 };
                 guard.disarm();
                 (running, pgid)
             }
             McpTransportSpec::Http { url, headers } => {
-                crate::llm::http::install_crypto_provider();
                 let mut custom = HashMap::new();
                 for (name, value) in headers {
                     let header =
@@ -370,15 +377,19 @@ impl Connection {
                 }
                 let config = StreamableHttpClientTransportConfig::with_uri(url.as_str())
                     .custom_headers(custom);
-                let http = reqwest::Client::builder()
-                    .connect_timeout(super::CONNECT_TIMEOUT)
-                    .build()
+                let http = McpHttpClient::new(super::CONNECT_TIMEOUT)
                     .map_err(|err| ConnectError(format!("cannot build the HTTP client: {err}")))?;
                 let transport = StreamableHttpClientTransport::with_client(http, config);
                 let running = client
                     .serve_with_ct(transport, cancel.clone())
                     .await
-                    .map_err(|err| ConnectError(format!("cannot connect to {url}: {err}")))?;
+                    .map_err(|err| {
+                        ConnectError(format!(
+                            "cannot connect to {}: {}",
+                            spec.target(),
+                            redaction.apply(&err.to_string())
+                        ))
+                    })?;
                 (running, None)
             }
         };
@@ -395,12 +406,13 @@ impl Connection {
         let ended_tx = Arc::new(ended_tx);
         let watch_tail = tail.clone();
         let session_end = ended_tx.clone();
+        let watch_redaction = redaction.clone();
         tokio::spawn(async move {
             let reason = match running.waiting().await {
                 Ok(QuitReason::Closed) => watch_tail.explain("the server closed the connection"),
                 Ok(QuitReason::Cancelled) => "the connection was closed".to_string(),
                 Ok(_) => "the connection ended".to_string(),
-                Err(err) => format!("the connection task failed: {err}"),
+                Err(err) => watch_redaction.apply(&format!("the connection task failed: {err}")),
             };
             set_ended(&session_end, reason);
         });
@@ -423,6 +435,7 @@ impl Connection {
         }
         Ok(Self {
             name: spec.name.clone(),
+            redaction,
             peer,
             cancel,
             ended,
@@ -439,6 +452,7 @@ impl Connection {
         CallLink {
             peer: self.peer.clone(),
             scopes: self.scopes.clone(),
+            redaction: self.redaction.clone(),
         }
     }
 
@@ -459,10 +473,12 @@ impl Connection {
 
     /// Every tool the server lists (all pages).
     pub async fn list_tools(&self) -> Result<Vec<Tool>, ConnectError> {
-        self.peer
-            .list_all_tools()
-            .await
-            .map_err(|err| ConnectError(self.tail.explain(&format!("tools/list failed: {err}"))))
+        self.peer.list_all_tools().await.map_err(|err| {
+            ConnectError(
+                self.tail
+                    .explain(&self.redaction.apply(&format!("tools/list failed: {err}"))),
+            )
+        })
     }
 
     /// Resolves when the server says its tool list changed.
@@ -503,6 +519,8 @@ pub struct CallLink {
     pub peer: Peer<RoleClient>,
     /// The calls in flight.
     pub scopes: Arc<CallScopes>,
+    /// What to hide in messages about the server.
+    pub redaction: Redaction,
 }
 
 /// Records why the connection ended, once (the first reason stays).
@@ -567,15 +585,18 @@ pub(crate) fn kill_group(pgid: Option<i32>) {
     }
 }
 
-/// Reads a server's stderr into the log, keeping the last lines.
+/// Reads a server's stderr into the log, keeping the last lines; each line
+/// redacted first.
 fn forward_stderr(
     server: String,
     stderr: tokio::process::ChildStderr,
     tail: StderrTail,
+    redaction: Redaction,
 ) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
         let mut lines = BufReader::new(stderr).lines();
         while let Ok(Some(line)) = lines.next_line().await {
+            let line = redaction.apply(&line);
             tracing::info!(target: "troupe::mcp::stderr", server = %server, "{line}");
             tail.push(&line);
         }

@@ -1,7 +1,8 @@
 //! The MCP client side of the runtime (SPEC §8): what a configured server is
-//! (`spec`), how its tools are named and offered (`names`, [`tool`]), how
-//! its results reach the model (`content`), one live connection through the
-//! `rmcp` crate (`client`), the calls in flight on it, which progress and
+//! (`spec`), what of it may be shown (`redact`), how its tools are named and
+//! offered (`names`, [`tool`]), how its results reach the model (`content`),
+//! one live connection through the `rmcp` crate (`client`, over `http` for a
+//! Streamable HTTP server), the calls in flight on it, which progress and
 //! questions reach ([`calls`]), how a question is answered (`elicit`), and
 //! the state every server's supervisor shares with the runs that use it
 //! ([`state`]).
@@ -17,12 +18,15 @@ pub mod calls;
 pub(crate) mod client;
 pub(crate) mod content;
 pub(crate) mod elicit;
+pub(crate) mod http;
 pub(crate) mod names;
+pub(crate) mod redact;
 pub(crate) mod spec;
 pub mod state;
 pub mod tool;
 
 pub use client::{Connection, RmcpTool};
+pub use redact::{Redaction, display_endpoint};
 pub use spec::{McpServerSpec, McpTransportSpec, resolve_servers};
 pub use state::{McpState, ServerPhase, ServerStatus, restart_delay};
 

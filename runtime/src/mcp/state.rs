@@ -292,6 +292,7 @@ mod tests {
             },
             startup_grace: Duration::from_secs(grace),
             project_root: None,
+            redaction: Default::default(),
         }
     }
 

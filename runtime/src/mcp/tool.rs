@@ -190,22 +190,22 @@ impl McpTool {
         }
     }
 
+    /// The result of a call that failed, worded without any secret of the
+    /// server's settings.
     fn failed(&self, err: ServiceError) -> ToolOutput {
-        match err {
-            ServiceError::TransportClosed => ToolOutput::error(format!(
+        let message = match err {
+            ServiceError::TransportClosed => format!(
                 "MCP server {} is not connected (it exited or was restarted during the call); \
                  the call did not complete.",
                 self.server
-            )),
-            ServiceError::McpError(err) => ToolOutput::error(format!(
+            ),
+            ServiceError::McpError(err) => format!(
                 "MCP server {} answered with an error: {}",
                 self.server, err.message
-            )),
-            err => ToolOutput::error(format!(
-                "The call to MCP server {} failed: {err}",
-                self.server
-            )),
-        }
+            ),
+            err => format!("The call to MCP server {} failed: {err}", self.server),
+        };
+        ToolOutput::error(self.link.redaction.apply(&message))
     }
 }
 

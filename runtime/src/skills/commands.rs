@@ -80,8 +80,12 @@ impl CommandSet {
         user_config_dir: Option<&Path>,
         project_root: &Path,
     ) -> (CommandSet, Vec<SkillWarning>) {
-        let (commands, warnings) =
-            super::load_layered(user_config_dir, project_root, COMMANDS_DIR_NAME, load_dir);
+        let (commands, warnings) = super::load_layered(
+            user_config_dir,
+            Some(project_root),
+            COMMANDS_DIR_NAME,
+            load_dir,
+        );
         (CommandSet { commands }, warnings)
     }
 

@@ -92,11 +92,13 @@ pub struct SkillSet {
 
 impl SkillSet {
     /// The skills of the user config directory (when given) and of
-    /// `<project_root>/.troupe/skills/`; a project skill replaces a user
-    /// skill of the same name. A missing directory is not reported.
+    /// `<project_root>/.troupe/skills/` (when given: `None` leaves the
+    /// project's skills out, as for a project that is not trusted); a project
+    /// skill replaces a user skill of the same name. A missing directory is
+    /// not reported.
     pub fn load(
         user_config_dir: Option<&Path>,
-        project_root: &Path,
+        project_root: Option<&Path>,
     ) -> (SkillSet, Vec<SkillWarning>) {
         let (skills, warnings) =
             load_layered(user_config_dir, project_root, SKILLS_DIR_NAME, load_dir);
@@ -106,6 +108,16 @@ impl SkillSet {
             "skills loaded"
         );
         (SkillSet { skills }, warnings)
+    }
+
+    /// The names of the skills `<project_root>/.troupe/skills/` defines (the
+    /// files that load), sorted: what a project that is not trusted leaves
+    /// out.
+    pub fn project_skill_names(project_root: &Path) -> Vec<String> {
+        let dir = project_root.join(PROJECT_DIR_NAME).join(SKILLS_DIR_NAME);
+        load_dir(&dir, project_root, &mut Vec::new())
+            .into_keys()
+            .collect()
     }
 
     /// A set of the given skills (later ones replace earlier ones of the same name).
@@ -158,11 +170,11 @@ pub(crate) fn catalogue(skills: &SkillSet) -> Option<String> {
 }
 
 /// The entries of `dir_name` under the user config directory (when given)
-/// and under `<project_root>/.troupe/`, read by `load`; a project entry
-/// replaces a user entry of the same name.
+/// and under `<project_root>/.troupe/` (when given), read by `load`; a
+/// project entry replaces a user entry of the same name.
 pub(crate) fn load_layered<T>(
     user_config_dir: Option<&Path>,
-    project_root: &Path,
+    project_root: Option<&Path>,
     dir_name: &str,
     load: impl Fn(&Path, &Path, &mut Vec<SkillWarning>) -> BTreeMap<String, T>,
 ) -> (BTreeMap<String, T>, Vec<SkillWarning>) {
@@ -171,8 +183,10 @@ pub(crate) fn load_layered<T>(
     if let Some(dir) = user_config_dir {
         entries.extend(load(&dir.join(dir_name), dir, &mut warnings));
     }
-    let dir = project_root.join(PROJECT_DIR_NAME).join(dir_name);
-    entries.extend(load(&dir, project_root, &mut warnings));
+    if let Some(project_root) = project_root {
+        let dir = project_root.join(PROJECT_DIR_NAME).join(dir_name);
+        entries.extend(load(&dir, project_root, &mut warnings));
+    }
     (entries, warnings)
 }
 
@@ -572,13 +586,20 @@ mod tests {
         let bad = write_skill(&project_skills(project.path()), "broken", "no front matter");
         // A directory without SKILL.md is not a skill and not an error.
         fs::create_dir_all(project_skills(project.path()).join("notes")).unwrap();
-        let (set, warnings) = SkillSet::load(Some(user.path()), project.path());
+        let (set, warnings) = SkillSet::load(Some(user.path()), Some(project.path()));
         assert_eq!(set.names().collect::<Vec<_>>(), ["deploy", "lint"]);
         assert_eq!(set.get("deploy").unwrap().body, "Project body");
         assert_eq!(set.get("lint").unwrap().description, "user lint");
         assert_eq!(warnings.len(), 1, "{warnings:?}");
         assert_eq!(warnings[0].path, bad);
         assert!(warnings[0].to_string().contains("broken/SKILL.md"));
+
+        // Without the project: the user's skills only; the project's named.
+        let (set, warnings) = SkillSet::load(Some(user.path()), None);
+        assert!(warnings.is_empty(), "{warnings:?}");
+        assert_eq!(set.names().collect::<Vec<_>>(), ["deploy", "lint"]);
+        assert_eq!(set.get("deploy").unwrap().body, "User body");
+        assert_eq!(SkillSet::project_skill_names(project.path()), ["deploy"]);
     }
 
     #[cfg(unix)]
@@ -590,7 +611,7 @@ mod tests {
         let dir = project_skills(project.path()).join("leak");
         fs::create_dir_all(&dir).unwrap();
         std::os::unix::fs::symlink(&secret, dir.join(SKILL_FILE_NAME)).unwrap();
-        let (set, warnings) = SkillSet::load(None, project.path());
+        let (set, warnings) = SkillSet::load(None, Some(project.path()));
         assert!(set.is_empty());
         assert!(warnings[0].message.contains("outside"), "{warnings:?}");
     }

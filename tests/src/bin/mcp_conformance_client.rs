@@ -73,6 +73,7 @@ async fn run(scenario: &str, url: &str) -> Result<String, String> {
         },
         startup_grace: Duration::ZERO,
         project_root: Some(root.clone()),
+        redaction: Default::default(),
     };
     let connection = Connection::connect(&spec, None)
         .await
