@@ -336,6 +336,40 @@ fn unusable_paths_are_denied_with_a_reason() {
 }
 
 #[test]
+fn a_file_write_to_a_path_that_names_a_directory_is_denied() {
+    let f = Fixture::new();
+    let engine = f.engine(PermissionMode::Bypass);
+    for path in [
+        "newdir/.",
+        "newdir/",
+        "src",
+        "src/",
+        "src/..",
+        ".",
+        "target/./",
+    ] {
+        expect(
+            &engine.decide(&write(path)),
+            Kind::Deny,
+            "names a directory, not a file; `write_file` writes files only",
+        );
+        expect(
+            &engine.decide(&edit(path)),
+            Kind::Deny,
+            "names a directory, not a file; `edit_file` writes files only",
+        );
+    }
+    // Reading a directory is a read like any other, and a new file below a
+    // new directory is a write like any other.
+    expect(&engine.decide(&read("src")), Kind::Allow, "");
+    expect(
+        &engine.decide(&write("newdir/file.txt")),
+        Kind::Allow,
+        "bypass mode allows",
+    );
+}
+
+#[test]
 fn extra_roots_and_explicit_outside_allow_rules() {
     let f = Fixture::new();
     let outside = f.base.join("outside");
