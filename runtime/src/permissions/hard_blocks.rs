@@ -1393,8 +1393,9 @@ impl Walker<'_, '_> {
                 // A link out of a place no command writes lets a later write
                 // through the link change it (`ln .git/config x; echo >> x`).
                 if matches!(program, "ln" | "link") || (program == "cp" && cp_links(args)) {
+                    let recursive = program == "cp" && cp_recursive(args);
                     for source in sources {
-                        self.check_link_source(&source, cwds, program);
+                        self.check_link_source(&source, cwds, program, recursive);
                     }
                 }
             }
@@ -1709,8 +1710,8 @@ impl Walker<'_, '_> {
     }
 
     /// Whether a plain `rm` operand names entries of `/` that may be the
-    /// links a merged-/usr system runs from: a glob (`/*`, `/l*`) or one of
-    /// [`ROOT_LINKS`].
+    /// links a merged-/usr system runs from: one of [`ROOT_LINKS`] or a glob
+    /// matching one (`/*`, `/l*`; not `/*.log`).
     fn root_links(&self, raw: &str, cwds: &[Cwd]) -> bool {
         cwds.iter().any(|cwd| {
             let Some(path) = self.expand(raw, cwd) else {
@@ -1723,10 +1724,17 @@ impl Walker<'_, '_> {
                     _ => None,
                 })
                 .collect();
-            match parts.as_slice() {
-                [name] => name.contains(['*', '?', '[']) || ROOT_LINKS.contains(&name.as_str()),
-                _ => false,
+            let [name] = parts.as_slice() else {
+                return false;
+            };
+            if !name.contains(['*', '?', '[']) {
+                return ROOT_LINKS.contains(&name.as_str());
             }
+            // A glob the matcher cannot read is taken to match.
+            globset::Glob::new(name).map_or(true, |glob| {
+                let matcher = glob.compile_matcher();
+                ROOT_LINKS.iter().any(|link| matcher.is_match(link))
+            })
         })
     }
 
@@ -1799,12 +1807,23 @@ impl Walker<'_, '_> {
     /// A link made from `raw`: refused when `raw` lies in the project's
     /// `.git` or a protected place, since a later write through the link
     /// would change it.
-    fn check_link_source(&mut self, raw: &str, cwds: &[Cwd], program: &str) {
+    /// With `recursive` (`cp -al`), a source that holds the project root
+    /// links everything below it, `.git` and `.troupe` included.
+    fn check_link_source(&mut self, raw: &str, cwds: &[Cwd], program: &str, recursive: bool) {
         for cwd in cwds {
             let Some(path) = self.expand(raw, cwd) else {
                 continue;
             };
             let root = self.ctx.project_root;
+            if recursive && root.starts_with(&path) {
+                self.block(
+                    HardBlockKind::GitInternals,
+                    &format!(
+                        "`{program}` linking `{raw}` links every file below it, the repository's .git directory and Troupe's configuration included, and a later write through a link would change them; copy instead, or link only what you need"
+                    ),
+                );
+                return;
+            }
             let resolved = (self.ctx.resolve)(&path);
             let candidates = std::iter::once(path.as_path()).chain(resolved.as_deref());
             for candidate in candidates {
@@ -2822,6 +2841,25 @@ fn cp_links(args: &[Word]) -> bool {
                     .chars()
                     .take_while(|c| !matches!(c, 'S' | 't'))
                     .any(|c| matches!(c, 'l' | 's'))
+        }
+    })
+}
+
+/// True when `cp` copies directories (`-r`, `-R`, `-a`, `--recursive`,
+/// `--archive`, in a cluster such as `-al`).
+fn cp_recursive(args: &[Word]) -> bool {
+    args.iter().any(|a| {
+        let v = a.value.as_str();
+        if let Some(long) = v.strip_prefix("--") {
+            (long.len() >= 3 && "recursive".starts_with(long))
+                || (long.len() >= 2 && "archive".starts_with(long))
+        } else {
+            v.starts_with('-')
+                && v.len() > 1
+                && v[1..]
+                    .chars()
+                    .take_while(|c| !matches!(c, 'S' | 't'))
+                    .any(|c| matches!(c, 'r' | 'R' | 'a'))
         }
     })
 }
@@ -3875,6 +3913,8 @@ mod tests {
             ("sudo --login rm -rf ./*", R),
             ("rm /*", R),
             ("rm -f /lib64", R),
+            ("rm /l*", R),
+            ("rm -f /[bs]*", R),
             ("cd / && rm -f *", R),
             // Arguments fed by parallel and xargs.
             ("parallel rm -rf ::: /*", R),
@@ -3985,6 +4025,8 @@ mod tests {
             "rm -rf [Bb]uild",
             "rm -f /tmp/x.lock",
             "rm -f ./lib64",
+            "rm -f /*.log",
+            "rm /tmp",
             "rm -f /",
             "toybox ls",
             "busybox-x86_64 ls /",
@@ -4300,6 +4342,9 @@ mod tests {
             ("cp --li .git/config x", G),
             ("ln -P .git/config x", G),
             ("ln -- .git/config x", G),
+            ("cp -al . ../snapshot", G),
+            ("cd src && cp -rl .. /tmp/snapshot", G),
+            ("cp --archive --link /home/dev/proj /tmp/p", G),
             ("cd .git && ln config ../x", G),
             ("ln .troupe/config.toml x", P),
             ("cp --link .mcp.json x", P),
@@ -4313,6 +4358,8 @@ mod tests {
             "cp .git/config backup",
             "cp -a src out",
             "cp --reflink=auto .git/config backup",
+            "cp -al src ../src-snapshot",
+            "cp -a . ../backup",
         ] {
             assert_free(line);
         }
