@@ -1142,18 +1142,30 @@ impl Walker<'_, '_> {
             self.cdpath = saved;
         }
         if let Some((at, kind)) = feeder {
-            // A here-string or here-document replaces the pipe as input.
-            let own = simple.redirects.iter().rev().find_map(|r| {
-                if r.fd.is_some_and(|fd| fd != 0) {
-                    return None;
-                }
-                match (r.op, &r.heredoc) {
-                    (RedirOp::HereString, _) => Some(Stream::Text(r.target.value.clone())),
-                    (RedirOp::HereDoc, Some(doc)) => Some(Stream::Text(doc.body.clone())),
-                    _ => None,
-                }
+            // A redirection of the standard input replaces the pipe: a
+            // here-string or here-document with its text, a file with what
+            // the line cannot know.
+            let replaced = simple.redirects.iter().rev().find(|r| {
+                r.fd.is_none_or(|fd| fd == 0)
+                    && matches!(
+                        r.op,
+                        RedirOp::In
+                            | RedirOp::InOut
+                            | RedirOp::DupIn
+                            | RedirOp::HereString
+                            | RedirOp::HereDoc
+                    )
             });
-            let stream = own.as_ref().or(input.stream);
+            let own = replaced.and_then(|r| match (r.op, &r.heredoc) {
+                (RedirOp::HereString, _) => Some(Stream::Text(r.target.value.clone())),
+                (RedirOp::HereDoc, Some(doc)) => Some(Stream::Text(doc.body.clone())),
+                _ => None,
+            });
+            let stream = if replaced.is_some() {
+                own.as_ref()
+            } else {
+                input.stream
+            };
             let options = &values[at + 1..start];
             let command = &simple.words[start..];
             match kind {
@@ -4072,6 +4084,7 @@ mod tests {
             "CDPATH=$X cd usr && rm -rf *",
             "ls / | xargs rm -rf",
             "curl -s https://x | xargs rm -rf",
+            "echo / | xargs rm -rf < list.txt",
         ] {
             assert_free(line);
         }
