@@ -3,10 +3,12 @@
 //! their nearest existing ancestor) — before it is compared with the allowed
 //! roots (project root, the session's spill directory, configured extra roots).
 //!
-//! This module decides containment only. What follows from it (writes outside are
-//! denied, reads outside ask) is the permission engine's business; tools call
-//! [`PathSandbox::resolve`] again at the moment of use, so a symlink swapped in
-//! between the permission check and the use is caught.
+//! This module decides containment only, plus one fact about a file to write:
+//! [`PathSandbox::resolve_file`] refuses a path that names a directory. What
+//! follows from containment (writes outside are denied, reads outside ask) is
+//! the permission engine's business; tools call [`PathSandbox::resolve`] (or
+//! `resolve_file`) again at the moment of use, so a symlink swapped in between
+//! the permission check and the use is caught.
 
 use std::ffi::OsString;
 use std::io;
@@ -27,6 +29,9 @@ pub enum SandboxError {
     /// Too many symlinks to follow.
     #[error("too many levels of symbolic links resolving {0}")]
     SymlinkLoop(PathBuf),
+    /// The path of a file to write names a directory.
+    #[error("`{0}` names a directory, not a file")]
+    Directory(String),
     /// Reading the file system failed.
     #[error("cannot resolve {path}: {source}")]
     Io {
@@ -129,6 +134,30 @@ impl PathSandbox {
             .cloned();
         Ok(ResolvedPath { path, root })
     }
+}
+
+impl PathSandbox {
+    /// Resolves the path of a file to write (`write_file`, `edit_file`) like
+    /// [`Self::resolve`], refusing one that names a directory: its text ends in
+    /// `/`, `/.` or `/..` (or is `.` or `..`), which resolution would drop, or it
+    /// resolves to an existing directory.
+    pub(crate) fn resolve_file(&self, raw: &str) -> Result<ResolvedPath, SandboxError> {
+        if names_directory(raw) {
+            return Err(SandboxError::Directory(raw.to_owned()));
+        }
+        let resolved = self.resolve(raw)?;
+        // The resolved path has no symlink left in its existing part.
+        if std::fs::symlink_metadata(&resolved.path).is_ok_and(|meta| meta.is_dir()) {
+            return Err(SandboxError::Directory(raw.to_owned()));
+        }
+        Ok(resolved)
+    }
+}
+
+/// True when the text of a path names a directory whatever exists: it ends
+/// in `/`, `/.` or `/..`, or is `.` or `..`.
+pub(crate) fn names_directory(raw: &str) -> bool {
+    raw.ends_with('/') || raw == "." || raw == ".." || raw.ends_with("/.") || raw.ends_with("/..")
 }
 
 /// Resolves an absolute path: `.` dropped, `..` applied to the resolved prefix,
@@ -314,6 +343,42 @@ mod tests {
         let sandbox = PathSandbox::new(&base.join("via"), &[], None).unwrap();
         assert_eq!(sandbox.project_root(), base.join("project"));
         assert!(sandbox.resolve("src/x").unwrap().is_inside());
+    }
+
+    #[test]
+    fn a_file_path_that_names_a_directory_is_refused() {
+        let (_dir, sandbox, base) = setup();
+        std::fs::create_dir_all(base.join("home")).unwrap();
+        for raw in [
+            "newdir/.",
+            "newdir/",
+            "newdir/sub/..",
+            "src",
+            "src/",
+            ".",
+            "..",
+            "src/main.rs/.",
+            "~",
+        ] {
+            assert!(
+                matches!(sandbox.resolve_file(raw), Err(SandboxError::Directory(ref r)) if r == raw),
+                "{raw}"
+            );
+        }
+        std::fs::write(base.join("project/src/main.rs"), "").unwrap();
+        symlink(base.join("project/src"), base.join("project/srclink")).unwrap();
+        assert!(matches!(
+            sandbox.resolve_file("srclink"),
+            Err(SandboxError::Directory(_))
+        ));
+        let r = sandbox.resolve_file("src/main.rs").unwrap();
+        assert_eq!(r.path, base.join("project/src/main.rs"));
+        assert!(sandbox.resolve_file("src/new.rs").is_ok());
+        assert!(sandbox.resolve_file("newdir/file.txt").is_ok());
+        assert!(sandbox.resolve_file("src/.hidden").is_ok());
+        assert!(names_directory("a/"));
+        assert!(!names_directory("a/.b"));
+        assert!(!names_directory("a/..b"));
     }
 
     #[test]

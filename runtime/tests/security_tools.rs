@@ -510,6 +510,56 @@ async fn writes_through_symlinks_pointing_outside_are_refused() {
 }
 
 #[tokio::test]
+async fn file_writes_to_a_path_that_names_a_directory_are_refused() {
+    let h = with_secrets();
+    std::fs::create_dir_all(h.project.join("existing")).unwrap();
+    h.write("existing/kept.txt", "kept");
+    for path in [
+        "newdir/.",
+        "newdir/",
+        "newdir/sub/..",
+        "existing",
+        "existing/",
+        "existing/.",
+        ".",
+    ] {
+        let err = err_text(
+            &h.call("write_file", json!({"path": path, "content": "x"}))
+                .await,
+        );
+        assert_eq!(
+            err,
+            format!(
+                "Refused: `{path}` names a directory, not a file; give the path of a file. Nothing was written."
+            )
+        );
+        let err = err_text(
+            &h.call(
+                "edit_file",
+                json!({"path": path, "old_string": "a", "new_string": "b"}),
+            )
+            .await,
+        );
+        assert!(
+            err.contains("names a directory, not a file"),
+            "{path}: {err}"
+        );
+    }
+    assert!(!h.project.join("newdir").exists());
+    assert!(h.project.join("existing").is_dir());
+    assert_eq!(h.read("existing/kept.txt"), "kept");
+    // A file below a new directory is still created, directories and all.
+    ok_text(
+        &h.call(
+            "write_file",
+            json!({"path": "newdir/file.txt", "content": "x"}),
+        )
+        .await,
+    );
+    assert_eq!(h.read("newdir/file.txt"), "x");
+}
+
+#[tokio::test]
 async fn writes_replace_a_hard_linked_file_and_leave_its_outside_name_alone() {
     use std::os::unix::fs::{MetadataExt, PermissionsExt};
     let h = with_secrets();

@@ -107,7 +107,10 @@ async fn write_file_creates_parents_and_reports_overwrite() {
         &h.call("write_file", json!({"path": "adir", "content": "x"}))
             .await,
     );
-    assert!(err.contains("adir is a directory"), "{err}");
+    assert!(
+        err.contains("`adir` names a directory, not a file"),
+        "{err}"
+    );
 }
 
 #[tokio::test]

@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, PoisonError, RwLock};
 
 use crate::config::{PermissionMode, PermissionSettings, RuleEntry};
-use crate::sandbox::{PathSandbox, resolve_path};
+use crate::sandbox::{PathSandbox, SandboxError, resolve_path};
 use crate::tools::{Access, PermissionSubject, ToolCategory};
 
 use super::bash_ast::{self, RedirectKind, Syntax};
@@ -249,8 +249,23 @@ impl PermissionEngine {
                 doubt = self.doubt(&syntax);
             }
             PermissionSubject::Path { path, access } => {
-                let resolved = match self.sandbox.resolve(path) {
+                // A file to write must not name a directory: `dir/.` would
+                // otherwise resolve to `dir` and be written as a file.
+                let resolution = match access {
+                    Access::Write => self.sandbox.resolve_file(path),
+                    Access::Read => self.sandbox.resolve(path),
+                };
+                let resolved = match resolution {
                     Ok(resolved) => resolved,
+                    Err(err @ SandboxError::Directory(_)) => {
+                        let decision = Decision::Deny {
+                            reason: format!(
+                                "{err}; `{}` writes files only, so the call is refused in every mode",
+                                request.tool_name
+                            ),
+                        };
+                        return (decision, Cause::UnusablePath);
+                    }
                     Err(err) => {
                         let decision = Decision::Deny {
                             reason: format!("cannot check the path `{path}`: {err}"),

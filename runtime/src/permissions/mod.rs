@@ -2,7 +2,8 @@
 //! person, or is refused — and why, in a sentence for the model and the person.
 //!
 //! [`PermissionEngine::decide`] applies, in order: hard blocks (destructive
-//! commands, writes into `.git` internals or Troupe's own configuration) and the path sandbox's write limit,
+//! commands, writes into `.git` internals or Troupe's own configuration, git
+//! configuration that names programs) and the path sandbox's write limit,
 //! which hold in every mode; deny rules; plan mode; reads outside the allowed
 //! roots (ask); ask rules; allow rules; the mode's fallback. Rules look like
 //! `Bash(git push*)`, `Read(.env)`, `Write(src/**)`, `mcp__github__*`.
@@ -13,7 +14,8 @@
 //! parts: `rules` (rule syntax and matching), `shell` (a small, lenient shell
 //! parser for hard blocks), `bash_ast` (a strict reading with tree-sitter-bash
 //! for what is granted on a pattern), `read_only` (which command lines only
-//! read), `hard_blocks` (destructive-command analysis), `engine` (the decision order),
+//! read), `hard_blocks` (destructive-command analysis), `git_config` (which
+//! `git config` commands set keys that run programs), `engine` (the decision order),
 //! `advice` (what a user could change when a call cannot run), `protected`
 //! (the files that govern Troupe itself, which no tool writes).
 //! It must not touch the tool implementations, the configuration loader or the
@@ -22,6 +24,7 @@
 mod advice;
 mod bash_ast;
 mod engine;
+mod git_config;
 mod hard_blocks;
 mod protected;
 mod read_only;

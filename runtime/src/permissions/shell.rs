@@ -86,6 +86,8 @@ pub(crate) struct HereDoc {
 pub(crate) struct Redirect {
     /// The operator.
     pub(crate) op: RedirOp,
+    /// The descriptor written before the operator (`3` in `3<>file`), if any.
+    pub(crate) fd: Option<u32>,
     /// The target word (for here-documents: the delimiter).
     pub(crate) target: Word,
     /// The here-document body, for `<<`.
@@ -207,6 +209,7 @@ enum Tok {
     },
     Redir {
         op: RedirOp,
+        fd: Option<u32>,
         start: usize,
         end: usize,
         heredoc: Option<HereDoc>,
@@ -228,6 +231,8 @@ struct Lexer {
     tokens: Vec<Tok>,
     /// Index of a `<<` token whose delimiter word comes next, and whether it strips tabs.
     heredoc_op: Option<(usize, bool)>,
+    /// The descriptor number read just before a redirection operator.
+    pending_fd: Option<u32>,
     pending: Vec<PendingHereDoc>,
 }
 
@@ -246,6 +251,7 @@ impl Lexer {
             pos: 0,
             tokens: Vec::new(),
             heredoc_op: None,
+            pending_fd: None,
             pending: Vec::new(),
         }
     }
@@ -354,6 +360,7 @@ impl Lexer {
         let end = self.offset();
         self.tokens.push(Tok::Redir {
             op,
+            fd: self.pending_fd.take(),
             start,
             end,
             heredoc: None,
@@ -420,6 +427,8 @@ impl Lexer {
             && matches!(self.peek_at(ahead), Some('<' | '>'))
             && self.peek_at(ahead + 1) != Some('(')
         {
+            let digits: String = (0..ahead).filter_map(|i| self.peek_at(i)).collect();
+            self.pending_fd = digits.parse().ok();
             self.pos += ahead;
             return;
         }
@@ -984,8 +993,10 @@ impl Parser<'_> {
                     words.push(w.clone());
                     self.pos += 1;
                 }
-                Tok::Redir { op, heredoc, .. } => {
-                    let op = *op;
+                Tok::Redir {
+                    op, fd, heredoc, ..
+                } => {
+                    let (op, fd) = (*op, *fd);
                     let heredoc = heredoc.clone();
                     self.pos += 1;
                     let target = match self.peek() {
@@ -999,6 +1010,7 @@ impl Parser<'_> {
                     };
                     redirects.push(Redirect {
                         op,
+                        fd,
                         target,
                         heredoc,
                     });
@@ -1145,6 +1157,24 @@ mod tests {
                 (RedirOp::Out, "err"),
                 (RedirOp::In, "in"),
                 (RedirOp::OutErr, "all")
+            ]
+        );
+        let fds: Vec<Option<u32>> = sc.redirects.iter().map(|r| r.fd).collect();
+        assert_eq!(fds, vec![Some(2), None, None, Some(2), None, None]);
+        let script = parse("exec 3<>/dev/tcp/h/80 10<&3");
+        let Command::Simple(exec) = &script.lists[0].first.commands[0] else {
+            panic!("expected a simple command");
+        };
+        let r: Vec<(Option<u32>, RedirOp, &str)> = exec
+            .redirects
+            .iter()
+            .map(|r| (r.fd, r.op, r.target.value.as_str()))
+            .collect();
+        assert_eq!(
+            r,
+            vec![
+                (Some(3), RedirOp::InOut, "/dev/tcp/h/80"),
+                (Some(10), RedirOp::DupIn, "3")
             ]
         );
         assert!(!RedirOp::DupOut.writes("1"));

@@ -2,8 +2,8 @@
 //! tools (SPEC §5 path sandbox, defence in depth).
 //!
 //! [`resolve_for_use`] resolves a raw path with the session's sandbox right
-//! before the tool touches it: writes outside the allowed roots are refused
-//! always; reads outside are refused unless a person approved that very call
+//! before the tool touches it: a path to write that names a directory, and
+//! writes outside the allowed roots, are refused always; reads outside are refused unless a person approved that very call
 //! or an allow rule names the path (the permission check says which).
 //! [`open_beneath`] then opens the resolved path one component at a time with
 //! `O_NOFOLLOW`, so a symlink swapped into any component after the check makes
@@ -20,6 +20,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::{Component, Path, PathBuf};
 
 use super::{Access, ToolContext};
+use crate::sandbox::SandboxError;
 
 /// A path checked for one use.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -38,10 +39,18 @@ pub(crate) fn resolve_for_use(
     raw: &str,
     access: Access,
 ) -> Result<UsePath, String> {
-    let resolved = ctx
-        .sandbox
-        .resolve(raw)
-        .map_err(|err| format!("Cannot use path `{raw}`: {err}."))?;
+    let resolution = match access {
+        // A file to write must not name a directory (`dir/.`, `dir/`).
+        Access::Write => ctx.sandbox.resolve_file(raw),
+        Access::Read => ctx.sandbox.resolve(raw),
+    };
+    let resolved = resolution.map_err(|err| match err {
+        SandboxError::Directory(_) => format!(
+            "Refused: `{raw}` names a directory, not a file; give the path of a file. Nothing was \
+             written."
+        ),
+        err => format!("Cannot use path `{raw}`: {err}."),
+    })?;
     let display = display_path(ctx.sandbox.project_root(), &resolved.path);
     if !resolved.is_inside() {
         let through_link = symlink_note(ctx, raw, &resolved.path);
