@@ -68,6 +68,7 @@ async fn environment_is_reduced_to_base_and_allowlist() {
                 "TERM",
                 "LANG",
                 "TROUPE_TEST_ALLOWED_NAME",
+                "TROUPE_COMMAND",
                 "PWD",
                 "SHLVL",
                 "_",
@@ -78,6 +79,8 @@ async fn environment_is_reduced_to_base_and_allowlist() {
         );
     }
     assert!(names.contains(&"TROUPE_TEST_ALLOWED_NAME"));
+    // Every command carries the mark that tells the daemon it is one.
+    assert!(names.contains(&"TROUPE_COMMAND"));
 }
 
 #[tokio::test]
