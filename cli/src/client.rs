@@ -32,6 +32,11 @@ const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 const COMPACT_TIMEOUT: Duration = Duration::from_secs(30 * 60);
 /// How many times a broken event stream is reopened in a row.
 const RECONNECTS: u32 = 5;
+/// How long an idle connection to the daemon is kept for the next request:
+/// shorter than the daemon keeps one
+/// ([`IDLE_TIMEOUT`](crate::daemon::connections::IDLE_TIMEOUT)), so a request
+/// never goes out on a connection the daemon is closing.
+pub(crate) const POOL_IDLE: Duration = Duration::from_secs(60);
 
 /// A failed request, worded for the person, with the exit code it deserves.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -153,6 +158,7 @@ impl DaemonClient {
         troupe_runtime::llm::http::install_crypto_provider();
         let http = reqwest::Client::builder()
             .connect_timeout(Duration::from_secs(5))
+            .pool_idle_timeout(POOL_IDLE)
             .tls_certs_only(Vec::new())
             .build()
             .map_err(|err| ClientError {

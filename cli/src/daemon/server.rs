@@ -1,0 +1,448 @@
+//! The daemon's HTTP server: an accept loop over the listener and one task
+//! per connection serving the API's router with hyper, as the policy of
+//! [`connections`] says — a request head in time and within its size, no
+//! connection idle for too long, a cap on connections that have not
+//! authenticated. This module only sequences those decisions.
+//!
+//! Each request carries two extensions: axum's [`ConnectInfo`] with the
+//! peer's address, and the [`Connection`] it came on, which the API's guard
+//! marks authenticated once the request passed the token check. A request
+//! counts as in flight from its complete head until its response body has
+//! been sent or dropped, so an event stream that waits for events and a slow
+//! `POST` are never closed for time.
+//!
+//! Stopping: the listener closes, a connection with a request in flight
+//! finishes that response (an event stream ends with its run) and closes,
+//! any other closes at once; [`serve`] returns when all are closed.
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::task::{Context, Poll};
+use std::time::Instant;
+
+use axum::Router;
+use axum::body::{Body, Bytes};
+use axum::extract::ConnectInfo;
+use futures::future::BoxFuture;
+use http_body::{Frame, SizeHint};
+use hyper::body::Incoming;
+use hyper::server::conn::http1;
+use hyper_util::rt::TokioIo;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use tower::ServiceExt;
+
+use super::connections::{self, AcceptFailure, Closing, Limits, Registry, Verdict};
+
+/// The registry every connection task shares; each connection is reached
+/// through the [`Notify`] its task waits on.
+type Shared = Arc<Mutex<Registry<Arc<Notify>>>>;
+
+fn lock(registry: &Shared) -> MutexGuard<'_, Registry<Arc<Notify>>> {
+    // The registry is consistent after every call; a panic elsewhere while
+    // it was held leaves nothing to repair.
+    registry.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// Serves `router` on `listener` with `limits` until `stop` is cancelled;
+/// returns once every connection has closed.
+pub(crate) async fn serve(
+    listener: TcpListener,
+    router: Router,
+    limits: Limits,
+    stop: CancellationToken,
+) {
+    let registry: Shared = Arc::new(Mutex::new(Registry::new(limits)));
+    let tasks = TaskTracker::new();
+    loop {
+        let accepted = tokio::select! {
+            () = stop.cancelled() => break,
+            accepted = listener.accept() => accepted,
+        };
+        let (stream, peer) = match accepted {
+            Ok(accepted) => accepted,
+            Err(err) => {
+                let pause = match connections::accept_failure(&err) {
+                    AcceptFailure::Skip => continue,
+                    AcceptFailure::Shed => {
+                        let shed = lock(&registry).shed_oldest();
+                        tracing::warn!(%err, shed = shed.is_some(), "out of descriptors while accepting a connection");
+                        if let Some(wake) = shed {
+                            wake.notify_one();
+                        }
+                        connections::SHED_PAUSE
+                    }
+                    AcceptFailure::Pause => {
+                        tracing::warn!(%err, "accepting a connection failed");
+                        connections::ACCEPT_PAUSE
+                    }
+                };
+                tokio::select! {
+                    () = stop.cancelled() => break,
+                    () = tokio::time::sleep(pause) => continue,
+                }
+            }
+        };
+        // Events go out one small SSE frame at a time: without TCP_NODELAY
+        // each frame after the first waits for the client's delayed ACK
+        // (~40 ms).
+        if let Err(err) = stream.set_nodelay(true) {
+            tracing::debug!(%err, "TCP_NODELAY not set on a connection");
+        }
+        let wake = Arc::new(Notify::new());
+        let (id, evicted) = lock(&registry).admit(Instant::now(), wake.clone());
+        if let Some(evicted) = evicted {
+            evicted.notify_one();
+        }
+        let tracker = Tracker {
+            id,
+            registry: registry.clone(),
+            wake,
+        };
+        tasks.spawn(connection(
+            stream,
+            peer,
+            router.clone(),
+            limits,
+            tracker,
+            stop.clone(),
+        ));
+    }
+    drop(listener);
+    tasks.close();
+    tasks.wait().await;
+}
+
+/// Serves one connection until it ends or the policy closes it.
+async fn connection(
+    stream: TcpStream,
+    peer: SocketAddr,
+    router: Router,
+    limits: Limits,
+    tracker: Tracker,
+    stop: CancellationToken,
+) {
+    let io = TokioIo::new(Watched {
+        stream,
+        tracker: tracker.clone(),
+    });
+    let service = Api {
+        router,
+        tracker: tracker.clone(),
+        peer,
+    };
+    let served = http1::Builder::new()
+        // The head's deadline is the registry's: hyper's own would also
+        // close a connection idle between requests after that short time.
+        .header_read_timeout(None)
+        .max_header_size(limits.max_head_bytes)
+        .serve_connection(io, service)
+        .with_upgrades();
+    let mut served = std::pin::pin!(served);
+    let mut stopping = false;
+    let closed = loop {
+        let verdict = lock(&tracker.registry).verdict(tracker.id, Instant::now());
+        let until = match verdict {
+            Verdict::Close(why) => break Some(why),
+            Verdict::Keep(until) => until,
+        };
+        tokio::select! {
+            // Whatever the connection has to do comes first: a head that
+            // arrived while this task waited to run is read before its
+            // deadline is looked at again.
+            biased;
+            ended = served.as_mut() => {
+                if let Err(err) = ended {
+                    tracing::debug!(%peer, %err, "connection ended with an error");
+                }
+                break None;
+            }
+            () = tracker.wake.notified() => {}
+            () = sleep_until(until) => {}
+            () = stop.cancelled(), if !stopping => {
+                stopping = true;
+                if !lock(&tracker.registry).busy(tracker.id) {
+                    break Some(Closing::Stopping);
+                }
+                served.as_mut().graceful_shutdown();
+            }
+        }
+    };
+    let mut registry = lock(&tracker.registry);
+    if let Some(why) = closed {
+        tracing::debug!(
+            %peer,
+            reason = ?why,
+            authenticated = registry.is_authenticated(tracker.id),
+            open = registry.len(),
+            unauthenticated = registry.unauthenticated(),
+            "closing a connection"
+        );
+    }
+    registry.remove(tracker.id);
+}
+
+/// Sleeps until `deadline`, or for ever without one.
+async fn sleep_until(deadline: Option<Instant>) {
+    match deadline {
+        Some(deadline) => tokio::time::sleep_until(deadline.into()).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// One connection's place in the registry, and the task that serves it.
+#[derive(Clone)]
+struct Tracker {
+    id: u64,
+    registry: Shared,
+    wake: Arc<Notify>,
+}
+
+impl Tracker {
+    /// Tells the connection's task to look at its deadline again when
+    /// `changed`.
+    fn wake_if(&self, changed: bool) {
+        if changed {
+            self.wake.notify_one();
+        }
+    }
+
+    fn bytes_arrived(&self) {
+        let changed = lock(&self.registry).bytes_arrived(self.id, Instant::now());
+        self.wake_if(changed);
+    }
+
+    /// A complete head arrived: the request is in flight while the guard
+    /// lives.
+    fn request_started(&self) -> InFlight {
+        let changed = lock(&self.registry).request_started(self.id);
+        self.wake_if(changed);
+        InFlight(self.clone())
+    }
+}
+
+/// A request in flight on a connection: from its complete head until its
+/// response body has been sent or dropped.
+struct InFlight(Tracker);
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        let changed = lock(&self.0.registry).request_finished(self.0.id, Instant::now());
+        self.0.wake_if(changed);
+    }
+}
+
+/// The connection a request came on (a request extension): the API's guard
+/// marks it authenticated once the request passed the token check.
+#[derive(Clone)]
+pub(crate) struct Connection(Tracker);
+
+impl Connection {
+    /// The connection's request passed the token check: it no longer counts
+    /// against the cap on unauthenticated connections.
+    pub(crate) fn authenticated(&self) {
+        lock(&self.0.registry).authenticated(self.0.id);
+    }
+}
+
+/// The TCP stream, telling the registry when bytes arrive (the start of a
+/// request head after an idle spell).
+struct Watched {
+    stream: TcpStream,
+    tracker: Tracker,
+}
+
+impl AsyncRead for Watched {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        let this = self.get_mut();
+        let before = buf.filled().len();
+        let polled = Pin::new(&mut this.stream).poll_read(cx, buf);
+        if matches!(polled, Poll::Ready(Ok(()))) && buf.filled().len() > before {
+            this.tracker.bytes_arrived();
+        }
+        polled
+    }
+}
+
+impl AsyncWrite for Watched {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.get_mut().stream).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.get_mut().stream).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.stream.is_write_vectored()
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.get_mut().stream).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.get_mut().stream).poll_shutdown(cx)
+    }
+}
+
+/// The router as one connection's hyper service.
+#[derive(Clone)]
+struct Api {
+    router: Router,
+    tracker: Tracker,
+    peer: SocketAddr,
+}
+
+impl hyper::service::Service<hyper::Request<Incoming>> for Api {
+    type Response = axum::response::Response;
+    type Error = Infallible;
+    type Future = BoxFuture<'static, Result<Self::Response, Infallible>>;
+
+    fn call(&self, request: hyper::Request<Incoming>) -> Self::Future {
+        let in_flight = self.tracker.request_started();
+        let mut request = request.map(Body::new);
+        request.extensions_mut().insert(ConnectInfo(self.peer));
+        request
+            .extensions_mut()
+            .insert(Connection(self.tracker.clone()));
+        let router = self.router.clone();
+        Box::pin(async move {
+            let response = router.oneshot(request).await?;
+            Ok(response.map(|body| {
+                Body::new(Tracked {
+                    body,
+                    _in_flight: in_flight,
+                })
+            }))
+        })
+    }
+}
+
+/// A response body that keeps its request in flight until it is dropped.
+struct Tracked {
+    body: Body,
+    _in_flight: InFlight,
+}
+
+impl http_body::Body for Tracked {
+    type Data = Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, axum::Error>>> {
+        Pin::new(&mut self.get_mut().body).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.body.size_hint()
+    }
+}
+
+/// Raises this process's soft open-files limit to its hard limit (see
+/// [`connections::raised_open_files`]); the soft limit in force after,
+/// `None` when it cannot be read.
+pub(crate) fn raise_open_files() -> Option<u64> {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: a valid pointer to a stack value for the call's duration.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } != 0 {
+        return None;
+    }
+    let Some(target) = connections::raised_open_files(limit.rlim_cur, limit.rlim_max) else {
+        return Some(limit.rlim_cur);
+    };
+    let raised = libc::rlimit {
+        rlim_cur: target,
+        rlim_max: limit.rlim_max,
+    };
+    // SAFETY: as above.
+    if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &raised) } == 0 {
+        tracing::debug!(
+            from = limit.rlim_cur,
+            to = target,
+            "raised the open-files limit"
+        );
+        Some(target)
+    } else {
+        let err = std::io::Error::last_os_error();
+        tracing::debug!(%err, "the open-files limit could not be raised");
+        Some(limit.rlim_cur)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use axum::routing::get;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    use super::*;
+
+    const LIMIT: Duration = Duration::from_secs(30);
+
+    /// Sends `head` on a new connection and reads the answer to its end.
+    async fn exchange(addr: SocketAddr, head: &str) -> (SocketAddr, String) {
+        let mut stream = TcpStream::connect(addr).await.unwrap();
+        let local = stream.local_addr().unwrap();
+        stream.write_all(head.as_bytes()).await.unwrap();
+        let mut answer = String::new();
+        tokio::time::timeout(LIMIT, stream.read_to_string(&mut answer))
+            .await
+            .unwrap()
+            .unwrap();
+        (local, answer)
+    }
+
+    #[tokio::test]
+    async fn handlers_see_the_peer_and_a_stopped_server_closes_what_is_idle() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let router = Router::new().route(
+            "/peer",
+            get(|ConnectInfo(peer): ConnectInfo<SocketAddr>| async move { peer.to_string() }),
+        );
+        let stop = CancellationToken::new();
+        let served = tokio::spawn(serve(listener, router, Limits::default(), stop.clone()));
+        let (local, answer) = exchange(addr, "GET /peer HTTP/1.0\r\nHost: x\r\n\r\n").await;
+        assert!(answer.starts_with("HTTP/1.0 200"), "{answer}");
+        assert!(answer.ends_with(&local.to_string()), "{answer}");
+        // A connection that sent half a head is closed when the server stops,
+        // and the server returns.
+        let mut half = TcpStream::connect(addr).await.unwrap();
+        half.write_all(b"GET /peer HTTP/1.1\r\n").await.unwrap();
+        stop.cancel();
+        tokio::time::timeout(LIMIT, served).await.unwrap().unwrap();
+        let mut rest = Vec::new();
+        let read = tokio::time::timeout(LIMIT, half.read_to_end(&mut rest))
+            .await
+            .unwrap();
+        assert!(read.is_err() || rest.is_empty(), "{read:?} {rest:?}");
+    }
+}
