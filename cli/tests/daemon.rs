@@ -1433,10 +1433,19 @@ async fn at_the_cap_the_oldest_unauthenticated_connection_is_closed_first() {
     let mut owner = tokio::io::BufReader::new(owner);
     send_kept_open(&mut owner, "/v1/runs", &host, Some(&bearer)).await;
     assert_eq!(read_response(&mut owner).await.status, 200);
-    // Four strangers fill the cap; a fifth arrives.
+    // Four connections without the token fill the cap, each answered once
+    // (so the daemon has read it) and then holding half a head; a fifth
+    // arrives.
     let mut strangers = Vec::new();
     for _ in 0..5 {
-        strangers.push(half_sent(daemon.addr, "/healthz").await);
+        let stream = tokio::net::TcpStream::connect(daemon.addr).await.unwrap();
+        let mut stream = tokio::io::BufReader::new(stream);
+        send_kept_open(&mut stream, "/healthz", &host, None).await;
+        assert_eq!(read_response(&mut stream).await.status, 200);
+        let mut stream = stream.into_inner();
+        let head = format!("GET /healthz HTTP/1.1\r\nHost: {host}\r\n");
+        stream.write_all(head.as_bytes()).await.unwrap();
+        strangers.push(stream);
     }
     closed_by_daemon(&mut strangers[0]).await;
     // The four newer ones are still open: each finishes its request and is

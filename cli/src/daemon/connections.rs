@@ -16,7 +16,13 @@
 //! connection that arrives at the cap closes the oldest one that has not
 //! authenticated, so connections that never send a token cannot fill the
 //! daemon, and the newest one (the owner's client, about to send its token)
-//! is the last to go.
+//! is the last to go. Only a connection that has been *seen* — whose task has
+//! read what it sent first — is closed for a newer one: a client that sends
+//! its request with the token at once authenticates the first time its
+//! connection is read, however many connections arrived since. While as many
+//! connections as the cap wait to be seen or to be closed, the daemon accepts
+//! no more ([`Registry::may_accept`]): connections that have not
+//! authenticated never hold more than twice the cap of descriptors.
 
 use std::collections::{BTreeSet, HashMap};
 use std::io;
@@ -37,6 +43,12 @@ pub(crate) const MAX_UNAUTHENTICATED: usize = 256;
 /// The largest request head (request line and headers) accepted; a larger
 /// one is answered `431` and the connection closed.
 pub(crate) const MAX_HEAD_BYTES: usize = 16 * 1024;
+
+/// How many connections the kernel queues until the daemon accepts them
+/// (within `net.core.somaxconn`). A connection that finds the queue full
+/// waits for its client to retry, a second or more, so the queue is made long
+/// enough for a burst of connections to fit.
+pub(crate) const LISTEN_BACKLOG: u32 = 4096;
 
 /// The ceiling the soft open-files limit is raised to, whatever the hard
 /// limit says.
@@ -224,9 +236,15 @@ pub(crate) struct Registry<H> {
     limits: Limits,
     next_id: u64,
     connections: HashMap<u64, Entry<H>>,
-    /// Ids of the connections that have not authenticated; ids grow with
-    /// every connection accepted, so the first is the oldest.
-    unauthenticated: BTreeSet<u64>,
+    /// Ids of the connections not yet seen (none has authenticated); ids
+    /// grow with every connection accepted, so the first is the oldest.
+    unseen: BTreeSet<u64>,
+    /// Ids of the connections seen that have not authenticated: the ones a
+    /// newer connection may close, oldest first.
+    evictable: BTreeSet<u64>,
+    /// Ids of the connections closed for a newer one whose tasks have not
+    /// closed them yet.
+    closing: BTreeSet<u64>,
 }
 
 impl<H> Registry<H> {
@@ -236,16 +254,33 @@ impl<H> Registry<H> {
             limits,
             next_id: 0,
             connections: HashMap::new(),
-            unauthenticated: BTreeSet::new(),
+            unseen: BTreeSet::new(),
+            evictable: BTreeSet::new(),
+            closing: BTreeSet::new(),
         }
     }
 
+    /// True while fewer connections than the cap wait to be seen or to be
+    /// closed: the daemon accepts the next connection only then.
+    pub(crate) fn may_accept(&self) -> bool {
+        self.unseen.len() + self.closing.len() < self.limits.max_unauthenticated
+    }
+
     /// Registers a connection accepted at `now`: its id, and the handle of
-    /// the oldest unauthenticated connection when the new one reaches the
-    /// cap (removed from the registry; its task must close it).
-    pub(crate) fn admit(&mut self, now: Instant, handle: H) -> (u64, Option<H>) {
-        let evicted = if self.unauthenticated.len() >= self.limits.max_unauthenticated {
-            self.shed_oldest()
+    /// the connection it replaces when it reaches the cap (removed from the
+    /// registry; its task must close it): the oldest one seen without
+    /// authenticating that has no request in flight (a `GET /healthz` needs
+    /// no token) and whose task has read everything so far (`unread` says
+    /// which have bytes waiting — a client's head that arrived after its
+    /// first read), else the oldest one seen.
+    pub(crate) fn admit(
+        &mut self,
+        now: Instant,
+        handle: H,
+        unread: impl Fn(&H) -> bool,
+    ) -> (u64, Option<H>) {
+        let evicted = if self.unauthenticated() >= self.limits.max_unauthenticated {
+            self.victim(&unread).and_then(|victim| self.evict(victim))
         } else {
             None
         };
@@ -259,22 +294,60 @@ impl<H> Registry<H> {
                 authenticated: false,
             },
         );
-        self.unauthenticated.insert(id);
+        self.unseen.insert(id);
         (id, evicted)
     }
 
-    /// Removes the oldest unauthenticated connection; its handle, for its
-    /// task to close it (`None`: every connection has authenticated).
-    pub(crate) fn shed_oldest(&mut self) -> Option<H> {
-        let oldest = self.unauthenticated.pop_first()?;
-        self.connections.remove(&oldest).map(|entry| entry.handle)
+    /// Removes an unauthenticated connection when descriptors ran out, as
+    /// [`Registry::admit`] chooses one, or else the oldest not yet seen; its
+    /// handle, for its task to close it (`None`: every connection has
+    /// authenticated).
+    pub(crate) fn shed_oldest(&mut self, unread: impl Fn(&H) -> bool) -> Option<H> {
+        let victim = self
+            .victim(&unread)
+            .or_else(|| self.unseen.first().copied())?;
+        self.evict(victim)
+    }
+
+    /// The connection a newer one replaces (see [`Registry::admit`]).
+    fn victim(&self, unread: &impl Fn(&H) -> bool) -> Option<u64> {
+        let waiting = self.evictable.iter().find(|id| {
+            self.connections.get(id).is_some_and(|entry| {
+                !matches!(entry.phase, Phase::Busy { .. }) && !unread(&entry.handle)
+            })
+        });
+        waiting.or_else(|| self.evictable.first()).copied()
+    }
+
+    /// Takes connection `id` out, to be closed by its task; its handle.
+    fn evict(&mut self, id: u64) -> Option<H> {
+        let entry = self.connections.remove(&id)?;
+        self.unseen.remove(&id);
+        self.evictable.remove(&id);
+        self.closing.insert(id);
+        Some(entry.handle)
+    }
+
+    /// Connection `id` has been read for the first time (what it had sent
+    /// by then was read, and a complete request in it served): from now on
+    /// a newer connection may close it if it has not authenticated.
+    pub(crate) fn seen(&mut self, id: u64) {
+        if self.unseen.remove(&id)
+            && self
+                .connections
+                .get(&id)
+                .is_some_and(|entry| !entry.authenticated)
+        {
+            self.evictable.insert(id);
+        }
     }
 
     /// Connection `id` sent a request that passed the token check.
     pub(crate) fn authenticated(&mut self, id: u64) {
         if let Some(entry) = self.connections.get_mut(&id) {
             entry.authenticated = true;
-            self.unauthenticated.remove(&id);
+            self.unseen.remove(&id);
+            self.evictable.remove(&id);
         }
     }
 
@@ -336,7 +409,9 @@ impl<H> Registry<H> {
     /// Connection `id` is closed.
     pub(crate) fn remove(&mut self, id: u64) {
         self.connections.remove(&id);
-        self.unauthenticated.remove(&id);
+        self.unseen.remove(&id);
+        self.evictable.remove(&id);
+        self.closing.remove(&id);
     }
 
     /// Open connections.
@@ -346,7 +421,7 @@ impl<H> Registry<H> {
 
     /// Open connections that have not authenticated.
     pub(crate) fn unauthenticated(&self) -> usize {
-        self.unauthenticated.len()
+        self.unseen.len() + self.evictable.len()
     }
 }
 
@@ -365,35 +440,44 @@ mod tests {
         Duration::from_secs(n)
     }
 
+    fn none_unread<H>(_: &H) -> bool {
+        false
+    }
+
     #[test]
-    fn at_the_cap_the_oldest_unauthenticated_connection_goes() {
+    fn at_the_cap_the_oldest_unauthenticated_connection_seen_goes() {
         let start = Instant::now();
         let mut registry = Registry::new(limits(3));
         let ids: Vec<u64> = ["a", "b", "c"]
             .into_iter()
             .map(|name| {
-                let (id, evicted) = registry.admit(start, name);
+                let (id, evicted) = registry.admit(start, name, none_unread);
                 assert_eq!(evicted, None);
+                registry.seen(id);
                 id
             })
             .collect();
         assert_eq!(registry.unauthenticated(), 3);
-        let (d, evicted) = registry.admit(start, "d");
+        let (d, evicted) = registry.admit(start, "d", none_unread);
         assert_eq!(evicted, Some("a"));
-        assert_eq!(registry.verdict(ids[0], start), {
+        assert_eq!(
+            registry.verdict(ids[0], start),
             Verdict::Close(Closing::Evicted)
-        });
-        let (_, evicted) = registry.admit(start, "e");
+        );
+        registry.seen(d);
+        let (e, evicted) = registry.admit(start, "e", none_unread);
         assert_eq!(evicted, Some("b"));
+        registry.seen(e);
         assert_eq!(registry.unauthenticated(), 3);
         assert_eq!(registry.len(), 3);
         // An authenticated connection neither counts nor goes.
         registry.authenticated(ids[2]);
         assert!(registry.is_authenticated(ids[2]));
         assert_eq!(registry.unauthenticated(), 2);
-        let (_, evicted) = registry.admit(start, "f");
+        let (f, evicted) = registry.admit(start, "f", none_unread);
         assert_eq!(evicted, None);
-        let (_, evicted) = registry.admit(start, "g");
+        registry.seen(f);
+        let (_, evicted) = registry.admit(start, "g", none_unread);
         assert_eq!(evicted, Some("d"));
         assert!(registry.is_authenticated(ids[2]));
         assert!(!registry.is_authenticated(d));
@@ -404,14 +488,121 @@ mod tests {
     }
 
     #[test]
-    fn shedding_takes_the_oldest_and_stops_when_all_have_authenticated() {
+    fn a_connection_not_yet_seen_is_never_closed_for_a_newer_one() {
+        let start = Instant::now();
+        let mut registry = Registry::new(limits(2));
+        let (owner, _) = registry.admit(start, "owner", none_unread);
+        let (a, _) = registry.admit(start, "a", none_unread);
+        // Two wait to be read: no more are accepted meanwhile.
+        assert!(!registry.may_accept());
+        registry.seen(a);
+        assert!(registry.may_accept());
+        // At the cap, the owner's connection (not yet read) stays; the one
+        // seen goes although it is newer.
+        let (b, evicted) = registry.admit(start, "b", none_unread);
+        assert_eq!(evicted, Some("a"));
+        // Read for the first time, the owner's request had the token.
+        registry.authenticated(owner);
+        registry.seen(owner);
+        assert_eq!(registry.unauthenticated(), 1);
+        // `a` is not closed yet and `b` not read: no more are accepted.
+        assert!(!registry.may_accept());
+        registry.remove(a);
+        registry.seen(b);
+        assert!(registry.may_accept());
+        let (_, evicted) = registry.admit(start, "c", none_unread);
+        assert_eq!(evicted, None);
+        let (_, evicted) = registry.admit(start, "d", none_unread);
+        assert_eq!(evicted, Some("b"));
+        assert!(registry.is_authenticated(owner));
+    }
+
+    /// A registry at a cap of three, with `a`, `b` and `c` seen.
+    fn three_seen() -> Registry<&'static str> {
+        let start = Instant::now();
+        let mut registry = Registry::new(limits(3));
+        for name in ["a", "b", "c"] {
+            let (id, _) = registry.admit(start, name, none_unread);
+            registry.seen(id);
+        }
+        registry
+    }
+
+    #[test]
+    fn a_connection_with_bytes_not_yet_read_is_passed_over_while_another_can_go() {
+        let start = Instant::now();
+        let mut registry = three_seen();
+        // `a`'s request arrived after its first read and waits for its task.
+        let (_, evicted) = registry.admit(start, "d", |name: &&str| *name == "a");
+        assert_eq!(evicted, Some("b"));
+        // When every one seen has bytes waiting, the oldest goes all the same.
+        let mut registry = three_seen();
+        let (_, evicted) = registry.admit(start, "d", |_: &&str| true);
+        assert_eq!(evicted, Some("a"));
+        assert_eq!(registry.shed_oldest(|_: &&str| true), Some("b"));
+        assert_eq!(registry.shed_oldest(none_unread), Some("c"));
+        // None seen: shedding takes the oldest not yet seen.
+        assert_eq!(registry.shed_oldest(none_unread), Some("d"));
+        assert_eq!(registry.unauthenticated(), 0);
+    }
+
+    #[test]
+    fn a_connection_with_a_request_in_flight_is_passed_over_while_another_can_go() {
+        let start = Instant::now();
+        let mut registry = three_seen();
+        // `a` (id 0) is being answered (`GET /healthz` needs no token).
+        registry.request_started(0);
+        let (d, evicted) = registry.admit(start, "d", none_unread);
+        assert_eq!(evicted, Some("b"));
+        registry.seen(d);
+        registry.request_started(2);
+        registry.request_started(d);
+        // Every one seen is being answered: the oldest goes all the same.
+        let (_, evicted) = registry.admit(start, "e", none_unread);
+        assert_eq!(evicted, Some("a"));
+    }
+
+    #[test]
+    fn connections_without_the_token_never_hold_more_than_twice_the_cap() {
+        let start = Instant::now();
+        let cap = 8;
+        let mut registry = Registry::new(limits(cap));
+        let mut open = std::collections::BTreeSet::new();
+        let mut closing = Vec::new();
+        // Connections keep arriving; each is read at once, and the tasks of
+        // the ones closed for newer ones only run when the daemon may accept
+        // no more.
+        for n in 0..100u64 {
+            if !registry.may_accept() {
+                for id in closing.drain(..) {
+                    registry.remove(id);
+                    open.remove(&id);
+                }
+            }
+            assert!(registry.may_accept());
+            // The handle is the connection's number, which is also its id.
+            let (id, evicted) = registry.admit(start, n, none_unread);
+            assert_eq!(id, n);
+            open.insert(id);
+            closing.extend(evicted);
+            registry.seen(id);
+            assert!(registry.unauthenticated() <= cap);
+            assert!(open.len() <= 2 * cap, "{} open", open.len());
+        }
+    }
+
+    #[test]
+    fn shedding_prefers_a_connection_seen_and_stops_when_all_have_authenticated() {
         let start = Instant::now();
         let mut registry = Registry::new(limits(10));
-        let (a, _) = registry.admit(start, "a");
-        let (_, _) = registry.admit(start, "b");
+        let (a, _) = registry.admit(start, "a", none_unread);
+        let (_, _) = registry.admit(start, "b", none_unread);
+        let (c, _) = registry.admit(start, "c", none_unread);
         registry.authenticated(a);
-        assert_eq!(registry.shed_oldest(), Some("b"));
-        assert_eq!(registry.shed_oldest(), None);
+        registry.seen(c);
+        assert_eq!(registry.shed_oldest(none_unread), Some("c"));
+        assert_eq!(registry.shed_oldest(none_unread), Some("b"));
+        assert_eq!(registry.shed_oldest(none_unread), None);
         assert_eq!(registry.len(), 1);
     }
 
@@ -424,7 +615,7 @@ mod tests {
             ..Limits::default()
         };
         let mut registry = Registry::new(limits);
-        let (id, _) = registry.admit(start, ());
+        let (id, _) = registry.admit(start, (), none_unread);
         assert_eq!(
             registry.verdict(id, start),
             Verdict::Keep(Some(start + secs(5)))
@@ -469,7 +660,7 @@ mod tests {
     fn a_connection_with_a_request_in_flight_is_never_closed_for_time() {
         let start = Instant::now();
         let mut registry = Registry::new(Limits::default());
-        let (id, _) = registry.admit(start, ());
+        let (id, _) = registry.admit(start, (), none_unread);
         registry.request_started(id);
         // A request sent ahead while the first is answered.
         assert!(!registry.request_started(id));
@@ -491,6 +682,7 @@ mod tests {
         assert!(!registry.request_started(7));
         assert!(!registry.request_finished(7, start));
         registry.authenticated(7);
+        registry.seen(7);
         registry.remove(7);
         assert!(!registry.busy(7));
         assert_eq!(registry.verdict(7, start), Verdict::Close(Closing::Evicted));

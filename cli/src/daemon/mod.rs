@@ -111,9 +111,8 @@ async fn run_daemon(options: ServeOptions) -> Result<(), String> {
             .parse()
             .unwrap_or(SocketAddr::from(([127, 0, 0, 1], 0)))
     });
-    let listener = tokio::net::TcpListener::bind(listen)
-        .await
-        .map_err(|err| format!("cannot listen on {listen}: {err}"))?;
+    let listener =
+        server::bind(listen).map_err(|err| format!("cannot listen on {listen}: {err}"))?;
     let bound = listener
         .local_addr()
         .map_err(|err| format!("cannot read the listening address: {err}"))?;

@@ -4,6 +4,14 @@
 //! connection idle for too long, a cap on connections that have not
 //! authenticated. This module only sequences those decisions.
 //!
+//! A new connection's task reads it once before anything else, so a client
+//! that sends its request with the token at once is authenticated before a
+//! newer connection may close it; while as many connections as the cap wait
+//! for that first read (or to be closed), the accept loop waits for their
+//! tasks. A task that has been woken and has not run since (its client's
+//! request arrived after the first read) is passed over when a newer
+//! connection replaces one.
+//!
 //! Each request carries two extensions: axum's [`ConnectInfo`] with the
 //! peer's address, and the [`Connection`] it came on, which the API's guard
 //! marks authenticated once the request passed the token check. A request
@@ -18,8 +26,9 @@
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
-use std::task::{Context, Poll};
+use std::task::{Context, Poll, Waker};
 use std::time::Instant;
 
 use axum::Router;
@@ -31,7 +40,7 @@ use hyper::body::Incoming;
 use hyper::server::conn::http1;
 use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::{TcpListener, TcpSocket, TcpStream};
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -39,14 +48,37 @@ use tower::ServiceExt;
 
 use super::connections::{self, AcceptFailure, Closing, Limits, Registry, Verdict};
 
-/// The registry every connection task shares; each connection is reached
-/// through the [`Notify`] its task waits on.
-type Shared = Arc<Mutex<Registry<Arc<Notify>>>>;
+/// What the accept loop and every connection task share.
+struct State {
+    /// The connections, each with the [`Signal`] of its task.
+    registry: Mutex<Registry<Arc<Signal>>>,
+    /// Signalled when a connection has been seen or closed: the accept loop
+    /// waits on it while [`Registry::may_accept`] says no.
+    room: Notify,
+}
 
-fn lock(registry: &Shared) -> MutexGuard<'_, Registry<Arc<Notify>>> {
+type Shared = Arc<State>;
+
+fn lock(state: &Shared) -> MutexGuard<'_, Registry<Arc<Signal>>> {
     // The registry is consistent after every call; a panic elsewhere while
     // it was held leaves nothing to repair.
-    registry.lock().unwrap_or_else(PoisonError::into_inner)
+    state
+        .registry
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+}
+
+/// Listens on `addr` with a queue of [`connections::LISTEN_BACKLOG`]
+/// connections (the usual 128 fills up in a burst).
+pub(crate) fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
+    let socket = if addr.is_ipv4() {
+        TcpSocket::new_v4()?
+    } else {
+        TcpSocket::new_v6()?
+    };
+    socket.set_reuseaddr(true)?;
+    socket.bind(addr)?;
+    socket.listen(connections::LISTEN_BACKLOG)
 }
 
 /// Serves `router` on `listener` with `limits` until `stop` is cancelled;
@@ -57,11 +89,22 @@ pub(crate) async fn serve(
     limits: Limits,
     stop: CancellationToken,
 ) {
-    let registry: Shared = Arc::new(Mutex::new(Registry::new(limits)));
+    let shared: Shared = Arc::new(State {
+        registry: Mutex::new(Registry::new(limits)),
+        room: Notify::new(),
+    });
     let tasks = TaskTracker::new();
-    loop {
+    'accepting: loop {
+        // As many connections as the cap wait for their task to read them:
+        // their tasks go first.
+        while !lock(&shared).may_accept() {
+            tokio::select! {
+                () = stop.cancelled() => break 'accepting,
+                () = shared.room.notified() => {}
+            }
+        }
         let accepted = tokio::select! {
-            () = stop.cancelled() => break,
+            () = stop.cancelled() => break 'accepting,
             accepted = listener.accept() => accepted,
         };
         let (stream, peer) = match accepted {
@@ -70,10 +113,10 @@ pub(crate) async fn serve(
                 let pause = match connections::accept_failure(&err) {
                     AcceptFailure::Skip => continue,
                     AcceptFailure::Shed => {
-                        let shed = lock(&registry).shed_oldest();
+                        let shed = lock(&shared).shed_oldest(Signal::unread);
                         tracing::warn!(%err, shed = shed.is_some(), "out of descriptors while accepting a connection");
-                        if let Some(wake) = shed {
-                            wake.notify_one();
+                        if let Some(signal) = shed {
+                            signal.wake.notify_one();
                         }
                         connections::SHED_PAUSE
                     }
@@ -83,8 +126,8 @@ pub(crate) async fn serve(
                     }
                 };
                 tokio::select! {
-                    () = stop.cancelled() => break,
-                    () = tokio::time::sleep(pause) => continue,
+                    () = stop.cancelled() => break 'accepting,
+                    () = tokio::time::sleep(pause) => continue 'accepting,
                 }
             }
         };
@@ -94,29 +137,40 @@ pub(crate) async fn serve(
         if let Err(err) = stream.set_nodelay(true) {
             tracing::debug!(%err, "TCP_NODELAY not set on a connection");
         }
-        let wake = Arc::new(Notify::new());
-        let (id, evicted) = lock(&registry).admit(Instant::now(), wake.clone());
+        let signal = Arc::new(Signal {
+            wake: Notify::new(),
+            // Not yet run: what the connection sent is unread.
+            unread: AtomicBool::new(true),
+        });
+        let (id, evicted) = lock(&shared).admit(Instant::now(), signal.clone(), Signal::unread);
         if let Some(evicted) = evicted {
-            evicted.notify_one();
+            evicted.wake.notify_one();
         }
         let tracker = Tracker {
             id,
-            registry: registry.clone(),
-            wake,
+            shared: shared.clone(),
+            signal: signal.clone(),
         };
-        tasks.spawn(connection(
-            stream,
-            peer,
-            router.clone(),
-            limits,
-            tracker,
-            stop.clone(),
-        ));
+        tasks.spawn(Noting {
+            task: Box::pin(connection(
+                stream,
+                peer,
+                router.clone(),
+                limits,
+                tracker,
+                stop.clone(),
+            )),
+            signal,
+            wakers: None,
+        });
     }
     drop(listener);
     tasks.close();
     tasks.wait().await;
 }
+
+/// One connection as hyper serves it.
+type Served = http1::UpgradeableConnection<TokioIo<Watched>, Api>;
 
 /// Serves one connection until it ends or the policy closes it.
 async fn connection(
@@ -144,36 +198,20 @@ async fn connection(
         .serve_connection(io, service)
         .with_upgrades();
     let mut served = std::pin::pin!(served);
-    let mut stopping = false;
-    let closed = loop {
-        let verdict = lock(&tracker.registry).verdict(tracker.id, Instant::now());
-        let until = match verdict {
-            Verdict::Close(why) => break Some(why),
-            Verdict::Keep(until) => until,
-        };
-        tokio::select! {
-            // Whatever the connection has to do comes first: a head that
-            // arrived while this task waited to run is read before its
-            // deadline is looked at again.
-            biased;
-            ended = served.as_mut() => {
-                if let Err(err) = ended {
-                    tracing::debug!(%peer, %err, "connection ended with an error");
-                }
-                break None;
-            }
-            () = tracker.wake.notified() => {}
-            () = sleep_until(until) => {}
-            () = stop.cancelled(), if !stopping => {
-                stopping = true;
-                if !lock(&tracker.registry).busy(tracker.id) {
-                    break Some(Closing::Stopping);
-                }
-                served.as_mut().graceful_shutdown();
-            }
+    // Read what the connection sent before anything else — a client of the
+    // owner has sent its whole head with the token, which authenticates it
+    // here — and only then let a newer connection close it.
+    let first = futures::poll!(served.as_mut());
+    lock(&tracker.shared).seen(tracker.id);
+    tracker.shared.room.notify_one();
+    let closed = match first {
+        Poll::Ready(ended) => {
+            log_end(peer, ended);
+            None
         }
+        Poll::Pending => follow(served, peer, &tracker, stop).await,
     };
-    let mut registry = lock(&tracker.registry);
+    let mut registry = lock(&tracker.shared);
     if let Some(why) = closed {
         tracing::debug!(
             %peer,
@@ -185,6 +223,51 @@ async fn connection(
         );
     }
     registry.remove(tracker.id);
+    drop(registry);
+    tracker.shared.room.notify_one();
+}
+
+/// Serves a connection already read once until it ends (`None`) or the
+/// policy closes it (why).
+async fn follow(
+    mut served: Pin<&mut Served>,
+    peer: SocketAddr,
+    tracker: &Tracker,
+    stop: CancellationToken,
+) -> Option<Closing> {
+    let mut stopping = false;
+    loop {
+        let verdict = lock(&tracker.shared).verdict(tracker.id, Instant::now());
+        let until = match verdict {
+            Verdict::Close(why) => return Some(why),
+            Verdict::Keep(until) => until,
+        };
+        tokio::select! {
+            // Whatever the connection has to do comes first: bytes that
+            // arrived while this task waited to run are read before the
+            // deadline is looked at again.
+            biased;
+            ended = served.as_mut() => {
+                log_end(peer, ended);
+                return None;
+            }
+            () = tracker.signal.wake.notified() => {}
+            () = sleep_until(until) => {}
+            () = stop.cancelled(), if !stopping => {
+                stopping = true;
+                if !lock(&tracker.shared).busy(tracker.id) {
+                    return Some(Closing::Stopping);
+                }
+                served.as_mut().graceful_shutdown();
+            }
+        }
+    }
+}
+
+fn log_end(peer: SocketAddr, ended: hyper::Result<()>) {
+    if let Err(err) = ended {
+        tracing::debug!(%peer, %err, "connection ended with an error");
+    }
 }
 
 /// Sleeps until `deadline`, or for ever without one.
@@ -195,12 +278,71 @@ async fn sleep_until(deadline: Option<Instant>) {
     }
 }
 
+/// How the accept loop and the registry reach a connection's task.
+struct Signal {
+    /// Tells the task to look at the registry again: its deadline moved, or
+    /// it was closed for a newer connection.
+    wake: Notify,
+    /// The task has been woken and has not run since: bytes arrived that it
+    /// has not read (or a timer or [`Signal::wake`] fired).
+    unread: AtomicBool,
+}
+
+impl Signal {
+    fn unread(signal: &Arc<Signal>) -> bool {
+        signal.unread.load(Ordering::SeqCst)
+    }
+}
+
+/// A connection's task, noting in its [`Signal`] when it is woken and when
+/// it runs.
+struct Noting<F> {
+    task: Pin<Box<F>>,
+    signal: Arc<Signal>,
+    /// The waker the runtime gave, and the one passed on in its place.
+    wakers: Option<(Waker, Waker)>,
+}
+
+impl<F: Future> Future for Noting<F> {
+    type Output = F::Output;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
+        let this = self.get_mut();
+        this.signal.unread.store(false, Ordering::SeqCst);
+        let waker = match &this.wakers {
+            Some((given, noting)) if given.will_wake(cx.waker()) => noting.clone(),
+            _ => {
+                let noting = futures::task::waker(Arc::new(NotingWaker {
+                    signal: this.signal.clone(),
+                    given: cx.waker().clone(),
+                }));
+                this.wakers = Some((cx.waker().clone(), noting.clone()));
+                noting
+            }
+        };
+        this.task.as_mut().poll(&mut Context::from_waker(&waker))
+    }
+}
+
+/// Wakes a connection's task, noting first that it has something unread.
+struct NotingWaker {
+    signal: Arc<Signal>,
+    given: Waker,
+}
+
+impl futures::task::ArcWake for NotingWaker {
+    fn wake_by_ref(arc_self: &Arc<Self>) {
+        arc_self.signal.unread.store(true, Ordering::SeqCst);
+        arc_self.given.wake_by_ref();
+    }
+}
+
 /// One connection's place in the registry, and the task that serves it.
 #[derive(Clone)]
 struct Tracker {
     id: u64,
-    registry: Shared,
-    wake: Arc<Notify>,
+    shared: Shared,
+    signal: Arc<Signal>,
 }
 
 impl Tracker {
@@ -208,19 +350,19 @@ impl Tracker {
     /// `changed`.
     fn wake_if(&self, changed: bool) {
         if changed {
-            self.wake.notify_one();
+            self.signal.wake.notify_one();
         }
     }
 
     fn bytes_arrived(&self) {
-        let changed = lock(&self.registry).bytes_arrived(self.id, Instant::now());
+        let changed = lock(&self.shared).bytes_arrived(self.id, Instant::now());
         self.wake_if(changed);
     }
 
     /// A complete head arrived: the request is in flight while the guard
     /// lives.
     fn request_started(&self) -> InFlight {
-        let changed = lock(&self.registry).request_started(self.id);
+        let changed = lock(&self.shared).request_started(self.id);
         self.wake_if(changed);
         InFlight(self.clone())
     }
@@ -232,7 +374,7 @@ struct InFlight(Tracker);
 
 impl Drop for InFlight {
     fn drop(&mut self) {
-        let changed = lock(&self.0.registry).request_finished(self.0.id, Instant::now());
+        let changed = lock(&self.0.shared).request_finished(self.0.id, Instant::now());
         self.0.wake_if(changed);
     }
 }
@@ -246,7 +388,7 @@ impl Connection {
     /// The connection's request passed the token check: it no longer counts
     /// against the cap on unauthenticated connections.
     pub(crate) fn authenticated(&self) {
-        lock(&self.0.registry).authenticated(self.0.id);
+        lock(&self.0.shared).authenticated(self.0.id);
     }
 }
 
@@ -422,7 +564,7 @@ mod tests {
 
     #[tokio::test]
     async fn handlers_see_the_peer_and_a_stopped_server_closes_what_is_idle() {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let listener = bind(SocketAddr::from(([127, 0, 0, 1], 0))).unwrap();
         let addr = listener.local_addr().unwrap();
         let router = Router::new().route(
             "/peer",
