@@ -13,16 +13,24 @@
 //!
 //! A connection *authenticates* when one of its requests passes the token
 //! check. Until then it counts against [`Limits::max_unauthenticated`]: a new
-//! connection that arrives at the cap closes the oldest one that has not
+//! connection that arrives at the cap closes an older one that has not
 //! authenticated, so connections that never send a token cannot fill the
-//! daemon, and the newest one (the owner's client, about to send its token)
-//! is the last to go. Only a connection that has been *seen* — whose task has
-//! read what it sent first — is closed for a newer one: a client that sends
-//! its request with the token at once authenticates the first time its
-//! connection is read, however many connections arrived since. While as many
-//! connections as the cap wait to be seen or to be closed, the daemon accepts
-//! no more ([`Registry::may_accept`]): connections that have not
-//! authenticated never hold more than twice the cap of descriptors.
+//! daemon ([`Registry::admit`]). Only a connection that has been *seen* —
+//! whose task has read what it sent first — is closed for a newer one, so a
+//! client that sends its request with the token at once authenticates the
+//! first time its connection is read, however many connections arrived
+//! since; and the one closed is the oldest *waiting*: no request in flight,
+//! and nothing its task has not read yet.
+//!
+//! No connection with a request in flight is ever closed — not for time, not
+//! for a newer one, not when the daemon stops — so a client whose
+//! connection closes before an answer may send its request again: it was
+//! never started. When only connections being read or answered could make
+//! room, the cap is exceeded for that time, up to twice the cap; there, and
+//! while as many connections as the cap wait to be seen or to be closed, the
+//! daemon accepts no more ([`Registry::may_accept`]). Connections that have
+//! not authenticated never hold more than three times the cap of
+//! descriptors.
 
 use std::collections::{BTreeSet, HashMap};
 use std::io;
@@ -221,6 +229,30 @@ pub(crate) fn accept_failure(err: &io::Error) -> AcceptFailure {
     }
 }
 
+/// What a connection seen without authenticating is doing, least first:
+/// the order in which such connections make room for newer ones.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) enum Doing {
+    /// Everything it sent has been read, without a complete request (part
+    /// of a head, nothing yet, or nothing since its last answer).
+    Waiting,
+    /// Bytes have arrived that its task has not read yet.
+    Unread,
+    /// A request of it is being answered: never closed for a newer one.
+    Answered,
+}
+
+impl Doing {
+    /// What a connection in `phase` is doing, with bytes `unread` or not.
+    pub(crate) fn of(phase: Phase, unread: bool) -> Self {
+        match (phase, unread) {
+            (Phase::Busy { .. }, _) => Doing::Answered,
+            (_, true) => Doing::Unread,
+            (_, false) => Doing::Waiting,
+        }
+    }
+}
+
 /// One connection as the registry sees it.
 #[derive(Debug)]
 struct Entry<H> {
@@ -260,30 +292,44 @@ impl<H> Registry<H> {
         }
     }
 
-    /// True while fewer connections than the cap wait to be seen or to be
-    /// closed: the daemon accepts the next connection only then.
+    /// True when the daemon may accept the next connection: fewer than the
+    /// cap wait to be seen or to be closed, and below twice the cap of
+    /// unauthenticated connections, or one there that is not being answered
+    /// can make room.
     pub(crate) fn may_accept(&self) -> bool {
-        self.unseen.len() + self.closing.len() < self.limits.max_unauthenticated
+        let cap = self.limits.max_unauthenticated;
+        self.unseen.len() + self.closing.len() < cap
+            && (self.unauthenticated() < cap.saturating_mul(2)
+                || self.evictable.iter().any(|id| !self.busy(*id)))
     }
 
     /// Registers a connection accepted at `now`: its id, and the handle of
     /// the connection it replaces when it reaches the cap (removed from the
-    /// registry; its task must close it): the oldest one seen without
-    /// authenticating that has no request in flight (a `GET /healthz` needs
-    /// no token) and whose task has read everything so far (`unread` says
-    /// which have bytes waiting — a client's head that arrived after its
-    /// first read), else the oldest one seen.
+    /// registry; its task must close it).
+    ///
+    /// That is the oldest connection seen without authenticating that is
+    /// waiting ([`Doing::Waiting`]): no request in flight (a `GET /healthz`
+    /// needs no token) and nothing its task has not read (`unread` says
+    /// which have bytes waiting: a client's head that arrived after its
+    /// first read). When none is waiting, none is replaced and the cap is
+    /// exceeded while they are read or answered, up to twice the cap, where
+    /// the oldest one not being answered goes all the same.
     pub(crate) fn admit(
         &mut self,
         now: Instant,
         handle: H,
         unread: impl Fn(&H) -> bool,
     ) -> (u64, Option<H>) {
-        let evicted = if self.unauthenticated() >= self.limits.max_unauthenticated {
-            self.victim(&unread).and_then(|victim| self.evict(victim))
-        } else {
+        let cap = self.limits.max_unauthenticated;
+        let unauthenticated = self.unauthenticated();
+        let victim = if unauthenticated < cap {
             None
+        } else if unauthenticated < cap.saturating_mul(2) {
+            self.doing_least(&unread, Doing::Waiting)
+        } else {
+            self.doing_least(&unread, Doing::Unread)
         };
+        let evicted = victim.and_then(|victim| self.evict(victim));
         let id = self.next_id;
         self.next_id += 1;
         self.connections.insert(
@@ -298,25 +344,34 @@ impl<H> Registry<H> {
         (id, evicted)
     }
 
-    /// Removes an unauthenticated connection when descriptors ran out, as
-    /// [`Registry::admit`] chooses one, or else the oldest not yet seen; its
-    /// handle, for its task to close it (`None`: every connection has
-    /// authenticated).
+    /// Removes an unauthenticated connection not being answered when
+    /// descriptors ran out: the one seen doing least, else the oldest not
+    /// yet seen; its handle, for its task to close it (`None`: there is
+    /// none).
     pub(crate) fn shed_oldest(&mut self, unread: impl Fn(&H) -> bool) -> Option<H> {
         let victim = self
-            .victim(&unread)
+            .doing_least(&unread, Doing::Unread)
             .or_else(|| self.unseen.first().copied())?;
         self.evict(victim)
     }
 
-    /// The connection a newer one replaces (see [`Registry::admit`]).
-    fn victim(&self, unread: &impl Fn(&H) -> bool) -> Option<u64> {
-        let waiting = self.evictable.iter().find(|id| {
-            self.connections.get(id).is_some_and(|entry| {
-                !matches!(entry.phase, Phase::Busy { .. }) && !unread(&entry.handle)
-            })
-        });
-        waiting.or_else(|| self.evictable.first()).copied()
+    /// The oldest of the connections seen without authenticating that do
+    /// least, if that is no more than `most`.
+    fn doing_least(&self, unread: &impl Fn(&H) -> bool, most: Doing) -> Option<u64> {
+        let mut least: Option<(Doing, u64)> = None;
+        for &id in &self.evictable {
+            let Some(entry) = self.connections.get(&id) else {
+                continue;
+            };
+            let doing = Doing::of(entry.phase, unread(&entry.handle));
+            if doing <= most && least.is_none_or(|(fewest, _)| doing < fewest) {
+                least = Some((doing, id));
+                if doing == Doing::Waiting {
+                    break;
+                }
+            }
+        }
+        least.map(|(_, id)| id)
     }
 
     /// Takes connection `id` out, to be closed by its task; its handle.
@@ -357,10 +412,13 @@ impl<H> Registry<H> {
         self.change(id, |phase| phase.after_bytes(now))
     }
 
-    /// A complete request head arrived on connection `id`. True when its
-    /// deadline changed.
-    pub(crate) fn request_started(&mut self, id: u64) -> bool {
-        self.change(id, Phase::after_request_started)
+    /// A complete request head arrived on connection `id`: whether its
+    /// deadline changed, or `None` when the connection is being closed (for
+    /// a newer one), and the request must not start.
+    pub(crate) fn request_started(&mut self, id: u64) -> Option<bool> {
+        self.connections
+            .contains_key(&id)
+            .then(|| self.change(id, Phase::after_request_started))
     }
 
     /// A response on connection `id` was sent or abandoned at `now`. True
@@ -444,45 +502,45 @@ mod tests {
         false
     }
 
+    /// Connections named `names` accepted at `now` and read once.
+    fn seen_all(registry: &mut Registry<&'static str>, now: Instant, names: &[&'static str]) {
+        for name in names {
+            let (id, evicted) = registry.admit(now, name, none_unread);
+            assert_eq!(evicted, None, "{name}");
+            registry.seen(id);
+        }
+    }
+
     #[test]
     fn at_the_cap_the_oldest_unauthenticated_connection_seen_goes() {
         let start = Instant::now();
         let mut registry = Registry::new(limits(3));
-        let ids: Vec<u64> = ["a", "b", "c"]
-            .into_iter()
-            .map(|name| {
-                let (id, evicted) = registry.admit(start, name, none_unread);
-                assert_eq!(evicted, None);
-                registry.seen(id);
-                id
-            })
-            .collect();
+        seen_all(&mut registry, start, &["a", "b", "c"]);
         assert_eq!(registry.unauthenticated(), 3);
         let (d, evicted) = registry.admit(start, "d", none_unread);
         assert_eq!(evicted, Some("a"));
-        assert_eq!(
-            registry.verdict(ids[0], start),
-            Verdict::Close(Closing::Evicted)
-        );
+        assert_eq!(registry.verdict(0, start), Verdict::Close(Closing::Evicted));
+        // A request read on it meanwhile is not started.
+        assert_eq!(registry.request_started(0), None);
         registry.seen(d);
         let (e, evicted) = registry.admit(start, "e", none_unread);
         assert_eq!(evicted, Some("b"));
         registry.seen(e);
         assert_eq!(registry.unauthenticated(), 3);
         assert_eq!(registry.len(), 3);
-        // An authenticated connection neither counts nor goes.
-        registry.authenticated(ids[2]);
-        assert!(registry.is_authenticated(ids[2]));
+        // An authenticated connection (`c`, id 2) neither counts nor goes.
+        registry.authenticated(2);
+        assert!(registry.is_authenticated(2));
         assert_eq!(registry.unauthenticated(), 2);
         let (f, evicted) = registry.admit(start, "f", none_unread);
         assert_eq!(evicted, None);
         registry.seen(f);
         let (_, evicted) = registry.admit(start, "g", none_unread);
         assert_eq!(evicted, Some("d"));
-        assert!(registry.is_authenticated(ids[2]));
+        assert!(registry.is_authenticated(2));
         assert!(!registry.is_authenticated(d));
         // Removing closes nothing else and frees a place.
-        registry.remove(ids[2]);
+        registry.remove(2);
         assert_eq!(registry.len(), 3);
         assert_eq!(registry.unauthenticated(), 3);
     }
@@ -517,78 +575,72 @@ mod tests {
         assert!(registry.is_authenticated(owner));
     }
 
-    /// A registry at a cap of three, with `a`, `b` and `c` seen.
-    fn three_seen() -> Registry<&'static str> {
+    #[test]
+    fn a_connection_with_bytes_not_yet_read_is_passed_over_up_to_twice_the_cap() {
         let start = Instant::now();
         let mut registry = Registry::new(limits(3));
-        for name in ["a", "b", "c"] {
-            let (id, _) = registry.admit(start, name, none_unread);
-            registry.seen(id);
-        }
-        registry
-    }
-
-    #[test]
-    fn a_connection_with_bytes_not_yet_read_is_passed_over_while_another_can_go() {
-        let start = Instant::now();
-        let mut registry = three_seen();
+        seen_all(&mut registry, start, &["a", "b", "c"]);
         // `a`'s request arrived after its first read and waits for its task.
         let (_, evicted) = registry.admit(start, "d", |name: &&str| *name == "a");
         assert_eq!(evicted, Some("b"));
-        // When every one seen has bytes waiting, the oldest goes all the same.
-        let mut registry = three_seen();
-        let (_, evicted) = registry.admit(start, "d", |_: &&str| true);
+        // When every one seen has bytes waiting, none goes and the cap is
+        // exceeded, up to twice the cap; there the oldest goes all the same.
+        let mut registry = Registry::new(limits(3));
+        seen_all(&mut registry, start, &["a", "b", "c"]);
+        for name in ["d", "e", "f"] {
+            let (id, evicted) = registry.admit(start, name, |_: &&str| true);
+            assert_eq!(evicted, None);
+            registry.seen(id);
+        }
+        assert_eq!(registry.unauthenticated(), 6);
+        assert!(registry.may_accept());
+        let (_, evicted) = registry.admit(start, "g", |_: &&str| true);
         assert_eq!(evicted, Some("a"));
-        assert_eq!(registry.shed_oldest(|_: &&str| true), Some("b"));
-        assert_eq!(registry.shed_oldest(none_unread), Some("c"));
-        // None seen: shedding takes the oldest not yet seen.
-        assert_eq!(registry.shed_oldest(none_unread), Some("d"));
-        assert_eq!(registry.unauthenticated(), 0);
+        assert_eq!(registry.unauthenticated(), 6);
     }
 
     #[test]
-    fn a_connection_with_a_request_in_flight_is_passed_over_while_another_can_go() {
+    fn a_connection_with_a_request_in_flight_is_never_closed_for_a_newer_one() {
         let start = Instant::now();
-        let mut registry = three_seen();
+        let mut registry = Registry::new(limits(2));
+        seen_all(&mut registry, start, &["a", "b"]);
         // `a` (id 0) is being answered (`GET /healthz` needs no token).
         registry.request_started(0);
-        let (d, evicted) = registry.admit(start, "d", none_unread);
+        let (c, evicted) = registry.admit(start, "c", none_unread);
         assert_eq!(evicted, Some("b"));
-        registry.seen(d);
-        registry.request_started(2);
-        registry.request_started(d);
-        // Every one seen is being answered: the oldest goes all the same.
-        let (_, evicted) = registry.admit(start, "e", none_unread);
+        registry.seen(c);
+        registry.request_started(c);
+        // Every one seen is being answered: none goes, up to twice the cap.
+        registry.remove(1);
+        for name in ["d", "e"] {
+            let (id, evicted) = registry.admit(start, name, none_unread);
+            assert_eq!(evicted, None);
+            registry.seen(id);
+            registry.request_started(id);
+        }
+        assert_eq!(registry.unauthenticated(), 4);
+        // There, no more are accepted until one has been answered.
+        assert!(!registry.may_accept());
+        registry.request_finished(0, start);
+        assert!(registry.may_accept());
+        let (_, evicted) = registry.admit(start, "f", none_unread);
         assert_eq!(evicted, Some("a"));
+        // Out of descriptors, none being answered goes either.
+        assert_eq!(registry.shed_oldest(none_unread), Some("f"));
+        assert_eq!(registry.shed_oldest(none_unread), None);
     }
 
     #[test]
-    fn connections_without_the_token_never_hold_more_than_twice_the_cap() {
+    fn what_a_connection_is_doing_orders_which_makes_room_first() {
         let start = Instant::now();
-        let cap = 8;
-        let mut registry = Registry::new(limits(cap));
-        let mut open = std::collections::BTreeSet::new();
-        let mut closing = Vec::new();
-        // Connections keep arriving; each is read at once, and the tasks of
-        // the ones closed for newer ones only run when the daemon may accept
-        // no more.
-        for n in 0..100u64 {
-            if !registry.may_accept() {
-                for id in closing.drain(..) {
-                    registry.remove(id);
-                    open.remove(&id);
-                }
-            }
-            assert!(registry.may_accept());
-            // The handle is the connection's number, which is also its id.
-            let (id, evicted) = registry.admit(start, n, none_unread);
-            assert_eq!(id, n);
-            open.insert(id);
-            closing.extend(evicted);
-            registry.seen(id);
-            assert!(registry.unauthenticated() <= cap);
-            assert!(open.len() <= 2 * cap, "{} open", open.len());
-        }
+        let head = Phase::Head { since: start };
+        let idle = Phase::Idle { since: start };
+        let busy = Phase::Busy { requests: 1 };
+        assert_eq!(Doing::of(head, false), Doing::Waiting);
+        assert_eq!(Doing::of(idle, false), Doing::Waiting);
+        assert_eq!(Doing::of(idle, true), Doing::Unread);
+        assert_eq!(Doing::of(busy, true), Doing::Answered);
+        assert!(Doing::Waiting < Doing::Unread && Doing::Unread < Doing::Answered);
     }
 
     #[test]
@@ -604,6 +656,46 @@ mod tests {
         assert_eq!(registry.shed_oldest(none_unread), Some("b"));
         assert_eq!(registry.shed_oldest(none_unread), None);
         assert_eq!(registry.len(), 1);
+    }
+
+    #[test]
+    fn connections_without_the_token_never_hold_more_than_three_times_the_cap() {
+        let start = Instant::now();
+        let cap = 8;
+        // Connections keep arriving; each is read at once, and the tasks of
+        // the ones closed for newer ones only run when the daemon may accept
+        // no more. Either each is left waiting, or each has a request in
+        // flight that is answered only when nothing else can be accepted.
+        for answered in [false, true] {
+            let mut registry = Registry::new(limits(cap));
+            let mut open = std::collections::BTreeSet::new();
+            let mut closing = Vec::new();
+            for n in 0..100u64 {
+                if !registry.may_accept() {
+                    for id in closing.drain(..) {
+                        registry.remove(id);
+                        open.remove(&id);
+                    }
+                }
+                if !registry.may_accept() {
+                    let oldest = *open.first().unwrap();
+                    registry.request_finished(oldest, start);
+                }
+                assert!(registry.may_accept());
+                // The handle is the connection's number, which is also its id.
+                let (id, evicted) = registry.admit(start, n, none_unread);
+                assert_eq!(id, n);
+                open.insert(id);
+                closing.extend(evicted);
+                registry.seen(id);
+                if answered {
+                    registry.request_started(id);
+                }
+                let (most, most_open) = if answered { (2, 3) } else { (1, 2) };
+                assert!(registry.unauthenticated() <= most * cap);
+                assert!(open.len() <= most_open * cap, "{} open", open.len());
+            }
+        }
     }
 
     #[test]
@@ -627,7 +719,7 @@ mod tests {
             Verdict::Close(Closing::HeadTimeout)
         );
         // A complete head in time: no deadline while the request is served.
-        assert!(registry.request_started(id));
+        assert_eq!(registry.request_started(id), Some(true));
         assert_eq!(
             registry.verdict(id, start + secs(3600)),
             Verdict::Keep(None)
@@ -663,7 +755,7 @@ mod tests {
         let (id, _) = registry.admit(start, (), none_unread);
         registry.request_started(id);
         // A request sent ahead while the first is answered.
-        assert!(!registry.request_started(id));
+        assert_eq!(registry.request_started(id), Some(false));
         assert!(registry.busy(id));
         assert!(!registry.request_finished(id, start + secs(1)));
         assert_eq!(
@@ -679,7 +771,7 @@ mod tests {
         let start = Instant::now();
         let mut registry: Registry<()> = Registry::new(Limits::default());
         assert!(!registry.bytes_arrived(7, start));
-        assert!(!registry.request_started(7));
+        assert_eq!(registry.request_started(7), None);
         assert!(!registry.request_finished(7, start));
         registry.authenticated(7);
         registry.seen(7);

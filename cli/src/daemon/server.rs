@@ -52,8 +52,9 @@ use super::connections::{self, AcceptFailure, Closing, Limits, Registry, Verdict
 struct State {
     /// The connections, each with the [`Signal`] of its task.
     registry: Mutex<Registry<Arc<Signal>>>,
-    /// Signalled when a connection has been seen or closed: the accept loop
-    /// waits on it while [`Registry::may_accept`] says no.
+    /// Signalled when a connection has been seen or closed or a request
+    /// answered: the accept loop waits on it while
+    /// [`Registry::may_accept`] says no.
     room: Notify,
 }
 
@@ -360,11 +361,11 @@ impl Tracker {
     }
 
     /// A complete head arrived: the request is in flight while the guard
-    /// lives.
-    fn request_started(&self) -> InFlight {
-        let changed = lock(&self.shared).request_started(self.id);
+    /// lives; `None` when the connection is being closed for a newer one.
+    fn request_started(&self) -> Option<InFlight> {
+        let changed = lock(&self.shared).request_started(self.id)?;
         self.wake_if(changed);
-        InFlight(self.clone())
+        Some(InFlight(self.clone()))
     }
 }
 
@@ -376,6 +377,8 @@ impl Drop for InFlight {
     fn drop(&mut self) {
         let changed = lock(&self.0.shared).request_finished(self.0.id, Instant::now());
         self.0.wake_if(changed);
+        // The accept loop may be waiting for a request to be answered.
+        self.0.shared.room.notify_one();
     }
 }
 
@@ -459,7 +462,11 @@ impl hyper::service::Service<hyper::Request<Incoming>> for Api {
     type Future = BoxFuture<'static, Result<Self::Response, Infallible>>;
 
     fn call(&self, request: hyper::Request<Incoming>) -> Self::Future {
-        let in_flight = self.tracker.request_started();
+        let Some(in_flight) = self.tracker.request_started() else {
+            // Chosen a moment ago to make room for a newer connection: its
+            // task closes it without starting the request.
+            return Box::pin(std::future::pending());
+        };
         let mut request = request.map(Body::new);
         request.extensions_mut().insert(ConnectInfo(self.peer));
         request
