@@ -17,7 +17,9 @@
 //! marks authenticated once the request passed the token check. A request
 //! counts as in flight from its complete head until its response body has
 //! been sent or dropped, so an event stream that waits for events and a slow
-//! `POST` are never closed for time.
+//! `POST` are never closed. A request read on a connection chosen a moment
+//! before to make room is not started: a connection the daemon closes
+//! without an answer never had its request started.
 //!
 //! Stopping: the listener closes, a connection with a request in flight
 //! finishes that response (an event stream ends with its run) and closes,
