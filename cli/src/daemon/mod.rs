@@ -83,8 +83,8 @@ async fn run_daemon(options: ServeOptions) -> Result<(), String> {
         idle_exit,
         limits,
     } = options;
-    // Connections without a token are capped, not the descriptor limit: the
-    // cap stays within a quarter of the limit raised here.
+    // The cap on connections without the token, not the descriptor limit,
+    // bounds them: the cap stays within a quarter of the limit raised here.
     let limits = limits.within_open_files(server::raise_open_files());
     let locations = Arc::new(Locations::from_process().map_err(|err| err.message)?);
     let data_dir = locations.data_dir.clone();
