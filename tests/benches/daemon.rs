@@ -575,7 +575,13 @@ impl Flood {
         self.opened.load(std::sync::atomic::Ordering::Relaxed)
     }
 
-    fn stop(mut self) {
+    fn stop(self) {
+        drop(self);
+    }
+}
+
+impl Drop for Flood {
+    fn drop(&mut self) {
         self.stop.cancel();
         if let Some(thread) = self.thread.take() {
             let _ = thread.join();
@@ -687,12 +693,20 @@ async fn flood(bin: &Path, connections: usize, samples: usize) -> Result<(), Str
     let server = server(&stamps, 1, "ok").await?;
     let home = Home::new()?;
     let daemon = home.serve(bin, &server)?;
+    // The daemon is stopped whatever the measurement comes to.
+    let measured = flood_against(&daemon, connections, samples).await;
+    daemon.stop();
+    measured
+}
+
+/// [`flood`] against a daemon already up.
+async fn flood_against(daemon: &Daemon, connections: usize, samples: usize) -> Result<(), String> {
     // Warm: the first requests pay for the store's first reads.
-    owner_requests(&daemon, 10).await?;
+    owner_requests(daemon, 10).await?;
     let pid = daemon.pid;
     let fds = move || std::fs::read_dir(format!("/proc/{pid}/fd")).map_or(0, |dir| dir.count());
     let quiet_fds = fds();
-    let (health, runs) = owner_requests(&daemon, samples).await?;
+    let (health, runs) = owner_requests(daemon, samples).await?;
     print_owner("GET /healthz, no flood", &health);
     print_owner("authenticated GET /v1/runs, no flood", &runs);
     let flood = Flood::start(&daemon.addr, connections)?;
@@ -718,7 +732,7 @@ async fn flood(bin: &Path, connections: usize, samples: usize) -> Result<(), Str
     });
     let opened_before = flood.opened();
     let started = Instant::now();
-    let measured = owner_requests(&daemon, samples).await;
+    let measured = owner_requests(daemon, samples).await;
     let elapsed = started.elapsed();
     let reopened = flood.opened() - opened_before;
     sampling.cancel();
@@ -738,7 +752,6 @@ async fn flood(bin: &Path, connections: usize, samples: usize) -> Result<(), Str
          the daemon held at most {most_fds} descriptors ({quiet_fds} without the flood)",
         reopened as f64 / elapsed.as_secs_f64()
     );
-    daemon.stop();
     Ok(())
 }
 
