@@ -36,6 +36,11 @@ const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 const COMPACT_TIMEOUT: Duration = Duration::from_secs(30 * 60);
 /// How many times a broken event stream is reopened in a row.
 const RECONNECTS: u32 = 5;
+/// How long an idle connection to the daemon is kept for the next request:
+/// shorter than the daemon keeps one
+/// ([`IDLE_TIMEOUT`](crate::daemon::connections::IDLE_TIMEOUT)), so a request
+/// never goes out on a connection the daemon is closing.
+pub(crate) const POOL_IDLE: Duration = Duration::from_secs(60);
 
 /// A failed request, worded for the person, with the exit code it deserves.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -59,6 +64,46 @@ pub(crate) fn exit_code_for_status(status: u16) -> u8 {
         400 | 404 | 422 => EXIT_USAGE,
         _ => EXIT_RUNTIME,
     }
+}
+
+/// How many times a request is sent again after its connection closed
+/// before an answer.
+const RESENDS: u32 = 3;
+
+/// True when a request that failed with `err`, already sent again `resends`
+/// times, is sent once more: its connection closed or was reset before an
+/// answer came. The daemon closes a connection without answering only when
+/// no request of it is in flight (one it had not read yet, or one it chose to
+/// make room for a newer connection), so such a request was never started.
+pub(crate) fn resend_after(err: &(dyn std::error::Error + 'static), resends: u32) -> bool {
+    resends < RESENDS && closed_before_answer(err)
+}
+
+/// True when `err`, or an error it was caused by, says the connection closed
+/// or was reset before a response.
+fn closed_before_answer(err: &(dyn std::error::Error + 'static)) -> bool {
+    let mut cause = Some(err);
+    while let Some(current) = cause {
+        if let Some(io) = current.downcast_ref::<std::io::Error>()
+            && matches!(
+                io.kind(),
+                std::io::ErrorKind::ConnectionReset
+                    | std::io::ErrorKind::ConnectionAborted
+                    | std::io::ErrorKind::BrokenPipe
+                    | std::io::ErrorKind::UnexpectedEof
+            )
+        {
+            return true;
+        }
+        if current
+            .downcast_ref::<hyper::Error>()
+            .is_some_and(hyper::Error::is_incomplete_message)
+        {
+            return true;
+        }
+        cause = current.source();
+    }
+    false
 }
 
 /// A daemon to talk to.
@@ -175,6 +220,7 @@ impl DaemonClient {
         };
         let mut builder = reqwest::Client::builder()
             .connect_timeout(Duration::from_secs(5))
+            .pool_idle_timeout(POOL_IDLE)
             .tls_certs_only(Vec::new());
         let mut socket_dir = None;
         if let Some(socket) = socket {
@@ -201,17 +247,29 @@ impl DaemonClient {
         }
     }
 
-    /// Sends a request with the token; a non-2xx answer becomes the API's
-    /// error message.
+    /// Sends a request with the token, again when its connection closed
+    /// before an answer ([`resend_after`]); a non-2xx answer becomes the
+    /// API's error message.
     async fn send(
         &self,
         request: reqwest::RequestBuilder,
     ) -> Result<reqwest::Response, ClientError> {
-        let response = request
-            .bearer_auth(&self.token)
-            .send()
-            .await
-            .map_err(|err| self.unreachable(&err))?;
+        let mut request = request.bearer_auth(&self.token);
+        let mut resends = 0;
+        let response = loop {
+            let again = request.try_clone();
+            match request.send().await {
+                Ok(response) => break response,
+                Err(err) => match again {
+                    Some(again) if resend_after(&err, resends) => {
+                        tracing::debug!(%err, "the daemon closed the connection before answering; sending again");
+                        resends += 1;
+                        request = again;
+                    }
+                    _ => return Err(self.unreachable(&err)),
+                },
+            }
+        };
         if response.status().is_success() {
             return Ok(response);
         }
@@ -509,6 +567,42 @@ impl RunLink for RemoteRun {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// An error caused by `cause`, as a client library wraps one.
+    #[derive(Debug)]
+    struct Wrapped(std::io::Error);
+
+    impl std::fmt::Display for Wrapped {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("error sending request")
+        }
+    }
+
+    impl std::error::Error for Wrapped {
+        fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+            Some(&self.0)
+        }
+    }
+
+    #[test]
+    fn a_request_whose_connection_closed_before_an_answer_is_sent_again_a_few_times() {
+        use std::io::ErrorKind;
+        for kind in [
+            ErrorKind::ConnectionReset,
+            ErrorKind::ConnectionAborted,
+            ErrorKind::BrokenPipe,
+            ErrorKind::UnexpectedEof,
+        ] {
+            let err = Wrapped(std::io::Error::from(kind));
+            assert!(resend_after(&err, 0), "{kind:?}");
+            assert!(resend_after(&err, RESENDS - 1), "{kind:?}");
+            assert!(!resend_after(&err, RESENDS), "{kind:?}");
+        }
+        // No daemon, or one that did not answer in time: not again.
+        for kind in [ErrorKind::ConnectionRefused, ErrorKind::TimedOut] {
+            assert!(!resend_after(&Wrapped(std::io::Error::from(kind)), 0));
+        }
+    }
 
     #[test]
     fn request_and_configuration_errors_are_usage_errors() {

@@ -125,6 +125,18 @@ enum Command {
         /// stream open and no request (default: never).
         #[arg(long, value_name = "SECS", value_parser = clap::value_parser!(u64).range(1..))]
         idle_exit: Option<u64>,
+        /// How long a connection may take to send a request head, in
+        /// milliseconds (tests).
+        #[arg(long, hide = true, value_name = "MS", value_parser = clap::value_parser!(u64).range(1..))]
+        header_timeout_ms: Option<u64>,
+        /// How long a connection may stay idle between requests, in
+        /// milliseconds (tests).
+        #[arg(long, hide = true, value_name = "MS", value_parser = clap::value_parser!(u64).range(1..))]
+        idle_timeout_ms: Option<u64>,
+        /// How many connections may be open without having sent the token
+        /// (tests).
+        #[arg(long, hide = true, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+        max_unauthenticated: Option<u64>,
     },
     /// Print the shell completion script for SHELL to stdout.
     Completions {
@@ -398,11 +410,24 @@ fn main() -> ExitCode {
                 listen,
                 allow_hosts,
                 idle_exit,
+                header_timeout_ms,
+                idle_timeout_ms,
+                max_unauthenticated,
             } => {
+                let defaults = daemon::connections::Limits::default();
+                let millis = std::time::Duration::from_millis;
                 daemon::serve(daemon::ServeOptions {
                     listen,
                     allowed_hosts: allow_hosts,
                     idle_exit: idle_exit.map(std::time::Duration::from_secs),
+                    limits: daemon::connections::Limits {
+                        head_timeout: header_timeout_ms.map_or(defaults.head_timeout, millis),
+                        idle_timeout: idle_timeout_ms.map_or(defaults.idle_timeout, millis),
+                        max_unauthenticated: max_unauthenticated
+                            .and_then(|n| usize::try_from(n).ok())
+                            .unwrap_or(defaults.max_unauthenticated),
+                        ..defaults
+                    },
                 })
                 .await
             }

@@ -8,7 +8,11 @@
 //! `seq`, replay after `Last-Event-ID` of exactly the missed events; twenty
 //! concurrent runs from separate connections with separate, complete
 //! streams; a second daemon on the same home refusing; SIGTERM with a run in
-//! flight leaving a valid, resumable session and no `daemon.json`.
+//! flight leaving a valid, resumable session and no `daemon.json`. And the
+//! connections: the owner answered while a thousand connections hang
+//! half-sent, a head late or too large refused, the oldest unauthenticated
+//! connection closed at the cap, an event stream and a slow `POST` kept past
+//! the idle limit, the open-files limit raised.
 
 mod support;
 
@@ -38,10 +42,44 @@ impl Daemon {
     /// [`Daemon::start`] with further `troupe serve` arguments; without a
     /// server the daemon's environment names no provider at all.
     fn start_with(env: &Env, server: Option<&ScriptedServer>, args: &[&str]) -> Daemon {
-        let mut child = env
-            .command(server)
-            .arg("serve")
-            .args(args)
+        let mut command = env.command(server);
+        command.arg("serve").args(args);
+        Self::start_command(env, command)
+    }
+
+    /// [`Daemon::start_with`] with the daemon's open-files limit set to
+    /// `soft` and `hard` before it starts.
+    fn start_with_open_files(
+        env: &Env,
+        server: Option<&ScriptedServer>,
+        args: &[&str],
+        soft: u64,
+        hard: u64,
+    ) -> Daemon {
+        use std::os::unix::process::CommandExt;
+        let mut command = env.command(server);
+        command.arg("serve").args(args);
+        // SAFETY: the closure runs in the child between fork and exec and
+        // only calls setrlimit, which is async-signal-safe.
+        unsafe {
+            command.pre_exec(move || {
+                let limit = libc::rlimit {
+                    rlim_cur: soft,
+                    rlim_max: hard,
+                };
+                if libc::setrlimit(libc::RLIMIT_NOFILE, &limit) == 0 {
+                    Ok(())
+                } else {
+                    Err(std::io::Error::last_os_error())
+                }
+            });
+        }
+        Self::start_command(env, command)
+    }
+
+    /// Starts a prepared `troupe serve` command.
+    fn start_command(env: &Env, mut command: std::process::Command) -> Daemon {
+        let mut child = command
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()
@@ -234,6 +272,11 @@ async fn request(
     stream.write_all(head.as_bytes()).await.unwrap();
     // The daemon may answer (413) and close before the whole body is sent.
     let _ = stream.write_all(body).await;
+    read_to_end(&mut stream).await
+}
+
+/// The response the daemon sends on `stream`, read to the connection's end.
+async fn read_to_end(stream: &mut tokio::net::TcpStream) -> Response {
     let mut raw = Vec::new();
     tokio::time::timeout(COMMAND_LIMIT, stream.read_to_end(&mut raw))
         .await
@@ -1128,4 +1171,359 @@ async fn a_run_through_the_daemon_asks_its_approvals_on_the_terminal() {
     // It was the daemon's run.
     let runs = daemon.call("GET", "/v1/runs", None).await.json();
     assert_eq!(runs["runs"].as_array().unwrap().len(), 1);
+}
+
+/// How long a request of the daemon's owner may take while other
+/// connections hold the daemon: generous for a loaded machine, and still
+/// finite, where a starved request waits for ever.
+const FLOODED_ANSWER: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Raises this test process's soft open-files limit to at least `wanted`.
+fn raise_open_files(wanted: u64) {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: a valid pointer to a stack value for the call's duration.
+    let read = unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) };
+    assert_eq!(read, 0);
+    if limit.rlim_cur >= wanted {
+        return;
+    }
+    assert!(
+        limit.rlim_max >= wanted,
+        "the hard open-files limit {} is below {wanted}",
+        limit.rlim_max
+    );
+    limit.rlim_cur = wanted;
+    // SAFETY: as above.
+    let set = unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &limit) };
+    assert_eq!(set, 0);
+}
+
+/// The soft and hard open-files limits of process `pid`, from /proc.
+fn open_files_limits(pid: u32) -> (u64, u64) {
+    let limits = std::fs::read_to_string(format!("/proc/{pid}/limits")).unwrap();
+    let line = limits
+        .lines()
+        .find(|line| line.starts_with("Max open files"))
+        .unwrap();
+    let numbers: Vec<u64> = line
+        .split_whitespace()
+        .filter_map(|word| word.parse().ok())
+        .collect();
+    (numbers[0], numbers[1])
+}
+
+/// How many descriptors process `pid` has open.
+fn open_descriptors(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .unwrap()
+        .count()
+}
+
+/// A connection that sent the start of a request head for `path` and
+/// nothing more.
+async fn half_sent(addr: SocketAddr, path: &str) -> tokio::net::TcpStream {
+    let mut stream = tokio::time::timeout(COMMAND_LIMIT, tokio::net::TcpStream::connect(addr))
+        .await
+        .expect("connected in time")
+        .unwrap();
+    let head = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\n");
+    stream.write_all(head.as_bytes()).await.unwrap();
+    stream
+}
+
+/// Waits until the daemon closes `stream` (its end, or a reset), discarding
+/// what it sends before.
+async fn closed_by_daemon(stream: &mut tokio::net::TcpStream) {
+    let mut buffer = [0u8; 4096];
+    loop {
+        let read = tokio::time::timeout(COMMAND_LIMIT, stream.read(&mut buffer))
+            .await
+            .expect("the daemon closes the connection in time");
+        if matches!(read, Ok(0) | Err(_)) {
+            return;
+        }
+    }
+}
+
+/// Reads one response with a `Content-Length` body from a connection that
+/// stays open.
+async fn read_response(stream: &mut tokio::io::BufReader<tokio::net::TcpStream>) -> Response {
+    let mut line = String::new();
+    let mut read_line = async |line: &mut String| {
+        line.clear();
+        tokio::time::timeout(COMMAND_LIMIT, stream.read_line(line))
+            .await
+            .expect("the daemon answers in time")
+            .unwrap();
+    };
+    read_line(&mut line).await;
+    let status = line.split_whitespace().nth(1).unwrap().parse().unwrap();
+    let mut length = 0;
+    loop {
+        read_line(&mut line).await;
+        if line.trim().is_empty() {
+            break;
+        }
+        if let Some((name, value)) = line.split_once(':')
+            && name.eq_ignore_ascii_case("content-length")
+        {
+            length = value.trim().parse().unwrap();
+        }
+    }
+    let mut body = vec![0; length];
+    tokio::time::timeout(COMMAND_LIMIT, stream.read_exact(&mut body))
+        .await
+        .expect("the daemon sends the body in time")
+        .unwrap();
+    Response { status, body }
+}
+
+/// Sends an HTTP/1.1 request that keeps the connection open.
+async fn send_kept_open(
+    stream: &mut tokio::io::BufReader<tokio::net::TcpStream>,
+    path: &str,
+    host: &str,
+    authorization: Option<&str>,
+) {
+    let mut head = format!("GET {path} HTTP/1.1\r\nHost: {host}\r\n");
+    if let Some(value) = authorization {
+        head.push_str(&format!("Authorization: {value}\r\n"));
+    }
+    head.push_str("\r\n");
+    stream.get_mut().write_all(head.as_bytes()).await.unwrap();
+}
+
+/// Reads a run's event stream until `stop` accepts an event; returns the
+/// events read.
+async fn events_until(
+    lines: &mut tokio::io::Lines<tokio::io::BufReader<tokio::net::TcpStream>>,
+    stop: impl Fn(&Value) -> bool,
+) -> Vec<Value> {
+    let mut events = Vec::new();
+    while let Some(line) = next_line(lines).await {
+        if let Some(rest) = line.strip_prefix("data:") {
+            let event: Value = serde_json::from_str(rest.trim()).unwrap();
+            let done = stop(&event);
+            events.push(event);
+            if done {
+                return events;
+            }
+        }
+    }
+    panic!("the event stream ended early: {events:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_owner_is_answered_while_a_thousand_connections_hang_half_sent() {
+    const FLOOD: usize = 1000;
+    raise_open_files(4096);
+    let server = ScriptedServer::start(Script::new().then(text("done")))
+        .await
+        .unwrap();
+    let env = Env::new();
+    // As many descriptors as there are connections, and no raising the
+    // limit: the connections alone could take every one. (No head timeout
+    // to speak of: the cap alone keeps them out.)
+    let daemon = Daemon::start_with_open_files(
+        &env,
+        Some(&server),
+        &["--header-timeout-ms", "600000"],
+        1000,
+        1000,
+    );
+    let pid = daemon.child.id();
+    let before = open_descriptors(pid);
+    let mut held = Vec::new();
+    for _ in 0..FLOOD {
+        held.push(half_sent(daemon.addr, "/v1/runs").await);
+    }
+    let host = daemon.addr.to_string();
+    let health = tokio::time::timeout(
+        FLOODED_ANSWER,
+        request(daemon.addr, "GET", "/healthz", &[("Host", &host)], b""),
+    )
+    .await
+    .expect("GET /healthz is answered while 1,000 connections hang");
+    assert_eq!(health.status, 200, "{}", health.text());
+    let runs = tokio::time::timeout(FLOODED_ANSWER, daemon.call("GET", "/v1/runs", None))
+        .await
+        .expect("GET /v1/runs is answered while 1,000 connections hang");
+    assert_eq!(runs.status, 200, "{}", runs.text());
+    // A run is started and followed to its end meanwhile.
+    let (run_id, _) = tokio::time::timeout(FLOODED_ANSWER, daemon.submit(run_body(&env, "hi")))
+        .await
+        .expect("POST /v1/runs is answered while 1,000 connections hang");
+    let events = tokio::time::timeout(FLOODED_ANSWER, daemon.events(&run_id, None, |_| false))
+        .await
+        .expect("the run's events arrive while 1,000 connections hang");
+    assert_eq!(events.last().unwrap().1["status"], "finished");
+    // The daemon keeps at most 250 of them (a quarter of its limit), or
+    // twice that while all of those are being read.
+    let bound = before + 2 * 250 + 16;
+    let deadline = std::time::Instant::now() + COMMAND_LIMIT;
+    while open_descriptors(pid) > bound {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the daemon holds {} descriptors, more than {bound}",
+            open_descriptors(pid)
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    drop(held);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_daemon_raises_its_open_files_limit_to_the_hard_limit() {
+    raise_open_files(4096);
+    let env = Env::new();
+    let daemon = Daemon::start_with_open_files(&env, None, &[], 1024, 4096);
+    assert_eq!(open_files_limits(daemon.child.id()), (4096, 4096));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_that_does_not_finish_its_request_head_in_time_is_closed() {
+    let env = Env::new();
+    let daemon = Daemon::start_with(&env, None, &["--header-timeout-ms", "1000"]);
+    let started = std::time::Instant::now();
+    let mut half = half_sent(daemon.addr, "/healthz").await;
+    let mut silent = tokio::net::TcpStream::connect(daemon.addr).await.unwrap();
+    closed_by_daemon(&mut half).await;
+    closed_by_daemon(&mut silent).await;
+    // Never before its time.
+    assert!(started.elapsed() >= std::time::Duration::from_secs(1));
+    // A request sent whole is answered, on the same daemon.
+    let host = daemon.addr.to_string();
+    let health = request(daemon.addr, "GET", "/healthz", &[("Host", &host)], b"").await;
+    assert_eq!(health.status, 200);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_head_over_the_size_limit_is_refused() {
+    let env = Env::new();
+    let daemon = Daemon::start_with(&env, None, &[]);
+    let host = daemon.addr.to_string();
+    let padding = "x".repeat(20 * 1024);
+    let refused = request(
+        daemon.addr,
+        "GET",
+        "/healthz",
+        &[("Host", &host), ("X-Padding", &padding)],
+        b"",
+    )
+    .await;
+    assert_eq!(refused.status, 431);
+    let fits = "x".repeat(8 * 1024);
+    let answered = request(
+        daemon.addr,
+        "GET",
+        "/healthz",
+        &[("Host", &host), ("X-Padding", &fits)],
+        b"",
+    )
+    .await;
+    assert_eq!(answered.status, 200);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn at_the_cap_the_oldest_unauthenticated_connection_is_closed_first() {
+    let env = Env::new();
+    let daemon = Daemon::start_with(
+        &env,
+        None,
+        &["--max-unauthenticated", "4", "--header-timeout-ms", "60000"],
+    );
+    let host = daemon.addr.to_string();
+    let bearer = daemon.bearer();
+    // The owner's connection, kept open, authenticated by its first request.
+    let owner = tokio::net::TcpStream::connect(daemon.addr).await.unwrap();
+    let mut owner = tokio::io::BufReader::new(owner);
+    send_kept_open(&mut owner, "/v1/runs", &host, Some(&bearer)).await;
+    assert_eq!(read_response(&mut owner).await.status, 200);
+    // Four connections without the token fill the cap, each answered once
+    // (so the daemon has read it) and then holding half a head; a fifth
+    // arrives.
+    let mut strangers = Vec::new();
+    for _ in 0..5 {
+        let stream = tokio::net::TcpStream::connect(daemon.addr).await.unwrap();
+        let mut stream = tokio::io::BufReader::new(stream);
+        send_kept_open(&mut stream, "/healthz", &host, None).await;
+        assert_eq!(read_response(&mut stream).await.status, 200);
+        let mut stream = stream.into_inner();
+        let head = format!("GET /healthz HTTP/1.1\r\nHost: {host}\r\n");
+        stream.write_all(head.as_bytes()).await.unwrap();
+        strangers.push(stream);
+    }
+    closed_by_daemon(&mut strangers[0]).await;
+    // The four newer ones are still open: each finishes its request and is
+    // answered.
+    for stranger in &mut strangers[1..] {
+        stranger
+            .write_all(b"Connection: close\r\n\r\n")
+            .await
+            .unwrap();
+        assert_eq!(read_to_end(stranger).await.status, 200);
+    }
+    // The owner's connection was never counted among them.
+    send_kept_open(&mut owner, "/v1/runs", &host, Some(&bearer)).await;
+    assert_eq!(read_response(&mut owner).await.status, 200);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_event_stream_and_a_slow_post_outlive_the_idle_limit() {
+    let script = Script::new()
+        .then(tool_call(
+            "write_file",
+            json!({"path": "notes.txt", "content": "approved\n"}),
+        ))
+        .then(text("written"));
+    let server = ScriptedServer::start(script).await.unwrap();
+    let env = Env::new();
+    let daemon = Daemon::start_with(
+        &env,
+        Some(&server),
+        &["--header-timeout-ms", "1000", "--idle-timeout-ms", "2000"],
+    );
+    let host = daemon.addr.to_string();
+    let bearer = daemon.bearer();
+    let (run_id, _) = daemon
+        .submit(json!({"prompt": "write", "cwd": env.root(), "interactive": true}))
+        .await;
+    // The run waits for an approval: its stream has nothing to send.
+    let mut stream = tokio::net::TcpStream::connect(daemon.addr).await.unwrap();
+    let head = format!(
+        "GET /v1/runs/{run_id}/events HTTP/1.1\r\nHost: {host}\r\nAuthorization: {bearer}\r\n\r\n"
+    );
+    stream.write_all(head.as_bytes()).await.unwrap();
+    let mut lines = tokio::io::BufReader::new(stream).lines();
+    let asked = events_until(&mut lines, |event| event["type"] == "approval_requested").await;
+    let approval_id = asked.last().unwrap()["approval_id"].as_str().unwrap();
+    // The answer is posted slowly: its head and half its body now.
+    let body = json!({"outcome": "allow"}).to_string();
+    let (first, rest) = body.split_at(body.len() / 2);
+    let mut post = tokio::net::TcpStream::connect(daemon.addr).await.unwrap();
+    let head = format!(
+        "POST /v1/runs/{run_id}/approvals/{approval_id} HTTP/1.0\r\nHost: {host}\r\n\
+         Authorization: {bearer}\r\nContent-Length: {}\r\n\r\n{first}",
+        body.len()
+    );
+    post.write_all(head.as_bytes()).await.unwrap();
+    // A connection that is idle after a request is closed by the idle limit:
+    // once it is, the stream and the post have been silent longer than that.
+    let probe = tokio::net::TcpStream::connect(daemon.addr).await.unwrap();
+    let mut probe = tokio::io::BufReader::new(probe);
+    send_kept_open(&mut probe, "/healthz", &host, None).await;
+    assert_eq!(read_response(&mut probe).await.status, 200);
+    closed_by_daemon(probe.get_mut()).await;
+    // Both are still open: the post is answered, the stream goes on to the end.
+    post.write_all(rest.as_bytes()).await.unwrap();
+    let answered = read_to_end(&mut post).await;
+    assert_eq!(answered.status, 200, "{}", answered.text());
+    let rest = events_until(&mut lines, |event| {
+        event["type"] == "run_finished" && event["agent_path"] == "main"
+    })
+    .await;
+    assert_eq!(rest.last().unwrap()["status"], "finished");
 }

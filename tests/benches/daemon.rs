@@ -18,10 +18,21 @@
 //!   `/proc/PID/status`; and its peak while a client that never reads holds a
 //!   run's event stream over a 262,144-event run, against the peak of the same
 //!   run without that client.
+//! - the owner's requests under a flood: the latency of `GET /healthz` and of
+//!   an authenticated `GET /v1/runs`, each on a new connection (sent again,
+//!   as the `troupe` command does, when the connection closed before an
+//!   answer), while 2,000 connections that sent half a request head are held
+//!   against the daemon (each one the daemon closes is opened again at once,
+//!   from a thread of its own), against the same requests without them; and
+//!   the descriptors the daemon holds meanwhile.
 //!
 //! The binary is `TROUPE_BIN` or `target/release/troupe` (build it first:
 //! `cargo build --release -p troupe-cli`). `TROUPE_BENCH_SAMPLES` (default 20)
-//! sets the samples per start figure. Figures go to `docs/performance.md`.
+//! sets the samples per start figure, `TROUPE_BENCH_FLOOD_SAMPLES` (default
+//! 200) the requests per flood figure. Arguments name the parts to run
+//! (`start`, `throughput`, `idle`, `stalled`, `flood`; default all):
+//! `cargo bench -p troupe-tests --bench daemon -- flood`. Figures go to
+//! `docs/performance.md`.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -42,6 +53,16 @@ fn main() -> Result<(), String> {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(20);
+    let flood_samples: usize = std::env::var("TROUPE_BENCH_FLOOD_SAMPLES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(200);
+    // Cargo passes `--bench`; the other arguments name parts to run.
+    let parts: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|arg| !arg.starts_with('-'))
+        .collect();
+    let wanted = |part: &str| parts.is_empty() || parts.iter().any(|p| p == part);
     let tokio = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
         .enable_all()
@@ -50,10 +71,22 @@ fn main() -> Result<(), String> {
     let bin = binary()?;
     println!("{}", machine_line());
     tokio.block_on(async move {
-        start_times(&bin, samples).await?;
-        throughput(&bin, 50).await?;
-        idle_sessions(&bin, 1000).await?;
-        stalled_client(&bin).await
+        if wanted("start") {
+            start_times(&bin, samples).await?;
+        }
+        if wanted("throughput") {
+            throughput(&bin, 50).await?;
+        }
+        if wanted("idle") {
+            idle_sessions(&bin, 1000).await?;
+        }
+        if wanted("stalled") {
+            stalled_client(&bin).await?;
+        }
+        if wanted("flood") {
+            flood(&bin, 2000, flood_samples).await?;
+        }
+        Ok(())
     })
 }
 
@@ -154,13 +187,33 @@ impl Daemon {
     }
 
     async fn request(&self, method: &str, path: &str, body: &str) -> Result<String, String> {
+        let raw = self.exchange(method, path, body, true).await?;
+        Ok(raw
+            .split_once("\r\n\r\n")
+            .map(|(_, b)| b.to_string())
+            .unwrap_or_default())
+    }
+
+    /// One request on a new connection (with the token or without), the
+    /// whole response read to the connection's end.
+    async fn exchange(
+        &self,
+        method: &str,
+        path: &str,
+        body: &str,
+        with_token: bool,
+    ) -> Result<String, String> {
         let mut stream = tokio::net::TcpStream::connect(&self.addr)
             .await
             .map_err(|e| e.to_string())?;
+        let authorization = if with_token {
+            format!("Authorization: Bearer {}\r\n", self.token)
+        } else {
+            String::new()
+        };
         let head = format!(
-            "{method} {path} HTTP/1.0\r\nHost: {}\r\nAuthorization: Bearer {}\r\nContent-Length: {}\r\n\r\n{body}",
+            "{method} {path} HTTP/1.0\r\nHost: {}\r\n{authorization}Content-Length: {}\r\n\r\n{body}",
             self.addr,
-            self.token,
             body.len()
         );
         stream
@@ -172,10 +225,7 @@ impl Daemon {
             .read_to_string(&mut raw)
             .await
             .map_err(|e| e.to_string())?;
-        Ok(raw
-            .split_once("\r\n\r\n")
-            .map(|(_, b)| b.to_string())
-            .unwrap_or_default())
+        Ok(raw)
     }
 
     /// Opens the run's event stream and reads it to `run_finished`.
@@ -462,6 +512,246 @@ async fn stalled_client(bin: &Path) -> Result<(), String> {
     );
     drop(stalled);
     daemon.stop();
+    Ok(())
+}
+
+/// Raises this process's soft open-files limit to its hard limit.
+fn raise_open_files() -> Result<u64, String> {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: a valid pointer to a stack value for the call's duration.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } != 0 {
+        return Err(std::io::Error::last_os_error().to_string());
+    }
+    limit.rlim_cur = limit.rlim_max;
+    // SAFETY: as above.
+    if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &limit) } != 0 {
+        return Err(std::io::Error::last_os_error().to_string());
+    }
+    Ok(limit.rlim_cur)
+}
+
+/// Connections held half-sent against a daemon from a thread of their own:
+/// each one the daemon closes is opened again at once.
+struct Flood {
+    stop: tokio_util::sync::CancellationToken,
+    opened: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Flood {
+    fn start(addr: &str, connections: usize) -> Result<Self, String> {
+        let stop = tokio_util::sync::CancellationToken::new();
+        let opened = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| e.to_string())?;
+        let (addr, task_stop, task_opened) = (addr.to_string(), stop.clone(), opened.clone());
+        let thread = std::thread::spawn(move || {
+            runtime.block_on(async move {
+                let mut tasks = tokio::task::JoinSet::new();
+                for _ in 0..connections {
+                    tasks.spawn(hold_half_sent(
+                        addr.clone(),
+                        task_stop.clone(),
+                        task_opened.clone(),
+                    ));
+                }
+                while tasks.join_next().await.is_some() {}
+            });
+        });
+        Ok(Self {
+            stop,
+            opened,
+            thread: Some(thread),
+        })
+    }
+
+    /// Connections opened so far.
+    fn opened(&self) -> usize {
+        self.opened.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    fn stop(self) {
+        drop(self);
+    }
+}
+
+impl Drop for Flood {
+    fn drop(&mut self) {
+        self.stop.cancel();
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+/// Keeps one connection open with half a request head sent, opening a new
+/// one whenever the daemon closes it, until `stop`.
+async fn hold_half_sent(
+    addr: String,
+    stop: tokio_util::sync::CancellationToken,
+    opened: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+) {
+    let head = format!("GET /v1/runs HTTP/1.1\r\nHost: {addr}\r\n");
+    while !stop.is_cancelled() {
+        let connected = tokio::select! {
+            () = stop.cancelled() => return,
+            connected = tokio::net::TcpStream::connect(&addr) => connected,
+        };
+        let Ok(mut stream) = connected else {
+            continue;
+        };
+        opened.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        if stream.write_all(head.as_bytes()).await.is_err() {
+            continue;
+        }
+        let mut buffer = [0u8; 512];
+        loop {
+            tokio::select! {
+                () = stop.cancelled() => return,
+                read = stream.read(&mut buffer) => {
+                    if matches!(read, Ok(0) | Err(_)) {
+                        break;
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The owner's requests of one kind: how long each took, and how many were
+/// sent again.
+#[derive(Default)]
+struct OwnerRequests {
+    latencies: Vec<Duration>,
+    resent: usize,
+}
+
+/// `samples` requests of the owner, one after the other, each on a new
+/// connection: `GET /healthz` and an authenticated `GET /v1/runs`. As the
+/// `troupe` command's client does, a request whose connection closed before
+/// an answer is sent again (at most 3 times; the daemon closes a connection
+/// without answering only when no request of it was started); its latency is
+/// the time until the answer.
+async fn owner_requests(
+    daemon: &Daemon,
+    samples: usize,
+) -> Result<(OwnerRequests, OwnerRequests), String> {
+    let mut health = OwnerRequests::default();
+    let mut runs = OwnerRequests::default();
+    for _ in 0..samples {
+        for (path, with_token, into) in [
+            ("/healthz", false, &mut health),
+            ("/v1/runs", true, &mut runs),
+        ] {
+            let started = Instant::now();
+            let mut resends = 0;
+            let answer = loop {
+                let sent = tokio::time::timeout(WAIT, daemon.exchange("GET", path, "", with_token))
+                    .await
+                    .map_err(|_| format!("GET {path} was not answered in {WAIT:?}"))?;
+                match sent {
+                    Ok(answer) if !answer.is_empty() => break answer,
+                    _ if resends < 3 => resends += 1,
+                    Ok(_) => return Err(format!("GET {path}: closed without an answer")),
+                    Err(err) => return Err(format!("GET {path}: {err}")),
+                }
+            };
+            into.latencies.push(started.elapsed());
+            into.resent += usize::from(resends > 0);
+            if !answer.starts_with("HTTP/1.0 200") {
+                return Err(format!("GET {path}: {answer}"));
+            }
+        }
+    }
+    Ok((health, runs))
+}
+
+fn print_owner(label: &str, requests: &OwnerRequests) {
+    print(label, &requests.latencies);
+    if requests.resent > 0 {
+        println!(
+            "  {} of {} sent again after their connection closed before an answer",
+            requests.resent,
+            requests.latencies.len()
+        );
+    }
+}
+
+async fn flood(bin: &Path, connections: usize, samples: usize) -> Result<(), String> {
+    let open_files = raise_open_files()?;
+    if open_files < connections as u64 + 256 {
+        return Err(format!(
+            "the open-files limit {open_files} is too low for {connections} connections"
+        ));
+    }
+    let stamps = ArrivalStamps::new();
+    let server = server(&stamps, 1, "ok").await?;
+    let home = Home::new()?;
+    let daemon = home.serve(bin, &server)?;
+    // The daemon is stopped whatever the measurement comes to.
+    let measured = flood_against(&daemon, connections, samples).await;
+    daemon.stop();
+    measured
+}
+
+/// [`flood`] against a daemon already up.
+async fn flood_against(daemon: &Daemon, connections: usize, samples: usize) -> Result<(), String> {
+    // Warm: the first requests pay for the store's first reads.
+    owner_requests(daemon, 10).await?;
+    let pid = daemon.pid;
+    let fds = move || std::fs::read_dir(format!("/proc/{pid}/fd")).map_or(0, |dir| dir.count());
+    let quiet_fds = fds();
+    let (health, runs) = owner_requests(daemon, samples).await?;
+    print_owner("GET /healthz, no flood", &health);
+    print_owner("authenticated GET /v1/runs, no flood", &runs);
+    let flood = Flood::start(&daemon.addr, connections)?;
+    let deadline = Instant::now() + WAIT;
+    while flood.opened() < connections {
+        if Instant::now() > deadline {
+            return Err(format!("only {} connections opened", flood.opened()));
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    // The daemon's descriptors, every 10 ms while the requests are made.
+    let sampling = tokio_util::sync::CancellationToken::new();
+    let sampler = tokio::spawn({
+        let sampling = sampling.clone();
+        async move {
+            let mut most = 0;
+            while !sampling.is_cancelled() {
+                most = most.max(fds());
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            most
+        }
+    });
+    let opened_before = flood.opened();
+    let started = Instant::now();
+    let measured = owner_requests(daemon, samples).await;
+    let elapsed = started.elapsed();
+    let reopened = flood.opened() - opened_before;
+    sampling.cancel();
+    let most_fds = sampler.await.map_err(|e| e.to_string())?;
+    flood.stop();
+    let (health, runs) = measured?;
+    print_owner(
+        &format!("GET /healthz, {connections} connections held half-sent"),
+        &health,
+    );
+    print_owner(
+        &format!("authenticated GET /v1/runs, {connections} connections held half-sent"),
+        &runs,
+    );
+    println!(
+        "  meanwhile the daemon closed and the flood reopened {reopened} connections ({:.0}/s); \
+         the daemon held at most {most_fds} descriptors ({quiet_fds} without the flood)",
+        reopened as f64 / elapsed.as_secs_f64()
+    );
     Ok(())
 }
 

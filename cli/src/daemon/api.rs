@@ -35,8 +35,8 @@ use troupe_runtime::events::{ApprovalOutcome, EventKind};
 use troupe_runtime::store::{IdMatch, RunRecord, Store, StoreError};
 
 use super::error::ApiError;
-use super::guard;
 use super::idle::{Activity, StreamGuard};
+use super::{guard, server};
 
 /// The largest request body accepted (1 MiB).
 pub(crate) const BODY_LIMIT: usize = 1024 * 1024;
@@ -156,7 +156,9 @@ pub(crate) fn router(state: ApiState) -> Router {
         .with_state(state)
 }
 
-/// Host/Origin for every request; the token for all but `/healthz`.
+/// Host/Origin for every request; the token for all but `/healthz`. A
+/// request with the right token marks its connection authenticated (see
+/// [`server::Connection`]).
 async fn guard_request(State(state): State<ApiState>, request: Request, next: Next) -> Response {
     state.activity.touch();
     let headers = request.headers();
@@ -169,10 +171,15 @@ async fn guard_request(State(state): State<ApiState>, request: Request, next: Ne
     ) {
         return err.into_response();
     }
-    if request.uri().path() != "/healthz"
-        && let Err(err) = guard::check_token(text(header::AUTHORIZATION), &state.token)
-    {
-        return err.into_response();
+    match guard::check_token(text(header::AUTHORIZATION), &state.token) {
+        // The connection has shown the token: it is no stranger any more.
+        Ok(()) => {
+            if let Some(connection) = request.extensions().get::<server::Connection>() {
+                connection.authenticated();
+            }
+        }
+        Err(err) if request.uri().path() != "/healthz" => return err.into_response(),
+        Err(_) => {}
     }
     next.run(request).await
 }

@@ -6,19 +6,23 @@
 //! `daemon.json` names a live process), open the store, mark runs a dead
 //! process left unfinished as interrupted, create the token on first start,
 //! bind (loopback and any free port unless `--listen` says otherwise) and
-//! write `daemon.json` `{addr, pid}`. Runs of one project share its MCP
+//! write `daemon.json` `{addr, pid}`. Its soft open-files limit is raised to
+//! the hard one, and connections are served by [`server`] under the limits of
+//! [`connections`]. Runs of one project share its MCP
 //! servers ([`mcp_hubs`]). SIGTERM, SIGINT or SIGHUP: stop accepting runs,
 //! cancel the runs in progress and wait for their last events (bounded),
 //! stop the runtime, shut every MCP server down, flush the store, remove
 //! `daemon.json`, exit 0.
 
 pub(crate) mod api;
+pub(crate) mod connections;
 pub(crate) mod error;
 pub(crate) mod guard;
 pub(crate) mod home;
 pub(crate) mod idle;
 pub(crate) mod mcp_hubs;
 pub(crate) mod peer;
+pub(crate) mod server;
 pub(crate) mod spawn;
 
 use std::net::SocketAddr;
@@ -26,9 +30,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use axum::serve::ListenerExt;
 use futures::FutureExt;
 use tokio::signal::unix::{SignalKind, signal};
+use tokio_util::sync::CancellationToken;
 use troupe_actors::{Approver, Runtime};
 use troupe_runtime::config::PermissionMode;
 use troupe_runtime::store::Store;
@@ -58,6 +62,8 @@ pub(crate) struct ServeOptions {
     pub allowed_hosts: Vec<String>,
     /// `--idle-exit`: exit after this long with nothing to do.
     pub idle_exit: Option<Duration>,
+    /// The limits on connections.
+    pub limits: connections::Limits,
 }
 
 /// Runs `troupe serve`; returns the exit code.
@@ -76,7 +82,11 @@ async fn run_daemon(options: ServeOptions) -> Result<(), String> {
         listen,
         allowed_hosts,
         idle_exit,
+        limits,
     } = options;
+    // The cap on connections without the token, not the descriptor limit,
+    // bounds them: the cap stays within a quarter of the limit raised here.
+    let limits = limits.within_open_files(server::raise_open_files());
     let locations = Arc::new(Locations::from_process().map_err(|err| err.message)?);
     let data_dir = locations.data_dir.clone();
     std::fs::create_dir_all(&data_dir)
@@ -102,9 +112,8 @@ async fn run_daemon(options: ServeOptions) -> Result<(), String> {
             .parse()
             .unwrap_or(SocketAddr::from(([127, 0, 0, 1], 0)))
     });
-    let listener = tokio::net::TcpListener::bind(listen)
-        .await
-        .map_err(|err| format!("cannot listen on {listen}: {err}"))?;
+    let listener =
+        server::bind(listen).map_err(|err| format!("cannot listen on {listen}: {err}"))?;
     let bound = listener
         .local_addr()
         .map_err(|err| format!("cannot read the listening address: {err}"))?;
@@ -162,24 +171,19 @@ async fn run_daemon(options: ServeOptions) -> Result<(), String> {
             }
         }
     };
-    let (stopping_tx, stopping_rx) = tokio::sync::oneshot::channel::<()>();
-    // Events go out one small SSE frame at a time: without TCP_NODELAY each
-    // frame after the first waits for the client's delayed ACK (~40 ms).
-    let listener = listener.tap_io(|stream| {
-        if let Err(err) = stream.set_nodelay(true) {
-            tracing::debug!(%err, "TCP_NODELAY not set on a connection");
-        }
-    });
-    let server = axum::serve(listener, api::router(state)).with_graceful_shutdown(async move {
-        let _ = stopping_rx.await;
-    });
-    let server = tokio::spawn(server.into_future());
+    let stopping = CancellationToken::new();
+    let server = tokio::spawn(server::serve(
+        listener,
+        api::router(state),
+        limits,
+        stopping.clone(),
+    ));
     stop.await;
     eprintln!("troupe serve: stopping");
     closing.store(true, Ordering::SeqCst);
     cancel_runs(&runtime).await;
     // Open SSE streams end with their runs; the listener closes now.
-    let _ = stopping_tx.send(());
+    stopping.cancel();
     if tokio::time::timeout(Duration::from_secs(5), server)
         .await
         .is_err()
