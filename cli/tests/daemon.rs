@@ -1527,3 +1527,110 @@ async fn an_event_stream_and_a_slow_post_outlive_the_idle_limit() {
     .await;
     assert_eq!(rest.last().unwrap()["status"], "finished");
 }
+
+/// Printed by the last step of a command, so a test sees that it ran.
+const COMMAND_RAN: &str = "command-ran";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_runs_commands_cannot_read_the_token_start_runs_or_answer_approvals() {
+    let env = Env::new();
+    // The daemon's address and token are only known once it runs: the
+    // script's command reads them from files the test writes first.
+    let exchange = env.home.path().join("exchange");
+    std::fs::create_dir_all(&exchange).unwrap();
+    let data = env.data_dir();
+    // The command reads the token itself (where nothing hides it), and is
+    // also handed it, as a leaked token would be: with the token in hand, it
+    // asks over TCP for a bypass run in the home directory, answers an
+    // approval, writes to its own run and removes a session, and tries the
+    // daemon's Unix socket.
+    let attack = format!(
+        r#"cat '{data}/daemon.token' 2>&1 | head -c 200; echo; \
+t=$(cat '{x}/token'); a=$(cat '{x}/addr'); p=${{a##*:}}; r=$(cat '{x}/run'); \
+send() {{ exec 3<>/dev/tcp/127.0.0.1/$p; \
+printf "%s %s HTTP/1.0\r\nHost: $a\r\nAuthorization: Bearer $t\r\nContent-Type: application/json\r\nContent-Length: ${{#3}}\r\n\r\n%s" "$1" "$2" "$3" >&3; \
+cat <&3 | tr -d '\r' | sed -n '1p;$p'; echo; exec 3<&-; }}; \
+send POST /v1/runs '{{"prompt":"escape","cwd":"/","mode":"bypass"}}'; \
+send POST /v1/runs/$r/approvals/a1 '{{"outcome":"allow"}}'; \
+send POST /v1/runs/$r/messages '{{"text":"do it"}}'; \
+send DELETE /v1/sessions/nothing ''; \
+python3 - '{data}/daemon.sock' "$t" "$a" <<'PY' 2>&1 | tail -n 1
+import socket, sys
+s = socket.socket(socket.AF_UNIX)
+s.connect(sys.argv[1])
+body = b'{{"prompt":"escape","cwd":"/","mode":"bypass"}}'
+s.sendall(b"POST /v1/runs HTTP/1.0\r\nHost: " + sys.argv[3].encode() + b"\r\nAuthorization: Bearer " + sys.argv[2].encode() + b"\r\nContent-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+print("socket:", s.recv(100).split(b"\r\n")[0].decode())
+PY
+echo {COMMAND_RAN}"#,
+        data = data.display(),
+        x = exchange.display(),
+    );
+    let script = Script::new()
+        .then(tool_call("bash", json!({ "command": attack })))
+        .then(text("done"));
+    let server = ScriptedServer::start(script).await.unwrap();
+    let daemon = Daemon::start(&env, &server);
+    std::fs::write(exchange.join("token"), &daemon.token).unwrap();
+    std::fs::write(exchange.join("addr"), daemon.addr.to_string()).unwrap();
+    // The run's id is known once it is submitted; the command waits for it.
+    let body = json!({"prompt": "go", "cwd": env.root(), "mode": "bypass"});
+    let response = daemon.call("POST", "/v1/runs", Some(&body)).await;
+    assert_eq!(response.status, 201, "{}", response.text());
+    let run_id = response.json()["run_id"].as_str().unwrap().to_string();
+    std::fs::write(exchange.join("run"), &run_id).unwrap();
+    let events = daemon.events(&run_id, None, |_| false).await;
+    assert_eq!(events.last().unwrap().1["status"], "finished");
+
+    let requests = server.requests();
+    let seen = &requests[1].tool_results()[0].content;
+    assert!(seen.contains(COMMAND_RAN), "the command ran: {seen}");
+    let statuses: Vec<&str> = seen
+        .lines()
+        .filter(|line| line.starts_with("HTTP/"))
+        .collect();
+    assert_eq!(statuses.len(), 4, "{seen}");
+    for status in &statuses {
+        assert!(status.contains(" 403 "), "refused: {seen}");
+    }
+    assert!(seen.contains("commands of a Troupe run may not"), "{seen}");
+    // The socket is hidden where mounts can be made; otherwise it answers,
+    // and refuses.
+    let socket_line = seen
+        .lines()
+        .find(|line| line.starts_with("socket:") || line.contains("Error"))
+        .unwrap_or_default();
+    assert!(
+        socket_line.contains(" 403 ") || socket_line.contains("Error"),
+        "{seen}"
+    );
+    if troupe_runtime::os_sandbox::KernelSupport::probe()
+        .namespaces
+        .is_some()
+    {
+        assert!(
+            !seen
+                .lines()
+                .next()
+                .unwrap_or_default()
+                .contains(&daemon.token)
+        );
+        assert!(
+            socket_line.contains("Error"),
+            "the socket is hidden: {seen}"
+        );
+    }
+    // Nothing was started: the one run is the test's.
+    let runs = daemon.call("GET", "/v1/runs", None).await.json();
+    assert_eq!(runs["runs"].as_array().map(Vec::len), Some(1), "{runs}");
+    // The owner still answers, starts and writes: through the CLI's socket
+    // and over TCP alike (the test is nobody's command).
+    let owner = daemon
+        .call(
+            "POST",
+            "/v1/runs/nope/approvals/a1",
+            Some(&json!({"outcome": "allow"})),
+        )
+        .await;
+    assert_eq!(owner.status, 404, "{}", owner.text());
+}

@@ -36,7 +36,7 @@ use troupe_runtime::store::{IdMatch, RunRecord, Store, StoreError};
 
 use super::error::ApiError;
 use super::idle::{Activity, StreamGuard};
-use super::{guard, server};
+use super::{guard, peer, server};
 
 /// The largest request body accepted (1 MiB).
 pub(crate) const BODY_LIMIT: usize = 1024 * 1024;
@@ -158,7 +158,10 @@ pub(crate) fn router(state: ApiState) -> Router {
 
 /// Host/Origin for every request; the token for all but `/healthz`. A
 /// request with the right token marks its connection authenticated (see
-/// [`server::Connection`]).
+/// [`server::Connection`]). Starting a run, answering an approval, writing
+/// to a run and removing a session are the owner's alone: a peer that is a
+/// command of a run, or a local peer that cannot be identified, is refused
+/// them (see [`peer`]).
 async fn guard_request(State(state): State<ApiState>, request: Request, next: Next) -> Response {
     state.activity.touch();
     let headers = request.headers();
@@ -180,6 +183,13 @@ async fn guard_request(State(state): State<ApiState>, request: Request, next: Ne
         }
         Err(err) if request.uri().path() != "/healthz" => return err.into_response(),
         Err(_) => {}
+    }
+    // A command of a run, token or not, never widens what runs unasked.
+    if let Some(what) = peer::owner_only(request.method(), request.uri().path()) {
+        let from = request.extensions().get::<peer::Peer>().copied();
+        if let Err(err) = peer::require_owner(from, what).await {
+            return err.into_response();
+        }
     }
     next.run(request).await
 }

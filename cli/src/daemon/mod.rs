@@ -117,6 +117,17 @@ async fn run_daemon(options: ServeOptions) -> Result<(), String> {
     let bound = listener
         .local_addr()
         .map_err(|err| format!("cannot read the listening address: {err}"))?;
+    let socket_path = data_dir.join(home::SOCKET_FILE);
+    let unix = match bind_socket(&socket_path) {
+        Ok(unix) => Some(unix),
+        Err(err) => {
+            eprintln!(
+                "troupe serve: no Unix socket at {} ({err}); local clients use TCP",
+                socket_path.display()
+            );
+            None
+        }
+    };
     let runtime = Runtime::start(store.clone())
         .await
         .map_err(|err| err.to_string())?;
@@ -141,7 +152,7 @@ async fn run_daemon(options: ServeOptions) -> Result<(), String> {
         &DaemonState {
             addr: bound.to_string(),
             pid: std::process::id(),
-            socket: None,
+            socket: unix.as_ref().map(|_| socket_path.clone()),
         },
     )
     .map_err(|err| {
@@ -172,8 +183,12 @@ async fn run_daemon(options: ServeOptions) -> Result<(), String> {
         }
     };
     let stopping = CancellationToken::new();
+    let listeners = server::Listeners {
+        tcp: listener,
+        unix,
+    };
     let server = tokio::spawn(server::serve(
-        listener,
+        listeners,
         api::router(state),
         limits,
         stopping.clone(),
@@ -197,6 +212,9 @@ async fn run_daemon(options: ServeOptions) -> Result<(), String> {
         eprintln!("troupe serve: the store could not be flushed: {err}");
     }
     telemetry.stop();
+    if home::read_state(&data_dir).is_some_and(|state| state.pid == std::process::id()) {
+        let _ = std::fs::remove_file(&socket_path);
+    }
     home::remove_state(&data_dir);
     Ok(())
 }
@@ -322,4 +340,19 @@ async fn prepare_run(
         submission,
         warnings,
     })
+}
+
+/// Listens on the Unix socket at `path` (a stale one, left by a daemon that
+/// is gone, is replaced), which only this user may connect to.
+fn bind_socket(path: &std::path::Path) -> std::io::Result<tokio::net::UnixListener> {
+    use std::os::unix::fs::PermissionsExt;
+    match std::fs::remove_file(path) {
+        Ok(()) => {}
+        Err(err) if err.kind() == std::io::ErrorKind::NotFound => {}
+        Err(err) => return Err(err),
+    }
+    let (address, _dir) = home::socket_address(path)?;
+    let listener = tokio::net::UnixListener::bind(&address)?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
+    Ok(listener)
 }

@@ -116,8 +116,7 @@ fn socket_holders(inode: u64) -> (Vec<i32>, bool) {
             continue;
         };
         let holds = fds.flatten().any(|fd| {
-            std::fs::read_link(fd.path())
-                .is_ok_and(|target| target.as_os_str() == wanted.as_str())
+            std::fs::read_link(fd.path()).is_ok_and(|target| target.as_os_str() == wanted.as_str())
         });
         if holds {
             holders.push(pid);
@@ -174,9 +173,27 @@ pub(crate) fn origin(peer: Peer) -> Origin {
     }
 }
 
+/// What a request would do that only the owner may (start a run, answer an
+/// approval, write to a running run, remove a session), in a few words;
+/// `None` for every other request. Pure.
+pub(crate) fn owner_only(method: &axum::http::Method, path: &str) -> Option<&'static str> {
+    use axum::http::Method;
+    let parts: Vec<&str> = path.trim_end_matches('/').split('/').collect();
+    match (method, parts.as_slice()) {
+        (&Method::POST, ["", "v1", "runs"]) => Some("start runs"),
+        (&Method::POST, ["", "v1", "runs", _, "approvals", _]) => Some("answer approvals"),
+        (&Method::POST, ["", "v1", "runs", _, "messages"]) => Some("write to a run"),
+        (&Method::DELETE, ["", "v1", "sessions", _]) => Some("remove sessions"),
+        _ => None,
+    }
+}
+
 /// Refuses `what` ("start runs", "answer approvals") unless the peer is the
 /// owner; the error names why.
-pub(crate) async fn require_owner(peer: Option<Peer>, what: &str) -> Result<(), super::error::ApiError> {
+pub(crate) async fn require_owner(
+    peer: Option<Peer>,
+    what: &str,
+) -> Result<(), super::error::ApiError> {
     let Some(peer) = peer else {
         return Ok(());
     };
@@ -203,6 +220,31 @@ pub(crate) async fn require_owner(peer: Option<Peer>, what: &str) -> Result<(), 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn starting_runs_answering_approvals_writing_to_runs_and_removing_sessions_are_the_owners() {
+        use axum::http::Method;
+        let cases = [
+            (Method::POST, "/v1/runs", Some("start runs")),
+            (Method::POST, "/v1/runs/", Some("start runs")),
+            (
+                Method::POST,
+                "/v1/runs/r1/approvals/a1",
+                Some("answer approvals"),
+            ),
+            (Method::POST, "/v1/runs/r1/messages", Some("write to a run")),
+            (Method::DELETE, "/v1/sessions/s1", Some("remove sessions")),
+            (Method::GET, "/v1/runs", None),
+            (Method::GET, "/v1/runs/r1/events", None),
+            (Method::POST, "/v1/runs/r1/cancel", None),
+            (Method::POST, "/v1/sessions/s1/compact", None),
+            (Method::GET, "/v1/sessions/s1", None),
+            (Method::GET, "/healthz", None),
+        ];
+        for (method, path, expected) in cases {
+            assert_eq!(owner_only(&method, path), expected, "{method} {path}");
+        }
+    }
 
     #[test]
     fn addresses_are_written_as_proc_net_tcp_writes_them() {
@@ -288,5 +330,57 @@ mod tests {
         command.kill().unwrap();
         command.wait().unwrap();
         assert!(matches!(judged, Origin::Command(_)), "{judged:?}");
+    }
+
+    #[tokio::test]
+    async fn on_the_socket_the_kernel_names_the_process_and_a_command_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("daemon.sock");
+        let listener = tokio::net::UnixListener::bind(&path).unwrap();
+        // The owner: this process.
+        let _client = tokio::net::UnixStream::connect(&path).await.unwrap();
+        let (accepted, _) = listener.accept().await.unwrap();
+        let pid = accepted.peer_cred().unwrap().pid();
+        assert_eq!(pid, Some(i32::try_from(std::process::id()).unwrap()));
+        assert_eq!(origin(Peer::Unix { pid }), Origin::Owner);
+        // A command's child that cleared its environment.
+        let Ok(mut command) = std::process::Command::new("bash")
+            .arg("-c")
+            .arg(
+                "env -i python3 -c 'import socket, sys, time; s = socket.socket(socket.AF_UNIX); \
+                 s.connect(sys.argv[1]); time.sleep(10)' \"$0\"",
+            )
+            .arg(&path)
+            .env(lineage::COMMAND_VAR, "1")
+            .spawn()
+        else {
+            return;
+        };
+        let accepted =
+            tokio::time::timeout(std::time::Duration::from_secs(10), listener.accept()).await;
+        let judged = accepted.ok().and_then(Result::ok).map(|(stream, _)| {
+            origin(Peer::Unix {
+                pid: stream.peer_cred().unwrap().pid(),
+            })
+        });
+        command.kill().unwrap();
+        command.wait().unwrap();
+        match judged {
+            Some(judged) => assert!(matches!(judged, Origin::Command(_)), "{judged:?}"),
+            // No python3 on this machine: nothing connected.
+            None => assert!(which_python().is_none()),
+        }
+        assert_eq!(
+            origin(Peer::Unix { pid: None }),
+            Origin::Unidentified("the kernel did not name the peer's process".to_owned())
+        );
+    }
+
+    fn which_python() -> Option<std::path::PathBuf> {
+        std::env::var_os("PATH")?
+            .to_str()?
+            .split(':')
+            .map(|dir| std::path::Path::new(dir).join("python3"))
+            .find(|path| path.exists())
     }
 }

@@ -12,9 +12,12 @@
 //! request arrived after the first read) is passed over when a newer
 //! connection replaces one.
 //!
-//! Each request carries two extensions: axum's [`ConnectInfo`] with the
-//! peer's address, and the [`Connection`] it came on, which the API's guard
-//! marks authenticated once the request passed the token check. A request
+//! Connections come from the TCP listener and, when there is one, the
+//! daemon's Unix socket, under the same policy. Each request carries the
+//! [`Peer`] at the other end of its connection (the peer's address, or the
+//! process the kernel names on the socket), axum's [`ConnectInfo`] with the
+//! peer's address on TCP, and the [`Connection`] it came on, which the API's
+//! guard marks authenticated once the request passed the token check. A request
 //! counts as in flight from its complete head until its response body has
 //! been sent or dropped, so an event stream that waits for events and a slow
 //! `POST` are never closed. A request read on a connection chosen a moment
@@ -42,13 +45,14 @@ use hyper::body::Incoming;
 use hyper::server::conn::http1;
 use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tokio::net::{TcpListener, TcpSocket, TcpStream};
+use tokio::net::{TcpListener, TcpSocket, TcpStream, UnixListener, UnixStream};
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tower::ServiceExt;
 
 use super::connections::{self, AcceptFailure, Closing, Limits, Registry, Verdict};
+use super::peer::Peer;
 
 /// What the accept loop and every connection task share.
 struct State {
@@ -84,14 +88,59 @@ pub(crate) fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
     socket.listen(connections::LISTEN_BACKLOG)
 }
 
-/// Serves `router` on `listener` with `limits` until `stop` is cancelled;
+/// What the daemon listens on.
+pub(crate) struct Listeners {
+    /// The TCP listener.
+    pub tcp: TcpListener,
+    /// The Unix socket, when there is one.
+    pub unix: Option<UnixListener>,
+}
+
+impl From<TcpListener> for Listeners {
+    fn from(tcp: TcpListener) -> Self {
+        Self { tcp, unix: None }
+    }
+}
+
+impl Listeners {
+    /// The next connection of either listener, with its peer.
+    async fn accept(&self) -> std::io::Result<(Stream, Peer)> {
+        let unix = async {
+            match &self.unix {
+                Some(unix) => unix.accept().await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            accepted = self.tcp.accept() => {
+                let (stream, peer) = accepted?;
+                // Events go out one small SSE frame at a time: without
+                // TCP_NODELAY each frame after the first waits for the
+                // client's delayed ACK (~40 ms).
+                if let Err(err) = stream.set_nodelay(true) {
+                    tracing::debug!(%err, "TCP_NODELAY not set on a connection");
+                }
+                let local = stream.local_addr()?;
+                Ok((Stream::Tcp(stream), Peer::Tcp { peer, local }))
+            }
+            accepted = unix => {
+                let (stream, _) = accepted?;
+                let pid = stream.peer_cred().ok().and_then(|cred| cred.pid());
+                Ok((Stream::Unix(stream), Peer::Unix { pid }))
+            }
+        }
+    }
+}
+
+/// Serves `router` on `listeners` with `limits` until `stop` is cancelled;
 /// returns once every connection has closed.
 pub(crate) async fn serve(
-    listener: TcpListener,
+    listeners: impl Into<Listeners>,
     router: Router,
     limits: Limits,
     stop: CancellationToken,
 ) {
+    let listener = listeners.into();
     let shared: Shared = Arc::new(State {
         registry: Mutex::new(Registry::new(limits)),
         room: Notify::new(),
@@ -134,12 +183,6 @@ pub(crate) async fn serve(
                 }
             }
         };
-        // Events go out one small SSE frame at a time: without TCP_NODELAY
-        // each frame after the first waits for the client's delayed ACK
-        // (~40 ms).
-        if let Err(err) = stream.set_nodelay(true) {
-            tracing::debug!(%err, "TCP_NODELAY not set on a connection");
-        }
         let signal = Arc::new(Signal {
             wake: Notify::new(),
             // Not yet run: what the connection sent is unread.
@@ -177,8 +220,8 @@ type Served = http1::UpgradeableConnection<TokioIo<Watched>, Api>;
 
 /// Serves one connection until it ends or the policy closes it.
 async fn connection(
-    stream: TcpStream,
-    peer: SocketAddr,
+    stream: Stream,
+    peer: Peer,
     router: Router,
     limits: Limits,
     tracker: Tracker,
@@ -217,7 +260,7 @@ async fn connection(
     let mut registry = lock(&tracker.shared);
     if let Some(why) = closed {
         tracing::debug!(
-            %peer,
+            ?peer,
             reason = ?why,
             authenticated = registry.is_authenticated(tracker.id),
             open = registry.len(),
@@ -234,7 +277,7 @@ async fn connection(
 /// policy closes it (why).
 async fn follow(
     mut served: Pin<&mut Served>,
-    peer: SocketAddr,
+    peer: Peer,
     tracker: &Tracker,
     stop: CancellationToken,
 ) -> Option<Closing> {
@@ -267,9 +310,9 @@ async fn follow(
     }
 }
 
-fn log_end(peer: SocketAddr, ended: hyper::Result<()>) {
+fn log_end(peer: Peer, ended: hyper::Result<()>) {
     if let Err(err) = ended {
-        tracing::debug!(%peer, %err, "connection ended with an error");
+        tracing::debug!(?peer, %err, "connection ended with an error");
     }
 }
 
@@ -397,10 +440,66 @@ impl Connection {
     }
 }
 
-/// The TCP stream, telling the registry when bytes arrive (the start of a
+/// A connection of either listener.
+enum Stream {
+    Tcp(TcpStream),
+    Unix(UnixStream),
+}
+
+/// `$call` on the stream inside a pinned [`Stream`].
+macro_rules! on_stream {
+    ($stream:expr, $inner:ident => $call:expr) => {
+        match $stream {
+            Stream::Tcp($inner) => $call,
+            Stream::Unix($inner) => $call,
+        }
+    };
+}
+
+impl AsyncRead for Stream {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        on_stream!(self.get_mut(), stream => Pin::new(stream).poll_read(cx, buf))
+    }
+}
+
+impl AsyncWrite for Stream {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        on_stream!(self.get_mut(), stream => Pin::new(stream).poll_write(cx, buf))
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        on_stream!(self.get_mut(), stream => Pin::new(stream).poll_write_vectored(cx, bufs))
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        on_stream!(self, stream => stream.is_write_vectored())
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        on_stream!(self.get_mut(), stream => Pin::new(stream).poll_flush(cx))
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        on_stream!(self.get_mut(), stream => Pin::new(stream).poll_shutdown(cx))
+    }
+}
+
+/// The stream, telling the registry when bytes arrive (the start of a
 /// request head after an idle spell).
 struct Watched {
-    stream: TcpStream,
+    stream: Stream,
     tracker: Tracker,
 }
 
@@ -455,7 +554,7 @@ impl AsyncWrite for Watched {
 struct Api {
     router: Router,
     tracker: Tracker,
-    peer: SocketAddr,
+    peer: Peer,
 }
 
 impl hyper::service::Service<hyper::Request<Incoming>> for Api {
@@ -470,7 +569,10 @@ impl hyper::service::Service<hyper::Request<Incoming>> for Api {
             return Box::pin(std::future::pending());
         };
         let mut request = request.map(Body::new);
-        request.extensions_mut().insert(ConnectInfo(self.peer));
+        request.extensions_mut().insert(self.peer);
+        if let Peer::Tcp { peer, .. } = self.peer {
+            request.extensions_mut().insert(ConnectInfo(peer));
+        }
         request
             .extensions_mut()
             .insert(Connection(self.tracker.clone()));
