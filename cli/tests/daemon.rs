@@ -1542,8 +1542,9 @@ async fn a_runs_commands_cannot_read_the_token_start_runs_or_answer_approvals() 
     // The command reads the token itself (where nothing hides it), and is
     // also handed it, as a leaked token would be: with the token in hand, it
     // asks over TCP for a bypass run in the home directory, answers an
-    // approval, writes to its own run and removes a session, and tries the
-    // daemon's Unix socket.
+    // approval, writes to its own run and removes a session, asks for a run
+    // again and closes at once (so its end may be gone when the daemon
+    // looks), and tries the daemon's Unix socket.
     let attack = format!(
         r#"cat '{data}/daemon.token' 2>&1 | head -c 200; echo; \
 t=$(cat '{x}/token'); a=$(cat '{x}/addr'); p=${{a##*:}}; r=$(cat '{x}/run'); \
@@ -1554,6 +1555,8 @@ send POST /v1/runs '{{"prompt":"escape","cwd":"/","mode":"bypass"}}'; \
 send POST /v1/runs/$r/approvals/a1 '{{"outcome":"allow"}}'; \
 send POST /v1/runs/$r/messages '{{"text":"do it"}}'; \
 send DELETE /v1/sessions/nothing ''; \
+exec 4<>/dev/tcp/127.0.0.1/$p; b='{{"prompt":"escape","cwd":"/","mode":"bypass"}}'; \
+printf "POST /v1/runs HTTP/1.0\r\nHost: $a\r\nAuthorization: Bearer $t\r\nContent-Length: ${{#b}}\r\n\r\n%s" "$b" >&4; exec 4<&-; \
 python3 - '{data}/daemon.sock' "$t" "$a" <<'PY' 2>&1 | tail -n 1
 import socket, sys
 s = socket.socket(socket.AF_UNIX)

@@ -387,6 +387,16 @@ async fn sandbox_status_says_what_is_enforced() {
     if landlock() {
         assert!(stdout.contains("Landlock: ABI"), "{stdout}");
         assert!(stdout.contains("enforced: yes"), "{stdout}");
+        let data = troupe_runtime::sandbox::resolve_path(&setup.env.data_dir()).unwrap();
+        let hidden = format!("hidden from commands:\n  {}\n", data.display());
+        if troupe_runtime::os_sandbox::KernelSupport::probe()
+            .namespaces
+            .is_some()
+        {
+            assert!(stdout.contains(&hidden), "{stdout}");
+        } else {
+            assert!(stdout.contains("not hidden from commands"), "{stdout}");
+        }
         assert_eq!(output.status.code(), Some(0), "{}", describe(&output));
     } else {
         assert!(stdout.contains("not enforced:"), "{stdout}");

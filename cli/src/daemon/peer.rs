@@ -12,13 +12,14 @@
 //! - on the daemon's Unix socket (`$TROUPE_HOME/daemon.sock`, which the
 //!   command line uses), the kernel names the peer's process
 //!   (`SO_PEERCRED`);
-//! - on TCP, a peer on this machine (its end of the connection is in this
-//!   network namespace's `/proc/net/tcp`) is found through the process
-//!   holding that socket; a process whose descriptors cannot be read (it is
-//!   not dumpable, or another user's) cannot be identified and is refused
-//!   these two requests, with a pointer to the socket; a peer on another
-//!   machine cannot be a command of this one and is judged by its token
-//!   alone.
+//! - on TCP, a peer on this machine (its address is a loopback address or
+//!   one of this machine's own) is found through the process holding its
+//!   end of the connection (`/proc/net/tcp`, then the processes'
+//!   descriptors); a process whose descriptors cannot be read (it is not
+//!   dumpable, or another user's), or one that closed its end before it was
+//!   found, cannot be identified and is refused these requests, with a
+//!   pointer to the socket; a peer on another machine cannot be a command
+//!   of this one and is judged by its token alone.
 //!
 //! The address parsing and matching is pure; reading `/proc` happens in
 //! [`origin`], which blocks and is run off the async threads.
@@ -94,6 +95,14 @@ pub(crate) fn socket_inode(table: &str, local: SocketAddr, remote: SocketAddr) -
     })
 }
 
+/// Whether `ip` is an address of this machine: a loopback address, or one
+/// a socket can be bound to here.
+fn is_this_machine(ip: IpAddr) -> bool {
+    ip.is_loopback()
+        || ip.to_canonical().is_loopback()
+        || std::net::UdpSocket::bind(SocketAddr::new(ip, 0)).is_ok()
+}
+
 /// The processes holding socket `inode`, and whether some process's
 /// descriptors could not be read.
 fn socket_holders(inode: u64) -> (Vec<i32>, bool) {
@@ -145,6 +154,10 @@ pub(crate) fn origin(peer: Peer) -> Origin {
             Origin::Unidentified("the kernel did not name the peer's process".to_owned())
         }
         Peer::Tcp { peer, local } => {
+            if !is_this_machine(peer.ip()) {
+                // A client on another machine: its token decides.
+                return Origin::Owner;
+            }
             let table = match peer {
                 SocketAddr::V4(_) => "/proc/net/tcp",
                 SocketAddr::V6(_) => "/proc/net/tcp6",
@@ -153,8 +166,9 @@ pub(crate) fn origin(peer: Peer) -> Origin {
                 .ok()
                 .and_then(|text| socket_inode(&text, peer, local));
             let Some(inode) = inode else {
-                // Not a socket of this machine's network: a remote client.
-                return Origin::Owner;
+                return Origin::Unidentified(format!(
+                    "the other end of this connection is closed or cannot be found; {USE_THE_SOCKET}"
+                ));
             };
             let (holders, unreadable) = socket_holders(inode);
             if let Some(verdict) = holders.iter().find_map(|pid| judged(*pid)) {
@@ -309,6 +323,13 @@ mod tests {
             }),
             Origin::Owner
         );
+        // A local peer whose end is gone (it sent its request and closed)
+        // cannot be told from a command: refused.
+        let gone: SocketAddr = "127.0.0.1:9".parse().unwrap();
+        assert!(matches!(
+            super::origin(Peer::Tcp { peer: gone, local }),
+            Origin::Unidentified(_)
+        ));
     }
 
     #[test]

@@ -25,6 +25,7 @@ use landlock::{
     RulesetCreatedAttr, Scope,
 };
 
+use super::git;
 use super::plan::Plan;
 
 /// The Landlock ABI the rules are written for (and tested on); older kernels
@@ -123,10 +124,13 @@ pub(crate) struct Prepared {
 }
 
 /// Capabilities a confined command never gets, even as root:
-/// `CAP_SYS_ADMIN` (21) and `CAP_PERFMON` (38). Either lets root read the
-/// memory and environment of any process through `/proc/PID/{environ,mem}`
-/// whatever Landlock says (the kernel's `perfmon_capable` exception).
-pub(crate) const DROPPED_CAPABILITIES: [libc::c_int; 2] = [21, 38];
+/// `CAP_SYS_ADMIN` (21) and `CAP_PERFMON` (38), either of which lets root
+/// read the memory and environment of any process through
+/// `/proc/PID/{environ,mem}` whatever Landlock says (the kernel's
+/// `perfmon_capable` exception), and `CAP_DAC_READ_SEARCH` (2), which lets
+/// root open a file by its handle (`open_by_handle_at`) without a path, and
+/// so around a place the sandbox hides.
+pub(crate) const DROPPED_CAPABILITIES: [libc::c_int; 3] = [2, 21, 38];
 
 /// Prepares `plan` for a child: a Landlock ruleset when `landlock` (the
 /// kernel offers it) and namespace work when `namespaces` says how.
@@ -183,7 +187,9 @@ fn prepare_namespaces(
     let mut groups: Vec<(usize, u8, Vec<MountStep>)> = Vec::new();
     let depth = |path: &Path| path.components().count();
     for place in &plan.hidden {
-        if !place.is_dir() {
+        // Nothing to hide yet, or a link (its target is hidden in its own
+        // right).
+        if git::look(place) != git::Entry::Dir {
             continue;
         }
         let target = c_path(place)?;

@@ -195,13 +195,17 @@ impl CommandSandbox {
         let temp_dir = spill_dir.join(TEMP_DIR_NAME);
         let resolved_temp = crate::sandbox::resolve_path(&temp_dir).unwrap_or(temp_dir.clone());
         let exempt: Vec<PathBuf> = protected.exempt().map(Path::to_path_buf).collect();
-        // Only real directories can be hidden (a place given through a link
-        // is listed resolved as well).
+        // A place given through a link is listed resolved as well: only
+        // that form is hidden. One that does not exist yet is hidden once
+        // it does.
         let real_dir = |path: &Path| git::look(path) == git::Entry::Dir;
+        let through_link = |path: &Path| {
+            std::fs::symlink_metadata(path).is_ok_and(|meta| meta.file_type().is_symlink())
+        };
         let private = |wanted: ProtectedKind| -> Vec<PathBuf> {
             protected
                 .private_places()
-                .filter(|(place, kind)| *kind == wanted && real_dir(place))
+                .filter(|(place, kind)| *kind == wanted && !through_link(place))
                 .map(|(place, _)| place.to_path_buf())
                 .collect()
         };
@@ -899,6 +903,33 @@ mod tests {
         )
         .await;
         assert_eq!(code, 0);
+    }
+
+    #[tokio::test]
+    async fn a_confined_command_cannot_reach_around_what_is_hidden() {
+        if KernelSupport::probe().landlock_abi == 0 {
+            return;
+        }
+        let layout = layout();
+        let sandbox = sandbox(&layout, workspace_write(), KernelSupport::probe());
+        // Another process's view of the file system, and the capabilities
+        // that open files without a path or change mounts.
+        let (_, out) = run(
+            &sandbox,
+            &layout.project,
+            "ls /proc/$PPID/root/ >/dev/null 2>&1 && echo root-readable; \
+             grep CapEff /proc/self/status",
+        )
+        .await;
+        assert!(!out.contains("root-readable"), "{out}");
+        let effective = out
+            .lines()
+            .find_map(|line| line.strip_prefix("CapEff:"))
+            .and_then(|hex| u64::from_str_radix(hex.trim(), 16).ok())
+            .unwrap_or_else(|| panic!("{out}"));
+        for capability in apply::DROPPED_CAPABILITIES {
+            assert_eq!(effective & (1 << capability), 0, "{capability}: {out}");
+        }
     }
 
     #[tokio::test]
