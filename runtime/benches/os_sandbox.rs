@@ -11,6 +11,11 @@
 //!   (`.troupe` and `.mcp.json` bound read-only) and Landlock.
 //! - `landlock_namespaces_no_network`: the same with `network = false` (a
 //!   network namespace as well).
+//! - `landlock_namespaces_private`: `landlock_namespaces` as a session has
+//!   it: the project (another one) is a git repository (its `.git` pinned,
+//!   its configuration and hooks bound read-only), and the data directory
+//!   and the user's configuration are hidden behind empty file systems, with
+//!   the spill directory and the configuration's skills shown again.
 //!
 //! Results go to `docs/performance.md`, never into assertions.
 
@@ -27,6 +32,7 @@ use troupe_runtime::tools::process_tree;
 fn sandboxes(
     project: &std::path::Path,
     spill: &std::path::Path,
+    private: (&std::path::Path, &std::path::Path, &std::path::Path),
 ) -> Vec<(&'static str, Option<CommandSandbox>)> {
     let support = KernelSupport::probe();
     let protected = ProtectedPaths::for_project(project);
@@ -64,6 +70,23 @@ fn sandboxes(
                     off_net, &roots, &protected, spill, support,
                 )),
             ));
+            let (repository, config, data) = private;
+            let roots: Vec<PathBuf> = vec![repository.to_path_buf(), spill.to_path_buf()];
+            let with_private = ProtectedPaths::for_project(repository).with_user_dirs(
+                Some(config),
+                Some(data),
+                &[spill.to_path_buf()],
+            );
+            out.push((
+                "landlock_namespaces_private",
+                Some(CommandSandbox::with_support(
+                    on,
+                    &roots,
+                    &with_private,
+                    spill,
+                    support,
+                )),
+            ));
         }
     }
     out
@@ -72,10 +95,25 @@ fn sandboxes(
 fn spawn_cost(c: &mut Criterion) {
     let dir = tempfile::tempdir().expect("temporary directory");
     let project = dir.path().join("project");
-    let spill = dir.path().join("spill");
-    for sub in [project.join(".troupe"), project.join("src"), spill.clone()] {
+    let repository = dir.path().join("repository");
+    let data = dir.path().join("data");
+    let spill = data.join("spill/s1");
+    let config = dir.path().join("config/troupe");
+    for sub in [
+        project.join(".troupe"),
+        project.join("src"),
+        repository.join(".troupe"),
+        spill.clone(),
+        config.join("skills"),
+    ] {
         std::fs::create_dir_all(sub).expect("directory");
     }
+    let init = std::process::Command::new("git")
+        .args(["init", "-q"])
+        .current_dir(&repository)
+        .status()
+        .expect("git");
+    assert!(init.success());
     std::fs::write(project.join(".mcp.json"), "{}").expect(".mcp.json");
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -83,7 +121,7 @@ fn spawn_cost(c: &mut Criterion) {
         .expect("runtime");
     let env = vec![("PATH".to_owned(), "/usr/bin:/bin".to_owned())];
     let mut group = c.benchmark_group("spawn_bash_true");
-    for (name, sandbox) in sandboxes(&project, &spill) {
+    for (name, sandbox) in sandboxes(&project, &spill, (&repository, &config, &data)) {
         group.bench_function(name, |b| {
             b.iter(|| {
                 runtime.block_on(async {
