@@ -9,13 +9,12 @@
 
 mod support;
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
 use serde_json::json;
-use support::{COMMAND_LIMIT, Env};
-use troupe_runtime::tools::process::process_is_alive;
+use support::{COMMAND_LIMIT, Env, stop_daemon};
 use troupe_scripted::{Script, ScriptedServer, text, tool_call};
 
 /// How long the screen may take to show what a test waits for.
@@ -156,22 +155,6 @@ impl Drop for Pane {
 
 fn quote(text: &str) -> String {
     format!("'{}'", text.replace('\'', "'\\''"))
-}
-
-/// Stops the daemon of `data_dir`, if one runs, and waits until it is gone.
-fn stop_daemon(data_dir: &Path) {
-    let Ok(state) = std::fs::read_to_string(data_dir.join("daemon.json")) else {
-        return;
-    };
-    let state: serde_json::Value = serde_json::from_str(&state).unwrap();
-    let pid = state["pid"].as_u64().unwrap() as u32;
-    // SAFETY: plain signal delivery to the test's own daemon.
-    unsafe { libc::kill(pid as i32, libc::SIGTERM) };
-    let deadline = Instant::now() + COMMAND_LIMIT;
-    while process_is_alive(pid) {
-        assert!(Instant::now() < deadline, "daemon {pid} stops");
-        std::thread::sleep(Duration::from_millis(20));
-    }
 }
 
 fn chat_command(env: &Env, server: &ScriptedServer, args: &[&str]) -> Command {

@@ -18,7 +18,7 @@ use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-use support::{Env, describe, json_lines, run, text};
+use support::{Env, describe, files_containing, json_lines, run, stop_daemon, text};
 use troupe_scripted::{Script, ScriptedServer, text as say};
 
 /// What the sentinel connection sends first, so the recorder knows it.
@@ -279,29 +279,6 @@ impl Secrets {
             assert!(found.is_empty(), "a secret is stored in {found:?}");
         }
     }
-}
-
-/// Every file under `dir` whose bytes contain `needle`.
-fn files_containing(dir: &Path, needle: &[u8]) -> Vec<String> {
-    let mut found = Vec::new();
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return found;
-    };
-    for entry in entries.flatten() {
-        let path = entry.path();
-        let Ok(kind) = entry.file_type() else {
-            continue;
-        };
-        if kind.is_dir() {
-            found.extend(files_containing(&path, needle));
-        } else if kind.is_file()
-            && let Ok(bytes) = std::fs::read(&path)
-            && bytes.windows(needle.len()).any(|window| window == needle)
-        {
-            found.push(path.display().to_string());
-        }
-    }
-    found
 }
 
 /// The hostile entries: `search` in `.troupe/config.toml` and `web` in
@@ -850,22 +827,6 @@ async fn a_stdio_server_starts_only_once_trusted_and_never_gets_a_provider_key()
     secrets.assert_absent(&describe(&output), "the run's output");
     secrets.assert_absent(&trace(&secrets, &env, &run_id).await, "the run's spans");
     secrets.assert_not_stored(&env.data_dir());
-}
-
-/// Stops the daemon of `data_dir`, if one runs, and waits until it is gone.
-fn stop_daemon(data_dir: &Path) {
-    let Ok(text) = std::fs::read_to_string(data_dir.join("daemon.json")) else {
-        return;
-    };
-    let state: Value = serde_json::from_str(&text).unwrap();
-    let pid = state["pid"].as_u64().unwrap() as u32;
-    // SAFETY: plain signal delivery to the test's own daemon.
-    unsafe { libc::kill(pid as i32, libc::SIGTERM) };
-    let deadline = Instant::now() + support::COMMAND_LIMIT;
-    while troupe_runtime::tools::process::process_is_alive(pid) {
-        assert!(Instant::now() < deadline, "daemon {pid} stops");
-        std::thread::sleep(Duration::from_millis(20));
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

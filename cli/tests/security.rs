@@ -14,7 +14,9 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use serde_json::json;
-use support::{COMMAND_LIMIT, Env, describe, json_lines, run, spawn};
+use support::{
+    COMMAND_LIMIT, Env, describe, files_containing, json_lines, run, spawn, stop_daemon,
+};
 use troupe_runtime::tools::process::process_is_alive;
 use troupe_runtime::tools::process_tree::{Containment, detect};
 use troupe_scripted::{Script, ScriptedServer, text, tool_call};
@@ -68,45 +70,6 @@ fn give_to_nobody(dir: &Path) {
         .status()
         .unwrap();
     assert!(status.success(), "chown {}", dir.display());
-}
-
-/// Every file under `dir` whose bytes contain `needle`.
-fn files_containing(dir: &Path, needle: &[u8]) -> Vec<String> {
-    let mut found = Vec::new();
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return found;
-    };
-    for entry in entries.flatten() {
-        let path = entry.path();
-        let Ok(kind) = entry.file_type() else {
-            continue;
-        };
-        if kind.is_dir() {
-            found.extend(files_containing(&path, needle));
-        } else if kind.is_file()
-            && let Ok(bytes) = std::fs::read(&path)
-            && bytes.windows(needle.len()).any(|window| window == needle)
-        {
-            found.push(path.display().to_string());
-        }
-    }
-    found
-}
-
-/// Stops the daemon of `data_dir`, if one runs, and waits until it is gone.
-fn stop_daemon(data_dir: &Path) {
-    let Ok(text) = std::fs::read_to_string(data_dir.join("daemon.json")) else {
-        return;
-    };
-    let state: serde_json::Value = serde_json::from_str(&text).unwrap();
-    let pid = state["pid"].as_u64().unwrap() as u32;
-    // SAFETY: plain signal delivery to the test's own daemon.
-    unsafe { libc::kill(pid as i32, libc::SIGTERM) };
-    let deadline = Instant::now() + COMMAND_LIMIT;
-    while process_is_alive(pid) {
-        assert!(Instant::now() < deadline, "daemon {pid} stops");
-        std::thread::sleep(Duration::from_millis(20));
-    }
 }
 
 /// One run in which the model snoops for the keys; asserts that both keys

@@ -428,3 +428,43 @@ pub(crate) fn mcp_fixture(relative: &str, what: &str) -> Option<PathBuf> {
     eprintln!("\n\n!!!!! SKIPPED: {message} !!!!!\n");
     None
 }
+
+/// Every file under `dir` whose bytes contain `needle`.
+pub(crate) fn files_containing(dir: &Path, needle: &[u8]) -> Vec<String> {
+    let mut found = Vec::new();
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return found;
+    };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        let Ok(kind) = entry.file_type() else {
+            continue;
+        };
+        if kind.is_dir() {
+            found.extend(files_containing(&path, needle));
+        } else if kind.is_file()
+            && let Ok(bytes) = std::fs::read(&path)
+            && bytes.windows(needle.len()).any(|window| window == needle)
+        {
+            found.push(path.display().to_string());
+        }
+    }
+    found
+}
+
+/// Stops the daemon `data_dir`'s `daemon.json` names (SIGTERM) and waits
+/// until it is gone; nothing when none runs.
+pub(crate) fn stop_daemon(data_dir: &Path) {
+    let Ok(text) = std::fs::read_to_string(data_dir.join("daemon.json")) else {
+        return;
+    };
+    let state: Value = serde_json::from_str(&text).unwrap();
+    let pid = state["pid"].as_u64().unwrap() as u32;
+    // SAFETY: plain signal delivery to the test's own daemon.
+    unsafe { libc::kill(pid as i32, libc::SIGTERM) };
+    let deadline = std::time::Instant::now() + COMMAND_LIMIT;
+    while troupe_runtime::tools::process::process_is_alive(pid) {
+        assert!(std::time::Instant::now() < deadline, "daemon {pid} stops");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
