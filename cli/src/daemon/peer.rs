@@ -208,12 +208,12 @@ pub(crate) async fn require_owner(
     peer: Option<Peer>,
     what: &str,
 ) -> Result<(), super::error::ApiError> {
-    let Some(peer) = peer else {
-        return Ok(());
+    let origin = match peer {
+        Some(peer) => tokio::task::spawn_blocking(move || origin(peer))
+            .await
+            .unwrap_or_else(|err| Origin::Unidentified(format!("the check failed: {err}"))),
+        None => Origin::Unidentified("the request came on no known connection".to_owned()),
     };
-    let origin = tokio::task::spawn_blocking(move || origin(peer))
-        .await
-        .unwrap_or_else(|err| Origin::Unidentified(format!("the check failed: {err}")));
     match origin {
         Origin::Owner => Ok(()),
         Origin::Command(why) => {
