@@ -2841,37 +2841,33 @@ fn searches_cdpath(target: &str) -> bool {
 /// True when `cp` makes links instead of copies (`-l`, `--link`, `-s`,
 /// `--symbolic-link`, in a cluster such as `-al`).
 fn cp_links(args: &[Word]) -> bool {
-    args.iter().any(|a| {
-        let v = a.value.as_str();
-        if let Some(long) = v.strip_prefix("--") {
-            (long.len() >= 2 && "link".starts_with(long))
-                || (long.len() >= 2 && "symbolic-link".starts_with(long))
-        } else {
-            v.starts_with('-')
-                && v.len() > 1
-                && v[1..]
-                    .chars()
-                    .take_while(|c| !matches!(c, 'S' | 't'))
-                    .any(|c| matches!(c, 'l' | 's'))
-        }
-    })
+    cp_option(args, &[("link", 2), ("symbolic-link", 2)], &['l', 's'])
 }
 
 /// True when `cp` copies directories (`-r`, `-R`, `-a`, `--recursive`,
 /// `--archive`, in a cluster such as `-al`).
 fn cp_recursive(args: &[Word]) -> bool {
+    cp_option(args, &[("recursive", 3), ("archive", 2)], &['r', 'R', 'a'])
+}
+
+/// True when `cp`'s arguments hold one of the long options `longs` (each
+/// abbreviated to at least its given length) or one of the letters `shorts`
+/// in a cluster of short options (up to an option that takes a value, `-S`
+/// or `-t`, whose value follows in the cluster).
+fn cp_option(args: &[Word], longs: &[(&str, usize)], shorts: &[char]) -> bool {
     args.iter().any(|a| {
         let v = a.value.as_str();
         if let Some(long) = v.strip_prefix("--") {
-            (long.len() >= 3 && "recursive".starts_with(long))
-                || (long.len() >= 2 && "archive".starts_with(long))
+            longs
+                .iter()
+                .any(|(name, least)| long.len() >= *least && name.starts_with(long))
         } else {
             v.starts_with('-')
                 && v.len() > 1
                 && v[1..]
                     .chars()
                     .take_while(|c| !matches!(c, 'S' | 't'))
-                    .any(|c| matches!(c, 'r' | 'R' | 'a'))
+                    .any(|c| shorts.contains(&c))
         }
     })
 }
