@@ -88,13 +88,7 @@ struct Setup {
 impl Setup {
     fn new(extra: &str) -> Self {
         let env = Env::new();
-        let config_dir = env.home.path().join("config/troupe");
-        std::fs::create_dir_all(&config_dir).unwrap();
-        std::fs::write(
-            config_dir.join("config.toml"),
-            format!("[permissions]\nallow = [\"Bash\"]\n{extra}"),
-        )
-        .unwrap();
+        env.write_user_config(&format!("[permissions]\nallow = [\"Bash\"]\n{extra}"));
         std::fs::write(env.root().join(".troupe/config.toml"), "").unwrap();
         std::fs::write(env.root().join(".mcp.json"), "{}").unwrap();
         Self {
@@ -162,7 +156,7 @@ fn escape_attempts(outside: &Path, config_dir: &Path) -> String {
 async fn writes_outside_the_roots_are_stopped(unprivileged: bool) {
     let setup = Setup::new("");
     let outside = setup.outside();
-    let config_dir = setup.env.home.path().join("config/troupe");
+    let config_dir = setup.env.user_config_dir();
     let results = setup
         .run(
             &[bash(&escape_attempts(&outside, &config_dir))],
@@ -499,7 +493,7 @@ async fn troupes_data_and_configuration_directories_are_hidden_from_commands() {
     }
     let setup = Setup::new("");
     let data = setup.env.data_dir();
-    let config = setup.env.home.path().join("config/troupe");
+    let config = setup.env.user_config_dir();
     std::fs::create_dir_all(&data).unwrap();
     std::fs::write(data.join("daemon.token"), "secret-token-value").unwrap();
     std::fs::create_dir_all(config.join("skills/tool")).unwrap();

@@ -501,17 +501,11 @@ async fn a_failing_connect_shows_no_secret_of_its_url_or_headers() {
         .await
         .unwrap();
     let env = Env::new();
-    let config_dir = env.home.path().join("config/troupe");
-    std::fs::create_dir_all(&config_dir).unwrap();
-    std::fs::write(
-        config_dir.join("config.toml"),
-        format!(
+    env.write_user_config(&format!(
             "[mcp_servers.down]\n\
              url = \"http://me:${{GITHUB_TOKEN}}@127.0.0.1:{dead_port}/mcp/${{GITHUB_TOKEN}}?token=${{GITHUB_TOKEN}}#${{GITHUB_TOKEN}}\"\n\
              headers = {{ Authorization = \"Bearer ${{GITHUB_TOKEN}}\" }}\n"
-        ),
-    )
-    .unwrap();
+        ));
     let secrets = Secrets::new();
 
     let (output, run_id) = run_json(&secrets, &env, &server, "hello").await;
@@ -640,17 +634,11 @@ async fn an_untrusted_default_provider_whose_entry_is_left_out_falls_back_to_the
     );
 
     // The user's own default wins the same way.
-    let config_dir = env.home.path().join("config/troupe");
-    std::fs::create_dir_all(&config_dir).unwrap();
-    std::fs::write(
-        config_dir.join("config.toml"),
-        format!(
-            "default_provider = \"mine\"\n[providers.mine]\nprotocol = \"anthropic\"\n\
+    env.write_user_config(&format!(
+        "default_provider = \"mine\"\n[providers.mine]\nprotocol = \"anthropic\"\n\
              base_url = \"{}\"\n[providers.other]\nmodel = \"x\"\n",
-            server.anthropic_base_url()
-        ),
-    )
-    .unwrap();
+        server.anthropic_base_url()
+    ));
     run_json(&secrets, &env, &server, "hello again").await;
     assert_eq!(server.requests().len(), 2);
     assert!(attacker.requests().is_empty());
@@ -693,12 +681,7 @@ async fn an_untrusted_projects_roles_and_skills_wait_for_trust() {
         .unwrap();
     let env = Env::new();
     write_role_and_skill(&env.root().join(".troupe"), "general", "deploy", "PROJECT");
-    write_role_and_skill(
-        &env.home.path().join("config/troupe"),
-        "mine",
-        "lint",
-        "USER",
-    );
+    write_role_and_skill(&env.user_config_dir(), "mine", "lint", "USER");
     let secrets = Secrets::new();
 
     let (output, _) = run_json(&secrets, &env, &server, "hello").await;

@@ -87,19 +87,13 @@ async fn keys_stay_hidden(daemon: bool, unprivileged: bool) {
     .await
     .unwrap();
     let env = Env::new();
-    let config_dir = env.home.path().join("config/troupe");
-    std::fs::create_dir_all(&config_dir).unwrap();
-    std::fs::write(
-        config_dir.join("config.toml"),
-        format!(
-            "default_provider = \"mine\"\n[providers.mine]\nprotocol = \"anthropic\"\n\
+    env.write_user_config(&format!(
+        "default_provider = \"mine\"\n[providers.mine]\nprotocol = \"anthropic\"\n\
              base_url = \"{}\"\napi_key_env = \"MY_LLM_KEY\"\n\
              [tools]\nenv_allowlist = [\"MY_LLM_KEY\", \"ANTHROPIC_API_KEY\"]\n\
              [permissions]\nallow = [\"Bash\"]\n",
-            server.anthropic_base_url()
-        ),
-    )
-    .unwrap();
+        server.anthropic_base_url()
+    ));
     let mut command = env.command(Some(&server));
     command
         .env("ANTHROPIC_API_KEY", &key)

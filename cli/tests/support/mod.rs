@@ -62,6 +62,20 @@ impl Env {
             .unwrap();
     }
 
+    /// The user's Troupe configuration directory (`XDG_CONFIG_HOME/troupe`).
+    pub(crate) fn user_config_dir(&self) -> PathBuf {
+        self.home.path().join("config/troupe")
+    }
+
+    /// Writes the user's `config.toml` (making its directory); returns the
+    /// directory.
+    pub(crate) fn write_user_config(&self, text: &str) -> PathBuf {
+        let dir = self.user_config_dir();
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("config.toml"), text).unwrap();
+        dir
+    }
+
     /// The project root (the working directory of every command).
     pub(crate) fn root(&self) -> &Path {
         self.project.path()
