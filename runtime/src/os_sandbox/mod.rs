@@ -487,8 +487,11 @@ impl CommandSandbox {
 /// namespace is made, so it costs next to nothing). Nothing is done where
 /// the kernel offers no Landlock.
 pub fn confine_read_only(command: &mut tokio::process::Command) -> Result<(), ApplyError> {
-    let support = KernelSupport::probe();
-    if support.landlock_abi == 0 {
+    // Only the Landlock ABI is needed: one system call, where the full
+    // probe starts processes to try the namespaces (and would hold up a
+    // session's first `git status` by that much).
+    static LANDLOCK_ABI: OnceLock<i32> = OnceLock::new();
+    if *LANDLOCK_ABI.get_or_init(apply::landlock_abi) == 0 {
         return Ok(());
     }
     let plan = Plan {
