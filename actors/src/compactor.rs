@@ -19,9 +19,8 @@ use futures::StreamExt;
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, Span};
-use troupe_runtime::llm::{
-    ChatRequest, Provider, ProviderError, ProviderErrorKind, ResponseAccumulator,
-};
+use troupe_runtime::llm::{ChatRequest, Provider, ProviderError, ResponseAccumulator};
+use troupe_runtime::model::ProviderErrorKind;
 use troupe_runtime::model::Usage;
 
 use crate::agent::{AgentMsg, Work};

@@ -129,7 +129,7 @@ async fn run_with_limits(args: &ExecutorArgs) -> (ToolOutput, Option<ToolErrorKi
             // Let the tool kill what it started; its own output is discarded.
             let _ = tokio::time::timeout(CLEANUP_GRACE, &mut execution).await;
             (
-                ToolOutput::error(troupe_runtime::agent::CANCELLED_RESULT),
+                ToolOutput::error(troupe_runtime::tools::CANCELLED_RESULT),
                 Some(ToolErrorKind::Cancelled),
             )
         }

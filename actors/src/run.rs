@@ -27,9 +27,10 @@ use troupe_runtime::agent::{
     RunAccount, RunOutcome, SlotHolder, StopCause,
 };
 use troupe_runtime::compact::offload::Ledger;
-use troupe_runtime::config::{Limits, RuleEntry};
+use troupe_runtime::config::Limits;
 use troupe_runtime::events::{ApprovalOutcome, EventKind, RunStatus};
 use troupe_runtime::model::{Message, Usage};
+use troupe_runtime::permission::RuleEntry;
 use troupe_runtime::permissions::PermissionEngine;
 use troupe_runtime::session::Transcript;
 use troupe_runtime::store::{self, RunRecord, RunState, StoreError};

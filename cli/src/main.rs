@@ -166,7 +166,7 @@ pub struct ChatArgs {
     pub model: Option<String>,
     /// Permission mode: default, accept-edits, plan or bypass (`/mode` changes it).
     #[arg(long, value_parser = parse_mode)]
-    pub mode: Option<troupe_runtime::config::PermissionMode>,
+    pub mode: Option<troupe_runtime::permission::PermissionMode>,
     /// Working directory (default: the current one).
     #[arg(long)]
     pub cwd: Option<PathBuf>,
@@ -196,7 +196,7 @@ pub struct RunFlags {
     pub model: Option<String>,
     /// Permission mode: default, accept-edits, plan or bypass.
     #[arg(long, value_parser = parse_mode)]
-    pub mode: Option<troupe_runtime::config::PermissionMode>,
+    pub mode: Option<troupe_runtime::permission::PermissionMode>,
     /// Working directory (default: the current one; a continued session's own).
     #[arg(long)]
     pub cwd: Option<PathBuf>,
@@ -341,8 +341,8 @@ pub struct DemoArgs {
     pub keep: bool,
 }
 
-fn parse_mode(text: &str) -> Result<troupe_runtime::config::PermissionMode, String> {
-    troupe_runtime::config::PermissionMode::parse(text).ok_or_else(|| {
+fn parse_mode(text: &str) -> Result<troupe_runtime::permission::PermissionMode, String> {
+    troupe_runtime::permission::PermissionMode::parse(text).ok_or_else(|| {
         format!("unknown mode \"{text}\" (expected default, accept-edits, plan or bypass)")
     })
 }
@@ -466,7 +466,11 @@ fn harden(cli: &Cli) {
     let roots: Vec<&std::path::Path> = roots.iter().map(PathBuf::as_path).collect();
     let user = paths::user_config_file(&ProcessEnv).ok();
     let parent = std::env::var(secrets::WITHHOLD_VARS_VAR).ok();
-    let names = secrets::key_names_from_files(user.as_deref(), &roots, parent.as_deref());
+    let names = troupe_runtime::config::keys::key_names_from_files(
+        user.as_deref(),
+        &roots,
+        parent.as_deref(),
+    );
     // SAFETY: no other thread exists yet: the async runtime starts after this.
     let report = unsafe { secrets::harden_process(&names) };
     for failure in report.failures {

@@ -65,7 +65,7 @@ pub(crate) fn server_specs(
     project_root: &Path,
 ) -> (Vec<McpServerSpec>, Vec<String>) {
     let env = |name: &str| locations.var(name);
-    let key_vars = troupe_runtime::secrets::config_key_names(config);
+    let key_vars = troupe_runtime::config::keys::config_key_names(config);
     resolve_servers(&config.mcp_servers, &env, project_root, &key_vars)
 }
 

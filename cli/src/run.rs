@@ -497,7 +497,7 @@ mod tests {
 
         let mut given = flags();
         given.cwd = Some("sub".into());
-        given.mode = Some(troupe_runtime::config::PermissionMode::AcceptEdits);
+        given.mode = Some(troupe_runtime::permission::PermissionMode::AcceptEdits);
         given.max_turns = Some(3);
         let body = remote_request("x", Some("0193"), &given, here, env, false);
         assert_eq!(body["cwd"], "/work/project/sub");

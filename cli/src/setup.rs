@@ -14,13 +14,15 @@ use troupe_actors::{AgentEnv, ProviderForModel, SessionTarget};
 use troupe_runtime::agent::roles::RoleSet;
 use troupe_runtime::config::paths::{self, ProcessEnv};
 use troupe_runtime::config::{
-    Config, ConfigSources, Limits, PermissionMode, ResolvedProvider, TrustStore,
-    load_config_with_trust, resolve_provider, startup_warnings, untrusted_notice,
+    Config, ConfigSources, Limits, ResolvedProvider, TrustStore, load_config_with_trust,
+    resolve_provider, startup_warnings, untrusted_notice,
 };
 use troupe_runtime::llm::build_provider;
 use troupe_runtime::memory::{Remember, SessionMemory, load_for_prompt};
 use troupe_runtime::os_sandbox::CommandSandbox;
-use troupe_runtime::permissions::{PermissionEngine, ProtectedPaths};
+use troupe_runtime::permission::PermissionMode;
+use troupe_runtime::permissions::PermissionEngine;
+use troupe_runtime::permissions::protected::ProtectedPaths;
 use troupe_runtime::prompt::{
     GIT_STATUS_BUDGET, GitStatus, build_system_prompt, read_git_status, with_memory,
     with_skill_catalogue,
@@ -630,7 +632,7 @@ async fn assemble(
     system.stable = with_memory(system.stable, memory.as_deref());
     let (skills, skill_warnings) = SkillSet::load(config_dir.as_deref(), own_files);
     system.stable = with_skill_catalogue(system.stable, &skills);
-    let withheld = troupe_runtime::secrets::config_key_names(config);
+    let withheld = troupe_runtime::config::keys::config_key_names(config);
     let child_env = child_environment_withholding(&config.tools.env_allowlist, &withheld, |name| {
         locations.var(name)
     });
@@ -644,6 +646,7 @@ async fn assemble(
             .iter()
             .map(|warning| format!("skill ignored: {warning}")),
     );
+    warnings.extend(troupe_runtime::compact::window_warning(&resolved));
     warnings.extend(startup_warnings(config, &resolved));
     warnings.extend(os_sandbox.notices());
     let mut limits = config.limits;

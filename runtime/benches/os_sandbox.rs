@@ -23,9 +23,9 @@ use std::path::PathBuf;
 
 use criterion::{Criterion, criterion_group};
 use tokio_util::sync::CancellationToken;
-use troupe_runtime::config::{SandboxMode, SandboxSettings};
 use troupe_runtime::os_sandbox::{CommandSandbox, KernelSupport};
-use troupe_runtime::permissions::ProtectedPaths;
+use troupe_runtime::permission::{SandboxMode, SandboxSettings};
+use troupe_runtime::permissions::protected::ProtectedPaths;
 use troupe_runtime::tools::process::{drive, spawn_shell_in};
 use troupe_runtime::tools::process_tree;
 

@@ -13,10 +13,11 @@ use std::hint::black_box;
 use std::sync::Arc;
 
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
-use troupe_runtime::config::{PermissionMode, PermissionSettings, RuleEntry, RuleSource};
+use troupe_runtime::config::PermissionSettings;
+use troupe_runtime::permission::{PermissionMode, RuleEntry, RuleSource};
+use troupe_runtime::permission::{PermissionSubject, ToolCategory};
 use troupe_runtime::permissions::{PermissionEngine, PermissionRequest, command_is_read_only};
 use troupe_runtime::sandbox::PathSandbox;
-use troupe_runtime::tools::{PermissionSubject, ToolCategory};
 
 /// The lines decided, by name.
 fn lines() -> Vec<(&'static str, String)> {

@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use criterion::{Criterion, criterion_group, criterion_main};
 use tracing::Span;
 use troupe_runtime::model::{StopReason, Usage};
-use troupe_runtime::permissions::Decision;
+use troupe_runtime::permission::Decision;
 use troupe_runtime::telemetry::genai;
 use troupe_runtime::telemetry::{SpanRecord, SpanSink, Telemetry, TelemetrySettings};
 

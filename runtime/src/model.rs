@@ -373,3 +373,132 @@ mod tests {
         );
     }
 }
+
+/// The system prompt in two parts (SPEC §2 prompt caching).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SystemPrompt {
+    /// Identity, rules, tool policy, style, project instructions, memory:
+    /// byte-identical for the life of a session. Anthropic puts a cache
+    /// breakpoint on it.
+    pub stable: String,
+    /// Working directory, platform, date (to the day), git status, model, active
+    /// skills. No cache breakpoint.
+    pub environment: String,
+}
+
+/// A tool as offered to the model.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolDefinition {
+    /// Tool name, `^[A-Za-z0-9_-]{1,64}$`.
+    pub name: String,
+    /// Description written for the model.
+    pub description: String,
+    /// JSON Schema (an object schema) of the tool's arguments.
+    pub input_schema: serde_json::Value,
+}
+
+/// What kind of failure a provider call ended in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ProviderErrorKind {
+    /// The prompt exceeds the model's context window (Anthropic 400
+    /// `prompt is too long`, OpenAI `context_length_exceeded`).
+    PromptTooLong,
+    /// HTTP 429 rate limit (retryable).
+    RateLimited,
+    /// HTTP 529 or a mid-stream `overloaded_error` (retryable).
+    Overloaded,
+    /// HTTP 500/502/503 or another 5xx (500/502/503 are retryable).
+    Server,
+    /// HTTP 401/403: the key is missing, wrong, or lacks permission.
+    Authentication,
+    /// Out of quota or credit (a 429 that must not be retried).
+    Quota,
+    /// Another 4xx: the request was rejected as invalid.
+    InvalidRequest,
+    /// The connection failed or was reset (retryable before delivery).
+    Connection,
+    /// Nothing arrived for the idle timeout.
+    IdleTimeout,
+    /// The stream broke or ended before the response was complete.
+    StreamBroken,
+    /// The provider sent something that is not valid for its protocol
+    /// (malformed SSE data, non-JSON error body, unknown error shape).
+    MalformedResponse,
+    /// The request could not be built (bad base URL, missing API key).
+    Configuration,
+}
+
+impl ProviderErrorKind {
+    /// Name used in `error{kind}` events.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::PromptTooLong => "prompt_too_long",
+            Self::RateLimited => "rate_limited",
+            Self::Overloaded => "overloaded",
+            Self::Server => "server",
+            Self::Authentication => "authentication",
+            Self::Quota => "quota",
+            Self::InvalidRequest => "invalid_request",
+            Self::Connection => "connection",
+            Self::IdleTimeout => "idle_timeout",
+            Self::StreamBroken => "stream_broken",
+            Self::MalformedResponse => "malformed_response",
+            Self::Configuration => "configuration",
+        }
+    }
+}
+
+/// Wire protocol of a provider.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum Protocol {
+    /// Anthropic Messages API.
+    #[serde(rename = "anthropic")]
+    Anthropic,
+    /// OpenAI Chat Completions API (and compatible servers).
+    #[serde(rename = "openai")]
+    OpenAi,
+}
+
+impl Protocol {
+    /// The name used in config files.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Anthropic => "anthropic",
+            Self::OpenAi => "openai",
+        }
+    }
+
+    /// The environment variable holding this protocol's API key by default.
+    pub fn default_api_key_env(self) -> &'static str {
+        match self {
+            Self::Anthropic => "ANTHROPIC_API_KEY",
+            Self::OpenAi => "OPENAI_API_KEY",
+        }
+    }
+
+    /// The environment variable holding this protocol's base URL.
+    pub fn base_url_env(self) -> &'static str {
+        match self {
+            Self::Anthropic => "ANTHROPIC_BASE_URL",
+            Self::OpenAi => "OPENAI_BASE_URL",
+        }
+    }
+
+    /// The public endpoint. OpenAI's includes the version path, Anthropic's does
+    /// not, as in the official SDKs.
+    pub fn public_base_url(self) -> &'static str {
+        match self {
+            Self::Anthropic => "https://api.anthropic.com",
+            Self::OpenAi => "https://api.openai.com/v1",
+        }
+    }
+
+    /// The model used when a provider entry names none.
+    pub fn default_model(self) -> &'static str {
+        match self {
+            Self::Anthropic => "claude-sonnet-4-5",
+            Self::OpenAi => "gpt-5",
+        }
+    }
+}

@@ -19,8 +19,9 @@ use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
 
-use crate::config::PermissionMode;
-use crate::llm::SystemPrompt;
+use crate::model::SystemPrompt;
+use crate::permission::PermissionMode;
+use crate::skills::INSTRUCTION_FILE_MAX_BYTES;
 
 /// SPEC §1.2: the project instruction files, in the order they are loaded.
 pub(crate) const INSTRUCTION_FILES: [&str; 2] = ["AGENTS.md", "TROUPE.md"];
@@ -30,9 +31,6 @@ pub(crate) const GIT_STATUS_MAX_LINES: usize = 20;
 /// environment goes without it (SPEC §14: first request within 30 ms; git
 /// status of a very large repository alone takes longer).
 pub const GIT_STATUS_BUDGET: Duration = Duration::from_millis(15);
-/// Largest instruction file loaded, in bytes; longer files are cut with a note.
-pub(crate) const INSTRUCTION_FILE_MAX_BYTES: usize = 40_000;
-
 /// Identity: who the agent is.
 const IDENTITY: &str = "You are Troupe, a coding agent working in the user's repository through tools. \
 You read code, run commands, and edit files to complete the task you are given.";

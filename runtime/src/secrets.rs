@@ -24,10 +24,9 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::ffi::{CStr, OsStr};
 use std::os::unix::ffi::OsStrExt;
-use std::path::Path;
 use std::sync::OnceLock;
 
-use crate::config::{Config, ConfigFile, Protocol};
+use crate::model::Protocol;
 
 /// Variables that hold provider credentials whatever the configuration says.
 pub(crate) const STANDARD_KEY_VARS: [&str; 3] = [
@@ -69,35 +68,10 @@ pub fn key_names<'a>(configured: impl IntoIterator<Item = &'a str>) -> BTreeSet<
         .collect()
 }
 
-/// The key variables of a merged configuration: [`key_names`] of every
-/// `api_key_env` its provider entries name, plus every name withheld at
-/// start-up. What no command and no MCP server is ever given.
-pub fn config_key_names(config: &Config) -> BTreeSet<String> {
-    let started = withheld_names();
-    key_names(
-        config
-            .providers
-            .values()
-            .filter_map(|provider| provider.api_key_env.as_deref())
-            .chain(started.iter().map(String::as_str)),
-    )
-}
-
 /// Whether `name` is one of `keys`, compared without regard to case, so a
 /// differently spelled reference is refused as well.
 pub fn is_key_name(keys: &BTreeSet<String>, name: &str) -> bool {
     keys.iter().any(|key| key.eq_ignore_ascii_case(name))
-}
-
-/// Every `api_key_env` named by the provider entries of `files`.
-pub(crate) fn configured_key_vars<'a>(
-    files: impl IntoIterator<Item = &'a ConfigFile>,
-) -> Vec<String> {
-    files
-        .into_iter()
-        .flat_map(|file| file.providers.values())
-        .filter_map(|provider| provider.api_key_env.clone())
-        .collect()
 }
 
 /// The names listed in a [`WITHHOLD_VARS_VAR`] value.
@@ -133,40 +107,6 @@ fn is_variable_name(name: &str) -> bool {
     !name.is_empty()
         && !name.starts_with(|c: char| c.is_ascii_digit())
         && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
-}
-
-/// The key variables named by the user configuration file and the project
-/// configuration files of `project_roots`, read leniently: a file that is
-/// missing or does not parse names nothing here (loading it later reports
-/// the error).
-pub fn key_names_from_files(
-    user_file: Option<&Path>,
-    project_roots: &[&Path],
-    parent_list: Option<&str>,
-) -> BTreeSet<String> {
-    let mut files = Vec::new();
-    let project_files = project_roots
-        .iter()
-        .map(|root| crate::config::paths::project_config_file(root));
-    for path in user_file
-        .map(Path::to_path_buf)
-        .into_iter()
-        .chain(project_files)
-    {
-        if let Ok(text) = std::fs::read_to_string(&path)
-            && let Ok(file) = crate::config::parse_config_file(&path, &text)
-        {
-            files.push(file);
-        }
-    }
-    let configured = configured_key_vars(&files);
-    let listed = parent_list.map(parse_withhold_list).unwrap_or_default();
-    key_names(
-        configured
-            .iter()
-            .map(String::as_str)
-            .chain(listed.iter().copied()),
-    )
 }
 
 /// A withheld variable's value, as read at start-up.
@@ -333,50 +273,6 @@ mod tests {
     }
 
     #[test]
-    fn key_names_match_in_any_case_and_come_from_the_configuration() {
-        let mut config = Config::default();
-        config.providers.insert(
-            "mine".into(),
-            crate::config::ProviderFile {
-                api_key_env: Some("MY_LLM_KEY".into()),
-                ..Default::default()
-            },
-        );
-        let keys = config_key_names(&config);
-        for name in [
-            "ANTHROPIC_API_KEY",
-            "anthropic_api_key",
-            "Openai_Api_Key",
-            "ANTHROPIC_AUTH_TOKEN",
-            "MY_LLM_KEY",
-            "my_llm_key",
-        ] {
-            assert!(is_key_name(&keys, name), "{name}");
-        }
-        for name in ["GITHUB_TOKEN", "ANTHROPIC_API_KEY_2", "", "ANTHROPIC"] {
-            assert!(!is_key_name(&keys, name), "{name}");
-        }
-    }
-
-    #[test]
-    fn configured_names_come_from_every_provider_entry() {
-        let user = crate::config::parse_config_file(
-            Path::new("/u"),
-            "[providers.a]\napi_key_env = \"A_KEY\"\n[providers.b]\nmodel = \"m\"\n",
-        )
-        .unwrap();
-        let project = crate::config::parse_config_file(
-            Path::new("/p"),
-            "[providers.c]\napi_key_env = \"C_KEY\"\n",
-        )
-        .unwrap();
-        assert_eq!(
-            configured_key_vars([&user, &project]),
-            vec!["A_KEY", "C_KEY"]
-        );
-    }
-
-    #[test]
     fn a_child_troupe_gets_the_values_and_their_names_only() {
         let names = key_names(["MY_LLM_KEY"]);
         let lookup = |name: &str| match name {
@@ -397,30 +293,5 @@ mod tests {
         );
         assert!(withhold_request(&names, |_| None).is_empty());
         assert_eq!(parse_withhold_list(" A, ,B,"), vec!["A", "B"]);
-    }
-
-    #[test]
-    fn names_from_files_read_user_and_project_files_leniently() {
-        let dir = tempfile::tempdir().unwrap();
-        let user = dir.path().join("user.toml");
-        std::fs::write(&user, "[providers.x]\napi_key_env = \"USER_KEY\"\n").unwrap();
-        let project = dir.path().join("proj");
-        std::fs::create_dir_all(project.join(".troupe")).unwrap();
-        std::fs::write(
-            project.join(".troupe/config.toml"),
-            "[providers.y]\napi_key_env = \"PROJECT_KEY\"\n",
-        )
-        .unwrap();
-        let broken = dir.path().join("broken");
-        std::fs::create_dir_all(broken.join(".troupe")).unwrap();
-        std::fs::write(broken.join(".troupe/config.toml"), "not toml [").unwrap();
-        let names = key_names_from_files(
-            Some(&user),
-            &[&project, &broken, Path::new("/nonexistent")],
-            Some("PARENT_KEY"),
-        );
-        for name in ["USER_KEY", "PROJECT_KEY", "PARENT_KEY", "ANTHROPIC_API_KEY"] {
-            assert!(names.contains(name), "{name} in {names:?}");
-        }
     }
 }

@@ -9,9 +9,9 @@ use chrono::{DateTime, Utc};
 
 use crate::agent::history::{close_with, ends_with_assistant};
 use crate::agent::resume::{RepairReport, repair_history};
-use crate::config::RuleEntry;
 use crate::events::{EventKind, RunEvent, RunStatus};
 use crate::model::{Message, Usage};
+use crate::permission::RuleEntry;
 use crate::store::{CompactionMarker, RunRecord, RunState, SkippedRecord, Store, StoreError};
 
 /// A session loaded for its next run.

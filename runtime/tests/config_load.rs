@@ -7,9 +7,11 @@ mod config_load {
     use std::time::Duration;
 
     use troupe_runtime::config::{
-        ConfigError, ConfigSources, Limits, PermissionMode, Protocol, RuleEntry, RuleSource,
-        Thinking, load_config, load_config_with_trust, resolve_provider,
+        ConfigError, ConfigSources, Limits, Thinking, load_config, load_config_with_trust,
+        resolve_provider,
     };
+    use troupe_runtime::model::Protocol;
+    use troupe_runtime::permission::{PermissionMode, RuleEntry, RuleSource};
 
     /// A user config dir, a home dir and a project root in one temp dir.
     struct Fixture {

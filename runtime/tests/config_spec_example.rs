@@ -7,9 +7,11 @@ mod config_spec_example {
     use std::time::Duration;
 
     use troupe_runtime::config::{
-        ConfigSources, Limits, McpTransport, PermissionMode, Price, Protocol, RuleSource, Thinking,
-        expand_mcp_server, load_config, parse_config_file, resolve_provider,
+        ConfigSources, Limits, McpTransport, Price, Thinking, expand_mcp_server, load_config,
+        parse_config_file, resolve_provider,
     };
+    use troupe_runtime::model::Protocol;
+    use troupe_runtime::permission::{PermissionMode, RuleSource};
 
     const SPEC_EXAMPLE: &str = include_str!("data/spec_config.toml");
 

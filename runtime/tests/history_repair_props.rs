@@ -9,9 +9,11 @@ use std::time::Duration;
 use proptest::prelude::*;
 use troupe_runtime::agent::resume::repair_history;
 use troupe_runtime::agent::validate_history;
-use troupe_runtime::config::{Protocol, ResolvedProvider};
-use troupe_runtime::llm::{ChatRequest, SystemPrompt, ToolDefinition, anthropic, openai};
+use troupe_runtime::config::ResolvedProvider;
+use troupe_runtime::llm::{ChatRequest, anthropic, openai};
+use troupe_runtime::model::Protocol;
 use troupe_runtime::model::{ContentBlock, Message, Role, ToolCall, ToolResult};
+use troupe_runtime::model::{SystemPrompt, ToolDefinition};
 
 /// Tools the generated calls name (all offered in the request).
 const TOOLS: [&str; 3] = ["bash", "read_file", "grep"];

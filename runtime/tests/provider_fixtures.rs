@@ -7,14 +7,16 @@ use std::time::Duration;
 use bytes::Bytes;
 use futures::{Stream, StreamExt};
 use serde_json::{Value, json};
-use troupe_runtime::config::{Protocol, ResolvedProvider};
+use troupe_runtime::config::ResolvedProvider;
 use troupe_runtime::llm::{
-    ChatRequest, EventStream, ProviderError, ProviderErrorKind, ResponseAccumulator,
-    ResponseMetadata, StreamEvent, SystemPrompt, ToolDefinition, anthropic, openai,
+    ChatRequest, EventStream, ProviderError, ResponseAccumulator, ResponseMetadata, StreamEvent,
+    anthropic, openai,
 };
+use troupe_runtime::model::Protocol;
 use troupe_runtime::model::{
     ContentBlock, Message, Role, StopReason, ToolCall, ToolOutputPart, ToolResult, Usage,
 };
+use troupe_runtime::model::{ProviderErrorKind, SystemPrompt, ToolDefinition};
 
 const DATA: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/sse");
 /// Ways to cut a body into chunks: whole, byte by byte, and odd sizes.

@@ -14,14 +14,15 @@ use futures::StreamExt;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
-use troupe_runtime::config::{Protocol, ResolvedProvider};
+use troupe_runtime::config::ResolvedProvider;
 use troupe_runtime::llm::anthropic::AnthropicProvider;
 use troupe_runtime::llm::openai::OpenAiProvider;
 use troupe_runtime::llm::retry::{RetryPolicy, Retrying};
 use troupe_runtime::llm::{
-    ChatRequest, EventStream, Provider, ProviderError, ProviderErrorKind, ResponseAccumulator,
-    StreamEvent,
+    ChatRequest, EventStream, Provider, ProviderError, ResponseAccumulator, StreamEvent,
 };
+use troupe_runtime::model::Protocol;
+use troupe_runtime::model::ProviderErrorKind;
 use troupe_runtime::model::{ContentBlock, Message, StopReason};
 
 /// Upper bound of any wait in these tests; nothing should come close.

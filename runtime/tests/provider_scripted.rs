@@ -18,17 +18,19 @@ use std::time::{Duration, Instant};
 use futures::StreamExt;
 use serde_json::{Value, json};
 use troupe_runtime::config::resolve::resolve_entry;
-use troupe_runtime::config::{Protocol, ResolvedProvider, parse_config_file};
+use troupe_runtime::config::{ResolvedProvider, parse_config_file};
 use troupe_runtime::llm::anthropic::{self, AnthropicProvider};
 use troupe_runtime::llm::openai::{self, OpenAiProvider};
 use troupe_runtime::llm::retry::RetryPolicy;
 use troupe_runtime::llm::{
-    ChatRequest, EventStream, Provider, ProviderError, ProviderErrorKind, ResponseAccumulator,
-    ResponseMetadata, StreamEvent, SystemPrompt, ToolDefinition, build_provider,
+    ChatRequest, EventStream, Provider, ProviderError, ResponseAccumulator, ResponseMetadata,
+    StreamEvent, build_provider,
 };
+use troupe_runtime::model::Protocol;
 use troupe_runtime::model::{
     ContentBlock, Message, Role, StopReason, ToolCall, ToolOutputPart, ToolResult, Usage,
 };
+use troupe_runtime::model::{ProviderErrorKind, SystemPrompt, ToolDefinition};
 use troupe_scripted as scripted;
 use troupe_scripted::{Block, Fault, Matcher, Response, Rule, Script, ScriptedServer, Turn, text};
 

@@ -7,10 +7,12 @@ use std::os::unix::fs::symlink;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use troupe_runtime::config::{PermissionMode, PermissionSettings, RuleEntry, RuleSource};
-use troupe_runtime::permissions::{Decision, PermissionEngine, PermissionError, PermissionRequest};
+use troupe_runtime::config::PermissionSettings;
+use troupe_runtime::permission::Decision;
+use troupe_runtime::permission::{Access, PermissionSubject, ToolCategory};
+use troupe_runtime::permission::{PermissionMode, RuleEntry, RuleSource};
+use troupe_runtime::permissions::{PermissionEngine, PermissionError, PermissionRequest};
 use troupe_runtime::sandbox::{PathSandbox, resolve_path};
-use troupe_runtime::tools::{Access, PermissionSubject, ToolCategory};
 
 struct Fixture {
     _dir: tempfile::TempDir,

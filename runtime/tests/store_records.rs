@@ -14,9 +14,9 @@ use serde_json::json;
 use store_support::{
     Fixture, all_keys, ended, event, message, new_child_session, new_session, run,
 };
-use troupe_runtime::config::{RuleEntry, RuleSource};
 use troupe_runtime::events::RunStatus;
 use troupe_runtime::model::{ContentBlock, Message, Role, ToolOutputPart, ToolResult};
+use troupe_runtime::permission::{RuleEntry, RuleSource};
 use troupe_runtime::store::{
     CompactionMarker, LedgerEntry, RunState, SESSION_MAX_AGE, Store, StoreError, TITLE_MAX_CHARS,
     layout,

@@ -25,8 +25,9 @@ use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use troupe_actors::{AgentEnv, Approver, RunSubmission, Runtime, SessionTarget};
-use troupe_runtime::config::{Limits, PermissionMode, PermissionSettings};
+use troupe_runtime::config::{Limits, PermissionSettings};
 use troupe_runtime::events::RunStatus;
+use troupe_runtime::permission::PermissionMode;
 use troupe_runtime::permissions::PermissionEngine;
 use troupe_runtime::store::Store;
 use troupe_runtime::tools::builtin_registry;

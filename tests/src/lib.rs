@@ -16,13 +16,15 @@ use troupe_actors::{
 };
 use troupe_runtime::agent::roles::RoleSet;
 use troupe_runtime::config::{
-    DEFAULT_CONTEXT_WINDOW, DEFAULT_MAX_TOKENS, Limits, PermissionMode, PermissionSettings,
-    Protocol, ResolvedProvider,
+    DEFAULT_CONTEXT_WINDOW, DEFAULT_MAX_TOKENS, Limits, PermissionSettings, ResolvedProvider,
 };
 use troupe_runtime::events::{EventKind, RunEvent, RunStatus};
 use troupe_runtime::llm::retry::RetryPolicy;
-use troupe_runtime::llm::{Provider, SystemPrompt, anthropic, openai};
+use troupe_runtime::llm::{Provider, anthropic, openai};
 use troupe_runtime::model::Message;
+use troupe_runtime::model::Protocol;
+use troupe_runtime::model::SystemPrompt;
+use troupe_runtime::permission::PermissionMode;
 use troupe_runtime::permissions::PermissionEngine;
 use troupe_runtime::sandbox::PathSandbox;
 use troupe_runtime::store::Store;

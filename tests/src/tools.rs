@@ -8,7 +8,8 @@ use std::time::Duration;
 use futures::future::BoxFuture;
 use serde_json::{Value, json};
 use tokio::sync::Barrier;
-use troupe_runtime::tools::{Tool, ToolCategory, ToolContext, ToolOutput};
+use troupe_runtime::permission::ToolCategory;
+use troupe_runtime::tools::{Tool, ToolContext, ToolOutput};
 
 /// A shared log of what test tools did, in order.
 #[derive(Debug, Default, Clone)]

@@ -7,9 +7,11 @@ use std::time::Duration;
 use serde_json::{Value, json};
 use troupe_actors::Approver;
 use troupe_runtime::agent::validate_history;
-use troupe_runtime::config::{Limits, PermissionMode, Protocol};
+use troupe_runtime::config::Limits;
 use troupe_runtime::events::{ApprovalOutcome, EventKind, RunEvent, RunStatus};
+use troupe_runtime::model::Protocol;
 use troupe_runtime::model::{Message, Role};
+use troupe_runtime::permission::PermissionMode;
 use troupe_scripted::{Fault, Response, Script, Usage, text, tool_call, tool_calls};
 use troupe_tests::tools::{ActivityLog, PanicTool, RendezvousTool, StepTool};
 use troupe_tests::{Harness, RunOptions, events_until, finished, outcome, run_events, types};
@@ -882,8 +884,8 @@ impl troupe_runtime::tools::Tool for GateTool {
     fn read_only(&self) -> bool {
         true
     }
-    fn category(&self) -> troupe_runtime::tools::ToolCategory {
-        troupe_runtime::tools::ToolCategory::Read
+    fn category(&self) -> troupe_runtime::permission::ToolCategory {
+        troupe_runtime::permission::ToolCategory::Read
     }
     fn execute<'a>(
         &'a self,

@@ -129,7 +129,7 @@ impl AgentState {
                     let _ = agent.cast(AgentMsg::work(Work::ToolDone(ToolReport {
                         epoch,
                         index,
-                        output: ToolOutput::error(troupe_runtime::agent::CANCELLED_RESULT),
+                        output: ToolOutput::error(troupe_runtime::tools::CANCELLED_RESULT),
                         duration: Duration::ZERO,
                         error: Some(ToolErrorKind::Cancelled),
                     })));
@@ -152,7 +152,7 @@ impl AgentState {
             return Some(Input::CallFinished {
                 epoch,
                 index,
-                output: ToolOutput::error(troupe_runtime::agent::CANCELLED_RESULT),
+                output: ToolOutput::error(troupe_runtime::tools::CANCELLED_RESULT),
                 duration: Duration::ZERO,
                 error: Some(ToolErrorKind::Cancelled),
             });

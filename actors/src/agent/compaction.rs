@@ -10,7 +10,8 @@ use tokio_util::sync::CancellationToken;
 use tracing::Span;
 use troupe_runtime::agent::Input;
 use troupe_runtime::compact::offload::{OffloadPlan, spill_file_name};
-use troupe_runtime::llm::{ChatRequest, ProviderError, ProviderErrorKind};
+use troupe_runtime::llm::{ChatRequest, ProviderError};
+use troupe_runtime::model::ProviderErrorKind;
 use troupe_runtime::model::Usage;
 use troupe_runtime::store::{CompactionMarker, LedgerEntry, Store};
 

@@ -1,7 +1,7 @@
 //! What a line typed at the chat prompt means: a message for the agent, or
 //! one of the slash commands; and the plan-mode switch of `/plan` and `/do`.
 
-use troupe_runtime::config::PermissionMode;
+use troupe_runtime::permission::PermissionMode;
 use troupe_runtime::skills::commands::CommandSet;
 
 /// One line typed at the idle prompt.

@@ -25,9 +25,10 @@ use rustyline::{Config as EditorConfig, Editor};
 use troupe_runtime::agent::agent_tool::agent_tool_definition;
 use troupe_runtime::agent::catalogue::ToolCatalogue;
 use troupe_runtime::agent::roles::RoleTools;
-use troupe_runtime::config::{PermissionMode, TrustStore};
+use troupe_runtime::config::TrustStore;
 use troupe_runtime::events::RunStatus;
 use troupe_runtime::model::Usage;
+use troupe_runtime::permission::PermissionMode;
 use troupe_runtime::skills::commands::CommandSet;
 use troupe_runtime::skills::{SkillSet, SkillWarning};
 

@@ -34,7 +34,7 @@ use futures::FutureExt;
 use tokio::signal::unix::{SignalKind, signal};
 use tokio_util::sync::CancellationToken;
 use troupe_actors::{Approver, Runtime};
-use troupe_runtime::config::PermissionMode;
+use troupe_runtime::permission::PermissionMode;
 use troupe_runtime::store::Store;
 
 use self::api::{ApiState, Prepare, PreparedRun, RunRequest};

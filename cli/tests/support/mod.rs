@@ -18,9 +18,11 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use serde_json::Value;
-use troupe_runtime::config::{Protocol, ResolvedProvider};
-use troupe_runtime::llm::{ChatRequest, SystemPrompt, anthropic};
+use troupe_runtime::config::ResolvedProvider;
+use troupe_runtime::llm::{ChatRequest, anthropic};
 use troupe_runtime::model::Message;
+use troupe_runtime::model::Protocol;
+use troupe_runtime::model::SystemPrompt;
 use troupe_scripted::{RecordedRequest, ScriptedServer};
 
 /// The binary under test.

@@ -14,7 +14,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::roles::RoleSet;
-use crate::llm::ToolDefinition;
+use crate::model::ToolDefinition;
 
 /// Name of the tool that starts a sub-agent.
 pub(crate) const AGENT_TOOL_NAME: &str = "agent";

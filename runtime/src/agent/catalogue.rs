@@ -16,10 +16,11 @@ use serde_json::Value;
 use crate::agent::agent_tool::AGENT_TOOL_NAME;
 use crate::agent::plan::CallClass;
 use crate::agent::roles::RoleTools;
-use crate::config::PermissionMode;
-use crate::llm::ToolDefinition;
+use crate::model::ToolDefinition;
+use crate::permission::PermissionMode;
+use crate::permission::PermissionSubject;
 use crate::permissions::{command_is_read_only, offered_in_mode};
-use crate::tools::{ArgumentSchema, PermissionSubject, RegistryError, Tool, ToolRegistry};
+use crate::tools::{ArgumentSchema, RegistryError, Tool, ToolRegistry};
 
 /// What a name in the catalogue refers to.
 #[derive(Clone)]

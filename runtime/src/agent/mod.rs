@@ -39,8 +39,6 @@ pub(crate) const UNKNOWN_TOOL_TURNS_MAIN: u32 = 3;
 pub(crate) const UNKNOWN_TOOL_TURNS_SUBAGENT: u32 = 2;
 /// SPEC §3: identical calls (same tool, same canonical arguments) in a row that stop the loop.
 pub(crate) const REPEATED_CALL_LIMIT: u32 = 3;
-/// SPEC §3: the result given to a call that was cancelled before it finished.
-pub const CANCELLED_RESULT: &str = "(cancelled)";
 /// SPEC §3: recorded in place of an empty final response.
 pub(crate) const EMPTY_RESPONSE_PLACEHOLDER: &str = "(no response)";
 /// After a timeout or a cancellation a tool's token is cancelled and it gets

@@ -20,8 +20,8 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 use serde::de::{self, Deserializer, SeqAccess, Visitor};
 
-use crate::config::paths::PROJECT_DIR_NAME;
 use crate::front_matter::{key_prefix, parse_front_matter, split_front_matter};
+use crate::places::PROJECT_DIR_NAME;
 use crate::tools::registry::valid_tool_name;
 
 /// Turn limit of a sub-agent whose role sets none (the main agent's default).

@@ -10,7 +10,7 @@ use crate::agent::agent_tool::AgentCallArgs;
 use crate::agent::roles::{Role, RoleSet, RoleTools, SUBAGENT_MAX_TURNS};
 use crate::agent::{AgentSpec, RunOutcome, UNKNOWN_TOOL_TURNS_SUBAGENT};
 use crate::events::RunStatus;
-use crate::llm::SystemPrompt;
+use crate::model::SystemPrompt;
 use crate::model::{Message, Role as MessageRole, ToolResult};
 
 /// SPEC §7: nesting depth of sub-agents (the main agent is depth 0).

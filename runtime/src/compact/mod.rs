@@ -7,6 +7,8 @@
 //! writes a file or calls a model: the agent's interpreter does, and feeds
 //! the outcome back.
 
+use crate::config::ResolvedProvider;
+
 pub(crate) mod ahead;
 pub(crate) mod breaker;
 pub(crate) mod estimate;
@@ -69,6 +71,13 @@ pub(crate) fn small_window_warning(window: u64) -> Option<String> {
     })
 }
 
+/// The warning for a provider whose context window is too small for
+/// automatic summaries, naming the provider.
+pub fn window_warning(provider: &ResolvedProvider) -> Option<String> {
+    small_window_warning(provider.context_window)
+        .map(|warning| format!("provider `{}`: {warning}", provider.name))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -102,5 +111,28 @@ mod tests {
             .collect();
         assert!(compactable(&long, 200_000));
         assert!(!compactable(&long[..4], 200_000), "all of it is the tail");
+    }
+
+    #[test]
+    fn a_window_too_small_for_summaries_is_named() {
+        let mut small = ResolvedProvider {
+            name: "claude".into(),
+            protocol: crate::model::Protocol::Anthropic,
+            model: "m".into(),
+            base_url: "http://127.0.0.1:9".into(),
+            api_key: None,
+            api_key_env: "ANTHROPIC_API_KEY".into(),
+            context_window: 200_000,
+            max_tokens: 8_192,
+            thinking_budget: None,
+            price: None,
+            idle_timeout: std::time::Duration::from_secs(300),
+            max_retries: 4,
+        };
+        assert_eq!(window_warning(&small), None);
+        small.context_window = 32_768;
+        let warning = window_warning(&small).unwrap();
+        assert!(warning.starts_with("provider `claude`: the context window of 32768 tokens"));
+        assert!(warning.contains("automatic summaries are off"));
     }
 }

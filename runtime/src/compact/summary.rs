@@ -5,7 +5,7 @@
 //! request, what is taken from its answer, what is dropped when the request
 //! itself is too long, and the history that replaces the old one.
 
-use crate::llm::ToolDefinition;
+use crate::model::ToolDefinition;
 use crate::model::{ContentBlock, Message, Role};
 
 use super::estimate::tokens_of_chars;

@@ -185,7 +185,10 @@ impl std::fmt::Debug for McpServerFile {
             .field("cwd", &self.cwd)
             .field(
                 "url",
-                &self.url.as_deref().map(crate::mcp::display_endpoint),
+                &self
+                    .url
+                    .as_deref()
+                    .map(crate::config::endpoint::display_endpoint),
             )
             .field("headers", &self.headers.keys().collect::<Vec<_>>())
             .field("startup_grace_secs", &self.startup_grace_secs)

@@ -867,7 +867,7 @@ impl<'t> Document<'t> {
                 // A URL with `${VAR}` in it is checked after expansion. The
                 // message does not quote it: it may hold a credential.
                 if !url.contains("${") {
-                    crate::mcp::redact::check_endpoint(url)
+                    crate::config::endpoint::check_endpoint(url)
                         .map_err(|m| self.invalid(&at("url"), m))?;
                 }
                 for (field, set) in [

@@ -314,7 +314,7 @@ impl JsonFile<'_> {
             Some(McpTransport::Http) => match &server.url {
                 Some(url) => {
                     if !url.contains("${") {
-                        crate::mcp::redact::check_endpoint(url)
+                        crate::config::endpoint::check_endpoint(url)
                             .map_err(|m| self.invalid(&at("url"), &needle("url"), m))?;
                     }
                     Ok(server)

@@ -14,8 +14,10 @@
 //! environment, writes only the trust list, and never touches the network.
 
 mod de;
+pub mod endpoint;
 pub(crate) mod expand;
 pub(crate) mod file;
+pub mod keys;
 pub mod load;
 pub(crate) mod mcp;
 pub mod paths;
@@ -23,11 +25,11 @@ pub mod resolve;
 pub mod trust;
 pub(crate) mod warnings;
 
+use crate::model::Protocol;
+use crate::permission::{PermissionMode, RuleEntry, RuleSource, SandboxMode, SandboxSettings};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
-
-use serde::{Deserialize, Serialize};
 
 pub use expand::{Expansion, expand_mcp_server};
 pub(crate) use file::{ConfigFile, McpServerFile, ProviderFile};
@@ -50,121 +52,6 @@ pub(crate) const DEFAULT_THINKING_BUDGET: u32 = 16_000;
 pub(crate) const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(300);
 /// SPEC §2: at most this many retries of a failed request.
 pub(crate) const DEFAULT_MAX_RETRIES: u32 = 4;
-
-/// Wire protocol of a provider.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub enum Protocol {
-    /// Anthropic Messages API.
-    #[serde(rename = "anthropic")]
-    Anthropic,
-    /// OpenAI Chat Completions API (and compatible servers).
-    #[serde(rename = "openai")]
-    OpenAi,
-}
-
-impl Protocol {
-    /// The name used in config files.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Anthropic => "anthropic",
-            Self::OpenAi => "openai",
-        }
-    }
-
-    /// The environment variable holding this protocol's API key by default.
-    pub fn default_api_key_env(self) -> &'static str {
-        match self {
-            Self::Anthropic => "ANTHROPIC_API_KEY",
-            Self::OpenAi => "OPENAI_API_KEY",
-        }
-    }
-
-    /// The environment variable holding this protocol's base URL.
-    pub fn base_url_env(self) -> &'static str {
-        match self {
-            Self::Anthropic => "ANTHROPIC_BASE_URL",
-            Self::OpenAi => "OPENAI_BASE_URL",
-        }
-    }
-
-    /// The public endpoint. OpenAI's includes the version path, Anthropic's does
-    /// not, as in the official SDKs.
-    pub fn public_base_url(self) -> &'static str {
-        match self {
-            Self::Anthropic => "https://api.anthropic.com",
-            Self::OpenAi => "https://api.openai.com/v1",
-        }
-    }
-
-    /// The model used when a provider entry names none.
-    pub fn default_model(self) -> &'static str {
-        match self {
-            Self::Anthropic => "claude-sonnet-4-5",
-            Self::OpenAi => "gpt-5",
-        }
-    }
-}
-
-/// Permission modes (SPEC §5).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum PermissionMode {
-    /// Ask for writes and execution.
-    #[default]
-    Default,
-    /// Writes inside the project allowed; execution asks.
-    AcceptEdits,
-    /// Only read-only tools are offered and allowed.
-    Plan,
-    /// Everything allowed that no deny rule or hard block forbids.
-    Bypass,
-}
-
-impl PermissionMode {
-    /// The name used on the command line and in config.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Default => "default",
-            Self::AcceptEdits => "accept-edits",
-            Self::Plan => "plan",
-            Self::Bypass => "bypass",
-        }
-    }
-
-    /// Parses a mode name as written on the command line or in config.
-    pub fn parse(name: &str) -> Option<Self> {
-        match name {
-            "default" => Some(Self::Default),
-            "accept-edits" => Some(Self::AcceptEdits),
-            "plan" => Some(Self::Plan),
-            "bypass" => Some(Self::Bypass),
-            _ => None,
-        }
-    }
-}
-
-/// Where a permission rule came from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum RuleSource {
-    /// `~/.config/troupe/config.toml`.
-    User,
-    /// `<root>/.troupe/config.toml`.
-    Project,
-    /// A command-line flag.
-    Cli,
-    /// An "allow always" answer, kept with the session.
-    Session,
-}
-
-/// One permission rule as written (`Bash(git push*)`), with its origin.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct RuleEntry {
-    /// The rule text.
-    pub rule: String,
-    /// Where it came from.
-    pub source: RuleSource,
-}
 
 /// Effective permission settings: rules of every source, in source order.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -234,49 +121,6 @@ impl Default for ToolSettings {
 pub struct TelemetrySettings {
     /// Record prompt and completion content on spans.
     pub capture_content: bool,
-}
-
-/// `[sandbox] mode`: what the operating system lets commands write.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum SandboxMode {
-    /// Writes only inside the allowed roots, the spill directory and the
-    /// session's temporary directory; Troupe's own files stay read-only.
-    #[default]
-    WorkspaceWrite,
-    /// No writes at all (besides `/dev/null` and the terminal devices).
-    ReadOnly,
-    /// Commands run unconfined.
-    Off,
-}
-
-impl SandboxMode {
-    /// The name used in config.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::WorkspaceWrite => "workspace-write",
-            Self::ReadOnly => "read-only",
-            Self::Off => "off",
-        }
-    }
-}
-
-/// Effective `[sandbox]` settings.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct SandboxSettings {
-    /// What commands may write.
-    pub mode: SandboxMode,
-    /// Whether commands may use the network.
-    pub network: bool,
-}
-
-impl Default for SandboxSettings {
-    fn default() -> Self {
-        Self {
-            mode: SandboxMode::WorkspaceWrite,
-            network: true,
-        }
-    }
 }
 
 /// Effective compaction settings.

@@ -7,6 +7,7 @@
 //! system (it only checks whether entries exist). This module reads no file
 //! contents and never writes anything.
 
+use crate::places::PROJECT_DIR_NAME;
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 
@@ -20,8 +21,6 @@ pub(crate) const XDG_CONFIG_HOME_VAR: &str = "XDG_CONFIG_HOME";
 pub(crate) const HOME_VAR: &str = "HOME";
 /// Directory name used under the XDG base directories.
 pub(crate) const APP_DIR_NAME: &str = "troupe";
-/// Name of the per-project directory at the project root (SPEC §1.2).
-pub(crate) const PROJECT_DIR_NAME: &str = ".troupe";
 /// Name of a configuration file, user and project alike (SPEC §1.2).
 pub const CONFIG_FILE_NAME: &str = "config.toml";
 /// Marker of a repository root used by project-root discovery.

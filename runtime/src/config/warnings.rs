@@ -12,12 +12,10 @@ use super::{Config, ResolvedProvider};
 /// What every warning about a key whose feature does not exist yet says.
 pub const NOT_SUPPORTED: &str = "is not supported yet and has no effect";
 
-/// The warnings for a run of `provider` under `config`, in a stable order.
+/// The warnings for a run of `provider` under `config`, in a stable order
+/// (the window's own warning is `compact::window_warning`).
 pub fn startup_warnings(config: &Config, provider: &ResolvedProvider) -> Vec<String> {
     let mut warnings = Vec::new();
-    if let Some(warning) = crate::compact::small_window_warning(provider.context_window) {
-        warnings.push(format!("provider `{}`: {warning}", provider.name));
-    }
     if config.budget_usd_written && provider.price.is_none() {
         warnings.push(format!(
             "`limits.budget_usd` has no effect with provider `{name}`, which has no `price`: \
@@ -34,7 +32,8 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
-    use crate::config::{McpServerFile, Price, Protocol, ProviderFile};
+    use crate::config::{McpServerFile, Price, ProviderFile};
+    use crate::model::Protocol;
 
     fn provider(price: Option<Price>) -> ResolvedProvider {
         ResolvedProvider {
@@ -88,15 +87,5 @@ mod tests {
         assert!(startup_warnings(&config, &priced).is_empty());
         config.budget_usd_written = false;
         assert!(startup_warnings(&config, &provider(None)).is_empty());
-    }
-
-    #[test]
-    fn a_window_too_small_for_summaries_is_named() {
-        let mut small = provider(None);
-        small.context_window = 32_768;
-        let warnings = startup_warnings(&Config::default(), &small);
-        assert_eq!(warnings.len(), 1);
-        assert!(warnings[0].starts_with("provider `claude`: the context window of 32768 tokens"));
-        assert!(warnings[0].contains("automatic summaries are off"));
     }
 }

@@ -23,7 +23,7 @@ use regex::Regex;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::config::RuleSource;
+use crate::permission::RuleSource;
 
 pub use runner::{HookContext, fire};
 pub use verdict::HookVerdict;

@@ -243,7 +243,7 @@ async fn read_capped<R: AsyncRead + Unpin>(reader: Option<R>, kept: &mut Vec<u8>
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::RuleSource;
+    use crate::permission::RuleSource;
     use std::path::PathBuf;
 
     fn place(dir: &std::path::Path) -> HookPlace {

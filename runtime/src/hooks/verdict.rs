@@ -312,7 +312,7 @@ fn detail(stderr: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::RuleSource;
+    use crate::permission::RuleSource;
     use serde_json::json;
 
     fn hook(event: HookEvent) -> Hook {

@@ -5,61 +5,8 @@
 //! emergency compaction, retryable kinds are retried by `llm::retry` while nothing
 //! has been delivered, the rest end the turn with an `error` event.
 
+use crate::model::ProviderErrorKind;
 use std::time::Duration;
-
-use serde::{Deserialize, Serialize};
-
-/// What kind of failure a provider call ended in.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum ProviderErrorKind {
-    /// The prompt exceeds the model's context window (Anthropic 400
-    /// `prompt is too long`, OpenAI `context_length_exceeded`).
-    PromptTooLong,
-    /// HTTP 429 rate limit (retryable).
-    RateLimited,
-    /// HTTP 529 or a mid-stream `overloaded_error` (retryable).
-    Overloaded,
-    /// HTTP 500/502/503 or another 5xx (500/502/503 are retryable).
-    Server,
-    /// HTTP 401/403: the key is missing, wrong, or lacks permission.
-    Authentication,
-    /// Out of quota or credit (a 429 that must not be retried).
-    Quota,
-    /// Another 4xx: the request was rejected as invalid.
-    InvalidRequest,
-    /// The connection failed or was reset (retryable before delivery).
-    Connection,
-    /// Nothing arrived for the idle timeout.
-    IdleTimeout,
-    /// The stream broke or ended before the response was complete.
-    StreamBroken,
-    /// The provider sent something that is not valid for its protocol
-    /// (malformed SSE data, non-JSON error body, unknown error shape).
-    MalformedResponse,
-    /// The request could not be built (bad base URL, missing API key).
-    Configuration,
-}
-
-impl ProviderErrorKind {
-    /// Name used in `error{kind}` events.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::PromptTooLong => "prompt_too_long",
-            Self::RateLimited => "rate_limited",
-            Self::Overloaded => "overloaded",
-            Self::Server => "server",
-            Self::Authentication => "authentication",
-            Self::Quota => "quota",
-            Self::InvalidRequest => "invalid_request",
-            Self::Connection => "connection",
-            Self::IdleTimeout => "idle_timeout",
-            Self::StreamBroken => "stream_broken",
-            Self::MalformedResponse => "malformed_response",
-            Self::Configuration => "configuration",
-        }
-    }
-}
 
 /// A failed model call.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

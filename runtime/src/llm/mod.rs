@@ -13,39 +13,17 @@ pub mod openai;
 pub mod retry;
 pub mod sse;
 
+use crate::model::{ProviderErrorKind, SystemPrompt, ToolDefinition};
 use std::sync::Arc;
 
 use futures::stream::BoxStream;
-use serde::{Deserialize, Serialize};
 
-use crate::config::{Protocol, ResolvedProvider};
+use crate::config::ResolvedProvider;
+use crate::model::Protocol;
 use crate::model::{Message, StopReason, ToolCall, Usage};
 
 pub use accumulate::ResponseAccumulator;
-pub use error::{ProviderError, ProviderErrorKind};
-
-/// The system prompt in two parts (SPEC §2 prompt caching).
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct SystemPrompt {
-    /// Identity, rules, tool policy, style, project instructions, memory:
-    /// byte-identical for the life of a session. Anthropic puts a cache
-    /// breakpoint on it.
-    pub stable: String,
-    /// Working directory, platform, date (to the day), git status, model, active
-    /// skills. No cache breakpoint.
-    pub environment: String,
-}
-
-/// A tool as offered to the model.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct ToolDefinition {
-    /// Tool name, `^[A-Za-z0-9_-]{1,64}$`.
-    pub name: String,
-    /// Description written for the model.
-    pub description: String,
-    /// JSON Schema (an object schema) of the tool's arguments.
-    pub input_schema: serde_json::Value,
-}
+pub use error::ProviderError;
 
 /// One model call.
 #[derive(Debug, Clone, Default)]

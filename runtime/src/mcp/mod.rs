@@ -26,7 +26,7 @@ pub mod state;
 pub mod tool;
 
 pub use client::{Connection, RmcpTool};
-pub use redact::{Redaction, display_endpoint};
+pub use redact::Redaction;
 pub use spec::{McpServerSpec, McpTransportSpec, resolve_servers};
 pub use state::{McpState, ServerPhase, ServerStatus, restart_delay};
 

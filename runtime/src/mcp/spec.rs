@@ -20,7 +20,8 @@ use crate::config::{Env, McpServerFile, McpTransport, expand_mcp_server};
 use crate::secrets::is_key_name;
 
 use super::DEFAULT_STARTUP_GRACE;
-use super::redact::{Redaction, check_endpoint, display_endpoint};
+use super::redact::Redaction;
+use crate::config::endpoint::{check_endpoint, display_endpoint};
 
 /// How to reach a server.
 #[derive(Clone, PartialEq, Eq)]

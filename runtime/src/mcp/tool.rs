@@ -33,9 +33,10 @@ use tracing_opentelemetry::OpenTelemetrySpanExt;
 use super::client::CallLink;
 use super::content::tool_output;
 use super::names::qualified_tool_name;
+use crate::permission::ToolCategory;
 use crate::telemetry::genai;
 use crate::tools::registry::ArgumentSchema;
-use crate::tools::{Tool, ToolCategory, ToolContext, ToolOutput};
+use crate::tools::{Tool, ToolContext, ToolOutput};
 
 /// Characters of a server's tool description kept.
 const MAX_DESCRIPTION_CHARS: usize = 2_000;
@@ -149,7 +150,7 @@ impl McpTool {
         let sent = tokio::select! {
             biased;
             _ = ctx.cancel.cancelled() => {
-                return ToolOutput::error(crate::agent::CANCELLED_RESULT);
+                return ToolOutput::error(crate::tools::CANCELLED_RESULT);
             }
             sent = self
                 .link
@@ -173,7 +174,7 @@ impl McpTool {
         let result = tokio::select! {
             biased;
             _ = ctx.cancel.cancelled() => {
-                return ToolOutput::error(crate::agent::CANCELLED_RESULT);
+                return ToolOutput::error(crate::tools::CANCELLED_RESULT);
             }
             result = handle.await_response() => result,
         };

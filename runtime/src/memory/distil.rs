@@ -18,7 +18,8 @@ use futures::StreamExt;
 use tokio_util::sync::CancellationToken;
 
 use super::{MEMORY_LOCK, MEMORY_MAX_BYTES, MemoryError, read_current, write_memory};
-use crate::llm::{ChatRequest, Provider, ResponseAccumulator, SystemPrompt};
+use crate::llm::{ChatRequest, Provider, ResponseAccumulator};
+use crate::model::SystemPrompt;
 use crate::model::{ContentBlock, Message, Role, Usage};
 
 /// SPEC §12: the memory is updated in the background every this many

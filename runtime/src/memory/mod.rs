@@ -28,7 +28,7 @@ use std::sync::Mutex;
 
 use tokio_util::task::TaskTracker;
 
-use crate::config::paths::PROJECT_DIR_NAME;
+use crate::places::PROJECT_DIR_NAME;
 use crate::tools::files::{self, OpenMode};
 
 mod distil;

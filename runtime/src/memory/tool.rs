@@ -9,7 +9,8 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use super::{NOTE_MAX_CHARS, append_note};
-use crate::tools::{Tool, ToolCategory, ToolContext, ToolOutput, parse_args};
+use crate::permission::ToolCategory;
+use crate::tools::{Tool, ToolContext, ToolOutput, parse_args};
 
 /// Name of the tool.
 pub(crate) const REMEMBER_TOOL_NAME: &str = "remember";

@@ -309,7 +309,7 @@ fn set_aside(path: &Path) -> Option<PathBuf> {
 /// Writes `content` with `mode` to `path` (where nothing is now) through a
 /// temporary file renamed over it, following no link on the way.
 fn write_back(path: &Path, content: &[u8], mode: u32) -> std::io::Result<()> {
-    crate::tools::files::replace_file(path, content, false)?;
+    crate::file_io::replace_file(path, content, false)?;
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))
 }
 

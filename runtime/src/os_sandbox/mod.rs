@@ -30,9 +30,9 @@ pub(crate) mod plan;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
-use crate::config::{SandboxMode, SandboxSettings};
-use crate::permissions::ProtectedKind;
-use crate::permissions::ProtectedPaths;
+use crate::permission::{SandboxMode, SandboxSettings};
+use crate::permissions::protected::ProtectedKind;
+use crate::permissions::protected::ProtectedPaths;
 
 pub(crate) use apply::{ApplyError, NamespaceKind};
 pub use guard::{SetAside, WatchedFiles};
@@ -142,7 +142,7 @@ struct OwnedInputs {
 
 /// Directory of the user's configuration that commands still read: the
 /// skills, whose scripts the model runs.
-const SHOWN_CONFIG_DIRS: [&str; 1] = [crate::skills::SKILLS_DIR_NAME];
+const SHOWN_CONFIG_DIRS: [&str; 1] = [crate::places::SKILLS_DIR_NAME];
 
 impl CommandSandbox {
     /// No confinement: commands run as the runtime itself would run them.

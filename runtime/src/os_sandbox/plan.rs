@@ -31,7 +31,7 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::config::{SandboxMode, SandboxSettings};
+use crate::permission::{SandboxMode, SandboxSettings};
 
 /// Device files commands may write (and use with `ioctl`) in every confined
 /// mode: output sinks, random sources and terminals. `/dev/shm` is not among

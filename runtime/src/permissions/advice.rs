@@ -11,8 +11,8 @@
 
 use std::path::Path;
 
-use crate::config::PermissionMode;
-use crate::tools::{PermissionSubject, ToolCategory};
+use crate::permission::PermissionMode;
+use crate::permission::{PermissionSubject, ToolCategory};
 
 use super::{Cause, PermissionRequest};
 
@@ -183,7 +183,7 @@ fn toml_string(text: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::tools::Access;
+    use crate::permission::Access;
 
     const ROOT: &str = "/work/proj";
 

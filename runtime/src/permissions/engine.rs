@@ -14,9 +14,10 @@
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, PoisonError, RwLock};
 
-use crate::config::{PermissionMode, PermissionSettings, RuleEntry};
+use crate::config::PermissionSettings;
+use crate::permission::{Access, PermissionSubject, ToolCategory};
+use crate::permission::{PermissionMode, RuleEntry};
 use crate::sandbox::{PathSandbox, SandboxError, resolve_path};
-use crate::tools::{Access, PermissionSubject, ToolCategory};
 
 use super::bash_ast::{self, RedirectKind, Syntax};
 use super::hard_blocks::{self, HardBlock, ShellContext, normalize};
@@ -655,7 +656,7 @@ fn fallback(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::RuleSource;
+    use crate::permission::RuleSource;
 
     struct Setup {
         _dir: tempfile::TempDir,

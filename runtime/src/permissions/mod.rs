@@ -26,66 +26,20 @@ mod bash_ast;
 mod engine;
 mod git_config;
 mod hard_blocks;
-mod protected;
+pub mod protected;
 mod read_only;
 mod rules;
 mod shell;
 
-use serde::{Deserialize, Serialize};
+use crate::permission::Decision;
 
-use crate::config::{PermissionMode, RuleEntry, RuleSource};
-use crate::tools::{PermissionSubject, ToolCategory};
+use crate::permission::{PermissionMode, RuleEntry, RuleSource};
+use crate::permission::{PermissionSubject, ToolCategory};
 
 pub(crate) use advice::{AdviceFacts, advice};
 pub use engine::PermissionEngine;
-pub(crate) use protected::ProtectedKind;
 pub use protected::ProtectedPaths;
 pub(crate) use rules::RuleParseError;
-
-/// The answer for one call.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(tag = "decision", rename_all = "snake_case")]
-pub enum Decision {
-    /// Run it.
-    Allow {
-        /// Why (the rule and its source, or the mode).
-        reason: String,
-    },
-    /// Ask a person first.
-    Ask {
-        /// Why approval is needed.
-        reason: String,
-    },
-    /// Refuse it; the reason goes back to the model as an error result.
-    Deny {
-        /// Why it was refused.
-        reason: String,
-    },
-}
-
-impl Decision {
-    /// The sentence explaining the decision.
-    pub fn reason(&self) -> &str {
-        match self {
-            Self::Allow { reason } | Self::Ask { reason } | Self::Deny { reason } => reason,
-        }
-    }
-
-    /// True for [`Decision::Allow`].
-    pub fn is_allow(&self) -> bool {
-        matches!(self, Self::Allow { .. })
-    }
-
-    /// True for [`Decision::Ask`].
-    pub fn is_ask(&self) -> bool {
-        matches!(self, Self::Ask { .. })
-    }
-
-    /// True for [`Decision::Deny`].
-    pub fn is_deny(&self) -> bool {
-        matches!(self, Self::Deny { .. })
-    }
-}
 
 /// The step of the decision order that decided a call (see the module docs),
 /// for advice on what a user could change.

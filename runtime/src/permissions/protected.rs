@@ -12,7 +12,7 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::config::paths::PROJECT_DIR_NAME;
+use crate::places::PROJECT_DIR_NAME;
 use crate::sandbox::resolve_path;
 
 /// The project file that configures MCP servers for every tool of its kind.

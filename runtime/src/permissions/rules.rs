@@ -18,9 +18,9 @@ use std::path::{Path, PathBuf};
 
 use globset::{GlobBuilder, GlobMatcher};
 
-use crate::config::{RuleEntry, RuleSource};
+use crate::permission::{Access, ToolCategory};
+use crate::permission::{RuleEntry, RuleSource};
 use crate::sandbox::resolve_path;
-use crate::tools::{Access, ToolCategory};
 
 use super::hard_blocks::{CommandView, normalize};
 

@@ -23,22 +23,22 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::Value;
 
-use crate::config::paths::PROJECT_DIR_NAME;
 use crate::front_matter::{key_prefix, one_line, parse_front_matter, split_front_matter};
+use crate::permission::ToolCategory;
+use crate::places::PROJECT_DIR_NAME;
+use crate::places::SKILLS_DIR_NAME;
 use crate::tools::registry::valid_tool_name;
-use crate::tools::{Tool, ToolCategory, ToolContext, ToolOutput, parse_args};
+use crate::tools::{Tool, ToolContext, ToolOutput, parse_args};
 
 pub mod commands;
 
-/// Directory of skills under `.troupe/` and under the user config dir.
-pub(crate) const SKILLS_DIR_NAME: &str = "skills";
 /// File of a skill inside its directory.
 pub(crate) const SKILL_FILE_NAME: &str = "SKILL.md";
 /// Name of the tool that loads a skill's body.
 pub(crate) const LOAD_SKILL_TOOL_NAME: &str = "load_skill";
 /// Largest skill body kept, in bytes; longer bodies are cut with a note, like
 /// project instruction files.
-pub(crate) const SKILL_BODY_MAX_BYTES: usize = crate::prompt::INSTRUCTION_FILE_MAX_BYTES;
+pub(crate) const SKILL_BODY_MAX_BYTES: usize = crate::skills::INSTRUCTION_FILE_MAX_BYTES;
 /// Bytes read from one `SKILL.md`: the body cap plus room for front matter.
 const SKILL_FILE_READ_BYTES: u64 = SKILL_BODY_MAX_BYTES as u64 + 8 * 1024;
 /// Skill directories read per root, in name order, so a hostile repository
@@ -668,3 +668,6 @@ mod tests {
         assert!(registry.filtered(&["grep"]).contains(LOAD_SKILL_TOOL_NAME));
     }
 }
+
+/// Largest instruction file loaded, in bytes; longer files are cut with a note.
+pub(crate) const INSTRUCTION_FILE_MAX_BYTES: usize = 40_000;

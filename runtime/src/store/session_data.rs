@@ -11,8 +11,8 @@
 use super::layout::{self, check_child_id};
 use super::records::{CompactionMarker, LedgerEntry, LedgerRecord, PendingRecord};
 use super::{Store, StoreError, decode_listed, decode_one};
-use crate::config::RuleEntry;
 use crate::model::ToolResult;
+use crate::permission::RuleEntry;
 
 impl Store {
     /// Stores a tool result that finished before its turn's tool message was

@@ -29,9 +29,9 @@ use tracing_opentelemetry::OpenTelemetrySpanExt;
 
 use super::TRACE_TARGET;
 use crate::events::{ApprovalOutcome, RunStatus};
-use crate::llm::ProviderErrorKind;
+use crate::model::ProviderErrorKind;
 use crate::model::{ContentBlock, Message, Role, StopReason, ToolOutputPart, ToolResult, Usage};
-use crate::permissions::Decision;
+use crate::permission::Decision;
 
 // ---- attribute keys (GenAI semantic conventions) ----
 

@@ -7,6 +7,7 @@
 //! what it touches ([`PermissionSubject`]) and re-checks paths against the
 //! sandbox at the moment of use.
 
+use crate::permission::{Access, PermissionSubject, ToolCategory};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -17,47 +18,6 @@ use tokio_util::sync::CancellationToken;
 
 use crate::model::{ToolOutputPart, ToolResult};
 use crate::sandbox::PathSandbox;
-
-/// Permission category of a tool (SPEC §5).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum ToolCategory {
-    /// Reads only (read_file, glob, grep, task_output, task_list).
-    Read,
-    /// Writes files (write_file, edit_file).
-    Write,
-    /// Executes commands or has effects outside (bash, task_kill, MCP tools not read-only).
-    Execute,
-    /// Starts sub-agents.
-    Agent,
-}
-
-/// Whether a path is read or written.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Access {
-    /// Read.
-    Read,
-    /// Write (create, modify).
-    Write,
-}
-
-/// What one call touches, as the permission engine needs to see it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum PermissionSubject {
-    /// Nothing beyond the tool itself.
-    None,
-    /// A path, as the model wrote it.
-    Path {
-        /// The raw path argument.
-        path: String,
-        /// Read or write.
-        access: Access,
-    },
-    /// A shell command.
-    Command {
-        /// The command line.
-        command: String,
-    },
-}
 
 /// What a tool call produced.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -483,3 +443,6 @@ mod tests {
         );
     }
 }
+
+/// SPEC §3: the result given to a call that was cancelled before it finished.
+pub const CANCELLED_RESULT: &str = "(cancelled)";

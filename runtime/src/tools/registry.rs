@@ -13,7 +13,7 @@ use std::sync::Arc;
 use serde_json::Value;
 
 use super::Tool;
-use crate::llm::ToolDefinition;
+use crate::model::ToolDefinition;
 
 /// SPEC §4 (provider constraint): tool names match `^[A-Za-z0-9_-]{1,64}$`.
 pub(crate) const MAX_TOOL_NAME_LEN: usize = 64;
@@ -328,7 +328,8 @@ fn type_of(prop: &Value) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::tools::{ToolCategory, ToolContext, ToolOutput};
+    use crate::permission::ToolCategory;
+    use crate::tools::{ToolContext, ToolOutput};
     use futures::future::BoxFuture;
     use serde_json::json;
 

@@ -11,7 +11,7 @@ use tracing::Span;
 use tracing::instrument::{Instrument, WithSubscriber};
 use troupe_runtime::events::RunStatus;
 use troupe_runtime::model::{Message, StopReason, Usage};
-use troupe_runtime::permissions::Decision;
+use troupe_runtime::permission::Decision;
 use troupe_runtime::telemetry::genai::{self, ContentCapture, ToolErrorKind};
 use troupe_runtime::telemetry::propagation;
 

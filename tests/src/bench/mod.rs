@@ -29,10 +29,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use troupe_actors::AgentEnv;
-use troupe_runtime::config::{
-    DEFAULT_CONTEXT_WINDOW, DEFAULT_MAX_TOKENS, Protocol, ResolvedProvider,
-};
-use troupe_runtime::llm::{Provider, SystemPrompt, anthropic};
+use troupe_runtime::config::{DEFAULT_CONTEXT_WINDOW, DEFAULT_MAX_TOKENS, ResolvedProvider};
+use troupe_runtime::llm::{Provider, anthropic};
+use troupe_runtime::model::Protocol;
+use troupe_runtime::model::SystemPrompt;
 use troupe_runtime::sandbox::PathSandbox;
 use troupe_runtime::store::Store;
 use troupe_runtime::tools::ToolRegistry;

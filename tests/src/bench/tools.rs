@@ -7,7 +7,8 @@ use std::time::Duration;
 
 use futures::future::BoxFuture;
 use serde_json::{Value, json};
-use troupe_runtime::tools::{Tool, ToolCategory, ToolContext, ToolOutput};
+use troupe_runtime::permission::ToolCategory;
+use troupe_runtime::tools::{Tool, ToolContext, ToolOutput};
 
 /// Longest sleep [`SleepTool`] accepts, in milliseconds; longer would outlast
 /// the default per-call timeout of SPEC §3 (30 s).

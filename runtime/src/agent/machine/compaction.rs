@@ -26,8 +26,9 @@ use crate::compact::summary::{
 };
 use crate::compact::{auto_threshold, emergency_limit, resume_threshold};
 use crate::events::{EventKind, RunStatus};
-use crate::llm::{ChatRequest, ProviderError, ProviderErrorKind, ToolDefinition};
+use crate::llm::{ChatRequest, ProviderError};
 use crate::model::{Message, Usage};
+use crate::model::{ProviderErrorKind, ToolDefinition};
 use crate::store::CompactionMarker;
 use crate::telemetry::genai;
 

@@ -4,10 +4,11 @@
 
 use crate::agent::history::complete_results;
 use crate::agent::subagent::MAX_DEPTH;
-use crate::agent::{CANCELLED_RESULT, CLEANUP_GRACE, LimitHit, RunOutcome, StopCause};
+use crate::agent::{CLEANUP_GRACE, LimitHit, RunOutcome, StopCause};
 use crate::events::{ApprovalOutcome, EventKind, RunStatus};
 use crate::model::{Message, Usage};
 use crate::telemetry::genai::{self, ToolErrorKind};
+use crate::tools::CANCELLED_RESULT;
 
 use super::{AfterSave, AgentLoop, Cancelling, Effect, Phase};
 

@@ -15,13 +15,15 @@ use crate::agent::catalogue::CatalogueEntry;
 use crate::agent::history::complete_results;
 use crate::agent::plan::plan_execution;
 use crate::agent::subagent::{child_path, plan_child};
-use crate::config::{RuleEntry, RuleSource};
 use crate::events::{ApprovalOutcome, EventKind, preview};
 use crate::model::{Message, ToolCall, ToolResult};
-use crate::permissions::{self, AdviceFacts, Decision, PermissionRequest};
+use crate::permission::Decision;
+use crate::permission::{PermissionSubject, ToolCategory};
+use crate::permission::{RuleEntry, RuleSource};
+use crate::permissions::{self, AdviceFacts, PermissionRequest};
 use crate::telemetry::genai::{self, ToolErrorKind};
+use crate::tools::ToolOutput;
 use crate::tools::target::tool_target;
-use crate::tools::{PermissionSubject, ToolCategory, ToolOutput};
 
 use super::{
     AfterSave, AgentLaunch, AgentLoop, Approver, CallState, Effect, Execution, Launchable,
@@ -184,7 +186,7 @@ impl AgentLoop {
             else {
                 return;
             };
-            let results = execution.into_results(crate::agent::CANCELLED_RESULT);
+            let results = execution.into_results(crate::tools::CANCELLED_RESULT);
             self.transcript.push(Message::tool_results(results));
             self.save_then(AfterSave::ModelCall, out);
             return;

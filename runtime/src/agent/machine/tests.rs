@@ -15,9 +15,10 @@ use crate::agent::roles::{RoleSet, RoleTools};
 use crate::agent::subagent::{FORK_CANNOT_START_AGENTS, FORK_PREAMBLE};
 use crate::agent::{AgentSpec, StopCause, validate_history};
 use crate::compact::estimate::TokenEstimate;
-use crate::config::{PermissionMode, PermissionSettings};
+use crate::config::PermissionSettings;
 use crate::events::RunStatus;
 use crate::model::{Message, Role, StopReason, Usage};
+use crate::permission::PermissionMode;
 use crate::sandbox::PathSandbox;
 
 struct Fixture {
@@ -73,9 +74,9 @@ fn fixture(options: Options) -> Fixture {
         allow: options
             .allow
             .iter()
-            .map(|rule| crate::config::RuleEntry {
+            .map(|rule| crate::permission::RuleEntry {
                 rule: rule.clone(),
-                source: crate::config::RuleSource::Project,
+                source: crate::permission::RuleSource::Project,
             })
             .collect(),
         ..PermissionSettings::default()
@@ -867,9 +868,9 @@ fn calls_left_by_a_stop_say_whether_a_budget_or_a_cancel_stopped_them() {
     );
     assert_eq!(
         unfinished_result(Some(&StopCause::Cancelled)),
-        crate::agent::CANCELLED_RESULT
+        crate::tools::CANCELLED_RESULT
     );
-    assert_eq!(unfinished_result(None), crate::agent::CANCELLED_RESULT);
+    assert_eq!(unfinished_result(None), crate::tools::CANCELLED_RESULT);
 }
 
 #[test]
@@ -1078,7 +1079,7 @@ fn a_failed_model_call_keeps_what_arrived_and_ends_with_an_error() {
         event: StreamEvent::TextDelta("partial".into()),
     });
     let error =
-        crate::llm::ProviderError::new("p", crate::llm::ProviderErrorKind::StreamBroken, "reset");
+        crate::llm::ProviderError::new("p", crate::model::ProviderErrorKind::StreamBroken, "reset");
     assert_eq!(
         f.step(Input::ModelFailed { epoch, error }),
         s(&["emit:error", "save"])
@@ -1136,7 +1137,7 @@ fn a_retried_model_request_is_a_coded_notice_and_the_answer_follows() {
     let retrying = crate::llm::retry::Retrying {
         retry: 1,
         max_retries: 4,
-        kind: crate::llm::ProviderErrorKind::Overloaded,
+        kind: crate::model::ProviderErrorKind::Overloaded,
         status: Some(529),
         delay: std::time::Duration::from_millis(500),
     };
@@ -1429,7 +1430,7 @@ fn a_failing_summary_is_counted_by_the_breaker_and_the_turn_goes_on() {
     // Too long: asked again with the oldest group left out.
     let too_long = crate::llm::ProviderError::new(
         "p",
-        crate::llm::ProviderErrorKind::PromptTooLong,
+        crate::model::ProviderErrorKind::PromptTooLong,
         "too long",
     );
     let effects = f.step(Input::Summarised {
@@ -1439,7 +1440,7 @@ fn a_failing_summary_is_counted_by_the_breaker_and_the_turn_goes_on() {
     });
     assert_eq!(effects, s(&[format!("summarise:{}", epoch + 1).as_str()]));
     let broken =
-        crate::llm::ProviderError::new("p", crate::llm::ProviderErrorKind::StreamBroken, "reset");
+        crate::llm::ProviderError::new("p", crate::model::ProviderErrorKind::StreamBroken, "reset");
     let effects = f.step(Input::Summarised {
         epoch: epoch + 1,
         result: Err(broken),
@@ -1468,7 +1469,7 @@ fn prompt_too_long_compacts_once_then_retries_and_a_second_refusal_ends_the_turn
     let too_long = || {
         crate::llm::ProviderError::new(
             "p",
-            crate::llm::ProviderErrorKind::PromptTooLong,
+            crate::model::ProviderErrorKind::PromptTooLong,
             "prompt is too long",
         )
     };
@@ -1643,7 +1644,7 @@ fn a_preparation_answered_after_another_compaction_is_stale_and_discarded() {
         epoch: prepared + 1,
         error: crate::llm::ProviderError::new(
             "p",
-            crate::llm::ProviderErrorKind::PromptTooLong,
+            crate::model::ProviderErrorKind::PromptTooLong,
             "prompt is too long",
         ),
     });
@@ -1675,7 +1676,7 @@ fn a_ready_summary_whose_prefix_another_compaction_replaced_is_discarded() {
         epoch: prepared + 1,
         error: crate::llm::ProviderError::new(
             "p",
-            crate::llm::ProviderErrorKind::PromptTooLong,
+            crate::model::ProviderErrorKind::PromptTooLong,
             "prompt is too long",
         ),
     });
@@ -1778,7 +1779,7 @@ fn a_manual_compaction_of_a_short_history_is_refused_and_a_failed_one_says_why()
         epoch,
         result: Err(crate::llm::ProviderError::new(
             "p",
-            crate::llm::ProviderErrorKind::StreamBroken,
+            crate::model::ProviderErrorKind::StreamBroken,
             "reset",
         )),
         usage: Usage::default(),
@@ -1867,7 +1868,7 @@ fn the_estimate_is_reset_after_every_kind_of_compaction() {
         epoch: model,
         error: crate::llm::ProviderError::new(
             "p",
-            crate::llm::ProviderErrorKind::PromptTooLong,
+            crate::model::ProviderErrorKind::PromptTooLong,
             "prompt is too long",
         ),
     });
@@ -1886,7 +1887,7 @@ fn hook(event: crate::hooks::HookEvent, matcher: Option<&str>) -> crate::hooks::
         "./hook.sh",
         None,
         false,
-        crate::config::RuleSource::User,
+        crate::permission::RuleSource::User,
     )
     .unwrap()
 }
@@ -2311,7 +2312,7 @@ fn compaction_hooks_run_around_manual_and_automatic_compactions() {
         epoch,
         result: Err(crate::llm::ProviderError::new(
             "p",
-            crate::llm::ProviderErrorKind::StreamBroken,
+            crate::model::ProviderErrorKind::StreamBroken,
             "reset",
         )),
         usage: Usage::default(),

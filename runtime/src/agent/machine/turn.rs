@@ -155,7 +155,7 @@ impl AgentLoop {
         }
         genai::record_chat_error(&span, error.kind);
         drop(span);
-        if error.kind == crate::llm::ProviderErrorKind::PromptTooLong
+        if error.kind == crate::model::ProviderErrorKind::PromptTooLong
             && acc.blocks().is_empty()
             && self.emergency(out)
         {
