@@ -469,6 +469,9 @@ impl Tool for LoadSkill {
     }
 }
 
+/// Largest instruction file loaded, in bytes; longer files are cut with a note.
+pub(crate) const INSTRUCTION_FILE_MAX_BYTES: usize = 40_000;
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -668,6 +671,3 @@ mod tests {
         assert!(registry.filtered(&["grep"]).contains(LOAD_SKILL_TOOL_NAME));
     }
 }
-
-/// Largest instruction file loaded, in bytes; longer files are cut with a note.
-pub(crate) const INSTRUCTION_FILE_MAX_BYTES: usize = 40_000;

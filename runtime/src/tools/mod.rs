@@ -209,6 +209,9 @@ pub fn builtin_registry() -> ToolRegistry {
     registry
 }
 
+/// SPEC §3: the result given to a call that was cancelled before it finished.
+pub const CANCELLED_RESULT: &str = "(cancelled)";
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -443,6 +446,3 @@ mod tests {
         );
     }
 }
-
-/// SPEC §3: the result given to a call that was cancelled before it finished.
-pub const CANCELLED_RESULT: &str = "(cancelled)";
