@@ -4,7 +4,7 @@
 //! its agent, so it ends with it).
 //!
 //! What to summarise, when, and what to do with the answer are the agent
-//! loop's decisions (`troupe_runtime::compact`, the machine's compaction
+//! loop's decisions (`troupe_agent::compact`, the machine's compaction
 //! phases); the compactor only carries a request out and answers the agent
 //! with [`Work::Summarised`]. Each summary streams in a task of its own — a
 //! summary prepared ahead and one the agent waits for may overlap — and the
@@ -19,9 +19,9 @@ use futures::StreamExt;
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, Span};
-use troupe_runtime::llm::{ChatRequest, Provider, ProviderError, ResponseAccumulator};
-use troupe_runtime::model::ProviderErrorKind;
-use troupe_runtime::model::Usage;
+use troupe_llm::{ChatRequest, Provider, ProviderError, ResponseAccumulator};
+use troupe_protocol::model::ProviderErrorKind;
+use troupe_protocol::model::Usage;
 
 use crate::agent::{AgentMsg, Work};
 

@@ -15,19 +15,19 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use troupe_runtime::agent::ToolCatalogue;
-use troupe_runtime::agent::agent_tool::agent_tool_definition;
-use troupe_runtime::agent::roles::{RoleSet, RoleTools};
-use troupe_runtime::config::Price;
-use troupe_runtime::llm::Provider;
-use troupe_runtime::model::{SystemPrompt, ToolDefinition};
-use troupe_runtime::os_sandbox::CommandSandbox;
-use troupe_runtime::sandbox::PathSandbox;
-use troupe_runtime::store::Store;
-use troupe_runtime::telemetry::genai::ContentCapture;
-use troupe_runtime::tools::RegistryError;
-use troupe_runtime::tools::background::BackgroundTasks;
-use troupe_runtime::tools::registry::ToolRegistry;
+use troupe_agent::ToolCatalogue;
+use troupe_agent::agent_tool::agent_tool_definition;
+use troupe_agent::roles::{RoleSet, RoleTools};
+use troupe_config::Price;
+use troupe_llm::Provider;
+use troupe_paths::sandbox::PathSandbox;
+use troupe_process::os_sandbox::CommandSandbox;
+use troupe_protocol::model::{SystemPrompt, ToolDefinition};
+use troupe_store::Store;
+use troupe_telemetry::genai::ContentCapture;
+use troupe_tools::RegistryError;
+use troupe_tools::background::BackgroundTasks;
+use troupe_tools::registry::ToolRegistry;
 
 use crate::mcp::McpHub;
 
@@ -115,10 +115,10 @@ pub struct AgentEnv {
     /// Catalogues built so far (start with `CatalogueCache::default()`).
     pub catalogues: CatalogueCache,
     /// The hooks of the configuration (a project's only once it is trusted).
-    pub hooks: Arc<troupe_runtime::hooks::HookSet>,
+    pub hooks: Arc<troupe_hooks::HookSet>,
     /// The project memory the stable prompt holds (kept with a new session)
     /// and the background updates in flight.
-    pub memory: troupe_runtime::memory::SessionMemory,
+    pub memory: troupe_tools::memory::SessionMemory,
 }
 
 impl AgentEnv {

@@ -17,8 +17,8 @@ use std::sync::Arc;
 
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 use tokio::sync::broadcast;
-use troupe_runtime::events::{EventKind, RunEvent};
-use troupe_runtime::store::{self, Store};
+use troupe_protocol::events::{EventKind, RunEvent};
+use troupe_store::Store;
 
 #[cfg(test)]
 use crate::subscription::EventSubscription;
@@ -106,7 +106,7 @@ impl Actor for EventLog {
 impl EventLogState {
     /// Stores an event before anyone sees it (DESIGN.md principle 6); the
     /// last event of a run is made durable by the store's writer, awaited at
-    /// most [`store::CONFIRM_DEADLINE`].
+    /// most [`troupe_store::CONFIRM_DEADLINE`].
     /// Returns the store's error the first time it fails (later failures of
     /// the same run are only logged).
     async fn store_event(&mut self, event: &RunEvent) -> Option<String> {
@@ -115,9 +115,9 @@ impl EventLogState {
         let mut stored = self.store.append_event(event);
         if last && stored.is_ok() {
             let durable = self.store.commit_and_wait(|_| Ok(()));
-            stored = tokio::time::timeout(store::CONFIRM_DEADLINE, durable)
+            stored = tokio::time::timeout(troupe_store::CONFIRM_DEADLINE, durable)
                 .await
-                .unwrap_or_else(|_| Err(store::unconfirmed("the run's events")));
+                .unwrap_or_else(|_| Err(troupe_store::unconfirmed("the run's events")));
         }
         match stored {
             Ok(()) => None,
@@ -227,8 +227,8 @@ impl EventSink {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use troupe_runtime::events::RunStatus;
-    use troupe_runtime::model::Usage;
+    use troupe_protocol::events::RunStatus;
+    use troupe_protocol::model::Usage;
 
     struct Fixture {
         _dir: tempfile::TempDir,

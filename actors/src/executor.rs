@@ -13,10 +13,10 @@ use std::time::{Duration, Instant};
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 use serde_json::Value;
 use tracing::{Instrument, Span};
-use troupe_runtime::telemetry::genai::ToolErrorKind;
-use troupe_runtime::tools::{Tool, ToolContext, ToolOutput};
+use troupe_telemetry::genai::ToolErrorKind;
+use troupe_tools::{Tool, ToolContext, ToolOutput};
 
-pub use troupe_runtime::agent::CLEANUP_GRACE;
+pub use troupe_agent::CLEANUP_GRACE;
 
 /// What an executor reports to its agent.
 #[derive(Debug)]
@@ -129,7 +129,7 @@ async fn run_with_limits(args: &ExecutorArgs) -> (ToolOutput, Option<ToolErrorKi
             // Let the tool kill what it started; its own output is discarded.
             let _ = tokio::time::timeout(CLEANUP_GRACE, &mut execution).await;
             (
-                ToolOutput::error(troupe_runtime::tools::CANCELLED_RESULT),
+                ToolOutput::error(troupe_tools::CANCELLED_RESULT),
                 Some(ToolErrorKind::Cancelled),
             )
         }

@@ -5,7 +5,7 @@
 //! request; notes go before the prompt.
 
 use tokio_util::sync::CancellationToken;
-use troupe_runtime::hooks::{self, HookContext, HookEvent, HookPayload, HookPlace, HookVerdict};
+use troupe_hooks::{HookContext, HookEvent, HookPayload, HookPlace, HookVerdict};
 
 use crate::env::AgentEnv;
 
@@ -82,7 +82,7 @@ pub(crate) async fn before_prompt(
         let mut payload = HookPayload::new(HookEvent::SessionStart, &ctx.place);
         payload.trigger = Some(opening.as_str().to_owned());
         verdict.extend(
-            hooks::fire(
+            troupe_hooks::fire(
                 &env.hooks,
                 HookEvent::SessionStart,
                 Some(opening.as_str()),
@@ -114,7 +114,7 @@ async fn prompt_submitted(env: &AgentEnv, ctx: &HookContext, prompt: &str) -> Ho
     }
     let mut payload = HookPayload::new(HookEvent::UserPromptSubmit, &ctx.place);
     payload.prompt = Some(prompt.to_owned());
-    hooks::fire(&env.hooks, HookEvent::UserPromptSubmit, None, payload, ctx).await
+    troupe_hooks::fire(&env.hooks, HookEvent::UserPromptSubmit, None, payload, ctx).await
 }
 
 /// The message a run ends with when a hook blocked its prompt.

@@ -1,10 +1,10 @@
-//! Troupe's actor tree on `ractor` (DESIGN.md): the runtime actor at the root,
+//! Troupe's actor tree on `ractor`: the runtime actor at the root,
 //! a run actor per run (record, first and last events, shared budget,
 //! watchdog, approval broker), one agent actor per agent of the run's tree
 //! (the main agent, sub-agents, forks — one loop for all) with the compactor
 //! of its session, a tool executor per call, an event log per run, read through bounded subscriptions, and an MCP
 //! supervisor with one actor per configured MCP server. Actors only sequence the decisions that
-//! `troupe-runtime` makes.
+//! the runtime crates (`troupe-agent` first) make.
 
 // Product code never unwraps: errors are values (tests may).
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
@@ -32,4 +32,4 @@ pub use runtime::{
     SessionTarget,
 };
 pub use subscription::EventSubscription;
-pub use troupe_runtime::agent::{AgentStatus, Approver, RunOutcome};
+pub use troupe_agent::{AgentStatus, Approver, RunOutcome};

@@ -25,14 +25,14 @@ use std::time::Duration;
 use ractor::{Actor, ActorId, ActorProcessingErr, ActorRef, RpcReplyPort, SupervisionEvent};
 use tokio::time::Instant;
 use tokio_util::sync::{CancellationToken, DropGuard};
-use troupe_runtime::mcp::RmcpTool;
-use troupe_runtime::mcp::state::next_attempt;
-use troupe_runtime::mcp::tool::tools_of;
-use troupe_runtime::mcp::{
+use troupe_mcp::RmcpTool;
+use troupe_mcp::state::next_attempt;
+use troupe_mcp::tool::tools_of;
+use troupe_mcp::{
     CONNECT_TIMEOUT, Connection, McpServerSpec, McpState, SHUTDOWN_BUDGET, ServerPhase,
     restart_delay,
 };
-use troupe_runtime::telemetry::genai;
+use troupe_telemetry::genai;
 
 /// The environment a stdio server starts from (`None`: this process's).
 pub type BaseEnv = Option<Arc<Vec<(String, String)>>>;

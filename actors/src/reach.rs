@@ -14,9 +14,9 @@ use std::sync::Arc;
 use futures::future::BoxFuture;
 use ractor::ActorRef;
 use tokio_util::sync::CancellationToken;
-use troupe_runtime::agent::{Approver, RunAccount};
-use troupe_runtime::events::{ApprovalOutcome, EventKind};
-use troupe_runtime::tools::{Answer, CallReach, Question};
+use troupe_agent::{Approver, RunAccount};
+use troupe_protocol::events::{ApprovalOutcome, EventKind};
+use troupe_tools::{Answer, CallReach, Question};
 
 use crate::event_log::EventSink;
 use crate::run::{RunInternal, RunMsg};

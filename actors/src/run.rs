@@ -21,19 +21,19 @@ use std::sync::Arc;
 use chrono::{DateTime, Utc};
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort, SupervisionEvent};
 use tokio_util::sync::CancellationToken;
-use troupe_runtime::agent::resume::{pause_note, user_message};
-use troupe_runtime::agent::{
+use troupe_agent::compact::offload::Ledger;
+use troupe_agent::resume::{pause_note, user_message};
+use troupe_agent::session::Transcript;
+use troupe_agent::{
     AgentLoop, AgentSpec, AgentStatus, Approver, Budget, ContextSetup, LimitHit, LoopSetup,
     RunAccount, RunOutcome, SlotHolder, StopCause,
 };
-use troupe_runtime::compact::offload::Ledger;
-use troupe_runtime::config::Limits;
-use troupe_runtime::events::{ApprovalOutcome, EventKind, RunStatus};
-use troupe_runtime::model::{Message, Usage};
-use troupe_runtime::permission::RuleEntry;
-use troupe_runtime::permissions::PermissionEngine;
-use troupe_runtime::session::Transcript;
-use troupe_runtime::store::{self, RunRecord, RunState, StoreError};
+use troupe_config::Limits;
+use troupe_permissions::PermissionEngine;
+use troupe_protocol::events::{ApprovalOutcome, EventKind, RunStatus};
+use troupe_protocol::model::{Message, Usage};
+use troupe_protocol::permission::RuleEntry;
+use troupe_store::{RunRecord, RunState, StoreError};
 
 use crate::agent::{AgentActor, AgentArgs, AgentMsg, Report, Work};
 use crate::env::AgentEnv;
@@ -113,7 +113,7 @@ pub(crate) enum RunMsg {
 /// Traffic from the run's agents and timers.
 pub(crate) enum RunInternal {
     /// The hooks at the run's door answered.
-    Gated(troupe_runtime::hooks::HookVerdict),
+    Gated(troupe_hooks::HookVerdict),
     /// An agent of the tree started.
     AgentStarted {
         path: String,
@@ -130,7 +130,7 @@ pub(crate) enum RunInternal {
     /// A tool call waits for the answer to the question `approval_id`.
     QuestionOpened {
         approval_id: String,
-        reply: tokio::sync::oneshot::Sender<troupe_runtime::tools::Answer>,
+        reply: tokio::sync::oneshot::Sender<troupe_tools::Answer>,
     },
     /// Approval requests that no longer wait.
     ApprovalsClosed { approval_ids: Vec<String> },
@@ -200,7 +200,7 @@ pub(crate) struct RunActorState {
     account: Arc<RunAccount>,
     agents: HashMap<String, TreeAgent>,
     broker: HashMap<String, ActorRef<AgentMsg>>,
-    questions: HashMap<String, tokio::sync::oneshot::Sender<troupe_runtime::tools::Answer>>,
+    questions: HashMap<String, tokio::sync::oneshot::Sender<troupe_tools::Answer>>,
     main: Option<ActorRef<AgentMsg>>,
     /// What the run opens with, while its hooks at the door wait for
     /// `post_start`.
@@ -269,7 +269,7 @@ impl Actor for RunActor {
             state.door = Some(door);
         } else {
             // No hook to ask: the run opens at once.
-            let gate = troupe_runtime::hooks::HookVerdict::default();
+            let gate = troupe_hooks::HookVerdict::default();
             state.open_with(&myself, door, gate).await;
         }
         Ok(state)
@@ -473,7 +473,7 @@ async fn door_gate(
     session_id: &str,
     run_id: &str,
     door: &DoorCheck,
-) -> troupe_runtime::hooks::HookVerdict {
+) -> troupe_hooks::HookVerdict {
     match door.job {
         RunJob::Prompt => {
             crate::hook_gate::before_prompt(
@@ -486,7 +486,7 @@ async fn door_gate(
             )
             .await
         }
-        RunJob::Compact => troupe_runtime::hooks::HookVerdict::default(),
+        RunJob::Compact => troupe_hooks::HookVerdict::default(),
     }
 }
 
@@ -691,7 +691,7 @@ impl RunActorState {
         &mut self,
         myself: &ActorRef<RunMsg>,
         door: Door,
-        gate: troupe_runtime::hooks::HookVerdict,
+        gate: troupe_hooks::HookVerdict,
     ) {
         let mut session = door.session;
         let resumed = !session.transcript.is_empty();
@@ -837,8 +837,8 @@ impl RunActorState {
         };
         let overdue = deliver.clone();
         tokio::spawn(async move {
-            tokio::time::sleep(store::CONFIRM_DEADLINE).await;
-            overdue(Err(store::unconfirmed("the end of the run")));
+            tokio::time::sleep(troupe_store::CONFIRM_DEADLINE).await;
+            overdue(Err(troupe_store::unconfirmed("the end of the run")));
         });
         self.env.store.commit(
             move |store| {

@@ -16,14 +16,14 @@ use std::sync::Arc;
 
 use ractor::{Actor, ActorId, ActorProcessingErr, ActorRef, RpcReplyPort, SupervisionEvent};
 use tokio::sync::oneshot;
-use troupe_runtime::agent::{AgentStatus, Approver, RunOutcome};
-use troupe_runtime::config::Limits;
-use troupe_runtime::events::{ApprovalOutcome, EventKind, RunEvent, RunStatus};
-use troupe_runtime::model::{Message, Usage};
-use troupe_runtime::permission::PermissionMode;
-use troupe_runtime::permissions::PermissionEngine;
-use troupe_runtime::session::{Transcript, keep_idle_session, open_session};
-use troupe_runtime::store::{NewSession, Store, StoreError};
+use troupe_agent::session::{Transcript, keep_idle_session, open_session};
+use troupe_agent::{AgentStatus, Approver, RunOutcome};
+use troupe_config::Limits;
+use troupe_permissions::PermissionEngine;
+use troupe_protocol::events::{ApprovalOutcome, EventKind, RunEvent, RunStatus};
+use troupe_protocol::model::{Message, Usage};
+use troupe_protocol::permission::PermissionMode;
+use troupe_store::{NewSession, Store, StoreError};
 
 use crate::env::AgentEnv;
 use crate::event_log::{EventLog, EventLogArgs, EventLogMsg, EventSink, LiveEvents, live_events};
@@ -336,7 +336,7 @@ impl RuntimeState {
     ) -> Result<RunHandle, RuntimeError> {
         let (session_id, session, notice, opening) = self.open(&submission)?;
         if job == RunJob::Compact
-            && !troupe_runtime::compact::compactable(
+            && !troupe_agent::compact::compactable(
                 session.transcript.messages(),
                 submission.env.context_window,
             )
@@ -507,7 +507,7 @@ impl RuntimeState {
         // subscriber that comes later reads `run_finished` from the store.
         // The log answers within the store's confirmation deadline.
         if let Some(run) = self.runs.get(run_id) {
-            let limit = troupe_runtime::store::CONFIRM_DEADLINE + LOG_DRAIN_MARGIN;
+            let limit = troupe_store::CONFIRM_DEADLINE + LOG_DRAIN_MARGIN;
             if let Err(err) = run.log.drain_and_wait(Some(limit)).await {
                 tracing::warn!(%run_id, %err, "the run's event log did not finish in time");
             }

@@ -16,8 +16,8 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 
 use tokio::sync::broadcast;
-use troupe_runtime::events::{EventKind, RunEvent};
-use troupe_runtime::store::Store;
+use troupe_protocol::events::{EventKind, RunEvent};
+use troupe_store::Store;
 
 /// Events the live ring of a run keeps for readers that fall behind.
 pub const LIVE_BUFFER: usize = 1024;

@@ -7,7 +7,7 @@
 
 use std::io::{BufRead, BufReader, IsTerminal, Write};
 
-use troupe_runtime::events::ApprovalOutcome;
+use troupe_protocol::events::ApprovalOutcome;
 
 use crate::sanitize::for_terminal;
 

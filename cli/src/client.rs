@@ -17,8 +17,8 @@ use std::time::Duration;
 
 use futures::future::BoxFuture;
 use serde_json::Value;
-use troupe_runtime::events::{ApprovalOutcome, EventKind, RunEvent};
-use troupe_runtime::llm::sse::SseParser;
+use troupe_llm::sse::SseParser;
+use troupe_protocol::events::{ApprovalOutcome, EventKind, RunEvent};
 
 use crate::daemon::{home, spawn};
 use crate::follow::{Answerer, RunLink};
@@ -213,7 +213,7 @@ impl DaemonClient {
         socket: Option<&std::path::Path>,
         token: String,
     ) -> Result<Self, ClientError> {
-        troupe_runtime::llm::http::install_crypto_provider();
+        troupe_llm::http::install_crypto_provider();
         let failed = |err: &dyn std::fmt::Display| ClientError {
             message: format!("cannot set up the daemon client: {err}"),
             code: EXIT_RUNTIME,

@@ -20,9 +20,9 @@ use std::path::Path;
 use std::time::Duration;
 
 use serde_json::json;
-use troupe_runtime::config::{DEFAULT_CONTEXT_WINDOW, DEFAULT_MAX_TOKENS, ResolvedProvider};
-use troupe_runtime::model::Protocol;
-use troupe_runtime::permission::PermissionMode;
+use troupe_config::{DEFAULT_CONTEXT_WINDOW, DEFAULT_MAX_TOKENS, ResolvedProvider};
+use troupe_protocol::model::Protocol;
+use troupe_protocol::permission::PermissionMode;
 use troupe_scripted::{Matcher, Response, Script, ScriptedServer, ServerConfig, Turn, Usage, text};
 
 use troupe_actors::SessionTarget;

@@ -9,7 +9,7 @@
 use std::io::Write;
 
 use futures::future::BoxFuture;
-use troupe_runtime::events::{ApprovalOutcome, EventKind, RunEvent, RunStatus};
+use troupe_protocol::events::{ApprovalOutcome, EventKind, RunEvent, RunStatus};
 
 use crate::approval;
 use crate::render::{HumanRenderer, RenderStyle, write_json_line};

@@ -4,7 +4,7 @@
 //! (an ambiguous prefix lists its matches, a prefix matching nothing says
 //! so). Both are usage errors (exit code 2).
 
-use troupe_runtime::store::{IdMatch, Store};
+use troupe_store::{IdMatch, Store};
 
 use crate::setup::SetupError;
 
@@ -42,9 +42,10 @@ pub(crate) fn resolve(store: &Store, kind: IdKind, given: &str) -> Result<String
     };
     match found {
         Ok(found) => outcome(kind, given, found).map_err(SetupError::usage),
-        Err(troupe_runtime::store::StoreError::InvalidId { reason, .. }) => Err(SetupError::usage(
-            format!("invalid {} id {given:?}: {reason}", kind.noun()),
-        )),
+        Err(troupe_store::StoreError::InvalidId { reason, .. }) => Err(SetupError::usage(format!(
+            "invalid {} id {given:?}: {reason}",
+            kind.noun()
+        ))),
         Err(err) => Err(SetupError::runtime(err.to_string())),
     }
 }

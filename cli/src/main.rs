@@ -77,7 +77,7 @@ enum Command {
         approval: String,
         /// allow, allow-always or deny.
         #[arg(value_parser = parse_answer)]
-        answer: troupe_runtime::events::ApprovalOutcome,
+        answer: troupe_protocol::events::ApprovalOutcome,
         /// Why (passed to the model with a deny).
         #[arg(long)]
         reason: Option<String>,
@@ -166,7 +166,7 @@ pub struct ChatArgs {
     pub model: Option<String>,
     /// Permission mode: default, accept-edits, plan or bypass (`/mode` changes it).
     #[arg(long, value_parser = parse_mode)]
-    pub mode: Option<troupe_runtime::permission::PermissionMode>,
+    pub mode: Option<troupe_protocol::permission::PermissionMode>,
     /// Working directory (default: the current one).
     #[arg(long)]
     pub cwd: Option<PathBuf>,
@@ -196,7 +196,7 @@ pub struct RunFlags {
     pub model: Option<String>,
     /// Permission mode: default, accept-edits, plan or bypass.
     #[arg(long, value_parser = parse_mode)]
-    pub mode: Option<troupe_runtime::permission::PermissionMode>,
+    pub mode: Option<troupe_protocol::permission::PermissionMode>,
     /// Working directory (default: the current one; a continued session's own).
     #[arg(long)]
     pub cwd: Option<PathBuf>,
@@ -315,8 +315,8 @@ pub enum RunsCommand {
     },
 }
 
-fn parse_answer(text: &str) -> Result<troupe_runtime::events::ApprovalOutcome, String> {
-    use troupe_runtime::events::ApprovalOutcome;
+fn parse_answer(text: &str) -> Result<troupe_protocol::events::ApprovalOutcome, String> {
+    use troupe_protocol::events::ApprovalOutcome;
     match ApprovalOutcome::parse(text) {
         Some(
             outcome @ (ApprovalOutcome::Allow
@@ -341,8 +341,8 @@ pub struct DemoArgs {
     pub keep: bool,
 }
 
-fn parse_mode(text: &str) -> Result<troupe_runtime::permission::PermissionMode, String> {
-    troupe_runtime::permission::PermissionMode::parse(text).ok_or_else(|| {
+fn parse_mode(text: &str) -> Result<troupe_protocol::permission::PermissionMode, String> {
+    troupe_protocol::permission::PermissionMode::parse(text).ok_or_else(|| {
         format!("unknown mode \"{text}\" (expected default, accept-edits, plan or bypass)")
     })
 }
@@ -439,7 +439,7 @@ fn main() -> ExitCode {
     });
     // Do not wait for lingering blocking tasks (a pending terminal prompt).
     runtime.shutdown_background();
-    troupe_runtime::tools::process_tree::remove_spare_cgroups();
+    troupe_process::process_tree::remove_spare_cgroups();
     ExitCode::from(code)
 }
 
@@ -449,8 +449,8 @@ fn main() -> ExitCode {
 /// standard ones, those the user and project configuration files name, and
 /// those a parent troupe process listed.
 fn harden(cli: &Cli) {
-    use troupe_runtime::config::paths::{self, ProcessEnv};
-    use troupe_runtime::secrets;
+    use troupe_config::paths::{self, ProcessEnv};
+    use troupe_process::secrets;
     let given = match &cli.command {
         Command::Run(args) => args.flags.cwd.clone(),
         Command::Resume(args) => args.flags.cwd.clone(),
@@ -466,11 +466,8 @@ fn harden(cli: &Cli) {
     let roots: Vec<&std::path::Path> = roots.iter().map(PathBuf::as_path).collect();
     let user = paths::user_config_file(&ProcessEnv).ok();
     let parent = std::env::var(secrets::WITHHOLD_VARS_VAR).ok();
-    let names = troupe_runtime::config::keys::key_names_from_files(
-        user.as_deref(),
-        &roots,
-        parent.as_deref(),
-    );
+    let names =
+        troupe_config::keys::key_names_from_files(user.as_deref(), &roots, parent.as_deref());
     // SAFETY: no other thread exists yet: the async runtime starts after this.
     let report = unsafe { secrets::harden_process(&names) };
     for failure in report.failures {
@@ -482,7 +479,7 @@ fn harden(cli: &Cli) {
 /// unless `TROUPE_LOG` or `RUST_LOG` says otherwise; a filter that does not
 /// parse is one warning and the default filter.
 fn init_logging(color: bool) {
-    use troupe_runtime::telemetry::{log_filter, log_filter_from_env};
+    use troupe_telemetry::{log_filter, log_filter_from_env};
     let (filter, warning) = log_filter(&log_filter_from_env(|name| std::env::var(name).ok()));
     let installed = tracing_subscriber::fmt()
         .with_env_filter(filter)

@@ -11,11 +11,11 @@ use clap::Subcommand;
 use serde_json::json;
 use troupe_actors::McpHub;
 use troupe_actors::mcp::BaseEnv;
-use troupe_runtime::config::Config;
-use troupe_runtime::mcp::{
+use troupe_config::Config;
+use troupe_mcp::{
     CONNECT_TIMEOUT, McpServerSpec, McpState, ServerPhase, ServerStatus, resolve_servers,
 };
-use troupe_runtime::tools::Tool;
+use troupe_tools::Tool;
 
 use crate::setup::{Locations, RunOptions, configured_with_root};
 use crate::{EXIT_RUNTIME, EXIT_USAGE};
@@ -65,7 +65,7 @@ pub(crate) fn server_specs(
     project_root: &Path,
 ) -> (Vec<McpServerSpec>, Vec<String>) {
     let env = |name: &str| locations.var(name);
-    let key_vars = troupe_runtime::config::keys::config_key_names(config);
+    let key_vars = troupe_config::keys::config_key_names(config);
     resolve_servers(&config.mcp_servers, &env, project_root, &key_vars)
 }
 

@@ -13,7 +13,7 @@
 use std::collections::HashMap;
 use std::io::Write;
 
-use troupe_runtime::events::{EventKind, NOTICE_MODEL_RETRY, RunEvent, RunStatus, preview};
+use troupe_protocol::events::{EventKind, NOTICE_MODEL_RETRY, RunEvent, RunStatus, preview};
 
 use crate::sanitize::for_terminal;
 
@@ -327,10 +327,7 @@ impl HumanRenderer {
             }
             EventKind::Notice { text, code } => {
                 let text = for_terminal(text);
-                let quiet = [
-                    NOTICE_MODEL_RETRY,
-                    troupe_runtime::mcp::calls::NOTICE_MCP_PROGRESS,
-                ];
+                let quiet = [NOTICE_MODEL_RETRY, troupe_mcp::calls::NOTICE_MCP_PROGRESS];
                 if code.as_deref().is_some_and(|code| quiet.contains(&code)) {
                     writeln!(out, "{}", self.dim(&format!("{prefix}{text}")))?;
                 } else {
@@ -416,7 +413,7 @@ mod tests {
         assert_eq!(trigger_note("manual"), " (manual)");
         assert_eq!(trigger_note("resume"), " (resume)");
     }
-    use troupe_runtime::model::Usage;
+    use troupe_protocol::model::Usage;
 
     fn event(seq: u64, kind: EventKind) -> RunEvent {
         RunEvent {

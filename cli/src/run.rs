@@ -16,10 +16,10 @@ use std::sync::Arc;
 
 use futures::future::BoxFuture;
 use troupe_actors::{Approver, RunHandle, Runtime};
-use troupe_runtime::events::RunEvent;
-use troupe_runtime::memory::MEMORY_SETTLE_LIMIT;
-use troupe_runtime::session::recover_interrupted_runs;
-use troupe_runtime::store::{SESSION_MAX_AGE, Store};
+use troupe_agent::session::recover_interrupted_runs;
+use troupe_protocol::events::RunEvent;
+use troupe_store::{SESSION_MAX_AGE, Store};
+use troupe_tools::memory::MEMORY_SETTLE_LIMIT;
 
 use crate::client::{DaemonClient, RemoteRun};
 use crate::follow::{Answerer, Followed, OnSignal, RunLink, follow};
@@ -249,7 +249,7 @@ async fn start_remote(
         &current_dir,
         // With the provider keys read at start-up, which are no longer in
         // this process's environment.
-        troupe_runtime::secrets::process_vars(),
+        troupe_process::secrets::process_vars(),
         interactive,
     );
     let submitted = match client.submit(&body).await {
@@ -330,7 +330,7 @@ fn remove_old_sessions(store: &Store, data_dir: &std::path::Path, continued: Opt
     tokio::task::spawn_blocking(move || {
         match store.remove_sessions_older_than(SESSION_MAX_AGE, chrono::Utc::now(), &in_use) {
             Ok(removed) if !removed.is_empty() => {
-                troupe_runtime::tools::output::remove_spill_dirs(&data_dir, &removed);
+                troupe_tools::output::remove_spill_dirs(&data_dir, &removed);
                 tracing::info!(count = removed.len(), "removed sessions older than 30 days");
             }
             Ok(_) => {}
@@ -497,7 +497,7 @@ mod tests {
 
         let mut given = flags();
         given.cwd = Some("sub".into());
-        given.mode = Some(troupe_runtime::permission::PermissionMode::AcceptEdits);
+        given.mode = Some(troupe_protocol::permission::PermissionMode::AcceptEdits);
         given.max_turns = Some(3);
         let body = remote_request("x", Some("0193"), &given, here, env, false);
         assert_eq!(body["cwd"], "/work/project/sub");

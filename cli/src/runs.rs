@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use futures::future::BoxFuture;
 use troupe_actors::EventSubscription;
-use troupe_runtime::events::{ApprovalOutcome, RunEvent};
+use troupe_protocol::events::{ApprovalOutcome, RunEvent};
 
 use crate::client::{ClientError, DaemonClient, RemoteRun};
 use crate::follow::{Answerer, OnSignal, RunLink, follow};

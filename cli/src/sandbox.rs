@@ -9,9 +9,9 @@
 use std::path::PathBuf;
 
 use clap::Subcommand;
-use troupe_runtime::os_sandbox::CommandSandbox;
-use troupe_runtime::sandbox::PathSandbox;
-use troupe_runtime::tools::output::session_spill_dir;
+use troupe_paths::sandbox::PathSandbox;
+use troupe_process::os_sandbox::CommandSandbox;
+use troupe_tools::output::session_spill_dir;
 
 use crate::setup::{Locations, RunOptions, command_sandbox, configured_with_root};
 use crate::{EXIT_RUNTIME, EXIT_USAGE};
@@ -75,7 +75,7 @@ pub(crate) fn sandbox(command: SandboxCommand) -> u8 {
 /// The text `troupe sandbox status` prints.
 fn report(sandbox: &CommandSandbox) -> String {
     let mut lines = sandbox.describe();
-    lines.extend(troupe_runtime::os_sandbox::KernelSupport::probe().describe());
+    lines.extend(troupe_process::os_sandbox::KernelSupport::probe().describe());
     if let Some(dir) = sandbox.temp_dir() {
         lines.push(format!("TMPDIR of commands: {}", dir.display()));
     }

@@ -5,9 +5,9 @@
 
 use std::io::Write;
 
-use troupe_runtime::events::preview;
-use troupe_runtime::model::{ContentBlock, Message, Role};
-use troupe_runtime::store::{RunRecord, SessionMeta, Store, StoreError};
+use troupe_protocol::events::preview;
+use troupe_protocol::model::{ContentBlock, Message, Role};
+use troupe_store::{RunRecord, SessionMeta, Store, StoreError};
 
 use crate::client::DaemonClient;
 use crate::ids::{self, IdKind};
@@ -264,7 +264,7 @@ async fn remove_command(id: &str) -> u8 {
     match remove(&store, id, &mut std::io::stdout().lock()) {
         Ok(removed) => {
             // The spill files go with their sessions.
-            troupe_runtime::tools::output::remove_spill_dirs(&locations.data_dir, &removed);
+            troupe_tools::output::remove_spill_dirs(&locations.data_dir, &removed);
             0
         }
         Err((code, message)) => {
@@ -366,7 +366,7 @@ pub(crate) fn compact_refusal(err: troupe_actors::RuntimeError) -> (u8, String) 
 /// the error.
 pub(crate) fn compacted_text(outcome: &troupe_actors::RunOutcome) -> Result<String, (u8, String)> {
     match outcome.status {
-        troupe_runtime::events::RunStatus::Finished => Ok(outcome.final_text.clone()),
+        troupe_protocol::events::RunStatus::Finished => Ok(outcome.final_text.clone()),
         _ => Err((EXIT_RUNTIME, outcome.final_text.clone())),
     }
 }
@@ -612,8 +612,8 @@ pub(crate) fn removed_text(id: &str, removed: &[String]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use troupe_runtime::model::{ToolCall, ToolResult};
-    use troupe_runtime::store::RunState;
+    use troupe_protocol::model::{ToolCall, ToolResult};
+    use troupe_store::RunState;
 
     #[test]
     fn messages_read_well() {
@@ -727,7 +727,7 @@ mod tests {
 
     #[test]
     fn run_lines_give_the_status_once_and_a_reason_only_when_it_adds_something() {
-        use troupe_runtime::events::RunStatus;
+        use troupe_protocol::events::RunStatus;
         let finished = RunState::Ended(RunStatus::Finished);
         assert_eq!(
             format_run_line(&run_record(finished, Some("end_turn"))),

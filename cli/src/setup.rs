@@ -11,29 +11,29 @@ use std::time::Duration;
 use crate::{EXIT_RUNTIME, EXIT_USAGE};
 
 use troupe_actors::{AgentEnv, ProviderForModel, SessionTarget};
-use troupe_runtime::agent::roles::RoleSet;
-use troupe_runtime::config::paths::{self, ProcessEnv};
-use troupe_runtime::config::{
-    Config, ConfigSources, Limits, ResolvedProvider, TrustStore, load_config_with_trust,
-    resolve_provider, startup_warnings, untrusted_notice,
-};
-use troupe_runtime::llm::build_provider;
-use troupe_runtime::memory::{Remember, SessionMemory, load_for_prompt};
-use troupe_runtime::os_sandbox::CommandSandbox;
-use troupe_runtime::permission::PermissionMode;
-use troupe_runtime::permissions::PermissionEngine;
-use troupe_runtime::permissions::protected::ProtectedPaths;
-use troupe_runtime::prompt::{
+use troupe_agent::prompt::{
     GIT_STATUS_BUDGET, GitStatus, build_system_prompt, read_git_status, with_memory,
     with_skill_catalogue,
 };
-use troupe_runtime::sandbox::PathSandbox;
-use troupe_runtime::skills::{LoadSkill, SkillSet};
-use troupe_runtime::store::{Store, StoreError};
-use troupe_runtime::telemetry::genai::ContentCapture;
-use troupe_runtime::tools::background::BackgroundTasks;
-use troupe_runtime::tools::process::child_environment_withholding;
-use troupe_runtime::tools::{ToolRegistry, builtin_registry};
+use troupe_agent::roles::RoleSet;
+use troupe_config::paths::{self, ProcessEnv};
+use troupe_config::{
+    Config, ConfigSources, Limits, ResolvedProvider, TrustStore, load_config_with_trust,
+    resolve_provider, startup_warnings, untrusted_notice,
+};
+use troupe_llm::build_provider;
+use troupe_paths::protected::ProtectedPaths;
+use troupe_paths::sandbox::PathSandbox;
+use troupe_permissions::PermissionEngine;
+use troupe_process::child_environment_withholding;
+use troupe_process::os_sandbox::CommandSandbox;
+use troupe_protocol::permission::PermissionMode;
+use troupe_store::{Store, StoreError};
+use troupe_telemetry::genai::ContentCapture;
+use troupe_tools::background::BackgroundTasks;
+use troupe_tools::memory::{Remember, SessionMemory, load_for_prompt};
+use troupe_tools::skills::{LoadSkill, SkillSet};
+use troupe_tools::{ToolRegistry, builtin_registry};
 
 /// A setup failure, already worded for the person at the terminal, with the
 /// exit code it deserves.
@@ -122,7 +122,7 @@ impl Locations {
     pub(crate) fn var(&self, name: &str) -> Option<String> {
         match &self.vars {
             Some(vars) => vars.get(name).cloned(),
-            None => troupe_runtime::config::paths::Env::var(&ProcessEnv, name),
+            None => troupe_config::paths::Env::var(&ProcessEnv, name),
         }
     }
 
@@ -601,8 +601,7 @@ async fn assemble(
         SessionTarget::New(Some(id)) | SessionTarget::Continue(id) => id.clone(),
         SessionTarget::New(None) => uuid::Uuid::now_v7().to_string(),
     };
-    let spill_dir =
-        troupe_runtime::tools::output::session_spill_dir(&locations.data_dir, &session_id);
+    let spill_dir = troupe_tools::output::session_spill_dir(&locations.data_dir, &session_id);
     let mut roots = vec![spill_dir.clone()];
     roots.extend(config.permissions.extra_roots.iter().cloned());
     let home = locations.home.clone();
@@ -632,7 +631,7 @@ async fn assemble(
     system.stable = with_memory(system.stable, memory.as_deref());
     let (skills, skill_warnings) = SkillSet::load(config_dir.as_deref(), own_files);
     system.stable = with_skill_catalogue(system.stable, &skills);
-    let withheld = troupe_runtime::config::keys::config_key_names(config);
+    let withheld = troupe_config::keys::config_key_names(config);
     let child_env = child_environment_withholding(&config.tools.env_allowlist, &withheld, |name| {
         locations.var(name)
     });
@@ -646,7 +645,7 @@ async fn assemble(
             .iter()
             .map(|warning| format!("skill ignored: {warning}")),
     );
-    warnings.extend(troupe_runtime::compact::window_warning(&resolved));
+    warnings.extend(troupe_agent::compact::window_warning(&resolved));
     warnings.extend(startup_warnings(config, &resolved));
     warnings.extend(os_sandbox.notices());
     let mut limits = config.limits;
@@ -683,7 +682,7 @@ async fn assemble(
         capture: ContentCapture::new(config.telemetry.capture_content),
         mcp: mcp.clone(),
         catalogues: Default::default(),
-        hooks: Arc::new(troupe_runtime::hooks::HookSet::new(config.hooks.clone())),
+        hooks: Arc::new(troupe_hooks::HookSet::new(config.hooks.clone())),
         memory: SessionMemory::new(memory),
     };
     // The first model request waits for servers still starting, at most

@@ -5,7 +5,7 @@
 
 use std::io::Write;
 
-use troupe_runtime::events::RunStatus;
+use troupe_protocol::events::RunStatus;
 
 /// A signal that cancels the run: Ctrl-C, `kill`/`timeout`/`docker stop`, or
 /// a closed terminal.

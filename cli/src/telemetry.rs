@@ -5,8 +5,8 @@
 
 use std::sync::Arc;
 
-use troupe_runtime::store::{SpanWriter, Store};
-use troupe_runtime::telemetry::{
+use troupe_store::{SpanWriter, Store};
+use troupe_telemetry::{
     SpanRecord, TelemetryError, TelemetryGuard, TelemetrySettings, init, log_filter_from_env,
     render_span_tree,
 };

@@ -3,13 +3,13 @@
 //! `.mcp.json`, including the settings and servers that widen what runs
 //! unasked or where data goes, and its role files and skills; `--revoke`
 //! takes that back. The list lives in the data directory (see
-//! `troupe_runtime::config::trust`); nothing else is changed.
+//! `troupe_config::trust`); nothing else is changed.
 
 use std::path::Path;
 
-use troupe_runtime::config::TrustStore;
-use troupe_runtime::config::paths;
-use troupe_runtime::config::trust::project_root_of;
+use troupe_config::TrustStore;
+use troupe_config::paths;
+use troupe_config::trust::project_root_of;
 
 use crate::setup::Locations;
 use crate::{EXIT_RUNTIME, EXIT_USAGE};

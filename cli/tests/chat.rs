@@ -404,7 +404,7 @@ async fn ctrl_c_cancels_a_turn_and_closing_the_terminal_cancels_the_next_cleanly
     let texts: Vec<String> = history.iter().map(|m| m.text()).collect();
     assert!(texts.iter().any(|t| t == "first"), "{texts:?}");
     assert!(texts.iter().any(|t| t == "second"), "{texts:?}");
-    troupe_runtime::agent::validate_history(&history).unwrap();
+    troupe_agent::validate_history(&history).unwrap();
     let calls = history.iter().flat_map(|m| m.tool_calls()).count();
     let results = history.iter().flat_map(|m| m.tool_results_iter()).count();
     assert_eq!((calls, results), (2, 2));

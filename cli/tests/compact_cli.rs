@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 use support::{COMMAND_LIMIT, Env, describe, json_lines, run, session_of, text as out_text};
-use troupe_runtime::tools::process::process_is_alive;
+use troupe_process::process_is_alive;
 use troupe_scripted::{Matcher, RecordedRequest, Script, ScriptedServer, Turn, text, tool_call};
 
 fn is_summary(request: &RecordedRequest) -> bool {

@@ -29,13 +29,13 @@ use std::time::Duration;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde_json::{Value, json};
-use troupe_runtime::agent::resume::{INTERRUPTED_CLOSING, INTERRUPTED_RESULT};
-use troupe_runtime::agent::validate_history;
-use troupe_runtime::events::RunStatus;
-use troupe_runtime::model::{Message, Role};
-use troupe_runtime::session::open_session;
-use troupe_runtime::store::{RunState, Store};
+use troupe_agent::resume::{INTERRUPTED_CLOSING, INTERRUPTED_RESULT};
+use troupe_agent::session::open_session;
+use troupe_agent::validate_history;
+use troupe_protocol::events::RunStatus;
+use troupe_protocol::model::{Message, Role};
 use troupe_scripted::{Response, Script, ScriptedServer, Turn, text};
+use troupe_store::{RunState, Store};
 
 use support::{
     Env, describe, export, fd_guard, json_lines, run, run_then_kill, session_of,

@@ -12,10 +12,10 @@ mod support;
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use troupe_runtime::agent::validate_history;
-use troupe_runtime::model::{Message, Role};
-use troupe_runtime::store::Store;
+use troupe_agent::validate_history;
+use troupe_protocol::model::{Message, Role};
 use troupe_scripted::{Matcher, Response, Script, ScriptedServer, Turn, text};
+use troupe_store::Store;
 
 use support::{
     Env, describe, fd_guard, json_lines, run, run_then_kill, session_of, wait_until_unlocked,

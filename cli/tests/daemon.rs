@@ -1607,7 +1607,7 @@ echo {COMMAND_RAN}"#,
         socket_line.contains(" 403 ") || socket_line.contains("Error"),
         "{seen}"
     );
-    if troupe_runtime::os_sandbox::KernelSupport::probe()
+    if troupe_process::os_sandbox::KernelSupport::probe()
         .namespaces
         .is_some()
     {

@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 
 use serde_json::{Value, json};
 use support::{Env, describe, json_lines, run, session_of};
-use troupe_runtime::tools::process::process_is_alive;
+use troupe_process::process_is_alive;
 use troupe_scripted::{Script, ScriptedServer, text, tool_call, tool_calls};
 
 /// A directory of the project where hooks leave what they saw (hooks run in

@@ -8,7 +8,7 @@ mod support;
 
 use std::path::Path;
 use std::time::{Duration, Instant};
-use troupe_runtime::tools::process::process_is_alive;
+use troupe_process::process_is_alive;
 
 use serde_json::{Value, json};
 use support::{COMMAND_LIMIT, Env};

@@ -38,7 +38,7 @@ fn is_root() -> bool {
 /// Whether the kernel offers Landlock (without it the sandbox only says it
 /// is not enforced; `sandbox_status_says_what_is_enforced` checks that).
 fn landlock() -> bool {
-    troupe_runtime::os_sandbox::KernelSupport::probe().landlock_abi > 0
+    troupe_process::os_sandbox::KernelSupport::probe().landlock_abi > 0
 }
 
 /// `command` run through `setpriv` as user and group `NOBODY`.
@@ -240,7 +240,7 @@ async fn troupes_files_cannot_be_created_where_they_do_not_exist_yet() {
     assert!(result.contains(MARKER), "the command ran: {result}");
     assert!(!root.join(".troupe/config.toml").exists(), "{result}");
     assert!(!root.join(".mcp.json").exists(), "{result}");
-    if troupe_runtime::os_sandbox::KernelSupport::probe()
+    if troupe_process::os_sandbox::KernelSupport::probe()
         .namespaces
         .is_some()
     {
@@ -373,7 +373,7 @@ async fn sandbox_status_says_what_is_enforced() {
         "{}",
         describe(&output)
     );
-    let root = troupe_runtime::sandbox::resolve_path(setup.env.root()).unwrap();
+    let root = troupe_paths::sandbox::resolve_path(setup.env.root()).unwrap();
     assert!(
         stdout.contains(&format!("  {}\n", root.join(".troupe").display())),
         "{stdout}"
@@ -381,9 +381,9 @@ async fn sandbox_status_says_what_is_enforced() {
     if landlock() {
         assert!(stdout.contains("Landlock: ABI"), "{stdout}");
         assert!(stdout.contains("enforced: yes"), "{stdout}");
-        let data = troupe_runtime::sandbox::resolve_path(&setup.env.data_dir()).unwrap();
+        let data = troupe_paths::sandbox::resolve_path(&setup.env.data_dir()).unwrap();
         let hidden = format!("hidden from commands:\n  {}\n", data.display());
-        if troupe_runtime::os_sandbox::KernelSupport::probe()
+        if troupe_process::os_sandbox::KernelSupport::probe()
             .namespaces
             .is_some()
         {
@@ -515,7 +515,7 @@ async fn troupes_data_and_configuration_directories_are_hidden_from_commands() {
         result.contains("spilled"),
         "the temporary directory works: {result}"
     );
-    let mounts = troupe_runtime::os_sandbox::KernelSupport::probe()
+    let mounts = troupe_process::os_sandbox::KernelSupport::probe()
         .namespaces
         .is_some();
     assert_eq!(!result.contains("secret-token-value"), mounts, "{result}");

@@ -9,9 +9,9 @@
 mod support;
 
 use serde_json::json;
-use troupe_runtime::events::RunStatus;
-use troupe_runtime::store::{NewSession, RunRecord, RunState, Store};
+use troupe_protocol::events::RunStatus;
 use troupe_scripted::{Fault, Response, Script, ScriptedServer, text, tool_call};
+use troupe_store::{NewSession, RunRecord, RunState, Store};
 
 use support::{Env, describe, fd_guard, json_lines, run, session_of, text as out_text};
 

@@ -8,7 +8,7 @@ mod support;
 
 use serde_json::json;
 use support::{Env, describe, run};
-use troupe_runtime::prompt::{PLAN_REMINDER_FULL, PLAN_REMINDER_SHORT};
+use troupe_agent::prompt::{PLAN_REMINDER_FULL, PLAN_REMINDER_SHORT};
 use troupe_scripted::{Script, ScriptedServer, text, tool_call};
 
 #[tokio::test]

@@ -15,7 +15,7 @@ use std::io::Write;
 use std::process::{Command, ExitStatus, Stdio};
 
 use serde_json::json;
-use troupe_runtime::model::{ContentBlock, Message, Role};
+use troupe_protocol::model::{ContentBlock, Message, Role};
 use troupe_scripted::{
     Fault, Response, Script, ScriptedServer, text, tool_call_with_id, tool_calls,
 };

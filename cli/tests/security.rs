@@ -17,8 +17,8 @@ use serde_json::json;
 use support::{
     COMMAND_LIMIT, Env, describe, files_containing, json_lines, run, spawn, stop_daemon,
 };
-use troupe_runtime::tools::process::process_is_alive;
-use troupe_runtime::tools::process_tree::{Containment, detect};
+use troupe_process::process_is_alive;
+use troupe_process::process_tree::{Containment, detect};
 use troupe_scripted::{Script, ScriptedServer, text, tool_call};
 
 /// The command a hostile model runs to look for provider keys.

@@ -14,14 +14,12 @@ use std::time::Duration;
 
 use chrono::{DateTime, FixedOffset, TimeDelta, Utc};
 use serde_json::{Value, json};
-use troupe_runtime::agent::resume::{
-    INTERRUPTED_CLOSING, INTERRUPTED_RESULT, pause_note, user_message,
-};
-use troupe_runtime::agent::validate_history;
-use troupe_runtime::events::RunStatus;
-use troupe_runtime::model::{ContentBlock, Message, Role, ToolCall};
-use troupe_runtime::store::{NewSession, RunRecord, RunState, Store, TITLE_MAX_CHARS, layout};
+use troupe_agent::resume::{INTERRUPTED_CLOSING, INTERRUPTED_RESULT, pause_note, user_message};
+use troupe_agent::validate_history;
+use troupe_protocol::events::RunStatus;
+use troupe_protocol::model::{ContentBlock, Message, Role, ToolCall};
 use troupe_scripted::{Script, ScriptedServer, Turn, text, tool_call};
+use troupe_store::{NewSession, RunRecord, RunState, Store, TITLE_MAX_CHARS, layout};
 
 use support::{
     Env, describe, export, fd_guard, json_lines, parse_export, run, run_then_kill, session_of,

@@ -12,7 +12,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 use support::{COMMAND_LIMIT, Env, export, session_of, spawn, wait_for_processes};
 use tokio::io::{AsyncBufReadExt, BufReader};
-use troupe_runtime::model::{ContentBlock, Role};
+use troupe_protocol::model::{ContentBlock, Role};
 use troupe_scripted::{Script, ScriptedServer, ServerConfig, text, tool_call};
 
 /// Runs a `bash` call of `sleep SECONDS` under `troupe run --mode bypass

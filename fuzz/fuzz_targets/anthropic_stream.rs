@@ -1,7 +1,7 @@
 //! The Anthropic Messages stream decoder on arbitrary SSE bodies.
 #![no_main]
 
-use troupe_runtime::llm::anthropic;
+use troupe_llm::anthropic;
 
 libfuzzer_sys::fuzz_target!(|data: &[u8]| {
     troupe_fuzz::drain(anthropic::decode_sse("fuzz", troupe_fuzz::body(data)));

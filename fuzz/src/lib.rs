@@ -5,7 +5,7 @@
 
 use bytes::Bytes;
 use futures::StreamExt;
-use troupe_runtime::llm::{EventStream, ProviderError};
+use troupe_llm::{EventStream, ProviderError};
 
 /// Splits `data` into chunks: the first byte picks the chunk size (1 to 256
 /// bytes), so the fuzzer explores every way a line or an event can be cut.
@@ -33,7 +33,7 @@ pub fn drain(stream: EventStream) -> usize {
 /// Feeds `data` (cut into chunks) to the SSE parser and reads every event;
 /// returns how many events it produced.
 pub fn parse_sse(data: &[u8]) -> usize {
-    let mut parser = troupe_runtime::llm::sse::SseParser::with_line_limit(4096);
+    let mut parser = troupe_llm::sse::SseParser::with_line_limit(4096);
     let mut events = 0;
     for chunk in chunks(data) {
         parser.push(&chunk);
@@ -59,10 +59,12 @@ pub fn parse_sse(data: &[u8]) -> usize {
 /// deny rule names is never allowed.
 pub fn decide_command(command: &str) -> bool {
     use std::sync::Arc;
-    use troupe_runtime::config::{PermissionMode, PermissionSettings, RuleEntry, RuleSource};
-    use troupe_runtime::permissions::{PermissionEngine, PermissionRequest};
-    use troupe_runtime::sandbox::PathSandbox;
-    use troupe_runtime::tools::{PermissionSubject, ToolCategory};
+    use troupe_config::PermissionSettings;
+    use troupe_protocol::permission::{
+        PermissionMode, PermissionSubject, RuleEntry, RuleSource, ToolCategory,
+    };
+    use troupe_permissions::{PermissionEngine, PermissionRequest};
+    use troupe_paths::sandbox::PathSandbox;
 
     let root = std::env::temp_dir();
     let Ok(sandbox) = PathSandbox::new(&root, &[], None) else {
@@ -95,14 +97,14 @@ pub fn decide_command(command: &str) -> bool {
     if command.trim_start().starts_with("rm -rf") || command.trim_start().starts_with("curl") {
         assert!(!allowed, "a denied command was allowed: {command:?}");
     }
-    let _ = troupe_runtime::permissions::check_rule_syntax(command);
+    let _ = troupe_permissions::check_rule_syntax(command);
     allowed
 }
 
 /// Parses a configuration file's text; any text gives a configuration or an
 /// error that names a line within the text.
 pub fn parse_config(text: &str) {
-    use troupe_runtime::config::load::{ConfigError, parse_config_file};
+    use troupe_config::load::{ConfigError, parse_config_file};
     let path = std::path::Path::new("/fuzz/config.toml");
     match parse_config_file(path, text) {
         Ok(_) => {}
@@ -125,17 +127,17 @@ pub fn parse_config(text: &str) {
 /// Decodes bytes as every kind of stored record and parses them as keys; a
 /// damaged record is an error, never a panic.
 pub fn decode_records(data: &[u8]) {
-    use troupe_runtime::events::RunEvent;
-    use troupe_runtime::model::Message;
-    use troupe_runtime::store::layout;
-    use troupe_runtime::store::{CompactionMarker, LedgerEntry, RunRecord, SessionMeta};
+    use troupe_protocol::events::RunEvent;
+    use troupe_protocol::model::Message;
+    use troupe_store::layout;
+    use troupe_store::{CompactionMarker, LedgerEntry, RunRecord, SessionMeta};
     let _ = layout::decode::<SessionMeta>(data);
     let _ = layout::decode::<RunRecord>(data);
     let _ = layout::decode::<Message>(data);
     let _ = layout::decode::<RunEvent>(data);
     let _ = layout::decode::<CompactionMarker>(data);
     let _ = layout::decode::<LedgerEntry>(data);
-    let _ = layout::decode::<Vec<troupe_runtime::config::RuleEntry>>(data);
+    let _ = layout::decode::<Vec<troupe_protocol::permission::RuleEntry>>(data);
     let _ = layout::parse_numbered_key("owner", data);
     let _ = layout::parse_child_key("owner", data);
     if let Ok(message) = layout::decode::<Message>(data) {
@@ -151,7 +153,7 @@ pub fn validate_arguments(data: &[u8]) {
     let Some((&pick, rest)) = data.split_first() else {
         return;
     };
-    let registry = troupe_runtime::tools::builtin_registry();
+    let registry = troupe_tools::builtin_registry();
     let names: Vec<String> = registry.names().map(str::to_string).collect();
     if names.is_empty() {
         return;

@@ -53,20 +53,19 @@ use futures::future::BoxFuture;
 use serde_json::{Value, json};
 use tokio::sync::watch;
 use troupe_actors::{AgentEnv, Approver, RunHandle, RunSubmission, Runtime, SessionTarget};
-use troupe_runtime::agent::agent_tool::AgentCallArgs;
-use troupe_runtime::agent::roles::{RoleSet, RoleTools};
-use troupe_runtime::agent::subagent::plan_child;
-use troupe_runtime::agent::{AgentSpec, ToolCatalogue};
-use troupe_runtime::config::{Limits, PermissionSettings};
-use troupe_runtime::events::{EventKind, RunEvent, RunStatus};
-use troupe_runtime::llm::{ChatRequest, anthropic};
-use troupe_runtime::model::{ContentBlock, Message, Role, ToolCall, ToolResult};
-use troupe_runtime::permission::PermissionMode;
-use troupe_runtime::permission::ToolCategory;
-use troupe_runtime::permissions::PermissionEngine;
-use troupe_runtime::store::{NewSession, Store};
-use troupe_runtime::tools::{Tool, ToolContext, ToolOutput, builtin_registry};
+use troupe_agent::agent_tool::AgentCallArgs;
+use troupe_agent::roles::{RoleSet, RoleTools};
+use troupe_agent::subagent::plan_child;
+use troupe_agent::{AgentSpec, ToolCatalogue};
+use troupe_config::{Limits, PermissionSettings};
+use troupe_llm::{ChatRequest, anthropic};
+use troupe_permissions::PermissionEngine;
+use troupe_protocol::events::{EventKind, RunEvent, RunStatus};
+use troupe_protocol::model::{ContentBlock, Message, Role, ToolCall, ToolResult};
+use troupe_protocol::permission::PermissionMode;
+use troupe_protocol::permission::ToolCategory;
 use troupe_scripted::{Matcher, Response, Script, Turn, Usage, text, tool_call};
+use troupe_store::{NewSession, Store};
 use troupe_tests::bench::server_child;
 use troupe_tests::bench::stats::{Summary, millis};
 use troupe_tests::bench::system::{Memory, kib_to_mib, machine_line};
@@ -75,6 +74,7 @@ use troupe_tests::bench::{
     scripted_provider,
 };
 use troupe_tests::{Harness, RunOptions, WAIT};
+use troupe_tools::{Tool, ToolContext, ToolOutput, builtin_registry};
 
 /// The parts, in the order they run.
 const PARTS: [&str; 3] = ["memory", "parallel", "fork"];
@@ -480,7 +480,7 @@ async fn fan_out(
 /// An environment with the built-in tools and a `hold` tool released by the
 /// returned sender.
 fn hold_env(
-    provider: &Arc<dyn troupe_runtime::llm::Provider>,
+    provider: &Arc<dyn troupe_llm::Provider>,
     project: &std::path::Path,
     data: &std::path::Path,
     store: &Store,

@@ -55,10 +55,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::json;
-use troupe_runtime::llm::http::build_client;
-use troupe_runtime::prompt::{GIT_STATUS_BUDGET, build_system_prompt, read_git_status};
-use troupe_runtime::telemetry::{MemorySpanSink, Telemetry, TelemetrySettings};
+use troupe_agent::prompt::{GIT_STATUS_BUDGET, build_system_prompt, read_git_status};
+use troupe_llm::http::build_client;
 use troupe_scripted::{Script, ScriptedServer, ServerConfig, text, tool_call};
+use troupe_telemetry::{MemorySpanSink, Telemetry, TelemetrySettings};
 use troupe_tests::bench::arrivals::ArrivalStamps;
 use troupe_tests::bench::collector::OtlpCollector;
 use troupe_tests::bench::proxy::CountingProxy;

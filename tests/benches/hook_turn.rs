@@ -17,7 +17,7 @@
 //! Per turn: `overhead = hooks − inline`, what Troupe adds to the two hook
 //! processes' own cost (target: at most 1 ms). To say where it goes, the
 //! same rounds time, outside any run, the process alone (`process`) and one
-//! no-op hook through the hook runner (`runner`: `hooks::fire`, so payload,
+//! no-op hook through the hook runner (`runner`: `troupe_hooks::fire`, so payload,
 //! environment, its own cgroup, stdin, output, verdict), each `2 × (TURNS −
 //! 1)` times: `runner part = 2 × (runner − process)`, and the rest is the
 //! agent loop's own steps for the hooks (asking for them, their verdicts,
@@ -36,20 +36,20 @@ use std::time::Instant;
 use futures::future::BoxFuture;
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
-use troupe_runtime::events::{EventKind, RunStatus};
-use troupe_runtime::hooks::{self, Hook, HookContext, HookEvent, HookPayload, HookPlace, HookSet};
-use troupe_runtime::os_sandbox::CommandSandbox;
-use troupe_runtime::permission::RuleSource;
-use troupe_runtime::permission::ToolCategory;
-use troupe_runtime::telemetry::testing::CapturedSpans;
-use troupe_runtime::tools::{Tool, ToolContext, ToolOutput};
+use troupe_hooks::{Hook, HookContext, HookEvent, HookPayload, HookPlace, HookSet};
+use troupe_process::os_sandbox::CommandSandbox;
+use troupe_protocol::events::{EventKind, RunStatus};
+use troupe_protocol::permission::RuleSource;
+use troupe_protocol::permission::ToolCategory;
 use troupe_scripted::{Script, text, tool_call};
+use troupe_telemetry::testing::CapturedSpans;
 use troupe_tests::bench::stats::{Summary, millis};
 use troupe_tests::bench::system::machine_line;
 use troupe_tests::bench::tools::NoopTool;
 use troupe_tests::bench::turns::generous_limits;
 use troupe_tests::bench::{count_from_env, invoked_as_benchmark, run_on_tokio_workers};
 use troupe_tests::{Harness, RunOptions, WAIT};
+use troupe_tools::{Tool, ToolContext, ToolOutput};
 
 const DEFAULT_TURNS: usize = 30;
 const DEFAULT_SAMPLES: usize = 15;
@@ -200,14 +200,15 @@ async fn spawn_bash(program: &str) -> Result<f64, String> {
     Ok(millis(started.elapsed()))
 }
 
-/// One no-op PreToolUse hook run through the runner (`hooks::fire`: payload,
+/// One no-op PreToolUse hook run through the runner (`troupe_hooks::fire`: payload,
 /// environment, contained spawn, stdin, output, verdict), in ms.
 async fn one_fire(hooks: &HookSet, ctx: &HookContext) -> Result<f64, String> {
     let mut payload = HookPayload::new(HookEvent::PreToolUse, &ctx.place);
     payload.tool_name = Some("noop".into());
     payload.tool_input = Some(json!({ "n": 1 }));
     let started = Instant::now();
-    let verdict = hooks::fire(hooks, HookEvent::PreToolUse, Some("noop"), payload, ctx).await;
+    let verdict =
+        troupe_hooks::fire(hooks, HookEvent::PreToolUse, Some("noop"), payload, ctx).await;
     let elapsed = millis(started.elapsed());
     match verdict.reports.first().map(|report| report.outcome) {
         Some("continue") => Ok(elapsed),
@@ -228,7 +229,7 @@ async fn one_contained_spawn() -> Result<f64, String> {
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
     let (mut child, group) =
-        troupe_runtime::tools::process::spawn_in_group(&mut command).map_err(|e| e.to_string())?;
+        troupe_process::spawn_in_group(&mut command).map_err(|e| e.to_string())?;
     drop(child.stdin.take());
     child.wait().await.map_err(|err| err.to_string())?;
     group.kill_now();
@@ -454,8 +455,8 @@ async fn spawn_costs(state: &str) -> Result<(), String> {
 /// gaps around a turn's steps (where the turn waits for the store and the
 /// model rather than for a step).
 fn diagnose() -> Result<(), String> {
-    let (telemetry, captured) = troupe_runtime::telemetry::testing::capture(&Default::default())
-        .map_err(|e| e.to_string())?;
+    let (telemetry, captured) =
+        troupe_telemetry::testing::capture(&Default::default()).map_err(|e| e.to_string())?;
     tracing::dispatcher::set_global_default(telemetry.dispatch().clone())
         .map_err(|e| e.to_string())?;
     run_on_tokio_workers(async move {

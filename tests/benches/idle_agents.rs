@@ -25,19 +25,19 @@ use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use troupe_actors::{AgentEnv, Approver, RunSubmission, Runtime, SessionTarget};
-use troupe_runtime::config::{Limits, PermissionSettings};
-use troupe_runtime::events::RunStatus;
-use troupe_runtime::permission::PermissionMode;
-use troupe_runtime::permissions::PermissionEngine;
-use troupe_runtime::store::Store;
-use troupe_runtime::tools::builtin_registry;
+use troupe_config::{Limits, PermissionSettings};
+use troupe_permissions::PermissionEngine;
+use troupe_protocol::events::RunStatus;
+use troupe_protocol::permission::PermissionMode;
 use troupe_scripted::{Script, text};
+use troupe_store::Store;
 use troupe_tests::WAIT;
 use troupe_tests::bench::server_child;
 use troupe_tests::bench::system::{Memory, kib_to_mib, machine_line};
 use troupe_tests::bench::{
     agent_env, count_from_env, invoked_as_benchmark, run_on_tokio_workers, scripted_provider,
 };
+use troupe_tools::builtin_registry;
 
 /// Sessions unless `TROUPE_BENCH_AGENTS` says otherwise (SPEC §14).
 const DEFAULT_AGENTS: usize = 1_000;

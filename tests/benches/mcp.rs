@@ -36,16 +36,16 @@ use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
 use tokio_util::sync::CancellationToken;
 use troupe_actors::McpHub;
-use troupe_runtime::config::TrustStore;
-use troupe_runtime::mcp::{McpServerSpec, McpTransportSpec};
-use troupe_runtime::model::ToolOutputPart;
-use troupe_runtime::tools::background::BackgroundTasks;
-use troupe_runtime::tools::{Tool, ToolContext};
+use troupe_config::TrustStore;
+use troupe_mcp::{McpServerSpec, McpTransportSpec};
+use troupe_protocol::model::ToolOutputPart;
 use troupe_scripted::{Script, ScriptedServer, ServerConfig, text, tool_call};
 use troupe_tests::bench::arrivals::ArrivalStamps;
 use troupe_tests::bench::stats::Summary;
 use troupe_tests::bench::system::machine_line;
 use troupe_tests::bench::{count_from_env, invoked_as_benchmark, round_order};
+use troupe_tools::background::BackgroundTasks;
+use troupe_tools::{Tool, ToolContext};
 
 /// How long one command may take.
 const WAIT: Duration = Duration::from_secs(120);
@@ -461,10 +461,10 @@ async fn call_overhead(calls: usize) -> Result<(), String> {
     let ctx = ToolContext {
         call_id: "bench".into(),
         sandbox: Arc::new(
-            troupe_runtime::sandbox::PathSandbox::new(dir.path(), &[], None)
+            troupe_paths::sandbox::PathSandbox::new(dir.path(), &[], None)
                 .map_err(|e| e.to_string())?,
         ),
-        os_sandbox: Arc::new(troupe_runtime::os_sandbox::CommandSandbox::off()),
+        os_sandbox: Arc::new(troupe_process::os_sandbox::CommandSandbox::off()),
         spill_dir: dir.path().join("spill"),
         cancel: CancellationToken::new(),
         child_env: Arc::new(Vec::new()),

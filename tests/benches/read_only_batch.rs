@@ -21,8 +21,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::json;
-use troupe_runtime::events::{EventKind, RunStatus};
-use troupe_runtime::permission::PermissionMode;
+use troupe_protocol::events::{EventKind, RunStatus};
+use troupe_protocol::permission::PermissionMode;
 use troupe_scripted::{Script, text, tool_calls};
 use troupe_tests::bench::stats::Summary;
 use troupe_tests::bench::system::machine_line;

@@ -9,8 +9,8 @@
 # TROUPE_BENCH_ROUNDS, TROUPE_BENCH_GIT_FILES, TROUPE_BENCH_SUBAGENTS,
 # TROUPE_BENCH_FORK_SAMPLES, TROUPE_BENCH_FLOOD_SAMPLES override the defaults
 # of the benches that read them. The runtime's own benches (SSE parsing, grep vs rg,
-# store, telemetry micro-bench, fork) are run with `cargo bench -p troupe-runtime`
-# (grep vs rg through runtime/benches/grep_vs_rg.sh).
+# store, telemetry micro-bench, fork) are run with `cargo bench -p troupe-<crate>`
+# in their crates (grep vs rg through runtime/tools/benches/grep_vs_rg.sh).
 set -euo pipefail
 
 cd "$(dirname "$0")/../.."

@@ -52,7 +52,7 @@ use std::process::{Command, Stdio};
 use std::sync::Arc;
 
 use serde_json::{Value, json};
-use troupe_runtime::telemetry::{ExportStats, Telemetry, TelemetryGuard, TelemetrySettings};
+use troupe_telemetry::{ExportStats, Telemetry, TelemetryGuard, TelemetrySettings};
 use troupe_tests::bench::collector::OtlpCollector;
 use troupe_tests::bench::spans::StoreSwitch;
 use troupe_tests::bench::stats::Summary;

@@ -24,7 +24,7 @@
 use std::time::{Duration, Instant};
 
 use serde_json::json;
-use troupe_runtime::events::{EventKind, RunStatus};
+use troupe_protocol::events::{EventKind, RunStatus};
 use troupe_scripted::{Matcher, RecordedRequest, Script, Turn, text, tool_call};
 use troupe_tests::bench::stats::{Summary, millis};
 use troupe_tests::bench::system::machine_line;

@@ -14,24 +14,24 @@ use troupe_actors::{
     AgentEnv, Approver, ProviderForModel, RunHandle, RunOutcome, RunSubmission, Runtime,
     SessionTarget,
 };
-use troupe_runtime::agent::roles::RoleSet;
-use troupe_runtime::config::{
+use troupe_agent::roles::RoleSet;
+use troupe_config::{
     DEFAULT_CONTEXT_WINDOW, DEFAULT_MAX_TOKENS, Limits, PermissionSettings, ResolvedProvider,
 };
-use troupe_runtime::events::{EventKind, RunEvent, RunStatus};
-use troupe_runtime::llm::retry::RetryPolicy;
-use troupe_runtime::llm::{Provider, anthropic, openai};
-use troupe_runtime::model::Message;
-use troupe_runtime::model::Protocol;
-use troupe_runtime::model::SystemPrompt;
-use troupe_runtime::permission::PermissionMode;
-use troupe_runtime::permissions::PermissionEngine;
-use troupe_runtime::sandbox::PathSandbox;
-use troupe_runtime::store::Store;
-use troupe_runtime::telemetry::genai::ContentCapture;
-use troupe_runtime::tools::background::BackgroundTasks;
-use troupe_runtime::tools::{Tool, ToolRegistry, builtin_registry};
+use troupe_llm::retry::RetryPolicy;
+use troupe_llm::{Provider, anthropic, openai};
+use troupe_paths::sandbox::PathSandbox;
+use troupe_permissions::PermissionEngine;
+use troupe_protocol::events::{EventKind, RunEvent, RunStatus};
+use troupe_protocol::model::Message;
+use troupe_protocol::model::Protocol;
+use troupe_protocol::model::SystemPrompt;
+use troupe_protocol::permission::PermissionMode;
 use troupe_scripted::{Script, ScriptedServer};
+use troupe_store::Store;
+use troupe_telemetry::genai::ContentCapture;
+use troupe_tools::background::BackgroundTasks;
+use troupe_tools::{Tool, ToolRegistry, builtin_registry};
 
 /// How long any single wait in a scenario may take before the test fails.
 pub const WAIT: Duration = Duration::from_secs(20);
@@ -160,14 +160,14 @@ impl Harness {
     pub fn env_with_hooks(
         &self,
         extra: Vec<Arc<dyn Tool>>,
-        hooks: Vec<troupe_runtime::hooks::Hook>,
+        hooks: Vec<troupe_hooks::Hook>,
     ) -> Arc<AgentEnv> {
         let mut registry = builtin_registry();
         for tool in extra {
             registry.register(tool).expect("test tool registers");
         }
         let mut env = self.agent_env(registry);
-        env.hooks = Arc::new(troupe_runtime::hooks::HookSet::new(hooks));
+        env.hooks = Arc::new(troupe_hooks::HookSet::new(hooks));
         Arc::new(env)
     }
 
@@ -236,7 +236,7 @@ impl Harness {
             registry: Arc::new(registry),
             roles: Arc::new(roles),
             sandbox: self.sandbox(),
-            os_sandbox: Arc::new(troupe_runtime::os_sandbox::CommandSandbox::off()),
+            os_sandbox: Arc::new(troupe_process::os_sandbox::CommandSandbox::off()),
             system: SystemPrompt {
                 stable: TEST_STABLE_PROMPT.into(),
                 environment: TEST_ENVIRONMENT.into(),
@@ -251,7 +251,7 @@ impl Harness {
             capture: self.capture,
             mcp: None,
             catalogues: Default::default(),
-            hooks: Arc::new(troupe_runtime::hooks::HookSet::default()),
+            hooks: Arc::new(troupe_hooks::HookSet::default()),
             memory: Default::default(),
         }
     }

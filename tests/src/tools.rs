@@ -8,8 +8,8 @@ use std::time::Duration;
 use futures::future::BoxFuture;
 use serde_json::{Value, json};
 use tokio::sync::Barrier;
-use troupe_runtime::permission::ToolCategory;
-use troupe_runtime::tools::{Tool, ToolContext, ToolOutput};
+use troupe_protocol::permission::ToolCategory;
+use troupe_tools::{Tool, ToolContext, ToolOutput};
 
 /// A shared log of what test tools did, in order.
 #[derive(Debug, Default, Clone)]
@@ -240,7 +240,7 @@ pub const PANIC_MODEL: &str = "panic-model";
 /// is how a test makes a whole agent (not one of its tools) panic.
 pub struct PanickingProvider;
 
-impl troupe_runtime::llm::Provider for PanickingProvider {
+impl troupe_llm::Provider for PanickingProvider {
     fn name(&self) -> &str {
         "panicking"
     }
@@ -249,10 +249,10 @@ impl troupe_runtime::llm::Provider for PanickingProvider {
     }
     fn stream(
         &self,
-        _request: &troupe_runtime::llm::ChatRequest,
+        _request: &troupe_llm::ChatRequest,
     ) -> futures::stream::BoxStream<
         'static,
-        Result<troupe_runtime::llm::StreamEvent, troupe_runtime::llm::ProviderError>,
+        Result<troupe_llm::StreamEvent, troupe_llm::ProviderError>,
     > {
         panic!("the panicking provider was asked for a response");
     }

@@ -6,12 +6,12 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 use troupe_actors::Approver;
-use troupe_runtime::agent::validate_history;
-use troupe_runtime::config::Limits;
-use troupe_runtime::events::{ApprovalOutcome, EventKind, RunEvent, RunStatus};
-use troupe_runtime::model::Protocol;
-use troupe_runtime::model::{Message, Role};
-use troupe_runtime::permission::PermissionMode;
+use troupe_agent::validate_history;
+use troupe_config::Limits;
+use troupe_protocol::events::{ApprovalOutcome, EventKind, RunEvent, RunStatus};
+use troupe_protocol::model::Protocol;
+use troupe_protocol::model::{Message, Role};
+use troupe_protocol::permission::PermissionMode;
 use troupe_scripted::{Fault, Response, Script, Usage, text, tool_call, tool_calls};
 use troupe_tests::tools::{ActivityLog, PanicTool, RendezvousTool, StepTool};
 use troupe_tests::{Harness, RunOptions, events_until, finished, outcome, run_events, types};
@@ -871,7 +871,7 @@ struct GateTool {
     schema: Value,
 }
 
-impl troupe_runtime::tools::Tool for GateTool {
+impl troupe_tools::Tool for GateTool {
     fn name(&self) -> &str {
         "gate"
     }
@@ -884,17 +884,17 @@ impl troupe_runtime::tools::Tool for GateTool {
     fn read_only(&self) -> bool {
         true
     }
-    fn category(&self) -> troupe_runtime::permission::ToolCategory {
-        troupe_runtime::permission::ToolCategory::Read
+    fn category(&self) -> troupe_protocol::permission::ToolCategory {
+        troupe_protocol::permission::ToolCategory::Read
     }
     fn execute<'a>(
         &'a self,
         _args: Value,
-        _ctx: &'a troupe_runtime::tools::ToolContext,
-    ) -> futures::future::BoxFuture<'a, troupe_runtime::tools::ToolOutput> {
+        _ctx: &'a troupe_tools::ToolContext,
+    ) -> futures::future::BoxFuture<'a, troupe_tools::ToolOutput> {
         Box::pin(async move {
             self.open.notified().await;
-            troupe_runtime::tools::ToolOutput::ok("opened")
+            troupe_tools::ToolOutput::ok("opened")
         })
     }
 }

@@ -7,13 +7,13 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 use troupe_actors::Approver;
-use troupe_runtime::agent::subagent::FORK_CANNOT_START_AGENTS;
-use troupe_runtime::agent::validate_history;
-use troupe_runtime::config::Limits;
-use troupe_runtime::events::{ApprovalOutcome, EventKind, RunEvent, RunStatus};
-use troupe_runtime::model::Protocol;
-use troupe_runtime::model::Role;
-use troupe_runtime::permission::PermissionMode;
+use troupe_agent::subagent::FORK_CANNOT_START_AGENTS;
+use troupe_agent::validate_history;
+use troupe_config::Limits;
+use troupe_protocol::events::{ApprovalOutcome, EventKind, RunEvent, RunStatus};
+use troupe_protocol::model::Protocol;
+use troupe_protocol::model::Role;
+use troupe_protocol::permission::PermissionMode;
 use troupe_scripted::{Matcher, RecordedRequest, Response, Script, Turn, Usage, text};
 use troupe_tests::tools::{ActivityLog, PANIC_MODEL, RendezvousTool, StepTool};
 use troupe_tests::{Harness, RunOptions, events_until, finished, run_events};
@@ -844,7 +844,7 @@ async fn a_session_runs_one_run_at_a_time() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_roles_catalogue_is_built_once_and_shared() {
-    use troupe_runtime::agent::roles::RoleTools;
+    use troupe_agent::roles::RoleTools;
     let h = Harness::anthropic(Script::new()).await;
     let env = h.env_with(vec![]);
     let first = env

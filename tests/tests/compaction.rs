@@ -6,9 +6,9 @@
 //! and retries.
 
 use serde_json::json;
-use troupe_runtime::agent::validate_history;
-use troupe_runtime::events::{EventKind, RunStatus};
-use troupe_runtime::model::Role;
+use troupe_agent::validate_history;
+use troupe_protocol::events::{EventKind, RunStatus};
+use troupe_protocol::model::Role;
 use troupe_scripted::{Fault, Matcher, RecordedRequest, Script, Turn, text, tool_call, tool_calls};
 use troupe_tests::{Harness, RunOptions, WAIT, finished, run_events};
 
@@ -30,7 +30,7 @@ fn read(path: &str) -> Turn {
     Turn::new(tool_call("read_file", json!({ "path": path }))).when(not_summary())
 }
 
-fn compactions(events: &[troupe_runtime::events::RunEvent]) -> Vec<(String, u64, u64)> {
+fn compactions(events: &[troupe_protocol::events::RunEvent]) -> Vec<(String, u64, u64)> {
     events
         .iter()
         .filter_map(|e| match &e.kind {
@@ -46,7 +46,7 @@ fn compactions(events: &[troupe_runtime::events::RunEvent]) -> Vec<(String, u64,
 }
 
 /// The `compaction` events as `phase:trigger`.
-fn triggers(events: &[troupe_runtime::events::RunEvent]) -> Vec<String> {
+fn triggers(events: &[troupe_protocol::events::RunEvent]) -> Vec<String> {
     events
         .iter()
         .filter_map(|e| match &e.kind {
@@ -546,19 +546,16 @@ async fn a_session_continued_near_the_window_is_compacted_before_its_first_reque
 
 /// Answers through the scripted provider, but panics when asked for a
 /// summary (a request without tools): a bug in provider code.
-struct PanicsOnSummary(std::sync::Arc<dyn troupe_runtime::llm::Provider>);
+struct PanicsOnSummary(std::sync::Arc<dyn troupe_llm::Provider>);
 
-impl troupe_runtime::llm::Provider for PanicsOnSummary {
+impl troupe_llm::Provider for PanicsOnSummary {
     fn name(&self) -> &str {
         self.0.name()
     }
     fn model(&self) -> &str {
         self.0.model()
     }
-    fn stream(
-        &self,
-        request: &troupe_runtime::llm::ChatRequest,
-    ) -> troupe_runtime::llm::EventStream {
+    fn stream(&self, request: &troupe_llm::ChatRequest) -> troupe_llm::EventStream {
         assert!(
             !request.tools.is_empty(),
             "a provider bug while summarising"

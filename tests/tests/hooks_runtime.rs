@@ -7,9 +7,9 @@
 
 use serde_json::{Value, json};
 use troupe_actors::{Approver, RuntimeError};
-use troupe_runtime::events::{ApprovalOutcome, EventKind, RunEvent, RunStatus};
-use troupe_runtime::hooks::{Hook, HookEvent};
-use troupe_runtime::permission::{PermissionMode, RuleSource};
+use troupe_hooks::{Hook, HookEvent};
+use troupe_protocol::events::{ApprovalOutcome, EventKind, RunEvent, RunStatus};
+use troupe_protocol::permission::{PermissionMode, RuleSource};
 use troupe_scripted::{Script, text, tool_call};
 use troupe_tests::{Harness, RunOptions, events_until, finished, run_events};
 

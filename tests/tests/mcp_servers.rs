@@ -16,7 +16,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use troupe_actors::McpHub;
-use troupe_runtime::mcp::{McpServerSpec, McpState, McpTransportSpec, ServerPhase};
+use troupe_mcp::{McpServerSpec, McpState, McpTransportSpec, ServerPhase};
 use troupe_scripted::Script;
 use troupe_tests::Harness;
 use troupe_tests::mcp_fixture_python as fixture_python;
@@ -232,16 +232,16 @@ async fn a_cancelled_call_is_cancelled_on_the_server_too() {
         .find(|tool| tool.name() == "mcp__fixture__hold")
         .expect("the fixture offers hold");
     let cancel = tokio_util::sync::CancellationToken::new();
-    let ctx = troupe_runtime::tools::ToolContext {
+    let ctx = troupe_tools::ToolContext {
         call_id: "c1".into(),
         sandbox: Arc::new(
-            troupe_runtime::sandbox::PathSandbox::new(harness.root(), &[], None).unwrap(),
+            troupe_paths::sandbox::PathSandbox::new(harness.root(), &[], None).unwrap(),
         ),
-        os_sandbox: Arc::new(troupe_runtime::os_sandbox::CommandSandbox::off()),
+        os_sandbox: Arc::new(troupe_process::os_sandbox::CommandSandbox::off()),
         spill_dir: harness.root().join("spill"),
         cancel: cancel.clone(),
         child_env: Arc::new(Vec::new()),
-        background: Arc::new(troupe_runtime::tools::background::BackgroundTasks::new()),
+        background: Arc::new(troupe_tools::background::BackgroundTasks::new()),
         outside_read_approved: false,
         reach: None,
     };

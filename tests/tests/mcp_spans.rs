@@ -15,10 +15,10 @@ use opentelemetry::trace::Status;
 use opentelemetry_sdk::trace::SpanData;
 use serde_json::json;
 use troupe_actors::McpHub;
-use troupe_runtime::events::{EventKind, RunStatus};
-use troupe_runtime::mcp::{McpServerSpec, McpTransportSpec, ServerPhase};
-use troupe_runtime::telemetry::{TelemetrySettings, testing};
+use troupe_mcp::{McpServerSpec, McpTransportSpec, ServerPhase};
+use troupe_protocol::events::{EventKind, RunStatus};
 use troupe_scripted::{Script, text, tool_call};
+use troupe_telemetry::{TelemetrySettings, testing};
 use troupe_tests::mcp_fixture_python as fixture_python;
 use troupe_tests::{Harness, RunOptions, run_events};
 

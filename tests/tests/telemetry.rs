@@ -10,10 +10,10 @@ use opentelemetry::trace::Status;
 use opentelemetry_sdk::trace::SpanData;
 use serde_json::json;
 use troupe_actors::Approver;
-use troupe_runtime::events::{EventKind, RunStatus};
-use troupe_runtime::permission::PermissionMode;
-use troupe_runtime::telemetry::{TelemetrySettings, testing};
+use troupe_protocol::events::{EventKind, RunStatus};
+use troupe_protocol::permission::PermissionMode;
 use troupe_scripted::{Matcher, Response, Script, Turn, Usage, text, tool_call};
+use troupe_telemetry::{TelemetrySettings, testing};
 use troupe_tests::tools::PanicTool;
 use troupe_tests::{Harness, RunOptions, run_events};
 

@@ -12,17 +12,17 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use ractor::{Actor, ActorId, ActorRef};
-use troupe_runtime::agent::subagent::{ChildKind, MAX_DEPTH, child_panicked, child_result};
-use troupe_runtime::agent::{
+use troupe_agent::compact::offload::Ledger;
+use troupe_agent::session::Transcript;
+use troupe_agent::subagent::{ChildKind, MAX_DEPTH, child_panicked, child_result};
+use troupe_agent::{
     AgentLaunch, AgentLoop, ContextSetup, Input, LoopSetup, RunOutcome, SlotHolder, ToolLaunch,
 };
-use troupe_runtime::compact::offload::Ledger;
-use troupe_runtime::events::{EventKind, RunStatus};
-use troupe_runtime::session::Transcript;
-use troupe_runtime::store::{ForkBase, NewSession};
-use troupe_runtime::telemetry::genai::ToolErrorKind;
-use troupe_runtime::telemetry::propagation::traceparent_of;
-use troupe_runtime::tools::{ToolContext, ToolOutput};
+use troupe_protocol::events::{EventKind, RunStatus};
+use troupe_store::{ForkBase, NewSession};
+use troupe_telemetry::genai::ToolErrorKind;
+use troupe_telemetry::propagation::traceparent_of;
+use troupe_tools::{ToolContext, ToolOutput};
 
 use super::{AgentActor, AgentArgs, AgentMsg, AgentState, ChildEntry, Report, Work};
 use crate::executor::{CLEANUP_GRACE, ExecutorArgs, ReportTo, ToolExecutor, ToolReport};
@@ -129,7 +129,7 @@ impl AgentState {
                     let _ = agent.cast(AgentMsg::work(Work::ToolDone(ToolReport {
                         epoch,
                         index,
-                        output: ToolOutput::error(troupe_runtime::tools::CANCELLED_RESULT),
+                        output: ToolOutput::error(troupe_tools::CANCELLED_RESULT),
                         duration: Duration::ZERO,
                         error: Some(ToolErrorKind::Cancelled),
                     })));
@@ -152,7 +152,7 @@ impl AgentState {
             return Some(Input::CallFinished {
                 epoch,
                 index,
-                output: ToolOutput::error(troupe_runtime::tools::CANCELLED_RESULT),
+                output: ToolOutput::error(troupe_tools::CANCELLED_RESULT),
                 duration: Duration::ZERO,
                 error: Some(ToolErrorKind::Cancelled),
             });

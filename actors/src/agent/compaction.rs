@@ -8,12 +8,12 @@ use std::path::PathBuf;
 use ractor::{Actor, ActorRef, MessagingErr};
 use tokio_util::sync::CancellationToken;
 use tracing::Span;
-use troupe_runtime::agent::Input;
-use troupe_runtime::compact::offload::{OffloadPlan, spill_file_name};
-use troupe_runtime::llm::{ChatRequest, ProviderError};
-use troupe_runtime::model::ProviderErrorKind;
-use troupe_runtime::model::Usage;
-use troupe_runtime::store::{CompactionMarker, LedgerEntry, Store};
+use troupe_agent::Input;
+use troupe_agent::compact::offload::{OffloadPlan, spill_file_name};
+use troupe_llm::{ChatRequest, ProviderError};
+use troupe_protocol::model::ProviderErrorKind;
+use troupe_protocol::model::Usage;
+use troupe_store::{CompactionMarker, LedgerEntry, Store};
 
 use super::{AgentMsg, Work};
 use crate::compactor::{Compactor, CompactorArgs, CompactorHandle, CompactorMsg};

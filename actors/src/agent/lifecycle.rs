@@ -7,9 +7,9 @@ use std::time::Duration;
 
 use ractor::ActorRef;
 use tokio_util::sync::CancellationToken;
-use troupe_runtime::agent::{AgentLoop, RunOutcome};
-use troupe_runtime::model::ToolResult;
-use troupe_runtime::permission::RuleEntry;
+use troupe_agent::{AgentLoop, RunOutcome};
+use troupe_protocol::model::ToolResult;
+use troupe_protocol::permission::RuleEntry;
 
 use super::{AgentMsg, AgentState, Report, Work};
 use crate::run::{RunInternal, RunMsg};

@@ -1,7 +1,7 @@
 //! The agent's background memory update: the loop's
-//! [`Effect::UpdateMemory`](troupe_runtime::agent::Effect::UpdateMemory) runs
-//! [`troupe_runtime::memory::distil`] in a task of its own, tracked by the
-//! session's [`SessionMemory`](troupe_runtime::memory::SessionMemory) so a
+//! [`Effect::UpdateMemory`](troupe_agent::Effect::UpdateMemory) runs
+//! [`troupe_tools::memory::distil`] in a task of its own, tracked by the
+//! session's [`SessionMemory`](troupe_tools::memory::SessionMemory) so a
 //! process about to exit can let it finish. Nothing comes back to the agent:
 //! the outcome is logged, a failure only warned about.
 
@@ -10,8 +10,8 @@ use std::sync::Arc;
 
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
-use troupe_runtime::llm::Provider;
-use troupe_runtime::memory::{DistilOutcome, distil};
+use troupe_llm::Provider;
+use troupe_tools::memory::{DistilOutcome, distil};
 
 use crate::env::AgentEnv;
 

@@ -31,12 +31,10 @@ use std::time::Instant;
 use ractor::{Actor, ActorId, ActorProcessingErr, ActorRef, RpcReplyPort, SupervisionEvent};
 use tokio::sync::OwnedSemaphorePermit;
 use tokio_util::sync::{CancellationToken, DropGuard};
-use troupe_runtime::agent::{
-    AgentLaunch, AgentLoop, AgentStatus, Effect, Input, RunOutcome, SlotHolder,
-};
-use troupe_runtime::events::ApprovalOutcome;
-use troupe_runtime::llm::{Provider, ProviderError, StreamEvent};
-use troupe_runtime::model::Message;
+use troupe_agent::{AgentLaunch, AgentLoop, AgentStatus, Effect, Input, RunOutcome, SlotHolder};
+use troupe_llm::{Provider, ProviderError, StreamEvent};
+use troupe_protocol::events::ApprovalOutcome;
+use troupe_protocol::model::Message;
 
 use crate::env::AgentEnv;
 use crate::event_log::EventSink;
@@ -71,7 +69,7 @@ pub(crate) enum Work {
     Summarised {
         epoch: u64,
         result: Result<String, ProviderError>,
-        usage: troupe_runtime::model::Usage,
+        usage: troupe_protocol::model::Usage,
     },
     /// The model stream of `epoch` ended.
     ModelEnded { epoch: u64 },
@@ -122,8 +120,8 @@ pub(crate) enum Work {
     FinishAfterHooks(RunOutcome),
     /// Hooks the loop asked for ran.
     HooksRan {
-        call: troupe_runtime::agent::HookCall,
-        verdict: troupe_runtime::hooks::HookVerdict,
+        call: troupe_agent::HookCall,
+        verdict: troupe_hooks::HookVerdict,
     },
 }
 
@@ -291,7 +289,7 @@ impl AgentState {
     /// MCP tools changed since the last one: tools of servers that joined
     /// are offered from this request on, those of servers that left are not
     /// (the catalogue, and so the request prefix, stays the same otherwise).
-    fn refresh_catalogue(&mut self, request: &mut troupe_runtime::llm::ChatRequest) {
+    fn refresh_catalogue(&mut self, request: &mut troupe_llm::ChatRequest) {
         let Some(key) = &self.catalogue_key else {
             return;
         };
@@ -470,7 +468,7 @@ impl AgentState {
                 None
             }
             Effect::RunHooks(mut request) => {
-                let reports_only = request.call == troupe_runtime::agent::HookCall::Report;
+                let reports_only = request.call == troupe_agent::HookCall::Report;
                 if reports_only {
                     // Not stopped by the end of this agent's loop: the run
                     // waits for them (a cancelled run still kills them).
@@ -521,11 +519,11 @@ impl AgentState {
 fn run_hooks(
     agent: &ActorRef<AgentMsg>,
     env: &AgentEnv,
-    request: troupe_runtime::agent::HookRequest,
+    request: troupe_agent::HookRequest,
 ) -> tokio::task::JoinHandle<()> {
     let agent = agent.clone();
     let hooks = env.hooks.clone();
-    let ctx = troupe_runtime::hooks::HookContext {
+    let ctx = troupe_hooks::HookContext {
         place: request.place,
         child_env: env.child_env.clone(),
         parent_span: request.span,
@@ -533,7 +531,7 @@ fn run_hooks(
         sandbox: Arc::new(env.os_sandbox.for_hooks()),
     };
     tokio::spawn(async move {
-        let verdict = troupe_runtime::hooks::fire(
+        let verdict = troupe_hooks::fire(
             &hooks,
             request.event,
             request.subject.as_deref(),

@@ -7,7 +7,7 @@ use futures::StreamExt;
 use ractor::ActorRef;
 use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, Span};
-use troupe_runtime::llm::{ChatRequest, Provider};
+use troupe_llm::{ChatRequest, Provider};
 
 use super::{AgentMsg, Work};
 

@@ -7,9 +7,9 @@ use std::sync::Arc;
 
 use futures::future::BoxFuture;
 use troupe_actors::{Approver, Runtime};
-use troupe_runtime::events::RunEvent;
-use troupe_runtime::memory::MEMORY_SETTLE_LIMIT;
-use troupe_runtime::store::Store;
+use troupe_protocol::events::RunEvent;
+use troupe_store::Store;
+use troupe_tools::memory::MEMORY_SETTLE_LIMIT;
 
 use crate::client::{DaemonClient, RemoteRun};
 use crate::follow::{Answerer, RunLink};
@@ -54,7 +54,7 @@ pub(crate) struct Embedded {
     telemetry: crate::telemetry::CliTelemetry,
     /// The memory of each turn's run: background updates still running get
     /// a bounded chance to finish when the chat ends.
-    memories: std::sync::Mutex<Vec<troupe_runtime::memory::SessionMemory>>,
+    memories: std::sync::Mutex<Vec<troupe_tools::memory::SessionMemory>>,
 }
 
 /// Where turns run.
@@ -119,7 +119,7 @@ impl Backend {
                     session,
                     flags,
                     &current_dir,
-                    troupe_runtime::secrets::process_vars(),
+                    troupe_process::secrets::process_vars(),
                     true,
                 );
                 let submitted = client.submit(&body).await?;
@@ -189,7 +189,7 @@ impl Backend {
                 })?;
                 let mut body = crate::sessions::compact_request(
                     &current_dir,
-                    troupe_runtime::secrets::process_vars(),
+                    troupe_process::secrets::process_vars(),
                 );
                 body["provider"] = serde_json::json!(flags.provider);
                 body["model"] = serde_json::json!(flags.model);

@@ -1,8 +1,8 @@
 //! What a line typed at the chat prompt means: a message for the agent, or
 //! one of the slash commands; and the plan-mode switch of `/plan` and `/do`.
 
-use troupe_runtime::permission::PermissionMode;
-use troupe_runtime::skills::commands::CommandSet;
+use troupe_protocol::permission::PermissionMode;
+use troupe_tools::skills::commands::CommandSet;
 
 /// One line typed at the idle prompt.
 #[derive(Debug, Clone, PartialEq, Eq)]

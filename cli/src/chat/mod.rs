@@ -22,15 +22,15 @@ use std::path::PathBuf;
 use rustyline::error::ReadlineError;
 use rustyline::history::FileHistory;
 use rustyline::{Config as EditorConfig, Editor};
-use troupe_runtime::agent::agent_tool::agent_tool_definition;
-use troupe_runtime::agent::catalogue::ToolCatalogue;
-use troupe_runtime::agent::roles::RoleTools;
-use troupe_runtime::config::TrustStore;
-use troupe_runtime::events::RunStatus;
-use troupe_runtime::model::Usage;
-use troupe_runtime::permission::PermissionMode;
-use troupe_runtime::skills::commands::CommandSet;
-use troupe_runtime::skills::{SkillSet, SkillWarning};
+use troupe_agent::agent_tool::agent_tool_definition;
+use troupe_agent::catalogue::ToolCatalogue;
+use troupe_agent::roles::RoleTools;
+use troupe_config::TrustStore;
+use troupe_protocol::events::RunStatus;
+use troupe_protocol::model::Usage;
+use troupe_protocol::permission::PermissionMode;
+use troupe_tools::skills::commands::CommandSet;
+use troupe_tools::skills::{SkillSet, SkillWarning};
 
 use self::backend::{Backend, ChatError};
 use self::command::{ChatInput, SlashCommand, help_text};
@@ -207,7 +207,7 @@ pub(crate) async fn chat(args: ChatArgs, color: bool) -> u8 {
                 Some(message) => {
                     eprintln!(
                         "» {}",
-                        for_terminal(&troupe_runtime::events::preview(&message))
+                        for_terminal(&troupe_protocol::events::preview(&message))
                     );
                     if let Some(exit) = chat.converse(message, &mut signals).await {
                         code = exit;
@@ -344,7 +344,7 @@ impl Chat {
                 } else {
                     eprintln!(
                         "» sending what you wrote: {}",
-                        troupe_runtime::events::preview(&text)
+                        troupe_protocol::events::preview(&text)
                     );
                     next = Some(text);
                 }
@@ -567,9 +567,9 @@ impl Chat {
             Ok(configured) => configured.project_root,
             Err(err) => return err.message,
         };
-        let path = troupe_runtime::memory::memory_path(&root);
+        let path = troupe_tools::memory::memory_path(&root);
         if let Some(note) = note {
-            return match troupe_runtime::memory::append_note(&root, &note) {
+            return match troupe_tools::memory::append_note(&root, &note) {
                 Ok(path) => format!(
                     "(remembered in {}; new sessions start with it)",
                     path.display()
@@ -579,7 +579,7 @@ impl Chat {
         }
         command::memory_text(
             &path,
-            troupe_runtime::memory::load_for_prompt(&root).as_deref(),
+            troupe_tools::memory::load_for_prompt(&root).as_deref(),
         )
     }
 

@@ -7,8 +7,8 @@ use std::time::Instant;
 
 use crossterm::event::{Event, EventStream};
 use futures::StreamExt;
-use troupe_runtime::events::{EventKind, RunEvent, RunStatus};
-use troupe_runtime::model::Usage;
+use troupe_protocol::events::{EventKind, RunEvent, RunStatus};
+use troupe_protocol::model::Usage;
 
 use super::keys::{TurnKey, TypedLine, turn_key};
 use super::screen::{KeyMode, Screen};

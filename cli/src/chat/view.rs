@@ -5,7 +5,7 @@
 
 use std::collections::HashMap;
 
-use troupe_runtime::events::{EventKind, NOTICE_MODEL_RETRY, RunEvent, RunStatus, preview};
+use troupe_protocol::events::{EventKind, NOTICE_MODEL_RETRY, RunEvent, RunStatus, preview};
 
 use super::markdown::MarkdownStream;
 use crate::render::{CallTargets, finished_line, hook_line, stop_cause_words, trigger_note};
@@ -218,7 +218,7 @@ pub(crate) fn ending_line(status: RunStatus, stop_reason: &str, steps: u32, toke
 #[cfg(test)]
 mod tests {
     use super::*;
-    use troupe_runtime::model::Usage;
+    use troupe_protocol::model::Usage;
 
     fn event(path: &str, kind: EventKind) -> RunEvent {
         RunEvent {

@@ -31,8 +31,8 @@ use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 use troupe_actors::{EventSubscription, RunSubmission, Runtime, RuntimeError};
-use troupe_runtime::events::{ApprovalOutcome, EventKind};
-use troupe_runtime::store::{IdMatch, RunRecord, Store, StoreError};
+use troupe_protocol::events::{ApprovalOutcome, EventKind};
+use troupe_store::{IdMatch, RunRecord, Store, StoreError};
 
 use super::error::ApiError;
 use super::idle::{Activity, StreamGuard};
@@ -604,7 +604,7 @@ async fn remove_session(
         })?;
     match state.runtime.remove_session(&id).await {
         Ok(removed) => {
-            troupe_runtime::tools::output::remove_spill_dirs(&state.data_dir, &removed);
+            troupe_tools::output::remove_spill_dirs(&state.data_dir, &removed);
             Ok(axum::Json(json!({
             "session_id": id,
             "removed": removed,

@@ -9,7 +9,7 @@ use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
-use troupe_runtime::tools::process::process_is_alive;
+use troupe_process::process_is_alive;
 
 /// File name of the token.
 pub(crate) const TOKEN_FILE: &str = "daemon.token";

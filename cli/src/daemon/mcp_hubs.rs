@@ -29,8 +29,8 @@ use tokio::sync::Mutex;
 use tokio::task::JoinHandle;
 use troupe_actors::McpHub;
 use troupe_actors::mcp::BaseEnv;
-use troupe_runtime::config::Config;
-use troupe_runtime::mcp::{McpServerSpec, SHUTDOWN_BUDGET};
+use troupe_config::Config;
+use troupe_mcp::{McpServerSpec, SHUTDOWN_BUDGET};
 
 use crate::setup::Locations;
 
@@ -311,7 +311,7 @@ impl Hubs {
 mod tests {
     use super::*;
     use std::sync::Arc;
-    use troupe_runtime::mcp::McpTransportSpec;
+    use troupe_mcp::McpTransportSpec;
 
     fn spec(name: &str, url: &str) -> McpServerSpec {
         McpServerSpec {

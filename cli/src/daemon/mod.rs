@@ -34,8 +34,8 @@ use futures::FutureExt;
 use tokio::signal::unix::{SignalKind, signal};
 use tokio_util::sync::CancellationToken;
 use troupe_actors::{Approver, Runtime};
-use troupe_runtime::permission::PermissionMode;
-use troupe_runtime::store::Store;
+use troupe_protocol::permission::PermissionMode;
+use troupe_store::Store;
 
 use self::api::{ApiState, Prepare, PreparedRun, RunRequest};
 use self::error::ApiError;

@@ -6,7 +6,7 @@
 //! loopback. Were it let in, it could start a run in bypass mode in another
 //! directory, or approve its own run's calls. So those two requests are
 //! refused when they come from a command of any Troupe run (see
-//! `troupe_runtime::tools::lineage`), and from a local peer the daemon
+//! `troupe_process::lineage`), and from a local peer the daemon
 //! cannot identify:
 //!
 //! - on the daemon's Unix socket (`$TROUPE_HOME/daemon.sock`, which the
@@ -26,7 +26,7 @@
 
 use std::net::{IpAddr, SocketAddr};
 
-use troupe_runtime::tools::lineage::{self, Lineage};
+use troupe_process::lineage::{self, Lineage};
 
 /// The transport end of one connection, kept with each of its requests.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -52,9 +52,9 @@ pub(crate) fn start_detached(data_dir: &Path, idle_secs: u64) -> std::io::Result
         .env("TROUPE_HOME", data_dir)
         // The provider keys this process read at start-up (no longer in its
         // environment), named so the daemon withholds them in turn.
-        .envs(troupe_runtime::secrets::withhold_request(
-            &troupe_runtime::secrets::withheld_names(),
-            troupe_runtime::secrets::withheld,
+        .envs(troupe_process::secrets::withhold_request(
+            &troupe_process::secrets::withheld_names(),
+            troupe_process::secrets::withheld,
         ))
         .stdin(Stdio::null())
         .stdout(Stdio::null())

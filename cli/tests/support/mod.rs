@@ -18,11 +18,11 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use serde_json::Value;
-use troupe_runtime::config::ResolvedProvider;
-use troupe_runtime::llm::{ChatRequest, anthropic};
-use troupe_runtime::model::Message;
-use troupe_runtime::model::Protocol;
-use troupe_runtime::model::SystemPrompt;
+use troupe_config::ResolvedProvider;
+use troupe_llm::{ChatRequest, anthropic};
+use troupe_protocol::model::Message;
+use troupe_protocol::model::Protocol;
+use troupe_protocol::model::SystemPrompt;
 use troupe_scripted::{RecordedRequest, ScriptedServer};
 
 /// The binary under test.
@@ -59,7 +59,7 @@ impl Env {
     /// Trusts the project, as `troupe trust` does: its whole
     /// `.troupe/config.toml` applies.
     pub(crate) fn trust(&self) {
-        troupe_runtime::config::TrustStore::new(&self.data_dir())
+        troupe_config::TrustStore::new(&self.data_dir())
             .set(self.root(), true)
             .unwrap();
     }
@@ -479,7 +479,7 @@ pub(crate) fn stop_daemon(data_dir: &Path) {
     // SAFETY: plain signal delivery to the test's own daemon.
     unsafe { libc::kill(pid as i32, libc::SIGTERM) };
     let deadline = std::time::Instant::now() + COMMAND_LIMIT;
-    while troupe_runtime::tools::process::process_is_alive(pid) {
+    while troupe_process::process_is_alive(pid) {
         assert!(std::time::Instant::now() < deadline, "daemon {pid} stops");
         std::thread::sleep(Duration::from_millis(20));
     }

@@ -29,14 +29,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use troupe_actors::AgentEnv;
-use troupe_runtime::config::{DEFAULT_CONTEXT_WINDOW, DEFAULT_MAX_TOKENS, ResolvedProvider};
-use troupe_runtime::llm::{Provider, anthropic};
-use troupe_runtime::model::Protocol;
-use troupe_runtime::model::SystemPrompt;
-use troupe_runtime::sandbox::PathSandbox;
-use troupe_runtime::store::Store;
-use troupe_runtime::tools::ToolRegistry;
-use troupe_runtime::tools::background::BackgroundTasks;
+use troupe_config::{DEFAULT_CONTEXT_WINDOW, DEFAULT_MAX_TOKENS, ResolvedProvider};
+use troupe_llm::{Provider, anthropic};
+use troupe_paths::sandbox::PathSandbox;
+use troupe_protocol::model::Protocol;
+use troupe_protocol::model::SystemPrompt;
+use troupe_store::Store;
+use troupe_tools::ToolRegistry;
+use troupe_tools::background::BackgroundTasks;
 
 use crate::{TEST_ENVIRONMENT, TEST_STABLE_PROMPT};
 
@@ -147,9 +147,9 @@ pub fn agent_env(
         provider_for_model: None,
         price: None,
         registry: Arc::new(registry),
-        roles: Arc::new(troupe_runtime::agent::roles::RoleSet::builtin()),
+        roles: Arc::new(troupe_agent::roles::RoleSet::builtin()),
         sandbox: Arc::new(sandbox),
-        os_sandbox: Arc::new(troupe_runtime::os_sandbox::CommandSandbox::off()),
+        os_sandbox: Arc::new(troupe_process::os_sandbox::CommandSandbox::off()),
         system: SystemPrompt {
             stable: TEST_STABLE_PROMPT.into(),
             environment: TEST_ENVIRONMENT.into(),
@@ -161,10 +161,10 @@ pub fn agent_env(
         background: Arc::new(BackgroundTasks::new()),
         tool_timeout: TOOL_TIMEOUT,
         store,
-        capture: troupe_runtime::telemetry::genai::ContentCapture::default(),
+        capture: troupe_telemetry::genai::ContentCapture::default(),
         mcp: None,
         catalogues: Default::default(),
-        hooks: Arc::new(troupe_runtime::hooks::HookSet::default()),
+        hooks: Arc::new(troupe_hooks::HookSet::default()),
         memory: Default::default(),
     }))
 }
@@ -220,7 +220,7 @@ mod tests {
         let store = Store::open(data.path()).unwrap();
         let env = agent_env(
             provider,
-            troupe_runtime::tools::builtin_registry(),
+            troupe_tools::builtin_registry(),
             project.path(),
             data.path(),
             store,

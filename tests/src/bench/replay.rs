@@ -13,9 +13,9 @@ use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
-use troupe_runtime::llm::{ChatRequest, Provider};
-use troupe_runtime::model::{Message, Role};
-use troupe_runtime::model::{SystemPrompt, ToolDefinition};
+use troupe_llm::{ChatRequest, Provider};
+use troupe_protocol::model::{Message, Role};
+use troupe_protocol::model::{SystemPrompt, ToolDefinition};
 use troupe_scripted::RecordedRequest;
 
 use super::http::RawHttpClient;

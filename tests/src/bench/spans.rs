@@ -11,8 +11,8 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{PoisonError, RwLock};
 
-use troupe_runtime::store::{SpanWriter, Store};
-use troupe_runtime::telemetry::{SpanRecord, SpanSink};
+use troupe_store::{SpanWriter, Store};
+use troupe_telemetry::{SpanRecord, SpanSink};
 
 /// Forwards finished spans to the store set last.
 #[derive(Debug, Default)]
@@ -71,7 +71,7 @@ mod tests {
     use std::collections::BTreeMap;
 
     use chrono::Utc;
-    use troupe_runtime::telemetry::SpanStatus;
+    use troupe_telemetry::SpanStatus;
 
     use super::*;
 

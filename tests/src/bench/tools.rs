@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use futures::future::BoxFuture;
 use serde_json::{Value, json};
-use troupe_runtime::permission::ToolCategory;
-use troupe_runtime::tools::{Tool, ToolContext, ToolOutput};
+use troupe_protocol::permission::ToolCategory;
+use troupe_tools::{Tool, ToolContext, ToolOutput};
 
 /// Longest sleep [`SleepTool`] accepts, in milliseconds; longer would outlast
 /// the default per-call timeout of SPEC §3 (30 s).
@@ -136,17 +136,17 @@ impl Tool for SleepTool {
 mod tests {
     use std::sync::Arc;
 
-    use troupe_runtime::sandbox::PathSandbox;
-    use troupe_runtime::tools::ToolRegistry;
-    use troupe_runtime::tools::background::BackgroundTasks;
-    use troupe_runtime::tools::builtin_registry;
+    use troupe_paths::sandbox::PathSandbox;
+    use troupe_tools::ToolRegistry;
+    use troupe_tools::background::BackgroundTasks;
+    use troupe_tools::builtin_registry;
 
     use super::*;
 
     fn context(dir: &std::path::Path) -> ToolContext {
         ToolContext {
             call_id: "call-1".into(),
-            os_sandbox: std::sync::Arc::new(troupe_runtime::os_sandbox::CommandSandbox::off()),
+            os_sandbox: std::sync::Arc::new(troupe_process::os_sandbox::CommandSandbox::off()),
             sandbox: Arc::new(PathSandbox::new(dir, &[], None).unwrap()),
             spill_dir: dir.join("spill"),
             cancel: tokio_util::sync::CancellationToken::new(),

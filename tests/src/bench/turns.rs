@@ -18,9 +18,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::json;
-use troupe_runtime::config::Limits;
-use troupe_runtime::events::{EventKind, RunStatus};
-use troupe_runtime::llm::{ChatRequest, anthropic};
+use troupe_config::Limits;
+use troupe_llm::{ChatRequest, anthropic};
+use troupe_protocol::events::{EventKind, RunStatus};
 use troupe_scripted::{Script, ScriptedServer, text, tool_call};
 
 use super::arrivals::ArrivalStamps;

@@ -22,11 +22,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::json;
-use troupe_runtime::mcp::tool::tools_of;
-use troupe_runtime::mcp::{Connection, McpServerSpec, McpTransportSpec};
-use troupe_runtime::sandbox::PathSandbox;
-use troupe_runtime::tools::background::BackgroundTasks;
-use troupe_runtime::tools::{Tool, ToolContext};
+use troupe_mcp::tool::tools_of;
+use troupe_mcp::{Connection, McpServerSpec, McpTransportSpec};
+use troupe_paths::sandbox::PathSandbox;
+use troupe_tools::background::BackgroundTasks;
+use troupe_tools::{Tool, ToolContext};
 
 /// The suite gives a client 30 s; stay well inside it.
 const STEP_TIMEOUT: Duration = Duration::from_secs(20);
@@ -128,7 +128,7 @@ fn context(dir: &Path) -> Result<ToolContext, String> {
     Ok(ToolContext {
         call_id: "conformance-1".into(),
         sandbox: Arc::new(PathSandbox::new(dir, &[], None).map_err(|err| err.to_string())?),
-        os_sandbox: Arc::new(troupe_runtime::os_sandbox::CommandSandbox::off()),
+        os_sandbox: Arc::new(troupe_process::os_sandbox::CommandSandbox::off()),
         spill_dir: dir.join("spill"),
         cancel: tokio_util::sync::CancellationToken::new(),
         child_env: Arc::new(Vec::<(String, String)>::new()),

@@ -1,0 +1,775 @@
+//! The compacting half of a turn, before its model call: layer 1 (large
+//! results offloaded, decided once per call id), then, at the threshold, a
+//! summary of the older history (layer 2) made by a model call with no tools
+//! — or swapped in from one prepared ahead, from 70% of the threshold, while
+//! the agent went on; the emergency path when the provider says the prompt is
+//! too long; a summary before the first request of a continued session near
+//! the window; and a loop whose only job is a summary (manual compaction).
+//! Every rule is a function of `crate::compact`; this only sequences them.
+//!
+//! Every compaction starts in [`AgentLoop::begin_compaction`] and ends in
+//! [`AgentLoop::apply_summary`] or [`AgentLoop::summary_failed`], whatever
+//! its trigger.
+
+use std::collections::VecDeque;
+
+use chrono::Utc;
+use tokio_util::sync::CancellationToken;
+
+use crate::compact::ahead::{PrefixKey, prefix_key, should_prepare, still_matches};
+use crate::compact::breaker::Breaker;
+use crate::compact::estimate::TokenEstimate;
+use crate::compact::offload::{Ledger, OffloadPlan};
+use crate::compact::summary::{
+    FileSnapshot, RECOVERY_FILES, budgets, compacted, extract_summary, files_outside,
+    groups_to_drop, recovery_attachment, summary_request, tail_start, without_oldest_groups,
+};
+use crate::compact::{auto_threshold, emergency_limit, resume_threshold};
+use troupe_llm::{ChatRequest, ProviderError};
+use troupe_protocol::events::{EventKind, RunStatus};
+use troupe_protocol::model::{Message, Usage};
+use troupe_protocol::model::{ProviderErrorKind, ToolDefinition};
+use troupe_store::CompactionMarker;
+use troupe_telemetry::genai;
+
+use super::{AfterSave, AgentLoop, Effect, Phase};
+use crate::RunOutcome;
+
+/// How many too-long summary requests are retried with fewer groups.
+const SUMMARY_ATTEMPTS: u32 = 8;
+
+/// What a loop starts from for compaction.
+#[derive(Debug, Clone, Default)]
+pub struct ContextSetup {
+    /// The provider's context window in tokens (0: compaction off).
+    pub window: u64,
+    /// The session's layer-1 decisions (a fork starts from its parent's).
+    pub ledger: Ledger,
+    /// Summaries are prepared ahead, from 70% of the threshold, while the
+    /// agent goes on.
+    pub work_ahead: bool,
+    /// The loop continues a stored session: when its first request is
+    /// estimated above the window − 8,000, the history is compacted first.
+    pub resumed: bool,
+    /// The loop's only job is to compact the history (manual compaction):
+    /// it summarises, stores the result and finishes, with no model turn.
+    pub compact_only: bool,
+}
+
+/// Why a summary is made.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Trigger {
+    /// The estimate reached the threshold.
+    Auto,
+    /// Someone asked for it (`troupe sessions compact`, `/compact`, the API).
+    Manual,
+    /// A stored session is continued with an estimate near the window.
+    Resume,
+    /// The provider refused the prompt as too long.
+    Emergency,
+}
+
+impl Trigger {
+    /// The trigger as events and spans name it.
+    pub(super) fn as_str(self) -> &'static str {
+        match self {
+            Self::Auto => "auto",
+            Self::Manual => "manual",
+            Self::Resume => "resume",
+            Self::Emergency => "emergency",
+        }
+    }
+}
+
+/// A summary prepared ahead, for the history prefix of `key`.
+#[derive(Debug)]
+struct Ahead {
+    key: PrefixKey,
+    state: AheadState,
+}
+
+#[derive(Debug)]
+enum AheadState {
+    /// Its request runs beside the agent's turns.
+    InFlight {
+        epoch: u64,
+        cancel: CancellationToken,
+        /// `compact ahead`: the preparation's request runs in it.
+        span: tracing::Span,
+    },
+    /// Its summary, ready to swap in.
+    Ready(String),
+}
+
+/// The compaction state of one loop.
+#[derive(Debug)]
+pub(super) struct ContextState {
+    window: u64,
+    pub(super) ledger: Ledger,
+    estimate: TokenEstimate,
+    breaker: Breaker,
+    /// Layer 1 ran for the coming model call.
+    offloaded: bool,
+    /// No automatic summary before the coming model call (it failed, or
+    /// there was nothing to summarise).
+    skip_summary: bool,
+    /// The emergency compaction of this turn was used.
+    emergency_used: bool,
+    /// Files read most recently, newest first.
+    recent_files: VecDeque<FileSnapshot>,
+    /// Prepare summaries ahead.
+    work_ahead: bool,
+    /// A summary prepared (or being prepared) ahead.
+    ahead: Option<Ahead>,
+    /// The first request of a continued session is still to come.
+    resume_pending: bool,
+    /// Only compact, then finish.
+    pub(super) compact_only: bool,
+}
+
+impl ContextState {
+    pub(super) fn new(setup: ContextSetup) -> Self {
+        Self {
+            window: setup.window,
+            ledger: setup.ledger,
+            estimate: TokenEstimate::reset(),
+            breaker: Breaker::default(),
+            offloaded: false,
+            skip_summary: false,
+            emergency_used: false,
+            recent_files: VecDeque::new(),
+            work_ahead: setup.work_ahead,
+            ahead: None,
+            resume_pending: setup.resumed,
+            compact_only: setup.compact_only,
+        }
+    }
+
+    /// The estimate's anchor.
+    #[cfg(test)]
+    pub(super) fn estimate(&self) -> TokenEstimate {
+        self.estimate
+    }
+
+    /// Whether a summary is being prepared ahead (`Some(false)`) or is
+    /// ready (`Some(true)`).
+    #[cfg(test)]
+    pub(super) fn prepared(&self) -> Option<bool> {
+        self.ahead
+            .as_ref()
+            .map(|ahead| matches!(ahead.state, AheadState::Ready(_)))
+    }
+
+    /// Whether automatic summaries are suspended.
+    #[cfg(test)]
+    pub(super) fn breaker_is_open(&self) -> bool {
+        self.breaker.is_open()
+    }
+
+    /// Remembers a file the agent read (for the recovery attachment).
+    pub(super) fn file_read(&mut self, path: String, content: String) {
+        self.recent_files.retain(|file| file.path != path);
+        self.recent_files.push_front(FileSnapshot { path, content });
+        self.recent_files.truncate(RECOVERY_FILES);
+    }
+}
+
+/// A summary request in flight.
+pub(super) struct Summarising {
+    pub(super) epoch: u64,
+    /// Messages before this index are being summarised.
+    cut: usize,
+    trigger: Trigger,
+    cancel: CancellationToken,
+    span: tracing::Span,
+    before_tokens: u64,
+    /// Too-long answers so far (groups dropped).
+    too_long: u32,
+}
+
+impl Summarising {
+    pub(super) fn cancel(&self) {
+        self.cancel.cancel();
+    }
+
+    pub(super) fn span(&self) -> tracing::Span {
+        self.span.clone()
+    }
+}
+
+/// Characters of a request as the estimate counts them.
+fn request_chars(system_chars: usize, tools: &[ToolDefinition], history_chars: u64) -> u64 {
+    let tools: usize = tools
+        .iter()
+        .map(|tool| tool.name.len() + tool.description.len() + tool.input_schema.to_string().len())
+        .sum();
+    (system_chars + tools) as u64 + history_chars
+}
+
+impl AgentLoop {
+    /// The messages a request carries: the history with the ledger applied.
+    pub(super) fn request_messages(&self) -> Vec<Message> {
+        self.context.ledger.apply(self.transcript.messages())
+    }
+
+    fn system_chars(&self) -> usize {
+        self.system.stable.len() + self.system.environment.len()
+    }
+
+    /// Characters of the next request (the history as the ledger sends
+    /// it), counted without building it.
+    fn next_request_chars(&self) -> u64 {
+        let tools = self.catalogue.offered(self.permissions.mode());
+        let history = self.context.ledger.sent_chars(self.transcript.messages());
+        request_chars(self.system_chars(), tools, history)
+    }
+
+    /// The estimate of the next request.
+    pub(super) fn estimated_tokens(&self) -> u64 {
+        self.context.estimate.tokens(self.next_request_chars())
+    }
+
+    /// Re-anchors the estimate after a model call of this agent answered
+    /// with `usage` (its answer is the last message).
+    pub(super) fn re_anchor(&mut self, usage: &Usage) {
+        if usage.input + usage.output + usage.cache_read + usage.cache_write == 0 {
+            return; // the provider reported nothing to anchor to
+        }
+        self.context.estimate = TokenEstimate::anchored(usage, self.next_request_chars());
+    }
+
+    /// Layer 1 before a model call: results to offload or to keep are
+    /// decided (once) and handed to the interpreter. True when it waits for
+    /// [`super::Input::Offloaded`].
+    pub(super) fn offload_step(&mut self, out: &mut Vec<Effect>) -> bool {
+        if std::mem::take(&mut self.context.offloaded) || self.context.window == 0 {
+            return false;
+        }
+        let plan: OffloadPlan = self.context.ledger.plan(self.transcript.messages());
+        if plan.is_empty() {
+            return false;
+        }
+        self.phase = Phase::Offloading;
+        out.push(Effect::Offload(plan));
+        true
+    }
+
+    /// The interpreter spilled what it could (`spilled`: call id and path).
+    pub(super) fn on_offloaded(&mut self, spilled: Vec<(String, String)>, out: &mut Vec<Effect>) {
+        if !matches!(self.phase, Phase::Offloading) {
+            return;
+        }
+        for (call_id, path) in spilled {
+            self.context.ledger.spilled(&call_id, &path);
+        }
+        self.phase = Phase::Idle;
+        self.context.offloaded = true;
+        self.model_call(out);
+    }
+
+    /// The threshold summaries are made for: the automatic one, or half the
+    /// window when the window is too small for automatic summaries.
+    fn summary_threshold(&self) -> u64 {
+        auto_threshold(self.context.window).unwrap_or(self.context.window / 2)
+    }
+
+    /// Layer 2 before a model call: the first request of a continued
+    /// session estimated above the window − 8,000 compacts first (whatever
+    /// the window); otherwise an automatic summary starts when the estimate
+    /// reaches the threshold and the breaker allows. True when a compaction
+    /// began.
+    pub(super) fn summary_step(&mut self, out: &mut Vec<Effect>) -> bool {
+        if std::mem::take(&mut self.context.resume_pending) && self.context.window > 0 {
+            let estimate = self.estimated_tokens();
+            if estimate >= resume_threshold(self.context.window)
+                && self.begin_compaction(Trigger::Resume, estimate, out)
+            {
+                return true;
+            }
+        }
+        if std::mem::take(&mut self.context.skip_summary) {
+            return false;
+        }
+        let Some(threshold) = auto_threshold(self.context.window) else {
+            return false;
+        };
+        let estimate = self.estimated_tokens();
+        if estimate < threshold || !self.context.breaker.allows(self.guard.turns()) {
+            return false;
+        }
+        self.begin_compaction(Trigger::Auto, estimate, out)
+    }
+
+    /// Work ahead, as a model call starts: from 70% of the threshold (below
+    /// it), a summary of the older history is asked for beside the agent's
+    /// call — once at a time, never moving the estimate, never touching the
+    /// history. Its answer waits in [`ContextState`] until the threshold.
+    pub(super) fn prepare_step(&mut self, out: &mut Vec<Effect>) {
+        if !self.context.work_ahead || self.context.ahead.is_some() {
+            return;
+        }
+        let Some(threshold) = auto_threshold(self.context.window) else {
+            return;
+        };
+        if !self.context.breaker.allows(self.guard.turns()) {
+            return;
+        }
+        let estimate = self.estimated_tokens();
+        if !should_prepare(estimate, threshold) {
+            return;
+        }
+        let messages = self.transcript.messages();
+        let Some(cut) = tail_start(messages, budgets(threshold).tail_tokens).filter(|cut| *cut > 0)
+        else {
+            return;
+        };
+        let key = prefix_key(messages, cut);
+        let request = ChatRequest {
+            system: self.system.clone(),
+            messages: summary_request(&self.context.ledger.apply(&messages[..cut])),
+            tools: Vec::new(),
+        };
+        self.epoch += 1;
+        let cancel = self.token.child_token();
+        let span = genai::compaction_span(&self.span, "ahead", estimate);
+        self.context.ahead = Some(Ahead {
+            key,
+            state: AheadState::InFlight {
+                epoch: self.epoch,
+                cancel: cancel.clone(),
+                span: span.clone(),
+            },
+        });
+        out.push(Effect::Summarise {
+            epoch: self.epoch,
+            request,
+            cancel,
+            span,
+        });
+    }
+
+    /// Whether `epoch` is the summary being prepared ahead.
+    fn is_preparing(&self, epoch: u64) -> bool {
+        matches!(
+            &self.context.ahead,
+            Some(Ahead { state: AheadState::InFlight { epoch: e, .. }, .. }) if *e == epoch
+        )
+    }
+
+    /// The summary prepared ahead answered: kept if it still fits the
+    /// history, else discarded. Its usage is spent, never an anchor.
+    fn on_prepared(&mut self, result: Result<String, ProviderError>, usage: &Usage) {
+        self.count_usage(usage);
+        let Some(Ahead {
+            key,
+            state: AheadState::InFlight { span, .. },
+        }) = self.context.ahead.take()
+        else {
+            return;
+        };
+        match result {
+            Ok(answer) => {
+                let summary = extract_summary(&answer);
+                if summary.trim().is_empty() {
+                    genai::record_error(&span, "empty_summary");
+                } else if !still_matches(&key, self.transcript.messages()) {
+                    genai::record_error(&span, "stale");
+                    tracing::debug!("a summary prepared ahead no longer fits the history");
+                } else {
+                    self.context.ahead = Some(Ahead {
+                        key,
+                        state: AheadState::Ready(summary),
+                    });
+                }
+            }
+            // The summary is made at the threshold instead.
+            Err(error) => genai::record_chat_error(&span, error.kind),
+        }
+    }
+
+    /// The one place a compaction of any trigger starts. An automatic one
+    /// takes the summary prepared ahead when it still fits the history: a
+    /// ready one is swapped in at once, one still on its way is waited for;
+    /// a stale one is discarded and a summary asked for now. False (and
+    /// nothing started) when the history is too short to cut.
+    pub(super) fn begin_compaction(
+        &mut self,
+        trigger: Trigger,
+        before_tokens: u64,
+        out: &mut Vec<Effect>,
+    ) -> bool {
+        if trigger == Trigger::Auto
+            && let Some(ahead) = self.context.ahead.take()
+        {
+            let fits = still_matches(&ahead.key, self.transcript.messages());
+            let cut = ahead.key.len;
+            match ahead.state {
+                AheadState::Ready(summary) if fits => {
+                    self.swap_prepared(summary, cut, before_tokens, out);
+                    return true;
+                }
+                AheadState::InFlight {
+                    epoch,
+                    cancel,
+                    span: _,
+                } if fits => {
+                    self.announce_compaction("started", trigger, before_tokens, 0, out);
+                    self.phase = Phase::Summarising(Summarising {
+                        epoch,
+                        cut,
+                        trigger,
+                        cancel,
+                        span: genai::compaction_span(&self.span, trigger.as_str(), before_tokens),
+                        before_tokens,
+                        too_long: 0,
+                    });
+                    return true;
+                }
+                AheadState::InFlight { cancel, span, .. } => {
+                    genai::record_error(&span, "stale");
+                    cancel.cancel();
+                }
+                AheadState::Ready(_) => {}
+            }
+            tracing::debug!("a summary prepared ahead no longer fits the history; discarded");
+        }
+        self.start_summary(trigger, before_tokens, 0, out)
+    }
+
+    /// Swaps in the summary prepared ahead for `messages[..cut]`: no model
+    /// call on the agent's path.
+    fn swap_prepared(
+        &mut self,
+        summary: String,
+        cut: usize,
+        before_tokens: u64,
+        out: &mut Vec<Effect>,
+    ) {
+        let trigger = Trigger::Auto;
+        self.announce_compaction("started", trigger, before_tokens, 0, out);
+        let summarising = Summarising {
+            epoch: self.epoch,
+            cut,
+            trigger,
+            cancel: CancellationToken::new(),
+            span: genai::compaction_span(&self.span, trigger.as_str(), before_tokens),
+            before_tokens,
+            too_long: 0,
+        };
+        self.apply_summary(summarising, &summary, out);
+    }
+
+    /// The one place a compaction's start and end are told: the
+    /// `compaction` event, and the PreCompact (`started`) or PostCompact
+    /// (`finished`, `failed`) hooks, for every trigger alike.
+    fn announce_compaction(
+        &self,
+        phase: &str,
+        trigger: Trigger,
+        before_tokens: u64,
+        after_tokens: u64,
+        out: &mut Vec<Effect>,
+    ) {
+        out.push(Effect::Emit(EventKind::Compaction {
+            phase: phase.into(),
+            trigger: trigger.as_str().into(),
+            before_tokens,
+            after_tokens,
+        }));
+        self.compaction_hooks(phase, trigger.as_str(), before_tokens, after_tokens, out);
+    }
+
+    /// Manual compaction: the loop's only job. Summarises the older history
+    /// (whatever the breaker says) and finishes; a history too short to cut
+    /// ends the loop with an error saying so.
+    pub(super) fn compact_now(&mut self, out: &mut Vec<Effect>) {
+        let before = self.estimated_tokens();
+        if self.begin_compaction(Trigger::Manual, before, out) {
+            return;
+        }
+        let text = format!(
+            "(Nothing to compact: the conversation, about {before} tokens, is short enough to \
+             be kept whole.)"
+        );
+        out.push(Effect::Emit(EventKind::Error {
+            kind: "nothing_to_compact".into(),
+            message: text.clone(),
+        }));
+        self.finish_with(
+            RunOutcome {
+                status: RunStatus::Error,
+                stop_reason: "nothing_to_compact".into(),
+                final_text: text,
+                usage: Usage::default(),
+            },
+            out,
+        );
+    }
+
+    /// Starts a summary of the older history. False (and nothing started)
+    /// when the history is too short to cut.
+    fn start_summary(
+        &mut self,
+        trigger: Trigger,
+        before_tokens: u64,
+        too_long: u32,
+        out: &mut Vec<Effect>,
+    ) -> bool {
+        let messages = self.transcript.messages();
+        let budgets = budgets(self.summary_threshold());
+        let Some(cut) = tail_start(messages, budgets.tail_tokens).filter(|cut| *cut > 0) else {
+            return false;
+        };
+        let older = &messages[..cut];
+        let groups = crate::compact::summary::user_turn_starts(older).len();
+        let part = without_oldest_groups(older, groups_to_drop(too_long, groups));
+        let request = ChatRequest {
+            system: self.system.clone(),
+            messages: summary_request(&self.context.ledger.apply(part)),
+            tools: Vec::new(),
+        };
+        self.epoch += 1;
+        let cancel = self.token.child_token();
+        let span = genai::compaction_span(&self.span, trigger.as_str(), before_tokens);
+        if too_long == 0 {
+            self.announce_compaction("started", trigger, before_tokens, 0, out);
+        }
+        self.phase = Phase::Summarising(Summarising {
+            epoch: self.epoch,
+            cut,
+            trigger,
+            cancel: cancel.clone(),
+            span: span.clone(),
+            before_tokens,
+            too_long,
+        });
+        out.push(Effect::Summarise {
+            epoch: self.epoch,
+            request,
+            cancel,
+            span,
+        });
+        true
+    }
+
+    /// The summary model call of `epoch` answered.
+    pub(super) fn on_summarised(
+        &mut self,
+        epoch: u64,
+        result: Result<String, ProviderError>,
+        usage: Usage,
+        out: &mut Vec<Effect>,
+    ) {
+        if self.is_preparing(epoch) {
+            self.on_prepared(result, &usage);
+            return;
+        }
+        if !matches!(&self.phase, Phase::Summarising(s) if s.epoch == epoch) {
+            return;
+        }
+        // Spent like any call, but never an anchor for the estimate.
+        self.count_usage(&usage);
+        let Phase::Summarising(summarising) = std::mem::replace(&mut self.phase, Phase::Idle)
+        else {
+            return;
+        };
+        let summary = match result {
+            Ok(answer) => extract_summary(&answer),
+            Err(error)
+                if error.kind == ProviderErrorKind::PromptTooLong
+                    && summarising.too_long + 1 < SUMMARY_ATTEMPTS =>
+            {
+                // Too long to summarise: leave older groups out and ask again.
+                let (trigger, before, too_long) = (
+                    summarising.trigger,
+                    summarising.before_tokens,
+                    summarising.too_long + 1,
+                );
+                drop(summarising);
+                if !self.start_summary(trigger, before, too_long, out) {
+                    self.summary_failed(trigger, before, "nothing left to summarise", out);
+                }
+                return;
+            }
+            Err(error) => {
+                genai::record_chat_error(&summarising.span, error.kind);
+                let Summarising {
+                    trigger,
+                    before_tokens,
+                    ..
+                } = summarising;
+                self.summary_failed(trigger, before_tokens, &error.to_string(), out);
+                return;
+            }
+        };
+        if summary.trim().is_empty() {
+            self.summary_failed(
+                summarising.trigger,
+                summarising.before_tokens,
+                "the summary was empty",
+                out,
+            );
+            return;
+        }
+        self.apply_summary(summarising, &summary, out);
+    }
+
+    /// The one place a compaction that worked ends: the summary and the
+    /// recovery attachment replace `messages[..cut]`, the estimate is reset,
+    /// the marker is stored; then the turn goes on (or, for a manual
+    /// compaction, the loop finishes).
+    fn apply_summary(&mut self, summarising: Summarising, summary: &str, out: &mut Vec<Effect>) {
+        let tools = self.catalogue.offered(self.permissions.mode()).to_vec();
+        let files: Vec<FileSnapshot> = self.context.recent_files.iter().cloned().collect();
+        let files = files_outside(&files, &self.transcript.messages()[summarising.cut..]);
+        let budgets = budgets(self.summary_threshold());
+        let attachment = recovery_attachment(&files, &tools, budgets.file_tokens);
+        let summary_messages = compacted(summary, &attachment, &[]);
+        self.context.estimate = TokenEstimate::reset();
+        let marker: CompactionMarker = self.transcript.compact(
+            summary_messages,
+            summarising.cut,
+            Utc::now(),
+            (summarising.before_tokens, 0),
+        );
+        self.context.ledger.retain_for(self.transcript.messages());
+        // A summary prepared ahead for the prefix just replaced is stale (one
+        // still on its way is checked when it answers).
+        if let Some(Ahead {
+            key,
+            state: AheadState::Ready(_),
+        }) = &self.context.ahead
+            && !still_matches(key, self.transcript.messages())
+        {
+            self.context.ahead = None;
+        }
+        let after = self.estimated_tokens();
+        let mut marker = marker;
+        marker.after_tokens = after;
+        if summarising.trigger == Trigger::Auto {
+            // A summary that leaves the history at the threshold did not
+            // help: it counts as a failure, so summaries cannot loop.
+            if after >= self.summary_threshold() {
+                self.context.breaker.failed(self.guard.turns());
+            } else {
+                self.context.breaker.succeeded();
+            }
+        }
+        genai::record_compaction(&summarising.span, after);
+        drop(summarising.span);
+        self.announce_compaction(
+            "finished",
+            summarising.trigger,
+            marker.before_tokens,
+            after,
+            out,
+        );
+        // The marker is durable before the next request is built from it.
+        self.context.skip_summary = true;
+        self.context.offloaded = true;
+        let then = match summarising.trigger {
+            Trigger::Manual => AfterSave::Finish(RunOutcome {
+                status: RunStatus::Finished,
+                stop_reason: "compacted".into(),
+                final_text: format!(
+                    "Compacted the conversation: about {} tokens before, {after} after.",
+                    marker.before_tokens
+                ),
+                usage: Usage::default(),
+            }),
+            Trigger::Emergency if after > emergency_limit(self.context.window) => {
+                AfterSave::TooLong(after)
+            }
+            _ => AfterSave::ModelCall,
+        };
+        self.phase = Phase::Saving(then);
+        out.push(Effect::SaveMarker(marker));
+    }
+
+    /// The one place a compaction that failed ends: an automatic one is
+    /// counted by the breaker and the turn goes on with the full history (as
+    /// after a failed resume summary); a manual one ends the loop with the
+    /// reason; an emergency one ends the turn.
+    fn summary_failed(
+        &mut self,
+        trigger: Trigger,
+        before_tokens: u64,
+        why: &str,
+        out: &mut Vec<Effect>,
+    ) {
+        self.announce_compaction("failed", trigger, before_tokens, 0, out);
+        match trigger {
+            Trigger::Auto | Trigger::Resume => {
+                if trigger == Trigger::Auto {
+                    self.context.breaker.failed(self.guard.turns());
+                }
+                out.push(Effect::Emit(EventKind::notice(format!(
+                    "context compaction failed ({why}); going on with the full history"
+                ))));
+                self.context.skip_summary = true;
+                self.context.offloaded = true;
+                self.model_call(out);
+            }
+            Trigger::Emergency => self.end_too_long(before_tokens, out),
+            Trigger::Manual => {
+                let text = format!("(The conversation could not be compacted: {why}.)");
+                out.push(Effect::Emit(EventKind::Error {
+                    kind: "compaction_failed".into(),
+                    message: text.clone(),
+                }));
+                self.finish_with(
+                    RunOutcome {
+                        status: RunStatus::Error,
+                        stop_reason: "compaction_failed".into(),
+                        final_text: text,
+                        usage: Usage::default(),
+                    },
+                    out,
+                );
+            }
+        }
+    }
+
+    /// The provider refused the prompt as too long: compact once (whatever
+    /// the breaker says, with a summary made now: the provider counted more
+    /// than the estimate, and one prepared ahead keeps a longer tail) and try
+    /// again; the second refusal ends the turn. True when an emergency
+    /// compaction started.
+    pub(super) fn emergency(&mut self, out: &mut Vec<Effect>) -> bool {
+        if self.context.window == 0 || self.context.emergency_used {
+            return false;
+        }
+        self.context.emergency_used = true;
+        let before = self.estimated_tokens();
+        self.begin_compaction(Trigger::Emergency, before, out)
+    }
+
+    /// A new turn of the model may use the emergency path again.
+    pub(super) fn turn_done(&mut self) {
+        self.context.emergency_used = false;
+    }
+
+    /// Ends the turn: the history does not fit the window even compacted.
+    pub(super) fn end_too_long(&mut self, tokens: u64, out: &mut Vec<Effect>) {
+        let text = format!(
+            "(The conversation is too long for the model's context window even after compacting \
+             it: about {tokens} tokens for a window of {}. Start a new session, or continue with \
+             a model that has a larger window.)",
+            self.context.window
+        );
+        out.push(Effect::Emit(EventKind::Error {
+            kind: "prompt_too_long".into(),
+            message: text.clone(),
+        }));
+        self.transcript.close(&text);
+        self.finish_with(
+            crate::RunOutcome {
+                status: troupe_protocol::events::RunStatus::Error,
+                stop_reason: "prompt_too_long".into(),
+                final_text: text,
+                usage: Usage::default(),
+            },
+            out,
+        );
+    }
+}

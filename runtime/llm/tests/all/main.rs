@@ -1,0 +1,5 @@
+//! The integration tests of troupe-llm, gathered in one test binary.
+
+mod provider_fixtures;
+mod provider_http;
+mod provider_scripted;

@@ -1,0 +1,16 @@
+//! The names of the places Troupe keeps its own files in a project and in
+//! the user's configuration directory.
+
+// Product code never unwraps: errors are values (tests may).
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
+#![warn(missing_docs)]
+
+pub mod file_io;
+pub mod protected;
+pub mod sandbox;
+
+/// Name of the per-project directory at the project root (SPEC §1.2).
+pub const PROJECT_DIR_NAME: &str = ".troupe";
+
+/// Directory of skills under `.troupe/` and under the user config dir.
+pub const SKILLS_DIR_NAME: &str = "skills";

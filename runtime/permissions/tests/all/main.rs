@@ -1,0 +1,3 @@
+//! The integration tests of troupe-permissions, gathered in one test binary.
+
+mod security_permissions;

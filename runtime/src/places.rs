@@ -1,8 +1,0 @@
-//! The names of the places Troupe keeps its own files in a project and in
-//! the user's configuration directory.
-
-/// Name of the per-project directory at the project root (SPEC §1.2).
-pub const PROJECT_DIR_NAME: &str = ".troupe";
-
-/// Directory of skills under `.troupe/` and under the user config dir.
-pub const SKILLS_DIR_NAME: &str = "skills";

@@ -1,0 +1,244 @@
+//! Finding a session or a run by a prefix of its id, the way `git` accepts a
+//! prefix of a commit hash: a prefix that is an id itself, or that starts
+//! exactly one id, names that id; one that starts several ids is ambiguous.
+//!
+//! The store side is one range scan over the keys of the `sessions` or `runs`
+//! tree (their keys are the bare ids, so sled's byte order puts every id that
+//! starts with a prefix in one contiguous range). Only keys are read, never a
+//! record, so a session whose metadata is damaged can still be named by a
+//! prefix. [`decide`] turns the ids found into an [`IdMatch`]; it is pure.
+
+use super::layout::{self, check_id};
+use super::{Store, StoreError};
+
+/// How many of the ids an ambiguous prefix matches are kept to be shown.
+pub(crate) const MAX_LISTED_MATCHES: usize = 10;
+
+/// What a prefix of an id names.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum IdMatch {
+    /// One id: the prefix is an id itself, or starts exactly one id.
+    Unique(String),
+    /// Several ids start with the prefix and none equals it.
+    Ambiguous {
+        /// The first matching ids in key order, at most `MAX_LISTED_MATCHES`.
+        ids: Vec<String>,
+        /// How many ids match in all.
+        total: usize,
+    },
+    /// No id starts with the prefix.
+    NoMatch,
+}
+
+/// Decides what `prefix` names among `ids` (the ids that start with it, in any
+/// order). An id equal to the prefix wins over longer ids that extend it, so a
+/// full id always names its own session or run.
+pub(super) fn decide(prefix: &str, ids: impl IntoIterator<Item = String>) -> IdMatch {
+    let mut listed = Vec::new();
+    let mut total = 0usize;
+    for id in ids {
+        if !id.starts_with(prefix) {
+            continue;
+        }
+        if id == prefix {
+            return IdMatch::Unique(id);
+        }
+        total += 1;
+        if listed.len() < MAX_LISTED_MATCHES {
+            listed.push(id);
+        }
+    }
+    match total {
+        0 => IdMatch::NoMatch,
+        // One match is listed (the cap is above one).
+        1 => listed.pop().map_or(IdMatch::NoMatch, IdMatch::Unique),
+        _ => {
+            listed.sort();
+            IdMatch::Ambiguous { ids: listed, total }
+        }
+    }
+}
+
+impl Store {
+    /// The session named by `prefix` (a full id or a prefix of one). Child
+    /// sessions are found like any other. Fails with
+    /// [`StoreError::InvalidId`] for a prefix that cannot start a key (empty,
+    /// too long, containing NUL).
+    pub fn find_session(&self, prefix: &str) -> Result<IdMatch, StoreError> {
+        check_id("session", prefix)?;
+        self.find_by_prefix(&self.inner.sessions, layout::SESSIONS_TREE, prefix)
+    }
+
+    /// The run named by `prefix` (a full id or a prefix of one). Fails like
+    /// [`Store::find_session`].
+    pub fn find_run(&self, prefix: &str) -> Result<IdMatch, StoreError> {
+        check_id("run", prefix)?;
+        self.find_by_prefix(&self.inner.runs, layout::RUNS_TREE, prefix)
+    }
+
+    /// Scans the keys of `tree` that start with `prefix`.
+    fn find_by_prefix(
+        &self,
+        tree: &sled::Tree,
+        name: &'static str,
+        prefix: &str,
+    ) -> Result<IdMatch, StoreError> {
+        let mut ids = Vec::new();
+        for key in tree.scan_prefix(prefix.as_bytes()).keys() {
+            let key = key.map_err(self.sled_err("look up an id"))?;
+            match std::str::from_utf8(&key) {
+                Ok(id) => ids.push(id.to_owned()),
+                Err(_) => tracing::warn!(
+                    tree = name,
+                    key = %String::from_utf8_lossy(&key),
+                    "skipping a key of the session store that is not UTF-8"
+                ),
+            }
+        }
+        Ok(decide(prefix, ids))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{NewSession, RunRecord, RunState};
+    use troupe_protocol::events::RunStatus;
+
+    fn ids(list: &[&str]) -> Vec<String> {
+        list.iter().map(|id| id.to_string()).collect()
+    }
+
+    #[test]
+    fn one_match_is_unique_and_none_is_no_match() {
+        assert_eq!(
+            decide("01a", ids(&["01ab-1"])),
+            IdMatch::Unique("01ab-1".into())
+        );
+        assert_eq!(decide("01a", ids(&[])), IdMatch::NoMatch);
+        // Ids that do not start with the prefix are not counted.
+        assert_eq!(decide("01a", ids(&["01b", "x01a"])), IdMatch::NoMatch);
+    }
+
+    #[test]
+    fn an_exact_id_wins_over_ids_that_extend_it() {
+        assert_eq!(
+            decide("ab", ids(&["ab", "abc", "abd"])),
+            IdMatch::Unique("ab".into())
+        );
+        assert_eq!(
+            decide("ab", ids(&["abc", "abd", "ab"])),
+            IdMatch::Unique("ab".into())
+        );
+    }
+
+    #[test]
+    fn several_matches_are_ambiguous_and_listed_sorted_up_to_the_cap() {
+        assert_eq!(
+            decide("a", ids(&["ac", "ab"])),
+            IdMatch::Ambiguous {
+                ids: ids(&["ab", "ac"]),
+                total: 2
+            }
+        );
+        let many: Vec<String> = (0..25).map(|n| format!("a{n:02}")).collect();
+        let IdMatch::Ambiguous { ids: listed, total } = decide("a", many) else {
+            panic!("ambiguous expected");
+        };
+        assert_eq!(total, 25);
+        assert_eq!(listed.len(), MAX_LISTED_MATCHES);
+        assert_eq!(listed.first().map(String::as_str), Some("a00"));
+    }
+
+    fn store() -> (tempfile::TempDir, Store) {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        (dir, store)
+    }
+
+    fn session(store: &Store, id: &str) {
+        store
+            .create_session(&NewSession {
+                id: id.into(),
+                cwd: "/repo".into(),
+                provider: "p".into(),
+                model: "m".into(),
+                parent: None,
+                agent_path: None,
+                run_id: None,
+                fork_of: None,
+            })
+            .unwrap();
+    }
+
+    fn run(store: &Store, id: &str, session: &str) {
+        store
+            .put_run(&RunRecord {
+                run_id: id.into(),
+                session_id: session.into(),
+                prompt: "p".into(),
+                status: RunState::Ended(RunStatus::Finished),
+                stop_reason: Some("end_turn".into()),
+                started: chrono::Utc::now(),
+                ended: None,
+                pid: 1,
+            })
+            .unwrap();
+    }
+
+    #[test]
+    fn sessions_are_found_by_a_prefix_of_their_id() {
+        let (_dir, store) = store();
+        session(&store, "0193a1-aaaa");
+        session(&store, "0193a1-bbbb");
+        session(&store, "0194ff");
+        session(&store, "01");
+        assert_eq!(
+            store.find_session("0194").unwrap(),
+            IdMatch::Unique("0194ff".into())
+        );
+        assert_eq!(
+            store.find_session("0193a1-b").unwrap(),
+            IdMatch::Unique("0193a1-bbbb".into())
+        );
+        assert_eq!(
+            store.find_session("0193").unwrap(),
+            IdMatch::Ambiguous {
+                ids: ids(&["0193a1-aaaa", "0193a1-bbbb"]),
+                total: 2
+            }
+        );
+        assert_eq!(
+            store.find_session("01").unwrap(),
+            IdMatch::Unique("01".into())
+        );
+        assert_eq!(store.find_session("02").unwrap(), IdMatch::NoMatch);
+        // A run id is not a session id.
+        run(&store, "0195-run", "01");
+        assert_eq!(store.find_session("0195").unwrap(), IdMatch::NoMatch);
+        assert!(matches!(
+            store.find_session(""),
+            Err(StoreError::InvalidId { .. })
+        ));
+    }
+
+    #[test]
+    fn runs_are_found_by_a_prefix_of_their_id() {
+        let (_dir, store) = store();
+        session(&store, "s1");
+        run(&store, "r-0001", "s1");
+        run(&store, "r-0002", "s1");
+        assert_eq!(
+            store.find_run("r-0002").unwrap(),
+            IdMatch::Unique("r-0002".into())
+        );
+        assert_eq!(
+            store.find_run("r-00").unwrap(),
+            IdMatch::Ambiguous {
+                ids: ids(&["r-0001", "r-0002"]),
+                total: 2
+            }
+        );
+        assert_eq!(store.find_run("s1").unwrap(), IdMatch::NoMatch);
+    }
+}
