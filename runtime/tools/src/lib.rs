@@ -341,9 +341,6 @@ mod tests {
             ("task_kill", "/required", json!(["id"])),
             ("remember", "/required", json!(["note"])),
             ("load_skill", "/required", json!(["name"])),
-            ("agent", "/required", json!(["description", "prompt"])),
-            ("agent", "/properties/role/type", json!("string")),
-            ("agent", "/properties/fork/type", json!("boolean")),
         ];
         for (tool, pointer, value) in expected {
             assert_eq!(at(tool, pointer), value, "{tool}{pointer}");

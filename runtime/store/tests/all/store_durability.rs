@@ -36,8 +36,7 @@ mod store {
 
     #[test]
     fn a_child_that_flushed_and_exited_without_closing_leaves_everything() {
-        const NAME: &str =
-            "store::a_child_that_flushed_and_exited_without_closing_leaves_everything";
+        const NAME: &str = "store_durability::store::a_child_that_flushed_and_exited_without_closing_leaves_everything";
         const ROLE: &str = "write-and-exit";
         if is_child(ROLE) {
             let store = Store::open(&child_dir()).unwrap();
@@ -67,7 +66,8 @@ mod store {
 
     #[test]
     fn sigkill_mid_write_loses_no_acknowledged_message() {
-        const NAME: &str = "store::sigkill_mid_write_loses_no_acknowledged_message";
+        const NAME: &str =
+            "store_durability::store::sigkill_mid_write_loses_no_acknowledged_message";
         const ROLE: &str = "write-until-killed";
         if is_child(ROLE) {
             let store = Store::open(&child_dir()).unwrap();

@@ -308,8 +308,7 @@ mod store {
 
     #[test]
     fn a_database_held_by_another_process_is_locked_with_a_clear_message() {
-        const NAME: &str =
-            "store::a_database_held_by_another_process_is_locked_with_a_clear_message";
+        const NAME: &str = "store_failures::store::a_database_held_by_another_process_is_locked_with_a_clear_message";
         const ROLE: &str = "hold-lock";
         if is_child(ROLE) {
             let store = Store::open(&child_dir()).unwrap();
@@ -372,7 +371,7 @@ mod store {
 
     #[test]
     fn a_read_only_data_directory_is_unwritable() {
-        const NAME: &str = "store::a_read_only_data_directory_is_unwritable";
+        const NAME: &str = "store_failures::store::a_read_only_data_directory_is_unwritable";
         const ROLE: &str = "open-read-only";
         if is_child(ROLE) {
             let outcome = match Store::open(&child_dir()) {
