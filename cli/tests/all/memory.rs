@@ -5,12 +5,11 @@
 //! side request without tools that rewrites the file but never changes the
 //! running session's request prefix, and whose failure never affects the run.
 
-mod support;
 
 use std::time::Duration;
 
 use serde_json::json;
-use support::{Env, describe, json_lines, run, session_of};
+use crate::support::{Env, describe, json_lines, run, session_of};
 use troupe_scripted::{
     Fault, Matcher, RecordedRequest, Script, ScriptedServer, Turn, text, tool_call,
 };

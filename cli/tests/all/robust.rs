@@ -9,7 +9,6 @@
 //! read while the scripted server holds its last model request open, compared
 //! with a run that makes the same calls on small files.
 
-mod support;
 
 use std::io::Write;
 use std::process::{Command, ExitStatus, Stdio};
@@ -20,7 +19,7 @@ use troupe_scripted::{
     Fault, Response, Script, ScriptedServer, text, tool_call_with_id, tool_calls,
 };
 
-use support::{COMMAND_LIMIT, Env, export, json_lines, session_of};
+use crate::support::{COMMAND_LIMIT, Env, export, json_lines, session_of};
 
 /// SPEC §15 via issue 14: one tool call adds at most this much to the peak
 /// resident set of the process, whatever it is pointed at.
@@ -56,7 +55,7 @@ fn peak_rss_kib(pid: u32) -> u64 {
 async fn run_measured(mut command: Command, server: &ScriptedServer, requests: usize) -> Measured {
     use tokio::io::AsyncReadExt;
     command.stdout(Stdio::piped()).stderr(Stdio::piped());
-    let mut child = support::spawn(command);
+    let mut child = crate::support::spawn(command);
     let pid = child.id().expect("the child has a pid");
     let mut stdout = child.stdout.take().unwrap();
     let mut stderr = child.stderr.take().unwrap();
@@ -285,12 +284,12 @@ async fn a_response_with_more_calls_than_the_budget_runs_only_the_budget_and_exi
     .unwrap();
     let mut command = env.command(Some(&server));
     command.args(["run", "--json", "--mode", "bypass", "run them all"]);
-    let measured = support::run(command).await;
+    let measured = crate::support::run(command).await;
     assert_eq!(
         measured.status.code(),
         Some(3),
         "{}",
-        support::describe(&measured)
+        crate::support::describe(&measured)
     );
     let ran = std::fs::read_to_string(env.root().join("ran.txt")).unwrap();
     let ran: Vec<&str> = ran.lines().collect();
@@ -334,12 +333,12 @@ async fn removing_a_session_removes_its_spill_files() {
     let env = Env::new();
     let mut command = env.command(Some(&server));
     command.args(["run", "--json", "--mode", "bypass", "count"]);
-    let output = support::run(command).await;
+    let output = crate::support::run(command).await;
     assert_eq!(
         output.status.code(),
         Some(0),
         "{}",
-        support::describe(&output)
+        crate::support::describe(&output)
     );
     let session = session_of(&json_lines(&output.stdout));
     let spill = env.data_dir().join("spill").join(&session);
@@ -352,12 +351,12 @@ async fn removing_a_session_removes_its_spill_files() {
     assert_eq!(spilled.len(), 1, "one spill file");
     let mut command = env.command(None);
     command.args(["sessions", "rm", &session]);
-    let output = support::run(command).await;
+    let output = crate::support::run(command).await;
     assert_eq!(
         output.status.code(),
         Some(0),
         "{}",
-        support::describe(&output)
+        crate::support::describe(&output)
     );
     assert!(!spill.exists(), "the spill directory went with the session");
 }
@@ -392,12 +391,12 @@ async fn repeated_call_ids_are_repaired_before_anything_runs() {
     }
     let mut command = env.command(Some(&server));
     command.args(["run", "--json", "read them"]);
-    let output = support::run(command).await;
+    let output = crate::support::run(command).await;
     assert_eq!(
         output.status.code(),
         Some(0),
         "{}",
-        support::describe(&output)
+        crate::support::describe(&output)
     );
     // The server checks every request's protocol invariants (no id twice,
     // every call answered once): none was violated.
@@ -458,12 +457,12 @@ async fn the_plain_renderer_strips_terminal_sequences_and_json_keeps_them() {
     let server = ScriptedServer::start(script()).await.unwrap();
     let mut command = env.command(Some(&server));
     command.args(["run", "--mode", "bypass", "look"]);
-    let output = support::run(command).await;
+    let output = crate::support::run(command).await;
     assert_eq!(
         output.status.code(),
         Some(0),
         "{}",
-        support::describe(&output)
+        crate::support::describe(&output)
     );
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(!stderr.contains('\x1b'), "{stderr:?}");
@@ -475,12 +474,12 @@ async fn the_plain_renderer_strips_terminal_sequences_and_json_keeps_them() {
     let server = ScriptedServer::start(script()).await.unwrap();
     let mut command = env.command(Some(&server));
     command.args(["run", "--json", "--mode", "bypass", "look"]);
-    let output = support::run(command).await;
+    let output = crate::support::run(command).await;
     assert_eq!(
         output.status.code(),
         Some(0),
         "{}",
-        support::describe(&output)
+        crate::support::describe(&output)
     );
     let streamed: String = json_lines(&output.stdout)
         .iter()

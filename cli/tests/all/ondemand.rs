@@ -4,14 +4,13 @@
 //! a killed daemon is replaced; the daemon exits by itself after its idle
 //! period. Every test ends with no daemon left behind.
 
-mod support;
 
 use std::path::Path;
 use std::time::{Duration, Instant};
 use troupe_process::process_is_alive;
 
 use serde_json::{Value, json};
-use support::{COMMAND_LIMIT, Env};
+use crate::support::{COMMAND_LIMIT, Env};
 use troupe_scripted::{Script, ScriptedServer, text, tool_call};
 
 /// `troupe` as a client that may start a daemon, whose idle limit is `idle`.

@@ -7,14 +7,13 @@
 //! arguments and `/skills`, `/plan` then `/do`, `/memory` and `/mcp`; through
 //! the daemon and embedded.
 
-mod support;
 
 use std::path::PathBuf;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
 use serde_json::json;
-use support::{COMMAND_LIMIT, Env, stop_daemon};
+use crate::support::{COMMAND_LIMIT, Env, stop_daemon};
 use troupe_scripted::{Script, ScriptedServer, text, tool_call};
 
 /// How long the screen may take to show what a test waits for.
@@ -246,7 +245,7 @@ async fn esc_cancels_a_turn_and_its_command_and_the_history_is_kept() {
     pane.keys(&["Escape"]);
     let screen = pane.wait_for("(cancelled ·");
     assert!(screen.contains("cancelling the turn"), "{screen}");
-    let left = support::wait_for_processes(&marker, COMMAND_LIMIT, |pids| pids.is_empty()).await;
+    let left = crate::support::wait_for_processes(&marker, COMMAND_LIMIT, |pids| pids.is_empty()).await;
     assert!(left.is_empty(), "the cancelled command is gone: {left:?}");
 
     // The next message continues the same session with a valid history.
@@ -379,7 +378,7 @@ async fn ctrl_c_cancels_a_turn_and_closing_the_terminal_cancels_the_next_cleanly
     pane.wait_for_prompt(1);
     pane.line("first");
     pane.wait_for("→ bash");
-    support::wait_for_processes(&first, COMMAND_LIMIT, |pids| !pids.is_empty()).await;
+    crate::support::wait_for_processes(&first, COMMAND_LIMIT, |pids| !pids.is_empty()).await;
     pane.keys(&["C-c"]);
     let screen = pane.wait_for("(cancelled ·");
     assert!(screen.contains("cancelling the turn"), "{screen}");
@@ -388,19 +387,19 @@ async fn ctrl_c_cancels_a_turn_and_closing_the_terminal_cancels_the_next_cleanly
     pane.wait_for_prompt(2);
     pane.line("second");
     pane.wait_for_times("→ bash", 2);
-    support::wait_for_processes(&second, COMMAND_LIMIT, |pids| !pids.is_empty()).await;
+    crate::support::wait_for_processes(&second, COMMAND_LIMIT, |pids| !pids.is_empty()).await;
     // The terminal goes away (SIGHUP): the turn is cancelled, the process
     // exits and lets go of the store, and nothing it started survives.
     drop(pane);
-    support::wait_until_unlocked(&env.data_dir(), COMMAND_LIMIT)
+    crate::support::wait_until_unlocked(&env.data_dir(), COMMAND_LIMIT)
         .await
         .unwrap();
     for marker in [&first, &second] {
-        let left = support::wait_for_processes(marker, COMMAND_LIMIT, |pids| pids.is_empty()).await;
+        let left = crate::support::wait_for_processes(marker, COMMAND_LIMIT, |pids| pids.is_empty()).await;
         assert!(left.is_empty(), "{marker} is gone: {left:?}");
     }
     // Both turns are stored with every call answered.
-    let history = support::export(&env, &session).await;
+    let history = crate::support::export(&env, &session).await;
     let texts: Vec<String> = history.iter().map(|m| m.text()).collect();
     assert!(texts.iter().any(|t| t == "first"), "{texts:?}");
     assert!(texts.iter().any(|t| t == "second"), "{texts:?}");

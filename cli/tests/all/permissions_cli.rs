@@ -4,10 +4,9 @@
 //! remembered for the identical read, and a denial with nobody to ask tells
 //! the user what to change for the mode the run is in.
 
-mod support;
 
 use serde_json::json;
-use support::{Env, describe, json_lines, run, run_on_terminal};
+use crate::support::{Env, describe, json_lines, run, run_on_terminal};
 use troupe_scripted::{Script, ScriptedServer, text, tool_call};
 
 /// A directory outside the project (and outside the home directory the run

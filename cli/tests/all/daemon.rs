@@ -14,14 +14,13 @@
 //! connection closed at the cap, an event stream and a slow `POST` kept past
 //! the idle limit, the open-files limit raised.
 
-mod support;
 
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::process::{Child, Stdio};
 
 use serde_json::{Value, json};
-use support::{COMMAND_LIMIT, Env};
+use crate::support::{COMMAND_LIMIT, Env};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt};
 use troupe_scripted::{Script, ScriptedServer, text, tool_call};
 
@@ -572,7 +571,7 @@ async fn sigterm_cancels_runs_in_flight_and_leaves_a_resumable_session() {
     assert_eq!(code, 0, "{stderr}");
     assert!(!data_dir.join("daemon.json").exists());
     // No process of the run survives.
-    assert_eq!(support::processes_running("307.5").len(), 0);
+    assert_eq!(crate::support::processes_running("307.5").len(), 0);
     // The run ended cancelled, its events complete in the store.
     let shown = env
         .command(None)
@@ -1144,7 +1143,7 @@ async fn a_client_killed_outright_takes_its_run_with_it() {
     let ended = daemon.events(&run_id, None, |_| false).await;
     let last = &ended.last().unwrap().1;
     assert_eq!(last["status"], "cancelled", "{last}");
-    assert_eq!(support::processes_running("313.5").len(), 0);
+    assert_eq!(crate::support::processes_running("313.5").len(), 0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1160,7 +1159,7 @@ async fn a_run_through_the_daemon_asks_its_approvals_on_the_terminal() {
     let daemon = Daemon::start_with(&env, None, &[]);
     let mut command = client(&env, Some(&server));
     command.args(["run", "write it"]);
-    let (code, screen) = support::run_on_terminal(command, "y\n").await;
+    let (code, screen) = crate::support::run_on_terminal(command, "y\n").await;
     assert_eq!(code, Some(0), "{screen}");
     assert!(screen.contains("write_file"), "{screen}");
     assert!(screen.contains("written after approval"), "{screen}");

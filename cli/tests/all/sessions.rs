@@ -7,7 +7,6 @@
 //! planted or damaged through the store API and raw sled only while no
 //! `troupe` process holds the database.
 
-mod support;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -21,7 +20,7 @@ use troupe_protocol::model::{ContentBlock, Message, Role, ToolCall};
 use troupe_scripted::{Script, ScriptedServer, Turn, text, tool_call};
 use troupe_store::{NewSession, RunRecord, RunState, Store, TITLE_MAX_CHARS, layout};
 
-use support::{
+use crate::support::{
     Env, describe, export, fd_guard, json_lines, parse_export, run, run_then_kill, session_of,
     text as out_text, wait_until_unlocked, wire_messages, wire_of,
 };

@@ -4,13 +4,12 @@
 //! compact is refused with a usage error, and the next run continues from the
 //! summary.
 
-mod support;
 
 use std::path::Path;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-use support::{COMMAND_LIMIT, Env, describe, json_lines, run, session_of, text as out_text};
+use crate::support::{COMMAND_LIMIT, Env, describe, json_lines, run, session_of, text as out_text};
 use troupe_process::process_is_alive;
 use troupe_scripted::{Matcher, RecordedRequest, Script, ScriptedServer, Turn, text, tool_call};
 

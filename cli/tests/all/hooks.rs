@@ -6,12 +6,11 @@
 //! started; failing hooks warn and the run goes on; an untrusted project's
 //! hooks do not run and the run says so.
 
-mod support;
 
 use std::path::{Path, PathBuf};
 
 use serde_json::{Value, json};
-use support::{Env, describe, json_lines, run, session_of};
+use crate::support::{Env, describe, json_lines, run, session_of};
 use troupe_process::process_is_alive;
 use troupe_scripted::{Script, ScriptedServer, text, tool_call, tool_calls};
 
@@ -77,7 +76,7 @@ async fn json_run(env: &Env, server: &ScriptedServer, args: &[&str]) -> (Vec<Val
     let output = run(command).await;
     (
         json_lines(&output.stdout),
-        support::text(&output.stderr),
+        crate::support::text(&output.stderr),
         output.status.code().unwrap_or(-1),
     )
 }
@@ -295,13 +294,13 @@ async fn a_blocked_prompt_never_enters_the_history_nor_any_request() {
     assert_eq!(code, 0, "{stderr}");
     let requests = server.requests();
     assert_eq!(requests.len(), 1);
-    let body = serde_json::to_string(&support::wire_messages(&requests[0])).unwrap();
+    let body = serde_json::to_string(&crate::support::wire_messages(&requests[0])).unwrap();
     assert!(!body.contains("hunter2"), "{body}");
     assert!(body.contains("say hello"));
     let mut export = env.command(None);
     export.args(["sessions", "export", &session]);
     let exported = run(export).await;
-    assert!(!support::text(&exported.stdout).contains("hunter2"));
+    assert!(!crate::support::text(&exported.stdout).contains("hunter2"));
 }
 
 fn pid_in(path: &Path) -> u32 {

@@ -7,10 +7,9 @@ use std::path::Path;
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
-mod support;
 
 use serde_json::{Value, json};
-use support::run_on_terminal;
+use crate::support::run_on_terminal;
 use troupe_scripted::{Fault, Script, ScriptedServer, ServerConfig, text, tool_call};
 
 const TROUPE: &str = env!("CARGO_BIN_EXE_troupe");

@@ -9,7 +9,6 @@
 //! When the server is not installed a test says so loudly and passes, unless
 //! `TROUPE_REQUIRE_MCP_SERVERS=1` (CI sets it), where it fails.
 
-mod support;
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -17,7 +16,7 @@ use std::process::{Child, Stdio};
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use support::{EVERYTHING, Env, describe, json_lines, mcp_fixture, run, run_on_terminal};
+use crate::support::{EVERYTHING, Env, describe, json_lines, mcp_fixture, run, run_on_terminal};
 use troupe_scripted::{Script, ScriptedServer, text as say, tool_call, tool_calls};
 
 /// server-everything's entry point, or `None` (skip) when not installed.

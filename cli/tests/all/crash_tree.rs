@@ -7,7 +7,6 @@
 //!
 //! The test drives only the binary and reads the store after it exited.
 
-mod support;
 
 use std::time::Duration;
 
@@ -17,7 +16,7 @@ use troupe_protocol::model::{Message, Role};
 use troupe_scripted::{Matcher, Response, Script, ScriptedServer, Turn, text};
 use troupe_store::Store;
 
-use support::{
+use crate::support::{
     Env, describe, fd_guard, json_lines, run, run_then_kill, session_of, wait_until_unlocked,
 };
 

@@ -6,14 +6,13 @@
 //! target, the turn limit's wording, and a continued session whose directory
 //! is gone.
 
-mod support;
 
 use serde_json::json;
 use troupe_protocol::events::RunStatus;
 use troupe_scripted::{Fault, Response, Script, ScriptedServer, text, tool_call};
 use troupe_store::{NewSession, RunRecord, RunState, Store};
 
-use support::{Env, describe, fd_guard, json_lines, run, session_of, text as out_text};
+use crate::support::{Env, describe, fd_guard, json_lines, run, session_of, text as out_text};
 
 /// How long the database may stay locked after a `troupe` process exited.
 const UNLOCK_LIMIT: std::time::Duration = std::time::Duration::from_secs(5);
@@ -73,7 +72,7 @@ async fn plant(env: &Env, sessions: &[&str], runs: &[&str]) {
         }
         store.flush().unwrap();
     }
-    support::wait_until_unlocked(&env.data_dir(), UNLOCK_LIMIT)
+    crate::support::wait_until_unlocked(&env.data_dir(), UNLOCK_LIMIT)
         .await
         .unwrap();
 }
@@ -188,7 +187,7 @@ async fn resume_run_session_and_trace_take_unique_id_prefixes() {
     assert_eq!(output.status.code(), Some(0), "{}", describe(&output));
     assert_eq!(ids_line(&out_text(&output.stderr)).0, session);
     // Three runs' worth of messages went to the one session.
-    assert_eq!(support::export(&env, &session).await.len(), 6);
+    assert_eq!(crate::support::export(&env, &session).await.len(), 6);
 
     let output = troupe(&env, None, &["trace", &run_id[..13]]).await;
     assert_eq!(output.status.code(), Some(0), "{}", describe(&output));

@@ -4,10 +4,9 @@
 //! iteration (the full one on the first and every fourth after it, the short
 //! one between), while the cached stable block stays byte-identical.
 
-mod support;
 
 use serde_json::json;
-use support::{Env, describe, run};
+use crate::support::{Env, describe, run};
 use troupe_agent::prompt::{PLAN_REMINDER_FULL, PLAN_REMINDER_SHORT};
 use troupe_scripted::{Script, ScriptedServer, text, tool_call};
 

@@ -5,12 +5,11 @@
 //! warning and skipped, and `load_skill` is offered in plan mode and to the
 //! read-only `explorer` role.
 
-mod support;
 
 use std::path::Path;
 
 use serde_json::json;
-use support::{Env, describe, run, text};
+use crate::support::{Env, describe, run, text};
 use troupe_scripted::{Matcher, Script, ScriptedServer, Turn, tool_call};
 
 fn write_skill(skills_dir: &Path, name: &str, body: &str) {
@@ -185,7 +184,7 @@ async fn the_catalogue_is_byte_identical_across_runs_of_one_session() {
     command.args(["run", "--json", "one"]);
     let output = run(command).await;
     assert_eq!(output.status.code(), Some(0), "{}", describe(&output));
-    let id = support::session_of(&support::json_lines(&output.stdout));
+    let id = crate::support::session_of(&crate::support::json_lines(&output.stdout));
     let mut command = env.command(Some(&server));
     command.args(["run", "--session", &id, "two"]);
     let output = run(command).await;

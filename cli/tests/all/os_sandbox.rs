@@ -14,13 +14,12 @@
 //! kernel. Each command ends by printing a marker, so a test sees that it
 //! ran.
 
-mod support;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use serde_json::{Value, json};
-use support::{Env, describe, run};
+use crate::support::{Env, describe, run};
 use troupe_scripted::{Script, ScriptedServer, text, tool_call};
 
 /// The unprivileged user of the `setpriv` runs.

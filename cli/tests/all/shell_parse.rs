@@ -7,7 +7,6 @@
 //! Each case checks the decision, the reason the model sees, and that nothing
 //! happened that the decision forbids.
 
-mod support;
 
 use std::io::Write;
 use std::path::Path;
@@ -15,7 +14,7 @@ use std::process::Command;
 use std::sync::{Arc, Barrier};
 
 use serde_json::{Value, json};
-use support::{Env, describe, json_lines, run};
+use crate::support::{Env, describe, json_lines, run};
 use troupe_scripted::{Script, ScriptedServer, text, tool_calls};
 
 /// The `(type, call_id)` of every tool event, in order.

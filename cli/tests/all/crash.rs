@@ -20,7 +20,6 @@
 //! drives only the binary and reads the store after it exited; it changes no
 //! product code or configuration.
 
-mod support;
 
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
@@ -37,7 +36,7 @@ use troupe_protocol::model::{Message, Role};
 use troupe_scripted::{Response, Script, ScriptedServer, Turn, text};
 use troupe_store::{RunState, Store};
 
-use support::{
+use crate::support::{
     Env, describe, export, fd_guard, json_lines, run, run_then_kill, session_of,
     wait_until_unlocked, wire_messages, wire_of,
 };

@@ -3,11 +3,10 @@
 //! own home, `--help` naming only commands that exist, shell completions and
 //! the manual page.
 
-mod support;
 
 use std::process::{Command, Output, Stdio};
 
-use support::{COMMAND_LIMIT, Env, TROUPE, describe, json_lines, run, text};
+use crate::support::{COMMAND_LIMIT, Env, TROUPE, describe, json_lines, run, text};
 use troupe_scripted::{Script, ScriptedServer, ServerConfig};
 
 /// Runs `command` with `input` on its stdin, to its end.
@@ -16,7 +15,7 @@ async fn run_with_stdin(mut command: Command, input: &str) -> Output {
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
-    let mut child = support::spawn(command);
+    let mut child = crate::support::spawn(command);
     let mut stdin = child.stdin.take().unwrap();
     let input = input.as_bytes().to_vec();
     // Written by its own task so a full pipe cannot stall the test; dropping
@@ -121,7 +120,7 @@ async fn a_relative_troupe_home_is_resolved_once_and_named() {
         "{stderr}"
     );
     // The session is in the resolved directory.
-    let session = support::session_of(&json_lines(&output.stdout));
+    let session = crate::support::session_of(&json_lines(&output.stdout));
     let mut command = env.command_with_home(None, &absolute);
     command.args(["sessions", "list", "--json"]);
     let output = run(command).await;

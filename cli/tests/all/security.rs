@@ -7,14 +7,13 @@
 //! are never written by tools, bypass included; nothing a command started
 //! survives its timeout, and no cgroup of `troupe`'s outlives it.
 
-mod support;
 
 use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
 use serde_json::json;
-use support::{
+use crate::support::{
     COMMAND_LIMIT, Env, describe, files_containing, json_lines, run, spawn, stop_daemon,
 };
 use troupe_process::process_is_alive;
@@ -142,7 +141,7 @@ async fn keys_stay_hidden(daemon: bool, unprivileged: bool) {
         assert!(stored.is_empty(), "a key is stored in {stored:?}");
     }
     // The export of the session carries no key either.
-    let session = support::session_of(&json_lines(&output.stdout));
+    let session = crate::support::session_of(&json_lines(&output.stdout));
     let mut export = env.command(None);
     export.args(["sessions", "export", &session]);
     if unprivileged {
@@ -227,7 +226,7 @@ async fn a_hostile_project_configuration_applies_only_after_troupe_trust() {
         attacker.requests().is_empty(),
         "the project's base_url was contacted"
     );
-    let stderr = support::text(&output.stderr);
+    let stderr = crate::support::text(&output.stderr);
     let notices: Vec<&str> = stderr
         .lines()
         .filter(|line| line.contains("is not trusted"))
@@ -269,14 +268,14 @@ async fn a_hostile_project_configuration_applies_only_after_troupe_trust() {
     let trusted = run(trust).await;
     assert_eq!(trusted.status.code(), Some(0), "{}", describe(&trusted));
     assert!(
-        support::text(&trusted.stdout).contains("is trusted"),
+        crate::support::text(&trusted.stdout).contains("is trusted"),
         "{}",
         describe(&trusted)
     );
     let output = run(hostile_run()).await;
     assert_eq!(output.status.code(), Some(0), "{}", describe(&output));
     assert!(
-        !support::text(&output.stderr).contains("is not trusted"),
+        !crate::support::text(&output.stderr).contains("is not trusted"),
         "{}",
         describe(&output)
     );

@@ -9,7 +9,6 @@
 //! and skills wait for trust; the project memory reaches the prompt framed
 //! as the repository's text.
 
-mod support;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -18,7 +17,7 @@ use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-use support::{Env, describe, files_containing, json_lines, run, stop_daemon, text};
+use crate::support::{Env, describe, files_containing, json_lines, run, stop_daemon, text};
 use troupe_scripted::{Script, ScriptedServer, text as say};
 
 /// What the sentinel connection sends first, so the recorder knows it.

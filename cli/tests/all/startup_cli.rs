@@ -4,9 +4,8 @@
 //! before the run, and a rejected key names
 //! the variable and the provider entry to fix.
 
-mod support;
 
-use support::{Env, describe, run, text};
+use crate::support::{Env, describe, run, text};
 use troupe_scripted::{Fault, Script, ScriptedServer};
 
 #[tokio::test]

@@ -1,0 +1,31 @@
+//! The integration tests of troupe-cli, gathered in one test binary.
+
+mod support;
+
+mod chat;
+mod cli;
+mod compact_cli;
+mod crash;
+mod crash_tree;
+mod daemon;
+mod disk_full;
+mod hooks;
+mod invocation;
+mod mcp;
+mod mcp_daemon;
+mod mcp_protocol;
+mod memory;
+mod ondemand;
+mod os_sandbox;
+mod otlp;
+mod output;
+mod permissions_cli;
+mod plan;
+mod project_trust;
+mod robust;
+mod security;
+mod sessions;
+mod shell_parse;
+mod signals;
+mod skills;
+mod startup_cli;
