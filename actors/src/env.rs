@@ -75,53 +75,127 @@ impl CatalogueKey {
 /// Everything the agents of a session work with that does not change during a run.
 pub struct AgentEnv {
     /// The model provider.
-    pub provider: Arc<dyn Provider>,
+    pub(crate) provider: Arc<dyn Provider>,
     /// Builds providers for roles that name another model; `None`: such roles
     /// use the session's provider.
-    pub provider_for_model: Option<ProviderForModel>,
+    pub(crate) provider_for_model: Option<ProviderForModel>,
     /// Prices for cost budgets, when known.
-    pub price: Option<Price>,
+    pub(crate) price: Option<Price>,
     /// The built-in tools of the session (each agent's catalogue is taken
     /// from it and the ready MCP servers' tools).
-    pub registry: Arc<ToolRegistry>,
+    pub(crate) registry: Arc<ToolRegistry>,
     /// The MCP servers whose tools join the catalogue, when any (the
     /// servers run as long as a clone of this handle lives).
-    pub mcp: Option<McpHub>,
+    pub(crate) mcp: Option<McpHub>,
     /// The roles `agent` calls may name.
-    pub roles: Arc<RoleSet>,
+    pub(crate) roles: Arc<RoleSet>,
     /// The path sandbox.
-    pub sandbox: Arc<PathSandbox>,
+    pub(crate) sandbox: Arc<PathSandbox>,
     /// The OS sandbox of commands.
-    pub os_sandbox: Arc<CommandSandbox>,
+    pub(crate) os_sandbox: Arc<CommandSandbox>,
     /// The system prompt (stable part fixed for the session).
-    pub system: SystemPrompt,
+    pub(crate) system: SystemPrompt,
     /// Where large outputs are spilled.
-    pub spill_dir: PathBuf,
+    pub(crate) spill_dir: PathBuf,
     /// The provider's context window in tokens (0: no compaction).
-    pub context_window: u64,
+    pub(crate) context_window: u64,
     /// Summaries are prepared ahead, from 70% of the threshold, while the
     /// agent goes on (`[compaction] work_ahead`).
-    pub work_ahead: bool,
+    pub(crate) work_ahead: bool,
     /// Environment given to child processes.
-    pub child_env: Arc<Vec<(String, String)>>,
+    pub(crate) child_env: Arc<Vec<(String, String)>>,
     /// Background shell tasks of the session.
-    pub background: Arc<BackgroundTasks>,
+    pub(crate) background: Arc<BackgroundTasks>,
     /// Default per-call timeout.
-    pub tool_timeout: Duration,
+    pub(crate) tool_timeout: Duration,
     /// The durable store of sessions, runs and events.
-    pub store: Store,
+    pub(crate) store: Store,
     /// Whether prompts, completions and tool arguments go on spans.
-    pub capture: ContentCapture,
+    pub(crate) capture: ContentCapture,
     /// Catalogues built so far (start with `CatalogueCache::default()`).
-    pub catalogues: CatalogueCache,
+    pub(crate) catalogues: CatalogueCache,
     /// The hooks of the configuration (a project's only once it is trusted).
-    pub hooks: Arc<troupe_hooks::HookSet>,
+    pub(crate) hooks: Arc<troupe_hooks::HookSet>,
     /// The project memory the stable prompt holds (kept with a new session)
     /// and the background updates in flight.
-    pub memory: troupe_tools::memory::SessionMemory,
+    pub(crate) memory: troupe_tools::memory::SessionMemory,
 }
 
 impl AgentEnv {
+    /// The one way to build an environment: for `provider`, writing into
+    /// `store`, with paths confined to `sandbox` and large outputs spilled
+    /// under `spill_dir`. Everything else starts at what a session without
+    /// configuration has — the built-in tools and roles, no OS sandbox, no
+    /// MCP servers, no hooks, no memory, an empty system prompt, no
+    /// compaction (window 0), the default tool timeout — and is set on the
+    /// builder.
+    pub fn builder(
+        provider: Arc<dyn Provider>,
+        store: Store,
+        sandbox: Arc<PathSandbox>,
+        spill_dir: PathBuf,
+    ) -> AgentEnvBuilder {
+        AgentEnvBuilder {
+            env: AgentEnv {
+                provider,
+                provider_for_model: None,
+                price: None,
+                registry: Arc::new(troupe_tools::builtin_registry()),
+                mcp: None,
+                roles: Arc::new(RoleSet::builtin()),
+                sandbox,
+                os_sandbox: Arc::new(CommandSandbox::off()),
+                system: SystemPrompt::default(),
+                spill_dir,
+                context_window: 0,
+                work_ahead: false,
+                child_env: Arc::new(Vec::new()),
+                background: Arc::new(BackgroundTasks::new()),
+                tool_timeout: troupe_config::ToolSettings::default().timeout,
+                store,
+                capture: ContentCapture::default(),
+                catalogues: CatalogueCache::default(),
+                hooks: Arc::new(troupe_hooks::HookSet::default()),
+                memory: troupe_tools::memory::SessionMemory::default(),
+            },
+        }
+    }
+
+    /// The model provider.
+    pub fn provider(&self) -> &Arc<dyn Provider> {
+        &self.provider
+    }
+
+    /// The built-in tools of the session.
+    pub fn registry(&self) -> &Arc<ToolRegistry> {
+        &self.registry
+    }
+
+    /// The MCP servers whose tools join the catalogue, when any.
+    pub fn mcp(&self) -> Option<&McpHub> {
+        self.mcp.as_ref()
+    }
+
+    /// The path sandbox.
+    pub fn sandbox(&self) -> &Arc<PathSandbox> {
+        &self.sandbox
+    }
+
+    /// The system prompt.
+    pub fn system(&self) -> &SystemPrompt {
+        &self.system
+    }
+
+    /// The default per-call timeout.
+    pub fn tool_timeout(&self) -> Duration {
+        self.tool_timeout
+    }
+
+    /// The project memory the stable prompt holds, and its updates in flight.
+    pub fn memory(&self) -> &troupe_tools::memory::SessionMemory {
+        &self.memory
+    }
+
     /// The `agent` tool's definition for these roles.
     pub fn agent_tool(&self) -> ToolDefinition {
         agent_tool_definition(&self.roles)
@@ -220,5 +294,109 @@ impl AgentEnv {
                 self.provider.model()
             )),
         }
+    }
+}
+
+/// Sets the parts of an [`AgentEnv`] that differ from a session without
+/// configuration ([`AgentEnv::builder`]).
+pub struct AgentEnvBuilder {
+    env: AgentEnv,
+}
+
+impl AgentEnvBuilder {
+    /// The model provider.
+    pub fn provider(mut self, provider: Arc<dyn Provider>) -> Self {
+        self.env.provider = provider;
+        self
+    }
+
+    /// Providers for roles that name another model.
+    pub fn provider_for_model(mut self, build: ProviderForModel) -> Self {
+        self.env.provider_for_model = Some(build);
+        self
+    }
+
+    /// Prices for cost budgets.
+    pub fn price(mut self, price: Option<Price>) -> Self {
+        self.env.price = price;
+        self
+    }
+
+    /// The session's tools (the built-in ones by default).
+    pub fn registry(mut self, registry: ToolRegistry) -> Self {
+        self.env.registry = Arc::new(registry);
+        self
+    }
+
+    /// The MCP servers whose tools join the catalogue.
+    pub fn mcp(mut self, mcp: Option<McpHub>) -> Self {
+        self.env.mcp = mcp;
+        self
+    }
+
+    /// The roles `agent` calls may name (the built-in ones by default).
+    pub fn roles(mut self, roles: RoleSet) -> Self {
+        self.env.roles = Arc::new(roles);
+        self
+    }
+
+    /// The OS sandbox of commands (off by default).
+    pub fn os_sandbox(mut self, os_sandbox: CommandSandbox) -> Self {
+        self.env.os_sandbox = Arc::new(os_sandbox);
+        self
+    }
+
+    /// The system prompt.
+    pub fn system(mut self, system: SystemPrompt) -> Self {
+        self.env.system = system;
+        self
+    }
+
+    /// The provider's context window in tokens (0, the default: no
+    /// compaction).
+    pub fn context_window(mut self, tokens: u64) -> Self {
+        self.env.context_window = tokens;
+        self
+    }
+
+    /// Whether summaries are prepared ahead (`[compaction] work_ahead`).
+    pub fn work_ahead(mut self, work_ahead: bool) -> Self {
+        self.env.work_ahead = work_ahead;
+        self
+    }
+
+    /// The environment given to child processes (empty by default).
+    pub fn child_env(mut self, vars: Vec<(String, String)>) -> Self {
+        self.env.child_env = Arc::new(vars);
+        self
+    }
+
+    /// The default per-call timeout.
+    pub fn tool_timeout(mut self, timeout: Duration) -> Self {
+        self.env.tool_timeout = timeout;
+        self
+    }
+
+    /// Whether prompts, completions and tool arguments go on spans.
+    pub fn capture(mut self, capture: ContentCapture) -> Self {
+        self.env.capture = capture;
+        self
+    }
+
+    /// The hooks of the configuration.
+    pub fn hooks(mut self, hooks: troupe_hooks::HookSet) -> Self {
+        self.env.hooks = Arc::new(hooks);
+        self
+    }
+
+    /// The project memory the stable prompt holds.
+    pub fn memory(mut self, memory: troupe_tools::memory::SessionMemory) -> Self {
+        self.env.memory = memory;
+        self
+    }
+
+    /// The environment.
+    pub fn build(self) -> AgentEnv {
+        self.env
     }
 }

@@ -23,7 +23,7 @@ pub mod runtime;
 pub mod subscription;
 
 pub use agent::{AgentMsg, Internal};
-pub use env::{AgentEnv, CatalogueCache, CatalogueKey, ProviderForModel};
+pub use env::{AgentEnv, AgentEnvBuilder, CatalogueCache, CatalogueKey, ProviderForModel};
 pub use event_log::{EventLog, EventLogMsg, EventSink};
 pub use mcp::McpHub;
 pub use run::SessionState;

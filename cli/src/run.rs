@@ -362,8 +362,8 @@ pub(crate) async fn execute(
         }
     };
     // The run's MCP servers are closed when it ends, whatever the ending.
-    let mcp = prepared.env.mcp.clone();
-    let memory = prepared.env.memory.clone();
+    let mcp = prepared.env.mcp().cloned();
+    let memory = prepared.env.memory().clone();
     let submission = prepared.into_submission(
         prompt,
         match approvals {

@@ -30,7 +30,6 @@ use troupe_process::os_sandbox::CommandSandbox;
 use troupe_protocol::permission::PermissionMode;
 use troupe_store::{Store, StoreError};
 use troupe_telemetry::genai::ContentCapture;
-use troupe_tools::background::BackgroundTasks;
 use troupe_tools::memory::{Remember, SessionMemory, load_for_prompt};
 use troupe_tools::skills::{LoadSkill, SkillSet};
 use troupe_tools::{ToolRegistry, builtin_registry};
@@ -663,28 +662,22 @@ async fn assemble(
         build_provider(&switch_from.clone().with_model(model.to_string()))
             .map_err(|err| err.to_string())
     });
-    let env = AgentEnv {
-        provider,
-        provider_for_model: Some(provider_for_model),
-        price: resolved.price,
-        registry: Arc::new(registry_with_skills(skills)),
-        roles: Arc::new(roles),
-        sandbox,
-        os_sandbox: Arc::new(os_sandbox),
-        system,
-        spill_dir,
-        context_window: resolved.context_window,
-        work_ahead: config.compaction.work_ahead,
-        child_env: Arc::new(child_env),
-        background: Arc::new(BackgroundTasks::new()),
-        tool_timeout: config.tools.timeout,
-        store,
-        capture: ContentCapture::new(config.telemetry.capture_content),
-        mcp: mcp.clone(),
-        catalogues: Default::default(),
-        hooks: Arc::new(troupe_hooks::HookSet::new(config.hooks.clone())),
-        memory: SessionMemory::new(memory),
-    };
+    let env = AgentEnv::builder(provider, store, sandbox, spill_dir)
+        .provider_for_model(provider_for_model)
+        .price(resolved.price)
+        .registry(registry_with_skills(skills))
+        .roles(roles)
+        .os_sandbox(os_sandbox)
+        .system(system)
+        .context_window(resolved.context_window)
+        .work_ahead(config.compaction.work_ahead)
+        .child_env(child_env)
+        .tool_timeout(config.tools.timeout)
+        .capture(ContentCapture::new(config.telemetry.capture_content))
+        .mcp(mcp.clone())
+        .hooks(troupe_hooks::HookSet::new(config.hooks.clone()))
+        .memory(SessionMemory::new(memory))
+        .build();
     // The first model request waits for servers still starting, at most
     // their grace period; later ones join from the next request on.
     if let Some(hub) = &mcp {

@@ -411,7 +411,7 @@ async fn fan_out(
     prompt: &str,
     children: usize,
 ) -> Result<FanOut, String> {
-    let permissions = PermissionEngine::new(&PermissionSettings::default(), env.sandbox.clone())
+    let permissions = PermissionEngine::new(&PermissionSettings::default(), env.sandbox().clone())
         .map_err(|e| e.to_string())?;
     let limits = Limits {
         max_parallel_subagents: u32::try_from(children).unwrap_or(u32::MAX),
@@ -513,11 +513,11 @@ fn heap_per<T>(build: impl Fn() -> Result<T, String>) -> Result<f64, String> {
 fn catalogue_bytes(env: &AgentEnv) -> Result<[f64; 4], String> {
     Ok([
         heap_per(|| {
-            ToolCatalogue::for_role(&env.registry, &RoleTools::All, Some(env.agent_tool()))
+            ToolCatalogue::for_role(&env.registry(), &RoleTools::All, Some(env.agent_tool()))
                 .map_err(|e| e.to_string())
         })?,
-        heap_per(|| Ok(env.registry.as_ref().clone()))?,
-        heap_per(|| Ok(env.registry.definitions()))?,
+        heap_per(|| Ok(env.registry().as_ref().clone()))?,
+        heap_per(|| Ok(env.registry().definitions()))?,
         heap_per(|| Ok(env.agent_tool()))?,
     ])
 }
@@ -1274,10 +1274,10 @@ fn fork_steps(
     let clock = Instant::now();
     let messages = copy.to_vec();
     let clone_for_request = clock.elapsed();
-    let mut tools = env.registry.definitions();
+    let mut tools = env.registry().definitions();
     tools.push(env.agent_tool());
     let request = ChatRequest {
-        system: env.system.clone(),
+        system: env.system().clone(),
         messages,
         tools,
     };

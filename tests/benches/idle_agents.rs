@@ -71,7 +71,7 @@ fn spawn_server(turns: usize) -> Result<(Child, String), String> {
 
 /// Runs one short task in a new session; returns the session id.
 async fn one_session(runtime: &Runtime, env: &Arc<AgentEnv>) -> Result<String, String> {
-    let permissions = PermissionEngine::new(&PermissionSettings::default(), env.sandbox.clone())
+    let permissions = PermissionEngine::new(&PermissionSettings::default(), env.sandbox().clone())
         .map_err(|e| e.to_string())?;
     let handle = runtime
         .submit(RunSubmission {

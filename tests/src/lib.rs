@@ -11,8 +11,8 @@ use std::time::Duration;
 
 use tempfile::TempDir;
 use troupe_actors::{
-    AgentEnv, Approver, ProviderForModel, RunHandle, RunOutcome, RunSubmission, Runtime,
-    SessionTarget,
+    AgentEnv, AgentEnvBuilder, Approver, ProviderForModel, RunHandle, RunOutcome, RunSubmission,
+    Runtime, SessionTarget,
 };
 use troupe_agent::roles::RoleSet;
 use troupe_config::{
@@ -30,7 +30,6 @@ use troupe_protocol::permission::PermissionMode;
 use troupe_scripted::{Script, ScriptedServer};
 use troupe_store::Store;
 use troupe_telemetry::genai::ContentCapture;
-use troupe_tools::background::BackgroundTasks;
 use troupe_tools::{Tool, ToolRegistry, builtin_registry};
 
 /// How long any single wait in a scenario may take before the test fails.
@@ -166,14 +165,16 @@ impl Harness {
         for tool in extra {
             registry.register(tool).expect("test tool registers");
         }
-        let mut env = self.agent_env(registry);
-        env.hooks = Arc::new(troupe_hooks::HookSet::new(hooks));
-        Arc::new(env)
+        Arc::new(
+            self.agent_env(registry)
+                .hooks(troupe_hooks::HookSet::new(hooks))
+                .build(),
+        )
     }
 
     /// An agent environment with the given registry.
     pub fn env_with_registry(&self, registry: ToolRegistry) -> Arc<AgentEnv> {
-        Arc::new(self.agent_env(registry))
+        Arc::new(self.agent_env(registry).build())
     }
 
     /// An agent environment with test tools and a per-call timeout.
@@ -182,25 +183,23 @@ impl Harness {
         for tool in extra {
             registry.register(tool).expect("test tool registers");
         }
-        let mut env = self.agent_env(registry);
-        env.tool_timeout = timeout;
-        Arc::new(env)
+        Arc::new(self.agent_env(registry).tool_timeout(timeout).build())
     }
 
     /// An agent environment with the built-in tools whose agents talk to
     /// `provider` (a wrapper around [`Harness::provider`], for instance).
     pub fn env_with_provider(&self, provider: Arc<dyn Provider>) -> Arc<AgentEnv> {
-        let mut env = self.agent_env(builtin_registry());
-        env.provider = provider;
-        Arc::new(env)
+        Arc::new(
+            self.agent_env(builtin_registry())
+                .provider(provider)
+                .build(),
+        )
     }
 
     /// An agent environment with the built-in tools and the tools of the
     /// MCP servers of `hub`.
     pub fn env_with_mcp(&self, hub: troupe_actors::McpHub) -> Arc<AgentEnv> {
-        let mut env = self.agent_env(builtin_registry());
-        env.mcp = Some(hub);
-        Arc::new(env)
+        Arc::new(self.agent_env(builtin_registry()).mcp(Some(hub)).build())
     }
 
     /// Builds the scripted provider for another model (roles that name one);
@@ -225,35 +224,28 @@ impl Harness {
         })
     }
 
-    fn agent_env(&self, registry: ToolRegistry) -> AgentEnv {
+    fn agent_env(&self, registry: ToolRegistry) -> AgentEnvBuilder {
         // Roles: the built-ins plus the project's `.troupe/agents/*.md`.
         let (roles, warnings) = RoleSet::load(None, Some(self.root()));
         assert!(warnings.is_empty(), "role files load: {warnings:?}");
-        AgentEnv {
-            provider: self.provider(),
-            provider_for_model: Some(self.provider_for_model()),
-            price: None,
-            registry: Arc::new(registry),
-            roles: Arc::new(roles),
-            sandbox: self.sandbox(),
-            os_sandbox: Arc::new(troupe_process::os_sandbox::CommandSandbox::off()),
-            system: SystemPrompt {
-                stable: TEST_STABLE_PROMPT.into(),
-                environment: TEST_ENVIRONMENT.into(),
-            },
-            spill_dir: self.spill_dir(),
-            context_window: self.context_window,
-            work_ahead: self.work_ahead,
-            child_env: Arc::new(vec![("PATH".into(), "/usr/bin:/bin".into())]),
-            background: Arc::new(BackgroundTasks::new()),
-            tool_timeout: Duration::from_secs(30),
-            store: self.store.clone(),
-            capture: self.capture,
-            mcp: None,
-            catalogues: Default::default(),
-            hooks: Arc::new(troupe_hooks::HookSet::default()),
-            memory: Default::default(),
-        }
+        AgentEnv::builder(
+            self.provider(),
+            self.store.clone(),
+            self.sandbox(),
+            self.spill_dir(),
+        )
+        .provider_for_model(self.provider_for_model())
+        .registry(registry)
+        .roles(roles)
+        .system(SystemPrompt {
+            stable: TEST_STABLE_PROMPT.into(),
+            environment: TEST_ENVIRONMENT.into(),
+        })
+        .context_window(self.context_window)
+        .work_ahead(self.work_ahead)
+        .child_env(vec![("PATH".into(), "/usr/bin:/bin".into())])
+        .tool_timeout(Duration::from_secs(30))
+        .capture(self.capture)
     }
 
     /// A permission engine for `mode` with no rules.
@@ -415,35 +407,4 @@ pub fn types(events: &[RunEvent]) -> Vec<&'static str> {
     events.iter().map(|event| event.kind.type_name()).collect()
 }
 
-/// The Python interpreter of the MCP test fixtures (the venv
-/// `tests/mcp/install.sh` makes in `$TROUPE_MCP_FIXTURES`, by default
-/// `~/.cache/troupe/mcp-fixtures`). `None`, said loudly, when it is not
-/// installed; a failure instead under `TROUPE_REQUIRE_MCP_SERVERS=1` (CI).
-pub fn mcp_fixture_python() -> Option<std::path::PathBuf> {
-    mcp_fixture("venv/bin/python", "the Python `mcp` package")
-}
-
-/// `relative` below the MCP test servers' directory (`$TROUPE_MCP_FIXTURES`,
-/// default `~/.cache/troupe/mcp-fixtures`) when it exists. `None`, said
-/// loudly, when it is not installed; a failure instead under
-/// `TROUPE_REQUIRE_MCP_SERVERS=1` (CI).
-pub fn mcp_fixture(relative: &str, what: &str) -> Option<std::path::PathBuf> {
-    let dir = match std::env::var_os("TROUPE_MCP_FIXTURES") {
-        Some(dir) => std::path::PathBuf::from(dir),
-        None => std::path::PathBuf::from(std::env::var_os("HOME").unwrap_or_default())
-            .join(".cache/troupe/mcp-fixtures"),
-    };
-    let path = dir.join(relative);
-    if path.exists() {
-        return Some(path);
-    }
-    let message = format!(
-        "{what} is not installed at {}: run tests/mcp/install.sh",
-        path.display()
-    );
-    if std::env::var("TROUPE_REQUIRE_MCP_SERVERS").is_ok_and(|v| v == "1") {
-        panic!("{message}");
-    }
-    eprintln!("\n\n!!!!! SKIPPED: {message} !!!!!\n");
-    None
-}
+pub use troupe_test_support::{mcp_fixture, mcp_fixture_python};

@@ -152,7 +152,7 @@ impl Backend {
                     .memories
                     .lock()
                     .unwrap_or_else(std::sync::PoisonError::into_inner)
-                    .push(prepared.env.memory.clone());
+                    .push(prepared.env.memory().clone());
                 let submission = prepared.into_submission(prompt.to_string(), Approver::Present);
                 let handle =
                     embedded

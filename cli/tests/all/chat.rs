@@ -7,14 +7,14 @@
 //! arguments and `/skills`, `/plan` then `/do`, `/memory` and `/mcp`; through
 //! the daemon and embedded.
 
-
 use std::path::PathBuf;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use serde_json::json;
 use crate::support::{COMMAND_LIMIT, Env, stop_daemon};
+use serde_json::json;
 use troupe_scripted::{Script, ScriptedServer, text, tool_call};
+use troupe_test_support::{Need, require};
 
 /// How long the screen may take to show what a test waits for.
 const SCREEN_LIMIT: Duration = Duration::from_secs(30);
@@ -164,6 +164,9 @@ fn chat_command(env: &Env, server: &ScriptedServer, args: &[&str]) -> Command {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_chat_through_the_daemon_asks_approvals_takes_queued_text_and_counts_cost() {
+    if !require(Need::Tmux) {
+        return;
+    }
     let gate = "while [ ! -e go ]; do sleep 0.02; done; echo opened";
     let script = Script::new()
         .then(tool_call(
@@ -231,6 +234,9 @@ async fn a_chat_through_the_daemon_asks_approvals_takes_queued_text_and_counts_c
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn esc_cancels_a_turn_and_its_command_and_the_history_is_kept() {
+    if !require(Need::Tmux) {
+        return;
+    }
     // Unique to this test process, so only its command matches in /proc.
     let marker = format!("sleep 301{:07}", std::process::id());
     let script = Script::new()
@@ -245,7 +251,8 @@ async fn esc_cancels_a_turn_and_its_command_and_the_history_is_kept() {
     pane.keys(&["Escape"]);
     let screen = pane.wait_for("(cancelled ·");
     assert!(screen.contains("cancelling the turn"), "{screen}");
-    let left = crate::support::wait_for_processes(&marker, COMMAND_LIMIT, |pids| pids.is_empty()).await;
+    let left =
+        crate::support::wait_for_processes(&marker, COMMAND_LIMIT, |pids| pids.is_empty()).await;
     assert!(left.is_empty(), "the cancelled command is gone: {left:?}");
 
     // The next message continues the same session with a valid history.
@@ -271,6 +278,9 @@ async fn esc_cancels_a_turn_and_its_command_and_the_history_is_kept() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn slash_commands_and_sub_agent_lines_in_an_embedded_chat() {
+    if !require(Need::Tmux) {
+        return;
+    }
     let script = Script::new()
         .then(tool_call(
             "agent",
@@ -366,6 +376,9 @@ fn without_a_terminal_chat_is_a_usage_error_that_names_troupe_run() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ctrl_c_cancels_a_turn_and_closing_the_terminal_cancels_the_next_cleanly() {
+    if !require(Need::Tmux) {
+        return;
+    }
     let first = format!("sleep 302{:07}", std::process::id());
     let second = format!("sleep 303{:07}", std::process::id());
     let script = Script::new()
@@ -395,7 +408,8 @@ async fn ctrl_c_cancels_a_turn_and_closing_the_terminal_cancels_the_next_cleanly
         .await
         .unwrap();
     for marker in [&first, &second] {
-        let left = crate::support::wait_for_processes(marker, COMMAND_LIMIT, |pids| pids.is_empty()).await;
+        let left =
+            crate::support::wait_for_processes(marker, COMMAND_LIMIT, |pids| pids.is_empty()).await;
         assert!(left.is_empty(), "{marker} is gone: {left:?}");
     }
     // Both turns are stored with every call answered.
@@ -411,6 +425,9 @@ async fn ctrl_c_cancels_a_turn_and_closing_the_terminal_cancels_the_next_cleanly
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn control_sequences_from_the_model_never_reach_the_terminal() {
+    if !require(Need::Tmux) {
+        return;
+    }
     let hostile =
         "Fine.\u{1b}]2;pwned\u{7}\u{1b}]52;c;ZWNobyBoaQ==\u{7}\u{1b}[2J\u{1b}[H then more";
     let script = Script::new()
@@ -444,6 +461,9 @@ async fn control_sequences_from_the_model_never_reach_the_terminal() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_chat_asks_once_to_trust_a_project_whose_configuration_needs_it() {
+    if !require(Need::Tmux) {
+        return;
+    }
     let server = ScriptedServer::start(Script::new()).await.unwrap();
     let env = Env::new();
     std::fs::write(
@@ -476,6 +496,9 @@ async fn the_chat_asks_once_to_trust_a_project_whose_configuration_needs_it() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn custom_commands_expand_their_arguments_and_skills_are_listed() {
+    if !require(Need::Tmux) {
+        return;
+    }
     let script = Script::new().then(text("Reviewed as asked."));
     let server = ScriptedServer::start(script).await.unwrap();
     let env = Env::new();
@@ -534,6 +557,9 @@ async fn custom_commands_expand_their_arguments_and_skills_are_listed() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn plan_then_do_plans_with_read_only_tools_and_carries_out_in_the_mode_before() {
+    if !require(Need::Tmux) {
+        return;
+    }
     let script = Script::new()
         .then(text("PLAN: 1. change lib.rs"))
         .then(text("Carried out."));
@@ -585,6 +611,9 @@ async fn plan_then_do_plans_with_read_only_tools_and_carries_out_in_the_mode_bef
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn memory_shows_and_adds_notes_and_mcp_lists_the_servers() {
+    if !require(Need::Tmux) {
+        return;
+    }
     let server = ScriptedServer::start(Script::new()).await.unwrap();
     let env = Env::new();
     env.trust();
@@ -624,6 +653,9 @@ async fn memory_shows_and_adds_notes_and_mcp_lists_the_servers() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn leaving_an_embedded_chat_lets_a_background_memory_update_finish() {
+    if !require(Need::Tmux) {
+        return;
+    }
     let main = |response| {
         troupe_scripted::Turn::new(response)
             .when(troupe_scripted::Matcher::system_contains("You are Troupe"))

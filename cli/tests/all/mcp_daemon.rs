@@ -8,42 +8,13 @@
 //! The fixture appends `PID GRANDCHILD_PID` to `FIXTURE_STARTS_FILE` each
 //! time it starts, which is how these tests count server starts.
 
-
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Stdio};
 use std::time::Duration;
 
-use serde_json::{Value, json};
 use crate::support::{COMMAND_LIMIT, Env, describe, json_lines, run};
+use serde_json::{Value, json};
 use troupe_scripted::{Script, ScriptedServer, text as say, tool_call};
-
-/// Where the test servers are installed.
-fn fixtures_dir() -> PathBuf {
-    match std::env::var_os("TROUPE_MCP_FIXTURES") {
-        Some(dir) => PathBuf::from(dir),
-        None => PathBuf::from(std::env::var_os("HOME").unwrap_or_default())
-            .join(".cache/troupe/mcp-fixtures"),
-    }
-}
-
-/// The Python of the venv with the `mcp` package; `None` (the test is
-/// skipped loudly) when it is not installed, unless CI requires it.
-fn python() -> Option<PathBuf> {
-    let path = fixtures_dir().join("venv/bin/python");
-    if path.exists() {
-        return Some(path);
-    }
-    let message = format!(
-        "the Python `mcp` package (venv) is not installed at {}: run tests/mcp/install.sh \
-         (or set TROUPE_MCP_FIXTURES)",
-        path.display()
-    );
-    if std::env::var("TROUPE_REQUIRE_MCP_SERVERS").is_ok_and(|v| v == "1") {
-        panic!("{message}");
-    }
-    eprintln!("\n\n!!!!! SKIPPED: {message} !!!!!\n");
-    None
-}
 
 /// A TOML string literal.
 fn lit(value: &str) -> String {
@@ -178,7 +149,9 @@ fn script(calls: &[&str]) -> Script {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn runs_of_a_project_share_one_server_until_its_configuration_changes() {
-    let Some(python) = python() else { return };
+    let Some(python) = troupe_test_support::mcp_fixture_python() else {
+        return;
+    };
     let server = ScriptedServer::start(script(&[
         "mcp__fixture__record",
         "mcp__fixture__record",
@@ -278,7 +251,9 @@ async fn runs_of_a_project_share_one_server_until_its_configuration_changes() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn trusting_the_project_replaces_the_servers_started_before() {
-    let Some(python) = python() else { return };
+    let Some(python) = troupe_test_support::mcp_fixture_python() else {
+        return;
+    };
     let server = ScriptedServer::start(script(&["mcp__user__record", "mcp__project__record"]))
         .await
         .unwrap();

@@ -14,13 +14,13 @@
 //! kernel. Each command ends by printing a marker, so a test sees that it
 //! ran.
 
-
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use serde_json::{Value, json};
 use crate::support::{Env, describe, run};
+use serde_json::{Value, json};
 use troupe_scripted::{Script, ScriptedServer, text, tool_call};
+use troupe_test_support::{Need, require};
 
 /// The unprivileged user of the `setpriv` runs.
 const NOBODY: u32 = 65_534;
@@ -207,7 +207,7 @@ fn tmp_file(data_dir: &Path) -> Option<PathBuf> {
 
 #[tokio::test]
 async fn writes_outside_the_roots_are_stopped_even_in_bypass_with_an_allow_all_rule() {
-    if !landlock() {
+    if !require(Need::Landlock) {
         return;
     }
     writes_outside_the_roots_are_stopped(false).await;
@@ -215,7 +215,7 @@ async fn writes_outside_the_roots_are_stopped_even_in_bypass_with_an_allow_all_r
 
 #[tokio::test]
 async fn writes_outside_the_roots_are_stopped_for_an_unprivileged_user() {
-    if !landlock() || !is_root() {
+    if !require(Need::Landlock) || !is_root() {
         return;
     }
     writes_outside_the_roots_are_stopped(true).await;
@@ -223,7 +223,7 @@ async fn writes_outside_the_roots_are_stopped_for_an_unprivileged_user() {
 
 #[tokio::test]
 async fn troupes_files_cannot_be_created_where_they_do_not_exist_yet() {
-    if !landlock() {
+    if !require(Need::Landlock) {
         return;
     }
     let setup = Setup::new("");
@@ -255,7 +255,7 @@ async fn troupes_files_cannot_be_created_where_they_do_not_exist_yet() {
 
 #[tokio::test]
 async fn background_tasks_are_confined_too() {
-    if !landlock() {
+    if !require(Need::Landlock) {
         return;
     }
     let setup = Setup::new("");
@@ -285,7 +285,7 @@ async fn background_tasks_are_confined_too() {
 
 #[tokio::test]
 async fn read_only_mode_refuses_every_write() {
-    if !landlock() {
+    if !require(Need::Landlock) {
         return;
     }
     let setup = Setup::new("[sandbox]\nmode = \"read-only\"\n");
@@ -350,7 +350,7 @@ async fn the_network_is_on_by_default_and_off_with_network_false() {
         result.contains(MARKER) && result.contains("connected"),
         "{result}"
     );
-    if !landlock() {
+    if !require(Need::Landlock) {
         return;
     }
     let result = connect_from_a_command("[sandbox]\nnetwork = false\n").await;
@@ -487,7 +487,7 @@ async fn a_commands_git_configuration_never_runs_outside_the_sandbox() {
 
 #[tokio::test]
 async fn troupes_data_and_configuration_directories_are_hidden_from_commands() {
-    if !landlock() {
+    if !require(Need::Landlock) {
         return;
     }
     let setup = Setup::new("");

@@ -7,18 +7,18 @@
 //! are never written by tools, bypass included; nothing a command started
 //! survives its timeout, and no cgroup of `troupe`'s outlives it.
 
-
 use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use serde_json::json;
 use crate::support::{
     COMMAND_LIMIT, Env, describe, files_containing, json_lines, run, spawn, stop_daemon,
 };
+use serde_json::json;
 use troupe_process::process_is_alive;
 use troupe_process::process_tree::{Containment, detect};
 use troupe_scripted::{Script, ScriptedServer, text, tool_call};
+use troupe_test_support::{Need, require};
 
 /// The command a hostile model runs to look for provider keys.
 const SNOOP: &str = "tr '\\0' '\\n' < /proc/$PPID/environ; echo ---; \
@@ -395,9 +395,11 @@ async fn nothing_a_command_or_background_task_started_outlives_the_run() {
 
 #[tokio::test]
 async fn troupe_leaves_no_cgroup_behind_when_it_exits() {
-    let Containment::Cgroup { parent } = detect() else {
-        eprintln!("cgroup v2 is not writable here: no cgroup to look for");
+    if !require(Need::Cgroups) {
         return;
+    }
+    let Containment::Cgroup { parent } = detect() else {
+        panic!("the writable cgroup v2 tree went away");
     };
     // Commands one after the other, each in the cgroup the last one left.
     let server = ScriptedServer::start(

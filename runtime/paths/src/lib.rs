@@ -1,5 +1,10 @@
-//! The names of the places Troupe keeps its own files in a project and in
-//! the user's configuration directory.
+//! Where a path leads, at the bottom of the house: [`sandbox`] resolves what
+//! a path names (symlinks followed, `..` folded) and keeps tools inside the
+//! allowed roots, [`protected`] lists the places that govern Troupe itself
+//! and that no tool writes, and [`file_io`] opens and replaces files without
+//! following a link swapped in after a check. This root names the places
+//! Troupe keeps its own files in a project and in the user's configuration
+//! directory.
 
 // Product code never unwraps: errors are values (tests may).
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]

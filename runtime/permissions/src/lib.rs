@@ -8,18 +8,15 @@
 //! roots (ask); ask rules; allow rules; the mode's fallback. Rules look like
 //! `Bash(git push*)`, `Read(.env)`, `Write(src/**)`, `mcp__github__*`.
 //!
-//! The module is pure and synchronous: it decides, it never waits for an
+//! The crate is pure and synchronous: it decides, it never waits for an
 //! approval, emits events or runs anything (the agent actor does), and its only
 //! contact with the file system is path resolution through the sandbox. Its
-//! parts: `rules` (rule syntax and matching), `shell` (a small, lenient shell
-//! parser for hard blocks), `bash_ast` (a strict reading with tree-sitter-bash
-//! for what is granted on a pattern), `read_only` (which command lines only
-//! read), `hard_blocks` (destructive-command analysis), `git_config` (which
-//! `git config` commands set keys that run programs), `engine` (the decision order),
-//! `advice` (what a user could change when a call cannot run), `protected`
-//! (the files that govern Troupe itself, which no tool writes).
-//! It must not touch the tool implementations, the configuration loader or the
-//! providers.
+//! parts: `rules` (rule syntax and matching), `engine` (the decision order),
+//! `advice` (what a user could change when a call cannot run). Reading a
+//! command line — the lenient and the strict parser, the read-only
+//! classification, the hard blocks, `git config` changes — is `troupe-shell`'s;
+//! the places no tool writes are `troupe-paths`'. It must not touch the tool
+//! implementations, the configuration loader or the providers.
 
 // Product code never unwraps: errors are values (tests may).
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]

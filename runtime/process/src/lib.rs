@@ -13,8 +13,12 @@
 //! ([`spawn_bash`]), so starting it does not cost more as the runtime's
 //! memory grows.
 //!
-//! This module starts, watches and stops processes; it does not decide what may
-//! run (permissions) nor how output is shown (`output`).
+//! This crate starts, watches and stops processes; it does not decide what may
+//! run (permissions) nor how output is shown (the tools). Beside this root:
+//! `process_tree` (the cgroup or subreaper tree), `os_sandbox` (Landlock,
+//! namespaces, seccomp, the files it watches), `lineage` (whether a process
+//! descends from a command of a run), `secrets` (the provider keys no child
+//! is given) and `git_command` (Troupe's own, confined `git`).
 
 // Product code never unwraps: errors are values (tests may).
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]

@@ -36,7 +36,6 @@ use troupe_protocol::model::Protocol;
 use troupe_protocol::model::SystemPrompt;
 use troupe_store::Store;
 use troupe_tools::ToolRegistry;
-use troupe_tools::background::BackgroundTasks;
 
 use crate::{TEST_ENVIRONMENT, TEST_STABLE_PROMPT};
 
@@ -142,31 +141,17 @@ pub fn agent_env(
     let spill_dir = data.join("spill");
     let sandbox = PathSandbox::new(project, std::slice::from_ref(&spill_dir), None)
         .map_err(|err| format!("sandbox: {err}"))?;
-    Ok(Arc::new(AgentEnv {
-        provider,
-        provider_for_model: None,
-        price: None,
-        registry: Arc::new(registry),
-        roles: Arc::new(troupe_agent::roles::RoleSet::builtin()),
-        sandbox: Arc::new(sandbox),
-        os_sandbox: Arc::new(troupe_process::os_sandbox::CommandSandbox::off()),
-        system: SystemPrompt {
-            stable: TEST_STABLE_PROMPT.into(),
-            environment: TEST_ENVIRONMENT.into(),
-        },
-        spill_dir,
-        context_window: 0,
-        work_ahead: false,
-        child_env: Arc::new(vec![("PATH".into(), "/usr/bin:/bin".into())]),
-        background: Arc::new(BackgroundTasks::new()),
-        tool_timeout: TOOL_TIMEOUT,
-        store,
-        capture: troupe_telemetry::genai::ContentCapture::default(),
-        mcp: None,
-        catalogues: Default::default(),
-        hooks: Arc::new(troupe_hooks::HookSet::default()),
-        memory: Default::default(),
-    }))
+    Ok(Arc::new(
+        AgentEnv::builder(provider, store, Arc::new(sandbox), spill_dir)
+            .registry(registry)
+            .system(SystemPrompt {
+                stable: TEST_STABLE_PROMPT.into(),
+                environment: TEST_ENVIRONMENT.into(),
+            })
+            .child_env(vec![("PATH".into(), "/usr/bin:/bin".into())])
+            .tool_timeout(TOOL_TIMEOUT)
+            .build(),
+    ))
 }
 
 #[cfg(test)]
@@ -226,8 +211,8 @@ mod tests {
             store,
         )
         .unwrap();
-        assert_eq!(env.provider.model(), "scripted-model");
-        assert!(env.registry.contains("read_file"));
-        assert_eq!(env.tool_timeout, TOOL_TIMEOUT);
+        assert_eq!(env.provider().model(), "scripted-model");
+        assert!(env.registry().contains("read_file"));
+        assert_eq!(env.tool_timeout(), TOOL_TIMEOUT);
     }
 }

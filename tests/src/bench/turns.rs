@@ -233,10 +233,10 @@ pub async fn one_run(
     let messages = prefix.to_vec();
     let clone_history = clock.elapsed();
     let clock = Instant::now();
-    let tools = env.registry.definitions();
+    let tools = env.registry().definitions();
     let definitions = clock.elapsed();
     let request = ChatRequest {
-        system: env.system.clone(),
+        system: env.system().clone(),
         messages,
         tools,
     };
@@ -266,8 +266,8 @@ pub async fn one_run(
     let provider = scripted_provider(&adapter_server.anthropic_base_url())?;
     let model: Duration = replay_provider(
         provider.as_ref(),
-        &env.system,
-        &env.registry.definitions(),
+        &env.system(),
+        &env.registry().definitions(),
         &history,
     )
     .await

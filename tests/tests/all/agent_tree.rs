@@ -275,7 +275,7 @@ async fn an_explorer_is_offered_read_only_tools_and_a_write_counts_as_unknown() 
     assert_eq!(explorer.len(), 2, "stopped after two unknown-tool turns");
     for name in explorer[0].tool_names() {
         assert!(
-            env.registry.is_read_only(&name),
+            env.registry().is_read_only(&name),
             "{name} offered to the explorer"
         );
     }

@@ -420,30 +420,7 @@ pub(crate) async fn wait_for_processes(
 pub(crate) const EVERYTHING: &str =
     "node/node_modules/@modelcontextprotocol/server-everything/dist/index.js";
 
-/// `relative` below the MCP test servers' directory (`$TROUPE_MCP_FIXTURES`,
-/// default `$HOME/.cache/troupe/mcp-fixtures`) when it exists; else skips
-/// the test loudly (`None`), or fails it when the servers are required
-/// (`TROUPE_REQUIRE_MCP_SERVERS=1`, as in CI).
-pub(crate) fn mcp_fixture(relative: &str, what: &str) -> Option<PathBuf> {
-    let dir = match std::env::var_os("TROUPE_MCP_FIXTURES") {
-        Some(dir) => PathBuf::from(dir),
-        None => PathBuf::from(std::env::var_os("HOME").unwrap_or_default())
-            .join(".cache/troupe/mcp-fixtures"),
-    };
-    let path = dir.join(relative);
-    if path.exists() {
-        return Some(path);
-    }
-    let message = format!(
-        "{what} is not installed at {}: run tests/mcp/install.sh (or set TROUPE_MCP_FIXTURES)",
-        path.display()
-    );
-    if std::env::var("TROUPE_REQUIRE_MCP_SERVERS").is_ok_and(|v| v == "1") {
-        panic!("{message}");
-    }
-    eprintln!("\n\n!!!!! SKIPPED: {message} !!!!!\n");
-    None
-}
+pub(crate) use troupe_test_support::mcp_fixture;
 
 /// Every file under `dir` whose bytes contain `needle`.
 pub(crate) fn files_containing(dir: &Path, needle: &[u8]) -> Vec<String> {
