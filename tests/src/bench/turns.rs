@@ -266,7 +266,7 @@ pub async fn one_run(
     let provider = scripted_provider(&adapter_server.anthropic_base_url())?;
     let model: Duration = replay_provider(
         provider.as_ref(),
-        &env.system(),
+        env.system(),
         &env.registry().definitions(),
         &history,
     )
