@@ -513,7 +513,7 @@ fn heap_per<T>(build: impl Fn() -> Result<T, String>) -> Result<f64, String> {
 fn catalogue_bytes(env: &AgentEnv) -> Result<[f64; 4], String> {
     Ok([
         heap_per(|| {
-            ToolCatalogue::for_role(&env.registry(), &RoleTools::All, Some(env.agent_tool()))
+            ToolCatalogue::for_role(env.registry(), &RoleTools::All, Some(env.agent_tool()))
                 .map_err(|e| e.to_string())
         })?,
         heap_per(|| Ok(env.registry().as_ref().clone()))?,
