@@ -10,19 +10,22 @@
 //! is reached through its Unix socket, where the kernel tells it who is
 //! asking (it lets only the owner's processes, never a run's commands,
 //! start runs or answer approvals); a daemon named by `TROUPE_ADDR` alone
-//! over TCP.
+//! over TCP. Requests and answers are the bodies of
+//! [`troupe_protocol::api`], which the daemon reads and writes too.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use futures::future::BoxFuture;
-use serde_json::Value;
 use troupe_llm::sse::SseParser;
+use troupe_protocol::api::{
+    ApprovalAnswer, CompactRequest, ErrorAnswer, PATH_PREFIX, Rendered, RunCreated, RunMessage,
+    RunRequest, SessionCompacted, SessionRemoved, View,
+};
 use troupe_protocol::events::{ApprovalOutcome, EventKind, RunEvent};
 
 use crate::daemon::{home, spawn};
 use crate::follow::{Answerer, RunLink};
-use crate::sessions::{Rendered, View};
 use crate::setup::Locations;
 use crate::{EXIT_RUNTIME, EXIT_USAGE};
 
@@ -115,17 +118,6 @@ pub(crate) struct DaemonClient {
     /// The socket's directory, held open while its address goes through
     /// it (see `home::socket_address`).
     _socket_dir: Option<Arc<std::os::fd::OwnedFd>>,
-}
-
-/// What `POST /v1/runs` answered.
-#[derive(Debug, Clone)]
-pub(crate) struct Submitted {
-    /// The run.
-    pub run_id: String,
-    /// The session it works in.
-    pub session_id: String,
-    /// Start-up warnings to show before the run.
-    pub warnings: Vec<String>,
 }
 
 impl DaemonClient {
@@ -274,46 +266,36 @@ impl DaemonClient {
             return Ok(response);
         }
         let status = response.status().as_u16();
-        let body: Value = response.json().await.unwrap_or(Value::Null);
-        let message = body["error"]["message"]
-            .as_str()
-            .map(str::to_string)
-            .unwrap_or_else(|| format!("the daemon answered HTTP {status}"));
+        let message = match response.json::<ErrorAnswer>().await {
+            Ok(answer) => answer.error.message,
+            Err(_) => format!("the daemon answered HTTP {status}"),
+        };
         Err(ClientError {
             message,
             code: exit_code_for_status(status),
         })
     }
 
+    /// The URL of the versioned API path `path` (`/runs`, …).
+    fn url(&self, path: &str) -> String {
+        format!("{}{PATH_PREFIX}{path}", self.base)
+    }
+
     /// Submits a run (`POST /v1/runs`).
-    pub(crate) async fn submit(&self, body: &Value) -> Result<Submitted, ClientError> {
+    pub(crate) async fn submit(&self, body: &RunRequest) -> Result<RunCreated, ClientError> {
         let request = self
             .http
-            .post(format!("{}/v1/runs", self.base))
+            .post(self.url("/runs"))
             .timeout(REQUEST_TIMEOUT)
             .json(body);
-        let answer: Value = self.json_of(request).await?;
-        let text = |key: &str| answer[key].as_str().unwrap_or_default().to_string();
-        Ok(Submitted {
-            run_id: text("run_id"),
-            session_id: text("session_id"),
-            warnings: answer["warnings"]
-                .as_array()
-                .map(|warnings| {
-                    warnings
-                        .iter()
-                        .filter_map(|w| w.as_str().map(str::to_string))
-                        .collect()
-                })
-                .unwrap_or_default(),
-        })
+        self.json_of(request).await
     }
 
     /// Renders a read-only view in the daemon (`POST /v1/views`).
     pub(crate) async fn view(&self, view: &View) -> Result<Rendered, ClientError> {
         let request = self
             .http
-            .post(format!("{}/v1/views", self.base))
+            .post(self.url("/views"))
             .timeout(REQUEST_TIMEOUT)
             .json(view);
         self.json_of(request).await
@@ -323,7 +305,7 @@ impl DaemonClient {
     pub(crate) async fn cancel(&self, run_id: &str) -> Result<(), ClientError> {
         let request = self
             .http
-            .post(format!("{}/v1/runs/{run_id}/cancel", self.base))
+            .post(self.url(&format!("/runs/{run_id}/cancel")))
             .timeout(REQUEST_TIMEOUT);
         self.send(request).await.map(drop)
     }
@@ -333,9 +315,11 @@ impl DaemonClient {
     pub(crate) async fn send_message(&self, run_id: &str, text: &str) -> Result<(), ClientError> {
         let request = self
             .http
-            .post(format!("{}/v1/runs/{run_id}/messages", self.base))
+            .post(self.url(&format!("/runs/{run_id}/messages")))
             .timeout(REQUEST_TIMEOUT)
-            .json(&serde_json::json!({ "text": text }));
+            .json(&RunMessage {
+                text: text.to_string(),
+            });
         self.send(request).await.map(drop)
     }
 
@@ -344,10 +328,10 @@ impl DaemonClient {
     pub(crate) async fn remove_session(&self, id: &str) -> Result<String, ClientError> {
         let request = self
             .http
-            .delete(format!("{}/v1/sessions/{id}", self.base))
+            .delete(self.url(&format!("/sessions/{id}")))
             .timeout(REQUEST_TIMEOUT);
-        let answer: Value = self.json_of(request).await?;
-        Ok(answer["text"].as_str().unwrap_or_default().to_string())
+        let answer: SessionRemoved = self.json_of(request).await?;
+        Ok(answer.text)
     }
 
     /// Compacts a session (`POST /v1/sessions/{id}/compact`) and waits for
@@ -355,15 +339,15 @@ impl DaemonClient {
     pub(crate) async fn compact_session(
         &self,
         id: &str,
-        body: &Value,
+        body: &CompactRequest,
     ) -> Result<String, ClientError> {
         let request = self
             .http
-            .post(format!("{}/v1/sessions/{id}/compact", self.base))
+            .post(self.url(&format!("/sessions/{id}/compact")))
             .timeout(COMPACT_TIMEOUT)
             .json(body);
-        let answer: Value = self.json_of(request).await?;
-        Ok(answer["text"].as_str().unwrap_or_default().to_string())
+        let answer: SessionCompacted = self.json_of(request).await?;
+        Ok(answer.text)
     }
 
     /// Sends `request` and reads its JSON answer.
@@ -386,15 +370,11 @@ impl DaemonClient {
         outcome: ApprovalOutcome,
         reason: Option<String>,
     ) -> Result<(), ClientError> {
-        let body = serde_json::json!({"outcome": outcome.as_str(), "reason": reason});
         let request = self
             .http
-            .post(format!(
-                "{}/v1/runs/{run_id}/approvals/{approval_id}",
-                self.base
-            ))
+            .post(self.url(&format!("/runs/{run_id}/approvals/{approval_id}")))
             .timeout(REQUEST_TIMEOUT)
-            .json(&body);
+            .json(&ApprovalAnswer { outcome, reason });
         self.send(request).await.map(drop)
     }
 
@@ -425,11 +405,10 @@ impl DaemonClient {
         from_seq: u64,
         owner: bool,
     ) -> Result<reqwest::Response, ClientError> {
-        let request = self.http.get(format!(
-            "{}/v1/runs/{run_id}/events?from_seq={}&owner={owner}",
-            self.base,
+        let request = self.http.get(self.url(&format!(
+            "/runs/{run_id}/events?from_seq={}&owner={owner}",
             from_seq.max(1)
-        ));
+        )));
         self.send(request).await
     }
 }

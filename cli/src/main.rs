@@ -396,7 +396,9 @@ fn main() -> ExitCode {
             Command::Resume(args) => run::resume(args, color).await,
             Command::Chat(args) => chat::chat(args, color).await,
             Command::Sessions(command) => sessions::sessions(command).await,
-            Command::Trace { run } => sessions::print_view(sessions::View::Trace { run }).await,
+            Command::Trace { run } => {
+                sessions::print_view(troupe_protocol::api::View::Trace { run }).await
+            }
             Command::Runs(command) => runs::runs(command, color).await,
             Command::Approve {
                 run,

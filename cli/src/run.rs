@@ -17,6 +17,7 @@ use std::sync::Arc;
 use futures::future::BoxFuture;
 use troupe_actors::{Approver, RunHandle, Runtime};
 use troupe_agent::session::recover_interrupted_runs;
+use troupe_protocol::api::{RunLimits, RunRequest};
 use troupe_protocol::events::RunEvent;
 use troupe_store::{SESSION_MAX_AGE, Store};
 use troupe_tools::memory::MEMORY_SETTLE_LIMIT;
@@ -193,31 +194,27 @@ pub(crate) fn remote_request(
     current_dir: &std::path::Path,
     env: impl IntoIterator<Item = (String, String)>,
     interactive: bool,
-) -> serde_json::Value {
+) -> RunRequest {
     let cwd = match &flags.cwd {
         Some(dir) => current_dir.join(dir),
         None => current_dir.to_path_buf(),
     };
-    let env: serde_json::Map<String, serde_json::Value> = env
-        .into_iter()
-        .map(|(name, value)| (name, serde_json::Value::String(value)))
-        .collect();
-    serde_json::json!({
-        "prompt": prompt,
-        "session_id": session,
-        "cwd": cwd,
-        "keep_session_cwd": flags.cwd.is_none(),
-        "mode": flags.mode.map(|mode| mode.as_str()),
-        "provider": flags.provider,
-        "model": flags.model,
-        "limits": {
-            "max_turns": flags.max_turns,
-            "budget_tokens": flags.budget_tokens,
-            "timeout_secs": flags.timeout,
+    RunRequest {
+        prompt: prompt.to_string(),
+        session_id: session.map(str::to_string),
+        cwd,
+        keep_session_cwd: flags.cwd.is_none(),
+        mode: flags.mode,
+        provider: flags.provider.clone(),
+        model: flags.model.clone(),
+        limits: RunLimits {
+            max_turns: flags.max_turns,
+            budget_tokens: flags.budget_tokens,
+            timeout_secs: flags.timeout,
         },
-        "env": env,
-        "interactive": interactive,
-    })
+        env: Some(env.into_iter().collect()),
+        interactive,
+    }
 }
 
 /// Submits the run to the daemon and follows it as an embedded run is
@@ -488,7 +485,15 @@ mod tests {
     fn a_daemon_request_carries_this_shells_directory_and_environment() {
         let here = std::path::Path::new("/work/project");
         let env = vec![("ANTHROPIC_API_KEY".to_string(), "k".to_string())];
-        let body = remote_request("fix it", None, &flags(), here, env.clone(), true);
+        let body = serde_json::to_value(remote_request(
+            "fix it",
+            None,
+            &flags(),
+            here,
+            env.clone(),
+            true,
+        ))
+        .unwrap();
         assert_eq!(body["cwd"], "/work/project");
         assert_eq!(body["keep_session_cwd"], true);
         assert_eq!(body["env"]["ANTHROPIC_API_KEY"], "k");
@@ -499,14 +504,17 @@ mod tests {
         given.cwd = Some("sub".into());
         given.mode = Some(troupe_protocol::permission::PermissionMode::AcceptEdits);
         given.max_turns = Some(3);
-        let body = remote_request("x", Some("0193"), &given, here, env, false);
+        let body =
+            serde_json::to_value(remote_request("x", Some("0193"), &given, here, env, false))
+                .unwrap();
         assert_eq!(body["cwd"], "/work/project/sub");
         assert_eq!(body["keep_session_cwd"], false);
         assert_eq!(body["session_id"], "0193");
         assert_eq!(body["mode"], "accept-edits");
         assert_eq!(body["limits"]["max_turns"], 3);
         // What the daemon accepts.
-        let parsed: crate::daemon::api::RunRequest = serde_json::from_value(body).unwrap();
+        let parsed: RunRequest =
+            crate::daemon::api::strict_from_slice(&serde_json::to_vec(&body).unwrap()).unwrap();
         assert_eq!(parsed.limits.max_turns, Some(3));
     }
 

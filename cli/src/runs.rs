@@ -9,6 +9,7 @@ use std::sync::Arc;
 
 use futures::future::BoxFuture;
 use troupe_actors::EventSubscription;
+use troupe_protocol::api::View;
 use troupe_protocol::events::{ApprovalOutcome, RunEvent};
 
 use crate::client::{ClientError, DaemonClient, RemoteRun};
@@ -16,7 +17,7 @@ use crate::follow::{Answerer, OnSignal, RunLink, follow};
 use crate::ids::{self, IdKind};
 use crate::render::RenderStyle;
 use crate::run::Approvals;
-use crate::sessions::{View, print_view};
+use crate::sessions::print_view;
 use crate::setup::Locations;
 use crate::signals::StopSignals;
 use crate::{EXIT_RUNTIME, RunsCommand};

@@ -5,6 +5,7 @@
 
 use std::io::Write;
 
+use troupe_protocol::api::{CompactRequest, Rendered, View};
 use troupe_protocol::events::preview;
 use troupe_protocol::model::{ContentBlock, Message, Role};
 use troupe_store::{RunRecord, SessionMeta, Store, StoreError};
@@ -14,56 +15,9 @@ use crate::ids::{self, IdKind};
 use crate::setup::Locations;
 use crate::{EXIT_RUNTIME, EXIT_USAGE, SessionsCommand};
 
-/// A read-only view of the store a command prints. While a daemon holds the
-/// store, the daemon renders it (`POST /v1/views`), so the output is the same
-/// either way.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(tag = "view", rename_all = "snake_case")]
-pub(crate) enum View {
-    /// `sessions list [--json]`.
-    SessionsList {
-        /// One JSON object per line.
-        json: bool,
-    },
-    /// `sessions show ID`.
-    SessionShow {
-        /// A session id or a unique prefix of one.
-        id: String,
-    },
-    /// `sessions export ID`.
-    SessionExport {
-        /// A session id or a unique prefix of one.
-        id: String,
-    },
-    /// `runs list [--json]`.
-    RunsList {
-        /// One JSON object per line.
-        json: bool,
-    },
-    /// `runs show ID`.
-    RunShow {
-        /// A run id or a unique prefix of one.
-        id: String,
-    },
-    /// `trace RUN`.
-    Trace {
-        /// A run id or a unique prefix of one.
-        run: String,
-    },
-}
-
-/// What rendering a view produced: the exit code, stdout and stderr text.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub(crate) struct Rendered {
-    /// The exit code.
-    pub code: u8,
-    /// What goes to stdout.
-    pub stdout: String,
-    /// What goes to stderr (an error message).
-    pub stderr: String,
-}
-
-/// Writes `view` from `store` to `out`.
+/// Writes `view` from `store` to `out`. While a daemon holds the store, the
+/// daemon renders views (`POST /v1/views`), so the output is the same either
+/// way.
 fn write_view(store: &Store, view: &View, out: &mut impl Write) -> CommandResult {
     match view {
         View::SessionsList { json } => list(store, *json, out),
@@ -313,12 +267,13 @@ async fn compact_command(given: &str) -> u8 {
 pub(crate) fn compact_request(
     cwd: &std::path::Path,
     env: impl IntoIterator<Item = (String, String)>,
-) -> serde_json::Value {
-    let env: serde_json::Map<String, serde_json::Value> = env
-        .into_iter()
-        .map(|(name, value)| (name, serde_json::Value::String(value)))
-        .collect();
-    serde_json::json!({ "cwd": cwd, "env": env })
+) -> CompactRequest {
+    CompactRequest {
+        cwd: cwd.to_path_buf(),
+        provider: None,
+        model: None,
+        env: Some(env.into_iter().collect()),
+    }
 }
 
 /// Compacts `given` on a runtime of this process; the text to print.

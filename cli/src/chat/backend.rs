@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use futures::future::BoxFuture;
 use troupe_actors::{Approver, Runtime};
+use troupe_protocol::api::{CompactRequest, Rendered, View};
 use troupe_protocol::events::RunEvent;
 use troupe_store::Store;
 use troupe_tools::memory::MEMORY_SETTLE_LIMIT;
@@ -15,7 +16,7 @@ use crate::client::{DaemonClient, RemoteRun};
 use crate::follow::{Answerer, RunLink};
 use crate::ids::{self, IdKind};
 use crate::run::{EmbeddedRun, remote_request};
-use crate::sessions::{Rendered, View, render_view};
+use crate::sessions::render_view;
 use crate::setup::{Locations, RunOptions, SetupError};
 use crate::{EXIT_RUNTIME, EXIT_USAGE, RunFlags};
 
@@ -187,12 +188,14 @@ impl Backend {
                     message: format!("cannot read the current directory: {err}"),
                     code: EXIT_USAGE,
                 })?;
-                let mut body = crate::sessions::compact_request(
-                    &current_dir,
-                    troupe_process::secrets::process_vars(),
-                );
-                body["provider"] = serde_json::json!(flags.provider);
-                body["model"] = serde_json::json!(flags.model);
+                let body = CompactRequest {
+                    provider: flags.provider.clone(),
+                    model: flags.model.clone(),
+                    ..crate::sessions::compact_request(
+                        &current_dir,
+                        troupe_process::secrets::process_vars(),
+                    )
+                };
                 Ok(client.compact_session(session, &body).await?)
             }
             Self::Embedded(embedded) => {

@@ -4,16 +4,16 @@
 //!
 //! Every request passes [`guard`](super::guard) first: its `Host`/`Origin`
 //! must name this daemon and, except for `/healthz`, it must carry the token.
-//! Bodies are read with a hard limit ([`BODY_LIMIT`]) and parsed here, so an
-//! oversized or malformed body gets the same JSON error shape as everything
-//! else. Handlers only translate between HTTP and the [`Runtime`] handle and
-//! the store; how a run request becomes a run is the [`Prepare`] function the
+//! Bodies are the types of [`troupe_protocol::api`], read with a hard limit
+//! ([`BODY_LIMIT`]) and parsed here, so an oversized or malformed body gets
+//! the same JSON error shape as everything else; the requests that start or
+//! steer runs are refused when they carry a field the daemon does not know.
+//! Handlers only translate between HTTP and the [`Runtime`] handle and the
+//! store; how a run request becomes a run is the [`Prepare`] function the
 //! daemon is built with.
 
-use std::collections::BTreeMap;
 use std::convert::Infallible;
 use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -27,12 +27,16 @@ use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use futures::future::BoxFuture;
-use serde::Deserialize;
 use serde::de::DeserializeOwned;
-use serde_json::{Value, json};
-use troupe_actors::{EventSubscription, RunSubmission, Runtime, RuntimeError};
-use troupe_protocol::events::{ApprovalOutcome, EventKind};
-use troupe_store::{IdMatch, RunRecord, Store, StoreError};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use troupe_actors::{AgentStatus, EventSubscription, RunSubmission, Runtime, RuntimeError};
+use troupe_protocol::api::{
+    self as wire, ApprovalAnswer, CompactRequest, HEALTH_PATH, PATH_PREFIX, RunLimits, RunMessage,
+    RunRequest,
+};
+use troupe_protocol::events::EventKind;
+use troupe_store::{IdMatch, RunRecord, SessionMeta, Store, StoreError};
 
 use super::error::ApiError;
 use super::idle::{Activity, StreamGuard};
@@ -40,62 +44,6 @@ use super::{guard, peer, server};
 
 /// The largest request body accepted (1 MiB).
 pub(crate) const BODY_LIMIT: usize = 1024 * 1024;
-
-/// `POST /v1/runs`: what a client asks for. Configuration is read for `cwd`
-/// with the environment the client sends (`env`), so a run behaves as it
-/// would embedded in the client's shell, whichever shell started the daemon;
-/// without `env`, with the daemon's own.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(crate) struct RunRequest {
-    /// The task.
-    pub prompt: String,
-    /// Continue this session instead of starting a new one.
-    #[serde(default)]
-    pub session_id: Option<String>,
-    /// The working directory (absolute): the project the run works on.
-    pub cwd: PathBuf,
-    /// When continuing a session, work in the session's own directory if it
-    /// still exists, and in `cwd` only otherwise (as `troupe run --session`
-    /// without `--cwd` does).
-    #[serde(default)]
-    pub keep_session_cwd: bool,
-    /// Permission mode (`default`, `accept-edits`, `plan`, `bypass`).
-    #[serde(default)]
-    pub mode: Option<String>,
-    /// Provider entry.
-    #[serde(default)]
-    pub provider: Option<String>,
-    /// Model id.
-    #[serde(default)]
-    pub model: Option<String>,
-    /// Limits for this run.
-    #[serde(default)]
-    pub limits: RunLimits,
-    /// The client's environment variables (provider keys and endpoints,
-    /// `HOME`, `XDG_CONFIG_HOME`, what commands inherit).
-    #[serde(default)]
-    pub env: Option<BTreeMap<String, String>>,
-    /// Someone answers approvals through the API; without, the agent is
-    /// told nobody can approve and a call that needs approval is denied.
-    #[serde(default)]
-    pub interactive: bool,
-}
-
-/// Per-run limits a client may set.
-#[derive(Debug, Clone, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(crate) struct RunLimits {
-    /// Turn limit.
-    #[serde(default)]
-    pub max_turns: Option<u32>,
-    /// Token budget.
-    #[serde(default)]
-    pub budget_tokens: Option<u64>,
-    /// Wall-clock limit in seconds.
-    #[serde(default)]
-    pub timeout_secs: Option<u64>,
-}
 
 /// A run ready to submit, with what the person should be told first.
 pub(crate) struct PreparedRun {
@@ -136,21 +84,22 @@ pub(crate) struct ApiState {
 
 /// The API's router.
 pub(crate) fn router(state: ApiState) -> Router {
+    let path = |rest: &str| format!("{PATH_PREFIX}{rest}");
     Router::new()
-        .route("/healthz", get(health))
-        .route("/v1/runs", post(create_run).get(list_runs))
-        .route("/v1/runs/{id}", get(show_run))
-        .route("/v1/runs/{id}/events", get(run_events))
-        .route("/v1/runs/{id}/cancel", post(cancel_run))
-        .route("/v1/runs/{id}/approvals/{approval_id}", post(approve))
-        .route("/v1/runs/{id}/messages", post(send_message))
-        .route("/v1/sessions", get(list_sessions))
+        .route(HEALTH_PATH, get(health))
+        .route(&path("/runs"), post(create_run).get(list_runs))
+        .route(&path("/runs/{id}"), get(show_run))
+        .route(&path("/runs/{id}/events"), get(run_events))
+        .route(&path("/runs/{id}/cancel"), post(cancel_run))
+        .route(&path("/runs/{id}/approvals/{approval_id}"), post(approve))
+        .route(&path("/runs/{id}/messages"), post(send_message))
+        .route(&path("/sessions"), get(list_sessions))
         .route(
-            "/v1/sessions/{id}",
+            &path("/sessions/{id}"),
             get(show_session).delete(remove_session),
         )
-        .route("/v1/sessions/{id}/compact", post(compact_session))
-        .route("/v1/views", post(render_view))
+        .route(&path("/sessions/{id}/compact"), post(compact_session))
+        .route(&path("/views"), post(render_view))
         .fallback(|| async { ApiError::not_found("no such endpoint") })
         .layer(middleware::from_fn_with_state(state.clone(), guard_request))
         .with_state(state)
@@ -181,7 +130,7 @@ async fn guard_request(State(state): State<ApiState>, request: Request, next: Ne
                 connection.authenticated();
             }
         }
-        Err(err) if request.uri().path() != "/healthz" => return err.into_response(),
+        Err(err) if request.uri().path() != HEALTH_PATH => return err.into_response(),
         Err(_) => {}
     }
     // A command of a run, token or not, never widens what runs unasked.
@@ -194,13 +143,59 @@ async fn guard_request(State(state): State<ApiState>, request: Request, next: Ne
     next.run(request).await
 }
 
+/// Reads a body of at most [`BODY_LIMIT`] bytes.
+async fn body_bytes(body: Body) -> Result<Bytes, ApiError> {
+    axum::body::to_bytes(body, BODY_LIMIT)
+        .await
+        .map_err(|_| ApiError::too_large(BODY_LIMIT))
+}
+
+fn malformed(err: serde_json::Error) -> ApiError {
+    ApiError::bad_request(format!("malformed JSON body: {err}"))
+}
+
 /// Reads a JSON body of at most [`BODY_LIMIT`] bytes.
 async fn json_body<T: DeserializeOwned>(body: Body) -> Result<T, ApiError> {
-    let bytes: Bytes = axum::body::to_bytes(body, BODY_LIMIT)
-        .await
-        .map_err(|_| ApiError::too_large(BODY_LIMIT))?;
-    serde_json::from_slice(&bytes)
-        .map_err(|err| ApiError::bad_request(format!("malformed JSON body: {err}")))
+    serde_json::from_slice(&body_bytes(body).await?).map_err(malformed)
+}
+
+/// Reads a JSON body of at most [`BODY_LIMIT`] bytes, refusing one with a
+/// field `T` does not know (see [`strict_from_slice`]).
+async fn strict_json_body<T: DeserializeOwned + Serialize>(body: Body) -> Result<T, ApiError> {
+    strict_from_slice(&body_bytes(body).await?)
+}
+
+/// Reads `bytes` as `T` and refuses them (400) when they hold a field `T`
+/// does not know, at any depth: a request that starts or steers a run is
+/// carried out as asked or not at all, never with part of it ignored. A
+/// field is known when it is still there once `T` is written back, so every
+/// field of such a `T` is always written (an absent value as `null`).
+pub(crate) fn strict_from_slice<T: DeserializeOwned + Serialize>(
+    bytes: &[u8],
+) -> Result<T, ApiError> {
+    let read: T = serde_json::from_slice(bytes).map_err(malformed)?;
+    let given: Value = serde_json::from_slice(bytes).map_err(malformed)?;
+    let known = serde_json::to_value(&read)
+        .map_err(|err| ApiError::internal(format!("the request could not be read: {err}")))?;
+    match unknown_field(&given, &known) {
+        Some(field) => Err(ApiError::bad_request(format!(
+            "malformed JSON body: unknown field `{field}`"
+        ))),
+        None => Ok(read),
+    }
+}
+
+/// The first field of `given` that `known` lacks, as a dotted path.
+fn unknown_field(given: &Value, known: &Value) -> Option<String> {
+    let (Value::Object(given), Value::Object(known)) = (given, known) else {
+        return None;
+    };
+    given
+        .iter()
+        .find_map(|(name, value)| match known.get(name) {
+            None => Some(name.clone()),
+            Some(inner) => unknown_field(value, inner).map(|path| format!("{name}.{path}")),
+        })
 }
 
 /// Maps the runtime's errors to API errors.
@@ -240,22 +235,22 @@ fn store_error(err: impl std::fmt::Display) -> ApiError {
     ApiError::internal(format!("the store could not be read: {err}"))
 }
 
-async fn health(State(state): State<ApiState>) -> impl IntoResponse {
+async fn health(State(state): State<ApiState>) -> axum::Json<wire::Health> {
     let stats = state.runtime.stats().await.ok();
-    axum::Json(json!({
-        "status": "ok",
-        "version": env!("CARGO_PKG_VERSION"),
-        "pid": std::process::id(),
-        "runs_in_progress": stats.map(|s| s.runs_in_progress),
-        "sessions_in_memory": stats.map(|s| s.sessions_in_memory),
-    }))
+    axum::Json(wire::Health {
+        status: "ok".to_string(),
+        version: env!("CARGO_PKG_VERSION").to_string(),
+        pid: std::process::id(),
+        runs_in_progress: stats.map(|s| s.runs_in_progress),
+        sessions_in_memory: stats.map(|s| s.sessions_in_memory),
+    })
 }
 
 async fn create_run(State(state): State<ApiState>, body: Body) -> Result<Response, ApiError> {
     if state.closing.load(Ordering::SeqCst) {
         return Err(ApiError::unavailable("the daemon is shutting down"));
     }
-    let request: RunRequest = json_body(body).await?;
+    let request: RunRequest = strict_json_body(body).await?;
     if request.prompt.trim().is_empty() {
         return Err(ApiError::bad_request("the prompt is empty"));
     }
@@ -271,61 +266,93 @@ async fn create_run(State(state): State<ApiState>, body: Body) -> Result<Respons
         .submit(prepared.submission)
         .await
         .map_err(runtime_error)?;
-    let body = json!({
-        "run_id": handle.run_id,
-        "session_id": handle.session_id,
-        "warnings": prepared.warnings,
-    });
-    Ok((StatusCode::CREATED, axum::Json(body)).into_response())
+    let created = wire::RunCreated {
+        run_id: handle.run_id,
+        session_id: handle.session_id,
+        warnings: prepared.warnings,
+    };
+    Ok((StatusCode::CREATED, axum::Json(created)).into_response())
 }
 
-fn run_json(run: &RunRecord) -> Value {
-    json!({
-        "run_id": run.run_id,
-        "session_id": run.session_id,
-        "prompt": run.prompt,
-        "status": run.status,
-        "stop_reason": run.stop_reason,
-        "started": run.started,
-        "ended": run.ended,
-    })
+/// A time as the API writes it: RFC 3339, as the store's records are
+/// written.
+fn timestamp(at: &chrono::DateTime<chrono::Utc>) -> String {
+    at.to_rfc3339_opts(chrono::SecondsFormat::AutoSi, true)
 }
 
-async fn list_runs(State(state): State<ApiState>) -> Result<Response, ApiError> {
+/// A stored run as the API shows it.
+fn run_summary(run: &RunRecord) -> wire::RunSummary {
+    wire::RunSummary {
+        run_id: run.run_id.clone(),
+        session_id: run.session_id.clone(),
+        prompt: run.prompt.clone(),
+        status: match run.status {
+            troupe_store::RunState::Running => wire::RunState::Running,
+            troupe_store::RunState::Ended(status) => status.into(),
+        },
+        stop_reason: run.stop_reason.clone(),
+        started: timestamp(&run.started),
+        ended: run.ended.as_ref().map(timestamp),
+        agents: None,
+    }
+}
+
+/// An agent of a run in progress as the API shows it.
+fn agent_summary(agent: &AgentStatus) -> wire::AgentSummary {
+    wire::AgentSummary {
+        path: agent.path.clone(),
+        phase: agent.phase.to_string(),
+        turns: agent.turns,
+        history_len: agent.history_len,
+        pending_approvals: agent.pending_approvals.clone(),
+    }
+}
+
+/// A stored session as the API shows it.
+fn session_summary(meta: &SessionMeta) -> wire::SessionSummary {
+    wire::SessionSummary {
+        id: meta.id.clone(),
+        title: meta.title.clone(),
+        cwd: meta.cwd.clone(),
+        provider: meta.provider.clone(),
+        model: meta.model.clone(),
+        created: timestamp(&meta.created),
+        updated: timestamp(&meta.updated),
+        message_count: meta.message_count,
+        parent: meta.parent.clone(),
+        agent_path: meta.agent_path.clone(),
+        run_id: meta.run_id.clone(),
+        fork_of: meta.fork_of.as_ref().map(|fork| wire::SessionFork {
+            session: fork.session.clone(),
+            len: fork.len,
+        }),
+    }
+}
+
+async fn list_runs(State(state): State<ApiState>) -> Result<axum::Json<wire::RunList>, ApiError> {
     let mut runs = state.store.list_runs(None).map_err(store_error)?;
     runs.sort_by(|a, b| b.started.cmp(&a.started).then(b.run_id.cmp(&a.run_id)));
-    let runs: Vec<Value> = runs.iter().map(run_json).collect();
-    Ok(axum::Json(json!({ "runs": runs })).into_response())
+    let runs = runs.iter().map(run_summary).collect();
+    Ok(axum::Json(wire::RunList { runs }))
 }
 
 async fn show_run(
     State(state): State<ApiState>,
     Path(id): Path<String>,
-) -> Result<Response, ApiError> {
+) -> Result<axum::Json<wire::RunSummary>, ApiError> {
     let id = resolve_run(&state.store, &id)?;
     let run = state
         .store
         .run(&id)
         .map_err(store_error)?
         .ok_or_else(|| ApiError::not_found(format!("no run {id}")))?;
-    let mut body = run_json(&run);
+    let mut summary = run_summary(&run);
     if run.status.is_running()
         && let Ok(agents) = state.runtime.agents(&id).await
     {
-        body["agents"] = agents
-            .iter()
-            .map(|agent| {
-                json!({
-                    "path": agent.path,
-                    "phase": agent.phase,
-                    "turns": agent.turns,
-                    "history_len": agent.history_len,
-                    "pending_approvals": agent.pending_approvals,
-                })
-            })
-            .collect();
+        summary.agents = Some(agents.iter().map(agent_summary).collect());
     }
-    Ok(axum::Json(body).into_response())
+    Ok(axum::Json(summary))
 }
 
 /// `?from_seq=N` as an alternative to `Last-Event-ID`.
@@ -471,12 +498,14 @@ async fn run_events(
             {
                 owner.ended = true;
             }
-            let sse = match serde_json::to_string(&event) {
-                Ok(data) => Event::default().id(event.seq.to_string()).data(data),
-                Err(err) => Event::default()
-                    .id(event.seq.to_string())
-                    .data(json!({"error": err.to_string()}).to_string()),
-            };
+            let data = serde_json::to_string(&event).or_else(|err| {
+                serde_json::to_string(&wire::StreamError {
+                    error: err.to_string(),
+                })
+            });
+            let sse = Event::default()
+                .id(event.seq.to_string())
+                .data(data.unwrap_or_default());
             Some((Ok::<_, Infallible>(sse), (subscription, open, owner)))
         },
     );
@@ -502,7 +531,11 @@ async fn cancel_run(
     let id = resolve_run(&state.store, &id)?;
     check_not_ended(&state.store, &id)?;
     match state.runtime.cancel(&id).await {
-        Ok(()) => Ok(axum::Json(json!({"run_id": id, "cancelling": true})).into_response()),
+        Ok(()) => Ok(axum::Json(wire::RunCancelling {
+            run_id: id,
+            cancelling: true,
+        })
+        .into_response()),
         Err(RuntimeError::UnknownRun(_)) => Err(ended_or_unknown(&state.store, &id)),
         Err(err) => Err(runtime_error(err)),
     }
@@ -519,48 +552,28 @@ fn ended_or_unknown(store: &Store, id: &str) -> ApiError {
     }
 }
 
-/// `POST /v1/runs/{id}/approvals/{approval_id}`.
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct ApprovalAnswer {
-    outcome: String,
-    #[serde(default)]
-    reason: Option<String>,
-}
-
 async fn approve(
     State(state): State<ApiState>,
     Path((id, approval_id)): Path<(String, String)>,
     body: Body,
 ) -> Result<Response, ApiError> {
-    let answer: ApprovalAnswer = json_body(body).await?;
+    let answer: ApprovalAnswer = strict_json_body(body).await?;
     let id = resolve_run(&state.store, &id)?;
-    let outcome = ApprovalOutcome::parse(&answer.outcome).ok_or_else(|| {
-        ApiError::bad_request(format!(
-            "outcome {:?}: expected allow, allow_always, deny or cancel",
-            answer.outcome
-        ))
-    })?;
     check_not_ended(&state.store, &id)?;
-    let name = outcome.as_str();
+    let outcome = answer.outcome.clone();
     match state
         .runtime
-        .approve(&id, &approval_id, outcome, answer.reason)
+        .approve(&id, &approval_id, answer.outcome, answer.reason)
         .await
     {
-        Ok(()) => {
-            Ok(axum::Json(json!({"approval_id": approval_id, "outcome": name})).into_response())
-        }
+        Ok(()) => Ok(axum::Json(wire::ApprovalAnswered {
+            approval_id,
+            outcome,
+        })
+        .into_response()),
         Err(RuntimeError::UnknownRun(_)) => Err(ended_or_unknown(&state.store, &id)),
         Err(err) => Err(runtime_error(err)),
     }
-}
-
-/// `POST /v1/runs/{id}/messages`: text the person wrote while the run works.
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct WrittenMessage {
-    text: String,
 }
 
 async fn send_message(
@@ -568,7 +581,7 @@ async fn send_message(
     Path(id): Path<String>,
     body: Body,
 ) -> Result<Response, ApiError> {
-    let message: WrittenMessage = json_body(body).await?;
+    let message: RunMessage = strict_json_body(body).await?;
     if message.text.trim().is_empty() {
         return Err(ApiError::bad_request("the message text is empty"));
     }
@@ -577,7 +590,10 @@ async fn send_message(
     match state.runtime.send_message(&id, &message.text).await {
         Ok(()) => Ok((
             axum::http::StatusCode::ACCEPTED,
-            axum::Json(json!({"run_id": id, "queued": true})),
+            axum::Json(wire::MessageQueued {
+                run_id: id,
+                queued: true,
+            }),
         )
             .into_response()),
         Err(RuntimeError::UnknownRun(_)) => Err(ended_or_unknown(&state.store, &id)),
@@ -605,11 +621,12 @@ async fn remove_session(
     match state.runtime.remove_session(&id).await {
         Ok(removed) => {
             troupe_tools::output::remove_spill_dirs(&state.data_dir, &removed);
-            Ok(axum::Json(json!({
-            "session_id": id,
-            "removed": removed,
-            "text": crate::sessions::removed_text(&id, &removed),
-            }))
+            let text = crate::sessions::removed_text(&id, &removed);
+            Ok(axum::Json(wire::SessionRemoved {
+                session_id: id,
+                removed,
+                text,
+            })
             .into_response())
         }
         Err(RuntimeError::SessionBusy(_)) => Err(ApiError::conflict(format!(
@@ -617,25 +634,6 @@ async fn remove_session(
         ))),
         Err(err) => Err(runtime_error(err)),
     }
-}
-
-/// `POST /v1/sessions/{id}/compact`: what a client sends to compact a
-/// session — the configuration is read for `cwd` with `env`, as for a run.
-#[derive(Debug, Clone, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(crate) struct CompactRequest {
-    /// The client's working directory (absolute); the session's own
-    /// directory is used when it still exists.
-    pub cwd: PathBuf,
-    /// Provider entry.
-    #[serde(default)]
-    pub provider: Option<String>,
-    /// Model id.
-    #[serde(default)]
-    pub model: Option<String>,
-    /// The client's environment variables.
-    #[serde(default)]
-    pub env: Option<BTreeMap<String, String>>,
 }
 
 /// `POST /v1/sessions/{id}/compact`: summarises the older history of a
@@ -651,7 +649,7 @@ async fn compact_session(
     if state.closing.load(Ordering::SeqCst) {
         return Err(ApiError::unavailable("the daemon is shutting down"));
     }
-    let request: CompactRequest = json_body(body).await?;
+    let request: CompactRequest = strict_json_body(body).await?;
     if !request.cwd.is_absolute() {
         return Err(ApiError::bad_request(format!(
             "cwd {} is not an absolute path",
@@ -706,51 +704,61 @@ async fn compact_session(
         .map_err(|_| ApiError::internal("the compaction ended without an outcome"))?;
     let text = crate::sessions::compacted_text(&outcome)
         .map_err(|(_, message)| ApiError::bad_gateway(message))?;
-    Ok(axum::Json(json!({
-        "session_id": id,
-        "run_id": handle.run_id,
-        "before_tokens": tokens.0,
-        "after_tokens": tokens.1,
-        "text": text,
-    }))
+    Ok(axum::Json(wire::SessionCompacted {
+        session_id: id,
+        run_id: handle.run_id,
+        before_tokens: tokens.0,
+        after_tokens: tokens.1,
+        text,
+    })
     .into_response())
 }
 
 /// `POST /v1/views`: a read-only view of the store rendered exactly as the
 /// command line prints it (`sessions list|show|export`, `trace`), for
 /// commands run while this daemon holds the store.
-async fn render_view(State(state): State<ApiState>, body: Body) -> Result<Response, ApiError> {
-    let view: crate::sessions::View = json_body(body).await?;
+async fn render_view(
+    State(state): State<ApiState>,
+    body: Body,
+) -> Result<axum::Json<wire::Rendered>, ApiError> {
+    let view: wire::View = json_body(body).await?;
     let store = state.store.clone();
     let rendered = tokio::task::spawn_blocking(move || crate::sessions::render_view(&store, &view))
         .await
         .map_err(|err| ApiError::internal(format!("the view failed: {err}")))?;
-    Ok(axum::Json(rendered).into_response())
+    Ok(axum::Json(rendered))
 }
 
-async fn list_sessions(State(state): State<ApiState>) -> Result<Response, ApiError> {
+async fn list_sessions(
+    State(state): State<ApiState>,
+) -> Result<axum::Json<wire::SessionList>, ApiError> {
     let sessions = state.store.list_sessions().map_err(store_error)?;
-    Ok(axum::Json(json!({ "sessions": sessions })).into_response())
+    let sessions = sessions.iter().map(session_summary).collect();
+    Ok(axum::Json(wire::SessionList { sessions }))
 }
 
 async fn show_session(
     State(state): State<ApiState>,
     Path(id): Path<String>,
-) -> Result<Response, ApiError> {
+) -> Result<axum::Json<wire::SessionDetail>, ApiError> {
     let meta = state
         .store
         .session(&id)
         .map_err(store_error)?
         .ok_or_else(|| ApiError::not_found(format!("no session {id}")))?;
-    let runs: Vec<Value> = state
+    let runs = state
         .store
         .list_runs(Some(&id))
         .map_err(store_error)?
         .iter()
-        .map(run_json)
+        .map(run_summary)
         .collect();
     let messages = state.runtime.history(&id).await.map_err(runtime_error)?;
-    Ok(axum::Json(json!({"session": meta, "runs": runs, "messages": messages})).into_response())
+    Ok(axum::Json(wire::SessionDetail {
+        session: session_summary(&meta),
+        runs,
+        messages,
+    }))
 }
 
 #[cfg(test)]
@@ -789,11 +797,47 @@ mod tests {
 
     #[test]
     fn run_requests_refuse_unknown_fields_and_default_the_rest() {
-        let request: RunRequest = serde_json::from_str(r#"{"prompt":"hi","cwd":"/tmp"}"#).unwrap();
+        let request: RunRequest = strict_from_slice(br#"{"prompt":"hi","cwd":"/tmp"}"#).unwrap();
         assert!(!request.interactive);
         assert!(request.limits.max_turns.is_none());
-        let err = serde_json::from_str::<RunRequest>(r#"{"prompt":"hi","cwd":"/tmp","sudo":true}"#)
+        let err = strict_from_slice::<RunRequest>(br#"{"prompt":"hi","cwd":"/tmp","sudo":true}"#)
             .unwrap_err();
-        assert!(err.to_string().contains("unknown field"), "{err}");
+        assert!(err.message.contains("unknown field"), "{err:?}");
+    }
+
+    #[test]
+    fn strict_requests_refuse_unknown_fields_at_any_depth_and_take_nulls_for_absent_values() {
+        let nested = strict_from_slice::<RunRequest>(
+            br#"{"prompt":"hi","cwd":"/tmp","limits":{"max_turns":2,"forever":true}}"#,
+        )
+        .unwrap_err();
+        assert_eq!(nested.status.as_u16(), 400);
+        assert!(nested.message.contains("`limits.forever`"), "{nested:?}");
+        let request: RunRequest = strict_from_slice(
+            br#"{"prompt":"hi","cwd":"/tmp","mode":null,"session_id":null,"env":{"A":"1"},"limits":{"max_turns":null}}"#,
+        )
+        .unwrap();
+        assert_eq!(request.mode, None);
+        assert_eq!(request.env.unwrap()["A"], "1");
+        for (body, field) in [
+            (&br#"{"outcome":"deny","why":"x"}"#[..], "why"),
+            (
+                &br#"{"outcome":"allow-always","reason":null,"x":1}"#[..],
+                "x",
+            ),
+        ] {
+            let err = strict_from_slice::<ApprovalAnswer>(body).unwrap_err();
+            assert!(err.message.contains(&format!("`{field}`")), "{err:?}");
+        }
+        let err = strict_from_slice::<RunMessage>(br#"{"text":"hi","urgent":true}"#).unwrap_err();
+        assert!(err.message.contains("`urgent`"), "{err:?}");
+        let err = strict_from_slice::<CompactRequest>(br#"{"cwd":"/p","keep":1}"#).unwrap_err();
+        assert!(err.message.contains("`keep`"), "{err:?}");
+        let bad = strict_from_slice::<ApprovalAnswer>(br#"{"outcome":"maybe"}"#).unwrap_err();
+        assert!(
+            bad.message
+                .contains("expected allow, allow_always, deny or cancel"),
+            "{bad:?}"
+        );
     }
 }

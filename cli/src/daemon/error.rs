@@ -1,8 +1,9 @@
-//! The daemon API's errors: a status and `{"error": {"code", "message"}}`.
+//! The daemon API's errors: a status and `{"error": {"code", "message"}}`
+//! ([`ErrorAnswer`]).
 
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use serde_json::json;
+use troupe_protocol::api::{ErrorAnswer, ErrorDetail};
 
 /// One API error: the HTTP status, a stable machine code and a message for
 /// people.
@@ -83,7 +84,12 @@ impl ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let body = json!({"error": {"code": self.code, "message": self.message}});
+        let body = ErrorAnswer {
+            error: ErrorDetail {
+                code: self.code.to_string(),
+                message: self.message,
+            },
+        };
         (self.status, axum::Json(body)).into_response()
     }
 }

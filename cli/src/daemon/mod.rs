@@ -34,10 +34,10 @@ use futures::FutureExt;
 use tokio::signal::unix::{SignalKind, signal};
 use tokio_util::sync::CancellationToken;
 use troupe_actors::{Approver, Runtime};
-use troupe_protocol::permission::PermissionMode;
+use troupe_protocol::api::RunRequest;
 use troupe_store::Store;
 
-use self::api::{ApiState, Prepare, PreparedRun, RunRequest};
+use self::api::{ApiState, Prepare, PreparedRun};
 use self::error::ApiError;
 use self::home::DaemonState;
 use self::idle::Activity;
@@ -285,14 +285,6 @@ async fn prepare_run(
     locations: &Locations,
     hubs: &McpHubs,
 ) -> Result<PreparedRun, ApiError> {
-    let mode = match request.mode.as_deref() {
-        None => None,
-        Some(text) => Some(PermissionMode::parse(text).ok_or_else(|| {
-            ApiError::bad_request(format!(
-                "unknown mode {text:?} (expected default, accept-edits, plan or bypass)"
-            ))
-        })?),
-    };
     let session_id = match request.session_id.as_deref() {
         Some(given) => Some(
             crate::ids::resolve(store, crate::ids::IdKind::Session, given).map_err(
@@ -308,7 +300,7 @@ async fn prepare_run(
         cwd: (!request.keep_session_cwd || session_id.is_none()).then(|| request.cwd.clone()),
         provider: request.provider.clone(),
         model: request.model.clone(),
-        mode,
+        mode: request.mode,
         max_turns: request.limits.max_turns,
         budget_tokens: request.limits.budget_tokens,
         timeout_secs: request.limits.timeout_secs,

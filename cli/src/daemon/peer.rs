@@ -192,12 +192,15 @@ pub(crate) fn origin(peer: Peer) -> Origin {
 /// `None` for every other request. Pure.
 pub(crate) fn owner_only(method: &axum::http::Method, path: &str) -> Option<&'static str> {
     use axum::http::Method;
-    let parts: Vec<&str> = path.trim_end_matches('/').split('/').collect();
+    let versioned = path
+        .trim_end_matches('/')
+        .strip_prefix(troupe_protocol::api::PATH_PREFIX)?;
+    let parts: Vec<&str> = versioned.split('/').collect();
     match (method, parts.as_slice()) {
-        (&Method::POST, ["", "v1", "runs"]) => Some("start runs"),
-        (&Method::POST, ["", "v1", "runs", _, "approvals", _]) => Some("answer approvals"),
-        (&Method::POST, ["", "v1", "runs", _, "messages"]) => Some("write to a run"),
-        (&Method::DELETE, ["", "v1", "sessions", _]) => Some("remove sessions"),
+        (&Method::POST, ["", "runs"]) => Some("start runs"),
+        (&Method::POST, ["", "runs", _, "approvals", _]) => Some("answer approvals"),
+        (&Method::POST, ["", "runs", _, "messages"]) => Some("write to a run"),
+        (&Method::DELETE, ["", "sessions", _]) => Some("remove sessions"),
         _ => None,
     }
 }
