@@ -7,13 +7,12 @@
 //! arguments and `/skills`, `/plan` then `/do`, `/memory` and `/mcp`; through
 //! the daemon and embedded.
 
-
 use std::path::PathBuf;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use serde_json::json;
 use crate::support::{COMMAND_LIMIT, Env, stop_daemon};
+use serde_json::json;
 use troupe_scripted::{Script, ScriptedServer, text, tool_call};
 
 /// How long the screen may take to show what a test waits for.
@@ -245,7 +244,8 @@ async fn esc_cancels_a_turn_and_its_command_and_the_history_is_kept() {
     pane.keys(&["Escape"]);
     let screen = pane.wait_for("(cancelled ·");
     assert!(screen.contains("cancelling the turn"), "{screen}");
-    let left = crate::support::wait_for_processes(&marker, COMMAND_LIMIT, |pids| pids.is_empty()).await;
+    let left =
+        crate::support::wait_for_processes(&marker, COMMAND_LIMIT, |pids| pids.is_empty()).await;
     assert!(left.is_empty(), "the cancelled command is gone: {left:?}");
 
     // The next message continues the same session with a valid history.
@@ -395,7 +395,8 @@ async fn ctrl_c_cancels_a_turn_and_closing_the_terminal_cancels_the_next_cleanly
         .await
         .unwrap();
     for marker in [&first, &second] {
-        let left = crate::support::wait_for_processes(marker, COMMAND_LIMIT, |pids| pids.is_empty()).await;
+        let left =
+            crate::support::wait_for_processes(marker, COMMAND_LIMIT, |pids| pids.is_empty()).await;
         assert!(left.is_empty(), "{marker} is gone: {left:?}");
     }
     // Both turns are stored with every call answered.

@@ -7,9 +7,8 @@ use std::path::Path;
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
-
-use serde_json::{Value, json};
 use crate::support::run_on_terminal;
+use serde_json::{Value, json};
 use troupe_scripted::{Fault, Script, ScriptedServer, ServerConfig, text, tool_call};
 
 const TROUPE: &str = env!("CARGO_BIN_EXE_troupe");

@@ -4,12 +4,11 @@
 //! compact is refused with a usage error, and the next run continues from the
 //! summary.
 
-
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use serde_json::{Value, json};
 use crate::support::{COMMAND_LIMIT, Env, describe, json_lines, run, session_of, text as out_text};
+use serde_json::{Value, json};
 use troupe_process::process_is_alive;
 use troupe_scripted::{Matcher, RecordedRequest, Script, ScriptedServer, Turn, text, tool_call};
 

@@ -20,7 +20,6 @@
 //! drives only the binary and reads the store after it exited; it changes no
 //! product code or configuration.
 
-
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
 use std::time::Duration;

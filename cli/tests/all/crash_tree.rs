@@ -7,7 +7,6 @@
 //!
 //! The test drives only the binary and reads the store after it exited.
 
-
 use std::time::Duration;
 
 use serde_json::{Value, json};

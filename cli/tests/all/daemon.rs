@@ -14,13 +14,12 @@
 //! connection closed at the cap, an event stream and a slow `POST` kept past
 //! the idle limit, the open-files limit raised.
 
-
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::process::{Child, Stdio};
 
-use serde_json::{Value, json};
 use crate::support::{COMMAND_LIMIT, Env};
+use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt};
 use troupe_scripted::{Script, ScriptedServer, text, tool_call};
 

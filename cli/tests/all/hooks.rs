@@ -6,11 +6,10 @@
 //! started; failing hooks warn and the run goes on; an untrusted project's
 //! hooks do not run and the run says so.
 
-
 use std::path::{Path, PathBuf};
 
-use serde_json::{Value, json};
 use crate::support::{Env, describe, json_lines, run, session_of};
+use serde_json::{Value, json};
 use troupe_process::process_is_alive;
 use troupe_scripted::{Script, ScriptedServer, text, tool_call, tool_calls};
 

@@ -3,7 +3,6 @@
 //! own home, `--help` naming only commands that exist, shell completions and
 //! the manual page.
 
-
 use std::process::{Command, Output, Stdio};
 
 use crate::support::{COMMAND_LIMIT, Env, TROUPE, describe, json_lines, run, text};

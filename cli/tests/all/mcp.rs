@@ -8,11 +8,10 @@
 //! installed a test says so loudly and passes, unless
 //! `TROUPE_REQUIRE_MCP_SERVERS=1` (CI sets it), where it fails.
 
-
 use std::path::{Path, PathBuf};
 
-use serde_json::{Value, json};
 use crate::support::{EVERYTHING, Env, describe, json_lines, mcp_fixture, run, text};
+use serde_json::{Value, json};
 use troupe_scripted::{Script, ScriptedServer, text as say, tool_call, tool_calls};
 
 /// The Python of the venv with the `mcp` package.

@@ -8,13 +8,12 @@
 //! The fixture appends `PID GRANDCHILD_PID` to `FIXTURE_STARTS_FILE` each
 //! time it starts, which is how these tests count server starts.
 
-
 use std::path::{Path, PathBuf};
 use std::process::{Child, Stdio};
 use std::time::Duration;
 
-use serde_json::{Value, json};
 use crate::support::{COMMAND_LIMIT, Env, describe, json_lines, run};
+use serde_json::{Value, json};
 use troupe_scripted::{Script, ScriptedServer, text as say, tool_call};
 
 /// Where the test servers are installed.

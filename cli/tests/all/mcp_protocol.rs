@@ -9,14 +9,13 @@
 //! When the server is not installed a test says so loudly and passes, unless
 //! `TROUPE_REQUIRE_MCP_SERVERS=1` (CI sets it), where it fails.
 
-
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Stdio};
 use std::time::Duration;
 
-use serde_json::{Value, json};
 use crate::support::{EVERYTHING, Env, describe, json_lines, mcp_fixture, run, run_on_terminal};
+use serde_json::{Value, json};
 use troupe_scripted::{Script, ScriptedServer, text as say, tool_call, tool_calls};
 
 /// server-everything's entry point, or `None` (skip) when not installed.

@@ -5,11 +5,10 @@
 //! side request without tools that rewrites the file but never changes the
 //! running session's request prefix, and whose failure never affects the run.
 
-
 use std::time::Duration;
 
-use serde_json::json;
 use crate::support::{Env, describe, json_lines, run, session_of};
+use serde_json::json;
 use troupe_scripted::{
     Fault, Matcher, RecordedRequest, Script, ScriptedServer, Turn, text, tool_call,
 };

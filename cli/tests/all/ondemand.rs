@@ -4,13 +4,12 @@
 //! a killed daemon is replaced; the daemon exits by itself after its idle
 //! period. Every test ends with no daemon left behind.
 
-
 use std::path::Path;
 use std::time::{Duration, Instant};
 use troupe_process::process_is_alive;
 
-use serde_json::{Value, json};
 use crate::support::{COMMAND_LIMIT, Env};
+use serde_json::{Value, json};
 use troupe_scripted::{Script, ScriptedServer, text, tool_call};
 
 /// `troupe` as a client that may start a daemon, whose idle limit is `idle`.

@@ -14,12 +14,11 @@
 //! kernel. Each command ends by printing a marker, so a test sees that it
 //! ran.
 
-
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use serde_json::{Value, json};
 use crate::support::{Env, describe, run};
+use serde_json::{Value, json};
 use troupe_scripted::{Script, ScriptedServer, text, tool_call};
 
 /// The unprivileged user of the `setpriv` runs.

@@ -6,7 +6,6 @@
 //! target, the turn limit's wording, and a continued session whose directory
 //! is gone.
 
-
 use serde_json::json;
 use troupe_protocol::events::RunStatus;
 use troupe_scripted::{Fault, Response, Script, ScriptedServer, text, tool_call};

@@ -4,9 +4,8 @@
 //! remembered for the identical read, and a denial with nobody to ask tells
 //! the user what to change for the mode the run is in.
 
-
-use serde_json::json;
 use crate::support::{Env, describe, json_lines, run, run_on_terminal};
+use serde_json::json;
 use troupe_scripted::{Script, ScriptedServer, text, tool_call};
 
 /// A directory outside the project (and outside the home directory the run

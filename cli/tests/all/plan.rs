@@ -4,9 +4,8 @@
 //! iteration (the full one on the first and every fourth after it, the short
 //! one between), while the cached stable block stays byte-identical.
 
-
-use serde_json::json;
 use crate::support::{Env, describe, run};
+use serde_json::json;
 use troupe_agent::prompt::{PLAN_REMINDER_FULL, PLAN_REMINDER_SHORT};
 use troupe_scripted::{Script, ScriptedServer, text, tool_call};
 

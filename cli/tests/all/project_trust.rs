@@ -9,15 +9,14 @@
 //! and skills wait for trust; the project memory reaches the prompt framed
 //! as the repository's text.
 
-
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::Path;
 use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use serde_json::{Value, json};
 use crate::support::{Env, describe, files_containing, json_lines, run, stop_daemon, text};
+use serde_json::{Value, json};
 use troupe_scripted::{Script, ScriptedServer, text as say};
 
 /// What the sentinel connection sends first, so the recorder knows it.

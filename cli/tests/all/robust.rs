@@ -9,7 +9,6 @@
 //! read while the scripted server holds its last model request open, compared
 //! with a run that makes the same calls on small files.
 
-
 use std::io::Write;
 use std::process::{Command, ExitStatus, Stdio};
 

@@ -7,15 +7,14 @@
 //! are never written by tools, bypass included; nothing a command started
 //! survives its timeout, and no cgroup of `troupe`'s outlives it.
 
-
 use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use serde_json::json;
 use crate::support::{
     COMMAND_LIMIT, Env, describe, files_containing, json_lines, run, spawn, stop_daemon,
 };
+use serde_json::json;
 use troupe_process::process_is_alive;
 use troupe_process::process_tree::{Containment, detect};
 use troupe_scripted::{Script, ScriptedServer, text, tool_call};

@@ -7,7 +7,6 @@
 //! planted or damaged through the store API and raw sled only while no
 //! `troupe` process holds the database.
 
-
 use std::sync::Arc;
 use std::time::Duration;
 

@@ -7,14 +7,13 @@
 //! Each case checks the decision, the reason the model sees, and that nothing
 //! happened that the decision forbids.
 
-
 use std::io::Write;
 use std::path::Path;
 use std::process::Command;
 use std::sync::{Arc, Barrier};
 
-use serde_json::{Value, json};
 use crate::support::{Env, describe, json_lines, run};
+use serde_json::{Value, json};
 use troupe_scripted::{Script, ScriptedServer, text, tool_calls};
 
 /// The `(type, call_id)` of every tool event, in order.

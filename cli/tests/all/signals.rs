@@ -4,12 +4,11 @@
 //! the run ends with `run_finished` (cancelled), the stored history pairs the
 //! call with its result, and the process exits with 128 + the signal's number.
 
-
 use std::process::Stdio;
 use std::time::Duration;
 
-use serde_json::{Value, json};
 use crate::support::{COMMAND_LIMIT, Env, export, session_of, spawn, wait_for_processes};
+use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use troupe_protocol::model::{ContentBlock, Role};
 use troupe_scripted::{Script, ScriptedServer, ServerConfig, text, tool_call};

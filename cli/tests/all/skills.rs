@@ -5,11 +5,10 @@
 //! warning and skipped, and `load_skill` is offered in plan mode and to the
 //! read-only `explorer` role.
 
-
 use std::path::Path;
 
-use serde_json::json;
 use crate::support::{Env, describe, run, text};
+use serde_json::json;
 use troupe_scripted::{Matcher, Script, ScriptedServer, Turn, tool_call};
 
 fn write_skill(skills_dir: &Path, name: &str, body: &str) {

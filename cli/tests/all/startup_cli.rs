@@ -4,7 +4,6 @@
 //! before the run, and a rejected key names
 //! the variable and the provider entry to fix.
 
-
 use crate::support::{Env, describe, run, text};
 use troupe_scripted::{Fault, Script, ScriptedServer};
 
