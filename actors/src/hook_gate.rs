@@ -116,8 +116,3 @@ async fn prompt_submitted(env: &AgentEnv, ctx: &HookContext, prompt: &str) -> Ho
     payload.prompt = Some(prompt.to_owned());
     troupe_hooks::fire(&env.hooks, HookEvent::UserPromptSubmit, None, payload, ctx).await
 }
-
-/// The message a run ends with when a hook blocked its prompt.
-pub(crate) fn blocked_text(reason: &str) -> String {
-    format!("A UserPromptSubmit hook blocked the prompt: {reason}")
-}

@@ -1,6 +1,6 @@
 //! Troupe's actor tree on `ractor`: the runtime actor at the root,
-//! a run actor per run (record, first and last events, shared budget,
-//! watchdog, approval broker), one agent actor per agent of the run's tree
+//! a run actor per run (interpreting the run's machine: record, first and last
+//! events, shared budget, watchdog, approval broker), one agent actor per agent of the run's tree
 //! (the main agent, sub-agents, forks — one loop for all) with the compactor
 //! of its session, a tool executor per call, an event log per run, read through bounded subscriptions, and an MCP
 //! supervisor with one actor per configured MCP server. Actors only sequence the decisions that

@@ -1,36 +1,39 @@
 //! The run actor: one per run, between the runtime and the run's agents
-//! (DESIGN.md: runtime → run → agents). It owns everything run-wide:
+//! (DESIGN.md: runtime → run → agents). The run's decisions — its door, the
+//! stops of its tree, approval routing, its ending — are made by
+//! [`RunMachine`] (`troupe_agent::run`); this actor interprets its effects
+//! and keeps the I/O handles they name:
 //!
 //! - the run record and the first and last events (`run_started`,
-//!   `run_finished`): the prompt and the record are durable before
-//!   `run_started`, the record's end before `run_finished`;
+//!   `run_finished`) written and emitted as the machine says: the prompt and
+//!   the record durable before `run_started`, the record's end before
+//!   `run_finished`;
 //! - the shared [`RunAccount`] (budgets, stop cause, the cancellation root,
 //!   sub-agent slots) and the wall-clock watchdog;
-//! - a registry of the tree's agents by path (cancel one child, status);
-//! - the approval broker: each open approval id routes answers to whichever
-//!   agent asked, at any depth, or to the tool call waiting on a question
-//!   (an MCP server's elicitation, see `reach`).
-//!
-//! A panic of the main agent is contained here: the tree below is cancelled
-//! and the run ends with an error; the session is repaired from the store on
-//! its next run.
+//! - the tree's agents by path (their actor references and tokens: cancel
+//!   one, ask every one its status) and the answer channels of questions by
+//!   approval id (an MCP server's elicitation, see `reach`);
+//! - the main agent, whose panic is contained here: the machine ends the run
+//!   with an error; the session is repaired from the store on its next run.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort, SupervisionEvent};
 use tokio_util::sync::CancellationToken;
 use troupe_agent::compact::offload::Ledger;
-use troupe_agent::resume::{pause_note, user_message};
+use troupe_agent::run::{
+    RunEffect, RunInput, RunMachine, RunRefusal, RunSetup, SessionBack, join_notes,
+};
 use troupe_agent::session::Transcript;
 use troupe_agent::{
-    AgentLoop, AgentSpec, AgentStatus, Approver, Budget, ContextSetup, LimitHit, LoopSetup,
-    RunAccount, RunOutcome, SlotHolder, StopCause,
+    AgentLoop, AgentSpec, AgentStatus, Approver, Budget, ContextSetup, LoopSetup, RunAccount,
+    RunOutcome, SlotHolder,
 };
 use troupe_config::Limits;
 use troupe_permissions::PermissionEngine;
-use troupe_protocol::events::{ApprovalOutcome, EventKind, RunStatus};
+use troupe_protocol::events::{ApprovalOutcome, RunStatus};
 use troupe_protocol::model::{Message, Usage};
 use troupe_protocol::permission::RuleEntry;
 use troupe_store::{RunRecord, RunState, StoreError};
@@ -39,6 +42,8 @@ use crate::agent::{AgentActor, AgentArgs, AgentMsg, Report, Work};
 use crate::env::AgentEnv;
 use crate::event_log::EventSink;
 use crate::runtime::{RuntimeError, RuntimeMsg};
+
+pub(crate) use troupe_agent::run::RunJob;
 
 /// A session between runs: its history and what it keeps.
 #[derive(Debug, Clone, Default)]
@@ -49,16 +54,6 @@ pub struct SessionState {
     pub last_active: Option<DateTime<Utc>>,
     /// "Allow always" rules kept with the session.
     pub rules: Vec<RuleEntry>,
-}
-
-/// What a run is for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum RunJob {
-    /// The prompt joins the history and the main agent works on it.
-    Prompt,
-    /// The main agent only compacts the session's history (manual
-    /// compaction): no prompt joins it, no model turn is taken.
-    Compact,
 }
 
 /// The prompt a compaction run is recorded with.
@@ -122,11 +117,8 @@ pub(crate) enum RunInternal {
     },
     /// An agent of the tree ended.
     AgentEnded { path: String },
-    /// An agent waits for an answer to `approval_id`.
-    ApprovalOpened {
-        approval_id: String,
-        agent: ActorRef<AgentMsg>,
-    },
+    /// The agent at `path` waits for an answer to `approval_id`.
+    ApprovalOpened { approval_id: String, path: String },
     /// A tool call waits for the answer to the question `approval_id`.
     QuestionOpened {
         approval_id: String,
@@ -142,10 +134,9 @@ pub(crate) enum RunInternal {
     /// The wall-clock budget is used up.
     WallClock,
     /// The run's end is recorded (durable, or the write failed): what
-    /// [`RunActorState::end`] started, [`RunActorState::finish`] completes.
+    /// [`RunEffect::WriteEnd`] started, with the tree's usage then.
     EndRecorded {
-        outcome: RunOutcome,
-        session: Option<SessionState>,
+        usage: Usage,
         recorded: Result<(), StoreError>,
     },
 }
@@ -169,18 +160,11 @@ struct MainStart {
     job: RunJob,
 }
 
-/// What a run opens with. Without hooks at the door the run opens in
-/// `pre_start`, which the runtime awaits; with them it opens in `post_start`,
-/// in the run's own task, so that a slow SessionStart or UserPromptSubmit
-/// hook holds up this run only, never the runtime that starts every run.
-struct Door {
-    /// What its hooks read.
-    check: DoorCheck,
+/// What a run opens with, until [`RunEffect::OpenRun`] opens it.
+struct Opening {
     session: SessionState,
     limits: Limits,
     approver: Approver,
-    /// When the run was submitted.
-    started: chrono::DateTime<Utc>,
 }
 
 /// A registered agent of the tree.
@@ -188,6 +172,9 @@ struct TreeAgent {
     agent: ActorRef<AgentMsg>,
     token: CancellationToken,
 }
+
+/// The answer to a request the run is handling.
+type Reply = RpcReplyPort<Result<(), RuntimeError>>;
 
 /// State of one run.
 pub(crate) struct RunActorState {
@@ -198,19 +185,24 @@ pub(crate) struct RunActorState {
     events: EventSink,
     runtime: ActorRef<RuntimeMsg>,
     account: Arc<RunAccount>,
+    /// The run's decisions.
+    machine: RunMachine,
+    /// What the hooks at the door read.
+    check: DoorCheck,
+    /// When the run was submitted.
+    started: DateTime<Utc>,
+    /// The tree's agents by path.
     agents: HashMap<String, TreeAgent>,
-    broker: HashMap<String, ActorRef<AgentMsg>>,
+    /// The answer channels of open questions by approval id.
     questions: HashMap<String, tokio::sync::oneshot::Sender<troupe_tools::Answer>>,
     main: Option<ActorRef<AgentMsg>>,
-    /// What the run opens with, while its hooks at the door wait for
-    /// `post_start`.
-    door: Option<Door>,
-    /// What the main agent starts with, until `post_start` spawns it.
+    /// The session as submitted, until the run opens on it.
+    opening: Option<Opening>,
+    /// What the main agent starts with, from the run's opening until it is
+    /// spawned.
     start: Option<MainStart>,
-    /// A hook blocked the prompt: the run ends at once with this outcome,
-    /// the session as it was.
-    blocked: Option<(RunOutcome, SessionState)>,
-    ended: bool,
+    /// The session as the main agent left it.
+    left_by_main: Option<SessionState>,
 }
 
 impl Actor for RunActor {
@@ -218,6 +210,10 @@ impl Actor for RunActor {
     type State = RunActorState;
     type Arguments = RunArgs;
 
+    /// Without hooks at the door the run opens here, which the runtime
+    /// awaits; with them it opens on their verdict, in the run's own task,
+    /// so that a slow SessionStart or UserPromptSubmit hook holds up this run
+    /// only, never the runtime that starts every run.
     async fn pre_start(
         &self,
         myself: ActorRef<Self::Msg>,
@@ -230,6 +226,13 @@ impl Actor for RunActor {
             root.clone(),
             args.limits.max_parallel_subagents,
         ));
+        let door_hooks = crate::hook_gate::has_door_hooks(&args.env, args.job, args.opening);
+        let machine = RunMachine::new(RunSetup {
+            prompt: args.prompt.clone(),
+            job: args.job,
+            last_active: args.session.last_active,
+            wall_clock: args.limits.wall_clock,
+        });
         let mut state = RunActorState {
             run_id: args.run_id,
             session_id: args.session_id,
@@ -238,54 +241,42 @@ impl Actor for RunActor {
             events: args.events,
             runtime: args.runtime,
             account,
-            agents: HashMap::new(),
-            broker: HashMap::new(),
-            questions: HashMap::new(),
-            main: None,
-            door: None,
-            start: None,
-            blocked: None,
-            ended: false,
-        };
-        let door = Door {
+            machine,
             check: DoorCheck {
                 prompt: args.prompt,
                 job: args.job,
                 opening: args.opening,
                 root,
             },
-            session: args.session,
-            limits: args.limits,
-            approver: args.approver,
             started: Utc::now(),
+            agents: HashMap::new(),
+            questions: HashMap::new(),
+            main: None,
+            opening: Some(Opening {
+                session: args.session,
+                limits: args.limits,
+                approver: args.approver,
+            }),
+            start: None,
+            left_by_main: None,
         };
-        if crate::hook_gate::has_door_hooks(&state.env, door.check.job, door.check.opening) {
-            // Known to the store at once (`troupe runs`, the daemon's API),
-            // with no word of the prompt before the hooks passed it.
-            let record = state.record(CHECKED_PROMPT.to_owned(), door.started);
-            if let Err(err) = state.env.store.put_run(&record) {
-                tracing::error!(run = %state.run_id, %err, "the run could not be recorded");
-            }
-            state.door = Some(door);
-        } else {
-            // No hook to ask: the run opens at once.
-            let gate = troupe_hooks::HookVerdict::default();
-            state.open_with(&myself, door, gate).await;
-        }
+        let submitted = RunInput::Submitted {
+            door_hooks,
+            now: Utc::now(),
+        };
+        state.apply(&myself, submitted, None).await;
         Ok(state)
     }
 
+    /// The run supervises its main agent from here on: the hooks at the
+    /// door start (their verdict comes back as a message: a cancel can kill
+    /// them), or the opened run's main agent is spawned, linked.
     async fn post_start(
         &self,
         myself: ActorRef<Self::Msg>,
         state: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
-        match &state.door {
-            // The hooks at the door run in a task: the mailbox stays open (a
-            // cancel kills them), and the run opens on their verdict.
-            Some(door) => state.gate_at_door(&myself, door),
-            None => state.launch(&myself).await,
-        }
+        state.apply(&myself, RunInput::Running, None).await;
         Ok(())
     }
 
@@ -296,18 +287,10 @@ impl Actor for RunActor {
         state: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
         match message {
-            RunMsg::Cancel => {
-                state.account.stop(StopCause::Cancelled);
-            }
+            RunMsg::Cancel => state.apply(&myself, RunInput::CancelRequested, None).await,
             RunMsg::CancelAgent { path, reply } => {
-                let result = match state.agents.get(&path) {
-                    Some(agent) => {
-                        agent.token.cancel();
-                        Ok(())
-                    }
-                    None => Err(RuntimeError::UnknownAgent(path)),
-                };
-                let _ = reply.send(result);
+                let input = RunInput::CancelAgentRequested { path };
+                state.apply(&myself, input, Some(reply)).await;
             }
             RunMsg::Approve {
                 approval_id,
@@ -315,26 +298,12 @@ impl Actor for RunActor {
                 reason,
                 reply,
             } => {
-                if let Some(question) = state.questions.remove(&approval_id) {
-                    let _ = reply.send(
-                        question
-                            .send((outcome, reason))
-                            .map_err(|_| RuntimeError::UnknownApproval(approval_id)),
-                    );
-                    return Ok(());
-                }
-                let result = match state.broker.get(&approval_id) {
-                    Some(agent) => agent
-                        .cast(AgentMsg::work(Work::Approve {
-                            run_id: state.run_id.clone(),
-                            approval_id,
-                            outcome,
-                            reason,
-                        }))
-                        .map_err(|_| RuntimeError::Gone),
-                    None => Err(RuntimeError::UnknownApproval(approval_id)),
+                let input = RunInput::ApproveRequested {
+                    approval_id,
+                    outcome,
+                    reason,
                 };
-                let _ = reply.send(result);
+                state.apply(&myself, input, Some(reply)).await;
             }
             RunMsg::Message { text, reply } => {
                 let Some(main) = state.main.clone() else {
@@ -406,13 +375,7 @@ impl Actor for RunActor {
                 }
                 None => drop(reply),
             },
-            RunMsg::Internal(RunInternal::Gated(gate)) => {
-                if let Some(door) = state.door.take() {
-                    state.open_with(&myself, door, gate).await;
-                    state.launch(&myself).await;
-                }
-            }
-            RunMsg::Internal(internal) => state.on_internal(&myself, internal),
+            RunMsg::Internal(internal) => state.on_internal(&myself, internal).await,
         }
         Ok(())
     }
@@ -431,31 +394,14 @@ impl Actor for RunActor {
                 .is_some_and(|main| main.get_id() == cell.get_id())
         {
             tracing::error!(run = %state.run_id, %err, "the main agent failed");
-            state.account.root().cancel();
-            state.events.emit(EventKind::Error {
-                kind: "agent_failed".into(),
-                message: format!("the agent failed: {err}"),
-            });
-            state.end(
-                &myself,
-                RunOutcome {
-                    status: RunStatus::Error,
-                    stop_reason: "agent_failed".into(),
-                    final_text: String::new(),
-                    usage: Usage::default(),
-                },
-                None,
-            );
+            let failed = RunInput::MainFailed {
+                error: err.to_string(),
+            };
+            state.apply(&myself, failed, None).await;
         }
         Ok(())
     }
 }
-
-/// The prompt recorded for a run whose prompt a hook blocked.
-const BLOCKED_PROMPT: &str = "(withheld: blocked by a UserPromptSubmit hook)";
-
-/// The prompt recorded for a run while its hooks at the door run.
-const CHECKED_PROMPT: &str = "(withheld: being checked by the hooks at the door)";
 
 /// What the hooks at a run's door read.
 #[derive(Clone)]
@@ -490,14 +436,6 @@ async fn door_gate(
     }
 }
 
-/// Two optional notes as one, blank-line separated.
-fn join_notes(first: Option<String>, second: Option<String>) -> Option<String> {
-    match (first, second) {
-        (Some(a), Some(b)) => Some(format!("{a}\n\n{b}")),
-        (a, b) => a.or(b),
-    }
-}
-
 /// How long a status or history query waits for one agent.
 const STATUS_TIMEOUT_MS: u64 = 5_000;
 
@@ -513,6 +451,13 @@ fn watch_wall_clock(run: &ActorRef<RunMsg>, limit: std::time::Duration, root: Ca
             _ = root.cancelled() => {}
         }
     });
+}
+
+/// Answers the request being handled with `result` (once).
+fn answer(reply: &mut Option<Reply>, result: Result<(), RuntimeError>) {
+    if let Some(reply) = reply.take() {
+        let _ = reply.send(result);
+    }
 }
 
 impl RunActorState {
@@ -587,69 +532,194 @@ impl RunActorState {
             .map_err(|err| err.to_string())
     }
 
-    fn on_internal(&mut self, myself: &ActorRef<RunMsg>, internal: RunInternal) {
-        match internal {
-            // Handled in `handle`, which awaits the store.
-            RunInternal::Gated(_) => {}
+    /// Traffic from the run's agents and timers: the handles it carries are
+    /// kept (or dropped) here, what happened goes to the machine.
+    async fn on_internal(&mut self, myself: &ActorRef<RunMsg>, internal: RunInternal) {
+        let input = match internal {
+            RunInternal::Gated(verdict) => RunInput::DoorChecked {
+                verdict,
+                now: Utc::now(),
+            },
             RunInternal::AgentStarted { path, agent, token } => {
-                self.agents.insert(path, TreeAgent { agent, token });
+                self.agents.insert(path.clone(), TreeAgent { agent, token });
+                RunInput::AgentStarted { path }
             }
             RunInternal::AgentEnded { path } => {
                 self.agents.remove(&path);
+                RunInput::AgentEnded { path }
             }
-            RunInternal::ApprovalOpened { approval_id, agent } => {
-                self.broker.insert(approval_id, agent);
+            RunInternal::ApprovalOpened { approval_id, path } => {
+                RunInput::ApprovalOpened { approval_id, path }
             }
             RunInternal::QuestionOpened { approval_id, reply } => {
-                self.questions.insert(approval_id, reply);
+                self.questions.insert(approval_id.clone(), reply);
+                RunInput::QuestionOpened { approval_id }
             }
             RunInternal::ApprovalsClosed { approval_ids } => {
-                for id in approval_ids {
-                    self.broker.remove(&id);
-                    self.questions.remove(&id);
+                for id in &approval_ids {
+                    self.questions.remove(id);
                 }
+                RunInput::ApprovalsClosed { approval_ids }
             }
             RunInternal::MainFinished {
                 outcome,
                 transcript,
             } => {
-                let session = SessionState {
+                self.left_by_main = Some(SessionState {
                     transcript,
                     last_active: Some(Utc::now()),
                     rules: self.permissions.session_rules(),
-                };
-                self.end(myself, outcome, Some(session));
+                });
+                RunInput::MainFinished(outcome)
             }
-            RunInternal::EndRecorded {
-                outcome,
-                session,
-                recorded,
-            } => self.finish(myself, outcome, session, recorded),
-            RunInternal::WallClock => {
-                if self.ended {
-                    return;
+            RunInternal::WallClock => RunInput::WallClockOver {
+                tree_stopped: self.account.stop_cause().is_some(),
+            },
+            RunInternal::EndRecorded { usage, recorded } => {
+                if let Err(err) = &recorded {
+                    tracing::error!(run = %self.run_id, %err, "could not record the end of the run");
                 }
-                let hit = LimitHit::WallClock {
-                    limit: self.account.budget().wall_clock,
-                };
-                if self.account.stop_cause().is_none() {
-                    self.events.emit(EventKind::notice(hit.notice()));
+                RunInput::EndRecorded {
+                    recorded: recorded.map_err(|err| err.to_string()),
+                    usage,
                 }
-                self.account.stop(StopCause::Limit(hit));
+            }
+        };
+        self.apply(myself, input, None).await;
+    }
+
+    /// Feeds `input` to the run's machine and carries out its effects in
+    /// order, then those of the inputs they gave back. `reply` answers the
+    /// request `input` is, if it is one.
+    async fn apply(&mut self, myself: &ActorRef<RunMsg>, input: RunInput, reply: Option<Reply>) {
+        let mut reply = reply;
+        let mut inputs = VecDeque::from([input]);
+        while let Some(input) = inputs.pop_front() {
+            for effect in self.machine.on(input) {
+                if let Some(next) = self.perform(myself, effect, &mut reply).await {
+                    inputs.push_back(next);
+                }
             }
         }
+    }
+
+    /// Carries out one effect; the input it gives back, if any.
+    async fn perform(
+        &mut self,
+        myself: &ActorRef<RunMsg>,
+        effect: RunEffect,
+        reply: &mut Option<Reply>,
+    ) -> Option<RunInput> {
+        match effect {
+            RunEffect::RecordRun { prompt } => {
+                let record = self.record(prompt);
+                if let Err(err) = self.env.store.put_run(&record) {
+                    tracing::error!(run = %self.run_id, %err, "the run could not be recorded");
+                }
+            }
+            RunEffect::CheckDoor => self.gate_at_door(myself),
+            RunEffect::OpenRun { prompt, message } => {
+                return Some(RunInput::Opened(self.open_run(prompt, message).await));
+            }
+            RunEffect::Emit(kind) => self.events.emit(kind),
+            RunEffect::ArmWallClock { after } => {
+                watch_wall_clock(myself, after, self.account.root().clone());
+            }
+            RunEffect::SpawnMain => {
+                let Some(start) = self.start.take() else {
+                    return Some(RunInput::MainSpawned(Err("the run did not open".into())));
+                };
+                let spawned = self.spawn_main(myself, start).await;
+                return Some(RunInput::MainSpawned(spawned.map(|main| {
+                    self.main = Some(main);
+                })));
+            }
+            RunEffect::StopTree(cause) => {
+                self.account.stop(cause);
+            }
+            RunEffect::CancelTree => self.account.root().cancel(),
+            RunEffect::CancelAgent { path } => {
+                let result = match self.agents.get(&path) {
+                    Some(agent) => {
+                        agent.token.cancel();
+                        Ok(())
+                    }
+                    None => Err(RuntimeError::UnknownAgent(path)),
+                };
+                answer(reply, result);
+            }
+            RunEffect::DeliverApproval {
+                path,
+                approval_id,
+                outcome,
+                reason,
+            } => {
+                let result = match self.agents.get(&path) {
+                    Some(agent) => agent
+                        .agent
+                        .cast(AgentMsg::work(Work::Approve {
+                            run_id: self.run_id.clone(),
+                            approval_id,
+                            outcome,
+                            reason,
+                        }))
+                        .map_err(|_| RuntimeError::Gone),
+                    None => Err(RuntimeError::Gone),
+                };
+                answer(reply, result);
+            }
+            RunEffect::AnswerQuestion {
+                approval_id,
+                outcome,
+                reason,
+            } => {
+                let result = match self.questions.remove(&approval_id) {
+                    Some(question) => question
+                        .send((outcome, reason))
+                        .map_err(|_| RuntimeError::UnknownApproval(approval_id)),
+                    None => Err(RuntimeError::UnknownApproval(approval_id)),
+                };
+                answer(reply, result);
+            }
+            RunEffect::Refuse(refusal) => {
+                let error = match refusal {
+                    RunRefusal::UnknownAgent(path) => RuntimeError::UnknownAgent(path),
+                    RunRefusal::UnknownApproval(id) => RuntimeError::UnknownApproval(id),
+                    RunRefusal::Gone => RuntimeError::Gone,
+                };
+                answer(reply, Err(error));
+            }
+            RunEffect::WriteEnd {
+                status,
+                stop_reason,
+            } => self.write_end(myself, status, stop_reason),
+            RunEffect::Finish { outcome, session } => {
+                let session = match session {
+                    SessionBack::Unchanged => self.opening.take().map(|opening| opening.session),
+                    SessionBack::LeftByMain => self.left_by_main.take(),
+                    SessionBack::FromStore => None,
+                };
+                let _ = self.runtime.cast(RuntimeMsg::RunEnded {
+                    run_id: self.run_id.clone(),
+                    outcome,
+                    session,
+                });
+                myself.stop(None);
+            }
+        }
+        None
     }
 
     /// Runs the hooks at the door in a task; their verdict comes back as
     /// [`RunInternal::Gated`]. They run before anything of the prompt is
     /// stored: a blocked prompt never enters the history.
-    fn gate_at_door(&self, myself: &ActorRef<RunMsg>, door: &Door) {
+    fn gate_at_door(&self, myself: &ActorRef<RunMsg>) {
         let (env, session_id, run_id) = (
             self.env.clone(),
             self.session_id.clone(),
             self.run_id.clone(),
         );
-        let check = door.check.clone();
+        let check = self.check.clone();
         let run = myself.clone();
         tokio::spawn(async move {
             let gate = door_gate(&env, &session_id, &run_id, &check).await;
@@ -657,179 +727,76 @@ impl RunActorState {
         });
     }
 
-    /// Starts the opened run's main agent, or ends a run whose prompt a hook
-    /// blocked. The main agent is linked once this actor runs (it
-    /// supervises it).
-    async fn launch(&mut self, myself: &ActorRef<RunMsg>) {
-        if let Some((outcome, session)) = self.blocked.take() {
-            self.end(myself, outcome, Some(session));
-            return;
-        }
-        let Some(start) = self.start.take() else {
-            return;
+    /// Opens the run: `message` joins the session's history, the run record
+    /// (with `prompt`) and the history are written, then made durable on the
+    /// store's writer thread (no worker waits for the disk). Leaves the main
+    /// agent's start in `start` when they are.
+    async fn open_run(&mut self, prompt: String, message: Option<Message>) -> Result<(), String> {
+        let Some(Opening {
+            mut session,
+            limits,
+            approver,
+        }) = self.opening.take()
+        else {
+            return Err("the run opened already".into());
         };
-        match self.spawn_main(myself, start).await {
-            Ok(main) => self.main = Some(main),
-            Err(err) => self.end(
-                myself,
-                RunOutcome {
-                    status: RunStatus::Error,
-                    stop_reason: "agent_failed".into(),
-                    final_text: format!("the agent could not start: {err}"),
-                    usage: Usage::default(),
-                },
-                None,
-            ),
-        }
-    }
-
-    /// Opens the run once the hooks at its door gave `gate`: the run record
-    /// and the prompt are made durable before anyone is told the run
-    /// started. Leaves the main agent's start in `start`, a blocked prompt's
-    /// outcome in `blocked`, or ends the run when the store fails.
-    async fn open_with(
-        &mut self,
-        myself: &ActorRef<RunMsg>,
-        door: Door,
-        gate: troupe_hooks::HookVerdict,
-    ) {
-        let mut session = door.session;
         let resumed = !session.transcript.is_empty();
-        let prompt = match &gate.blocked {
-            Some(_) => BLOCKED_PROMPT.to_owned(),
-            None => door.check.prompt.clone(),
-        };
-        // Durable before visible: the run record and the prompt are on disk
-        // before anyone is told the run started, let alone the model.
-        let now = Utc::now();
-        let record = self.record(prompt.clone(), door.started);
-        if let Some(reason) = gate.blocked.clone() {
-            if let Err(err) = self.env.store.put_run(&record) {
-                tracing::error!(run = %self.run_id, %err, "the run could not be recorded");
-            }
-            self.events.emit(EventKind::RunStarted { prompt });
-            for report in &gate.reports {
-                self.events.emit(report.event_kind());
-            }
-            let text = crate::hook_gate::blocked_text(&reason);
-            self.events.emit(EventKind::Error {
-                kind: "hook_blocked".into(),
-                message: text.clone(),
-            });
-            let outcome = RunOutcome {
-                status: RunStatus::Stopped,
-                stop_reason: "hook_blocked".into(),
-                final_text: text,
-                usage: Usage::default(),
-            };
-            self.blocked = Some((outcome, session));
-            return;
+        if let Some(message) = message {
+            session.transcript.push(message);
         }
-        if door.check.job == RunJob::Prompt {
-            let pause = session
-                .last_active
-                .and_then(|last| (now - last).to_std().ok())
-                .and_then(pause_note);
-            let note = join_notes(pause, gate.prompt_note());
-            session
-                .transcript
-                .push(user_message(&door.check.prompt, note));
-        }
-        // Written here, made durable on the store's writer thread: no worker
-        // waits for the disk.
+        let record = self.record(prompt);
         let written = self.env.store.put_run(&record).and_then(|()| {
             session
                 .transcript
                 .save(&self.env.store, &self.session_id, false)
         });
-        let started = match written {
+        let opened = match written {
             Ok(()) => self.env.store.commit_and_wait(|_| Ok(())).await,
             Err(err) => Err(err),
         };
-        if let Err(err) = started {
-            self.fail_start(myself, err, session.transcript);
-            return;
+        if let Err(err) = opened {
+            tracing::error!(run = %self.run_id, %err, "the run could not be recorded");
+            return Err(err.to_string());
         }
-        self.events.emit(EventKind::RunStarted { prompt });
-        for report in &gate.reports {
-            self.events.emit(report.event_kind());
-        }
-        watch_wall_clock(myself, door.limits.wall_clock, door.check.root);
         self.start = Some(MainStart {
-            limits: door.limits,
-            approver: door.approver,
+            limits,
+            approver,
             transcript: session.transcript,
             resumed,
-            job: door.check.job,
+            job: self.check.job,
         });
+        Ok(())
     }
 
-    /// The record of this run, running since `started`, with `prompt`.
-    fn record(&self, prompt: String, started: chrono::DateTime<Utc>) -> RunRecord {
+    /// The record of this run, running since it was submitted, with `prompt`.
+    fn record(&self, prompt: String) -> RunRecord {
         RunRecord {
             run_id: self.run_id.clone(),
             session_id: self.session_id.clone(),
             prompt,
             status: RunState::Running,
             stop_reason: None,
-            started,
+            started: self.started,
             ended: None,
             pid: std::process::id(),
         }
     }
 
-    /// The record or the prompt could not be stored: the run ends before it began.
-    fn fail_start(&mut self, myself: &ActorRef<RunMsg>, err: StoreError, transcript: Transcript) {
-        tracing::error!(run = %self.run_id, %err, "the run could not be recorded");
-        self.events.emit(EventKind::Error {
-            kind: "store".into(),
-            message: format!("the session could not be saved: {err}"),
-        });
-        let mut transcript = transcript;
-        let text = "(The run stopped: its history could not be saved.)";
-        transcript.close(text);
-        self.end(
-            myself,
-            RunOutcome {
-                status: RunStatus::Error,
-                stop_reason: "store_error".into(),
-                final_text: text.into(),
-                usage: Usage::default(),
-            },
-            None,
-        );
-    }
-
-    /// Ends the run once: everything below cancelled, the record's end
-    /// written and made durable on the store's writer thread (no worker
-    /// waits for the disk); [`RunInternal::EndRecorded`] then completes it
-    /// ([`RunActorState::finish`]).
-    fn end(
-        &mut self,
-        myself: &ActorRef<RunMsg>,
-        mut outcome: RunOutcome,
-        session: Option<SessionState>,
-    ) {
-        if self.ended {
-            return;
-        }
-        self.ended = true;
-        outcome.usage = self.account.tally().usage;
-        // Nothing of the run outlives it (the watchdog, stragglers).
-        self.account.root().cancel();
+    /// Writes the record's end and has the store's writer thread make it
+    /// durable (no worker waits for the disk); [`RunInternal::EndRecorded`]
+    /// answers, with the whole tree's usage now.
+    fn write_end(&self, myself: &ActorRef<RunMsg>, status: RunStatus, stop_reason: String) {
+        let usage = self.account.tally().usage;
         let run_id = self.run_id.clone();
-        let (status, stop_reason) = (outcome.status, outcome.stop_reason.clone());
         // Told once: when the write is durable, or when the disk has not
         // answered within CONFIRM_DEADLINE (a run must end even then).
-        let ending = Arc::new(std::sync::Mutex::new(Some((outcome, session))));
+        let told = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let deliver = {
             let run = myself.clone();
             move |recorded: Result<(), StoreError>| {
-                let taken = ending.lock().ok().and_then(|mut ending| ending.take());
-                if let Some((outcome, session)) = taken {
+                if !told.swap(true, std::sync::atomic::Ordering::SeqCst) {
                     let _ = run.cast(RunMsg::internal(RunInternal::EndRecorded {
-                        outcome,
-                        session,
+                        usage,
                         recorded,
                     }));
                 }
@@ -852,40 +819,5 @@ impl RunActorState {
             },
             deliver,
         );
-    }
-
-    /// Completes [`RunActorState::end`] once the record's end is durable (or
-    /// could not be written): `run_finished` (the last event) with the whole
-    /// tree's usage, the runtime told, the actor stopped.
-    fn finish(
-        &mut self,
-        myself: &ActorRef<RunMsg>,
-        mut outcome: RunOutcome,
-        session: Option<SessionState>,
-        recorded: Result<(), StoreError>,
-    ) {
-        if let Err(err) = recorded {
-            tracing::error!(run = %self.run_id, %err, "could not record the end of the run");
-            self.events.emit(EventKind::Error {
-                kind: "store".into(),
-                message: format!("the end of the run could not be saved: {err}"),
-            });
-            if outcome.status == RunStatus::Finished {
-                outcome.status = RunStatus::Error;
-                outcome.stop_reason = "store_error".into();
-            }
-        }
-        self.events.emit(EventKind::RunFinished {
-            status: outcome.status,
-            stop_reason: outcome.stop_reason.clone(),
-            final_text: outcome.final_text.clone(),
-            usage_total: outcome.usage,
-        });
-        let _ = self.runtime.cast(RuntimeMsg::RunEnded {
-            run_id: self.run_id.clone(),
-            outcome,
-            session,
-        });
-        myself.stop(None);
     }
 }

@@ -38,15 +38,11 @@ pub(super) fn watch_token(myself: &ActorRef<AgentMsg>, token: CancellationToken)
     });
 }
 
-/// Routes answers to `approval_id` to this agent.
-pub(super) fn open_approval(
-    run: &ActorRef<RunMsg>,
-    myself: &ActorRef<AgentMsg>,
-    approval_id: String,
-) {
+/// Routes answers to `approval_id` to the agent at `path` (this agent).
+pub(super) fn open_approval(run: &ActorRef<RunMsg>, path: String, approval_id: String) {
     let _ = run.cast(RunMsg::internal(RunInternal::ApprovalOpened {
         approval_id,
-        agent: myself.clone(),
+        path,
     }));
 }
 

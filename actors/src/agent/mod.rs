@@ -460,7 +460,8 @@ impl AgentState {
             Effect::RunTool(launch) => self.start_tool(myself, launch).await,
             Effect::StartAgent(launch) => self.start_child(myself, launch).await,
             Effect::AwaitApproval { approval_id } => {
-                lifecycle::open_approval(&self.run, myself, approval_id);
+                let path = self.machine.spec().path.clone();
+                lifecycle::open_approval(&self.run, path, approval_id);
                 None
             }
             Effect::ApprovalsClosed(ids) => {

@@ -1,11 +1,12 @@
 //! The agent loop and its decisions, without actors or I/O (SPEC §3, §7;
 //! DESIGN.md principles 1, 2 and 4): the loop itself as a sans-IO state machine
 //! ([`machine::AgentLoop`]: inputs in, effects out) that serves the main agent,
-//! sub-agents and forks alike, and the pure rules it applies — how a turn's
-//! tool calls are grouped for execution, when the loop stops, the run's shared
-//! account, each agent's tool catalogue, roles, forks, how a history is checked
-//! and closed, and the texts shown when it stops. The actors of
-//! `troupe-actors` only interpret the machine's effects.
+//! sub-agents and forks alike; the run around it as another
+//! ([`run::RunMachine`]: its door, stops, approval routing and ending); and the
+//! pure rules they apply — how a turn's tool calls are grouped for execution,
+//! when the loop stops, the run's shared account, each agent's tool catalogue,
+//! roles, forks, how a history is checked and closed, and the texts shown when
+//! it stops. The actors of `troupe-actors` only interpret the machines' effects.
 
 // Product code never unwraps: errors are values (tests may).
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
@@ -24,6 +25,7 @@ pub(crate) mod machine;
 pub(crate) mod plan;
 pub mod resume;
 pub mod roles;
+pub mod run;
 pub mod subagent;
 
 pub use account::{RunAccount, SlotHolder, StopCause};
