@@ -203,7 +203,13 @@ pub(crate) struct RunActorState {
     start: Option<MainStart>,
     /// The session as the main agent left it.
     left_by_main: Option<SessionState>,
+    /// The wall-clock timer (`send_after`), aborted once the tree is
+    /// cancelled or the run stops.
+    wall_clock: Option<WallClockTimer>,
 }
+
+/// The task of a message sent to the run later.
+type WallClockTimer = tokio::task::JoinHandle<Result<(), ractor::MessagingErr<RunMsg>>>;
 
 impl Actor for RunActor {
     type Msg = RunMsg;
@@ -259,6 +265,7 @@ impl Actor for RunActor {
             }),
             start: None,
             left_by_main: None,
+            wall_clock: None,
         };
         let submitted = RunInput::Submitted {
             door_hooks,
@@ -380,6 +387,17 @@ impl Actor for RunActor {
         Ok(())
     }
 
+    async fn post_stop(
+        &self,
+        _myself: ActorRef<Self::Msg>,
+        state: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
+        if let Some(timer) = state.wall_clock.take() {
+            timer.abort();
+        }
+        Ok(())
+    }
+
     async fn handle_supervisor_evt(
         &self,
         myself: ActorRef<Self::Msg>,
@@ -438,20 +456,6 @@ async fn door_gate(
 
 /// How long a status or history query waits for one agent.
 const STATUS_TIMEOUT_MS: u64 = 5_000;
-
-/// Feeds [`RunInternal::WallClock`] when the wall-clock budget is used up,
-/// unless the run ends first.
-fn watch_wall_clock(run: &ActorRef<RunMsg>, limit: std::time::Duration, root: CancellationToken) {
-    let run = run.clone();
-    tokio::spawn(async move {
-        tokio::select! {
-            _ = tokio::time::sleep(limit) => {
-                let _ = run.cast(RunMsg::internal(RunInternal::WallClock));
-            }
-            _ = root.cancelled() => {}
-        }
-    });
-}
 
 /// Answers the request being handled with `result` (once).
 fn answer(reply: &mut Option<Reply>, result: Result<(), RuntimeError>) {
@@ -623,7 +627,8 @@ impl RunActorState {
             }
             RunEffect::Emit(kind) => self.events.emit(kind),
             RunEffect::ArmWallClock { after } => {
-                watch_wall_clock(myself, after, self.account.root().clone());
+                self.wall_clock =
+                    Some(myself.send_after(after, || RunMsg::internal(RunInternal::WallClock)));
             }
             RunEffect::SpawnMain => {
                 let Some(start) = self.start.take() else {
@@ -637,7 +642,12 @@ impl RunActorState {
             RunEffect::StopTree(cause) => {
                 self.account.stop(cause);
             }
-            RunEffect::CancelTree => self.account.root().cancel(),
+            RunEffect::CancelTree => {
+                self.account.root().cancel();
+                if let Some(timer) = self.wall_clock.take() {
+                    timer.abort();
+                }
+            }
             RunEffect::CancelAgent { path } => {
                 let result = match self.agents.get(&path) {
                     Some(agent) => {

@@ -56,11 +56,8 @@ pub(super) fn close_approvals(run: &ActorRef<RunMsg>, approval_ids: Vec<String>)
 /// Feeds `work` to the agent after `after` (a grace or a deadline; the
 /// machine ignores one that no longer applies).
 pub(super) fn arm_timer(myself: &ActorRef<AgentMsg>, after: Duration, work: Work) {
-    let agent = myself.clone();
-    tokio::spawn(async move {
-        tokio::time::sleep(after).await;
-        let _ = agent.cast(AgentMsg::work(work));
-    });
+    // Not kept: a timer that fires after the agent stopped finds no mailbox.
+    drop(myself.send_after(after, move || AgentMsg::work(work)));
 }
 
 impl AgentState {

@@ -399,7 +399,7 @@ impl AgentState {
     async fn drive(&mut self, myself: &ActorRef<AgentMsg>, first: Input) {
         let mut inputs = VecDeque::from([first]);
         while let Some(input) = inputs.pop_front() {
-            for effect in self.machine.on(input) {
+            for effect in self.machine.on(chrono::Utc::now(), input) {
                 if let Some(next) = self.perform(myself, effect).await {
                     inputs.push_back(next);
                 }

@@ -13,7 +13,6 @@
 
 use std::collections::VecDeque;
 
-use chrono::Utc;
 use tokio_util::sync::CancellationToken;
 
 use crate::compact::ahead::{PrefixKey, prefix_key, should_prepare, still_matches};
@@ -629,7 +628,7 @@ impl AgentLoop {
         let marker: CompactionMarker = self.transcript.compact(
             summary_messages,
             summarising.cut,
-            Utc::now(),
+            self.now,
             (summarising.before_tokens, 0),
         );
         self.context.ledger.retain_for(self.transcript.messages());

@@ -30,6 +30,7 @@ pub use hooks::{HookCall, HookRequest};
 #[cfg(test)]
 mod tests;
 
+use chrono::{DateTime, Utc};
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -484,6 +485,9 @@ struct Execution {
 
 /// The loop of one agent.
 pub struct AgentLoop {
+    /// The time of the input being handled (inputs bring it; the machine
+    /// reads no clock).
+    now: DateTime<Utc>,
     spec: AgentSpec,
     run_id: String,
     session_id: String,
@@ -536,6 +540,7 @@ impl AgentLoop {
             &setup.session_id,
         );
         Self {
+            now: DateTime::<Utc>::default(),
             guard: LoopGuard::new(setup.spec.max_turns, setup.spec.unknown_tool_limit),
             spec: setup.spec,
             run_id: setup.run_id,
@@ -568,8 +573,10 @@ impl AgentLoop {
         }
     }
 
-    /// Handles one input; returns what to do, in order.
-    pub fn on(&mut self, input: Input) -> Vec<Effect> {
+    /// Handles one input that happened at `now`; returns what to do, in
+    /// order.
+    pub fn on(&mut self, now: DateTime<Utc>, input: Input) -> Vec<Effect> {
+        self.now = now;
         let mut out = Vec::new();
         match input {
             Input::Begin => self.begin(&mut out),

@@ -181,9 +181,14 @@ fn s(items: &[&str]) -> Vec<String> {
     items.iter().map(|item| item.to_string()).collect()
 }
 
+/// The time every input of these tests happens at.
+fn fixed_now() -> chrono::DateTime<chrono::Utc> {
+    chrono::DateTime::from_timestamp(1_764_633_600, 0).expect("a valid instant")
+}
+
 impl Fixture {
     fn on(&mut self, input: Input) -> Vec<Effect> {
-        self.machine.on(input)
+        self.machine.on(fixed_now(), input)
     }
 
     /// The effects of `input`, shown; save deadlines (timers armed once the
