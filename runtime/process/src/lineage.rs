@@ -233,11 +233,23 @@ mod tests {
     fn this_process_and_a_marked_child_are_told_apart() {
         let me = i32::try_from(std::process::id()).unwrap();
         assert_eq!(lineage_of(me, -1), Some(Lineage::Unrelated));
-        let mut child = std::process::Command::new("sleep")
-            .arg("5")
+        // The child says it runs once its program (and so its environment)
+        // is in place: a process caught in the middle of `exec` shows an
+        // empty environment.
+        let mut child = std::process::Command::new("sh")
+            .args(["-c", "echo ready; read line"])
             .env(COMMAND_VAR, "1")
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
             .spawn()
             .unwrap();
+        let mut ready = String::new();
+        std::io::BufRead::read_line(
+            &mut std::io::BufReader::new(child.stdout.take().unwrap()),
+            &mut ready,
+        )
+        .unwrap();
+        assert_eq!(ready, "ready\n");
         let pid = i32::try_from(child.id()).unwrap();
         let lineage = lineage_of(pid, -1);
         child.kill().unwrap();
