@@ -8,9 +8,9 @@
 //! before it is broadcast; the run's last event is also made durable first,
 //! by the store's writer thread (the log waits for its answer without holding
 //! an async worker), and broadcast through a ring of
-//! [`LIVE_BUFFER`](crate::subscription::LIVE_BUFFER) events that never waits:
+//! [`crate::subscription::LIVE_BUFFER`] events that never waits:
 //! the log keeps no history in memory and a reader that falls behind catches
-//! up from the store ([`EventSubscription`]), so no reader can grow memory or
+//! up from the store (`EventSubscription`), so no reader can grow memory or
 //! slow the run.
 
 use std::sync::Arc;

@@ -1,5 +1,5 @@
-//! The runtime actor: the root of the supervision tree (DESIGN.md). It starts
-//! runs — an event log and a [run actor](crate::run) per run, both linked to
+//! The runtime actor: the root of the supervision tree. It starts
+//! runs — an event log and a run actor (`run`) per run, both linked to
 //! it — keeps each session between its runs (history in memory, one run at a
 //! time), routes cancellations and approvals to the run, and outlives any
 //! failure below it: a run that fails ends with an error event instead of

@@ -26,7 +26,7 @@ use troupe_protocol::events::{ApprovalOutcome, EventKind, RunEvent};
 
 use crate::daemon::{home, spawn};
 use crate::follow::{Answerer, RunLink};
-use crate::setup::Locations;
+use crate::project::Locations;
 use crate::{EXIT_RUNTIME, EXIT_USAGE};
 
 /// Environment variable naming a daemon's address (`127.0.0.1:PORT`).

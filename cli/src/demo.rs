@@ -27,9 +27,11 @@ use troupe_scripted::{Matcher, Response, Script, ScriptedServer, ServerConfig, T
 
 use troupe_actors::SessionTarget;
 
+use crate::follow::Approvals;
+use crate::project::{Locations, RunOptions};
 use crate::render::RenderStyle;
-use crate::run::{Approvals, execute};
-use crate::setup::{self, Locations, RunOptions};
+use crate::run::execute;
+use crate::setup;
 use crate::{DemoArgs, EXIT_RUNTIME};
 
 /// The task the scripted model "works" on.

@@ -13,7 +13,6 @@ use troupe_protocol::events::{ApprovalOutcome, EventKind, RunEvent, RunStatus};
 
 use crate::approval;
 use crate::render::{HumanRenderer, RenderStyle, write_json_line};
-use crate::run::Approvals;
 use crate::signals::{StopSignal, StopSignals, exit_code, notice};
 
 /// The connection between the terminal and one run.
@@ -197,6 +196,28 @@ fn answer_approval<L: RunLink>(link: &L, approvals: Approvals, ask: ApprovalAsk<
                     asked.unwrap_or((ApprovalOutcome::Deny, Some("prompt failed".into())));
                 answer(approval_id, outcome, reason).await;
             });
+        }
+    }
+}
+
+/// Who answers approval requests of a run started from the command line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Approvals {
+    /// Ask on the terminal.
+    Terminal,
+    /// Nobody can answer: the agent denies with a reason.
+    Nobody,
+    /// Answer every request with "allow" and say so (the demo).
+    AutoAllow,
+}
+
+impl Approvals {
+    /// Asked on the terminal when there is one, else nobody can answer.
+    pub(crate) fn from_terminal() -> Self {
+        if approval::terminal_available() {
+            Self::Terminal
+        } else {
+            Self::Nobody
         }
     }
 }

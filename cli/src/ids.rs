@@ -6,7 +6,7 @@
 
 use troupe_store::{IdMatch, Store};
 
-use crate::setup::SetupError;
+use crate::project::SetupError;
 
 /// What kind of id a command takes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

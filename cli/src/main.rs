@@ -17,6 +17,7 @@ mod demo;
 mod follow;
 mod ids;
 mod mcp;
+mod project;
 mod render;
 mod run;
 mod runs;

@@ -17,7 +17,7 @@ use troupe_mcp::{
 };
 use troupe_tools::Tool;
 
-use crate::setup::{Locations, RunOptions, configured_with_root};
+use crate::project::{Locations, RunOptions, configured_with_root};
 use crate::{EXIT_RUNTIME, EXIT_USAGE};
 
 /// `troupe mcp` subcommands.

@@ -23,34 +23,13 @@ use troupe_store::{SESSION_MAX_AGE, Store};
 use troupe_tools::memory::MEMORY_SETTLE_LIMIT;
 
 use crate::client::{DaemonClient, RemoteRun};
-use crate::follow::{Answerer, Followed, OnSignal, RunLink, follow};
+use crate::follow::{Answerer, Approvals, Followed, OnSignal, RunLink, follow};
 use crate::ids::{self, IdKind};
+use crate::project::{Locations, RunOptions, SetupError};
 use crate::render::RenderStyle;
-use crate::setup::{Locations, Prepared, RunOptions, SetupError};
+use crate::setup::Prepared;
 use crate::signals::StopSignals;
-use crate::{EXIT_RUNTIME, ResumeArgs, RunArgs, RunFlags, approval};
-
-/// Who answers approval requests of a run started from the command line.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Approvals {
-    /// Ask on the terminal.
-    Terminal,
-    /// Nobody can answer: the agent denies with a reason.
-    Nobody,
-    /// Answer every request with "allow" and say so (the demo).
-    AutoAllow,
-}
-
-impl Approvals {
-    /// Asked on the terminal when there is one, else nobody can answer.
-    pub(crate) fn from_terminal() -> Self {
-        if approval::terminal_available() {
-            Self::Terminal
-        } else {
-            Self::Nobody
-        }
-    }
-}
+use crate::{EXIT_RUNTIME, ResumeArgs, RunArgs, RunFlags};
 
 /// SPEC §9: what `troupe resume ID` says when no prompt is given.
 pub(crate) const CONTINUE_PROMPT: &str =

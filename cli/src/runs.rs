@@ -13,12 +13,12 @@ use troupe_protocol::api::View;
 use troupe_protocol::events::{ApprovalOutcome, RunEvent};
 
 use crate::client::{ClientError, DaemonClient, RemoteRun};
+use crate::follow::Approvals;
 use crate::follow::{Answerer, OnSignal, RunLink, follow};
 use crate::ids::{self, IdKind};
+use crate::project::Locations;
 use crate::render::RenderStyle;
-use crate::run::Approvals;
 use crate::sessions::print_view;
-use crate::setup::Locations;
 use crate::signals::StopSignals;
 use crate::{EXIT_RUNTIME, RunsCommand};
 

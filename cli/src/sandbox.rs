@@ -13,7 +13,8 @@ use troupe_paths::sandbox::PathSandbox;
 use troupe_process::os_sandbox::CommandSandbox;
 use troupe_tools::output::session_spill_dir;
 
-use crate::setup::{Locations, RunOptions, command_sandbox, configured_with_root};
+use crate::project::{Locations, RunOptions, configured_with_root};
+use crate::setup::command_sandbox;
 use crate::{EXIT_RUNTIME, EXIT_USAGE};
 
 /// `troupe sandbox` subcommands.

@@ -12,7 +12,7 @@ use troupe_store::{RunRecord, SessionMeta, Store, StoreError};
 
 use crate::client::DaemonClient;
 use crate::ids::{self, IdKind};
-use crate::setup::Locations;
+use crate::project::Locations;
 use crate::{EXIT_RUNTIME, EXIT_USAGE, SessionsCommand};
 
 /// Writes `view` from `store` to `out`. While a daemon holds the store, the
@@ -285,7 +285,7 @@ async fn compact_here(locations: &Locations, given: &str) -> Result<String, (u8,
         .map_err(|err| (err.code, err.message))?;
     crate::run::report_recovered(&store, false);
     let prepared = crate::setup::prepare(
-        &crate::setup::RunOptions::default(),
+        &crate::project::RunOptions::default(),
         None,
         &store,
         locations,

@@ -11,7 +11,7 @@ use troupe_config::TrustStore;
 use troupe_config::paths;
 use troupe_config::trust::project_root_of;
 
-use crate::setup::Locations;
+use crate::project::Locations;
 use crate::{EXIT_RUNTIME, EXIT_USAGE};
 
 /// Runs `troupe trust`; returns the exit code.

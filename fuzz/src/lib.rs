@@ -104,7 +104,7 @@ pub fn decide_command(command: &str) -> bool {
 /// Parses a configuration file's text; any text gives a configuration or an
 /// error that names a line within the text.
 pub fn parse_config(text: &str) {
-    use troupe_config::load::{ConfigError, parse_config_file};
+    use troupe_config::{ConfigError, parse_config_file};
     let path = std::path::Path::new("/fuzz/config.toml");
     match parse_config_file(path, text) {
         Ok(_) => {}

@@ -4,10 +4,10 @@
 //! happened: it never decides.
 //!
 //! The mailbox stays responsive: the model stream runs in a task
-//! ([`stream`]), every tool call in its own [`ToolExecutor`] and every child
-//! agent in its own actor, both linked to this one ([`calls`]); durable writes
+//! (`stream`), every tool call in its own [`ToolExecutor`] and every child
+//! agent in its own actor, both linked to this one (`calls`); durable writes
 //! go to the store's writer thread, whose answer comes back as a message
-//! ([`Work::Saved`], [`Work::PendingSaved`]): "durable" is a state the loop
+//! (`Work::Saved`, `Work::PendingSaved`): "durable" is a state the loop
 //! waits in, never a disk wait on an async worker. Cancellation arrives through the agent's
 //! token: a watcher task turns it into [`Input::Interrupted`], so stopping the
 //! run, an ancestor or this very agent reaches everything below.

@@ -15,9 +15,9 @@ use troupe_tools::memory::MEMORY_SETTLE_LIMIT;
 use crate::client::{DaemonClient, RemoteRun};
 use crate::follow::{Answerer, RunLink};
 use crate::ids::{self, IdKind};
+use crate::project::{Locations, RunOptions, SetupError};
 use crate::run::{EmbeddedRun, remote_request};
 use crate::sessions::render_view;
-use crate::setup::{Locations, RunOptions, SetupError};
 use crate::{EXIT_RUNTIME, EXIT_USAGE, RunFlags};
 
 /// A failure to show the person, with the exit code it would give.

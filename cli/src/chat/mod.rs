@@ -36,8 +36,8 @@ use troupe_tools::skills::{SkillSet, SkillWarning};
 use self::backend::{Backend, ChatError};
 use self::command::{ChatInput, SlashCommand, help_text};
 use self::screen::Screen;
+use crate::project::{Locations, RunOptions, configured, trust_question};
 use crate::sanitize::for_terminal;
-use crate::setup::{Locations, RunOptions, configured, trust_question};
 use crate::signals::StopSignals;
 use crate::{ChatArgs, EXIT_RUNTIME, EXIT_USAGE, RunFlags};
 
@@ -497,7 +497,7 @@ impl Chat {
         }
     }
 
-    fn configured(&self) -> Result<crate::setup::Configured, ChatError> {
+    fn configured(&self) -> Result<crate::project::Configured, ChatError> {
         Ok(configured(&self.locations, &self.options())?)
     }
 

@@ -2,7 +2,7 @@
 //! run's events as Server-Sent Events, sessions (show, remove, compact),
 //! health.
 //!
-//! Every request passes [`guard`](super::guard) first: its `Host`/`Origin`
+//! Every request passes [`super::guard`] first: its `Host`/`Origin`
 //! must name this daemon and, except for `/healthz`, it must carry the token.
 //! Bodies are the types of [`troupe_protocol::api`], read with a hard limit
 //! ([`BODY_LIMIT`]) and parsed here, so an oversized or malformed body gets

@@ -32,7 +32,7 @@ use troupe_actors::mcp::BaseEnv;
 use troupe_config::Config;
 use troupe_mcp::{McpServerSpec, SHUTDOWN_BUDGET};
 
-use crate::setup::Locations;
+use crate::project::Locations;
 
 /// A project's servers are closed once no run has held them this long.
 pub(crate) const HUB_IDLE_LIMIT: Duration = Duration::from_secs(600);

@@ -43,7 +43,8 @@ use self::home::DaemonState;
 use self::idle::Activity;
 use self::mcp_hubs::McpHubs;
 use crate::EXIT_RUNTIME;
-use crate::setup::{self, Locations, RunOptions};
+use crate::project::{Locations, RunOptions};
+use crate::setup;
 
 /// How long a stopping daemon waits for cancelled runs to write their last
 /// events.

@@ -21,6 +21,7 @@ pub mod front_matter;
 
 mod de;
 pub mod endpoint;
+mod error;
 pub(crate) mod expand;
 pub(crate) mod file;
 pub mod keys;
@@ -39,12 +40,11 @@ use troupe_protocol::permission::{
     PermissionMode, RuleEntry, RuleSource, SandboxMode, SandboxSettings,
 };
 
+pub use error::ConfigError;
 pub use expand::{Expansion, expand_mcp_server};
 pub use file::{ConfigFile, McpServerFile, ProviderFile};
 pub use file::{McpTransport, Price, Thinking};
-pub use load::{
-    ConfigError, ConfigSources, load_config, load_config_with_trust, parse_config_file,
-};
+pub use load::{ConfigSources, load_config, load_config_with_trust, parse_config_file};
 pub use paths::Env;
 pub use resolve::resolve_provider;
 pub use trust::{TrustStore, untrusted_notice};

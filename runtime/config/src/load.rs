@@ -15,7 +15,9 @@ use std::time::Duration;
 use toml::Spanned;
 use toml::de::{DeTable, DeValue};
 
+use super::error::ConfigError;
 use super::file::{ConfigFile, McpServerFile, McpTransport, Price, ProviderFile, Thinking};
+use super::mcp::is_valid_server_name;
 use super::paths::{self, Env, ProcessEnv};
 use super::{
     Config, Limits, PermissionMode, PermissionSettings, RuleEntry, RuleSource, TelemetrySettings,
@@ -54,70 +56,6 @@ impl ConfigSources {
     /// The project file, `<root>/.troupe/config.toml`, when a root is set.
     pub fn project_file(&self) -> Option<PathBuf> {
         self.project_root.as_deref().map(paths::project_config_file)
-    }
-}
-
-/// A configuration error. Its message starts with `FILE:LINE:` (except for
-/// files that cannot be read at all) and names the key.
-#[derive(Debug, thiserror::Error)]
-pub enum ConfigError {
-    /// The file exists but cannot be read (permissions, a directory, not UTF-8).
-    #[error("{}: cannot read the configuration file: {source}", path.display())]
-    Read {
-        /// The file.
-        path: PathBuf,
-        /// Why.
-        #[source]
-        source: io::Error,
-    },
-    /// The file is not valid TOML.
-    #[error("{}:{line}: TOML syntax error: {message}", path.display())]
-    Syntax {
-        /// The file.
-        path: PathBuf,
-        /// 1-based line of the error.
-        line: usize,
-        /// The parser's message.
-        message: String,
-    },
-    /// A key is unknown or its value is wrong.
-    #[error("{}:{line}: {key}: {message}", path.display())]
-    Invalid {
-        /// The file.
-        path: PathBuf,
-        /// 1-based line of the key.
-        line: usize,
-        /// Dotted key path, e.g. `providers.claude.max_tokens`.
-        key: String,
-        /// What is wrong and what is expected.
-        message: String,
-    },
-}
-
-impl ConfigError {
-    /// The file the error is about.
-    pub fn path(&self) -> &Path {
-        match self {
-            Self::Read { path, .. } | Self::Syntax { path, .. } | Self::Invalid { path, .. } => {
-                path
-            }
-        }
-    }
-
-    /// The 1-based line, when the error points into the file.
-    pub fn line(&self) -> Option<usize> {
-        match self {
-            Self::Read { .. } => None,
-            Self::Syntax { line, .. } | Self::Invalid { line, .. } => Some(*line),
-        }
-    }
-
-    /// The dotted key path, when the error is about a key.
-    pub fn key(&self) -> Option<&str> {
-        match self {
-            Self::Invalid { key, .. } => Some(key),
-            Self::Read { .. } | Self::Syntax { .. } => None,
-        }
     }
 }
 
@@ -263,14 +201,6 @@ pub(crate) fn check_http_url(url: &str) -> Result<(), String> {
         return Err(format!("URL {url:?} has no host; {EXPECTED}"));
     }
     Ok(())
-}
-
-/// Whether `name` is a valid MCP server name (`^[A-Za-z0-9_-]+$`).
-pub(crate) fn is_valid_server_name(name: &str) -> bool {
-    !name.is_empty()
-        && name
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
 }
 
 /// Reads a file; `Ok(None)` when it (or a directory above it) does not exist.

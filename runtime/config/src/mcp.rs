@@ -17,8 +17,8 @@ use std::path::{Path, PathBuf};
 use serde_json::{Map, Value};
 
 use super::Config;
+use super::error::ConfigError;
 use super::file::{McpServerFile, McpTransport};
-use super::load::{ConfigError, is_valid_server_name};
 
 /// The file name, at the project root.
 pub(crate) const MCP_JSON_FILE: &str = ".mcp.json";
@@ -358,6 +358,14 @@ fn kind(value: &Value) -> &'static str {
         Value::Array(_) => "an array",
         Value::Object(_) => "an object",
     }
+}
+
+/// Whether `name` is a valid MCP server name (`^[A-Za-z0-9_-]+$`).
+pub(crate) fn is_valid_server_name(name: &str) -> bool {
+    !name.is_empty()
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
 }
 
 #[cfg(test)]

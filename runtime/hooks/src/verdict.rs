@@ -1,4 +1,4 @@
-//! What a hook's ending means (pure): [`interpret`] reads one hook's exit
+//! What a hook's ending means (pure): `interpret` reads one hook's exit
 //! code, output and timing; [`HookVerdict`] combines the hooks of one event,
 //! in order, the first block ending the walk.
 
@@ -20,9 +20,9 @@ pub struct HookExit {
     pub timed_out: bool,
     /// It could not be started (why).
     pub spawn_error: Option<String>,
-    /// What it wrote on stdout (at most [`HOOK_OUTPUT_CAP`] bytes).
+    /// What it wrote on stdout (at most `HOOK_OUTPUT_CAP` bytes).
     pub stdout: String,
-    /// What it wrote on stderr (at most [`HOOK_OUTPUT_CAP`] bytes).
+    /// What it wrote on stderr (at most `HOOK_OUTPUT_CAP` bytes).
     pub stderr: String,
 }
 

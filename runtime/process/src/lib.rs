@@ -429,8 +429,8 @@ pub(crate) fn spawn_confined(
 ///
 /// When nothing has to run in the child before `exec` (a cgroup tree, no
 /// sandbox confinement, an environment that cannot run code before the
-/// script: [`shell_may_join_itself`]), the shell joins its cgroup itself as
-/// the first command of the script ([`self_joining_script`]), so the
+/// script: `shell_may_join_itself`), the shell joins its cgroup itself as
+/// the first command of the script (`self_joining_script`), so the
 /// process is started with `posix_spawn`: the child shares this process's
 /// memory until its `exec` instead of copying its page tables, which costs
 /// a fork about 0.2 ms per MiB this process has touched, and leaves a page
@@ -582,7 +582,7 @@ pub(crate) fn spawn_shell(
 }
 
 /// [`spawn_shell_in`] with the usual containment, confined by `sandbox` (see
-/// [`spawn_confined`]).
+/// `spawn_confined`).
 pub fn spawn_shell_confined(
     command: &str,
     cwd: &Path,

@@ -14,7 +14,7 @@
 //!
 //! Which names are withheld is decided by pure functions: [`key_names`] (the
 //! standard names plus every `api_key_env` a configuration names),
-//! [`config_key_names`] (those of a merged configuration and of start-up) and
+//! `config_key_names` (those of a merged configuration and of start-up) and
 //! [`withhold_request`] (the names a starting troupe process hands its daemon).
 //! [`crate::child_environment`] never passes a withheld name to
 //! a child, whatever the allowlist says, and an MCP entry never expands one

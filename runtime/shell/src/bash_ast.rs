@@ -151,7 +151,7 @@ pub enum Doubt {
     /// A redirection followed by more words (`cmd > out more`), which the
     /// grammar reads as part of the redirection.
     WordsAfterRedirection,
-    /// Longer than [`MAX_STRICT_BYTES`].
+    /// Longer than `MAX_STRICT_BYTES`.
     TooLong,
     /// The parser gave no tree.
     NoTree,

@@ -5,7 +5,7 @@
 //! A line is read-only when its strict reading ([`super::bash_ast`]) has no
 //! doubt and is plain (simple commands joined by `|`, `&&`, `||`, `;`; nothing
 //! in the background), no command has an assignment (`LD_PRELOAD=… ls` runs
-//! code), every word is literal, every program is a bare name in [`PROGRAMS`]
+//! code), every word is literal, every program is a bare name in `PROGRAMS`
 //! used only with the flags listed there (an unknown flag makes the line not
 //! read-only: `find -delete`, `rg --pre`, `git diff --output`), and the only
 //! redirections write to `/dev/null`, duplicate descriptors or give text on

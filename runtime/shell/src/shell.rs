@@ -160,7 +160,7 @@ pub struct Script {
 }
 
 /// Deepest nesting of subshells, groups and function bodies the parser follows.
-/// Deeper input is still read (flattened) and flagged in [`Script::too_deep`].
+/// Deeper input is still read (flattened) and flagged in `Script::too_deep`.
 pub const MAX_PARSE_DEPTH: usize = 32;
 
 /// Parses a command line. Never fails.

@@ -26,8 +26,8 @@ use opentelemetry_sdk::error::{OTelSdkError, OTelSdkResult};
 use opentelemetry_sdk::trace::{SpanData, SpanExporter};
 use tracing::dispatcher::WeakDispatch;
 
-use super::pipeline::{Counters, EXPORT_FAILURE_LOG_EVERY, LOG_TARGET, TelemetryError, should_log};
 use super::settings::{OtlpExport, OtlpProtocol};
+use super::stats::{Counters, EXPORT_FAILURE_LOG_EVERY, LOG_TARGET, TelemetryError, should_log};
 
 /// Most retries of one batch during a run.
 pub(crate) const MAX_EXPORT_RETRIES: u32 = 3;

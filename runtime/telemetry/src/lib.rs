@@ -32,13 +32,15 @@ mod pipeline;
 pub mod propagation;
 mod render;
 mod settings;
+mod stats;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
 
 pub use local::{MemorySpanSink, SpanRecord, SpanSink, SpanStatus};
-pub use pipeline::{ExportStats, Telemetry, TelemetryError, TelemetryGuard, init, log_filter};
+pub use pipeline::{Telemetry, TelemetryGuard, init, log_filter};
 pub use render::render_span_tree;
 pub use settings::{TelemetrySettings, log_filter_from_env};
+pub use stats::{ExportStats, TelemetryError};
 
 /// The `tracing` target of every span and span event that becomes
 /// OpenTelemetry data. The OpenTelemetry layer is filtered to this target.

@@ -7,10 +7,10 @@
 //! Export never blocks or crashes a run (SPEC §11, §15): a finished span is
 //! offered to a queue of at most [`EXPORT_QUEUE_SIZE`] spans; when the queue is
 //! full the span is dropped and counted (logged at the first drop and every
-//! [`DROP_LOG_EVERY`] drops). A dedicated thread (the SDK's batch processor)
+//! `DROP_LOG_EVERY` drops). A dedicated thread (the SDK's batch processor)
 //! sends batches of [`EXPORT_BATCH_SIZE`] every [`EXPORT_INTERVAL`] with a
 //! blocking HTTP client and an [`EXPORT_TIMEOUT`]; failures are counted and
-//! logged (first failure, then every [`EXPORT_FAILURE_LOG_EVERY`]), and only
+//! logged (first failure, then every `EXPORT_FAILURE_LOG_EVERY`), and only
 //! transient ones are retried (`export`: never a refused connection, never
 //! once shutdown began). Nothing on that thread touches the application's
 //! tokio runtime.
@@ -23,7 +23,7 @@
 
 use std::fmt;
 use std::io;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
@@ -48,7 +48,8 @@ use tracing_subscriber::registry::LookupSpan;
 use super::TRACE_TARGET;
 use super::export::{Closing, exporter};
 use super::local::{LocalSpanProcessor, SpanSink};
-use super::settings::{DEFAULT_LOG_FILTER, SettingsError, TelemetrySettings};
+use super::settings::{DEFAULT_LOG_FILTER, TelemetrySettings};
+use super::stats::{Counters, ExportStats, LOG_TARGET, TelemetryError};
 
 /// Most finished spans waiting for export. A span is 1–2 KB in memory, so a
 /// full queue holds a few MB; a run makes a handful of spans per turn, so it
@@ -68,105 +69,8 @@ pub(crate) const EXPORT_TIMEOUT: Duration = Duration::from_secs(3);
 /// Longest [`TelemetryGuard::shutdown`] waits for the final flush.
 pub(crate) const SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(2);
 
-/// Dropped spans are logged at the first drop and then once per this many.
-pub(crate) const DROP_LOG_EVERY: u64 = 1000;
-
-/// Failed exports are logged at the first failure and then once per this many.
-pub(crate) const EXPORT_FAILURE_LOG_EVERY: u64 = 20;
-
-/// `tracing` target of the pipeline's own log lines.
-pub(super) const LOG_TARGET: &str = "troupe::telemetry";
-
 /// Instrumentation scope of Troupe's spans.
 const SCOPE_NAME: &str = "troupe";
-
-/// Why telemetry could not be set up or shut down.
-#[derive(Debug, thiserror::Error)]
-pub enum TelemetryError {
-    /// A telemetry variable has an unusable value.
-    #[error(transparent)]
-    Settings(#[from] SettingsError),
-    /// The OTLP exporter could not be built.
-    #[error("cannot set up OTLP export to {endpoint}: {message}")]
-    Exporter {
-        /// Where export was going.
-        endpoint: String,
-        /// What failed.
-        message: String,
-    },
-    /// A global `tracing` subscriber is already installed.
-    #[error("a tracing subscriber is already installed in this process")]
-    AlreadyInstalled,
-    /// The final flush did not complete (spans still queued are lost).
-    #[error("telemetry shutdown did not complete: {0}")]
-    Shutdown(String),
-}
-
-/// Export counters.
-#[derive(Debug, Default)]
-pub(super) struct Counters {
-    pub(super) queued: AtomicUsize,
-    pub(super) exported: AtomicU64,
-    pub(super) failed: AtomicU64,
-    pub(super) failed_batches: AtomicU64,
-    pub(super) retries: AtomicU64,
-    pub(super) dropped: AtomicU64,
-}
-
-impl Counters {
-    fn snapshot(&self) -> ExportStats {
-        ExportStats {
-            queued: self.queued.load(Ordering::Acquire),
-            exported: self.exported.load(Ordering::Acquire),
-            failed: self.failed.load(Ordering::Acquire),
-            retries: self.retries.load(Ordering::Acquire),
-            dropped: self.dropped.load(Ordering::Acquire),
-        }
-    }
-
-    pub(super) fn dequeue(&self, n: usize) {
-        // Saturating: spans admitted before a counter reset never exist, but a
-        // wrap-around would report an absurd queue length.
-        let _ = self
-            .queued
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |q| {
-                Some(q.saturating_sub(n))
-            });
-    }
-
-    fn count_drop(&self, capacity: usize) {
-        let n = self.dropped.fetch_add(1, Ordering::AcqRel) + 1;
-        if should_log(n, DROP_LOG_EVERY) {
-            tracing::warn!(
-                target: LOG_TARGET,
-                dropped_total = n,
-                queue_size = capacity,
-                "span export queue is full (collector slow or down): spans are being dropped"
-            );
-        }
-    }
-}
-
-/// True for the 1st, (every+1)th, (2·every+1)th … occurrence.
-pub(super) fn should_log(count: u64, every: u64) -> bool {
-    every <= 1 || count % every == 1
-}
-
-/// What the exporter has done so far.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct ExportStats {
-    /// Spans waiting in the queue (or in the batch being sent).
-    pub queued: usize,
-    /// Spans the collector accepted.
-    pub exported: u64,
-    /// Spans in exports that failed (collector down, refused, timed out).
-    pub failed: u64,
-    /// Export attempts repeated after a transient failure (never for a
-    /// refused connection, never once shutdown began).
-    pub retries: u64,
-    /// Spans dropped because the queue was full or export had shut down.
-    pub dropped: u64,
-}
 
 /// Admission in front of the SDK batch processor: at most `capacity` spans are
 /// in its queue or its current batch; beyond that spans are dropped and counted
@@ -585,6 +489,7 @@ impl Drop for TelemetryGuard {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::stats::should_log;
 
     #[test]
     fn logging_cadence() {

@@ -11,8 +11,9 @@ use opentelemetry::Context;
 use opentelemetry_sdk::error::OTelSdkResult;
 use opentelemetry_sdk::trace::{Span, SpanData, SpanProcessor};
 
-use super::pipeline::{Telemetry, TelemetryError};
+use super::pipeline::Telemetry;
 use super::settings::TelemetrySettings;
+use super::stats::TelemetryError;
 
 /// Finished spans kept in memory; clones share the same list.
 #[derive(Clone, Default)]

@@ -2,7 +2,7 @@
 //! types (`#[derive(Deserialize, JsonSchema)]`), so a schema cannot say
 //! something the type does not accept.
 //!
-//! [`of`] generates the schema with `schemars` and [`provider_ready`] puts it
+//! [`of`] generates the schema with `schemars` and `provider_ready` puts it
 //! in the form the model providers' function calling accepts: one inline
 //! object schema (no `$schema`, `$defs` or `$ref`), without the type's name or
 //! doc comment at the top (the tool has its own description), without

@@ -4,7 +4,7 @@
 //! last argument and the scenario's name in `MCP_CONFORMANCE_SCENARIO`.
 //!
 //! It connects with the product's [`Connection`] (Streamable HTTP), lists the
-//! tools, and calls them through the product's [`McpTool`] with nobody to ask
+//! tools, and calls them through the product's `McpTool` with nobody to ask
 //! (no run reaches the call), exactly as a `--json` run would:
 //!
 //! - `initialize`: connect and list;

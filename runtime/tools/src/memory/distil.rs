@@ -78,7 +78,7 @@ fn clip(text: &str, max: usize) -> String {
 
 /// What the update reads of a history: the person's and the agent's words
 /// (and the names of the tools the agent called), most recent last, at most
-/// [`DIGEST_MAX_CHARS`]. Tool results are left out.
+/// `DIGEST_MAX_CHARS`. Tool results are left out.
 pub fn conversation_digest(messages: &[Message]) -> String {
     let mut parts: Vec<String> = Vec::new();
     let mut total = 0usize;
