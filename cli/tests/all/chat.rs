@@ -525,11 +525,10 @@ async fn custom_commands_expand_their_arguments_and_skills_are_listed() {
     .unwrap();
 
     let pane = Pane::start(&chat_command(&env, &server, &[]));
-    let screen = pane.wait_for("custom command ignored");
-    assert!(
-        screen.contains(".troupe/commands/cost.md: /cost is a built-in command"),
-        "{screen}"
-    );
+    // The whole line, not only its start: the screen may be read while the
+    // line is being written.
+    let screen = pane.wait_for(".troupe/commands/cost.md: /cost is a built-in command");
+    assert!(screen.contains("custom command ignored"), "{screen}");
     let mut prompts = 1;
     let mut command = |line: &str, expect: &str| {
         pane.wait_for_prompt(prompts);
