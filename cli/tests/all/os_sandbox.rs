@@ -34,12 +34,6 @@ fn is_root() -> bool {
     unsafe { libc::geteuid() == 0 }
 }
 
-/// Whether the kernel offers Landlock (without it the sandbox only says it
-/// is not enforced; `sandbox_status_says_what_is_enforced` checks that).
-fn landlock() -> bool {
-    troupe_process::os_sandbox::KernelSupport::probe().landlock_abi > 0
-}
-
 /// `command` run through `setpriv` as user and group `NOBODY`.
 fn as_nobody(command: &Command) -> Command {
     let mut wrapped = Command::new("setpriv");
@@ -377,7 +371,7 @@ async fn sandbox_status_says_what_is_enforced() {
         stdout.contains(&format!("  {}\n", root.join(".troupe").display())),
         "{stdout}"
     );
-    if landlock() {
+    if Need::Landlock.available() {
         assert!(stdout.contains("Landlock: ABI"), "{stdout}");
         assert!(stdout.contains("enforced: yes"), "{stdout}");
         let data = troupe_paths::sandbox::resolve_path(&setup.env.data_dir()).unwrap();
@@ -432,7 +426,7 @@ async fn a_commands_git_configuration_never_runs_outside_the_sandbox() {
 
     // A command tries every way into git's configuration it can spell
     // (through variables, so that only the sandbox stands in the way).
-    if landlock() {
+    if Need::Landlock.available() {
         let attempt = format!(
             "g=.git; k=core.fsmonitor; git config \"$k\" '{payload}'; \
              printf '[core]\\n\\tfsmonitor = {payload}\\n' >> \"$g/config\"; \
