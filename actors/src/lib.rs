@@ -20,6 +20,7 @@ pub mod mcp;
 pub(crate) mod reach;
 pub(crate) mod run;
 pub mod runtime;
+pub(crate) mod slots;
 pub mod subscription;
 
 pub use agent::{AgentMsg, Internal};

@@ -29,9 +29,10 @@ use troupe_agent::run::{
 use troupe_agent::session::Transcript;
 use troupe_agent::{
     AgentLoop, AgentSpec, AgentStatus, Approver, Budget, ContextSetup, LoopSetup, RunAccount,
-    RunOutcome, SlotHolder,
+    RunOutcome,
 };
 use troupe_config::Limits;
+use troupe_loader::save_transcript;
 use troupe_permissions::PermissionEngine;
 use troupe_protocol::events::{ApprovalOutcome, RunStatus};
 use troupe_protocol::model::{Message, Usage};
@@ -42,6 +43,7 @@ use crate::agent::{AgentActor, AgentArgs, AgentMsg, Report, Work};
 use crate::env::AgentEnv;
 use crate::event_log::EventSink;
 use crate::runtime::{RuntimeError, RuntimeMsg};
+use crate::slots::SlotHolder;
 
 pub(crate) use troupe_agent::run::RunJob;
 
@@ -185,6 +187,8 @@ pub(crate) struct RunActorState {
     events: EventSink,
     runtime: ActorRef<RuntimeMsg>,
     account: Arc<RunAccount>,
+    /// How many sub-agents of the run may work at once.
+    parallel_subagents: u32,
     /// The run's decisions.
     machine: RunMachine,
     /// What the hooks at the door read.
@@ -227,11 +231,8 @@ impl Actor for RunActor {
     ) -> Result<Self::State, ActorProcessingErr> {
         let root = CancellationToken::new();
         let budget = Budget::from_limits(&args.limits, args.env.price.is_some());
-        let account = Arc::new(RunAccount::new(
-            budget,
-            root.clone(),
-            args.limits.max_parallel_subagents,
-        ));
+        let started = Utc::now();
+        let account = Arc::new(RunAccount::new(budget, root.clone(), started));
         let door_hooks = crate::hook_gate::has_door_hooks(&args.env, args.job, args.opening);
         let machine = RunMachine::new(RunSetup {
             prompt: args.prompt.clone(),
@@ -254,7 +255,8 @@ impl Actor for RunActor {
                 opening: args.opening,
                 root,
             },
-            started: Utc::now(),
+            started,
+            parallel_subagents: args.limits.max_parallel_subagents,
             agents: HashMap::new(),
             questions: HashMap::new(),
             main: None,
@@ -527,7 +529,7 @@ impl RunActorState {
             run: myself.clone(),
             root_session: self.session_id.clone(),
             report: Report::Run,
-            slot: SlotHolder::default(),
+            slot: SlotHolder::for_run(self.parallel_subagents),
             catalogue_key: Some(crate::env::CatalogueKey::main()),
         };
         Actor::spawn_linked(None, AgentActor, args, myself.get_cell())
@@ -756,9 +758,12 @@ impl RunActorState {
         }
         let record = self.record(prompt);
         let written = self.env.store.put_run(&record).and_then(|()| {
-            session
-                .transcript
-                .save(&self.env.store, &self.session_id, false)
+            save_transcript(
+                &mut session.transcript,
+                &self.env.store,
+                &self.session_id,
+                false,
+            )
         });
         let opened = match written {
             Ok(()) => self.env.store.commit_and_wait(|_| Ok(())).await,

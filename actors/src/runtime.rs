@@ -16,9 +16,10 @@ use std::sync::Arc;
 
 use ractor::{Actor, ActorId, ActorProcessingErr, ActorRef, RpcReplyPort, SupervisionEvent};
 use tokio::sync::oneshot;
-use troupe_agent::session::{Transcript, keep_idle_session, open_session};
+use troupe_agent::session::{Transcript, keep_idle_session};
 use troupe_agent::{AgentStatus, Approver, RunOutcome};
 use troupe_config::Limits;
+use troupe_loader::open_session;
 use troupe_permissions::PermissionEngine;
 use troupe_protocol::events::{ApprovalOutcome, EventKind, RunEvent, RunStatus};
 use troupe_protocol::model::{Message, Usage};

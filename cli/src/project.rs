@@ -16,6 +16,7 @@ use troupe_config::{
     Config, ConfigSources, ResolvedProvider, TrustStore, load_config_with_trust, resolve_provider,
     untrusted_notice,
 };
+use troupe_loader::{load_roles, project_role_names};
 use troupe_protocol::permission::PermissionMode;
 use troupe_store::{Store, StoreError};
 use troupe_tools::skills::SkillSet;
@@ -240,7 +241,7 @@ impl ProjectConfig {
 /// The project's role files and skills, named as the untrusted notice names
 /// them.
 fn own_files_left_out(root: &Path) -> Vec<String> {
-    let roles = RoleSet::project_role_names(root)
+    let roles = project_role_names(root)
         .into_iter()
         .map(|name| format!("role {name} (.troupe/agents)"));
     let skills = SkillSet::project_skill_names(root)
@@ -313,7 +314,7 @@ pub(crate) fn configured(
             None => resolved,
         })
         .map_err(|err| err.to_string());
-    let (roles, _) = RoleSet::load(locations.config_dir.as_deref(), project.own_files());
+    let (roles, _) = load_roles(locations.config_dir.as_deref(), project.own_files());
     Ok(Configured {
         provider,
         roles,

@@ -16,7 +16,7 @@ use std::sync::Arc;
 
 use futures::future::BoxFuture;
 use troupe_actors::{Approver, RunHandle, Runtime};
-use troupe_agent::session::recover_interrupted_runs;
+use troupe_loader::recover_interrupted_runs;
 use troupe_protocol::api::{RunLimits, RunRequest};
 use troupe_protocol::events::RunEvent;
 use troupe_store::{SESSION_MAX_AGE, Store};

@@ -12,13 +12,10 @@ use crate::project::{
 };
 
 use troupe_actors::{AgentEnv, ProviderForModel, SessionTarget};
-use troupe_agent::prompt::{
-    GIT_STATUS_BUDGET, GitStatus, build_system_prompt, read_git_status, with_memory,
-    with_skill_catalogue,
-};
-use troupe_agent::roles::RoleSet;
+use troupe_agent::prompt::{GitStatus, with_memory, with_skill_catalogue};
 use troupe_config::{Config, Limits, ResolvedProvider, resolve_provider, startup_warnings};
 use troupe_llm::build_provider;
+use troupe_loader::{GIT_STATUS_BUDGET, build_system_prompt, load_roles, read_git_status};
 use troupe_paths::protected::ProtectedPaths;
 use troupe_paths::sandbox::PathSandbox;
 use troupe_permissions::PermissionEngine;
@@ -292,7 +289,7 @@ async fn assemble(
     let child_env = child_environment_withholding(&config.tools.env_allowlist, &withheld, |name| {
         locations.var(name)
     });
-    let (roles, role_warnings) = RoleSet::load(config_dir.as_deref(), own_files);
+    let (roles, role_warnings) = load_roles(config_dir.as_deref(), own_files);
     let mut warnings: Vec<String> = role_warnings
         .iter()
         .map(|warning| format!("role ignored: {warning}"))

@@ -40,7 +40,7 @@
 //! this process: building the provider's HTTP client
 //! (`llm::http::build_client`, first call in the process and later calls),
 //! `git status` within its budget plus the system prompt
-//! (`prompt::read_git_status`, `prompt::build_system_prompt`) in each project,
+//! (`troupe_loader::read_git_status`, `troupe_loader::build_system_prompt`) in each project,
 //! and building the telemetry pipeline without and with OTLP export
 //! (`telemetry::Telemetry::builder(..).build()`).
 //!
@@ -55,8 +55,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::json;
-use troupe_agent::prompt::{GIT_STATUS_BUDGET, build_system_prompt, read_git_status};
 use troupe_llm::http::build_client;
+use troupe_loader::{GIT_STATUS_BUDGET, build_system_prompt, read_git_status};
 use troupe_scripted::{Script, ScriptedServer, ServerConfig, text, tool_call};
 use troupe_telemetry::{MemorySpanSink, Telemetry, TelemetrySettings};
 use troupe_tests::bench::arrivals::ArrivalStamps;

@@ -14,12 +14,12 @@ use troupe_actors::{
     AgentEnv, AgentEnvBuilder, Approver, ProviderForModel, RunHandle, RunOutcome, RunSubmission,
     Runtime, SessionTarget,
 };
-use troupe_agent::roles::RoleSet;
 use troupe_config::{
     DEFAULT_CONTEXT_WINDOW, DEFAULT_MAX_TOKENS, Limits, PermissionSettings, ResolvedProvider,
 };
 use troupe_llm::retry::RetryPolicy;
 use troupe_llm::{Provider, anthropic, openai};
+use troupe_loader::load_roles;
 use troupe_paths::sandbox::PathSandbox;
 use troupe_permissions::PermissionEngine;
 use troupe_protocol::events::{EventKind, RunEvent, RunStatus};
@@ -226,7 +226,7 @@ impl Harness {
 
     fn agent_env(&self, registry: ToolRegistry) -> AgentEnvBuilder {
         // Roles: the built-ins plus the project's `.troupe/agents/*.md`.
-        let (roles, warnings) = RoleSet::load(None, Some(self.root()));
+        let (roles, warnings) = load_roles(None, Some(self.root()));
         assert!(warnings.is_empty(), "role files load: {warnings:?}");
         AgentEnv::builder(
             self.provider(),

@@ -16,7 +16,7 @@ use troupe_agent::compact::offload::Ledger;
 use troupe_agent::session::Transcript;
 use troupe_agent::subagent::{ChildKind, MAX_DEPTH, child_panicked, child_result};
 use troupe_agent::{
-    AgentLaunch, AgentLoop, ContextSetup, Input, LoopSetup, RunOutcome, SlotHolder, ToolLaunch,
+    AgentLaunch, AgentLoop, ContextSetup, Input, LoopSetup, RunOutcome, ToolLaunch,
 };
 use troupe_protocol::events::{EventKind, RunStatus};
 use troupe_store::{ForkBase, NewSession};
@@ -26,6 +26,7 @@ use troupe_tools::{ToolContext, ToolOutput};
 
 use super::{AgentActor, AgentArgs, AgentMsg, AgentState, ChildEntry, Report, Work};
 use crate::executor::{CLEANUP_GRACE, ExecutorArgs, ReportTo, ToolExecutor, ToolReport};
+use crate::slots::SlotHolder;
 
 impl AgentState {
     /// Spawns the executor of one tool call.
@@ -103,13 +104,21 @@ impl AgentState {
     ) -> Option<Input> {
         if let Some(lent) = self.slot.lend() {
             return self
-                .spawn_child(myself, launch, SlotHolder::new(Some(lent), true))
+                .spawn_child(
+                    myself,
+                    launch,
+                    SlotHolder::new(self.slot.pool().clone(), lent, true),
+                )
                 .await;
         }
-        let slots = self.machine.account().slots().clone();
+        let slots = self.slot.pool().clone();
         if let Ok(permit) = slots.clone().try_acquire_owned() {
             return self
-                .spawn_child(myself, launch, SlotHolder::new(Some(permit), false))
+                .spawn_child(
+                    myself,
+                    launch,
+                    SlotHolder::new(slots.clone(), permit, false),
+                )
                 .await;
         }
         let agent = myself.clone();

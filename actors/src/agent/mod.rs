@@ -31,7 +31,9 @@ use std::time::Instant;
 use ractor::{Actor, ActorId, ActorProcessingErr, ActorRef, RpcReplyPort, SupervisionEvent};
 use tokio::sync::OwnedSemaphorePermit;
 use tokio_util::sync::{CancellationToken, DropGuard};
-use troupe_agent::{AgentLaunch, AgentLoop, AgentStatus, Effect, Input, RunOutcome, SlotHolder};
+use troupe_agent::{AgentLaunch, AgentLoop, AgentStatus, Effect, Input, RunOutcome};
+
+use crate::slots::SlotHolder;
 use troupe_llm::{Provider, ProviderError, StreamEvent};
 use troupe_protocol::events::ApprovalOutcome;
 use troupe_protocol::model::Message;
@@ -351,7 +353,7 @@ impl AgentState {
                 slot,
             } => self.on_child_done(epoch, index, outcome, slot),
             Work::SlotReady { launch, permit } => {
-                let slot = SlotHolder::new(Some(permit), false);
+                let slot = SlotHolder::new(self.slot.pool().clone(), permit, false);
                 self.spawn_child(myself, *launch, slot).await
             }
             Work::Approve {

@@ -9,14 +9,14 @@
 //! records why and cancels the run's root token; every agent watches a child
 //! of that token and learns the cause from [`RunAccount::stop_cause`].
 //!
-//! The account also holds the run's sub-agent slots (SPEC §7: at most
-//! `max_parallel_subagents` children work at once per run). It owns no I/O and
-//! knows nothing of actors.
+//! It owns no I/O, reads no clock (every question that depends on the wall
+//! clock is asked with the `now` of the input being handled) and knows nothing
+//! of actors; the run's sub-agent slots are the actors' (`troupe-actors`).
 
-use std::sync::{Arc, Mutex, OnceLock, PoisonError};
-use std::time::{Duration, Instant};
+use std::sync::{Mutex, OnceLock, PoisonError};
+use std::time::Duration;
 
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use chrono::{DateTime, Utc};
 use tokio_util::sync::CancellationToken;
 
 use troupe_config::Price;
@@ -42,30 +42,28 @@ pub struct ToolCallGrant {
     pub hit: Option<LimitHit>,
 }
 
-/// The run-wide account: budgets, what was spent, the stop cause, the root
-/// cancellation token and the sub-agent slots.
+/// The run-wide account: budgets, what was spent, the stop cause and the root
+/// cancellation token.
 #[derive(Debug)]
 pub struct RunAccount {
     budget: Budget,
-    started: Instant,
+    started: DateTime<Utc>,
     tally: Mutex<RunTally>,
     stop: OnceLock<StopCause>,
     root: CancellationToken,
-    slots: Arc<Semaphore>,
     approvals: std::sync::atomic::AtomicU64,
 }
 
 impl RunAccount {
-    /// An account with `budget`, whose tree hangs below `root`, allowing
-    /// `parallel_subagents` children to work at once (at least one).
-    pub fn new(budget: Budget, root: CancellationToken, parallel_subagents: u32) -> Self {
+    /// An account with `budget` for a run that started at `started`, whose
+    /// tree hangs below `root`.
+    pub fn new(budget: Budget, root: CancellationToken, started: DateTime<Utc>) -> Self {
         Self {
             budget,
-            started: Instant::now(),
+            started,
             tally: Mutex::new(RunTally::default()),
             stop: OnceLock::new(),
             root,
-            slots: Arc::new(Semaphore::new(parallel_subagents.max(1) as usize)),
             approvals: std::sync::atomic::AtomicU64::new(0),
         }
     }
@@ -75,9 +73,9 @@ impl RunAccount {
         &self.budget
     }
 
-    /// Time since the run started.
-    pub fn elapsed(&self) -> Duration {
-        self.started.elapsed()
+    /// Time from the run's start to `now` (zero for a clock set back).
+    pub fn elapsed(&self, now: DateTime<Utc>) -> Duration {
+        (now - self.started).to_std().unwrap_or(Duration::ZERO)
     }
 
     /// What the whole tree has spent so far.
@@ -90,18 +88,18 @@ impl RunAccount {
         self.lock().add_usage(usage, price);
     }
 
-    /// Checked before every model call of every agent: the first budget used
-    /// up, if any.
-    pub fn check(&self) -> Option<LimitHit> {
+    /// Checked before every model call of every agent, at `now`: the first
+    /// budget used up, if any.
+    pub fn check(&self, now: DateTime<Utc>) -> Option<LimitHit> {
         let tally = self.tally();
-        self.budget.check(&tally, self.elapsed())
+        self.budget.check(&tally, self.elapsed(now))
     }
 
     /// Checked before a group of `wanted` tool calls runs: the spending budgets
-    /// (tokens, cost, wall clock) must hold, then as many calls as the
+    /// (tokens, cost, wall clock at `now`) must hold, then as many calls as the
     /// tool-call budget still allows are granted and counted.
-    pub fn take_tool_calls(&self, wanted: u32) -> ToolCallGrant {
-        let elapsed = self.elapsed();
+    pub fn take_tool_calls(&self, wanted: u32, now: DateTime<Utc>) -> ToolCallGrant {
+        let elapsed = self.elapsed(now);
         let mut tally = self.lock();
         let spending = RunTally {
             tool_calls: 0,
@@ -140,11 +138,6 @@ impl RunAccount {
         &self.root
     }
 
-    /// The run's sub-agent slots: a child holds one while it works.
-    pub fn slots(&self) -> &Arc<Semaphore> {
-        &self.slots
-    }
-
     /// A run-unique number for the next approval request.
     pub fn next_approval_number(&self) -> u64 {
         self.approvals
@@ -158,56 +151,13 @@ impl RunAccount {
     }
 }
 
-/// The sub-agent slot one agent holds, and the lending rule: an agent that
-/// waits for its children does no work of its own, so it lends its slot to
-/// the first child it starts and gets it back when that child ends. A chain
-/// of nested children therefore always has a slot to go on with, however
-/// many slots other agents hold.
-#[derive(Debug, Default)]
-pub struct SlotHolder {
-    /// The permit held, and whether it was lent by the parent.
-    held: Option<(OwnedSemaphorePermit, bool)>,
-    /// While the held slot is lent to a child: whether it was lent to us.
-    lent_out: Option<bool>,
-}
-
-impl SlotHolder {
-    /// A holder of `permit` (none for the main agent); `lent` when the
-    /// parent lent it.
-    pub fn new(permit: Option<OwnedSemaphorePermit>, lent: bool) -> Self {
-        Self {
-            held: permit.map(|permit| (permit, lent)),
-            lent_out: None,
-        }
-    }
-
-    /// The held slot, lent to a child starting now (it comes back through
-    /// [`SlotHolder::returned`]); `None` when there is none to lend.
-    pub fn lend(&mut self) -> Option<OwnedSemaphorePermit> {
-        let (permit, lent) = self.held.take()?;
-        self.lent_out = Some(lent);
-        Some(permit)
-    }
-
-    /// A child gave back the slot this agent lent it.
-    pub fn returned(&mut self, permit: OwnedSemaphorePermit) {
-        let lent = self.lent_out.take().unwrap_or(false);
-        self.held = Some((permit, lent));
-    }
-
-    /// The agent ends: the slot to give back to its parent (one the parent
-    /// lent); a slot of its own goes back to the run's pool when dropped here.
-    pub fn release(&mut self) -> Option<OwnedSemaphorePermit> {
-        match self.held.take() {
-            Some((permit, true)) => Some(permit),
-            _ => None,
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn start() -> DateTime<Utc> {
+        DateTime::from_timestamp(1_800_000_000, 0).unwrap()
+    }
 
     fn budget(tokens: u64, tool_calls: u32) -> Budget {
         Budget {
@@ -220,7 +170,7 @@ mod tests {
 
     #[test]
     fn usage_of_every_agent_adds_up_and_trips_the_shared_budget() {
-        let account = RunAccount::new(budget(100, 10), CancellationToken::new(), 8);
+        let account = RunAccount::new(budget(100, 10), CancellationToken::new(), start());
         let usage = Usage {
             input: 30,
             output: 10,
@@ -228,36 +178,39 @@ mod tests {
             cache_write: 0,
         };
         account.add_usage(&usage, None);
-        assert!(account.check().is_none());
+        assert!(account.check(start()).is_none());
         // Two more agents of the same run.
         account.add_usage(&usage, None);
         account.add_usage(&usage, None);
-        let hit = account.check().unwrap();
+        let hit = account.check(start()).unwrap();
         assert_eq!(hit.stop_reason(), "budget_tokens");
         assert_eq!(account.tally().usage.total(), 120);
     }
 
     #[test]
     fn tool_calls_are_granted_up_to_the_budget_in_call_order() {
-        let account = RunAccount::new(budget(1_000, 5), CancellationToken::new(), 8);
+        let account = RunAccount::new(budget(1_000, 5), CancellationToken::new(), start());
         assert_eq!(
-            account.take_tool_calls(3),
+            account.take_tool_calls(3, start()),
             ToolCallGrant {
                 granted: 3,
                 hit: None
             }
         );
-        let grant = account.take_tool_calls(4);
+        let grant = account.take_tool_calls(4, start());
         assert_eq!(grant.granted, 2);
         assert_eq!(grant.hit, Some(LimitHit::MaxToolCalls { limit: 5 }));
-        assert_eq!(account.take_tool_calls(1).granted, 0);
+        assert_eq!(account.take_tool_calls(1, start()).granted, 0);
         assert_eq!(account.tally().tool_calls, 5);
-        assert_eq!(account.check().unwrap().stop_reason(), "max_tool_calls");
+        assert_eq!(
+            account.check(start()).unwrap().stop_reason(),
+            "max_tool_calls"
+        );
     }
 
     #[test]
     fn spent_tokens_refuse_tool_calls_too() {
-        let account = RunAccount::new(budget(10, 500), CancellationToken::new(), 8);
+        let account = RunAccount::new(budget(10, 500), CancellationToken::new(), start());
         account.add_usage(
             &Usage {
                 input: 10,
@@ -267,7 +220,7 @@ mod tests {
             },
             None,
         );
-        let grant = account.take_tool_calls(2);
+        let grant = account.take_tool_calls(2, start());
         assert_eq!(grant.granted, 0);
         assert_eq!(grant.hit.unwrap().stop_reason(), "budget_tokens");
         assert_eq!(account.tally().tool_calls, 0);
@@ -277,7 +230,7 @@ mod tests {
     fn the_first_stop_cause_wins_and_cancels_the_root() {
         let root = CancellationToken::new();
         let child = root.child_token();
-        let account = RunAccount::new(budget(10, 5), root, 8);
+        let account = RunAccount::new(budget(10, 5), root, start());
         assert!(account.stop_cause().is_none());
         assert!(account.stop(StopCause::Limit(LimitHit::MaxToolCalls { limit: 5 })));
         assert!(!account.stop(StopCause::Cancelled));
@@ -289,40 +242,25 @@ mod tests {
     }
 
     #[test]
-    fn a_held_slot_is_lent_to_the_first_child_and_comes_back() {
-        let pool = Arc::new(Semaphore::new(2));
-        let own = pool.clone().try_acquire_owned().unwrap();
-        let mut parent = SlotHolder::new(Some(own), false);
-        let first = parent.lend().expect("the parent's slot");
-        assert!(parent.lend().is_none(), "lent once");
-        // The child that got it gives it back at its end…
-        let mut child = SlotHolder::new(Some(first), true);
-        let back = child.release().expect("a lent slot goes back");
-        parent.returned(back);
-        assert_eq!(pool.available_permits(), 1);
-        // …and the parent's own slot goes to the pool at its end.
-        assert!(parent.release().is_none());
-        assert_eq!(pool.available_permits(), 2);
-    }
-
-    #[test]
-    fn a_lent_slot_stays_lent_through_a_grandchild() {
-        let pool = Arc::new(Semaphore::new(1));
-        let permit = pool.clone().try_acquire_owned().unwrap();
-        // A child holding its parent's slot lends it on to its own child.
-        let mut child = SlotHolder::new(Some(permit), true);
-        let mut grandchild = SlotHolder::new(child.lend(), true);
-        child.returned(grandchild.release().unwrap());
-        assert!(child.release().is_some(), "still the parent's to get back");
-        assert!(SlotHolder::default().lend().is_none());
-        assert!(SlotHolder::default().release().is_none());
-    }
-
-    #[test]
-    fn slots_and_approval_numbers() {
-        let account = RunAccount::new(budget(10, 5), CancellationToken::new(), 0);
-        assert_eq!(account.slots().available_permits(), 1);
+    fn approval_numbers_count_up() {
+        let account = RunAccount::new(budget(10, 5), CancellationToken::new(), start());
         assert_eq!(account.next_approval_number(), 1);
         assert_eq!(account.next_approval_number(), 2);
+    }
+
+    #[test]
+    fn the_wall_clock_is_measured_to_the_now_asked_with() {
+        let account = RunAccount::new(budget(1_000, 5), CancellationToken::new(), start());
+        let hour = chrono::Duration::hours(1);
+        assert!(
+            account
+                .check(start() + hour - chrono::Duration::seconds(1))
+                .is_none()
+        );
+        let hit = account.check(start() + hour).unwrap();
+        assert_eq!(hit.stop_reason(), "wall_clock");
+        let grant = account.take_tool_calls(2, start() + hour);
+        assert_eq!(grant.granted, 0);
+        assert_eq!(account.elapsed(start() - hour), Duration::ZERO);
     }
 }

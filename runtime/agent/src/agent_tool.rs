@@ -123,7 +123,7 @@ pub(crate) fn parse_agent_call(args: &Value) -> Result<AgentCallArgs, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::roles::{Role, RoleSource, RoleTools};
+    use crate::roles::{Role, RoleSource, RoleTools, parse_role};
     use serde_json::json;
     use troupe_tools::registry::valid_tool_name;
 
@@ -179,18 +179,16 @@ mod tests {
 
     #[test]
     fn description_is_deterministic() {
-        let project = tempfile::tempdir().unwrap();
-        let agents = project.path().join(".troupe/agents");
-        std::fs::create_dir_all(&agents).unwrap();
-        for name in ["zed", "alpha", "mid"] {
-            std::fs::write(
-                agents.join(format!("{name}.md")),
-                format!("---\ndescription: the {name} role\n---\nP"),
-            )
-            .unwrap();
-        }
-        let (first, _) = RoleSet::load(None, Some(project.path()));
-        let (second, _) = RoleSet::load(None, Some(project.path()));
+        let file_roles = || {
+            let roles = ["zed", "alpha", "mid"].map(|name| {
+                let text = format!("---\ndescription: the {name} role\n---\nP");
+                let path = format!("/p/.troupe/agents/{name}.md");
+                let role = parse_role(&text, name, RoleSource::Project(path.into())).unwrap();
+                (role.name.clone(), role)
+            });
+            RoleSet::with_file_roles(roles.into_iter().collect())
+        };
+        let (first, second) = (file_roles(), file_roles());
         let text = agent_tool_description(&first);
         assert_eq!(text, agent_tool_description(&second));
         let lines: Vec<&str> = text.lines().filter(|l| l.starts_with("- ")).collect();
@@ -209,16 +207,10 @@ mod tests {
 
     #[test]
     fn file_role_lines_stay_on_one_line() {
-        let project = tempfile::tempdir().unwrap();
-        let agents = project.path().join(".troupe/agents");
-        std::fs::create_dir_all(&agents).unwrap();
-        std::fs::write(
-            agents.join("multi.md"),
-            "---\ndescription: |\n  first line\n  second line\n---\nP",
-        )
-        .unwrap();
-        let (roles, warnings) = RoleSet::load(None, Some(project.path()));
-        assert!(warnings.is_empty(), "{warnings:?}");
+        let text = "---\ndescription: |\n  first line\n  second line\n---\nP";
+        let source = RoleSource::Project("/p/.troupe/agents/multi.md".into());
+        let role = parse_role(text, "multi", source).unwrap();
+        let roles = RoleSet::with_file_roles([(role.name.clone(), role)].into_iter().collect());
         let text = agent_tool_description(&roles);
         assert!(
             text.ends_with("\n- multi: first line second line"),

@@ -28,7 +28,7 @@ pub mod roles;
 pub mod run;
 pub mod subagent;
 
-pub use account::{RunAccount, SlotHolder, StopCause};
+pub use account::{RunAccount, StopCause};
 pub use catalogue::ToolCatalogue;
 pub use guard::{Budget, LimitHit};
 pub use history::validate_history;

@@ -211,7 +211,7 @@ impl AgentLoop {
             }
             (indices, calls, blocks)
         };
-        let grant = self.account.take_tool_calls(calls.len() as u32);
+        let grant = self.account.take_tool_calls(calls.len() as u32, self.now);
         let refused_by_budget = grant.hit.as_ref().map(|hit| hit.notice());
         let mut prepared: Vec<(Prepared, Option<Decision>)> = Vec::with_capacity(calls.len());
         for (k, call) in calls.iter().enumerate() {

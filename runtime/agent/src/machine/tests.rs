@@ -97,7 +97,7 @@ fn fixture(options: Options) -> Fixture {
             tool_calls: options.tool_calls,
         },
         CancellationToken::new(),
-        8,
+        fixed_now(),
     ));
     let mut transcript = Transcript::new();
     for message in options.history {

@@ -31,7 +31,7 @@ impl AgentLoop {
         if self.offload_step(out) {
             return;
         }
-        if let Some(hit) = self.account.check() {
+        if let Some(hit) = self.account.check(self.now) {
             // Budgets are the run's: the whole tree stops.
             self.account.stop(StopCause::Limit(hit.clone()));
             self.stop_on_limit(hit, out);

@@ -437,7 +437,7 @@ fn the_wall_clock_stops_every_agent_of_the_tree_once() {
             tool_calls: 10,
         },
         CancellationToken::new(),
-        8,
+        at(9),
     );
     let main = account.root().child_token();
     let child = main.child_token();
