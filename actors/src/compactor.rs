@@ -18,12 +18,14 @@ use std::sync::Arc;
 use futures::StreamExt;
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::AbortOnDropHandle;
 use tracing::{Instrument, Span};
 use troupe_llm::{ChatRequest, Provider, ProviderError, ResponseAccumulator};
 use troupe_protocol::model::ProviderErrorKind;
 use troupe_protocol::model::Usage;
 
 use crate::agent::{AgentMsg, Work};
+use crate::tasks::OwnedTasks;
 
 /// Messages of the compactor.
 pub(crate) enum CompactorMsg {
@@ -51,9 +53,17 @@ pub(crate) struct CompactorArgs {
 /// The compactor actor.
 pub(crate) struct Compactor;
 
+/// State of the compactor: its arguments and the tasks of its summaries.
+pub(crate) struct CompactorState {
+    agent: ActorRef<AgentMsg>,
+    provider: Arc<dyn Provider>,
+    /// Aborted when the compactor stops (with its agent).
+    tasks: OwnedTasks,
+}
+
 impl Actor for Compactor {
     type Msg = CompactorMsg;
-    type State = CompactorArgs;
+    type State = CompactorState;
     type Arguments = CompactorArgs;
 
     async fn pre_start(
@@ -61,7 +71,11 @@ impl Actor for Compactor {
         _myself: ActorRef<Self::Msg>,
         args: Self::Arguments,
     ) -> Result<Self::State, ActorProcessingErr> {
-        Ok(args)
+        Ok(CompactorState {
+            agent: args.agent,
+            provider: args.provider,
+            tasks: OwnedTasks::default(),
+        })
     }
 
     async fn handle(
@@ -79,8 +93,12 @@ impl Actor for Compactor {
         let provider = state.provider.clone();
         let provider_name = provider.name().to_string();
         let agent = state.agent.clone();
-        let summary = tokio::spawn(stream_summary(provider, request, cancel, span));
-        tokio::spawn(async move {
+        state.tasks.spawn(async move {
+            // A task of its own, watched from this one: its panic is an
+            // answer, and it is aborted with this one.
+            let summary = AbortOnDropHandle::new(tokio::spawn(stream_summary(
+                provider, request, cancel, span,
+            )));
             let (result, usage) = match summary.await {
                 Ok(Some(answer)) => answer,
                 // Cancelled: the loop has moved on.

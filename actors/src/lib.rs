@@ -22,6 +22,7 @@ pub(crate) mod run;
 pub mod runtime;
 pub(crate) mod slots;
 pub mod subscription;
+pub(crate) mod tasks;
 
 pub use agent::{AgentMsg, Internal};
 pub use env::{AgentEnv, AgentEnvBuilder, CatalogueCache, CatalogueKey, ProviderForModel};

@@ -18,6 +18,7 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use chrono::{DateTime, Utc};
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort, SupervisionEvent};
@@ -26,37 +27,26 @@ use troupe_agent::compact::offload::Ledger;
 use troupe_agent::run::{
     RunEffect, RunInput, RunMachine, RunRefusal, RunSetup, SessionBack, join_notes,
 };
+pub use troupe_agent::session::SessionState;
 use troupe_agent::session::Transcript;
 use troupe_agent::{
     AgentLoop, AgentSpec, AgentStatus, Approver, Budget, ContextSetup, LoopSetup, RunAccount,
     RunOutcome,
 };
 use troupe_config::Limits;
-use troupe_loader::save_transcript;
 use troupe_permissions::PermissionEngine;
 use troupe_protocol::events::{ApprovalOutcome, RunStatus};
 use troupe_protocol::model::{Message, Usage};
-use troupe_protocol::permission::RuleEntry;
-use troupe_store::{RunRecord, RunState, StoreError};
+use troupe_store::{NewSession, RunRecord, RunState, Store, StoreError};
 
 use crate::agent::{AgentActor, AgentArgs, AgentMsg, Report, Work};
 use crate::env::AgentEnv;
 use crate::event_log::EventSink;
-use crate::runtime::{RuntimeError, RuntimeMsg};
+use crate::runtime::{RunHandle, RuntimeError, RuntimeMsg, SubmitReply};
 use crate::slots::SlotHolder;
+use crate::tasks::OwnedTasks;
 
 pub(crate) use troupe_agent::run::RunJob;
-
-/// A session between runs: its history and what it keeps.
-#[derive(Debug, Clone, Default)]
-pub struct SessionState {
-    /// The history and what of it is stored.
-    pub transcript: Transcript,
-    /// When the session was last active (for the pause note).
-    pub last_active: Option<DateTime<Utc>>,
-    /// "Allow always" rules kept with the session.
-    pub rules: Vec<RuleEntry>,
-}
 
 /// The prompt a compaction run is recorded with.
 pub(crate) const COMPACT_PROMPT: &str = "(compact the conversation)";
@@ -74,8 +64,26 @@ pub(crate) struct RunArgs {
     pub session: SessionState,
     /// How the session was opened (`None`: kept in memory from its last run).
     pub opening: Option<crate::hook_gate::SessionOpening>,
+    /// The new session the run's first write creates.
+    pub create: Option<NewSessionWrite>,
+    /// The submitter's answer, sent once the run is recorded.
+    pub answer: SubmitAnswer,
     pub events: EventSink,
     pub runtime: ActorRef<RuntimeMsg>,
+}
+
+/// A new session, created by its first run's first write, with the memory
+/// its later runs send.
+pub(crate) struct NewSessionWrite {
+    pub session: NewSession,
+    pub memory: String,
+}
+
+/// The answer to the submitter of a run: the handle, sent once the run is
+/// recorded (its first write is durable or failed).
+pub(crate) struct SubmitAnswer {
+    pub reply: SubmitReply,
+    pub handle: RunHandle,
 }
 
 /// Messages of the run actor.
@@ -135,6 +143,13 @@ pub(crate) enum RunInternal {
     },
     /// The wall-clock budget is used up.
     WallClock,
+    /// The run record written at the door is durable (or the write failed).
+    Recorded(Result<(), StoreError>),
+    /// The opened run's record and history are durable (or the write
+    /// failed): what [`RunEffect::OpenRun`] started.
+    Opened(Result<(), StoreError>),
+    /// The store's confirmation deadline for the run's end is over.
+    EndOverdue,
     /// The run's end is recorded (durable, or the write failed): what
     /// [`RunEffect::WriteEnd`] started, with the tree's usage then.
     EndRecorded {
@@ -200,6 +215,13 @@ pub(crate) struct RunActorState {
     /// The answer channels of open questions by approval id.
     questions: HashMap<String, tokio::sync::oneshot::Sender<troupe_tools::Answer>>,
     main: Option<ActorRef<AgentMsg>>,
+    /// The new session the run's first write creates.
+    create: Option<NewSessionWrite>,
+    /// The submitter's answer, until the run is recorded.
+    answer: Option<SubmitAnswer>,
+    /// The main agent's start and how much of its history is being made
+    /// durable, while the opening write is under way.
+    opening_write: Option<(MainStart, usize)>,
     /// The session as submitted, until the run opens on it.
     opening: Option<Opening>,
     /// What the main agent starts with, from the run's opening until it is
@@ -209,11 +231,18 @@ pub(crate) struct RunActorState {
     left_by_main: Option<SessionState>,
     /// The wall-clock timer (`send_after`), aborted once the tree is
     /// cancelled or the run stops.
-    wall_clock: Option<WallClockTimer>,
+    wall_clock: Option<Timer>,
+    /// While the end of the run is being recorded: whether it was told
+    /// (durable, failed or overdue), the tree's usage then, and the timer of
+    /// the store's confirmation deadline.
+    end_write: Option<(Arc<AtomicBool>, Usage, Timer)>,
+    /// Its tasks (hooks on a message, status and history queries, the hooks
+    /// at the door): aborted when it stops.
+    tasks: OwnedTasks,
 }
 
 /// The task of a message sent to the run later.
-type WallClockTimer = tokio::task::JoinHandle<Result<(), ractor::MessagingErr<RunMsg>>>;
+type Timer = tokio::task::JoinHandle<Result<(), ractor::MessagingErr<RunMsg>>>;
 
 impl Actor for RunActor {
     type Msg = RunMsg;
@@ -257,6 +286,9 @@ impl Actor for RunActor {
             },
             started,
             parallel_subagents: args.limits.max_parallel_subagents,
+            create: args.create,
+            answer: Some(args.answer),
+            opening_write: None,
             agents: HashMap::new(),
             questions: HashMap::new(),
             main: None,
@@ -268,6 +300,8 @@ impl Actor for RunActor {
             start: None,
             left_by_main: None,
             wall_clock: None,
+            end_write: None,
+            tasks: OwnedTasks::default(),
         };
         let submitted = RunInput::Submitted {
             door_hooks,
@@ -324,7 +358,7 @@ impl Actor for RunActor {
                 let cancel = state.account.root().clone();
                 // Its hooks run outside the mailbox; the text goes on only
                 // if none blocked it.
-                tokio::spawn(async move {
+                state.tasks.spawn(async move {
                     let gate = crate::hook_gate::message_written(
                         &env,
                         &session_id,
@@ -352,7 +386,7 @@ impl Actor for RunActor {
                 let agents: Vec<ActorRef<AgentMsg>> =
                     state.agents.values().map(|a| a.agent.clone()).collect();
                 // Asked outside the mailbox: a busy agent never holds up the run.
-                tokio::spawn(async move {
+                state.tasks.spawn(async move {
                     let mut statuses = Vec::with_capacity(agents.len());
                     for agent in agents {
                         if let Ok(status) =
@@ -368,7 +402,7 @@ impl Actor for RunActor {
             RunMsg::History(reply) => match state.main.clone() {
                 Some(main) => {
                     let run = myself.clone();
-                    tokio::spawn(async move {
+                    state.tasks.spawn(async move {
                         match ractor::call_t!(main, AgentMsg::History, STATUS_TIMEOUT_MS) {
                             Ok(history) => {
                                 let _ = reply.send(history);
@@ -395,6 +429,9 @@ impl Actor for RunActor {
         state: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
         if let Some(timer) = state.wall_clock.take() {
+            timer.abort();
+        }
+        if let Some((_, _, timer)) = state.end_write.take() {
             timer.abort();
         }
         Ok(())
@@ -541,6 +578,20 @@ impl RunActorState {
     /// Traffic from the run's agents and timers: the handles it carries are
     /// kept (or dropped) here, what happened goes to the machine.
     async fn on_internal(&mut self, myself: &ActorRef<RunMsg>, internal: RunInternal) {
+        let internal = match internal {
+            // The disk has not answered in time: the run ends without it,
+            // unless the answer came first.
+            RunInternal::EndOverdue => match self.end_write.take() {
+                Some((told, usage, _)) if !told.swap(true, Ordering::SeqCst) => {
+                    RunInternal::EndRecorded {
+                        usage,
+                        recorded: Err(troupe_store::unconfirmed("the end of the run")),
+                    }
+                }
+                _ => return,
+            },
+            other => other,
+        };
         let input = match internal {
             RunInternal::Gated(verdict) => RunInput::DoorChecked {
                 verdict,
@@ -581,7 +632,35 @@ impl RunActorState {
             RunInternal::WallClock => RunInput::WallClockOver {
                 tree_stopped: self.account.stop_cause().is_some(),
             },
+            RunInternal::Recorded(recorded) => {
+                if let Err(err) = recorded {
+                    tracing::error!(run = %self.run_id, %err, "the run could not be recorded");
+                }
+                self.answer_submitter();
+                return;
+            }
+            RunInternal::Opened(opened) => {
+                let opened = match opened {
+                    Ok(()) => {
+                        if let Some((mut start, saved)) = self.opening_write.take() {
+                            start.transcript.mark_saved(saved);
+                            self.start = Some(start);
+                        }
+                        Ok(())
+                    }
+                    Err(err) => {
+                        tracing::error!(run = %self.run_id, %err, "the run could not be recorded");
+                        Err(err.to_string())
+                    }
+                };
+                self.answer_submitter();
+                RunInput::Opened(opened)
+            }
+            RunInternal::EndOverdue => return,
             RunInternal::EndRecorded { usage, recorded } => {
+                if let Some((_, _, timer)) = self.end_write.take() {
+                    timer.abort();
+                }
                 if let Err(err) = &recorded {
                     tracing::error!(run = %self.run_id, %err, "could not record the end of the run");
                 }
@@ -617,15 +696,10 @@ impl RunActorState {
         reply: &mut Option<Reply>,
     ) -> Option<RunInput> {
         match effect {
-            RunEffect::RecordRun { prompt } => {
-                let record = self.record(prompt);
-                if let Err(err) = self.env.store.put_run(&record) {
-                    tracing::error!(run = %self.run_id, %err, "the run could not be recorded");
-                }
-            }
+            RunEffect::RecordRun { prompt } => self.write_record(myself, prompt),
             RunEffect::CheckDoor => self.gate_at_door(myself),
             RunEffect::OpenRun { prompt, message } => {
-                return Some(RunInput::Opened(self.open_run(prompt, message).await));
+                return self.open_run(myself, prompt, message);
             }
             RunEffect::Emit(kind) => self.events.emit(kind),
             RunEffect::ArmWallClock { after } => {
@@ -706,6 +780,7 @@ impl RunActorState {
                 stop_reason,
             } => self.write_end(myself, status, stop_reason),
             RunEffect::Finish { outcome, session } => {
+                self.answer_submitter();
                 let session = match session {
                     SessionBack::Unchanged => self.opening.take().map(|opening| opening.session),
                     SessionBack::LeftByMain => self.left_by_main.take(),
@@ -725,7 +800,7 @@ impl RunActorState {
     /// Runs the hooks at the door in a task; their verdict comes back as
     /// [`RunInternal::Gated`]. They run before anything of the prompt is
     /// stored: a blocked prompt never enters the history.
-    fn gate_at_door(&self, myself: &ActorRef<RunMsg>) {
+    fn gate_at_door(&mut self, myself: &ActorRef<RunMsg>) {
         let (env, session_id, run_id) = (
             self.env.clone(),
             self.session_id.clone(),
@@ -733,54 +808,103 @@ impl RunActorState {
         );
         let check = self.check.clone();
         let run = myself.clone();
-        tokio::spawn(async move {
+        self.tasks.spawn(async move {
             let gate = door_gate(&env, &session_id, &run_id, &check).await;
             let _ = run.cast(RunMsg::internal(RunInternal::Gated(gate)));
         });
     }
 
-    /// Opens the run: `message` joins the session's history, the run record
-    /// (with `prompt`) and the history are written, then made durable on the
-    /// store's writer thread (no worker waits for the disk). Leaves the main
-    /// agent's start in `start` when they are.
-    async fn open_run(&mut self, prompt: String, message: Option<Message>) -> Result<(), String> {
+    /// Opens the run: `message` joins the session's history, and the run
+    /// record (with `prompt`) and the history not yet stored are handed to the
+    /// store's writer thread (with the new session, if the run creates one),
+    /// which makes them durable and answers with [`RunInternal::Opened`]: no
+    /// handler waits for the disk. The main agent's start waits for that
+    /// answer.
+    fn open_run(
+        &mut self,
+        myself: &ActorRef<RunMsg>,
+        prompt: String,
+        message: Option<Message>,
+    ) -> Option<RunInput> {
         let Some(Opening {
             mut session,
             limits,
             approver,
         }) = self.opening.take()
         else {
-            return Err("the run opened already".into());
+            return Some(RunInput::Opened(Err("the run opened already".into())));
         };
         let resumed = !session.transcript.is_empty();
         if let Some(message) = message {
             session.transcript.push(message);
         }
         let record = self.record(prompt);
-        let written = self.env.store.put_run(&record).and_then(|()| {
-            save_transcript(
-                &mut session.transcript,
-                &self.env.store,
-                &self.session_id,
-                false,
-            )
-        });
-        let opened = match written {
-            Ok(()) => self.env.store.commit_and_wait(|_| Ok(())).await,
-            Err(err) => Err(err),
-        };
-        if let Err(err) = opened {
-            tracing::error!(run = %self.run_id, %err, "the run could not be recorded");
-            return Err(err.to_string());
+        let (saved, unsaved) = session.transcript.unsaved_copy();
+        let create = self.create.take();
+        let session_id = self.session_id.clone();
+        let run = myself.clone();
+        self.env.store.commit(
+            move |store| {
+                match &create {
+                    Some(create) => create_session(store, create)?,
+                    // Created by an earlier write of this run, or by an
+                    // earlier run: a session that is not there is an error,
+                    // not a history without its session.
+                    None if store.session(&session_id)?.is_none() => {
+                        return Err(StoreError::Database {
+                            detail: format!("session {session_id} is not in the store"),
+                        });
+                    }
+                    None => {}
+                }
+                store.put_run(&record)?;
+                for (index, message) in &unsaved {
+                    store.put_message(&session_id, *index, message)?;
+                }
+                Ok(())
+            },
+            move |opened| {
+                let _ = run.cast(RunMsg::internal(RunInternal::Opened(opened)));
+            },
+        );
+        self.opening_write = Some((
+            MainStart {
+                limits,
+                approver,
+                transcript: session.transcript,
+                resumed,
+                job: self.check.job,
+            },
+            saved,
+        ));
+        None
+    }
+
+    /// Writes the run record with `prompt` (and the new session, if the run
+    /// creates one and this is its first write) on the store's writer thread;
+    /// [`RunInternal::Recorded`] answers.
+    fn write_record(&mut self, myself: &ActorRef<RunMsg>, prompt: String) {
+        let record = self.record(prompt);
+        let create = self.create.take();
+        let run = myself.clone();
+        self.env.store.commit(
+            move |store| {
+                if let Some(create) = &create {
+                    create_session(store, create)?;
+                }
+                store.put_run(&record)
+            },
+            move |recorded| {
+                let _ = run.cast(RunMsg::internal(RunInternal::Recorded(recorded)));
+            },
+        );
+    }
+
+    /// Sends the submitter its run's handle, once.
+    fn answer_submitter(&mut self) {
+        if let Some(SubmitAnswer { reply, handle }) = self.answer.take() {
+            let _ = reply.send(Ok(handle));
         }
-        self.start = Some(MainStart {
-            limits,
-            approver,
-            transcript: session.transcript,
-            resumed,
-            job: self.check.job,
-        });
-        Ok(())
     }
 
     /// The record of this run, running since it was submitted, with `prompt`.
@@ -800,16 +924,17 @@ impl RunActorState {
     /// Writes the record's end and has the store's writer thread make it
     /// durable (no worker waits for the disk); [`RunInternal::EndRecorded`]
     /// answers, with the whole tree's usage now.
-    fn write_end(&self, myself: &ActorRef<RunMsg>, status: RunStatus, stop_reason: String) {
+    fn write_end(&mut self, myself: &ActorRef<RunMsg>, status: RunStatus, stop_reason: String) {
         let usage = self.account.tally().usage;
         let run_id = self.run_id.clone();
         // Told once: when the write is durable, or when the disk has not
         // answered within CONFIRM_DEADLINE (a run must end even then).
-        let told = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let told = Arc::new(AtomicBool::new(false));
         let deliver = {
             let run = myself.clone();
+            let told = told.clone();
             move |recorded: Result<(), StoreError>| {
-                if !told.swap(true, std::sync::atomic::Ordering::SeqCst) {
+                if !told.swap(true, Ordering::SeqCst) {
                     let _ = run.cast(RunMsg::internal(RunInternal::EndRecorded {
                         usage,
                         recorded,
@@ -817,11 +942,10 @@ impl RunActorState {
                 }
             }
         };
-        let overdue = deliver.clone();
-        tokio::spawn(async move {
-            tokio::time::sleep(troupe_store::CONFIRM_DEADLINE).await;
-            overdue(Err(troupe_store::unconfirmed("the end of the run")));
+        let deadline = myself.send_after(troupe_store::CONFIRM_DEADLINE, || {
+            RunMsg::internal(RunInternal::EndOverdue)
         });
+        self.end_write = Some((told, usage, deadline));
         self.env.store.commit(
             move |store| {
                 let Some(mut record) = store.run(&run_id)? else {
@@ -835,4 +959,14 @@ impl RunActorState {
             deliver,
         );
     }
+}
+
+/// Creates a run's new session with the memory its later runs send (a
+/// memory that cannot be kept is only logged).
+fn create_session(store: &Store, create: &NewSessionWrite) -> Result<(), StoreError> {
+    store.create_session(&create.session)?;
+    if let Err(err) = store.put_session_memory(&create.session.id, &create.memory) {
+        tracing::warn!(%err, "the session's memory could not be kept with it");
+    }
+    Ok(())
 }

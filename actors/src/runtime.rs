@@ -16,7 +16,8 @@ use std::sync::Arc;
 
 use ractor::{Actor, ActorId, ActorProcessingErr, ActorRef, RpcReplyPort, SupervisionEvent};
 use tokio::sync::oneshot;
-use troupe_agent::session::{Transcript, keep_idle_session};
+use troupe_agent::session::{OpenedSession, Transcript};
+use troupe_agent::slots::{Admission, SessionSlots};
 use troupe_agent::{AgentStatus, Approver, RunOutcome};
 use troupe_config::Limits;
 use troupe_loader::open_session;
@@ -29,7 +30,9 @@ use troupe_store::{NewSession, Store, StoreError};
 use crate::env::AgentEnv;
 use crate::event_log::{EventLog, EventLogArgs, EventLogMsg, EventSink, LiveEvents, live_events};
 use crate::hook_gate::SessionOpening;
-use crate::run::{COMPACT_PROMPT, RunActor, RunArgs, RunJob, RunMsg, SessionState};
+use crate::run::{
+    COMPACT_PROMPT, NewSessionWrite, RunActor, RunArgs, RunJob, RunMsg, SessionState, SubmitAnswer,
+};
 use crate::subscription::EventSubscription;
 
 /// Errors of the runtime handle.
@@ -126,10 +129,18 @@ pub(crate) enum HistorySource {
 /// Messages of the runtime actor.
 pub(crate) enum RuntimeMsg {
     /// Start a run.
-    Submit(
-        Box<(RunSubmission, RunJob)>,
-        RpcReplyPort<Result<RunHandle, RuntimeError>>,
-    ),
+    Submit(Box<(RunSubmission, RunJob)>, SubmitReply),
+    /// The stored session a submission continues was read (and repaired) on
+    /// the store's writer thread.
+    Opened {
+        submission: Box<(RunSubmission, RunJob)>,
+        reply: SubmitReply,
+        session_id: String,
+        opened: Result<Option<OpenedSession>, StoreError>,
+    },
+    /// The time an ended run's event log had to store its last events is
+    /// over.
+    LogOverdue(String),
     /// The run actor of a run in progress.
     Run(String, RpcReplyPort<Option<ActorRef<RunMsg>>>),
     /// The ids of the runs in progress.
@@ -153,20 +164,29 @@ pub(crate) enum RuntimeMsg {
     },
 }
 
+/// The answer to a submission.
+pub(crate) type SubmitReply = RpcReplyPort<Result<RunHandle, RuntimeError>>;
+
 struct RunEntry {
     session_id: String,
     run: ActorRef<RunMsg>,
     log: ActorRef<EventLogMsg>,
     live: LiveEvents,
     outcome: Option<oneshot::Sender<RunOutcome>>,
+    /// The run ended: its outcome, handed out once its log stored its last
+    /// events.
+    ended: Option<RunOutcome>,
 }
 
-/// A session the runtime knows.
-enum SessionSlot {
-    /// A run is in progress.
-    Running(String),
-    /// Between runs.
-    Idle(SessionState),
+/// How a submission's session was found.
+struct Prepared {
+    session_id: String,
+    session: SessionState,
+    /// What opening the stored session repaired, told before the run starts.
+    notice: Option<String>,
+    opening: Option<SessionOpening>,
+    /// The new session the run's first write creates.
+    create: Option<NewSessionWrite>,
 }
 
 /// How long, beyond the store's confirmation deadline, the runtime waits for
@@ -178,9 +198,9 @@ pub(crate) struct RuntimeState {
     store: Store,
     runs: HashMap<String, RunEntry>,
     run_actors: HashMap<ActorId, String>,
-    sessions: HashMap<String, SessionSlot>,
-    /// How long an idle session's history stays in memory.
-    keep_idle: chrono::Duration,
+    /// The runs of the event logs, by the logs' actors.
+    log_actors: HashMap<ActorId, String>,
+    sessions: SessionSlots,
 }
 
 /// How long a session's history stays in memory after its run, so that the
@@ -215,8 +235,10 @@ impl Actor for RuntimeActor {
             store,
             runs: HashMap::new(),
             run_actors: HashMap::new(),
-            sessions: HashMap::new(),
-            keep_idle: chrono::Duration::from_std(keep_idle).unwrap_or(chrono::Duration::MAX),
+            log_actors: HashMap::new(),
+            sessions: SessionSlots::new(
+                chrono::Duration::from_std(keep_idle).unwrap_or(chrono::Duration::MAX),
+            ),
         })
     }
 
@@ -227,10 +249,26 @@ impl Actor for RuntimeActor {
         state: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
         match message {
-            RuntimeMsg::Submit(submission, reply) => {
-                let (submission, job) = *submission;
-                let result = state.submit(&myself, submission, job).await;
-                let _ = reply.send(result);
+            RuntimeMsg::Submit(submission, reply) => state.submit(&myself, submission, reply).await,
+            RuntimeMsg::Opened {
+                submission,
+                reply,
+                session_id,
+                opened,
+            } => {
+                state
+                    .opened(&myself, submission, reply, session_id, opened)
+                    .await;
+            }
+            RuntimeMsg::LogOverdue(run_id) => {
+                if state
+                    .runs
+                    .get(&run_id)
+                    .is_some_and(|run| run.ended.is_some())
+                {
+                    tracing::warn!(%run_id, "the run's event log did not finish in time");
+                    state.finish_run(&run_id);
+                }
             }
             RuntimeMsg::Run(run_id, reply) => {
                 let _ = reply.send(state.runs.get(&run_id).map(|run| run.run.clone()));
@@ -240,7 +278,7 @@ impl Actor for RuntimeActor {
             }
             RuntimeMsg::Stats(reply) => {
                 let _ = reply.send(RuntimeStats {
-                    runs_in_progress: state.runs.len(),
+                    runs_in_progress: state.runs.values().filter(|r| r.ended.is_none()).count(),
                     sessions_in_memory: state.sessions.len(),
                 });
             }
@@ -248,49 +286,50 @@ impl Actor for RuntimeActor {
                 let _ = reply.send(state.runs.get(&run_id).map(|run| run.live.subscribe()));
             }
             RuntimeMsg::History(session_id, reply) => {
-                let source = match state.sessions.get(&session_id) {
-                    Some(SessionSlot::Idle(session)) => {
-                        HistorySource::Messages(session.transcript.messages().to_vec())
-                    }
-                    Some(SessionSlot::Running(run_id)) => match state.runs.get(run_id) {
+                let source = match state.sessions.history(&session_id) {
+                    Ok(session) => HistorySource::Messages(session.transcript.messages().to_vec()),
+                    Err(Some(run_id)) => match state.runs.get(run_id) {
                         Some(run) => HistorySource::Run(run.run.clone()),
                         None => HistorySource::Stored,
                     },
-                    None => HistorySource::Stored,
+                    Err(None) => HistorySource::Stored,
                 };
                 let _ = reply.send(source);
             }
             RuntimeMsg::RemoveSession(session_id, reply) => {
-                let result = match state.sessions.get(&session_id) {
-                    Some(SessionSlot::Running(_)) => Err(RuntimeError::SessionBusy(session_id)),
-                    _ => {
-                        // In this handler, so no run can continue the session
-                        // between leaving memory and leaving the store.
-                        state.sessions.remove(&session_id);
-                        state
-                            .store
-                            .remove_session(&session_id)
-                            .map_err(RuntimeError::from)
-                    }
-                };
-                let _ = reply.send(result);
+                state.remove_session(session_id, reply);
             }
             RuntimeMsg::RunEnded {
                 run_id,
                 outcome,
                 session,
-            } => state.run_ended(&run_id, outcome, session).await,
+            } => state.run_ended(&myself, &run_id, outcome, session),
         }
         Ok(())
     }
 
     async fn handle_supervisor_evt(
         &self,
-        _myself: ActorRef<Self::Msg>,
+        myself: ActorRef<Self::Msg>,
         event: SupervisionEvent,
         state: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
         // The runtime never stops because something below it did.
+        if let SupervisionEvent::ActorTerminated(cell, _, _)
+        | SupervisionEvent::ActorFailed(cell, _) = &event
+            && let Some(run_id) = state.log_actors.remove(&cell.get_id())
+        {
+            // An ended run's log stored its last events (or failed): the
+            // run is over.
+            if state
+                .runs
+                .get(&run_id)
+                .is_some_and(|run| run.ended.is_some())
+            {
+                state.finish_run(&run_id);
+            }
+            return Ok(());
+        }
         if let SupervisionEvent::ActorFailed(cell, err) = event {
             match state.run_actors.get(&cell.get_id()).cloned() {
                 Some(run_id) => {
@@ -308,18 +347,17 @@ impl Actor for RuntimeActor {
                             usage_total: Usage::default(),
                         });
                     }
-                    state
-                        .run_ended(
-                            &run_id,
-                            RunOutcome {
-                                status: RunStatus::Error,
-                                stop_reason: "run_failed".into(),
-                                final_text: String::new(),
-                                usage: Usage::default(),
-                            },
-                            None,
-                        )
-                        .await;
+                    state.run_ended(
+                        &myself,
+                        &run_id,
+                        RunOutcome {
+                            status: RunStatus::Error,
+                            stop_reason: "run_failed".into(),
+                            final_text: String::new(),
+                            usage: Usage::default(),
+                        },
+                        None,
+                    );
                 }
                 None => tracing::warn!(%err, "a runtime child failed"),
             }
@@ -329,13 +367,171 @@ impl Actor for RuntimeActor {
 }
 
 impl RuntimeState {
+    /// Admits a submission to its session. A new session or one kept in
+    /// memory starts at once; a stored one is read and repaired on the
+    /// store's writer thread, which answers with [`RuntimeMsg::Opened`]: this
+    /// handler never waits for the disk.
     async fn submit(
         &mut self,
         myself: &ActorRef<RuntimeMsg>,
-        submission: RunSubmission,
-        job: RunJob,
-    ) -> Result<RunHandle, RuntimeError> {
-        let (session_id, session, notice, opening) = self.open(&submission)?;
+        submission: Box<(RunSubmission, RunJob)>,
+        reply: SubmitReply,
+    ) {
+        let prepared = match &submission.0.session {
+            SessionTarget::New(id) => {
+                let id = id
+                    .clone()
+                    .unwrap_or_else(|| uuid::Uuid::now_v7().to_string());
+                if !self.sessions.new_session(&id) {
+                    let _ = reply.send(Err(RuntimeError::Store(StoreError::AlreadyExists {
+                        what: format!("session {id}"),
+                    })));
+                    return;
+                }
+                let env = &submission.0.env;
+                // Later runs of the session send the memory this one sends.
+                let memory = env.memory.snapshot.clone().unwrap_or_default();
+                Prepared {
+                    create: Some(NewSessionWrite {
+                        session: NewSession {
+                            id: id.clone(),
+                            cwd: env.sandbox.project_root().to_path_buf(),
+                            provider: env.provider.name().to_string(),
+                            model: env.provider.model().to_string(),
+                            parent: None,
+                            agent_path: None,
+                            run_id: None,
+                            fork_of: None,
+                        },
+                        memory,
+                    }),
+                    session_id: id,
+                    session: SessionState::default(),
+                    notice: None,
+                    opening: Some(SessionOpening::Startup),
+                }
+            }
+            SessionTarget::Continue(id) => match self.sessions.continue_session(id) {
+                Admission::Busy => {
+                    let _ = reply.send(Err(RuntimeError::SessionBusy(id.clone())));
+                    return;
+                }
+                Admission::Kept(session) => Prepared {
+                    session_id: id.clone(),
+                    session,
+                    notice: None,
+                    opening: None,
+                    create: None,
+                },
+                Admission::FromStore => {
+                    let id = id.clone();
+                    self.open_stored(myself, id, submission, reply);
+                    return;
+                }
+            },
+        };
+        self.start_run(myself, submission, reply, prepared).await;
+    }
+
+    /// Reads and repairs the stored session a submission continues on the
+    /// store's writer thread (after every write handed over before it);
+    /// [`RuntimeMsg::Opened`] brings it back.
+    fn open_stored(
+        &self,
+        myself: &ActorRef<RuntimeMsg>,
+        session_id: String,
+        submission: Box<(RunSubmission, RunJob)>,
+        reply: SubmitReply,
+    ) {
+        let read = Arc::new(std::sync::Mutex::new(None));
+        let read_back = read.clone();
+        let runtime = myself.clone();
+        let reading = session_id.clone();
+        self.store.commit(
+            move |store| {
+                let opened = open_session(store, &reading);
+                *read
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(opened);
+                Ok(())
+            },
+            move |flushed| {
+                let read = read_back
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .take();
+                let opened = match (read, flushed) {
+                    (Some(Ok(opened)), Ok(())) => Ok(opened),
+                    (Some(Err(err)), _) | (_, Err(err)) => Err(err),
+                    (None, Ok(())) => Err(StoreError::Database {
+                        detail: "the session was not read".into(),
+                    }),
+                };
+                let _ = runtime.cast(RuntimeMsg::Opened {
+                    submission,
+                    reply,
+                    session_id,
+                    opened,
+                });
+            },
+        );
+    }
+
+    /// The stored session a submission continues was read: its run starts,
+    /// or the submission is refused.
+    async fn opened(
+        &mut self,
+        myself: &ActorRef<RuntimeMsg>,
+        submission: Box<(RunSubmission, RunJob)>,
+        reply: SubmitReply,
+        session_id: String,
+        opened: Result<Option<OpenedSession>, StoreError>,
+    ) {
+        let opened = match opened {
+            Ok(Some(opened)) => opened,
+            Ok(None) => {
+                self.sessions.forget(&session_id);
+                let _ = reply.send(Err(RuntimeError::UnknownSession(session_id)));
+                return;
+            }
+            Err(err) => {
+                self.sessions.forget(&session_id);
+                let _ = reply.send(Err(err.into()));
+                return;
+            }
+        };
+        let prepared = Prepared {
+            notice: opened.repair_notice(&session_id),
+            session: SessionState {
+                transcript: Transcript::from_opened(&opened),
+                last_active: opened.last_updated,
+                rules: opened.rules,
+            },
+            session_id,
+            opening: Some(SessionOpening::Resume),
+            create: None,
+        };
+        self.start_run(myself, submission, reply, prepared).await;
+    }
+
+    /// Starts the run of an admitted submission: its event log and its run
+    /// actor, both linked here. The run actor answers the submitter once the
+    /// run is recorded (on the store's writer thread, not here).
+    async fn start_run(
+        &mut self,
+        myself: &ActorRef<RuntimeMsg>,
+        submission: Box<(RunSubmission, RunJob)>,
+        reply: SubmitReply,
+        prepared: Prepared,
+    ) {
+        let (submission, job) = *submission;
+        let Prepared {
+            session_id,
+            session,
+            notice,
+            opening,
+            create,
+        } = prepared;
         if job == RunJob::Compact
             && !troupe_agent::compact::compactable(
                 session.transcript.messages(),
@@ -343,9 +539,9 @@ impl RuntimeState {
             )
         {
             // Refused before anything is recorded; the session stays as it was.
-            self.sessions
-                .insert(session_id.clone(), SessionSlot::Idle(session));
-            return Err(RuntimeError::NothingToCompact(session_id));
+            self.sessions.opened(&session_id, session);
+            let _ = reply.send(Err(RuntimeError::NothingToCompact(session_id)));
+            return;
         }
         for rule in &session.rules {
             if let Err(err) = submission.permissions.add_session_rule(rule.clone()) {
@@ -358,7 +554,7 @@ impl RuntimeState {
         // Subscribed before the first event exists: the handle misses nothing.
         let events_rx =
             EventSubscription::live(self.store.clone(), run_id.clone(), 1, live.subscribe());
-        let (log, _) = Actor::spawn_linked(
+        let log = Actor::spawn_linked(
             None,
             EventLog,
             EventLogArgs {
@@ -369,13 +565,21 @@ impl RuntimeState {
             },
             myself.get_cell(),
         )
-        .await
-        .map_err(|err| RuntimeError::RunStart(err.to_string()))?;
+        .await;
+        let log = match log {
+            Ok((log, _)) => log,
+            Err(err) => {
+                self.sessions.forget(&session_id);
+                let _ = reply.send(Err(RuntimeError::RunStart(err.to_string())));
+                return;
+            }
+        };
         let events = EventSink::new(log.clone(), "main");
         // What opening the stored session repaired is told before the run starts.
         if let Some(text) = notice {
             events.emit(EventKind::notice(text));
         }
+        let (outcome_tx, outcome_rx) = oneshot::channel();
         let args = RunArgs {
             run_id: run_id.clone(),
             session_id: session_id.clone(),
@@ -390,144 +594,131 @@ impl RuntimeState {
             approver: submission.approver,
             session,
             opening,
+            create,
+            answer: SubmitAnswer {
+                reply,
+                handle: RunHandle {
+                    run_id: run_id.clone(),
+                    session_id: session_id.clone(),
+                    events: events_rx,
+                    outcome: outcome_rx,
+                },
+            },
             events,
             runtime: myself.clone(),
         };
         let run = match Actor::spawn_linked(None, RunActor, args, myself.get_cell()).await {
             Ok((run, _)) => run,
             Err(err) => {
-                self.sessions.remove(&session_id);
+                // The answer went down with the run's arguments: the
+                // submitter learns the run is gone.
+                tracing::error!(%run_id, %err, "the run could not start");
+                self.sessions.forget(&session_id);
                 log.stop(None);
-                return Err(RuntimeError::RunStart(err.to_string()));
+                return;
             }
         };
-        let (outcome_tx, outcome_rx) = oneshot::channel();
         self.run_actors.insert(run.get_id(), run_id.clone());
-        self.sessions
-            .insert(session_id.clone(), SessionSlot::Running(run_id.clone()));
+        self.log_actors.insert(log.get_id(), run_id.clone());
+        self.sessions.started(&session_id, &run_id);
         self.runs.insert(
-            run_id.clone(),
+            run_id,
             RunEntry {
-                session_id: session_id.clone(),
+                session_id,
                 run,
                 log,
                 live,
                 outcome: Some(outcome_tx),
+                ended: None,
             },
         );
-        Ok(RunHandle {
-            run_id,
-            session_id,
-            events: events_rx,
-            outcome: outcome_rx,
-        })
     }
 
-    /// The session a submission runs in: created, kept from its last run, or
-    /// opened from the store (with the notice of what was repaired), and how
-    /// it was opened (for SessionStart hooks).
-    fn open(
+    /// Removes a session that has no run in progress: from memory here, from
+    /// the store on its writer thread, which answers. A run submitted later
+    /// for it reads the store after the removal (the writer keeps order), so
+    /// it finds no session.
+    fn remove_session(
         &mut self,
-        submission: &RunSubmission,
-    ) -> Result<(String, SessionState, Option<String>, Option<SessionOpening>), RuntimeError> {
-        match &submission.session {
-            SessionTarget::New(id) => {
-                let id = id
-                    .clone()
-                    .unwrap_or_else(|| uuid::Uuid::now_v7().to_string());
-                self.store.create_session(&NewSession {
-                    id: id.clone(),
-                    cwd: submission.env.sandbox.project_root().to_path_buf(),
-                    provider: submission.env.provider.name().to_string(),
-                    model: submission.env.provider.model().to_string(),
-                    parent: None,
-                    agent_path: None,
-                    run_id: None,
-                    fork_of: None,
-                })?;
-                // Later runs of the session send the memory this one sends.
-                let memory = submission
-                    .env
-                    .memory
-                    .snapshot
-                    .as_deref()
-                    .unwrap_or_default();
-                if let Err(err) = self.store.put_session_memory(&id, memory) {
-                    tracing::warn!(%err, "the session's memory could not be kept with it");
-                }
-                Ok((
-                    id,
-                    SessionState::default(),
-                    None,
-                    Some(SessionOpening::Startup),
-                ))
-            }
-            SessionTarget::Continue(id) => match self.sessions.remove(id) {
-                Some(SessionSlot::Running(run_id)) => {
-                    self.sessions
-                        .insert(id.clone(), SessionSlot::Running(run_id));
-                    Err(RuntimeError::SessionBusy(id.clone()))
-                }
-                Some(SessionSlot::Idle(session)) => Ok((id.clone(), session, None, None)),
-                None => match open_session(&self.store, id)? {
-                    Some(opened) => {
-                        let notice = opened.repair_notice(id);
-                        let session = SessionState {
-                            transcript: Transcript::from_opened(&opened),
-                            last_active: opened.last_updated,
-                            rules: opened.rules,
-                        };
-                        Ok((id.clone(), session, notice, Some(SessionOpening::Resume)))
-                    }
-                    None => Err(RuntimeError::UnknownSession(id.clone())),
-                },
-            },
+        session_id: String,
+        reply: RpcReplyPort<Result<Vec<String>, RuntimeError>>,
+    ) {
+        if !self.sessions.remove(&session_id) {
+            let _ = reply.send(Err(RuntimeError::SessionBusy(session_id)));
+            return;
         }
+        let removed = Arc::new(std::sync::Mutex::new(None));
+        let removed_back = removed.clone();
+        self.store.commit(
+            move |store| {
+                let result = store.remove_session(&session_id);
+                let outcome = result
+                    .as_ref()
+                    .map(|_| ())
+                    .map_err(|err| StoreError::Database {
+                        detail: err.to_string(),
+                    });
+                *removed
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(result);
+                outcome
+            },
+            move |flushed| {
+                let removed = removed_back
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .take();
+                let result = match (removed, flushed) {
+                    (Some(Ok(removed)), Ok(())) => Ok(removed),
+                    (Some(Err(err)), _) | (_, Err(err)) => Err(err.into()),
+                    (None, Ok(())) => Ok(Vec::new()),
+                };
+                let _ = reply.send(result);
+            },
+        );
     }
 
-    /// A run ended: keep its session for the next run, hand out the outcome,
-    /// let the log deliver what is queued and stop.
-    /// Drops the histories of sessions idle for longer than `keep_idle`
-    /// (they are reopened from the store when continued).
-    fn forget_idle_sessions(&mut self) {
-        let (now, keep) = (chrono::Utc::now(), self.keep_idle);
-        self.sessions.retain(|_, slot| match slot {
-            SessionSlot::Running(_) => true,
-            SessionSlot::Idle(session) => keep_idle_session(session.last_active, now, keep),
-        });
-    }
-
-    async fn run_ended(
+    /// A run ended: its log stores what is queued and stops; the outcome is
+    /// handed out when it has (or when [`LOG_DRAIN_MARGIN`] beyond the
+    /// store's confirmation deadline is over), so a subscriber that comes
+    /// later reads `run_finished` from the store. Nothing here waits.
+    fn run_ended(
         &mut self,
+        myself: &ActorRef<RuntimeMsg>,
         run_id: &str,
         outcome: RunOutcome,
         session: Option<SessionState>,
     ) {
-        self.forget_idle_sessions();
-        // The run's last event is stored before the run is forgotten: a
-        // subscriber that comes later reads `run_finished` from the store.
-        // The log answers within the store's confirmation deadline.
-        if let Some(run) = self.runs.get(run_id) {
-            let limit = troupe_store::CONFIRM_DEADLINE + LOG_DRAIN_MARGIN;
-            if let Err(err) = run.log.drain_and_wait(Some(limit)).await {
-                tracing::warn!(%run_id, %err, "the run's event log did not finish in time");
-            }
+        let Some(run) = self.runs.get_mut(run_id) else {
+            return;
+        };
+        if run.ended.is_some() {
+            return;
         }
+        run.ended = Some(outcome);
+        // The session is free for its next run at once (kept in memory, or
+        // left to the store).
+        self.sessions
+            .ended(&run.session_id, session, chrono::Utc::now());
+        if run.log.drain().is_err() {
+            // The log is gone already: nothing more to store.
+            self.finish_run(run_id);
+            return;
+        }
+        let limit = troupe_store::CONFIRM_DEADLINE + LOG_DRAIN_MARGIN;
+        let overdue = run_id.to_owned();
+        myself.send_after(limit, move || RuntimeMsg::LogOverdue(overdue));
+    }
+
+    /// The ended run, whose log is done, is forgotten and its outcome handed
+    /// out.
+    fn finish_run(&mut self, run_id: &str) {
         let Some(mut run) = self.runs.remove(run_id) else {
             return;
         };
         self.run_actors.retain(|_, id| id != run_id);
-        match session {
-            Some(session) => {
-                self.sessions
-                    .insert(run.session_id.clone(), SessionSlot::Idle(session));
-            }
-            // Reopened (and repaired) from the store next time.
-            None => {
-                self.sessions.remove(&run.session_id);
-            }
-        }
-        if let Some(outcome_tx) = run.outcome.take() {
+        self.log_actors.retain(|_, id| id != run_id);
+        if let (Some(outcome_tx), Some(outcome)) = (run.outcome.take(), run.ended.take()) {
             let _ = outcome_tx.send(outcome);
         }
     }

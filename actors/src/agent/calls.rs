@@ -122,7 +122,7 @@ impl AgentState {
                 .await;
         }
         let agent = myself.clone();
-        tokio::spawn(async move {
+        self.tasks.spawn(async move {
             let cancel = launch.cancel.clone();
             let (epoch, index) = (launch.epoch, launch.index);
             tokio::select! {

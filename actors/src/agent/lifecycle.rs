@@ -13,6 +13,7 @@ use troupe_protocol::permission::RuleEntry;
 
 use super::{AgentMsg, AgentState, Report, Work};
 use crate::run::{RunInternal, RunMsg};
+use crate::tasks::OwnedTasks;
 
 /// Tells the run actor this agent exists (cancel by path, status).
 pub(super) fn register(
@@ -30,9 +31,13 @@ pub(super) fn register(
 
 /// Turns the cancellation of the agent's token into [`Work::Interrupted`].
 /// The task ends with the token (a finished loop cancels its own).
-pub(super) fn watch_token(myself: &ActorRef<AgentMsg>, token: CancellationToken) {
+pub(super) fn watch_token(
+    tasks: &mut OwnedTasks,
+    myself: &ActorRef<AgentMsg>,
+    token: CancellationToken,
+) {
     let agent = myself.clone();
-    tokio::spawn(async move {
+    tasks.spawn(async move {
         token.cancelled().await;
         let _ = agent.cast(AgentMsg::work(Work::Interrupted));
     });

@@ -31,9 +31,11 @@ use std::time::Instant;
 use ractor::{Actor, ActorId, ActorProcessingErr, ActorRef, RpcReplyPort, SupervisionEvent};
 use tokio::sync::OwnedSemaphorePermit;
 use tokio_util::sync::{CancellationToken, DropGuard};
+use tokio_util::task::AbortOnDropHandle;
 use troupe_agent::{AgentLaunch, AgentLoop, AgentStatus, Effect, Input, RunOutcome};
 
 use crate::slots::SlotHolder;
+use crate::tasks::OwnedTasks;
 use troupe_llm::{Provider, ProviderError, StreamEvent};
 use troupe_protocol::events::ApprovalOutcome;
 use troupe_protocol::model::Message;
@@ -202,7 +204,10 @@ pub(crate) struct AgentState {
     /// What its catalogue is built from (`None`: kept as given).
     catalogue_key: Option<crate::env::CatalogueKey>,
     /// Hooks that only report, still running (the outcome waits for them).
-    report_hooks: Vec<tokio::task::JoinHandle<()>>,
+    report_hooks: Vec<AbortOnDropHandle<()>>,
+    /// Its tasks (the model stream, waits for a slot, hooks' ends): aborted
+    /// when it stops.
+    tasks: OwnedTasks,
     /// The MCP tools generation its catalogue was last checked at.
     catalogue_generation: Option<u64>,
     /// The compactor of its session, once a summary was asked for.
@@ -224,7 +229,8 @@ impl Actor for AgentActor {
     ) -> Result<Self::State, ActorProcessingErr> {
         let token = args.machine.token().clone();
         lifecycle::register(&args.run, &myself, &args.machine, &token);
-        lifecycle::watch_token(&myself, token.clone());
+        let mut tasks = OwnedTasks::default();
+        lifecycle::watch_token(&mut tasks, &myself, token.clone());
         myself.cast(AgentMsg::work(Work::Begin))?;
         Ok(AgentState {
             machine: args.machine,
@@ -242,6 +248,7 @@ impl Actor for AgentActor {
             catalogue_generation: None,
             compactor: None,
             report_hooks: Vec::new(),
+            tasks,
             _stop_below_on_drop: token.drop_guard(),
         })
     }
@@ -456,7 +463,15 @@ impl AgentState {
                 span,
             } => {
                 self.refresh_catalogue(&mut request);
-                stream::start(myself, &self.provider, epoch, request, cancel, span);
+                stream::start(
+                    &mut self.tasks,
+                    myself,
+                    &self.provider,
+                    epoch,
+                    request,
+                    cancel,
+                    span,
+                );
                 None
             }
             Effect::RunTool(launch) => self.start_tool(myself, launch).await,
@@ -480,7 +495,10 @@ impl AgentState {
                 let running = run_hooks(myself, &self.env, *request);
                 if reports_only {
                     self.report_hooks.retain(|hook| !hook.is_finished());
-                    self.report_hooks.push(running);
+                    self.report_hooks
+                        .push(AbortOnDropHandle::new(tokio::spawn(running)));
+                } else {
+                    self.tasks.spawn(running);
                 }
                 None
             }
@@ -504,7 +522,7 @@ impl AgentState {
                     // Reporting hooks (PostCompact, Notification) end before
                     // the outcome goes out, each within its timeout.
                     let agent = myself.clone();
-                    tokio::spawn(async move {
+                    self.tasks.spawn(async move {
                         for hook in hooks {
                             let _ = hook.await;
                         }
@@ -517,13 +535,13 @@ impl AgentState {
     }
 }
 
-/// Runs the hooks of `request` in a task (they may take their whole
+/// The task that runs the hooks of `request` (they may take their whole
 /// timeout); the verdict comes back as [`Work::HooksRan`].
 fn run_hooks(
     agent: &ActorRef<AgentMsg>,
     env: &AgentEnv,
     request: troupe_agent::HookRequest,
-) -> tokio::task::JoinHandle<()> {
+) -> impl std::future::Future<Output = ()> + Send + 'static {
     let agent = agent.clone();
     let hooks = env.hooks.clone();
     let ctx = troupe_hooks::HookContext {
@@ -533,7 +551,7 @@ fn run_hooks(
         cancel: request.cancel,
         sandbox: Arc::new(env.os_sandbox.for_hooks()),
     };
-    tokio::spawn(async move {
+    async move {
         let verdict = troupe_hooks::fire(
             &hooks,
             request.event,
@@ -546,5 +564,5 @@ fn run_hooks(
             call: request.call,
             verdict,
         }));
-    })
+    }
 }

@@ -10,10 +10,12 @@ use tracing::{Instrument, Span};
 use troupe_llm::{ChatRequest, Provider};
 
 use super::{AgentMsg, Work};
+use crate::tasks::OwnedTasks;
 
 /// Starts the model call of `epoch`. Cancelling `cancel` drops the stream,
 /// which aborts the HTTP request; the loop learns of it from its own token.
 pub(super) fn start(
+    tasks: &mut OwnedTasks,
     agent: &ActorRef<AgentMsg>,
     provider: &Arc<dyn Provider>,
     epoch: u64,
@@ -28,7 +30,7 @@ pub(super) fn start(
     // trace), but messages are sent outside it, and the task lets go of the
     // span before the last one: the span ends with the call, not whenever
     // this task happens to be dropped.
-    tokio::spawn(async move {
+    tasks.spawn(async move {
         let mut stream = stream;
         loop {
             let item = tokio::select! {

@@ -15,6 +15,7 @@
 pub mod compact;
 pub mod prompt;
 pub mod session;
+pub mod slots;
 
 pub(crate) mod account;
 pub mod agent_tool;

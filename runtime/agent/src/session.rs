@@ -14,6 +14,17 @@ use troupe_protocol::model::Message;
 use troupe_protocol::permission::RuleEntry;
 use troupe_store::{CompactionMarker, SkippedRecord};
 
+/// A session between runs: its history and what it keeps.
+#[derive(Debug, Clone, Default)]
+pub struct SessionState {
+    /// The history and what of it is stored.
+    pub transcript: Transcript,
+    /// When the session was last active (for the pause note).
+    pub last_active: Option<DateTime<Utc>>,
+    /// "Allow always" rules kept with the session.
+    pub rules: Vec<RuleEntry>,
+}
+
 /// A session loaded for its next run.
 #[derive(Debug, Clone, PartialEq)]
 pub struct OpenedSession {
