@@ -6,7 +6,7 @@
 //! What to summarise, when, and what to do with the answer are the agent
 //! loop's decisions (`troupe_agent::compact`, the machine's compaction
 //! phases); the compactor only carries a request out and answers the agent
-//! with [`Work::Summarised`]. Each summary streams in a task of its own — a
+//! with a [`Summary`] through the port the agent gave it. Each summary streams in a task of its own — a
 //! summary prepared ahead and one the agent waits for may overlap — and the
 //! compactor watches each task: a panic in the provider's code while it
 //! streams a summary is contained here and answered as a failed summary
@@ -24,7 +24,7 @@ use troupe_llm::{ChatRequest, Provider, ProviderError, ResponseAccumulator};
 use troupe_protocol::model::ProviderErrorKind;
 use troupe_protocol::model::Usage;
 
-use crate::agent::{AgentMsg, Work};
+use crate::port::Port;
 use crate::tasks::OwnedTasks;
 
 /// Messages of the compactor.
@@ -42,10 +42,20 @@ pub(crate) enum CompactorMsg {
     },
 }
 
+/// A summary's answer: its whole text (or why it failed) and what it used.
+pub(crate) struct Summary {
+    /// The loop's step the answer belongs to.
+    pub epoch: u64,
+    /// The summary, or why there is none.
+    pub result: Result<String, ProviderError>,
+    /// What the summary request used.
+    pub usage: Usage,
+}
+
 /// Arguments of the compactor.
 pub(crate) struct CompactorArgs {
-    /// The agent it answers.
-    pub agent: ActorRef<AgentMsg>,
+    /// Where its answers go (its agent's mailbox).
+    pub report: Port<Summary>,
     /// The agent's provider.
     pub provider: Arc<dyn Provider>,
 }
@@ -55,7 +65,7 @@ pub(crate) struct Compactor;
 
 /// State of the compactor: its arguments and the tasks of its summaries.
 pub(crate) struct CompactorState {
-    agent: ActorRef<AgentMsg>,
+    report: Port<Summary>,
     provider: Arc<dyn Provider>,
     /// Aborted when the compactor stops (with its agent).
     tasks: OwnedTasks,
@@ -72,7 +82,7 @@ impl Actor for Compactor {
         args: Self::Arguments,
     ) -> Result<Self::State, ActorProcessingErr> {
         Ok(CompactorState {
-            agent: args.agent,
+            report: args.report,
             provider: args.provider,
             tasks: OwnedTasks::default(),
         })
@@ -92,7 +102,7 @@ impl Actor for Compactor {
         } = message;
         let provider = state.provider.clone();
         let provider_name = provider.name().to_string();
-        let agent = state.agent.clone();
+        let report = state.report.clone();
         state.tasks.spawn(async move {
             // A task of its own, watched from this one: its panic is an
             // answer, and it is aborted with this one.
@@ -120,11 +130,11 @@ impl Actor for Compactor {
                     )
                 }
             };
-            let _ = agent.cast(AgentMsg::work(Work::Summarised {
+            report.send(Summary {
                 epoch,
                 result,
                 usage,
-            }));
+            });
         });
         Ok(())
     }

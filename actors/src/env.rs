@@ -40,7 +40,7 @@ pub type ProviderForModel = Arc<dyn Fn(&str) -> Result<Arc<dyn Provider>, String
 /// at: shared by every agent with that role (a catalogue holds every
 /// definition, so it is not small).
 #[derive(Default)]
-pub struct CatalogueCache {
+pub(crate) struct CatalogueCache {
     catalogues: Mutex<HashMap<(String, bool), Built<ToolCatalogue>>>,
     registry: Mutex<Option<Built<ToolRegistry>>>,
 }

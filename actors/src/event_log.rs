@@ -25,7 +25,7 @@ use crate::subscription::EventSubscription;
 use crate::subscription::LIVE_BUFFER;
 
 /// Messages of the event log.
-pub enum EventLogMsg {
+pub(crate) enum EventLogMsg {
     /// Record and broadcast one event.
     Emit {
         /// The emitting agent.
@@ -36,19 +36,19 @@ pub enum EventLogMsg {
 }
 
 /// The event-log actor.
-pub struct EventLog;
+pub(crate) struct EventLog;
 
 /// The live side of a run's events: subscribe to it, then read the store (see
 /// [`EventSubscription::live`](crate::subscription::EventSubscription::live)).
-pub type LiveEvents = broadcast::Sender<Arc<RunEvent>>;
+pub(crate) type LiveEvents = broadcast::Sender<Arc<RunEvent>>;
 
 /// A new live ring for one run's events.
-pub fn live_events() -> LiveEvents {
+pub(crate) fn live_events() -> LiveEvents {
     broadcast::channel(LIVE_BUFFER).0
 }
 
 /// Identity of the run whose events are logged.
-pub struct EventLogArgs {
+pub(crate) struct EventLogArgs {
     /// Run id.
     pub run_id: String,
     /// Session id.
@@ -60,7 +60,7 @@ pub struct EventLogArgs {
 }
 
 /// State of the event log.
-pub struct EventLogState {
+pub(crate) struct EventLogState {
     run_id: String,
     session_id: String,
     /// The sequence number of the next event.
@@ -180,14 +180,14 @@ impl EventLogState {
 
 /// A cheap handle agents use to emit events under their own path.
 #[derive(Clone)]
-pub struct EventSink {
+pub(crate) struct EventSink {
     log: ActorRef<EventLogMsg>,
     agent_path: Arc<str>,
 }
 
 impl EventSink {
     /// A sink emitting into `log` as `agent_path`.
-    pub fn new(log: ActorRef<EventLogMsg>, agent_path: impl Into<Arc<str>>) -> Self {
+    pub(crate) fn new(log: ActorRef<EventLogMsg>, agent_path: impl Into<Arc<str>>) -> Self {
         Self {
             log,
             agent_path: agent_path.into(),
@@ -195,26 +195,16 @@ impl EventSink {
     }
 
     /// The same log under another agent path (for sub-agents).
-    pub fn for_agent(&self, agent_path: impl Into<Arc<str>>) -> Self {
+    pub(crate) fn for_agent(&self, agent_path: impl Into<Arc<str>>) -> Self {
         Self {
             log: self.log.clone(),
             agent_path: agent_path.into(),
         }
     }
 
-    /// The agent path events are emitted under.
-    pub fn agent_path(&self) -> &str {
-        &self.agent_path
-    }
-
-    /// The log actor.
-    pub fn log(&self) -> &ActorRef<EventLogMsg> {
-        &self.log
-    }
-
     /// Emits one event. A log that is gone (the run was torn down) is not an
     /// error for the emitter: the event is dropped with a debug log.
-    pub fn emit(&self, kind: EventKind) {
+    pub(crate) fn emit(&self, kind: EventKind) {
         if let Err(err) = self.log.cast(EventLogMsg::Emit {
             agent_path: self.agent_path.clone(),
             kind,

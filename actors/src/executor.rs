@@ -13,14 +13,16 @@ use std::time::{Duration, Instant};
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 use serde_json::Value;
 use tracing::{Instrument, Span};
+
+use crate::port::Port;
 use troupe_telemetry::genai::ToolErrorKind;
 use troupe_tools::{Tool, ToolContext, ToolOutput};
 
-pub use troupe_agent::CLEANUP_GRACE;
+pub(crate) use troupe_agent::CLEANUP_GRACE;
 
 /// What an executor reports to its agent.
 #[derive(Debug)]
-pub struct ToolReport {
+pub(crate) struct ToolReport {
     /// The execution epoch the call belongs to.
     pub epoch: u64,
     /// Index of the call within its assistant message.
@@ -34,12 +36,12 @@ pub struct ToolReport {
     pub error: Option<ToolErrorKind>,
 }
 
-/// Where an executor reports: the agent's mailbox, through a conversion so the
+/// Where an executor reports: the agent's mailbox, through a port so the
 /// executor does not depend on the agent's message type.
-pub type ReportTo = Arc<dyn Fn(ToolReport) + Send + Sync>;
+pub(crate) type ReportTo = Port<ToolReport>;
 
 /// Everything one call needs.
-pub struct ExecutorArgs {
+pub(crate) struct ExecutorArgs {
     /// The tool.
     pub tool: Arc<dyn Tool>,
     /// Validated arguments.
@@ -59,13 +61,13 @@ pub struct ExecutorArgs {
 }
 
 /// Message of the executor: there is only one thing to do.
-pub enum ExecutorMsg {
+pub(crate) enum ExecutorMsg {
     /// Run the call.
     Run,
 }
 
 /// The executor actor.
-pub struct ToolExecutor;
+pub(crate) struct ToolExecutor;
 
 impl Actor for ToolExecutor {
     type Msg = ExecutorMsg;
@@ -104,7 +106,7 @@ impl Actor for ToolExecutor {
             ..
         } = args;
         drop(span);
-        report_to(ToolReport {
+        report_to.send(ToolReport {
             epoch,
             index,
             output,

@@ -52,10 +52,10 @@ fn context(
 /// at its door (SessionStart, UserPromptSubmit) to run before it starts.
 pub(crate) fn has_door_hooks(
     env: &AgentEnv,
-    job: crate::run::RunJob,
+    job: troupe_agent::run::RunJob,
     opening: Option<SessionOpening>,
 ) -> bool {
-    job == crate::run::RunJob::Prompt
+    job == troupe_agent::run::RunJob::Prompt
         && (opening.is_some_and(|opening| {
             env.hooks
                 .any_for(HookEvent::SessionStart, Some(opening.as_str()))

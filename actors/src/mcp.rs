@@ -38,7 +38,7 @@ use troupe_telemetry::genai;
 pub type BaseEnv = Option<Arc<Vec<(String, String)>>>;
 
 /// Messages of a server actor.
-pub enum McpServerMsg {
+pub(crate) enum McpServerMsg {
     /// Connect (sent to itself at start).
     Connect,
     /// The connect task succeeded.
@@ -54,7 +54,7 @@ pub enum McpServerMsg {
 }
 
 /// Arguments of a server actor.
-pub struct McpServerArgs {
+pub(crate) struct McpServerArgs {
     /// The server.
     pub spec: McpServerSpec,
     /// Where its status goes.
@@ -66,10 +66,10 @@ pub struct McpServerArgs {
 }
 
 /// The actor owning one server's session.
-pub struct McpServerActor;
+pub(crate) struct McpServerActor;
 
 /// State of a server actor.
-pub struct McpServerState {
+pub(crate) struct McpServerState {
     spec: McpServerSpec,
     state: Arc<McpState>,
     base_env: BaseEnv,
@@ -300,7 +300,7 @@ impl McpServerState {
 }
 
 /// Messages of the supervisor.
-pub enum McpSupervisorMsg {
+pub(crate) enum McpSupervisorMsg {
     /// A server ended after `uptime` of being ready (`None`: it never was).
     Ended {
         /// The server.
@@ -315,7 +315,7 @@ pub enum McpSupervisorMsg {
 }
 
 /// Arguments of the supervisor.
-pub struct McpSupervisorArgs {
+pub(crate) struct McpSupervisorArgs {
     /// Every server to run.
     pub specs: Vec<McpServerSpec>,
     /// The shared state.
@@ -325,10 +325,10 @@ pub struct McpSupervisorArgs {
 }
 
 /// Supervises one actor per server and restarts them with backoff.
-pub struct McpSupervisor;
+pub(crate) struct McpSupervisor;
 
 /// State of the supervisor.
-pub struct McpSupervisorState {
+pub(crate) struct McpSupervisorState {
     specs: HashMap<String, McpServerSpec>,
     state: Arc<McpState>,
     base_env: BaseEnv,

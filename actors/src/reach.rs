@@ -12,19 +12,18 @@
 use std::sync::Arc;
 
 use futures::future::BoxFuture;
-use ractor::ActorRef;
 use tokio_util::sync::CancellationToken;
 use troupe_agent::{Approver, RunAccount};
 use troupe_protocol::events::{ApprovalOutcome, EventKind};
 use troupe_tools::{Answer, CallReach, Question};
 
 use crate::event_log::EventSink;
-use crate::run::{RunInternal, RunMsg};
+use crate::tree::{TreeNews, TreePort};
 
 /// The reach of one call of one agent.
 pub(crate) struct RunReach {
     pub events: EventSink,
-    pub run: ActorRef<RunMsg>,
+    pub run: TreePort,
     pub run_id: String,
     pub account: Arc<RunAccount>,
     pub approver: Approver,
@@ -47,12 +46,13 @@ impl CallReach for RunReach {
         let approval_id = format!("{}-{}", self.run_id, self.account.next_approval_number());
         let (reply, answer) = tokio::sync::oneshot::channel();
         // Routed before anyone can see the request.
-        self.run
-            .cast(RunMsg::internal(RunInternal::QuestionOpened {
-                approval_id: approval_id.clone(),
-                reply,
-            }))
-            .ok()?;
+        let routed = self.run.send(TreeNews::QuestionOpened {
+            approval_id: approval_id.clone(),
+            reply,
+        });
+        if !routed {
+            return None;
+        }
         self.events.emit(EventKind::ApprovalRequested {
             approval_id: approval_id.clone(),
             tool: question.tool,
@@ -85,7 +85,7 @@ impl CallReach for RunReach {
 /// given up on (the call ended first).
 struct OpenQuestion {
     approval_id: String,
-    run: ActorRef<RunMsg>,
+    run: TreePort,
     events: EventSink,
     resolved: bool,
 }
@@ -105,10 +105,8 @@ impl Drop for OpenQuestion {
         if !self.resolved {
             self.resolve(&ApprovalOutcome::Cancel);
         }
-        let _ = self
-            .run
-            .cast(RunMsg::internal(RunInternal::ApprovalsClosed {
-                approval_ids: vec![self.approval_id.clone()],
-            }));
+        self.run.send(TreeNews::ApprovalsClosed {
+            approval_ids: vec![self.approval_id.clone()],
+        });
     }
 }

@@ -27,7 +27,7 @@ use troupe_agent::compact::offload::Ledger;
 use troupe_agent::run::{
     RunEffect, RunInput, RunMachine, RunRefusal, RunSetup, SessionBack, join_notes,
 };
-pub use troupe_agent::session::SessionState;
+pub(crate) use troupe_agent::session::SessionState;
 use troupe_agent::session::Transcript;
 use troupe_agent::{
     AgentLoop, AgentSpec, AgentStatus, Approver, Budget, ContextSetup, LoopSetup, RunAccount,
@@ -40,11 +40,13 @@ use troupe_protocol::model::{Message, Usage};
 use troupe_store::{NewSession, RunRecord, RunState, Store, StoreError};
 
 use crate::agent::{AgentActor, AgentArgs, AgentMsg, Report, Work};
+use crate::api::{RunHandle, RuntimeError, SubmitReply};
 use crate::env::AgentEnv;
 use crate::event_log::EventSink;
-use crate::runtime::{RunHandle, RuntimeError, RuntimeMsg, SubmitReply};
+use crate::port::Port;
 use crate::slots::SlotHolder;
 use crate::tasks::OwnedTasks;
+use crate::tree::{TreeNews, TreePort};
 
 pub(crate) use troupe_agent::run::RunJob;
 
@@ -69,7 +71,16 @@ pub(crate) struct RunArgs {
     /// The submitter's answer, sent once the run is recorded.
     pub answer: SubmitAnswer,
     pub events: EventSink,
-    pub runtime: ActorRef<RuntimeMsg>,
+    /// Where the run tells it ended (the runtime's mailbox).
+    pub ended: Port<RunEnded>,
+}
+
+/// How a run ended, told to the runtime that started it.
+pub(crate) struct RunEnded {
+    pub run_id: String,
+    pub outcome: RunOutcome,
+    /// The session as the run leaves it (none: reopened from the store).
+    pub session: Option<SessionState>,
 }
 
 /// A new session, created by its first run's first write, with the memory
@@ -119,28 +130,8 @@ pub(crate) enum RunMsg {
 pub(crate) enum RunInternal {
     /// The hooks at the run's door answered.
     Gated(troupe_hooks::HookVerdict),
-    /// An agent of the tree started.
-    AgentStarted {
-        path: String,
-        agent: ActorRef<AgentMsg>,
-        token: CancellationToken,
-    },
-    /// An agent of the tree ended.
-    AgentEnded { path: String },
-    /// The agent at `path` waits for an answer to `approval_id`.
-    ApprovalOpened { approval_id: String, path: String },
-    /// A tool call waits for the answer to the question `approval_id`.
-    QuestionOpened {
-        approval_id: String,
-        reply: tokio::sync::oneshot::Sender<troupe_tools::Answer>,
-    },
-    /// Approval requests that no longer wait.
-    ApprovalsClosed { approval_ids: Vec<String> },
-    /// The main agent's loop is over.
-    MainFinished {
-        outcome: RunOutcome,
-        transcript: Transcript,
-    },
+    /// News of an agent of the tree.
+    Tree(TreeNews),
     /// The wall-clock budget is used up.
     WallClock,
     /// The run record written at the door is durable (or the write failed).
@@ -200,7 +191,7 @@ pub(crate) struct RunActorState {
     env: Arc<AgentEnv>,
     permissions: Arc<PermissionEngine>,
     events: EventSink,
-    runtime: ActorRef<RuntimeMsg>,
+    ended: Port<RunEnded>,
     account: Arc<RunAccount>,
     /// How many sub-agents of the run may work at once.
     parallel_subagents: u32,
@@ -249,10 +240,13 @@ impl Actor for RunActor {
     type State = RunActorState;
     type Arguments = RunArgs;
 
-    /// Without hooks at the door the run opens here, which the runtime
-    /// awaits; with them it opens on their verdict, in the run's own task,
-    /// so that a slow SessionStart or UserPromptSubmit hook holds up this run
-    /// only, never the runtime that starts every run.
+    /// Hands the run's first write to the store's writer and returns: the
+    /// runtime that spawns it never waits for the disk. Without hooks at the
+    /// door that write opens the run; with them the run is recorded with its
+    /// prompt withheld and opens on their verdict, in a task of the run's
+    /// own, so that a slow SessionStart or UserPromptSubmit hook holds up
+    /// this run only. The submitter gets its handle once the first write is
+    /// durable.
     async fn pre_start(
         &self,
         myself: ActorRef<Self::Msg>,
@@ -275,7 +269,7 @@ impl Actor for RunActor {
             env: args.env,
             permissions: args.permissions,
             events: args.events,
-            runtime: args.runtime,
+            ended: args.ended,
             account,
             machine,
             check: DoorCheck {
@@ -563,7 +557,7 @@ impl RunActorState {
             env: self.env.clone(),
             provider: self.env.provider.clone(),
             events: self.events.clone(),
-            run: myself.clone(),
+            run: tree_port(myself),
             root_session: self.session_id.clone(),
             report: Report::Run,
             slot: SlotHolder::for_run(self.parallel_subagents),
@@ -573,6 +567,45 @@ impl RunActorState {
             .await
             .map(|(agent, _)| agent)
             .map_err(|err| err.to_string())
+    }
+
+    /// What an agent of the tree told the run: the handles it carries are
+    /// kept (or dropped) here, what happened is the machine's input.
+    fn on_tree_news(&mut self, news: TreeNews) -> RunInput {
+        match news {
+            TreeNews::AgentStarted { path, agent, token } => {
+                self.agents.insert(path.clone(), TreeAgent { agent, token });
+                RunInput::AgentStarted { path }
+            }
+            TreeNews::AgentEnded { path } => {
+                self.agents.remove(&path);
+                RunInput::AgentEnded { path }
+            }
+            TreeNews::ApprovalOpened { approval_id, path } => {
+                RunInput::ApprovalOpened { approval_id, path }
+            }
+            TreeNews::QuestionOpened { approval_id, reply } => {
+                self.questions.insert(approval_id.clone(), reply);
+                RunInput::QuestionOpened { approval_id }
+            }
+            TreeNews::ApprovalsClosed { approval_ids } => {
+                for id in &approval_ids {
+                    self.questions.remove(id);
+                }
+                RunInput::ApprovalsClosed { approval_ids }
+            }
+            TreeNews::MainFinished {
+                outcome,
+                transcript,
+            } => {
+                self.left_by_main = Some(SessionState {
+                    transcript,
+                    last_active: Some(Utc::now()),
+                    rules: self.permissions.session_rules(),
+                });
+                RunInput::MainFinished(outcome)
+            }
+        }
     }
 
     /// Traffic from the run's agents and timers: the handles it carries are
@@ -597,38 +630,7 @@ impl RunActorState {
                 verdict,
                 now: Utc::now(),
             },
-            RunInternal::AgentStarted { path, agent, token } => {
-                self.agents.insert(path.clone(), TreeAgent { agent, token });
-                RunInput::AgentStarted { path }
-            }
-            RunInternal::AgentEnded { path } => {
-                self.agents.remove(&path);
-                RunInput::AgentEnded { path }
-            }
-            RunInternal::ApprovalOpened { approval_id, path } => {
-                RunInput::ApprovalOpened { approval_id, path }
-            }
-            RunInternal::QuestionOpened { approval_id, reply } => {
-                self.questions.insert(approval_id.clone(), reply);
-                RunInput::QuestionOpened { approval_id }
-            }
-            RunInternal::ApprovalsClosed { approval_ids } => {
-                for id in &approval_ids {
-                    self.questions.remove(id);
-                }
-                RunInput::ApprovalsClosed { approval_ids }
-            }
-            RunInternal::MainFinished {
-                outcome,
-                transcript,
-            } => {
-                self.left_by_main = Some(SessionState {
-                    transcript,
-                    last_active: Some(Utc::now()),
-                    rules: self.permissions.session_rules(),
-                });
-                RunInput::MainFinished(outcome)
-            }
+            RunInternal::Tree(news) => self.on_tree_news(news),
             RunInternal::WallClock => RunInput::WallClockOver {
                 tree_stopped: self.account.stop_cause().is_some(),
             },
@@ -786,7 +788,7 @@ impl RunActorState {
                     SessionBack::LeftByMain => self.left_by_main.take(),
                     SessionBack::FromStore => None,
                 };
-                let _ = self.runtime.cast(RuntimeMsg::RunEnded {
+                self.ended.send(RunEnded {
                     run_id: self.run_id.clone(),
                     outcome,
                     session,
@@ -969,4 +971,10 @@ fn create_session(store: &Store, create: &NewSessionWrite) -> Result<(), StoreEr
         tracing::warn!(%err, "the session's memory could not be kept with it");
     }
     Ok(())
+}
+
+/// The port through which the agents of the run's tree tell it their news.
+fn tree_port(run: &ActorRef<RunMsg>) -> TreePort {
+    let run = run.clone();
+    Port::new(move |news| run.cast(RunMsg::internal(RunInternal::Tree(news))).is_ok())
 }

@@ -18,103 +18,23 @@ use ractor::{Actor, ActorId, ActorProcessingErr, ActorRef, RpcReplyPort, Supervi
 use tokio::sync::oneshot;
 use troupe_agent::session::{OpenedSession, Transcript};
 use troupe_agent::slots::{Admission, SessionSlots};
-use troupe_agent::{AgentStatus, Approver, RunOutcome};
-use troupe_config::Limits;
+use troupe_agent::{AgentStatus, RunOutcome};
 use troupe_loader::open_session;
-use troupe_permissions::PermissionEngine;
 use troupe_protocol::events::{ApprovalOutcome, EventKind, RunEvent, RunStatus};
 use troupe_protocol::model::{Message, Usage};
-use troupe_protocol::permission::PermissionMode;
 use troupe_store::{NewSession, Store, StoreError};
 
-use crate::env::AgentEnv;
+use crate::api::{
+    RunHandle, RunSubmission, RuntimeError, RuntimeStats, SessionTarget, SubmitReply,
+};
 use crate::event_log::{EventLog, EventLogArgs, EventLogMsg, EventSink, LiveEvents, live_events};
 use crate::hook_gate::SessionOpening;
+use crate::port::Port;
 use crate::run::{
-    COMPACT_PROMPT, NewSessionWrite, RunActor, RunArgs, RunJob, RunMsg, SessionState, SubmitAnswer,
+    COMPACT_PROMPT, NewSessionWrite, RunActor, RunArgs, RunEnded, RunJob, RunMsg, SessionState,
+    SubmitAnswer,
 };
 use crate::subscription::EventSubscription;
-
-/// Errors of the runtime handle.
-#[derive(Debug, thiserror::Error)]
-pub enum RuntimeError {
-    /// The runtime actor could not start.
-    #[error("the runtime could not start: {0}")]
-    Start(String),
-    /// The runtime actor is gone.
-    #[error("the runtime is not running")]
-    Gone,
-    /// No such run (it may have ended).
-    #[error("no running run {0}")]
-    UnknownRun(String),
-    /// No agent with this path in the run.
-    #[error("no running agent {0} in this run")]
-    UnknownAgent(String),
-    /// No approval with this id waits in the run.
-    #[error("no approval {0} is waiting in this run")]
-    UnknownApproval(String),
-    /// A run could not start.
-    #[error("the run could not start: {0}")]
-    RunStart(String),
-    /// No session with this id exists.
-    #[error("no session {0}; list sessions with `troupe sessions list`")]
-    UnknownSession(String),
-    /// The session already has a run in progress.
-    #[error("session {0} already has a run in progress; wait for it or cancel it")]
-    SessionBusy(String),
-    /// A UserPromptSubmit hook blocked the text.
-    #[error("a UserPromptSubmit hook blocked the message: {0}")]
-    HookBlocked(String),
-    /// The session's history is too short to compact.
-    #[error(
-        "session {0} is too short to compact: all of it would be kept verbatim as the recent part"
-    )]
-    NothingToCompact(String),
-    /// The store refused a read or write.
-    #[error(transparent)]
-    Store(#[from] StoreError),
-}
-
-/// Which session a run belongs to.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum SessionTarget {
-    /// A new session, with this id when given.
-    New(Option<String>),
-    /// An existing session: kept in memory since its last run, or its stored
-    /// history (repaired).
-    Continue(String),
-}
-
-/// What a front door submits.
-pub struct RunSubmission {
-    /// The user's message.
-    pub prompt: String,
-    /// The session: a new one, or one to continue.
-    pub session: SessionTarget,
-    /// The agents' environment.
-    pub env: Arc<AgentEnv>,
-    /// The permission engine (the session's "always" rules are added to it).
-    pub permissions: PermissionEngine,
-    /// Permission mode for this run.
-    pub mode: PermissionMode,
-    /// Limits of this run.
-    pub limits: Limits,
-    /// Who answers approvals.
-    pub approver: Approver,
-}
-
-/// A started run.
-pub struct RunHandle {
-    /// Run id.
-    pub run_id: String,
-    /// Session id.
-    pub session_id: String,
-    /// Every event of the run, from the first (bounded memory, however
-    /// slowly it is read).
-    pub events: EventSubscription,
-    /// The outcome, once the run ends.
-    pub outcome: oneshot::Receiver<RunOutcome>,
-}
 
 /// Where a session's history is.
 pub(crate) enum HistorySource {
@@ -164,9 +84,6 @@ pub(crate) enum RuntimeMsg {
     },
 }
 
-/// The answer to a submission.
-pub(crate) type SubmitReply = RpcReplyPort<Result<RunHandle, RuntimeError>>;
-
 struct RunEntry {
     session_id: String,
     run: ActorRef<RunMsg>,
@@ -208,15 +125,6 @@ pub(crate) struct RuntimeState {
 /// reopened from the store when continued: a long-lived daemon's memory does
 /// not grow with every session it ever ran.
 pub const KEEP_IDLE_SESSIONS: std::time::Duration = std::time::Duration::from_secs(15 * 60);
-
-/// What the runtime holds now.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct RuntimeStats {
-    /// Runs in progress.
-    pub runs_in_progress: usize,
-    /// Sessions whose history is in memory (running or idle).
-    pub sessions_in_memory: usize,
-}
 
 /// The runtime actor.
 pub(crate) struct RuntimeActor;
@@ -605,7 +513,18 @@ impl RuntimeState {
                 },
             },
             events,
-            runtime: myself.clone(),
+            ended: {
+                let runtime = myself.clone();
+                Port::new(move |ended: RunEnded| {
+                    runtime
+                        .cast(RuntimeMsg::RunEnded {
+                            run_id: ended.run_id,
+                            outcome: ended.outcome,
+                            session: ended.session,
+                        })
+                        .is_ok()
+                })
+            },
         };
         let run = match Actor::spawn_linked(None, RunActor, args, myself.get_cell()).await {
             Ok((run, _)) => run,

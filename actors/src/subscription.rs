@@ -20,15 +20,15 @@ use troupe_protocol::events::{EventKind, RunEvent};
 use troupe_store::Store;
 
 /// Events the live ring of a run keeps for readers that fall behind.
-pub const LIVE_BUFFER: usize = 1024;
+pub(crate) const LIVE_BUFFER: usize = 1024;
 
 /// Events read from the store at a time while catching up.
-pub const CATCH_UP_PAGE: usize = 256;
+pub(crate) const CATCH_UP_PAGE: usize = 256;
 
 /// What to do with an event that arrived live, given the next sequence
 /// number the reader wants.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Placement {
+pub(crate) enum Placement {
     /// Already delivered (it was read from the store): skip it.
     Seen,
     /// The one wanted next: deliver it.
@@ -41,7 +41,7 @@ pub enum Placement {
 }
 
 /// Where a live event with `seq` goes when `next_seq` is wanted next.
-pub fn place(next_seq: u64, seq: u64) -> Placement {
+pub(crate) fn place(next_seq: u64, seq: u64) -> Placement {
     match seq.cmp(&next_seq) {
         std::cmp::Ordering::Less => Placement::Seen,
         std::cmp::Ordering::Equal => Placement::Next,

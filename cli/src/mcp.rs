@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use clap::Subcommand;
 use serde_json::json;
+use troupe_actors::BaseEnv;
 use troupe_actors::McpHub;
-use troupe_actors::mcp::BaseEnv;
 use troupe_config::Config;
 use troupe_mcp::{
     CONNECT_TIMEOUT, McpServerSpec, McpState, ServerPhase, ServerStatus, resolve_servers,

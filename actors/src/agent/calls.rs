@@ -26,6 +26,7 @@ use troupe_tools::{ToolContext, ToolOutput};
 
 use super::{AgentActor, AgentArgs, AgentMsg, AgentState, ChildEntry, Report, Work};
 use crate::executor::{CLEANUP_GRACE, ExecutorArgs, ReportTo, ToolExecutor, ToolReport};
+use crate::port::Port;
 use crate::slots::SlotHolder;
 
 impl AgentState {
@@ -68,9 +69,8 @@ impl AgentState {
             })),
         };
         let agent = myself.clone();
-        let report_to: ReportTo = Arc::new(move |report| {
-            let _ = agent.cast(AgentMsg::work(Work::ToolDone(report)));
-        });
+        let report_to: ReportTo =
+            Port::new(move |report| agent.cast(AgentMsg::work(Work::ToolDone(report))).is_ok());
         let (epoch, index) = (launch.epoch, launch.index);
         let args = ExecutorArgs {
             tool: launch.tool,
@@ -368,11 +368,9 @@ impl AgentState {
         child.events.emit(EventKind::SubagentFinished {
             status: RunStatus::Error,
         });
-        let _ = self.run.cast(crate::run::RunMsg::internal(
-            crate::run::RunInternal::AgentEnded {
-                path: child.path.clone(),
-            },
-        ));
+        self.run.send(crate::tree::TreeNews::AgentEnded {
+            path: child.path.clone(),
+        });
         Some(Input::CallFinished {
             epoch: child.epoch,
             index: child.index,

@@ -16,7 +16,8 @@ use troupe_protocol::model::Usage;
 use troupe_store::{CompactionMarker, LedgerEntry, Store};
 
 use super::{AgentMsg, Work};
-use crate::compactor::{Compactor, CompactorArgs, CompactorHandle, CompactorMsg};
+use crate::compactor::{Compactor, CompactorArgs, CompactorHandle, CompactorMsg, Summary};
+use crate::port::Port;
 
 /// Writes the spill files of `plan` below `spill_dir` and keeps every
 /// decision with `session`, made durable by the store's writer. Returns the results spilled (call
@@ -111,8 +112,17 @@ impl super::AgentState {
             let compactor = match &self.compactor {
                 Some(handle) => handle.0.clone(),
                 None => {
+                    let agent = myself.clone();
                     let args = CompactorArgs {
-                        agent: myself.clone(),
+                        report: Port::new(move |summary: Summary| {
+                            agent
+                                .cast(AgentMsg::work(Work::Summarised {
+                                    epoch: summary.epoch,
+                                    result: summary.result,
+                                    usage: summary.usage,
+                                }))
+                                .is_ok()
+                        }),
                         provider: self.provider.clone(),
                     };
                     match Actor::spawn_linked(None, Compactor, args, myself.get_cell()).await {

@@ -12,21 +12,21 @@ use troupe_protocol::model::ToolResult;
 use troupe_protocol::permission::RuleEntry;
 
 use super::{AgentMsg, AgentState, Report, Work};
-use crate::run::{RunInternal, RunMsg};
 use crate::tasks::OwnedTasks;
+use crate::tree::{TreeNews, TreePort};
 
 /// Tells the run actor this agent exists (cancel by path, status).
 pub(super) fn register(
-    run: &ActorRef<RunMsg>,
+    run: &TreePort,
     myself: &ActorRef<AgentMsg>,
     machine: &AgentLoop,
     token: &CancellationToken,
 ) {
-    let _ = run.cast(RunMsg::internal(RunInternal::AgentStarted {
+    run.send(TreeNews::AgentStarted {
         path: machine.spec().path.clone(),
         agent: myself.clone(),
         token: token.clone(),
-    }));
+    });
 }
 
 /// Turns the cancellation of the agent's token into [`Work::Interrupted`].
@@ -44,18 +44,13 @@ pub(super) fn watch_token(
 }
 
 /// Routes answers to `approval_id` to the agent at `path` (this agent).
-pub(super) fn open_approval(run: &ActorRef<RunMsg>, path: String, approval_id: String) {
-    let _ = run.cast(RunMsg::internal(RunInternal::ApprovalOpened {
-        approval_id,
-        path,
-    }));
+pub(super) fn open_approval(run: &TreePort, path: String, approval_id: String) {
+    run.send(TreeNews::ApprovalOpened { approval_id, path });
 }
 
 /// Approval requests that no longer wait.
-pub(super) fn close_approvals(run: &ActorRef<RunMsg>, approval_ids: Vec<String>) {
-    let _ = run.cast(RunMsg::internal(RunInternal::ApprovalsClosed {
-        approval_ids,
-    }));
+pub(super) fn close_approvals(run: &TreePort, approval_ids: Vec<String>) {
+    run.send(TreeNews::ApprovalsClosed { approval_ids });
 }
 
 /// Feeds `work` to the agent after `after` (a grace or a deadline; the
@@ -145,16 +140,14 @@ impl AgentState {
     /// The loop is over: report the outcome and stop.
     pub(super) fn finish(&mut self, myself: &ActorRef<AgentMsg>, outcome: RunOutcome) {
         let path = self.machine.spec().path.clone();
-        let _ = self
-            .run
-            .cast(RunMsg::internal(RunInternal::AgentEnded { path }));
+        self.run.send(TreeNews::AgentEnded { path });
         match self.report.take() {
             Some(Report::Run) => {
                 let transcript = self.machine.take_transcript();
-                let _ = self.run.cast(RunMsg::internal(RunInternal::MainFinished {
+                self.run.send(TreeNews::MainFinished {
                     outcome,
                     transcript,
-                }));
+                });
             }
             Some(Report::Parent {
                 agent,

@@ -22,118 +22,28 @@ mod calls;
 mod compaction;
 mod lifecycle;
 mod memory;
+pub(crate) mod msg;
 mod stream;
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::Instant;
 
-use ractor::{Actor, ActorId, ActorProcessingErr, ActorRef, RpcReplyPort, SupervisionEvent};
-use tokio::sync::OwnedSemaphorePermit;
+use ractor::{Actor, ActorId, ActorProcessingErr, ActorRef, SupervisionEvent};
 use tokio_util::sync::{CancellationToken, DropGuard};
 use tokio_util::task::AbortOnDropHandle;
-use troupe_agent::{AgentLaunch, AgentLoop, AgentStatus, Effect, Input, RunOutcome};
+use troupe_agent::{AgentLoop, Effect, Input};
 
 use crate::slots::SlotHolder;
 use crate::tasks::OwnedTasks;
-use troupe_llm::{Provider, ProviderError, StreamEvent};
-use troupe_protocol::events::ApprovalOutcome;
-use troupe_protocol::model::Message;
+use troupe_llm::Provider;
 
 use crate::env::AgentEnv;
 use crate::event_log::EventSink;
-use crate::executor::ToolReport;
-use crate::run::RunMsg;
+use crate::tree::TreePort;
 
-/// Messages of the agent actor. Only the queries are open to front doors;
-/// the loop's own traffic is [`Internal`], which only this crate can build.
-pub enum AgentMsg {
-    /// What the agent is doing.
-    Status(RpcReplyPort<AgentStatus>),
-    /// A copy of the history.
-    History(RpcReplyPort<Vec<Message>>),
-    /// Work of the agent itself: stream items, reports of its tools and
-    /// children, approvals routed by the run's broker, timers.
-    Internal(Internal),
-}
-
-/// A message only the actors of this crate can build.
-pub struct Internal(pub(crate) Work);
-
-/// The loop's traffic.
-pub(crate) enum Work {
-    /// Start the loop.
-    Begin,
-    /// One item of the model stream of `epoch`.
-    Model {
-        epoch: u64,
-        item: Result<StreamEvent, ProviderError>,
-    },
-    /// The summary call of `epoch` answered (its whole text) or failed.
-    Summarised {
-        epoch: u64,
-        result: Result<String, ProviderError>,
-        usage: troupe_protocol::model::Usage,
-    },
-    /// The model stream of `epoch` ended.
-    ModelEnded { epoch: u64 },
-    /// A tool executor reported.
-    ToolDone(ToolReport),
-    /// A child agent ended; a slot it borrowed comes back with it.
-    ChildDone {
-        epoch: u64,
-        index: usize,
-        outcome: RunOutcome,
-        slot: Option<OwnedSemaphorePermit>,
-    },
-    /// A sub-agent slot is free for this waiting child.
-    SlotReady {
-        launch: Box<AgentLaunch>,
-        permit: OwnedSemaphorePermit,
-    },
-    /// An approval of run `run_id` was answered.
-    Approve {
-        run_id: String,
-        approval_id: String,
-        outcome: ApprovalOutcome,
-        reason: Option<String>,
-    },
-    /// The person wrote to the main agent of run `run_id`.
-    UserMessage { run_id: String, text: String },
-    /// The writer made the history durable up to `upto` messages, or a
-    /// compaction marker (`None`) durable — or failed.
-    Saved {
-        upto: Option<usize>,
-        result: Result<(), String>,
-    },
-    /// The writer made the pending result of call `index` of `epoch` durable
-    /// (or failed).
-    PendingSaved {
-        epoch: u64,
-        index: usize,
-        result: Result<(), String>,
-    },
-    /// The agent's token was cancelled.
-    Interrupted,
-    /// The cleanup grace of the interrupted execution `epoch` is over.
-    CleanupGraceOver { epoch: u64 },
-    /// Save number `save` was not confirmed in time after an interruption.
-    SaveOverdue { save: u64 },
-    /// The loop finished while hooks that only report still ran; they are
-    /// done now: report the outcome.
-    FinishAfterHooks(RunOutcome),
-    /// Hooks the loop asked for ran.
-    HooksRan {
-        call: troupe_agent::HookCall,
-        verdict: troupe_hooks::HookVerdict,
-    },
-}
-
-impl AgentMsg {
-    pub(crate) fn work(work: Work) -> Self {
-        Self::Internal(Internal(work))
-    }
-}
+pub(crate) use msg::Work;
+pub(crate) use msg::{AgentMsg, Internal};
 
 /// Where an agent's outcome goes when its loop is over.
 pub(crate) enum Report {
@@ -157,8 +67,8 @@ pub(crate) struct AgentArgs {
     pub provider: Arc<dyn Provider>,
     /// Where its events go, under its path.
     pub events: EventSink,
-    /// The run actor (broker, registry).
-    pub run: ActorRef<RunMsg>,
+    /// Where it tells its run what happens in the tree (broker, registry).
+    pub run: TreePort,
     /// The run's main session (where "always" rules are kept).
     pub root_session: String,
     /// Where its outcome goes.
@@ -190,7 +100,7 @@ pub(crate) struct AgentState {
     env: Arc<AgentEnv>,
     provider: Arc<dyn Provider>,
     events: EventSink,
-    run: ActorRef<RunMsg>,
+    run: TreePort,
     root_session: String,
     report: Option<Report>,
     slot: SlotHolder,

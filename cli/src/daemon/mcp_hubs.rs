@@ -27,8 +27,8 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::Mutex;
 use tokio::task::JoinHandle;
+use troupe_actors::BaseEnv;
 use troupe_actors::McpHub;
-use troupe_actors::mcp::BaseEnv;
 use troupe_config::Config;
 use troupe_mcp::{McpServerSpec, SHUTDOWN_BUDGET};
 
