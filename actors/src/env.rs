@@ -15,9 +15,9 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use troupe_agent::ToolCatalogue;
 use troupe_agent::agent_tool::agent_tool_definition;
 use troupe_agent::roles::{RoleSet, RoleTools};
+use troupe_agent::{CatalogueSource, ToolCatalogue};
 use troupe_config::Price;
 use troupe_llm::Provider;
 use troupe_paths::sandbox::PathSandbox;
@@ -398,5 +398,48 @@ impl AgentEnvBuilder {
     /// The environment.
     pub fn build(self) -> AgentEnv {
         self.env
+    }
+}
+/// The catalogue of one agent as the MCP tools of this moment make it
+/// (`troupe_agent::CatalogueSource`): asked before each model request, it
+/// rebuilds the catalogue (from the cache) only when the tools changed since
+/// it last looked.
+pub(crate) struct LiveCatalogue {
+    env: Arc<AgentEnv>,
+    key: CatalogueKey,
+    /// The tools generation it last looked at.
+    seen: std::sync::Mutex<Option<u64>>,
+}
+
+impl LiveCatalogue {
+    /// The catalogue of `key` in `env`.
+    pub(crate) fn new(env: Arc<AgentEnv>, key: CatalogueKey) -> Arc<Self> {
+        Arc::new(Self {
+            env,
+            key,
+            seen: std::sync::Mutex::new(None),
+        })
+    }
+}
+
+impl CatalogueSource for LiveCatalogue {
+    fn latest(&self, current: &Arc<ToolCatalogue>) -> Option<Arc<ToolCatalogue>> {
+        let generation = self.env.tools_generation();
+        let mut seen = self
+            .seen
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if *seen == Some(generation) {
+            return None;
+        }
+        *seen = Some(generation);
+        match self.env.catalogue_for(&self.key) {
+            Ok(catalogue) if !Arc::ptr_eq(&catalogue, current) => Some(catalogue),
+            Ok(_) => None,
+            Err(err) => {
+                tracing::warn!(%err, "the tool catalogue could not be rebuilt; the previous one is kept");
+                None
+            }
+        }
     }
 }

@@ -41,7 +41,7 @@ use troupe_store::{NewSession, RunRecord, RunState, Store, StoreError};
 
 use crate::agent::{AgentActor, AgentArgs, AgentMsg, Report, Work};
 use crate::api::{RunHandle, RuntimeError, SubmitReply};
-use crate::env::AgentEnv;
+use crate::env::{AgentEnv, CatalogueKey, LiveCatalogue};
 use crate::event_log::EventSink;
 use crate::port::Port;
 use crate::slots::SlotHolder;
@@ -531,6 +531,7 @@ impl RunActorState {
             task: None,
             system: self.env.system.clone(),
             catalogue,
+            catalogue_source: Some(LiveCatalogue::new(self.env.clone(), CatalogueKey::main())),
             roles: self.env.roles.clone(),
             permissions: self.permissions.clone(),
             account: self.account.clone(),
@@ -561,7 +562,6 @@ impl RunActorState {
             root_session: self.session_id.clone(),
             report: Report::Run,
             slot: SlotHolder::for_run(self.parallel_subagents),
-            catalogue_key: Some(crate::env::CatalogueKey::main()),
         };
         Actor::spawn_linked(None, AgentActor, args, myself.get_cell())
             .await

@@ -172,7 +172,7 @@ impl AgentState {
         let system = plan.system_prompt(self.machine.system());
         // A fork keeps its parent's catalogue (its requests must offer the
         // same definitions); a role's catalogue follows the MCP tools.
-        let mut catalogue_key = None;
+        let mut catalogue_source: Option<Arc<dyn troupe_agent::CatalogueSource>> = None;
         let (catalogue, provider) = match &plan.kind {
             ChildKind::Fork => (self.machine.catalogue().clone(), self.provider.clone()),
             ChildKind::Role { tools, model, .. } => {
@@ -205,7 +205,7 @@ impl AgentState {
                     },
                     None => self.provider.clone(),
                 };
-                catalogue_key = Some(key);
+                catalogue_source = Some(crate::env::LiveCatalogue::new(self.env.clone(), key));
                 (catalogue, provider)
             }
         };
@@ -253,6 +253,7 @@ impl AgentState {
             task: Some(plan.task),
             system,
             catalogue,
+            catalogue_source,
             roles: self.env.roles.clone(),
             permissions: self.machine.permissions().clone(),
             account: self.machine.account().clone(),
@@ -292,7 +293,6 @@ impl AgentState {
                 index,
             },
             slot,
-            catalogue_key,
         };
         match Actor::spawn_linked(None, AgentActor, args, myself.get_cell()).await {
             Ok((child, _)) => {

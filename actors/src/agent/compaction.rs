@@ -84,7 +84,7 @@ pub(super) fn save_marker(
                 tracing::error!(%err, "the compaction marker could not be stored");
                 err.to_string()
             });
-            let _ = agent.cast(AgentMsg::work(Work::Saved { upto: None, result }));
+            let _ = agent.cast(AgentMsg::work(Work::Saved { result }));
         },
     );
 }

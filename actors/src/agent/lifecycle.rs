@@ -8,7 +8,7 @@ use std::time::Duration;
 use ractor::ActorRef;
 use tokio_util::sync::CancellationToken;
 use troupe_agent::{AgentLoop, RunOutcome};
-use troupe_protocol::model::ToolResult;
+use troupe_protocol::model::{Message, ToolResult};
 use troupe_protocol::permission::RuleEntry;
 
 use super::{AgentMsg, AgentState, Report, Work};
@@ -61,11 +61,13 @@ pub(super) fn arm_timer(myself: &ActorRef<AgentMsg>, after: Duration, work: Work
 }
 
 impl AgentState {
-    /// Hands what the store lacks of the history to the store's writer; the
-    /// answer comes back as [`Work::Saved`] once it is durable.
-    pub(super) fn save(&mut self, myself: &ActorRef<AgentMsg>) {
+    /// Hands the messages the store lacks (the loop's [`Effect::Save`]) to
+    /// the store's writer; the answer comes back as [`Work::Saved`] once it
+    /// is durable.
+    ///
+    /// [`Effect::Save`]: troupe_agent::Effect::Save
+    pub(super) fn save(&mut self, myself: &ActorRef<AgentMsg>, messages: Vec<(u64, Message)>) {
         let session = self.machine.session_id().to_string();
-        let (upto, messages) = self.machine.transcript().unsaved_copy();
         // Every pending result handed over so far is in the history being
         // saved; the writer clears them after storing it (writes keep order).
         let clear_pending = std::mem::take(&mut self.pending_stored);
@@ -85,10 +87,7 @@ impl AgentState {
                     tracing::error!(%err, "store write failed");
                     err.to_string()
                 });
-                let _ = agent.cast(AgentMsg::work(Work::Saved {
-                    upto: Some(upto),
-                    result,
-                }));
+                let _ = agent.cast(AgentMsg::work(Work::Saved { result }));
             },
         );
     }

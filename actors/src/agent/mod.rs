@@ -75,9 +75,6 @@ pub(crate) struct AgentArgs {
     pub report: Report,
     /// Its sub-agent slot.
     pub slot: SlotHolder,
-    /// What its catalogue is built from, so each model request offers the
-    /// tools of that moment; `None` (a fork) keeps the catalogue it got.
-    pub catalogue_key: Option<crate::env::CatalogueKey>,
 }
 
 /// The agent actor.
@@ -111,15 +108,11 @@ pub(crate) struct AgentState {
     /// Pending results were handed to the writer and wait for the next save
     /// to clear them.
     pending_stored: bool,
-    /// What its catalogue is built from (`None`: kept as given).
-    catalogue_key: Option<crate::env::CatalogueKey>,
     /// Hooks that only report, still running (the outcome waits for them).
     report_hooks: Vec<AbortOnDropHandle<()>>,
     /// Its tasks (the model stream, waits for a slot, hooks' ends): aborted
     /// when it stops.
     tasks: OwnedTasks,
-    /// The MCP tools generation its catalogue was last checked at.
-    catalogue_generation: Option<u64>,
     /// The compactor of its session, once a summary was asked for.
     compactor: Option<crate::compactor::CompactorHandle>,
     /// Cancels the agent's token when the state is dropped — also after a panic,
@@ -154,8 +147,6 @@ impl Actor for AgentActor {
             executors: HashMap::new(),
             children: HashMap::new(),
             pending_stored: false,
-            catalogue_key: args.catalogue_key,
-            catalogue_generation: None,
             compactor: None,
             report_hooks: Vec::new(),
             tasks,
@@ -204,35 +195,6 @@ impl Actor for AgentActor {
 }
 
 impl AgentState {
-    /// Takes the catalogue of this moment before a model request, when the
-    /// MCP tools changed since the last one: tools of servers that joined
-    /// are offered from this request on, those of servers that left are not
-    /// (the catalogue, and so the request prefix, stays the same otherwise).
-    fn refresh_catalogue(&mut self, request: &mut troupe_llm::ChatRequest) {
-        let Some(key) = &self.catalogue_key else {
-            return;
-        };
-        let generation = self.env.tools_generation();
-        if self.catalogue_generation == Some(generation) {
-            return;
-        }
-        self.catalogue_generation = Some(generation);
-        let catalogue = match self.env.catalogue_for(key) {
-            Ok(catalogue) => catalogue,
-            Err(err) => {
-                tracing::warn!(%err, "the tool catalogue could not be rebuilt; the previous one is kept");
-                return;
-            }
-        };
-        if Arc::ptr_eq(&catalogue, self.machine.catalogue()) {
-            return;
-        }
-        request.tools = catalogue
-            .offered(self.machine.permissions().mode())
-            .to_vec();
-        self.machine.replace_catalogue(catalogue);
-    }
-
     /// Turns the loop's traffic into the loop's input (some traffic is
     /// handled here: a free slot starts a waiting child).
     async fn input_of(&mut self, myself: &ActorRef<AgentMsg>, work: Work) -> Option<Input> {
@@ -286,12 +248,7 @@ impl AgentState {
             Work::UserMessage { run_id, text } => {
                 (run_id == self.machine.run_id()).then_some(Input::UserMessage { text })
             }
-            Work::Saved { upto, result } => {
-                if let (Ok(()), Some(upto)) = (&result, upto) {
-                    self.machine.transcript_mut().mark_saved(upto);
-                }
-                Some(Input::Saved(result))
-            }
+            Work::Saved { result } => Some(Input::Saved(result)),
             Work::PendingSaved {
                 epoch,
                 index,
@@ -333,8 +290,8 @@ impl AgentState {
                 self.events.emit(kind);
                 None
             }
-            Effect::Save => {
-                self.save(myself);
+            Effect::Save { messages, .. } => {
+                self.save(myself, messages);
                 None
             }
             Effect::SavePending {
@@ -368,11 +325,10 @@ impl AgentState {
             }
             Effect::CallModel {
                 epoch,
-                mut request,
+                request,
                 cancel,
                 span,
             } => {
-                self.refresh_catalogue(&mut request);
                 stream::start(
                     &mut self.tasks,
                     myself,

@@ -68,12 +68,8 @@ pub(crate) enum Work {
     },
     /// The person wrote to the main agent of run `run_id`.
     UserMessage { run_id: String, text: String },
-    /// The writer made the history durable up to `upto` messages, or a
-    /// compaction marker (`None`) durable — or failed.
-    Saved {
-        upto: Option<usize>,
-        result: Result<(), String>,
-    },
+    /// The writer made a save or a compaction marker durable — or failed.
+    Saved { result: Result<(), String> },
     /// The writer made the pending result of call `index` of `epoch` durable
     /// (or failed).
     PendingSaved {

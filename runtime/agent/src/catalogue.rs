@@ -192,6 +192,16 @@ impl ToolCatalogue {
     }
 }
 
+/// Where an agent's tools come from when they can change during its run
+/// (MCP servers joining or leaving): the interpreter injects one, and the loop
+/// asks it just before each model request, so the calls of that response are
+/// checked against what the request offered. It only answers from what is in
+/// memory.
+pub trait CatalogueSource: Send + Sync {
+    /// A newer catalogue than `current`, if the tools changed since.
+    fn latest(&self, current: &Arc<ToolCatalogue>) -> Option<Arc<ToolCatalogue>>;
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -30,7 +30,7 @@ pub mod run;
 pub mod subagent;
 
 pub use account::{RunAccount, StopCause};
-pub use catalogue::ToolCatalogue;
+pub use catalogue::{CatalogueSource, ToolCatalogue};
 pub use guard::{Budget, LimitHit};
 pub use history::validate_history;
 pub use machine::{

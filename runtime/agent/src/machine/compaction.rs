@@ -682,6 +682,7 @@ impl AgentLoop {
             _ => AfterSave::ModelCall,
         };
         self.phase = Phase::Saving(then);
+        self.saves_in_flight.push_back(None);
         out.push(Effect::SaveMarker(marker));
     }
 

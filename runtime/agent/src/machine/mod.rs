@@ -31,7 +31,7 @@ pub use hooks::{HookCall, HookRequest};
 mod tests;
 
 use chrono::{DateTime, Utc};
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -40,7 +40,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::Span;
 
 use crate::account::RunAccount;
-use crate::catalogue::ToolCatalogue;
+use crate::catalogue::{CatalogueSource, ToolCatalogue};
 use crate::guard::LoopGuard;
 use crate::plan::ExecutionGroup;
 use crate::roles::RoleSet;
@@ -52,7 +52,7 @@ use troupe_llm::{ChatRequest, ProviderError, ResponseAccumulator, StreamEvent};
 use troupe_permissions::{PermissionEngine, PermissionRequest};
 use troupe_protocol::events::{ApprovalOutcome, EventKind};
 use troupe_protocol::model::SystemPrompt;
-use troupe_protocol::model::{ToolCall, ToolResult, Usage};
+use troupe_protocol::model::{Message, ToolCall, ToolResult, Usage};
 use troupe_protocol::permission::RuleEntry;
 use troupe_telemetry::genai::{self, ContentCapture, ToolErrorKind};
 use troupe_tools::{Tool, ToolOutput};
@@ -71,6 +71,9 @@ pub struct LoopSetup {
     pub system: SystemPrompt,
     /// The tools it may call.
     pub catalogue: Arc<ToolCatalogue>,
+    /// Where newer tools come from, asked before each model request (none:
+    /// the catalogue stays as given, as a fork's must).
+    pub catalogue_source: Option<Arc<dyn CatalogueSource>>,
     /// The roles its `agent` calls may name.
     pub roles: Arc<RoleSet>,
     /// The permission engine (shared by the tree of one run).
@@ -247,9 +250,15 @@ pub struct AgentLaunch {
 pub enum Effect {
     /// Emit an event under this agent's path.
     Emit(EventKind),
-    /// Write what the store lacks of the transcript and flush; answer with
-    /// [`Input::Saved`].
-    Save,
+    /// Write these messages of the transcript (those the store lacks, with
+    /// their store indices) and flush; answer with [`Input::Saved`]. Once it
+    /// succeeded, the first `upto` messages of the transcript are stored.
+    Save {
+        /// The transcript's length this save covers.
+        upto: usize,
+        /// The messages to write, with their store indices.
+        messages: Vec<(u64, Message)>,
+    },
     /// Store a finished call's result before its turn's tool message exists
     /// and flush; answer with [`Input::PendingSaved`].
     SavePending {
@@ -339,7 +348,7 @@ impl std::fmt::Debug for Effect {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Self::Emit(kind) => write!(f, "Emit({})", kind.type_name()),
-            Self::Save => f.write_str("Save"),
+            Self::Save { upto, .. } => write!(f, "Save(upto {upto})"),
             Self::SavePending { index, .. } => write!(f, "SavePending({index})"),
             Self::SaveRules(rules) => write!(f, "SaveRules({})", rules.len()),
             Self::Offload(plan) => write!(f, "Offload({}, {})", plan.spill.len(), plan.kept.len()),
@@ -494,6 +503,7 @@ pub struct AgentLoop {
     task: Option<String>,
     system: SystemPrompt,
     catalogue: Arc<ToolCatalogue>,
+    catalogue_source: Option<Arc<dyn CatalogueSource>>,
     roles: Arc<RoleSet>,
     permissions: Arc<PermissionEngine>,
     account: Arc<RunAccount>,
@@ -520,6 +530,10 @@ pub struct AgentLoop {
     interrupt_pending: bool,
     /// Numbers the saves asked for (the current one while saving).
     saves: u64,
+    /// The saves and markers handed to the interpreter and not yet
+    /// answered, oldest first: how much of the transcript each save covers
+    /// (`None` for a compaction marker).
+    saves_in_flight: VecDeque<Option<usize>>,
     /// Text the person wrote during the run, for the next model call.
     queued_messages: Vec<String>,
     /// Compaction: estimate, ledger, breaker.
@@ -548,6 +562,7 @@ impl AgentLoop {
             task: setup.task,
             system: setup.system,
             catalogue: setup.catalogue,
+            catalogue_source: setup.catalogue_source,
             roles: setup.roles,
             permissions: setup.permissions,
             account: setup.account,
@@ -566,6 +581,7 @@ impl AgentLoop {
             store_failed: false,
             interrupt_pending: false,
             saves: 0,
+            saves_in_flight: VecDeque::new(),
             queued_messages: Vec::new(),
             context: compaction::ContextState::new(setup.context),
             hooks: setup.hooks,
@@ -641,13 +657,6 @@ impl AgentLoop {
         &self.catalogue
     }
 
-    /// Replaces its tools with a newer snapshot (MCP servers joined or
-    /// left), taken just before a model request: the calls of that response
-    /// are then checked against what the request offered.
-    pub fn replace_catalogue(&mut self, catalogue: Arc<ToolCatalogue>) {
-        self.catalogue = catalogue;
-    }
-
     /// The permission engine (shared by the run's tree).
     pub fn permissions(&self) -> &Arc<PermissionEngine> {
         &self.permissions
@@ -676,11 +685,6 @@ impl AgentLoop {
     /// The history and what of it is stored (the interpreter saves it).
     pub fn transcript(&self) -> &Transcript {
         &self.transcript
-    }
-
-    /// The history, for the interpreter's [`Effect::Save`].
-    pub fn transcript_mut(&mut self) -> &mut Transcript {
-        &mut self.transcript
     }
 
     /// Takes the history out of a finished loop (to keep for the session's next run).
@@ -745,7 +749,9 @@ impl AgentLoop {
     fn save_then(&mut self, then: AfterSave, out: &mut Vec<Effect>) {
         self.saves += 1;
         self.phase = Phase::Saving(then);
-        out.push(Effect::Save);
+        let (upto, messages) = self.transcript.unsaved_copy();
+        self.saves_in_flight.push_back(Some(upto));
+        out.push(Effect::Save { upto, messages });
         if self.token.is_cancelled() {
             out.push(Effect::ArmSaveDeadline {
                 save: self.saves,
@@ -755,6 +761,12 @@ impl AgentLoop {
     }
 
     fn on_saved(&mut self, result: Result<(), String>, out: &mut Vec<Effect>) {
+        // Saves are answered in the order they were asked for; a durable
+        // one stores the transcript up to where it was then, even when the
+        // loop stopped waiting for it.
+        if let (Some(Some(upto)), Ok(())) = (self.saves_in_flight.pop_front(), &result) {
+            self.transcript.mark_saved(upto);
+        }
         let Phase::Saving(_) = &self.phase else {
             return;
         };

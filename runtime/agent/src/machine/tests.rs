@@ -18,7 +18,7 @@ use crate::{AgentSpec, StopCause, validate_history};
 use troupe_config::PermissionSettings;
 use troupe_paths::sandbox::PathSandbox;
 use troupe_protocol::events::RunStatus;
-use troupe_protocol::model::{Message, Role, StopReason, Usage};
+use troupe_protocol::model::{ContentBlock, Message, Role, StopReason, Usage};
 use troupe_protocol::permission::PermissionMode;
 
 struct Fixture {
@@ -43,6 +43,8 @@ struct Options {
     /// Messages before the task (a continued session's history).
     history: Vec<Message>,
     hooks: Vec<troupe_hooks::Hook>,
+    /// Where newer tools come from before each model request.
+    catalogue_source: Option<Arc<dyn crate::CatalogueSource>>,
 }
 
 impl Default for Options {
@@ -62,6 +64,7 @@ impl Default for Options {
             compact_only: false,
             history: Vec::new(),
             hooks: Vec::new(),
+            catalogue_source: None,
         }
     }
 }
@@ -114,6 +117,7 @@ fn fixture(options: Options) -> Fixture {
             environment: "env".into(),
         },
         catalogue: Arc::new(catalogue),
+        catalogue_source: options.catalogue_source,
         roles: Arc::new(roles),
         permissions,
         account: account.clone(),
@@ -149,7 +153,7 @@ fn show(effects: &[Effect]) -> Vec<String> {
         .iter()
         .map(|effect| match effect {
             Effect::Emit(kind) => format!("emit:{}", kind.type_name()),
-            Effect::Save => "save".into(),
+            Effect::Save { .. } => "save".into(),
             Effect::SavePending { index, .. } => format!("pending:{index}"),
             Effect::SaveRules(_) => "rules".into(),
             Effect::Offload(plan) => format!("offload:{}:{}", plan.spill.len(), plan.kept.len()),
@@ -345,6 +349,29 @@ fn a_plain_answer_saves_then_finishes() {
         "a finished loop releases what is below it"
     );
     assert_closed(f.history());
+}
+
+#[test]
+fn a_save_carries_what_the_store_lacks_and_marks_it_stored_once_durable() {
+    let mut f = fixture(Options::default());
+    let effects = f.on(Input::Begin);
+    let Some(Effect::Save { upto, messages }) = effects.first() else {
+        panic!("the first effect saves: {:?}", show(&effects));
+    };
+    assert_eq!(*upto, f.machine.transcript().len());
+    let indices: Vec<u64> = messages.iter().map(|(index, _)| *index).collect();
+    assert_eq!(indices, (0..*upto as u64).collect::<Vec<_>>());
+    assert!(
+        !f.machine.transcript().is_saved(),
+        "not before it is durable"
+    );
+    f.on(Input::Saved(Ok(())));
+    assert!(f.machine.transcript().is_saved());
+    // The answer joins the history; a failed save leaves it unstored.
+    assert_eq!(f.answer_text("hello"), s(&["emit:usage", "save"]));
+    assert!(!f.machine.transcript().is_saved());
+    f.on(Input::Saved(Err("disk full".into())));
+    assert!(!f.machine.transcript().is_saved());
 }
 
 #[test]
@@ -873,6 +900,50 @@ fn calls_left_by_a_stop_say_whether_a_budget_or_a_cancel_stopped_them() {
         troupe_tools::CANCELLED_RESULT
     );
     assert_eq!(unfinished_result(None), troupe_tools::CANCELLED_RESULT);
+}
+
+/// A source that has a newer catalogue once, when asked.
+struct NewerOnce(std::sync::Mutex<Option<Arc<ToolCatalogue>>>);
+
+impl crate::CatalogueSource for NewerOnce {
+    fn latest(&self, _current: &Arc<ToolCatalogue>) -> Option<Arc<ToolCatalogue>> {
+        self.0.lock().unwrap().take()
+    }
+}
+
+#[test]
+fn tools_that_changed_are_offered_from_the_next_request_and_calls_checked_against_them() {
+    let read_only = ToolCatalogue::for_role(
+        &troupe_tools::builtin_registry(),
+        &RoleTools::ReadOnly,
+        None,
+    )
+    .unwrap();
+    let mut f = fixture(Options {
+        catalogue_source: Some(Arc::new(NewerOnce(std::sync::Mutex::new(Some(Arc::new(
+            read_only,
+        )))))),
+        ..Options::default()
+    });
+    assert_eq!(f.step(Input::Begin), s(&["save"]));
+    let effects = f.on(Input::Saved(Ok(())));
+    let Some(Effect::CallModel { request, .. }) = effects.last() else {
+        panic!("model call expected");
+    };
+    let offered: Vec<&str> = request.tools.iter().map(|t| t.name.as_str()).collect();
+    assert!(offered.contains(&"read_file"), "{offered:?}");
+    assert!(!offered.contains(&"write_file") && !offered.contains(&"agent"));
+    // A call to a tool the request did not offer is unknown.
+    let write = ("write_file", json!({"path": "x", "content": "y"}));
+    f.respond(std::slice::from_ref(&write));
+    f.on(Input::Saved(Ok(())));
+    let result = f.history().iter().rev().find_map(|m| {
+        m.content.iter().find_map(|block| match block {
+            ContentBlock::ToolResult(result) => Some(result.clone()),
+            _ => None,
+        })
+    });
+    assert!(result.unwrap().is_error);
 }
 
 #[test]

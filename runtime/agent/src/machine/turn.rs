@@ -51,6 +51,15 @@ impl AgentLoop {
         // A summary prepared ahead runs beside this call, never before it.
         self.prepare_step(out);
         self.epoch += 1;
+        // Tools of servers that joined are offered from this request on,
+        // those of servers that left are not.
+        if let Some(latest) = self
+            .catalogue_source
+            .as_ref()
+            .and_then(|source| source.latest(&self.catalogue))
+        {
+            self.catalogue = latest;
+        }
         // The mode is read once per request: tools and reminder agree. The
         // plan reminder rides in this request's environment part only.
         let mode = self.permissions.mode();
