@@ -18,7 +18,8 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use super::output::{OutputCollector, OutputLimits, spill_file_name};
-use super::{PermissionSubject, Tool, ToolCategory, ToolContext, ToolOutput, parse_args};
+use super::{PermissionSubject, ToolContext, ToolOutput};
+use crate::builtin::{Builtin, BuiltinTool, ToolClass};
 use troupe_process::{DriveOutcome, Ending, KILL_GRACE, KillOutcome};
 
 /// SPEC §4: default timeout of a command.
@@ -37,14 +38,12 @@ const SPILL_PREFIX: &str = "bash";
 
 /// The `bash` tool.
 #[derive(Debug)]
-pub(crate) struct Bash {
-    schema: Value,
-}
+pub(crate) struct Bash;
 
 /// The arguments; the tool's schema is derived from them.
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-struct Args {
+pub(crate) struct Args {
     /// Shell command line
     command: String,
     /// Default 120, max 600
@@ -56,17 +55,9 @@ struct Args {
 }
 
 impl Bash {
-    /// The tool with its schema.
-    pub(crate) fn new() -> Self {
-        Self {
-            schema: super::schema::of::<Args>(),
-        }
-    }
-}
-
-impl Default for Bash {
-    fn default() -> Self {
-        Self::new()
+    /// The tool, with the schema of its arguments.
+    pub(crate) fn new() -> Builtin<Self> {
+        Builtin::new(Self)
     }
 }
 
@@ -80,10 +71,10 @@ pub(crate) fn effective_timeout(requested: Option<u64>) -> (Duration, bool) {
     }
 }
 
-impl Tool for Bash {
-    fn name(&self) -> &str {
-        "bash"
-    }
+impl BuiltinTool for Bash {
+    type Args = Args;
+    const NAME: &'static str = "bash";
+    const CLASS: ToolClass = ToolClass::EXECUTE;
 
     fn description(&self) -> &str {
         "Run a command with `bash -c` in the project root. stdin is empty and only a minimal \
@@ -95,19 +86,7 @@ impl Tool for Bash {
          is an error."
     }
 
-    fn input_schema(&self) -> &Value {
-        &self.schema
-    }
-
-    fn read_only(&self) -> bool {
-        false
-    }
-
-    fn category(&self) -> ToolCategory {
-        ToolCategory::Execute
-    }
-
-    fn permission_subject(&self, args: &Value) -> PermissionSubject {
+    fn target(&self, args: &Value) -> PermissionSubject {
         PermissionSubject::Command {
             command: args
                 .get("command")
@@ -131,12 +110,8 @@ impl Tool for Bash {
         )
     }
 
-    fn execute<'a>(&'a self, args: Value, ctx: &'a ToolContext) -> BoxFuture<'a, ToolOutput> {
+    fn run<'a>(&'a self, args: Self::Args, ctx: &'a ToolContext) -> BoxFuture<'a, ToolOutput> {
         Box::pin(async move {
-            let args: Args = match parse_args(self.name(), args) {
-                Ok(args) => args,
-                Err(out) => return out,
-            };
             if args.command.trim().is_empty() {
                 return ToolOutput::error("command is empty.");
             }
@@ -281,6 +256,7 @@ fn render(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::Tool;
     use serde_json::json;
 
     #[test]

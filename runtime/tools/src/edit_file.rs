@@ -13,9 +13,8 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use super::files::{self, OpenMode};
-use super::{
-    Access, PermissionSubject, Tool, ToolCategory, ToolContext, ToolOutput, parse_args, plural,
-};
+use super::{Access, PermissionSubject, ToolContext, ToolOutput, plural};
+use crate::builtin::{Builtin, BuiltinTool, ToolClass};
 
 /// Line numbers of matches listed in an ambiguity error or a result.
 const MAX_LISTED_MATCH_LINES: usize = 10;
@@ -27,14 +26,12 @@ pub(crate) const MAX_EDIT_BYTES: u64 = 8 * 1024 * 1024;
 
 /// The `edit_file` tool.
 #[derive(Debug)]
-pub(crate) struct EditFile {
-    schema: Value,
-}
+pub(crate) struct EditFile;
 
 /// The arguments; the tool's schema is derived from them.
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-struct Args {
+pub(crate) struct Args {
     /// File path, relative to the project root or absolute
     path: String,
     /// Exact text to replace
@@ -47,24 +44,16 @@ struct Args {
 }
 
 impl EditFile {
-    /// The tool with its schema.
-    pub(crate) fn new() -> Self {
-        Self {
-            schema: super::schema::of::<Args>(),
-        }
+    /// The tool, with the schema of its arguments.
+    pub(crate) fn new() -> Builtin<Self> {
+        Builtin::new(Self)
     }
 }
 
-impl Default for EditFile {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
-impl Tool for EditFile {
-    fn name(&self) -> &str {
-        "edit_file"
-    }
+impl BuiltinTool for EditFile {
+    type Args = Args;
+    const NAME: &'static str = "edit_file";
+    const CLASS: ToolClass = ToolClass::WRITE;
 
     fn description(&self) -> &str {
         "Replace exact text in a file. old_string must match exactly, whitespace included (copy \
@@ -73,28 +62,12 @@ impl Tool for EditFile {
          surrounding lines to make it unique."
     }
 
-    fn input_schema(&self) -> &Value {
-        &self.schema
-    }
-
-    fn read_only(&self) -> bool {
-        false
-    }
-
-    fn category(&self) -> ToolCategory {
-        ToolCategory::Write
-    }
-
-    fn permission_subject(&self, args: &Value) -> PermissionSubject {
+    fn target(&self, args: &Value) -> PermissionSubject {
         super::read_file::path_subject(args, Access::Write)
     }
 
-    fn execute<'a>(&'a self, args: Value, ctx: &'a ToolContext) -> BoxFuture<'a, ToolOutput> {
+    fn run<'a>(&'a self, args: Self::Args, ctx: &'a ToolContext) -> BoxFuture<'a, ToolOutput> {
         Box::pin(async move {
-            let args: Args = match parse_args(self.name(), args) {
-                Ok(args) => args,
-                Err(out) => return out,
-            };
             if args.old_string.is_empty() {
                 return ToolOutput::error(
                     "old_string is empty; to create a file or replace all of it use write_file.",
@@ -424,6 +397,7 @@ fn collapse_whitespace(text: &str, mut seen: impl FnMut(usize, u64)) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::Tool;
 
     #[test]
     fn the_schema_is_derived_from_the_arguments() {

@@ -21,18 +21,17 @@ use serde_json::Value;
 use super::files::{self, display_path};
 use super::output::{MAX_OUTPUT_BYTES, NOTES_RESERVE_BYTES};
 use super::walk::{BoundedBest, MAX_RESULTS, StopFlag, walk_builder};
-use super::{Access, PermissionSubject, Tool, ToolCategory, ToolContext, ToolOutput, parse_args};
+use super::{Access, PermissionSubject, ToolContext, ToolOutput};
+use crate::builtin::{Builtin, BuiltinTool, ToolClass};
 
 /// The `glob` tool.
 #[derive(Debug)]
-pub(crate) struct Glob {
-    schema: Value,
-}
+pub(crate) struct Glob;
 
 /// The arguments; the tool's schema is derived from them.
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-struct Args {
+pub(crate) struct Args {
     /// Glob, e.g. **/*.rs or src/*.ts
     pattern: String,
     /// Directory to search (default: project root)
@@ -40,24 +39,16 @@ struct Args {
 }
 
 impl Glob {
-    /// The tool with its schema.
-    pub(crate) fn new() -> Self {
-        Self {
-            schema: super::schema::of::<Args>(),
-        }
+    /// The tool, with the schema of its arguments.
+    pub(crate) fn new() -> Builtin<Self> {
+        Builtin::new(Self)
     }
 }
 
-impl Default for Glob {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
-impl Tool for Glob {
-    fn name(&self) -> &str {
-        "glob"
-    }
+impl BuiltinTool for Glob {
+    type Args = Args;
+    const NAME: &'static str = "glob";
+    const CLASS: ToolClass = ToolClass::READ;
 
     fn description(&self) -> &str {
         "Find files by glob pattern relative to `path` (default: project root). `*` matches \
@@ -65,28 +56,12 @@ impl Tool for Glob {
          and hidden files. Returns paths newest first, at most 500."
     }
 
-    fn input_schema(&self) -> &Value {
-        &self.schema
-    }
-
-    fn read_only(&self) -> bool {
-        true
-    }
-
-    fn category(&self) -> ToolCategory {
-        ToolCategory::Read
-    }
-
-    fn permission_subject(&self, args: &Value) -> PermissionSubject {
+    fn target(&self, args: &Value) -> PermissionSubject {
         super::read_file::path_subject(args, Access::Read)
     }
 
-    fn execute<'a>(&'a self, args: Value, ctx: &'a ToolContext) -> BoxFuture<'a, ToolOutput> {
+    fn run<'a>(&'a self, args: Self::Args, ctx: &'a ToolContext) -> BoxFuture<'a, ToolOutput> {
         Box::pin(async move {
-            let args: Args = match parse_args(self.name(), args) {
-                Ok(args) => args,
-                Err(out) => return out,
-            };
             let pattern = args.pattern.trim();
             if pattern.is_empty() {
                 return ToolOutput::error("pattern is empty; try `**/*` for every file.");
@@ -313,6 +288,7 @@ pub(crate) fn render_paths(paths: &[String], total: u64, max_bytes: usize) -> St
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::Tool;
 
     #[test]
     fn the_schema_is_derived_from_the_arguments() {

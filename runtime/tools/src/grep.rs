@@ -23,9 +23,8 @@ use serde_json::Value;
 use super::files::{self, display_path};
 use super::output::MAX_OUTPUT_BYTES;
 use super::walk::{BoundedBest, MAX_RESULTS, StopFlag, walk_builder};
-use super::{
-    Access, PermissionSubject, Tool, ToolCategory, ToolContext, ToolOutput, parse_args, plural,
-};
+use super::{Access, PermissionSubject, ToolContext, ToolOutput, plural};
+use crate::builtin::{Builtin, BuiltinTool, ToolClass};
 
 /// Bytes of one matching line shown in `content` mode; longer lines (minified
 /// code) are cut with `…`.
@@ -45,9 +44,7 @@ const MAX_NAMED_SKIPS: usize = 5;
 
 /// The `grep` tool.
 #[derive(Debug)]
-pub struct Grep {
-    schema: Value,
-}
+pub struct Grep;
 
 /// What `grep` returns.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, JsonSchema)]
@@ -65,7 +62,7 @@ pub(crate) enum OutputMode {
 /// The arguments; the tool's schema is derived from them.
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-struct Args {
+pub struct Args {
     /// Regex (Rust syntax)
     pattern: String,
     /// File or directory (default: project root)
@@ -78,24 +75,16 @@ struct Args {
 }
 
 impl Grep {
-    /// The tool with its schema.
-    pub fn new() -> Self {
-        Self {
-            schema: super::schema::of::<Args>(),
-        }
+    /// The tool, with the schema of its arguments.
+    pub fn new() -> Builtin<Self> {
+        Builtin::new(Self)
     }
 }
 
-impl Default for Grep {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
-impl Tool for Grep {
-    fn name(&self) -> &str {
-        "grep"
-    }
+impl BuiltinTool for Grep {
+    type Args = Args;
+    const NAME: &'static str = "grep";
+    const CLASS: ToolClass = ToolClass::READ;
 
     fn description(&self) -> &str {
         "Search file contents with a regex (Rust syntax; `(?i)` ignores case). Skips \
@@ -104,28 +93,12 @@ impl Tool for Grep {
          path."
     }
 
-    fn input_schema(&self) -> &Value {
-        &self.schema
-    }
-
-    fn read_only(&self) -> bool {
-        true
-    }
-
-    fn category(&self) -> ToolCategory {
-        ToolCategory::Read
-    }
-
-    fn permission_subject(&self, args: &Value) -> PermissionSubject {
+    fn target(&self, args: &Value) -> PermissionSubject {
         super::read_file::path_subject(args, Access::Read)
     }
 
-    fn execute<'a>(&'a self, args: Value, ctx: &'a ToolContext) -> BoxFuture<'a, ToolOutput> {
+    fn run<'a>(&'a self, args: Self::Args, ctx: &'a ToolContext) -> BoxFuture<'a, ToolOutput> {
         Box::pin(async move {
-            let args: Args = match parse_args(self.name(), args) {
-                Ok(args) => args,
-                Err(out) => return out,
-            };
             let root = match files::resolve_for_use(
                 ctx,
                 args.path.as_deref().unwrap_or("."),
@@ -637,6 +610,7 @@ fn shorten_line(line: &[u8]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::Tool;
 
     #[test]
     fn the_schema_is_derived_from_the_arguments() {

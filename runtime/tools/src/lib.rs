@@ -165,6 +165,7 @@ pub(crate) fn plural(n: u64, noun: &str) -> String {
 
 pub mod background;
 pub(crate) mod bash;
+pub mod builtin;
 pub(crate) mod edit_file;
 pub(crate) mod files;
 pub(crate) mod glob;

@@ -16,9 +16,8 @@ use serde_json::Value;
 
 use super::files::{self, OpenMode};
 use super::output::{MAX_OUTPUT_BYTES, MAX_OUTPUT_LINES};
-use super::{
-    Access, PermissionSubject, Tool, ToolCategory, ToolContext, ToolOutput, parse_args, plural,
-};
+use super::{Access, PermissionSubject, ToolContext, ToolOutput, plural};
+use crate::builtin::{Builtin, BuiltinTool, ToolClass};
 
 /// SPEC §4: lines returned by default and at most per call.
 pub(crate) const MAX_READ_LINES: usize = MAX_OUTPUT_LINES;
@@ -40,14 +39,12 @@ pub(crate) const MAX_SCAN_BYTES: u64 = 1024 * 1024 * 1024;
 
 /// The `read_file` tool.
 #[derive(Debug)]
-pub(crate) struct ReadFile {
-    schema: Value,
-}
+pub(crate) struct ReadFile;
 
 /// The arguments; the tool's schema is derived from them.
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-struct Args {
+pub(crate) struct Args {
     /// File path, relative to the project root or absolute
     path: String,
     /// First line to return, 1-based (default 1)
@@ -61,24 +58,16 @@ struct Args {
 }
 
 impl ReadFile {
-    /// The tool with its schema.
-    pub(crate) fn new() -> Self {
-        Self {
-            schema: super::schema::of::<Args>(),
-        }
+    /// The tool, with the schema of its arguments.
+    pub(crate) fn new() -> Builtin<Self> {
+        Builtin::new(Self)
     }
 }
 
-impl Default for ReadFile {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
-impl Tool for ReadFile {
-    fn name(&self) -> &str {
-        "read_file"
-    }
+impl BuiltinTool for ReadFile {
+    type Args = Args;
+    const NAME: &'static str = "read_file";
+    const CLASS: ToolClass = ToolClass::READ;
 
     fn description(&self) -> &str {
         "Read a text file as numbered lines (number, tab, text). Returns at most 2000 lines and \
@@ -88,28 +77,12 @@ impl Tool for ReadFile {
          results."
     }
 
-    fn input_schema(&self) -> &Value {
-        &self.schema
-    }
-
-    fn read_only(&self) -> bool {
-        true
-    }
-
-    fn category(&self) -> ToolCategory {
-        ToolCategory::Read
-    }
-
-    fn permission_subject(&self, args: &Value) -> PermissionSubject {
+    fn target(&self, args: &Value) -> PermissionSubject {
         path_subject(args, Access::Read)
     }
 
-    fn execute<'a>(&'a self, args: Value, ctx: &'a ToolContext) -> BoxFuture<'a, ToolOutput> {
+    fn run<'a>(&'a self, args: Self::Args, ctx: &'a ToolContext) -> BoxFuture<'a, ToolOutput> {
         Box::pin(async move {
-            let args: Args = match parse_args(self.name(), args) {
-                Ok(args) => args,
-                Err(out) => return out,
-            };
             let target = match files::resolve_for_use(ctx, &args.path, Access::Read) {
                 Ok(target) => target,
                 Err(message) => return ToolOutput::error(message),
@@ -533,6 +506,7 @@ fn count_remaining<R: BufRead>(reader: &mut R, budget: &mut u64) -> io::Result<(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::Tool;
 
     #[test]
     fn the_schema_is_derived_from_the_arguments() {

@@ -11,13 +11,14 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use super::background::{BackgroundTasks, TaskInfo};
-use super::{PermissionSubject, Tool, ToolCategory, ToolContext, ToolOutput, parse_args, plural};
+use super::{PermissionSubject, ToolContext, ToolOutput, plural};
+use crate::builtin::{Builtin, BuiltinTool, ToolClass};
 
 /// The arguments of `task_output` and `task_kill`; their schema is derived
 /// from them.
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-struct IdArgs {
+pub(crate) struct IdArgs {
     /// Task id from bash run_in_background
     id: String,
 }
@@ -25,7 +26,7 @@ struct IdArgs {
 /// The arguments of `task_list`: none.
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-struct NoArgs {}
+pub(crate) struct NoArgs {}
 
 fn unknown_task(tasks: &BackgroundTasks, id: &str) -> ToolOutput {
     let ids = tasks.ids();
@@ -53,57 +54,27 @@ fn describe(info: &TaskInfo) -> String {
 
 /// The `task_output` tool.
 #[derive(Debug)]
-pub(crate) struct TaskOutput {
-    schema: Value,
-}
+pub(crate) struct TaskOutput;
 
 impl TaskOutput {
-    /// The tool with its schema.
-    pub(crate) fn new() -> Self {
-        Self {
-            schema: super::schema::of::<IdArgs>(),
-        }
+    /// The tool, with the schema of its arguments.
+    pub(crate) fn new() -> Builtin<Self> {
+        Builtin::new(Self)
     }
 }
 
-impl Default for TaskOutput {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
-impl Tool for TaskOutput {
-    fn name(&self) -> &str {
-        "task_output"
-    }
+impl BuiltinTool for TaskOutput {
+    type Args = IdArgs;
+    const NAME: &'static str = "task_output";
+    const CLASS: ToolClass = ToolClass::READ.system();
 
     fn description(&self) -> &str {
         "Status (running, exited N, killed) and output so far of a background task. Long output \
          keeps the end; the full log is in a file for read_file."
     }
 
-    fn input_schema(&self) -> &Value {
-        &self.schema
-    }
-
-    fn read_only(&self) -> bool {
-        true
-    }
-
-    fn category(&self) -> ToolCategory {
-        ToolCategory::Read
-    }
-
-    fn is_system(&self) -> bool {
-        true
-    }
-
-    fn execute<'a>(&'a self, args: Value, ctx: &'a ToolContext) -> BoxFuture<'a, ToolOutput> {
+    fn run<'a>(&'a self, args: Self::Args, ctx: &'a ToolContext) -> BoxFuture<'a, ToolOutput> {
         Box::pin(async move {
-            let args: IdArgs = match parse_args(self.name(), args) {
-                Ok(args) => args,
-                Err(out) => return out,
-            };
             let Some(snapshot) = ctx.background.snapshot(&args.id) else {
                 return unknown_task(&ctx.background, &args.id);
             };
@@ -121,55 +92,26 @@ impl Tool for TaskOutput {
 
 /// The `task_list` tool.
 #[derive(Debug)]
-pub(crate) struct TaskList {
-    schema: Value,
-}
+pub(crate) struct TaskList;
 
 impl TaskList {
-    /// The tool with its schema.
-    pub(crate) fn new() -> Self {
-        Self {
-            schema: super::schema::of::<NoArgs>(),
-        }
+    /// The tool, with the schema of its arguments.
+    pub(crate) fn new() -> Builtin<Self> {
+        Builtin::new(Self)
     }
 }
 
-impl Default for TaskList {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
-impl Tool for TaskList {
-    fn name(&self) -> &str {
-        "task_list"
-    }
+impl BuiltinTool for TaskList {
+    type Args = NoArgs;
+    const NAME: &'static str = "task_list";
+    const CLASS: ToolClass = ToolClass::READ.system();
 
     fn description(&self) -> &str {
         "List background tasks: id, status, running time, command."
     }
 
-    fn input_schema(&self) -> &Value {
-        &self.schema
-    }
-
-    fn read_only(&self) -> bool {
-        true
-    }
-
-    fn category(&self) -> ToolCategory {
-        ToolCategory::Read
-    }
-
-    fn is_system(&self) -> bool {
-        true
-    }
-
-    fn execute<'a>(&'a self, args: Value, ctx: &'a ToolContext) -> BoxFuture<'a, ToolOutput> {
+    fn run<'a>(&'a self, _args: Self::Args, ctx: &'a ToolContext) -> BoxFuture<'a, ToolOutput> {
         Box::pin(async move {
-            if let Err(out) = parse_args::<NoArgs>(self.name(), args) {
-                return out;
-            }
             let tasks = ctx.background.list();
             if tasks.is_empty() {
                 return ToolOutput::ok("No background tasks.");
@@ -191,60 +133,30 @@ impl Tool for TaskList {
 
 /// The `task_kill` tool.
 #[derive(Debug)]
-pub(crate) struct TaskKill {
-    schema: Value,
-}
+pub(crate) struct TaskKill;
 
 impl TaskKill {
-    /// The tool with its schema.
-    pub(crate) fn new() -> Self {
-        Self {
-            schema: super::schema::of::<IdArgs>(),
-        }
+    /// The tool, with the schema of its arguments.
+    pub(crate) fn new() -> Builtin<Self> {
+        Builtin::new(Self)
     }
 }
 
-impl Default for TaskKill {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
-impl Tool for TaskKill {
-    fn name(&self) -> &str {
-        "task_kill"
-    }
+impl BuiltinTool for TaskKill {
+    type Args = IdArgs;
+    const NAME: &'static str = "task_kill";
+    const CLASS: ToolClass = ToolClass::EXECUTE.system();
 
     fn description(&self) -> &str {
         "Stop a background task and every process it started (SIGTERM, then SIGKILL after 2 s)."
     }
 
-    fn input_schema(&self) -> &Value {
-        &self.schema
-    }
-
-    fn read_only(&self) -> bool {
-        false
-    }
-
-    fn category(&self) -> ToolCategory {
-        ToolCategory::Execute
-    }
-
-    fn is_system(&self) -> bool {
-        true
-    }
-
-    fn permission_subject(&self, _args: &Value) -> PermissionSubject {
+    fn target(&self, _args: &Value) -> PermissionSubject {
         PermissionSubject::None
     }
 
-    fn execute<'a>(&'a self, args: Value, ctx: &'a ToolContext) -> BoxFuture<'a, ToolOutput> {
+    fn run<'a>(&'a self, args: Self::Args, ctx: &'a ToolContext) -> BoxFuture<'a, ToolOutput> {
         Box::pin(async move {
-            let args: IdArgs = match parse_args(self.name(), args) {
-                Ok(args) => args,
-                Err(out) => return out,
-            };
             let was_running = ctx
                 .background
                 .snapshot(&args.id)
@@ -263,6 +175,7 @@ impl Tool for TaskKill {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::Tool;
     use crate::testing::assert_schema_matches;
 
     #[test]

@@ -12,20 +12,17 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use super::files::{self, Replaced};
-use super::{
-    Access, PermissionSubject, Tool, ToolCategory, ToolContext, ToolOutput, parse_args, plural,
-};
+use super::{Access, PermissionSubject, ToolContext, ToolOutput, plural};
+use crate::builtin::{Builtin, BuiltinTool, ToolClass};
 
 /// The `write_file` tool.
 #[derive(Debug)]
-pub(crate) struct WriteFile {
-    schema: Value,
-}
+pub(crate) struct WriteFile;
 
 /// The arguments; the tool's schema is derived from them.
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-struct Args {
+pub(crate) struct Args {
     /// File path, relative to the project root or absolute
     path: String,
     /// The complete new content
@@ -33,24 +30,16 @@ struct Args {
 }
 
 impl WriteFile {
-    /// The tool with its schema.
-    pub(crate) fn new() -> Self {
-        Self {
-            schema: super::schema::of::<Args>(),
-        }
+    /// The tool, with the schema of its arguments.
+    pub(crate) fn new() -> Builtin<Self> {
+        Builtin::new(Self)
     }
 }
 
-impl Default for WriteFile {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
-impl Tool for WriteFile {
-    fn name(&self) -> &str {
-        "write_file"
-    }
+impl BuiltinTool for WriteFile {
+    type Args = Args;
+    const NAME: &'static str = "write_file";
+    const CLASS: ToolClass = ToolClass::WRITE;
 
     fn description(&self) -> &str {
         "Create a file or replace its whole content; parent directories are created. Prefer \
@@ -58,28 +47,12 @@ impl Tool for WriteFile {
          allowed directories) can be written."
     }
 
-    fn input_schema(&self) -> &Value {
-        &self.schema
-    }
-
-    fn read_only(&self) -> bool {
-        false
-    }
-
-    fn category(&self) -> ToolCategory {
-        ToolCategory::Write
-    }
-
-    fn permission_subject(&self, args: &Value) -> PermissionSubject {
+    fn target(&self, args: &Value) -> PermissionSubject {
         super::read_file::path_subject(args, Access::Write)
     }
 
-    fn execute<'a>(&'a self, args: Value, ctx: &'a ToolContext) -> BoxFuture<'a, ToolOutput> {
+    fn run<'a>(&'a self, args: Self::Args, ctx: &'a ToolContext) -> BoxFuture<'a, ToolOutput> {
         Box::pin(async move {
-            let args: Args = match parse_args(self.name(), args) {
-                Ok(args) => args,
-                Err(out) => return out,
-            };
             let target = match files::resolve_for_use(ctx, &args.path, Access::Write) {
                 Ok(target) => target,
                 Err(message) => return ToolOutput::error(message),
@@ -135,6 +108,7 @@ fn describe(display: &str, bytes: usize, outcome: WriteOutcome) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::Tool;
 
     #[test]
     fn the_schema_is_derived_from_the_arguments() {

@@ -6,25 +6,22 @@
 use futures::future::BoxFuture;
 use schemars::JsonSchema;
 use serde::Deserialize;
-use serde_json::Value;
 
 use super::{NOTE_MAX_CHARS, append_note};
-use crate::{Tool, ToolContext, ToolOutput, parse_args};
-use troupe_protocol::permission::ToolCategory;
+use crate::builtin::{Builtin, BuiltinTool, ToolClass};
+use crate::{ToolContext, ToolOutput};
 
 /// Name of the tool.
 pub(crate) const REMEMBER_TOOL_NAME: &str = "remember";
 
 /// The `remember` tool.
 #[derive(Debug)]
-pub struct Remember {
-    schema: Value,
-}
+pub struct Remember;
 
 /// The arguments; the tool's schema is derived from them.
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-struct Args {
+pub struct Args {
     #[schemars(description = format!(
         "One durable fact, one sentence (at most {NOTE_MAX_CHARS} characters)"
     ))]
@@ -32,24 +29,16 @@ struct Args {
 }
 
 impl Remember {
-    /// The tool with its schema.
-    pub fn new() -> Self {
-        Self {
-            schema: crate::schema::of::<Args>(),
-        }
+    /// The tool, with the schema of its arguments.
+    pub fn new() -> Builtin<Self> {
+        Builtin::new(Self)
     }
 }
 
-impl Default for Remember {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
-impl Tool for Remember {
-    fn name(&self) -> &str {
-        REMEMBER_TOOL_NAME
-    }
+impl BuiltinTool for Remember {
+    type Args = Args;
+    const NAME: &'static str = REMEMBER_TOOL_NAME;
+    const CLASS: ToolClass = ToolClass::WRITE;
 
     fn description(&self) -> &str {
         "Keep one durable fact about this project (a convention, a command, a decision) in its \
@@ -57,24 +46,8 @@ impl Tool for Remember {
          to remember something. Never store secrets."
     }
 
-    fn input_schema(&self) -> &Value {
-        &self.schema
-    }
-
-    fn read_only(&self) -> bool {
-        false
-    }
-
-    fn category(&self) -> ToolCategory {
-        ToolCategory::Write
-    }
-
-    fn execute<'a>(&'a self, args: Value, ctx: &'a ToolContext) -> BoxFuture<'a, ToolOutput> {
+    fn run<'a>(&'a self, args: Self::Args, ctx: &'a ToolContext) -> BoxFuture<'a, ToolOutput> {
         Box::pin(async move {
-            let args = match parse_args::<Args>(REMEMBER_TOOL_NAME, args) {
-                Ok(args) => args,
-                Err(output) => return output,
-            };
             let root = ctx.sandbox.project_root().to_path_buf();
             let written = tokio::task::spawn_blocking(move || append_note(&root, &args.note)).await;
             match written {
@@ -95,9 +68,10 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::ToolRegistry;
     use crate::testing::assert_schema_matches;
+    use crate::{Tool, ToolRegistry};
     use troupe_paths::sandbox::PathSandbox;
+    use troupe_protocol::permission::ToolCategory;
 
     #[test]
     fn the_schema_is_derived_from_the_arguments() {

@@ -21,14 +21,13 @@ use std::sync::Arc;
 use futures::future::BoxFuture;
 use schemars::JsonSchema;
 use serde::Deserialize;
-use serde_json::Value;
 
+use crate::builtin::{Builtin, BuiltinTool, ToolClass};
 use crate::registry::valid_tool_name;
-use crate::{Tool, ToolContext, ToolOutput, parse_args};
+use crate::{ToolContext, ToolOutput};
 use troupe_config::front_matter::{key_prefix, one_line, parse_front_matter, split_front_matter};
 use troupe_paths::PROJECT_DIR_NAME;
 use troupe_paths::SKILLS_DIR_NAME;
-use troupe_protocol::permission::ToolCategory;
 
 pub mod commands;
 
@@ -390,20 +389,18 @@ pub(crate) fn cut_body(body: &str) -> String {
 /// system tool, so read-only roles, allowlisted roles and plan mode keep it.
 pub struct LoadSkill {
     skills: Arc<SkillSet>,
-    schema: Value,
     description: String,
 }
 
 impl LoadSkill {
-    /// The tool over `skills`.
-    pub fn new(skills: Arc<SkillSet>) -> Self {
-        Self {
+    /// The tool over `skills`, with the schema of its arguments.
+    pub fn new(skills: Arc<SkillSet>) -> Builtin<Self> {
+        Builtin::new(Self {
             skills,
-            schema: crate::schema::of::<LoadSkillArgs>(),
             description: "Loads the instructions of a skill listed under Skills in the system \
                           prompt. Load a skill before starting a task it covers."
                 .into(),
-        }
+        })
     }
 
     /// The result of loading `name`: its body, or an error listing the names.
@@ -429,43 +426,22 @@ impl LoadSkill {
 /// The arguments of `load_skill`; its schema is derived from them.
 #[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-struct LoadSkillArgs {
+pub struct LoadSkillArgs {
     /// Skill name from the Skills list.
     name: String,
 }
 
-impl Tool for LoadSkill {
-    fn name(&self) -> &str {
-        LOAD_SKILL_TOOL_NAME
-    }
+impl BuiltinTool for LoadSkill {
+    type Args = LoadSkillArgs;
+    const NAME: &'static str = LOAD_SKILL_TOOL_NAME;
+    const CLASS: ToolClass = ToolClass::READ.system();
 
     fn description(&self) -> &str {
         &self.description
     }
 
-    fn input_schema(&self) -> &Value {
-        &self.schema
-    }
-
-    fn read_only(&self) -> bool {
-        true
-    }
-
-    fn category(&self) -> ToolCategory {
-        ToolCategory::Read
-    }
-
-    fn is_system(&self) -> bool {
-        true
-    }
-
-    fn execute<'a>(&'a self, args: Value, _ctx: &'a ToolContext) -> BoxFuture<'a, ToolOutput> {
-        Box::pin(async move {
-            match parse_args::<LoadSkillArgs>(LOAD_SKILL_TOOL_NAME, args) {
-                Ok(args) => self.load(&args.name),
-                Err(output) => output,
-            }
-        })
+    fn run<'a>(&'a self, args: Self::Args, _ctx: &'a ToolContext) -> BoxFuture<'a, ToolOutput> {
+        Box::pin(async move { self.load(&args.name) })
     }
 }
 
@@ -475,6 +451,7 @@ pub const INSTRUCTION_FILE_MAX_BYTES: usize = 40_000;
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::Tool;
     use crate::testing::assert_schema_matches;
 
     #[test]
@@ -647,10 +624,10 @@ mod tests {
             path: PathBuf::from("/p"),
         }]);
         let tool = LoadSkill::new(Arc::new(set));
-        let found = tool.load("deploy");
+        let found = tool.tool().load("deploy");
         assert!(!found.is_error);
         assert_eq!(text(&found), "# Skill: deploy\n\nStep one.");
-        let missing = tool.load("../../etc/passwd");
+        let missing = tool.tool().load("../../etc/passwd");
         assert!(missing.is_error);
         assert!(
             text(&missing).contains("Known skills: deploy."),
@@ -658,7 +635,10 @@ mod tests {
             text(&missing)
         );
         assert!(tool.read_only() && tool.is_system());
-        assert_eq!(tool.category(), ToolCategory::Read);
+        assert_eq!(
+            tool.category(),
+            troupe_protocol::permission::ToolCategory::Read
+        );
     }
 
     #[test]
