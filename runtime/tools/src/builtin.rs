@@ -220,7 +220,6 @@ mod tests {
             tool.timeout(&json!({"text": "hi"})),
             Some(Duration::from_secs(7))
         );
-        assert!(ToolClass::READ.read_only && !ToolClass::READ.system);
     }
 
     #[tokio::test]
