@@ -1,6 +1,9 @@
 //! One live connection to an MCP server through `rmcp` (SPEC §8).
 //!
-//! A stdio server is a child process in a process group of its own: it
+//! A stdio server is started by `troupe-process` like every other process
+//! Troupe starts (bash, background tasks, hooks): in a process group of its
+//! own and, where the machine allows, a cgroup of its own, so nothing it
+//! starts outlives it. It
 //! inherits the environment it is given plus the entry's `env`, starts in the
 //! entry's directory, speaks the protocol on stdin/stdout, and its stderr is
 //! read line by line into the log (and the last lines kept for messages),
@@ -34,8 +37,8 @@ use rmcp::model::{
 use rmcp::service::{
     InboundStreamOrigin, NotificationContext, Peer, QuitReason, RequestContext, RoleClient,
 };
+use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
-use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
 use rmcp::{ClientHandler, ServiceExt};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::sync::{Notify, watch};
@@ -269,7 +272,9 @@ pub struct Connection {
     peer: Peer<RoleClient>,
     cancel: CancellationToken,
     ended: watch::Receiver<Option<String>>,
-    pgid: Option<i32>,
+    /// A stdio server's processes: killed when the connection closes or is
+    /// dropped.
+    group: Option<Arc<troupe_process::ProcessGroup>>,
     tail: StderrTail,
     tools_changed: Arc<Notify>,
     server_info: String,
@@ -280,7 +285,7 @@ impl std::fmt::Debug for Connection {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Connection")
             .field("name", &self.name)
-            .field("pgid", &self.pgid)
+            .field("pgid", &self.pgid())
             .field("server_info", &self.server_info)
             .finish()
     }
@@ -307,7 +312,7 @@ impl Connection {
         };
         let tail = StderrTail::default();
         let redaction = spec.redaction.clone();
-        let (running, pgid) = match &spec.transport {
+        let (running, process) = match &spec.transport {
             McpTransportSpec::Stdio {
                 command,
                 args,
@@ -315,7 +320,11 @@ impl Connection {
                 cwd,
             } => {
                 let mut cmd = tokio::process::Command::new(command);
-                cmd.args(args).current_dir(cwd).kill_on_drop(true);
+                cmd.args(args)
+                    .current_dir(cwd)
+                    .stdin(Stdio::piped())
+                    .stdout(Stdio::piped())
+                    .stderr(Stdio::piped());
                 if let Some(base) = base_env {
                     // A client's environment holds its provider keys (for the
                     // daemon's providers); servers never get them.
@@ -329,29 +338,36 @@ impl Connection {
                     );
                 }
                 cmd.envs(env.iter().map(|(k, v)| (k, v)));
-                let mut wrapped = process_wrap::tokio::CommandWrap::from(cmd);
-                wrapped.wrap(process_wrap::tokio::ProcessGroup::leader());
-                let (process, stderr) = TokioChildProcess::builder(wrapped)
-                    .stderr(Stdio::piped())
-                    .spawn()
-                    .map_err(|err| {
+                // Dropping the group (a connect given up half-way) kills
+                // every process of the server.
+                let (mut child, group) =
+                    troupe_process::spawn_in_group(&mut cmd).map_err(|err| {
+                        let reason = match err {
+                            troupe_process::ProcessError::Spawn { source, .. } => {
+                                source.to_string()
+                            }
+                            other => other.to_string(),
+                        };
                         ConnectError(format!(
-                            "cannot start `{command}` in {}: {err}",
+                            "cannot start `{command}` in {}: {reason}",
                             cwd.display()
                         ))
                     })?;
-                let pgid = process.id().and_then(|pid| i32::try_from(pid).ok());
-                let mut stderr_read = stderr.map(|stderr| {
+                let (Some(stdout), Some(stdin)) = (child.stdout.take(), child.stdin.take()) else {
+                    return Err(ConnectError(format!(
+                        "cannot talk to `{command}`: its standard input and output are not pipes"
+                    )));
+                };
+                let mut stderr_read = child.stderr.take().map(|stderr| {
                     forward_stderr(spec.name.clone(), stderr, tail.clone(), redaction.clone())
                 });
-                let guard = GroupGuard(pgid);
-                let running = match client.serve_with_ct(process, cancel.clone()).await {
+                let running = match client.serve_with_ct((stdout, stdin), cancel.clone()).await {
                     Ok(running) => running,
                     Err(err) => {
                         // A server that failed at once has usually said why:
                         // let its stderr reach the tail (it ends with the
                         // process group, killed first; bounded all the same).
-                        kill_group(pgid);
+                        group.kill_now();
                         if let Some(reader) = stderr_read.as_mut() {
                             let _ = tokio::time::timeout(STDERR_DRAIN, reader).await;
                         }
@@ -360,8 +376,7 @@ impl Connection {
                         )));
                     }
                 };
-                guard.disarm();
-                (running, pgid)
+                (running, Some((child, group)))
             }
             McpTransportSpec::Http { url, headers } => {
                 let mut custom = HashMap::new();
@@ -418,28 +433,29 @@ impl Connection {
         });
         // A stdio server's exit ends the connection even when a grandchild
         // still holds its stdout open (no end of file then).
-        if let Some(pid) = pgid {
+        let group = process.map(|(mut child, group)| {
             let exit_tail = tail.clone();
             let process_end = ended_tx.clone();
             let cancel = cancel.clone();
             tokio::spawn(async move {
                 tokio::select! {
                     _ = cancel.cancelled() => {}
-                    exited = process_exited(pid) => {
+                    exited = child.wait() => {
                         if exited.is_ok() {
                             set_ended(&process_end, exit_tail.explain("the server process exited"));
                         }
                     }
                 }
             });
-        }
+            group
+        });
         Ok(Self {
             name: spec.name.clone(),
             redaction,
             peer,
             cancel,
             ended,
-            pgid,
+            group,
             tail,
             tools_changed,
             server_info,
@@ -467,8 +483,8 @@ impl Connection {
     }
 
     /// The process group of a stdio server.
-    pub fn pgid(&self) -> Option<i32> {
-        self.pgid
+    pub fn pgid(&self) -> Option<u32> {
+        self.group.as_ref().map(|group| group.id())
     }
 
     /// Every tool the server lists (all pages).
@@ -500,14 +516,16 @@ impl Connection {
     pub async fn close(&self, budget: Duration) {
         self.cancel.cancel();
         let _ = tokio::time::timeout(budget, self.ended()).await;
-        kill_group(self.pgid);
+        if let Some(group) = &self.group {
+            group.kill_now();
+        }
     }
 }
 
 impl Drop for Connection {
     fn drop(&mut self) {
+        // The process group, dropped with the connection, kills what is left.
         self.cancel.cancel();
-        kill_group(self.pgid);
     }
 }
 
@@ -533,56 +551,6 @@ fn set_ended(ended: &watch::Sender<Option<String>>, reason: String) {
             false
         }
     });
-}
-
-/// Resolves when process `pid` (a child of this process) has exited, zombie
-/// or not, through a pidfd. An error when the kernel offers no pidfd.
-async fn process_exited(pid: i32) -> std::io::Result<()> {
-    use std::os::fd::{FromRawFd, OwnedFd};
-    // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor
-    // (or -1); nothing is borrowed.
-    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
-    if fd < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    let fd = i32::try_from(fd).map_err(std::io::Error::other)?;
-    // SAFETY: `fd` was just returned by pidfd_open and is owned by no one else.
-    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
-    // SAFETY: the descriptor is owned by the AsyncFd and closed only when it
-    // is dropped, after its registration ends.
-    let fd = unsafe {
-        tokio::io::unix::AsyncFd::register_with_interest(fd, tokio::io::Interest::READABLE)
-    }
-    .map_err(|err| err.into_parts().1)?;
-    let _ready = fd.readable().await?;
-    Ok(())
-}
-
-/// Kills a half-started server's process group unless disarmed.
-struct GroupGuard(Option<i32>);
-
-impl GroupGuard {
-    /// The handshake succeeded: the connection owns the group now.
-    fn disarm(mut self) {
-        self.0 = None;
-    }
-}
-
-impl Drop for GroupGuard {
-    fn drop(&mut self) {
-        kill_group(self.0);
-    }
-}
-
-/// SIGKILL to every process of group `pgid` (a group already gone is fine).
-pub(crate) fn kill_group(pgid: Option<i32>) {
-    if let Some(pgid) = pgid.filter(|pgid| *pgid > 1) {
-        // SAFETY: killpg only sends a signal; the group was created for this
-        // server (its leader is our child), so it names no other process.
-        unsafe {
-            libc::killpg(pgid, libc::SIGKILL);
-        }
-    }
 }
 
 /// Reads a server's stderr into the log, keeping the last lines; each line
