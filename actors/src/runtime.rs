@@ -351,30 +351,11 @@ impl RuntimeState {
         submission: Box<(RunSubmission, RunJob)>,
         reply: SubmitReply,
     ) {
-        let read = Arc::new(std::sync::Mutex::new(None));
-        let read_back = read.clone();
         let runtime = myself.clone();
         let reading = session_id.clone();
-        self.store.commit(
-            move |store| {
-                let opened = open_session(store, &reading);
-                *read
-                    .lock()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(opened);
-                Ok(())
-            },
-            move |flushed| {
-                let read = read_back
-                    .lock()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner)
-                    .take();
-                let opened = match (read, flushed) {
-                    (Some(Ok(opened)), Ok(())) => Ok(opened),
-                    (Some(Err(err)), _) | (_, Err(err)) => Err(err),
-                    (None, Ok(())) => Err(StoreError::Database {
-                        detail: "the session was not read".into(),
-                    }),
-                };
+        self.store.commit_with(
+            move |store| open_session(store, &reading),
+            move |opened| {
                 let _ = runtime.cast(RuntimeMsg::Opened {
                     submission,
                     reply,
@@ -566,33 +547,10 @@ impl RuntimeState {
             let _ = reply.send(Err(RuntimeError::SessionBusy(session_id)));
             return;
         }
-        let removed = Arc::new(std::sync::Mutex::new(None));
-        let removed_back = removed.clone();
-        self.store.commit(
-            move |store| {
-                let result = store.remove_session(&session_id);
-                let outcome = result
-                    .as_ref()
-                    .map(|_| ())
-                    .map_err(|err| StoreError::Database {
-                        detail: err.to_string(),
-                    });
-                *removed
-                    .lock()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(result);
-                outcome
-            },
-            move |flushed| {
-                let removed = removed_back
-                    .lock()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner)
-                    .take();
-                let result = match (removed, flushed) {
-                    (Some(Ok(removed)), Ok(())) => Ok(removed),
-                    (Some(Err(err)), _) | (_, Err(err)) => Err(err.into()),
-                    (None, Ok(())) => Ok(Vec::new()),
-                };
-                let _ = reply.send(result);
+        self.store.commit_with(
+            move |store| store.remove_session(&session_id),
+            move |removed| {
+                let _ = reply.send(removed.map_err(RuntimeError::from));
             },
         );
     }

@@ -180,6 +180,39 @@ impl Store {
         rx.await.unwrap_or_else(|_| Err(closed()))
     }
 
+    /// [`Store::commit`] of a write that produces a value (a read with its
+    /// repairs, a removal's list): `done` gets the value once the write is
+    /// durable, or the error of the write or of its flush.
+    pub fn commit_with<T, W, D>(&self, write: W, done: D)
+    where
+        T: Send + 'static,
+        W: FnOnce(&Store) -> Result<T, StoreError> + Send + 'static,
+        D: FnOnce(Result<T, StoreError>) + Send + 'static,
+    {
+        let slot = Arc::new(std::sync::Mutex::new(None));
+        let filled = slot.clone();
+        self.commit(
+            move |store| {
+                let value = write(store)?;
+                *filled
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(value);
+                Ok(())
+            },
+            move |outcome| {
+                let value = slot
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .take();
+                done(match (outcome, value) {
+                    (Ok(()), Some(value)) => Ok(value),
+                    (Err(err), _) => Err(err),
+                    (Ok(()), None) => Err(panicked()),
+                });
+            },
+        );
+    }
+
     /// How many flushes the writer thread has made so far (each commits a
     /// group of writes).
     pub fn group_commits(&self) -> u64 {
@@ -373,5 +406,36 @@ mod tests {
         assert_eq!(take_group(job(), &rx, 4).len(), 4);
         assert_eq!(take_group(job(), &rx, 100).len(), 8);
         assert_eq!(take_group(job(), &rx, 100).len(), 1);
+    }
+
+    #[test]
+    fn a_write_with_a_value_hands_it_over_once_durable_and_an_error_as_it_is() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        session(&store, "s1");
+        let (tx, rx) = mpsc::channel();
+        let sent = tx.clone();
+        store.commit_with(
+            |store| {
+                store.put_message("s1", 0, &Message::user_text("hi"))?;
+                Ok(store.load_history("s1")?.messages.len())
+            },
+            move |outcome| sent.send(outcome.map_err(|e| e.to_string())).unwrap(),
+        );
+        assert_eq!(rx.recv_timeout(WAIT).unwrap(), Ok(1));
+        store.commit_with(
+            |_store| {
+                Err(StoreError::Database {
+                    detail: "refused".into(),
+                })
+            },
+            move |outcome| tx.send(outcome.map_err(|e| e.to_string())).unwrap(),
+        );
+        assert!(
+            rx.recv_timeout(WAIT)
+                .unwrap()
+                .unwrap_err()
+                .contains("refused")
+        );
     }
 }
