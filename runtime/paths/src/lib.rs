@@ -2,7 +2,8 @@
 //! a path names (symlinks followed, `..` folded) and keeps tools inside the
 //! allowed roots, [`protected`] lists the places that govern Troupe itself
 //! and that no tool writes, and [`file_io`] opens and replaces files without
-//! following a link swapped in after a check. This root names the places
+//! following a link swapped in after a check; [`view`] is what resolution
+//! reads of the file system, behind a trait. This root names the places
 //! Troupe keeps its own files in a project and in the user's configuration
 //! directory.
 
@@ -13,6 +14,7 @@
 pub mod file_io;
 pub mod protected;
 pub mod sandbox;
+pub mod view;
 
 /// Name of the per-project directory at the project root (SPEC §1.2).
 pub const PROJECT_DIR_NAME: &str = ".troupe";

@@ -9,10 +9,17 @@
 //! the permission engine's business; tools call [`PathSandbox::resolve`] (or
 //! `resolve_file`) again at the moment of use, so a symlink swapped in between
 //! the permission check and the use is caught.
+//!
+//! A sandbox reads the file system through the [`FileSystemView`] it was
+//! built with ([`PathSandbox::new`]: the real one; [`PathSandbox::with_view`]:
+//! any, such as a tests' file system in memory).
 
 use std::ffi::OsString;
 use std::io;
 use std::path::{Component, Path, PathBuf};
+use std::sync::Arc;
+
+use crate::view::{Entry, FileSystemView, RealFileSystem};
 
 /// SPEC §5: symlink chains longer than this are refused (as the kernel's ELOOP).
 pub(crate) const MAX_SYMLINK_HOPS: usize = 40;
@@ -64,6 +71,7 @@ pub struct PathSandbox {
     project_root: PathBuf,
     roots: Vec<PathBuf>,
     home: Option<PathBuf>,
+    view: Arc<dyn FileSystemView>,
 }
 
 impl PathSandbox {
@@ -79,10 +87,26 @@ impl PathSandbox {
             path: PathBuf::from("."),
             source,
         })?;
-        let project_root = resolve_path(&cwd.join(project_root))?;
+        Self::with_view(
+            Arc::new(RealFileSystem),
+            &cwd.join(project_root),
+            extra_roots,
+            home,
+        )
+    }
+
+    /// Like [`Self::new`], reading the file system through `view`;
+    /// `project_root` is absolute (a relative one is taken from `/`).
+    pub fn with_view(
+        view: Arc<dyn FileSystemView>,
+        project_root: &Path,
+        extra_roots: &[PathBuf],
+        home: Option<PathBuf>,
+    ) -> Result<Self, SandboxError> {
+        let project_root = resolve_with(view.as_ref(), &Path::new("/").join(project_root))?;
         let mut roots = vec![project_root.clone()];
         for extra in extra_roots {
-            let resolved = resolve_path(&project_root.join(extra))?;
+            let resolved = resolve_with(view.as_ref(), &project_root.join(extra))?;
             if !roots.contains(&resolved) {
                 roots.push(resolved);
             }
@@ -91,7 +115,19 @@ impl PathSandbox {
             project_root,
             roots,
             home,
+            view,
         })
+    }
+
+    /// What the sandbox reads the file system through.
+    pub fn view(&self) -> &dyn FileSystemView {
+        self.view.as_ref()
+    }
+
+    /// Resolves an absolute path as [`resolve_path`] does, through this
+    /// sandbox's view.
+    pub fn resolve_absolute(&self, absolute: &Path) -> Result<PathBuf, SandboxError> {
+        resolve_with(self.view.as_ref(), absolute)
     }
 
     /// The resolved project root.
@@ -126,7 +162,7 @@ impl PathSandbox {
             _ => PathBuf::from(raw),
         };
         let absolute = self.project_root.join(expanded);
-        let path = resolve_path(&absolute)?;
+        let path = self.resolve_absolute(&absolute)?;
         let root = self
             .roots
             .iter()
@@ -147,7 +183,7 @@ impl PathSandbox {
         }
         let resolved = self.resolve(raw)?;
         // The resolved path has no symlink left in its existing part.
-        if std::fs::symlink_metadata(&resolved.path).is_ok_and(|meta| meta.is_dir()) {
+        if matches!(self.view.entry(&resolved.path), Ok(Entry::Directory)) {
             return Err(SandboxError::Directory(raw.to_owned()));
         }
         Ok(resolved)
@@ -163,7 +199,13 @@ pub fn names_directory(raw: &str) -> bool {
 /// Resolves an absolute path: `.` dropped, `..` applied to the resolved prefix,
 /// every existing symlink followed (relative targets against their directory),
 /// the non-existing tail appended lexically. Never requires the path to exist.
+/// Reads the machine's own file system.
 pub fn resolve_path(absolute: &Path) -> Result<PathBuf, SandboxError> {
+    resolve_with(&RealFileSystem, absolute)
+}
+
+/// [`resolve_path`] through `view`.
+pub fn resolve_with(view: &dyn FileSystemView, absolute: &Path) -> Result<PathBuf, SandboxError> {
     let mut pending: Vec<OsString> = Vec::new();
     push_components(absolute, &mut pending);
     pending.reverse();
@@ -181,16 +223,12 @@ pub fn resolve_path(absolute: &Path) -> Result<PathBuf, SandboxError> {
             resolved = candidate;
             continue;
         }
-        match std::fs::symlink_metadata(&candidate) {
-            Ok(meta) if meta.file_type().is_symlink() => {
+        match view.entry(&candidate) {
+            Ok(Entry::Link(target)) => {
                 hops += 1;
                 if hops > MAX_SYMLINK_HOPS {
                     return Err(SandboxError::SymlinkLoop(absolute.to_path_buf()));
                 }
-                let target = std::fs::read_link(&candidate).map_err(|source| SandboxError::Io {
-                    path: candidate.clone(),
-                    source,
-                })?;
                 if target.is_absolute() {
                     resolved = PathBuf::from("/");
                 }

@@ -15,7 +15,8 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, PoisonError, RwLock};
 
 use troupe_config::PermissionSettings;
-use troupe_paths::sandbox::{PathSandbox, SandboxError, resolve_path};
+use troupe_paths::sandbox::{PathSandbox, SandboxError};
+use troupe_paths::view::FileSystemView;
 use troupe_protocol::permission::{Access, PermissionSubject, ToolCategory};
 use troupe_protocol::permission::{PermissionMode, RuleEntry};
 
@@ -66,9 +67,11 @@ impl PermissionEngine {
         settings: &PermissionSettings,
         sandbox: Arc<PathSandbox>,
     ) -> Result<Self, PermissionError> {
-        let home = sandbox
-            .home()
-            .map(|home| resolve_path(home).unwrap_or_else(|_| normalize(home)));
+        let home = sandbox.home().map(|home| {
+            sandbox
+                .resolve_absolute(home)
+                .unwrap_or_else(|_| normalize(home))
+        });
         let ctx = PatternContext {
             project_root: sandbox.project_root(),
             home: home.as_deref(),
@@ -226,7 +229,7 @@ impl PermissionEngine {
         match &request.subject {
             PermissionSubject::None => {}
             PermissionSubject::Command { command } => {
-                let resolve = |path: &Path| resolve_path(path).ok();
+                let resolve = |path: &Path| self.sandbox.resolve_absolute(path).ok();
                 let ctx = ShellContext {
                     project_root: root,
                     home: self.home.as_deref(),
@@ -416,11 +419,15 @@ impl PermissionEngine {
                 return false;
             };
             resolved.is_inside()
-                && glob_matches(&resolved.path, pattern).is_some_and(|matches| {
-                    matches
-                        .iter()
-                        .all(|m| resolve_path(m).is_ok_and(|p| self.inside_roots(&p)))
-                })
+                && glob_matches(self.sandbox.view(), &resolved.path, pattern).is_some_and(
+                    |matches| {
+                        matches.iter().all(|m| {
+                            self.sandbox
+                                .resolve_absolute(m)
+                                .is_ok_and(|p| self.inside_roots(&p))
+                        })
+                    },
+                )
         })
     }
 
@@ -557,31 +564,26 @@ fn split_glob(raw: &str) -> GlobPath<'_> {
 /// The entries of `dir` whose names match the glob `pattern` (hidden names
 /// only when the pattern starts with `.`), or `None` when the pattern does not
 /// compile or the directory is too large to list.
-fn glob_matches(dir: &Path, pattern: &str) -> Option<Vec<PathBuf>> {
+fn glob_matches(view: &dyn FileSystemView, dir: &Path, pattern: &str) -> Option<Vec<PathBuf>> {
     let matcher = globset::GlobBuilder::new(pattern)
         .literal_separator(true)
         .build()
         .ok()?
         .compile_matcher();
     let mut out = Vec::new();
-    let entries = match std::fs::read_dir(dir) {
-        Ok(entries) => entries,
+    let names = match view.names(dir, MAX_GLOB_ENTRIES) {
+        Ok(names) => names?,
         // Nothing to list: the shell passes the pattern itself, which names
         // no file.
         Err(_) => return Some(out),
     };
-    for (count, entry) in entries.enumerate() {
-        if count >= MAX_GLOB_ENTRIES {
-            return None;
-        }
-        let entry = entry.ok()?;
-        let name = entry.file_name();
-        let name = name.to_string_lossy();
-        if name.starts_with('.') && !pattern.starts_with('.') {
+    for name in names {
+        let text = name.to_string_lossy();
+        if text.starts_with('.') && !pattern.starts_with('.') {
             continue;
         }
-        if matcher.is_match(name.as_ref()) {
-            out.push(entry.path());
+        if matcher.is_match(text.as_ref()) {
+            out.push(dir.join(&name));
         }
     }
     Some(out)
@@ -656,6 +658,7 @@ fn fallback(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use troupe_paths::sandbox::resolve_path;
     use troupe_protocol::permission::RuleSource;
 
     struct Setup {
