@@ -13,10 +13,11 @@ use std::sync::Arc;
 
 use futures::future::BoxFuture;
 use tokio_util::sync::CancellationToken;
-use troupe_agent::{Approver, RunAccount};
+use troupe_agent::{Approver, RunLedger};
 use troupe_protocol::events::{ApprovalOutcome, EventKind};
 use troupe_tools::{Answer, CallReach, Question};
 
+use crate::account::SharedAccount;
 use crate::event_log::EventSink;
 use crate::tree::{TreeNews, TreePort};
 
@@ -25,7 +26,7 @@ pub(crate) struct RunReach {
     pub events: EventSink,
     pub run: TreePort,
     pub run_id: String,
-    pub account: Arc<RunAccount>,
+    pub account: Arc<SharedAccount>,
     pub approver: Approver,
     /// The call's token: a cancelled call stops waiting for its answer.
     pub cancel: CancellationToken,

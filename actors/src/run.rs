@@ -8,8 +8,8 @@
 //!   `run_finished`) written and emitted as the machine says: the prompt and
 //!   the record durable before `run_started`, the record's end before
 //!   `run_finished`;
-//! - the shared [`RunAccount`] (budgets, stop cause, the cancellation root,
-//!   sub-agent slots) and the wall-clock watchdog;
+//! - the run's [`SharedAccount`] (budgets, stop cause, the cancellation
+//!   root), its sub-agent slots and the wall-clock watchdog;
 //! - the tree's agents by path (their actor references and tokens: cancel
 //!   one, ask every one its status) and the answer channels of questions by
 //!   approval id (an MCP server's elicitation, see `reach`);
@@ -31,7 +31,7 @@ pub(crate) use troupe_agent::session::SessionState;
 use troupe_agent::session::Transcript;
 use troupe_agent::{
     AgentLoop, AgentSpec, AgentStatus, Approver, Budget, ContextSetup, LoopSetup, RunAccount,
-    RunOutcome,
+    RunLedger, RunOutcome,
 };
 use troupe_config::Limits;
 use troupe_permissions::PermissionEngine;
@@ -39,6 +39,7 @@ use troupe_protocol::events::{ApprovalOutcome, RunStatus};
 use troupe_protocol::model::{Message, Usage};
 use troupe_store::{NewSession, RunRecord, RunState, Store, StoreError};
 
+use crate::account::SharedAccount;
 use crate::agent::{AgentActor, AgentArgs, AgentMsg, Report, Work};
 use crate::api::{RunHandle, RuntimeError, SubmitReply};
 use crate::env::{AgentEnv, CatalogueKey, LiveCatalogue};
@@ -192,7 +193,7 @@ pub(crate) struct RunActorState {
     permissions: Arc<PermissionEngine>,
     events: EventSink,
     ended: Port<RunEnded>,
-    account: Arc<RunAccount>,
+    account: Arc<SharedAccount>,
     /// How many sub-agents of the run may work at once.
     parallel_subagents: u32,
     /// The run's decisions.
@@ -255,7 +256,10 @@ impl Actor for RunActor {
         let root = CancellationToken::new();
         let budget = Budget::from_limits(&args.limits, args.env.price.is_some());
         let started = Utc::now();
-        let account = Arc::new(RunAccount::new(budget, root.clone(), started));
+        let account = Arc::new(SharedAccount::new(
+            RunAccount::new(budget, started),
+            root.clone(),
+        ));
         let door_hooks = crate::hook_gate::has_door_hooks(&args.env, args.job, args.opening);
         let machine = RunMachine::new(RunSetup {
             prompt: args.prompt.clone(),
@@ -541,9 +545,6 @@ impl RunActorState {
             price: self.env.price,
             capture: self.env.capture,
             transcript,
-            token: self.account.root().child_token(),
-            // The main agent's span is the root of the run's trace.
-            parent_span: tracing::Span::none(),
             context: ContextSetup {
                 window: self.env.context_window,
                 ledger: self.stored_ledger(),
@@ -562,6 +563,10 @@ impl RunActorState {
             root_session: self.session_id.clone(),
             report: Report::Run,
             slot: SlotHolder::for_run(self.parallel_subagents),
+            token: self.account.root().child_token(),
+            account: self.account.clone(),
+            // The main agent's span is the root of the run's trace.
+            parent_span: tracing::Span::none(),
         };
         Actor::spawn_linked(None, AgentActor, args, myself.get_cell())
             .await
@@ -718,10 +723,10 @@ impl RunActorState {
                 })));
             }
             RunEffect::StopTree(cause) => {
-                self.account.stop(cause);
+                self.account.stop_tree(cause);
             }
             RunEffect::CancelTree => {
-                self.account.root().cancel();
+                self.account.cancel_tree();
                 if let Some(timer) = self.wall_clock.take() {
                     timer.abort();
                 }
@@ -927,7 +932,7 @@ impl RunActorState {
     /// durable (no worker waits for the disk); [`RunInternal::EndRecorded`]
     /// answers, with the whole tree's usage now.
     fn write_end(&mut self, myself: &ActorRef<RunMsg>, status: RunStatus, stop_reason: String) {
-        let usage = self.account.tally().usage;
+        let usage = self.account.usage();
         let run_id = self.run_id.clone();
         // Told once: when the write is durable, or when the disk has not
         // answered within CONFIRM_DEADLINE (a run must end even then).

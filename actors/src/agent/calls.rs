@@ -12,6 +12,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use ractor::{Actor, ActorId, ActorRef};
+use tokio_util::sync::CancellationToken;
 use troupe_agent::compact::offload::Ledger;
 use troupe_agent::session::Transcript;
 use troupe_agent::subagent::{ChildKind, MAX_DEPTH, child_panicked, child_result};
@@ -36,13 +37,15 @@ impl AgentState {
         myself: &ActorRef<AgentMsg>,
         launch: ToolLaunch,
     ) -> Option<Input> {
+        let cancel = self.call_token(launch.epoch);
+        let span = self.spans.get(launch.span);
         let timeout = launch
             .tool
             .timeout(&launch.args)
             .map(|own| own + CLEANUP_GRACE)
             .unwrap_or(self.env.tool_timeout);
         // Child processes continue the trace: TRACEPARENT of the call's span.
-        let child_env = match traceparent_of(&launch.span) {
+        let child_env = match traceparent_of(&span) {
             Some(traceparent) => {
                 let mut env = (*self.env.child_env).clone();
                 env.push(("TRACEPARENT".into(), traceparent));
@@ -55,7 +58,7 @@ impl AgentState {
             sandbox: self.env.sandbox.clone(),
             os_sandbox: self.env.os_sandbox.clone(),
             spill_dir: self.env.spill_dir.clone(),
-            cancel: launch.cancel.clone(),
+            cancel: cancel.clone(),
             child_env,
             background: self.env.background.clone(),
             outside_read_approved: launch.outside_read_approved,
@@ -63,9 +66,9 @@ impl AgentState {
                 events: self.events.clone(),
                 run: self.run.clone(),
                 run_id: self.machine.run_id().to_string(),
-                account: self.machine.account().clone(),
+                account: self.account.clone(),
                 approver: self.machine.approver(),
-                cancel: launch.cancel.clone(),
+                cancel,
             })),
         };
         let agent = myself.clone();
@@ -80,7 +83,7 @@ impl AgentState {
             epoch,
             index,
             report_to,
-            span: launch.span,
+            span,
         };
         match ToolExecutor::spawn_linked(None, ToolExecutor, args, myself.get_cell()).await {
             Ok((executor, _)) => {
@@ -102,12 +105,14 @@ impl AgentState {
         myself: &ActorRef<AgentMsg>,
         launch: AgentLaunch,
     ) -> Option<Input> {
+        let token = self.call_token(launch.epoch);
         if let Some(lent) = self.slot.lend() {
             return self
                 .spawn_child(
                     myself,
                     launch,
                     SlotHolder::new(self.slot.pool().clone(), lent, true),
+                    token,
                 )
                 .await;
         }
@@ -118,12 +123,12 @@ impl AgentState {
                     myself,
                     launch,
                     SlotHolder::new(slots.clone(), permit, false),
+                    token,
                 )
                 .await;
         }
         let agent = myself.clone();
         self.tasks.spawn(async move {
-            let cancel = launch.cancel.clone();
             let (epoch, index) = (launch.epoch, launch.index);
             tokio::select! {
                 permit = slots.acquire_owned() => {
@@ -131,10 +136,11 @@ impl AgentState {
                         let _ = agent.cast(AgentMsg::work(Work::SlotReady {
                             launch: Box::new(launch),
                             permit,
+                            token,
                         }));
                     }
                 }
-                _ = cancel.cancelled() => {
+                _ = token.cancelled() => {
                     let _ = agent.cast(AgentMsg::work(Work::ToolDone(ToolReport {
                         epoch,
                         index,
@@ -155,9 +161,10 @@ impl AgentState {
         myself: &ActorRef<AgentMsg>,
         launch: AgentLaunch,
         slot: SlotHolder,
+        token: CancellationToken,
     ) -> Option<Input> {
         let (epoch, index) = (launch.epoch, launch.index);
-        if launch.cancel.is_cancelled() {
+        if token.is_cancelled() {
             return Some(Input::CallFinished {
                 epoch,
                 index,
@@ -245,7 +252,6 @@ impl AgentState {
                 transcript
             }
         };
-        let token = launch.cancel.clone();
         let machine = AgentLoop::new(LoopSetup {
             spec: plan.spec,
             run_id: self.machine.run_id().to_string(),
@@ -256,15 +262,13 @@ impl AgentState {
             catalogue_source,
             roles: self.env.roles.clone(),
             permissions: self.machine.permissions().clone(),
-            account: self.machine.account().clone(),
+            account: self.account.clone(),
             approver: self.machine.approver(),
             provider_name: provider.name().to_string(),
             model: provider.model().to_string(),
             price: self.env.price,
             capture: self.env.capture,
             transcript,
-            token: token.clone(),
-            parent_span: launch.span,
             // A fork sends its parent's history as its parent sent it.
             context: ContextSetup {
                 window: self.env.context_window,
@@ -293,6 +297,9 @@ impl AgentState {
                 index,
             },
             slot,
+            token: token.clone(),
+            account: self.account.clone(),
+            parent_span: self.spans.get(launch.span),
         };
         match Actor::spawn_linked(None, AgentActor, args, myself.get_cell()).await {
             Ok((child, _)) => {

@@ -8,9 +8,17 @@
 //! agent in its own actor, both linked to this one (`calls`); durable writes
 //! go to the store's writer thread, whose answer comes back as a message
 //! (`Work::Saved`, `Work::PendingSaved`): "durable" is a state the loop
-//! waits in, never a disk wait on an async worker. Cancellation arrives through the agent's
-//! token: a watcher task turns it into [`Input::Interrupted`], so stopping the
-//! run, an ancestor or this very agent reaches everything below.
+//! waits in, never a disk wait on an async worker.
+//!
+//! The loop names what to stop; the actor holds the tokens. The agent's own
+//! token is a child of its parent's (the main agent's, of the run's root); a
+//! watcher task turns its cancellation into [`Input::Interrupted`], so
+//! stopping the run, an ancestor or this very agent reaches everything below.
+//! Each model call, summary and execution runs under a token of its epoch,
+//! a child of the agent's ([`Effect::Cancel`] stops one,
+//! [`Effect::StopBelow`] all of them); [`Effect::StopTree`] cancels the
+//! run's root. The real spans behind the loop's span ids live in a
+//! [`SpanTable`] whose root is the agent's parent span ([`Effect::Span`]).
 //!
 //! A panic in a handler fails only this actor: its state's drop guard cancels
 //! its token (so its tools, stream and children stop), and its supervisor —
@@ -25,7 +33,7 @@ mod memory;
 pub(crate) mod msg;
 mod stream;
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -33,11 +41,13 @@ use ractor::{Actor, ActorId, ActorProcessingErr, ActorRef, SupervisionEvent};
 use tokio_util::sync::{CancellationToken, DropGuard};
 use tokio_util::task::AbortOnDropHandle;
 use troupe_agent::{AgentLoop, Effect, Input};
+use troupe_telemetry::span_ops::SpanTable;
 
 use crate::slots::SlotHolder;
 use crate::tasks::OwnedTasks;
 use troupe_llm::Provider;
 
+use crate::account::SharedAccount;
 use crate::env::AgentEnv;
 use crate::event_log::EventSink;
 use crate::tree::TreePort;
@@ -75,6 +85,13 @@ pub(crate) struct AgentArgs {
     pub report: Report,
     /// Its sub-agent slot.
     pub slot: SlotHolder,
+    /// Its own token (a child of its parent's, or of the run's root).
+    pub token: CancellationToken,
+    /// The run's account, shared by the tree.
+    pub account: Arc<SharedAccount>,
+    /// Parent of its `invoke_agent` span: none for the main agent (the trace
+    /// root), the `execute_tool agent` span that started it for a sub-agent.
+    pub parent_span: tracing::Span,
 }
 
 /// The agent actor.
@@ -101,6 +118,18 @@ pub(crate) struct AgentState {
     root_session: String,
     report: Option<Report>,
     slot: SlotHolder,
+    /// The agent's own token.
+    token: CancellationToken,
+    /// The run's account, shared by the tree.
+    account: Arc<SharedAccount>,
+    /// The tokens of the model calls and summaries that may still run, by
+    /// epoch (children of `token`; dropped when they answer).
+    epochs: BTreeMap<u64, CancellationToken>,
+    /// The spans the loop opened, below the agent's parent span.
+    spans: SpanTable,
+    /// The token of the latest execution, by epoch (a child of `token`);
+    /// its calls and child agents each run under a child of it.
+    execution: Option<(u64, CancellationToken)>,
     /// Executors by actor, with the call they run.
     executors: HashMap<ActorId, (u64, usize)>,
     /// Children by actor.
@@ -130,7 +159,7 @@ impl Actor for AgentActor {
         myself: ActorRef<Self::Msg>,
         args: Self::Arguments,
     ) -> Result<Self::State, ActorProcessingErr> {
-        let token = args.machine.token().clone();
+        let token = args.token;
         lifecycle::register(&args.run, &myself, &args.machine, &token);
         let mut tasks = OwnedTasks::default();
         lifecycle::watch_token(&mut tasks, &myself, token.clone());
@@ -144,6 +173,11 @@ impl Actor for AgentActor {
             root_session: args.root_session,
             report: Some(args.report),
             slot: args.slot,
+            token: token.clone(),
+            account: args.account,
+            epochs: BTreeMap::new(),
+            execution: None,
+            spans: SpanTable::new(args.parent_span),
             executors: HashMap::new(),
             children: HashMap::new(),
             pending_stored: false,
@@ -195,6 +229,28 @@ impl Actor for AgentActor {
 }
 
 impl AgentState {
+    /// The token of the model call or summary of `epoch`.
+    fn epoch_token(&mut self, epoch: u64) -> CancellationToken {
+        self.epochs
+            .entry(epoch)
+            .or_insert_with(|| self.token.child_token())
+            .clone()
+    }
+
+    /// A token for one call of the execution of `epoch` (one execution runs
+    /// at a time: a later one replaces the token of the one before).
+    fn call_token(&mut self, epoch: u64) -> CancellationToken {
+        match &self.execution {
+            Some((current, token)) if *current == epoch => token.child_token(),
+            _ => {
+                let token = self.token.child_token();
+                let call = token.child_token();
+                self.execution = Some((epoch, token));
+                call
+            }
+        }
+    }
+
     /// Turns the loop's traffic into the loop's input (some traffic is
     /// handled here: a free slot starts a waiting child).
     async fn input_of(&mut self, myself: &ActorRef<AgentMsg>, work: Work) -> Option<Input> {
@@ -202,18 +258,27 @@ impl AgentState {
             Work::Begin => Some(Input::Begin),
             Work::Model { epoch, item } => Some(match item {
                 Ok(event) => Input::Model { epoch, event },
-                Err(error) => Input::ModelFailed { epoch, error },
+                Err(error) => {
+                    self.epochs.remove(&epoch);
+                    Input::ModelFailed { epoch, error }
+                }
             }),
-            Work::ModelEnded { epoch } => Some(Input::ModelEnded { epoch }),
+            Work::ModelEnded { epoch } => {
+                self.epochs.remove(&epoch);
+                Some(Input::ModelEnded { epoch })
+            }
             Work::Summarised {
                 epoch,
                 result,
                 usage,
-            } => Some(Input::Summarised {
-                epoch,
-                result,
-                usage,
-            }),
+            } => {
+                self.epochs.remove(&epoch);
+                Some(Input::Summarised {
+                    epoch,
+                    result,
+                    usage,
+                })
+            }
             Work::ToolDone(report) => {
                 self.executors
                     .retain(|_, call| *call != (report.epoch, report.index));
@@ -231,9 +296,13 @@ impl AgentState {
                 outcome,
                 slot,
             } => self.on_child_done(epoch, index, outcome, slot),
-            Work::SlotReady { launch, permit } => {
+            Work::SlotReady {
+                launch,
+                permit,
+                token,
+            } => {
                 let slot = SlotHolder::new(self.slot.pool().clone(), permit, false);
-                self.spawn_child(myself, *launch, slot).await
+                self.spawn_child(myself, *launch, slot, token).await
             }
             Work::Approve {
                 run_id,
@@ -315,9 +384,12 @@ impl AgentState {
             Effect::Summarise {
                 epoch,
                 request,
-                cancel,
                 span,
-            } => self.summarise(myself, epoch, request, cancel, span).await,
+            } => {
+                let cancel = self.epoch_token(epoch);
+                let span = self.spans.get(span);
+                self.summarise(myself, epoch, request, cancel, span).await
+            }
             Effect::SaveMarker(marker) => {
                 let session = self.machine.session_id().to_string();
                 compaction::save_marker(myself, &self.env.store, &session, marker);
@@ -326,9 +398,10 @@ impl AgentState {
             Effect::CallModel {
                 epoch,
                 request,
-                cancel,
                 span,
             } => {
+                let cancel = self.epoch_token(epoch);
+                let span = self.spans.get(span);
                 stream::start(
                     &mut self.tasks,
                     myself,
@@ -351,14 +424,39 @@ impl AgentState {
                 lifecycle::close_approvals(&self.run, ids);
                 None
             }
-            Effect::RunHooks(mut request) => {
-                let reports_only = request.call == troupe_agent::HookCall::Report;
-                if reports_only {
-                    // Not stopped by the end of this agent's loop: the run
-                    // waits for them (a cancelled run still kills them).
-                    request.cancel = self.machine.account().root().clone();
+            Effect::Cancel { epoch } => {
+                if let Some(token) = self.epochs.remove(&epoch) {
+                    token.cancel();
                 }
-                let running = run_hooks(myself, &self.env, *request);
+                if let Some((_, token)) = self.execution.take_if(|(e, _)| *e == epoch) {
+                    token.cancel();
+                }
+                None
+            }
+            Effect::StopBelow => {
+                self.token.cancel();
+                None
+            }
+            Effect::StopTree => {
+                self.account.cancel_tree();
+                None
+            }
+            Effect::Span(op) => {
+                self.spans.apply(op);
+                None
+            }
+            Effect::RunHooks(request) => {
+                let reports_only = request.call == troupe_agent::HookCall::Report;
+                // Hooks that only report are not stopped by the end of this
+                // agent's loop: the run waits for them (a cancelled run
+                // still kills them). The others stop with the agent.
+                let cancel = if reports_only {
+                    self.account.root().clone()
+                } else {
+                    self.token.clone()
+                };
+                let span = self.spans.get(request.span);
+                let running = run_hooks(myself, &self.env, *request, cancel, span);
                 if reports_only {
                     self.report_hooks.retain(|hook| !hook.is_finished());
                     self.report_hooks
@@ -381,6 +479,8 @@ impl AgentState {
                 None
             }
             Effect::Finished(outcome) => {
+                // Release whatever still hangs below this agent.
+                self.token.cancel();
                 let hooks = std::mem::take(&mut self.report_hooks);
                 if hooks.iter().all(|hook| hook.is_finished()) {
                     self.finish(myself, outcome);
@@ -407,14 +507,16 @@ fn run_hooks(
     agent: &ActorRef<AgentMsg>,
     env: &AgentEnv,
     request: troupe_agent::HookRequest,
+    cancel: CancellationToken,
+    span: tracing::Span,
 ) -> impl std::future::Future<Output = ()> + Send + 'static {
     let agent = agent.clone();
     let hooks = env.hooks.clone();
     let ctx = troupe_hooks::HookContext {
         place: request.place,
         child_env: env.child_env.clone(),
-        parent_span: request.span,
-        cancel: request.cancel,
+        parent_span: span,
+        cancel,
         sandbox: Arc::new(env.os_sandbox.for_hooks()),
     };
     async move {

@@ -6,6 +6,7 @@
 
 use ractor::RpcReplyPort;
 use tokio::sync::OwnedSemaphorePermit;
+use tokio_util::sync::CancellationToken;
 use troupe_agent::{AgentLaunch, AgentStatus, RunOutcome};
 use troupe_llm::{ProviderError, StreamEvent};
 use troupe_protocol::events::ApprovalOutcome;
@@ -58,6 +59,8 @@ pub(crate) enum Work {
     SlotReady {
         launch: Box<AgentLaunch>,
         permit: OwnedSemaphorePermit,
+        /// The child's token.
+        token: CancellationToken,
     },
     /// An approval of run `run_id` was answered.
     Approve {

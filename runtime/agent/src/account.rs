@@ -1,23 +1,25 @@
 //! The account of one run, shared by every agent of its tree (SPEC §3 budgets,
 //! §7 "children share the run's budget").
 //!
-//! One [`RunAccount`] per run, behind an `Arc`: every agent adds the usage of
-//! its responses to it, asks it before every model call ([`RunAccount::check`])
-//! and takes its tool calls from it before running them
-//! ([`RunAccount::take_tool_calls`]). The first agent that finds a shared
-//! budget used up stops the whole tree through [`RunAccount::stop`], which
-//! records why and cancels the run's root token; every agent watches a child
-//! of that token and learns the cause from [`RunAccount::stop_cause`].
+//! [`RunAccount`] is a plain value: the budgets, what the tree has spent, the
+//! first stop cause and the approval counter, changed only through `&mut`
+//! methods. Every agent adds the usage of its responses to it, asks it before
+//! every model call ([`RunAccount::check`]) and takes its tool calls from it
+//! before running them ([`RunAccount::take_tool_calls`]). The first agent
+//! that finds a shared budget used up records why ([`RunAccount::stop`]) and
+//! asks its interpreter to stop the tree (`Effect::StopTree`).
 //!
-//! It owns no I/O, reads no clock (every question that depends on the wall
-//! clock is asked with the `now` of the input being handled) and knows nothing
-//! of actors; the run's sub-agent slots are the actors' (`troupe-actors`).
+//! The loop reaches the run's account through [`RunLedger`], which the
+//! interpreter implements: agents of one run work side by side in their own
+//! actors, so the interpreter decides how the one account is shared between
+//! them (`troupe-actors` keeps it behind a mutex, with the run's cancellation
+//! root beside it). Nothing here owns a lock, a token or a clock: every
+//! question that depends on the wall clock is asked with the `now` of the
+//! input being handled.
 
-use std::sync::{Mutex, OnceLock, PoisonError};
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use tokio_util::sync::CancellationToken;
 
 use troupe_config::Price;
 use troupe_protocol::model::Usage;
@@ -42,29 +44,26 @@ pub struct ToolCallGrant {
     pub hit: Option<LimitHit>,
 }
 
-/// The run-wide account: budgets, what was spent, the stop cause and the root
-/// cancellation token.
-#[derive(Debug)]
+/// The run-wide account: budgets, what was spent, the stop cause and the
+/// approval counter.
+#[derive(Debug, Clone)]
 pub struct RunAccount {
     budget: Budget,
     started: DateTime<Utc>,
-    tally: Mutex<RunTally>,
-    stop: OnceLock<StopCause>,
-    root: CancellationToken,
-    approvals: std::sync::atomic::AtomicU64,
+    tally: RunTally,
+    stop: Option<StopCause>,
+    approvals: u64,
 }
 
 impl RunAccount {
-    /// An account with `budget` for a run that started at `started`, whose
-    /// tree hangs below `root`.
-    pub fn new(budget: Budget, root: CancellationToken, started: DateTime<Utc>) -> Self {
+    /// An account with `budget` for a run that started at `started`.
+    pub fn new(budget: Budget, started: DateTime<Utc>) -> Self {
         Self {
             budget,
             started,
-            tally: Mutex::new(RunTally::default()),
-            stop: OnceLock::new(),
-            root,
-            approvals: std::sync::atomic::AtomicU64::new(0),
+            tally: RunTally::default(),
+            stop: None,
+            approvals: 0,
         }
     }
 
@@ -80,74 +79,104 @@ impl RunAccount {
 
     /// What the whole tree has spent so far.
     pub fn tally(&self) -> RunTally {
-        *self.lock()
+        self.tally
     }
 
     /// Adds one response's usage, priced when prices are known.
-    pub fn add_usage(&self, usage: &Usage, price: Option<&Price>) {
-        self.lock().add_usage(usage, price);
+    pub fn add_usage(&mut self, usage: &Usage, price: Option<&Price>) {
+        self.tally.add_usage(usage, price);
     }
 
     /// Checked before every model call of every agent, at `now`: the first
     /// budget used up, if any.
     pub fn check(&self, now: DateTime<Utc>) -> Option<LimitHit> {
-        let tally = self.tally();
-        self.budget.check(&tally, self.elapsed(now))
+        self.budget.check(&self.tally, self.elapsed(now))
     }
 
     /// Checked before a group of `wanted` tool calls runs: the spending budgets
     /// (tokens, cost, wall clock at `now`) must hold, then as many calls as the
     /// tool-call budget still allows are granted and counted.
-    pub fn take_tool_calls(&self, wanted: u32, now: DateTime<Utc>) -> ToolCallGrant {
-        let elapsed = self.elapsed(now);
-        let mut tally = self.lock();
+    pub fn take_tool_calls(&mut self, wanted: u32, now: DateTime<Utc>) -> ToolCallGrant {
         let spending = RunTally {
             tool_calls: 0,
-            ..*tally
+            ..self.tally
         };
-        if let Some(hit) = self.budget.check(&spending, elapsed) {
+        if let Some(hit) = self.budget.check(&spending, self.elapsed(now)) {
             return ToolCallGrant {
                 granted: 0,
                 hit: Some(hit),
             };
         }
-        let remaining = self.budget.tool_calls.saturating_sub(tally.tool_calls);
+        let remaining = self.budget.tool_calls.saturating_sub(self.tally.tool_calls);
         let granted = wanted.min(remaining);
-        tally.tool_calls += granted;
+        self.tally.tool_calls += granted;
         let hit = (granted < wanted).then_some(LimitHit::MaxToolCalls {
             limit: self.budget.tool_calls,
         });
         ToolCallGrant { granted, hit }
     }
 
-    /// Stops the whole tree: records `cause` (the first cause wins) and
-    /// cancels the root token. Returns true when this call set the cause.
-    pub fn stop(&self, cause: StopCause) -> bool {
-        let first = self.stop.set(cause).is_ok();
-        self.root.cancel();
-        first
+    /// Records why the tree stops (the first cause wins). Returns true when
+    /// this call set the cause. Stopping the tree itself is the
+    /// interpreter's (the run's cancellation root).
+    pub fn stop(&mut self, cause: StopCause) -> bool {
+        if self.stop.is_some() {
+            return false;
+        }
+        self.stop = Some(cause);
+        true
     }
 
     /// Why the tree was stopped, if it was.
     pub fn stop_cause(&self) -> Option<&StopCause> {
-        self.stop.get()
-    }
-
-    /// The run's root cancellation token (the main agent's token is a child).
-    pub fn root(&self) -> &CancellationToken {
-        &self.root
+        self.stop.as_ref()
     }
 
     /// A run-unique number for the next approval request.
-    pub fn next_approval_number(&self) -> u64 {
+    pub fn next_approval_number(&mut self) -> u64 {
+        self.approvals += 1;
         self.approvals
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
-            + 1
     }
+}
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, RunTally> {
-        // A panic while holding this lock leaves plain numbers behind: still usable.
-        self.tally.lock().unwrap_or_else(PoisonError::into_inner)
+/// How an agent's loop reaches its run's [`RunAccount`], which every agent of
+/// the tree shares. Each call is one step on the account, done as a whole
+/// (the interpreter's implementation makes it atomic against other agents).
+pub trait RunLedger: Send + Sync + std::fmt::Debug {
+    /// [`RunAccount::check`].
+    fn check(&self, now: DateTime<Utc>) -> Option<LimitHit>;
+    /// [`RunAccount::add_usage`].
+    fn add_usage(&self, usage: &Usage, price: Option<&Price>);
+    /// [`RunAccount::take_tool_calls`].
+    fn take_tool_calls(&self, wanted: u32, now: DateTime<Utc>) -> ToolCallGrant;
+    /// [`RunAccount::stop`]: records the cause; true when it was the first.
+    fn stop(&self, cause: StopCause) -> bool;
+    /// [`RunAccount::stop_cause`].
+    fn stop_cause(&self) -> Option<StopCause>;
+    /// [`RunAccount::next_approval_number`].
+    fn next_approval_number(&self) -> u64;
+}
+
+/// The tests' ledger: one account behind a mutex, as an interpreter shares it.
+#[cfg(test)]
+impl RunLedger for std::sync::Mutex<RunAccount> {
+    fn check(&self, now: DateTime<Utc>) -> Option<LimitHit> {
+        self.lock().unwrap().check(now)
+    }
+    fn add_usage(&self, usage: &Usage, price: Option<&Price>) {
+        self.lock().unwrap().add_usage(usage, price);
+    }
+    fn take_tool_calls(&self, wanted: u32, now: DateTime<Utc>) -> ToolCallGrant {
+        self.lock().unwrap().take_tool_calls(wanted, now)
+    }
+    fn stop(&self, cause: StopCause) -> bool {
+        self.lock().unwrap().stop(cause)
+    }
+    fn stop_cause(&self) -> Option<StopCause> {
+        self.lock().unwrap().stop_cause().cloned()
+    }
+    fn next_approval_number(&self) -> u64 {
+        self.lock().unwrap().next_approval_number()
     }
 }
 
@@ -170,7 +199,7 @@ mod tests {
 
     #[test]
     fn usage_of_every_agent_adds_up_and_trips_the_shared_budget() {
-        let account = RunAccount::new(budget(100, 10), CancellationToken::new(), start());
+        let mut account = RunAccount::new(budget(100, 10), start());
         let usage = Usage {
             input: 30,
             output: 10,
@@ -189,7 +218,7 @@ mod tests {
 
     #[test]
     fn tool_calls_are_granted_up_to_the_budget_in_call_order() {
-        let account = RunAccount::new(budget(1_000, 5), CancellationToken::new(), start());
+        let mut account = RunAccount::new(budget(1_000, 5), start());
         assert_eq!(
             account.take_tool_calls(3, start()),
             ToolCallGrant {
@@ -210,7 +239,7 @@ mod tests {
 
     #[test]
     fn spent_tokens_refuse_tool_calls_too() {
-        let account = RunAccount::new(budget(10, 500), CancellationToken::new(), start());
+        let mut account = RunAccount::new(budget(10, 500), start());
         account.add_usage(
             &Usage {
                 input: 10,
@@ -227,14 +256,11 @@ mod tests {
     }
 
     #[test]
-    fn the_first_stop_cause_wins_and_cancels_the_root() {
-        let root = CancellationToken::new();
-        let child = root.child_token();
-        let account = RunAccount::new(budget(10, 5), root, start());
+    fn the_first_stop_cause_wins() {
+        let mut account = RunAccount::new(budget(10, 5), start());
         assert!(account.stop_cause().is_none());
         assert!(account.stop(StopCause::Limit(LimitHit::MaxToolCalls { limit: 5 })));
         assert!(!account.stop(StopCause::Cancelled));
-        assert!(child.is_cancelled());
         assert_eq!(
             account.stop_cause(),
             Some(&StopCause::Limit(LimitHit::MaxToolCalls { limit: 5 }))
@@ -243,14 +269,14 @@ mod tests {
 
     #[test]
     fn approval_numbers_count_up() {
-        let account = RunAccount::new(budget(10, 5), CancellationToken::new(), start());
+        let mut account = RunAccount::new(budget(10, 5), start());
         assert_eq!(account.next_approval_number(), 1);
         assert_eq!(account.next_approval_number(), 2);
     }
 
     #[test]
     fn the_wall_clock_is_measured_to_the_now_asked_with() {
-        let account = RunAccount::new(budget(1_000, 5), CancellationToken::new(), start());
+        let mut account = RunAccount::new(budget(1_000, 5), start());
         let hour = chrono::Duration::hours(1);
         assert!(
             account

@@ -29,7 +29,7 @@ pub mod roles;
 pub mod run;
 pub mod subagent;
 
-pub use account::{RunAccount, StopCause};
+pub use account::{RunAccount, RunLedger, StopCause, ToolCallGrant};
 pub use catalogue::{CatalogueSource, ToolCatalogue};
 pub use guard::{Budget, LimitHit};
 pub use history::validate_history;

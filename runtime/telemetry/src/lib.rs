@@ -8,8 +8,9 @@
 //! exporter with its bounded queue and drop counter, and the
 //! `LocalSpanProcessor` that keeps each run's spans with the run for
 //! `troupe trace RUN`. It must not touch actors, the sled store or the terminal:
-//! actors call the [`genai`] helpers, the store implements [`SpanSink`], and the
-//! CLI prints [`render_span_tree`].
+//! actors call the [`genai`] helpers (or carry out a machine's
+//! [`span_ops::SpanOp`]s, which map onto them), the store implements
+//! [`SpanSink`], and the CLI prints [`render_span_tree`].
 //!
 //! Only spans of `TRACE_TARGET` reach OpenTelemetry (one span per agent run,
 //! model call, tool call, approval wait, compaction, hook and MCP call — nothing
@@ -32,6 +33,7 @@ mod pipeline;
 pub mod propagation;
 mod render;
 mod settings;
+pub mod span_ops;
 mod stats;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;

@@ -13,8 +13,6 @@
 
 use std::collections::VecDeque;
 
-use tokio_util::sync::CancellationToken;
-
 use crate::compact::ahead::{PrefixKey, prefix_key, should_prepare, still_matches};
 use crate::compact::breaker::Breaker;
 use crate::compact::estimate::TokenEstimate;
@@ -29,9 +27,9 @@ use troupe_protocol::events::{EventKind, RunStatus};
 use troupe_protocol::model::{Message, Usage};
 use troupe_protocol::model::{ProviderErrorKind, ToolDefinition};
 use troupe_store::CompactionMarker;
-use troupe_telemetry::genai;
+use troupe_telemetry::span_ops::{SpanId, SpanKind, SpanNote};
 
-use super::{AfterSave, AgentLoop, Effect, Phase};
+use super::{AfterSave, AgentLoop, Effect, Phase, close, note};
 use crate::RunOutcome;
 
 /// How many too-long summary requests are retried with fewer groups.
@@ -92,9 +90,8 @@ enum AheadState {
     /// Its request runs beside the agent's turns.
     InFlight {
         epoch: u64,
-        cancel: CancellationToken,
         /// `compact ahead`: the preparation's request runs in it.
-        span: tracing::Span,
+        span: SpanId,
     },
     /// Its summary, ready to swap in.
     Ready(String),
@@ -179,20 +176,15 @@ pub(super) struct Summarising {
     /// Messages before this index are being summarised.
     cut: usize,
     trigger: Trigger,
-    cancel: CancellationToken,
-    span: tracing::Span,
+    span: SpanId,
     before_tokens: u64,
     /// Too-long answers so far (groups dropped).
     too_long: u32,
 }
 
 impl Summarising {
-    pub(super) fn cancel(&self) {
-        self.cancel.cancel();
-    }
-
-    pub(super) fn span(&self) -> tracing::Span {
-        self.span.clone()
+    pub(super) fn span(&self) -> SpanId {
+        self.span
     }
 }
 
@@ -329,20 +321,17 @@ impl AgentLoop {
             tools: Vec::new(),
         };
         self.epoch += 1;
-        let cancel = self.token.child_token();
-        let span = genai::compaction_span(&self.span, "ahead", estimate);
+        let span = self.open_span(None, compaction_span("ahead", estimate), out);
         self.context.ahead = Some(Ahead {
             key,
             state: AheadState::InFlight {
                 epoch: self.epoch,
-                cancel: cancel.clone(),
-                span: span.clone(),
+                span,
             },
         });
         out.push(Effect::Summarise {
             epoch: self.epoch,
             request,
-            cancel,
             span,
         });
     }
@@ -357,7 +346,12 @@ impl AgentLoop {
 
     /// The summary prepared ahead answered: kept if it still fits the
     /// history, else discarded. Its usage is spent, never an anchor.
-    fn on_prepared(&mut self, result: Result<String, ProviderError>, usage: &Usage) {
+    fn on_prepared(
+        &mut self,
+        result: Result<String, ProviderError>,
+        usage: &Usage,
+        out: &mut Vec<Effect>,
+    ) {
         self.count_usage(usage);
         let Some(Ahead {
             key,
@@ -370,9 +364,9 @@ impl AgentLoop {
             Ok(answer) => {
                 let summary = extract_summary(&answer);
                 if summary.trim().is_empty() {
-                    genai::record_error(&span, "empty_summary");
+                    note(out, span, SpanNote::Error("empty_summary"));
                 } else if !still_matches(&key, self.transcript.messages()) {
-                    genai::record_error(&span, "stale");
+                    note(out, span, SpanNote::Error("stale"));
                     tracing::debug!("a summary prepared ahead no longer fits the history");
                 } else {
                     self.context.ahead = Some(Ahead {
@@ -382,8 +376,9 @@ impl AgentLoop {
                 }
             }
             // The summary is made at the threshold instead.
-            Err(error) => genai::record_chat_error(&span, error.kind),
+            Err(error) => note(out, span, SpanNote::ChatError(error.kind)),
         }
+        close(out, span);
     }
 
     /// The one place a compaction of any trigger starts. An automatic one
@@ -407,26 +402,27 @@ impl AgentLoop {
                     self.swap_prepared(summary, cut, before_tokens, out);
                     return true;
                 }
-                AheadState::InFlight {
-                    epoch,
-                    cancel,
-                    span: _,
-                } if fits => {
+                AheadState::InFlight { epoch, span: ahead } if fits => {
+                    // Its request goes on in the preparation's span; the
+                    // wait for it is this compaction's.
+                    close(out, ahead);
                     self.announce_compaction("started", trigger, before_tokens, 0, out);
+                    let span =
+                        self.open_span(None, compaction_span(trigger.as_str(), before_tokens), out);
                     self.phase = Phase::Summarising(Summarising {
                         epoch,
                         cut,
                         trigger,
-                        cancel,
-                        span: genai::compaction_span(&self.span, trigger.as_str(), before_tokens),
+                        span,
                         before_tokens,
                         too_long: 0,
                     });
                     return true;
                 }
-                AheadState::InFlight { cancel, span, .. } => {
-                    genai::record_error(&span, "stale");
-                    cancel.cancel();
+                AheadState::InFlight { epoch, span } => {
+                    note(out, span, SpanNote::Error("stale"));
+                    close(out, span);
+                    out.push(Effect::Cancel { epoch });
                 }
                 AheadState::Ready(_) => {}
             }
@@ -446,12 +442,12 @@ impl AgentLoop {
     ) {
         let trigger = Trigger::Auto;
         self.announce_compaction("started", trigger, before_tokens, 0, out);
+        let span = self.open_span(None, compaction_span(trigger.as_str(), before_tokens), out);
         let summarising = Summarising {
             epoch: self.epoch,
             cut,
             trigger,
-            cancel: CancellationToken::new(),
-            span: genai::compaction_span(&self.span, trigger.as_str(), before_tokens),
+            span,
             before_tokens,
             too_long: 0,
         };
@@ -528,8 +524,7 @@ impl AgentLoop {
             tools: Vec::new(),
         };
         self.epoch += 1;
-        let cancel = self.token.child_token();
-        let span = genai::compaction_span(&self.span, trigger.as_str(), before_tokens);
+        let span = self.open_span(None, compaction_span(trigger.as_str(), before_tokens), out);
         if too_long == 0 {
             self.announce_compaction("started", trigger, before_tokens, 0, out);
         }
@@ -537,15 +532,13 @@ impl AgentLoop {
             epoch: self.epoch,
             cut,
             trigger,
-            cancel: cancel.clone(),
-            span: span.clone(),
+            span,
             before_tokens,
             too_long,
         });
         out.push(Effect::Summarise {
             epoch: self.epoch,
             request,
-            cancel,
             span,
         });
         true
@@ -560,7 +553,7 @@ impl AgentLoop {
         out: &mut Vec<Effect>,
     ) {
         if self.is_preparing(epoch) {
-            self.on_prepared(result, &usage);
+            self.on_prepared(result, &usage, out);
             return;
         }
         if !matches!(&self.phase, Phase::Summarising(s) if s.epoch == epoch) {
@@ -584,14 +577,15 @@ impl AgentLoop {
                     summarising.before_tokens,
                     summarising.too_long + 1,
                 );
-                drop(summarising);
+                close(out, summarising.span);
                 if !self.start_summary(trigger, before, too_long, out) {
                     self.summary_failed(trigger, before, "nothing left to summarise", out);
                 }
                 return;
             }
             Err(error) => {
-                genai::record_chat_error(&summarising.span, error.kind);
+                note(out, summarising.span, SpanNote::ChatError(error.kind));
+                close(out, summarising.span);
                 let Summarising {
                     trigger,
                     before_tokens,
@@ -602,6 +596,7 @@ impl AgentLoop {
             }
         };
         if summary.trim().is_empty() {
+            close(out, summarising.span);
             self.summary_failed(
                 summarising.trigger,
                 summarising.before_tokens,
@@ -654,8 +649,14 @@ impl AgentLoop {
                 self.context.breaker.succeeded();
             }
         }
-        genai::record_compaction(&summarising.span, after);
-        drop(summarising.span);
+        note(
+            out,
+            summarising.span,
+            SpanNote::Compaction {
+                tokens_after: after,
+            },
+        );
+        close(out, summarising.span);
         self.announce_compaction(
             "finished",
             summarising.trigger,
@@ -771,5 +772,13 @@ impl AgentLoop {
             },
             out,
         );
+    }
+}
+
+/// `compact {trigger}` with the estimate before it.
+fn compaction_span(trigger: &str, tokens_before: u64) -> SpanKind {
+    SpanKind::Compaction {
+        trigger: trigger.to_string(),
+        tokens_before,
     }
 }

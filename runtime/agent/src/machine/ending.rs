@@ -7,10 +7,11 @@ use crate::subagent::MAX_DEPTH;
 use crate::{CLEANUP_GRACE, LimitHit, RunOutcome, StopCause};
 use troupe_protocol::events::{ApprovalOutcome, EventKind, RunStatus};
 use troupe_protocol::model::{Message, Usage};
-use troupe_telemetry::genai::{self, ToolErrorKind};
+use troupe_telemetry::genai::ToolErrorKind;
+use troupe_telemetry::span_ops::SpanNote;
 use troupe_tools::CANCELLED_RESULT;
 
-use super::{AfterSave, AgentLoop, Cancelling, Effect, Phase};
+use super::{AfterSave, AgentLoop, Cancelling, Effect, Phase, close, note};
 
 /// The text that closes a history whose store refused a write.
 const STORE_FAILED_CLOSING: &str = "(The run stopped: its history could not be saved.)";
@@ -45,22 +46,32 @@ impl AgentLoop {
     /// The loop is over: the span ends before anyone hears of it.
     pub(super) fn finished(&mut self, mut outcome: RunOutcome, out: &mut Vec<Effect>) {
         outcome.usage = self.usage;
-        genai::record_run_end(&self.span, outcome.status);
-        self.span = tracing::Span::none();
+        note(out, self.span, SpanNote::RunEnd(outcome.status));
+        close(out, self.span);
         if self.task.is_some() {
             out.push(Effect::Emit(EventKind::SubagentFinished {
                 status: outcome.status,
             }));
         }
         self.phase = Phase::Done;
-        // Release whatever still hangs below this agent.
-        self.token.cancel();
+        // The interpreter releases whatever still hangs below this agent.
         out.push(Effect::Finished(outcome));
+    }
+
+    /// Stops the run's whole tree: records `cause` with the run's account
+    /// (true when it was the first cause) and has the interpreter cancel the
+    /// tree. This agent takes no new work from here on; it hears of the stop
+    /// as every agent does ([`super::Input::Interrupted`]).
+    pub(super) fn stop_tree(&mut self, cause: StopCause, out: &mut Vec<Effect>) -> bool {
+        let first = self.account.stop(cause);
+        out.push(Effect::StopTree);
+        self.interrupted = true;
+        first
     }
 
     /// The outcome of an interruption, from the run's stop cause.
     fn interruption(&self) -> RunOutcome {
-        match self.account.stop_cause() {
+        match self.account.stop_cause().as_ref() {
             Some(StopCause::Limit(hit)) => RunOutcome {
                 status: RunStatus::Stopped,
                 stop_reason: hit.stop_reason().to_string(),
@@ -79,6 +90,7 @@ impl AgentLoop {
     /// [`super::Input::Interrupted`]: the agent's token was cancelled. A save
     /// in flight is waited for first, at most [`crate::SAVE_DEADLINE`].
     pub(super) fn interrupt(&mut self, out: &mut Vec<Effect>) {
+        self.interrupted = true;
         match &self.phase {
             Phase::Done => {}
             Phase::Saving(then) => {
@@ -114,7 +126,7 @@ impl AgentLoop {
     /// Interrupts whatever runs, with the outcome the stop cause gives.
     pub(super) fn interrupt_now(&mut self, out: &mut Vec<Effect>) {
         let outcome = self.interruption();
-        let unfinished = unfinished_result(self.account.stop_cause());
+        let unfinished = unfinished_result(self.account.stop_cause().as_ref());
         self.interrupt_with(outcome, &unfinished, out);
     }
 
@@ -122,20 +134,19 @@ impl AgentLoop {
     /// not finish with `unfinished`, close the history; end once running calls
     /// have stopped (or their grace is over).
     fn interrupt_with(&mut self, outcome: RunOutcome, unfinished: &str, out: &mut Vec<Effect>) {
-        self.token.cancel();
+        self.interrupted = true;
+        out.push(Effect::StopBelow);
         match std::mem::replace(&mut self.phase, Phase::Idle) {
             Phase::Streaming(streaming) => {
-                genai::record_error(&streaming.span, "cancelled");
-                streaming.cancel.cancel();
-                genai::record_usage(&streaming.span, &streaming.acc.usage());
+                note(out, streaming.span, SpanNote::Error("cancelled"));
+                note(out, streaming.span, SpanNote::Usage(streaming.acc.usage()));
                 self.count_usage(&streaming.acc.usage());
-                drop(streaming.span);
+                close(out, streaming.span);
                 self.keep_partial_response(streaming.acc.into_message(), unfinished);
                 self.transcript.close(&outcome.final_text);
                 self.finish_with(outcome, out);
             }
             Phase::Executing(execution) => {
-                execution.cancel.cancel();
                 let mut approvals: Vec<String> = execution.approvals.keys().cloned().collect();
                 approvals.sort();
                 for approval_id in &approvals {
@@ -178,8 +189,8 @@ impl AgentLoop {
             }
             Phase::Done => self.phase = Phase::Done,
             Phase::Summarising(summarising) => {
-                genai::record_error(&summarising.span(), "cancelled");
-                summarising.cancel();
+                note(out, summarising.span(), SpanNote::Error("cancelled"));
+                close(out, summarising.span());
                 self.transcript.close(&outcome.final_text);
                 self.finish_with(outcome, out);
             }
@@ -217,8 +228,20 @@ impl AgentLoop {
         let execution = &mut cancelling.execution;
         for state in &mut execution.states {
             if let Some(span) = state.span.take() {
-                genai::record_tool_error(&span, ToolErrorKind::Cancelled);
+                note(out, span, SpanNote::ToolError(ToolErrorKind::Cancelled));
+                close(out, span);
             }
+        }
+        // Approvals still pending were resolved as cancelled when the
+        // interruption began; their waits end with the execution.
+        let mut waits: Vec<_> = execution
+            .approvals
+            .drain()
+            .map(|(_, pending)| pending.span)
+            .collect();
+        waits.sort();
+        for span in waits {
+            close(out, span);
         }
         if execution.group_started
             && let Some(group) = execution.groups.get(execution.group)

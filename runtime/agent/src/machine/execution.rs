@@ -7,8 +7,6 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use tracing::Span;
-
 use crate::StopCause;
 use crate::agent_tool::parse_agent_call;
 use crate::catalogue::CatalogueEntry;
@@ -21,13 +19,14 @@ use troupe_protocol::model::{Message, ToolCall, ToolResult};
 use troupe_protocol::permission::Decision;
 use troupe_protocol::permission::{PermissionSubject, ToolCategory};
 use troupe_protocol::permission::{RuleEntry, RuleSource};
-use troupe_telemetry::genai::{self, ToolErrorKind};
+use troupe_telemetry::genai::ToolErrorKind;
+use troupe_telemetry::span_ops::{SpanKind, SpanNote};
 use troupe_tools::ToolOutput;
 use troupe_tools::target::tool_target;
 
 use super::{
     AfterSave, AgentLaunch, AgentLoop, Approver, CallState, Effect, Execution, Launchable,
-    PendingApproval, Phase, ToolLaunch,
+    PendingApproval, Phase, ToolLaunch, close, note,
 };
 
 /// What the permission step decided for one call, before anything runs.
@@ -57,16 +56,20 @@ impl Execution {
         result: ToolResult,
         error: Option<ToolErrorKind>,
         capture: troupe_telemetry::genai::ContentCapture,
+        out: &mut Vec<Effect>,
     ) -> bool {
         let state = &mut self.states[index];
         if state.result.is_some() {
             return false;
         }
         if let Some(span) = state.span.take() {
-            capture.record_tool_result(&span, &result);
-            if let Some(kind) = error.or(result.is_error.then_some(ToolErrorKind::Failed)) {
-                genai::record_tool_error(&span, kind);
+            if capture.is_enabled() {
+                note(out, span, SpanNote::ToolResult(result.clone()));
             }
+            if let Some(kind) = error.or(result.is_error.then_some(ToolErrorKind::Failed)) {
+                note(out, span, SpanNote::ToolError(kind));
+            }
+            close(out, span);
         }
         state.result = Some(result);
         true
@@ -115,7 +118,7 @@ impl Execution {
 impl AgentLoop {
     /// Plans and starts the execution of a recorded response's calls.
     pub(super) fn start_execution(&mut self, calls: Vec<ToolCall>, out: &mut Vec<Effect>) {
-        if self.token.is_cancelled() {
+        if self.interrupted {
             self.phase = Phase::Saving(AfterSave::Execute(calls));
             self.interrupt_now(out);
             return;
@@ -148,7 +151,6 @@ impl AgentLoop {
             group_started: false,
             group_hooks: super::hooks::GroupHooks::NotRun,
             approvals: HashMap::new(),
-            cancel: self.token.child_token(),
         });
         self.advance(out);
     }
@@ -158,11 +160,12 @@ impl AgentLoop {
     /// goes back to the model.
     pub(super) fn advance(&mut self, out: &mut Vec<Effect>) {
         loop {
+            let interrupted = self.interrupted;
             let Phase::Executing(execution) = &mut self.phase else {
                 return;
             };
             if !execution.group_started {
-                if execution.cancel.is_cancelled() {
+                if interrupted {
                     self.interrupt_now(out);
                     return;
                 }
@@ -229,25 +232,36 @@ impl AgentLoop {
             }
         }
         let capture = self.capture;
-        let agent_span = self.span.clone();
-        let Phase::Executing(execution) = &mut self.phase else {
-            return;
-        };
-        execution.group_started = true;
-        for (&index, (_, decision)) in indices.iter().zip(&prepared) {
-            let call = &execution.calls[index];
-            let span = genai::tool_span(&agent_span, &call.name, &call.id);
+        let mut spans = Vec::with_capacity(calls.len());
+        for (call, (_, decision)) in calls.iter().zip(&prepared) {
+            let span = self.open_span(
+                None,
+                SpanKind::Tool {
+                    tool: call.name.clone(),
+                    call_id: call.id.clone(),
+                },
+                out,
+            );
             if let Some(decision) = decision {
-                genai::permission_event(&span, decision);
+                note(out, span, SpanNote::Permission(decision.clone()));
             }
-            capture.record_tool_arguments(&span, &call.input);
-            execution.states[index].span = Some(span);
+            if capture.is_enabled() {
+                note(out, span, SpanNote::ToolArguments(call.input.clone()));
+            }
+            spans.push(span);
             out.push(Effect::Emit(EventKind::ToolStarted {
                 call_id: call.id.clone(),
                 name: call.name.clone(),
                 args_preview: preview(&call.input),
                 target: tool_target(&call.name, &call.input),
             }));
+        }
+        let Phase::Executing(execution) = &mut self.phase else {
+            return;
+        };
+        execution.group_started = true;
+        for (&index, span) in indices.iter().zip(spans) {
+            execution.states[index].span = Some(span);
         }
         for (index, (prepared, _)) in indices.into_iter().zip(prepared) {
             match prepared {
@@ -256,7 +270,7 @@ impl AgentLoop {
                         return;
                     };
                     let result = ToolResult::text(execution.calls[index].id.clone(), text, true);
-                    execution.settle(index, result, Some(kind), capture);
+                    execution.settle(index, result, Some(kind), capture, out);
                 }
                 Prepared::Run {
                     launch,
@@ -271,7 +285,7 @@ impl AgentLoop {
         }
         if let Some(hit) = grant.hit {
             // The tool-call budget is the run's: stop the whole tree.
-            if self.account.stop(StopCause::Limit(hit.clone())) {
+            if self.stop_tree(StopCause::Limit(hit.clone()), out) {
                 out.push(Effect::Emit(EventKind::notice(hit.notice())));
             }
         }
@@ -287,19 +301,27 @@ impl AgentLoop {
         out: &mut Vec<Effect>,
     ) {
         let approval_id = format!("{}-{}", self.run_id, self.account.next_approval_number());
+        let Phase::Executing(execution) = &self.phase else {
+            return;
+        };
+        let (tool_span, tool, call_id) = (
+            execution.states[index].span,
+            execution.calls[index].name.clone(),
+            execution.calls[index].id.clone(),
+        );
+        let span = self.open_span(
+            tool_span,
+            SpanKind::Approval {
+                tool,
+                call_id,
+                approval_id: approval_id.clone(),
+            },
+            out,
+        );
         let Phase::Executing(execution) = &mut self.phase else {
             return;
         };
         let call = &execution.calls[index];
-        let span = genai::approval_span(
-            execution.states[index]
-                .span
-                .as_ref()
-                .unwrap_or(&Span::none()),
-            &call.name,
-            &call.id,
-            &approval_id,
-        );
         let (tool, reason_text) = (call.name.clone(), reason.clone());
         out.push(Effect::Emit(EventKind::ApprovalRequested {
             approval_id: approval_id.clone(),
@@ -338,16 +360,13 @@ impl AgentLoop {
             Launchable::Tool { .. } => 0,
         };
         let parent_path = self.spec.path.clone();
+        let agent_span = self.span;
         let Phase::Executing(execution) = &mut self.phase else {
             return;
         };
         let epoch = execution.epoch;
         let call_id = execution.calls[index].id.clone();
-        let span = execution.states[index]
-            .span
-            .clone()
-            .unwrap_or_else(Span::none);
-        let cancel = execution.cancel.child_token();
+        let span = execution.states[index].span.unwrap_or(agent_span);
         execution.states[index].running = true;
         match launch {
             Launchable::Tool { tool, args } => out.push(Effect::RunTool(ToolLaunch {
@@ -357,7 +376,6 @@ impl AgentLoop {
                 tool,
                 args,
                 outside_read_approved,
-                cancel,
                 span,
             })),
             Launchable::Agent(mut child) => {
@@ -367,7 +385,6 @@ impl AgentLoop {
                     index,
                     call_id,
                     child,
-                    cancel,
                     span,
                 }));
             }
@@ -531,7 +548,7 @@ impl AgentLoop {
         };
         state.running = false;
         let read = read_file_snapshot(&execution.calls[index], &result);
-        if execution.settle(index, result.clone(), error, capture) {
+        if execution.settle(index, result.clone(), error, capture, out) {
             let state = &mut execution.states[index];
             state.duration_ms = duration.as_millis() as u64;
             // A finished call's work is durable at once, not only with its
@@ -601,13 +618,13 @@ impl AgentLoop {
             approval_id,
             outcome: outcome.clone(),
         }));
-        genai::record_approval(&pending.span, &outcome);
-        drop(pending.span);
+        note(out, pending.span, SpanNote::Approval(outcome.clone()));
+        close(out, pending.span);
         let index = pending.index;
         match outcome {
             ApprovalOutcome::Cancel => {
                 // "Cancel" at any prompt cancels the whole run.
-                self.account.stop(StopCause::Cancelled);
+                self.stop_tree(StopCause::Cancelled, out);
                 self.interrupt_now(out);
                 return;
             }
@@ -620,7 +637,7 @@ impl AgentLoop {
                 };
                 let id = execution.calls[index].id.clone();
                 let result = ToolResult::text(id, text, true);
-                execution.settle(index, result, Some(ToolErrorKind::Denied), capture);
+                execution.settle(index, result, Some(ToolErrorKind::Denied), capture, out);
             }
             ApprovalOutcome::Allow | ApprovalOutcome::AllowAlways => {
                 if outcome == ApprovalOutcome::AllowAlways {

@@ -9,8 +9,7 @@
 //! approval waits, and only report.
 
 use serde_json::Value;
-use tokio_util::sync::CancellationToken;
-use tracing::Span;
+use troupe_telemetry::span_ops::SpanId;
 
 use crate::RunOutcome;
 use troupe_hooks::{HookEvent, HookPayload, HookPlace, HookVerdict};
@@ -58,10 +57,9 @@ pub struct HookRequest {
     pub payload: HookPayload,
     /// Where the hooks run.
     pub place: HookPlace,
-    /// Parent of their spans.
-    pub span: Span,
-    /// Kills them when the agent stops.
-    pub cancel: CancellationToken,
+    /// Parent of their spans. They are killed when the agent stops (hooks
+    /// that only report: when the run stops).
+    pub span: SpanId,
 }
 
 /// Where the PreToolUse hooks of the current group stand.
@@ -121,7 +119,7 @@ impl AgentLoop {
         event: HookEvent,
         subject: Option<String>,
         payload: HookPayload,
-        span: Span,
+        span: SpanId,
         out: &mut Vec<Effect>,
     ) {
         out.push(Effect::RunHooks(Box::new(HookRequest {
@@ -131,7 +129,6 @@ impl AgentLoop {
             payload,
             place: self.hook_place(),
             span,
-            cancel: self.token.clone(),
         })));
     }
 
@@ -171,7 +168,7 @@ impl AgentLoop {
                 HookEvent::PreToolUse,
                 Some(call.name.clone()),
                 payload,
-                self.span.clone(),
+                self.span,
                 out,
             );
         }
@@ -209,10 +206,7 @@ impl AgentLoop {
         if !self.hooks.any_for(HookEvent::PostToolUse, Some(&call.name)) {
             return Some(held);
         }
-        let span = execution.states[index]
-            .span
-            .clone()
-            .unwrap_or_else(|| self.span.clone());
+        let span = execution.states[index].span.unwrap_or(self.span);
         let mut payload = HookPayload::new(HookEvent::PostToolUse, &self.hook_place());
         payload.tool_name = Some(call.name.clone());
         payload.tool_call_id = Some(call.id.clone());
@@ -249,7 +243,7 @@ impl AgentLoop {
             HookEvent::Notification,
             None,
             payload,
-            self.span.clone(),
+            self.span,
             out,
         );
     }
@@ -285,7 +279,7 @@ impl AgentLoop {
             event,
             Some(trigger.to_owned()),
             payload,
-            self.span.clone(),
+            self.span,
             out,
         );
     }
@@ -320,14 +314,7 @@ impl AgentLoop {
         payload.last_message = Some(outcome.final_text.clone());
         payload.stop_hook_active = Some(self.stop_hook_continued);
         self.phase = Phase::Hooking(outcome);
-        self.request_hooks(
-            HookCall::Stop,
-            event,
-            subject,
-            payload,
-            self.span.clone(),
-            out,
-        );
+        self.request_hooks(HookCall::Stop, event, subject, payload, self.span, out);
     }
 
     /// [`Input::HooksRan`].

@@ -15,8 +15,13 @@
 //! recurses per call: a response with thousands of calls is a loop.
 //!
 //! The interpreter (`troupe-actors`' agent actor) performs effects and feeds
-//! back inputs; it also turns the cancellation of [`AgentLoop::token`] into
-//! [`Input::Interrupted`].
+//! back inputs. It owns what the loop only names: the agent's cancellation
+//! token (whose cancellation it turns into [`Input::Interrupted`]), one
+//! token per model call, summary and execution (by epoch, cancelled on
+//! [`Effect::Cancel`]), the run's cancellation root ([`Effect::StopTree`]),
+//! and the real spans behind the [`SpanId`]s the loop opens, notes and
+//! closes ([`Effect::Span`]). Every span the loop opens is closed by the time
+//! it is done.
 
 mod compaction;
 mod ending;
@@ -36,10 +41,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::Value;
-use tokio_util::sync::CancellationToken;
-use tracing::Span;
 
-use crate::account::RunAccount;
+use crate::account::RunLedger;
 use crate::catalogue::{CatalogueSource, ToolCatalogue};
 use crate::guard::LoopGuard;
 use crate::plan::ExecutionGroup;
@@ -54,7 +57,8 @@ use troupe_protocol::events::{ApprovalOutcome, EventKind};
 use troupe_protocol::model::SystemPrompt;
 use troupe_protocol::model::{Message, ToolCall, ToolResult, Usage};
 use troupe_protocol::permission::RuleEntry;
-use troupe_telemetry::genai::{self, ContentCapture, ToolErrorKind};
+use troupe_telemetry::genai::{ContentCapture, ToolErrorKind};
+use troupe_telemetry::span_ops::{SpanId, SpanKind, SpanNote, SpanOp};
 use troupe_tools::{Tool, ToolOutput};
 
 /// Everything an agent's loop is made of.
@@ -79,7 +83,7 @@ pub struct LoopSetup {
     /// The permission engine (shared by the tree of one run).
     pub permissions: Arc<PermissionEngine>,
     /// The run's shared account.
-    pub account: Arc<RunAccount>,
+    pub account: Arc<dyn RunLedger>,
     /// Who answers approvals.
     pub approver: Approver,
     /// Provider name, for spans.
@@ -92,11 +96,6 @@ pub struct LoopSetup {
     pub capture: ContentCapture,
     /// The history it starts from (what is not stored yet is saved first).
     pub transcript: Transcript,
-    /// The agent's own token (a child of its parent's, or of the run's root).
-    pub token: CancellationToken,
-    /// Parent of its `invoke_agent` span: none for the main agent (the trace
-    /// root), the `execute_tool agent` span that started it for a sub-agent.
-    pub parent_span: Span,
     /// The context window and the session's layer-1 decisions.
     pub context: ContextSetup,
     /// The hooks of the run.
@@ -224,10 +223,8 @@ pub struct ToolLaunch {
     /// A person approved this very call, or an allow rule names the path it
     /// reads (lets a read-only tool read outside the allowed roots).
     pub outside_read_approved: bool,
-    /// The call's token.
-    pub cancel: CancellationToken,
     /// The call's `execute_tool` span.
-    pub span: Span,
+    pub span: SpanId,
 }
 
 /// A child agent to start for an `agent` call.
@@ -240,10 +237,8 @@ pub struct AgentLaunch {
     pub call_id: String,
     /// Who the child is (its path set) and what it starts from.
     pub child: Box<ChildPlan>,
-    /// The child's own token.
-    pub cancel: CancellationToken,
     /// The `execute_tool agent` span: parent of the child's `invoke_agent`.
-    pub span: Span,
+    pub span: SpanId,
 }
 
 /// Something the interpreter must do, in order.
@@ -276,38 +271,50 @@ pub enum Effect {
     /// [`Input::Offloaded`] naming the results spilled.
     Offload(crate::compact::offload::OffloadPlan),
     /// Ask the model for a summary (no tools); answer with
-    /// [`Input::Summarised`] carrying its whole text. Stop when `cancel` is
-    /// cancelled.
+    /// [`Input::Summarised`] carrying its whole text. Stop on
+    /// [`Effect::Cancel`] of its epoch.
     Summarise {
         /// Epoch of the call.
         epoch: u64,
         /// The request.
         request: ChatRequest,
-        /// The call's token.
-        cancel: CancellationToken,
         /// The `compaction` span the call runs in.
-        span: Span,
+        span: SpanId,
     },
     /// Store the compaction marker (the summary and where the kept messages
     /// begin) and flush; answer with [`Input::Saved`].
     SaveMarker(troupe_store::CompactionMarker),
     /// Start a model call; stream its events back as [`Input::Model`],
-    /// [`Input::ModelFailed`], [`Input::ModelEnded`]. Stop when `cancel` is
-    /// cancelled (dropping the stream aborts the request).
+    /// [`Input::ModelFailed`], [`Input::ModelEnded`]. Stop on
+    /// [`Effect::Cancel`] of its epoch (dropping the stream aborts the
+    /// request).
     CallModel {
         /// Epoch of the call.
         epoch: u64,
         /// The request.
         request: ChatRequest,
-        /// The call's token.
-        cancel: CancellationToken,
         /// The `chat` span the stream is polled in.
-        span: Span,
+        span: SpanId,
     },
-    /// Run a tool call.
+    /// Run a tool call; it stops on [`Effect::Cancel`] of its epoch.
     RunTool(ToolLaunch),
-    /// Start a child agent.
+    /// Start a child agent; it stops on [`Effect::Cancel`] of its epoch.
     StartAgent(AgentLaunch),
+    /// Stop what runs for `epoch`: its model call, its summary call, or the
+    /// tool calls and child agents of its execution.
+    Cancel {
+        /// The epoch whose work stops.
+        epoch: u64,
+    },
+    /// Stop everything that runs below this agent (its model call, its
+    /// summaries, its tool calls and child agents): the agent's token.
+    StopBelow,
+    /// Open, note or close a span.
+    Span(SpanOp),
+    /// Stop the whole tree of the run (its cancellation root): the run's
+    /// account says why ([`RunLedger::stop`] was asked first). Every agent
+    /// hears of it as [`Input::Interrupted`].
+    StopTree,
     /// An approval request waits for an answer: route answers to this agent.
     AwaitApproval {
         /// The approval id.
@@ -340,7 +347,8 @@ pub enum Effect {
         /// How long running calls may take to stop.
         after: Duration,
     },
-    /// The loop is over.
+    /// The loop is over: whatever still runs below the agent is released
+    /// (its token is cancelled), then the outcome is reported.
     Finished(RunOutcome),
 }
 
@@ -365,6 +373,10 @@ impl std::fmt::Debug for Effect {
             }
             Self::AwaitApproval { approval_id } => write!(f, "AwaitApproval({approval_id})"),
             Self::ApprovalsClosed(ids) => write!(f, "ApprovalsClosed({ids:?})"),
+            Self::Cancel { epoch } => write!(f, "Cancel({epoch})"),
+            Self::StopTree => write!(f, "StopTree"),
+            Self::StopBelow => write!(f, "StopBelow"),
+            Self::Span(op) => write!(f, "Span({op:?})"),
             Self::ArmCleanupGrace { epoch, .. } => write!(f, "ArmCleanupGrace({epoch})"),
             Self::ArmSaveDeadline { save, .. } => write!(f, "ArmSaveDeadline({save})"),
             Self::UpdateMemory { digest } => write!(f, "UpdateMemory({})", digest.len()),
@@ -430,9 +442,8 @@ enum Phase {
 struct Streaming {
     epoch: u64,
     acc: ResponseAccumulator,
-    cancel: CancellationToken,
     /// `chat {model}` of this call.
-    span: Span,
+    span: SpanId,
 }
 
 struct Cancelling {
@@ -446,7 +457,7 @@ struct CallState {
     result: Option<ToolResult>,
     duration_ms: u64,
     /// `execute_tool {tool}`, from its decision to its result.
-    span: Option<Span>,
+    span: Option<SpanId>,
     /// An executor or child agent is working on it.
     running: bool,
     /// Its result is durable (stored as a pending result, or needs no
@@ -474,7 +485,7 @@ struct PendingApproval {
     request: PermissionRequest,
     launch: Launchable,
     /// The wait for the answer.
-    span: Span,
+    span: SpanId,
 }
 
 /// The execution of one response's tool calls.
@@ -489,7 +500,6 @@ struct Execution {
     /// The current group's PreToolUse hooks.
     group_hooks: hooks::GroupHooks,
     approvals: HashMap<String, PendingApproval>,
-    cancel: CancellationToken,
 }
 
 /// The loop of one agent.
@@ -506,22 +516,27 @@ pub struct AgentLoop {
     catalogue_source: Option<Arc<dyn CatalogueSource>>,
     roles: Arc<RoleSet>,
     permissions: Arc<PermissionEngine>,
-    account: Arc<RunAccount>,
+    account: Arc<dyn RunLedger>,
     approver: Approver,
     provider_name: String,
     model: String,
     price: Option<Price>,
     capture: ContentCapture,
     transcript: Transcript,
-    token: CancellationToken,
+    /// The agent was interrupted (its token was cancelled, or it stopped
+    /// the tree): no new work starts.
+    interrupted: bool,
     guard: LoopGuard,
     /// This agent's own usage.
     usage: Usage,
     /// Increases with every model call and every execution.
     epoch: u64,
     phase: Phase,
-    /// `invoke_agent`: every step's span is below it.
-    span: Span,
+    /// `invoke_agent`: every step's span is below it (opened on
+    /// [`Input::Begin`]).
+    span: SpanId,
+    /// The last span id given out.
+    last_span: u64,
     /// Children started so far (numbers their paths).
     children: u32,
     /// A save failed: later steps do not try again.
@@ -547,12 +562,6 @@ pub struct AgentLoop {
 impl AgentLoop {
     /// A loop, not yet begun.
     pub fn new(setup: LoopSetup) -> Self {
-        let span = genai::agent_span(
-            &setup.parent_span,
-            &setup.run_id,
-            &setup.spec.path,
-            &setup.session_id,
-        );
         Self {
             now: DateTime::<Utc>::default(),
             guard: LoopGuard::new(setup.spec.max_turns, setup.spec.unknown_tool_limit),
@@ -572,11 +581,12 @@ impl AgentLoop {
             price: setup.price,
             capture: setup.capture,
             transcript: setup.transcript,
-            token: setup.token,
+            interrupted: false,
             usage: Usage::default(),
             epoch: 0,
             phase: Phase::Idle,
-            span,
+            span: SpanId(0),
+            last_span: 0,
             children: 0,
             store_failed: false,
             interrupt_pending: false,
@@ -667,16 +677,6 @@ impl AgentLoop {
         self.approver
     }
 
-    /// The run's shared account.
-    pub fn account(&self) -> &Arc<RunAccount> {
-        &self.account
-    }
-
-    /// The agent's token.
-    pub fn token(&self) -> &CancellationToken {
-        &self.token
-    }
-
     /// The layer-1 decisions (a fork starts from its parent's).
     pub fn ledger(&self) -> &crate::compact::offload::Ledger {
         &self.context.ledger
@@ -729,6 +729,17 @@ impl AgentLoop {
         if !matches!(self.phase, Phase::Idle) {
             return;
         }
+        // Its parent is the interpreter's: the trace's root for the main
+        // agent, the `execute_tool agent` span that started a sub-agent.
+        out.push(Effect::Span(SpanOp::Open {
+            id: self.span,
+            parent: None,
+            kind: SpanKind::Agent {
+                run_id: self.run_id.clone(),
+                agent: self.spec.path.clone(),
+                conversation_id: self.session_id.clone(),
+            },
+        }));
         if let Some(task) = &self.task {
             out.push(Effect::Emit(EventKind::SubagentStarted {
                 role: self.spec.role.clone(),
@@ -743,6 +754,23 @@ impl AgentLoop {
         self.save_then(then, out);
     }
 
+    /// Opens a span below `parent` (`None`: below the agent's).
+    fn open_span(
+        &mut self,
+        parent: Option<SpanId>,
+        kind: SpanKind,
+        out: &mut Vec<Effect>,
+    ) -> SpanId {
+        self.last_span += 1;
+        let id = SpanId(self.last_span);
+        out.push(Effect::Span(SpanOp::Open {
+            id,
+            parent: Some(parent.unwrap_or(self.span)),
+            kind,
+        }));
+        id
+    }
+
     /// Asks for a save and waits for it before `then`.
     /// Once the agent is interrupted, every save has a deadline
     /// ([`crate::SAVE_DEADLINE`]).
@@ -752,7 +780,7 @@ impl AgentLoop {
         let (upto, messages) = self.transcript.unsaved_copy();
         self.saves_in_flight.push_back(Some(upto));
         out.push(Effect::Save { upto, messages });
-        if self.token.is_cancelled() {
+        if self.interrupted {
             out.push(Effect::ArmSaveDeadline {
                 save: self.saves,
                 after: crate::SAVE_DEADLINE,
@@ -788,4 +816,14 @@ impl AgentLoop {
             (Err(err), then) => self.save_failed(err, then, out),
         }
     }
+}
+
+/// Records `note` on span `id`.
+fn note(out: &mut Vec<Effect>, id: SpanId, note: SpanNote) {
+    out.push(Effect::Span(SpanOp::Note { id, note }));
+}
+
+/// Span `id` is over.
+fn close(out: &mut Vec<Effect>, id: SpanId) {
+    out.push(Effect::Span(SpanOp::Close { id }));
 }

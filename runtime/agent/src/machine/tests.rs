@@ -2,11 +2,12 @@
 //! effects, written as short strings, with what the loop must do. Compiled
 //! for tests only (`#[cfg(test)]` on its declaration in `machine/mod.rs`).
 
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::json;
-use tokio_util::sync::CancellationToken;
+use std::sync::Mutex;
 
 use super::*;
 use crate::agent_tool::agent_tool_definition;
@@ -14,17 +15,96 @@ use crate::compact::estimate::TokenEstimate;
 use crate::guard::Budget;
 use crate::roles::{RoleSet, RoleTools};
 use crate::subagent::{FORK_CANNOT_START_AGENTS, FORK_PREAMBLE};
-use crate::{AgentSpec, StopCause, validate_history};
+use crate::{AgentSpec, RunAccount, StopCause, validate_history};
 use troupe_config::PermissionSettings;
 use troupe_paths::sandbox::PathSandbox;
 use troupe_protocol::events::RunStatus;
 use troupe_protocol::model::{ContentBlock, Message, Role, StopReason, Usage};
-use troupe_protocol::permission::PermissionMode;
+use troupe_protocol::permission::{Decision, PermissionMode};
+
+/// The project root of every fixture.
+const PROJECT: &str = "/work/project";
 
 struct Fixture {
     machine: AgentLoop,
-    account: Arc<RunAccount>,
-    _dir: tempfile::TempDir,
+    account: Arc<Mutex<RunAccount>>,
+    spans: SpanLedger,
+}
+
+/// The spans a loop opened, as an interpreter's table would hold them,
+/// checked as they come: ids are fresh, parents are open, nothing is noted
+/// or closed twice or before it opened, and a finished loop left nothing
+/// open.
+#[derive(Default)]
+struct SpanLedger {
+    /// Every span ever opened: parent and kind.
+    opened: std::collections::BTreeMap<SpanId, (Option<SpanId>, SpanKind)>,
+    /// Those still open.
+    open: std::collections::BTreeSet<SpanId>,
+    /// Notes, in order.
+    notes: Vec<(SpanId, SpanNote)>,
+}
+
+impl SpanLedger {
+    fn apply(&mut self, effects: &[Effect]) {
+        for effect in effects {
+            match effect {
+                Effect::Span(SpanOp::Open { id, parent, kind }) => {
+                    assert!(!self.opened.contains_key(id), "{id:?} opened twice");
+                    if let Some(parent) = parent {
+                        assert!(
+                            self.open.contains(parent),
+                            "{id:?}: parent {parent:?} not open"
+                        );
+                    } else {
+                        assert!(
+                            self.opened.is_empty(),
+                            "only the agent's span hangs at the root"
+                        );
+                    }
+                    self.opened.insert(*id, (*parent, kind.clone()));
+                    self.open.insert(*id);
+                }
+                Effect::Span(SpanOp::Note { id, note }) => {
+                    assert!(
+                        self.open.contains(id),
+                        "note on {id:?}, which is not open: {note:?}"
+                    );
+                    self.notes.push((*id, note.clone()));
+                }
+                Effect::Span(SpanOp::Close { id }) => {
+                    assert!(self.open.remove(id), "{id:?} closed but not open");
+                }
+                Effect::CallModel { span, .. }
+                | Effect::Summarise { span, .. }
+                | Effect::RunTool(ToolLaunch { span, .. })
+                | Effect::StartAgent(AgentLaunch { span, .. }) => {
+                    assert!(
+                        self.open.contains(span),
+                        "work runs in {span:?}, which is not open"
+                    );
+                }
+                Effect::Finished(_) => {
+                    assert!(self.open.is_empty(), "spans left open: {:?}", self.open);
+                }
+                _ => {}
+            }
+        }
+    }
+
+    /// The kinds of the spans opened, in order, as short names.
+    fn kinds(&self) -> Vec<String> {
+        self.opened
+            .values()
+            .map(|(_, kind)| match kind {
+                SpanKind::Agent { agent, .. } => format!("agent:{agent}"),
+                SpanKind::Chat { model, .. } => format!("chat:{model}"),
+                SpanKind::Tool { tool, .. } => format!("tool:{tool}"),
+                SpanKind::Approval { tool, .. } => format!("approval:{tool}"),
+                SpanKind::Compaction { trigger, .. } => format!("compact:{trigger}"),
+            })
+            .collect()
+    }
 }
 
 struct Options {
@@ -45,6 +125,8 @@ struct Options {
     hooks: Vec<troupe_hooks::Hook>,
     /// Where newer tools come from before each model request.
     catalogue_source: Option<Arc<dyn crate::CatalogueSource>>,
+    /// Content goes on spans.
+    capture: bool,
 }
 
 impl Default for Options {
@@ -65,13 +147,18 @@ impl Default for Options {
             history: Vec::new(),
             hooks: Vec::new(),
             catalogue_source: None,
+            capture: false,
         }
     }
 }
 
 fn fixture(options: Options) -> Fixture {
-    let dir = tempfile::tempdir().unwrap();
-    let sandbox = Arc::new(PathSandbox::new(dir.path(), &[], None).unwrap());
+    // Paths are resolved in a file system held in memory: the loop's
+    // decisions read no disk.
+    let files = troupe_paths::view::MemoryFileSystem::new();
+    files.dir(PROJECT).dir("/elsewhere");
+    let sandbox =
+        Arc::new(PathSandbox::with_view(Arc::new(files), Path::new(PROJECT), &[], None).unwrap());
     let settings = PermissionSettings {
         mode: options.mode,
         allow: options
@@ -92,16 +179,15 @@ fn fixture(options: Options) -> Fixture {
         Some(agent_tool_definition(&roles)),
     )
     .unwrap();
-    let account = Arc::new(RunAccount::new(
+    let account = Arc::new(Mutex::new(RunAccount::new(
         Budget {
             tokens: options.tokens,
             usd: None,
             wall_clock: Duration::from_secs(3600),
             tool_calls: options.tool_calls,
         },
-        CancellationToken::new(),
         fixed_now(),
-    ));
+    )));
     let mut transcript = Transcript::new();
     for message in options.history {
         transcript.push(message);
@@ -125,10 +211,8 @@ fn fixture(options: Options) -> Fixture {
         provider_name: "p".into(),
         model: "m".into(),
         price: None,
-        capture: ContentCapture::default(),
+        capture: ContentCapture::new(options.capture),
         transcript,
-        token: account.root().child_token(),
-        parent_span: Span::none(),
         context: ContextSetup {
             window: options.window,
             work_ahead: options.work_ahead,
@@ -141,7 +225,7 @@ fn fixture(options: Options) -> Fixture {
     Fixture {
         machine,
         account,
-        _dir: dir,
+        spans: SpanLedger::default(),
     }
 }
 
@@ -151,6 +235,7 @@ fn fixture(options: Options) -> Fixture {
 fn show(effects: &[Effect]) -> Vec<String> {
     effects
         .iter()
+        .filter(|effect| !matches!(effect, Effect::Span(_)))
         .map(|effect| match effect {
             Effect::Emit(kind) => format!("emit:{}", kind.type_name()),
             Effect::Save { .. } => "save".into(),
@@ -165,6 +250,10 @@ fn show(effects: &[Effect]) -> Vec<String> {
                 format!("agent:{}:{}", launch.index, launch.child.spec.path)
             }
             Effect::AwaitApproval { .. } => "await".into(),
+            Effect::Cancel { epoch } => format!("cancel:{epoch}"),
+            Effect::StopTree => "stop_tree".into(),
+            Effect::StopBelow => "stop_below".into(),
+            Effect::Span(_) => unreachable!("spans are shown apart"),
             Effect::ApprovalsClosed(_) => "closed".into(),
             Effect::ArmCleanupGrace { .. } => "grace".into(),
             Effect::ArmSaveDeadline { save, .. } => format!("deadline:{save}"),
@@ -192,7 +281,9 @@ fn fixed_now() -> chrono::DateTime<chrono::Utc> {
 
 impl Fixture {
     fn on(&mut self, input: Input) -> Vec<Effect> {
-        self.machine.on(fixed_now(), input)
+        let effects = self.machine.on(fixed_now(), input);
+        self.spans.apply(&effects);
+        effects
     }
 
     /// The effects of `input`, shown; save deadlines (timers armed once the
@@ -344,10 +435,6 @@ fn a_plain_answer_saves_then_finishes() {
         s(&["finished:finished:end_turn"])
     );
     assert!(f.machine.is_done());
-    assert!(
-        f.machine.token().is_cancelled(),
-        "a finished loop releases what is below it"
-    );
     assert_closed(f.history());
 }
 
@@ -355,7 +442,10 @@ fn a_plain_answer_saves_then_finishes() {
 fn a_save_carries_what_the_store_lacks_and_marks_it_stored_once_durable() {
     let mut f = fixture(Options::default());
     let effects = f.on(Input::Begin);
-    let Some(Effect::Save { upto, messages }) = effects.first() else {
+    let Some(Effect::Save { upto, messages }) = effects
+        .iter()
+        .find(|effect| !matches!(effect, Effect::Span(_)))
+    else {
         panic!("the first effect saves: {:?}", show(&effects));
     };
     assert_eq!(*upto, f.machine.transcript().len());
@@ -527,8 +617,7 @@ fn launches(effects: &[Effect]) -> Vec<(usize, bool)> {
 
 #[test]
 fn outside_reads_named_by_an_allow_rule_or_an_always_answer_launch_granted() {
-    let outside = tempfile::tempdir().unwrap();
-    let outside = troupe_paths::sandbox::resolve_path(outside.path()).unwrap();
+    let outside = Path::new("/elsewhere");
     let named = outside.join("named.txt").display().to_string();
     let other = outside.join("other.txt").display().to_string();
     let mut f = fixture(Options {
@@ -617,8 +706,8 @@ fn cancellation_mid_batch_waits_for_running_calls_then_closes() {
     f.respond(&[read("a"), read("b"), bash("make")]);
     f.step(Input::Saved(Ok(())));
     assert_eq!(f.done(0, "A"), s(&["pending:0"]));
-    f.account.stop(StopCause::Cancelled);
-    assert_eq!(f.step(Input::Interrupted), s(&["grace"]));
+    f.account.lock().unwrap().stop(StopCause::Cancelled);
+    assert_eq!(f.step(Input::Interrupted), s(&["stop_below", "grace"]));
     assert_eq!(f.machine.status().phase, "cancelling");
     // The running call reports once it stopped; the group's finish events
     // follow, the never-started call is answered "(cancelled)".
@@ -662,6 +751,7 @@ fn cancellation_with_approvals_pending_resolves_them() {
     assert_eq!(
         f.step(Input::Interrupted),
         s(&[
+            "stop_below",
             "emit:approval_resolved",
             "closed",
             "emit:tool_finished",
@@ -676,11 +766,114 @@ fn cancellation_with_approvals_pending_resolves_them() {
 }
 
 #[test]
+fn every_step_opens_its_span_below_the_agents_and_closes_it_when_it_ends() {
+    let mut f = fixture(Options {
+        mode: PermissionMode::Default,
+        ..Options::default()
+    })
+    .started();
+    f.respond(&[bash("make")]);
+    f.step(Input::Saved(Ok(())));
+    let effects = f.on(Input::Approval {
+        approval_id: "run-1".into(),
+        outcome: ApprovalOutcome::Allow,
+        reason: None,
+    });
+    let Some(Effect::RunTool(launch)) = effects
+        .iter()
+        .find(|effect| matches!(effect, Effect::RunTool(_)))
+    else {
+        panic!("the call runs once allowed: {:?}", show(&effects));
+    };
+    let tool_span = launch.span;
+    f.done(0, "built");
+    f.step(Input::Saved(Ok(())));
+    f.answer_text("done");
+    assert_eq!(
+        f.step(Input::Saved(Ok(()))),
+        s(&["finished:finished:end_turn"])
+    );
+    assert_eq!(
+        f.spans.kinds(),
+        s(&[
+            "agent:main",
+            "chat:m",
+            "tool:bash",
+            "approval:bash",
+            "chat:m"
+        ])
+    );
+    let parent = |id: u64| f.spans.opened[&SpanId(id)].0;
+    assert_eq!(parent(0), None, "the agent's span hangs below its parent");
+    assert_eq!(parent(1), Some(SpanId(0)));
+    assert_eq!(
+        tool_span,
+        SpanId(2),
+        "the call runs in its execute_tool span"
+    );
+    assert_eq!(parent(2), Some(SpanId(0)));
+    assert_eq!(parent(3), Some(SpanId(2)), "the wait is below its call");
+    let notes_of = |id: u64| -> Vec<&SpanNote> {
+        f.spans
+            .notes
+            .iter()
+            .filter(|(span, _)| *span == SpanId(id))
+            .map(|(_, note)| note)
+            .collect()
+    };
+    assert!(matches!(
+        notes_of(2)[..],
+        [SpanNote::Permission(Decision::Ask { .. })]
+    ));
+    assert_eq!(
+        notes_of(3),
+        vec![&SpanNote::Approval(ApprovalOutcome::Allow)]
+    );
+    assert!(matches!(notes_of(1)[0], SpanNote::Usage(_)));
+    assert_eq!(notes_of(0), vec![&SpanNote::RunEnd(RunStatus::Finished)]);
+    assert!(f.spans.open.is_empty());
+}
+
+#[test]
+fn content_is_noted_on_spans_only_when_capture_is_on() {
+    let mut f = fixture(Options::default()).started();
+    f.answer_text("hello");
+    f.step(Input::Saved(Ok(())));
+    assert!(f.spans.notes.iter().all(|(_, note)| !matches!(
+        note,
+        SpanNote::SystemInstructions(_)
+            | SpanNote::InputMessages(_)
+            | SpanNote::OutputMessage { .. }
+    )));
+
+    let mut f = fixture(Options {
+        capture: true,
+        ..Options::default()
+    })
+    .started();
+    f.answer_text("hello");
+    f.step(Input::Saved(Ok(())));
+    let chat: Vec<&SpanNote> = f
+        .spans
+        .notes
+        .iter()
+        .filter(|(span, _)| *span == SpanId(1))
+        .map(|(_, note)| note)
+        .collect();
+    assert!(matches!(chat[0], SpanNote::SystemInstructions(text) if text == "stable\n\nenv"));
+    assert!(matches!(chat[1], SpanNote::InputMessages(messages) if messages.len() == 1));
+    assert!(matches!(
+        chat.last().unwrap(),
+        SpanNote::OutputMessage { message, .. } if message.text() == "hello"
+    ));
+}
+
+#[test]
 fn a_call_that_never_stops_is_given_up_after_the_grace() {
     let mut f = fixture(Options::default()).started();
     f.respond(&[bash("sleep 1000")]);
     f.step(Input::Saved(Ok(())));
-    assert_eq!(f.step(Input::Interrupted), s(&["grace"]));
+    assert_eq!(f.step(Input::Interrupted), s(&["stop_below", "grace"]));
     let epoch = f.epoch();
     assert_eq!(
         f.step(Input::CleanupGraceOver { epoch }),
@@ -703,7 +896,7 @@ fn cancellation_while_streaming_keeps_the_partial_text() {
         epoch,
         event: StreamEvent::TextDelta("half an ans".into()),
     });
-    assert_eq!(f.step(Input::Interrupted), s(&["save"]));
+    assert_eq!(f.step(Input::Interrupted), s(&["stop_below", "save"]));
     assert_eq!(
         f.step(Input::Saved(Ok(()))),
         s(&["finished:cancelled:cancelled"])
@@ -759,10 +952,13 @@ fn a_final_save_that_never_answers_ends_the_agent_once_interrupted() {
 #[test]
 fn a_wall_clock_stop_from_above_ends_as_a_limit() {
     let mut f = fixture(Options::default()).started();
-    f.account.stop(StopCause::Limit(crate::LimitHit::WallClock {
-        limit: Duration::from_secs(1),
-    }));
-    assert_eq!(f.step(Input::Interrupted), s(&["save"]));
+    f.account
+        .lock()
+        .unwrap()
+        .stop(StopCause::Limit(crate::LimitHit::WallClock {
+            limit: Duration::from_secs(1),
+        }));
+    assert_eq!(f.step(Input::Interrupted), s(&["stop_below", "save"]));
     assert_eq!(
         f.step(Input::Saved(Ok(()))),
         s(&["finished:stopped:wall_clock"])
@@ -780,7 +976,7 @@ fn tokens_spent_by_another_agent_stop_this_one_before_its_next_call() {
     f.respond(&[read("a")]);
     f.step(Input::Saved(Ok(())));
     // A sibling of the same run spends the rest of the budget.
-    f.account.add_usage(
+    f.account.lock().unwrap().add_usage(
         &Usage {
             input: 100,
             output: 0,
@@ -793,19 +989,18 @@ fn tokens_spent_by_another_agent_stop_this_one_before_its_next_call() {
         f.done(0, "A"),
         s(&["pending:0", "emit:tool_finished", "save"])
     );
-    assert_eq!(f.step(Input::Saved(Ok(()))), s(&["emit:notice", "save"]));
+    assert_eq!(
+        f.step(Input::Saved(Ok(()))),
+        s(&["stop_tree", "emit:notice", "save"])
+    );
     assert_eq!(
         f.step(Input::Saved(Ok(()))),
         s(&["finished:stopped:budget_tokens"])
     );
     assert!(matches!(
-        f.account.stop_cause(),
+        f.account.lock().unwrap().stop_cause(),
         Some(StopCause::Limit(crate::LimitHit::BudgetTokens { .. }))
     ));
-    assert!(
-        f.account.root().is_cancelled(),
-        "every agent of the run hears of it"
-    );
 }
 
 #[test]
@@ -820,6 +1015,7 @@ fn spent_tokens_refuse_the_calls_of_the_response_that_spent_them() {
         f.step(Input::Saved(Ok(()))),
         s(&[
             "emit:tool_started",
+            "stop_tree",
             "emit:notice",
             "emit:tool_finished",
             "save"
@@ -830,9 +1026,8 @@ fn spent_tokens_refuse_the_calls_of_the_response_that_spent_them() {
             .0
             .starts_with("Not run. (Stopped: the token budget")
     );
-    assert!(f.account.root().is_cancelled());
     assert!(f.step(Input::Interrupted).is_empty());
-    assert_eq!(f.step(Input::Saved(Ok(()))), s(&["save"]));
+    assert_eq!(f.step(Input::Saved(Ok(()))), s(&["stop_below", "save"]));
     assert_eq!(
         f.step(Input::Saved(Ok(()))),
         s(&["finished:stopped:budget_tokens"])
@@ -856,8 +1051,10 @@ fn the_tool_call_budget_is_checked_before_every_call() {
             "pending:1",
             "emit:tool_finished",
             "emit:tool_started",
+            "stop_tree",
             "emit:notice",
             "emit:tool_finished",
+            "stop_below",
             "save"
         ])
     );
@@ -866,7 +1063,6 @@ fn the_tool_call_budget_is_checked_before_every_call() {
             .0
             .starts_with("Not run. (Stopped: the budget of 2 tool calls")
     );
-    assert!(f.account.root().is_cancelled());
     // The next call is not started: the stop closes the history at once and
     // the loop ends as a limit once that is saved (the token's cancellation
     // arrives while it saves).
@@ -1007,7 +1203,12 @@ fn consecutive_agent_calls_start_together_with_numbered_paths() {
             "agent:2:main/fork-3"
         ])
     );
-    let Effect::StartAgent(launch) = &effects[4] else {
+    // The second fork's start.
+    let Some(Effect::StartAgent(launch)) = effects
+        .iter()
+        .filter(|effect| matches!(effect, Effect::StartAgent(_)))
+        .nth(1)
+    else {
         panic!("agent launch expected");
     };
     let child = &launch.child;
@@ -1129,7 +1330,7 @@ fn a_refused_save_ends_the_loop_with_a_store_error() {
             index: 0,
             result: Err("disk full".into())
         }),
-        s(&["emit:error", "grace"])
+        s(&["emit:error", "stop_below", "grace"])
     );
     assert_eq!(
         f.done(1, "B"),
@@ -1786,6 +1987,41 @@ fn a_ready_summary_whose_prefix_another_compaction_replaced_is_discarded() {
 }
 
 #[test]
+fn a_preparation_still_running_when_it_no_longer_fits_is_cancelled() {
+    let mut f = working_ahead(40_000);
+    let prepared = prepare_ahead(&mut f);
+    let effects = f.on(Input::ModelFailed {
+        epoch: prepared + 1,
+        error: troupe_llm::ProviderError::new(
+            "p",
+            troupe_protocol::model::ProviderErrorKind::PromptTooLong,
+            "prompt is too long",
+        ),
+    });
+    let emergency = Fixture::summarise_epoch(&effects);
+    f.step(summary_answer(emergency, "Made in the emergency."));
+    f.step(Input::Saved(Ok(())));
+    // The preparation has not answered; at the threshold its prefix is gone:
+    // its request is stopped and a fresh summary asked for.
+    assert_eq!(f.read_turn("d.rs", 14_000, 6_000), s(&["offload:0:1"]));
+    let effects = f.on(Input::Offloaded { spilled: vec![] });
+    let fresh = Fixture::summarise_epoch(&effects);
+    assert_eq!(
+        show(&effects),
+        s(&[
+            &format!("cancel:{prepared}"),
+            "emit:compaction",
+            &format!("summarise:{fresh}")
+        ])
+    );
+    // Its late answer changes nothing.
+    assert!(
+        f.step(summary_answer(prepared, "Prepared ahead."))
+            .is_empty()
+    );
+}
+
+#[test]
 fn without_work_ahead_nothing_is_prepared() {
     let mut f = windowed(40_000);
     for (path, input) in [("a.rs", 100), ("b.rs", 100), ("c.rs", 1_000)] {
@@ -2262,9 +2498,8 @@ fn a_stop_hook_that_lets_go_ends_the_run_and_an_interrupt_while_it_runs_closes()
     let mut f = hooked(vec![hook(HookEvent::Stop, None)]);
     f.answer_text("done");
     f.step(Input::Saved(Ok(())));
-    f.machine.token().cancel();
     let effects = f.step(Input::Interrupted);
-    assert_eq!(effects, s(&["save"]));
+    assert_eq!(effects, s(&["stop_below", "save"]));
     assert_eq!(
         f.step(Input::Saved(Ok(()))),
         s(&["finished:cancelled:cancelled"])
@@ -2329,7 +2564,6 @@ fn an_interrupt_while_pre_tool_hooks_run_answers_every_call() {
     f.respond(&[bash("make")]);
     assert_eq!(f.step(Input::Saved(Ok(()))), s(&["hooks:PreToolUse"]));
     let epoch = f.epoch();
-    f.machine.token().cancel();
     let effects = f.step(Input::Interrupted);
     assert!(effects.contains(&"save".to_string()), "{effects:?}");
     // The late verdict changes nothing.

@@ -12,14 +12,14 @@ use crate::{EMPTY_RESPONSE_PLACEHOLDER, RunOutcome};
 use troupe_llm::{ChatRequest, ProviderError, ResponseAccumulator, ResponseMetadata, StreamEvent};
 use troupe_protocol::events::{EventKind, NOTICE_MODEL_RETRY, RunStatus};
 use troupe_protocol::model::{ContentBlock, Message, StopReason, ToolCall, Usage};
-use troupe_telemetry::genai;
+use troupe_telemetry::span_ops::{SpanId, SpanKind, SpanNote};
 
-use super::{AfterSave, AgentLoop, Effect, Phase, Streaming};
+use super::{AfterSave, AgentLoop, Effect, Phase, Streaming, close, note};
 
 impl AgentLoop {
     /// Checks the run's budgets and the turn limit, then starts one model call.
     pub(super) fn model_call(&mut self, out: &mut Vec<Effect>) {
-        if self.token.is_cancelled() {
+        if self.interrupted {
             self.interrupt_now(out);
             return;
         }
@@ -33,7 +33,7 @@ impl AgentLoop {
         }
         if let Some(hit) = self.account.check(self.now) {
             // Budgets are the run's: the whole tree stops.
-            self.account.stop(StopCause::Limit(hit.clone()));
+            self.stop_tree(StopCause::Limit(hit.clone()), out);
             self.stop_on_limit(hit, out);
             return;
         }
@@ -68,31 +68,31 @@ impl AgentLoop {
             messages: self.request_messages(),
             tools: self.catalogue.offered(mode).to_vec(),
         };
-        let span = genai::chat_span(
-            &self.span,
-            &self.provider_name,
-            &self.model,
-            &self.session_id,
+        let span = self.open_span(
+            None,
+            SpanKind::Chat {
+                provider: self.provider_name.clone(),
+                model: self.model.clone(),
+                conversation_id: self.session_id.clone(),
+            },
+            out,
         );
         if self.capture.is_enabled() {
             let system = format!(
                 "{}\n\n{}",
                 request.system.stable, request.system.environment
             );
-            self.capture.record_system_instructions(&span, &system);
-            self.capture.record_input_messages(&span, &request.messages);
+            note(out, span, SpanNote::SystemInstructions(system));
+            note(out, span, SpanNote::InputMessages(request.messages.clone()));
         }
-        let cancel = self.token.child_token();
         self.phase = Phase::Streaming(Streaming {
             epoch: self.epoch,
             acc: ResponseAccumulator::new(),
-            cancel: cancel.clone(),
-            span: span.clone(),
+            span,
         });
         out.push(Effect::CallModel {
             epoch: self.epoch,
             request,
-            cancel,
             span,
         });
     }
@@ -127,8 +127,9 @@ impl AgentLoop {
         streaming.acc.push(&event);
     }
 
-    /// Ends the current stream: its usage is counted, its span closed.
-    fn end_stream(&mut self) -> Option<(ResponseAccumulator, tracing::Span)> {
+    /// Ends the current stream: its usage is counted and noted on its span
+    /// (which the caller closes).
+    fn end_stream(&mut self, out: &mut Vec<Effect>) -> Option<(ResponseAccumulator, SpanId)> {
         let Phase::Streaming(_) = &self.phase else {
             return None;
         };
@@ -136,7 +137,7 @@ impl AgentLoop {
             return None;
         };
         let usage = streaming.acc.usage();
-        genai::record_usage(&streaming.span, &usage);
+        note(out, streaming.span, SpanNote::Usage(usage));
         self.count_usage(&usage);
         Some((streaming.acc, streaming.span))
     }
@@ -156,14 +157,14 @@ impl AgentLoop {
         if self.streaming(epoch).is_none() {
             return;
         }
-        let Some((acc, span)) = self.end_stream() else {
+        let Some((acc, span)) = self.end_stream(out) else {
             return;
         };
         if *acc.metadata() != ResponseMetadata::default() {
-            record_metadata(&span, &acc, &self.model);
+            note(out, span, metadata_note(&acc, &self.model));
         }
-        genai::record_chat_error(&span, error.kind);
-        drop(span);
+        note(out, span, SpanNote::ChatError(error.kind));
+        close(out, span);
         if error.kind == troupe_protocol::model::ProviderErrorKind::PromptTooLong
             && acc.blocks().is_empty()
             && self.emergency(out)
@@ -228,13 +229,13 @@ impl AgentLoop {
         if self.streaming(epoch).is_none() {
             return;
         }
-        let Some((acc, span)) = self.end_stream() else {
+        let Some((acc, span)) = self.end_stream(out) else {
             return;
         };
         let usage = acc.usage();
         let reason = acc.stop_reason().cloned().unwrap_or(StopReason::EndTurn);
-        record_metadata(&span, &acc, &self.model);
-        genai::record_finish(&span, &reason);
+        note(out, span, metadata_note(&acc, &self.model));
+        note(out, span, SpanNote::Finish(reason.clone()));
         out.push(Effect::Emit(EventKind::usage(&usage)));
         let mut message = acc.into_message();
         if message.content.is_empty() {
@@ -243,8 +244,17 @@ impl AgentLoop {
             });
         }
         self.repair_call_ids(&mut message);
-        self.capture.record_output_message(&span, &message, &reason);
-        drop(span);
+        if self.capture.is_enabled() {
+            note(
+                out,
+                span,
+                SpanNote::OutputMessage {
+                    message: message.clone(),
+                    reason,
+                },
+            );
+        }
+        close(out, span);
         let calls: Vec<ToolCall> = message.tool_calls().cloned().collect();
         let text = message.text();
         self.transcript.push(message);
@@ -301,16 +311,18 @@ impl AgentLoop {
     }
 }
 
-/// Records on a chat span what the provider said about its response: the model
+/// What the provider said about its response, for its chat span: the model
 /// that answered (the requested one when the provider named none) and the
 /// response id when it sent one.
-fn record_metadata(span: &tracing::Span, acc: &ResponseAccumulator, requested: &str) {
+fn metadata_note(acc: &ResponseAccumulator, requested: &str) -> SpanNote {
     let metadata = acc.metadata();
-    genai::record_response(
-        span,
-        metadata.model.as_deref().unwrap_or(requested),
-        metadata.id.as_deref(),
-    );
+    SpanNote::Response {
+        model: metadata
+            .model
+            .clone()
+            .unwrap_or_else(|| requested.to_string()),
+        response_id: metadata.id.clone(),
+    }
 }
 
 impl AgentLoop {

@@ -428,18 +428,19 @@ fn the_wall_clock_stops_every_agent_of_the_tree_once() {
     let mut f = Fixture::working();
     f.register("main/general-1");
     f.register("main/general-1/explorer-1");
-    // The interpreter's tree: each agent's token hangs below its parent's.
-    let account = RunAccount::new(
+    // The interpreter's tree: each agent's token hangs below its parent's,
+    // the main agent's below the run's root.
+    let mut account = RunAccount::new(
         Budget {
             tokens: 1_000,
             usd: None,
             wall_clock: WALL_CLOCK,
             tool_calls: 10,
         },
-        CancellationToken::new(),
         at(9),
     );
-    let main = account.root().child_token();
+    let root = CancellationToken::new();
+    let main = root.child_token();
     let child = main.child_token();
     let grandchild = child.child_token();
 
@@ -450,6 +451,7 @@ fn the_wall_clock_stops_every_agent_of_the_tree_once() {
     for effect in effects {
         if let RunEffect::StopTree(cause) = effect {
             account.stop(cause);
+            root.cancel();
         }
     }
     assert!(main.is_cancelled() && child.is_cancelled() && grandchild.is_cancelled());

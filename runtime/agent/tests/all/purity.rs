@@ -1,20 +1,32 @@
 //! The agent crate's own code stays free of I/O: no clock, no file, no
-//! environment, no tokio outside its tests. A word below found in product
-//! code fails here with the file and line, so the machines stay sans-IO.
+//! environment, no tokio outside its tests; and free of what only an
+//! interpreter may hold: no cancellation token, no lock or atomic shared
+//! with other agents, no `tracing` span (the machines name spans with ids).
+//! A word below found in product code fails here with the file and line, so
+//! the machines stay sans-IO.
 
 use std::path::{Path, PathBuf};
 
 /// What product code of this crate must not name.
-const FORBIDDEN: [&str; 9] = [
+const FORBIDDEN: [&str; 18] = [
     "Instant::now",
     "Utc::now",
     "Local::now",
     "SystemTime::now",
     "std::fs",
     "tokio::",
+    "tokio_util",
     "read_dir",
     "symlink_metadata",
     "std::env",
+    "CancellationToken",
+    "Mutex",
+    "RwLock",
+    "Atomic",
+    "OnceLock",
+    "Span::",
+    "tracing::Span",
+    "_span!",
 ];
 
 fn rust_files(dir: &Path, into: &mut Vec<PathBuf>) {
@@ -57,7 +69,7 @@ fn offences(files: &[(PathBuf, String)]) -> Vec<String> {
 }
 
 #[test]
-fn the_agent_crate_reads_no_clock_file_or_environment_and_uses_no_tokio() {
+fn the_agent_crate_reads_no_clock_file_or_environment_and_holds_no_token_lock_or_span() {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
     let mut paths = Vec::new();
     rust_files(&src, &mut paths);
@@ -87,9 +99,19 @@ fn the_scan_finds_what_it_looks_for_and_skips_tests() {
         ),
         (PathBuf::from("b.rs"), "// std::env in a comment is fine\nfn h() { std::env::var(\"A\"); }\n".to_string()),
         (PathBuf::from("tests.rs"), "fn t() { tokio::spawn(async {}); }\n".to_string()),
+        (
+            PathBuf::from("c.rs"),
+            "struct S { cancel: CancellationToken }\nfn k(s: &tracing::Span) { Span::none(); }\n".to_string(),
+        ),
     ];
     assert_eq!(
         offences(&files),
-        ["a.rs:1: Instant::now", "b.rs:2: std::env"]
+        [
+            "a.rs:1: Instant::now",
+            "b.rs:2: std::env",
+            "c.rs:1: CancellationToken",
+            "c.rs:2: Span::",
+            "c.rs:2: tracing::Span"
+        ]
     );
 }

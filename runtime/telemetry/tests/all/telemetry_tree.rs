@@ -390,3 +390,114 @@ fn telemetry_a_live_runs_finished_steps_are_stored_before_the_run_ends() {
         );
     }
 }
+
+#[test]
+fn telemetry_a_span_table_carries_out_a_machines_operations_as_the_helpers_would() {
+    use troupe_protocol::events::{ApprovalOutcome, RunStatus};
+    use troupe_protocol::model::Usage;
+    use troupe_telemetry::genai::ToolErrorKind;
+    use troupe_telemetry::span_ops::{SpanId as Id, SpanKind as Kind, SpanNote, SpanOp, SpanTable};
+
+    let (telemetry, captured) = capture(&TelemetrySettings::default()).unwrap();
+    let _default = tracing::dispatcher::set_default(telemetry.dispatch());
+    let open = |id: u64, parent: Option<u64>, kind: Kind| SpanOp::Open {
+        id: Id(id),
+        parent: parent.map(Id),
+        kind,
+    };
+    let note = |id: u64, note: SpanNote| SpanOp::Note { id: Id(id), note };
+    let close = |id: u64| SpanOp::Close { id: Id(id) };
+    let mut table = SpanTable::new(Span::none());
+    for op in [
+        open(
+            0,
+            None,
+            Kind::Agent {
+                run_id: "run-t".into(),
+                agent: "main".into(),
+                conversation_id: CONVERSATION.into(),
+            },
+        ),
+        open(
+            1,
+            Some(0),
+            Kind::Chat {
+                provider: "anthropic".into(),
+                model: MODEL.into(),
+                conversation_id: CONVERSATION.into(),
+            },
+        ),
+        note(
+            1,
+            SpanNote::Usage(Usage {
+                input: 10,
+                output: 5,
+                cache_read: 0,
+                cache_write: 0,
+            }),
+        ),
+        close(1),
+        open(
+            2,
+            Some(0),
+            Kind::Tool {
+                tool: "bash".into(),
+                call_id: "c1".into(),
+            },
+        ),
+        open(
+            3,
+            Some(2),
+            Kind::Approval {
+                tool: "bash".into(),
+                call_id: "c1".into(),
+                approval_id: "run-t-1".into(),
+            },
+        ),
+        note(3, SpanNote::Approval(ApprovalOutcome::Deny)),
+        close(3),
+        note(2, SpanNote::ToolError(ToolErrorKind::Denied)),
+        close(2),
+        // Ops on spans that are gone change nothing.
+        note(2, SpanNote::Error("late")),
+        close(7),
+        note(0, SpanNote::RunEnd(RunStatus::Finished)),
+    ] {
+        table.apply(op);
+    }
+    assert_eq!(captured.len(), 3, "closed spans have ended");
+    assert_eq!(table.open_count(), 1);
+    // Work that runs in a span that is not open stays in the trace.
+    assert_eq!(table.get(Id(9)).id(), Span::none().id());
+    table.apply(close(0));
+    let spans = captured.spans();
+    assert_eq!(spans.len(), 4);
+    let agent = find(&spans, "invoke_agent main")[0];
+    assert_eq!(agent.parent_span_id, SpanId::INVALID);
+    let chat = find(&spans, &format!("chat {MODEL}"))[0];
+    let tool = find(&spans, "execute_tool bash")[0];
+    let wait = find(&spans, "await_approval bash")[0];
+    assert_eq!(chat.parent_span_id, agent.span_context.span_id());
+    assert_eq!(tool.parent_span_id, agent.span_context.span_id());
+    assert_eq!(wait.parent_span_id, tool.span_context.span_id());
+    assert_eq!(
+        attributes(chat)["gen_ai.usage.input_tokens"],
+        Value::I64(10)
+    );
+    assert_eq!(attributes(tool)["error.type"], s("denied"));
+    assert_eq!(attributes(wait)["troupe.approval.outcome"], s("deny"));
+    assert_eq!(attributes(agent)["troupe.run.status"], s("finished"));
+
+    // A span left open ends when its table is dropped.
+    let mut table = SpanTable::new(Span::none());
+    table.apply(open(
+        0,
+        None,
+        Kind::Compaction {
+            trigger: "auto".into(),
+            tokens_before: 100,
+        },
+    ));
+    drop(table);
+    assert_eq!(captured.len(), 5);
+}
