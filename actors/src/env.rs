@@ -16,11 +16,16 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use troupe_agent::agent_tool::agent_tool_definition;
+use troupe_agent::compact::offload::Ledger;
 use troupe_agent::roles::{RoleSet, RoleTools};
-use troupe_agent::{CatalogueSource, ToolCatalogue};
+use troupe_agent::session::Transcript;
+use troupe_agent::{
+    AgentSpec, Approver, CatalogueSource, ContextSetup, LoopSetup, RunLedger, ToolCatalogue,
+};
 use troupe_config::Price;
 use troupe_llm::Provider;
 use troupe_paths::sandbox::PathSandbox;
+use troupe_permissions::PermissionEngine;
 use troupe_process::os_sandbox::CommandSandbox;
 use troupe_protocol::model::{SystemPrompt, ToolDefinition};
 use troupe_store::Store;
@@ -121,7 +126,73 @@ pub struct AgentEnv {
     pub(crate) memory: troupe_tools::memory::SessionMemory,
 }
 
+/// What sets one agent of a tree apart from the others; the environment
+/// adds what every agent of a session shares ([`AgentEnv::loop_setup`]).
+pub(crate) struct AgentSeat {
+    /// Who the agent is in the tree.
+    pub spec: AgentSpec,
+    /// The run it works for.
+    pub run_id: String,
+    /// The session holding its transcript.
+    pub session_id: String,
+    /// A sub-agent's task.
+    pub task: Option<String>,
+    /// Its system prompt.
+    pub system: SystemPrompt,
+    /// Its tools, and where newer ones come from.
+    pub catalogue: Arc<ToolCatalogue>,
+    /// Where newer tools come from (none: the catalogue stays as given).
+    pub catalogue_source: Option<Arc<dyn CatalogueSource>>,
+    /// The run's permission engine.
+    pub permissions: Arc<PermissionEngine>,
+    /// The run's account.
+    pub account: Arc<dyn RunLedger>,
+    /// Who answers approvals.
+    pub approver: Approver,
+    /// The provider it calls.
+    pub provider: Arc<dyn Provider>,
+    /// The history it starts from.
+    pub transcript: Transcript,
+    /// Its layer-1 decisions so far.
+    pub ledger: Ledger,
+    /// A stored session continued (its first turn checks the context).
+    pub resumed: bool,
+    /// The run only compacts.
+    pub compact_only: bool,
+}
+
 impl AgentEnv {
+    /// The setup of one agent's loop: its seat in the tree, with the
+    /// session's roles, prices, content capture, context window and hooks.
+    pub(crate) fn loop_setup(&self, seat: AgentSeat) -> LoopSetup {
+        LoopSetup {
+            spec: seat.spec,
+            run_id: seat.run_id,
+            session_id: seat.session_id,
+            task: seat.task,
+            system: seat.system,
+            catalogue: seat.catalogue,
+            catalogue_source: seat.catalogue_source,
+            roles: self.roles.clone(),
+            permissions: seat.permissions,
+            account: seat.account,
+            approver: seat.approver,
+            provider_name: seat.provider.name().to_string(),
+            model: seat.provider.model().to_string(),
+            price: self.price,
+            capture: self.capture,
+            transcript: seat.transcript,
+            context: ContextSetup {
+                window: self.context_window,
+                ledger: seat.ledger,
+                work_ahead: self.work_ahead,
+                resumed: seat.resumed,
+                compact_only: seat.compact_only,
+            },
+            hooks: self.hooks.clone(),
+        }
+    }
+
     /// The one way to build an environment: for `provider`, writing into
     /// `store`, with paths confined to `sandbox` and large outputs spilled
     /// under `spill_dir`. Everything else starts at what a session without

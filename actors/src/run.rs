@@ -30,8 +30,7 @@ use troupe_agent::run::{
 pub(crate) use troupe_agent::session::SessionState;
 use troupe_agent::session::Transcript;
 use troupe_agent::{
-    AgentLoop, AgentSpec, AgentStatus, Approver, Budget, ContextSetup, LoopSetup, RunAccount,
-    RunLedger, RunOutcome,
+    AgentLoop, AgentSpec, AgentStatus, Approver, Budget, RunAccount, RunLedger, RunOutcome,
 };
 use troupe_config::Limits;
 use troupe_permissions::PermissionEngine;
@@ -42,7 +41,7 @@ use troupe_store::{NewSession, RunRecord, RunState, Store, StoreError};
 use crate::account::SharedAccount;
 use crate::agent::{AgentActor, AgentArgs, AgentMsg, Report, Work};
 use crate::api::{RunHandle, RuntimeError, SubmitReply};
-use crate::env::{AgentEnv, CatalogueKey, LiveCatalogue};
+use crate::env::{AgentEnv, AgentSeat, CatalogueKey, LiveCatalogue};
 use crate::event_log::EventSink;
 use crate::port::Port;
 use crate::slots::SlotHolder;
@@ -528,7 +527,7 @@ impl RunActorState {
             job,
         } = start;
         let catalogue = self.env.main_catalogue().map_err(|err| err.to_string())?;
-        let machine = AgentLoop::new(LoopSetup {
+        let machine = AgentLoop::new(self.env.loop_setup(AgentSeat {
             spec: AgentSpec::main(limits.max_turns),
             run_id: self.run_id.clone(),
             session_id: self.session_id.clone(),
@@ -536,24 +535,15 @@ impl RunActorState {
             system: self.env.system.clone(),
             catalogue,
             catalogue_source: Some(LiveCatalogue::new(self.env.clone(), CatalogueKey::main())),
-            roles: self.env.roles.clone(),
             permissions: self.permissions.clone(),
             account: self.account.clone(),
             approver,
-            provider_name: self.env.provider.name().to_string(),
-            model: self.env.provider.model().to_string(),
-            price: self.env.price,
-            capture: self.env.capture,
+            provider: self.env.provider.clone(),
             transcript,
-            context: ContextSetup {
-                window: self.env.context_window,
-                ledger: self.stored_ledger(),
-                work_ahead: self.env.work_ahead,
-                resumed,
-                compact_only: job == RunJob::Compact,
-            },
-            hooks: self.env.hooks.clone(),
-        });
+            ledger: self.stored_ledger(),
+            resumed,
+            compact_only: job == RunJob::Compact,
+        }));
         let args = AgentArgs {
             machine,
             env: self.env.clone(),

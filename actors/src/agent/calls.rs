@@ -16,9 +16,7 @@ use tokio_util::sync::CancellationToken;
 use troupe_agent::compact::offload::Ledger;
 use troupe_agent::session::Transcript;
 use troupe_agent::subagent::{ChildKind, MAX_DEPTH, child_panicked, child_result};
-use troupe_agent::{
-    AgentLaunch, AgentLoop, ContextSetup, Input, LoopSetup, RunOutcome, ToolLaunch,
-};
+use troupe_agent::{AgentLaunch, AgentLoop, Input, RunOutcome, ToolLaunch};
 use troupe_protocol::events::{EventKind, RunStatus};
 use troupe_store::{ForkBase, NewSession};
 use troupe_telemetry::genai::ToolErrorKind;
@@ -26,6 +24,7 @@ use troupe_telemetry::propagation::traceparent_of;
 use troupe_tools::{ToolContext, ToolOutput};
 
 use super::{AgentActor, AgentArgs, AgentMsg, AgentState, ChildEntry, Report, Work};
+use crate::env::AgentSeat;
 use crate::executor::{CLEANUP_GRACE, ExecutorArgs, ReportTo, ToolExecutor, ToolReport};
 use crate::port::Port;
 use crate::slots::SlotHolder;
@@ -252,7 +251,7 @@ impl AgentState {
                 transcript
             }
         };
-        let machine = AgentLoop::new(LoopSetup {
+        let machine = AgentLoop::new(self.env.loop_setup(AgentSeat {
             spec: plan.spec,
             run_id: self.machine.run_id().to_string(),
             session_id,
@@ -260,29 +259,20 @@ impl AgentState {
             system,
             catalogue,
             catalogue_source,
-            roles: self.env.roles.clone(),
             permissions: self.machine.permissions().clone(),
             account: self.account.clone(),
             approver: self.machine.approver(),
-            provider_name: provider.name().to_string(),
-            model: provider.model().to_string(),
-            price: self.env.price,
-            capture: self.env.capture,
+            provider: provider.clone(),
             transcript,
             // A fork sends its parent's history as its parent sent it.
-            context: ContextSetup {
-                window: self.env.context_window,
-                ledger: if fork_of.is_some() {
-                    self.machine.ledger().forked()
-                } else {
-                    Ledger::default()
-                },
-                work_ahead: self.env.work_ahead,
-                resumed: false,
-                compact_only: false,
+            ledger: if fork_of.is_some() {
+                self.machine.ledger().forked()
+            } else {
+                Ledger::default()
             },
-            hooks: self.env.hooks.clone(),
-        });
+            resumed: false,
+            compact_only: false,
+        }));
         let events = self.events.for_agent(path.clone());
         let args = AgentArgs {
             machine,
