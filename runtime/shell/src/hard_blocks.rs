@@ -2,7 +2,8 @@
 //! every mode, `bypass` included, before any rule is looked at.
 //!
 //! This module owns the analysis of one command line: it parses it with
-//! [`super::shell`], walks every simple command (compound lines, `$(…)`,
+//! [`super::syntax`] (refusing a line the grammar cannot read: nothing may
+//! hide behind a syntax error), walks every simple command (compound lines, `$(…)`,
 //! backticks, process substitution, `bash -c`/`sh -c`/`su -c`/`eval` scripts,
 //! here-documents and literal text fed to a shell, `find -exec`, and the
 //! `sudo`/`env`/`nohup`/`time`/`xargs`/`parallel`/… prefixes, with the
@@ -27,8 +28,9 @@ use std::collections::{HashMap, HashSet};
 use std::path::{Component, Path, PathBuf};
 
 use super::git_config::git_config_change;
-use super::shell::{
-    self, AndOr, Command, Connector, Pipeline, RedirOp, Redirect, Script, SimpleCommand, Word,
+use super::syntax::{
+    self, AndOr, Command, Connector, MAX_PARSE_BYTES, Pipeline, RedirOp, Redirect, Script,
+    SimpleCommand, Unreadable, Word,
 };
 use troupe_paths::protected::{ProtectedKind, ProtectedPaths};
 
@@ -383,6 +385,9 @@ pub enum HardBlockKind {
     GitConfig,
     /// Nesting too deep to check.
     TooComplex,
+    /// Shell syntax the grammar cannot read (a syntax error, a missing
+    /// token, a line past the length limit): nothing may hide behind it.
+    Unreadable,
 }
 
 /// A hard block with the sentence that explains it.
@@ -413,6 +418,7 @@ impl HardBlock {
             HardBlockKind::ProtectedConfig => "write to Troupe's own configuration",
             HardBlockKind::GitConfig => "git configuration that names a program",
             HardBlockKind::TooComplex => "command too deeply nested to check",
+            HardBlockKind::Unreadable => "command that cannot be read",
         };
         Self {
             kind,
@@ -488,9 +494,10 @@ pub fn analyse_command(line: &str, ctx: &ShellContext<'_>) -> CommandAnalysis {
         fed_runs: 0,
         inherited: None,
     };
-    let script = shell::parse(line);
+    let script = syntax::parse(line);
     walker.fork_bombs(&script);
     walker.script(&script, &[Some(ctx.project_root.to_path_buf())], 0);
+    walker.unreadable(&script, line, "the command");
     CommandAnalysis {
         block: walker.block,
         commands: walker.views,
@@ -1017,9 +1024,43 @@ impl Walker<'_, '_> {
             );
             return;
         }
-        let script = shell::parse(source);
+        let script = syntax::parse(source);
         self.fork_bombs(&script);
         self.script(&script, cwds, depth + 1);
+        self.unreadable(&script, source, "a script the command runs");
+    }
+
+    /// Refuses a line (or nested script) the grammar could not read. The
+    /// readable parts were walked first, so a more specific block wins.
+    fn unreadable(&mut self, script: &Script, source: &str, what: &str) {
+        let Some(unreadable) = script.unreadable else {
+            return;
+        };
+        let detail = match unreadable {
+            Unreadable::Syntax(offset) => {
+                let near: String = source
+                    .get(offset..)
+                    .unwrap_or("")
+                    .chars()
+                    .take(24)
+                    .collect();
+                let near = if near.trim().is_empty() {
+                    "at the end".to_owned()
+                } else {
+                    format!("near `{}`", near.trim_end())
+                };
+                format!(
+                    "the shell syntax of {what} cannot be read at byte {offset} ({near}), and a command could hide behind the error; rewrite it so that it parses (close every quote, bracket and here-document) and run it again"
+                )
+            }
+            Unreadable::TooLong => format!(
+                "{what} is longer than {MAX_PARSE_BYTES} bytes, more than can be read; split it into smaller commands"
+            ),
+            Unreadable::NoTree => {
+                format!("the shell parser gave no reading of {what}; rewrite it and run it again")
+            }
+        };
+        self.block(HardBlockKind::Unreadable, &detail);
     }
 
     /// Walks the text that substitutions in `word` print literally, as shell
@@ -1066,7 +1107,7 @@ impl Walker<'_, '_> {
             if let Some(doc) = &redirect.heredoc
                 && doc.expands
             {
-                for sub in shell::substitutions_in_text(&doc.body) {
+                for sub in syntax::substitutions_in_text(&doc.body) {
                     self.nested(&sub.source, cwds, depth);
                 }
             }
@@ -2707,7 +2748,7 @@ fn printed_text(source: &str, depth: usize) -> Option<String> {
     if depth > MAX_COMMAND_NESTING {
         return None;
     }
-    script_output(&shell::parse(source), depth)
+    script_output(&syntax::parse(source), depth)
 }
 
 /// What a script prints when the line says: what each of its pipelines
@@ -2875,7 +2916,7 @@ fn cp_option(args: &[Word], longs: &[(&str, usize)], shorts: &[char]) -> bool {
 /// True when a command given as text (`nc -e /bin/sh`, `ncat -c 'bash -i'`,
 /// `socat … EXEC:sh`) executes its standard input.
 fn text_executes_stdin(command: &str) -> bool {
-    simple_commands(&shell::parse(command))
+    simple_commands(&syntax::parse(command))
         .into_iter()
         .any(simple_executes_stdin)
 }
@@ -2890,7 +2931,7 @@ fn process_substitution_executes(simple: &SimpleCommand) -> bool {
         .flat_map(|w| &w.subs)
         .filter(|sub| sub.process)
         .any(|sub| {
-            simple_commands(&shell::parse(&sub.source))
+            simple_commands(&syntax::parse(&sub.source))
                 .into_iter()
                 .any(simple_executes_stdin)
         })
@@ -3170,7 +3211,7 @@ fn source_downloads(source: &str, depth: usize) -> bool {
         // into a shell.
         return true;
     }
-    script_downloads(&shell::parse(source), depth)
+    script_downloads(&syntax::parse(source), depth)
 }
 
 /// The text a command writes when it only prints literal arguments or a
@@ -4208,7 +4249,7 @@ mod tests {
 
     #[test]
     fn network_descriptors_follow_redirections() {
-        let redirects = |line: &str| match &shell::parse(line).lists[0].first.commands[0] {
+        let redirects = |line: &str| match &syntax::parse(line).lists[0].first.commands[0] {
             Command::Simple(simple) => simple.redirects.clone(),
             _ => Vec::new(),
         };
@@ -4564,6 +4605,55 @@ mod tests {
                 assert!(block.reason.ends_with(EVERY_MODE), "{line:?}");
             }
         }
+    }
+
+    #[test]
+    fn unreadable_lines_are_refused() {
+        // What the grammar reads still meets its own block first.
+        assert_blocked("rm -rf / \"", HardBlockKind::RecursiveDelete);
+        assert_blocked("echo ok; rm -rf ~ )", HardBlockKind::RecursiveDelete);
+        for line in [
+            "echo ok )",
+            "echo 'unterminated",
+            "ls |",
+            "if true; then ls",
+            "cat <<EOF\nno delimiter",
+            "bash -c \"echo 'unterminated\"",
+            "echo $(ls",
+            "cat <<EOF & echo\nx\nEOF",
+        ] {
+            assert_blocked(line, HardBlockKind::Unreadable);
+        }
+        let reason = check("ls; echo ok )").map(|b| b.reason).unwrap_or_default();
+        assert!(
+            reason.contains("cannot be read at byte 12 (near `)`)"),
+            "{reason}"
+        );
+        assert!(reason.ends_with(EVERY_MODE), "{reason}");
+        let long = format!("echo {}", "a".repeat(MAX_PARSE_BYTES));
+        assert_blocked(&long, HardBlockKind::Unreadable);
+        // Valid bash the grammar misreads on its own is read.
+        for line in [
+            "python3 - <<'EOF' 2>&1 | tail -20\nprint(1)\nEOF",
+            "cat > run.sh <<'EOF'; chmod +x run.sh\necho hi\nEOF",
+            "exec 3<>/tmp/fifo",
+            "cat - 2>/dev/null",
+            "case $x in a) ls;; *) pwd;; esac",
+            "[[ $x =~ ^[0-9]+$ ]] && echo $((x + 1))",
+            "arr=(a b); echo \"${arr[@]}\"",
+        ] {
+            assert_free(line);
+        }
+        // And what those lines run is checked.
+        assert_blocked(
+            "cat <<EOF | sh; echo done\nrm -rf /\nEOF",
+            HardBlockKind::RecursiveDelete,
+        );
+        assert_blocked(
+            "bash - <<'EOF' 2>&1 | tail\nrm -rf ~\nEOF",
+            HardBlockKind::RecursiveDelete,
+        );
+        assert_blocked("cat <<EOF\n`rm -rf /`\nEOF", HardBlockKind::RecursiveDelete);
     }
 
     #[test]
