@@ -25,17 +25,22 @@
 //! parts of an unreadable line that do parse are still built, so a more
 //! specific block can name them.
 //!
-//! Known gaps of the grammar (version 0.25), for lines bash accepts:
+//! Known gaps of the grammar (version 0.25) for lines bash accepts, and what
+//! is done about them:
 //! - `<>` (open for reading and writing) is not an operator the grammar
-//!   knows; a `<` directly followed by `>` in a redirection is recognised
-//!   here as `<>` instead of being an error.
-//! - A here-document operator followed on the same line by `;` or `&`
-//!   (`cat <<EOF | sh; echo done`), or by a redirection and then a pipe
-//!   (`cat <<EOF > out | sh`), is an error: such a line is refused. Writing
-//!   the rest on the next line after the delimiter, or `&&` instead of `;`,
-//!   reads.
-//! - An unterminated here-document (no delimiter line before the end) is an
-//!   error, where bash only warns.
+//!   knows; a `<` directly followed by `>` in a redirection is read as `<>`
+//!   instead of being an error.
+//! - Bash reads what follows a here-document's delimiter on its line as the
+//!   rest of the statement; the grammar only reads a pipe or `&&`/`||` there.
+//!   Redirections after the delimiter (`python3 - <<'EOF' 2>&1 | tail`) and
+//!   a `;` (`cat > f <<'EOF'; chmod +x f`) are read by rewriting the line to
+//!   its equivalent (see `heredoc_fallback`). Still errors: `&` after the
+//!   delimiter, a redirection of the standard input there, two here-documents
+//!   on one line, and an unterminated here-document (where bash only warns).
+//! - The grammar drops a `-` written right before `2>` without an error; text
+//!   it skips between the parts of a command is read as words.
+//! - Backticks in a here-document body are left as text: they are looked for
+//!   in the text.
 //! - A lone `!` and a few other degenerate lines are errors.
 
 use tree_sitter::{Node, Tree};
@@ -2037,5 +2042,7 @@ mod tests {
         // Not rewritten: a redirection of the standard input, a stray quote.
         assert!(parse("cat <<EOF < x | sh\nhi\nEOF").unreadable.is_some());
         assert!(parse("cat <<EOF; echo \"\nhi\nEOF").unreadable.is_some());
+        assert!(parse("cat <<A <<B\nx\nA\ny\nB").unreadable.is_some());
+        assert!(parse("cat <<EOF & echo\nx\nEOF").unreadable.is_some());
     }
 }
