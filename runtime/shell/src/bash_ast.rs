@@ -249,6 +249,7 @@ thread_local! {
     static PARSER: RefCell<Option<Parser>> = const { RefCell::new(None) };
 }
 
+/// The `tree-sitter-bash` tree of `source`, with the thread's parser.
 pub(crate) fn parse_tree(source: &str) -> Option<Tree> {
     PARSER.with(|cell| {
         let mut slot = cell.borrow_mut();

@@ -138,6 +138,9 @@ pub struct HereDoc {
     pub(crate) body: String,
     /// False when the delimiter was quoted (no expansion, no substitution).
     pub(crate) expands: bool,
+    /// The substitutions the body runs, in order (none when it does not
+    /// expand): what [`substitutions_in_text`] finds in it.
+    pub(crate) subs: Vec<Substitution>,
 }
 
 /// One redirection of a simple command.
@@ -1026,6 +1029,14 @@ impl<'s> Builder<'s> {
                 heredoc: Some(HereDoc {
                     body: self.heredoc_body(node, start, body, end_node),
                     expands: !delimiter.contains(['\'', '"', '\\']),
+                    subs: match body {
+                        Some(body) if !delimiter.contains(['\'', '"', '\\']) => {
+                            let mut subs = Vec::new();
+                            self.heredoc_subs(body, &mut subs);
+                            subs
+                        }
+                        _ => Vec::new(),
+                    },
                 }),
             }
         } else {
@@ -1200,7 +1211,7 @@ impl<'s> Builder<'s> {
         let text = self.text(node);
         match node.kind() {
             "word" | "number" => {
-                if text.replace("\\\n", "").contains('\\') {
+                if text.contains('\\') && text.replace("\\\n", "").contains('\\') {
                     word.quoted = true;
                 }
                 word.value.push_str(&unescape_unquoted(text));
@@ -1863,6 +1874,8 @@ mod tests {
             .expect("body");
         assert_eq!(doc.body, "rm -rf /\n$(id)\n");
         assert!(doc.expands);
+        assert_eq!(doc.subs, substitutions_in_text(&doc.body));
+        assert_eq!(doc.subs[0].source, "id");
         for quoted in ["'EOF'", "\"EOF\"", "\\EOF", "E'O'F"] {
             let script = parse(&format!("cat <<{quoted} > out.md\n`x` $(y)\nEOF\n"));
             let sc = first_simple(&script);

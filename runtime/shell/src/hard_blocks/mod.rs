@@ -1002,7 +1002,7 @@ impl Walker<'_, '_> {
             if let Some(doc) = &redirect.heredoc
                 && doc.expands
             {
-                for sub in syntax::substitutions_in_text(&doc.body) {
+                for sub in &doc.subs {
                     self.nested(&sub.source, cwds, depth);
                 }
             }
