@@ -598,7 +598,9 @@ impl<'s> Builder<'s> {
                     lists.push(list);
                 }
             } else if CONTAINERS.contains(&kind) || child.is_error() {
-                self.statements_into(*child, depth, lists, header);
+                if self.deeper(depth) {
+                    self.statements_into(*child, depth + 1, lists, header);
+                }
             } else {
                 self.expression_words(*child, depth, header);
             }
@@ -716,7 +718,10 @@ impl<'s> Builder<'s> {
                 let Some(inner) = node.named_child(0) else {
                     return (Command::Group(Script::default()), Vec::new());
                 };
-                let (mut command, continuation) = self.command(inner, depth);
+                if !self.deeper(depth) {
+                    return (Command::Group(Script::default()), Vec::new());
+                }
+                let (mut command, continuation) = self.command(inner, depth + 1);
                 if let Command::Simple(simple) = &mut command {
                     // `! cmd` reads as it is written: `!` first.
                     if let Some(bang) = node.child(0) {
@@ -1820,6 +1825,29 @@ mod tests {
         assert!(parse(&deep).too_deep);
         let shallow = "((x))";
         assert!(!parse(shallow).too_deep);
+        for (open, close) in [
+            ("{ ", "; }"),
+            ("! ", ""),
+            ("if a; then ", "; fi"),
+            ("while a; do ", "; done"),
+            ("f() { ", "; }"),
+            ("[[ ( ", " ) ]]"),
+            ("$(( (", ") ))"),
+            ("echo \"$(", ")\""),
+            ("a && ", ""),
+            ("a | ", ""),
+            ("cat <<EOF | ", ""),
+        ] {
+            let deep = format!("{}x{}", open.repeat(5_000), close.repeat(5_000));
+            let script = parse(&deep);
+            assert!(
+                script.too_deep
+                    || script.unreadable.is_some()
+                    || open.starts_with(['a', '!', '$'])
+                    || open.starts_with("echo"),
+                "{open}"
+            );
+        }
     }
 
     #[test]
