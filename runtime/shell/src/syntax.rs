@@ -41,7 +41,9 @@
 //!   it skips between the parts of a command is read as words.
 //! - Backticks in a here-document body are left as text: they are looked for
 //!   in the text.
-//! - A lone `!` and a few other degenerate lines are errors.
+//! - Errors on degenerate lines: a lone `!`, a program name that starts with
+//!   `{` or `[` or holds a `#` (`{file}`, `[a-z]*`, `a#b`), a backslash at
+//!   the very end of the line.
 
 use tree_sitter::{Node, Tree};
 
