@@ -272,13 +272,7 @@ const STATEMENTS: &[&str] = &[
 ];
 
 /// Node kinds that hold statements (and header words) of a compound command.
-const CONTAINERS: &[&str] = &[
-    "do_group",
-    "else_clause",
-    "elif_clause",
-    "case_item",
-    "ERROR",
-];
+const CONTAINERS: &[&str] = &["do_group", "else_clause", "elif_clause", "case_item"];
 
 /// Node kinds of test and arithmetic expressions, read through to their
 /// operands.
@@ -599,10 +593,15 @@ impl<'s> Builder<'s> {
                 if !(list.first.commands.is_empty() && list.rest.is_empty()) {
                     lists.push(list);
                 }
-            } else if CONTAINERS.contains(&kind) || child.is_error() {
+            } else if child.is_error() {
+                // Error regions may nest; they count towards the limit.
                 if self.deeper(depth) {
                     self.statements_into(*child, depth + 1, lists, header);
                 }
+            } else if CONTAINERS.contains(&kind) {
+                // `do … done`, `else`, a `case` branch: one level with their
+                // compound command, and never directly inside each other.
+                self.statements_into(*child, depth, lists, header);
             } else {
                 self.expression_words(*child, depth, header);
             }
@@ -1827,6 +1826,18 @@ mod tests {
         assert!(parse(&deep).too_deep);
         let shallow = "((x))";
         assert!(!parse(shallow).too_deep);
+        // Realistic nesting is far from the limit.
+        let loops = format!(
+            "{}rm x{}",
+            "for a in 1; do if b; then case c in d) ".repeat(8),
+            ";; esac; fi; done".repeat(8)
+        );
+        let script = parse(&loops);
+        assert!(!script.too_deep && script.unreadable.is_none());
+        assert_eq!(
+            words(&loops).last(),
+            Some(&vec!["rm".to_owned(), "x".to_owned()])
+        );
         for (open, close) in [
             ("{ ", "; }"),
             ("! ", ""),
