@@ -355,7 +355,14 @@ fn visit(node: Node<'_>, src: &str, syntax: &mut Syntax) {
                 syntax.doubt(Doubt::ExpansionOperator);
             }
         }
-        "command" => syntax.commands.push(simple_command(node, src)),
+        "command" => {
+            syntax.commands.push(simple_command(node, src));
+            // `ca\<newline>t`: bash reads one word where the grammar reads
+            // two, so the words above are not what runs.
+            if split_by_continuation(node, src) {
+                syntax.doubt(Doubt::SyntaxError);
+            }
+        }
         "file_redirect" | "heredoc_redirect" | "herestring_redirect" => {
             if let Some(redirection) = redirection(node, src, syntax) {
                 syntax.redirections.push(redirection);
@@ -369,6 +376,24 @@ fn visit(node: Node<'_>, src: &str, syntax: &mut Syntax) {
     if !PLAIN_NAMED.contains(&kind) {
         syntax.plain = false;
     }
+}
+
+/// True when two parts of a command are separated only by backslash-newlines.
+fn split_by_continuation(node: Node<'_>, src: &str) -> bool {
+    let mut cursor = node.walk();
+    let mut previous: Option<usize> = None;
+    for child in node.children(&mut cursor) {
+        if let Some(end) = previous
+            && end < child.start_byte()
+            && src
+                .get(end..child.start_byte())
+                .is_some_and(|gap| gap.split("\\\n").all(str::is_empty))
+        {
+            return true;
+        }
+        previous = Some(child.end_byte());
+    }
+    false
 }
 
 /// A here-document body with backticks under an unquoted delimiter.
@@ -558,6 +583,7 @@ mod tests {
             ("echo $(( a[0] ))", Doubt::Arithmetic),
             ("a=(1 2)", Doubt::UnknownSyntax("array".to_owned())),
             ("ls |", Doubt::SyntaxError),
+            ("ca\\\nt f", Doubt::SyntaxError),
             ("echo 'unterminated", Doubt::SyntaxError),
             ("if true; then", Doubt::SyntaxError),
             ("cargo test > out --all", Doubt::WordsAfterRedirection),

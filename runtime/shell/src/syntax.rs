@@ -583,6 +583,11 @@ impl<'s> Builder<'s> {
         let children: Vec<Node<'_>> = node.children(&mut cursor).collect();
         for (i, child) in children.iter().enumerate() {
             let kind = child.kind();
+            if kind == "in" && !child.is_named() && !header.is_empty() {
+                // `for x in WORDS`, `case WORD in`: the header reads as written.
+                header.push(self.synthetic("in", *child));
+                continue;
+            }
             if !child.is_named() || IGNORED.contains(&kind) {
                 continue;
             }
@@ -777,17 +782,42 @@ impl<'s> Builder<'s> {
     ) -> SimpleCommand {
         SimpleCommand {
             source: self.span_source(start, end),
-            words,
+            words: self.join_continued(words),
             redirects,
             start,
             end,
         }
     }
 
+    /// Joins words split only by backslash-newlines: bash removes them, so
+    /// `r\<newline>m` is `rm`, where the grammar reads two words.
+    fn join_continued(&self, words: Vec<Word>) -> Vec<Word> {
+        let mut out: Vec<Word> = Vec::with_capacity(words.len());
+        for word in words {
+            if let Some(last) = out.last_mut()
+                && last.end < word.start
+                && self
+                    .src
+                    .get(last.end..word.start)
+                    .is_some_and(|gap| gap.split("\\\n").all(str::is_empty))
+            {
+                last.value.push_str(&word.value);
+                last.subs.extend(word.subs);
+                last.quoted |= word.quoted;
+                last.literal &= word.literal;
+                last.end = word.end;
+                continue;
+            }
+            out.push(word);
+        }
+        out
+    }
+
     /// Adds redirections (and the words after their targets) to a simple
     /// command.
     fn attach(&self, simple: &mut SimpleCommand, found: Redirections<'_>) {
         simple.words.extend(found.words);
+        simple.words = self.join_continued(std::mem::take(&mut simple.words));
         simple.redirects.extend(found.redirects);
         simple.end = simple.end.max(found.end);
         simple.source = self.span_source(simple.start, simple.end);
@@ -1170,6 +1200,11 @@ impl<'s> Builder<'s> {
             if IGNORED.contains(&node.kind()) {
                 continue;
             }
+            if !node.is_named() {
+                // An operator (`==`, `=~`, `&&`, `!`, `(`, `+=`) as written.
+                out.push(self.synthetic(self.text(node), node));
+                continue;
+            }
             if !EXPRESSIONS.contains(&node.kind()) {
                 out.push(self.word(node));
                 continue;
@@ -1178,7 +1213,7 @@ impl<'s> Builder<'s> {
                 continue;
             }
             let mut cursor = node.walk();
-            let children: Vec<Node<'_>> = node.named_children(&mut cursor).collect();
+            let children: Vec<Node<'_>> = node.children(&mut cursor).collect();
             stack.extend(children.into_iter().rev().map(|c| (c, level + 1)));
         }
     }
@@ -1990,7 +2025,7 @@ mod tests {
         );
         assert_eq!(
             words("for f in $(ls) b; do rm \"$f\"; done"),
-            vec![vec!["for", "f", "$(ls)", "b"], vec!["rm", "$f"]]
+            vec![vec!["for", "f", "in", "$(ls)", "b"], vec!["rm", "$f"]]
         );
         assert_eq!(
             words("while read l; do echo \"$l\"; done < f"),
@@ -1999,7 +2034,7 @@ mod tests {
         assert_eq!(
             words("case \"$x\" in a|b) rm a;; *) rm b;; esac"),
             vec![
-                vec!["case", "$x", "a", "b", "*"],
+                vec!["case", "$x", "in", "a", "b", "*"],
                 vec!["rm", "a"],
                 vec!["rm", "b"]
             ]
@@ -2007,7 +2042,7 @@ mod tests {
         assert_eq!(
             words("[[ $(id -u) -eq 0 && -f x ]] && ! rm y"),
             vec![
-                vec!["[[", "$(id -u)", "-eq", "0", "-f", "x", "]]"],
+                vec!["[[", "$(id -u)", "-eq", "0", "&&", "-f", "x", "]]"],
                 vec!["!", "rm", "y"]
             ]
         );
@@ -2022,9 +2057,19 @@ mod tests {
         );
         assert_eq!(
             words("(( i += $(n) ))"),
-            vec![vec!["((", "i", "$(n)", "))"]]
+            vec![vec!["((", "i", "+=", "$(n)", "))"]]
         );
         assert_eq!(words("a=(x $(y))"), vec![vec!["a=(x $(y))"]]);
+    }
+
+    #[test]
+    fn line_continuations_inside_words_join_them() {
+        assert_eq!(words("r\\\nm -r\\\nf /"), vec![vec!["rm", "-rf", "/"]]);
+        assert_eq!(words("echo a \\\nb"), vec![vec!["echo", "a", "b"]]);
+        assert_eq!(
+            words("echo \"a\\\nb\" x\\\n\\\ny"),
+            vec![vec!["echo", "ab", "xy"]]
+        );
     }
 
     #[test]

@@ -1118,6 +1118,7 @@ fn unreadable_lines_are_refused() {
         assert_free(line);
     }
     // And what those lines run is checked.
+    assert_blocked("r\\\nm -r\\\nf /", HardBlockKind::RecursiveDelete);
     assert_blocked(
         "cat <<EOF | sh; echo done\nrm -rf /\nEOF",
         HardBlockKind::RecursiveDelete,
