@@ -247,6 +247,25 @@ impl Syntax {
 thread_local! {
     /// One parser per thread: building one costs more than parsing a line.
     static PARSER: RefCell<Option<Parser>> = const { RefCell::new(None) };
+    /// The tree of the last line hard blocks read, for the strict reading of
+    /// the same line that follows (the permission engine reads each line
+    /// both ways). Taken once: a line read again is parsed again.
+    static HANDED: RefCell<Option<(String, Tree)>> = const { RefCell::new(None) };
+}
+
+/// Keeps the tree of a whole line for the strict reading of that line.
+pub(crate) fn hand_over(source: &str, tree: &Tree) {
+    if source.len() <= MAX_STRICT_BYTES {
+        HANDED.with(|cell| *cell.borrow_mut() = Some((source.to_owned(), tree.clone())));
+    }
+}
+
+/// The tree handed over for `source`, if it was the last line read.
+fn take_handed(source: &str) -> Option<Tree> {
+    HANDED.with(|cell| match cell.borrow_mut().take() {
+        Some((line, tree)) if line == source => Some(tree),
+        _ => None,
+    })
 }
 
 /// The `tree-sitter-bash` tree of `source`, with the thread's parser.
@@ -279,7 +298,7 @@ pub fn analyse(source: &str) -> Syntax {
         syntax.plain = false;
         return syntax;
     }
-    let Some(tree) = parse_tree(source) else {
+    let Some(tree) = take_handed(source).or_else(|| parse_tree(source)) else {
         syntax.doubt(Doubt::NoTree);
         syntax.plain = false;
         return syntax;
@@ -656,6 +675,20 @@ mod tests {
             assert!(!analyse(line).plain, "{line:?}");
         }
         assert!(analyse("sleep 1 &").background);
+    }
+
+    #[test]
+    fn a_tree_handed_over_is_read_once() {
+        let line = "ls -la | wc -l";
+        let fresh = analyse(line);
+        let _ = super::super::syntax::parse_line(line);
+        assert!(HANDED.with(|cell| cell.borrow().is_some()));
+        assert_eq!(analyse(line), fresh);
+        assert!(HANDED.with(|cell| cell.borrow().is_none()));
+        // Another line's tree is not used, and is dropped.
+        let _ = super::super::syntax::parse_line("rm -rf x");
+        assert_eq!(analyse(line), fresh);
+        assert!(HANDED.with(|cell| cell.borrow().is_none()));
     }
 
     #[test]

@@ -290,6 +290,16 @@ const IGNORED: &[&str] = &["comment", "heredoc_body", "heredoc_end"];
 /// Parses a command line. Never fails: what cannot be read is flagged in
 /// [`Script::unreadable`].
 pub fn parse(source: &str) -> Script {
+    parse_with(source, false)
+}
+
+/// Parses a whole command line the strict reading will read next, and hands
+/// the tree over to it.
+pub(crate) fn parse_line(source: &str) -> Script {
+    parse_with(source, true)
+}
+
+fn parse_with(source: &str, hand_over: bool) -> Script {
     if source.len() > MAX_PARSE_BYTES {
         return Script {
             unreadable: Some(Unreadable::TooLong),
@@ -302,6 +312,9 @@ pub fn parse(source: &str) -> Script {
             ..Script::default()
         };
     };
+    if hand_over {
+        bash_ast::hand_over(source, &tree);
+    }
     let root = tree.root_node();
     let Some(error) = first_error(root, source.as_bytes()) else {
         return build(root, source);

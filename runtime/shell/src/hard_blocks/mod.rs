@@ -455,7 +455,7 @@ pub fn analyse_command(line: &str, ctx: &ShellContext<'_>) -> CommandAnalysis {
         fed_runs: 0,
         inherited: None,
     };
-    let script = syntax::parse(line);
+    let script = syntax::parse_line(line);
     walker.fork_bombs(&script);
     walker.script(&script, &[Some(ctx.project_root.to_path_buf())], 0);
     walker.unreadable(&script, line, "the command");
