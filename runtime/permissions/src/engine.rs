@@ -945,10 +945,6 @@ mod tests {
                 "cd .. && cargo test > out.txt",
                 "it redirects output to `out.txt` after changing directory".to_owned(),
             ),
-            (
-                "cargo test; echo 'unterminated",
-                "the shell syntax does not parse cleanly".to_owned(),
-            ),
         ] {
             let verdict = engine.verdict(&command(line));
             assert!(verdict.decision.is_ask(), "{line}: {verdict:?}");
@@ -960,7 +956,15 @@ mod tests {
                 "{reason}"
             );
         }
-        // Bypass mode allows what it always allowed.
+        // A line the grammar cannot read is refused outright: nothing may
+        // hide behind a syntax error.
+        let verdict = engine.verdict(&command("cargo test; echo 'unterminated"));
+        assert!(verdict.decision.is_deny(), "{verdict:?}");
+        assert_eq!(verdict.cause, Cause::HardBlock);
+        assert!(
+            verdict.decision.reason().contains("cannot be read at byte"),
+            "{verdict:?}"
+        );
         engine.set_mode(PermissionMode::Bypass);
         assert!(engine.decide(&command("cargo test > ~/.bashrc")).is_allow());
     }

@@ -1,8 +1,8 @@
 //! A strict reading of a command line with the `tree-sitter-bash` grammar, for
 //! the decisions that *grant* something: an allow rule with a wildcard, and the
-//! read-only classification. Where [`super::shell`] reads any input as far as
-//! it makes sense (what a hard block needs: nothing may hide behind a syntax
-//! error), this module says when it is *not sure*: a syntax error, a node kind
+//! read-only classification. Where [`super::syntax`] builds every command
+//! it can from the same tree for hard blocks (and a line it cannot read is
+//! refused outright), this module says when it is *not sure*: a syntax error, a node kind
 //! it does not know, a command or process substitution, an arithmetic
 //! context, a parameter expansion with an operator that evaluates code. Such a
 //! line gets a [`Doubt`], and a line with a doubt is never granted anything on
@@ -247,9 +247,29 @@ impl Syntax {
 thread_local! {
     /// One parser per thread: building one costs more than parsing a line.
     static PARSER: RefCell<Option<Parser>> = const { RefCell::new(None) };
+    /// The tree of the last line hard blocks read, for the strict reading of
+    /// the same line that follows (the permission engine reads each line
+    /// both ways). Taken once: a line read again is parsed again.
+    static HANDED: RefCell<Option<(String, Tree)>> = const { RefCell::new(None) };
 }
 
-fn parse_tree(source: &str) -> Option<Tree> {
+/// Keeps the tree of a whole line for the strict reading of that line.
+pub(crate) fn hand_over(source: &str, tree: &Tree) {
+    if source.len() <= MAX_STRICT_BYTES {
+        HANDED.with(|cell| *cell.borrow_mut() = Some((source.to_owned(), tree.clone())));
+    }
+}
+
+/// The tree handed over for `source`, if it was the last line read.
+fn take_handed(source: &str) -> Option<Tree> {
+    HANDED.with(|cell| match cell.borrow_mut().take() {
+        Some((line, tree)) if line == source => Some(tree),
+        _ => None,
+    })
+}
+
+/// The `tree-sitter-bash` tree of `source`, with the thread's parser.
+pub(crate) fn parse_tree(source: &str) -> Option<Tree> {
     PARSER.with(|cell| {
         let mut slot = cell.borrow_mut();
         if slot.is_none() {
@@ -278,7 +298,7 @@ pub fn analyse(source: &str) -> Syntax {
         syntax.plain = false;
         return syntax;
     }
-    let Some(tree) = parse_tree(source) else {
+    let Some(tree) = take_handed(source).or_else(|| parse_tree(source)) else {
         syntax.doubt(Doubt::NoTree);
         syntax.plain = false;
         return syntax;
@@ -287,7 +307,7 @@ pub fn analyse(source: &str) -> Syntax {
     if root.has_error() {
         syntax.doubt(Doubt::SyntaxError);
     }
-    let bytes = source.as_bytes();
+    let bytes = source;
     // Iterative walk: a deeply nested line cannot exhaust the stack.
     let mut cursor = root.walk();
     loop {
@@ -311,7 +331,7 @@ pub fn analyse(source: &str) -> Syntax {
 }
 
 /// Looks at one node (its children are visited by the walk).
-fn visit(node: Node<'_>, src: &[u8], syntax: &mut Syntax) {
+fn visit(node: Node<'_>, src: &str, syntax: &mut Syntax) {
     let kind = node.kind();
     if node.is_error() || node.is_missing() {
         syntax.doubt(Doubt::SyntaxError);
@@ -327,6 +347,11 @@ fn visit(node: Node<'_>, src: &[u8], syntax: &mut Syntax) {
     match kind {
         "command_substitution" => syntax.doubt(Doubt::CommandSubstitution),
         "process_substitution" => syntax.doubt(Doubt::ProcessSubstitution),
+        // The grammar leaves backticks in a here-document as text; bash runs
+        // them when the delimiter is unquoted.
+        "heredoc_body" if expanding_backticks(node, src) => {
+            syntax.doubt(Doubt::CommandSubstitution);
+        }
         "arithmetic_expansion" | "c_style_for_statement" | "subscript" => {
             syntax.doubt(Doubt::Arithmetic);
         }
@@ -349,7 +374,14 @@ fn visit(node: Node<'_>, src: &[u8], syntax: &mut Syntax) {
                 syntax.doubt(Doubt::ExpansionOperator);
             }
         }
-        "command" => syntax.commands.push(simple_command(node, src)),
+        "command" => {
+            syntax.commands.push(simple_command(node, src));
+            // `ca\<newline>t`: bash reads one word where the grammar reads
+            // two, so the words above are not what runs.
+            if split_by_continuation(node, src) {
+                syntax.doubt(Doubt::SyntaxError);
+            }
+        }
         "file_redirect" | "heredoc_redirect" | "herestring_redirect" => {
             if let Some(redirection) = redirection(node, src, syntax) {
                 syntax.redirections.push(redirection);
@@ -365,6 +397,39 @@ fn visit(node: Node<'_>, src: &[u8], syntax: &mut Syntax) {
     }
 }
 
+/// True when two parts of a command are separated only by backslash-newlines.
+fn split_by_continuation(node: Node<'_>, src: &str) -> bool {
+    let mut cursor = node.walk();
+    let mut previous: Option<usize> = None;
+    for child in node.children(&mut cursor) {
+        if let Some(end) = previous
+            && end < child.start_byte()
+            && src
+                .get(end..child.start_byte())
+                .is_some_and(|gap| gap.split("\\\n").all(str::is_empty))
+        {
+            return true;
+        }
+        previous = Some(child.end_byte());
+    }
+    false
+}
+
+/// A here-document body with backticks under an unquoted delimiter.
+fn expanding_backticks(body: Node<'_>, src: &str) -> bool {
+    let quoted = body.parent().is_some_and(|redirect| {
+        let mut cursor = redirect.walk();
+        redirect
+            .children(&mut cursor)
+            .filter(|c| c.kind() == "heredoc_start")
+            .any(|c| {
+                src.get(c.byte_range())
+                    .is_some_and(|t| t.contains(['\'', '"', '\\']))
+            })
+    });
+    !quoted && src.get(body.byte_range()).is_some_and(|t| t.contains('`'))
+}
+
 fn first_child_kind(node: Node<'_>) -> Option<&'static str> {
     node.child(0).map(|c| c.kind())
 }
@@ -374,7 +439,7 @@ fn last_child_kind(node: Node<'_>) -> Option<&'static str> {
         .map(|c| c.kind())
 }
 
-fn simple_command(node: Node<'_>, src: &[u8]) -> SimpleCommand {
+fn simple_command(node: Node<'_>, src: &str) -> SimpleCommand {
     let mut command = SimpleCommand::default();
     let mut cursor = node.walk();
     for child in node.children(&mut cursor) {
@@ -392,7 +457,7 @@ fn simple_command(node: Node<'_>, src: &[u8]) -> SimpleCommand {
     command
 }
 
-fn redirection(node: Node<'_>, src: &[u8], syntax: &mut Syntax) -> Option<Redirection> {
+fn redirection(node: Node<'_>, src: &str, syntax: &mut Syntax) -> Option<Redirection> {
     if node.kind() != "file_redirect" {
         return Some(Redirection {
             kind: RedirectKind::Text,
@@ -433,41 +498,14 @@ fn redirection(node: Node<'_>, src: &[u8], syntax: &mut Syntax) -> Option<Redire
     Some(Redirection { kind, target })
 }
 
-/// The value of a word after quote removal when it holds no expansion.
-fn literal(node: Node<'_>, src: &[u8]) -> Option<String> {
-    let text = node.utf8_text(src).ok()?;
-    match node.kind() {
-        "word" | "number" => Some(unescape_unquoted(text)),
-        "raw_string" => text
-            .strip_prefix('\'')
-            .and_then(|t| t.strip_suffix('\''))
-            .map(str::to_owned),
-        "string" => {
-            let mut out = String::new();
-            let mut cursor = node.walk();
-            for child in node.children(&mut cursor) {
-                match child.kind() {
-                    "\"" => {}
-                    "string_content" => out.push_str(&unescape_double(child.utf8_text(src).ok()?)),
-                    _ => return None,
-                }
-            }
-            Some(out)
-        }
-        "concatenation" => {
-            let mut out = String::new();
-            let mut cursor = node.walk();
-            for child in node.children(&mut cursor) {
-                out.push_str(&literal(child, src)?);
-            }
-            Some(out)
-        }
-        _ => None,
-    }
+/// The value of a word after quote removal when it holds no expansion
+/// (read by the same code as the words hard blocks walk).
+fn literal(node: Node<'_>, src: &str) -> Option<String> {
+    super::syntax::literal_value(node, src)
 }
 
 /// Backslash removal outside quotes: `\x` is `x`, a trailing `\` stays.
-fn unescape_unquoted(text: &str) -> String {
+pub(crate) fn unescape_unquoted(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     let mut chars = text.chars();
     while let Some(c) = chars.next() {
@@ -486,7 +524,7 @@ fn unescape_unquoted(text: &str) -> String {
 
 /// Backslash removal inside double quotes: only before `$`, `` ` ``, `"`,
 /// `\` and a newline.
-fn unescape_double(text: &str) -> String {
+pub(crate) fn unescape_double(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     let mut chars = text.chars().peekable();
     while let Some(c) = chars.next() {
@@ -526,6 +564,7 @@ mod tests {
             "FOO=1 make -j4",
             "echo \"$HOME\" ${USER} ${X:-default}",
             "cat <<EOF > notes.md\nhello $USER\nEOF",
+            "cat <<'EOF' > notes.md\nrun `make`\nEOF",
             "grep -rn 'fn main' src/ || true",
             "if [ -f x ]; then echo y; fi",
             "[ \"$a\" -eq 1 ] && [ ! -d out ]",
@@ -548,6 +587,11 @@ mod tests {
             ("echo `id`", Doubt::CommandSubstitution),
             ("echo \"$(cat ~/.ssh/id_rsa)\"", Doubt::CommandSubstitution),
             ("cat <<EOF\n$(rm -rf ~)\nEOF", Doubt::CommandSubstitution),
+            ("cat <<EOF\n`rm -rf ~`\nEOF", Doubt::CommandSubstitution),
+            (
+                "cat <<EOF\nx `rm -rf ~` $y\nEOF",
+                Doubt::CommandSubstitution,
+            ),
             ("diff <(ls a) <(ls b)", Doubt::ProcessSubstitution),
             ("tee >(sh)", Doubt::ProcessSubstitution),
             ("echo $((x + 1))", Doubt::Arithmetic),
@@ -558,6 +602,7 @@ mod tests {
             ("echo $(( a[0] ))", Doubt::Arithmetic),
             ("a=(1 2)", Doubt::UnknownSyntax("array".to_owned())),
             ("ls |", Doubt::SyntaxError),
+            ("ca\\\nt f", Doubt::SyntaxError),
             ("echo 'unterminated", Doubt::SyntaxError),
             ("if true; then", Doubt::SyntaxError),
             ("cargo test > out --all", Doubt::WordsAfterRedirection),
@@ -630,6 +675,20 @@ mod tests {
             assert!(!analyse(line).plain, "{line:?}");
         }
         assert!(analyse("sleep 1 &").background);
+    }
+
+    #[test]
+    fn a_tree_handed_over_is_read_once() {
+        let line = "ls -la | wc -l";
+        let fresh = analyse(line);
+        let _ = super::super::syntax::parse_line(line);
+        assert!(HANDED.with(|cell| cell.borrow().is_some()));
+        assert_eq!(analyse(line), fresh);
+        assert!(HANDED.with(|cell| cell.borrow().is_none()));
+        // Another line's tree is not used, and is dropped.
+        let _ = super::super::syntax::parse_line("rm -rf x");
+        assert_eq!(analyse(line), fresh);
+        assert!(HANDED.with(|cell| cell.borrow().is_none()));
     }
 
     #[test]

@@ -11,7 +11,7 @@
 //! not decide anything else, and it reads the text only: configuration
 //! written by other means is the OS sandbox's to stop.
 
-use super::shell::Word;
+use super::syntax::Word;
 
 /// git's own options that take a separate value (`git -C DIR config …`).
 const GIT_OPTIONS_WITH_VALUE: &[&str] = &[

@@ -1,9 +1,10 @@
 //! Reading shell command lines as the permission engine needs them, with no
-//! side effects beyond path resolution: `shell` (a small, lenient parser for
-//! hard blocks), `bash_ast` (a strict reading with tree-sitter-bash for
-//! what is granted on a pattern), `read_only` (which command lines only
-//! read), `hard_blocks` (destructive-command analysis) and `git_config`
-//! (which `git config` commands set keys that run programs).
+//! side effects beyond path resolution. One grammar, `tree-sitter-bash`,
+//! reads every line: `syntax` builds from its tree the commands hard blocks
+//! walk (a line it cannot read is refused), `bash_ast` reads the same tree
+//! strictly for what is granted on a pattern, `read_only` says which command
+//! lines only read, `hard_blocks` analyses destructive commands and
+//! `git_config` says which `git config` commands set keys that run programs.
 
 // Product code never unwraps: errors are values (tests may).
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
@@ -13,7 +14,7 @@ pub mod bash_ast;
 pub mod git_config;
 pub mod hard_blocks;
 pub mod read_only;
-pub mod shell;
+pub mod syntax;
 
 /// True when a command line only reads, judged by its text alone: every
 /// program and flag in it is known to be read-only and nothing is redirected
