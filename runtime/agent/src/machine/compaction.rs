@@ -891,15 +891,31 @@ impl AgentLoop {
     /// The provider refused the prompt as too long: compact once (whatever
     /// the breaker says, with a summary made now: the provider counted more
     /// than the estimate, and one prepared ahead keeps a longer tail) and try
-    /// again; the second refusal ends the turn. True when an emergency
-    /// compaction started.
+    /// again; the second refusal ends the turn. When no summary is worth
+    /// making (the history is one huge recent batch, say), every result over
+    /// the pressure floor is offloaded instead (the provider's count, not the
+    /// estimate, said it is too long). True when an emergency compaction (or
+    /// the offloading) started.
     pub(super) fn emergency(&mut self, out: &mut Vec<Effect>) -> bool {
         if self.context.window == 0 || self.context.emergency_used {
             return false;
         }
         self.context.emergency_used = true;
         let before = self.estimated_tokens();
-        self.begin_compaction(Trigger::Emergency, before, out)
+        if self.begin_compaction(Trigger::Emergency, before, out) {
+            return true;
+        }
+        let relief = self
+            .context
+            .ledger
+            .relief(self.transcript.messages(), u64::MAX);
+        if relief.is_empty() {
+            return false;
+        }
+        self.context.relieved = true;
+        self.phase = Phase::Offloading;
+        out.push(Effect::Offload(relief));
+        true
     }
 
     /// A new turn of the model may use the emergency path again.

@@ -2513,6 +2513,54 @@ fn a_summary_that_would_grow_the_history_is_discarded_and_skipped() {
     assert!(closed, "the compaction span says why");
 }
 
+/// The provider refuses a request that is one huge recent batch (the
+/// estimate was under the threshold): no summary is worth making, so the
+/// batch is offloaded and the call made again.
+#[test]
+fn a_refused_request_that_is_one_huge_batch_is_offloaded_and_tried_again() {
+    let mut f = fixture(Options {
+        window: 200_000,
+        stable: "s".repeat(100_000),
+        ..Options::default()
+    })
+    .started();
+    assert_eq!(f.read_batch(&BATCH, 50_000), s(&["offload:1:4"]));
+    let first = f
+        .history()
+        .last()
+        .unwrap()
+        .tool_results_iter()
+        .next()
+        .unwrap()
+        .call_id
+        .clone();
+    let effects = f.step(Fixture::spilled(std::slice::from_ref(&first)));
+    let epoch = f.epoch();
+    assert_eq!(effects, s(&["emit:iteration", &format!("model:{epoch}")]));
+    let before = f.machine.estimated_tokens();
+    let effects = f.on(Input::ModelFailed {
+        epoch,
+        error: troupe_llm::ProviderError::new(
+            "p",
+            troupe_protocol::model::ProviderErrorKind::PromptTooLong,
+            "prompt is too long",
+        ),
+    });
+    assert_eq!(show(&effects), s(&["offload:4:0"]));
+    let ids = Fixture::spill_ids(&effects);
+    let effects = f.step(Fixture::spilled(&ids));
+    assert_eq!(
+        effects,
+        s(&[
+            "emit:notice",
+            "emit:iteration",
+            &format!("model:{}", epoch + 1)
+        ])
+    );
+    assert!(f.machine.estimated_tokens() * 100 < before * 60);
+    validate_history(f.history()).unwrap();
+}
+
 /// Work ahead does not prepare a summary whose cut holds nothing worth
 /// summarising (here: the task alone before three reads).
 #[test]
