@@ -5,6 +5,9 @@
 //! provider's prompt cache — never changes under the model. A spill that
 //! failed is not recorded, so it is tried again next turn. The stored history
 //! keeps every result whole; the ledger only changes what requests carry.
+//! The one exception is pressure ([`Ledger::relief`]): at the threshold, when
+//! a summary cannot shrink the history, results kept whole are replaced too,
+//! changing the prefix once, as a summary would.
 
 use std::collections::BTreeMap;
 
