@@ -309,8 +309,8 @@ impl HumanRenderer {
                 out,
                 "{}",
                 self.dim(&format!(
-                    "{prefix}compaction {phase}{}: {before_tokens} → {after_tokens} tokens",
-                    trigger_note(trigger)
+                    "{prefix}{}",
+                    compaction_line(phase, trigger, *before_tokens, *after_tokens)
                 ))
             )?,
             EventKind::SubagentStarted { role, task } => {
@@ -395,6 +395,19 @@ pub(crate) fn trigger_note(trigger: &str) -> String {
     }
 }
 
+/// A `compaction` event as a line: the estimate before and after once it
+/// finished, else the estimate it started from (`started`, `failed`,
+/// `skipped`: nothing was applied).
+pub(crate) fn compaction_line(phase: &str, trigger: &str, before: u64, after: u64) -> String {
+    let phase = for_terminal(phase);
+    let trigger = trigger_note(trigger);
+    if phase == "finished" {
+        format!("compaction {phase}{trigger}: {before} → {after} tokens")
+    } else {
+        format!("compaction {phase}{trigger}: {before} tokens")
+    }
+}
+
 /// Writes one event as a JSON line and flushes.
 pub(crate) fn write_json_line(event: &RunEvent, out: &mut impl Write) -> std::io::Result<()> {
     serde_json::to_writer(&mut *out, event)?;
@@ -412,6 +425,18 @@ mod tests {
         assert_eq!(trigger_note(""), "");
         assert_eq!(trigger_note("manual"), " (manual)");
         assert_eq!(trigger_note("resume"), " (resume)");
+        assert_eq!(
+            compaction_line("finished", "auto", 91_000, 30_000),
+            "compaction finished: 91000 → 30000 tokens"
+        );
+        assert_eq!(
+            compaction_line("skipped", "auto", 91_000, 0),
+            "compaction skipped: 91000 tokens"
+        );
+        assert_eq!(
+            compaction_line("failed", "manual", 61_000, 0),
+            "compaction failed (manual): 61000 tokens"
+        );
     }
     use troupe_protocol::model::Usage;
 

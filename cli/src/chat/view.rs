@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use troupe_protocol::events::{EventKind, NOTICE_MODEL_RETRY, RunEvent, RunStatus, preview};
 
 use super::markdown::MarkdownStream;
-use crate::render::{CallTargets, finished_line, hook_line, stop_cause_words, trigger_note};
+use crate::render::{CallTargets, compaction_line, finished_line, hook_line, stop_cause_words};
 
 /// One thing to show.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -128,8 +128,8 @@ impl TurnView {
                 before_tokens,
                 after_tokens,
             } => shown.push(Shown::Dim(format!(
-                "{prefix}compaction {phase}{}: {before_tokens} → {after_tokens} tokens",
-                trigger_note(trigger)
+                "{prefix}{}",
+                compaction_line(phase, trigger, *before_tokens, *after_tokens)
             ))),
             EventKind::SubagentStarted { role, task } => {
                 shown.push(Shown::Line(format!(

@@ -175,7 +175,9 @@ pub enum EventKind {
     },
     /// Context compaction progress.
     Compaction {
-        /// `started`, `finished`, `failed`.
+        /// `started`, `finished`, `failed`, or `skipped` (no summary applied:
+        /// none could shrink the history by the margin, or the one made
+        /// would not have; a notice says why).
         phase: String,
         /// Why: `auto` (the threshold), `manual` (asked for), `resume` (a
         /// stored session continued near the window), `emergency` (the

@@ -200,21 +200,23 @@ async fn a_long_run_crosses_the_threshold_and_continues_on_a_summary() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn prompt_too_long_compacts_once_and_the_call_is_retried() {
+    // Twelve reads: the summary covers the first ones (the tail keeps the
+    // last 10,000 tokens), enough to shrink the history by a tenth.
     let mut script = Script::new();
-    for i in 0..6 {
+    for i in 0..12 {
         script = script.then(read(&format!("f{i}.txt")));
     }
     let script = script
         .then(Turn::new(Fault::prompt_too_long(250_000, 200_000)).when(not_summary()))
         .when(
             summary_request(),
-            text("<summary>1. Six files read.</summary>"),
+            text("<summary>1. Twelve files read.</summary>"),
         )
         .then(Turn::new(text("after the emergency")).when(not_summary()));
     let mut h = Harness::anthropic(script).await;
     // A large window: only the provider's refusal triggers compaction.
     h.context_window = 1_000_000;
-    for i in 0..6 {
+    for i in 0..12 {
         let body: String = (0..300).map(|n| format!("file {i} line {n}\n")).collect();
         std::fs::write(h.root().join(format!("f{i}.txt")), body).unwrap();
     }
@@ -230,7 +232,7 @@ async fn prompt_too_long_compacts_once_and_the_call_is_retried() {
     assert!(
         last.first_user_text()
             .unwrap()
-            .contains("1. Six files read.")
+            .contains("1. Twelve files read.")
     );
 }
 

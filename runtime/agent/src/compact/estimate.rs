@@ -33,6 +33,20 @@ impl TokenEstimate {
         Self::default()
     }
 
+    /// After results of a request of `before_chars` characters were offloaded,
+    /// leaving `after_chars`: the estimate scaled by what is left, so that a
+    /// request smaller than the anchor's counts less than the anchor.
+    pub(crate) fn shrunk(&self, before_chars: u64, after_chars: u64) -> Self {
+        if after_chars >= before_chars || before_chars == 0 {
+            return *self;
+        }
+        let before = u128::from(self.tokens(before_chars));
+        Self {
+            anchor_tokens: (before * u128::from(after_chars) / u128::from(before_chars)) as u64,
+            anchor_chars: after_chars,
+        }
+    }
+
     /// The estimate for a request of `request_chars` characters, counted as
     /// [`TokenEstimate::anchored`] counts them (one that shrank below the
     /// anchor counts the anchor).
@@ -68,6 +82,11 @@ mod tests {
             "a shrunk history keeps the anchor"
         );
         assert_eq!(TokenEstimate::reset().tokens(3_500), 1_000);
+        // Results offloaded out of the anchored part: scaled, not floored.
+        let shrunk = estimate.shrunk(40_000, 10_000);
+        assert_eq!(shrunk.tokens(10_000), 1_625);
+        assert_eq!(shrunk.tokens(10_035), 1_635);
+        assert_eq!(estimate.shrunk(40_000, 40_000), estimate);
         assert_eq!(tokens_of_chars(1), 1);
         assert_eq!(tokens_of_chars(0), 0);
     }

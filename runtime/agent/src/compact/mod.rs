@@ -13,6 +13,7 @@ pub(crate) mod ahead;
 pub(crate) mod breaker;
 pub(crate) mod estimate;
 pub mod offload;
+pub(crate) mod shrink;
 pub(crate) mod summary;
 
 /// Tokens kept free for the summary request itself below the window.
@@ -53,11 +54,26 @@ pub(crate) fn emergency_limit(window: u64) -> u64 {
 
 /// Whether a history of `messages` can be compacted for a context
 /// `window` (manual compaction refuses one that cannot): some part of it is
-/// old enough to summarise once the verbatim tail is kept.
+/// old enough to summarise once the verbatim tail is kept, and large enough
+/// for its summary to shrink the history by the margin
+/// ([`shrink::MIN_SAVING_PERCENT`] of the history; the loop checks it again
+/// with the whole request).
 pub fn compactable(messages: &[troupe_protocol::model::Message], window: u64) -> bool {
     let threshold = auto_threshold(window).unwrap_or(window / 2);
-    summary::tail_start(messages, summary::budgets(threshold).tail_tokens)
-        .is_some_and(|cut| cut > 0)
+    let Some(cut) = summary::tail_start(messages, summary::budgets(threshold).tail_tokens)
+        .filter(|cut| *cut > 0)
+    else {
+        return false;
+    };
+    let chars = |messages: &[troupe_protocol::model::Message]| -> u64 {
+        messages.iter().map(|m| m.char_len() as u64).sum()
+    };
+    shrink::Sizes {
+        request: chars(messages),
+        older: chars(&messages[..cut]),
+        replacement: 0,
+    }
+    .worth_summarising()
 }
 
 /// The start-up warning for a window too small for summaries, if it is.
@@ -111,6 +127,10 @@ mod tests {
             .collect();
         assert!(compactable(&long, 200_000));
         assert!(!compactable(&long[..4], 200_000), "all of it is the tail");
+        // The task, then one huge batch: the summary would replace the task.
+        let mut batch = vec![Message::user_text("do it")];
+        batch.extend_from_slice(&long[1..6]);
+        assert!(!compactable(&batch, 200_000), "too little to summarise");
     }
 
     #[test]

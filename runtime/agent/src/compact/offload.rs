@@ -5,6 +5,9 @@
 //! provider's prompt cache — never changes under the model. A spill that
 //! failed is not recorded, so it is tried again next turn. The stored history
 //! keeps every result whole; the ledger only changes what requests carry.
+//! The one exception is pressure ([`Ledger::relief`]): at the threshold, when
+//! a summary cannot shrink the history, results kept whole are replaced too,
+//! changing the prefix once, as a summary would.
 
 use std::collections::BTreeMap;
 
@@ -16,6 +19,16 @@ pub(crate) const SINGLE_RESULT_BYTES: usize = 50 * 1024;
 /// A tool message whose results add up to more is offloaded, largest first,
 /// until it is under.
 pub(crate) const MESSAGE_BYTES: usize = 200 * 1024;
+/// Under pressure (the estimate at the threshold and a summary not worth it,
+/// or the recent batch too large to keep verbatim), a result sent whole is
+/// offloaded when it is over this many bytes, even one kept before: its
+/// preview (at most [`PREVIEW_BYTES`] and a few lines of frame) is then an
+/// eighth of it or less. Smaller results cost little and are the likeliest
+/// to be what the model works on.
+pub(crate) const RELIEF_RESULT_BYTES: usize = 16 * 1024;
+/// Bytes of a preview's frame (size, path, instruction), counted when a
+/// relief plan estimates what a spill saves.
+const PREVIEW_FRAME_BYTES: usize = 512;
 /// Lines of the preview.
 pub(crate) const PREVIEW_LINES: usize = 20;
 /// Bytes of the preview.
@@ -226,6 +239,51 @@ impl Ledger {
             }
         }
         self.scanned = pending.unwrap_or(messages.len());
+        plan
+    }
+
+    /// Layer 1 under pressure: results still sent whole and over
+    /// [`RELIEF_RESULT_BYTES`], wherever they are (the most recent batch
+    /// included, and results kept before), largest first (the newest first
+    /// among equals), until what their previews save reaches `needed`
+    /// characters — or all of them, when that is not enough. Nothing is
+    /// recorded: a result is replaced when its spill worked
+    /// ([`Ledger::spilled`]), which turns a decision to keep it into one to
+    /// replace it, once; the request prefix changes there as it would after a
+    /// summary.
+    pub fn relief(&self, messages: &[Message], needed: u64) -> OffloadPlan {
+        let mut candidates: Vec<(usize, &ToolResult)> = messages
+            .iter()
+            .enumerate()
+            .filter(|(_, m)| m.role == Role::Tool)
+            .flat_map(|(index, m)| m.tool_results_iter().map(move |r| (index, r)))
+            .filter(|(_, result)| {
+                !matches!(
+                    self.decisions.get(&result.call_id),
+                    Some(Decision::Replaced { .. })
+                ) && !has_image(result)
+                    && result.content_bytes() > RELIEF_RESULT_BYTES
+            })
+            .collect();
+        candidates.sort_by_key(|(index, result)| {
+            (
+                std::cmp::Reverse(result.content_bytes()),
+                std::cmp::Reverse(*index),
+            )
+        });
+        let mut plan = OffloadPlan::default();
+        let mut saved: u64 = 0;
+        for (_, result) in candidates {
+            if saved >= needed {
+                break;
+            }
+            let text = result.joined_text();
+            saved += (text.len() - head(&text).len()).saturating_sub(PREVIEW_FRAME_BYTES) as u64;
+            plan.spill.push(SpillOrder {
+                call_id: result.call_id.clone(),
+                text,
+            });
+        }
         plan
     }
 
@@ -468,6 +526,46 @@ mod tests {
         for id in ["a", "b", "c", "e"] {
             assert_eq!(ledger.get(id), Some(&Decision::Kept), "{id}");
         }
+    }
+
+    #[test]
+    fn under_pressure_large_results_go_even_recent_and_kept_ones_largest_first() {
+        let kb = 1024;
+        let history = vec![
+            Message::user_text("go"),
+            call("old"),
+            results(&[("old", 20 * kb), ("tiny", 4 * kb)]),
+            call("a"),
+            results(&[
+                ("a", 45 * kb),
+                ("b", 48 * kb),
+                ("c", 49 * kb),
+                ("d", 30 * kb),
+            ]),
+        ];
+        let mut ledger = Ledger::default();
+        assert!(
+            ledger.plan(&history).spill.is_empty(),
+            "kept by the usual rule"
+        );
+        assert_eq!(ledger.get("b"), Some(&Decision::Kept));
+        let ids = |plan: OffloadPlan| -> Vec<String> {
+            plan.spill.into_iter().map(|order| order.call_id).collect()
+        };
+        // Largest first, until enough is saved.
+        assert_eq!(ids(ledger.relief(&history, 1)), ["c"]);
+        assert_eq!(ids(ledger.relief(&history, 60_000)), ["c", "b"]);
+        // Not enough to save: every result over the floor, the small ones never.
+        assert_eq!(
+            ids(ledger.relief(&history, u64::MAX)),
+            ["c", "b", "a", "d", "old"]
+        );
+        // A spill that worked turns a kept result into a replaced one, and it
+        // is not planned again.
+        ledger.spilled("c", "/s/c");
+        assert!(matches!(ledger.get("c"), Some(Decision::Replaced { .. })));
+        assert_eq!(ids(ledger.relief(&history, 1)), ["b"]);
+        assert!(ledger.plan(&history).is_empty());
     }
 
     #[test]

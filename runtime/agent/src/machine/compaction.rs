@@ -8,8 +8,11 @@
 //! Every rule is a function of `crate::compact`; this only sequences them.
 //!
 //! Every compaction starts in [`AgentLoop::begin_compaction`] and ends in
-//! [`AgentLoop::apply_summary`] or [`AgentLoop::summary_failed`], whatever
-//! its trigger.
+//! [`AgentLoop::apply_summary`], [`AgentLoop::summary_failed`] or
+//! [`AgentLoop::summary_skipped`], whatever its trigger. A summary is asked
+//! for and applied only when it shrinks the history by the margin of
+//! `crate::compact::shrink`; at the threshold, large results of the recent
+//! batch are offloaded before a summary that could not.
 
 use std::collections::VecDeque;
 
@@ -17,6 +20,7 @@ use crate::compact::ahead::{PrefixKey, prefix_key, should_prepare, still_matches
 use crate::compact::breaker::Breaker;
 use crate::compact::estimate::TokenEstimate;
 use crate::compact::offload::{Ledger, OffloadPlan};
+use crate::compact::shrink::{SUMMARY_DID_NOT_SHRINK, Sizes, Step, choose, relief_needed};
 use crate::compact::summary::{
     FileSnapshot, RECOVERY_FILES, budgets, compacted, extract_summary, files_outside,
     groups_to_drop, recovery_attachment, summary_request, tail_start, without_oldest_groups,
@@ -106,6 +110,9 @@ pub(super) struct ContextState {
     breaker: Breaker,
     /// Layer 1 ran for the coming model call.
     offloaded: bool,
+    /// Layer 1 under pressure (large results offloaded wherever they are,
+    /// the recent batch included) ran for the coming model call.
+    relieved: bool,
     /// No automatic summary before the coming model call (it failed, or
     /// there was nothing to summarise).
     skip_summary: bool,
@@ -131,6 +138,7 @@ impl ContextState {
             estimate: TokenEstimate::reset(),
             breaker: Breaker::default(),
             offloaded: false,
+            relieved: false,
             skip_summary: false,
             emergency_used: false,
             recent_files: VecDeque::new(),
@@ -209,7 +217,7 @@ impl AgentLoop {
 
     /// Characters of the next request (the history as the ledger sends
     /// it), counted without building it.
-    fn next_request_chars(&self) -> u64 {
+    pub(super) fn next_request_chars(&self) -> u64 {
         let tools = self.catalogue.offered(self.permissions.mode());
         let history = self.context.ledger.sent_chars(self.transcript.messages());
         request_chars(self.system_chars(), tools, history)
@@ -250,8 +258,22 @@ impl AgentLoop {
         if !matches!(self.phase, Phase::Offloading) {
             return;
         }
+        let before = self.next_request_chars();
+        let count = spilled.len();
         for (call_id, path) in spilled {
             self.context.ledger.spilled(&call_id, &path);
+        }
+        if self.context.relieved && count > 0 {
+            // Results inside the anchored part may have gone: the estimate
+            // is scaled by what is left rather than floored at the anchor.
+            let before_tokens = self.estimated_tokens();
+            let after = self.next_request_chars();
+            self.context.estimate = self.context.estimate.shrunk(before, after);
+            out.push(Effect::Emit(EventKind::notice(format!(
+                "context near the window: {count} large tool result(s) offloaded to spill \
+                 files (about {before_tokens} → {} tokens)",
+                self.estimated_tokens()
+            ))));
         }
         self.phase = Phase::Idle;
         self.context.offloaded = true;
@@ -266,10 +288,14 @@ impl AgentLoop {
 
     /// Layer 2 before a model call: the first request of a continued
     /// session estimated above the window − 8,000 compacts first (whatever
-    /// the window); otherwise an automatic summary starts when the estimate
-    /// reaches the threshold and the breaker allows. True when a compaction
-    /// began.
+    /// the window); otherwise, when the estimate reaches the threshold and
+    /// the breaker allows, the step [`choose`] names: large results offloaded
+    /// wherever they are (when a summary would not shrink the history by the
+    /// margin, or would leave it at the threshold), an automatic summary, or
+    /// neither — the compaction is skipped, with no request. True when a
+    /// compaction (or the offloading) began.
     pub(super) fn summary_step(&mut self, out: &mut Vec<Effect>) -> bool {
+        let relieved = std::mem::take(&mut self.context.relieved);
         if std::mem::take(&mut self.context.resume_pending) && self.context.window > 0 {
             let estimate = self.estimated_tokens();
             if estimate >= resume_threshold(self.context.window)
@@ -288,7 +314,67 @@ impl AgentLoop {
         if estimate < threshold || !self.context.breaker.allows(self.guard.turns()) {
             return false;
         }
-        self.begin_compaction(Trigger::Auto, estimate, out)
+        let sizes = self.sizes(self.summary_cut());
+        let relief = if relieved {
+            OffloadPlan::default() // tried for this call: what is left stays
+        } else {
+            let needed = relief_needed(sizes.request, estimate, threshold);
+            self.context
+                .ledger
+                .relief(self.transcript.messages(), needed)
+        };
+        match choose(sizes, estimate, threshold, !relief.is_empty()) {
+            Step::Offload => {
+                self.context.relieved = true;
+                self.phase = Phase::Offloading;
+                out.push(Effect::Offload(relief));
+                true
+            }
+            Step::Summarise => self.begin_compaction(Trigger::Auto, estimate, out),
+            Step::Skip(why) => {
+                self.summary_skipped(Trigger::Auto, estimate, why, false, out);
+                true
+            }
+        }
+    }
+
+    /// Where a summary would cut the history now (`None`: nothing precedes
+    /// the tail it keeps).
+    pub(super) fn summary_cut(&self) -> Option<usize> {
+        let budgets = budgets(self.summary_threshold());
+        tail_start(self.transcript.messages(), budgets.tail_tokens).filter(|cut| *cut > 0)
+    }
+
+    /// What the history offers a summary cut at `cut`, in characters as
+    /// the next request carries them.
+    pub(super) fn sizes(&self, cut: Option<usize>) -> Sizes {
+        let request = self.next_request_chars();
+        let Some(cut) = cut.filter(|cut| *cut > 0) else {
+            return Sizes {
+                request,
+                older: 0,
+                replacement: 0,
+            };
+        };
+        let messages = self.transcript.messages();
+        let ledger = &self.context.ledger;
+        Sizes {
+            request,
+            older: ledger.sent_chars(&messages[..cut]),
+            replacement: ledger.sent_chars(&self.summary_messages("", cut)),
+        }
+    }
+
+    /// What replaces `messages[..cut]`: the summary and the recovery
+    /// attachment (the files read last whose reading is not in the kept
+    /// tail, the tools on offer) as one user message.
+    fn summary_messages(&self, summary: &str, cut: usize) -> Vec<Message> {
+        let tools = self.catalogue.offered(self.permissions.mode());
+        let files: Vec<FileSnapshot> = self.context.recent_files.iter().cloned().collect();
+        let files = files_outside(&files, &self.transcript.messages()[cut..]);
+        let budgets = budgets(self.summary_threshold());
+        let attachment = recovery_attachment(&files, tools, budgets.file_tokens);
+        compacted(summary, &attachment, &[])
     }
 
     /// Work ahead, as a model call starts: from 70% of the threshold (below
@@ -309,11 +395,15 @@ impl AgentLoop {
         if !should_prepare(estimate, threshold) {
             return;
         }
-        let messages = self.transcript.messages();
-        let Some(cut) = tail_start(messages, budgets(threshold).tail_tokens).filter(|cut| *cut > 0)
-        else {
+        // Nothing is prepared that could not shrink the history by the
+        // margin (a cut holding only the task, say).
+        let Some(cut) = self.summary_cut() else {
             return;
         };
+        if !self.sizes(Some(cut)).worth_summarising() {
+            return;
+        }
+        let messages = self.transcript.messages();
         let key = prefix_key(messages, cut);
         let request = ChatRequest {
             system: self.system.clone(),
@@ -502,7 +592,8 @@ impl AgentLoop {
     }
 
     /// Starts a summary of the older history. False (and nothing started)
-    /// when the history is too short to cut.
+    /// when the history is too short to cut, or when what precedes the cut
+    /// is too little for its summary to shrink the history by the margin.
     fn start_summary(
         &mut self,
         trigger: Trigger,
@@ -510,11 +601,13 @@ impl AgentLoop {
         too_long: u32,
         out: &mut Vec<Effect>,
     ) -> bool {
-        let messages = self.transcript.messages();
-        let budgets = budgets(self.summary_threshold());
-        let Some(cut) = tail_start(messages, budgets.tail_tokens).filter(|cut| *cut > 0) else {
+        let Some(cut) = self.summary_cut() else {
             return false;
         };
+        if !self.sizes(Some(cut)).worth_summarising() {
+            return false;
+        }
+        let messages = self.transcript.messages();
         let older = &messages[..cut];
         let groups = crate::compact::summary::user_turn_starts(older).len();
         let part = without_oldest_groups(older, groups_to_drop(too_long, groups));
@@ -611,14 +704,39 @@ impl AgentLoop {
     /// The one place a compaction that worked ends: the summary and the
     /// recovery attachment replace `messages[..cut]`, the estimate is reset,
     /// the marker is stored; then the turn goes on (or, for a manual
-    /// compaction, the loop finishes).
+    /// compaction, the loop finishes). A summary that would not shrink the
+    /// next request by the margin is discarded instead: the compaction is
+    /// skipped.
     fn apply_summary(&mut self, summarising: Summarising, summary: &str, out: &mut Vec<Effect>) {
-        let tools = self.catalogue.offered(self.permissions.mode()).to_vec();
-        let files: Vec<FileSnapshot> = self.context.recent_files.iter().cloned().collect();
-        let files = files_outside(&files, &self.transcript.messages()[summarising.cut..]);
-        let budgets = budgets(self.summary_threshold());
-        let attachment = recovery_attachment(&files, &tools, budgets.file_tokens);
-        let summary_messages = compacted(summary, &attachment, &[]);
+        let summary_messages = self.summary_messages(summary, summarising.cut);
+        let before_chars = self.next_request_chars();
+        let after_chars = {
+            let ledger = &self.context.ledger;
+            let kept = &self.transcript.messages()[summarising.cut..];
+            let tools = self.catalogue.offered(self.permissions.mode());
+            request_chars(
+                self.system_chars(),
+                tools,
+                ledger.sent_chars(&summary_messages) + ledger.sent_chars(kept),
+            )
+        };
+        if !crate::compact::shrink::shrank_enough(before_chars, after_chars) {
+            note(out, summarising.span, SpanNote::Error("no_shrink"));
+            close(out, summarising.span);
+            tracing::debug!(
+                before_chars,
+                after_chars,
+                "a summary that would not shrink the history is discarded"
+            );
+            self.summary_skipped(
+                summarising.trigger,
+                summarising.before_tokens,
+                SUMMARY_DID_NOT_SHRINK,
+                true,
+                out,
+            );
+            return;
+        }
         self.context.estimate = TokenEstimate::reset();
         let marker: CompactionMarker = self.transcript.compact(
             summary_messages,
@@ -699,13 +817,52 @@ impl AgentLoop {
         out: &mut Vec<Effect>,
     ) {
         self.announce_compaction("failed", trigger, before_tokens, 0, out);
+        self.no_summary("failed", trigger, before_tokens, why, out);
+    }
+
+    /// The one place a compaction that would not shrink the history ends:
+    /// no summary is applied (none was asked for, or its answer left the
+    /// history too large), the `compaction` event says `skipped`, and it
+    /// goes on as after a failure — counted by the breaker when automatic.
+    /// `started`: its start was announced (the PostCompact hooks then run).
+    fn summary_skipped(
+        &mut self,
+        trigger: Trigger,
+        before_tokens: u64,
+        why: &str,
+        started: bool,
+        out: &mut Vec<Effect>,
+    ) {
+        if started {
+            self.announce_compaction("skipped", trigger, before_tokens, 0, out);
+        } else {
+            out.push(Effect::Emit(EventKind::Compaction {
+                phase: "skipped".into(),
+                trigger: trigger.as_str().into(),
+                before_tokens,
+                after_tokens: 0,
+            }));
+        }
+        self.no_summary("skipped", trigger, before_tokens, why, out);
+    }
+
+    /// After a compaction that applied nothing (`phase`: `failed` or
+    /// `skipped`), by trigger.
+    fn no_summary(
+        &mut self,
+        phase: &str,
+        trigger: Trigger,
+        before_tokens: u64,
+        why: &str,
+        out: &mut Vec<Effect>,
+    ) {
         match trigger {
             Trigger::Auto | Trigger::Resume => {
                 if trigger == Trigger::Auto {
                     self.context.breaker.failed(self.guard.turns());
                 }
                 out.push(Effect::Emit(EventKind::notice(format!(
-                    "context compaction failed ({why}); going on with the full history"
+                    "context compaction {phase} ({why}); going on with the full history"
                 ))));
                 self.context.skip_summary = true;
                 self.context.offloaded = true;
@@ -734,15 +891,31 @@ impl AgentLoop {
     /// The provider refused the prompt as too long: compact once (whatever
     /// the breaker says, with a summary made now: the provider counted more
     /// than the estimate, and one prepared ahead keeps a longer tail) and try
-    /// again; the second refusal ends the turn. True when an emergency
-    /// compaction started.
+    /// again; the second refusal ends the turn. When no summary is worth
+    /// making (the history is one huge recent batch, say), every result over
+    /// the pressure floor is offloaded instead (the provider's count, not the
+    /// estimate, said it is too long). True when an emergency compaction (or
+    /// the offloading) started.
     pub(super) fn emergency(&mut self, out: &mut Vec<Effect>) -> bool {
         if self.context.window == 0 || self.context.emergency_used {
             return false;
         }
         self.context.emergency_used = true;
         let before = self.estimated_tokens();
-        self.begin_compaction(Trigger::Emergency, before, out)
+        if self.begin_compaction(Trigger::Emergency, before, out) {
+            return true;
+        }
+        let relief = self
+            .context
+            .ledger
+            .relief(self.transcript.messages(), u64::MAX);
+        if relief.is_empty() {
+            return false;
+        }
+        self.context.relieved = true;
+        self.phase = Phase::Offloading;
+        out.push(Effect::Offload(relief));
+        true
     }
 
     /// A new turn of the model may use the emergency path again.

@@ -249,7 +249,7 @@ impl AgentLoop {
     }
 
     /// Asks for the PreCompact hooks (`phase` `started`) or the PostCompact
-    /// hooks (`finished`, `failed`) of a compaction. They only report: the
+    /// hooks (`finished`, `failed`, `skipped`) of a compaction. They only report: the
     /// compaction does not wait for them.
     pub(super) fn compaction_hooks(
         &self,
@@ -272,7 +272,13 @@ impl AgentLoop {
         payload.tokens_before = Some(before_tokens);
         if event == HookEvent::PostCompact {
             payload.tokens_after = Some(after_tokens);
-            payload.message = (phase == "failed").then(|| "the compaction failed".to_owned());
+            payload.message = match phase {
+                "failed" => Some("the compaction failed".to_owned()),
+                "skipped" => {
+                    Some("the compaction was skipped: it would not shrink the history".to_owned())
+                }
+                _ => None,
+            };
         }
         self.request_hooks(
             HookCall::Report,

@@ -127,6 +127,8 @@ struct Options {
     catalogue_source: Option<Arc<dyn crate::CatalogueSource>>,
     /// Content goes on spans.
     capture: bool,
+    /// The stable part of the system prompt.
+    stable: String,
 }
 
 impl Default for Options {
@@ -148,6 +150,7 @@ impl Default for Options {
             hooks: Vec::new(),
             catalogue_source: None,
             capture: false,
+            stable: "stable".into(),
         }
     }
 }
@@ -199,7 +202,7 @@ fn fixture(options: Options) -> Fixture {
         session_id: "session".into(),
         task: options.task,
         system: SystemPrompt {
-            stable: "stable".into(),
+            stable: options.stable,
             environment: "env".into(),
         },
         catalogue: Arc::new(catalogue),
@@ -1814,10 +1817,16 @@ fn compaction_events(effects: &[Effect]) -> Vec<String> {
         .collect()
 }
 
+/// Working ahead, after an earlier message of ~4,000 tokens (what a summary
+/// prepared ahead covers, with the task).
 fn working_ahead(window: u64) -> Fixture {
     fixture(Options {
         window,
         work_ahead: true,
+        history: vec![Message::user_text(format!(
+            "context: {}",
+            "x".repeat(14_000)
+        ))],
         ..Options::default()
     })
     .started()
@@ -1825,7 +1834,8 @@ fn working_ahead(window: u64) -> Fixture {
 
 /// Window 40,000 (threshold 7,000, work ahead from 4,900): three reads of
 /// ~4,000 tokens, the third answered with 1,000 tokens of usage, bring the
-/// estimate to ~5,000: the summary is asked for beside the next model call.
+/// estimate to ~5,000: the summary of the earlier message and the task (the
+/// tail keeps the three reads) is asked for beside the next model call.
 /// Returns the epoch of the preparation.
 fn prepare_ahead(f: &mut Fixture) -> u64 {
     for path in ["a.rs", "b.rs"] {
@@ -2194,6 +2204,384 @@ fn the_estimate_is_reset_after_every_kind_of_compaction() {
     f.step(summary_answer(epoch, "emergency"));
     assert_eq!(f.machine.context.estimate(), TokenEstimate::reset());
     // Manual and resume are checked in their own tests above.
+}
+
+// ---- compactions that must shrink the history ----
+
+impl Fixture {
+    /// The current model call answers with one `read_file` call per path;
+    /// its usage is what the provider would count for the request just sent
+    /// (the estimate of it), so that estimates before and after a
+    /// compaction compare.
+    fn respond_reads(&mut self, paths: &[&str]) -> Vec<String> {
+        let epoch = self.epoch();
+        let input = self.machine.estimated_tokens();
+        for (i, path) in paths.iter().enumerate() {
+            let event = StreamEvent::ToolCall(ToolCall {
+                id: format!("c{epoch}-{i}"),
+                name: "read_file".into(),
+                input: json!({ "path": path }).to_string(),
+            });
+            assert!(self.on(Input::Model { epoch, event }).is_empty());
+        }
+        self.on(Input::Model {
+            epoch,
+            event: StreamEvent::Usage(Usage {
+                input,
+                output: 10,
+                cache_read: 0,
+                cache_write: 0,
+            }),
+        });
+        self.step(Input::ModelEnded { epoch })
+    }
+
+    /// One turn of the model reading `paths` at once, each answered with
+    /// `size` characters; returns the effects after the results were saved.
+    fn read_batch(&mut self, paths: &[&str], size: usize) -> Vec<String> {
+        assert_eq!(self.respond_reads(paths), s(&["emit:usage", "save"]));
+        let started = self.step(Input::Saved(Ok(())));
+        assert_eq!(
+            started.iter().filter(|e| e.starts_with("tool:")).count(),
+            paths.len(),
+            "{started:?}"
+        );
+        let mut last = Vec::new();
+        for index in 0..paths.len() {
+            last = self.done(index, &format!("{index}{}", "r".repeat(size - 1)));
+        }
+        assert_eq!(last.last().map(String::as_str), Some("save"), "{last:?}");
+        self.step(Input::Saved(Ok(())))
+    }
+
+    /// Call ids of the results an offload effect among `effects` spills.
+    fn spill_ids(effects: &[Effect]) -> Vec<String> {
+        effects
+            .iter()
+            .find_map(|effect| match effect {
+                Effect::Offload(plan) => {
+                    Some(plan.spill.iter().map(|o| o.call_id.clone()).collect())
+                }
+                _ => None,
+            })
+            .expect("an offload")
+    }
+
+    /// Every result of `ids` written to a spill file.
+    fn spilled(ids: &[String]) -> Input {
+        Input::Offloaded {
+            spilled: ids
+                .iter()
+                .map(|id| (id.clone(), format!("/spill/result-{id}")))
+                .collect(),
+        }
+    }
+}
+
+/// The five files of one large batch.
+const BATCH: [&str; 5] = ["a.rs", "b.rs", "c.rs", "d.rs", "e.rs"];
+
+/// The scenario of a defect: in a 120,000-token window (threshold 87,000),
+/// the task, two small reads, then five ~50 KB reads in one response. The
+/// history before the cut is only the task: a summary of it (with its
+/// recovery attachment) grew the history and was reported `finished`. Now
+/// no summary is asked for: the recent batch is offloaded, and the next
+/// request is well under the peak.
+#[test]
+fn five_large_reads_in_one_response_are_offloaded_not_summarised_into_a_larger_history() {
+    let mut f = fixture(Options {
+        window: 120_000,
+        // A system prompt of ~28,600 tokens, as a real one with its rules.
+        stable: "s".repeat(100_000),
+        ..Options::default()
+    })
+    .started();
+    for path in ["Cargo.toml", "README.md"] {
+        assert_eq!(f.read_batch(&[path], 2_000), s(&["offload:0:1"]));
+        let effects = f.step(Input::Offloaded { spilled: vec![] });
+        assert_eq!(effects[0], "emit:iteration", "{effects:?}");
+    }
+    // 250,000 bytes in one message: the usual rule spills the largest.
+    assert_eq!(f.read_batch(&BATCH, 50_000), s(&["offload:1:4"]));
+    let first = f
+        .history()
+        .last()
+        .unwrap()
+        .tool_results_iter()
+        .next()
+        .unwrap()
+        .call_id
+        .clone();
+    let effects = f.on(Fixture::spilled(std::slice::from_ref(&first)));
+    let peak = f.machine.estimated_tokens();
+    assert!(peak >= 87_000, "over the threshold: {peak}");
+    assert_eq!(
+        f.machine.summary_cut(),
+        Some(1),
+        "a summary would cover the task alone"
+    );
+    // Not a summary: the four results still whole go to spill files.
+    assert_eq!(show(&effects), s(&["offload:4:0"]));
+    let ids = Fixture::spill_ids(&effects);
+    assert_eq!(ids.len(), 4);
+    assert!(!ids.contains(&first));
+    let history = f.history().to_vec();
+    let effects = f.on(Fixture::spilled(&ids));
+    let epoch = f.epoch();
+    assert_eq!(
+        show(&effects),
+        s(&["emit:notice", "emit:iteration", &format!("model:{epoch}")])
+    );
+    assert_eq!(f.history(), &history[..], "no summary applied");
+    let after = f.machine.estimated_tokens();
+    assert!(
+        after * 100 < peak * 60,
+        "the next request, {after} tokens, is under 60% of the peak, {peak}"
+    );
+    // The request carries the previews, the stored history the results.
+    let request = Fixture::request_of(&effects).unwrap();
+    let sent: usize = request.messages.iter().map(Message::char_len).sum();
+    let stored: usize = history.iter().map(Message::char_len).sum();
+    assert!(sent * 10 < stored, "{sent} of {stored} characters sent");
+    let previews = request.messages.last().unwrap();
+    assert!(
+        previews
+            .tool_results_iter()
+            .all(|r| r.joined_text().starts_with("[content offloaded]"))
+    );
+    // Later turns keep it small: the next request grows by its new result.
+    assert_eq!(f.read_batch(&["f.rs"], 1_000), s(&["offload:0:1"]));
+    let effects = f.on(Input::Offloaded { spilled: vec![] });
+    assert_eq!(show(&effects)[0], "emit:iteration");
+    assert!(f.machine.estimated_tokens() * 100 < peak * 60);
+}
+
+/// A history that is one huge recent batch after the task: nothing precedes
+/// the tail. Its large results are offloaded; when no spill works either,
+/// the compaction is skipped — no summary request — and counted by the
+/// breaker.
+#[test]
+fn one_huge_recent_batch_is_offloaded_and_skipped_when_no_spill_works() {
+    let huge = || {
+        let mut f = fixture(Options {
+            window: 120_000,
+            stable: "s".repeat(100_000),
+            ..Options::default()
+        })
+        .started();
+        assert_eq!(f.read_batch(&BATCH, 50_000), s(&["offload:1:4"]));
+        f
+    };
+    let mut f = huge();
+    let effects = f.on(Input::Offloaded { spilled: vec![] });
+    assert_eq!(f.machine.summary_cut(), None);
+    let ids = Fixture::spill_ids(&effects);
+    assert_eq!(ids.len(), 5, "the usual rule's failed spill is tried again");
+    let effects = f.on(Fixture::spilled(&ids));
+    assert_eq!(show(&effects)[..2], s(&["emit:notice", "emit:iteration"]));
+    assert!(f.machine.estimated_tokens() < 87_000 / 2);
+
+    let mut f = huge();
+    assert_eq!(
+        show(&f.on(Input::Offloaded { spilled: vec![] })),
+        s(&["offload:5:0"])
+    );
+    let effects = f.on(Input::Offloaded { spilled: vec![] });
+    let epoch = f.epoch();
+    assert_eq!(
+        show(&effects),
+        s(&[
+            "emit:compaction",
+            "emit:notice",
+            "emit:iteration",
+            &format!("model:{epoch}")
+        ]),
+        "no summary request"
+    );
+    assert_eq!(compaction_events(&effects), s(&["skipped:auto"]));
+    let notice = effects.iter().find_map(|effect| match effect {
+        Effect::Emit(EventKind::Notice { text, .. }) => Some(text.clone()),
+        _ => None,
+    });
+    assert!(
+        notice
+            .unwrap()
+            .contains("nothing precedes the recent messages"),
+        "the reason is said"
+    );
+    // Three skips in a row open the breaker, as three failures do.
+    for turn in 0..2 {
+        // The usual rule's spill is tried again with the new result's decision.
+        assert_eq!(f.read_batch(&["f.rs"], 100), s(&["offload:1:1"]));
+        let effects = f.on(Input::Offloaded { spilled: vec![] });
+        assert_eq!(show(&effects), s(&["offload:5:0"]), "turn {turn}");
+        let effects = f.on(Input::Offloaded { spilled: vec![] });
+        assert_eq!(compaction_events(&effects), s(&["skipped:auto"]));
+    }
+    assert!(f.machine.context.breaker_is_open());
+    assert!(
+        f.history()[0].text() == "do the task",
+        "the history is as it was"
+    );
+}
+
+/// Older history worth summarising, then a batch that alone is over the
+/// threshold: its results are offloaded first (layer 1), then, the estimate
+/// still at the threshold, the older history is summarised (layer 2).
+#[test]
+fn a_tail_that_alone_exceeds_the_threshold_is_offloaded_before_the_summary() {
+    // Window 60,000: threshold 27,000. ~24,000 tokens of older history.
+    let mut f = fixture(Options {
+        window: 60_000,
+        history: long_history(2, 42_000),
+        ..Options::default()
+    })
+    .started();
+    // Five results of 20,000 bytes: kept by the usual rule; ~28,600 tokens,
+    // over the threshold alone.
+    assert_eq!(f.read_batch(&BATCH, 20_000), s(&["offload:0:5"]));
+    let effects = f.on(Input::Offloaded { spilled: vec![] });
+    let before = f.machine.estimated_tokens();
+    assert!(before >= 27_000, "{before}");
+    assert_eq!(f.machine.summary_cut(), Some(2));
+    assert_eq!(show(&effects), s(&["offload:5:0"]), "layer 1 first");
+    let ids = Fixture::spill_ids(&effects);
+    let effects = f.on(Fixture::spilled(&ids));
+    let relieved = f.machine.estimated_tokens();
+    assert!(relieved < before && relieved >= 27_000, "{relieved}");
+    let epoch = Fixture::summarise_epoch(&effects);
+    assert_eq!(
+        show(&effects),
+        s(&[
+            "emit:notice",
+            "emit:compaction",
+            &format!("summarise:{epoch}")
+        ]),
+        "then layer 2"
+    );
+    let request = Fixture::request_of(&effects).unwrap();
+    assert!(request.messages[0].text().starts_with("request 0"));
+    let effects = f.on(summary_answer(epoch, "Two requests."));
+    assert_eq!(compaction_events(&effects), s(&["finished:auto"]));
+    let after = match effects.iter().find_map(|effect| match effect {
+        Effect::Emit(EventKind::Compaction { after_tokens, .. }) => Some(*after_tokens),
+        _ => None,
+    }) {
+        Some(after) => after,
+        None => panic!("a finished event"),
+    };
+    assert!(after < 27_000 && after * 100 < before * 60, "{after}");
+    assert!(!f.machine.context.breaker_is_open());
+    validate_history(f.history()).unwrap();
+}
+
+/// The answer to a summary request that would leave the history larger is
+/// discarded: the compaction is skipped, counted by the breaker, and the
+/// turn goes on with the history as it was.
+#[test]
+fn a_summary_that_would_grow_the_history_is_discarded_and_skipped() {
+    let mut f = windowed(40_000);
+    for path in ["a.rs", "b.rs", "c.rs"] {
+        f.read_turn(path, 14_000, 100);
+        f.step(Input::Offloaded { spilled: vec![] });
+    }
+    f.read_turn("d.rs", 14_000, 6_000);
+    let effects = f.on(Input::Offloaded { spilled: vec![] });
+    let epoch = Fixture::summarise_epoch(&effects);
+    let history = f.history().to_vec();
+    // A summary longer than what it replaces.
+    let effects = f.on(summary_answer(epoch, &"long ".repeat(4_000)));
+    assert_eq!(
+        show(&effects),
+        s(&[
+            "emit:compaction",
+            "emit:notice",
+            "emit:iteration",
+            &format!("model:{}", epoch + 1)
+        ]),
+        "no marker"
+    );
+    assert_eq!(compaction_events(&effects), s(&["skipped:auto"]));
+    assert_eq!(f.history(), &history[..]);
+    let request = Fixture::request_of(&effects).unwrap();
+    assert_eq!(request.messages[0].text(), "do the task");
+    let closed = f
+        .spans
+        .notes
+        .iter()
+        .any(|(_, note)| matches!(note, SpanNote::Error("no_shrink")));
+    assert!(closed, "the compaction span says why");
+}
+
+/// The provider refuses a request that is one huge recent batch (the
+/// estimate was under the threshold): no summary is worth making, so the
+/// batch is offloaded and the call made again.
+#[test]
+fn a_refused_request_that_is_one_huge_batch_is_offloaded_and_tried_again() {
+    let mut f = fixture(Options {
+        window: 200_000,
+        stable: "s".repeat(100_000),
+        ..Options::default()
+    })
+    .started();
+    assert_eq!(f.read_batch(&BATCH, 50_000), s(&["offload:1:4"]));
+    let first = f
+        .history()
+        .last()
+        .unwrap()
+        .tool_results_iter()
+        .next()
+        .unwrap()
+        .call_id
+        .clone();
+    let effects = f.step(Fixture::spilled(std::slice::from_ref(&first)));
+    let epoch = f.epoch();
+    assert_eq!(effects, s(&["emit:iteration", &format!("model:{epoch}")]));
+    let before = f.machine.estimated_tokens();
+    let effects = f.on(Input::ModelFailed {
+        epoch,
+        error: troupe_llm::ProviderError::new(
+            "p",
+            troupe_protocol::model::ProviderErrorKind::PromptTooLong,
+            "prompt is too long",
+        ),
+    });
+    assert_eq!(show(&effects), s(&["offload:4:0"]));
+    let ids = Fixture::spill_ids(&effects);
+    let effects = f.step(Fixture::spilled(&ids));
+    assert_eq!(
+        effects,
+        s(&[
+            "emit:notice",
+            "emit:iteration",
+            &format!("model:{}", epoch + 1)
+        ])
+    );
+    assert!(f.machine.estimated_tokens() * 100 < before * 60);
+    validate_history(f.history()).unwrap();
+}
+
+/// Work ahead does not prepare a summary whose cut holds nothing worth
+/// summarising (here: the task alone before three reads).
+#[test]
+fn work_ahead_prepares_no_summary_of_the_task_alone() {
+    let mut f = fixture(Options {
+        window: 40_000,
+        work_ahead: true,
+        ..Options::default()
+    })
+    .started();
+    for (path, input) in [("a.rs", 100), ("b.rs", 100), ("c.rs", 1_000)] {
+        assert_eq!(f.read_turn(path, 14_000, input), s(&["offload:0:1"]));
+        let effects = f.step(Input::Offloaded { spilled: vec![] });
+        assert_eq!(effects.len(), 2, "{effects:?}");
+    }
+    assert!(
+        f.machine.estimated_tokens() >= 4_900,
+        "in the work-ahead band"
+    );
+    assert_eq!(f.machine.summary_cut(), Some(1));
+    assert_eq!(f.machine.context.prepared(), None);
 }
 
 // ---- hooks ----
