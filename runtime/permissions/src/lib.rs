@@ -13,7 +13,7 @@
 //! contact with the file system is path resolution through the sandbox. Its
 //! parts: `rules` (rule syntax and matching), `engine` (the decision order),
 //! `advice` (what a user could change when a call cannot run). Reading a
-//! command line — the lenient and the strict parser, the read-only
+//! command line — the one tree-sitter-bash reading, the read-only
 //! classification, the hard blocks, `git config` changes — is `troupe-shell`'s;
 //! the places no tool writes are `troupe-paths`'. It must not touch the tool
 //! implementations, the configuration loader or the providers.
