@@ -178,6 +178,7 @@ impl AgentEnv {
             account: seat.account,
             approver: seat.approver,
             provider_name: seat.provider.name().to_string(),
+            provider_system: seat.provider.system().to_string(),
             model: seat.provider.model().to_string(),
             price: self.price,
             capture: self.capture,

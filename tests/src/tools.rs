@@ -244,6 +244,9 @@ impl troupe_llm::Provider for PanickingProvider {
     fn name(&self) -> &str {
         "panicking"
     }
+    fn system(&self) -> &'static str {
+        "anthropic"
+    }
     fn model(&self) -> &str {
         PANIC_MODEL
     }

@@ -9,6 +9,7 @@ mod crash;
 mod crash_tree;
 mod daemon;
 mod disk_full;
+mod doc_claims;
 mod hooks;
 mod invocation;
 mod mcp;

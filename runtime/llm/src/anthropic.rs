@@ -915,6 +915,10 @@ impl Provider for AnthropicProvider {
         self.0.name()
     }
 
+    fn system(&self) -> &'static str {
+        "anthropic"
+    }
+
     fn model(&self) -> &str {
         self.0.model()
     }

@@ -89,6 +89,9 @@ pub type EventStream = BoxStream<'static, Result<StreamEvent, ProviderError>>;
 pub trait Provider: Send + Sync {
     /// The configured provider name (e.g. `claude`).
     fn name(&self) -> &str;
+    /// The provider system as the GenAI conventions name it (`anthropic`,
+    /// `openai`): the protocol it speaks.
+    fn system(&self) -> &'static str;
     /// The model id sent to the provider.
     fn model(&self) -> &str;
     /// Starts one streaming model call. The request body is built before this

@@ -746,6 +746,10 @@ impl Provider for OpenAiProvider {
         self.0.name()
     }
 
+    fn system(&self) -> &'static str {
+        "openai"
+    }
+
     fn model(&self) -> &str {
         self.0.model()
     }

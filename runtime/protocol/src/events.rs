@@ -250,6 +250,27 @@ pub enum EventKind {
     },
 }
 
+/// The `type` of every event kind, as [`EventKind::type_name`] gives it.
+pub const EVENT_TYPES: [&str; 17] = [
+    "run_started",
+    "iteration",
+    "text_delta",
+    "thinking_delta",
+    "tool_started",
+    "tool_finished",
+    "approval_requested",
+    "approval_resolved",
+    "usage",
+    "compaction",
+    "subagent_started",
+    "subagent_finished",
+    "user_message",
+    "notice",
+    "hook",
+    "error",
+    "run_finished",
+];
+
 impl EventKind {
     /// A plain notice (no code).
     pub fn notice(text: impl Into<String>) -> Self {
@@ -336,6 +357,21 @@ pub fn preview(text: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_event_type_is_listed_once() {
+        let mut names = EVENT_TYPES.to_vec();
+        names.sort_unstable();
+        names.dedup();
+        assert_eq!(names.len(), EVENT_TYPES.len());
+        for kind in [
+            EventKind::notice("n".to_string()),
+            EventKind::Iteration { n: 1 },
+            EventKind::TextDelta { text: "t".into() },
+        ] {
+            assert!(EVENT_TYPES.contains(&kind.type_name()));
+        }
+    }
 
     #[test]
     fn serialises_flat_with_type() {

@@ -75,6 +75,9 @@ pub(crate) const TOOL_CALL_RESULT: &str = "gen_ai.tool.call.result";
 pub(crate) const RUN_ID: &str = super::RUN_ID_ATTRIBUTE;
 /// `troupe.run.status`: how an agent run ended (`finished`, `stopped`, …).
 pub(crate) const RUN_STATUS: &str = "troupe.run.status";
+/// `troupe.provider.entry`: the name of the provider entry in the user's
+/// configuration (`gen_ai.provider.name` is the provider system).
+pub(crate) const PROVIDER_ENTRY: &str = "troupe.provider.entry";
 /// `troupe.approval.outcome`: `allow`, `allow_always`, `deny`, `cancel`.
 pub(crate) const APPROVAL_OUTCOME: &str = "troupe.approval.outcome";
 /// `troupe.permission.decision` (attribute of the [`PERMISSION_EVENT`] span event).
@@ -249,7 +252,10 @@ pub fn record_run_end(span: &Span, status: RunStatus) {
     }
 }
 
-/// `chat {model}`: one model call (span kind client).
+/// `chat {model}`: one model call (span kind client). `provider` is the
+/// provider system as the conventions name it (`anthropic`, `openai`); the
+/// configuration entry's own name goes in `troupe.provider.entry`
+/// ([`record_provider_entry`]).
 pub fn chat_span(parent: &Span, provider: &str, model: &str, conversation_id: &str) -> Span {
     tracing::info_span!(
         target: TRACE_TARGET,
@@ -267,8 +273,15 @@ pub fn chat_span(parent: &Span, provider: &str, model: &str, conversation_id: &s
         gen_ai.usage.output_tokens = Empty,
         gen_ai.usage.cache_read.input_tokens = Empty,
         gen_ai.usage.cache_creation.input_tokens = Empty,
+        troupe.provider.entry = Empty,
         error.type = Empty,
     )
+}
+
+/// Records on a `chat` span the name of the provider entry in the user's
+/// configuration (`claude`, `work-openai`).
+pub fn record_provider_entry(span: &Span, entry: &str) {
+    span.record(PROVIDER_ENTRY, entry);
 }
 
 /// Records the token usage of a response on its `chat` span.

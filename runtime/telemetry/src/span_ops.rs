@@ -38,10 +38,12 @@ pub enum SpanKind {
         /// The session id.
         conversation_id: String,
     },
-    /// `chat {model}` ([`genai::chat_span`]).
+    /// `chat {model}` ([`genai::chat_span`], [`genai::record_provider_entry`]).
     Chat {
-        /// The provider's name.
+        /// The provider system (`anthropic`, `openai`).
         provider: String,
+        /// The provider entry's name in the configuration.
+        entry: String,
         /// The model asked for.
         model: String,
         /// The session id.
@@ -212,9 +214,14 @@ fn open(parent: &Span, kind: &SpanKind) -> Span {
         } => genai::agent_span(parent, run_id, agent, conversation_id),
         SpanKind::Chat {
             provider,
+            entry,
             model,
             conversation_id,
-        } => genai::chat_span(parent, provider, model, conversation_id),
+        } => {
+            let span = genai::chat_span(parent, provider, model, conversation_id);
+            genai::record_provider_entry(&span, entry);
+            span
+        }
         SpanKind::Tool { tool, call_id } => genai::tool_span(parent, tool, call_id),
         SpanKind::Approval {
             tool,

@@ -554,6 +554,9 @@ impl troupe_llm::Provider for PanicsOnSummary {
     fn name(&self) -> &str {
         self.0.name()
     }
+    fn system(&self) -> &'static str {
+        self.0.system()
+    }
     fn model(&self) -> &str {
         self.0.model()
     }

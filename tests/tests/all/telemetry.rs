@@ -94,7 +94,10 @@ async fn a_run_is_one_trace_with_a_span_for_every_step() {
         assert_eq!(chat.parent_span_id, root.span_context.span_id());
         let attrs = attributes(chat);
         assert_eq!(attrs["gen_ai.operation.name"], "chat");
-        assert_eq!(attrs["gen_ai.provider.name"], "scripted");
+        // The provider system, as the conventions name it; the entry's own
+        // name beside it.
+        assert_eq!(attrs["gen_ai.provider.name"], "anthropic");
+        assert_eq!(attrs["troupe.provider.entry"], "scripted");
         assert_eq!(attrs["gen_ai.request.model"], "scripted-model");
         assert_eq!(attrs["gen_ai.response.model"], "scripted-model");
         // The id the server gave the response (`message_start.message.id`).

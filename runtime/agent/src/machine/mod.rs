@@ -86,8 +86,10 @@ pub struct LoopSetup {
     pub account: Arc<dyn RunLedger>,
     /// Who answers approvals.
     pub approver: Approver,
-    /// Provider name, for spans.
+    /// Provider entry's name, for spans.
     pub provider_name: String,
+    /// Provider system (`anthropic`, `openai`), for spans.
+    pub provider_system: String,
     /// Model id, for spans.
     pub model: String,
     /// Prices for the cost budget, when known.
@@ -519,6 +521,7 @@ pub struct AgentLoop {
     account: Arc<dyn RunLedger>,
     approver: Approver,
     provider_name: String,
+    provider_system: String,
     model: String,
     price: Option<Price>,
     capture: ContentCapture,
@@ -577,6 +580,7 @@ impl AgentLoop {
             account: setup.account,
             approver: setup.approver,
             provider_name: setup.provider_name,
+            provider_system: setup.provider_system,
             model: setup.model,
             price: setup.price,
             capture: setup.capture,

@@ -212,6 +212,7 @@ fn fixture(options: Options) -> Fixture {
         account: account.clone(),
         approver: options.approver,
         provider_name: "p".into(),
+        provider_system: "anthropic".into(),
         model: "m".into(),
         price: None,
         capture: ContentCapture::new(options.capture),

@@ -71,7 +71,8 @@ impl AgentLoop {
         let span = self.open_span(
             None,
             SpanKind::Chat {
-                provider: self.provider_name.clone(),
+                provider: self.provider_system.clone(),
+                entry: self.provider_name.clone(),
                 model: self.model.clone(),
                 conversation_id: self.session_id.clone(),
             },

@@ -423,6 +423,7 @@ fn telemetry_a_span_table_carries_out_a_machines_operations_as_the_helpers_would
             Some(0),
             Kind::Chat {
                 provider: "anthropic".into(),
+                entry: "claude".into(),
                 model: MODEL.into(),
                 conversation_id: CONVERSATION.into(),
             },
@@ -484,6 +485,8 @@ fn telemetry_a_span_table_carries_out_a_machines_operations_as_the_helpers_would
         attributes(chat)["gen_ai.usage.input_tokens"],
         Value::I64(10)
     );
+    assert_eq!(attributes(chat)["gen_ai.provider.name"], s("anthropic"));
+    assert_eq!(attributes(chat)["troupe.provider.entry"], s("claude"));
     assert_eq!(attributes(tool)["error.type"], s("denied"));
     assert_eq!(attributes(wait)["troupe.approval.outcome"], s("deny"));
     assert_eq!(attributes(agent)["troupe.run.status"], s("finished"));
