@@ -378,7 +378,9 @@ impl<W> Endpoint<W> {
     }
 }
 
-/// A failed attempt: the error and the server's `x-should-retry` hint.
+/// A failed attempt: the error and whether it may be retried when the
+/// answer says so (the server's `x-should-retry`; `Some(false)` also for a
+/// connection a fixed address refused).
 struct Failure {
     error: ProviderError,
     server_hint: Option<bool>,
@@ -463,12 +465,26 @@ async fn attempt<W: Wire>(
     let mut response = match tokio::time::timeout(endpoint.idle_timeout, send).await {
         Err(_) => return Err(endpoint.idle_error("the response headers").into()),
         Ok(Err(err)) => {
-            return Err(ProviderError::new(
+            let error = ProviderError::new(
                 &endpoint.provider,
                 ProviderErrorKind::Connection,
                 format!("request to {} failed: {}", endpoint.url, error_chain(&err)),
-            )
-            .into());
+            );
+            // A loopback or literal address that refuses the connection has
+            // nothing listening (a typo'd port, a server not started): no
+            // retry will change that, so the person hears of it at once.
+            if is_fixed_address(&endpoint.url) && connection_refused(&err) {
+                let mut error = error;
+                error.message.push_str(
+                    "; nothing listens at that address (a loopback or literal address is \
+                     not retried: check the provider's `base_url`)",
+                );
+                return Err(Failure {
+                    error,
+                    server_hint: Some(false),
+                });
+            }
+            return Err(error.into());
         }
         Ok(Ok(response)) => response,
     };
@@ -663,6 +679,34 @@ pub(crate) fn endpoint_url(provider: &str, url: &str) -> Result<reqwest::Url, Pr
 }
 
 /// An error and its sources, joined with `: ` (reqwest hides the cause otherwise).
+/// True when `url` names a host no name lookup can move: `localhost` or a
+/// literal IP address.
+fn is_fixed_address(url: &reqwest::Url) -> bool {
+    let Some(host) = url.host_str() else {
+        return false;
+    };
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    let lower = host.to_ascii_lowercase();
+    host.parse::<std::net::IpAddr>().is_ok()
+        || lower == "localhost"
+        || lower.ends_with(".localhost")
+}
+
+/// True when the connection was refused (an I/O error of that kind in the
+/// error's chain).
+fn connection_refused(err: &(dyn std::error::Error + 'static)) -> bool {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(err);
+    while let Some(cause) = source {
+        if let Some(io) = cause.downcast_ref::<std::io::Error>()
+            && io.kind() == std::io::ErrorKind::ConnectionRefused
+        {
+            return true;
+        }
+        source = cause.source();
+    }
+    false
+}
+
 fn error_chain(err: &dyn std::error::Error) -> String {
     let mut text = err.to_string();
     let mut source = err.source();
@@ -741,6 +785,42 @@ mod tests {
             Some(Duration::from_secs(2))
         );
         assert_eq!(retry_after(&HeaderMap::new(), now()), None);
+    }
+
+    #[test]
+    fn only_loopback_names_and_literal_addresses_are_fixed() {
+        for (url, fixed) in [
+            ("http://127.0.0.1:9/v1", true),
+            ("http://[::1]:8080/", true),
+            ("https://10.0.0.7/v1", true),
+            ("http://localhost:11434", true),
+            ("http://api.localhost:3000", true),
+            ("https://api.anthropic.com/v1", false),
+            ("https://localhost.example.com/", false),
+        ] {
+            let url = reqwest::Url::parse(url).unwrap();
+            assert_eq!(is_fixed_address(&url), fixed, "{url}");
+        }
+    }
+
+    #[test]
+    fn a_refused_connection_is_found_in_the_error_chain() {
+        #[derive(Debug)]
+        struct Wrapper(std::io::Error);
+        impl std::fmt::Display for Wrapper {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("connect error")
+            }
+        }
+        impl std::error::Error for Wrapper {
+            fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+                Some(&self.0)
+            }
+        }
+        let refused = Wrapper(std::io::ErrorKind::ConnectionRefused.into());
+        assert!(connection_refused(&refused));
+        let reset = Wrapper(std::io::ErrorKind::ConnectionReset.into());
+        assert!(!connection_refused(&reset));
     }
 
     #[test]

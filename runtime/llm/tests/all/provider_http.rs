@@ -596,16 +596,34 @@ async fn server_can_forbid_or_request_a_retry() {
 }
 
 #[tokio::test]
-async fn connection_refused_is_retried_then_reported() {
+async fn a_refused_connection_to_a_literal_address_fails_at_once_naming_it() {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let base = format!("http://{}", listener.local_addr().unwrap());
     drop(listener);
-    let provider =
-        AnthropicProvider::with_retry_policy(&config(Protocol::Anthropic, &base), fast_retries(2))
-            .unwrap();
-    let error = only_error(collect(provider.stream(&request())).await);
+    // Slow retries: a retry would show as a `Retrying` event and seconds.
+    let provider = AnthropicProvider::with_retry_policy(
+        &config(Protocol::Anthropic, &base),
+        RetryPolicy {
+            max_retries: 4,
+            base_delay: Duration::from_secs(2),
+            max_delay: Duration::from_secs(8),
+        },
+    )
+    .unwrap();
+    let results = collect(provider.stream(&request())).await;
+    assert!(
+        results
+            .iter()
+            .all(|item| !matches!(item, Ok(StreamEvent::Retrying(_)))),
+        "{results:?}"
+    );
+    let error = only_error(results);
     assert_eq!(error.kind, ProviderErrorKind::Connection, "{error}");
-    assert!(error.message.contains("127.0.0.1"), "{error}");
+    assert!(error.message.contains(&base), "{error}");
+    assert!(
+        error.message.contains("nothing listens at that address"),
+        "{error}"
+    );
 }
 
 // ---------------------------------------------------------------------------
