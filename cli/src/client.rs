@@ -350,6 +350,22 @@ impl DaemonClient {
         Ok(answer.text)
     }
 
+    /// Holds the daemon's presence stream open until the daemon goes away
+    /// or stops: while it is held the daemon counts this client and does
+    /// not leave for being idle. Returns when the stream ends.
+    pub(crate) async fn hold_presence(&self) {
+        let request = self.http.get(self.url(crate::daemon::api::PRESENCE_PATH));
+        let Ok(mut response) = self.send(request).await else {
+            return;
+        };
+        while let Ok(Some(_)) = response.chunk().await {}
+    }
+
+    /// Where the daemon is (`http://host:port`).
+    pub(crate) fn base(&self) -> &str {
+        &self.base
+    }
+
     /// Sends `request` and reads its JSON answer.
     async fn json_of<T: serde::de::DeserializeOwned>(
         &self,

@@ -26,6 +26,7 @@ use axum::middleware::{self, Next};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
+use futures::StreamExt;
 use futures::future::BoxFuture;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
@@ -80,7 +81,14 @@ pub(crate) struct ApiState {
     pub activity: Arc<Activity>,
     /// Streams of the clients that own runs.
     pub owners: Arc<Owners>,
+    /// Cancelled when the daemon stops: held client connections end.
+    pub stopping: tokio_util::sync::CancellationToken,
 }
+
+/// The path a client holds open while it is open itself (a chat waiting
+/// for its next message): the daemon counts it as a client and does not
+/// leave for being idle while it is held.
+pub(crate) const PRESENCE_PATH: &str = "/clients/presence";
 
 /// The API's router.
 pub(crate) fn router(state: ApiState) -> Router {
@@ -100,6 +108,7 @@ pub(crate) fn router(state: ApiState) -> Router {
         )
         .route(&path("/sessions/{id}/compact"), post(compact_session))
         .route(&path("/views"), post(render_view))
+        .route(&path(PRESENCE_PATH), get(hold_presence))
         .fallback(|| async { ApiError::not_found("no such endpoint") })
         .layer(middleware::from_fn_with_state(state.clone(), guard_request))
         .with_state(state)
@@ -512,6 +521,22 @@ async fn run_events(
     Ok(Sse::new(stream)
         .keep_alive(KeepAlive::new().interval(Duration::from_secs(15)))
         .into_response())
+}
+
+/// A stream that sends nothing but keep-alives and counts as an open
+/// client (see [`PRESENCE_PATH`]) until the client goes away or the daemon
+/// stops.
+async fn hold_presence(State(state): State<ApiState>) -> Response {
+    let open = state.activity.stream_opened();
+    let stopping = state.stopping.clone();
+    let stream = futures::stream::once(async move {
+        stopping.cancelled().await;
+        drop(open);
+    })
+    .filter_map(|()| async { None::<Result<Event, Infallible>> });
+    Sse::new(stream)
+        .keep_alive(KeepAlive::new().interval(Duration::from_secs(15)))
+        .into_response()
 }
 
 /// Refuses (409) a run whose record says it has ended: its record is

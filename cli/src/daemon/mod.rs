@@ -136,6 +136,7 @@ async fn run_daemon(options: ServeOptions) -> Result<(), String> {
     let activity = Arc::new(Activity::default());
     let hubs = Arc::new(McpHubs::default());
     let sweeper = tokio::spawn(sweep_hubs(hubs.clone()));
+    let stopping = CancellationToken::new();
     let state = ApiState {
         runtime: runtime.clone(),
         store: store.clone(),
@@ -147,6 +148,7 @@ async fn run_daemon(options: ServeOptions) -> Result<(), String> {
         closing: closing.clone(),
         activity: activity.clone(),
         owners: Default::default(),
+        stopping: stopping.clone(),
     };
     home::write_state(
         &data_dir,
@@ -183,7 +185,6 @@ async fn run_daemon(options: ServeOptions) -> Result<(), String> {
             }
         }
     };
-    let stopping = CancellationToken::new();
     let listeners = server::Listeners {
         tcp: listener,
         unix,
