@@ -104,9 +104,9 @@ impl Connected {
             return true;
         }
         self.pid.is_some_and(|pid| {
-            !home::read_state(&locations.data_dir)
+            home::read_state(&locations.data_dir)
                 .filter(home::daemon_alive)
-                .is_some_and(|state| state.pid == pid)
+                .is_none_or(|state| state.pid != pid)
         })
     }
 }

@@ -42,6 +42,7 @@ use troupe_store::{IdMatch, RunRecord, SessionMeta, Store, StoreError};
 use super::error::ApiError;
 use super::idle::{Activity, StreamGuard};
 use super::{guard, peer, server};
+use crate::telemetry::ClientExport;
 
 /// The largest request body accepted (1 MiB).
 pub(crate) const BODY_LIMIT: usize = 1024 * 1024;
@@ -81,6 +82,8 @@ pub(crate) struct ApiState {
     pub activity: Arc<Activity>,
     /// Streams of the clients that own runs.
     pub owners: Arc<Owners>,
+    /// Exports runs where their clients asked (`None`: as the daemon does).
+    pub per_run: Option<crate::telemetry::PerRunExport>,
     /// Cancelled when the daemon stops: held client connections end.
     pub stopping: tokio_util::sync::CancellationToken,
 }
@@ -269,12 +272,38 @@ async fn create_run(State(state): State<ApiState>, body: Body) -> Result<Respons
             request.cwd.display()
         )));
     }
-    let prepared = (state.prepare)(request).await?;
-    let handle = state
-        .runtime
-        .submit(prepared.submission)
-        .await
-        .map_err(runtime_error)?;
+    // The client's telemetry settings travel with its environment: a run
+    // whose client exports elsewhere than the daemon gets its own exporter.
+    let export = match (&state.per_run, &request.env) {
+        (Some(per_run), Some(vars)) => per_run.wanted(vars),
+        _ => ClientExport::AsTheDaemon,
+    };
+    let mut prepared = (state.prepare)(request).await?;
+    let own = match (&state.per_run, export) {
+        (Some(per_run), ClientExport::Own(settings)) => {
+            per_run.expect();
+            Some((per_run, settings))
+        }
+        (_, ClientExport::Unusable(warning)) => {
+            prepared.warnings.push(warning);
+            None
+        }
+        _ => None,
+    };
+    let handle = match state.runtime.submit(prepared.submission).await {
+        Ok(handle) => handle,
+        Err(err) => {
+            if let Some((per_run, _)) = &own {
+                per_run.withdraw();
+            }
+            return Err(runtime_error(err));
+        }
+    };
+    if let Some((per_run, settings)) = &own
+        && let Some(warning) = per_run.start(&handle.run_id, settings)
+    {
+        prepared.warnings.push(warning);
+    }
     let created = wire::RunCreated {
         run_id: handle.run_id,
         session_id: handle.session_id,

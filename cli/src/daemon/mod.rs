@@ -149,6 +149,7 @@ async fn run_daemon(options: ServeOptions) -> Result<(), String> {
         activity: activity.clone(),
         owners: Default::default(),
         stopping: stopping.clone(),
+        per_run: Some(telemetry.per_run()),
     };
     home::write_state(
         &data_dir,
