@@ -361,6 +361,15 @@ impl DaemonClient {
         while let Ok(Some(_)) = response.chunk().await {}
     }
 
+    /// The daemon's status and settings (`GET /v1/daemon`).
+    pub(crate) async fn status(&self) -> Result<troupe_protocol::api::DaemonStatus, ClientError> {
+        let request = self
+            .http
+            .get(self.url(crate::daemon::api::STATUS_PATH))
+            .timeout(REQUEST_TIMEOUT);
+        self.json_of(request).await
+    }
+
     /// Where the daemon is (`http://host:port`).
     pub(crate) fn base(&self) -> &str {
         &self.base

@@ -82,6 +82,19 @@ fn without_export(env: &impl Fn(&str) -> Option<String>) -> TelemetrySettings {
 }
 
 impl CliTelemetry {
+    /// Where spans are exported (OTLP), if anywhere.
+    pub(crate) fn otlp_endpoint(&self) -> Option<String> {
+        self.settings
+            .export
+            .as_ref()
+            .map(|export| export.endpoint.clone())
+    }
+
+    /// The log filter.
+    pub(crate) fn log_filter(&self) -> String {
+        self.settings.log_filter.clone()
+    }
+
     /// Where runs go whose client asked for an export of its own.
     pub(crate) fn per_run(&self) -> PerRunExport {
         PerRunExport {

@@ -84,9 +84,29 @@ pub(crate) struct ApiState {
     pub owners: Arc<Owners>,
     /// Exports runs where their clients asked (`None`: as the daemon does).
     pub per_run: Option<crate::telemetry::PerRunExport>,
+    /// What `GET /v1/daemon` tells besides what the state holds.
+    pub about: Arc<About>,
     /// Cancelled when the daemon stops: held client connections end.
     pub stopping: tokio_util::sync::CancellationToken,
 }
+
+/// The daemon's own facts for `GET /v1/daemon`.
+#[derive(Debug, Clone)]
+pub(crate) struct About {
+    /// When it started.
+    pub started: chrono::DateTime<chrono::Utc>,
+    /// Its idle limit.
+    pub idle_exit: Option<Duration>,
+    /// Its Unix socket, when it has one.
+    pub socket: Option<std::path::PathBuf>,
+    /// Where it exports spans.
+    pub otlp_endpoint: Option<String>,
+    /// Its log filter.
+    pub log_filter: String,
+}
+
+/// The path of the daemon's own status.
+pub(crate) const STATUS_PATH: &str = "/daemon";
 
 /// The path a client holds open while it is open itself (a chat waiting
 /// for its next message): the daemon counts it as a client and does not
@@ -112,6 +132,7 @@ pub(crate) fn router(state: ApiState) -> Router {
         .route(&path("/sessions/{id}/compact"), post(compact_session))
         .route(&path("/views"), post(render_view))
         .route(&path(PRESENCE_PATH), get(hold_presence))
+        .route(&path(STATUS_PATH), get(daemon_status))
         .fallback(|| async { ApiError::not_found("no such endpoint") })
         .layer(middleware::from_fn_with_state(state.clone(), guard_request))
         .with_state(state)
@@ -255,6 +276,30 @@ async fn health(State(state): State<ApiState>) -> axum::Json<wire::Health> {
         pid: std::process::id(),
         runs_in_progress: stats.map(|s| s.runs_in_progress),
         sessions_in_memory: stats.map(|s| s.sessions_in_memory),
+    })
+}
+
+async fn daemon_status(State(state): State<ApiState>) -> axum::Json<wire::DaemonStatus> {
+    let stats = state.runtime.stats().await.ok();
+    let about = &state.about;
+    let uptime = chrono::Utc::now()
+        .signed_duration_since(about.started)
+        .num_seconds();
+    axum::Json(wire::DaemonStatus {
+        pid: std::process::id(),
+        version: env!("CARGO_PKG_VERSION").to_string(),
+        addr: state.listen.to_string(),
+        socket: about.socket.as_ref().map(|path| path.display().to_string()),
+        data_dir: state.data_dir.display().to_string(),
+        started: timestamp(&about.started),
+        uptime_secs: u64::try_from(uptime).unwrap_or(0),
+        runs_in_progress: stats.map(|s| s.runs_in_progress),
+        // This request's own connection is not one.
+        open_clients: state.activity.open_streams(),
+        idle_exit_secs: about.idle_exit.map(|idle| idle.as_secs()),
+        otlp_endpoint: about.otlp_endpoint.clone(),
+        log_filter: about.log_filter.clone(),
+        allowed_hosts: state.allowed_hosts.as_ref().clone(),
     })
 }
 

@@ -16,6 +16,7 @@
 
 pub(crate) mod api;
 pub(crate) mod connections;
+pub(crate) mod control;
 pub(crate) mod error;
 pub(crate) mod guard;
 pub(crate) mod home;
@@ -150,6 +151,13 @@ async fn run_daemon(options: ServeOptions) -> Result<(), String> {
         owners: Default::default(),
         stopping: stopping.clone(),
         per_run: Some(telemetry.per_run()),
+        about: Arc::new(api::About {
+            started: chrono::Utc::now(),
+            idle_exit,
+            socket: unix.as_ref().map(|_| socket_path.clone()),
+            otlp_endpoint: telemetry.otlp_endpoint(),
+            log_filter: telemetry.log_filter(),
+        }),
     };
     home::write_state(
         &data_dir,
