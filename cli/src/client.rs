@@ -45,6 +45,23 @@ const RECONNECTS: u32 = 5;
 /// never goes out on a connection the daemon is closing.
 pub(crate) const POOL_IDLE: Duration = Duration::from_secs(60);
 
+/// What to do about a daemon that holds the data directory but does not
+/// answer: `--no-daemon` would fail on the same store.
+pub(crate) const STOP_ADVICE: &str = "stop it with `troupe daemon stop` (its runs are cancelled) \
+     and run again, which starts a fresh daemon, or wait for it to answer";
+
+/// The advice when no daemon answered for `data_dir`: stop the one that
+/// holds it, or (when none does) run in this process.
+fn advice_when_no_daemon_answers(data_dir: &std::path::Path) -> String {
+    match home::read_state(data_dir).filter(home::daemon_alive) {
+        Some(state) => format!(
+            "a daemon (pid {}, listening on {}) holds the data directory: {STOP_ADVICE}",
+            state.pid, state.addr
+        ),
+        None => "run with --no-daemon to run in this process".to_string(),
+    }
+}
+
 /// A failed request, worded for the person, with the exit code it deserves.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct ClientError {
@@ -170,9 +187,19 @@ impl DaemonClient {
             },
         )?;
         let data_dir = locations.data_dir.clone();
+        // A data directory this user cannot write is the first thing to say:
+        // neither a daemon nor --no-daemon can run on it.
+        spawn::check_writable(&data_dir).map_err(|err| {
+            failed(format!(
+                "cannot write the troupe data directory {}: {err}; make it writable by this \
+                 user or point TROUPE_HOME at a writable directory",
+                data_dir.display()
+            ))
+        })?;
         spawn::start_detached(&data_dir, idle).map_err(|err| {
             failed(format!(
-                "cannot start a daemon: {err}; run with --no-daemon"
+                "cannot start a daemon for {}: {err}; run with --no-daemon to run in this process",
+                data_dir.display()
             ))
         })?;
         let started = {
@@ -186,13 +213,18 @@ impl DaemonClient {
         };
         match started {
             Some(_) => Self::locate(locations)?.ok_or_else(|| {
-                failed("the daemon that was started went away; run with --no-daemon".into())
+                failed(format!(
+                    "the daemon that was started went away:\n{}\n(see {}; run again, or with \
+                     --no-daemon to run in this process)",
+                    spawn::log_tail(&data_dir),
+                    data_dir.join(spawn::LOG_FILE).display()
+                ))
             }),
             None => Err(failed(format!(
-                "a daemon could not be started for {}:\n{}\n(run with --no-daemon to run in this \
-                 process)",
+                "a daemon could not be started for {}:\n{}\n({})",
                 data_dir.display(),
-                spawn::log_tail(&data_dir)
+                spawn::log_tail(&data_dir),
+                advice_when_no_daemon_answers(&data_dir)
             ))),
         }
     }
@@ -232,8 +264,8 @@ impl DaemonClient {
     fn unreachable(&self, err: &reqwest::Error) -> ClientError {
         ClientError {
             message: format!(
-                "the daemon at {} does not answer ({err}); stop it, or run with --no-daemon",
-                self.base
+                "the daemon at {} does not answer ({err}); {}",
+                self.base, STOP_ADVICE
             ),
             code: EXIT_RUNTIME,
         }

@@ -294,3 +294,73 @@ async fn daemon_status_shows_the_daemon_and_daemon_stop_cancels_its_runs_and_wai
     assert_eq!(code, Some(0));
     assert!(stdout.contains("nothing to stop"), "{stdout}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unwritable_data_directory_is_named_in_the_first_message() {
+    let server = ScriptedServer::start(Script::new().then(text("never")))
+        .await
+        .unwrap();
+    let env = Env::new();
+    // A file in the way: no write gets through, not even as root.
+    let blocker = env.home.path().join("not-a-directory");
+    std::fs::write(&blocker, "a regular file").unwrap();
+    let data_dir = blocker.join("data");
+    let output = client(&env, &server, 60)
+        .env("TROUPE_HOME", &data_dir)
+        .args(["run", "hello"])
+        .output()
+        .await
+        .unwrap();
+    assert_eq!(output.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    let first = stderr.lines().next().unwrap_or_default();
+    assert!(
+        first.contains("cannot write the troupe data directory"),
+        "{stderr}"
+    );
+    assert!(first.contains(&data_dir.display().to_string()), "{stderr}");
+    assert!(first.contains("TROUPE_HOME"), "{stderr}");
+    assert!(!stderr.contains("--no-daemon"), "{stderr}");
+    assert_eq!(server.request_count(), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_daemon_on_a_store_the_daemon_holds_advises_what_works() {
+    let server = ScriptedServer::start(Script::new().then(text("warm")).then(text("embedded")))
+        .await
+        .unwrap();
+    let env = Env::new();
+    let data = env.data_dir();
+    let warm = client(&env, &server, 60)
+        .args(["run", "--json", "warm up"])
+        .output()
+        .await
+        .unwrap();
+    assert_eq!(finished(&warm)["final_text"], "warm");
+    let (pid, _) = daemon_state(&data).expect("a daemon");
+
+    let refused = client(&env, &server, 60)
+        .args(["run", "--no-daemon", "--json", "here"])
+        .output()
+        .await
+        .unwrap();
+    assert_eq!(refused.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(stderr.contains(&format!("pid {pid}")), "{stderr}");
+    assert!(stderr.contains("troupe daemon stop"), "{stderr}");
+
+    // The advice works.
+    let stopped = client(&env, &server, 60)
+        .args(["daemon", "stop"])
+        .output()
+        .await
+        .unwrap();
+    assert_eq!(stopped.status.code(), Some(0));
+    let embedded = client(&env, &server, 60)
+        .args(["run", "--no-daemon", "--json", "here"])
+        .output()
+        .await
+        .unwrap();
+    assert_eq!(finished(&embedded)["final_text"], "embedded");
+    assert!(daemon_state(&data).is_none());
+}
