@@ -135,6 +135,10 @@ pub(crate) struct DaemonClient {
     /// The socket's directory, held open while its address goes through
     /// it (see `home::socket_address`).
     _socket_dir: Option<Arc<std::os::fd::OwnedFd>>,
+    /// The data directory whose own daemon this is (not one `TROUPE_ADDR`
+    /// names elsewhere): an event stream whose daemon went away finds that
+    /// directory's daemon again, or starts one.
+    origin: Option<Arc<Locations>>,
 }
 
 impl DaemonClient {
@@ -143,14 +147,15 @@ impl DaemonClient {
     /// there is no token to talk to it with.
     pub(crate) fn locate(locations: &Locations) -> Result<Option<Self>, ClientError> {
         let state = home::read_state(&locations.data_dir).filter(home::daemon_alive);
-        let (addr, socket) = match std::env::var(ADDR_VAR).ok().filter(|addr| !addr.is_empty()) {
+        let (addr, socket, own) = match std::env::var(ADDR_VAR).ok().filter(|addr| !addr.is_empty())
+        {
             // The data directory's own daemon, named: its socket still.
             Some(addr) => match state {
-                Some(state) if state.addr == addr => (addr, state.socket),
-                _ => (addr, None),
+                Some(state) if state.addr == addr => (addr, state.socket, true),
+                _ => (addr, None, false),
             },
             None => match state {
-                Some(state) => (state.addr, state.socket),
+                Some(state) => (state.addr, state.socket, true),
                 None => return Ok(None),
             },
         };
@@ -166,7 +171,11 @@ impl DaemonClient {
                 ),
                 code: EXIT_RUNTIME,
             })?;
-        Self::connect(&addr, socket.as_deref(), token).map(Some)
+        let mut client = Self::connect(&addr, socket.as_deref(), token)?;
+        if own {
+            client.origin = Some(Arc::new(locations.clone()));
+        }
+        Ok(Some(client))
     }
 
     /// The daemon for `locations`: the running one, or one started now
@@ -258,6 +267,7 @@ impl DaemonClient {
             token,
             http,
             _socket_dir: socket_dir,
+            origin: None,
         })
     }
 
@@ -453,6 +463,7 @@ impl DaemonClient {
             response: Some(response),
             parser: SseParser::new(),
             finished: false,
+            replaced: false,
         })
     }
 
@@ -481,9 +492,36 @@ pub(crate) struct RemoteEvents {
     response: Option<reqwest::Response>,
     parser: SseParser,
     finished: bool,
+    /// The daemon followed first went away and another one is followed.
+    replaced: bool,
+}
+
+/// True for the event that ends a run: the main agent's `run_finished`.
+fn ends_the_run(event: &RunEvent) -> bool {
+    matches!(event.kind, EventKind::RunFinished { .. }) && event.agent_path == "main"
 }
 
 impl RemoteEvents {
+    /// The data directory's daemon when it is another than the one this
+    /// stream followed (found, or started now); `None` for a daemon named
+    /// elsewhere, or when none could be found or started.
+    async fn daemon_again(&self) -> Option<DaemonClient> {
+        let origin = self.client.origin.clone()?;
+        let alive = home::read_state(&origin.data_dir)
+            .filter(home::daemon_alive)
+            .is_some_and(|state| format!("http://{}", state.addr) == self.client.base);
+        if alive {
+            return None;
+        }
+        match DaemonClient::locate_or_start(&origin).await {
+            Ok(found) => Some(found),
+            Err(err) => {
+                tracing::warn!(%err, "no daemon to follow the run on");
+                None
+            }
+        }
+    }
+
     /// The next event, or `None` after the main agent's `run_finished` or
     /// when the stream cannot be reopened. A broken connection is reopened
     /// from the next sequence number, so nothing is lost or repeated.
@@ -497,11 +535,12 @@ impl RemoteEvents {
             }
             match self.parser.next_event() {
                 Ok(Some(event)) => match serde_json::from_str::<RunEvent>(event.data) {
-                    Ok(event) if event.seq >= self.next_seq => {
-                        self.next_seq = event.seq + 1;
-                        if matches!(event.kind, EventKind::RunFinished { .. })
-                            && event.agent_path == "main"
-                        {
+                    Ok(event)
+                        if event.seq >= self.next_seq
+                            || (self.replaced && ends_the_run(&event)) =>
+                    {
+                        self.next_seq = self.next_seq.max(event.seq + 1);
+                        if ends_the_run(&event) {
                             self.finished = true;
                         }
                         return Some(event);
@@ -546,6 +585,25 @@ impl RemoteEvents {
                 Err(err) => {
                     tracing::warn!(%err, "reopening the daemon's event stream failed");
                     self.response = None;
+                    // The daemon may be gone: the data directory's daemon,
+                    // found again or started, has the run's events in the
+                    // store (a run its process left unfinished ends as
+                    // interrupted there).
+                    if let Some(found) = self.daemon_again().await {
+                        tracing::info!(daemon = %found.base, "following the run on the data directory's daemon");
+                        self.client = found;
+                        // A daemon killed outright may not have stored the
+                        // last events this stream saw: the run's end can
+                        // take a sequence number already seen. Its events
+                        // are read again from the start; only its end is
+                        // taken from below the next sequence number.
+                        self.replaced = true;
+                        if let Ok(response) =
+                            self.client.open_events(&self.run_id, 1, self.owner).await
+                        {
+                            self.response = Some(response);
+                        }
+                    }
                 }
             }
         }

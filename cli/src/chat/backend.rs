@@ -208,11 +208,11 @@ impl Backend {
                 Ok(Started {
                     session_id: submitted.session_id,
                     warnings: submitted.warnings,
-                    link: TurnLink::Remote(RemoteRun {
+                    link: TurnLink::Remote(Box::new(RemoteRun {
                         client: client.clone(),
                         run_id: submitted.run_id,
                         events,
-                    }),
+                    })),
                 })
             }
             Self::Embedded(embedded) => {
@@ -365,7 +365,7 @@ impl Backend {
 /// One turn's run, in the daemon or here.
 pub(crate) enum TurnLink {
     /// In the daemon.
-    Remote(RemoteRun),
+    Remote(Box<RemoteRun>),
     /// In this process.
     Embedded(EmbeddedRun),
 }

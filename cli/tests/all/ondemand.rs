@@ -364,3 +364,67 @@ async fn no_daemon_on_a_store_the_daemon_holds_advises_what_works() {
     assert_eq!(finished(&embedded)["final_text"], "embedded");
     assert!(daemon_state(&data).is_none());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn runs_attach_follows_its_run_onto_a_new_daemon_when_its_daemon_is_killed() {
+    let gate = "while [ ! -e go ]; do sleep 0.02; done";
+    let server = ScriptedServer::start(
+        Script::new()
+            .then(tool_call("bash", json!({"command": gate})))
+            .then(text("never reached")),
+    )
+    .await
+    .unwrap();
+    let env = Env::new();
+    let data = env.data_dir();
+    let detached = client(&env, &server, 60)
+        .args(["run", "--detach", "--mode", "bypass", "wait for it"])
+        .output()
+        .await
+        .unwrap();
+    assert_eq!(detached.status.code(), Some(0));
+    let run_id = String::from_utf8_lossy(&detached.stdout).trim().to_string();
+    let (first, _) = daemon_state(&data).expect("a daemon");
+    let attach = client(&env, &server, 60)
+        .args(["runs", "attach", &run_id, "--json"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Once the attach follows the run (an open client of the daemon) and the
+    // run waits in its command, the daemon is killed outright.
+    let deadline = Instant::now() + COMMAND_LIMIT;
+    loop {
+        let status = client(&env, &server, 60)
+            .args(["daemon", "status", "--json"])
+            .output()
+            .await
+            .unwrap();
+        let status: Value = serde_json::from_slice(&status.stdout).unwrap();
+        if status["open_clients"].as_u64() >= Some(1) && !server.requests().is_empty() {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the attach follows: {status}");
+    }
+    // SAFETY: plain signal delivery to the test's own daemon.
+    unsafe { libc::kill(first as i32, libc::SIGKILL) };
+    assert!(wait_gone(first, COMMAND_LIMIT));
+
+    let output = tokio::time::timeout(COMMAND_LIMIT, attach.wait_with_output())
+        .await
+        .expect("the attach ends")
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let last: Value = serde_json::from_str(stdout.lines().last().unwrap_or_default())
+        .unwrap_or_else(|_| panic!("{stdout}\n{}", String::from_utf8_lossy(&output.stderr)));
+    assert_eq!(
+        last["status"],
+        "interrupted",
+        "{last}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert_eq!(last["run_id"], run_id.as_str());
+    let (second, _) = daemon_state(&data).expect("a daemon again");
+    assert_ne!(second, first);
+    stop_daemon(&data);
+}
