@@ -61,8 +61,9 @@ struct State {
     traces: HashMap<TraceId, Arc<str>>,
     /// The exporter of each registered run.
     runs: HashMap<String, Arc<BatchSpanProcessor>>,
-    /// Spans of runs not registered yet, while a registration is expected.
-    waiting: Vec<(Arc<str>, SpanData)>,
+    /// Spans of runs not registered yet, while a registration is expected,
+    /// each with whether it is its run's root.
+    waiting: Vec<(Arc<str>, SpanData, bool)>,
 }
 
 impl RunExports {
@@ -123,12 +124,19 @@ impl RunExports {
             let processor = Arc::new(processor);
             let (mine, others): (Vec<_>, Vec<_>) = std::mem::take(&mut state.waiting)
                 .into_iter()
-                .partition(|(run, _)| &**run == run_id);
+                .partition(|(run, _, _)| &**run == run_id);
             state.waiting = others;
-            for (_, span) in mine {
+            let mut ended = false;
+            for (_, span, root) in mine {
                 processor.on_end(span);
+                ended |= root;
             }
-            state.runs.insert(run_id.to_string(), processor);
+            if ended {
+                // The whole run ended before it was registered.
+                finish(processor);
+            } else {
+                state.runs.insert(run_id.to_string(), processor);
+            }
         });
         if self.inner.expected.load(Ordering::SeqCst) == 0 {
             state.waiting.clear();
@@ -247,7 +255,7 @@ impl SpanProcessor for RunExports {
                 if self.inner.expected.load(Ordering::SeqCst) > 0
                     && state.waiting.len() < MAX_WAITING_SPANS
                 {
-                    state.waiting.push((run_id, span));
+                    state.waiting.push((run_id, span, local_root));
                 }
             }
         }
