@@ -45,6 +45,23 @@ const RECONNECTS: u32 = 5;
 /// never goes out on a connection the daemon is closing.
 pub(crate) const POOL_IDLE: Duration = Duration::from_secs(60);
 
+/// What to do about a daemon that holds the data directory but does not
+/// answer: `--no-daemon` would fail on the same store.
+pub(crate) const STOP_ADVICE: &str = "stop it with `troupe daemon stop` (its runs are cancelled) \
+     and run again, which starts a fresh daemon, or wait for it to answer";
+
+/// The advice when no daemon answered for `data_dir`: stop the one that
+/// holds it, or (when none does) run in this process.
+fn advice_when_no_daemon_answers(data_dir: &std::path::Path) -> String {
+    match home::read_state(data_dir).filter(home::daemon_alive) {
+        Some(state) => format!(
+            "a daemon (pid {}, listening on {}) holds the data directory: {STOP_ADVICE}",
+            state.pid, state.addr
+        ),
+        None => "run with --no-daemon to run in this process".to_string(),
+    }
+}
+
 /// A failed request, worded for the person, with the exit code it deserves.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct ClientError {
@@ -118,6 +135,10 @@ pub(crate) struct DaemonClient {
     /// The socket's directory, held open while its address goes through
     /// it (see `home::socket_address`).
     _socket_dir: Option<Arc<std::os::fd::OwnedFd>>,
+    /// The data directory whose own daemon this is (not one `TROUPE_ADDR`
+    /// names elsewhere): an event stream whose daemon went away finds that
+    /// directory's daemon again, or starts one.
+    origin: Option<Arc<Locations>>,
 }
 
 impl DaemonClient {
@@ -126,14 +147,15 @@ impl DaemonClient {
     /// there is no token to talk to it with.
     pub(crate) fn locate(locations: &Locations) -> Result<Option<Self>, ClientError> {
         let state = home::read_state(&locations.data_dir).filter(home::daemon_alive);
-        let (addr, socket) = match std::env::var(ADDR_VAR).ok().filter(|addr| !addr.is_empty()) {
+        let (addr, socket, own) = match std::env::var(ADDR_VAR).ok().filter(|addr| !addr.is_empty())
+        {
             // The data directory's own daemon, named: its socket still.
             Some(addr) => match state {
-                Some(state) if state.addr == addr => (addr, state.socket),
-                _ => (addr, None),
+                Some(state) if state.addr == addr => (addr, state.socket, true),
+                _ => (addr, None, false),
             },
             None => match state {
-                Some(state) => (state.addr, state.socket),
+                Some(state) => (state.addr, state.socket, true),
                 None => return Ok(None),
             },
         };
@@ -149,7 +171,11 @@ impl DaemonClient {
                 ),
                 code: EXIT_RUNTIME,
             })?;
-        Self::connect(&addr, socket.as_deref(), token).map(Some)
+        let mut client = Self::connect(&addr, socket.as_deref(), token)?;
+        if own {
+            client.origin = Some(Arc::new(locations.clone()));
+        }
+        Ok(Some(client))
     }
 
     /// The daemon for `locations`: the running one, or one started now
@@ -170,9 +196,19 @@ impl DaemonClient {
             },
         )?;
         let data_dir = locations.data_dir.clone();
+        // A data directory this user cannot write is the first thing to say:
+        // neither a daemon nor --no-daemon can run on it.
+        spawn::check_writable(&data_dir).map_err(|err| {
+            failed(format!(
+                "cannot write the troupe data directory {}: {err}; make it writable by this \
+                 user or point TROUPE_HOME at a writable directory",
+                data_dir.display()
+            ))
+        })?;
         spawn::start_detached(&data_dir, idle).map_err(|err| {
             failed(format!(
-                "cannot start a daemon: {err}; run with --no-daemon"
+                "cannot start a daemon for {}: {err}; run with --no-daemon to run in this process",
+                data_dir.display()
             ))
         })?;
         let started = {
@@ -186,13 +222,18 @@ impl DaemonClient {
         };
         match started {
             Some(_) => Self::locate(locations)?.ok_or_else(|| {
-                failed("the daemon that was started went away; run with --no-daemon".into())
+                failed(format!(
+                    "the daemon that was started went away:\n{}\n(see {}; run again, or with \
+                     --no-daemon to run in this process)",
+                    spawn::log_tail(&data_dir),
+                    data_dir.join(spawn::LOG_FILE).display()
+                ))
             }),
             None => Err(failed(format!(
-                "a daemon could not be started for {}:\n{}\n(run with --no-daemon to run in this \
-                 process)",
+                "a daemon could not be started for {}:\n{}\n({})",
                 data_dir.display(),
-                spawn::log_tail(&data_dir)
+                spawn::log_tail(&data_dir),
+                advice_when_no_daemon_answers(&data_dir)
             ))),
         }
     }
@@ -226,14 +267,15 @@ impl DaemonClient {
             token,
             http,
             _socket_dir: socket_dir,
+            origin: None,
         })
     }
 
     fn unreachable(&self, err: &reqwest::Error) -> ClientError {
         ClientError {
             message: format!(
-                "the daemon at {} does not answer ({err}); stop it, or run with --no-daemon",
-                self.base
+                "the daemon at {} does not answer ({err}); {}",
+                self.base, STOP_ADVICE
             ),
             code: EXIT_RUNTIME,
         }
@@ -350,6 +392,31 @@ impl DaemonClient {
         Ok(answer.text)
     }
 
+    /// Holds the daemon's presence stream open until the daemon goes away
+    /// or stops: while it is held the daemon counts this client and does
+    /// not leave for being idle. Returns when the stream ends.
+    pub(crate) async fn hold_presence(&self) {
+        let request = self.http.get(self.url(crate::daemon::api::PRESENCE_PATH));
+        let Ok(mut response) = self.send(request).await else {
+            return;
+        };
+        while let Ok(Some(_)) = response.chunk().await {}
+    }
+
+    /// The daemon's status and settings (`GET /v1/daemon`).
+    pub(crate) async fn status(&self) -> Result<troupe_protocol::api::DaemonStatus, ClientError> {
+        let request = self
+            .http
+            .get(self.url(crate::daemon::api::STATUS_PATH))
+            .timeout(REQUEST_TIMEOUT);
+        self.json_of(request).await
+    }
+
+    /// Where the daemon is (`http://host:port`).
+    pub(crate) fn base(&self) -> &str {
+        &self.base
+    }
+
     /// Sends `request` and reads its JSON answer.
     async fn json_of<T: serde::de::DeserializeOwned>(
         &self,
@@ -396,6 +463,7 @@ impl DaemonClient {
             response: Some(response),
             parser: SseParser::new(),
             finished: false,
+            replaced: false,
         })
     }
 
@@ -424,9 +492,36 @@ pub(crate) struct RemoteEvents {
     response: Option<reqwest::Response>,
     parser: SseParser,
     finished: bool,
+    /// The daemon followed first went away and another one is followed.
+    replaced: bool,
+}
+
+/// True for the event that ends a run: the main agent's `run_finished`.
+fn ends_the_run(event: &RunEvent) -> bool {
+    matches!(event.kind, EventKind::RunFinished { .. }) && event.agent_path == "main"
 }
 
 impl RemoteEvents {
+    /// The data directory's daemon when it is another than the one this
+    /// stream followed (found, or started now); `None` for a daemon named
+    /// elsewhere, or when none could be found or started.
+    async fn daemon_again(&self) -> Option<DaemonClient> {
+        let origin = self.client.origin.clone()?;
+        let alive = home::read_state(&origin.data_dir)
+            .filter(home::daemon_alive)
+            .is_some_and(|state| format!("http://{}", state.addr) == self.client.base);
+        if alive {
+            return None;
+        }
+        match DaemonClient::locate_or_start(&origin).await {
+            Ok(found) => Some(found),
+            Err(err) => {
+                tracing::warn!(%err, "no daemon to follow the run on");
+                None
+            }
+        }
+    }
+
     /// The next event, or `None` after the main agent's `run_finished` or
     /// when the stream cannot be reopened. A broken connection is reopened
     /// from the next sequence number, so nothing is lost or repeated.
@@ -440,11 +535,12 @@ impl RemoteEvents {
             }
             match self.parser.next_event() {
                 Ok(Some(event)) => match serde_json::from_str::<RunEvent>(event.data) {
-                    Ok(event) if event.seq >= self.next_seq => {
-                        self.next_seq = event.seq + 1;
-                        if matches!(event.kind, EventKind::RunFinished { .. })
-                            && event.agent_path == "main"
-                        {
+                    Ok(event)
+                        if event.seq >= self.next_seq
+                            || (self.replaced && ends_the_run(&event)) =>
+                    {
+                        self.next_seq = self.next_seq.max(event.seq + 1);
+                        if ends_the_run(&event) {
                             self.finished = true;
                         }
                         return Some(event);
@@ -489,6 +585,25 @@ impl RemoteEvents {
                 Err(err) => {
                     tracing::warn!(%err, "reopening the daemon's event stream failed");
                     self.response = None;
+                    // The daemon may be gone: the data directory's daemon,
+                    // found again or started, has the run's events in the
+                    // store (a run its process left unfinished ends as
+                    // interrupted there).
+                    if let Some(found) = self.daemon_again().await {
+                        tracing::info!(daemon = %found.base, "following the run on the data directory's daemon");
+                        self.client = found;
+                        // A daemon killed outright may not have stored the
+                        // last events this stream saw: the run's end can
+                        // take a sequence number already seen. Its events
+                        // are read again from the start; only its end is
+                        // taken from below the next sequence number.
+                        self.replaced = true;
+                        if let Ok(response) =
+                            self.client.open_events(&self.run_id, 1, self.owner).await
+                        {
+                            self.response = Some(response);
+                        }
+                    }
                 }
             }
         }

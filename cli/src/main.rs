@@ -111,6 +111,10 @@ enum Command {
     Mcp(mcp::McpCommand),
     /// Run an offline demonstration against the built-in scripted model.
     Demo(DemoArgs),
+    /// The daemon of this data directory: `troupe daemon status` shows it
+    /// and its settings, `troupe daemon stop` stops it.
+    #[command(subcommand)]
+    Daemon(daemon::control::DaemonCommand),
     /// Run the runtime daemon: the HTTP/SSE API on loopback.
     Serve {
         /// Address to listen on (default: 127.0.0.1 and any free port; the
@@ -409,6 +413,7 @@ fn main() -> ExitCode {
             } => runs::approve(&run, &approval, answer, reason).await,
             Command::Demo(args) => demo::demo(args, color).await,
             Command::Mcp(command) => mcp::mcp(command).await,
+            Command::Daemon(command) => daemon::control::daemon(command).await,
             Command::Serve {
                 listen,
                 allow_hosts,

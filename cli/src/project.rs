@@ -164,7 +164,7 @@ impl Locations {
                 {
                     format!(
                         "; it is the daemon (pid {}, listening on {}): run without --no-daemon \
-                         to use it",
+                         to use it, or stop it first with `troupe daemon stop`",
                         state.pid, state.addr
                     )
                 }

@@ -7,14 +7,32 @@ use std::sync::Arc;
 
 use troupe_store::{SpanWriter, Store};
 use troupe_telemetry::{
-    SpanRecord, TelemetryError, TelemetryGuard, TelemetrySettings, init, log_filter_from_env,
-    render_span_tree,
+    RunExports, SpanRecord, SpanSink, Telemetry, TelemetryError, TelemetryGuard, TelemetrySettings,
+    log_filter_from_env, render_span_tree,
 };
 
 /// The telemetry of one command: the pipeline's guard and the span writer.
 pub(crate) struct CliTelemetry {
     guard: Option<TelemetryGuard>,
     writer: Arc<SpanWriter>,
+    /// Runs exported where their client asked (the daemon's runs).
+    runs: RunExports,
+    /// The settings the pipeline runs with.
+    settings: TelemetrySettings,
+}
+
+/// The pipeline of `settings`, with the local span store and the per-run
+/// exports, installed as the process's.
+fn init(
+    settings: &TelemetrySettings,
+    writer: Arc<SpanWriter>,
+    runs: &RunExports,
+) -> Result<TelemetryGuard, TelemetryError> {
+    Telemetry::builder(settings)
+        .local_sink(writer as Arc<dyn SpanSink>)
+        .span_processor(runs.clone())
+        .build()?
+        .install()
 }
 
 /// Starts the process's telemetry with `store` as the local span store. An
@@ -27,11 +45,14 @@ pub(crate) fn start(store: &Store) -> CliTelemetry {
         without_export(&env)
     });
     let writer = Arc::new(SpanWriter::start(store.clone()));
-    let guard = match init(&settings, Some(writer.clone())) {
+    let runs = RunExports::new();
+    let mut settings = settings;
+    let guard = match init(&settings, writer.clone(), &runs) {
         Ok(guard) => Some(guard),
         Err(err @ (TelemetryError::Exporter { .. } | TelemetryError::Settings(_))) => {
             eprintln!("troupe: telemetry export is off: {err}");
-            match init(&without_export(&env), Some(writer.clone())) {
+            settings = without_export(&env);
+            match init(&settings, writer.clone(), &runs) {
                 Ok(guard) => Some(guard),
                 Err(err) => {
                     eprintln!("troupe: telemetry is off: {err}");
@@ -44,7 +65,12 @@ pub(crate) fn start(store: &Store) -> CliTelemetry {
             None
         }
     };
-    CliTelemetry { guard, writer }
+    CliTelemetry {
+        guard,
+        writer,
+        runs,
+        settings,
+    }
 }
 
 /// Settings with export off: only the log filter is taken from `env`.
@@ -56,6 +82,27 @@ fn without_export(env: &impl Fn(&str) -> Option<String>) -> TelemetrySettings {
 }
 
 impl CliTelemetry {
+    /// Where spans are exported (OTLP), if anywhere.
+    pub(crate) fn otlp_endpoint(&self) -> Option<String> {
+        self.settings
+            .export
+            .as_ref()
+            .map(|export| export.endpoint.clone())
+    }
+
+    /// The log filter.
+    pub(crate) fn log_filter(&self) -> String {
+        self.settings.log_filter.clone()
+    }
+
+    /// Where runs go whose client asked for an export of its own.
+    pub(crate) fn per_run(&self) -> PerRunExport {
+        PerRunExport {
+            runs: self.runs.clone(),
+            own: self.settings.export.clone(),
+        }
+    }
+
     /// Waits until every span that ended so far is in the store.
     pub(crate) fn sync_spans(&self) {
         self.writer.sync();
@@ -90,4 +137,60 @@ pub(crate) fn span_tree(store: &Store, run_id: &str) -> Result<Option<String>, S
         return Ok(None);
     }
     Ok(Some(render_span_tree(&records)))
+}
+
+/// How the daemon exports each run where its client asked: the client's
+/// `OTEL_*` variables travel with the run, and a run whose client names an
+/// endpoint other than the daemon's gets an exporter of its own.
+#[derive(Clone)]
+pub(crate) struct PerRunExport {
+    runs: RunExports,
+    /// Where the daemon itself exports.
+    own: Option<troupe_telemetry::OtlpExport>,
+}
+
+/// What a run's client asked for, as far as the daemon must act on it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum ClientExport {
+    /// Nothing beyond what the daemon does anyway.
+    AsTheDaemon,
+    /// An export of the run's own.
+    Own(TelemetrySettings),
+    /// Settings the daemon cannot use: why (one warning for the client).
+    Unusable(String),
+}
+
+impl PerRunExport {
+    /// What a client with environment `vars` asks for.
+    pub(crate) fn wanted(&self, vars: &std::collections::BTreeMap<String, String>) -> ClientExport {
+        let lookup = |name: &str| vars.get(name).cloned();
+        match TelemetrySettings::from_env(lookup) {
+            Ok(settings) => match &settings.export {
+                Some(export) if Some(export) != self.own.as_ref() => ClientExport::Own(settings),
+                _ => ClientExport::AsTheDaemon,
+            },
+            Err(err) => {
+                ClientExport::Unusable(format!("telemetry export of this run is off: {err}"))
+            }
+        }
+    }
+
+    /// Announces a run about to be submitted with an export of its own.
+    pub(crate) fn expect(&self) {
+        self.runs.expect_run();
+    }
+
+    /// The announced run was not submitted.
+    pub(crate) fn withdraw(&self) {
+        self.runs.expected_no_more();
+    }
+
+    /// Exports `run_id` as `settings` say; a warning for its client when
+    /// that cannot be done.
+    pub(crate) fn start(&self, run_id: &str, settings: &TelemetrySettings) -> Option<String> {
+        self.runs
+            .export_run(run_id, settings)
+            .err()
+            .map(|err| format!("telemetry export of this run is off: {err}"))
+    }
 }

@@ -2,6 +2,12 @@
 //! or on a runtime embedded in this process (`--no-daemon`), which stays up
 //! for the whole chat. Either way each turn is a run on the chat's session,
 //! followed through a [`RunLink`].
+//!
+//! A chat holds the daemon's presence stream while it is open, so the daemon
+//! does not leave for being idle under it; and before each request it checks
+//! that its daemon is still the live one of the data directory. A daemon
+//! that went away anyway (stopped, killed) is found again or started, and the
+//! chat carries on in the same session, which lives in the store.
 
 use std::sync::Arc;
 
@@ -13,6 +19,7 @@ use troupe_store::Store;
 use troupe_tools::memory::MEMORY_SETTLE_LIMIT;
 
 use crate::client::{DaemonClient, RemoteRun};
+use crate::daemon::home;
 use crate::follow::{Answerer, RunLink};
 use crate::ids::{self, IdKind};
 use crate::project::{Locations, RunOptions, SetupError};
@@ -58,10 +65,79 @@ pub(crate) struct Embedded {
     memories: std::sync::Mutex<Vec<troupe_tools::memory::SessionMemory>>,
 }
 
+/// The daemon a chat talks to, found again (or started) when it is gone.
+pub(crate) struct Remote {
+    locations: Locations,
+    current: tokio::sync::Mutex<Connected>,
+}
+
+/// One daemon the chat is connected to.
+struct Connected {
+    client: Arc<DaemonClient>,
+    /// Its process id, when the data directory's `daemon.json` names it.
+    pid: Option<u32>,
+    /// Holds the daemon's presence stream; finished once the daemon went
+    /// away.
+    presence: tokio::task::JoinHandle<()>,
+}
+
+impl Connected {
+    /// The daemon of `locations` (started on demand), its presence held.
+    async fn open(locations: &Locations) -> Result<Self, ChatError> {
+        let client = Arc::new(DaemonClient::locate_or_start(locations).await?);
+        let pid = home::read_state(&locations.data_dir)
+            .filter(home::daemon_alive)
+            .map(|state| state.pid);
+        let holder = client.clone();
+        let presence = tokio::spawn(async move { holder.hold_presence().await });
+        Ok(Self {
+            client,
+            pid,
+            presence,
+        })
+    }
+
+    /// True when this daemon is no longer there: its presence stream ended,
+    /// or the data directory no longer names it as a live daemon.
+    fn gone(&self, locations: &Locations) -> bool {
+        if self.presence.is_finished() {
+            return true;
+        }
+        self.pid.is_some_and(|pid| {
+            home::read_state(&locations.data_dir)
+                .filter(home::daemon_alive)
+                .is_none_or(|state| state.pid != pid)
+        })
+    }
+}
+
+impl Drop for Connected {
+    fn drop(&mut self) {
+        self.presence.abort();
+    }
+}
+
+impl Remote {
+    /// The daemon to send the next request to: the one connected to while
+    /// it is there, else the data directory's daemon found again or
+    /// started.
+    async fn client(&self) -> Result<Arc<DaemonClient>, ChatError> {
+        let mut current = self.current.lock().await;
+        if current.gone(&self.locations) {
+            tracing::info!(
+                daemon = current.client.base(),
+                "the daemon went away; finding or starting it again"
+            );
+            *current = Connected::open(&self.locations).await?;
+        }
+        Ok(current.client.clone())
+    }
+}
+
 /// Where turns run.
 pub(crate) enum Backend {
     /// The daemon.
-    Daemon(Arc<DaemonClient>),
+    Daemon(Box<Remote>),
     /// This process.
     Embedded(Box<Embedded>),
 }
@@ -80,8 +156,11 @@ impl Backend {
     /// The daemon (started on demand), or an embedded runtime for `no_daemon`.
     pub(crate) async fn open(locations: &Locations, no_daemon: bool) -> Result<Self, ChatError> {
         if !no_daemon {
-            let client = DaemonClient::locate_or_start(locations).await?;
-            return Ok(Self::Daemon(Arc::new(client)));
+            let current = Connected::open(locations).await?;
+            return Ok(Self::Daemon(Box::new(Remote {
+                locations: locations.clone(),
+                current: tokio::sync::Mutex::new(current),
+            })));
         }
         let store = locations.open_store()?;
         let telemetry = crate::telemetry::start(&store);
@@ -110,7 +189,8 @@ impl Backend {
         flags: &RunFlags,
     ) -> Result<Started, ChatError> {
         match self {
-            Self::Daemon(client) => {
+            Self::Daemon(remote) => {
+                let client = remote.client().await?;
                 let current_dir = std::env::current_dir().map_err(|err| ChatError {
                     message: format!("cannot read the current directory: {err}"),
                     code: EXIT_USAGE,
@@ -128,11 +208,11 @@ impl Backend {
                 Ok(Started {
                     session_id: submitted.session_id,
                     warnings: submitted.warnings,
-                    link: TurnLink::Remote(RemoteRun {
+                    link: TurnLink::Remote(Box::new(RemoteRun {
                         client: client.clone(),
                         run_id: submitted.run_id,
                         events,
-                    }),
+                    })),
                 })
             }
             Self::Embedded(embedded) => {
@@ -183,7 +263,8 @@ impl Backend {
         flags: &RunFlags,
     ) -> Result<String, ChatError> {
         match self {
-            Self::Daemon(client) => {
+            Self::Daemon(remote) => {
+                let client = remote.client().await?;
                 let current_dir = std::env::current_dir().map_err(|err| ChatError {
                     message: format!("cannot read the current directory: {err}"),
                     code: EXIT_USAGE,
@@ -227,12 +308,19 @@ impl Backend {
     /// Renders a read-only view of the store (`/sessions`, `/resume`).
     pub(crate) async fn view(&self, view: View) -> Rendered {
         match self {
-            Self::Daemon(client) => match client.view(&view).await {
-                Ok(rendered) => rendered,
+            Self::Daemon(remote) => match remote.client().await {
+                Ok(client) => match client.view(&view).await {
+                    Ok(rendered) => rendered,
+                    Err(err) => Rendered {
+                        code: err.code,
+                        stdout: String::new(),
+                        stderr: format!("troupe: {err}\n"),
+                    },
+                },
                 Err(err) => Rendered {
                     code: err.code,
                     stdout: String::new(),
-                    stderr: format!("troupe: {err}\n"),
+                    stderr: format!("troupe: {}\n", err.message),
                 },
             },
             Self::Embedded(embedded) => {
@@ -277,7 +365,7 @@ impl Backend {
 /// One turn's run, in the daemon or here.
 pub(crate) enum TurnLink {
     /// In the daemon.
-    Remote(RemoteRun),
+    Remote(Box<RemoteRun>),
     /// In this process.
     Embedded(EmbeddedRun),
 }

@@ -26,6 +26,7 @@ use axum::middleware::{self, Next};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
+use futures::StreamExt;
 use futures::future::BoxFuture;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
@@ -41,6 +42,7 @@ use troupe_store::{IdMatch, RunRecord, SessionMeta, Store, StoreError};
 use super::error::ApiError;
 use super::idle::{Activity, StreamGuard};
 use super::{guard, peer, server};
+use crate::telemetry::ClientExport;
 
 /// The largest request body accepted (1 MiB).
 pub(crate) const BODY_LIMIT: usize = 1024 * 1024;
@@ -80,7 +82,36 @@ pub(crate) struct ApiState {
     pub activity: Arc<Activity>,
     /// Streams of the clients that own runs.
     pub owners: Arc<Owners>,
+    /// Exports runs where their clients asked (`None`: as the daemon does).
+    pub per_run: Option<crate::telemetry::PerRunExport>,
+    /// What `GET /v1/daemon` tells besides what the state holds.
+    pub about: Arc<About>,
+    /// Cancelled when the daemon stops: held client connections end.
+    pub stopping: tokio_util::sync::CancellationToken,
 }
+
+/// The daemon's own facts for `GET /v1/daemon`.
+#[derive(Debug, Clone)]
+pub(crate) struct About {
+    /// When it started.
+    pub started: chrono::DateTime<chrono::Utc>,
+    /// Its idle limit.
+    pub idle_exit: Option<Duration>,
+    /// Its Unix socket, when it has one.
+    pub socket: Option<std::path::PathBuf>,
+    /// Where it exports spans.
+    pub otlp_endpoint: Option<String>,
+    /// Its log filter.
+    pub log_filter: String,
+}
+
+/// The path of the daemon's own status.
+pub(crate) const STATUS_PATH: &str = "/daemon";
+
+/// The path a client holds open while it is open itself (a chat waiting
+/// for its next message): the daemon counts it as a client and does not
+/// leave for being idle while it is held.
+pub(crate) const PRESENCE_PATH: &str = "/clients/presence";
 
 /// The API's router.
 pub(crate) fn router(state: ApiState) -> Router {
@@ -100,6 +131,8 @@ pub(crate) fn router(state: ApiState) -> Router {
         )
         .route(&path("/sessions/{id}/compact"), post(compact_session))
         .route(&path("/views"), post(render_view))
+        .route(&path(PRESENCE_PATH), get(hold_presence))
+        .route(&path(STATUS_PATH), get(daemon_status))
         .fallback(|| async { ApiError::not_found("no such endpoint") })
         .layer(middleware::from_fn_with_state(state.clone(), guard_request))
         .with_state(state)
@@ -246,6 +279,30 @@ async fn health(State(state): State<ApiState>) -> axum::Json<wire::Health> {
     })
 }
 
+async fn daemon_status(State(state): State<ApiState>) -> axum::Json<wire::DaemonStatus> {
+    let stats = state.runtime.stats().await.ok();
+    let about = &state.about;
+    let uptime = chrono::Utc::now()
+        .signed_duration_since(about.started)
+        .num_seconds();
+    axum::Json(wire::DaemonStatus {
+        pid: std::process::id(),
+        version: env!("CARGO_PKG_VERSION").to_string(),
+        addr: state.listen.to_string(),
+        socket: about.socket.as_ref().map(|path| path.display().to_string()),
+        data_dir: state.data_dir.display().to_string(),
+        started: timestamp(&about.started),
+        uptime_secs: u64::try_from(uptime).unwrap_or(0),
+        runs_in_progress: stats.map(|s| s.runs_in_progress),
+        // This request's own connection is not one.
+        open_clients: state.activity.open_streams(),
+        idle_exit_secs: about.idle_exit.map(|idle| idle.as_secs()),
+        otlp_endpoint: about.otlp_endpoint.clone(),
+        log_filter: about.log_filter.clone(),
+        allowed_hosts: state.allowed_hosts.as_ref().clone(),
+    })
+}
+
 async fn create_run(State(state): State<ApiState>, body: Body) -> Result<Response, ApiError> {
     if state.closing.load(Ordering::SeqCst) {
         return Err(ApiError::unavailable("the daemon is shutting down"));
@@ -260,12 +317,38 @@ async fn create_run(State(state): State<ApiState>, body: Body) -> Result<Respons
             request.cwd.display()
         )));
     }
-    let prepared = (state.prepare)(request).await?;
-    let handle = state
-        .runtime
-        .submit(prepared.submission)
-        .await
-        .map_err(runtime_error)?;
+    // The client's telemetry settings travel with its environment: a run
+    // whose client exports elsewhere than the daemon gets its own exporter.
+    let export = match (&state.per_run, &request.env) {
+        (Some(per_run), Some(vars)) => per_run.wanted(vars),
+        _ => ClientExport::AsTheDaemon,
+    };
+    let mut prepared = (state.prepare)(request).await?;
+    let own = match (&state.per_run, export) {
+        (Some(per_run), ClientExport::Own(settings)) => {
+            per_run.expect();
+            Some((per_run, settings))
+        }
+        (_, ClientExport::Unusable(warning)) => {
+            prepared.warnings.push(warning);
+            None
+        }
+        _ => None,
+    };
+    let handle = match state.runtime.submit(prepared.submission).await {
+        Ok(handle) => handle,
+        Err(err) => {
+            if let Some((per_run, _)) = &own {
+                per_run.withdraw();
+            }
+            return Err(runtime_error(err));
+        }
+    };
+    if let Some((per_run, settings)) = &own
+        && let Some(warning) = per_run.start(&handle.run_id, settings)
+    {
+        prepared.warnings.push(warning);
+    }
     let created = wire::RunCreated {
         run_id: handle.run_id,
         session_id: handle.session_id,
@@ -512,6 +595,22 @@ async fn run_events(
     Ok(Sse::new(stream)
         .keep_alive(KeepAlive::new().interval(Duration::from_secs(15)))
         .into_response())
+}
+
+/// A stream that sends nothing but keep-alives and counts as an open
+/// client (see [`PRESENCE_PATH`]) until the client goes away or the daemon
+/// stops.
+async fn hold_presence(State(state): State<ApiState>) -> Response {
+    let open = state.activity.stream_opened();
+    let stopping = state.stopping.clone();
+    let stream = futures::stream::once(async move {
+        stopping.cancelled().await;
+        drop(open);
+    })
+    .filter_map(|()| async { None::<Result<Event, Infallible>> });
+    Sse::new(stream)
+        .keep_alive(KeepAlive::new().interval(Duration::from_secs(15)))
+        .into_response()
 }
 
 /// Refuses (409) a run whose record says it has ended: its record is

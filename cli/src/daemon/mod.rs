@@ -16,6 +16,7 @@
 
 pub(crate) mod api;
 pub(crate) mod connections;
+pub(crate) mod control;
 pub(crate) mod error;
 pub(crate) mod guard;
 pub(crate) mod home;
@@ -136,6 +137,7 @@ async fn run_daemon(options: ServeOptions) -> Result<(), String> {
     let activity = Arc::new(Activity::default());
     let hubs = Arc::new(McpHubs::default());
     let sweeper = tokio::spawn(sweep_hubs(hubs.clone()));
+    let stopping = CancellationToken::new();
     let state = ApiState {
         runtime: runtime.clone(),
         store: store.clone(),
@@ -147,6 +149,15 @@ async fn run_daemon(options: ServeOptions) -> Result<(), String> {
         closing: closing.clone(),
         activity: activity.clone(),
         owners: Default::default(),
+        stopping: stopping.clone(),
+        per_run: Some(telemetry.per_run()),
+        about: Arc::new(api::About {
+            started: chrono::Utc::now(),
+            idle_exit,
+            socket: unix.as_ref().map(|_| socket_path.clone()),
+            otlp_endpoint: telemetry.otlp_endpoint(),
+            log_filter: telemetry.log_filter(),
+        }),
     };
     home::write_state(
         &data_dir,
@@ -183,7 +194,6 @@ async fn run_daemon(options: ServeOptions) -> Result<(), String> {
             }
         }
     };
-    let stopping = CancellationToken::new();
     let listeners = server::Listeners {
         tcp: listener,
         unix,

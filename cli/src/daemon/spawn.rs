@@ -33,6 +33,17 @@ pub(crate) fn idle_secs(value: Option<&str>) -> Result<u64, String> {
     }
 }
 
+/// Checks that this user can write in `data_dir` (creating it): the daemon
+/// log is opened for appending, as a daemon start opens it.
+pub(crate) fn check_writable(data_dir: &Path) -> std::io::Result<()> {
+    std::fs::create_dir_all(data_dir)?;
+    std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(data_dir.join(LOG_FILE))
+        .map(drop)
+}
+
 /// Starts a detached daemon for `data_dir` that exits after `idle_secs`
 /// with nothing to do. Returns its process id.
 pub(crate) fn start_detached(data_dir: &Path, idle_secs: u64) -> std::io::Result<u32> {

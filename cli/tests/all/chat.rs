@@ -689,3 +689,96 @@ async fn leaving_an_embedded_chat_lets_a_background_memory_update_finish() {
         "- kept\n- learned\n"
     );
 }
+
+/// The process id `daemon.json` in `data_dir` names, once it names one.
+fn daemon_pid(data_dir: &std::path::Path) -> u32 {
+    let deadline = Instant::now() + COMMAND_LIMIT;
+    loop {
+        if let Some(pid) = std::fs::read_to_string(data_dir.join("daemon.json"))
+            .ok()
+            .and_then(|text| serde_json::from_str::<serde_json::Value>(&text).ok())
+            .and_then(|state| state["pid"].as_u64())
+        {
+            return pid as u32;
+        }
+        assert!(Instant::now() < deadline, "daemon.json names a daemon");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Waits (bounded) until process `pid` has exited.
+fn wait_gone(pid: u32) {
+    let deadline = Instant::now() + COMMAND_LIMIT;
+    while troupe_process::process_is_alive(pid) {
+        assert!(Instant::now() < deadline, "process {pid} exits");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_open_chat_keeps_its_daemon_and_carries_on_in_its_session_when_the_daemon_is_gone() {
+    if !require(Need::Tmux) {
+        return;
+    }
+    let script = Script::new()
+        .then(text("first answer"))
+        .then(text("second answer"))
+        .then(text("third answer"));
+    let server = ScriptedServer::start(script).await.unwrap();
+    let env = Env::new();
+    let data = env.data_dir();
+    let mut command = chat_command(&env, &server, &[]);
+    command
+        .env_remove("TROUPE_NO_DAEMON")
+        .env("TROUPE_DAEMON_IDLE_SECS", "1");
+    let pane = Pane::start(&command);
+    pane.wait_for_prompt(1);
+    pane.line("remember the word heron");
+    pane.wait_for("first answer");
+    pane.wait_for_prompt(2);
+    let first = daemon_pid(&data);
+
+    // Three idle limits with nothing to do but an open chat: the chat
+    // counts as a client, so its daemon stays.
+    std::thread::sleep(Duration::from_secs(3));
+    assert!(
+        troupe_process::process_is_alive(first),
+        "the daemon stays while a chat is open:\n{}",
+        std::fs::read_to_string(data.join("daemon.log")).unwrap_or_default()
+    );
+
+    // Stopped the way the idle limit or a person stops it: the next message
+    // starts a daemon again and lands in the same session.
+    // SAFETY: plain signal delivery to the test's own daemon.
+    unsafe { libc::kill(first as i32, libc::SIGTERM) };
+    wait_gone(first);
+    pane.line("which word?");
+    pane.wait_for("second answer");
+    pane.wait_for_prompt(3);
+    let second = daemon_pid(&data);
+    assert_ne!(second, first, "a new daemon answered");
+
+    // Killed outright, leaving its daemon.json behind: the same again.
+    // SAFETY: as above.
+    unsafe { libc::kill(second as i32, libc::SIGKILL) };
+    wait_gone(second);
+    pane.line("and again?");
+    let screen = pane.wait_for("third answer");
+    pane.wait_for_prompt(4);
+    assert_ne!(daemon_pid(&data), second, "a third daemon answered");
+
+    // One session throughout: shown once, and every request carries the
+    // history of the first message.
+    assert_eq!(screen.matches("(session ").count(), 1, "{screen}");
+    let requests = server.requests();
+    assert_eq!(requests.len(), 3);
+    assert!(requests[1].any_user_text_contains("remember the word heron"));
+    assert!(requests[2].any_user_text_contains("which word?"));
+    assert!(!screen.contains("does not answer"), "{screen}");
+
+    // Once the chat has gone, its daemon leaves after its idle limit.
+    let last = daemon_pid(&data);
+    pane.keys(&["C-c"]);
+    pane.wait_for("[exit 0]");
+    wait_gone(last);
+}

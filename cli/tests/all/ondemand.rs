@@ -186,3 +186,245 @@ async fn a_detached_run_prints_its_id_and_is_followed_later() {
     assert_eq!(refused.status.code(), Some(2));
     stop_daemon(&data);
 }
+
+/// Runs `troupe daemon ARGS` as a client of `env`'s data directory.
+async fn daemon_command(
+    env: &Env,
+    server: &ScriptedServer,
+    args: &[&str],
+) -> (Option<i32>, String, String) {
+    let output = client(env, server, 60)
+        .arg("daemon")
+        .args(args)
+        .output()
+        .await
+        .unwrap();
+    (
+        output.status.code(),
+        String::from_utf8_lossy(&output.stdout).into_owned(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn daemon_status_shows_the_daemon_and_daemon_stop_cancels_its_runs_and_waits() {
+    let gate = "while [ ! -e go ]; do sleep 0.02; done";
+    let server = ScriptedServer::start(
+        Script::new()
+            .then(tool_call("bash", json!({"command": gate})))
+            .then(text("never reached")),
+    )
+    .await
+    .unwrap();
+    let env = Env::new();
+    let data = env.data_dir();
+
+    // No daemon: said plainly, with its own exit code.
+    let (code, stdout, _) = daemon_command(&env, &server, &["status"]).await;
+    assert_eq!(code, Some(3), "{stdout}");
+    assert!(stdout.contains("no daemon runs for"), "{stdout}");
+    let (code, stdout, _) = daemon_command(&env, &server, &["status", "--json"]).await;
+    assert_eq!(code, Some(3));
+    assert_eq!(
+        serde_json::from_str::<Value>(&stdout).unwrap(),
+        json!({"running": false})
+    );
+
+    // A run in progress in a daemon started on demand.
+    let detached = client(&env, &server, 60)
+        .args(["run", "--detach", "--mode", "bypass", "wait for it"])
+        .output()
+        .await
+        .unwrap();
+    assert_eq!(
+        detached.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&detached.stderr)
+    );
+    let run_id = String::from_utf8_lossy(&detached.stdout).trim().to_string();
+    let (pid, addr) = daemon_state(&data).expect("a daemon");
+    let deadline = Instant::now() + COMMAND_LIMIT;
+    let status = loop {
+        let (code, stdout, stderr) = daemon_command(&env, &server, &["status", "--json"]).await;
+        assert_eq!(code, Some(0), "{stderr}");
+        let status: Value = serde_json::from_str(&stdout).unwrap();
+        if status["runs_in_progress"] == 1 && !server.requests().is_empty() {
+            break status;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the run shows as in progress: {status}"
+        );
+    };
+    assert_eq!(status["running"], true);
+    assert_eq!(status["pid"], pid);
+    assert_eq!(status["addr"], addr.as_str());
+    assert_eq!(status["idle_exit_secs"], 60);
+    assert_eq!(status["otlp_endpoint"], Value::Null);
+    assert!(status["uptime_secs"].is_u64(), "{status}");
+    assert_eq!(status["data_dir"], data.display().to_string().as_str());
+    let (code, text, _) = daemon_command(&env, &server, &["status"]).await;
+    assert_eq!(code, Some(0));
+    assert!(text.contains(&format!("(pid {pid})")), "{text}");
+    assert!(text.contains(&format!("http://{addr}")), "{text}");
+    assert!(text.contains("runs in progress  1"), "{text}");
+    assert!(text.contains("after 60 s with nothing to do"), "{text}");
+
+    // Stop: the run is cancelled cleanly and the command returns once the
+    // daemon is gone.
+    let (code, stdout, stderr) = daemon_command(&env, &server, &["stop"]).await;
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(
+        stdout.contains(&format!("stopped the daemon (pid {pid})")),
+        "{stdout}"
+    );
+    assert!(!process_is_alive(pid));
+    assert!(daemon_state(&data).is_none(), "daemon.json is removed");
+    let shown = env
+        .command(Some(&server))
+        .args(["runs", "show", &run_id])
+        .output()
+        .unwrap();
+    let shown = String::from_utf8_lossy(&shown.stdout);
+    assert!(shown.contains("cancelled"), "{shown}");
+    let (code, _, _) = daemon_command(&env, &server, &["status"]).await;
+    assert_eq!(code, Some(3));
+    let (code, stdout, _) = daemon_command(&env, &server, &["stop"]).await;
+    assert_eq!(code, Some(0));
+    assert!(stdout.contains("nothing to stop"), "{stdout}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unwritable_data_directory_is_named_in_the_first_message() {
+    let server = ScriptedServer::start(Script::new().then(text("never")))
+        .await
+        .unwrap();
+    let env = Env::new();
+    // A file in the way: no write gets through, not even as root.
+    let blocker = env.home.path().join("not-a-directory");
+    std::fs::write(&blocker, "a regular file").unwrap();
+    let data_dir = blocker.join("data");
+    let output = client(&env, &server, 60)
+        .env("TROUPE_HOME", &data_dir)
+        .args(["run", "hello"])
+        .output()
+        .await
+        .unwrap();
+    assert_eq!(output.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    let first = stderr.lines().next().unwrap_or_default();
+    assert!(
+        first.contains("cannot write the troupe data directory"),
+        "{stderr}"
+    );
+    assert!(first.contains(&data_dir.display().to_string()), "{stderr}");
+    assert!(first.contains("TROUPE_HOME"), "{stderr}");
+    assert!(!stderr.contains("--no-daemon"), "{stderr}");
+    assert_eq!(server.request_count(), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_daemon_on_a_store_the_daemon_holds_advises_what_works() {
+    let server = ScriptedServer::start(Script::new().then(text("warm")).then(text("embedded")))
+        .await
+        .unwrap();
+    let env = Env::new();
+    let data = env.data_dir();
+    let warm = client(&env, &server, 60)
+        .args(["run", "--json", "warm up"])
+        .output()
+        .await
+        .unwrap();
+    assert_eq!(finished(&warm)["final_text"], "warm");
+    let (pid, _) = daemon_state(&data).expect("a daemon");
+
+    let refused = client(&env, &server, 60)
+        .args(["run", "--no-daemon", "--json", "here"])
+        .output()
+        .await
+        .unwrap();
+    assert_eq!(refused.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(stderr.contains(&format!("pid {pid}")), "{stderr}");
+    assert!(stderr.contains("troupe daemon stop"), "{stderr}");
+
+    // The advice works.
+    let stopped = client(&env, &server, 60)
+        .args(["daemon", "stop"])
+        .output()
+        .await
+        .unwrap();
+    assert_eq!(stopped.status.code(), Some(0));
+    let embedded = client(&env, &server, 60)
+        .args(["run", "--no-daemon", "--json", "here"])
+        .output()
+        .await
+        .unwrap();
+    assert_eq!(finished(&embedded)["final_text"], "embedded");
+    assert!(daemon_state(&data).is_none());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn runs_attach_follows_its_run_onto_a_new_daemon_when_its_daemon_is_killed() {
+    let gate = "while [ ! -e go ]; do sleep 0.02; done";
+    let server = ScriptedServer::start(
+        Script::new()
+            .then(tool_call("bash", json!({"command": gate})))
+            .then(text("never reached")),
+    )
+    .await
+    .unwrap();
+    let env = Env::new();
+    let data = env.data_dir();
+    let detached = client(&env, &server, 60)
+        .args(["run", "--detach", "--mode", "bypass", "wait for it"])
+        .output()
+        .await
+        .unwrap();
+    assert_eq!(detached.status.code(), Some(0));
+    let run_id = String::from_utf8_lossy(&detached.stdout).trim().to_string();
+    let (first, _) = daemon_state(&data).expect("a daemon");
+    let attach = client(&env, &server, 60)
+        .args(["runs", "attach", &run_id, "--json"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Once the attach follows the run (an open client of the daemon) and the
+    // run waits in its command, the daemon is killed outright.
+    let deadline = Instant::now() + COMMAND_LIMIT;
+    loop {
+        let status = client(&env, &server, 60)
+            .args(["daemon", "status", "--json"])
+            .output()
+            .await
+            .unwrap();
+        let status: Value = serde_json::from_slice(&status.stdout).unwrap();
+        if status["open_clients"].as_u64() >= Some(1) && !server.requests().is_empty() {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the attach follows: {status}");
+    }
+    // SAFETY: plain signal delivery to the test's own daemon.
+    unsafe { libc::kill(first as i32, libc::SIGKILL) };
+    assert!(wait_gone(first, COMMAND_LIMIT));
+
+    let output = tokio::time::timeout(COMMAND_LIMIT, attach.wait_with_output())
+        .await
+        .expect("the attach ends")
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let last: Value = serde_json::from_str(stdout.lines().last().unwrap_or_default())
+        .unwrap_or_else(|_| panic!("{stdout}\n{}", String::from_utf8_lossy(&output.stderr)));
+    assert_eq!(
+        last["status"],
+        "interrupted",
+        "{last}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert_eq!(last["run_id"], run_id.as_str());
+    let (second, _) = daemon_state(&data).expect("a daemon again");
+    assert_ne!(second, first);
+    stop_daemon(&data);
+}

@@ -282,3 +282,90 @@ async fn bad_telemetry_settings_are_warnings_and_troupe_trace_still_prints_the_t
         "{tree}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_through_a_warm_daemon_is_exported_where_its_client_asked() {
+    let (endpoint, received) = collector().await;
+    let script = Script::new()
+        .then(text("warm"))
+        .then(
+            Response::empty()
+                .and_tool_call("read_file", json!({"path": "a.txt"}))
+                .and_tool_call("glob", json!({"pattern": "*.txt"})),
+        )
+        .then(text("All read."));
+    let server = ScriptedServer::start(script).await.unwrap();
+    let home = tempfile::tempdir().unwrap();
+    let project = tempfile::tempdir().unwrap();
+    std::fs::write(project.path().join("a.txt"), "alpha\n").unwrap();
+    let through_daemon = || {
+        let mut command = troupe(home.path(), project.path(), &server);
+        command
+            .env_remove("TROUPE_NO_DAEMON")
+            .env("TROUPE_DAEMON_IDLE_SECS", "60");
+        command
+    };
+    let run_id = |run: &std::process::Output| {
+        assert_eq!(
+            run.status.code(),
+            Some(0),
+            "{}",
+            String::from_utf8_lossy(&run.stderr)
+        );
+        let first: Value =
+            serde_json::from_slice(run.stdout.split(|b| *b == b'\n').next().unwrap()).unwrap();
+        first["run_id"].as_str().unwrap().to_string()
+    };
+
+    // A daemon started by a client that exports nothing.
+    let mut command = through_daemon();
+    command.args(["run", "--json", "warm up"]);
+    let warm = run_id(&output(command).await);
+    assert!(
+        home.path().join("data/daemon.json").exists(),
+        "a warm daemon"
+    );
+
+    // The next client asks for an endpoint: its run is exported there.
+    let mut command = through_daemon();
+    command
+        .env("OTEL_EXPORTER_OTLP_ENDPOINT", &endpoint)
+        .env("OTEL_SERVICE_NAME", "client-service")
+        .args(["run", "--json", "read it"]);
+    let run = output(command).await;
+    let exported = run_id(&run);
+    assert!(
+        !String::from_utf8_lossy(&run.stderr).contains("telemetry"),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+
+    // Its whole tree arrives (the run's exporter flushes when its root span
+    // ends), and nothing of the run whose client asked for nothing.
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let spans = loop {
+        let spans = received.lock().unwrap().clone();
+        if spans.len() >= 5 {
+            break spans;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the run's spans reached the collector: {} so far",
+            spans.len()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let names: Vec<&str> = spans.iter().map(|(_, s)| s.name.as_str()).collect();
+    assert_eq!(spans.len(), 5, "{names:?}");
+    let root = spans
+        .iter()
+        .find(|(_, s)| s.name == "invoke_agent main")
+        .expect("root span");
+    assert_eq!(attributes(&root.1.attributes)["troupe.run_id"], exported);
+    assert_ne!(exported, warm);
+    for (resource, span) in &spans {
+        assert_eq!(resource["service.name"], "client-service");
+        assert_eq!(span.trace_id, root.1.trace_id, "one trace");
+    }
+    crate::support::stop_daemon(&home.path().join("data"));
+}

@@ -51,6 +51,44 @@ pub struct Health {
     pub version: String,
 }
 
+/// What `GET /v1/daemon` answers: the daemon itself and the settings it runs
+/// with (`troupe daemon status`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DaemonStatus {
+    /// Its process id.
+    pub pid: u32,
+    /// Its version.
+    pub version: String,
+    /// The TCP address it listens on.
+    pub addr: String,
+    /// Its Unix socket, when it has one.
+    #[serde(default)]
+    pub socket: Option<String>,
+    /// The data directory it owns.
+    pub data_dir: String,
+    /// When it started (RFC 3339).
+    pub started: String,
+    /// Seconds since it started.
+    pub uptime_secs: u64,
+    /// Runs in progress; `null` when the runtime could not say.
+    #[serde(default)]
+    pub runs_in_progress: Option<usize>,
+    /// Clients holding a connection open (event streams, open chats).
+    pub open_clients: usize,
+    /// It exits after this many seconds with nothing to do; `null`: never.
+    #[serde(default)]
+    pub idle_exit_secs: Option<u64>,
+    /// Where it exports spans (OTLP); `null`: nowhere but the local span
+    /// store.
+    #[serde(default)]
+    pub otlp_endpoint: Option<String>,
+    /// Its log filter (`TROUPE_LOG`).
+    pub log_filter: String,
+    /// Further host names requests may use (`--allow-host`).
+    #[serde(default)]
+    pub allowed_hosts: Vec<String>,
+}
+
 /// `POST /v1/runs`: a run to start. The configuration is read for `cwd` with
 /// the environment in `env`, so the run behaves as it would embedded in the
 /// client's shell, whichever shell started the daemon; without `env`, with

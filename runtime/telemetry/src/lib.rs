@@ -29,6 +29,7 @@
 mod export;
 pub mod genai;
 mod local;
+mod per_run;
 mod pipeline;
 pub mod propagation;
 mod render;
@@ -39,9 +40,10 @@ mod stats;
 pub mod testing;
 
 pub use local::{MemorySpanSink, SpanRecord, SpanSink, SpanStatus};
+pub use per_run::{MAX_WAITING_SPANS, RunExports};
 pub use pipeline::{Telemetry, TelemetryGuard, init, log_filter};
 pub use render::render_span_tree;
-pub use settings::{TelemetrySettings, log_filter_from_env};
+pub use settings::{OtlpExport, TelemetrySettings, log_filter_from_env};
 pub use stats::{ExportStats, TelemetryError};
 
 /// The `tracing` target of every span and span event that becomes

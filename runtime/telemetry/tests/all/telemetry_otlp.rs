@@ -529,3 +529,51 @@ async fn telemetry_grpc_export_to_a_collector_that_is_down_is_bounded() {
         "{stats:?}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn telemetry_a_run_given_its_own_exporter_reaches_its_endpoint_alone() {
+    let (base, received) = start_receiver().await;
+    let runs = troupe_telemetry::RunExports::new();
+    // The process itself exports nowhere; one run goes where its client asked.
+    let (dispatch, _guard) = Telemetry::builder(&TelemetrySettings::default())
+        .span_processor(runs.clone())
+        .log_writer(tracing_subscriber::fmt::TestWriter::new())
+        .build()
+        .unwrap()
+        .into_parts();
+    let mut own = settings_for(&base);
+    own.service_name = "client-service".to_string();
+    {
+        let _default = tracing::dispatcher::set_default(&dispatch);
+        mimic_run("run-plain", ContentCapture::default()).await;
+        // Announced before it starts, registered only once it ended (its id
+        // is known after submission): its spans were kept meanwhile.
+        runs.expect_run();
+        mimic_run("run-own", ContentCapture::default()).await;
+        runs.export_run("run-own", &own).unwrap();
+    }
+    tokio::time::timeout(WAIT, async {
+        loop {
+            let arrived = received.arrived.notified();
+            if received.spans.lock().unwrap().len() >= SPANS_PER_RUN {
+                break;
+            }
+            arrived.await;
+        }
+    })
+    .await
+    .expect("the run's spans reached its endpoint");
+    let spans = received.spans.lock().unwrap().clone();
+    assert_eq!(spans.len(), SPANS_PER_RUN);
+    let root = spans
+        .iter()
+        .find(|(_, s)| s.name == "invoke_agent main")
+        .expect("the root span");
+    assert_eq!(map(&root.1.attributes)["troupe.run_id"], "run-own");
+    for (resource, span) in &spans {
+        assert_eq!(resource["service.name"], "client-service");
+        assert_eq!(span.trace_id, root.1.trace_id, "only the run's own trace");
+    }
+    // Its exporter was let go when the run's root span had ended.
+    assert_eq!(runs.runs(), 0);
+}
