@@ -1,6 +1,8 @@
-//! Session and run ids given on the command line: a full id or a unique
-//! prefix of one, as `git` takes a prefix of a commit hash. The store finds
-//! the ids a prefix starts; [`outcome`] words what that means for the person
+//! Session and run ids given on the command line: a full id, its short id
+//! (the 8 characters lists and progress lines show, see
+//! [`troupe_store::short_id`]) or a unique prefix of either, as `git` takes a
+//! prefix of a commit hash. The store finds the ids a prefix names;
+//! [`outcome`] words what that means for the person
 //! (an ambiguous prefix lists its matches, a prefix matching nothing says
 //! so). Both are usage errors (exit code 2).
 

@@ -341,8 +341,10 @@ async fn slash_commands_and_sub_agent_lines_in_an_embedded_chat() {
     assert_ne!(session_shown(&screen, 1), first);
     assert!(!server.requests()[3].any_user_text_contains("split the work"));
     command("/sessions", "(continue one with /resume ID)");
+    // The banner shows the short id, which names the session.
+    assert_eq!(first.len(), 8, "{first}");
     command(
-        &format!("/resume {}", &first[..13]),
+        &format!("/resume {first}"),
         &format!("(continuing session {first})"),
     );
     command("and now?", "Back in the first conversation.");
