@@ -31,7 +31,7 @@ impl IdKind {
     fn where_to_look(self) -> &'static str {
         match self {
             Self::Session => "list sessions with `troupe sessions list`",
-            Self::Run => "see `troupe sessions show SESSION` for run ids",
+            Self::Run => "see `troupe runs list` for run ids",
         }
     }
 }
@@ -59,7 +59,7 @@ pub(crate) fn outcome(kind: IdKind, given: &str, found: IdMatch) -> Result<Strin
     match found {
         IdMatch::Unique(id) => Ok(id),
         IdMatch::NoMatch => Err(format!(
-            "no {noun} {given}: no {noun} id starts with it; {}",
+            "no {noun} {given}: no {noun} id or short id starts with it; {}",
             kind.where_to_look()
         )),
         IdMatch::Ambiguous { ids, total } => {
@@ -95,7 +95,7 @@ mod tests {
         let message = outcome(IdKind::Run, "zz", IdMatch::NoMatch).unwrap_err();
         assert_eq!(
             message,
-            "no run zz: no run id starts with it; see `troupe sessions show SESSION` for run ids"
+            "no run zz: no run id or short id starts with it; see `troupe runs list` for run ids"
         );
         let message = outcome(IdKind::Session, "zz", IdMatch::NoMatch).unwrap_err();
         assert!(message.contains("troupe sessions list"), "{message}");

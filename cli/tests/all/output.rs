@@ -217,9 +217,12 @@ async fn resume_run_session_and_trace_take_unique_id_prefixes() {
         ),
         (
             vec!["resume", "zzz"],
-            "no session zzz: no session id starts with it",
+            "no session zzz: no session id or short id starts with it",
         ),
-        (vec!["trace", "zzz"], "no run zzz: no run id starts with it"),
+        (
+            vec!["trace", "zzz"],
+            "no run zzz: no run id or short id starts with it",
+        ),
     ] {
         let output = troupe(&env, Some(&server), &args).await;
         assert_eq!(

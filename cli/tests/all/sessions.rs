@@ -369,7 +369,8 @@ async fn sessions_commands_take_a_unique_id_prefix() {
             describe(&output)
         );
         assert!(
-            out_text(&output.stderr).contains("no session fee-: no session id starts with it"),
+            out_text(&output.stderr)
+                .contains("no session fee-: no session id or short id starts with it"),
             "{command}: {}",
             describe(&output)
         );
