@@ -685,6 +685,8 @@ impl Runtime {
     }
 
     /// Answers an approval of a run, whichever agent of its tree asked.
+    /// `approval_id` is the approval's id (`RUN-N`) or its number in the
+    /// run (`N`), see [`full_approval_id`].
     pub async fn approve(
         &self,
         run_id: &str,
@@ -693,7 +695,7 @@ impl Runtime {
         reason: Option<String>,
     ) -> Result<(), RuntimeError> {
         let run = self.run(run_id).await?;
-        let approval_id = approval_id.to_string();
+        let approval_id = full_approval_id(run_id, approval_id);
         run.call(
             |reply| RunMsg::Approve {
                 approval_id,
@@ -807,5 +809,29 @@ impl Runtime {
     pub async fn shutdown(self) {
         self.actor.stop_children(None);
         let _ = self.actor.stop_and_wait(None, None).await;
+    }
+}
+
+/// The id of the approval `given` names in run `run_id`: approvals are
+/// numbered per run (`RUN-1`, `RUN-2`, …), so a bare number `N` means
+/// `RUN-N`; anything else is an approval id already.
+pub fn full_approval_id(run_id: &str, given: &str) -> String {
+    if !given.is_empty() && given.bytes().all(|byte| byte.is_ascii_digit()) {
+        format!("{run_id}-{given}")
+    } else {
+        given.to_string()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_approval_is_named_by_its_number_in_the_run_or_by_its_id() {
+        assert_eq!(full_approval_id("r1", "2"), "r1-2");
+        assert_eq!(full_approval_id("r1", "r1-2"), "r1-2");
+        assert_eq!(full_approval_id("r1", ""), "");
+        assert_eq!(full_approval_id("r1", "2a"), "2a");
     }
 }

@@ -183,7 +183,7 @@ pub(crate) fn kept_notice(
             home.display()
         ),
         "Look at what the demo stored with:".to_string(),
-        format!("  {env} troupe sessions list"),
+        format!("  {env} troupe sessions list --all"),
     ];
     if let Some(id) = session_id {
         lines.push(format!("  {env} troupe sessions show {id}"));
@@ -374,7 +374,7 @@ mod tests {
         );
         assert!(notice.contains("/tmp/troupe-demo-x"), "{notice}");
         for command in [
-            "TROUPE_HOME=/tmp/troupe-demo-home-y troupe sessions list",
+            "TROUPE_HOME=/tmp/troupe-demo-home-y troupe sessions list --all",
             "TROUPE_HOME=/tmp/troupe-demo-home-y troupe sessions show S1",
             "TROUPE_HOME=/tmp/troupe-demo-home-y troupe trace R1",
         ] {

@@ -1,6 +1,8 @@
-//! Session and run ids given on the command line: a full id or a unique
-//! prefix of one, as `git` takes a prefix of a commit hash. The store finds
-//! the ids a prefix starts; [`outcome`] words what that means for the person
+//! Session and run ids given on the command line: a full id, its short id
+//! (the 8 characters lists and progress lines show, see
+//! [`troupe_store::short_id`]) or a unique prefix of either, as `git` takes a
+//! prefix of a commit hash. The store finds the ids a prefix names;
+//! [`outcome`] words what that means for the person
 //! (an ambiguous prefix lists its matches, a prefix matching nothing says
 //! so). Both are usage errors (exit code 2).
 
@@ -29,7 +31,7 @@ impl IdKind {
     fn where_to_look(self) -> &'static str {
         match self {
             Self::Session => "list sessions with `troupe sessions list`",
-            Self::Run => "see `troupe sessions show SESSION` for run ids",
+            Self::Run => "see `troupe runs list` for run ids",
         }
     }
 }
@@ -57,7 +59,7 @@ pub(crate) fn outcome(kind: IdKind, given: &str, found: IdMatch) -> Result<Strin
     match found {
         IdMatch::Unique(id) => Ok(id),
         IdMatch::NoMatch => Err(format!(
-            "no {noun} {given}: no {noun} id starts with it; {}",
+            "no {noun} {given}: no {noun} id or short id starts with it; {}",
             kind.where_to_look()
         )),
         IdMatch::Ambiguous { ids, total } => {
@@ -93,7 +95,7 @@ mod tests {
         let message = outcome(IdKind::Run, "zz", IdMatch::NoMatch).unwrap_err();
         assert_eq!(
             message,
-            "no run zz: no run id starts with it; see `troupe sessions show SESSION` for run ids"
+            "no run zz: no run id or short id starts with it; see `troupe runs list` for run ids"
         );
         let message = outcome(IdKind::Session, "zz", IdMatch::NoMatch).unwrap_err();
         assert!(message.contains("troupe sessions list"), "{message}");

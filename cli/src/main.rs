@@ -74,7 +74,9 @@ enum Command {
     Approve {
         /// Run id (or a unique prefix of one).
         run: String,
-        /// The approval id (from the `approval_requested` event).
+        /// The approval: its number in the run (`1`, as `troupe runs show`
+        /// lists it) or its full id (`RUN-1`, from the `approval_requested`
+        /// event).
         approval: String,
         /// allow, allow-always or deny.
         #[arg(value_parser = parse_answer)]
@@ -160,9 +162,12 @@ enum Command {
 /// `troupe chat`'s options.
 #[derive(Debug, Args)]
 pub struct ChatArgs {
-    /// Continue this session (an id or a unique prefix of one).
+    /// Continue this session (an id, a short id, or a unique prefix of one).
     #[arg(long)]
     pub session: Option<String>,
+    /// Continue the current project's most recently updated session.
+    #[arg(long = "continue", conflicts_with = "session")]
+    pub continue_last: bool,
     /// Provider entry to use (default: `default_provider`, or the one configured).
     #[arg(long)]
     pub provider: Option<String>,
@@ -245,8 +250,14 @@ pub struct RunArgs {
 /// Options of `troupe resume`.
 #[derive(Debug, Args)]
 pub struct ResumeArgs {
-    /// The session to continue: its id, or a unique prefix of it.
-    pub id: String,
+    /// The session to continue: its id, its short id, or a unique prefix of
+    /// either.
+    #[arg(required_unless_present = "last")]
+    pub id: Option<String>,
+    /// Continue the current project's most recently updated session (the
+    /// one argument then is what to say).
+    #[arg(long)]
+    pub last: bool,
     /// What to say (default: ask the agent to carry on where it stopped).
     pub prompt: Option<String>,
     // The run options (a doc comment here would become clap help text).
@@ -258,11 +269,20 @@ pub struct ResumeArgs {
 /// `troupe sessions` subcommands.
 #[derive(Debug, Subcommand)]
 pub enum SessionsCommand {
-    /// List sessions, newest first.
+    /// List the sessions of the current project, newest first.
     List {
         /// One JSON object per line.
         #[arg(long)]
         json: bool,
+        /// Every project's sessions, not only the current project's.
+        #[arg(long)]
+        all: bool,
+        /// Forks and sub-agent sessions too, each marked with its parent.
+        #[arg(long)]
+        tree: bool,
+        /// At most this many sessions (the most recently updated).
+        #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+        limit: Option<u64>,
     },
     /// Show a session: metadata, runs and its conversation.
     Show {

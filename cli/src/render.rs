@@ -14,6 +14,7 @@ use std::collections::HashMap;
 use std::io::Write;
 
 use troupe_protocol::events::{EventKind, NOTICE_MODEL_RETRY, RunEvent, RunStatus, preview};
+use troupe_store::short_id;
 
 use crate::sanitize::for_terminal;
 
@@ -134,8 +135,8 @@ pub(crate) fn next_step(
     session_id: &str,
     run_id: &str,
 ) -> String {
-    let resume = format!("troupe resume {session_id}");
-    let trace = format!("troupe trace {run_id}");
+    let resume = format!("troupe resume {}", short_id(session_id));
+    let trace = format!("troupe trace {}", short_id(run_id));
     match status {
         RunStatus::Finished => {
             format!("(finished) follow up with: {resume} \"…\"; trace: {trace}")
@@ -225,7 +226,8 @@ impl HumanRenderer {
                         "{}",
                         self.dim(&format!(
                             "session {}  run {}",
-                            event.session_id, event.run_id
+                            short_id(&event.session_id),
+                            short_id(&event.run_id)
                         ))
                     )?;
                 }

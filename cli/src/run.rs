@@ -88,7 +88,14 @@ pub(crate) async fn run(args: RunArgs, color: bool) -> u8 {
 
 /// Runs `troupe resume ID [PROMPT]`.
 pub(crate) async fn resume(args: ResumeArgs, color: bool) -> u8 {
-    let prompt = match args.prompt {
+    let (id, prompt) = match resume_target(args.last, args.id, args.prompt) {
+        Ok(target) => target,
+        Err(message) => {
+            eprintln!("troupe: {message}");
+            return crate::EXIT_USAGE;
+        }
+    };
+    let prompt = match prompt {
         Some(arg) => match prompt_from(&arg, read_all_stdin) {
             Ok(prompt) => prompt,
             Err(err) => {
@@ -98,7 +105,49 @@ pub(crate) async fn resume(args: ResumeArgs, color: bool) -> u8 {
         },
         None => CONTINUE_PROMPT.to_string(),
     };
-    start(prompt, Some(&args.id), &args.flags, color).await
+    let id = match id {
+        Some(id) => id,
+        None => match latest_session(&args.flags).await {
+            Ok(id) => id,
+            Err((code, message)) => {
+                eprintln!("troupe: {message}");
+                return code;
+            }
+        },
+    };
+    start(prompt, Some(&id), &args.flags, color).await
+}
+
+/// The session id (`None`: the latest, `--last`) and the prompt of `troupe
+/// resume`: with `--last` its one positional argument is the prompt.
+fn resume_target(
+    last: bool,
+    id: Option<String>,
+    prompt: Option<String>,
+) -> Result<(Option<String>, Option<String>), String> {
+    match (last, id, prompt) {
+        (false, id, prompt) => Ok((id, prompt)),
+        (true, said, None) => Ok((None, said)),
+        (true, Some(_), Some(_)) => Err(
+            "`troupe resume --last` takes what to say, not a session id; give one or the other"
+                .into(),
+        ),
+        (true, None, Some(prompt)) => Ok((None, Some(prompt))),
+    }
+}
+
+/// `resume --last`: the most recently updated top-level session of the
+/// project of `--cwd` or the current directory.
+async fn latest_session(flags: &RunFlags) -> Result<String, (u8, String)> {
+    let current = std::env::current_dir().unwrap_or_default();
+    let dir = match &flags.cwd {
+        Some(dir) => current.join(dir),
+        None => current,
+    };
+    let root = crate::sessions::project_of(&dir);
+    let rendered =
+        crate::sessions::rendered(&crate::sessions::latest_session_view(root.clone())).await?;
+    crate::sessions::latest_session_id(&rendered, &root)
 }
 
 /// Opens the store, recovers interrupted runs, prepares and executes a run.
@@ -242,7 +291,8 @@ async fn start_remote(
         println!("{}", submitted.run_id);
         eprintln!(
             "troupe: started run {} in the daemon; follow it with: troupe runs attach {}",
-            submitted.run_id, submitted.run_id
+            troupe_store::short_id(&submitted.run_id),
+            troupe_store::short_id(&submitted.run_id)
         );
         return 0;
     }
@@ -287,7 +337,8 @@ pub(crate) fn report_recovered(store: &Store, json: bool) {
                     };
                     eprintln!(
                         "troupe: run {} was interrupted (its process stopped){children}; continue it with: troupe resume {}",
-                        run.run.run_id, run.run.session_id
+                        troupe_store::short_id(&run.run.run_id),
+                        troupe_store::short_id(&run.run.session_id)
                     );
                 }
             }
@@ -444,6 +495,21 @@ impl RunLink for EmbeddedRun {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn resume_last_takes_its_one_argument_as_the_prompt() {
+        let some = |text: &str| Some(text.to_string());
+        assert_eq!(
+            resume_target(false, some("0193"), some("go on")),
+            Ok((some("0193"), some("go on")))
+        );
+        assert_eq!(
+            resume_target(true, some("go on"), None),
+            Ok((None, some("go on")))
+        );
+        assert_eq!(resume_target(true, None, None), Ok((None, None)));
+        assert!(resume_target(true, some("0193"), some("go on")).is_err());
+    }
 
     fn flags() -> RunFlags {
         RunFlags {

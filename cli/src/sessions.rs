@@ -4,11 +4,12 @@
 //! their parent, shown under it, and removed with it.
 
 use std::io::Write;
+use std::path::{Path, PathBuf};
 
 use troupe_protocol::api::{CompactRequest, Rendered, View};
-use troupe_protocol::events::preview;
+use troupe_protocol::events::{EventKind, RunEvent, preview};
 use troupe_protocol::model::{ContentBlock, Message, Role};
-use troupe_store::{RunRecord, SessionMeta, Store, StoreError};
+use troupe_store::{RunRecord, SessionMeta, Store, StoreError, short_id};
 
 use crate::client::DaemonClient;
 use crate::ids::{self, IdKind};
@@ -20,7 +21,19 @@ use crate::{EXIT_RUNTIME, EXIT_USAGE, SessionsCommand};
 /// way.
 fn write_view(store: &Store, view: &View, out: &mut impl Write) -> CommandResult {
     match view {
-        View::SessionsList { json } => list(store, *json, out),
+        View::SessionsList {
+            json,
+            project,
+            tree,
+            limit,
+        } => {
+            let filter = ListFilter {
+                project: project.as_deref(),
+                tree: *tree,
+                limit: *limit,
+            };
+            list(store, *json, &filter, out)
+        }
         View::SessionShow { id } => show(store, id, out),
         View::SessionExport { id } => export(store, id, out),
         View::Trace { run } => trace_view(store, run, out),
@@ -36,7 +49,7 @@ pub(crate) const NO_RUNS: &str = "no runs yet";
 pub(crate) fn format_runs_list_line(run: &RunRecord) -> String {
     format!(
         "{:<ID_COLUMN$}  {:<11}  {}  {}",
-        run.run_id,
+        short_id(&run.run_id),
         run.status.as_str(),
         run.started.format("%Y-%m-%d %H:%M"),
         preview(&run.prompt)
@@ -93,10 +106,50 @@ fn run_show(store: &Store, given: &str, out: &mut impl Write) -> CommandResult {
     text.push_str(&format!(
         "\nevents   {} (follow with: troupe runs attach {})\nprompt   {}",
         events.len(),
-        run.run_id,
+        short_id(&run.run_id),
         run.prompt
     ));
+    if run.status.is_running() {
+        for line in pending_approval_lines(&run.run_id, &events) {
+            text.push('\n');
+            text.push_str(&line);
+        }
+    }
     writeln!(out, "{text}").map_err(runtime_error)
+}
+
+/// One line per approval of run `run_id` that `events` request and do not
+/// resolve: its number in the run, what it asks, and how to answer it.
+pub(crate) fn pending_approval_lines(run_id: &str, events: &[RunEvent]) -> Vec<String> {
+    let mut pending: Vec<(&str, String)> = Vec::new();
+    for event in events {
+        match &event.kind {
+            EventKind::ApprovalRequested {
+                approval_id,
+                tool,
+                args,
+                ..
+            } => pending.push((approval_id, crate::approval::heading(tool, args))),
+            EventKind::ApprovalResolved { approval_id, .. } => {
+                pending.retain(|(id, _)| id != approval_id)
+            }
+            _ => {}
+        }
+    }
+    let short = short_id(run_id);
+    pending
+        .into_iter()
+        .map(|(approval_id, heading)| {
+            let number = approval_id
+                .strip_prefix(run_id)
+                .and_then(|rest| rest.strip_prefix('-'))
+                .unwrap_or(approval_id);
+            format!(
+                "approval {number}  {}  (answer: troupe approve {short} {number} allow|deny)",
+                preview(&heading)
+            )
+        })
+        .collect()
 }
 
 /// Renders `view` from `store` into text (what the daemon sends back).
@@ -117,48 +170,16 @@ pub(crate) fn render_view(store: &Store, view: &View) -> Rendered {
 /// Prints a view: rendered by the running daemon when there is one, else
 /// from the store opened here. Returns the exit code.
 pub(crate) async fn print_view(view: View) -> u8 {
-    let locations = match Locations::from_process() {
-        Ok(locations) => locations,
-        Err(err) => {
-            eprintln!("troupe: {err}");
-            return err.code;
+    match rendered(&view).await {
+        Ok(rendered) => {
+            let _ = std::io::stdout()
+                .lock()
+                .write_all(rendered.stdout.as_bytes());
+            let _ = std::io::stderr()
+                .lock()
+                .write_all(rendered.stderr.as_bytes());
+            rendered.code
         }
-    };
-    let client = match DaemonClient::locate(&locations) {
-        Ok(client) => client,
-        Err(err) => {
-            eprintln!("troupe: {err}");
-            return err.code;
-        }
-    };
-    if let Some(client) = client {
-        return match client.view(&view).await {
-            Ok(rendered) => {
-                let _ = std::io::stdout()
-                    .lock()
-                    .write_all(rendered.stdout.as_bytes());
-                let _ = std::io::stderr()
-                    .lock()
-                    .write_all(rendered.stderr.as_bytes());
-                rendered.code
-            }
-            Err(err) => {
-                eprintln!("troupe: {err}");
-                err.code
-            }
-        };
-    }
-    let store = match locations.open_store() {
-        Ok(store) => store,
-        Err(err) => {
-            eprintln!("troupe: {err}");
-            return err.code;
-        }
-    };
-    // Runs a dead process left unfinished show as interrupted.
-    crate::run::report_recovered(&store, false);
-    match write_view(&store, &view, &mut std::io::stdout().lock()) {
-        Ok(()) => 0,
         Err((code, message)) => {
             eprintln!("troupe: {message}");
             code
@@ -166,10 +187,124 @@ pub(crate) async fn print_view(view: View) -> u8 {
     }
 }
 
+/// Renders a view: by the running daemon when there is one, else from the
+/// store opened here (and closed again).
+pub(crate) async fn rendered(view: &View) -> Result<Rendered, (u8, String)> {
+    let locations = Locations::from_process().map_err(|err| (err.code, err.message))?;
+    let client = DaemonClient::locate(&locations).map_err(|err| (err.code, err.message))?;
+    if let Some(client) = client {
+        return client
+            .view(view)
+            .await
+            .map_err(|err| (err.code, err.message));
+    }
+    let store = locations
+        .open_store()
+        .map_err(|err| (err.code, err.message))?;
+    // Runs a dead process left unfinished show as interrupted.
+    crate::run::report_recovered(&store, false);
+    Ok(render_view(&store, view))
+}
+
+/// The project root of the directory `dir` (see
+/// [`troupe_config::paths::find_project_root`]): `sessions list`, `resume
+/// --last` and `chat --continue` consider the sessions whose directory is
+/// this root or below it.
+pub(crate) fn project_of(dir: &Path) -> PathBuf {
+    troupe_config::paths::find_project_root(dir)
+}
+
+/// The view that finds the most recently updated top-level session of the
+/// project at `root`.
+pub(crate) fn latest_session_view(root: PathBuf) -> View {
+    View::SessionsList {
+        json: true,
+        project: Some(root),
+        tree: false,
+        limit: Some(1),
+    }
+}
+
+/// The id of the session [`latest_session_view`] rendered, or why there is
+/// none.
+pub(crate) fn latest_session_id(rendered: &Rendered, root: &Path) -> Result<String, (u8, String)> {
+    if rendered.code != 0 {
+        let message = rendered.stderr.trim();
+        let message = message.strip_prefix("troupe: ").unwrap_or(message);
+        return Err((rendered.code, message.to_string()));
+    }
+    let id = rendered
+        .stdout
+        .lines()
+        .next()
+        .and_then(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+        .and_then(|meta| meta.get("id")?.as_str().map(str::to_string));
+    id.ok_or_else(|| {
+        (
+            EXIT_USAGE,
+            format!(
+                "no session in the project {}; list every project's with `troupe sessions list --all`",
+                root.display()
+            ),
+        )
+    })
+}
+
+/// Which sessions `sessions list` shows.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct ListFilter<'a> {
+    /// Only those whose directory is this project root or below it.
+    pub(crate) project: Option<&'a Path>,
+    /// Child sessions (sub-agents' and forks') too.
+    pub(crate) tree: bool,
+    /// At most this many.
+    pub(crate) limit: Option<usize>,
+}
+
+impl ListFilter<'_> {
+    /// The sessions of `sessions` (newest first) the filter keeps, in the
+    /// same order. `in_project` says whether a session's directory is the
+    /// project root or below it.
+    pub(crate) fn apply(
+        &self,
+        sessions: Vec<SessionMeta>,
+        in_project: impl Fn(&Path, &Path) -> bool,
+    ) -> Vec<SessionMeta> {
+        sessions
+            .into_iter()
+            .filter(|meta| self.tree || (meta.parent.is_none() && meta.fork_of.is_none()))
+            .filter(|meta| self.project.is_none_or(|root| in_project(&meta.cwd, root)))
+            .take(self.limit.unwrap_or(usize::MAX))
+            .collect()
+    }
+}
+
+/// Whether the directory `cwd` is `root` or below it, as written or once
+/// symbolic links are resolved.
+fn in_project(cwd: &Path, root: &Path) -> bool {
+    cwd.starts_with(root)
+        || std::fs::canonicalize(cwd)
+            .is_ok_and(|cwd| cwd.starts_with(std::fs::canonicalize(root).unwrap_or_default()))
+}
+
 /// Runs a `troupe sessions` subcommand; returns the exit code.
 pub(crate) async fn sessions(command: SessionsCommand) -> u8 {
     let view = match command {
-        SessionsCommand::List { json } => View::SessionsList { json },
+        SessionsCommand::List {
+            json,
+            all,
+            tree,
+            limit,
+        } => View::SessionsList {
+            json,
+            project: if all {
+                None
+            } else {
+                Some(project_of(&std::env::current_dir().unwrap_or_default()))
+            },
+            tree,
+            limit: limit.and_then(|limit| usize::try_from(limit).ok()),
+        },
         SessionsCommand::Show { id } => View::SessionShow { id },
         SessionsCommand::Export { id } => View::SessionExport { id },
         SessionsCommand::Rm { id } => return remove_command(&id).await,
@@ -368,12 +503,22 @@ fn trace_view(store: &Store, given: &str, out: &mut impl Write) -> CommandResult
     }
 }
 
-/// Width of the id column of `sessions list` (a UUID's length; longer ids
-/// push the rest of their line right).
-const ID_COLUMN: usize = 36;
+/// Width of the id column of `sessions list` and `runs list` (a short id's
+/// length; longer ids, which are not UUIDs, push the rest of their line
+/// right).
+const ID_COLUMN: usize = troupe_store::SHORT_ID_LEN;
 
 /// What `sessions list` prints when the store holds no session.
 pub(crate) const NO_SESSIONS: &str = "no sessions yet";
+
+/// What `sessions list` prints when the project at `root` has no session but
+/// others do.
+pub(crate) fn no_sessions_here(root: &Path) -> String {
+    format!(
+        "no sessions in {} yet; `troupe sessions list --all` lists every project's",
+        root.display()
+    )
+}
 
 /// The header line of `sessions list`, aligned with [`format_list_line`].
 pub(crate) fn list_header() -> String {
@@ -383,19 +528,20 @@ pub(crate) fn list_header() -> String {
     )
 }
 
-/// One line per session, newest first. A child session's line ends with
-/// `  ↳ PARENT_ID AGENT_PATH`; a top-level session's line has no suffix.
+/// One line per session, newest first, by short id. A child session's line
+/// ends with `  ↳ PARENT AGENT_PATH`; a top-level session's line has no
+/// suffix.
 pub(crate) fn format_list_line(meta: &SessionMeta) -> String {
     let mut line = format!(
         "{:<ID_COLUMN$}  {}  {:>5}  {:<24}  {}",
-        meta.id,
+        short_id(&meta.id),
         meta.updated.format("%Y-%m-%d %H:%M"),
         meta.message_count,
         meta.model,
         meta.title
     );
     if let Some(parent) = &meta.parent {
-        line.push_str(&format!("  ↳ {parent}"));
+        line.push_str(&format!("  ↳ {}", short_id(parent)));
         if let Some(agent_path) = &meta.agent_path {
             line.push_str(&format!(" {agent_path}"));
         }
@@ -408,7 +554,7 @@ pub(crate) fn format_list_line(meta: &SessionMeta) -> String {
 pub(crate) fn format_child_line(child: &SessionMeta) -> String {
     format!(
         "child     {}  {}  {} message{}  {}",
-        child.id,
+        short_id(&child.id),
         child.agent_path.as_deref().unwrap_or("-"),
         child.message_count,
         if child.message_count == 1 { "" } else { "s" },
@@ -422,22 +568,25 @@ pub(crate) fn format_child_line(child: &SessionMeta) -> String {
 /// than the status, the stop reason (`finished (end_turn)`, `interrupted`).
 pub(crate) fn format_run_line(run: &RunRecord) -> String {
     let status = run.status.as_str();
+    let id = short_id(&run.run_id);
     match run.stop_reason.as_deref() {
         Some(reason) if !reason.is_empty() && reason != status => {
-            format!("run       {}  {status} ({reason})", run.run_id)
+            format!("run       {id}  {status} ({reason})")
         }
-        _ => format!("run       {}  {status}", run.run_id),
+        _ => format!("run       {id}  {status}"),
     }
 }
 
-fn list(store: &Store, json: bool, out: &mut impl Write) -> CommandResult {
-    let sessions = store.list_sessions().map_err(runtime_error)?;
+fn list(store: &Store, json: bool, filter: &ListFilter, out: &mut impl Write) -> CommandResult {
+    let stored = store.list_sessions().map_err(runtime_error)?;
+    let any = !stored.is_empty();
+    let sessions = filter.apply(stored, in_project);
     // JSON lines stay one session per line: no header, nothing when empty.
     if !json {
-        let first = if sessions.is_empty() {
-            NO_SESSIONS.to_string()
-        } else {
-            list_header()
+        let first = match (sessions.is_empty(), filter.project) {
+            (false, _) => list_header(),
+            (true, Some(root)) if any => no_sessions_here(root),
+            (true, _) => NO_SESSIONS.to_string(),
         };
         writeln!(out, "{first}").map_err(runtime_error)?;
     }
@@ -645,6 +794,76 @@ mod tests {
     }
 
     #[test]
+    fn the_list_keeps_the_projects_top_level_sessions_up_to_the_limit() {
+        let mut fork = meta("f1", None, None);
+        fork.fork_of = Some(troupe_store::ForkBase {
+            session: "s1".into(),
+            len: 2,
+        });
+        let mut elsewhere = meta("o1", None, None);
+        elsewhere.cwd = "/other".into();
+        let mut below = meta("b1", None, None);
+        below.cwd = "/repo/src".into();
+        let sessions = vec![
+            meta("s2", None, None),
+            meta("c1", Some("s2"), Some("main/explorer-1")),
+            fork,
+            elsewhere,
+            below,
+            meta("s1", None, None),
+        ];
+        let ids = |filter: ListFilter| -> Vec<String> {
+            filter
+                .apply(sessions.clone(), |cwd, root| cwd.starts_with(root))
+                .into_iter()
+                .map(|meta| meta.id)
+                .collect()
+        };
+        let root = Path::new("/repo");
+        let here = ListFilter {
+            project: Some(root),
+            ..ListFilter::default()
+        };
+        assert_eq!(ids(here), ["s2", "b1", "s1"]);
+        assert_eq!(
+            ids(ListFilter {
+                limit: Some(2),
+                ..here
+            }),
+            ["s2", "b1"]
+        );
+        assert_eq!(
+            ids(ListFilter { tree: true, ..here }),
+            ["s2", "c1", "f1", "b1", "s1"]
+        );
+        assert_eq!(ids(ListFilter::default()), ["s2", "o1", "b1", "s1"]);
+    }
+
+    #[test]
+    fn the_latest_session_is_the_first_json_line_or_a_usage_error() {
+        let rendered = |code: u8, stdout: &str, stderr: &str| Rendered {
+            code,
+            stdout: stdout.into(),
+            stderr: stderr.into(),
+        };
+        let root = Path::new("/repo");
+        assert_eq!(
+            latest_session_id(&rendered(0, "{\"id\":\"s2\"}\n", ""), root),
+            Ok("s2".to_string())
+        );
+        let (code, message) = latest_session_id(&rendered(0, "", ""), root).unwrap_err();
+        assert_eq!(code, EXIT_USAGE);
+        assert!(
+            message.contains("no session in the project /repo"),
+            "{message}"
+        );
+        assert_eq!(
+            latest_session_id(&rendered(1, "", "troupe: locked\n"), root),
+            Err((1, "locked".to_string()))
+        );
+    }
+
+    #[test]
     fn the_list_header_names_the_columns_above_them() {
         let header = list_header();
         let line = format_list_line(&meta("0193a1b2-0000-7000-8000-000000000000", None, None));
@@ -678,6 +897,50 @@ mod tests {
             ended: None,
             pid: 1,
         }
+    }
+
+    fn approval_event(kind: EventKind) -> RunEvent {
+        RunEvent {
+            seq: 1,
+            ts: "2026-11-01T09:30:00Z".into(),
+            run_id: RUN.into(),
+            session_id: "s1".into(),
+            agent_path: "main".into(),
+            kind,
+        }
+    }
+
+    const RUN: &str = "0193a1f2-0c4d-7e01-8a2b-3c4d5e6f7a8b";
+
+    #[test]
+    fn pending_approvals_are_listed_by_their_number_in_the_run() {
+        let asked = |n: u32, command: &str| {
+            approval_event(EventKind::ApprovalRequested {
+                approval_id: format!("{RUN}-{n}"),
+                tool: "bash".into(),
+                args: format!("{{\"command\":\"{command}\"}}"),
+                reason: "asks".into(),
+            })
+        };
+        let events = vec![
+            asked(1, "ls"),
+            approval_event(EventKind::ApprovalResolved {
+                approval_id: format!("{RUN}-1"),
+                outcome: troupe_protocol::events::ApprovalOutcome::Allow,
+            }),
+            asked(2, "rm x"),
+        ];
+        let lines = pending_approval_lines(RUN, &events);
+        assert_eq!(lines.len(), 1, "{lines:?}");
+        assert!(
+            lines[0].starts_with("approval 2  bash wants to run: "),
+            "{lines:?}"
+        );
+        assert!(
+            lines[0].ends_with("(answer: troupe approve 5e6f7a8b 2 allow|deny)"),
+            "{lines:?}"
+        );
+        assert!(pending_approval_lines(RUN, &events[..2]).is_empty());
     }
 
     #[test]

@@ -114,6 +114,20 @@ pub(crate) async fn chat(args: ChatArgs, color: bool) -> u8 {
     };
     if let Some(id) = args.session {
         chat.resume(&id).await;
+    } else if args.continue_last {
+        let root = crate::sessions::project_of(&chat.project_dir());
+        let rendered = chat
+            .backend
+            .view(crate::sessions::latest_session_view(root.clone()))
+            .await;
+        match crate::sessions::latest_session_id(&rendered, &root) {
+            Ok(id) => chat.resume(&id).await,
+            Err((code, message)) => {
+                eprintln!("troupe: {message}");
+                chat.backend.close().await;
+                return code;
+            }
+        }
     }
     let history = chat.locations.data_dir.join(HISTORY_FILE);
     let mut editor = match line_editor(&history) {
@@ -324,7 +338,7 @@ impl Chat {
                 eprintln!("troupe: {}", crate::sanitize::for_terminal(warning));
             }
             if self.session.as_deref() != Some(started.session_id.as_str()) {
-                eprintln!("(session {})", started.session_id);
+                eprintln!("(session {})", troupe_store::short_id(&started.session_id));
             }
             self.session = Some(started.session_id.clone());
             let mut link = started.link;
@@ -353,7 +367,18 @@ impl Chat {
         None
     }
 
-    /// Continues session `id` (or a unique prefix) from the next turn on.
+    /// The directory the conversation works in: `--cwd` (from the current
+    /// directory) or the current directory.
+    fn project_dir(&self) -> PathBuf {
+        let current = std::env::current_dir().unwrap_or_default();
+        match &self.flags.cwd {
+            Some(dir) => current.join(dir),
+            None => current,
+        }
+    }
+
+    /// Continues session `id` (its id, short id, or a unique prefix of
+    /// either) from the next turn on.
     async fn resume(&mut self, id: &str) {
         let rendered = self
             .backend
@@ -364,14 +389,17 @@ impl Chat {
             return;
         }
         eprint!("{}", rendered.stdout);
+        // The first line of `sessions show` is `session   FULL_ID`.
         let full = rendered
             .stdout
             .lines()
-            .find_map(|line| line.strip_prefix("session").map(str::trim))
-            .filter(|found| found.starts_with(id))
+            .next()
+            .and_then(|line| line.strip_prefix("session "))
+            .map(str::trim)
+            .filter(|found| !found.is_empty())
             .unwrap_or(id);
         self.session = Some(full.to_string());
-        eprintln!("(continuing session {full})");
+        eprintln!("(continuing session {})", troupe_store::short_id(full));
     }
 
     async fn command(&mut self, command: SlashCommand) {
@@ -396,7 +424,15 @@ impl Chat {
                 eprintln!("(a new conversation starts with your next message)");
             }
             SlashCommand::Sessions | SlashCommand::Resume(None) => {
-                let rendered = self.backend.view(View::SessionsList { json: false }).await;
+                let rendered = self
+                    .backend
+                    .view(View::SessionsList {
+                        json: false,
+                        project: None,
+                        tree: true,
+                        limit: None,
+                    })
+                    .await;
                 eprint!("{}{}", rendered.stdout, rendered.stderr);
                 eprintln!("(continue one with /resume ID)");
             }

@@ -341,8 +341,10 @@ async fn slash_commands_and_sub_agent_lines_in_an_embedded_chat() {
     assert_ne!(session_shown(&screen, 1), first);
     assert!(!server.requests()[3].any_user_text_contains("split the work"));
     command("/sessions", "(continue one with /resume ID)");
+    // The banner shows the short id, which names the session.
+    assert_eq!(first.len(), 8, "{first}");
     command(
-        &format!("/resume {}", &first[..13]),
+        &format!("/resume {first}"),
         &format!("(continuing session {first})"),
     );
     command("and now?", "Back in the first conversation.");
@@ -352,6 +354,47 @@ async fn slash_commands_and_sub_agent_lines_in_an_embedded_chat() {
         "(model claude-other from the next message on)",
     );
     command("/exit", "[exit 0]");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chat_continue_picks_up_the_projects_latest_session() {
+    if !require(Need::Tmux) {
+        return;
+    }
+    let script = Script::new()
+        .then(text("Older done."))
+        .then(text("Latest done."))
+        .then(text("Picked up again."));
+    let server = ScriptedServer::start(script).await.unwrap();
+    let env = Env::new();
+    let mut started = Vec::new();
+    for prompt in ["older task", "latest task"] {
+        let output = crate::support::run({
+            let mut command = env.command(Some(&server));
+            command.args(["run", prompt]);
+            command
+        })
+        .await;
+        assert_eq!(output.status.code(), Some(0));
+        let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+        let first = stderr.lines().next().unwrap_or_default().to_string();
+        let session = first
+            .strip_prefix("session ")
+            .and_then(|rest| rest.split_once("  run "))
+            .map(|(session, _)| session.to_string())
+            .unwrap_or_else(|| panic!("{stderr}"));
+        started.push(session);
+    }
+    let pane = Pane::start(&chat_command(&env, &server, &["--continue"]));
+    pane.wait_for(&format!("(continuing session {})", started[1]));
+    pane.wait_for_prompt(1);
+    pane.line("and now?");
+    pane.wait_for("Picked up again.");
+    assert!(server.requests()[2].any_user_text_contains("latest task"));
+    assert!(!server.requests()[2].any_user_text_contains("older task"));
+    pane.wait_for_prompt(2);
+    pane.line("/exit");
+    pane.wait_for("[exit 0]");
 }
 
 /// The id of the `index`th session the screen announced.

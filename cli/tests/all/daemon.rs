@@ -994,11 +994,27 @@ async fn runs_can_be_listed_attached_approved_and_cancelled_from_another_termina
         .to_string();
 
     // Another terminal lists it and attaches to it by a prefix of its id.
+    let short = &run_id[run_id.len() - 8..];
     let list = env.command(None).args(["runs", "list"]).output().unwrap();
     let listed = String::from_utf8_lossy(&list.stdout).into_owned();
+    assert!(listed.contains(&format!("{short}  running")), "{listed}");
+    // Showing it lists the approval it waits for, by its number in the run.
+    let number = approval_id
+        .strip_prefix(&format!("{run_id}-"))
+        .unwrap()
+        .to_string();
+    let show = env
+        .command(None)
+        .args(["runs", "show", short])
+        .output()
+        .unwrap();
+    let shown = String::from_utf8_lossy(&show.stdout).into_owned();
     assert!(
-        listed.contains(&run_id) && listed.contains("running"),
-        "{listed}"
+        shown.contains(&format!("\napproval {number}  write_file wants to run: "))
+            && shown.contains(&format!(
+                "(answer: troupe approve {short} {number} allow|deny)"
+            )),
+        "{shown}"
     );
     let mut attach = tokio::process::Command::from({
         let mut command = env.command(None);
@@ -1020,10 +1036,11 @@ async fn runs_can_be_listed_attached_approved_and_cancelled_from_another_termina
             break;
         }
     }
-    // A third one answers the approval.
+    // A third one answers the approval by the run's short id and the
+    // approval's number.
     let approve = env
         .command(None)
-        .args(["approve", &run_id, &approval_id, "allow"])
+        .args(["approve", short, &number, "allow"])
         .output()
         .unwrap();
     assert_eq!(

@@ -197,11 +197,14 @@ async fn the_demo_keeps_its_home_and_says_how_to_look_at_it() {
         sample.starts_with(&tmp) && home.starts_with(&tmp),
         "{stderr}"
     );
-    let list = format!("  TROUPE_HOME={} troupe sessions list", home.display());
+    let list = format!(
+        "  TROUPE_HOME={} troupe sessions list --all",
+        home.display()
+    );
     assert!(stderr.lines().any(|line| line == list), "{stderr}");
     // The command it names shows the demo's session.
     let mut command = env.command_with_home(None, &home);
-    command.args(["sessions", "list", "--json"]);
+    command.args(["sessions", "list", "--json", "--all"]);
     let listed = run(command).await;
     assert_eq!(listed.status.code(), Some(0), "{}", describe(&listed));
     // The session `sessions show` names is the demo's (its forks' too).

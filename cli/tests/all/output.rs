@@ -35,6 +35,11 @@ fn ids_line(stderr: &str) -> (String, String) {
     (session.to_string(), run.to_string())
 }
 
+/// The short id progress lines show for `id`: its last 8 characters.
+fn short(id: &str) -> &str {
+    &id[id.len() - 8..]
+}
+
 /// Plants sessions (and runs of the first one) with chosen ids while no
 /// `troupe` process holds the store.
 async fn plant(env: &Env, sessions: &[&str], runs: &[&str]) {
@@ -90,8 +95,8 @@ async fn plain_runs_name_their_ids_first_and_the_next_command_last() {
     assert_eq!(output.status.code(), Some(3), "{}", describe(&output));
     let stderr = out_text(&output.stderr);
     let (session, run_id) = ids_line(&stderr);
-    assert_eq!(session.len(), 36, "a full session id: {stderr}");
-    assert_eq!(run_id.len(), 36, "a full run id: {stderr}");
+    assert_eq!(session.len(), 8, "a short session id: {stderr}");
+    assert_eq!(run_id.len(), 8, "a short run id: {stderr}");
     assert!(
         stderr.contains("reached the limit of 1 turn for this message"),
         "{stderr}"
@@ -181,10 +186,10 @@ async fn resume_run_session_and_trace_take_unique_id_prefixes() {
     let prefix = &session[..12];
     let output = troupe(&env, Some(&server), &["resume", prefix, "again"]).await;
     assert_eq!(output.status.code(), Some(0), "{}", describe(&output));
-    assert_eq!(ids_line(&out_text(&output.stderr)).0, session);
+    assert_eq!(ids_line(&out_text(&output.stderr)).0, short(&session));
     let output = troupe(&env, Some(&server), &["run", "--session", prefix, "more"]).await;
     assert_eq!(output.status.code(), Some(0), "{}", describe(&output));
-    assert_eq!(ids_line(&out_text(&output.stderr)).0, session);
+    assert_eq!(ids_line(&out_text(&output.stderr)).0, short(&session));
     // Three runs' worth of messages went to the one session.
     assert_eq!(crate::support::export(&env, &session).await.len(), 6);
 
@@ -212,9 +217,12 @@ async fn resume_run_session_and_trace_take_unique_id_prefixes() {
         ),
         (
             vec!["resume", "zzz"],
-            "no session zzz: no session id starts with it",
+            "no session zzz: no session id or short id starts with it",
         ),
-        (vec!["trace", "zzz"], "no run zzz: no run id starts with it"),
+        (
+            vec!["trace", "zzz"],
+            "no run zzz: no run id or short id starts with it",
+        ),
     ] {
         let output = troupe(&env, Some(&server), &args).await;
         assert_eq!(

@@ -61,9 +61,14 @@ async fn json_run(env: &Env, server: &ScriptedServer, args: &[&str]) -> Vec<Valu
     events
 }
 
+/// The short id lists and progress lines show for the UUID `id`.
+fn short(id: &str) -> &str {
+    &id[id.len() - 8..]
+}
+
 /// `troupe sessions list --json`, parsed.
 async fn list_json(env: &Env) -> Vec<Value> {
-    let output = troupe(env, &["sessions", "list", "--json"]).await;
+    let output = troupe(env, &["sessions", "list", "--json", "--all", "--tree"]).await;
     assert_eq!(output.status.code(), Some(0), "{}", describe(&output));
     json_lines(&output.stdout)
 }
@@ -209,7 +214,7 @@ async fn list_is_newest_first_with_titles_cut_on_character_boundaries() {
     assert_eq!(lines.len(), 3, "{stdout}");
     let newest_first: Vec<&String> = ids.iter().rev().collect();
     for (line, id) in lines.iter().zip(&newest_first) {
-        assert!(line.starts_with(id.as_str()), "{line}");
+        assert!(line.starts_with(&id[id.len() - 8..]), "{line}");
         assert!(line.contains("    2  "), "message count column: {line}");
     }
     assert!(lines[1].ends_with(&expected_title), "{}", lines[1]);
@@ -263,7 +268,7 @@ async fn show_export_and_rm() {
         "title     Read the notes\n".to_string(),
         format!("cwd       {}\n", env.root().display()),
         "messages  4\n".to_string(),
-        format!("run       {run_id}  finished (end_turn)\n"),
+        format!("run       {}  finished (end_turn)\n", short(&run_id)),
         "[user] Read the notes\n".to_string(),
         "→ read_file {\"path\":\"notes.txt\"}\n".to_string(),
         "[tool] ← ".to_string(),
@@ -364,7 +369,8 @@ async fn sessions_commands_take_a_unique_id_prefix() {
             describe(&output)
         );
         assert!(
-            out_text(&output.stderr).contains("no session fee-: no session id starts with it"),
+            out_text(&output.stderr)
+                .contains("no session fee-: no session id or short id starts with it"),
             "{command}: {}",
             describe(&output)
         );
@@ -630,11 +636,11 @@ async fn the_next_run_reports_an_interrupted_run_and_it_can_be_continued() {
     assert_eq!(output.status.code(), Some(0), "{}", describe(&output));
     let stderr = out_text(&output.stderr);
     assert!(
-        stderr.contains(&format!("run {run_id} was interrupted")),
+        stderr.contains(&format!("run {} was interrupted", short(&run_id))),
         "{stderr}"
     );
     assert!(
-        stderr.contains(&format!("continue it with: troupe resume {id}\n")),
+        stderr.contains(&format!("continue it with: troupe resume {}\n", short(&id))),
         "{stderr}"
     );
 
@@ -642,7 +648,7 @@ async fn the_next_run_reports_an_interrupted_run_and_it_can_be_continued() {
     assert_eq!(output.status.code(), Some(0), "{}", describe(&output));
     let shown = out_text(&output.stdout);
     assert!(
-        shown.contains(&format!("run       {run_id}  interrupted\n")),
+        shown.contains(&format!("run       {}  interrupted\n", short(&run_id))),
         "{shown}"
     );
     assert!(shown.contains(INTERRUPTED_CLOSING), "{shown}");
@@ -684,7 +690,7 @@ async fn sessions_show_after_a_kill_reports_the_run_as_interrupted() {
     assert_eq!(output.status.code(), Some(0), "{}", describe(&output));
     let shown = out_text(&output.stdout);
     assert!(
-        shown.contains(&format!("run       {run_id}  interrupted\n")),
+        shown.contains(&format!("run       {}  interrupted\n", short(&run_id))),
         "a run whose process was killed is shown as:\n{shown}"
     );
 }
@@ -864,7 +870,17 @@ async fn child_sessions_are_listed_with_their_parent_and_shown_under_it() {
     let env = Env::new();
     plant_family(&env).await;
 
+    // Without --tree only the top-level sessions are listed.
     let output = troupe(&env, &["sessions", "list"]).await;
+    assert_eq!(output.status.code(), Some(0), "{}", describe(&output));
+    assert_eq!(
+        out_text(&output.stdout).lines().count(),
+        3,
+        "{}",
+        describe(&output)
+    );
+
+    let output = troupe(&env, &["sessions", "list", "--tree"]).await;
     assert_eq!(output.status.code(), Some(0), "{}", describe(&output));
     let stdout = out_text(&output.stdout);
     let line_of = |id: &str| {
@@ -1086,4 +1102,202 @@ async fn the_next_command_repairs_the_child_sessions_of_an_interrupted_run() {
         assert_eq!(stored.last().unwrap().text(), INTERRUPTED_CLOSING, "{id}");
     }
     assert_eq!(export(&env, "earlier-child").await, broken);
+}
+
+/// The short ids `troupe sessions list` prints, newest first (the first
+/// column of every line after the header).
+async fn listed_short_ids(env: &Env, args: &[&str]) -> Vec<String> {
+    let mut list = vec!["sessions", "list"];
+    list.extend_from_slice(args);
+    let output = troupe(env, &list).await;
+    assert_eq!(output.status.code(), Some(0), "{}", describe(&output));
+    out_text(&output.stdout)
+        .lines()
+        .skip(1)
+        .map(|line| line.split_whitespace().next().unwrap().to_string())
+        .collect()
+}
+
+/// Asserts that `troupe sessions show SHORT` shows session `full`.
+async fn shown_by(env: &Env, short: &str, full: &str) {
+    let output = troupe(env, &["sessions", "show", short]).await;
+    assert_eq!(
+        output.status.code(),
+        Some(0),
+        "{short}: {}",
+        describe(&output)
+    );
+    assert!(
+        out_text(&output.stdout).starts_with(&format!("session   {full}\n")),
+        "{short}: {}",
+        describe(&output)
+    );
+}
+
+#[tokio::test]
+async fn sessions_of_the_same_second_are_each_shown_by_the_eight_characters_listed() {
+    // Ids made back to back share their time: the same first 13 characters.
+    let first = uuid::Uuid::now_v7().to_string();
+    let second = uuid::Uuid::now_v7().to_string();
+    assert_eq!(first[..13], second[..13]);
+    let env = Env::new();
+    with_store(&env, |store| {
+        write_planted(store, &env, &first, 1);
+        write_planted(store, &env, &second, 1);
+    })
+    .await;
+
+    let listed = listed_short_ids(&env, &[]).await;
+    assert_eq!(listed.len(), 2, "{listed:?}");
+    assert_ne!(listed[0], listed[1]);
+    for short in &listed {
+        assert_eq!(short.len(), 8, "{short}");
+        let full = [&first, &second]
+            .into_iter()
+            .find(|full| full.ends_with(short.as_str()))
+            .unwrap_or_else(|| panic!("{short} is the end of an id"));
+        shown_by(&env, short, full).await;
+        // A shorter prefix of the short id will do while it is unique.
+        shown_by(&env, &short[..6], full).await;
+    }
+    // The full id and its time prefix still work as before.
+    shown_by(&env, &first, &first).await;
+    let output = troupe(&env, &["sessions", "show", &first[..8]]).await;
+    assert_eq!(output.status.code(), Some(2), "{}", describe(&output));
+    assert!(
+        out_text(&output.stderr).contains("is ambiguous; it starts 2 session ids"),
+        "{}",
+        describe(&output)
+    );
+}
+
+#[tokio::test]
+async fn runs_started_back_to_back_print_short_ids_that_name_their_sessions() {
+    let server = ScriptedServer::start(
+        Script::new()
+            .then(text("First done."))
+            .then(text("Second done."))
+            .then(text("Resumed.")),
+    )
+    .await
+    .unwrap();
+    let env = Env::new();
+    let mut started = Vec::new();
+    for prompt in ["first task", "second task"] {
+        let mut command = env.command(Some(&server));
+        command.args(["run", prompt]);
+        let output = run(command).await;
+        assert_eq!(output.status.code(), Some(0), "{}", describe(&output));
+        // The progress line names the session and the run by short id.
+        let stderr = out_text(&output.stderr);
+        let first_line = stderr.lines().next().unwrap_or_default().to_string();
+        let rest = first_line.strip_prefix("session ").unwrap();
+        let (session, run_id) = rest.split_once("  run ").unwrap();
+        assert_eq!((session.len(), run_id.len()), (8, 8), "{first_line}");
+        assert!(
+            stderr.contains(&format!("troupe resume {session} ")),
+            "{stderr}"
+        );
+        started.push(session.to_string());
+    }
+    let full = listed_ids(&env).await;
+    let listed = listed_short_ids(&env, &[]).await;
+    assert_eq!(listed, [started[1].clone(), started[0].clone()]);
+    for (short, full) in listed.iter().zip(&full) {
+        assert!(full.ends_with(short.as_str()), "{short} {full}");
+        shown_by(&env, short, full).await;
+    }
+    // `resume --last` continues the newest session of this project.
+    let mut command = env.command(Some(&server));
+    command.args(["resume", "--last", "go on"]);
+    let output = run(command).await;
+    assert_eq!(output.status.code(), Some(0), "{}", describe(&output));
+    assert!(
+        out_text(&output.stderr).starts_with(&format!("session {}  run ", started[1])),
+        "{}",
+        describe(&output)
+    );
+    assert_eq!(listed_ids(&env).await.len(), 2);
+}
+
+#[tokio::test]
+async fn the_list_shows_this_projects_sessions_unless_all_and_children_only_with_tree() {
+    let env = Env::new();
+    let elsewhere = tempfile::tempdir().unwrap();
+    with_store(&env, |store| {
+        write_planted(store, &env, "here-0001", 1);
+        write_planted(store, &env, "here-0002", 1);
+        store
+            .create_session(&NewSession {
+                id: "away-0001".into(),
+                cwd: elsewhere.path().to_path_buf(),
+                provider: "claude".into(),
+                model: "scripted-model".into(),
+                parent: None,
+                agent_path: None,
+                run_id: None,
+                fork_of: None,
+            })
+            .unwrap();
+        store
+            .create_session(&NewSession {
+                id: "kid-0001".into(),
+                cwd: env.root().to_path_buf(),
+                provider: "claude".into(),
+                model: "scripted-model".into(),
+                parent: Some("here-0001".into()),
+                agent_path: Some("main/explorer-1".into()),
+                run_id: None,
+                fork_of: None,
+            })
+            .unwrap();
+    })
+    .await;
+    let mut here = listed_short_ids(&env, &[]).await;
+    here.sort();
+    assert_eq!(here, ["here-0001", "here-0002"]);
+    let mut tree = listed_short_ids(&env, &["--tree"]).await;
+    tree.sort();
+    assert_eq!(tree, ["here-0001", "here-0002", "kid-0001"]);
+    let mut all = listed_short_ids(&env, &["--all"]).await;
+    all.sort();
+    assert_eq!(all, ["away-0001", "here-0001", "here-0002"]);
+    assert_eq!(
+        listed_short_ids(&env, &["--all", "--limit", "1"])
+            .await
+            .len(),
+        1
+    );
+
+    // Another project with no session of its own says where the others are.
+    let mut command = env.command(None);
+    command
+        .current_dir(elsewhere.path())
+        .args(["sessions", "list", "--tree"]);
+    let output = run(command).await;
+    assert_eq!(output.status.code(), Some(0), "{}", describe(&output));
+    assert!(
+        out_text(&output.stdout).contains("\naway-0001 "),
+        "{}",
+        describe(&output)
+    );
+    let empty = tempfile::tempdir().unwrap();
+    let mut command = env.command(None);
+    command.current_dir(empty.path()).args(["sessions", "list"]);
+    let output = run(command).await;
+    assert_eq!(output.status.code(), Some(0), "{}", describe(&output));
+    assert!(
+        out_text(&output.stdout).contains("`troupe sessions list --all` lists every project's"),
+        "{}",
+        describe(&output)
+    );
+    let mut command = env.command(None);
+    command.current_dir(empty.path()).args(["resume", "--last"]);
+    let output = run(command).await;
+    assert_eq!(output.status.code(), Some(2), "{}", describe(&output));
+    assert!(
+        out_text(&output.stderr).contains("no session in the project"),
+        "{}",
+        describe(&output)
+    );
 }

@@ -435,10 +435,20 @@ pub struct SessionCompacted {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "view", rename_all = "snake_case")]
 pub enum View {
-    /// `sessions list [--json]`.
+    /// `sessions list [--json] [--all] [--tree] [--limit N]`.
     SessionsList {
         /// One JSON object per line.
         json: bool,
+        /// Only the sessions whose directory is this project root or below
+        /// it; every project's when absent.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        project: Option<PathBuf>,
+        /// Child sessions (sub-agents' and forks') too.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        tree: bool,
+        /// At most this many sessions, the most recently updated.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        limit: Option<usize>,
     },
     /// `sessions show ID`.
     SessionShow {
@@ -877,8 +887,22 @@ mod tests {
     #[test]
     fn views() {
         pins(
-            &View::SessionsList { json: false },
+            &View::SessionsList {
+                json: false,
+                project: None,
+                tree: false,
+                limit: None,
+            },
             json!({"view": "sessions_list", "json": false}),
+        );
+        pins(
+            &View::SessionsList {
+                json: true,
+                project: Some("/repo".into()),
+                tree: true,
+                limit: Some(3),
+            },
+            json!({"view": "sessions_list", "json": true, "project": "/repo", "tree": true, "limit": 3}),
         );
         pins(
             &View::SessionShow { id: "0193".into() },

@@ -45,7 +45,7 @@ use sled::transaction::TransactionError;
 
 pub use cleanup::SESSION_MAX_AGE;
 pub use error::StoreError;
-pub use lookup::IdMatch;
+pub use lookup::{IdMatch, SHORT_ID_LEN, short_id};
 pub use records::SkippedRecord;
 pub use records::{
     CompactionMarker, ForkBase, LedgerEntry, NewSession, RunRecord, RunState, SessionMeta,

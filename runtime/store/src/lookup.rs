@@ -1,12 +1,25 @@
-//! Finding a session or a run by a prefix of its id, the way `git` accepts a
-//! prefix of a commit hash: a prefix that is an id itself, or that starts
-//! exactly one id, names that id; one that starts several ids is ambiguous.
+//! Finding a session or a run by a prefix of its id or of its short id, the
+//! way `git` accepts a prefix of a commit hash: a prefix that is an id
+//! itself, or that starts exactly one id (or one short id), names that id;
+//! one that starts several is ambiguous.
 //!
-//! The store side is one range scan over the keys of the `sessions` or `runs`
-//! tree (their keys are the bare ids, so sled's byte order puts every id that
-//! starts with a prefix in one contiguous range). Only keys are read, never a
-//! record, so a session whose metadata is damaged can still be named by a
-//! prefix. [`decide`] turns the ids found into an [`IdMatch`]; it is pure.
+//! Ids are UUIDv7: their first characters are the creation time, so every id
+//! made in the same minute starts alike. The [`short_id`] of a UUID is its
+//! last 8 hex characters instead: the `uuid` crate fills them from the random
+//! number generator (the bits before them hold the timestamp and a counter),
+//! so two ids made in the same millisecond still differ there, and
+//! 8 characters tell ids apart in practice. The short id is computed, never
+//! stored, so every id already in a store has one. Ids that are not UUIDs
+//! (planted by tests, or written by hand) are their own short id.
+//!
+//! The store side is a scan over the keys of the `sessions` or `runs` tree:
+//! a range scan for a prefix of the full id (their keys are the bare ids, so
+//! sled's byte order puts every id that starts with a prefix in one
+//! contiguous range), plus, when the text could start a short id (at most 8
+//! hex digits), one pass over every key comparing short ids. Only keys are
+//! read, never a record, so a session whose metadata is damaged can still be
+//! named by a prefix. [`decide`] turns the ids found into an [`IdMatch`]; it
+//! is pure.
 
 use super::layout::{self, check_id};
 use super::{Store, StoreError};
@@ -30,14 +43,61 @@ pub enum IdMatch {
     NoMatch,
 }
 
-/// Decides what `prefix` names among `ids` (the ids that start with it, in any
-/// order). An id equal to the prefix wins over longer ids that extend it, so a
-/// full id always names its own session or run.
+/// How many hex characters a [`short_id`] of a UUID has.
+pub const SHORT_ID_LEN: usize = 8;
+
+/// The short form of `id` shown to people: the last [`SHORT_ID_LEN`]
+/// characters of a UUID (its random bits), or the whole id when it is not a
+/// UUID.
+pub fn short_id(id: &str) -> &str {
+    if is_uuid(id) {
+        id.get(id.len() - SHORT_ID_LEN..).unwrap_or(id)
+    } else {
+        id
+    }
+}
+
+/// True for the 36-character hyphenated form of a UUID (8-4-4-4-12 hex
+/// digits).
+fn is_uuid(id: &str) -> bool {
+    let bytes = id.as_bytes();
+    bytes.len() == 36
+        && bytes.iter().enumerate().all(|(at, byte)| match at {
+            8 | 13 | 18 | 23 => *byte == b'-',
+            _ => byte.is_ascii_hexdigit(),
+        })
+}
+
+/// True when `given` could start a short id: 1 to [`SHORT_ID_LEN`] hex
+/// digits.
+fn may_start_short_id(given: &str) -> bool {
+    !given.is_empty()
+        && given.len() <= SHORT_ID_LEN
+        && given.bytes().all(|byte| byte.is_ascii_hexdigit())
+}
+
+/// True when `given` names `id`: `id` starts with it, or the short id of a
+/// UUID `id` starts with it (hex digits compared in any case).
+pub(super) fn names(given: &str, id: &str) -> bool {
+    if id.starts_with(given) {
+        return true;
+    }
+    is_uuid(id)
+        && may_start_short_id(given)
+        && short_id(id)
+            .get(..given.len())
+            .is_some_and(|start| start.eq_ignore_ascii_case(given))
+}
+
+/// Decides what `prefix` names among `ids` (candidates in any order; those
+/// it does not name, see [`names`], are ignored). An id equal to the prefix
+/// wins over longer ids that extend it, so a full id always names its own
+/// session or run.
 pub(super) fn decide(prefix: &str, ids: impl IntoIterator<Item = String>) -> IdMatch {
     let mut listed = Vec::new();
     let mut total = 0usize;
     for id in ids {
-        if !id.starts_with(prefix) {
+        if !names(prefix, &id) {
             continue;
         }
         if id == prefix {
@@ -76,15 +136,21 @@ impl Store {
         self.find_by_prefix(&self.inner.runs, layout::RUNS_TREE, prefix)
     }
 
-    /// Scans the keys of `tree` that start with `prefix`.
+    /// Scans the keys of `tree` that start with `prefix`, or all of them
+    /// when `prefix` could start a short id.
     fn find_by_prefix(
         &self,
         tree: &sled::Tree,
         name: &'static str,
         prefix: &str,
     ) -> Result<IdMatch, StoreError> {
+        let scan = if may_start_short_id(prefix) {
+            tree.iter()
+        } else {
+            tree.scan_prefix(prefix.as_bytes())
+        };
         let mut ids = Vec::new();
-        for key in tree.scan_prefix(prefix.as_bytes()).keys() {
+        for key in scan.keys() {
             let key = key.map_err(self.sled_err("look up an id"))?;
             match std::str::from_utf8(&key) {
                 Ok(id) => ids.push(id.to_owned()),
@@ -148,6 +214,55 @@ mod tests {
         assert_eq!(total, 25);
         assert_eq!(listed.len(), MAX_LISTED_MATCHES);
         assert_eq!(listed.first().map(String::as_str), Some("a00"));
+    }
+
+    const EARLY: &str = "0193a1f2-0c4d-7e01-8a2b-3c4d5e6f7a8b";
+    const SAME_MS: &str = "0193a1f2-0c4d-7e01-8a2b-3c4d91b2c3d4";
+
+    #[test]
+    fn the_short_id_of_a_uuid_is_its_last_eight_hex_digits() {
+        assert_eq!(short_id(EARLY), "5e6f7a8b");
+        assert_eq!(short_id(SAME_MS), "91b2c3d4");
+        // Not a UUID: the id is its own short id.
+        assert_eq!(short_id("feed-0001"), "feed-0001");
+        assert_eq!(
+            short_id("0193a1f2-0c4d-7e01-8a2b-3c4d5e6f7a8"),
+            "0193a1f2-0c4d-7e01-8a2b-3c4d5e6f7a8"
+        );
+        assert_eq!(
+            short_id("0193a1f2x0c4d-7e01-8a2b-3c4d5e6f7a8b"),
+            "0193a1f2x0c4d-7e01-8a2b-3c4d5e6f7a8b"
+        );
+        assert_eq!(short_id(""), "");
+    }
+
+    #[test]
+    fn a_prefix_of_the_short_id_names_a_uuid() {
+        assert!(names("5e6f7a8b", EARLY));
+        assert!(names("5e6f", EARLY));
+        assert!(names("5E6F7A8B", EARLY));
+        assert!(names("0193a1f2", EARLY));
+        assert!(!names("5e6f7a8b", SAME_MS));
+        // Longer than a short id, or not hex: only the full id's start counts.
+        assert!(!names("3c4d5e6f7a8b", EARLY));
+        assert!(!names("7a8b-", EARLY));
+        // Ids that are not UUIDs match by their start only.
+        assert!(!names("0001", "feed-0001"));
+    }
+
+    #[test]
+    fn ids_of_the_same_millisecond_are_told_apart_by_their_short_ids() {
+        let both = || ids(&[EARLY, SAME_MS]);
+        assert_eq!(decide("5e6f7a8b", both()), IdMatch::Unique(EARLY.into()));
+        assert_eq!(decide("91b2c3d4", both()), IdMatch::Unique(SAME_MS.into()));
+        assert_eq!(
+            decide("0193a1f2", both()),
+            IdMatch::Ambiguous {
+                ids: both(),
+                total: 2
+            }
+        );
+        assert_eq!(decide("ffff", both()), IdMatch::NoMatch);
     }
 
     fn store() -> (tempfile::TempDir, Store) {
@@ -240,5 +355,30 @@ mod tests {
             }
         );
         assert_eq!(store.find_run("s1").unwrap(), IdMatch::NoMatch);
+    }
+
+    #[test]
+    fn sessions_and_runs_are_found_by_a_prefix_of_their_short_id() {
+        let (_dir, store) = store();
+        session(&store, EARLY);
+        session(&store, SAME_MS);
+        assert_eq!(
+            store.find_session("5e6f7a8b").unwrap(),
+            IdMatch::Unique(EARLY.into())
+        );
+        assert_eq!(
+            store.find_session("91b2").unwrap(),
+            IdMatch::Unique(SAME_MS.into())
+        );
+        assert!(matches!(
+            store.find_session("0193a1f2").unwrap(),
+            IdMatch::Ambiguous { total: 2, .. }
+        ));
+        run(&store, "0193a1f2-0c4d-7e01-8a2b-3c4dbeef0000", EARLY);
+        assert_eq!(
+            store.find_run("beef").unwrap(),
+            IdMatch::Unique("0193a1f2-0c4d-7e01-8a2b-3c4dbeef0000".into())
+        );
+        assert_eq!(store.find_session("beef").unwrap(), IdMatch::NoMatch);
     }
 }
