@@ -176,7 +176,7 @@ impl PerRunExport {
     }
 
     /// Announces a run about to be submitted with an export of its own.
-    pub(crate) fn expect(&self) {
+    pub(crate) fn announce_run(&self) {
         self.runs.expect_run();
     }
 

@@ -326,7 +326,7 @@ async fn create_run(State(state): State<ApiState>, body: Body) -> Result<Respons
     let mut prepared = (state.prepare)(request).await?;
     let own = match (&state.per_run, export) {
         (Some(per_run), ClientExport::Own(settings)) => {
-            per_run.expect();
+            per_run.announce_run();
             Some((per_run, settings))
         }
         (_, ClientExport::Unusable(warning)) => {

@@ -472,19 +472,10 @@ pub fn in_git_internals(path: &Path, project_root: &Path) -> bool {
         .is_ok_and(|rel| rel.components().any(|c| c.as_os_str() == ".git"))
 }
 
-/// Lexical normalisation of an absolute path: `.` dropped, `..` applied.
+/// Lexical normalisation of an absolute path: `.` dropped, `..` applied
+/// ([`troupe_paths::file_io::lexical_normalize`]).
 pub fn normalize(path: &Path) -> PathBuf {
-    let mut out = PathBuf::from("/");
-    for component in path.components() {
-        match component {
-            Component::Normal(part) => out.push(part),
-            Component::ParentDir => {
-                out.pop();
-            }
-            Component::CurDir | Component::RootDir | Component::Prefix(_) => {}
-        }
-    }
-    out
+    troupe_paths::file_io::lexical_normalize(path)
 }
 
 /// A possible working directory; `None` when it cannot be known.
