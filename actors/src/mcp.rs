@@ -34,6 +34,10 @@ use troupe_mcp::{
 };
 use troupe_telemetry::genai;
 
+/// Time a shutdown leaves, beyond the servers' budget, for the actors'
+/// replies.
+const REPLY_ROOM: Duration = Duration::from_millis(500);
+
 /// The environment a stdio server starts from (`None`: this process's).
 pub type BaseEnv = Option<Arc<Vec<(String, String)>>>;
 
@@ -527,21 +531,28 @@ impl McpHub {
     /// Closes every session concurrently within [`SHUTDOWN_BUDGET`], kills
     /// each stdio server's process group, and stops the supervisor.
     pub async fn shutdown(&self) {
+        // Leave room for the replies within the budget.
+        self.shutdown_within(SHUTDOWN_BUDGET.saturating_sub(REPLY_ROOM))
+            .await;
+    }
+
+    /// Closes every session concurrently, gives each server `budget` to end
+    /// by itself, then kills what is left of each stdio server's process
+    /// group, and stops the supervisor.
+    pub async fn shutdown_within(&self, budget: Duration) {
         let supervisor = &self.0.supervisor;
         let children = match supervisor
-            .call(McpSupervisorMsg::BeginShutdown, Some(SHUTDOWN_BUDGET))
+            .call(McpSupervisorMsg::BeginShutdown, Some(budget + REPLY_ROOM))
             .await
         {
             Ok(ractor::rpc::CallResult::Success(children)) => children,
             _ => Vec::new(),
         };
-        // Leave room for the replies within the budget.
-        let budget = SHUTDOWN_BUDGET.saturating_sub(Duration::from_millis(500));
         let closing = children.into_iter().map(|child| async move {
             let _ = child
                 .call(
                     |reply| McpServerMsg::Close(budget, reply),
-                    Some(SHUTDOWN_BUDGET),
+                    Some(budget + REPLY_ROOM),
                 )
                 .await;
             child.stop(None);

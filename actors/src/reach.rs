@@ -59,6 +59,7 @@ impl CallReach for RunReach {
             tool: question.tool,
             args: question.args,
             reason: question.reason,
+            always_rule: None,
         });
         let open = OpenQuestion {
             approval_id,

@@ -71,16 +71,23 @@ pub(crate) struct RunArgs {
     /// The submitter's answer, sent once the run is recorded.
     pub answer: SubmitAnswer,
     pub events: EventSink,
-    /// Where the run tells it ended (the runtime's mailbox).
+    /// Where the run tells that its session is free and that it ended (the
+    /// runtime's mailbox).
     pub ended: Port<RunEnded>,
 }
 
-/// How a run ended, told to the runtime that started it.
-pub(crate) struct RunEnded {
-    pub run_id: String,
-    pub outcome: RunOutcome,
-    /// The session as the run leaves it (none: reopened from the store).
-    pub session: Option<SessionState>,
+/// What a run tells the runtime that started it as it ends, in this order.
+pub(crate) enum RunEnded {
+    /// The session is free for its next run. Sent before `run_finished` is
+    /// emitted: the runtime's mailbox has it before any request a client
+    /// makes on seeing that event.
+    SessionFree {
+        run_id: String,
+        /// The session as the run leaves it (none: reopened from the store).
+        session: Option<SessionState>,
+    },
+    /// The run is over.
+    Over { run_id: String, outcome: RunOutcome },
 }
 
 /// A new session, created by its first run's first write, with the memory
@@ -776,17 +783,22 @@ impl RunActorState {
                 status,
                 stop_reason,
             } => self.write_end(myself, status, stop_reason),
-            RunEffect::Finish { outcome, session } => {
-                self.answer_submitter();
+            RunEffect::FreeSession { session } => {
                 let session = match session {
                     SessionBack::Unchanged => self.opening.take().map(|opening| opening.session),
                     SessionBack::LeftByMain => self.left_by_main.take(),
                     SessionBack::FromStore => None,
                 };
-                self.ended.send(RunEnded {
+                self.ended.send(RunEnded::SessionFree {
+                    run_id: self.run_id.clone(),
+                    session,
+                });
+            }
+            RunEffect::Finish { outcome } => {
+                self.answer_submitter();
+                self.ended.send(RunEnded::Over {
                     run_id: self.run_id.clone(),
                     outcome,
-                    session,
                 });
                 myself.stop(None);
             }
@@ -855,9 +867,7 @@ impl RunActorState {
                     None => {}
                 }
                 store.put_run(&record)?;
-                for (index, message) in &unsaved {
-                    store.put_message(&session_id, *index, message)?;
-                }
+                store.put_messages(&session_id, unsaved.iter().map(|(i, m)| (*i, m)))?;
                 Ok(())
             },
             move |opened| {

@@ -76,12 +76,14 @@ pub(crate) enum RuntimeMsg {
     History(String, RpcReplyPort<HistorySource>),
     /// Remove a session that has no run in progress, from memory and store.
     RemoveSession(String, RpcReplyPort<Result<Vec<String>, RuntimeError>>),
-    /// A run ended (sent by its run actor).
-    RunEnded {
+    /// A run's session is free for its next run (sent by its run actor
+    /// before `run_finished` is emitted).
+    SessionFree {
         run_id: String,
-        outcome: RunOutcome,
         session: Option<SessionState>,
     },
+    /// A run ended (sent by its run actor).
+    RunEnded { run_id: String, outcome: RunOutcome },
 }
 
 struct RunEntry {
@@ -93,6 +95,8 @@ struct RunEntry {
     /// The run ended: its outcome, handed out once its log stored its last
     /// events.
     ended: Option<RunOutcome>,
+    /// The run handed its session back: the session is free.
+    session_free: bool,
 }
 
 /// How a submission's session was found.
@@ -207,11 +211,10 @@ impl Actor for RuntimeActor {
             RuntimeMsg::RemoveSession(session_id, reply) => {
                 state.remove_session(session_id, reply);
             }
-            RuntimeMsg::RunEnded {
-                run_id,
-                outcome,
-                session,
-            } => state.run_ended(&myself, &run_id, outcome, session),
+            RuntimeMsg::SessionFree { run_id, session } => state.free_session(&run_id, session),
+            RuntimeMsg::RunEnded { run_id, outcome } => {
+                state.run_ended(&myself, &run_id, outcome, None);
+            }
         }
         Ok(())
     }
@@ -497,13 +500,15 @@ impl RuntimeState {
             ended: {
                 let runtime = myself.clone();
                 Port::new(move |ended: RunEnded| {
-                    runtime
-                        .cast(RuntimeMsg::RunEnded {
-                            run_id: ended.run_id,
-                            outcome: ended.outcome,
-                            session: ended.session,
-                        })
-                        .is_ok()
+                    let message = match ended {
+                        RunEnded::SessionFree { run_id, session } => {
+                            RuntimeMsg::SessionFree { run_id, session }
+                        }
+                        RunEnded::Over { run_id, outcome } => {
+                            RuntimeMsg::RunEnded { run_id, outcome }
+                        }
+                    };
+                    runtime.cast(message).is_ok()
                 })
             },
         };
@@ -530,6 +535,7 @@ impl RuntimeState {
                 live,
                 outcome: Some(outcome_tx),
                 ended: None,
+                session_free: false,
             },
         );
     }
@@ -573,18 +579,33 @@ impl RuntimeState {
             return;
         }
         run.ended = Some(outcome);
-        // The session is free for its next run at once (kept in memory, or
-        // left to the store).
-        self.sessions
-            .ended(&run.session_id, session, chrono::Utc::now());
-        if run.log.drain().is_err() {
-            // The log is gone already: nothing more to store.
+        let log_gone = run.log.drain().is_err();
+        // The session is free for its next run at once, unless the run
+        // freed it already.
+        self.free_session(run_id, session);
+        if log_gone {
+            // Nothing more to store.
             self.finish_run(run_id);
             return;
         }
         let limit = troupe_store::CONFIRM_DEADLINE + LOG_DRAIN_MARGIN;
         let overdue = run_id.to_owned();
         myself.send_after(limit, move || RuntimeMsg::LogOverdue(overdue));
+    }
+
+    /// A run's session is free for its next run (kept in memory, or left to
+    /// the store): handed back by the run before it announced its end, or
+    /// freed when the run ended without doing so. Once per run.
+    fn free_session(&mut self, run_id: &str, session: Option<SessionState>) {
+        let Some(run) = self.runs.get_mut(run_id) else {
+            return;
+        };
+        if run.session_free {
+            return;
+        }
+        run.session_free = true;
+        self.sessions
+            .ended(&run.session_id, session, chrono::Utc::now());
     }
 
     /// The ended run, whose log is done, is forgotten and its outcome handed

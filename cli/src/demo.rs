@@ -296,7 +296,7 @@ async fn demo_in(args: &DemoArgs, sample: &Path, locations: &Locations, color: b
             return DemoEnd::failed(err.code);
         }
     };
-    let telemetry = crate::telemetry::start(&store);
+    let telemetry = crate::telemetry::start(&store, crate::telemetry::terminal_log_style());
     let prepared = match setup::prepare(&options, Some(provider), &store, locations, None).await {
         Ok(prepared) => prepared,
         Err(err) => {
@@ -319,6 +319,7 @@ async fn demo_in(args: &DemoArgs, sample: &Path, locations: &Locations, color: b
     let style = RenderStyle {
         color,
         next_steps: false,
+        dir: None,
     };
     let (exit, run_id) = execute(
         prepared,

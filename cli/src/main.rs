@@ -14,11 +14,14 @@ mod chat;
 mod client;
 mod daemon;
 mod demo;
+mod diff;
 mod follow;
 mod ids;
 mod mcp;
 mod project;
 mod render;
+mod retention;
+mod root_guard;
 mod run;
 mod runs;
 mod sandbox;
@@ -39,6 +42,10 @@ use clap::{Args, Parser, Subcommand};
 pub const EXIT_USAGE: u8 = 2;
 /// SPEC §1.1: runtime or provider error.
 pub const EXIT_RUNTIME: u8 = 1;
+/// The daemon ended because a store write did not return within
+/// [`daemon::STORE_STALL_DEADLINE`]: the next client starts a fresh daemon
+/// (75 is `EX_TEMPFAIL`: try again).
+pub const EXIT_STORE_STALLED: u8 = 75;
 
 /// An actor-based runtime for coding agents.
 #[derive(Debug, Parser)]
@@ -180,6 +187,10 @@ pub struct ChatArgs {
     /// Working directory (default: the current one).
     #[arg(long)]
     pub cwd: Option<PathBuf>,
+    /// Start even though the project root is `/` or the home directory
+    /// itself, which `--cwd` must then name (without this, the chat asks).
+    #[arg(long)]
+    pub confirm_cwd: bool,
     /// Turn limit for each message.
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
     pub max_turns: Option<u32>,
@@ -210,6 +221,11 @@ pub struct RunFlags {
     /// Working directory (default: the current one; a continued session's own).
     #[arg(long)]
     pub cwd: Option<PathBuf>,
+    /// Start even though the project root is `/` or the home directory
+    /// itself, which `--cwd` must then name (without this, a terminal asks
+    /// and anything else refuses).
+    #[arg(long)]
+    pub confirm_cwd: bool,
     /// Write every runtime event as one JSON object per line to stdout.
     #[arg(long)]
     pub json: bool,
@@ -505,16 +521,24 @@ fn harden(cli: &Cli) {
 
 /// Logs go to stderr (stdout carries answers and `--json` events), at `warn`
 /// unless `TROUPE_LOG` or `RUST_LOG` says otherwise; a filter that does not
-/// parse is one warning and the default filter.
+/// parse is one warning and the default filter. Unless one of them asks for
+/// logs, a warning is one line in Troupe's style, without timestamps.
 fn init_logging(color: bool) {
-    use troupe_telemetry::{log_filter, log_filter_from_env};
+    use troupe_telemetry::{BriefFormat, LogStyle, log_filter, log_filter_from_env};
     let (filter, warning) = log_filter(&log_filter_from_env(|name| std::env::var(name).ok()));
-    let installed = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_ansi(color)
-        .with_writer(std::io::stderr)
-        .with_target(false)
-        .try_init();
+    let installed = match telemetry::terminal_log_style() {
+        LogStyle::Brief => tracing_subscriber::fmt()
+            .with_env_filter(filter)
+            .event_format(BriefFormat)
+            .with_writer(std::io::stderr)
+            .try_init(),
+        LogStyle::Detailed => tracing_subscriber::fmt()
+            .with_env_filter(filter)
+            .with_ansi(color)
+            .with_writer(std::io::stderr)
+            .with_target(false)
+            .try_init(),
+    };
     if let (Ok(()), Some(warning)) = (installed, warning) {
         tracing::warn!("{warning}");
     }

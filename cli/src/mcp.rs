@@ -1,7 +1,10 @@
 //! MCP servers at the front door: starting a run's configured servers (with
 //! the warnings a person should see), and `troupe mcp list`, which starts the
 //! servers configured for a directory, waits until each is ready or has
-//! failed, prints them (state, tools, last error) and shuts them down.
+//! failed, prints them (state, tools, last error) and shuts them down. The
+//! servers of a project that is not trusted are listed as `untrusted`, with
+//! the file that names them and the command that trusts the project; they
+//! are never started.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -17,7 +20,12 @@ use troupe_mcp::{
 };
 use troupe_tools::Tool;
 
+use troupe_config::UntrustedServer;
+
 use crate::project::{Locations, RunOptions, configured_with_root};
+
+/// The state `troupe mcp list` shows for a server an untrusted project names.
+const UNTRUSTED: &str = "untrusted";
 use crate::{EXIT_RUNTIME, EXIT_USAGE};
 
 /// `troupe mcp` subcommands.
@@ -128,35 +136,83 @@ async fn list(json: bool, cwd: Option<std::path::PathBuf>) -> u8 {
     if let Some(notice) = project.notice() {
         eprintln!("troupe: {}", crate::sanitize::for_terminal(&notice));
     }
-    let (config, project_root) = (project.config, project.root);
+    let (config, project_root, untrusted) =
+        (project.config, project.root, project.untrusted_servers);
     let (hub, warnings) = start_servers(&config, &locations, &project_root).await;
     for warning in &warnings {
         eprintln!("troupe: {}", crate::sanitize::for_terminal(warning));
     }
-    let Some(hub) = hub else {
-        if config.mcp_servers.is_empty() {
-            eprintln!(
-                "troupe: no MCP servers are configured for {} (add [mcp_servers.NAME] to \
-                 .troupe/config.toml or a .mcp.json)",
-                project_root.display()
-            );
-            return EXIT_USAGE;
+    if hub.is_none() && config.mcp_servers.is_empty() && untrusted.is_empty() {
+        eprintln!(
+            "troupe: no MCP servers are configured for {} (add [mcp_servers.NAME] to \
+             .troupe/config.toml or a .mcp.json)",
+            project_root.display()
+        );
+        return EXIT_USAGE;
+    }
+    let started = hub.is_some();
+    if let Some(hub) = hub {
+        hub.state()
+            .wait_settled(CONNECT_TIMEOUT + Duration::from_secs(1))
+            .await;
+        for status in &hub.state().statuses() {
+            if json {
+                println!("{}", status_json(status));
+            } else {
+                print!("{}", status_text(status));
+            }
         }
-        return if warnings.is_empty() { 0 } else { EXIT_RUNTIME };
-    };
-    hub.state()
-        .wait_settled(CONNECT_TIMEOUT + Duration::from_secs(1))
-        .await;
-    let statuses = hub.state().statuses();
-    for status in &statuses {
+        hub.shutdown_within(troupe_mcp::EXIT_BUDGET).await;
+    }
+    for server in &untrusted {
         if json {
-            println!("{}", status_json(status));
+            println!("{}", untrusted_json(server, &project_root));
         } else {
-            print!("{}", status_text(status));
+            print!(
+                "{}",
+                crate::sanitize::for_terminal(&untrusted_text(server, &project_root))
+            );
         }
     }
-    hub.shutdown().await;
-    0
+    if !started && !config.mcp_servers.is_empty() && !warnings.is_empty() {
+        EXIT_RUNTIME
+    } else {
+        0
+    }
+}
+
+/// A server of an untrusted project as a JSON line: state `untrusted`, the
+/// file that names it and the command that trusts the project.
+fn untrusted_json(server: &UntrustedServer, project_root: &Path) -> serde_json::Value {
+    json!({
+        "name": server.name,
+        "state": UNTRUSTED,
+        "transport": server.transport(),
+        "target": server.target(),
+        "file": server.file,
+        "tools": [],
+        "skipped": [],
+        "last_error": null,
+        "trust_command": format!(
+            "troupe trust {}",
+            troupe_config::trust::shell_word(&project_root.display().to_string())
+        ),
+    })
+}
+
+/// A server of an untrusted project as text: a line like a started
+/// server's, then why it did not start and how to trust the project.
+fn untrusted_text(server: &UntrustedServer, project_root: &Path) -> String {
+    format!(
+        "{}  {UNTRUSTED}  {}  {}  ({})\n    not started: the project is not trusted; review {} \
+         and run {} to start it\n",
+        server.name,
+        server.transport(),
+        server.target(),
+        server.file,
+        server.file,
+        troupe_config::trust::trust_command(project_root)
+    )
 }
 
 /// One server as a JSON line.
@@ -218,7 +274,8 @@ pub(crate) async fn servers_text(locations: &Locations, options: &RunOptions) ->
         Err(err) => return err.message,
     };
     let notice = project.notice();
-    let (config, project_root) = (project.config, project.root);
+    let (config, project_root, untrusted) =
+        (project.config, project.root, project.untrusted_servers);
     let (hub, warnings) = start_servers(&config, locations, &project_root).await;
     let mut text: String = notice
         .iter()
@@ -226,7 +283,7 @@ pub(crate) async fn servers_text(locations: &Locations, options: &RunOptions) ->
         .map(|warning| format!("troupe: {warning}\n"))
         .collect();
     match hub {
-        None if config.mcp_servers.is_empty() => text.push_str(&format!(
+        None if config.mcp_servers.is_empty() && untrusted.is_empty() => text.push_str(&format!(
             "No MCP servers are configured for {} (add [mcp_servers.NAME] to \
              .troupe/config.toml or a .mcp.json).",
             project_root.display()
@@ -239,8 +296,11 @@ pub(crate) async fn servers_text(locations: &Locations, options: &RunOptions) ->
             for status in hub.state().statuses() {
                 text.push_str(&status_text(&status));
             }
-            hub.shutdown().await;
+            hub.shutdown_within(troupe_mcp::EXIT_BUDGET).await;
         }
+    }
+    for server in &untrusted {
+        text.push_str(&untrusted_text(server, &project_root));
     }
     text.trim_end().to_string()
 }

@@ -13,8 +13,8 @@ use std::sync::Arc;
 use troupe_agent::roles::RoleSet;
 use troupe_config::paths::{self, ProcessEnv};
 use troupe_config::{
-    Config, ConfigSources, ResolvedProvider, TrustStore, load_config_with_trust, resolve_provider,
-    untrusted_notice,
+    Config, ConfigSources, LeftOut, ResolvedProvider, TrustStore, UntrustedServer,
+    load_config_with_trust, resolve_provider, untrusted_notice,
 };
 use troupe_loader::{load_roles, project_role_names};
 use troupe_protocol::permission::PermissionMode;
@@ -154,6 +154,27 @@ impl Locations {
         }
     }
 
+    /// The `[store]` settings of the user's config file (defaults when it
+    /// has none or cannot be read: that error is reported where the file is
+    /// loaded for a run).
+    pub(crate) fn store_settings(&self) -> troupe_config::StoreSettings {
+        let sources = ConfigSources {
+            user: self
+                .config_dir
+                .as_deref()
+                .map(|dir| dir.join(paths::CONFIG_FILE_NAME)),
+            project_root: None,
+            home: self.home.clone(),
+        };
+        match troupe_config::load_config(&sources) {
+            Ok(config) => config.store,
+            Err(err) => {
+                tracing::warn!(%err, "the user's [store] settings could not be read; defaults apply");
+                troupe_config::StoreSettings::default()
+            }
+        }
+    }
+
     /// Opens the session store in the data directory. When a daemon holds
     /// it, the message names the daemon.
     pub(crate) fn open_store(&self) -> Result<Store, SetupError> {
@@ -221,8 +242,12 @@ pub(crate) struct ProjectConfig {
     /// Whether the person trusts the project.
     pub trusted: bool,
     /// What of the project waits for trust: settings of its files, its role
-    /// files and its skills. Empty when it is trusted.
-    pub ignored: Vec<String>,
+    /// files and its skills, each with the file it came from. Empty when it
+    /// is trusted.
+    pub ignored: Vec<LeftOut>,
+    /// The MCP servers of its files that wait for trust. Empty when it is
+    /// trusted.
+    pub untrusted_servers: Vec<UntrustedServer>,
 }
 
 impl ProjectConfig {
@@ -239,14 +264,14 @@ impl ProjectConfig {
 }
 
 /// The project's role files and skills, named as the untrusted notice names
-/// them.
-fn own_files_left_out(root: &Path) -> Vec<String> {
+/// them: under the directory they came from.
+fn own_files_left_out(root: &Path) -> Vec<LeftOut> {
     let roles = project_role_names(root)
         .into_iter()
-        .map(|name| format!("role {name} (.troupe/agents)"));
+        .map(|name| LeftOut::new(".troupe/agents", format!("role {name}")));
     let skills = SkillSet::project_skill_names(root)
         .into_iter()
-        .map(|name| format!("skill {name} (.troupe/skills)"));
+        .map(|name| LeftOut::new(".troupe/skills", format!("skill {name}")));
     roles.chain(skills).collect()
 }
 
@@ -272,6 +297,7 @@ pub(crate) fn load_project(locations: &Locations, cwd: &Path) -> Result<ProjectC
         root,
         trusted,
         ignored,
+        untrusted_servers: loaded.untrusted_servers,
     })
 }
 
@@ -330,8 +356,16 @@ pub(crate) fn configured(
 pub(crate) struct TrustQuestion {
     /// The project root (what `troupe trust` records).
     pub root: PathBuf,
-    /// What is ignored until it is trusted.
-    pub ignored: Vec<String>,
+    /// What is ignored until it is trusted, each with its file.
+    pub ignored: Vec<LeftOut>,
+}
+
+impl TrustQuestion {
+    /// What is ignored, grouped by the file it came from, with the commands
+    /// its MCP servers and hooks would run.
+    pub(crate) fn listing(&self) -> String {
+        troupe_config::trust::left_out_listing(&self.ignored)
+    }
 }
 
 /// The trust question for the project `options` names, if it is not trusted

@@ -46,12 +46,15 @@ pub(crate) fn use_color(
 }
 
 /// How a person's terminal output looks.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct RenderStyle {
     /// ANSI colour (dim progress lines).
     pub color: bool,
     /// Say, when the run ends, which command continues it.
     pub next_steps: bool,
+    /// The directory relative paths of the run's calls name files in (to
+    /// show what an edit would change); `None` when unknown.
+    pub dir: Option<std::path::PathBuf>,
 }
 
 /// Longest one-line output shown on a finished tool's line, in characters.
@@ -456,6 +459,7 @@ mod tests {
     const PLAIN: RenderStyle = RenderStyle {
         color: false,
         next_steps: true,
+        dir: None,
     };
 
     fn rendered(renderer: &mut HumanRenderer, events: Vec<RunEvent>) -> String {
@@ -717,6 +721,7 @@ mod tests {
         let mut renderer = HumanRenderer::new(RenderStyle {
             color: true,
             next_steps: false,
+            dir: None,
         });
         let out = rendered(
             &mut renderer,

@@ -19,7 +19,7 @@ use troupe_actors::{Approver, RunHandle, Runtime};
 use troupe_loader::recover_interrupted_runs;
 use troupe_protocol::api::{RunLimits, RunRequest};
 use troupe_protocol::events::RunEvent;
-use troupe_store::{SESSION_MAX_AGE, Store};
+use troupe_store::Store;
 use troupe_tools::memory::MEMORY_SETTLE_LIMIT;
 
 use crate::client::{DaemonClient, RemoteRun};
@@ -161,9 +161,36 @@ async fn start(prompt: String, session: Option<&str>, flags: &RunFlags, color: b
             return err.code;
         }
     };
+    // A continued session keeps its own directory unless --cwd moves it.
+    let mut project_warnings = Vec::new();
+    if session.is_none() || flags.cwd.is_some() {
+        match crate::root_guard::check_project_dir(
+            &locations,
+            flags.cwd.as_deref(),
+            flags.confirm_cwd,
+        )
+        .await
+        {
+            Ok(warnings) => project_warnings = warnings,
+            Err(err) => {
+                eprintln!("troupe: {}", crate::sanitize::for_terminal(&err.message));
+                return err.code;
+            }
+        }
+    }
+    // Said once the data directory proved usable, with the run's other
+    // start-up warnings.
+    let warn_about_project = || {
+        for warning in &project_warnings {
+            eprintln!("troupe: {}", crate::sanitize::for_terminal(warning));
+        }
+    };
     if !flags.no_daemon {
         return match DaemonClient::locate_or_start(&locations).await {
-            Ok(client) => start_remote(client, prompt, session, flags, color).await,
+            Ok(client) => {
+                warn_about_project();
+                start_remote(client, prompt, session, flags, color).await
+            }
             Err(err) => {
                 eprintln!("troupe: {err}");
                 err.code
@@ -177,6 +204,7 @@ async fn start(prompt: String, session: Option<&str>, flags: &RunFlags, color: b
             return err.code;
         }
     };
+    warn_about_project();
     let session = match session.map(|given| ids::resolve(&store, IdKind::Session, given)) {
         None => None,
         Some(Ok(id)) => Some(id),
@@ -186,7 +214,7 @@ async fn start(prompt: String, session: Option<&str>, flags: &RunFlags, color: b
         }
     };
     let session = session.as_deref();
-    let telemetry = crate::telemetry::start(&store);
+    let telemetry = crate::telemetry::start(&store, crate::telemetry::terminal_log_style());
     report_recovered(&store, flags.json);
     let prepared = match crate::setup::prepare(&options, None, &store, &locations, session).await {
         Ok(prepared) => prepared,
@@ -196,7 +224,7 @@ async fn start(prompt: String, session: Option<&str>, flags: &RunFlags, color: b
             return err.code;
         }
     };
-    remove_old_sessions(&store, &locations.data_dir, session);
+    remove_old_sessions(&store, &locations, session);
     // On stderr also with --json: stdout stays the event stream, and what
     // was ignored at start-up is never silent.
     for warning in &prepared.warnings {
@@ -206,6 +234,12 @@ async fn start(prompt: String, session: Option<&str>, flags: &RunFlags, color: b
     let style = RenderStyle {
         color,
         next_steps: true,
+        dir: std::env::current_dir()
+            .ok()
+            .map(|current| match &flags.cwd {
+                Some(dir) => current.join(dir),
+                None => current,
+            }),
     };
     let (code, _run_id) = execute(prepared, store, prompt, flags.json, style, approvals).await;
     telemetry.stop();
@@ -311,6 +345,7 @@ async fn start_remote(
     let style = RenderStyle {
         color,
         next_steps: true,
+        dir: Some(body.cwd.clone()),
     };
     follow(
         &mut link,
@@ -347,23 +382,15 @@ pub(crate) fn report_recovered(store: &Store, json: bool) {
     }
 }
 
-/// SPEC §9: sessions older than 30 days are removed in the background, never
-/// one in use: the session this run continues is in use before its run record
-/// exists, and the store also keeps any session with a running run.
-fn remove_old_sessions(store: &Store, data_dir: &std::path::Path, continued: Option<&str>) {
+/// SPEC §9: the retention policy (sessions older than `[store] keep_days`,
+/// and beyond `max_bytes` the oldest) applied in the background, never to a
+/// session in use: the session this run continues is in use before its run
+/// record exists, and the store also keeps any session with a running run.
+fn remove_old_sessions(store: &Store, locations: &Locations, continued: Option<&str>) {
     let store = store.clone();
-    let data_dir = data_dir.to_path_buf();
+    let locations = locations.clone();
     let in_use: HashSet<String> = continued.map(str::to_string).into_iter().collect();
-    tokio::task::spawn_blocking(move || {
-        match store.remove_sessions_older_than(SESSION_MAX_AGE, chrono::Utc::now(), &in_use) {
-            Ok(removed) if !removed.is_empty() => {
-                troupe_tools::output::remove_spill_dirs(&data_dir, &removed);
-                tracing::info!(count = removed.len(), "removed sessions older than 30 days");
-            }
-            Ok(_) => {}
-            Err(err) => tracing::warn!(%err, "could not remove old sessions"),
-        }
-    });
+    tokio::task::spawn_blocking(move || crate::retention::apply(&store, &locations, &in_use));
 }
 
 /// Submits `prompt` on a fresh embedded runtime and follows the run to its end,
@@ -440,10 +467,12 @@ pub(crate) async fn execute(
     (followed.exit_code(), Some(run_id))
 }
 
-/// Closes a run's MCP servers (their sessions, then their process groups).
+/// Closes a run's MCP servers as the process exits: their sessions, then,
+/// after [`troupe_mcp::EXIT_BUDGET`], whatever is left of their process
+/// groups.
 async fn shutdown_mcp(mcp: Option<troupe_actors::McpHub>) {
     if let Some(hub) = mcp {
-        hub.shutdown().await;
+        hub.shutdown_within(troupe_mcp::EXIT_BUDGET).await;
     }
 }
 
@@ -517,6 +546,7 @@ mod tests {
             model: None,
             mode: None,
             cwd: None,
+            confirm_cwd: false,
             json: false,
             max_turns: None,
             budget_tokens: None,

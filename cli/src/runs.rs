@@ -98,6 +98,7 @@ async fn attach(given: &str, from: u64, json: bool, color: bool) -> u8 {
     let style = RenderStyle {
         color,
         next_steps: false,
+        dir: None,
     };
     let approvals = Approvals::from_terminal();
     match DaemonClient::locate(&locations) {
@@ -115,7 +116,7 @@ async fn attach(given: &str, from: u64, json: bool, color: bool) -> u8 {
                 &mut link,
                 &mut signals,
                 json,
-                style,
+                style.clone(),
                 approvals,
                 OnSignal::Detach,
             )

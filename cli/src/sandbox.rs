@@ -1,6 +1,7 @@
 //! `troupe sandbox status`: what the OS sandbox of commands does for the
-//! directory given (the current one by default) on this machine — the
-//! configured mode and network switch, what the kernel offers (Landlock ABI,
+//! directory given (the current one by default) on this machine — its project
+//! root (whether it is a git repository, and how far writes reach when it is
+//! `/` or the home directory), the configured mode and network switch, what the kernel offers (Landlock ABI,
 //! namespaces), the directories commands may write and the places kept
 //! read-only inside them, and every part of the configuration this kernel
 //! cannot enforce. The exit code is 1 when something configured is not
@@ -65,7 +66,10 @@ pub(crate) fn sandbox(command: SandboxCommand) -> u8 {
         }
     };
     let sandbox = command_sandbox(&config, &paths, &locations, &spill_dir);
-    print!("{}", report(&sandbox));
+    let mut text = crate::root_guard::status_lines(&root, locations.home.as_deref()).join("\n");
+    text.push('\n');
+    text.push_str(&report(&sandbox));
+    print!("{text}");
     if sandbox.notices().is_empty() {
         0
     } else {

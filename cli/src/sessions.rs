@@ -12,7 +12,7 @@ use troupe_protocol::model::{ContentBlock, Message, Role};
 use troupe_store::{RunRecord, SessionMeta, Store, StoreError, short_id};
 
 use crate::client::DaemonClient;
-use crate::ids::{self, IdKind};
+use crate::ids::{self, IdKind, ShownIds};
 use crate::project::Locations;
 use crate::{EXIT_RUNTIME, EXIT_USAGE, SessionsCommand};
 
@@ -45,11 +45,12 @@ fn write_view(store: &Store, view: &View, out: &mut impl Write) -> CommandResult
 /// What `runs list` prints when the store holds no run.
 pub(crate) const NO_RUNS: &str = "no runs yet";
 
-/// One line of `runs list`: id, status, start time, the prompt's start.
-pub(crate) fn format_runs_list_line(run: &RunRecord) -> String {
+/// One line of `runs list`: id (as `shown` shows it), status, start time,
+/// the prompt's start.
+pub(crate) fn format_runs_list_line(run: &RunRecord, shown: &ShownIds) -> String {
     format!(
         "{:<ID_COLUMN$}  {:<11}  {}  {}",
-        short_id(&run.run_id),
+        shown.get(&run.run_id),
         run.status.as_str(),
         run.started.format("%Y-%m-%d %H:%M"),
         preview(&run.prompt)
@@ -75,8 +76,9 @@ fn runs_list(store: &Store, json: bool, out: &mut impl Write) -> CommandResult {
         "RUN", "STATUS", "STARTED"
     )
     .map_err(runtime_error)?;
+    let shown = ShownIds::new(runs.iter().map(|run| run.run_id.as_str()));
     for run in &runs {
-        writeln!(out, "{}", format_runs_list_line(run)).map_err(runtime_error)?;
+        writeln!(out, "{}", format_runs_list_line(run, &shown)).map_err(runtime_error)?;
     }
     Ok(())
 }
@@ -191,7 +193,16 @@ pub(crate) async fn print_view(view: View) -> u8 {
 /// store opened here (and closed again).
 pub(crate) async fn rendered(view: &View) -> Result<Rendered, (u8, String)> {
     let locations = Locations::from_process().map_err(|err| (err.code, err.message))?;
-    let client = DaemonClient::locate(&locations).map_err(|err| (err.code, err.message))?;
+    let mut client = DaemonClient::locate(&locations).map_err(|err| (err.code, err.message))?;
+    // A daemon that ended on a hung store write left its record: the next
+    // client starts a fresh one (which marks the runs it left interrupted
+    // and says why its predecessor ended), unless daemons are off.
+    if client.is_none()
+        && crate::daemon::home::stall_recorded(&locations.data_dir)
+        && !crate::daemon::spawn::daemons_off_by_env()
+    {
+        client = DaemonClient::locate_or_start(&locations).await.ok();
+    }
     if let Some(client) = client {
         return client
             .view(view)
@@ -528,20 +539,20 @@ pub(crate) fn list_header() -> String {
     )
 }
 
-/// One line per session, newest first, by short id. A child session's line
-/// ends with `  ↳ PARENT AGENT_PATH`; a top-level session's line has no
-/// suffix.
-pub(crate) fn format_list_line(meta: &SessionMeta) -> String {
+/// One line per session, newest first, by short id (as `shown` shows it). A
+/// child session's line ends with `  ↳ PARENT AGENT_PATH`; a top-level
+/// session's line has no suffix.
+pub(crate) fn format_list_line(meta: &SessionMeta, shown: &ShownIds) -> String {
     let mut line = format!(
         "{:<ID_COLUMN$}  {}  {:>5}  {:<24}  {}",
-        short_id(&meta.id),
+        shown.get(&meta.id),
         meta.updated.format("%Y-%m-%d %H:%M"),
         meta.message_count,
         meta.model,
         meta.title
     );
     if let Some(parent) = &meta.parent {
-        line.push_str(&format!("  ↳ {}", short_id(parent)));
+        line.push_str(&format!("  ↳ {}", shown.get(parent)));
         if let Some(agent_path) = &meta.agent_path {
             line.push_str(&format!(" {agent_path}"));
         }
@@ -549,12 +560,12 @@ pub(crate) fn format_list_line(meta: &SessionMeta) -> String {
     line
 }
 
-/// One line of `sessions show` per child session: id, agent path, message
-/// count, title.
-pub(crate) fn format_child_line(child: &SessionMeta) -> String {
+/// One line of `sessions show` per child session: id (as `shown` shows it),
+/// agent path, message count, title.
+pub(crate) fn format_child_line(child: &SessionMeta, shown: &ShownIds) -> String {
     format!(
         "child     {}  {}  {} message{}  {}",
-        short_id(&child.id),
+        shown.get(&child.id),
         child.agent_path.as_deref().unwrap_or("-"),
         child.message_count,
         if child.message_count == 1 { "" } else { "s" },
@@ -564,11 +575,12 @@ pub(crate) fn format_child_line(child: &SessionMeta) -> String {
     .to_string()
 }
 
-/// One line of `sessions show` per run: id, status and, when it says more
-/// than the status, the stop reason (`finished (end_turn)`, `interrupted`).
-pub(crate) fn format_run_line(run: &RunRecord) -> String {
+/// One line of `sessions show` per run: id (as `shown` shows it), status
+/// and, when it says more than the status, the stop reason (`finished
+/// (end_turn)`, `interrupted`).
+pub(crate) fn format_run_line(run: &RunRecord, shown: &ShownIds) -> String {
     let status = run.status.as_str();
-    let id = short_id(&run.run_id);
+    let id = shown.get(&run.run_id);
     match run.stop_reason.as_deref() {
         Some(reason) if !reason.is_empty() && reason != status => {
             format!("run       {id}  {status} ({reason})")
@@ -590,11 +602,16 @@ fn list(store: &Store, json: bool, filter: &ListFilter, out: &mut impl Write) ->
         };
         writeln!(out, "{first}").map_err(runtime_error)?;
     }
+    let shown = ShownIds::new(
+        sessions
+            .iter()
+            .flat_map(|meta| std::iter::once(meta.id.as_str()).chain(meta.parent.as_deref())),
+    );
     for meta in &sessions {
         let line = if json {
             serde_json::to_string(meta).map_err(runtime_error)?
         } else {
-            format_list_line(meta)
+            format_list_line(meta, &shown)
         };
         writeln!(out, "{line}").map_err(runtime_error)?;
     }
@@ -654,12 +671,15 @@ fn show(store: &Store, given: &str, out: &mut impl Write) -> CommandResult {
         text.push_str(&format!("from run  {run_id}\n"));
     }
     let runs = store.list_runs(Some(id)).map_err(runtime_error)?;
+    let shown = ShownIds::new(runs.iter().map(|run| run.run_id.as_str()));
     for run in runs.iter().rev() {
-        text.push_str(&format_run_line(run));
+        text.push_str(&format_run_line(run, &shown));
         text.push('\n');
     }
-    for child in store.child_sessions(id).map_err(runtime_error)? {
-        text.push_str(&format_child_line(&child));
+    let children = store.child_sessions(id).map_err(runtime_error)?;
+    let shown = ShownIds::new(children.iter().map(|child| child.id.as_str()));
+    for child in &children {
+        text.push_str(&format_child_line(child, &shown));
         text.push('\n');
     }
     let loaded = store.load_history(id).map_err(runtime_error)?;
@@ -765,24 +785,30 @@ mod tests {
     #[test]
     fn child_sessions_are_marked_with_their_parent() {
         let pad = " ".repeat(ID_COLUMN - 2);
-        let top = format_list_line(&meta("s1", None, None));
+        let top = format_list_line(&meta("s1", None, None), &ShownIds::default());
         assert_eq!(
             top,
             format!(
                 "s1{pad}  2026-11-01 09:30      1  claude-sonnet-4-5         Explore the parser"
             )
         );
-        let child = format_list_line(&meta("c1", Some("s1"), Some("main/explorer-1")));
+        let child = format_list_line(
+            &meta("c1", Some("s1"), Some("main/explorer-1")),
+            &ShownIds::default(),
+        );
         assert_eq!(
             child,
             format!(
                 "c1{pad}  2026-11-01 09:30      1  claude-sonnet-4-5         Explore the parser  ↳ s1 main/explorer-1"
             )
         );
-        let unnamed = format_list_line(&meta("c2", Some("s1"), None));
+        let unnamed = format_list_line(&meta("c2", Some("s1"), None), &ShownIds::default());
         assert!(unnamed.ends_with("Explore the parser  ↳ s1"), "{unnamed}");
 
-        let shown = format_child_line(&meta("c1", Some("s1"), Some("main/explorer-1")));
+        let shown = format_child_line(
+            &meta("c1", Some("s1"), Some("main/explorer-1")),
+            &ShownIds::default(),
+        );
         assert_eq!(
             shown,
             "child     c1  main/explorer-1  1 message  Explore the parser"
@@ -790,7 +816,10 @@ mod tests {
         let mut empty = meta("c2", Some("s1"), None);
         empty.title.clear();
         empty.message_count = 0;
-        assert_eq!(format_child_line(&empty), "child     c2  -  0 messages");
+        assert_eq!(
+            format_child_line(&empty, &ShownIds::default()),
+            "child     c2  -  0 messages"
+        );
     }
 
     #[test]
@@ -866,7 +895,10 @@ mod tests {
     #[test]
     fn the_list_header_names_the_columns_above_them() {
         let header = list_header();
-        let line = format_list_line(&meta("0193a1b2-0000-7000-8000-000000000000", None, None));
+        let line = format_list_line(
+            &meta("0193a1b2-0000-7000-8000-000000000000", None, None),
+            &ShownIds::default(),
+        );
         assert!(header.starts_with("ID  "), "{header}");
         for (column, value) in [
             ("UPDATED", "2026-11-01"),
@@ -920,6 +952,7 @@ mod tests {
                 tool: "bash".into(),
                 args: format!("{{\"command\":\"{command}\"}}"),
                 reason: "asks".into(),
+                always_rule: None,
             })
         };
         let events = vec![
@@ -948,16 +981,22 @@ mod tests {
         use troupe_protocol::events::RunStatus;
         let finished = RunState::Ended(RunStatus::Finished);
         assert_eq!(
-            format_run_line(&run_record(finished, Some("end_turn"))),
+            format_run_line(
+                &run_record(finished, Some("end_turn")),
+                &ShownIds::default()
+            ),
             "run       r1  finished (end_turn)"
         );
         let interrupted = RunState::Ended(RunStatus::Interrupted);
         assert_eq!(
-            format_run_line(&run_record(interrupted, Some("interrupted"))),
+            format_run_line(
+                &run_record(interrupted, Some("interrupted")),
+                &ShownIds::default()
+            ),
             "run       r1  interrupted"
         );
         assert_eq!(
-            format_run_line(&run_record(RunState::Running, None)),
+            format_run_line(&run_record(RunState::Running, None), &ShownIds::default()),
             "run       r1  running"
         );
     }

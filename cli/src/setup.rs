@@ -273,6 +273,8 @@ async fn assemble(
             Some(&locations.data_dir),
             std::slice::from_ref(&spill_dir),
         );
+    // Ready before the first command, off this path.
+    troupe_process::process_tree::detect_in_background();
     let os_sandbox = command_sandbox(config, &sandbox, locations, &spill_dir);
     let config_dir = locations.config_dir.clone();
     let mut system = build_system_prompt(
@@ -377,11 +379,11 @@ fn session_memory(store: &Store, session: &SessionTarget, project_root: &Path) -
 /// one skill.
 pub(crate) fn registry_with_skills(skills: SkillSet) -> ToolRegistry {
     let mut registry = builtin_registry();
-    if let Err(err) = registry.register(Arc::new(Remember::new())) {
+    if let Err(err) = registry.register_derived(Arc::new(Remember::new())) {
         tracing::error!(error = %err, "remember not registered");
     }
     if !skills.is_empty()
-        && let Err(err) = registry.register(Arc::new(LoadSkill::new(Arc::new(skills))))
+        && let Err(err) = registry.register_derived(Arc::new(LoadSkill::new(Arc::new(skills))))
     {
         tracing::error!(error = %err, "load_skill not registered");
     }

@@ -7,8 +7,8 @@ use std::sync::Arc;
 
 use troupe_store::{SpanWriter, Store};
 use troupe_telemetry::{
-    RunExports, SpanRecord, SpanSink, Telemetry, TelemetryError, TelemetryGuard, TelemetrySettings,
-    log_filter_from_env, render_span_tree,
+    LogStyle, RunExports, SpanRecord, SpanSink, Telemetry, TelemetryError, TelemetryGuard,
+    TelemetrySettings, log_filter_from_env, render_span_tree,
 };
 
 /// The telemetry of one command: the pipeline's guard and the span writer.
@@ -27,8 +27,10 @@ fn init(
     settings: &TelemetrySettings,
     writer: Arc<SpanWriter>,
     runs: &RunExports,
+    log_style: LogStyle,
 ) -> Result<TelemetryGuard, TelemetryError> {
     Telemetry::builder(settings)
+        .log_style(log_style)
         .local_sink(writer as Arc<dyn SpanSink>)
         .span_processor(runs.clone())
         .build()?
@@ -37,8 +39,9 @@ fn init(
 
 /// Starts the process's telemetry with `store` as the local span store. An
 /// unusable `OTEL_*` value or an exporter that cannot be set up is one warning
-/// and no export; the logs and the local span store work regardless.
-pub(crate) fn start(store: &Store) -> CliTelemetry {
+/// and no export; the logs and the local span store work regardless. Log
+/// lines look as `log_style` says.
+pub(crate) fn start(store: &Store, log_style: LogStyle) -> CliTelemetry {
     let env = |name: &str| std::env::var(name).ok();
     let settings = TelemetrySettings::from_env(env).unwrap_or_else(|err| {
         eprintln!("troupe: telemetry export is off: {err}");
@@ -47,12 +50,12 @@ pub(crate) fn start(store: &Store) -> CliTelemetry {
     let writer = Arc::new(SpanWriter::start(store.clone()));
     let runs = RunExports::new();
     let mut settings = settings;
-    let guard = match init(&settings, writer.clone(), &runs) {
+    let guard = match init(&settings, writer.clone(), &runs, log_style) {
         Ok(guard) => Some(guard),
         Err(err @ (TelemetryError::Exporter { .. } | TelemetryError::Settings(_))) => {
             eprintln!("troupe: telemetry export is off: {err}");
             settings = without_export(&env);
-            match init(&settings, writer.clone(), &runs) {
+            match init(&settings, writer.clone(), &runs, log_style) {
                 Ok(guard) => Some(guard),
                 Err(err) => {
                     eprintln!("troupe: telemetry is off: {err}");
@@ -71,6 +74,13 @@ pub(crate) fn start(store: &Store) -> CliTelemetry {
         runs,
         settings,
     }
+}
+
+/// How the log lines of a command run at a terminal look: brief (one line
+/// per warning, in Troupe's style) unless `TROUPE_LOG` or `RUST_LOG` asks for
+/// logs. The daemon, whose log is a file, keeps detailed lines.
+pub(crate) fn terminal_log_style() -> LogStyle {
+    LogStyle::from_env(|name| std::env::var(name).ok())
 }
 
 /// Settings with export off: only the log filter is taken from `env`.
@@ -100,6 +110,7 @@ impl CliTelemetry {
         PerRunExport {
             runs: self.runs.clone(),
             own: self.settings.export.clone(),
+            log_filter: self.settings.log_filter.clone(),
         }
     }
 
@@ -147,6 +158,8 @@ pub(crate) struct PerRunExport {
     runs: RunExports,
     /// Where the daemon itself exports.
     own: Option<troupe_telemetry::OtlpExport>,
+    /// The daemon's log filter.
+    log_filter: String,
 }
 
 /// What a run's client asked for, as far as the daemon must act on it.
@@ -175,6 +188,19 @@ impl PerRunExport {
         }
     }
 
+    /// The warning for a client with environment `vars` whose log filter
+    /// the daemon does not follow (see [`log_filter_notice`]).
+    pub(crate) fn log_notice(
+        &self,
+        vars: &std::collections::BTreeMap<String, String>,
+    ) -> Option<String> {
+        let set = |name: &str| vars.get(name).filter(|value| !value.trim().is_empty());
+        let asked = set("TROUPE_LOG")
+            .map(|value| ("TROUPE_LOG", value.as_str()))
+            .or_else(|| set("RUST_LOG").map(|value| ("RUST_LOG", value.as_str())));
+        log_filter_notice(asked, &self.log_filter)
+    }
+
     /// Announces a run about to be submitted with an export of its own.
     pub(crate) fn announce_run(&self) {
         self.runs.expect_run();
@@ -192,5 +218,52 @@ impl PerRunExport {
             .export_run(run_id, settings)
             .err()
             .map(|err| format!("telemetry export of this run is off: {err}"))
+    }
+}
+
+/// What a run's client is told when it set a log filter (`variable` =
+/// `asked`, from `TROUPE_LOG` or else `RUST_LOG`) that differs from the
+/// daemon's (`daemon`): the daemon writes one log for every run, at its own
+/// filter, where the client does not see it, so the client's filter cannot
+/// be honoured for one run. `None` when the client set none or the same one.
+pub(crate) fn log_filter_notice(asked: Option<(&str, &str)>, daemon: &str) -> Option<String> {
+    let (variable, asked) = asked?;
+    (asked.trim() != daemon.trim()).then(|| {
+        format!(
+            "{variable}={} does not apply to this run: it runs in the daemon, whose log (filter \
+             {:?}) holds every run's lines; to see this run's log here, run it with --no-daemon, \
+             or restart the daemon with this filter (`troupe daemon stop`, then run again with \
+             {variable} set)",
+            asked.trim(),
+            daemon.trim()
+        )
+    })
+}
+
+#[cfg(test)]
+mod log_notice_tests {
+    use super::*;
+
+    #[test]
+    fn a_client_filter_other_than_the_daemons_is_one_warning() {
+        assert_eq!(log_filter_notice(None, "warn"), None);
+        assert_eq!(
+            log_filter_notice(Some(("TROUPE_LOG", "warn")), "warn"),
+            None
+        );
+        assert_eq!(
+            log_filter_notice(Some(("TROUPE_LOG", " debug ")), "debug"),
+            None
+        );
+        let notice = log_filter_notice(Some(("RUST_LOG", "troupe=debug")), "warn").unwrap();
+        assert!(
+            notice.starts_with(
+                "RUST_LOG=troupe=debug does not apply to this run: it runs in the daemon, whose \
+                 log (filter \"warn\")"
+            ),
+            "{notice}"
+        );
+        assert!(notice.contains("--no-daemon"), "{notice}");
+        assert!(!notice.contains('\n'), "one line: {notice}");
     }
 }

@@ -11,7 +11,9 @@
 //!   → first request, the time the client needs on top of the server); on a
 //!   daemon already up, without MCP; on that daemon with the slow server of a
 //!   project whose earlier run connected it (shared); and the first run of a
-//!   fresh project on that daemon (the server starts for it).
+//!   fresh project on that daemon (the server starts for it). For the same
+//!   runs: the request's admission → the process has exited (`wait` returned),
+//!   which with an MCP server includes closing it.
 //! - a turn calling an MCP tool against a turn calling `read_file`: one
 //!   embedded run of 20 turns each, the time between consecutive model
 //!   requests (tool call, events, durable writes, next request).
@@ -201,18 +203,25 @@ impl Home {
     }
 }
 
-/// Spawns `command` and waits for it; the spawn time.
-async fn timed_run(command: Command) -> Result<Instant, String> {
+/// When a run was spawned and when its process had exited.
+struct Timed {
+    spawned: Instant,
+    exited: Instant,
+}
+
+/// Spawns `command` and waits for it.
+async fn timed_run(command: Command) -> Result<Timed, String> {
     let mut command = tokio::process::Command::from(command);
     let spawned = Instant::now();
     let status = tokio::time::timeout(WAIT, command.status())
         .await
         .map_err(|_| "troupe run did not end in time")?
         .map_err(|e| e.to_string())?;
+    let exited = Instant::now();
     if !status.success() {
         return Err(format!("troupe run exited {status}"));
     }
-    Ok(spawned)
+    Ok(Timed { spawned, exited })
 }
 
 /// `troupe serve` in `home`, stopped on drop.
@@ -294,6 +303,8 @@ async fn start_times(bin: &Path, rounds: usize) -> Result<(), String> {
 
     let mut to_request: Vec<(Kind, Vec<Duration>)> =
         kinds.iter().map(|kind| (*kind, Vec::new())).collect();
+    let mut to_exit: Vec<(Kind, Vec<Duration>)> =
+        kinds.iter().map(|kind| (*kind, Vec::new())).collect();
     let mut ready_to_request = Vec::new();
     let mut spawn_to_ready = Vec::new();
     let mut daemon_ready_to_request = Vec::new();
@@ -311,7 +322,8 @@ async fn start_times(bin: &Path, rounds: usize) -> Result<(), String> {
                 }
             };
             let before = stamps.times().len();
-            let spawned = timed_run(home.command(bin, &server, project, args)).await?;
+            let Timed { spawned, exited } =
+                timed_run(home.command(bin, &server, project, args)).await?;
             let admitted = *stamps
                 .times()
                 .get(before)
@@ -319,6 +331,9 @@ async fn start_times(bin: &Path, rounds: usize) -> Result<(), String> {
             let took = admitted.duration_since(spawned);
             if let Some((_, samples)) = to_request.iter_mut().find(|(k, _)| *k == kind) {
                 samples.push(took);
+            }
+            if let Some((_, samples)) = to_exit.iter_mut().find(|(k, _)| *k == kind) {
+                samples.push(exited.duration_since(admitted));
             }
             let ready = || home.last_ready().ok_or("the slow server never got ready");
             let after_ready =
@@ -352,6 +367,10 @@ async fn start_times(bin: &Path, rounds: usize) -> Result<(), String> {
         "daemon up, first run of a project: server ready → first request",
         &daemon_ready_to_request,
     );
+    println!("\nthe run's only request → its process has exited, ms ({rounds} rounds)");
+    for (kind, samples) in &to_exit {
+        print(kind.label(), samples);
+    }
     Ok(())
 }
 

@@ -8,9 +8,13 @@
 # Environment: TROUPE_BENCH_SAMPLES, TROUPE_BENCH_TURNS, TROUPE_BENCH_AGENTS,
 # TROUPE_BENCH_ROUNDS, TROUPE_BENCH_GIT_FILES, TROUPE_BENCH_SUBAGENTS,
 # TROUPE_BENCH_FORK_SAMPLES, TROUPE_BENCH_FLOOD_SAMPLES override the defaults
-# of the benches that read them. The runtime's own benches (SSE parsing, grep vs rg,
-# store, telemetry micro-bench, fork) are run with `cargo bench -p troupe-<crate>`
-# in their crates (grep vs rg through runtime/tools/benches/grep_vs_rg.sh).
+# of the benches that read them; TROUPE_BENCH_KINDS selects kinds of the binary
+# bench by name and TROUPE_BENCH_JSON=FILE makes it append its figures to FILE
+# as JSON (see tests/benches/binary.rs). To compare two revisions with the
+# binary bench, use tests/benches/compare.sh BASE_REV [ROUNDS]. The runtime's
+# own benches (SSE parsing, grep vs rg, store, telemetry micro-bench, fork) are
+# run with `cargo bench -p troupe-<crate>` in their crates (grep vs rg through
+# runtime/tools/benches/grep_vs_rg.sh).
 set -euo pipefail
 
 cd "$(dirname "$0")/../.."

@@ -13,6 +13,10 @@ One tool:
                   and answers "worked MS ms in US us": US is the time the
                   server spent in the call, from reading the request to just
                   before writing the answer.
+
+With SLOW_MCP_PID_FILE set it writes its pid there once it serves; with
+SLOW_MCP_LINGER_SECS set it sleeps that long after its input ends before it
+exits, like a server that does not end with its input.
 """
 
 import json
@@ -63,6 +67,10 @@ def main():
         fd = os.open(ready_file, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         os.write(fd, f"{time.monotonic():.6f}\n".encode())
         os.close(fd)
+    pid_file = os.environ.get("SLOW_MCP_PID_FILE")
+    if pid_file:
+        with open(pid_file, "w") as f:
+            f.write(f"{os.getpid()}\n")
     for line in sys.stdin:
         received = time.monotonic()
         line = line.strip()
@@ -90,6 +98,7 @@ def main():
             answer(message["id"], call(params, received))
         else:
             answer(message["id"], error={"code": -32601, "message": f"no method {method}"})
+    time.sleep(float(os.environ.get("SLOW_MCP_LINGER_SECS", "0")))
 
 
 if __name__ == "__main__":

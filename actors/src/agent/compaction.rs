@@ -20,8 +20,10 @@ use crate::compactor::{Compactor, CompactorArgs, CompactorHandle, CompactorMsg, 
 use crate::port::Port;
 
 /// Writes the spill files of `plan` below `spill_dir` and keeps every
-/// decision with `session`, made durable by the store's writer. Returns the results spilled (call
-/// id, path); a spill that failed is left out, so the loop tries it again.
+/// decision with `session` through the store's writer, waiting for it to
+/// be durable when something was spilled (the request then sends the
+/// spill's preview). Returns the results spilled (call id, path); a spill
+/// that failed is left out, so the loop tries it again.
 pub(super) async fn offload(
     store: &Store,
     session: &str,
@@ -53,14 +55,24 @@ pub(super) async fn offload(
         }
     }
     let owner = session.to_string();
-    let kept = store
-        .commit_and_wait(move |store| {
-            entries
-                .iter()
-                .try_for_each(|entry| store.put_ledger_entry(&owner, entry))
-        })
-        .await;
-    if let Err(err) = kept {
+    let write = move |store: &Store| {
+        entries
+            .iter()
+            .try_for_each(|entry| store.put_ledger_entry(&owner, entry))
+    };
+    if spilled.is_empty() {
+        // Only decisions to keep results as they are: the request sends
+        // nothing they change, so it need not wait for them. The writer
+        // keeps order, so the turn's next durable save carries them; a
+        // session resumed before that decides again, the same way.
+        store.commit(write, |kept| {
+            if let Err(err) = kept {
+                tracing::warn!(%err, "layer-1 decisions could not be kept with the session");
+            }
+        });
+        return spilled;
+    }
+    if let Err(err) = store.commit_and_wait(write).await {
         // The decisions hold for this run; a resumed session decides again.
         tracing::warn!(%err, "layer-1 decisions could not be kept with the session");
     }

@@ -74,9 +74,7 @@ impl AgentState {
         let agent = myself.clone();
         self.env.store.commit(
             move |store| {
-                for (index, message) in &messages {
-                    store.put_message(&session, *index, message)?;
-                }
+                store.put_messages(&session, messages.iter().map(|(i, m)| (*i, m)))?;
                 if clear_pending {
                     store.clear_pending_results(&session)?;
                 }

@@ -163,7 +163,7 @@ impl Backend {
             })));
         }
         let store = locations.open_store()?;
-        let telemetry = crate::telemetry::start(&store);
+        let telemetry = crate::telemetry::start(&store, crate::telemetry::terminal_log_style());
         crate::run::report_recovered(&store, false);
         let runtime = Runtime::start(store.clone())
             .await

@@ -14,6 +14,8 @@ pub(crate) enum TurnKey {
     Erase,
     /// Ctrl-U: clear the line.
     ClearLine,
+    /// Ctrl-L: clear the screen.
+    ClearScreen,
     /// A character to type.
     Char(char),
     /// Anything else (releases, arrows, function keys).
@@ -30,6 +32,7 @@ pub(crate) fn turn_key(event: &KeyEvent) -> TurnKey {
         KeyCode::Esc => TurnKey::Cancel,
         KeyCode::Char('c') | KeyCode::Char('C') if control => TurnKey::Cancel,
         KeyCode::Char('u') if control => TurnKey::ClearLine,
+        KeyCode::Char('l') if control => TurnKey::ClearScreen,
         KeyCode::Char('j') | KeyCode::Char('m') if control => TurnKey::Submit,
         KeyCode::Char(_) if control => TurnKey::Ignore,
         KeyCode::Char(c) if !c.is_control() => TurnKey::Char(c),
@@ -65,7 +68,7 @@ impl TypedLine {
                 let line = std::mem::take(&mut self.text);
                 return Some(line).filter(|line| !line.trim().is_empty());
             }
-            TurnKey::Char(_) | TurnKey::Cancel | TurnKey::Ignore => {}
+            TurnKey::Char(_) | TurnKey::Cancel | TurnKey::ClearScreen | TurnKey::Ignore => {}
         }
         None
     }
@@ -101,6 +104,10 @@ mod tests {
             TurnKey::Ignore
         );
         assert_eq!(key(KeyCode::Up, KeyModifiers::NONE), TurnKey::Ignore);
+        assert_eq!(
+            key(KeyCode::Char('l'), KeyModifiers::CONTROL),
+            TurnKey::ClearScreen
+        );
         let mut release = KeyEvent::new(KeyCode::Esc, KeyModifiers::NONE);
         release.kind = KeyEventKind::Release;
         assert_eq!(turn_key(&release), TurnKey::Ignore);

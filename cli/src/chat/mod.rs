@@ -80,6 +80,26 @@ pub(crate) async fn chat(args: ChatArgs, color: bool) -> u8 {
             return err.code;
         }
     };
+    // A continued session keeps its own directory unless --cwd moves it.
+    if (args.session.is_none() && !args.continue_last) || args.cwd.is_some() {
+        match crate::root_guard::check_project_dir(
+            &locations,
+            args.cwd.as_deref(),
+            args.confirm_cwd,
+        )
+        .await
+        {
+            Ok(warnings) => {
+                for warning in warnings {
+                    eprintln!("troupe: {}", for_terminal(&warning));
+                }
+            }
+            Err(err) => {
+                eprintln!("troupe: {}", for_terminal(&err.message));
+                return err.code;
+            }
+        }
+    }
     let Some(mut signals) = StopSignals::listen_or_report() else {
         return EXIT_RUNTIME;
     };
@@ -98,6 +118,7 @@ pub(crate) async fn chat(args: ChatArgs, color: bool) -> u8 {
             model: args.model,
             mode: args.mode,
             cwd: args.cwd,
+            confirm_cwd: args.confirm_cwd,
             json: false,
             max_turns: args.max_turns,
             budget_tokens: args.budget_tokens,
@@ -138,7 +159,7 @@ pub(crate) async fn chat(args: ChatArgs, color: bool) -> u8 {
             return EXIT_RUNTIME;
         }
     };
-    eprintln!("troupe chat — /help lists commands; Ctrl-C or Ctrl-D leaves");
+    eprintln!("{}", chat.banner());
     let asked = chat.ask_trust(editor).await;
     editor = match asked {
         Some(editor) => editor,
@@ -237,6 +258,33 @@ pub(crate) async fn chat(args: ChatArgs, color: bool) -> u8 {
     code
 }
 
+/// The chat's first lines: the model (and its provider), the mode and the
+/// project, then the keys; with no usable provider, why, and that messages
+/// cannot be answered until one is configured.
+pub(crate) fn banner(
+    provider: Result<(String, String), String>,
+    mode: PermissionMode,
+    project: &std::path::Path,
+) -> String {
+    let keys = "/help lists commands · Ctrl-L clears the screen · Ctrl-C or Ctrl-D leaves";
+    let project = for_terminal(&project.display().to_string()).into_owned();
+    match provider {
+        Ok((model, name)) => format!(
+            "troupe chat · model {} ({}) · mode {} · project {project}\n{keys}",
+            for_terminal(&model),
+            for_terminal(&name),
+            mode.as_str()
+        ),
+        Err(why) => format!(
+            "troupe chat · no model · mode {} · project {project}\ntroupe: {}\n\
+             (messages cannot be answered until a provider is configured; /model and /help \
+             still work)\n{keys}",
+            mode.as_str(),
+            for_terminal(&why)
+        ),
+    }
+}
+
 /// A line editor with the history of earlier chats.
 fn line_editor(history: &PathBuf) -> rustyline::Result<Editor<(), FileHistory>> {
     let config = EditorConfig::builder()
@@ -276,7 +324,7 @@ impl Chat {
             "The project {} asks for settings and files that apply only in a project you \
              trust: {}.\nUntil then they are ignored (deny and ask rules always apply).",
             question.root.display(),
-            question.ignored.join(", ")
+            question.listing()
         );
         let prompt = format!(
             "Trust {} (review its files first)? [y/N] ",
@@ -308,6 +356,19 @@ impl Chat {
             }
             Err(_) => None,
         }
+    }
+
+    /// What the chat says as it starts: the model, the mode and the project,
+    /// and the keys; or, when no provider can be used, why (before anything
+    /// is typed).
+    fn banner(&self) -> String {
+        let project = crate::sessions::project_of(&self.project_dir());
+        let provider = self
+            .configured()
+            .map_err(|err| err.message)
+            .and_then(|configured| configured.provider)
+            .map(|provider| (provider.model, provider.name));
+        banner(provider, self.mode(), &project)
     }
 
     /// The prompt: the mode when it is not the default.
@@ -342,8 +403,8 @@ impl Chat {
             }
             self.session = Some(started.session_id.clone());
             let mut link = started.link;
-            let screen = Screen::new(self.color);
-            let end = turn::follow_turn(&mut link, &screen, signals).await;
+            let screen = Screen::new(self.color, false);
+            let end = turn::follow_turn(&mut link, &screen, signals, &self.project_dir()).await;
             screen.close();
             self.usage.add(&end.usage);
             self.turns += 1;
@@ -667,5 +728,34 @@ impl Chat {
             text.push_str(&format!("  {:<12} {summary}\n", tool.name));
         }
         Ok(text.trim_end().to_string())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_banner_names_model_mode_and_project_or_why_there_is_no_model() {
+        let project = std::path::Path::new("/work/app");
+        let text = banner(
+            Ok(("claude-x".into(), "claude".into())),
+            PermissionMode::AcceptEdits,
+            project,
+        );
+        assert_eq!(
+            text.lines().next(),
+            Some("troupe chat · model claude-x (claude) · mode accept-edits · project /work/app")
+        );
+        assert!(text.contains("Ctrl-L clears the screen"), "{text}");
+        let text = banner(
+            Err("no provider configured: set ANTHROPIC_API_KEY".into()),
+            PermissionMode::Default,
+            project,
+        );
+        assert!(
+            text.starts_with("troupe chat · no model · mode default · project /work/app\ntroupe: no provider configured"),
+            "{text}"
+        );
     }
 }

@@ -3,6 +3,7 @@
 //! run for its next model call, Esc or Ctrl-C cancelling it.
 
 use std::collections::VecDeque;
+use std::path::Path;
 use std::time::Instant;
 
 use crossterm::event::{Event, EventStream};
@@ -13,9 +14,8 @@ use troupe_protocol::model::Usage;
 use super::keys::{TurnKey, TypedLine, turn_key};
 use super::screen::{KeyMode, Screen};
 use super::view::TurnView;
-use crate::approval::{heading, parse_answer};
+use crate::approval::{Request, describe, parse_answer};
 use crate::follow::RunLink;
-use crate::sanitize::for_terminal;
 use crate::signals::{StopSignal, StopSignals};
 
 /// How a turn ended.
@@ -39,20 +39,20 @@ pub(crate) struct TurnEnd {
 /// An approval request waiting for the person.
 struct Ask {
     approval_id: String,
-    /// `tool` or `[main/fork-1] tool`.
-    label: String,
-    args: String,
-    reason: String,
+    /// What is asked.
+    request: Request,
 }
 
 /// Longest shown part of an approval's arguments, in characters.
 const ASK_ARGS_CHARS: usize = 2_000;
 
-/// Follows the turn on `link` to its end.
+/// Follows the turn on `link` to its end; relative paths of its calls name
+/// files under `dir`.
 pub(crate) async fn follow_turn(
     link: &mut impl RunLink,
     screen: &Screen,
     signals: &mut StopSignals,
+    dir: &Path,
 ) -> TurnEnd {
     let key_mode = KeyMode::enter();
     let mut keys = key_mode.active().then(EventStream::new);
@@ -84,7 +84,7 @@ pub(crate) async fn follow_turn(
                     screen.line("(the run's events stopped; see `troupe runs list`)");
                     break;
                 };
-                if on_event(&event, &mut asks, &mut sent, screen, &mut end) {
+                if on_event(&event, &mut asks, &mut sent, screen, &mut end, dir) {
                     screen.show(view.on(&event));
                     break;
                 }
@@ -92,6 +92,10 @@ pub(crate) async fn follow_turn(
             }
             key = next_key(&mut keys) => {
                 let key = turn_key(&key);
+                if key == TurnKey::ClearScreen {
+                    screen.clear();
+                    continue;
+                }
                 if key == TurnKey::Cancel {
                     if cancelling {
                         screen.line("(stopped waiting; the run is still being cancelled)");
@@ -110,7 +114,7 @@ pub(crate) async fn follow_turn(
                             tokio::spawn((link.answerer())(ask.approval_id.clone(), outcome, reason));
                             asks.pop_front();
                             if let Some(next) = asks.front() {
-                                show_ask(screen, next);
+                                show_ask(screen, next, dir);
                             }
                         }
                         None => screen.line("  answer y (yes), a (always), n [reason] (no) or c (cancel the turn)"),
@@ -164,6 +168,7 @@ fn on_event(
     sent: &mut Vec<String>,
     screen: &Screen,
     end: &mut TurnEnd,
+    dir: &Path,
 ) -> bool {
     match &event.kind {
         EventKind::ApprovalRequested {
@@ -171,20 +176,34 @@ fn on_event(
             tool,
             args,
             reason,
+            always_rule,
         } => {
             let label = if event.agent_path == "main" {
                 tool.clone()
             } else {
                 format!("[{}] {tool}", event.agent_path)
             };
+            let mut shown_args: String = args.chars().take(ASK_ARGS_CHARS).collect();
+            if args.chars().count() > ASK_ARGS_CHARS && !is_edit(tool) {
+                shown_args.push('…');
+            }
             asks.push_back(Ask {
                 approval_id: approval_id.clone(),
-                label,
-                args: args.clone(),
-                reason: reason.clone(),
+                request: Request {
+                    label,
+                    tool: tool.clone(),
+                    // A write's or an edit's diff needs its whole arguments.
+                    args: if is_edit(tool) {
+                        args.clone()
+                    } else {
+                        shown_args
+                    },
+                    reason: reason.clone(),
+                    always_rule: always_rule.clone(),
+                },
             });
             if asks.len() == 1 {
-                show_ask(screen, &asks[0]);
+                show_ask(screen, &asks[0], dir);
             }
         }
         EventKind::ApprovalResolved { approval_id, .. } => {
@@ -192,7 +211,7 @@ fn on_event(
             let was_asked = asks.front().is_some_and(|a| &a.approval_id == approval_id);
             asks.retain(|ask| &ask.approval_id != approval_id);
             if was_asked && let Some(next) = asks.front() {
-                show_ask(screen, next);
+                show_ask(screen, next, dir);
             }
         }
         EventKind::UserMessage { text } if event.agent_path == "main" => {
@@ -214,21 +233,21 @@ fn on_event(
     false
 }
 
-fn show_ask(screen: &Screen, ask: &Ask) {
-    screen.line(&ask_text(ask));
+/// Whether `tool`'s approval shows a diff.
+fn is_edit(tool: &str) -> bool {
+    matches!(tool, "write_file" | "edit_file")
 }
 
-/// The lines that ask: what wants to run (or what an MCP server asks), as
-/// the terminal prompt words it, why, and the answers.
-fn ask_text(ask: &Ask) -> String {
-    let mut args: String = ask.args.chars().take(ASK_ARGS_CHARS).collect();
-    if ask.args.chars().count() > ASK_ARGS_CHARS {
-        args.push('…');
-    }
+fn show_ask(screen: &Screen, ask: &Ask, dir: &Path) {
+    screen.line(&ask_text(ask, dir, screen.color()));
+}
+
+/// The lines that ask: what wants to run (or what an MCP server asks) as
+/// the terminal prompt of `troupe run` describes it, and the answers.
+fn ask_text(ask: &Ask, dir: &Path, color: bool) -> String {
     format!(
-        "? {}\n  ({})\n  allow? [y]es / [a]lways / [n]o [reason] / [c]ancel the turn",
-        heading(&ask.label, &args),
-        for_terminal(&ask.reason)
+        "? {}\n  allow? [y]es / [a]lways / [n]o [reason] / [c]ancel the turn",
+        describe(&ask.request, dir, color)
     )
 }
 
@@ -259,20 +278,7 @@ pub(crate) fn status_text(
     typed: &str,
     cancelling: bool,
 ) -> String {
-    let doing = if cancelling {
-        "cancelling"
-    } else if answering.is_some() {
-        "waiting for you"
-    } else if view.thinking {
-        "thinking"
-    } else {
-        "working"
-    };
-    let step = view.iteration.max(1);
-    let head = format!(
-        "{doing} · step {step} · {} tokens · {seconds}s",
-        view.tokens
-    );
+    let head = super::view::activity_text(view, seconds, answering.is_some(), cancelling);
     match answering {
         Some(answer) => format!("{head}  allow? › {answer}"),
         None if !typed.is_empty() => format!("{head}  › {typed}"),
@@ -287,20 +293,33 @@ mod tests {
     fn ask(label: &str, args: &str) -> Ask {
         Ask {
             approval_id: "a1".into(),
-            label: label.into(),
-            args: args.into(),
-            reason: "why".into(),
+            request: Request {
+                label: label.into(),
+                tool: label.rsplit("] ").next().unwrap_or(label).into(),
+                args: args.into(),
+                reason: "why".into(),
+                always_rule: None,
+            },
         }
     }
 
     #[test]
     fn a_server_question_is_asked_not_run() {
-        let text = ask_text(&ask("[main/fork-1] mcp server notes", "Your name?"));
+        let dir = Path::new("/nonexistent");
+        let text = ask_text(
+            &ask("[main/fork-1] mcp server notes", "Your name?"),
+            dir,
+            false,
+        );
         assert!(
             text.starts_with("? [main/fork-1] mcp server notes asks: Your name?\n  (why)\n"),
             "{text}"
         );
-        let text = ask_text(&ask("bash", "rm -rf build\u{1b}]52;c;eA==\u{7}"));
+        let text = ask_text(
+            &ask("bash", "rm -rf build\u{1b}]52;c;eA==\u{7}"),
+            dir,
+            false,
+        );
         assert!(
             text.starts_with("? bash wants to run: rm -rf build"),
             "{text}"

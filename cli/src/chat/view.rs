@@ -1,5 +1,5 @@
-//! What the chat shows for each event of a turn: the main agent's answer as
-//! Markdown blocks, one line per tool call with its status, sub-agent lines
+//! What the chat, and `troupe run` on a terminal, show for each event of a
+//! turn: the main agent's answer as Markdown blocks, one line per tool call with its status, sub-agent lines
 //! labelled by their agent path, notices and errors, and the counts the
 //! spinner shows. Pure: the screen prints what it returns.
 
@@ -197,6 +197,30 @@ impl TurnView {
     fn flush_answer(&mut self, shown: &mut Vec<Shown>) {
         shown.extend(self.answer.finish().map(Shown::Markdown));
     }
+}
+
+/// What the spinner says the agent does: cancelling, waiting for an
+/// answer, thinking or working; its step, tokens and time.
+pub(crate) fn activity_text(
+    view: &TurnView,
+    seconds: u64,
+    waiting: bool,
+    cancelling: bool,
+) -> String {
+    let doing = if cancelling {
+        "cancelling"
+    } else if waiting {
+        "waiting for you"
+    } else if view.thinking {
+        "thinking"
+    } else {
+        "working"
+    };
+    let step = view.iteration.max(1);
+    format!(
+        "{doing} · step {step} · {} tokens · {seconds}s",
+        view.tokens
+    )
 }
 
 /// The line that closes a turn: how it ended, its steps and tokens.

@@ -103,6 +103,8 @@ pub(crate) struct About {
     pub otlp_endpoint: Option<String>,
     /// Its log filter.
     pub log_filter: String,
+    /// Why the daemon before it ended, when a store write hung there.
+    pub previous_stall: Option<String>,
 }
 
 /// The path of the daemon's own status.
@@ -300,6 +302,7 @@ async fn daemon_status(State(state): State<ApiState>) -> axum::Json<wire::Daemon
         otlp_endpoint: about.otlp_endpoint.clone(),
         log_filter: about.log_filter.clone(),
         allowed_hosts: state.allowed_hosts.as_ref().clone(),
+        previous_stall: about.previous_stall.clone(),
     })
 }
 
@@ -323,7 +326,14 @@ async fn create_run(State(state): State<ApiState>, body: Body) -> Result<Respons
         (Some(per_run), Some(vars)) => per_run.wanted(vars),
         _ => ClientExport::AsTheDaemon,
     };
+    // The daemon's log is one stream at its own filter: a client that asked
+    // for another is told so.
+    let log_notice = match (&state.per_run, &request.env) {
+        (Some(per_run), Some(vars)) => per_run.log_notice(vars),
+        _ => None,
+    };
     let mut prepared = (state.prepare)(request).await?;
+    prepared.warnings.extend(log_notice);
     let own = match (&state.per_run, export) {
         (Some(per_run), ClientExport::Own(settings)) => {
             per_run.announce_run();
@@ -643,9 +653,10 @@ async fn cancel_run(
 /// A run that is not in progress: 409 when it ended, 404 when unknown.
 fn ended_or_unknown(store: &Store, id: &str) -> ApiError {
     match store.run(id) {
-        Ok(Some(run)) => {
-            ApiError::conflict(format!("run {id} is not in progress ({:?})", run.status))
-        }
+        Ok(Some(run)) => ApiError::conflict(format!(
+            "run {id} is not in progress (it ended: {})",
+            run.status.as_str()
+        )),
         Ok(None) => ApiError::not_found(format!("no run {id}")),
         Err(err) => store_error(err),
     }

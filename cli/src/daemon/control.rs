@@ -126,6 +126,9 @@ fn describe(status: &DaemonStatus) -> String {
     if !status.allowed_hosts.is_empty() {
         line("allowed hosts", status.allowed_hosts.join(", "));
     }
+    if let Some(stall) = &status.previous_stall {
+        line("previous daemon", stall.clone());
+    }
     text
 }
 

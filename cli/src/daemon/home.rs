@@ -17,6 +17,9 @@ pub(crate) const TOKEN_FILE: &str = "daemon.token";
 pub(crate) const STATE_FILE: &str = "daemon.json";
 /// File name of the daemon's Unix socket.
 pub(crate) const SOCKET_FILE: &str = "daemon.sock";
+/// File name of the record a daemon leaves when it ends on a hung store
+/// write; the next daemon reads it and removes it.
+pub(crate) const STALL_FILE: &str = "daemon-stall.json";
 
 /// What a running daemon writes about itself.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -135,6 +138,54 @@ pub(crate) fn remove_state(data_dir: &Path) {
     if read_state(data_dir).is_some_and(|state| state.pid == std::process::id()) {
         let _ = std::fs::remove_file(state_path(data_dir));
     }
+}
+
+/// What a daemon that ended on a hung store write leaves behind.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct StallRecord {
+    /// The process that ended.
+    pub pid: u32,
+    /// When the hung group of writes started (RFC 3339).
+    pub started: String,
+    /// How long it had waited when the daemon gave up, in milliseconds.
+    pub waited_ms: u64,
+    /// How many writes the group held.
+    pub writes: usize,
+}
+
+impl StallRecord {
+    /// The record as a sentence for `troupe daemon status` and the log.
+    pub(crate) fn sentence(&self) -> String {
+        format!(
+            "pid {} ended at {} + {} s: a store write did not return \
+             ({} write(s) waiting); the runs it left were marked interrupted",
+            self.pid,
+            self.started,
+            self.waited_ms / 1000,
+            self.writes
+        )
+    }
+}
+
+/// Writes the stall record (best effort: the daemon is about to exit).
+pub(crate) fn write_stall(data_dir: &Path, record: &StallRecord) {
+    if let Ok(text) = serde_json::to_string(record) {
+        let _ = std::fs::write(data_dir.join(STALL_FILE), text);
+    }
+}
+
+/// Whether a daemon that ended on a hung store write left its record (no
+/// daemon has started since).
+pub(crate) fn stall_recorded(data_dir: &Path) -> bool {
+    data_dir.join(STALL_FILE).exists()
+}
+
+/// The stall record a previous daemon left, removed as it is read.
+pub(crate) fn take_stall(data_dir: &Path) -> Option<StallRecord> {
+    let path = data_dir.join(STALL_FILE);
+    let text = std::fs::read_to_string(&path).ok()?;
+    let _ = std::fs::remove_file(&path);
+    serde_json::from_str(&text).ok()
 }
 
 /// True when the process a state file names is alive and is a daemon (its

@@ -51,6 +51,13 @@ use crate::setup;
 /// events.
 const CANCEL_GRACE: Duration = Duration::from_secs(10);
 
+/// How long a group of store writes may run before the daemon gives up on
+/// its store: it records the stall, removes `daemon.json` and exits with
+/// [`crate::EXIT_STORE_STALLED`], and the next client starts a fresh daemon,
+/// which marks the runs left behind interrupted. A hung sled write cannot be
+/// cancelled; only a new process gets the store back.
+pub(crate) const STORE_STALL_DEADLINE: Duration = Duration::from_secs(30);
+
 /// Where the daemon listens unless told otherwise: loopback, any free port
 /// (clients find it in `daemon.json`).
 pub(crate) const DEFAULT_LISTEN: &str = "127.0.0.1:0";
@@ -105,7 +112,14 @@ async fn run_daemon(options: ServeOptions) -> Result<(), String> {
         ));
     }
     let store = locations.open_store().map_err(|err| err.message)?;
-    let telemetry = crate::telemetry::start(&store);
+    watch_store(&store, &data_dir)?;
+    let telemetry = crate::telemetry::start(&store, troupe_telemetry::LogStyle::Detailed);
+    let previous_stall = home::take_stall(&data_dir).map(|stall| {
+        let sentence = stall.sentence();
+        eprintln!("troupe serve: the previous daemon ({sentence})");
+        tracing::warn!(previous = %sentence, "the previous daemon ended on a hung store write");
+        sentence
+    });
     crate::run::report_recovered(&store, false);
     let token = home::load_or_create_token(&data_dir)
         .map_err(|err| format!("cannot create the token in {}: {err}", data_dir.display()))?;
@@ -137,6 +151,7 @@ async fn run_daemon(options: ServeOptions) -> Result<(), String> {
     let activity = Arc::new(Activity::default());
     let hubs = Arc::new(McpHubs::default());
     let sweeper = tokio::spawn(sweep_hubs(hubs.clone()));
+    let retention = tokio::spawn(retain_periodically(store.clone(), locations.clone()));
     let stopping = CancellationToken::new();
     let state = ApiState {
         runtime: runtime.clone(),
@@ -157,6 +172,7 @@ async fn run_daemon(options: ServeOptions) -> Result<(), String> {
             socket: unix.as_ref().map(|_| socket_path.clone()),
             otlp_endpoint: telemetry.otlp_endpoint(),
             log_filter: telemetry.log_filter(),
+            previous_stall,
         }),
     };
     home::write_state(
@@ -218,6 +234,7 @@ async fn run_daemon(options: ServeOptions) -> Result<(), String> {
     }
     runtime.shutdown().await;
     sweeper.abort();
+    retention.abort();
     hubs.shutdown().await;
     if let Err(err) = store.flush() {
         eprintln!("troupe serve: the store could not be flushed: {err}");
@@ -228,6 +245,34 @@ async fn run_daemon(options: ServeOptions) -> Result<(), String> {
     }
     home::remove_state(&data_dir);
     Ok(())
+}
+
+/// Starts the store writer's watchdog: a group of writes that has not
+/// returned within [`STORE_STALL_DEADLINE`] ends the daemon with
+/// [`crate::EXIT_STORE_STALLED`], after it records the stall and gives up
+/// its `daemon.json` (a hung sled write holds the store for good).
+fn watch_store(store: &Store, data_dir: &std::path::Path) -> Result<(), String> {
+    let data_dir = data_dir.to_path_buf();
+    store
+        .watch_writer(STORE_STALL_DEADLINE, move |stall| {
+            let record = home::StallRecord {
+                pid: std::process::id(),
+                started: stall
+                    .started
+                    .to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
+                waited_ms: u64::try_from(stall.waited.as_millis()).unwrap_or(u64::MAX),
+                writes: stall.writes,
+            };
+            home::write_stall(&data_dir, &record);
+            home::remove_state(&data_dir);
+            eprintln!(
+                "troupe serve: a store write has not returned for {} s; exiting so that \
+                 the next client starts a fresh daemon",
+                stall.waited.as_secs()
+            );
+            std::process::exit(i32::from(crate::EXIT_STORE_STALLED));
+        })
+        .map_err(|err| err.to_string())
 }
 
 /// Resolves once the daemon has had nothing to do for `idle` (never when
@@ -249,6 +294,25 @@ async fn until_idle(idle: Option<Duration>, runtime: &Runtime, activity: &Activi
             activity.open_streams(),
         ) {
             return;
+        }
+    }
+}
+
+/// Applies the retention policy now and every
+/// [`crate::retention::DAEMON_RETENTION_PERIOD`] on a blocking thread, until
+/// aborted. Runs in progress are safe: the store never removes a session with
+/// a run marked running, nor the child sessions such a run created.
+async fn retain_periodically(store: Store, locations: Arc<Locations>) {
+    let mut ticks = tokio::time::interval(crate::retention::DAEMON_RETENTION_PERIOD);
+    loop {
+        ticks.tick().await;
+        let store = store.clone();
+        let locations = locations.clone();
+        let pass = tokio::task::spawn_blocking(move || {
+            crate::retention::apply(&store, &locations, &std::collections::HashSet::new());
+        });
+        if let Err(err) = pass.await {
+            tracing::warn!(%err, "the retention pass stopped");
         }
     }
 }

@@ -11,6 +11,17 @@ use std::time::{Duration, Instant};
 
 use super::home;
 
+/// Whether `TROUPE_NO_DAEMON` turns daemons off for this process (read as
+/// `--no-daemon` reads it: `1`, `true`, `yes`, `on`, any case).
+pub(crate) fn daemons_off_by_env() -> bool {
+    std::env::var("TROUPE_NO_DAEMON").is_ok_and(|value| {
+        matches!(
+            value.trim().to_ascii_lowercase().as_str(),
+            "1" | "true" | "t" | "yes" | "y" | "on"
+        )
+    })
+}
+
 /// File the detached daemon's stderr goes to, in the data directory.
 pub(crate) const LOG_FILE: &str = "daemon.log";
 /// Environment variable with the idle limit of daemons started on demand.

@@ -98,6 +98,11 @@ impl Pane {
         self.keys(&["Enter"]);
     }
 
+    /// What the pane shows now (no scrollback), lines joined.
+    fn visible(&self) -> String {
+        self.tmux(&["capture-pane", "-p", "-J", "-t", "chat"])
+    }
+
     /// The screen and its scrollback, lines joined.
     fn screen(&self) -> String {
         self.tmux(&["capture-pane", "-p", "-J", "-t", "chat", "-S", "-500"])
@@ -185,7 +190,10 @@ async fn a_chat_through_the_daemon_asks_approvals_takes_queued_text_and_counts_c
 
     // A turn whose call needs an approval: asked in place, answered with y.
     pane.line("write the notes");
-    pane.wait_for("write_file wants to run");
+    // Shown as the diff it would make, with the rule "always" would keep.
+    pane.wait_for("write_file wants to change notes.txt:");
+    pane.wait_for("+approved");
+    pane.wait_for("[a]lways keeps the allow rule `Write(notes.txt)` for the rest of this session");
     pane.wait_for("allow? [y]es / [a]lways / [n]o [reason] / [c]ancel the turn");
     pane.line("y");
     let screen = pane.wait_for("(done · 2 steps");
@@ -377,7 +385,13 @@ async fn chat_continue_picks_up_the_projects_latest_session() {
         .await;
         assert_eq!(output.status.code(), Some(0));
         let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
-        let first = stderr.lines().next().unwrap_or_default().to_string();
+        // Start-up warnings (a project that is not a git repository) come
+        // first.
+        let first = stderr
+            .lines()
+            .find(|line| line.starts_with("session "))
+            .unwrap_or_default()
+            .to_string();
         let session = first
             .strip_prefix("session ")
             .and_then(|rest| rest.split_once("  run "))
@@ -511,12 +525,24 @@ async fn the_chat_asks_once_to_trust_a_project_whose_configuration_needs_it() {
     let env = Env::new();
     std::fs::write(
         env.root().join(".troupe/config.toml"),
-        "[permissions]\nmode = \"bypass\"\n",
+        "[permissions]\nmode = \"bypass\"\n[[hooks.Stop]]\ncommand = \"./notify.sh\"\n",
+    )
+    .unwrap();
+    std::fs::write(
+        env.root().join(".mcp.json"),
+        r#"{"mcpServers": {"web": {"command": "web-server-absent", "args": ["--port", "9"]}}}"#,
     )
     .unwrap();
     let pane = Pane::start(&chat_command(&env, &server, &[]));
     let screen = pane.wait_for("(review its files first)? [y/N]");
-    assert!(screen.contains("permissions.mode"), "{screen}");
+    // Each setting under its file, with the commands it would run.
+    assert!(
+        screen.contains(
+            "trust: .troupe/config.toml: permissions.mode = \"bypass\", hooks.Stop (runs \
+             `./notify.sh`); .mcp.json: server web (runs `web-server-absent --port 9`)."
+        ),
+        "{screen}"
+    );
     pane.line("y");
     pane.wait_for("(trusted ");
     pane.wait_for_prompt(1);
@@ -824,4 +850,83 @@ async fn an_open_chat_keeps_its_daemon_and_carries_on_in_its_session_when_the_da
     pane.keys(&["C-c"]);
     pane.wait_for("[exit 0]");
     wait_gone(last);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_chat_starts_with_a_banner_renders_answers_and_ctrl_l_clears_the_screen() {
+    if !require(Need::Tmux) {
+        return;
+    }
+    let answer = "# Result\n\nFirst paragraph.\n\nSee [the guide](https://guide.example/g).\n";
+    let server = ScriptedServer::start(Script::new().then(text(answer)))
+        .await
+        .unwrap();
+    let env = Env::new();
+    let pane = Pane::start(&chat_command(&env, &server, &["--mode", "accept-edits"]));
+    let root = std::fs::canonicalize(env.root()).unwrap();
+    let banner = pane.wait_for("troupe chat · model ");
+    let first = banner
+        .lines()
+        .find(|line| line.starts_with("troupe chat · model "))
+        .unwrap();
+    assert!(
+        first.ends_with(&format!("· mode accept-edits · project {}", root.display())),
+        "{banner}"
+    );
+    pane.wait_for_prompt(1);
+
+    pane.line("report");
+    let screen = pane.wait_for("(done · 1 step");
+    let lines: Vec<&str> = screen.lines().collect();
+    // The heading at the left margin, blank lines between blocks, the
+    // link's target shown.
+    let heading = lines
+        .iter()
+        .position(|line| line.trim_end() == "Result")
+        .unwrap_or_else(|| panic!("the heading starts its line:\n{screen}"));
+    assert_eq!(lines[heading + 1].trim(), "", "{screen}");
+    assert_eq!(
+        lines[heading + 2].trim_end(),
+        "First paragraph.",
+        "{screen}"
+    );
+    assert_eq!(lines[heading + 3].trim(), "", "{screen}");
+    assert!(
+        lines[heading + 4].contains("See the guide (https://guide.example/g)."),
+        "{screen}"
+    );
+
+    // Ctrl-L at the prompt clears the screen.
+    pane.wait_for_prompt(2);
+    pane.keys(&["C-l"]);
+    let deadline = Instant::now() + SCREEN_LIMIT;
+    while pane.visible().contains("First paragraph.") {
+        assert!(
+            Instant::now() < deadline,
+            "Ctrl-L did not clear:\n{}",
+            pane.visible()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    pane.keys(&["C-d"]);
+    pane.wait_for("[exit 0]");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_chat_without_a_provider_says_so_as_it_starts() {
+    if !require(Need::Tmux) {
+        return;
+    }
+    let env = Env::new();
+    let mut command = env.command(None);
+    command.arg("chat");
+    let pane = Pane::start(&command);
+    let screen = pane.wait_for("troupe chat · no model");
+    assert!(
+        screen.contains("troupe: no provider configured"),
+        "{screen}"
+    );
+    pane.wait_for_prompt(1);
+    pane.keys(&["C-d"]);
+    pane.wait_for("[exit 0]");
 }

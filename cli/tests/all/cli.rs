@@ -445,7 +445,7 @@ async fn a_sub_agents_approval_is_asked_on_the_terminal_with_its_path() {
     let (code, terminal) = run_on_terminal(command, "y\n").await;
     assert_eq!(code, Some(0), "{terminal}");
     assert!(
-        terminal.contains("[main/general-1] write_file wants to run"),
+        terminal.contains("[main/general-1] write_file wants to change child.txt:"),
         "{terminal}"
     );
     assert!(env.root().join("child.txt").exists());
@@ -574,7 +574,7 @@ async fn both_protocols_are_offered_the_strict_schemas_derived_from_the_argument
             json!({
                 "type": "integer",
                 "minimum": 1,
-                "description": "First line to return, 1-based (default 1)"
+                "description": "First line, 1-based (default 1)"
             })
         );
         assert_eq!(
@@ -588,4 +588,68 @@ async fn both_protocols_are_offered_the_strict_schemas_derived_from_the_argument
             json!(["description", "prompt"])
         );
     }
+}
+
+/// The fixed request prefix (tool definitions + the stable system prompt)
+/// with every built-in tool offered, in bytes: at most 8 KB, with room left
+/// for tools still to come.
+const FIXED_PREFIX_MAX_BYTES: usize = 8 * 1024;
+/// Every request body of ten one-`read_file` turns and the answer, in bytes
+/// (its JSON as sent). A ratchet: lower it when a change sends less, never
+/// raise it without knowing what each request carries more.
+const TEN_READ_FILE_TURNS_MAX_BYTES: usize = 121_500;
+
+#[tokio::test]
+async fn the_fixed_prefix_fits_8_kb_and_ten_read_file_turns_stay_within_their_bytes() {
+    let mut script = Script::new();
+    for n in 0..10 {
+        script = script.then(tool_call(
+            "read_file",
+            json!({"path": format!("notes/note_{n:02}.txt")}),
+        ));
+    }
+    let server = ScriptedServer::start(script.then(text("Read them all.")))
+        .await
+        .unwrap();
+    let env = Env::new();
+    std::fs::create_dir_all(env.root().join("notes")).unwrap();
+    for n in 0..10 {
+        let body: String = (1..=10)
+            .map(|line| format!("note {n}, line {line}: something worth reading\n"))
+            .collect();
+        std::fs::write(env.root().join(format!("notes/note_{n:02}.txt")), body).unwrap();
+    }
+    let output =
+        run(env
+            .command(Some(&server))
+            .args(["run", "--mode", "bypass", "Read the notes."]))
+        .await;
+    assert_eq!(
+        output.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let requests = server.requests();
+    assert_eq!(requests.len(), 11);
+    let first = &requests[0].body;
+    let tools = serde_json::to_string(&first["tools"]).unwrap().len();
+    let stable = first["system"][0]["text"].as_str().unwrap().len();
+    assert!(
+        tools + stable <= FIXED_PREFIX_MAX_BYTES,
+        "fixed prefix {} bytes (tools {tools} + stable system {stable})",
+        tools + stable
+    );
+    // Results are sent in their shortest form: a lone text as a string,
+    // lines numbered without padding.
+    let last = requests[10].body.to_string();
+    assert!(
+        last.contains(r#""content":"1\tnote 9, line 1: something"#),
+        "{last}"
+    );
+    let sent: usize = requests.iter().map(|r| r.body.to_string().len()).sum();
+    assert!(
+        sent <= TEN_READ_FILE_TURNS_MAX_BYTES,
+        "ten read_file turns sent {sent} bytes"
+    );
 }

@@ -447,6 +447,11 @@ async fn the_api_refuses_what_it_must_with_json_errors() {
         (ended.status, ended.error_code().as_str()),
         (409, "conflict")
     );
+    // The state in words, as the API names it elsewhere: no Rust names.
+    assert_eq!(
+        ended.json()["error"]["message"],
+        format!("run {run_id} is not in progress (it ended: finished)")
+    );
     let approval = daemon
         .call(
             "POST",
@@ -1651,4 +1656,104 @@ echo {COMMAND_RAN}"#,
         )
         .await;
     assert_eq!(owner.status, 404, "{}", owner.text());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_store_write_that_hangs_ends_the_daemon_and_the_next_client_carries_on() {
+    // The run's only tool call creates the file that makes every later
+    // store write hang (a test build's fault hook), as a hung sled write
+    // would: the run record and the call are durable, its result never is.
+    let script = Script::new()
+        .then(tool_call(
+            "bash",
+            json!({"command": "touch hang-the-store"}),
+        ))
+        .then(text("a fresh daemon answers"));
+    let server = ScriptedServer::start(script).await.unwrap();
+    let env = Env::new();
+    let block = env.root().join("hang-the-store");
+    let mut command = env.command(Some(&server));
+    command.arg("serve").env("TROUPE_FAULT_STORE_BLOCK", &block);
+    let mut daemon = Daemon::start_command(&env, command);
+    let (run_id, _session) = daemon
+        .submit(json!({"prompt": "hang", "cwd": env.root(), "mode": "bypass"}))
+        .await;
+    // The watchdog gives up after 30 s; the wait is bounded by COMMAND_LIMIT.
+    let (code, stderr) = daemon.wait_exit();
+    assert!(block.exists(), "the tool ran");
+    assert_eq!(code, 75, "the distinct exit code of a hung store: {stderr}");
+    assert!(
+        stderr.contains("a store write has not returned"),
+        "{stderr}"
+    );
+    assert!(!env.data_dir().join("daemon.json").exists());
+    let stall: Value = serde_json::from_str(
+        &std::fs::read_to_string(env.data_dir().join("daemon-stall.json")).unwrap(),
+    )
+    .unwrap();
+    assert!(stall["waited_ms"].as_u64().unwrap() >= 30_000, "{stall}");
+    // Nothing was sent on that was not durable: the call's result never
+    // reached the model.
+    assert_eq!(server.request_count(), 1);
+    std::fs::remove_file(&block).unwrap();
+
+    // The next client starts a fresh daemon, which finds the stuck run
+    // interrupted.
+    let listed = env
+        .command(None)
+        .env_remove("TROUPE_NO_DAEMON")
+        .env("TROUPE_DAEMON_IDLE_SECS", "60")
+        .args(["runs", "list"])
+        .output()
+        .unwrap();
+    assert!(
+        env.data_dir().join("daemon.json").exists(),
+        "a fresh daemon"
+    );
+    let listed = String::from_utf8_lossy(&listed.stdout).into_owned();
+    let line = listed
+        .lines()
+        .find(|line| line.contains(troupe_store::short_id(&run_id)))
+        .unwrap_or_else(|| panic!("the run is listed: {listed}"));
+    assert!(line.contains("interrupted"), "{listed}");
+
+    // Runs go on through it, and it says why the one before it ended.
+    let mut client = env.command(Some(&server));
+    client
+        .env_remove("TROUPE_NO_DAEMON")
+        .env("TROUPE_DAEMON_IDLE_SECS", "60")
+        .args(["run", "--json", "again"]);
+    let output = client.output().unwrap();
+    assert_eq!(
+        output.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let answered = String::from_utf8_lossy(&output.stdout).into_owned();
+    assert!(answered.contains("a fresh daemon answers"), "{answered}");
+    let status = env
+        .command(None)
+        .env_remove("TROUPE_NO_DAEMON")
+        .args(["daemon", "status"])
+        .output()
+        .unwrap();
+    let status_text = String::from_utf8_lossy(&status.stdout).into_owned();
+    assert!(
+        status_text.contains("previous daemon") && status_text.contains("did not return"),
+        "{status_text}"
+    );
+    assert!(!env.data_dir().join("daemon-stall.json").exists());
+    let stopped = env
+        .command(None)
+        .env_remove("TROUPE_NO_DAEMON")
+        .args(["daemon", "stop"])
+        .output()
+        .unwrap();
+    assert_eq!(
+        stopped.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&stopped.stderr)
+    );
 }

@@ -390,7 +390,10 @@ async fn an_untrusted_projects_hooks_do_not_run_until_it_is_trusted() {
         .find(|line| line.contains("is not trusted"))
         .unwrap_or_else(|| panic!("no notice: {stderr}"));
     assert!(
-        notice.contains("hooks.UserPromptSubmit (runs commands)"),
+        notice.contains(&format!(
+            ".troupe/config.toml: hooks.UserPromptSubmit (runs `touch '{}'`)",
+            marker.display()
+        )),
         "{notice}"
     );
 
@@ -421,4 +424,57 @@ async fn hooks_run_in_the_os_sandbox_like_commands() {
     assert_eq!(code, 0, "{stderr}");
     assert!(inside.exists(), "the hook did not run");
     assert!(!escaped.exists(), "a hook wrote outside the allowed roots");
+}
+
+#[tokio::test]
+async fn a_blocked_call_is_shown_before_the_hook_that_blocked_it() {
+    let server = ScriptedServer::start(
+        Script::new()
+            .then(tool_call("bash", json!({"command": "printf forbidden"})))
+            .then(text("done"))
+            .then(tool_call("bash", json!({"command": "printf forbidden"})))
+            .then(text("done")),
+    )
+    .await
+    .unwrap();
+    let env = Env::new();
+    let guard = r#"echo "forbidden words are not allowed" >&2; exit 2"#;
+    configure(
+        &env,
+        &format!(
+            "[permissions]\nmode = \"bypass\"\n{}",
+            entry("PreToolUse", Some("bash"), guard, None)
+        ),
+    );
+    let mut command = env.command(Some(&server));
+    command.args(["run", "go"]);
+    let output = run(command).await;
+    assert_eq!(output.status.code(), Some(0), "{}", describe(&output));
+    let stderr = crate::support::text(&output.stderr);
+    let position = |needle: &str| {
+        stderr
+            .find(needle)
+            .unwrap_or_else(|| panic!("no {needle:?} in:\n{stderr}"))
+    };
+    assert!(
+        position("→ bash") < position("blocked: forbidden words are not allowed"),
+        "{stderr}"
+    );
+    assert!(
+        position("blocked: forbidden words are not allowed") < position("✗ bash"),
+        "{stderr}"
+    );
+
+    let (events, stderr, code) = json_run(&env, &server, &["go"]).await;
+    assert_eq!(code, 0, "{stderr}");
+    let kinds: Vec<&str> = events
+        .iter()
+        .filter_map(|event| event["type"].as_str())
+        .filter(|kind| kind.starts_with("tool_") || *kind == "hook")
+        .collect();
+    assert_eq!(
+        kinds,
+        ["tool_started", "hook", "tool_finished"],
+        "{events:?}"
+    );
 }

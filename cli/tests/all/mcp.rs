@@ -355,9 +355,46 @@ async fn a_project_mcp_json_works_without_troupe_configuration() {
     let mut command = env.command(None);
     command.args(["mcp", "list"]);
     let untrusted = run(command).await;
-    assert_eq!(untrusted.status.code(), Some(2), "{}", describe(&untrusted));
-    assert!(text(&untrusted.stderr).contains("no MCP servers are configured"));
-    env.trust();
+    assert_eq!(untrusted.status.code(), Some(0), "{}", describe(&untrusted));
+    let root = env.root().display().to_string();
+    assert_eq!(
+        text(&untrusted.stdout),
+        format!(
+            "fromjson  untrusted  stdio  {} {}  (.mcp.json)\n    not started: the project is \
+             not trusted; review .mcp.json and run `troupe trust {root}` to start it\n",
+            python.display(),
+            fixture_script()
+        ),
+        "{}",
+        describe(&untrusted)
+    );
+    let stderr = text(&untrusted.stderr);
+    assert!(
+        stderr.contains(&format!(
+            "ignored: .mcp.json: server fromjson (runs `{} {}`)",
+            python.display(),
+            fixture_script()
+        )),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("config.toml"), "{stderr}");
+    let mut command = env.command(None);
+    command.args(["mcp", "list", "--json"]);
+    let listed = run(command).await;
+    assert_eq!(listed.status.code(), Some(0), "{}", describe(&listed));
+    let server: Value = serde_json::from_str(text(&listed.stdout).trim()).unwrap();
+    assert_eq!(server["state"], "untrusted");
+    assert_eq!(server["file"], ".mcp.json");
+    assert_eq!(server["trust_command"], format!("troupe trust {root}"));
+    // Trusting names the files the project has, and no other.
+    let mut command = env.command(None);
+    command.arg("trust");
+    let trusted = run(command).await;
+    assert_eq!(trusted.status.code(), Some(0), "{}", describe(&trusted));
+    assert_eq!(
+        text(&trusted.stdout),
+        format!("{root} is trusted; these now apply in full: .mcp.json\n")
+    );
     let mut command = env.command(None);
     command.args(["mcp", "list"]);
     let output = run(command).await;
@@ -368,4 +405,53 @@ async fn a_project_mcp_json_works_without_troupe_configuration() {
         stdout.contains("mcp__fromjson__barrier_read  (read-only)"),
         "{stdout}"
     );
+}
+
+/// The standard-library server of the MCP benchmarks.
+fn slow_server_script() -> String {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../tests/mcp/slow_server.py")
+        .display()
+        .to_string()
+}
+
+#[tokio::test]
+async fn an_exiting_run_does_not_wait_for_a_server_that_outlives_its_input() {
+    let server = ScriptedServer::start(Script::new().then(say("done")))
+        .await
+        .unwrap();
+    let env = Env::new();
+    env.trust();
+    let marks = tempfile::tempdir().unwrap();
+    let pid_file = marks.path().join("pid");
+    write_config(
+        &env,
+        &format!(
+            "[mcp_servers.slow]\ncommand = \"python3\"\nargs = [{}]\nstartup_grace_secs = 60\n\
+             env = {{ SLOW_MCP_READY_SECS = \"0\", SLOW_MCP_LINGER_SECS = \"60\", \
+             SLOW_MCP_PID_FILE = {} }}\n",
+            lit(&slow_server_script()),
+            lit(&pid_file.display().to_string())
+        ),
+    );
+    let mut command = env.command(Some(&server));
+    command.args(["run", "--no-daemon", "x"]);
+    let started = std::time::Instant::now();
+    let output = run(command).await;
+    let took = started.elapsed();
+    assert_eq!(output.status.code(), Some(0), "{}", describe(&output));
+    // The server would linger a minute after its input ended; a shutdown
+    // that waited for it would take the daemon's 5 s budget. The run's exit
+    // gives it 10 ms, then kills its process group.
+    assert!(
+        took < std::time::Duration::from_secs(4),
+        "the run took {took:?}: {}",
+        describe(&output)
+    );
+    let pid: i32 = std::fs::read_to_string(&pid_file)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(!alive(pid), "the MCP server {pid} survived troupe");
 }

@@ -311,7 +311,9 @@ async fn trusting_the_project_replaces_the_servers_started_before() {
     daemon.stop().await;
     let mut pids = vec![after[1].0, after[1].1];
     pids.extend(starts(&project_starts).iter().flat_map(|(a, b)| [*a, *b]));
-    let left: Vec<i32> = pids.into_iter().filter(|pid| alive(*pid)).collect();
+    // Killed as the daemon ends; a SIGKILLed process may take a moment to
+    // be gone.
+    let left = wait_gone(&pids).await;
     assert!(
         left.is_empty(),
         "MCP processes survived the daemon: {left:?}"

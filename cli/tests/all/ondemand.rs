@@ -286,8 +286,9 @@ async fn daemon_status_shows_the_daemon_and_daemon_stop_cancels_its_runs_and_wai
         .args(["runs", "show", &run_id])
         .output()
         .unwrap();
+    let shown_err = String::from_utf8_lossy(&shown.stderr).into_owned();
     let shown = String::from_utf8_lossy(&shown.stdout);
-    assert!(shown.contains("cancelled"), "{shown}");
+    assert!(shown.contains("cancelled"), "{shown}{shown_err}");
     let (code, _, _) = daemon_command(&env, &server, &["status"]).await;
     assert_eq!(code, Some(3));
     let (code, stdout, _) = daemon_command(&env, &server, &["stop"]).await;

@@ -25,7 +25,11 @@ async fn troupe(env: &Env, server: Option<&ScriptedServer>, args: &[&str]) -> st
 
 /// The `session S  run R` line a plain run starts with: `(S, R)`.
 fn ids_line(stderr: &str) -> (String, String) {
-    let first = stderr.lines().next().unwrap_or_default();
+    // Start-up warnings (a project that is not a git repository) come first.
+    let first = stderr
+        .lines()
+        .find(|line| line.starts_with("session "))
+        .unwrap_or_default();
     let rest = first
         .strip_prefix("session ")
         .unwrap_or_else(|| panic!("the first line names the session: {stderr}"));
@@ -401,4 +405,201 @@ async fn resuming_a_session_whose_directory_is_gone_says_so() {
         )),
         "{stderr}"
     );
+}
+
+/// Whether `line` starts like a detailed log line: an RFC 3339 timestamp.
+fn starts_with_timestamp(line: &str) -> bool {
+    let bytes = line.as_bytes();
+    bytes.len() > 20
+        && bytes[..4].iter().all(u8::is_ascii_digit)
+        && bytes[4] == b'-'
+        && bytes[10] == b'T'
+}
+
+#[tokio::test]
+async fn warnings_are_one_line_in_troupes_style_unless_logs_are_asked_for() {
+    let server = ScriptedServer::start(Script::new().then(text("Hi.")).then(text("Hi.")))
+        .await
+        .unwrap();
+    let env = Env::new();
+    // An instruction file that cannot be read is a warning.
+    std::fs::create_dir(env.root().join("AGENTS.md")).unwrap();
+    let output = troupe(&env, Some(&server), &["run", "hello"]).await;
+    assert_eq!(output.status.code(), Some(0), "{}", describe(&output));
+    let stderr = out_text(&output.stderr);
+    let warnings: Vec<&str> = stderr
+        .lines()
+        .filter(|line| line.contains("cannot read instruction file"))
+        .collect();
+    assert_eq!(warnings.len(), 1, "{stderr}");
+    assert!(
+        warnings[0].starts_with("troupe: warning: cannot read instruction file (path: "),
+        "{stderr}"
+    );
+    assert!(
+        !stderr.lines().any(starts_with_timestamp),
+        "no log line with a timestamp: {stderr}"
+    );
+    assert_eq!(out_text(&output.stdout), "Hi.\n");
+
+    // Asked for, logs are detailed.
+    let mut command = env.command(Some(&server));
+    command.env("TROUPE_LOG", "warn").args(["run", "hello"]);
+    let output = run(command).await;
+    assert_eq!(output.status.code(), Some(0), "{}", describe(&output));
+    let stderr = out_text(&output.stderr);
+    assert!(
+        stderr.lines().any(|line| starts_with_timestamp(line)
+            && line.contains("WARN")
+            && line.contains("cannot read instruction file")),
+        "{stderr}"
+    );
+}
+
+/// `troupe ARGS` on a terminal (stdout and stderr both), typing `answers`.
+async fn on_terminal(
+    env: &Env,
+    server: &ScriptedServer,
+    args: &[&str],
+    answers: &str,
+) -> (Option<i32>, String) {
+    let mut command = env.command(Some(server));
+    command.args(args);
+    crate::support::run_on_terminal(command, answers).await
+}
+
+#[tokio::test]
+async fn on_a_terminal_the_answer_streams_as_markdown_before_the_closing_line() {
+    let answer = "# Plan\n\nSee [the guide](https://guide.example/x).\n\n- one\n- two\n";
+    let server = ScriptedServer::start(
+        Script::new()
+            .then(tool_call("glob", json!({"pattern": "*"})))
+            .then(text(answer)),
+    )
+    .await
+    .unwrap();
+    let env = Env::new();
+    let (code, terminal) = on_terminal(&env, &server, &["run", "plan it"], "").await;
+    assert_eq!(code, Some(0), "{terminal}");
+    let position = |needle: &str| {
+        terminal
+            .find(needle)
+            .unwrap_or_else(|| panic!("no {needle:?} on the terminal:\n{terminal}"))
+    };
+    // Rendered, not raw: the heading at the left margin, the link's target shown.
+    assert!(!terminal.contains("# Plan"), "{terminal}");
+    assert!(
+        terminal
+            .lines()
+            .any(|line| strip_ansi(line).trim_end() == "Plan"
+                || strip_ansi(line).starts_with("Plan")),
+        "{terminal}"
+    );
+    assert!(
+        strip_ansi(&terminal).contains("the guide (https://guide.example/x)"),
+        "{terminal}"
+    );
+    // Shown once, with the tool line before it and the closing lines after.
+    assert_eq!(
+        strip_ansi(&terminal).matches("the guide (").count(),
+        1,
+        "{terminal}"
+    );
+    assert!(position("glob") < position("the guide"), "{terminal}");
+    assert!(
+        position("the guide") < position("(done · 2 steps"),
+        "{terminal}"
+    );
+    assert!(
+        position("(done · 2 steps") < position("(finished) follow up with: troupe resume"),
+        "{terminal}"
+    );
+    // The ids still come first.
+    assert!(position("session ") < position("glob"), "{terminal}");
+}
+
+#[tokio::test]
+async fn on_a_terminal_an_edit_is_approved_from_its_coloured_diff() {
+    let server = ScriptedServer::start(
+        Script::new()
+            .then(tool_call(
+                "edit_file",
+                json!({"path": "notes.txt", "old_string": "two\n", "new_string": "TWO\n"}),
+            ))
+            .then(text("Edited.")),
+    )
+    .await
+    .unwrap();
+    let env = Env::new();
+    std::fs::write(
+        env.root().join("notes.txt"),
+        "zero\none\ntwo\nthree\nfour\nfive\nsix\n",
+    )
+    .unwrap();
+    let (code, terminal) = on_terminal(&env, &server, &["run", "edit it"], "a\n").await;
+    assert_eq!(code, Some(0), "{terminal}");
+    assert_eq!(
+        std::fs::read_to_string(env.root().join("notes.txt")).unwrap(),
+        "zero\none\nTWO\nthree\nfour\nfive\nsix\n"
+    );
+    let plain = strip_ansi(&terminal);
+    assert!(
+        plain.contains("edit_file wants to change notes.txt:"),
+        "{plain}"
+    );
+    // A unified diff with three lines of context, coloured on a terminal.
+    assert!(
+        plain.contains(
+            "@@ -1,6 +1,6 @@\r\n zero\r\n one\r\n-two\r\n+TWO\r\n three\r\n four\r\n five"
+        ),
+        "{plain:?}"
+    );
+    assert!(terminal.contains("\x1b[31m-two\x1b[0m"), "{terminal:?}");
+    assert!(terminal.contains("\x1b[32m+TWO\x1b[0m"), "{terminal:?}");
+    // Not the JSON arguments; the reason once; the rule "always" keeps.
+    let prompt = &plain[plain.find("wants to change").unwrap()..];
+    assert!(!prompt.contains("old_string"), "{plain}");
+    assert_eq!(
+        plain
+            .matches("default mode asks before changing files")
+            .count(),
+        1,
+        "{plain}"
+    );
+    assert!(
+        plain.contains(
+            "[a]lways keeps the allow rule `Write(notes.txt)` for the rest of this session (stored with the session, not written to any config file)"
+        ),
+        "{plain}"
+    );
+}
+
+/// `text` without ANSI escape sequences (CSI and OSC).
+fn strip_ansi(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut chars = text.chars().peekable();
+    while let Some(c) = chars.next() {
+        if c != '\x1b' {
+            out.push(c);
+            continue;
+        }
+        match chars.next() {
+            Some('[') => {
+                for c in chars.by_ref() {
+                    if c.is_ascii_alphabetic() {
+                        break;
+                    }
+                }
+            }
+            Some(']') => {
+                for c in chars.by_ref() {
+                    if c == '\x07' {
+                        break;
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    out
 }

@@ -385,9 +385,20 @@ async fn an_untrusted_projects_http_mcp_servers_connect_nowhere_and_see_no_secre
     let stderr = text(&output.stderr);
     let notices = notices(&stderr);
     assert_eq!(notices.len(), 1, "{stderr}");
-    for named in ["mcp_servers.search", ".mcp.json server web", "troupe trust"] {
+    // Each file is named with what it asked for, endpoints masked.
+    for named in [
+        format!(
+            ".troupe/config.toml: mcp_servers.search (connects to http://127.0.0.1:{}/mcp?k=***&g=***)",
+            recorder.port
+        ),
+        format!(
+            ".mcp.json: server web (connects to http://127.0.0.1:{}/web?k=***&g=***)",
+            recorder.port
+        ),
+        "troupe trust".to_owned(),
+    ] {
         assert!(
-            notices[0].contains(named),
+            notices[0].contains(&named),
             "{named} missing: {}",
             notices[0]
         );
@@ -405,11 +416,37 @@ async fn an_untrusted_projects_http_mcp_servers_connect_nowhere_and_see_no_secre
         secrets.assert_absent(&describe(list), "`troupe mcp list`");
         let stderr = text(&list.stderr);
         assert!(
-            stderr.contains("mcp_servers.search") && stderr.contains(".mcp.json server web"),
+            stderr.contains("mcp_servers.search") && stderr.contains(".mcp.json: server web"),
             "`troupe mcp list` names what it left out: {}",
             describe(list)
         );
+        assert_eq!(list.status.code(), Some(0), "{}", describe(list));
     }
+    // The servers are listed as untrusted, with their files and the way to
+    // trust the project.
+    let listed = text(&lists[0].stdout);
+    assert!(
+        listed.contains(&format!(
+            "search  untrusted  http  http://127.0.0.1:{}/mcp?k=***&g=***  (.troupe/config.toml)",
+            recorder.port
+        )),
+        "{listed}"
+    );
+    assert!(listed.contains("web  untrusted  http"), "{listed}");
+    assert!(
+        listed.contains(&format!(
+            "review .mcp.json and run `troupe trust {}` to start it",
+            env.root().display()
+        )),
+        "{listed}"
+    );
+    let states: Vec<Value> = text(&lists[1].stdout)
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect();
+    assert_eq!(states.len(), 2, "{states:?}");
+    assert!(states.iter().all(|state| state["state"] == "untrusted"));
+    assert_eq!(states[1]["file"], ".mcp.json");
     secrets.assert_not_stored(&env.data_dir());
 }
 
@@ -699,7 +736,10 @@ async fn an_untrusted_projects_roles_and_skills_wait_for_trust() {
     let stderr = text(&output.stderr);
     let found = notices(&stderr);
     assert_eq!(found.len(), 1, "{stderr}");
-    for named in ["role general", "skill deploy"] {
+    for named in [
+        ".troupe/agents: role general",
+        ".troupe/skills: skill deploy",
+    ] {
         assert!(found[0].contains(named), "{named} missing: {}", found[0]);
     }
 
@@ -781,7 +821,10 @@ async fn a_stdio_server_starts_only_once_trusted_and_never_gets_a_provider_key()
     let found = notices(&stderr);
     assert_eq!(found.len(), 1, "{stderr}");
     assert!(
-        found[0].contains("mcp_servers.local (starts a command)"),
+        found[0].contains(&format!(
+            ".troupe/config.toml: mcp_servers.local (runs `sh {} ${{ANTHROPIC_API_KEY}}`)",
+            script.display()
+        )),
         "{}",
         found[0]
     );
@@ -839,7 +882,7 @@ async fn through_a_daemon_an_untrusted_project_connects_nowhere_and_no_key_leave
         notices(&stderr)
             .iter()
             .any(|notice| notice.contains("mcp_servers.search")
-                && notice.contains(".mcp.json server web")),
+                && notice.contains(".mcp.json: server web")),
         "{stderr}"
     );
     env.trust();

@@ -412,15 +412,15 @@ async fn repeated_call_ids_are_repaired_before_anything_runs() {
         [
             (
                 "dup".to_string(),
-                "     1\tfile a\n(end of file; 1 line)".to_string()
+                "1\tfile a\n(end of file; 1 line)".to_string()
             ),
             (
                 "dup_2".to_string(),
-                "     1\tfile b\n(end of file; 1 line)".to_string()
+                "1\tfile b\n(end of file; 1 line)".to_string()
             ),
             (
                 "dup_3".to_string(),
-                "     1\tfile c\n(end of file; 1 line)".to_string()
+                "1\tfile c\n(end of file; 1 line)".to_string()
             ),
         ]
     );

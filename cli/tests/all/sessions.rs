@@ -1190,7 +1190,13 @@ async fn runs_started_back_to_back_print_short_ids_that_name_their_sessions() {
         assert_eq!(output.status.code(), Some(0), "{}", describe(&output));
         // The progress line names the session and the run by short id.
         let stderr = out_text(&output.stderr);
-        let first_line = stderr.lines().next().unwrap_or_default().to_string();
+        // Start-up warnings (a project that is not a git repository) come
+        // first.
+        let first_line = stderr
+            .lines()
+            .find(|line| line.starts_with("session "))
+            .unwrap_or_default()
+            .to_string();
         let rest = first_line.strip_prefix("session ").unwrap();
         let (session, run_id) = rest.split_once("  run ").unwrap();
         assert_eq!((session.len(), run_id.len()), (8, 8), "{first_line}");

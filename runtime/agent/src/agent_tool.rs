@@ -24,15 +24,12 @@ const SIGNATURE: &str = "{description: string, prompt: string, role?: string, fo
 
 /// What the description says before the role list.
 const DESCRIPTION_HEAD: &str = "\
-Start a sub-agent to carry out a task. It has its own context: it sees only \
-`prompt`, not this conversation, so make the prompt self-contained (goal, \
-relevant paths, what to report). Only its final report comes back, as this \
-tool's result. Several `agent` calls in one response run in parallel: issue \
-independent subtasks together. With `fork: true` the child instead starts with \
-a copy of this conversation; use it for subtasks that need the context so far. \
-A fork's report starts with \"Scope:\". Forks cannot start agents, and nesting \
-depth is limited. Use sub-agents for broad searches and self-contained work \
-that would fill your context; do quick lookups yourself.
+Start a sub-agent on a task; only its final report comes back. It sees only \
+`prompt`, not this conversation: make it self-contained (goal, paths, what to \
+report). `agent` calls in one response run in parallel. `fork: true` starts it \
+from a copy of this conversation instead; a fork's report starts with \
+\"Scope:\". Forks cannot start agents; nesting is limited. Use sub-agents for \
+broad searches and work that would fill your context, not quick lookups.
 
 Roles (`role`, default general):";
 
@@ -53,7 +50,7 @@ pub struct AgentCallArgs {
     pub role: Option<String>,
     /// Start the child from a copy of the caller's conversation.
     #[serde(default)]
-    #[schemars(description = "Start from a copy of this conversation (default false)")]
+    #[schemars(description = "Start from a copy of this conversation")]
     pub fork: bool,
 }
 

@@ -68,7 +68,7 @@ impl ToolCatalogue {
     ) -> Result<Self, RegistryError> {
         let agent = agent_tool
             .map(|definition| {
-                ArgumentSchema::compile(&definition.name, &definition.input_schema)
+                ArgumentSchema::deferred(&definition.name, &definition.input_schema)
                     .map(|schema| AgentEntry { definition, schema })
             })
             .transpose()?;

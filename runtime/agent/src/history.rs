@@ -16,10 +16,13 @@ use troupe_protocol::model::{ContentBlock, Message, Role, ToolCall, ToolResult};
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum HistoryError {
     /// The history does not start with a user message.
-    #[error("message 0 is a {0:?} message; a history starts with a user message")]
+    #[error("message 0 has role {}; a history starts with a user message", .0.as_str())]
     FirstNotUser(Role),
     /// Calls of an assistant message have no result right after it.
-    #[error("message {index}: tool calls {ids:?} have no result in the next message")]
+    #[error(
+        "message {index}: tool calls {} have no result in the next message",
+        ids.join(", ")
+    )]
     Unanswered {
         /// Index of the assistant message.
         index: usize,
@@ -49,7 +52,7 @@ pub enum HistoryError {
         index: usize,
     },
     /// A block is in a message of the wrong role.
-    #[error("message {index}: {what} in a {role:?} message")]
+    #[error("message {index}: {what} in a message of role {}", role.as_str())]
     Misplaced {
         /// Index of the message.
         index: usize,
@@ -310,6 +313,31 @@ mod tests {
         ];
         assert_eq!(validate_history(&history), Ok(()));
         assert_eq!(validate_history(&[]), Ok(()));
+    }
+
+    #[test]
+    fn errors_name_roles_and_ids_in_words() {
+        assert_eq!(
+            HistoryError::FirstNotUser(Role::Assistant).to_string(),
+            "message 0 has role assistant; a history starts with a user message"
+        );
+        assert_eq!(
+            HistoryError::Unanswered {
+                index: 1,
+                ids: vec!["a".into(), "b".into()],
+            }
+            .to_string(),
+            "message 1: tool calls a, b have no result in the next message"
+        );
+        assert_eq!(
+            HistoryError::Misplaced {
+                index: 2,
+                what: "a tool call",
+                role: Role::User,
+            }
+            .to_string(),
+            "message 2: a tool call in a message of role user"
+        );
     }
 
     #[test]

@@ -75,12 +75,11 @@ the question directly and cites file paths with line numbers (path:line) for \
 every claim. That report is all the asking agent will see.";
 
 /// Description of the built-in `general` role, shown to the model.
-const GENERAL_DESCRIPTION: &str =
-    "General-purpose: multi-step tasks, research, code changes, commands. All tools.";
+const GENERAL_DESCRIPTION: &str = "Multi-step tasks, research, code changes, commands; all tools.";
 
 /// Description of the built-in `explorer` role, shown to the model.
 const EXPLORER_DESCRIPTION: &str =
-    "Read-only: searches and reads code to answer a question; cites paths and lines.";
+    "Read-only: searches and reads code to answer a question, citing paths and lines.";
 
 /// What a role may use, besides the system tools every agent keeps.
 #[derive(Debug, Clone, PartialEq, Eq)]

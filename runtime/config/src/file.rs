@@ -34,6 +34,22 @@ pub struct ConfigFile {
     pub hooks: BTreeMap<String, Vec<HookFile>>,
     /// `[compaction]`.
     pub compaction: Option<CompactionFile>,
+    /// `[store]` (the user's file only).
+    pub store: Option<StoreFile>,
+}
+
+/// `[store]`: what the session store under `TROUPE_HOME` keeps. Only the
+/// user's file may set it: a project must not decide how much of the user's
+/// history is kept.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StoreFile {
+    /// Sessions last updated more than this many days ago are removed
+    /// (default 30).
+    pub keep_days: Option<u64>,
+    /// The most bytes of records kept; the oldest finished sessions go
+    /// first beyond it (default: no bound).
+    pub max_bytes: Option<u64>,
 }
 
 /// `[compaction]`.

@@ -42,12 +42,12 @@ use troupe_protocol::permission::{
 
 pub use error::ConfigError;
 pub use expand::{Expansion, expand_mcp_server};
-pub use file::{ConfigFile, McpServerFile, ProviderFile};
+pub use file::{ConfigFile, McpServerFile, ProviderFile, StoreFile};
 pub use file::{McpTransport, Price, Thinking};
 pub use load::{ConfigSources, load_config, load_config_with_trust, parse_config_file};
 pub use paths::Env;
 pub use resolve::resolve_provider;
-pub use trust::{TrustStore, untrusted_notice};
+pub use trust::{LeftOut, TrustStore, UntrustedServer, untrusted_notice};
 pub use warnings::{NOT_SUPPORTED, startup_warnings};
 
 /// SPEC §1.2: default context window when a provider entry names none.
@@ -131,6 +131,43 @@ pub struct TelemetrySettings {
     pub capture_content: bool,
 }
 
+/// Effective store settings (`[store]` of the user's file).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StoreSettings {
+    /// Sessions last updated longer ago are removed.
+    pub keep: Duration,
+    /// The most bytes of records kept; `None`: no bound.
+    pub max_bytes: Option<u64>,
+}
+
+/// `[store] keep_days` when the file does not say.
+pub const DEFAULT_KEEP_DAYS: u64 = 30;
+
+/// Seconds in a day.
+const DAY_SECS: u64 = 24 * 60 * 60;
+
+impl Default for StoreSettings {
+    fn default() -> Self {
+        Self {
+            keep: Duration::from_secs(DEFAULT_KEEP_DAYS * DAY_SECS),
+            max_bytes: None,
+        }
+    }
+}
+
+impl StoreSettings {
+    /// The settings a `[store]` table writes.
+    pub fn from_file(file: &file::StoreFile) -> Self {
+        let defaults = Self::default();
+        Self {
+            keep: file.keep_days.map_or(defaults.keep, |days| {
+                Duration::from_secs(days.saturating_mul(DAY_SECS))
+            }),
+            max_bytes: file.max_bytes,
+        }
+    }
+}
+
 /// Effective compaction settings.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CompactionSettings {
@@ -171,6 +208,8 @@ pub struct Config {
     pub hooks: Vec<troupe_hooks::Hook>,
     /// Compaction settings.
     pub compaction: CompactionSettings,
+    /// Store settings (the user's file only).
+    pub store: StoreSettings,
     /// The files that were read, in merge order (for messages and `troupe config`).
     pub sources: Vec<PathBuf>,
 }

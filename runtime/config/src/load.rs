@@ -19,6 +19,7 @@ use super::error::ConfigError;
 use super::file::{ConfigFile, McpServerFile, McpTransport, Price, ProviderFile, Thinking};
 use super::mcp::is_valid_server_name;
 use super::paths::{self, Env, ProcessEnv};
+use super::trust::{LeftOut, TrustSplit, UntrustedServer};
 use super::{
     Config, Limits, PermissionMode, PermissionSettings, RuleEntry, RuleSource, TelemetrySettings,
     ToolSettings,
@@ -73,9 +74,13 @@ pub fn load_config(sources: &ConfigSources) -> Result<Config, ConfigError> {
 pub struct LoadedConfig {
     /// The merged configuration.
     pub config: Config,
-    /// The project file's settings that were ignored because the project is
-    /// not trusted (see `trust::split_widening`); empty when trusted.
-    pub ignored: Vec<String>,
+    /// The project files' settings that were ignored because the project is
+    /// not trusted (see `trust::split_widening`), each with its file; empty
+    /// when trusted.
+    pub ignored: Vec<LeftOut>,
+    /// The MCP servers of the project's files that were left out because
+    /// the project is not trusted; empty when trusted.
+    pub untrusted_servers: Vec<UntrustedServer>,
 }
 
 /// [`load_config`] for a project that is trusted (`project_trusted`) or not:
@@ -88,6 +93,7 @@ pub fn load_config_with_trust(
 ) -> Result<LoadedConfig, ConfigError> {
     let mut layers = Vec::new();
     let mut ignored = Vec::new();
+    let mut untrusted_servers = Vec::new();
     if let Some(path) = &sources.user
         && let Some(text) = read_optional(path)?
     {
@@ -110,18 +116,24 @@ pub fn load_config_with_trust(
                 project_trusted,
             )?;
             layers.push(layer);
-            ignored = left_out;
+            ignored = left_out.ignored;
+            untrusted_servers = left_out.servers;
         }
     }
     let mut config = merge(layers)?;
     // A project's `.mcp.json` adds the servers Troupe's files do not name.
-    let left_out = super::mcp::add_project_mcp_json(
+    let (left_out, servers) = super::mcp::add_project_mcp_json(
         &mut config,
         sources.project_root.as_deref(),
         project_trusted,
     )?;
     ignored.extend(left_out);
-    Ok(LoadedConfig { config, ignored })
+    untrusted_servers.extend(servers);
+    Ok(LoadedConfig {
+        config,
+        ignored,
+        untrusted_servers,
+    })
 }
 
 /// Parses and validates one file's text (no merging, no path resolution).
@@ -246,8 +258,8 @@ struct Layer {
 }
 
 /// Parses, validates and resolves one file; an untrusted file (`trusted`
-/// false) keeps only what `trust::split_widening` lets through, and the
-/// settings it left out are returned with the layer.
+/// false) keeps only what `trust::split_widening` lets through, and what it
+/// left out is returned with the layer.
 fn load_layer(
     path: &Path,
     text: &str,
@@ -255,17 +267,28 @@ fn load_layer(
     base: RootBase<'_>,
     sources: &ConfigSources,
     trusted: bool,
-) -> Result<(Layer, Vec<String>), ConfigError> {
+) -> Result<(Layer, TrustSplit), ConfigError> {
     let doc = Document::parse(path, text)?;
     let file = doc.deserialize()?;
     doc.validate(&file)?;
-    let (file, ignored) = if trusted {
-        (file, Vec::new())
+    if source == RuleSource::Project && file.store.is_some() {
+        return Err(doc.invalid(
+            &[Seg::Key("store".into())],
+            "[store] says how much of the history under TROUPE_HOME is kept; only the \
+             user's config file may set it (move it to ~/.config/troupe/config.toml)",
+        ));
+    }
+    let (file, left_out) = if trusted {
+        (file, TrustSplit::default())
     } else {
-        let split = super::trust::split_widening(&file);
-        (split.applied, split.ignored)
+        let mut split = super::trust::split_widening(&file);
+        let applied = std::mem::take(&mut split.applied);
+        (applied, split)
     };
-    let env_allowlist_ignored = ignored.iter().any(|key| key == "tools.env_allowlist");
+    let env_allowlist_ignored = left_out
+        .ignored
+        .iter()
+        .any(|left| left.item == "tools.env_allowlist");
     let raw_roots = file
         .permissions
         .as_ref()
@@ -293,7 +316,7 @@ fn load_layer(
         file,
         extra_roots,
     };
-    Ok((layer, ignored))
+    Ok((layer, left_out))
 }
 
 /// Makes one `extra_roots` entry absolute: `~` and `~/…` expand to the home
@@ -426,6 +449,10 @@ fn merge(layers: Vec<Layer>) -> Result<Config, ConfigError> {
         }
         if let Some(work_ahead) = file.compaction.and_then(|c| c.work_ahead) {
             config.compaction.work_ahead = work_ahead;
+        }
+        // Only the user's file gets here with `[store]` (see load_layer).
+        if let Some(store) = &file.store {
+            config.store = crate::StoreSettings::from_file(store);
         }
         config.sources.push(path);
     }
@@ -668,6 +695,10 @@ impl<'t> Document<'t> {
                     )
                 })?;
             }
+        }
+        if let Some(s) = &file.store {
+            self.positive(&[key("store"), key("keep_days")], s.keep_days)?;
+            self.positive(&[key("store"), key("max_bytes")], s.max_bytes)?;
         }
         if let Some(t) = &file.tools {
             self.positive(&[key("tools"), key("timeout_secs")], t.timeout_secs)?;

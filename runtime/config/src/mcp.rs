@@ -19,6 +19,7 @@ use serde_json::{Map, Value};
 use super::Config;
 use super::error::ConfigError;
 use super::file::{McpServerFile, McpTransport};
+use super::trust::{LeftOut, UntrustedServer};
 
 /// The file name, at the project root.
 pub(crate) const MCP_JSON_FILE: &str = ".mcp.json";
@@ -141,26 +142,33 @@ pub(crate) fn merge_mcp_json(config: &mut Config, json: McpJson) -> (Vec<String>
 /// Reads `<root>/.mcp.json` into `config` ([`merge_mcp_json`]); the hook the
 /// loader calls after merging Troupe's own files. In a project that is not
 /// trusted, every server of it (a stdio one runs a command, an HTTP one
-/// sends its URL and headers to a host) is left out and named in the
-/// returned list.
+/// sends its URL and headers to a host) is left out, named in the returned
+/// list (with the command it would run or the endpoint it would reach) and
+/// returned whole as an [`UntrustedServer`].
 pub(crate) fn add_project_mcp_json(
     config: &mut Config,
     project_root: Option<&Path>,
     trusted: bool,
-) -> Result<Vec<String>, ConfigError> {
+) -> Result<(Vec<LeftOut>, Vec<UntrustedServer>), ConfigError> {
     let Some(root) = project_root else {
-        return Ok(Vec::new());
+        return Ok(Default::default());
     };
     let Some(mut json) = read_mcp_json(root)? else {
-        return Ok(Vec::new());
+        return Ok(Default::default());
     };
     let mut left_out = Vec::new();
+    let mut servers = Vec::new();
     if !trusted {
         for (name, server) in std::mem::take(&mut json.servers) {
-            left_out.push(format!(
-                "{MCP_JSON_FILE} server {name} ({})",
-                super::trust::mcp_left_out(&server)
+            left_out.push(LeftOut::new(
+                MCP_JSON_FILE,
+                format!("server {name} ({})", super::trust::mcp_left_out(&server)),
             ));
+            servers.push(UntrustedServer {
+                name,
+                file: MCP_JSON_FILE.to_owned(),
+                server,
+            });
         }
     }
     let path = root.join(MCP_JSON_FILE);
@@ -175,7 +183,7 @@ pub(crate) fn add_project_mcp_json(
     if !added.is_empty() {
         config.sources.push(path);
     }
-    Ok(left_out)
+    Ok((left_out, servers))
 }
 
 /// One file being read, for messages.
@@ -498,18 +506,25 @@ mod tests {
         )
         .unwrap();
         let mut config = Config::default();
-        let left_out = add_project_mcp_json(&mut config, Some(dir.path()), false).unwrap();
+        let (left_out, servers) =
+            add_project_mcp_json(&mut config, Some(dir.path()), false).unwrap();
         assert_eq!(
             left_out,
             [
-                ".mcp.json server a (starts a command)",
-                ".mcp.json server b (connects to a server)"
+                LeftOut::new(".mcp.json", "server a (runs `x`)"),
+                LeftOut::new(".mcp.json", "server b (connects to http://h/mcp?k=***)"),
             ]
         );
+        let names: Vec<(&str, &str)> = servers
+            .iter()
+            .map(|server| (server.name.as_str(), server.file.as_str()))
+            .collect();
+        assert_eq!(names, [("a", ".mcp.json"), ("b", ".mcp.json")]);
         assert!(config.mcp_servers.is_empty());
         assert!(config.sources.is_empty());
-        let left_out = add_project_mcp_json(&mut config, Some(dir.path()), true).unwrap();
-        assert!(left_out.is_empty());
+        let (left_out, servers) =
+            add_project_mcp_json(&mut config, Some(dir.path()), true).unwrap();
+        assert!(left_out.is_empty() && servers.is_empty());
         assert_eq!(config.mcp_servers.keys().collect::<Vec<_>>(), ["a", "b"]);
     }
 

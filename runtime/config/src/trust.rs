@@ -8,7 +8,11 @@
 //! `env_allowlist`, provider entries that set `base_url` or `api_key_env` (and
 //! a `default_provider` naming one of them), every MCP server entry (stdio and
 //! HTTP alike), hooks, and a `[sandbox]` `mode` other than `read-only` or
-//! `network = true`. [`TrustStore`] keeps the trusted project roots,
+//! `network = true`. Each setting left out is a [`LeftOut`] that names the
+//! file it came from and, for servers and hooks, the exact command it would
+//! run or the endpoint it would reach; the servers left out are also kept
+//! whole as [`UntrustedServer`]s, for listings. [`TrustStore`] keeps the
+//! trusted project roots,
 //! canonical, in a small TOML file in the data directory, rewritten atomically
 //! (a temporary file renamed over it), so no database lock is needed and a
 //! daemon and a command line read the same list. [`untrusted_notice`] words
@@ -27,14 +31,69 @@ use super::{PermissionMode, SandboxMode, paths};
 /// File of the trusted project roots, in the data directory.
 pub(crate) const TRUST_FILE_NAME: &str = "trusted.toml";
 
+/// The project file, as notices name it (relative to the project root).
+pub const PROJECT_CONFIG_LABEL: &str = ".troupe/config.toml";
+
+/// One thing an untrusted project's files asked for that was left out, and
+/// the file that asked for it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeftOut {
+    /// The file or directory it came from, relative to the project root
+    /// (`.troupe/config.toml`, `.mcp.json`, `.troupe/agents`, …).
+    pub file: String,
+    /// What: a dotted key (`permissions.allow`), a server or hook with what
+    /// it would run, a role, a skill.
+    pub item: String,
+}
+
+impl LeftOut {
+    /// `item` left out of `file`.
+    pub fn new(file: impl Into<String>, item: impl Into<String>) -> Self {
+        Self {
+            file: file.into(),
+            item: item.into(),
+        }
+    }
+}
+
+/// An MCP server of an untrusted project: neither started nor connected,
+/// kept so that listings can name it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct UntrustedServer {
+    /// Its name.
+    pub name: String,
+    /// The file that names it (`.troupe/config.toml` or `.mcp.json`).
+    pub file: String,
+    /// Its entry, unexpanded.
+    pub server: McpServerFile,
+}
+
+impl UntrustedServer {
+    /// `stdio` or `http`.
+    pub fn transport(&self) -> &'static str {
+        match self.server.effective_transport() {
+            Some(McpTransport::Http) => "http",
+            Some(McpTransport::Stdio) | None => "stdio",
+        }
+    }
+
+    /// The command line it would run, or the endpoint it would reach (see
+    /// [`mcp_target`]).
+    pub fn target(&self) -> String {
+        mcp_target(&self.server)
+    }
+}
+
 /// The part of a project file that applies without trust, and what was left
-/// out (dotted keys, in file order of sections).
+/// out (in file order of sections).
 #[derive(Debug, Clone, PartialEq, Default)]
 pub(crate) struct TrustSplit {
     /// The settings that apply to an untrusted project.
     pub applied: ConfigFile,
     /// The settings left out, e.g. `permissions.mode = "bypass"`.
-    pub ignored: Vec<String>,
+    pub ignored: Vec<LeftOut>,
+    /// The MCP servers left out.
+    pub servers: Vec<UntrustedServer>,
 }
 
 /// Whether a mode set by a project widens what runs unasked.
@@ -78,8 +137,14 @@ pub(crate) fn split_widening(file: &ConfigFile) -> TrustSplit {
     }
     // Every MCP entry waits: a stdio one starts a command, an HTTP one sends
     // its URL and headers (and whatever variables they name) to a host.
+    let mut servers = Vec::new();
     for (name, server) in &file.mcp_servers {
         ignored.push(format!("mcp_servers.{name} ({})", mcp_left_out(server)));
+        servers.push(UntrustedServer {
+            name: name.clone(),
+            file: PROJECT_CONFIG_LABEL.to_owned(),
+            server: server.clone(),
+        });
     }
     applied.mcp_servers.clear();
     if let Some(permissions) = applied.permissions.as_mut() {
@@ -98,7 +163,11 @@ pub(crate) fn split_widening(file: &ConfigFile) -> TrustSplit {
     }
     for (event, entries) in &file.hooks {
         if !entries.is_empty() {
-            ignored.push(format!("hooks.{event} (runs commands)"));
+            let commands: Vec<String> = entries
+                .iter()
+                .map(|hook| format!("`{}`", escape_controls(&hook.command)))
+                .collect();
+            ignored.push(format!("hooks.{event} (runs {})", commands.join(", ")));
         }
     }
     applied.hooks.clear();
@@ -120,32 +189,101 @@ pub(crate) fn split_widening(file: &ConfigFile) -> TrustSplit {
             sandbox.network = None;
         }
     }
-    TrustSplit { applied, ignored }
+    let ignored = ignored
+        .into_iter()
+        .map(|item| LeftOut::new(PROJECT_CONFIG_LABEL, item))
+        .collect();
+    TrustSplit {
+        applied,
+        ignored,
+        servers,
+    }
 }
 
-/// Why an MCP entry of an untrusted project is left out, for the notice.
-pub(crate) fn mcp_left_out(server: &McpServerFile) -> &'static str {
+/// What an MCP entry of an untrusted project would do, for the notice: the
+/// command it would run or the endpoint it would connect to.
+pub(crate) fn mcp_left_out(server: &McpServerFile) -> String {
     match server.effective_transport() {
-        Some(McpTransport::Http) => "connects to a server",
-        Some(McpTransport::Stdio) | None => "starts a command",
+        Some(McpTransport::Http) => format!("connects to {}", mcp_target(server)),
+        Some(McpTransport::Stdio) | None => format!("runs `{}`", mcp_target(server)),
     }
+}
+
+/// What an MCP entry names, as written (no `${VAR}` expanded): the command
+/// and its arguments separated by spaces, or the URL as
+/// [`display_endpoint`](crate::endpoint::display_endpoint) shows it (no user
+/// information, query values or fragment). Never its environment or
+/// headers. Control characters are escaped.
+pub fn mcp_target(server: &McpServerFile) -> String {
+    match server.effective_transport() {
+        Some(McpTransport::Http) => server
+            .url
+            .as_deref()
+            .map(crate::endpoint::display_endpoint)
+            .unwrap_or_default(),
+        Some(McpTransport::Stdio) | None => {
+            let words = server.command.iter().chain(&server.args);
+            let line: Vec<String> = words.map(|word| escape_controls(word)).collect();
+            line.join(" ")
+        }
+    }
+}
+
+/// `text` with control characters (escape sequences, line breaks) written
+/// as Rust escapes, so a file's text cannot drive a terminal.
+fn escape_controls(text: &str) -> String {
+    text.chars()
+        .map(|c| {
+            if c.is_control() {
+                c.escape_default().to_string()
+            } else {
+                c.to_string()
+            }
+        })
+        .collect()
+}
+
+/// `left_out` grouped by file, in the order the files first appear:
+/// ``.troupe/config.toml: permissions.allow, hooks.Stop (runs `./x.sh`);
+/// .mcp.json: server web (runs `npx web`)``.
+pub fn left_out_listing(left_out: &[LeftOut]) -> String {
+    let mut files: Vec<(&str, Vec<&str>)> = Vec::new();
+    for entry in left_out {
+        match files.iter_mut().find(|(file, _)| *file == entry.file) {
+            Some((_, items)) => items.push(&entry.item),
+            None => files.push((&entry.file, vec![&entry.item])),
+        }
+    }
+    files
+        .iter()
+        .map(|(file, items)| format!("{file}: {}", items.join(", ")))
+        .collect::<Vec<_>>()
+        .join("; ")
 }
 
 /// The notice of a run in the untrusted project at `project_root`, whose
 /// files asked for `ignored`.
-pub fn untrusted_notice(project_root: &Path, ignored: &[String]) -> String {
+pub fn untrusted_notice(project_root: &Path, ignored: &[LeftOut]) -> String {
     format!(
         "the project {} is not trusted, so these of its settings and files were ignored: {}. \
          Settings that only restrict (deny, ask, a stricter mode) apply. To apply them all, \
-         review them and run `troupe trust {}`",
+         review them and run {}",
         project_root.display(),
-        ignored.join(", "),
+        left_out_listing(ignored),
+        trust_command(project_root)
+    )
+}
+
+/// The command that trusts the project at `project_root`, in backquotes.
+pub fn trust_command(project_root: &Path) -> String {
+    format!(
+        "`troupe trust {}`",
         shell_word(&project_root.display().to_string())
     )
 }
 
 /// `text` quoted for a shell when it needs it.
-fn shell_word(text: &str) -> String {
+pub fn shell_word(text: &str) -> String {
     let plain = !text.is_empty()
         && text
             .chars()
@@ -301,6 +439,16 @@ mod tests {
     use super::*;
     use crate::parse_config_file;
 
+    /// The items left out, without their file (always the project file).
+    fn items(left_out: &[LeftOut]) -> Vec<&str> {
+        assert!(
+            left_out
+                .iter()
+                .all(|left| left.file == PROJECT_CONFIG_LABEL)
+        );
+        left_out.iter().map(|left| left.item.as_str()).collect()
+    }
+
     fn parse(text: &str) -> ConfigFile {
         parse_config_file(Path::new("/p/.troupe/config.toml"), text).unwrap()
     }
@@ -335,22 +483,24 @@ max_turns = 3
 command = "./steal.sh"
 [[hooks.Stop]]
 command = "./steal.sh"
+[[hooks.Stop]]
+command = "./again.sh"
 "#,
         );
         let split = split_widening(&file);
         assert_eq!(
-            split.ignored,
+            items(&split.ignored),
             vec![
                 "providers.anthropic (sets base_url)",
                 "providers.keyed (sets api_key_env)",
                 "default_provider = \"anthropic\" (its entry is left out; the user's default applies)",
-                "mcp_servers.local (starts a command)",
-                "mcp_servers.remote (connects to a server)",
+                "mcp_servers.local (runs `evil`)",
+                "mcp_servers.remote (connects to http://127.0.0.1:9/mcp)",
                 "permissions.mode = \"bypass\"",
                 "permissions.allow",
                 "permissions.extra_roots",
-                "hooks.PreToolUse (runs commands)",
-                "hooks.Stop (runs commands)",
+                "hooks.PreToolUse (runs `./steal.sh`)",
+                "hooks.Stop (runs `./steal.sh`, `./again.sh`)",
                 "tools.env_allowlist",
             ]
         );
@@ -385,7 +535,7 @@ command = "./steal.sh"
         ));
         assert_eq!(dropped.applied.default_provider, None);
         assert_eq!(
-            dropped.ignored,
+            items(&dropped.ignored),
             vec![
                 "providers.evil (sets base_url)",
                 "default_provider = \"evil\" (its entry is left out; the user's default applies)",
@@ -402,12 +552,31 @@ command = "./steal.sh"
         ));
         assert!(split.applied.mcp_servers.is_empty());
         assert_eq!(
-            split.ignored,
+            items(&split.ignored),
             vec![
-                "mcp_servers.a (connects to a server)",
-                "mcp_servers.b (connects to a server)",
-                "mcp_servers.c (starts a command)",
+                "mcp_servers.a (connects to http://h/mcp?k=***)",
+                "mcp_servers.b (connects to https://h/mcp)",
+                "mcp_servers.c (runs `npx`)",
             ]
+        );
+        let names: Vec<(&str, &str, String)> = split
+            .servers
+            .iter()
+            .map(|server| (server.name.as_str(), server.transport(), server.target()))
+            .collect();
+        assert_eq!(
+            names,
+            vec![
+                ("a", "http", "http://h/mcp?k=***".to_owned()),
+                ("b", "http", "https://h/mcp".to_owned()),
+                ("c", "stdio", "npx".to_owned()),
+            ]
+        );
+        assert!(
+            split
+                .servers
+                .iter()
+                .all(|server| server.file == PROJECT_CONFIG_LABEL)
         );
     }
 
@@ -425,7 +594,7 @@ command = "./steal.sh"
             ("mode = \"read-only\"\nnetwork = false", vec![]),
         ] {
             let split = split_widening(&parse(&format!("[sandbox]\n{text}\n")));
-            assert_eq!(split.ignored, ignored, "{text}");
+            assert_eq!(items(&split.ignored), ignored, "{text}");
             let applied = split.applied.sandbox.unwrap();
             assert!(
                 applied
@@ -452,21 +621,50 @@ command = "./steal.sh"
     }
 
     #[test]
-    fn the_notice_names_what_was_ignored_and_how_to_trust() {
+    fn the_notice_names_what_was_ignored_by_file_and_how_to_trust() {
         let notice = untrusted_notice(
             Path::new("/my repo"),
             &[
-                "permissions.allow".to_owned(),
-                "tools.env_allowlist".to_owned(),
+                LeftOut::new(PROJECT_CONFIG_LABEL, "permissions.allow"),
+                LeftOut::new(".mcp.json", "server web (runs `npx web`)"),
+                LeftOut::new(PROJECT_CONFIG_LABEL, "tools.env_allowlist"),
+                LeftOut::new(".troupe/agents", "role general"),
             ],
         );
         assert_eq!(
             notice,
             "the project /my repo is not trusted, so these of its settings and files were \
-             ignored: permissions.allow, tools.env_allowlist. Settings that only restrict (deny, \
-             ask, a stricter mode) apply. To apply them all, review them and run `troupe trust \
-             '/my repo'`"
+             ignored: .troupe/config.toml: permissions.allow, tools.env_allowlist; .mcp.json: \
+             server web (runs `npx web`); .troupe/agents: role general. Settings that only \
+             restrict (deny, ask, a stricter mode) apply. To apply them all, review them and run \
+             `troupe trust '/my repo'`"
         );
+    }
+
+    #[test]
+    fn targets_show_the_command_as_written_and_never_drive_a_terminal() {
+        let server = McpServerFile {
+            command: Some("sh".into()),
+            args: vec![
+                "-c".into(),
+                "echo \u{1b}]52;c;x\u{7}\nrm".into(),
+                "${TOKEN}".into(),
+            ],
+            env: [("SECRET".to_owned(), "hunter2".to_owned())].into(),
+            ..McpServerFile::default()
+        };
+        assert_eq!(
+            mcp_target(&server),
+            "sh -c echo \\u{1b}]52;c;x\\u{7}\\nrm ${TOKEN}"
+        );
+        let http = McpServerFile {
+            url: Some("https://user:pw@h:8443/mcp?key=k#f".into()),
+            headers: [("Authorization".to_owned(), "Bearer t".to_owned())].into(),
+            ..McpServerFile::default()
+        };
+        let shown = mcp_target(&http);
+        assert!(!shown.contains("pw") && !shown.contains("key=k"), "{shown}");
+        assert!(!mcp_left_out(&http).contains("Bearer"));
     }
 
     #[test]

@@ -6,12 +6,10 @@
 //! timeout after which the whole group is killed. Whatever a hook left
 //! running is killed when it exits. Each run is a `hook {event}` span.
 
-use std::process::Stdio;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
-use tokio::process::Command;
 use tokio_util::sync::CancellationToken;
 use tracing::Span;
 
@@ -19,7 +17,7 @@ use super::verdict::{HOOK_OUTPUT_CAP, interpret};
 use super::{Hook, HookEvent, HookExit, HookOutcome, HookPayload, HookPlace, HookSet, HookVerdict};
 use troupe_process::os_sandbox::CommandSandbox;
 use troupe_process::process_tree::containment;
-use troupe_process::spawn_bash;
+use troupe_process::{ChildStdio, SpawnedCommand, spawn_bash};
 use troupe_telemetry::genai;
 use troupe_telemetry::propagation::{TRACEPARENT_ENV, traceparent_of};
 
@@ -137,12 +135,7 @@ pub(crate) fn hook_environment(
 /// Runs one hook to its end, its timeout or the run's cancellation.
 async fn run_one(hook: &Hook, payload: &[u8], ctx: &HookContext, span: &Span) -> HookExit {
     let env = hook_environment(&ctx.child_env, traceparent_of(span), &ctx.place, hook.event);
-    let stdio = |command: &mut Command| {
-        command
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
-    };
+    let stdio = [ChildStdio::Piped, ChildStdio::Piped, ChildStdio::Piped];
     let spawned = spawn_bash(
         &hook.command,
         &ctx.place.cwd,
@@ -151,7 +144,13 @@ async fn run_one(hook: &Hook, payload: &[u8], ctx: &HookContext, span: &Span) ->
         containment(),
         Some(&ctx.sandbox),
     );
-    let (mut child, group) = match spawned {
+    let SpawnedCommand {
+        mut child,
+        group,
+        stdin,
+        stdout,
+        stderr,
+    } = match spawned {
         Ok(spawned) => spawned,
         Err(err) => {
             return HookExit {
@@ -163,7 +162,6 @@ async fn run_one(hook: &Hook, payload: &[u8], ctx: &HookContext, span: &Span) ->
     // The payload is written and the output read in this task, beside the
     // wait: no task of its own for each (waking another worker thread
     // costs more than a no-op hook's whole exchange).
-    let (stdin, stdout, stderr) = (child.stdin.take(), child.stdout.take(), child.stderr.take());
     let (mut out, mut err) = (Vec::new(), Vec::new());
     let mut exit = HookExit::default();
     {

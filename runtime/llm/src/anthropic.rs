@@ -134,6 +134,29 @@ enum ResultPart<'a> {
     Image { source: ImageSource<'a> },
 }
 
+/// A `tool_result`'s content: a lone text as the plain string the API also
+/// accepts (the shorter form, sent with every later request), anything else
+/// as a list of parts.
+#[derive(Serialize)]
+#[serde(untagged)]
+enum ResultContent<'a> {
+    Text(&'a str),
+    Parts(Vec<ResultPart<'a>>),
+}
+
+impl<'a> ResultContent<'a> {
+    fn of(parts: Vec<ResultPart<'a>>) -> Self {
+        match parts.as_slice() {
+            [ResultPart::Text { text }] => Self::Text(text),
+            _ => Self::Parts(parts),
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        matches!(self, Self::Parts(parts) if parts.is_empty())
+    }
+}
+
 #[derive(Serialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 enum WireBlock<'a> {
@@ -163,8 +186,8 @@ enum WireBlock<'a> {
     },
     ToolResult {
         tool_use_id: &'a str,
-        #[serde(skip_serializing_if = "Vec::is_empty")]
-        content: Vec<ResultPart<'a>>,
+        #[serde(skip_serializing_if = "ResultContent::is_empty")]
+        content: ResultContent<'a>,
         #[serde(skip_serializing_if = "std::ops::Not::not")]
         is_error: bool,
         #[serde(skip_serializing_if = "Option::is_none")]
@@ -269,7 +292,7 @@ fn map_message<'a>(message: &'a Message) -> Pending<'a> {
                     .collect();
                 pending.results.push(WireBlock::ToolResult {
                     tool_use_id: &result.call_id,
-                    content,
+                    content: ResultContent::of(content),
                     is_error: result.is_error,
                     cache_control: None,
                 });

@@ -50,8 +50,13 @@ pub fn load_instructions(config_dir: Option<&Path>, project_root: &Path) -> Vec<
 }
 
 /// `git status --short --branch` in `dir`, cut to `GIT_STATUS_MAX_LINES`,
-/// waiting at most `budget` (the git process is killed after it).
+/// waiting at most `budget` (the git process is killed after it). A
+/// directory with no `.git` in it or above it is not a repository, told
+/// without starting git (see [`may_be_in_work_tree`]).
 pub async fn read_git_status(dir: &Path, budget: Duration) -> GitStatus {
+    if !may_be_in_work_tree(dir, |var| std::env::var_os(var).is_some()) {
+        return GitStatus::NotRepository;
+    }
     // Without the parallel index preload, git stays on one core and the
     // budget holds even in very large repositories.
     let child = troupe_process::git_command::git_command(
@@ -89,6 +94,23 @@ pub async fn read_git_status(dir: &Path, budget: Duration) -> GitStatus {
         ));
     }
     GitStatus::Status(kept)
+}
+
+/// False when git cannot find a work tree from `dir`: no `.git` (a
+/// directory, or the file of a linked work tree or submodule) in `dir` or
+/// any directory above it, and neither `GIT_DIR` nor `GIT_WORK_TREE` set
+/// (`is_set` says which variables are). True means git may find one, and
+/// git decides. Looking costs a few `stat`s; starting git in a directory
+/// that is no repository costs milliseconds, and on a busy machine more than
+/// the status's budget, which would then call it a large repository.
+pub(crate) fn may_be_in_work_tree(dir: &Path, is_set: impl Fn(&str) -> bool) -> bool {
+    if is_set("GIT_DIR") || is_set("GIT_WORK_TREE") {
+        return true;
+    }
+    let absolute = std::path::absolute(dir).unwrap_or_else(|_| dir.to_path_buf());
+    absolute
+        .ancestors()
+        .any(|ancestor| std::fs::symlink_metadata(ancestor.join(".git")).is_ok())
 }
 
 /// Today's date in local time, `YYYY-MM-DD`.
@@ -140,6 +162,34 @@ mod tests {
                 .ends_with("[instructions cut: file too long]")
         );
         assert_eq!(files[2].content, "project rule");
+    }
+
+    #[test]
+    fn a_work_tree_is_looked_for_upwards_and_git_s_variables_defer_to_git() {
+        let dir = tempfile::tempdir().unwrap();
+        let deep = dir.path().join("a/b");
+        std::fs::create_dir_all(&deep).unwrap();
+        let unset = |_: &str| false;
+        assert!(!may_be_in_work_tree(&deep, unset));
+        assert!(may_be_in_work_tree(&deep, |var| var == "GIT_DIR"));
+        assert!(may_be_in_work_tree(&deep, |var| var == "GIT_WORK_TREE"));
+        // A linked work tree or a submodule has a `.git` file.
+        std::fs::write(dir.path().join("a/.git"), "gitdir: /elsewhere\n").unwrap();
+        assert!(may_be_in_work_tree(&deep, unset));
+        assert!(!may_be_in_work_tree(dir.path(), unset));
+        std::fs::remove_file(dir.path().join("a/.git")).unwrap();
+        std::fs::create_dir(dir.path().join(".git")).unwrap();
+        assert!(may_be_in_work_tree(&deep, unset));
+    }
+
+    #[tokio::test]
+    async fn outside_a_repository_no_git_runs_so_no_budget_is_too_short() {
+        let dir = tempfile::tempdir().unwrap();
+        // Were git started, a zero budget would end as `TooSlow`.
+        assert_eq!(
+            read_git_status(dir.path(), Duration::ZERO).await,
+            GitStatus::NotRepository
+        );
     }
 
     #[tokio::test]

@@ -27,10 +27,8 @@ pub fn open_session(store: &Store, id: &str) -> Result<Option<OpenedSession>, St
     let kept = (history.len() - loaded.summary_len.min(history.len())) as u64;
     let must_write = !report.is_clean() || !loaded.skipped.is_empty() || kept != stored_len;
     if must_write {
-        for (offset, message) in history.iter().skip(loaded.summary_len).enumerate() {
-            store.put_message(id, loaded.first_index + offset as u64, message)?;
-        }
-        store.truncate_history(id, loaded.first_index + kept)?;
+        let own = &history[loaded.summary_len.min(history.len())..];
+        store.replace_history(id, loaded.first_index, own)?;
     }
     if must_write || !pending.is_empty() {
         store.clear_pending_results(id)?;
@@ -55,9 +53,7 @@ pub fn save_transcript(
     id: &str,
     flush: bool,
 ) -> Result<(), StoreError> {
-    for (index, message) in transcript.unsaved() {
-        store.put_message(id, index, message)?;
-    }
+    store.put_messages(id, transcript.unsaved())?;
     transcript.mark_saved(transcript.len());
     if flush {
         store.flush()?;

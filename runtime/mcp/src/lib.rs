@@ -41,6 +41,13 @@ pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
 /// what is left of each stdio server's process group.
 pub const SHUTDOWN_BUDGET: Duration = Duration::from_secs(5);
 
+/// When the process that started the servers is about to exit (an embedded
+/// `troupe run`, `troupe mcp list`): each session is closed (a stdio
+/// server's input ends) and the server gets this long to exit by itself
+/// before its process group is killed. A server exits on the end of its input
+/// in 15–30 ms (Python and Node); the user's exit does not wait for that.
+pub const EXIT_BUDGET: Duration = Duration::from_millis(10);
+
 /// SPEC §8: how long a run's first model request waits for a server still
 /// starting, unless its entry sets `startup_grace_secs`.
 pub(crate) const DEFAULT_STARTUP_GRACE: Duration = Duration::from_secs(3);

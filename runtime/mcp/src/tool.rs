@@ -48,6 +48,8 @@ pub struct McpTool {
     name: String,
     description: String,
     schema: Value,
+    /// `schema`, compiled once for every registry the tool joins.
+    compiled: ArgumentSchema,
     read_only: bool,
     link: CallLink,
 }
@@ -87,7 +89,7 @@ impl McpTool {
     pub fn new(server: &str, tool: &rmcp::model::Tool, link: CallLink) -> Result<Self, String> {
         let name = qualified_tool_name(server, &tool.name)?;
         let schema = input_schema_of(&tool.input_schema);
-        ArgumentSchema::compile(&name, &schema)
+        let compiled = ArgumentSchema::compile(&name, &schema)
             .map_err(|err| format!("tool {name} is skipped: {err}"))?;
         let mut description: String = tool
             .description
@@ -106,6 +108,7 @@ impl McpTool {
             name,
             description,
             schema,
+            compiled,
             read_only: is_read_only(tool),
             link,
         })
@@ -247,6 +250,10 @@ impl Tool for McpTool {
 
     fn input_schema(&self) -> &Value {
         &self.schema
+    }
+
+    fn compiled_schema(&self) -> Option<&ArgumentSchema> {
+        Some(&self.compiled)
     }
 
     fn read_only(&self) -> bool {

@@ -24,6 +24,7 @@
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 #![warn(missing_docs)]
 
+pub mod direct_spawn;
 pub mod git_command;
 pub mod lineage;
 pub mod os_sandbox;
@@ -322,7 +323,11 @@ impl ProcessGroup {
 
 impl Drop for ProcessGroup {
     fn drop(&mut self) {
-        if self.armed.load(Ordering::Acquire) && self.has_live_members() {
+        // A tree already killed whole needs no look through `/proc` for
+        // survivors (milliseconds while its processes are still dying, on
+        // the thread that drops it: at exit, the process's last ones).
+        let killed_whole = self.tree.as_ref().is_some_and(Tree::killed_whole);
+        if self.armed.load(Ordering::Acquire) && !killed_whole && self.has_live_members() {
             self.kill_now();
         }
         // Whoever ran the command did this already; this catches a task
@@ -423,35 +428,152 @@ pub(crate) fn spawn_confined(
     spawn_in_tree(command, Tree::new(containment), true, sandbox)
 }
 
-/// Starts `bash -c SCRIPT` in `cwd` with exactly `env` (and the stdio
-/// `stdio` sets) inside a new tree of `containment`, confined by `sandbox`:
-/// how the `bash` tool, background tasks and hooks start their commands.
+/// How one standard stream of a command is connected.
+#[derive(Debug)]
+pub enum ChildStdio {
+    /// `/dev/null`.
+    Null,
+    /// A new pipe whose other end is returned in [`SpawnedCommand`].
+    Piped,
+    /// This descriptor (the caller keeps no copy it needs closed).
+    Given(std::os::fd::OwnedFd),
+}
+
+/// A command's main process, started straight into its cgroup
+/// ([`direct_spawn`]) or forked the usual way.
+#[derive(Debug)]
+pub enum CommandChild {
+    /// Started by `clone3` inside its cgroup; awaited on its pidfd.
+    Direct(direct_spawn::DirectChild),
+    /// Started by Tokio's `Command`.
+    Forked(Child),
+}
+
+impl CommandChild {
+    /// The process id, while it can be known.
+    pub fn id(&self) -> Option<u32> {
+        match self {
+            CommandChild::Direct(child) => Some(child.id()),
+            CommandChild::Forked(child) => child.id(),
+        }
+    }
+
+    /// Waits for the process to exit and reaps it. Cancel-safe.
+    pub async fn wait(&mut self) -> io::Result<ExitStatus> {
+        match self {
+            CommandChild::Direct(child) => child.wait().await,
+            CommandChild::Forked(child) => child.wait().await,
+        }
+    }
+}
+
+/// A command started by [`spawn_bash`]: its main process, its group and
+/// tree, and this side of the streams that were [`ChildStdio::Piped`].
+#[derive(Debug)]
+pub struct SpawnedCommand {
+    /// The `bash` process.
+    pub child: CommandChild,
+    /// Its process group and tree.
+    pub group: Arc<ProcessGroup>,
+    /// Writes to its stdin.
+    pub stdin: Option<pipe::Sender>,
+    /// Reads its stdout.
+    pub stdout: Option<pipe::Receiver>,
+    /// Reads its stderr.
+    pub stderr: Option<pipe::Receiver>,
+}
+
+/// How [`spawn_bash`] may start the shell.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum SpawnPath {
+    /// Straight into its cgroup where the kernel allows it (the default).
+    IntoCgroup,
+    /// Forked, joining its cgroup after the fork (what kernels without
+    /// `clone3` get; tests take it on purpose).
+    #[cfg_attr(not(test), allow(dead_code))]
+    Forked,
+}
+
+/// Set once `clone3` into a cgroup was refused: every later command is
+/// forked.
+static CLONE_INTO_CGROUP_REFUSED: AtomicBool = AtomicBool::new(false);
+
+/// Starts `bash -c SCRIPT` in `cwd` with exactly `env` (and the streams
+/// `stdio` says, in the order stdin, stdout, stderr) inside a new tree of
+/// `containment`, confined by `sandbox`: how the `bash` tool, background
+/// tasks and hooks start their commands. Must be called inside a Tokio
+/// runtime.
 ///
-/// When nothing has to run in the child before `exec` (a cgroup tree, no
+/// In a cgroup tree the shell is created inside its cgroup
+/// ([`direct_spawn`]): it is never moved there, which would cost an RCU
+/// grace period (7 to 22 ms) whenever no other move came just before.
+/// Where the kernel refuses that, the shell is forked and joins its cgroup
+/// itself. When nothing else has to run in the child before `exec` (no
 /// sandbox confinement, an environment that cannot run code before the
-/// script: `shell_may_join_itself`), the shell joins its cgroup itself as
-/// the first command of the script (`self_joining_script`), so the
-/// process is started with `posix_spawn`: the child shares this process's
-/// memory until its `exec` instead of copying its page tables, which costs
-/// a fork about 0.2 ms per MiB this process has touched, and leaves a page
-/// fault on every page this process writes afterwards. Nothing of the
-/// script runs before the join, and a shell that cannot join exits 125
-/// without running it. Otherwise the child joins in a hook between fork and
-/// `exec`, as every other command does.
+/// script: `shell_may_join_itself`), it joins as the first command of the
+/// script (`self_joining_script`), so the process is started with
+/// `posix_spawn`: the child shares this process's memory until its `exec`
+/// instead of copying its page tables. Nothing of the script runs before
+/// the join, and a shell that cannot join exits 125 without running it.
+/// Otherwise the child joins in a hook between fork and `exec`, as every
+/// other command does.
 pub fn spawn_bash(
     script: &str,
     cwd: &Path,
     env: &[(String, String)],
-    stdio: impl FnOnce(&mut Command),
+    stdio: [ChildStdio; 3],
     containment: &Containment,
     sandbox: Option<&CommandSandbox>,
-) -> Result<(Child, Arc<ProcessGroup>), ProcessError> {
+) -> Result<SpawnedCommand, ProcessError> {
+    spawn_bash_by(
+        script,
+        cwd,
+        env,
+        stdio,
+        containment,
+        sandbox,
+        SpawnPath::IntoCgroup,
+    )
+}
+
+/// [`spawn_bash`] by the path given.
+fn spawn_bash_by(
+    script: &str,
+    cwd: &Path,
+    env: &[(String, String)],
+    stdio: [ChildStdio; 3],
+    containment: &Containment,
+    sandbox: Option<&CommandSandbox>,
+    path: SpawnPath,
+) -> Result<SpawnedCommand, ProcessError> {
+    if tokio::runtime::Handle::try_current().is_err() {
+        return Err(ProcessError::NoRuntime);
+    }
+    let streams = Streams::connect(stdio)?;
     let tree = Tree::new(containment);
+    let mut env = env.to_vec();
+    set_var(
+        &mut env,
+        crate::lineage::COMMAND_VAR,
+        &std::process::id().to_string(),
+    );
+    if path == SpawnPath::IntoCgroup
+        && let Some((child, watched)) =
+            spawn_into_cgroup(script, cwd, &env, &streams, &tree, sandbox)?
+    {
+        let pid = child.id();
+        tree.set_leader(pid);
+        let group = ProcessGroup::new(pid).ok_or(ProcessError::NoPid)?;
+        return Ok(streams.spawned(
+            CommandChild::Direct(child),
+            Arc::new(group.with_tree(tree).with_watched(watched)),
+        ));
+    }
     let confined = sandbox.is_some_and(|sandbox| sandbox.plan().is_some());
     let self_join = tree
         .cgroup_procs()
-        .filter(|_| !confined && shell_may_join_itself(env))
-        .zip(find_in_path("bash", env_value(env, "PATH")));
+        .filter(|_| !confined && shell_may_join_itself(&env))
+        .zip(find_in_path("bash", env_value(&env, "PATH")));
     let mut command = match &self_join {
         Some((procs, bash)) => {
             let mut command = Command::new(bash);
@@ -467,10 +589,170 @@ pub fn spawn_bash(
     command
         .current_dir(cwd)
         .env_clear()
-        .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
-        .env(crate::lineage::COMMAND_VAR, std::process::id().to_string());
-    stdio(&mut command);
-    spawn_in_tree(&mut command, tree, self_join.is_none(), sandbox)
+        .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())));
+    streams.attach(&mut command).map_err(ProcessError::Pipe)?;
+    let (child, group) = spawn_in_tree(&mut command, tree, self_join.is_none(), sandbox)?;
+    // The command, dropped here, held copies of the child's ends.
+    drop(command);
+    Ok(streams.spawned(CommandChild::Forked(child), group))
+}
+
+/// Sets `name` in `env`, replacing every earlier value (a child reads the
+/// first one).
+fn set_var(env: &mut Vec<(String, String)>, name: &str, value: &str) {
+    env.retain(|(key, _)| key != name);
+    env.push((name.to_owned(), value.to_owned()));
+}
+
+/// The shell started inside `tree`'s cgroup, with what its sandbox watches;
+/// `None` when it has to be forked instead (no cgroup tree, no `bash` on
+/// the command's `PATH` to report on, or a kernel that refuses `clone3`).
+fn spawn_into_cgroup(
+    script: &str,
+    cwd: &Path,
+    env: &[(String, String)],
+    streams: &Streams,
+    tree: &Tree,
+    sandbox: Option<&CommandSandbox>,
+) -> Result<Option<(direct_spawn::DirectChild, WatchedFiles)>, ProcessError> {
+    if CLONE_INTO_CGROUP_REFUSED.load(Ordering::Relaxed) {
+        return Ok(None);
+    }
+    let Some(dir) = tree.cgroup_dir() else {
+        return Ok(None);
+    };
+    let Some(bash) = find_in_path("bash", env_value(env, "PATH")) else {
+        return Ok(None);
+    };
+    let spawn_error = |source: io::Error| ProcessError::Spawn {
+        program: "bash".to_owned(),
+        source,
+    };
+    let confinement = match sandbox {
+        Some(sandbox) => sandbox
+            .prepare_confinement()
+            .map_err(|err| spawn_error(io::Error::other(err)))?,
+        None => None,
+    };
+    let mut env = env.to_vec();
+    if let Some(dir) = confinement.as_ref().and_then(|c| c.temp_dir.as_ref()) {
+        set_var(&mut env, "TMPDIR", &dir.to_string_lossy());
+    }
+    let cgroup = {
+        use std::os::unix::fs::OpenOptionsExt;
+        std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_DIRECTORY | libc::O_CLOEXEC)
+            .open(dir)
+            .map_err(spawn_error)?
+    };
+    let args = [
+        std::ffi::OsStr::new("bash"),
+        std::ffi::OsStr::new("-c"),
+        std::ffi::OsStr::new(script),
+    ];
+    let launch = direct_spawn::Launch {
+        program: &bash,
+        args: &args,
+        env: &env,
+        cwd,
+        stdio: streams.child_ends(),
+        cgroup: std::os::fd::AsFd::as_fd(&cgroup),
+        confinement: confinement.as_ref().map(|c| &c.prepared),
+    };
+    match direct_spawn::launch(&launch) {
+        Ok(child) => Ok(Some((
+            child,
+            confinement.map(|c| c.watched).unwrap_or_default(),
+        ))),
+        Err(direct_spawn::LaunchError::Unsupported(err)) => {
+            tracing::debug!(error = %err, "commands are forked and then join their cgroup");
+            CLONE_INTO_CGROUP_REFUSED.store(true, Ordering::Relaxed);
+            Ok(None)
+        }
+        Err(direct_spawn::LaunchError::Failed(source)) => Err(spawn_error(source)),
+    }
+}
+
+/// The standard streams of a command being started: the child's ends and
+/// this side of the pipes made for it.
+struct Streams {
+    /// The child's stdin, stdout and stderr; `None` is `/dev/null`.
+    child: [Option<std::os::fd::OwnedFd>; 3],
+    stdin: Option<pipe::Sender>,
+    stdout: Option<pipe::Receiver>,
+    stderr: Option<pipe::Receiver>,
+}
+
+impl Streams {
+    fn connect(stdio: [ChildStdio; 3]) -> Result<Self, ProcessError> {
+        let mut streams = Streams {
+            child: [None, None, None],
+            stdin: None,
+            stdout: None,
+            stderr: None,
+        };
+        for (index, stdio) in stdio.into_iter().enumerate() {
+            streams.child[index] = match stdio {
+                ChildStdio::Null => None,
+                ChildStdio::Given(fd) => Some(fd),
+                ChildStdio::Piped => {
+                    let (reader, writer) = io::pipe().map_err(ProcessError::Pipe)?;
+                    if index == 0 {
+                        streams.stdin = Some(
+                            pipe::Sender::from_owned_fd(writer.into())
+                                .map_err(ProcessError::Pipe)?,
+                        );
+                        Some(reader.into())
+                    } else {
+                        let receiver = pipe::Receiver::from_owned_fd(reader.into())
+                            .map_err(ProcessError::Pipe)?;
+                        if index == 1 {
+                            streams.stdout = Some(receiver);
+                        } else {
+                            streams.stderr = Some(receiver);
+                        }
+                        Some(writer.into())
+                    }
+                }
+            };
+        }
+        Ok(streams)
+    }
+
+    fn child_ends(&self) -> [Option<std::os::fd::BorrowedFd<'_>>; 3] {
+        self.child
+            .each_ref()
+            .map(|fd| fd.as_ref().map(std::os::fd::AsFd::as_fd))
+    }
+
+    /// Gives the child's ends to `command` (copies: `spawned` closes these).
+    fn attach(&self, command: &mut Command) -> io::Result<()> {
+        let stdio = |fd: &Option<std::os::fd::OwnedFd>| -> io::Result<Stdio> {
+            Ok(match fd {
+                Some(fd) => Stdio::from(fd.try_clone()?),
+                None => Stdio::null(),
+            })
+        };
+        command
+            .stdin(stdio(&self.child[0])?)
+            .stdout(stdio(&self.child[1])?)
+            .stderr(stdio(&self.child[2])?);
+        Ok(())
+    }
+
+    /// The started command, closing this process's copies of the child's
+    /// ends (its pipes reach end-of-file once the command's processes are
+    /// gone).
+    fn spawned(self, child: CommandChild, group: Arc<ProcessGroup>) -> SpawnedCommand {
+        SpawnedCommand {
+            child,
+            group,
+            stdin: self.stdin,
+            stdout: self.stdout,
+            stderr: self.stderr,
+        }
+    }
 }
 
 /// Starts `command` in `tree` (joining it between fork and `exec` when
@@ -564,7 +846,7 @@ fn find_in_path(program: &str, path: Option<&str>) -> Option<PathBuf> {
 #[derive(Debug)]
 pub struct ShellProcess {
     /// The `bash` process.
-    pub child: Child,
+    pub child: CommandChild,
     /// Its process group.
     pub group: Arc<ProcessGroup>,
     /// Read end of the combined stdout/stderr pipe.
@@ -618,23 +900,42 @@ pub fn spawn_shell_in(
     containment: &Containment,
     sandbox: Option<&CommandSandbox>,
 ) -> Result<ShellProcess, ProcessError> {
+    spawn_shell_by(
+        command,
+        cwd,
+        env,
+        containment,
+        sandbox,
+        SpawnPath::IntoCgroup,
+    )
+}
+
+/// [`spawn_shell_in`] by the path given.
+pub(crate) fn spawn_shell_by(
+    command: &str,
+    cwd: &Path,
+    env: &[(String, String)],
+    containment: &Containment,
+    sandbox: Option<&CommandSandbox>,
+    path: SpawnPath,
+) -> Result<ShellProcess, ProcessError> {
     if tokio::runtime::Handle::try_current().is_err() {
         return Err(ProcessError::NoRuntime);
     }
     let (reader, writer) = io::pipe().map_err(ProcessError::Pipe)?;
     let stderr_writer = writer.try_clone().map_err(ProcessError::Pipe)?;
-    let stdio = |cmd: &mut Command| {
-        cmd.stdin(Stdio::null())
-            .stdout(Stdio::from(writer))
-            .stderr(Stdio::from(stderr_writer));
-    };
-    let (child, group) = spawn_bash(command, cwd, env, stdio, containment, sandbox)?;
-    // The command, dropped by now, held our copies of the write end: the
-    // pipe reaches end-of-file once every process holding it is gone.
+    let stdio = [
+        ChildStdio::Null,
+        ChildStdio::Given(writer.into()),
+        ChildStdio::Given(stderr_writer.into()),
+    ];
+    let spawned = spawn_bash_by(command, cwd, env, stdio, containment, sandbox, path)?;
+    // Our copies of the write end are closed by now: the pipe reaches
+    // end-of-file once every process holding it is gone.
     let output = pipe::Receiver::from_owned_fd(reader.into()).map_err(ProcessError::Pipe)?;
     Ok(ShellProcess {
-        child,
-        group,
+        child: spawned.child,
+        group: spawned.group,
         output,
     })
 }
@@ -926,14 +1227,16 @@ mod tests {
         assert_eq!(env_value(&env, "HOME"), None);
     }
 
-    /// Runs `script` contained with `env`; its exit code and output.
+    /// Runs `script` contained with `env`, started by `path`; its exit
+    /// code and output.
     async fn contained_shell(
         script: &str,
         env: &[(String, String)],
         containment: &Containment,
+        path: SpawnPath,
     ) -> (Option<i32>, String) {
         let dir = tempfile::tempdir().unwrap();
-        let mut shell = spawn_shell_contained(script, dir.path(), env, containment).unwrap();
+        let mut shell = spawn_shell_by(script, dir.path(), env, containment, None, path).unwrap();
         let mut output = Vec::new();
         let outcome = drive(&mut shell, None, &CancellationToken::new(), |bytes| {
             output.extend_from_slice(bytes)
@@ -959,8 +1262,13 @@ mod tests {
         let script = "echo line $LINENO; cat /proc/self/cgroup; tr '\\0' ' ' < /proc/$$/cmdline\n\
                       no-such-command-here; exit 3";
         let path = ("PATH".to_owned(), "/usr/bin:/bin".to_owned());
-        let (code, output) =
-            contained_shell(script, std::slice::from_ref(&path), &containment).await;
+        let (code, output) = contained_shell(
+            script,
+            std::slice::from_ref(&path),
+            &containment,
+            SpawnPath::Forked,
+        )
+        .await;
         assert_eq!(code, Some(3), "{output}");
         // The shell joined by itself; line numbers are the script's own;
         // its commands ran in the cgroup.
@@ -971,9 +1279,169 @@ mod tests {
 
         // With a startup file, the child joins before `exec`, as before.
         let bash_env = ("BASH_ENV".to_owned(), "/dev/null".to_owned());
-        let (code, output) = contained_shell(script, &[path, bash_env], &containment).await;
+        let (code, output) =
+            contained_shell(script, &[path, bash_env], &containment, SpawnPath::Forked).await;
         assert_eq!(code, Some(3), "{output}");
         assert!(!output.contains("builtin printf"), "{output}");
         assert!(in_own_cgroup(&output), "{output}");
+    }
+
+    /// The containment of this machine when it has a writable cgroup v2.
+    fn cgroup_containment() -> Option<Containment> {
+        let containment = process_tree::detect();
+        if containment == Containment::Subreaper {
+            eprintln!("cgroup v2 is not writable here: nothing starts inside a cgroup");
+            return None;
+        }
+        Some(containment)
+    }
+
+    #[tokio::test]
+    async fn a_shell_started_inside_its_cgroup_is_there_before_its_first_command() {
+        let Some(containment) = cgroup_containment() else {
+            return;
+        };
+        let own = format!("troupe-{}-", std::process::id());
+        let path = ("PATH".to_owned(), "/usr/bin:/bin".to_owned());
+        let script = "echo line $LINENO; cat /proc/self/cgroup; tr '\\0' ' ' < /proc/$$/cmdline; \
+                      echo; ps -o pgid= -p $$; echo \"tmp=$TMPDIR\"; exit 4";
+        let (code, output) = contained_shell(
+            script,
+            std::slice::from_ref(&path),
+            &containment,
+            SpawnPath::IntoCgroup,
+        )
+        .await;
+        assert_eq!(code, Some(4), "{output}");
+        assert!(output.starts_with("line 1\n"), "{output}");
+        // No join in the script: the kernel created it in the cgroup.
+        assert!(
+            output
+                .lines()
+                .any(|line| line.starts_with("bash -c echo line $LINENO;")),
+            "{output}"
+        );
+        assert!(
+            output
+                .lines()
+                .any(|line| line.starts_with("0::/") && line.contains(&own)),
+            "{output}"
+        );
+        assert!(!output.contains("printf"), "{output}");
+        assert!(output.contains("tmp=\n"), "{output}");
+    }
+
+    #[tokio::test]
+    async fn a_shell_started_inside_its_cgroup_leads_its_group_and_reports_how_it_ended() {
+        let Some(containment) = cgroup_containment() else {
+            return;
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let env = vec![("PATH".to_owned(), "/usr/bin:/bin".to_owned())];
+        let mut shell = spawn_shell_by(
+            "echo $$ $(ps -o pgid= -p $$); kill -9 $$",
+            dir.path(),
+            &env,
+            &containment,
+            None,
+            SpawnPath::IntoCgroup,
+        )
+        .unwrap();
+        assert!(matches!(shell.child, CommandChild::Direct(_)));
+        let mut output = Vec::new();
+        let outcome = drive(&mut shell, None, &CancellationToken::new(), |bytes| {
+            output.extend_from_slice(bytes)
+        })
+        .await;
+        let output = String::from_utf8_lossy(&output);
+        let ids: Vec<&str> = output.split_whitespace().collect();
+        assert_eq!(ids.len(), 2, "{output}");
+        assert_eq!(ids[0], ids[1], "the shell leads its own group: {output}");
+        let status = outcome.status.unwrap();
+        assert_eq!(
+            std::os::unix::process::ExitStatusExt::signal(&status),
+            Some(libc::SIGKILL),
+            "{status:?}"
+        );
+        // Reaped: no zombie of it is left.
+        let pid: i32 = ids[0].parse().unwrap();
+        assert!(!Path::new(&format!("/proc/{pid}")).exists());
+    }
+
+    #[tokio::test]
+    async fn a_shell_that_cannot_start_inside_its_cgroup_is_an_error_that_names_the_step() {
+        let Some(containment) = cgroup_containment() else {
+            return;
+        };
+        let env = vec![("PATH".to_owned(), "/usr/bin:/bin".to_owned())];
+        let missing = Path::new("/no/such/directory/here");
+        let err = spawn_shell_by(
+            "true",
+            missing,
+            &env,
+            &containment,
+            None,
+            SpawnPath::IntoCgroup,
+        )
+        .unwrap_err();
+        let text = err.to_string();
+        assert!(
+            text.contains("entering its working directory") && text.contains("No such file"),
+            "{text}"
+        );
+        // The failed child was reaped and its cgroup is not left behind
+        // holding anything.
+        let forked = spawn_shell_by("true", missing, &env, &containment, None, SpawnPath::Forked)
+            .unwrap_err();
+        assert!(forked.to_string().contains("No such file"), "{forked}");
+    }
+
+    #[tokio::test]
+    async fn piped_streams_reach_a_shell_started_inside_its_cgroup() {
+        use tokio::io::AsyncWriteExt;
+        let Some(containment) = cgroup_containment() else {
+            return;
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let env = vec![("PATH".to_owned(), "/usr/bin:/bin".to_owned())];
+        for path in [SpawnPath::IntoCgroup, SpawnPath::Forked] {
+            let mut spawned = spawn_bash_by(
+                "read line; echo \"out:$line\"; echo \"err:$line\" >&2; exit 7",
+                dir.path(),
+                &env,
+                [ChildStdio::Piped, ChildStdio::Piped, ChildStdio::Piped],
+                &containment,
+                None,
+                path,
+            )
+            .unwrap();
+            let mut stdin = spawned.stdin.take().unwrap();
+            stdin.write_all(b"hello\n").await.unwrap();
+            drop(stdin);
+            let (mut out, mut err) = (String::new(), String::new());
+            spawned
+                .stdout
+                .take()
+                .unwrap()
+                .read_to_string(&mut out)
+                .await
+                .unwrap();
+            spawned
+                .stderr
+                .take()
+                .unwrap()
+                .read_to_string(&mut err)
+                .await
+                .unwrap();
+            let status = spawned.child.wait().await.unwrap();
+            assert_eq!(status.code(), Some(7), "{path:?}");
+            assert_eq!(out, "out:hello\n", "{path:?}");
+            assert_eq!(err, "err:hello\n", "{path:?}");
+            assert_eq!(
+                matches!(spawned.child, CommandChild::Direct(_)),
+                path == SpawnPath::IntoCgroup
+            );
+            spawned.group.disarm();
+        }
     }
 }

@@ -34,7 +34,7 @@ use std::ffi::CString;
 use std::io;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicI32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard, OnceLock, PoisonError};
 use std::time::Duration;
 
@@ -157,6 +157,21 @@ pub fn containment() -> &'static Containment {
     })
 }
 
+/// Starts detecting [`containment`] on a thread of its own, so that the
+/// first command of a session does not wait for the probe (a cgroup made,
+/// a child created inside it, the cgroup removed). A command that comes
+/// first waits for this detection instead of making its own.
+pub fn detect_in_background() {
+    let started = std::thread::Builder::new()
+        .name("troupe-containment".to_owned())
+        .spawn(|| {
+            containment();
+        });
+    if let Err(err) = started {
+        tracing::debug!(error = %err, "containment is detected by the first command");
+    }
+}
+
 /// Uses cgroup v2 when a hierarchy is mounted and a cgroup can be created
 /// (and killed) below this process's own; the subreaper otherwise.
 pub fn detect() -> Containment {
@@ -220,9 +235,16 @@ fn cgroup_usable(parent: &Path) -> bool {
 }
 
 /// Whether a short-lived child can join the cgroup `dir` (the kernel refuses
-/// in some delegations even when the file is writable).
+/// in some delegations even when the file is writable): created inside it
+/// where the kernel offers that (about a millisecond), otherwise moved
+/// there (which can wait 7 to 22 ms for the kernel's RCU grace period).
 fn joins(dir: &Path) -> bool {
     use std::os::unix::process::CommandExt;
+    if let Ok(cgroup) = std::fs::File::open(dir)
+        && let Some(starts) = crate::direct_spawn::starts_inside(std::os::fd::AsFd::as_fd(&cgroup))
+    {
+        return starts;
+    }
     let Ok(procs) = CString::new(dir.join("cgroup.procs").as_os_str().as_bytes()) else {
         return false;
     };
@@ -372,6 +394,16 @@ pub struct Tree {
     /// (a spare may hold another command by then). Every use of the cgroup
     /// holds this lock, so none can overlap its release.
     released: Mutex<bool>,
+    /// Set once `cgroup.kill` was written: such a cgroup is never kept as a
+    /// spare. Some kernels remember the kill and SIGKILL every child later
+    /// created inside the cgroup with `CLONE_INTO_CGROUP` (its kill count
+    /// is compared with the parent's), so a command started in it would die
+    /// before running anything.
+    killed: AtomicBool,
+    /// Set once `cgroup.kill` was written successfully: every process of the
+    /// tree is then dying, and none can start another (the kill covers
+    /// processes forked while it runs).
+    killed_whole: AtomicBool,
     /// Where an emptied cgroup is kept for a later command.
     spares: &'static SpareCgroups,
 }
@@ -413,8 +445,16 @@ impl Tree {
             kind,
             leader: AtomicI32::new(0),
             released: Mutex::new(false),
+            killed: AtomicBool::new(false),
+            killed_whole: AtomicBool::new(false),
             spares,
         }
+    }
+
+    /// True once the whole tree was killed at once (`cgroup.kill`): nothing
+    /// of it can outlive that, so there is nothing left to look for.
+    pub fn killed_whole(&self) -> bool {
+        self.killed_whole.load(Ordering::Acquire)
     }
 
     /// The release flag, held while the cgroup is used.
@@ -427,6 +467,15 @@ impl Tree {
     pub(crate) fn cgroup_procs(&self) -> Option<PathBuf> {
         match &self.kind {
             TreeKind::Cgroup { dir } => Some(dir.join("cgroup.procs")),
+            TreeKind::Subreaper { .. } => None,
+        }
+    }
+
+    /// The tree's cgroup directory (none for a subreaper tree): a process
+    /// created inside it ([`crate::direct_spawn`]) starts in the tree.
+    pub(crate) fn cgroup_dir(&self) -> Option<&Path> {
+        match &self.kind {
+            TreeKind::Cgroup { dir } => Some(dir),
             TreeKind::Subreaper { .. } => None,
         }
     }
@@ -459,7 +508,10 @@ impl Tree {
         *released = match populated {
             Some(true) => false,
             // The kernel refuses to remove a cgroup that holds a process.
-            Some(false) => self.spares.keep(dir) || std::fs::remove_dir(dir).is_ok(),
+            Some(false) => {
+                (!self.killed.load(Ordering::Acquire) && self.spares.keep(dir))
+                    || std::fs::remove_dir(dir).is_ok()
+            }
             None => std::fs::remove_dir(dir).is_ok(),
         };
         *released
@@ -583,10 +635,12 @@ impl Tree {
         if *released {
             return;
         }
-        if let TreeKind::Cgroup { dir } = &self.kind
-            && std::fs::write(dir.join("cgroup.kill"), "1").is_ok()
-        {
-            return;
+        if let TreeKind::Cgroup { dir } = &self.kind {
+            self.killed.store(true, Ordering::Release);
+            if std::fs::write(dir.join("cgroup.kill"), "1").is_ok() {
+                self.killed_whole.store(true, Ordering::Release);
+                return;
+            }
         }
         self.signal_unlocked(libc::SIGKILL);
     }
@@ -815,6 +869,7 @@ mod tests {
         let mut sleeper = command.spawn().unwrap();
         second.set_leader(sleeper.id().unwrap());
         first.kill();
+        assert!(!first.killed_whole(), "a released tree kills nothing");
         first.signal(libc::SIGKILL);
         assert!(first.members().is_empty());
         assert!(first.release_if_empty());
@@ -828,6 +883,51 @@ mod tests {
         sleeper.wait().await.unwrap();
         assert!(second.release_if_empty());
         remove_all(&SPARES);
+    }
+
+    #[tokio::test]
+    async fn a_killed_cgroup_is_never_kept_for_a_later_command() {
+        static SPARES: SpareCgroups = SpareCgroups::new(1);
+        let Some(tree) = cgroup_tree_in(&SPARES) else {
+            return;
+        };
+        let dir = cgroup_dir(&tree);
+        tree.kill();
+        assert!(tree.killed_whole(), "cgroup.kill reached every process");
+        assert!(tree.release_if_empty());
+        assert!(!dir.exists(), "removed, not kept");
+        assert!(SPARES.drain().is_empty());
+        drop(tree);
+
+        // A command started in a fresh cgroup after a kill runs: some
+        // kernels kill every child later created inside a killed cgroup.
+        let containment = detect();
+        let env = vec![("PATH".to_owned(), "/usr/bin:/bin".to_owned())];
+        let dir = tempfile::tempdir().unwrap();
+        for _ in 0..2 {
+            let mut shell =
+                crate::spawn_shell_in("sleep 30", dir.path(), &env, &containment, None).unwrap();
+            shell.group.kill_now();
+            let status = shell.child.wait().await.unwrap();
+            assert!(status.code().is_none(), "{status:?}");
+            drop(shell);
+        }
+        let mut shell =
+            crate::spawn_shell_in("echo ran", dir.path(), &env, &containment, None).unwrap();
+        let mut out = Vec::new();
+        let outcome = crate::drive(
+            &mut shell,
+            None,
+            &tokio_util::sync::CancellationToken::new(),
+            |bytes| out.extend_from_slice(bytes),
+        )
+        .await;
+        assert_eq!(
+            outcome.status.and_then(|s| s.code()),
+            Some(0),
+            "{outcome:?}"
+        );
+        assert_eq!(out, b"ran\n");
     }
 
     #[test]

@@ -87,6 +87,10 @@ pub struct DaemonStatus {
     /// Further host names requests may use (`--allow-host`).
     #[serde(default)]
     pub allowed_hosts: Vec<String>,
+    /// Why the daemon before this one ended, when it ended because a store
+    /// write hung (one sentence); `null` otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub previous_stall: Option<String>,
 }
 
 /// `POST /v1/runs`: a run to start. The configuration is read for `cwd` with

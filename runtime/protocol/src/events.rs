@@ -154,6 +154,11 @@ pub enum EventKind {
         args: String,
         /// Why the call needs approval.
         reason: String,
+        /// The allow rule an "always" answer keeps for the rest of the
+        /// session (`Write(src/a.rs)`, `Bash(cargo test)`); absent when
+        /// "always" keeps no rule (a server's question).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        always_rule: Option<String>,
     },
     /// An approval was answered.
     ApprovalResolved {

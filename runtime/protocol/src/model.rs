@@ -24,6 +24,17 @@ pub enum Role {
     Tool,
 }
 
+impl Role {
+    /// The role's name as it is stored and shown: `user`, `assistant`, `tool`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::User => "user",
+            Self::Assistant => "assistant",
+            Self::Tool => "tool",
+        }
+    }
+}
+
 /// One complete tool call requested by the model.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ToolCall {

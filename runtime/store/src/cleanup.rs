@@ -23,6 +23,71 @@ use super::{Store, StoreError};
 /// SPEC §9: sessions older than 30 days are removed in the background.
 pub const SESSION_MAX_AGE: Duration = Duration::from_secs(30 * 24 * 60 * 60);
 
+/// What the store keeps (`[store] keep_days`, `max_bytes`): sessions last
+/// updated within `max_age`, and, with `max_bytes`, no more than that many
+/// bytes of records (keys and values; sled's files take a multiple of it,
+/// see `docs/storage.md`). Over the bound, the oldest finished families go
+/// first until the records take at most [`SPACE_TARGET_PERCENT`] of it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Retention {
+    /// Sessions last updated longer ago than this are removed.
+    pub max_age: Duration,
+    /// The most bytes of records the store keeps; `None`: no bound.
+    pub max_bytes: Option<u64>,
+    /// Runs that ended longer ago than this have their deltas compacted
+    /// (see [`Store::compact_run_events`]); until then a client that
+    /// reconnects replays exactly what it missed.
+    pub compact_after: Duration,
+}
+
+/// How long an ended run's events stay as they were emitted before the
+/// retention pass compacts them.
+pub const COMPACT_EVENTS_AFTER: Duration = Duration::from_secs(10 * 60);
+
+impl Default for Retention {
+    fn default() -> Self {
+        Self {
+            max_age: SESSION_MAX_AGE,
+            max_bytes: None,
+            compact_after: COMPACT_EVENTS_AFTER,
+        }
+    }
+}
+
+/// Once over `max_bytes`, retention frees space down to this share of it,
+/// so that a store at the bound is not trimmed again at every pass.
+pub const SPACE_TARGET_PERCENT: u64 = 90;
+
+/// How many bytes of records retention must free: none while `data_bytes`
+/// is within `max_bytes`; above it, enough to come down to
+/// [`SPACE_TARGET_PERCENT`] of `max_bytes`.
+pub(crate) fn bytes_to_free(data_bytes: u64, max_bytes: u64) -> u64 {
+    if data_bytes <= max_bytes {
+        return 0;
+    }
+    let target =
+        max_bytes / 100 * SPACE_TARGET_PERCENT + max_bytes % 100 * SPACE_TARGET_PERCENT / 100;
+    data_bytes - target
+}
+
+/// Whether a family listed with `listed` (each member's id and update
+/// time) may still go now that `current` (each member's update time now,
+/// `None` when gone) and `running` (whether a member has a run marked
+/// running now) are known: nobody wrote to it or started a run in it since.
+pub(crate) fn family_unchanged(
+    listed: &[(String, DateTime<Utc>)],
+    current: &[Option<DateTime<Utc>>],
+    running: &[bool],
+) -> bool {
+    listed.len() == current.len()
+        && listed.len() == running.len()
+        && listed
+            .iter()
+            .zip(current)
+            .zip(running)
+            .all(|(((_, was), now), busy)| !busy && now.is_none_or(|now| now == *was))
+}
+
 /// Which sessions the age-based cleanup removes. Sessions go by family: a
 /// session together with its child sessions, their children and so on. A
 /// family is removed only when every member was last updated strictly before
@@ -142,6 +207,207 @@ impl Store {
         else {
             return Ok(Vec::new());
         };
+        let (sessions, running) = self.sessions_and_running()?;
+        let listed: HashSet<&str> = sessions.iter().map(|meta| meta.id.as_str()).collect();
+        let mut removed = Vec::new();
+        for members in removable_families(&sessions, cutoff, in_use, &running) {
+            if !self.family_still_removable(&members, &listed, cutoff)? {
+                continue;
+            }
+            let ids = members.iter().map(|meta| meta.id.clone()).collect();
+            removed.extend(self.remove_through_writer(ids)?);
+        }
+        if !removed.is_empty() {
+            tracing::info!(count = removed.len(), "old sessions removed");
+        }
+        Ok(removed)
+    }
+
+    /// Applies `policy` at `now`: removes sessions older than its age,
+    /// compacts the events of runs that ended more than `compact_after` ago
+    /// (see [`Store::compact_run_events`]), then,
+    /// with a byte bound the records exceed, the oldest families that are
+    /// not in use and have no run in progress (never one in `in_use`; see
+    /// `sessions_to_remove`) until the records are back under
+    /// [`SPACE_TARGET_PERCENT`] of the bound. Returns the removed ids.
+    /// Meant for a background thread: measuring reads every record once.
+    pub fn retain(
+        &self,
+        policy: &Retention,
+        now: DateTime<Utc>,
+        in_use: &HashSet<String>,
+    ) -> Result<Vec<String>, StoreError> {
+        let mut removed = self.remove_sessions_older_than(policy.max_age, now, in_use)?;
+        let ended_before = TimeDelta::from_std(policy.compact_after)
+            .ok()
+            .and_then(|after| now.checked_sub_signed(after))
+            .unwrap_or(DateTime::<Utc>::MIN_UTC);
+        let compacted = self.compact_ended_runs(ended_before)?;
+        if compacted > 0 {
+            tracing::debug!(runs = compacted, "events of ended runs compacted");
+        }
+        let Some(max_bytes) = policy.max_bytes else {
+            return Ok(removed);
+        };
+        let needed = bytes_to_free(self.usage()?.data_bytes(), max_bytes);
+        if needed == 0 {
+            return Ok(removed);
+        }
+        let (sessions, running) = self.sessions_and_running()?;
+        // Every family that may go, whatever its age: the cut-off is later
+        // than any update.
+        let families = removable_families(&sessions, DateTime::<Utc>::MAX_UTC, in_use, &running);
+        let mut freed = 0u64;
+        let mut from_space = Vec::new();
+        for members in families {
+            if freed >= needed {
+                break;
+            }
+            let size = members
+                .iter()
+                .map(|meta| self.session_bytes(&meta.id))
+                .sum::<Result<u64, StoreError>>()?;
+            let listed = members
+                .iter()
+                .map(|meta| (meta.id.clone(), meta.updated))
+                .collect();
+            let gone = self.remove_family_if_unchanged(listed)?;
+            if !gone.is_empty() {
+                freed += size;
+            }
+            from_space.extend(gone);
+        }
+        if !from_space.is_empty() {
+            tracing::info!(
+                count = from_space.len(),
+                freed,
+                max_bytes,
+                "sessions removed to keep the store within its size"
+            );
+        }
+        removed.extend(from_space);
+        Ok(removed)
+    }
+
+    /// [`Store::remove_through_writer`] of a family listed with `listed`
+    /// (ids deepest first, with their update times), checked again on the
+    /// writer thread, in order with every save and run record: a family
+    /// written to, or with a run started in it, since it was listed is kept
+    /// (nothing is removed, and the answer is empty).
+    fn remove_family_if_unchanged(
+        &self,
+        listed: Vec<(String, DateTime<Utc>)>,
+    ) -> Result<Vec<String>, StoreError> {
+        self.through_writer(move |store| {
+            let mut current = Vec::with_capacity(listed.len());
+            let mut running = Vec::with_capacity(listed.len());
+            for (id, _) in &listed {
+                current.push(store.session_record(id)?.map(|record| record.meta.updated));
+                let runs = store.list_runs(Some(id))?;
+                running.push(runs.iter().any(|run| run.status.is_running()));
+            }
+            if !family_unchanged(&listed, &current, &running) {
+                return Ok(Vec::new());
+            }
+            let mut removed = Vec::new();
+            for (id, _) in listed {
+                if store.remove_session_records(&id)? {
+                    removed.push(id);
+                }
+            }
+            Ok(removed)
+        })
+    }
+
+    /// Removes the sessions `ids` (a family, deepest first) on the writer
+    /// thread and waits until the removal is durable: agents' saves queue
+    /// between one family and the next instead of behind a whole pass.
+    /// Never call it from a write handed to the writer (it would wait for
+    /// itself).
+    fn remove_through_writer(&self, ids: Vec<String>) -> Result<Vec<String>, StoreError> {
+        self.through_writer(move |store| {
+            let mut removed = Vec::new();
+            for id in ids {
+                if store.remove_session_records(&id)? {
+                    removed.push(id);
+                }
+            }
+            Ok(removed)
+        })
+    }
+
+    /// Runs `write` on the writer thread and waits until it is durable.
+    /// Never call it from a write handed to the writer (it would wait for
+    /// itself).
+    pub(crate) fn through_writer<T: Send + 'static>(
+        &self,
+        write: impl FnOnce(&Store) -> Result<T, StoreError> + Send + 'static,
+    ) -> Result<T, StoreError> {
+        let (done, removed) = std::sync::mpsc::channel();
+        self.commit_with(write, move |outcome| {
+            let _ = done.send(outcome);
+        });
+        removed.recv().unwrap_or_else(|_| {
+            Err(StoreError::Database {
+                detail: "the store writer stopped before a write was made durable".into(),
+            })
+        })
+    }
+
+    /// Bytes of every record of one session: its metadata and head,
+    /// messages, pending results, markers, ledger, rules, memory, and its
+    /// runs with their events and spans.
+    fn session_bytes(&self, id: &str) -> Result<u64, StoreError> {
+        let prefix = layout::owner_prefix(id);
+        let inner = &self.inner;
+        let mut bytes = 0u64;
+        let prefixed = |tree: &sled::Tree, prefix: &[u8]| -> Result<u64, StoreError> {
+            let mut bytes = 0u64;
+            for item in tree.scan_prefix(prefix) {
+                let (key, value) = item.map_err(self.sled_err("measure a session"))?;
+                bytes += (key.len() + value.len()) as u64;
+            }
+            Ok(bytes)
+        };
+        for tree in [
+            &inner.messages,
+            &inner.pending,
+            &inner.markers,
+            &inner.ledger,
+            &inner.session_runs,
+        ] {
+            bytes += prefixed(tree, &prefix)?;
+        }
+        for key in inner.session_runs.scan_prefix(&prefix).keys() {
+            let key = key.map_err(self.sled_err("measure a session"))?;
+            let Some(run_id) = layout::parse_child_key(id, &key) else {
+                continue;
+            };
+            let run_prefix = layout::owner_prefix(run_id);
+            bytes += prefixed(&inner.events, &run_prefix)?;
+            bytes += prefixed(&inner.spans, &run_prefix)?;
+            if let Some(run) = inner
+                .runs
+                .get(run_id.as_bytes())
+                .map_err(self.sled_err("measure a session"))?
+            {
+                bytes += (run_id.len() + run.len()) as u64;
+            }
+        }
+        for tree in [&inner.sessions, &inner.rules, &inner.memory] {
+            if let Some(value) = tree
+                .get(id.as_bytes())
+                .map_err(self.sled_err("measure a session"))?
+            {
+                bytes += (id.len() + value.len()) as u64;
+            }
+        }
+        Ok(bytes)
+    }
+
+    /// Every readable session's metadata, and the sessions whose work is
+    /// still marked running (see `running_sessions`).
+    fn sessions_and_running(&self) -> Result<(Vec<SessionMeta>, HashSet<String>), StoreError> {
         let sessions = self.read_sessions()?;
         let running = running_sessions(
             &sessions,
@@ -149,23 +415,7 @@ impl Store {
                 .into_iter()
                 .map(|run| (run.run_id, run.session_id)),
         );
-        let listed: HashSet<&str> = sessions.iter().map(|meta| meta.id.as_str()).collect();
-        let mut removed = Vec::new();
-        for members in removable_families(&sessions, cutoff, in_use, &running) {
-            if !self.family_still_removable(&members, &listed, cutoff)? {
-                continue;
-            }
-            for meta in members {
-                if self.remove_session_records(&meta.id)? {
-                    removed.push(meta.id.clone());
-                }
-            }
-        }
-        if !removed.is_empty() {
-            self.flush()?;
-            tracing::info!(count = removed.len(), "old sessions removed");
-        }
-        Ok(removed)
+        Ok((sessions, running))
     }
 
     /// Whether a family chosen from the listing may still go: no member was
@@ -256,6 +506,46 @@ mod tests {
 
     fn at(days: i64) -> DateTime<Utc> {
         Utc.timestamp_opt(days * 86_400, 0).single().unwrap()
+    }
+
+    #[test]
+    fn space_is_freed_down_to_ninety_percent_of_the_bound_only_when_over_it() {
+        assert_eq!(bytes_to_free(1_000, 1_000), 0);
+        assert_eq!(bytes_to_free(0, 1_000), 0);
+        assert_eq!(bytes_to_free(1_001, 1_000), 101);
+        assert_eq!(bytes_to_free(5_000, 1_000), 4_100);
+        // No overflow at the top of the range.
+        assert_eq!(
+            bytes_to_free(u64::MAX, u64::MAX - 1),
+            u64::MAX - (u64::MAX - 1) / 100 * 90 - (u64::MAX - 1) % 100 * 90 / 100
+        );
+    }
+
+    #[test]
+    fn a_family_written_to_or_running_since_it_was_listed_stays() {
+        let listed = vec![("child".to_string(), at(1)), ("head".to_string(), at(2))];
+        assert!(family_unchanged(
+            &listed,
+            &[Some(at(1)), Some(at(2))],
+            &[false, false]
+        ));
+        // A member already gone is no reason to keep the rest.
+        assert!(family_unchanged(
+            &listed,
+            &[None, Some(at(2))],
+            &[false, false]
+        ));
+        assert!(!family_unchanged(
+            &listed,
+            &[Some(at(1)), Some(at(3))],
+            &[false, false]
+        ));
+        assert!(!family_unchanged(
+            &listed,
+            &[Some(at(1)), Some(at(2))],
+            &[false, true]
+        ));
+        assert!(!family_unchanged(&listed, &[Some(at(1))], &[false]));
     }
 
     fn meta(id: &str, updated_day: i64, parent: Option<&str>) -> SessionMeta {

@@ -126,6 +126,15 @@ pub fn parse_child_key<'k>(owner: &str, key: &'k [u8]) -> Option<&'k str> {
     std::str::from_utf8(rest).ok()
 }
 
+/// A [`child_key`] split into its owner and child ids, whoever the owner
+/// is; `None` when the key has no separator or either part is not UTF-8.
+pub(crate) fn split_child_key(key: &[u8]) -> Option<(&str, &str)> {
+    let separator = key.iter().position(|byte| *byte == SEPARATOR)?;
+    let owner = std::str::from_utf8(&key[..separator]).ok()?;
+    let child = std::str::from_utf8(&key[separator + 1..]).ok()?;
+    Some((owner, child))
+}
+
 /// The envelope every value is stored in: `{"v":1,"data":…}`.
 #[derive(Serialize)]
 struct EnvelopeOut<'a, T> {
@@ -227,6 +236,8 @@ mod tests {
         let key = child_key("s", "toolu_1");
         assert_eq!(parse_child_key("s", &key), Some("toolu_1"));
         assert_eq!(parse_child_key("t", &key), None);
+        assert_eq!(split_child_key(&key), Some(("s", "toolu_1")));
+        assert_eq!(split_child_key(b"no separator"), None);
     }
 
     #[test]

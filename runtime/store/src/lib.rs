@@ -39,11 +39,11 @@ use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
+use std::sync::mpsc::Sender;
 
 use chrono::{DateTime, Utc};
-use sled::transaction::TransactionError;
 
-pub use cleanup::SESSION_MAX_AGE;
+pub use cleanup::{COMPACT_EVENTS_AFTER, Retention, SESSION_MAX_AGE, SPACE_TARGET_PERCENT};
 pub use error::StoreError;
 pub use lookup::{IdMatch, SHORT_ID_LEN, short_id};
 pub use records::SkippedRecord;
@@ -52,6 +52,7 @@ pub use records::{
     TITLE_MAX_CHARS,
 };
 pub use span_writer::SpanWriter;
+pub use writer::WriterStall;
 
 /// How long a step that must end — a cancelled agent's last save, the
 /// record and the last event of an ending run — waits for the disk to
@@ -114,6 +115,8 @@ struct Inner {
     writer: writer::Queue,
     /// Flushes made by the writer thread.
     commits: AtomicU64,
+    /// Where the writer tells its watchdog of each group, once one watches.
+    watchdog: std::sync::OnceLock<Sender<writer::Beat>>,
 }
 
 // A store is shared between actors and blocking tasks.
@@ -171,6 +174,7 @@ impl Store {
             spans: tree(layout::SPANS_TREE)?,
             writer: queue,
             commits: AtomicU64::new(0),
+            watchdog: std::sync::OnceLock::new(),
             db,
             dir,
             clock,
@@ -210,14 +214,6 @@ impl Store {
     /// Maps a sled error of operation `op`.
     fn sled_err(&self, op: &'static str) -> impl Fn(sled::Error) -> StoreError + '_ {
         move |e| error::sled_error(op, &self.inner.dir, e)
-    }
-
-    /// Maps a transaction error of operation `op`.
-    fn tx_err(&self, op: &'static str) -> impl Fn(TransactionError<StoreError>) -> StoreError + '_ {
-        move |e| match e {
-            TransactionError::Abort(e) => e,
-            TransactionError::Storage(e) => error::sled_error(op, &self.inner.dir, e),
-        }
     }
 
     /// A database-wide increasing id (order of pending results, ledger
@@ -271,5 +267,79 @@ fn decode_listed<T: serde::de::DeserializeOwned>(
             );
             None
         }
+    }
+}
+
+/// What one tree of the store holds: its records and their bytes (keys and
+/// values as stored, before sled's own overhead).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TreeUsage {
+    /// The tree's name (see [`layout`]).
+    pub tree: &'static str,
+    /// Number of records.
+    pub records: u64,
+    /// Bytes of keys and values.
+    pub bytes: u64,
+}
+
+/// What the store holds, tree by tree, and what it takes on disk.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoreUsage {
+    /// Each tree's records and bytes.
+    pub trees: Vec<TreeUsage>,
+    /// The database's size on disk in bytes (sled's own figure: its log
+    /// and snapshot files).
+    pub on_disk: u64,
+}
+
+impl StoreUsage {
+    /// Bytes of keys and values in every tree.
+    pub fn data_bytes(&self) -> u64 {
+        self.trees.iter().map(|tree| tree.bytes).sum()
+    }
+}
+
+impl Store {
+    /// What the store holds and takes on disk. Reads every record once: a
+    /// measurement for benchmarks and the retention policy, not for a
+    /// request path.
+    pub fn usage(&self) -> Result<StoreUsage, StoreError> {
+        let inner = &self.inner;
+        let trees = [
+            (layout::SESSIONS_TREE, &inner.sessions),
+            (layout::MESSAGES_TREE, &inner.messages),
+            (layout::PENDING_TREE, &inner.pending),
+            (layout::MARKERS_TREE, &inner.markers),
+            (layout::LEDGER_TREE, &inner.ledger),
+            (layout::RULES_TREE, &inner.rules),
+            (layout::MEMORY_TREE, &inner.memory),
+            (layout::RUNS_TREE, &inner.runs),
+            (layout::SESSION_RUNS_TREE, &inner.session_runs),
+            (layout::EVENTS_TREE, &inner.events),
+            (layout::SPANS_TREE, &inner.spans),
+        ];
+        let mut usage = Vec::with_capacity(trees.len());
+        for (name, tree) in trees {
+            let mut records = 0u64;
+            let mut bytes = 0u64;
+            for item in tree.iter() {
+                let (key, value) = item.map_err(self.sled_err("measure the store"))?;
+                records += 1;
+                bytes += (key.len() + value.len()) as u64;
+            }
+            usage.push(TreeUsage {
+                tree: name,
+                records,
+                bytes,
+            });
+        }
+        let on_disk = inner
+            .db
+            .size_on_disk()
+            .map_err(self.sled_err("measure the store"))?;
+        Ok(StoreUsage {
+            trees: usage,
+            on_disk,
+        })
     }
 }

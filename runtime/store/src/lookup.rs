@@ -12,11 +12,18 @@
 //! stored, so every id already in a store has one. Ids that are not UUIDs
 //! (planted by tests, or written by hand) are their own short id.
 //!
+//! When two ids of a listing do share their last 8 characters, the listing
+//! shows a longer end of each, as git lengthens an abbreviated hash (the
+//! command line's `ids::unique_short_ids`). Such a lengthened short id (more
+//! than 8 characters, the whole end of an id) names its id as the short id
+//! does.
+//!
 //! The store side is a scan over the keys of the `sessions` or `runs` tree:
 //! a range scan for a prefix of the full id (their keys are the bare ids, so
 //! sled's byte order puts every id that starts with a prefix in one
 //! contiguous range), plus, when the text could start a short id (at most 8
-//! hex digits), one pass over every key comparing short ids. Only keys are
+//! hex digits) or be a lengthened one (hex digits and hyphens, shorter than
+//! an id), one pass over every key comparing short ids. Only keys are
 //! read, never a record, so a session whose metadata is damaged can still be
 //! named by a prefix. [`decide`] turns the ids found into an [`IdMatch`]; it
 //! is pure.
@@ -76,17 +83,35 @@ fn may_start_short_id(given: &str) -> bool {
         && given.bytes().all(|byte| byte.is_ascii_hexdigit())
 }
 
-/// True when `given` names `id`: `id` starts with it, or the short id of a
-/// UUID `id` starts with it (hex digits compared in any case).
+/// True when `given` could be a lengthened short id: more than
+/// [`SHORT_ID_LEN`] and fewer than 36 characters, hex digits and hyphens.
+fn may_be_long_short_id(given: &str) -> bool {
+    given.len() > SHORT_ID_LEN
+        && given.len() < 36
+        && given
+            .bytes()
+            .all(|byte| byte.is_ascii_hexdigit() || byte == b'-')
+}
+
+/// True when `given` names `id`: `id` starts with it, the short id of a
+/// UUID `id` starts with it, or a UUID `id` ends with it and it is longer
+/// than a short id (a lengthened short id). Hex digits compare in any case.
 pub(super) fn names(given: &str, id: &str) -> bool {
     if id.starts_with(given) {
         return true;
     }
-    is_uuid(id)
-        && may_start_short_id(given)
+    if !is_uuid(id) {
+        return false;
+    }
+    let starts_short_id = may_start_short_id(given)
         && short_id(id)
             .get(..given.len())
-            .is_some_and(|start| start.eq_ignore_ascii_case(given))
+            .is_some_and(|start| start.eq_ignore_ascii_case(given));
+    let ends_id = may_be_long_short_id(given)
+        && id
+            .get(id.len() - given.len()..)
+            .is_some_and(|end| end.eq_ignore_ascii_case(given));
+    starts_short_id || ends_id
 }
 
 /// Decides what `prefix` names among `ids` (candidates in any order; those
@@ -144,7 +169,7 @@ impl Store {
         name: &'static str,
         prefix: &str,
     ) -> Result<IdMatch, StoreError> {
-        let scan = if may_start_short_id(prefix) {
+        let scan = if may_start_short_id(prefix) || may_be_long_short_id(prefix) {
             tree.iter()
         } else {
             tree.scan_prefix(prefix.as_bytes())
@@ -216,6 +241,31 @@ mod tests {
         assert_eq!(listed.first().map(String::as_str), Some("a00"));
     }
 
+    #[test]
+    fn a_lengthened_short_id_names_its_id() {
+        let a = "0193a1f2-0c4d-7e01-8a2b-3c4d5e6f7a8b";
+        let b = "0193a1f2-0c4d-7e01-8a2b-3c3d5e6f7a8b";
+        assert_eq!(
+            decide("4d5e6f7a8b", ids(&[a, b])),
+            IdMatch::Unique(a.into())
+        );
+        assert_eq!(
+            decide("3d5e6f7a8b", ids(&[a, b])),
+            IdMatch::Unique(b.into())
+        );
+        assert_eq!(
+            decide("B-3C4D5E6F7A8B", ids(&[a])),
+            IdMatch::Unique(a.into())
+        );
+        // The 8-character short id of either is ambiguous.
+        assert!(matches!(
+            decide("5e6f7a8b", ids(&[a, b])),
+            IdMatch::Ambiguous { total: 2, .. }
+        ));
+        // A longer text is an end of the id, not anything inside it.
+        assert_eq!(decide("4d5e6f7a8", ids(&[a])), IdMatch::NoMatch);
+    }
+
     const EARLY: &str = "0193a1f2-0c4d-7e01-8a2b-3c4d5e6f7a8b";
     const SAME_MS: &str = "0193a1f2-0c4d-7e01-8a2b-3c4d91b2c3d4";
 
@@ -243,8 +293,13 @@ mod tests {
         assert!(names("5E6F7A8B", EARLY));
         assert!(names("0193a1f2", EARLY));
         assert!(!names("5e6f7a8b", SAME_MS));
-        // Longer than a short id, or not hex: only the full id's start counts.
-        assert!(!names("3c4d5e6f7a8b", EARLY));
+        // Longer than a short id: the id's end (a lengthened short id, as
+        // lists show one when two ids share their short id) or its start.
+        assert!(names("3c4d5e6f7a8b", EARLY));
+        assert!(names("b-3c4d5e6f7a8b", EARLY));
+        assert!(!names("3c4d5e6f7a8", EARLY));
+        assert!(!names("3c4d5e6f7a8b", SAME_MS));
+        // Not hex: only the full id's start counts.
         assert!(!names("7a8b-", EARLY));
         // Ids that are not UUIDs match by their start only.
         assert!(!names("0001", "feed-0001"));

@@ -161,6 +161,48 @@ impl SessionRecord {
     }
 }
 
+/// The part of a session's metadata that its message writes change: the
+/// count, the update time and the title. It is kept in the `messages` tree
+/// beside the messages (key `session_id 0x00`), so one batch into one tree
+/// writes a step's messages together with the metadata they change; the
+/// `sessions` record keeps what never changes after creation. A store
+/// written before heads existed has none: the `sessions` record's own
+/// fields are the head then.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct SessionHead {
+    /// Number of messages of the full history (highest stored index + 1).
+    pub message_count: u64,
+    /// When a message was last written.
+    pub updated: DateTime<Utc>,
+    /// The session's title.
+    pub title: String,
+    /// Index of the message the title was taken from.
+    #[serde(default)]
+    pub title_index: Option<u64>,
+}
+
+impl SessionRecord {
+    /// The head of this record's metadata.
+    pub(crate) fn head(&self) -> SessionHead {
+        SessionHead {
+            message_count: self.meta.message_count,
+            updated: self.meta.updated,
+            title: self.meta.title.clone(),
+            title_index: self.title_index,
+        }
+    }
+
+    /// This record with `head` in place of its own count, update time and
+    /// title.
+    pub(crate) fn with_head(mut self, head: SessionHead) -> Self {
+        self.meta.message_count = head.message_count;
+        self.meta.updated = head.updated;
+        self.meta.title = head.title;
+        self.title_index = head.title_index;
+        self
+    }
+}
+
 /// SPEC §9: the title of a session from its first user message: whitespace
 /// runs collapsed to one space, trimmed, cut to at most [`TITLE_MAX_CHARS`]
 /// characters on a character boundary.
@@ -447,6 +489,21 @@ mod tests {
         assert_eq!(rec.title_index, None);
         rec.apply_truncate(7, at(4));
         assert_eq!(rec.meta.message_count, 0);
+    }
+
+    #[test]
+    fn a_head_carries_the_changing_metadata_and_nothing_else() {
+        let mut rec = record();
+        rec.apply_message(0, &Message::user_text("first"), at(1));
+        rec.apply_message(1, &Message::assistant_text("a"), at(2));
+        let head = rec.head();
+        assert_eq!(
+            (head.message_count, head.updated, head.title.as_str()),
+            (2, at(2), "first")
+        );
+        let fresh = record().with_head(head);
+        assert_eq!(fresh, rec);
+        assert_eq!(fresh.meta.created, at(0));
     }
 
     #[test]

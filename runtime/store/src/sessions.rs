@@ -1,22 +1,23 @@
 //! Sessions and their messages: creation, metadata, listing, message writes
-//! that keep metadata in step (one transaction), resume loading and JSONL
-//! export.
+//! that keep metadata in step (one atomic batch into one tree), resume
+//! loading and JSONL export.
 //!
-//! Listing reads only the `sessions` tree, never a message; so does finding a
-//! session's child sessions (`SessionMeta::parent`). Nothing here touches
-//! runs, events or the cleanup policy.
+//! A session's metadata is two records: what never changes after creation in
+//! the `sessions` tree, and its head (count, update time, title) in the
+//! `messages` tree beside the messages, so that messages and the metadata
+//! they change are written by one batch. Listing reads the `sessions` tree
+//! and each session's head, never a message. Nothing here touches runs,
+//! events or the cleanup policy.
 
 use std::io::Write;
-
-use sled::Transactional;
-use sled::transaction::ConflictableTransactionError;
 
 use super::family;
 use super::history::HistoryBuilder;
 use super::layout::{self, check_id};
 use super::records::ForkBase;
 use super::records::{
-    CompactionMarker, LoadedHistory, NewSession, SessionMeta, SessionRecord, SkippedRecord,
+    CompactionMarker, LoadedHistory, NewSession, SessionHead, SessionMeta, SessionRecord,
+    SkippedRecord,
 };
 use super::{Store, StoreError, decode_listed, decode_one, session_what};
 use troupe_protocol::model::Message;
@@ -129,15 +130,15 @@ impl Store {
             if let Some(record) =
                 decode_listed::<SessionRecord>(layout::SESSIONS_TREE, &key, &value)
             {
-                sessions.push(record.meta);
+                sessions.push(self.with_stored_head(record)?.meta);
             }
         }
         Ok(sessions)
     }
 
     /// Inserts or overwrites message `index` (0-based position in the full
-    /// history) and, in the same transaction, updates the session's message
-    /// count (highest index + 1), update time and title, so metadata never
+    /// history) and updates the session's message count (highest index + 1),
+    /// update time and title in the same atomic batch, so metadata never
     /// disagrees with messages. Durable after [`Store::flush`].
     pub fn put_message(
         &self,
@@ -145,59 +146,96 @@ impl Store {
         index: u64,
         message: &Message,
     ) -> Result<(), StoreError> {
-        check_id("session", session)?;
-        let value = layout::encode(message)?;
-        let key = layout::numbered_key(session, index);
-        let now = self.now();
-        (&self.inner.sessions, &self.inner.messages)
-            .transaction(|(sessions, messages)| {
-                let Some(raw) = sessions.get(session.as_bytes())? else {
-                    return Err(ConflictableTransactionError::Abort(StoreError::NotFound {
-                        what: session_what(session),
-                    }));
-                };
-                let mut record: SessionRecord = decode_one(session_what(session), &raw)
-                    .map_err(ConflictableTransactionError::Abort)?;
-                record.apply_message(index, message, now);
-                let meta = layout::encode(&record).map_err(ConflictableTransactionError::Abort)?;
-                sessions.insert(session.as_bytes(), meta)?;
-                messages.insert(key.as_slice(), value.as_slice())?;
-                Ok(())
-            })
-            .map_err(self.tx_err("write a message"))
+        self.put_messages(session, [(index, message)])
+    }
+
+    /// [`Store::put_message`] of several messages as one atomic batch into
+    /// one tree: after a crash, all of them and the metadata they change are
+    /// there, or none. Writing nothing is a no-op (the session must exist).
+    pub fn put_messages<'m>(
+        &self,
+        session: &str,
+        messages: impl IntoIterator<Item = (u64, &'m Message)>,
+    ) -> Result<(), StoreError> {
+        self.rewrite_messages(session, messages, None, "write messages")
+            .map(|_| ())
     }
 
     /// Removes every message from index `len` on (a repair dropping a trailing
-    /// message) and lowers the message count to `len`, in one transaction.
+    /// message) and lowers the message count to `len`, in one atomic batch.
     /// Returns how many message records were removed.
     pub fn truncate_history(&self, session: &str, len: u64) -> Result<u64, StoreError> {
+        self.rewrite_messages(session, [], Some(len), "truncate a history")
+    }
+
+    /// Writes `messages` at indexes `from`, `from + 1`, … and removes every
+    /// message after them, in one atomic batch: how a repaired history is
+    /// written back in one step. Returns how many records were removed.
+    pub fn replace_history(
+        &self,
+        session: &str,
+        from: u64,
+        messages: &[Message],
+    ) -> Result<u64, StoreError> {
+        let len = from.saturating_add(messages.len() as u64);
+        let numbered = (from..).zip(messages);
+        self.rewrite_messages(session, numbered, Some(len), "rewrite a history")
+    }
+
+    /// The one write path of messages: inserts `messages`, then (with
+    /// `truncate_at`) removes every message from that index on, and stores
+    /// the session's new head beside them, all in one `apply_batch` into the
+    /// `messages` tree. Multi-tree transactions are never used: sled 0.34 can
+    /// hang in them under sustained writes, and one batch into one tree is
+    /// just as atomic. A session has one writer at a time (its agent, through
+    /// the store's writer thread), so reading the head first is safe.
+    fn rewrite_messages<'m>(
+        &self,
+        session: &str,
+        messages: impl IntoIterator<Item = (u64, &'m Message)>,
+        truncate_at: Option<u64>,
+        op: &'static str,
+    ) -> Result<u64, StoreError> {
         check_id("session", session)?;
-        let start = layout::numbered_key(session, len);
-        let end = layout::owner_end(session);
-        let mut keys = Vec::new();
-        for key in self.inner.messages.range(start..end).keys() {
-            keys.push(key.map_err(self.sled_err("read messages"))?);
-        }
+        let Some(mut record) = self.session_record(session)? else {
+            return Err(StoreError::NotFound {
+                what: session_what(session),
+            });
+        };
         let now = self.now();
-        (&self.inner.sessions, &self.inner.messages)
-            .transaction(|(sessions, messages)| {
-                let Some(raw) = sessions.get(session.as_bytes())? else {
-                    return Err(ConflictableTransactionError::Abort(StoreError::NotFound {
-                        what: session_what(session),
-                    }));
-                };
-                let mut record: SessionRecord = decode_one(session_what(session), &raw)
-                    .map_err(ConflictableTransactionError::Abort)?;
-                record.apply_truncate(len, now);
-                let meta = layout::encode(&record).map_err(ConflictableTransactionError::Abort)?;
-                sessions.insert(session.as_bytes(), meta)?;
-                for key in &keys {
-                    messages.remove(key)?;
-                }
-                Ok(())
-            })
-            .map_err(self.tx_err("truncate a history"))?;
-        Ok(keys.len() as u64)
+        let mut batch = sled::Batch::default();
+        let mut changed = false;
+        for (index, message) in messages {
+            batch.insert(
+                layout::numbered_key(session, index),
+                layout::encode(message)?,
+            );
+            record.apply_message(index, message, now);
+            changed = true;
+        }
+        let mut removed = 0u64;
+        if let Some(len) = truncate_at {
+            let start = layout::numbered_key(session, len);
+            let end = layout::owner_end(session);
+            for key in self.inner.messages.range(start..end).keys() {
+                batch.remove(key.map_err(self.sled_err("read messages"))?);
+                removed += 1;
+            }
+            record.apply_truncate(len, now);
+            changed = true;
+        }
+        if !changed {
+            return Ok(0);
+        }
+        batch.insert(
+            layout::owner_prefix(session),
+            layout::encode(&record.head())?,
+        );
+        self.inner
+            .messages
+            .apply_batch(batch)
+            .map_err(self.sled_err(op))?;
+        Ok(removed)
     }
 
     /// The history to resume from (SPEC §9): the summary of the last readable
@@ -343,7 +381,27 @@ impl Store {
             .get(id.as_bytes())
             .map_err(self.sled_err("read a session"))?;
         raw.map(|raw| decode_one(session_what(id), &raw))
+            .transpose()?
+            .map(|record| self.with_stored_head(record))
             .transpose()
+    }
+
+    /// `record` with the head stored beside its messages, when there is one
+    /// (a store written before heads existed has none). A damaged head is
+    /// skipped with a warning: the record's own fields stand in for it.
+    fn with_stored_head(&self, record: SessionRecord) -> Result<SessionRecord, StoreError> {
+        let key = layout::owner_prefix(&record.meta.id);
+        let raw = self
+            .inner
+            .messages
+            .get(&key)
+            .map_err(self.sled_err("read a session"))?;
+        let head =
+            raw.and_then(|raw| decode_listed::<SessionHead>(layout::MESSAGES_TREE, &key, &raw));
+        Ok(match head {
+            Some(head) => record.with_head(head),
+            None => record,
+        })
     }
 
     /// Fails with [`StoreError::NotFound`] unless the session exists.

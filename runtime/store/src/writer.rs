@@ -16,11 +16,21 @@
 //! let go of the store. The completion runs on the writer thread and must be
 //! quick (send a message, fill a channel). The module owns the thread and its
 //! queue; it knows nothing of what the writes contain.
+//!
+//! A write that never returns (sled 0.34 can hang under sustained writes,
+//! see `docs/performance.md`) stops every later write. [`Store::watch_writer`]
+//! starts a watchdog thread that is told when each group starts and ends,
+//! and calls its `on_stall` once a group has run longer than the deadline:
+//! the owner (the daemon) decides what to do. The watchdog waits on those
+//! beats, never on a timer, while the writer is idle.
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::Ordering;
-use std::sync::mpsc::{Receiver, Sender, TryRecvError, channel};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender, TryRecvError, channel};
 use std::sync::{Arc, Weak};
+use std::time::{Duration, Instant};
+
+use chrono::{DateTime, Utc};
 
 use super::{Inner, Store, StoreError, error};
 
@@ -30,6 +40,9 @@ pub(crate) const MAX_GROUP: usize = 256;
 
 /// Name of the writer thread (seen in `/proc/PID/task/*/comm` and debuggers).
 pub(crate) const WRITER_THREAD_NAME: &str = "troupe-store";
+
+/// Name of the writer's watchdog thread.
+pub(crate) const WATCHDOG_THREAD_NAME: &str = "troupe-store-watch";
 
 /// A write handed to the writer.
 type Write = Box<dyn FnOnce(&Store) -> Result<(), StoreError> + Send>;
@@ -60,6 +73,31 @@ pub(super) fn start(inner: Weak<Inner>, jobs: Receiver<Job>) -> Result<(), std::
         .map(|_| ())
 }
 
+/// What the writer tells its watchdog.
+#[derive(Debug, Clone, Copy)]
+pub(super) enum Beat {
+    /// A group of `writes` writes started at `at`.
+    Started {
+        /// When.
+        at: Instant,
+        /// How many writes the group holds.
+        writes: usize,
+    },
+    /// The group that started last has been written and flushed.
+    Ended,
+}
+
+/// A write group that ran past the watchdog's deadline.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WriterStall {
+    /// When the group started.
+    pub started: DateTime<Utc>,
+    /// How long it had run when the watchdog gave up on it.
+    pub waited: Duration,
+    /// How many writes the group held.
+    pub writes: usize,
+}
+
 /// The writer's loop: wait for a write, take what else is queued, commit the
 /// group, answer.
 fn run(inner: &Weak<Inner>, jobs: &Receiver<Job>) {
@@ -72,13 +110,84 @@ fn run(inner: &Weak<Inner>, jobs: &Receiver<Job>) {
             }
             continue;
         };
+        let watchdog = inner.watchdog.get().cloned();
+        if let Some(watchdog) = &watchdog {
+            let _ = watchdog.send(Beat::Started {
+                at: Instant::now(),
+                writes: group.len(),
+            });
+        }
+        #[cfg(feature = "fault-injection")]
+        fault::block_while_asked();
         let answers = commit(&Store { inner }, group);
+        if let Some(watchdog) = &watchdog {
+            let _ = watchdog.send(Beat::Ended);
+        }
         // The store was dropped above: whoever is told "durable" may close it.
         for (done, outcome) in answers {
             done(outcome);
         }
     }
     tracing::debug!("store writer stopped");
+}
+
+/// The watchdog's loop: after each group's start, wait at most `deadline`
+/// for its end; call `on_stall` (once) for a group that ran longer, then
+/// stop. Ends with the store (its beats' sender goes with it).
+fn watch(beats: &Receiver<Beat>, deadline: Duration, on_stall: impl FnOnce(WriterStall)) {
+    let mut started = None;
+    loop {
+        let beat = match started {
+            None => beats.recv().map_err(|_| RecvTimeoutError::Disconnected),
+            Some((at, _)) => beats.recv_timeout(deadline.saturating_sub(Instant::elapsed(&at))),
+        };
+        match beat {
+            Ok(Beat::Started { at, writes }) => started = Some((at, writes)),
+            Ok(Beat::Ended) => started = None,
+            Err(RecvTimeoutError::Disconnected) => return,
+            Err(RecvTimeoutError::Timeout) => {
+                let Some((at, writes)) = started else {
+                    continue;
+                };
+                let waited = at.elapsed();
+                let started = Utc::now()
+                    - chrono::TimeDelta::from_std(waited).unwrap_or(chrono::TimeDelta::zero());
+                tracing::error!(
+                    writes,
+                    waited_ms = waited.as_millis() as u64,
+                    "a store write has not returned"
+                );
+                on_stall(WriterStall {
+                    started,
+                    waited,
+                    writes,
+                });
+                return;
+            }
+        }
+    }
+}
+
+/// A hook of test builds (feature `fault-injection`): while the file named
+/// by `TROUPE_FAULT_STORE_BLOCK` exists, each write group waits before it
+/// writes, as a hung sled write would. Never compiled into a release build.
+#[cfg(feature = "fault-injection")]
+mod fault {
+    use std::time::Duration;
+
+    /// The environment variable naming the file.
+    pub(super) const BLOCK_FILE_VAR: &str = "TROUPE_FAULT_STORE_BLOCK";
+
+    /// Waits while the file exists.
+    pub(super) fn block_while_asked() {
+        let Some(path) = std::env::var_os(BLOCK_FILE_VAR) else {
+            return;
+        };
+        let path = std::path::PathBuf::from(path);
+        while path.exists() {
+            std::thread::park_timeout(Duration::from_millis(100));
+        }
+    }
 }
 
 /// `first` and the writes queued behind it, at most `max` in all, in order.
@@ -211,6 +320,31 @@ impl Store {
                 });
             },
         );
+    }
+
+    /// Starts the writer's watchdog: `on_stall` is called once, on the
+    /// watchdog's own thread, when a group of writes has not returned within
+    /// `deadline` (the writer itself cannot be stopped: it is inside sled).
+    /// At most one watchdog per store; a second call is refused.
+    pub fn watch_writer<F>(&self, deadline: Duration, on_stall: F) -> Result<(), StoreError>
+    where
+        F: FnOnce(WriterStall) + Send + 'static,
+    {
+        let (beats, heard) = channel();
+        if self.inner.watchdog.set(beats).is_err() {
+            return Err(StoreError::Database {
+                detail: "the store writer already has a watchdog".into(),
+            });
+        }
+        std::thread::Builder::new()
+            .name(WATCHDOG_THREAD_NAME.into())
+            .spawn(move || watch(&heard, deadline, on_stall))
+            .map(|_| ())
+            .map_err(|source| StoreError::Io {
+                op: "start the store writer's watchdog".into(),
+                path: self.inner.dir.clone(),
+                source,
+            })
     }
 
     /// How many flushes the writer thread has made so far (each commits a
@@ -391,6 +525,50 @@ mod tests {
         }
         let store = reopen(dir.path());
         assert_eq!(store.load_history("s1").unwrap().messages.len(), 3);
+    }
+
+    #[test]
+    fn the_watchdog_reports_a_write_that_does_not_return_and_only_that() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        session(&store, "s1");
+        let (stalled, stalls) = mpsc::channel();
+        store
+            .watch_writer(Duration::from_millis(200), move |stall| {
+                stalled.send(stall).unwrap();
+            })
+            .unwrap();
+        assert!(
+            store.watch_writer(Duration::from_secs(1), |_| {}).is_err(),
+            "one watchdog per store"
+        );
+        // Quick writes: no stall.
+        for n in 0..20u64 {
+            let (tx, rx) = mpsc::channel();
+            store.commit(
+                move |store| store.put_message("s1", n, &Message::user_text("x")),
+                move |outcome| tx.send(outcome.is_ok()).unwrap(),
+            );
+            assert!(rx.recv_timeout(WAIT).unwrap());
+        }
+        assert!(stalls.try_recv().is_err());
+        // A write that hangs until released.
+        let (release, released) = mpsc::channel::<()>();
+        store.commit(
+            move |_| {
+                released.recv_timeout(WAIT).map_err(|_| closed())?;
+                Ok(())
+            },
+            |_| {},
+        );
+        let stall = stalls.recv_timeout(WAIT).unwrap();
+        assert_eq!(stall.writes, 1);
+        assert!(stall.waited >= Duration::from_millis(200));
+        assert!(stall.started <= chrono::Utc::now());
+        release.send(()).unwrap();
+        // Reported once: the watchdog has stopped.
+        drop(store);
+        assert!(stalls.recv_timeout(WAIT).is_err());
     }
 
     #[test]

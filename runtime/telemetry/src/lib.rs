@@ -26,6 +26,7 @@
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 #![warn(missing_docs)]
 
+pub mod brief;
 mod export;
 pub mod genai;
 mod local;
@@ -39,6 +40,7 @@ mod stats;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
 
+pub use brief::{BriefFormat, LogStyle};
 pub use local::{MemorySpanSink, SpanRecord, SpanSink, SpanStatus};
 pub use per_run::{MAX_WAITING_SPANS, RunExports};
 pub use pipeline::{Telemetry, TelemetryGuard, init, log_filter};

@@ -46,6 +46,7 @@ use tracing_subscriber::layer::SubscriberExt as _;
 use tracing_subscriber::registry::LookupSpan;
 
 use super::TRACE_TARGET;
+use super::brief::{BriefFormat, LogStyle};
 use super::export::{Closing, exporter};
 use super::local::{LocalSpanProcessor, SpanSink};
 use super::settings::{DEFAULT_LOG_FILTER, TelemetrySettings};
@@ -188,6 +189,7 @@ pub struct TelemetryBuilder {
     export_timeout: Duration,
     shutdown_timeout: Duration,
     log_writer: Option<BoxMakeWriter>,
+    log_style: LogStyle,
 }
 
 impl fmt::Debug for TelemetryBuilder {
@@ -252,6 +254,12 @@ impl TelemetryBuilder {
         self
     }
 
+    /// How log lines look (default: detailed).
+    pub fn log_style(mut self, style: LogStyle) -> Self {
+        self.log_style = style;
+        self
+    }
+
     /// Builds the subscriber and the provider without installing anything.
     pub fn build(self) -> Result<Telemetry, TelemetryError> {
         let Self {
@@ -264,6 +272,7 @@ impl TelemetryBuilder {
             export_timeout,
             shutdown_timeout,
             log_writer,
+            log_style,
         } = self;
 
         let (log_filter, filter_warning) = log_filter(&settings.log_filter);
@@ -321,11 +330,19 @@ impl TelemetryBuilder {
                 .with_filter(Targets::new().with_target(TRACE_TARGET, Level::TRACE))
         });
         let writer = log_writer.unwrap_or_else(|| BoxMakeWriter::new(io::stderr));
-        let log_layer = tracing_subscriber::fmt::layer()
-            .fmt_fields(DefaultFields::new())
-            .event_format(TraceIdFormat::new())
-            .with_writer(writer)
-            .with_filter(log_filter);
+        let log_layer = match log_style {
+            LogStyle::Detailed => tracing_subscriber::fmt::layer()
+                .fmt_fields(DefaultFields::new())
+                .event_format(TraceIdFormat::new())
+                .with_writer(writer)
+                .with_filter(log_filter)
+                .boxed(),
+            LogStyle::Brief => tracing_subscriber::fmt::layer()
+                .event_format(BriefFormat)
+                .with_writer(writer)
+                .with_filter(log_filter)
+                .boxed(),
+        };
         let subscriber = tracing_subscriber::registry()
             .with(log_layer)
             .with(otel_layer);
@@ -376,6 +393,7 @@ impl Telemetry {
             export_timeout: EXPORT_TIMEOUT,
             shutdown_timeout: SHUTDOWN_TIMEOUT,
             log_writer: None,
+            log_style: LogStyle::Detailed,
         }
     }
 

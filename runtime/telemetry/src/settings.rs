@@ -26,9 +26,9 @@ pub(super) const ENV_PROTOCOL: &str = "OTEL_EXPORTER_OTLP_PROTOCOL";
 /// `OTEL_SERVICE_NAME`: the `service.name` resource attribute.
 pub(super) const ENV_SERVICE_NAME: &str = "OTEL_SERVICE_NAME";
 /// `TROUPE_LOG`: log filter (env-filter syntax), checked before `RUST_LOG`.
-pub(super) const ENV_TROUPE_LOG: &str = "TROUPE_LOG";
+pub(crate) const ENV_TROUPE_LOG: &str = "TROUPE_LOG";
 /// `RUST_LOG`: log filter when `TROUPE_LOG` is unset.
-pub(super) const ENV_RUST_LOG: &str = "RUST_LOG";
+pub(crate) const ENV_RUST_LOG: &str = "RUST_LOG";
 
 /// OTLP transport.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

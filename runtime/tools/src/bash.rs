@@ -49,7 +49,7 @@ pub(crate) struct Args {
     /// Default 120, max 600
     #[schemars(range(min = 1))]
     timeout_secs: Option<u64>,
-    /// Start it as a background task and return its id at once
+    /// Start as a background task, returning its id at once
     #[serde(default)]
     run_in_background: bool,
 }
@@ -77,13 +77,11 @@ impl BuiltinTool for Bash {
     const CLASS: ToolClass = ToolClass::EXECUTE;
 
     fn description(&self) -> &str {
-        "Run a command with `bash -c` in the project root. stdin is empty and only a minimal \
-         environment is passed (no API keys). Output is stdout and stderr combined. On timeout \
-         (timeout_secs, default 120, max 600) the command and all its child processes are \
-         stopped; processes still running when it exits are stopped too, so start servers and \
-         watchers with run_in_background (then use task_output/task_kill). Output over 2000 \
-         lines or 50 KB keeps the end and saves the whole to a file for read_file. Non-zero exit \
-         is an error."
+        "Run `bash -c` in the project root, stdin empty, a minimal environment (no API keys); \
+         stdout and stderr together. Its processes are stopped on timeout and when it exits: \
+         start servers and watchers with run_in_background (then task_output/task_kill). \
+         Output over 2000 lines or 50 KB keeps the end and saves the whole to a file for \
+         read_file. Non-zero exit is an error."
     }
 
     fn target(&self, args: &Value) -> PermissionSubject {

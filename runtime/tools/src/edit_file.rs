@@ -32,13 +32,13 @@ pub(crate) struct EditFile;
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct Args {
-    /// File path, relative to the project root or absolute
+    /// Relative to the project root, or absolute
     path: String,
     /// Exact text to replace
     old_string: String,
-    /// Replacement text
+    /// The text to put instead
     new_string: String,
-    /// Replace every occurrence (default false)
+    /// Replace every occurrence
     #[serde(default)]
     replace_all: bool,
 }
@@ -56,10 +56,9 @@ impl BuiltinTool for EditFile {
     const CLASS: ToolClass = ToolClass::WRITE;
 
     fn description(&self) -> &str {
-        "Replace exact text in a file. old_string must match exactly, whitespace included (copy \
-         it from read_file output without the line-number prefix), and be unique unless \
-         replace_all is true; otherwise nothing changes and the error says why. Include enough \
-         surrounding lines to make it unique."
+        "Replace exact text in a file. old_string must match, whitespace included (copy it \
+         from read_file output without number and tab), and be unique unless replace_all: \
+         add surrounding lines to make it so. Otherwise nothing changes and the error says why."
     }
 
     fn target(&self, args: &Value) -> PermissionSubject {

@@ -32,7 +32,7 @@ pub(crate) struct Glob;
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct Args {
-    /// Glob, e.g. **/*.rs or src/*.ts
+    /// e.g. **/*.rs or src/*.{ts,tsx}
     pattern: String,
     /// Directory to search (default: project root)
     path: Option<String>,
@@ -51,9 +51,8 @@ impl BuiltinTool for Glob {
     const CLASS: ToolClass = ToolClass::READ;
 
     fn description(&self) -> &str {
-        "Find files by glob pattern relative to `path` (default: project root). `*` matches \
-         within one directory, `**` across directories, `{a,b}` alternatives. Skips .gitignored \
-         and hidden files. Returns paths newest first, at most 500."
+        "Find files by glob pattern (`*` within a directory, `**` across them), skipping \
+         .gitignored and hidden files. Paths newest first, at most 500."
     }
 
     fn target(&self, args: &Value) -> PermissionSubject {

@@ -63,13 +63,13 @@ pub(crate) enum OutputMode {
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Args {
-    /// Regex (Rust syntax)
+    /// Regex (Rust syntax; `(?i)` ignores case)
     pattern: String,
     /// File or directory (default: project root)
     path: Option<String>,
-    /// Only files matching this glob, e.g. *.rs
+    /// Only files matching it, e.g. *.rs
     glob: Option<String>,
-    /// What to return (default files_with_matches)
+    /// files_with_matches (default): paths; content: path:line:text; count: path:count
     #[serde(default)]
     output_mode: OutputMode,
 }
@@ -87,10 +87,8 @@ impl BuiltinTool for Grep {
     const CLASS: ToolClass = ToolClass::READ;
 
     fn description(&self) -> &str {
-        "Search file contents with a regex (Rust syntax; `(?i)` ignores case). Skips \
-         .gitignored, hidden and binary files. output_mode: files_with_matches (default, \
-         paths), content (path:line:text), count (path:count). At most 500 entries, sorted by \
-         path."
+        "Search file contents with a regex, skipping .gitignored, hidden and binary files. At \
+         most 500 entries, by path."
     }
 
     fn target(&self, args: &Value) -> PermissionSubject {

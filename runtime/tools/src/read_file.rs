@@ -1,4 +1,4 @@
-//! `read_file` (SPEC §4): numbered lines (`%6d\t`), paged by `offset`/`limit`,
+//! `read_file`: numbered lines (`N\t`, the number unpadded), paged by `offset`/`limit`,
 //! at most 2,000 lines and 50 KB per call, binary files refused, non-UTF-8 text
 //! decoded lossily and said so. Memory is bounded whatever the file: a line
 //! keeps at most [`MAX_LINE_BYTES`] (longer ones are cut with a marker naming
@@ -45,15 +45,15 @@ pub(crate) struct ReadFile;
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct Args {
-    /// File path, relative to the project root or absolute
+    /// Relative to the project root, or absolute
     path: String,
-    /// First line to return, 1-based (default 1)
+    /// First line, 1-based (default 1)
     #[schemars(range(min = 1))]
     offset: Option<u64>,
-    /// Lines to return (default and max 2000)
+    /// Default and max 2000
     #[schemars(range(min = 1))]
     limit: Option<u64>,
-    /// Byte of line `offset` to start at, to continue a cut line (default 0)
+    /// Byte of line `offset` to start at (goes on with a cut line)
     byte_offset: Option<u64>,
 }
 
@@ -70,11 +70,9 @@ impl BuiltinTool for ReadFile {
     const CLASS: ToolClass = ToolClass::READ;
 
     fn description(&self) -> &str {
-        "Read a text file as numbered lines (number, tab, text). Returns at most 2000 lines and \
-         50 KB from `offset`, the total line count, and the offset to continue from. Lines over \
-         16 KB are cut with a marker naming the byte_offset to continue from. Refuses binary \
-         files and directories (use glob). Also reads the full-output files named in truncated \
-         results."
+        "Read a text file as numbered lines (number, tab, text), at most 2000 lines and 50 KB \
+         from `offset`; the end says where to go on. A line over 16 KB is cut where a marker \
+         gives the byte_offset to go on. Not for binary files or directories."
     }
 
     fn target(&self, args: &Value) -> PermissionSubject {
@@ -388,7 +386,7 @@ pub(crate) fn render_page<R: BufRead>(
                 String::from_utf8_lossy(content)
             }
         };
-        let mut rendered = format!("{line_no:>6}\t");
+        let mut rendered = format!("{line_no}\t");
         if first && skip > 0 {
             rendered.push_str(&format!("[…from byte {skip}] "));
         }
@@ -539,16 +537,16 @@ mod tests {
     #[test]
     fn numbers_lines_and_reports_end() {
         let out = page(b"a\nb\n", 1, None).unwrap();
-        assert_eq!(out, "     1\ta\n     2\tb\n(end of file; 2 lines)");
+        assert_eq!(out, "1\ta\n2\tb\n(end of file; 2 lines)");
         let out = page(b"a\nb", 2, None).unwrap();
-        assert_eq!(out, "     2\tb\n(lines 2-2 of 2; end of file)");
+        assert_eq!(out, "2\tb\n(lines 2-2 of 2; end of file)");
     }
 
     #[test]
     fn pages_by_limit_and_says_where_to_continue() {
         let text: String = (1..=10).map(|i| format!("l{i}\n")).collect();
         let out = page(text.as_bytes(), 3, Some(4)).unwrap();
-        assert!(out.starts_with("     3\tl3\n"), "{out}");
+        assert!(out.starts_with("3\tl3\n"), "{out}");
         assert!(
             out.ends_with("(lines 3-6 of 10; 4 more: call read_file with offset=7)"),
             "{out}"
@@ -559,7 +557,7 @@ mod tests {
     fn default_page_is_2000_lines() {
         let text: String = (1..=2500).map(|i| format!("{i}\n")).collect();
         let out = page(text.as_bytes(), 1, Some(5000)).unwrap();
-        assert!(out.contains("  2000\t2000\n"));
+        assert!(out.contains("2000\t2000\n"));
         assert!(!out.contains("\t2001\n"));
         assert!(out.contains("(lines 1-2000 of 2500; 500 more: call read_file with offset=2001)"));
         assert!(out.contains("limit is at most 2000"));
@@ -571,9 +569,10 @@ mod tests {
         let text: String = (0..100).map(|_| format!("{line}\n")).collect();
         let out = page(text.as_bytes(), 1, None).unwrap();
         assert!(out.len() <= MAX_READ_BYTES + 200);
-        // 1008 bytes per numbered line: 50 fit in 51,200 bytes.
+        // 1003 bytes per numbered line up to line 9, 1004 after: 51 fit in
+        // 51,200 bytes.
         assert!(
-            out.contains("(lines 1-50 of 100; 50 more: call read_file with offset=51)"),
+            out.contains("(lines 1-51 of 100; 49 more: call read_file with offset=52)"),
             "{out}"
         );
     }
@@ -591,13 +590,13 @@ mod tests {
             )),
             "{out}"
         );
-        assert!(out.contains("     2\tnext\n"), "{out}");
+        assert!(out.contains("2\tnext\n"), "{out}");
         assert!(out.contains("(end of file; 2 lines)"), "{out}");
         assert!(out.contains("1 line longer than 16384 bytes cut"), "{out}");
         assert!(out.len() <= MAX_LINE_BYTES + 500);
         // Continuing from the marker's byte shows the next part.
         let out = page_at(text.as_bytes(), 1, cut_at, Some(1), MAX_SCAN_BYTES).unwrap();
-        assert!(out.starts_with("     1\t[…from byte 16384] éé"), "{out}");
+        assert!(out.starts_with("1\t[…from byte 16384] éé"), "{out}");
         assert!(out.contains("cut at byte 32768 of 80000"), "{out}");
         // The last part ends the line without a marker.
         let out = page_at(text.as_bytes(), 1, 65_536, Some(1), MAX_SCAN_BYTES).unwrap();
@@ -656,8 +655,8 @@ mod tests {
     #[test]
     fn lossy_and_crlf_are_reported() {
         let out = page(b"ok\r\nbad \xff\xfe\r\n", 1, None).unwrap();
-        assert!(out.contains("     1\tok\n"));
-        assert!(out.contains("     2\tbad \u{FFFD}\u{FFFD}\n"));
+        assert!(out.contains("1\tok\n"));
+        assert!(out.contains("2\tbad \u{FFFD}\u{FFFD}\n"));
         assert!(out.contains("not valid UTF-8"));
         assert!(out.contains("CRLF"));
     }

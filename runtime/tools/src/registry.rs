@@ -2,13 +2,21 @@
 //! order, lookup by name, the subsets offered per role and mode, and argument
 //! validation against each tool's JSON Schema before execution.
 //!
-//! Schemas are compiled once, at registration. Validation errors are written for
+//! A schema is compiled once: by the tool itself when it keeps its compiled
+//! schema (`Tool::compiled_schema`: an MCP tool, made once per server
+//! listing, joins every agent's registry with it), at registration, or, for
+//! a tool whose schema
+//! is derived from its argument type and checked by the unit tests (the
+//! built-in tools, `remember`, `load_skill`, `agent`), at its first call, so
+//! a run that calls few tools compiles few schemas and none before its first
+//! request (the first compilation sets up the JSON Schema meta-schema, about
+//! 1.5 ms). Clones share what was compiled. Validation errors are written for
 //! the model (which field, what was expected, the required fields), never
 //! panics. The registry does not execute tools and makes no permission
 //! decisions; MCP tools are registered here like built-in ones.
 
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use serde_json::Value;
 
@@ -50,11 +58,16 @@ struct Entry {
     schema: ArgumentSchema,
 }
 
-/// A compiled object schema of a tool's arguments: validates raw arguments and
-/// words every failure for the model. Cheap to clone.
+/// The object schema of a tool's arguments, compiled once (at once, or at
+/// the first call): validates raw arguments and words every failure for the
+/// model. Cheap to clone; clones share the compiled validator.
 #[derive(Clone)]
 pub struct ArgumentSchema {
-    validator: Arc<jsonschema::Validator>,
+    /// The schema as given.
+    schema: Arc<Value>,
+    /// The validator, or why the schema does not compile; set by
+    /// [`ArgumentSchema::compile`] or at the first validation.
+    validator: Arc<OnceLock<Result<jsonschema::Validator, String>>>,
     /// `{path: string, offset?: integer}`: the expected shape, for messages.
     signature: Arc<str>,
 }
@@ -70,21 +83,39 @@ impl std::fmt::Debug for ArgumentSchema {
 impl ArgumentSchema {
     /// Compiles the schema of tool `name`; it must be an object schema.
     pub fn compile(name: &str, schema: &Value) -> Result<Self, RegistryError> {
+        let deferred = Self::deferred(name, schema)?;
+        if let Err(message) = deferred.validator() {
+            return Err(RegistryError::InvalidSchema {
+                name: name.to_string(),
+                message: message.to_string(),
+            });
+        }
+        Ok(deferred)
+    }
+
+    /// The schema of tool `name`, which must be an object schema, compiled
+    /// at its first validation: for schemas derived from a type and checked
+    /// by tests, never for a schema someone else wrote (an MCP server's).
+    pub fn deferred(name: &str, schema: &Value) -> Result<Self, RegistryError> {
         if schema.get("type").and_then(Value::as_str) != Some("object") {
             return Err(RegistryError::InvalidSchema {
                 name: name.to_string(),
                 message: "the schema must have \"type\": \"object\"".into(),
             });
         }
-        let validator =
-            jsonschema::validator_for(schema).map_err(|err| RegistryError::InvalidSchema {
-                name: name.to_string(),
-                message: err.to_string(),
-            })?;
         Ok(Self {
-            validator: Arc::new(validator),
+            schema: Arc::new(schema.clone()),
+            validator: Arc::new(OnceLock::new()),
             signature: signature_of(schema).into(),
         })
+    }
+
+    /// The compiled validator, compiling it the first time.
+    fn validator(&self) -> Result<&jsonschema::Validator, &str> {
+        self.validator
+            .get_or_init(|| jsonschema::validator_for(&self.schema).map_err(|err| err.to_string()))
+            .as_ref()
+            .map_err(String::as_str)
     }
 
     /// Parses and validates the raw arguments of a call to tool `name`. The
@@ -100,8 +131,11 @@ impl ArgumentSchema {
                 self.signature
             )
         })?;
-        let violations: Vec<String> = self
-            .validator
+        let validator = self.validator().map_err(|err| {
+            tracing::error!(tool = name, error = err, "a tool's schema does not compile");
+            format!("The schema of {name} does not compile ({err}); the call was not made.")
+        })?;
+        let violations: Vec<String> = validator
             .iter_errors(&value)
             .map(|err| {
                 let at = err.instance_path().to_string();
@@ -147,6 +181,21 @@ impl ToolRegistry {
 
     /// Adds a tool at the end of the definition order, compiling its schema.
     pub fn register(&mut self, tool: Arc<dyn Tool>) -> Result<(), RegistryError> {
+        self.add(tool, ArgumentSchema::compile)
+    }
+
+    /// Adds a tool whose schema is derived from its argument type and
+    /// checked by the unit tests, compiling the schema at its first call
+    /// (see the module docs).
+    pub fn register_derived(&mut self, tool: Arc<dyn Tool>) -> Result<(), RegistryError> {
+        self.add(tool, ArgumentSchema::deferred)
+    }
+
+    fn add(
+        &mut self,
+        tool: Arc<dyn Tool>,
+        schema_of: fn(&str, &Value) -> Result<ArgumentSchema, RegistryError>,
+    ) -> Result<(), RegistryError> {
         let name = tool.name().to_string();
         if !valid_tool_name(&name) {
             return Err(RegistryError::InvalidName(name));
@@ -154,7 +203,10 @@ impl ToolRegistry {
         if self.index.contains_key(&name) {
             return Err(RegistryError::Duplicate(name));
         }
-        let schema = ArgumentSchema::compile(&name, tool.input_schema())?;
+        let schema = match tool.compiled_schema() {
+            Some(compiled) => compiled.clone(),
+            None => schema_of(&name, tool.input_schema())?,
+        };
         self.index.insert(name, self.entries.len());
         self.entries.push(Entry { tool, schema });
         Ok(())
@@ -432,6 +484,30 @@ mod tests {
         });
         assert!(matches!(
             r.register(broken),
+            Err(RegistryError::InvalidSchema { .. })
+        ));
+        // A derived schema is compiled at the first call: one that does not
+        // compile is registered, and its calls are refused with the reason.
+        let broken_derived = Arc::new(Fake {
+            name: "z",
+            schema: json!({"type": "object", "properties": {"a": {"type": 5}}}),
+            read_only: true,
+            system: false,
+        });
+        r.register_derived(broken_derived).unwrap();
+        let refused = r.validate("z", "{}").unwrap_err();
+        assert!(
+            refused.starts_with("The schema of z does not compile"),
+            "{refused}"
+        );
+        let not_object = Arc::new(Fake {
+            name: "w",
+            schema: json!({"type": "string"}),
+            read_only: true,
+            system: false,
+        });
+        assert!(matches!(
+            r.register_derived(not_object),
             Err(RegistryError::InvalidSchema { .. })
         ));
         assert!(valid_tool_name(&"a".repeat(64)));

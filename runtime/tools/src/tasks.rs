@@ -69,8 +69,8 @@ impl BuiltinTool for TaskOutput {
     const CLASS: ToolClass = ToolClass::READ.system();
 
     fn description(&self) -> &str {
-        "Status (running, exited N, killed) and output so far of a background task. Long output \
-         keeps the end; the full log is in a file for read_file."
+        "Status (running, exited N, killed) and output so far of a background task; long \
+         output keeps the end, the whole in a file for read_file."
     }
 
     fn run<'a>(&'a self, args: Self::Args, ctx: &'a ToolContext) -> BoxFuture<'a, ToolOutput> {
@@ -148,7 +148,7 @@ impl BuiltinTool for TaskKill {
     const CLASS: ToolClass = ToolClass::EXECUTE.system();
 
     fn description(&self) -> &str {
-        "Stop a background task and every process it started (SIGTERM, then SIGKILL after 2 s)."
+        "Stop a background task and every process it started."
     }
 
     fn target(&self, _args: &Value) -> PermissionSubject {

@@ -23,9 +23,9 @@ pub(crate) struct WriteFile;
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct Args {
-    /// File path, relative to the project root or absolute
+    /// Relative to the project root, or absolute
     path: String,
-    /// The complete new content
+    /// The whole new content
     content: String,
 }
 
@@ -42,9 +42,8 @@ impl BuiltinTool for WriteFile {
     const CLASS: ToolClass = ToolClass::WRITE;
 
     fn description(&self) -> &str {
-        "Create a file or replace its whole content; parent directories are created. Prefer \
-         edit_file to change part of an existing file. Only paths inside the project (or other \
-         allowed directories) can be written."
+        "Create a file or replace all of it, creating parent directories. To change part of \
+         a file use edit_file."
     }
 
     fn target(&self, args: &Value) -> PermissionSubject {

@@ -114,6 +114,15 @@ impl AgentLoop {
             return;
         }
         self.interrupt_pending = false;
+        if self.interrupted && matches!(self.phase, Phase::Saving(AfterSave::Announce(_))) {
+            // The turn's last results wait in a save the disk does not
+            // confirm: end as the interruption says. The closing save
+            // carries them and reports it if it is not confirmed either;
+            // their finish events are never sent.
+            self.phase = Phase::Saving(AfterSave::ModelCall);
+            self.interrupt_now(out);
+            return;
+        }
         let seconds = crate::SAVE_DEADLINE.as_secs();
         self.on_saved(
             Err(format!(
@@ -146,7 +155,12 @@ impl AgentLoop {
                 self.transcript.close(&outcome.final_text);
                 self.finish_with(outcome, out);
             }
-            Phase::Executing(execution) => {
+            Phase::Executing(mut execution) => {
+                // Hooks of calls that will not start are still told of.
+                for state in &mut execution.states {
+                    let reports = std::mem::take(&mut state.hook_reports);
+                    out.extend(reports.into_iter().map(Effect::Emit));
+                }
                 let mut approvals: Vec<String> = execution.approvals.keys().cloned().collect();
                 approvals.sort();
                 for approval_id in &approvals {
@@ -186,6 +200,12 @@ impl AgentLoop {
             }
             Phase::Saving(AfterSave::Finish(done)) => {
                 self.phase = Phase::Saving(AfterSave::Finish(done))
+            }
+            Phase::Saving(AfterSave::Announce(events)) => {
+                // The save that holds the calls' results was answered.
+                out.extend(events.into_iter().map(Effect::Emit));
+                self.transcript.close(&outcome.final_text);
+                self.finish_with(outcome, out);
             }
             Phase::Done => self.phase = Phase::Done,
             Phase::Summarising(summarising) => {

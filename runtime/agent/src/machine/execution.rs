@@ -90,22 +90,37 @@ impl Execution {
         self.states.iter().any(|state| state.running)
     }
 
+    /// True when call `index`, settling now, is the last one of the
+    /// execution: the last group, every other call of it settled and
+    /// durable, nothing running, no approval pending. Its result is then
+    /// saved with the turn's tool message, which follows at once.
+    fn settles_last(&self, index: usize) -> bool {
+        self.group + 1 == self.groups.len()
+            && self.approvals.is_empty()
+            && self.groups[self.group].indices().all(|other| {
+                let state = &self.states[other];
+                other == index || (state.result.is_some() && state.durable && !state.running)
+            })
+    }
+
     /// Finish events of the current group, in call order.
-    fn finish_events(&self, out: &mut Vec<Effect>) {
+    fn finish_events(&self) -> Vec<EventKind> {
+        let mut events = Vec::new();
         for index in self.groups[self.group].indices() {
             let call = &self.calls[index];
             if let Some(result) = &self.states[index].result {
                 let output = result.joined_text();
-                out.push(Effect::Emit(EventKind::ToolFinished {
+                events.push(EventKind::ToolFinished {
                     call_id: call.id.clone(),
                     name: call.name.clone(),
                     is_error: result.is_error,
                     output_preview: preview(&output),
                     output_lines: output.lines().count() as u64,
                     duration_ms: self.states[index].duration_ms,
-                }));
+                });
             }
         }
+        events
     }
 
     /// Every call's result, unfinished ones answered with `unfinished`.
@@ -138,6 +153,7 @@ impl AgentLoop {
                 durable: true,
                 hook_block: None,
                 hook_notes: Vec::new(),
+                hook_reports: Vec::new(),
                 held: None,
                 pre_hooked: false,
             })
@@ -151,6 +167,7 @@ impl AgentLoop {
             group_started: false,
             group_hooks: super::hooks::GroupHooks::NotRun,
             approvals: HashMap::new(),
+            durable_with_turn: false,
         });
         self.advance(out);
     }
@@ -178,7 +195,11 @@ impl AgentLoop {
             if !execution.group_settled() {
                 return;
             }
-            execution.finish_events(out);
+            let finished = execution.finish_events();
+            let last_group = execution.group + 1 == execution.groups.len();
+            if !(last_group && execution.durable_with_turn) {
+                out.extend(finished.iter().cloned().map(Effect::Emit));
+            }
             execution.group += 1;
             execution.group_started = false;
             execution.group_hooks = super::hooks::GroupHooks::NotRun;
@@ -189,9 +210,15 @@ impl AgentLoop {
             else {
                 return;
             };
+            let announce = execution.durable_with_turn;
             let results = execution.into_results(troupe_tools::CANCELLED_RESULT);
             self.transcript.push(Message::tool_results(results));
-            self.save_then(AfterSave::ModelCall, out);
+            let then = if announce {
+                AfterSave::Announce(finished)
+            } else {
+                AfterSave::ModelCall
+            };
+            self.save_then(then, out);
             return;
         }
     }
@@ -199,20 +226,22 @@ impl AgentLoop {
     /// Starts the current group: decides every call, emits the start events in
     /// order, then launches the allowed calls and asks for the others.
     fn start_group(&mut self, out: &mut Vec<Effect>) {
-        let (indices, calls, blocks): (Vec<usize>, Vec<ToolCall>, Vec<Option<String>>) = {
-            let Phase::Executing(execution) = &self.phase else {
+        let (indices, calls, blocks, mut hook_reports) = {
+            let Phase::Executing(execution) = &mut self.phase else {
                 return;
             };
             let group = execution.groups[execution.group];
             let mut indices = Vec::new();
             let mut calls = Vec::new();
             let mut blocks = Vec::new();
+            let mut hook_reports = Vec::new();
             for index in group.indices() {
                 indices.push(index);
                 calls.push(execution.calls[index].clone());
                 blocks.push(execution.states[index].hook_block.clone());
+                hook_reports.push(std::mem::take(&mut execution.states[index].hook_reports));
             }
-            (indices, calls, blocks)
+            (indices, calls, blocks, hook_reports)
         };
         let grant = self.account.take_tool_calls(calls.len() as u32, self.now);
         let refused_by_budget = grant.hit.as_ref().map(|hit| hit.notice());
@@ -233,7 +262,7 @@ impl AgentLoop {
         }
         let capture = self.capture;
         let mut spans = Vec::with_capacity(calls.len());
-        for (call, (_, decision)) in calls.iter().zip(&prepared) {
+        for (k, (call, (_, decision))) in calls.iter().zip(&prepared).enumerate() {
             let span = self.open_span(
                 None,
                 SpanKind::Tool {
@@ -255,6 +284,10 @@ impl AgentLoop {
                 args_preview: preview(&call.input),
                 target: tool_target(&call.name, &call.input),
             }));
+            // What the call's PreToolUse hooks did follows the call it
+            // concerns, as its result does.
+            let reports = std::mem::take(&mut hook_reports[k]);
+            out.extend(reports.into_iter().map(Effect::Emit));
         }
         let Phase::Executing(execution) = &mut self.phase else {
             return;
@@ -328,6 +361,7 @@ impl AgentLoop {
             tool: call.name.clone(),
             args: call.input.clone(),
             reason,
+            always_rule: Some(self.permissions.always_rule_for(&request)),
         }));
         out.push(Effect::AwaitApproval {
             approval_id: approval_id.clone(),
@@ -540,6 +574,7 @@ impl AgentLoop {
         out: &mut Vec<Effect>,
     ) {
         let capture = self.capture;
+        let executing = matches!(self.phase, Phase::Executing(_));
         let Some(execution) = self.execution_mut(epoch) else {
             return;
         };
@@ -548,17 +583,26 @@ impl AgentLoop {
         };
         state.running = false;
         let read = read_file_snapshot(&execution.calls[index], &result);
+        let last = executing && execution.settles_last(index);
         if execution.settle(index, result.clone(), error, capture, out) {
             let state = &mut execution.states[index];
             state.duration_ms = duration.as_millis() as u64;
-            // A finished call's work is durable at once, not only with its
-            // turn, and before its finish event is seen.
-            state.durable = false;
-            out.push(Effect::SavePending {
-                epoch,
-                index,
-                result,
-            });
+            if last {
+                // The turn's tool message, saved next, holds it: one write
+                // instead of two before the model hears of it, and its
+                // finish event waits for that write.
+                state.durable = true;
+                execution.durable_with_turn = true;
+            } else {
+                // A finished call's work is durable at once, not only with
+                // its turn, and before its finish event is seen.
+                state.durable = false;
+                out.push(Effect::SavePending {
+                    epoch,
+                    index,
+                    result,
+                });
+            }
         }
         if let Some((path, content)) = read {
             self.context.file_read(path, content);

@@ -330,8 +330,16 @@ impl AgentLoop {
         verdict: HookVerdict,
         out: &mut Vec<Effect>,
     ) {
-        for report in &verdict.reports {
-            out.push(Effect::Emit(report.event_kind()));
+        let reports = verdict.reports.iter().map(|report| report.event_kind());
+        match (&call, &mut self.phase) {
+            // Held until the call's `tool_started`, so that what a hook did
+            // to a call comes after the call in the run's events.
+            (HookCall::PreTool { epoch, index }, Phase::Executing(execution))
+                if execution.epoch == *epoch && *index < execution.states.len() =>
+            {
+                execution.states[*index].hook_reports.extend(reports);
+            }
+            _ => out.extend(reports.map(Effect::Emit)),
         }
         match call {
             HookCall::PreTool { epoch, index } => {

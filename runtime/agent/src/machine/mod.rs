@@ -408,6 +408,11 @@ pub struct AgentStatus {
 enum AfterSave {
     /// Call the model.
     ModelCall,
+    /// Report these finish events, then call the model: the last call of
+    /// the turn's results were made durable by this save (the turn's tool
+    /// message) rather than by a save of their own, so they are seen only
+    /// now.
+    Announce(Vec<EventKind>),
     /// Run the calls of the response just recorded.
     Execute(Vec<ToolCall>),
     /// End the loop.
@@ -469,6 +474,9 @@ struct CallState {
     hook_block: Option<String>,
     /// Notes of its PreToolUse hooks, appended to its result.
     hook_notes: Vec<String>,
+    /// The `hook` events of its PreToolUse hooks, held until its
+    /// `tool_started` is emitted so that a block follows the call it blocks.
+    hook_reports: Vec<EventKind>,
     /// Its result, while its PostToolUse hooks run.
     held: Option<hooks::HeldResult>,
     /// Its PreToolUse hooks have run (they run once per call, also when a
@@ -502,6 +510,10 @@ struct Execution {
     /// The current group's PreToolUse hooks.
     group_hooks: hooks::GroupHooks,
     approvals: HashMap<String, PendingApproval>,
+    /// The last call to settle was not saved on its own: the turn's tool
+    /// message, saved at once, holds its result, and the finish events
+    /// wait for that save.
+    durable_with_turn: bool,
 }
 
 /// The loop of one agent.
@@ -813,6 +825,10 @@ impl AgentLoop {
                 self.interrupt_now(out);
             }
             (Ok(()), AfterSave::ModelCall) => self.model_call(out),
+            (Ok(()), AfterSave::Announce(events)) => {
+                out.extend(events.into_iter().map(Effect::Emit));
+                self.model_call(out);
+            }
             (Ok(()), AfterSave::Compact) => self.compact_now(out),
             (Ok(()), AfterSave::TooLong(tokens)) => self.end_too_long(tokens, out),
             (Ok(()), AfterSave::Execute(calls)) => self.start_execution(calls, out),

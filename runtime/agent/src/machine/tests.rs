@@ -498,13 +498,12 @@ fn a_read_only_batch_then_a_side_effect_in_order() {
             "tool:2:bash"
         ])
     );
-    assert_eq!(
-        f.done(2, "listing"),
-        s(&["pending:2", "emit:tool_finished", "save"])
-    );
+    // The last call's result is saved with the turn's tool message: one
+    // write, and its finish event once that write is durable.
+    assert_eq!(f.done(2, "listing"), s(&["save"]));
     assert_eq!(
         f.step(Input::Saved(Ok(()))),
-        s(&["emit:iteration", "model:3"])
+        s(&["emit:tool_finished", "emit:iteration", "model:3"])
     );
     assert_eq!(
         f.last_results(),
@@ -931,6 +930,105 @@ fn an_interruption_during_a_save_waits_for_it() {
 }
 
 #[test]
+fn the_last_result_of_a_turn_is_saved_with_its_tool_message_and_announced_once_durable() {
+    // One call: its result goes to the store with the turn's tool message,
+    // in one write; the finish event is seen only once that write is
+    // durable, then the model is called.
+    let mut f = fixture(Options::default()).started();
+    f.respond(&[read("a")]);
+    f.step(Input::Saved(Ok(())));
+    assert_eq!(f.done(0, "A"), s(&["save"]));
+    assert_eq!(f.last_results(), vec![("A".to_string(), false)]);
+    assert_eq!(
+        f.step(Input::Saved(Ok(()))),
+        s(&["emit:tool_finished", "emit:iteration", "model:3"])
+    );
+
+    // A write that fails announces nothing: the run ends on the store's
+    // error, and no finish event claims a result the store lacks.
+    let mut f = fixture(Options::default()).started();
+    f.respond(&[read("a")]);
+    f.step(Input::Saved(Ok(())));
+    assert_eq!(f.done(0, "A"), s(&["save"]));
+    assert_eq!(
+        f.step(Input::Saved(Err("disk full".into()))),
+        s(&["emit:error", "finished:error:store_error"])
+    );
+
+    // Cancelled while that write is under way: the agent waits for it, then
+    // announces the result it holds and ends.
+    let mut f = fixture(Options::default()).started();
+    f.respond(&[read("a")]);
+    f.step(Input::Saved(Ok(())));
+    assert_eq!(f.done(0, "A"), s(&["save"]));
+    assert_eq!(f.deadlines(Input::Interrupted).len(), 1);
+    assert_eq!(
+        f.step(Input::Saved(Ok(()))),
+        s(&["stop_below", "emit:tool_finished", "save"])
+    );
+    assert_eq!(
+        f.step(Input::Saved(Ok(()))),
+        s(&["finished:cancelled:cancelled"])
+    );
+    assert_closed(f.history());
+
+    // Cancelled while that write never answers: the agent ends as
+    // cancelled once the deadline passes; the closing save carries the
+    // result, and no finish event claims it.
+    let mut f = fixture(Options::default()).started();
+    f.respond(&[read("a")]);
+    f.step(Input::Saved(Ok(())));
+    assert_eq!(f.done(0, "A"), s(&["save"]));
+    let save = f.deadlines(Input::Interrupted)[0];
+    let effects = f.step(Input::SaveOverdue { save });
+    assert!(
+        !effects.iter().any(|e| e == "emit:tool_finished"),
+        "{effects:?}"
+    );
+    assert_eq!(
+        effects.last().map(String::as_str),
+        Some("save"),
+        "{effects:?}"
+    );
+    assert_eq!(
+        f.step(Input::Saved(Ok(()))),
+        s(&["finished:cancelled:cancelled"])
+    );
+
+    // Of two calls, the first to finish is saved on its own (the other may
+    // run long); the last one rides with the tool message.
+    let mut f = fixture(Options::default()).started();
+    f.respond(&[read("a"), read("b")]);
+    f.step(Input::Saved(Ok(())));
+    let epoch = f.epoch();
+    assert_eq!(
+        f.step(Input::CallFinished {
+            epoch,
+            index: 1,
+            output: ToolOutput::ok("B"),
+            duration: Duration::ZERO,
+            error: None
+        }),
+        s(&["pending:1"])
+    );
+    f.step(Input::PendingSaved {
+        epoch,
+        index: 1,
+        result: Ok(()),
+    });
+    assert_eq!(f.done(0, "A"), s(&["save"]));
+    assert_eq!(
+        f.step(Input::Saved(Ok(()))),
+        s(&[
+            "emit:tool_finished",
+            "emit:tool_finished",
+            "emit:iteration",
+            "model:3"
+        ])
+    );
+}
+
+#[test]
 fn an_interruption_does_not_wait_for_a_save_that_never_answers() {
     let mut f = fixture(Options::default()).started();
     f.respond(&[bash("rm -r build")]);
@@ -989,13 +1087,10 @@ fn tokens_spent_by_another_agent_stop_this_one_before_its_next_call() {
         },
         None,
     );
-    assert_eq!(
-        f.done(0, "A"),
-        s(&["pending:0", "emit:tool_finished", "save"])
-    );
+    assert_eq!(f.done(0, "A"), s(&["save"]));
     assert_eq!(
         f.step(Input::Saved(Ok(()))),
-        s(&["stop_tree", "emit:notice", "save"])
+        s(&["emit:tool_finished", "stop_tree", "emit:notice", "save"])
     );
     assert_eq!(
         f.step(Input::Saved(Ok(()))),
@@ -1402,7 +1497,10 @@ fn the_turn_limit_stops_before_the_next_call() {
     f.respond(&[read("a")]);
     f.step(Input::Saved(Ok(())));
     f.done(0, "x");
-    assert_eq!(f.step(Input::Saved(Ok(()))), s(&["emit:notice", "save"]));
+    assert_eq!(
+        f.step(Input::Saved(Ok(()))),
+        s(&["emit:tool_finished", "emit:notice", "save"])
+    );
     assert_eq!(
         f.step(Input::Saved(Ok(()))),
         s(&["finished:stopped:max_turns"])
@@ -1463,15 +1561,17 @@ fn text_written_during_a_run_is_saved_then_sent_with_the_next_model_call() {
         s(&["emit:tool_started", "tool:0:read_file"])
     );
     assert!(f.step(written("and c")).is_empty());
-    assert_eq!(
-        f.done(0, "A"),
-        s(&["pending:0", "emit:tool_finished", "save"])
-    );
+    assert_eq!(f.done(0, "A"), s(&["save"]));
     // The written text joins the history after the results, durably, before
     // the model is called.
     assert_eq!(
         f.step(Input::Saved(Ok(()))),
-        s(&["emit:user_message", "emit:user_message", "save"])
+        s(&[
+            "emit:tool_finished",
+            "emit:user_message",
+            "emit:user_message",
+            "save"
+        ])
     );
     let last = f.history().last().unwrap();
     assert_eq!(last.role, Role::User);
@@ -1548,11 +1648,16 @@ impl Fixture {
             self.step(Input::Saved(Ok(()))),
             s(&["emit:tool_started", "tool:0:read_file"])
         );
+        // The last call's result is saved with the turn's tool message,
+        // and its finish event waits for that save.
+        assert_eq!(self.done(0, &"r".repeat(size)), s(&["save"]));
+        let mut saved = self.step(Input::Saved(Ok(())));
         assert_eq!(
-            self.done(0, &"r".repeat(size)),
-            s(&["pending:0", "emit:tool_finished", "save"])
+            saved.first().map(String::as_str),
+            Some("emit:tool_finished")
         );
-        self.step(Input::Saved(Ok(())))
+        saved.remove(0);
+        saved
     }
 
     fn request_of(effects: &[Effect]) -> Option<&ChatRequest> {
@@ -2251,8 +2356,15 @@ impl Fixture {
         for index in 0..paths.len() {
             last = self.done(index, &format!("{index}{}", "r".repeat(size - 1)));
         }
-        assert_eq!(last.last().map(String::as_str), Some("save"), "{last:?}");
-        self.step(Input::Saved(Ok(())))
+        assert_eq!(last, s(&["save"]));
+        let mut saved = self.step(Input::Saved(Ok(())));
+        let finished = saved
+            .iter()
+            .take_while(|e| *e == "emit:tool_finished")
+            .count();
+        assert_eq!(finished, paths.len(), "{saved:?}");
+        saved.drain(..finished);
+        saved
     }
 
     /// Call ids of the results an offload effect among `effects` spills.
@@ -2661,9 +2773,10 @@ fn a_pre_tool_hook_blocks_only_the_calls_it_matches_and_the_model_reads_why() {
     });
     assert_eq!(
         effects,
+        // The hook's event follows the call it blocked.
         s(&[
-            "emit:hook",
             "emit:tool_started",
+            "emit:hook",
             "emit:tool_finished",
             "save"
         ])
@@ -2813,12 +2926,8 @@ fn a_post_tool_hook_note_is_appended_before_the_result_is_stored() {
             ..Default::default()
         },
     });
-    assert_eq!(effects, s(&["pending:0"]));
-    f.step(Input::PendingSaved {
-        epoch,
-        index: 0,
-        result: Ok(()),
-    });
+    assert_eq!(effects, s(&["save"]));
+    f.step(Input::Saved(Ok(())));
     assert_eq!(
         f.last_results(),
         vec![(

@@ -282,13 +282,17 @@ pub enum RunEffect {
         /// Why.
         stop_reason: String,
     },
-    /// The run is over: tell the runtime (with `outcome` and `session`) and
-    /// stop.
+    /// The session is free for its next run: hand it back to the runtime.
+    /// Comes before `run_finished` is emitted, so a client that acts on that
+    /// event finds the session free.
+    FreeSession {
+        /// The session handed back.
+        session: SessionBack,
+    },
+    /// The run is over: tell the runtime (with `outcome`) and stop.
     Finish {
         /// How the run ended, with the whole tree's usage.
         outcome: RunOutcome,
-        /// The session handed back.
-        session: SessionBack,
     },
 }
 
@@ -663,12 +667,13 @@ impl RunMachine {
                 outcome.stop_reason = "store_error".into();
             }
         }
+        out.push(RunEffect::FreeSession { session });
         out.push(RunEffect::Emit(EventKind::RunFinished {
             status: outcome.status,
             stop_reason: outcome.stop_reason.clone(),
             final_text: outcome.final_text.clone(),
             usage_total: outcome.usage,
         }));
-        out.push(RunEffect::Finish { outcome, session });
+        out.push(RunEffect::Finish { outcome });
     }
 }

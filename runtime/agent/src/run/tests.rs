@@ -35,7 +35,7 @@ fn at(hour: u32) -> DateTime<Utc> {
 /// `wall-clock:<secs>`, `spawn-main`, `stop:<cause>`, `cancel-tree`,
 /// `cancel:<path>`, `deliver:<path>:<id>`, `answer:<id>`,
 /// `refuse:<why>`, `write-end:<status>:<reason>`,
-/// `finish:<status>:<reason>:<session>`.
+/// `free-session:<session>`, `finish:<status>:<reason>`.
 fn show(effects: &[RunEffect]) -> Vec<String> {
     effects
         .iter()
@@ -74,16 +74,17 @@ fn show(effects: &[RunEffect]) -> Vec<String> {
                 status,
                 stop_reason,
             } => format!("write-end:{}:{stop_reason}", status.as_str()),
-            RunEffect::Finish { outcome, session } => format!(
-                "finish:{}:{}:{}",
-                outcome.status.as_str(),
-                outcome.stop_reason,
+            RunEffect::FreeSession { session } => format!(
+                "free-session:{}",
                 match session {
                     SessionBack::Unchanged => "unchanged",
                     SessionBack::LeftByMain => "left-by-main",
                     SessionBack::FromStore => "from-store",
                 }
             ),
+            RunEffect::Finish { outcome } => {
+                format!("finish:{}:{}", outcome.status.as_str(), outcome.stop_reason)
+            }
         })
         .collect()
 }
@@ -337,8 +338,9 @@ fn a_prompt_blocked_at_the_door_is_never_recorded_and_ends_the_run_stopped() {
     assert_eq!(
         show(&effects),
         s(&[
+            "free-session:unchanged",
             "emit:run_finished:stopped:hook_blocked",
-            "finish:stopped:hook_blocked:unchanged"
+            "finish:stopped:hook_blocked"
         ])
     );
     let (_, outcome) = finished(&effects);
@@ -367,8 +369,9 @@ fn a_run_whose_record_cannot_be_stored_ends_before_it_began() {
     assert_eq!(
         show(&f.end_recorded(Ok(()))),
         s(&[
+            "free-session:from-store",
             "emit:run_finished:error:store_error",
-            "finish:error:store_error:from-store"
+            "finish:error:store_error"
         ])
     );
 }
@@ -399,8 +402,9 @@ fn a_main_agent_failure_ends_the_run_with_an_error_and_the_tree_cancelled() {
     assert_eq!(
         show(&f.end_recorded(Ok(()))),
         s(&[
+            "free-session:from-store",
             "emit:run_finished:error:agent_failed",
-            "finish:error:agent_failed:from-store"
+            "finish:error:agent_failed"
         ])
     );
 }
@@ -576,8 +580,9 @@ fn cancel_during_a_child_reaches_it_by_path_and_the_run_ends_cancelled() {
     assert_eq!(
         show(&f.end_recorded(Ok(()))),
         s(&[
+            "free-session:left-by-main",
             "emit:run_finished:cancelled:cancelled",
-            "finish:cancelled:cancelled:left-by-main"
+            "finish:cancelled:cancelled"
         ])
     );
 }
@@ -598,8 +603,9 @@ fn a_finish_whose_end_cannot_be_recorded_is_downgraded_to_a_store_error() {
         show(&effects),
         s(&[
             "emit:error:store",
+            "free-session:left-by-main",
             "emit:run_finished:error:store_error",
-            "finish:error:store_error:left-by-main"
+            "finish:error:store_error"
         ])
     );
     assert_eq!(
@@ -634,10 +640,33 @@ fn a_run_that_did_not_finish_keeps_its_status_when_its_end_cannot_be_recorded() 
         show(&f.end_recorded(Err("disk full".into()))),
         s(&[
             "emit:error:store",
+            "free-session:left-by-main",
             "emit:run_finished:stopped:max_turns",
-            "finish:stopped:max_turns:left-by-main"
+            "finish:stopped:max_turns"
         ])
     );
+}
+
+/// A client that sees `run_finished` may at once start the session's next
+/// run: the session goes back to the runtime before the event is emitted
+/// (the runtime's mailbox then has it before any such request).
+#[test]
+fn the_session_is_handed_back_before_run_finished_is_announced() {
+    let mut f = Fixture::working();
+    f.step(RunInput::MainFinished(outcome(
+        RunStatus::Finished,
+        "end_turn",
+        "done",
+    )));
+    let effects = show(&f.end_recorded(Ok(())));
+    let position = |prefix: &str| {
+        effects
+            .iter()
+            .position(|effect| effect.starts_with(prefix))
+            .unwrap_or_else(|| panic!("no {prefix} in {effects:?}"))
+    };
+    assert!(position("free-session:") < position("emit:run_finished:"));
+    assert!(position("emit:run_finished:") < position("finish:"));
 }
 
 #[test]
@@ -650,7 +679,7 @@ fn a_run_ends_once() {
     )));
     assert!(f.machine.is_ended());
     assert!(f.step(RunInput::MainSpawned(Err("late".into()))).is_empty());
-    assert_eq!(f.end_recorded(Ok(())).len(), 2);
+    assert_eq!(f.end_recorded(Ok(())).len(), 3);
     assert!(
         f.end_recorded(Err("overdue".into())).is_empty(),
         "told once"

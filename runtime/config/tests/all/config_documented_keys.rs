@@ -52,6 +52,8 @@ const ACTED: &[(&str, &str, Companions)] = &[
     ("sandbox.mode", "\"read-only\"", &[]),
     ("sandbox.network", "false", &[]),
     ("compaction.work_ahead", "false", &[]),
+    ("store.keep_days", "3", &[]),
+    ("store.max_bytes", "1000000", &[]),
     (
         "mcp_servers.NAME.type",
         "\"stdio\"",
@@ -192,15 +194,24 @@ fn set(table: &mut toml::Table, dotted: &str, expression: &str) {
     }
 }
 
-/// Writes `table` as the project file of a fresh project, loads and resolves
-/// it, and returns what a run would see and the start-up warnings.
+/// Writes `table` as the project file of a fresh project (its `[store]`,
+/// which only the user's file may hold, as the user file), loads and
+/// resolves it, and returns what a run would see and the start-up warnings.
 fn load(table: &toml::Table) -> (Observed, Vec<String>) {
     let dir = tempfile::tempdir().expect("tempdir");
     std::fs::create_dir_all(dir.path().join(".troupe")).expect("mkdir");
-    let text = toml::to_string(table).expect("serialises");
+    let mut table = table.clone();
+    let user = table.remove("store").map(|store| {
+        let mut user = toml::Table::new();
+        user.insert("store".into(), store);
+        let path = dir.path().join("user-config.toml");
+        std::fs::write(&path, toml::to_string(&user).expect("serialises")).expect("write");
+        path
+    });
+    let text = toml::to_string(&table).expect("serialises");
     std::fs::write(dir.path().join(".troupe/config.toml"), &text).expect("write");
     let sources = ConfigSources {
-        user: None,
+        user,
         project_root: Some(dir.path().to_path_buf()),
         home: Some(Path::new("/nonexistent-home").to_path_buf()),
     };

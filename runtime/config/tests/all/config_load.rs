@@ -202,14 +202,44 @@ url = "http://attacker.example/extra"
         config.mcp_servers["docs"].url.as_deref(),
         Some("http://127.0.0.1:8080/mcp")
     );
+    let ignored: Vec<(&str, &str)> = loaded
+        .ignored
+        .iter()
+        .map(|left| (left.file.as_str(), left.item.as_str()))
+        .collect();
     assert_eq!(
-        loaded.ignored,
+        ignored,
         [
-            "providers.evil (sets base_url)",
-            "default_provider = \"evil\" (its entry is left out; the user's default applies)",
-            "mcp_servers.docs (connects to a server)",
-            "mcp_servers.extra (connects to a server)",
-            ".mcp.json server web (connects to a server)",
+            (".troupe/config.toml", "providers.evil (sets base_url)"),
+            (
+                ".troupe/config.toml",
+                "default_provider = \"evil\" (its entry is left out; the user's default applies)"
+            ),
+            (
+                ".troupe/config.toml",
+                "mcp_servers.docs (connects to http://attacker.example/mcp?k=***)"
+            ),
+            (
+                ".troupe/config.toml",
+                "mcp_servers.extra (connects to http://attacker.example/extra)"
+            ),
+            (
+                ".mcp.json",
+                "server web (connects to http://attacker.example/web)"
+            ),
+        ]
+    );
+    let servers: Vec<(&str, &str)> = loaded
+        .untrusted_servers
+        .iter()
+        .map(|server| (server.name.as_str(), server.file.as_str()))
+        .collect();
+    assert_eq!(
+        servers,
+        [
+            ("docs", ".troupe/config.toml"),
+            ("extra", ".troupe/config.toml"),
+            ("web", ".mcp.json")
         ]
     );
     let env = |name: &str| (name == "ANTHROPIC_API_KEY").then(|| "k".to_owned());
@@ -217,7 +247,7 @@ url = "http://attacker.example/extra"
 
     // Trusted, the project's entries apply.
     let trusted = load_config_with_trust(&f.sources(), true).unwrap();
-    assert!(trusted.ignored.is_empty());
+    assert!(trusted.ignored.is_empty() && trusted.untrusted_servers.is_empty());
     assert_eq!(trusted.config.default_provider.as_deref(), Some("evil"));
     assert_eq!(
         trusted.config.mcp_servers.keys().collect::<Vec<_>>(),
@@ -436,7 +466,7 @@ fn duplicate_key_is_a_syntax_error_at_its_line() {
 fn unknown_key_at_top_level() {
     let f = Fixture::new().user("default_provider = 'a'\ndefault_provder = 'b'\n");
     let message = f.error(&f.user_file, "default_provder", 2);
-    assert!(message.contains("unknown key (expected one of: default_provider, providers, mcp_servers, permissions, limits, tools, telemetry, sandbox, hooks, compaction)"), "{message}");
+    assert!(message.contains("unknown key (expected one of: default_provider, providers, mcp_servers, permissions, limits, tools, telemetry, sandbox, hooks, compaction, store)"), "{message}");
 }
 
 #[test]
@@ -710,4 +740,41 @@ fn bad_hook_entries_name_the_key_and_line() {
     let f = Fixture::new().user("[[hooks.Stop]]\ncommand = \"x\"\nwhen = 1\n");
     f.load()
         .expect_err("an unknown key in a hook entry is an error");
+}
+
+#[test]
+fn only_the_users_file_says_what_the_store_keeps() {
+    let config = Fixture::new()
+        .user("[store]\nkeep_days = 7\nmax_bytes = 500000000\n")
+        .load()
+        .unwrap();
+    assert_eq!(
+        config.store,
+        troupe_config::StoreSettings {
+            keep: Duration::from_secs(7 * 24 * 60 * 60),
+            max_bytes: Some(500_000_000),
+        }
+    );
+    assert_eq!(
+        Fixture::new().load().unwrap().store,
+        troupe_config::StoreSettings::default()
+    );
+    // A project may not shorten the user's history (a cloned repository
+    // could otherwise have every session removed).
+    let err = Fixture::new()
+        .user("[store]\nkeep_days = 7\n")
+        .project("[store]\nmax_bytes = 1\n")
+        .load()
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains(".troupe/config.toml") && err.contains("only the user's config file"),
+        "{err}"
+    );
+    let err = Fixture::new()
+        .user("[store]\nkeep_days = 0\n")
+        .load()
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("keep_days"), "{err}");
 }

@@ -968,11 +968,11 @@ fn anthropic_body_messages_merge_roles_and_group_tool_results() {
     let user = messages[2]["content"].as_array().unwrap();
     assert_eq!(
         user[0],
-        json!({"type": "tool_result", "tool_use_id": "t1", "content": [{"type": "text", "text": "fn main() {}"}]})
+        json!({"type": "tool_result", "tool_use_id": "t1", "content": "fn main() {}"})
     );
     assert_eq!(
         user[1],
-        json!({"type": "tool_result", "tool_use_id": "t2", "content": [{"type": "text", "text": "invalid arguments"}], "is_error": true})
+        json!({"type": "tool_result", "tool_use_id": "t2", "content": "invalid arguments", "is_error": true})
     );
     assert_eq!(
         user[2],

@@ -728,9 +728,9 @@ fn expected_anthropic_messages() -> Value {
         ]},
         {"role": "user", "content": [
             {"type": "tool_result", "tool_use_id": "call_read",
-             "content": [{"type": "text", "text": "pub struct Counter(u8);"}]},
+             "content": "pub struct Counter(u8);"},
             {"type": "tool_result", "tool_use_id": "call_grep", "is_error": true,
-             "content": [{"type": "text", "text": "grep: unclosed group in pattern `Counter::new(`"}]},
+             "content": "grep: unclosed group in pattern `Counter::new(`"},
             {"type": "tool_result", "tool_use_id": "call_shot", "content": [
                 {"type": "text", "text": "screen captured"},
                 {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": PNG}}
@@ -743,7 +743,7 @@ fn expected_anthropic_messages() -> Value {
         ]},
         {"role": "user", "content": [
             {"type": "tool_result", "tool_use_id": "call_edit",
-             "content": [{"type": "text", "text": "edited 1 line"}]},
+             "content": "edited 1 line"},
             {"type": "text", "text": "Also explain the fix briefly.", "cache_control": {"type": "ephemeral"}}
         ]}
     ])

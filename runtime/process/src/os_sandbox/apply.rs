@@ -547,9 +547,9 @@ pub(crate) fn landlock_abi() -> i32 {
 /// namespace and a network namespace), bind a directory read-only, pin one,
 /// and hide one behind an empty file system showing a directory inside it
 /// again (fresh ones in the temporary directory; `/` itself cannot be bound
-/// in a user namespace).
+/// in a user namespace). The child tries it and ends; it starts no
+/// program.
 pub(crate) fn namespaces_work(kind: NamespaceKind) -> bool {
-    use std::os::unix::process::CommandExt;
     let dir = std::env::temp_dir().join(format!("troupe-ns-probe-{}", std::process::id()));
     let shown = dir.join("hidden/shown");
     if std::fs::create_dir(&dir).is_err() || std::fs::create_dir_all(&shown).is_err() {
@@ -568,22 +568,9 @@ pub(crate) fn namespaces_work(kind: NamespaceKind) -> bool {
         ..Plan::default()
     };
     let mut prepared = Prepared::default();
-    let works = prepare_namespaces(&plan, kind, &mut prepared).is_ok() && {
-        let mut probe = std::process::Command::new("/bin/sh");
-        probe
-            .args(["-c", ":"])
-            .stdin(std::process::Stdio::null())
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null());
-        // SAFETY: `enter` only makes async-signal-safe system calls on memory
-        // prepared before the fork.
-        unsafe {
-            probe.pre_exec(move || enter(&prepared));
-        }
-        let status = probe.status();
-        tracing::debug!(?kind, ?status, "namespace probe");
-        status.is_ok_and(|status| status.success())
-    };
+    let works = prepare_namespaces(&plan, kind, &mut prepared).is_ok()
+        && crate::direct_spawn::succeeds_in_child(|| enter(&prepared).is_ok());
+    tracing::debug!(?kind, works, "namespace probe");
     let _ = std::fs::remove_dir_all(&dir);
     works
 }

@@ -104,6 +104,18 @@ impl KernelSupport {
     }
 }
 
+/// What confining one command takes (see
+/// [`CommandSandbox::prepare_confinement`]).
+#[derive(Debug)]
+pub(crate) struct Confinement {
+    /// The command's `TMPDIR`.
+    pub temp_dir: Option<PathBuf>,
+    /// Protected files to put back when it ends.
+    pub watched: WatchedFiles,
+    /// The steps the child applies to itself before `exec`.
+    pub prepared: apply::Prepared,
+}
+
 /// The OS confinement of one session's commands.
 #[derive(Debug, Clone)]
 pub struct CommandSandbox {
@@ -365,14 +377,33 @@ impl CommandSandbox {
         &self,
         command: &mut tokio::process::Command,
     ) -> Result<WatchedFiles, ApplyError> {
-        if self.plan.is_none() {
+        let Some(confinement) = self.prepare_confinement()? else {
             return Ok(WatchedFiles::default());
-        }
-        if let Some(dir) = &self.temp_dir {
-            if let Err(err) = std::fs::create_dir_all(dir) {
-                tracing::warn!(dir = %dir.display(), error = %err, "cannot create the session's temporary directory");
-            }
+        };
+        if let Some(dir) = &confinement.temp_dir {
             command.env("TMPDIR", dir);
+        }
+        let prepared = confinement.prepared;
+        // SAFETY: `enter` only makes async-signal-safe system calls on
+        // memory prepared before the fork (see `apply`).
+        unsafe {
+            command.pre_exec(move || apply::enter(&prepared));
+        }
+        Ok(confinement.watched)
+    }
+
+    /// What confining one command takes, prepared in this process: its
+    /// `TMPDIR` (created here), the protected files to watch, and the steps
+    /// the child applies to itself before `exec`. `None` for mode `off`.
+    /// See [`CommandSandbox::confine`].
+    pub(crate) fn prepare_confinement(&self) -> Result<Option<Confinement>, ApplyError> {
+        if self.plan.is_none() {
+            return Ok(None);
+        }
+        if let Some(dir) = &self.temp_dir
+            && let Err(err) = std::fs::create_dir_all(dir)
+        {
+            tracing::warn!(dir = %dir.display(), error = %err, "cannot create the session's temporary directory");
         }
         // A split plan follows the entries the roots hold now.
         let fresh = match self.carve() {
@@ -380,7 +411,7 @@ impl CommandSandbox {
             Carve::Mounts => None,
         };
         let Some(plan) = fresh.as_ref().or(self.plan.as_ref()) else {
-            return Ok(WatchedFiles::default());
+            return Ok(None);
         };
         let file_places: Vec<PathBuf> = self
             .inputs
@@ -407,12 +438,11 @@ impl CommandSandbox {
         }
         let landlock = self.support.landlock_abi > 0;
         let prepared = apply::prepare(plan, landlock, self.support.namespaces)?;
-        // SAFETY: `enter` only makes async-signal-safe system calls on
-        // memory prepared before the fork (see `apply`).
-        unsafe {
-            command.pre_exec(move || apply::enter(&prepared));
-        }
-        Ok(watched)
+        Ok(Some(Confinement {
+            temp_dir: self.temp_dir.clone(),
+            watched,
+            prepared,
+        }))
     }
 
     /// A few lines describing this sandbox, for `troupe sandbox status`.
@@ -521,7 +551,7 @@ fn list_dir(dir: &Path) -> Vec<PathBuf> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{drive, spawn_shell_confined};
+    use crate::{SpawnPath, drive, spawn_shell_confined};
     use tokio_util::sync::CancellationToken;
 
     /// A project with `.troupe/` and `.mcp.json`, a spill directory, and a
@@ -567,8 +597,26 @@ mod tests {
     }
 
     async fn run(sandbox: &CommandSandbox, cwd: &Path, command: &str) -> (i32, String) {
+        run_by(sandbox, cwd, command, SpawnPath::IntoCgroup).await
+    }
+
+    /// [`run`], starting the command by `path`.
+    async fn run_by(
+        sandbox: &CommandSandbox,
+        cwd: &Path,
+        command: &str,
+        path: SpawnPath,
+    ) -> (i32, String) {
         let env = vec![("PATH".to_owned(), "/usr/bin:/bin".to_owned())];
-        let mut shell = spawn_shell_confined(command, cwd, &env, sandbox).unwrap();
+        let mut shell = crate::spawn_shell_by(
+            command,
+            cwd,
+            &env,
+            crate::process_tree::containment(),
+            Some(sandbox),
+            path,
+        )
+        .unwrap();
         let mut out = Vec::new();
         let outcome = drive(&mut shell, None, &CancellationToken::new(), |b| {
             out.extend_from_slice(b)
@@ -594,17 +642,23 @@ mod tests {
             );
             return;
         }
-        for support in [
-            support,
-            KernelSupport {
-                namespaces: None,
-                ..support
-            },
+        // Both ways of starting a command (inside its cgroup, or forked
+        // and joining it) confine it the same.
+        for (support, path) in [
+            (support, SpawnPath::IntoCgroup),
+            (support, SpawnPath::Forked),
+            (
+                KernelSupport {
+                    namespaces: None,
+                    ..support
+                },
+                SpawnPath::IntoCgroup,
+            ),
         ] {
             let layout = layout();
             let sandbox = sandbox(&layout, workspace_write(), support);
             let outside = layout.outside.display().to_string();
-            let (code, out) = run(
+            let (code, out) = run_by(
                 &sandbox,
                 &layout.project,
                 &format!(
@@ -614,6 +668,7 @@ mod tests {
                      echo t > \"$TMPDIR/t\"; echo s > {spill}/s; echo done",
                     spill = layout.spill.display()
                 ),
+                path,
             )
             .await;
             assert_eq!(code, 0, "{out}");

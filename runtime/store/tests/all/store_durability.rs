@@ -16,6 +16,24 @@ use troupe_store::Store;
 /// Messages the writer child adds in each round before it is killed.
 const KILL_POINTS: [u64; 3] = [3, 17, 41];
 
+/// Starts the writer child of test `name` in role `role` on `dir`, reads its
+/// `ACK N` lines until N reaches `target`, kills it with SIGKILL and returns
+/// the last N it acknowledged.
+fn kill_once_acknowledged(name: &str, role: &str, dir: &std::path::Path, target: u64) -> u64 {
+    let mut child = child_command(name, role, dir).spawn().unwrap();
+    let lines = child_lines(&mut child);
+    let acknowledged = loop {
+        let line = wait_line(&lines, "ACK ");
+        let index: u64 = line["ACK ".len()..].parse().unwrap();
+        if index >= target {
+            break index;
+        }
+    };
+    child.kill().unwrap();
+    child.wait().unwrap();
+    acknowledged
+}
+
 mod store {
     use super::*;
 
@@ -85,19 +103,8 @@ mod store {
         let dir = tempfile::tempdir().unwrap();
         let mut acknowledged: Option<u64> = None;
         for kill_after in KILL_POINTS {
-            let mut child = child_command(NAME, ROLE, dir.path()).spawn().unwrap();
-            let lines = child_lines(&mut child);
             let target = acknowledged.map_or(0, |a| a + 1) + kill_after;
-            loop {
-                let line = wait_line(&lines, "ACK ");
-                let index: u64 = line["ACK ".len()..].parse().unwrap();
-                acknowledged = Some(index);
-                if index >= target {
-                    break;
-                }
-            }
-            child.kill().unwrap();
-            child.wait().unwrap();
+            acknowledged = Some(kill_once_acknowledged(NAME, ROLE, dir.path(), target));
 
             let store = Store::open(dir.path()).unwrap();
             let history = store.load_history("k").unwrap();
@@ -112,6 +119,63 @@ mod store {
             assert_eq!(history.messages, expected);
             // What the next round continues from is what was acknowledged (or
             // one message further, written before the kill landed).
+            acknowledged = Some(history.next_index - 1);
+        }
+    }
+
+    #[test]
+    fn sigkill_between_unflushed_batches_keeps_whole_batches_only() {
+        const NAME: &str =
+            "store_durability::store::sigkill_between_unflushed_batches_keeps_whole_batches_only";
+        const ROLE: &str = "write-batches-until-killed";
+        const BATCH: u64 = 5;
+        if is_child(ROLE) {
+            let store = Store::open(&child_dir()).unwrap();
+            if store.session("b").unwrap().is_none() {
+                store.create_session(&new_session("b", None)).unwrap();
+            }
+            let mut next = store.load_history("b").unwrap().next_index;
+            for round in 0u64.. {
+                let batch: Vec<_> = (next..next + BATCH).map(|i| (i, message(i))).collect();
+                store
+                    .put_messages("b", batch.iter().map(|(i, m)| (*i, m)))
+                    .unwrap();
+                next += BATCH;
+                // Most batches are left to sled's background flush: a kill
+                // lands between, or in the middle of, unflushed batches.
+                if round % 4 == 3 {
+                    store.flush().unwrap();
+                    report(&format!("ACK {}", next - 1));
+                }
+            }
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let mut acknowledged: Option<u64> = None;
+        for kill_after in KILL_POINTS {
+            let target = acknowledged.map_or(0, |a| a + 1) + kill_after * BATCH;
+            acknowledged = Some(kill_once_acknowledged(NAME, ROLE, dir.path(), target));
+
+            let store = Store::open(dir.path()).unwrap();
+            let history = store.load_history("b").unwrap();
+            let meta = store.session("b").unwrap().unwrap();
+            assert!(history.skipped.is_empty(), "{:?}", history.skipped);
+            assert_eq!(
+                history.next_index % BATCH,
+                0,
+                "a batch is there whole or not at all"
+            );
+            assert_eq!(
+                meta.message_count, history.next_index,
+                "the head was written with its messages"
+            );
+            let acked = acknowledged.unwrap();
+            assert!(
+                history.next_index > acked,
+                "{} <= {acked}",
+                history.next_index
+            );
+            let expected: Vec<_> = (0..history.next_index).map(message).collect();
+            assert_eq!(history.messages, expected);
             acknowledged = Some(history.next_index - 1);
         }
     }

@@ -127,7 +127,9 @@ mod store {
             }
             drop(handle);
 
-            let store = Store::open(dir.path()).unwrap();
+            // sled's flusher thread lets go of the lock a moment after the
+            // last handle is dropped.
+            let store = store_support::until_unlocked(|| Store::open(dir.path()));
             let history = store.load_history("s").unwrap();
             let meta = store.session("s").unwrap().unwrap();
             let loaded = history.messages.len() as u64;

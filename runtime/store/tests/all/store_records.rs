@@ -14,12 +14,13 @@ use serde_json::json;
 use store_support::{
     Fixture, all_keys, ended, event, message, new_child_session, new_session, run,
 };
+use troupe_protocol::events::EventKind;
 use troupe_protocol::events::RunStatus;
 use troupe_protocol::model::{ContentBlock, Message, Role, ToolOutputPart, ToolResult};
 use troupe_protocol::permission::{RuleEntry, RuleSource};
 use troupe_store::{
-    CompactionMarker, LedgerEntry, RunState, SESSION_MAX_AGE, Store, StoreError, TITLE_MAX_CHARS,
-    layout,
+    CompactionMarker, LedgerEntry, Retention, RunState, SESSION_MAX_AGE, SPACE_TARGET_PERCENT,
+    Store, StoreError, TITLE_MAX_CHARS, layout,
 };
 
 mod store {
@@ -336,12 +337,12 @@ mod store {
         }
 
         // Exactly the removed session's records are gone from the raw trees:
-        // meta, 4 messages, pending, marker, ledger, rules, memory, run, run
-        // index, 3 events, span.
+        // meta, head, 4 messages, pending, marker, ledger, rules, memory,
+        // run, run index, 3 events, span.
         let keys = f.with_raw(all_keys);
         assert_eq!(
             before - keys.len(),
-            1 + 4 + 1 + 1 + 1 + 1 + 1 + 1 + 1 + 3 + 1
+            1 + 1 + 4 + 1 + 1 + 1 + 1 + 1 + 1 + 1 + 3 + 1
         );
         for (tree, key) in &keys {
             let owned_by_s1 = key.as_slice() == b"s1" || key.starts_with(b"s1\0");
@@ -580,13 +581,7 @@ mod store {
             .remove_sessions_older_than(SESSION_MAX_AGE, now, &in_use)
             .unwrap();
         assert_eq!(removed, vec!["old"]);
-        let left: HashSet<String> = f
-            .store()
-            .list_sessions()
-            .unwrap()
-            .into_iter()
-            .map(|m| m.id)
-            .collect();
+        let left = listed_ids(f.store());
         let expected: HashSet<String> = ["old-in-use", "old-running", "old-child", "recent"]
             .map(String::from)
             .into();
@@ -918,4 +913,196 @@ fn a_fork_reads_its_shared_beginning_from_its_parent() {
         store.create_session(&fork("self", "self", 1)),
         Err(StoreError::InvalidId { .. })
     ));
+}
+
+#[test]
+fn a_store_written_before_heads_existed_reads_and_writes_on() {
+    let mut f = Fixture::new();
+    f.session("old");
+    for i in 0..3 {
+        f.store().put_message("old", i, &message(i)).unwrap();
+    }
+    f.store().flush().unwrap();
+    // The layout of before: the counts live in the `sessions` record and
+    // there is no head beside the messages.
+    let record = f.with_raw(|db| {
+        let messages = db.open_tree(layout::MESSAGES_TREE).unwrap();
+        let head = messages.remove(b"old\0").unwrap().unwrap();
+        let sessions = db.open_tree(layout::SESSIONS_TREE).unwrap();
+        let raw = sessions.get(b"old").unwrap().unwrap();
+        let mut record: serde_json::Value = serde_json::from_slice(&raw).unwrap();
+        let head: serde_json::Value = serde_json::from_slice(&head).unwrap();
+        for field in ["message_count", "updated", "title"] {
+            record["data"]["meta"][field] = head["data"][field].clone();
+        }
+        record["data"]["title_index"] = head["data"]["title_index"].clone();
+        sessions
+            .insert(b"old", serde_json::to_vec(&record).unwrap())
+            .unwrap();
+        record
+    });
+    assert_eq!(record["data"]["meta"]["message_count"], 3);
+    let meta = f.store().session("old").unwrap().unwrap();
+    assert_eq!(
+        (meta.message_count, meta.title.as_str()),
+        (3, "user message 0")
+    );
+    assert_eq!(f.store().list_sessions().unwrap()[0].message_count, 3);
+    assert_eq!(f.store().load_history("old").unwrap().messages.len(), 3);
+    // The next write continues from the old record's figures.
+    f.store().put_message("old", 3, &message(3)).unwrap();
+    let meta = f.store().session("old").unwrap().unwrap();
+    assert_eq!(
+        (meta.message_count, meta.title.as_str()),
+        (4, "user message 0")
+    );
+}
+
+#[test]
+fn a_repair_is_written_back_in_one_batch_with_its_head() {
+    let f = Fixture::new();
+    f.session("r");
+    for i in 0..6 {
+        f.store().put_message("r", i, &message(i)).unwrap();
+    }
+    let repaired = [message(10), message(11)];
+    assert_eq!(f.store().replace_history("r", 2, &repaired).unwrap(), 2);
+    let history = f.store().load_history("r").unwrap();
+    assert_eq!(
+        history.messages,
+        vec![message(0), message(1), message(10), message(11)]
+    );
+    assert_eq!(f.store().session("r").unwrap().unwrap().message_count, 4);
+    assert_eq!(f.store().truncate_history("r", 1).unwrap(), 3);
+    assert_eq!(f.store().session("r").unwrap().unwrap().message_count, 1);
+    assert!(matches!(
+        f.store().put_messages("missing", [(0, &message(0))]),
+        Err(StoreError::NotFound { .. })
+    ));
+}
+
+#[test]
+fn no_write_path_uses_a_transaction_over_trees() {
+    // sled 0.34 can hang inside multi-tree transactions under sustained
+    // writes (docs/performance.md); every write is one batch into one
+    // tree or one single-record operation.
+    let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    for entry in std::fs::read_dir(&src).unwrap() {
+        let path = entry.unwrap().path();
+        let text = std::fs::read_to_string(&path).unwrap();
+        for banned in [".transaction(", "Transactional", "sled::transaction"] {
+            assert!(!text.contains(banned), "{} uses {banned}", path.display());
+        }
+    }
+}
+
+#[test]
+fn an_ended_runs_deltas_are_compacted_once_and_replay_whole() {
+    let f = Fixture::new();
+    f.session("s");
+    f.store()
+        .put_run(&run("r", "s", f.clock.now(), RunState::Running))
+        .unwrap();
+    for seq in 1..=6 {
+        f.store().append_event(&event("r", "s", seq)).unwrap();
+    }
+    // A running run is left alone by the retention pass.
+    let later = f.clock.now() + TimeDelta::hours(1);
+    assert_eq!(f.store().compact_ended_runs(later).unwrap(), 0);
+    assert_eq!(f.store().events("r", 0).unwrap().len(), 6);
+    f.store()
+        .put_run(&run("r", "s", f.clock.now(), ended()))
+        .unwrap();
+    // Within the grace a reconnecting client replays exactly what it missed.
+    let ended_at = f.store().run("r").unwrap().unwrap().ended.unwrap();
+    assert_eq!(f.store().compact_ended_runs(ended_at).unwrap(), 0);
+    assert_eq!(f.store().events("r", 0).unwrap().len(), 6);
+    assert_eq!(f.store().compact_ended_runs(later).unwrap(), 1);
+    let events = f.store().events("r", 0).unwrap();
+    let seqs: Vec<u64> = events.iter().map(|e| e.seq).collect();
+    assert_eq!(seqs, vec![1, 6], "run_started, then one text event");
+    assert_eq!(
+        events[1].kind,
+        EventKind::TextDelta {
+            text: "piece 2piece 3piece 4piece 5piece 6".into()
+        }
+    );
+    // A reader resuming inside the streak gets the whole text, not less.
+    assert_eq!(f.store().events("r", 4).unwrap(), events[1..].to_vec());
+    // Marked: the next pass does not look at it again, and a later record
+    // of the run does not undo the mark.
+    f.store()
+        .put_run(&run("r", "s", f.clock.now(), ended()))
+        .unwrap();
+    assert_eq!(f.store().compact_ended_runs(later).unwrap(), 0);
+    assert_eq!(f.store().compact_run_events("r").unwrap(), 0);
+}
+
+#[test]
+fn retention_by_size_removes_the_oldest_families_that_are_not_busy() {
+    let f = Fixture::new();
+    let big = |id: &str| {
+        f.session(id);
+        for i in 0..20 {
+            f.store()
+                .put_message(id, i, &store_support::sized_message(i, 2_000))
+                .unwrap();
+        }
+        f.clock.advance(TimeDelta::minutes(1));
+    };
+    for id in ["oldest", "older-running", "old-in-use", "old", "new"] {
+        big(id);
+    }
+    f.store()
+        .put_run(&run(
+            "busy",
+            "older-running",
+            f.clock.now(),
+            RunState::Running,
+        ))
+        .unwrap();
+    let total = f.store().usage().unwrap().data_bytes();
+    let per_session = total / 5;
+    let in_use: HashSet<String> = ["old-in-use".to_owned()].into();
+    let now = f.clock.now();
+    // Under the bound: nothing goes.
+    let roomy = Retention {
+        max_bytes: Some(total),
+        ..Retention::default()
+    };
+    assert!(f.store().retain(&roomy, now, &in_use).unwrap().is_empty());
+    // Room for about three sessions: the two oldest that may go, go.
+    let tight = Retention {
+        max_bytes: Some(per_session * 3 + per_session / 2),
+        ..Retention::default()
+    };
+    let removed = f.store().retain(&tight, now, &in_use).unwrap();
+    assert_eq!(removed, vec!["oldest", "old"]);
+    let after = f.store().usage().unwrap().data_bytes();
+    assert!(
+        after <= (per_session * 3 + per_session / 2) / 100 * SPACE_TARGET_PERCENT + per_session,
+        "{after}"
+    );
+    // Busy sessions stay even when nothing else is left to remove.
+    let tiny = Retention {
+        max_bytes: Some(1),
+        ..Retention::default()
+    };
+    let removed = f.store().retain(&tiny, now, &in_use).unwrap();
+    assert_eq!(removed, vec!["new"]);
+    let left = listed_ids(f.store());
+    assert_eq!(
+        left,
+        ["older-running", "old-in-use"].map(String::from).into()
+    );
+}
+
+/// The ids of every listed session.
+fn listed_ids(store: &Store) -> HashSet<String> {
+    store
+        .list_sessions()
+        .unwrap()
+        .into_iter()
+        .map(|m| m.id)
+        .collect()
 }

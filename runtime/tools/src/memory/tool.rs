@@ -41,9 +41,8 @@ impl BuiltinTool for Remember {
     const CLASS: ToolClass = ToolClass::WRITE;
 
     fn description(&self) -> &str {
-        "Keep one durable fact about this project (a convention, a command, a decision) in its \
-         memory, which later sessions get in their system prompt. Use it when the user asks you \
-         to remember something. Never store secrets."
+        "Keep a durable fact about this project (a convention, command or decision) for later \
+         sessions, when the user asks you to remember something. Never secrets."
     }
 
     fn run<'a>(&'a self, args: Self::Args, ctx: &'a ToolContext) -> BoxFuture<'a, ToolOutput> {

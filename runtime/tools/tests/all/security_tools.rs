@@ -255,7 +255,7 @@ async fn huge_single_line_is_cut_safely() {
         .await,
     );
     assert!(
-        out.starts_with("     1\t[…from byte 16384] éé"),
+        out.starts_with("1\t[…from byte 16384] éé"),
         "{}",
         &out[..100]
     );
@@ -266,10 +266,7 @@ async fn non_utf8_file_and_output_are_decoded_lossily() {
     let h = with_secrets();
     h.write("latin1.txt", b"caf\xe9\nna\xefve\n");
     let out = ok_text(&h.call("read_file", json!({"path": "latin1.txt"})).await);
-    assert!(
-        out.contains("     1\tcaf\u{FFFD}\n     2\tna\u{FFFD}ve\n"),
-        "{out}"
-    );
+    assert!(out.contains("1\tcaf\u{FFFD}\n2\tna\u{FFFD}ve\n"), "{out}");
     assert!(
         out.contains("(the file is not valid UTF-8; invalid bytes are shown as \u{FFFD})"),
         "{out}"
@@ -727,7 +724,7 @@ async fn reads_outside_need_approval_of_that_call() {
     let mut approved = h.ctx("c2");
     approved.outside_read_approved = true;
     let out = ok_text(&h.call_with(&approved, "read_file", &raw).await);
-    assert_eq!(out, "     1\toutside notes\n(end of file; 1 line)");
+    assert_eq!(out, "1\toutside notes\n(end of file; 1 line)");
     // Approval never extends to writes.
     let write = json!({"path": outside_file.to_str().unwrap(), "content": "x"}).to_string();
     let err = err_text(&h.call_with(&approved, "write_file", &write).await);

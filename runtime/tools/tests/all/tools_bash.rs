@@ -156,7 +156,7 @@ async fn large_output_keeps_the_tail_and_spills() {
         )
         .await,
     );
-    assert!(page.starts_with("     1\t1\n     2\t2\n"), "{page}");
+    assert!(page.starts_with("1\t1\n2\t2\n"), "{page}");
 }
 
 #[tokio::test]

@@ -12,7 +12,7 @@ async fn read_file_numbers_lines_and_reports_totals() {
     let out = ok_text(&h.call("read_file", json!({"path": "src/main.rs"})).await);
     assert_eq!(
         out,
-        "     1\tfn main() {\n     2\t    println!(\"hi\");\n     3\t}\n(end of file; 3 lines)"
+        "1\tfn main() {\n2\t    println!(\"hi\");\n3\t}\n(end of file; 3 lines)"
     );
 }
 
@@ -22,14 +22,14 @@ async fn read_file_pages_with_offset_and_limit() {
     let body: String = (1..=3000).map(|i| format!("line {i}\n")).collect();
     h.write("big.txt", body);
     let first = ok_text(&h.call("read_file", json!({"path": "big.txt"})).await);
-    assert!(first.starts_with("     1\tline 1\n"));
-    assert!(first.contains("  2000\tline 2000\n"));
+    assert!(first.starts_with("1\tline 1\n"));
+    assert!(first.contains("2000\tline 2000\n"));
     assert!(first.ends_with("(lines 1-2000 of 3000; 1000 more: call read_file with offset=2001)"));
     let next = ok_text(
         &h.call("read_file", json!({"path": "big.txt", "offset": 2001}))
             .await,
     );
-    assert!(next.starts_with("  2001\tline 2001\n"));
+    assert!(next.starts_with("2001\tline 2001\n"));
     assert!(next.ends_with("(lines 2001-3000 of 3000; end of file)"));
     let window = ok_text(
         &h.call(
@@ -40,7 +40,7 @@ async fn read_file_pages_with_offset_and_limit() {
     );
     assert_eq!(
         window,
-        "    10\tline 10\n    11\tline 11\n(lines 10-11 of 3000; 2989 more: call read_file with offset=12)"
+        "10\tline 10\n11\tline 11\n(lines 10-11 of 3000; 2989 more: call read_file with offset=12)"
     );
 }
 
@@ -81,7 +81,7 @@ async fn read_file_reads_spill_files() {
         &h.call("read_file", json!({"path": path.to_str().unwrap()}))
             .await,
     );
-    assert!(out.starts_with("     1\tspilled\n"), "{out}");
+    assert!(out.starts_with("1\tspilled\n"), "{out}");
 }
 
 #[tokio::test]

@@ -1,0 +1,566 @@
+//! Starting a command straight into its cgroup: `clone3` with
+//! `CLONE_INTO_CGROUP` and `CLONE_PIDFD`, then `exec`.
+//!
+//! Moving a running process into a cgroup (writing to `cgroup.procs`, as a
+//! hook between fork and `exec` or the shell itself would) takes the
+//! kernel's cgroup threadgroup lock for writing, which waits for an RCU
+//! grace period whenever no other move happened just before: 7 to 22 ms on
+//! a quiet machine, paid by every command an agent runs one after another.
+//! A child created inside its cgroup is never moved, so it starts in about
+//! a millisecond whatever came before.
+//!
+//! Between `clone3` and `exec` the child runs on a copy of this process's
+//! memory with a single thread, as after `fork`: it only makes system calls
+//! on memory prepared here before the clone (the argument and environment
+//! arrays, the directory, the descriptors, the sandbox's [`Prepared`]
+//! steps). A step that fails sends its `errno` through a close-on-exec pipe
+//! and ends the child; end-of-file on that pipe means `exec` succeeded.
+//!
+//! The exit is awaited on the child's pidfd (readable once it exits), then
+//! reaped with `waitpid`. Kernels or seccomp filters without `clone3` are
+//! reported as [`LaunchError::Unsupported`], and callers start the command
+//! the usual way instead.
+
+use std::ffi::{CString, OsStr};
+use std::io;
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::process::ExitStatusExt;
+use std::path::Path;
+use std::process::ExitStatus;
+
+use tokio::io::unix::AsyncFd;
+
+use crate::os_sandbox::apply::{self, Prepared};
+
+/// `CLONE_INTO_CGROUP` (Linux 5.7), which `libc` declares in a type too
+/// narrow for it.
+const CLONE_INTO_CGROUP: u64 = 0x2_0000_0000;
+
+/// What one launch starts.
+pub(crate) struct Launch<'a> {
+    /// The program, as a path (no `PATH` lookup happens in the child).
+    pub program: &'a Path,
+    /// Its arguments, the program's name first.
+    pub args: &'a [&'a OsStr],
+    /// Its whole environment.
+    pub env: &'a [(String, String)],
+    /// Its working directory.
+    pub cwd: &'a Path,
+    /// Its stdin, stdout and stderr; `None` is `/dev/null`.
+    pub stdio: [Option<BorrowedFd<'a>>; 3],
+    /// The cgroup directory it starts in.
+    pub cgroup: BorrowedFd<'a>,
+    /// The sandbox steps it applies to itself before `exec`.
+    pub confinement: Option<&'a Prepared>,
+}
+
+/// Why a launch did not start the command.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum LaunchError {
+    /// This kernel (or a seccomp filter around this process) offers no
+    /// `clone3` with these flags: start the command another way.
+    #[error("clone3 into a cgroup is not available: {0}")]
+    Unsupported(io::Error),
+    /// The command could not be started.
+    #[error("{0}")]
+    Failed(io::Error),
+}
+
+/// The step of the child that failed, sent with its `errno`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+enum Step {
+    Stdio = 1,
+    Group = 2,
+    Directory = 3,
+    Sandbox = 4,
+    Exec = 5,
+}
+
+impl Step {
+    fn from_byte(byte: u8) -> Option<Self> {
+        [
+            Step::Stdio,
+            Step::Group,
+            Step::Directory,
+            Step::Sandbox,
+            Step::Exec,
+        ]
+        .into_iter()
+        .find(|step| *step as u8 == byte)
+    }
+
+    fn describe(self) -> &'static str {
+        match self {
+            Step::Stdio => "setting up its standard streams",
+            Step::Group => "making its process group",
+            Step::Directory => "entering its working directory",
+            Step::Sandbox => "entering the OS sandbox",
+            Step::Exec => "executing the program",
+        }
+    }
+}
+
+/// The error a child's report describes: the failed step and its `errno`.
+fn child_error(report: [u8; 5]) -> io::Error {
+    let errno = i32::from_ne_bytes([report[1], report[2], report[3], report[4]]);
+    let os = io::Error::from_raw_os_error(errno);
+    match Step::from_byte(report[0]) {
+        // The program's own error reads best alone ("No such file or
+        // directory"), as `std::process::Command` reports it.
+        Some(Step::Exec) | None => os,
+        Some(step) => io::Error::new(os.kind(), format!("{}: {os}", step.describe())),
+    }
+}
+
+/// Everything the child touches, built before the clone.
+struct ChildPlan<'a> {
+    program: CString,
+    /// Null-terminated array of pointers into `_args`.
+    argv: Vec<*const libc::c_char>,
+    /// Null-terminated array of pointers into `_env`.
+    envp: Vec<*const libc::c_char>,
+    cwd: CString,
+    /// Descriptors numbered 3 or above for fds 0, 1 and 2.
+    stdio: [OwnedFd; 3],
+    confinement: Option<&'a Prepared>,
+    _args: Vec<CString>,
+    _env: Vec<CString>,
+}
+
+fn c_string(bytes: &[u8]) -> io::Result<CString> {
+    CString::new(bytes).map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "a NUL byte"))
+}
+
+/// A duplicate of `fd` numbered 3 or above, close-on-exec, so that moving
+/// it onto 0, 1 or 2 in the child never overwrites another one still to
+/// be moved.
+fn above_stdio(fd: BorrowedFd<'_>) -> io::Result<OwnedFd> {
+    // SAFETY: fcntl on a valid descriptor; the result is a new descriptor
+    // owned below.
+    let dup = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_DUPFD_CLOEXEC, 3) };
+    if dup < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `dup` is a fresh descriptor nobody else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(dup) })
+}
+
+fn dev_null() -> io::Result<OwnedFd> {
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/null")?;
+    above_stdio(std::os::fd::AsFd::as_fd(&file))
+}
+
+impl<'a> ChildPlan<'a> {
+    fn new(launch: &Launch<'a>) -> io::Result<Self> {
+        let program = c_string(launch.program.as_os_str().as_bytes())?;
+        let args = launch
+            .args
+            .iter()
+            .map(|arg| c_string(arg.as_bytes()))
+            .collect::<io::Result<Vec<_>>>()?;
+        let env = launch
+            .env
+            .iter()
+            .map(|(name, value)| c_string(format!("{name}={value}").as_bytes()))
+            .collect::<io::Result<Vec<_>>>()?;
+        let argv = args
+            .iter()
+            .map(|arg| arg.as_ptr())
+            .chain(std::iter::once(std::ptr::null()))
+            .collect();
+        let envp = env
+            .iter()
+            .map(|pair| pair.as_ptr())
+            .chain(std::iter::once(std::ptr::null()))
+            .collect();
+        let cwd = c_string(launch.cwd.as_os_str().as_bytes())?;
+        let mut stdio = Vec::with_capacity(3);
+        for fd in launch.stdio {
+            stdio.push(match fd {
+                Some(fd) => above_stdio(fd)?,
+                None => dev_null()?,
+            });
+        }
+        let stdio: [OwnedFd; 3] = stdio
+            .try_into()
+            .map_err(|_| io::Error::other("three standard streams"))?;
+        Ok(Self {
+            program,
+            argv,
+            envp,
+            cwd,
+            stdio,
+            confinement: launch.confinement,
+            _args: args,
+            _env: env,
+        })
+    }
+}
+
+/// `clone3` with `flags` and `CLONE_INTO_CGROUP` into `cgroup`, the
+/// child's exit reported by SIGCHLD, no new stack (the child continues on a
+/// copy of this stack, as after `fork`). Returns 0 in the child.
+///
+/// # Safety
+/// The child may only make async-signal-safe system calls on memory
+/// prepared before the call, then `exec` or `_exit`.
+unsafe fn clone_into(cgroup: BorrowedFd<'_>, flags: u64, pidfd: *mut libc::c_int) -> libc::c_long {
+    // SAFETY: an all-zero clone_args is valid (no flags, no pointers).
+    let mut args: libc::clone_args = unsafe { std::mem::zeroed() };
+    args.flags = flags | CLONE_INTO_CGROUP;
+    args.pidfd = pidfd as u64;
+    args.exit_signal = libc::SIGCHLD as u64;
+    args.cgroup = cgroup.as_raw_fd() as u64;
+    // SAFETY: a valid argument block of its own size.
+    unsafe {
+        libc::syscall(
+            libc::SYS_clone3,
+            std::ptr::addr_of_mut!(args),
+            std::mem::size_of::<libc::clone_args>(),
+        )
+    }
+}
+
+/// Whether a `clone3` error means this kernel or a seccomp filter offers no
+/// `clone3` into a cgroup (rather than this one call failing).
+fn clone3_refused(err: &io::Error) -> bool {
+    matches!(
+        err.raw_os_error(),
+        Some(libc::ENOSYS | libc::EPERM | libc::EINVAL | libc::E2BIG)
+    )
+}
+
+/// Starts `launch` in its cgroup. The child leads its own process group.
+pub(crate) fn launch(launch: &Launch<'_>) -> Result<DirectChild, LaunchError> {
+    let plan = ChildPlan::new(launch).map_err(LaunchError::Failed)?;
+    let (report_read, report_write) = std::io::pipe().map_err(LaunchError::Failed)?;
+    let report_write = OwnedFd::from(report_write);
+    let mut pidfd: libc::c_int = -1;
+    // SAFETY: the child only runs `child_main` (system calls on `plan`),
+    // which never returns.
+    let pid = unsafe {
+        clone_into(
+            launch.cgroup,
+            libc::CLONE_PIDFD as u64,
+            std::ptr::addr_of_mut!(pidfd),
+        )
+    };
+    if pid == 0 {
+        // SAFETY: in the child, which only makes system calls on `plan`.
+        unsafe { child_main(&plan, report_write.as_raw_fd()) }
+    }
+    if pid < 0 {
+        let err = io::Error::last_os_error();
+        return Err(if clone3_refused(&err) {
+            LaunchError::Unsupported(err)
+        } else {
+            LaunchError::Failed(err)
+        });
+    }
+    drop(report_write);
+    let pid =
+        libc::pid_t::try_from(pid).map_err(|_| LaunchError::Failed(io::Error::other("pid")))?;
+    // SAFETY: CLONE_PIDFD stored a fresh descriptor nobody else owns.
+    let pidfd = unsafe { OwnedFd::from_raw_fd(pidfd) };
+    let mut report = [0u8; 5];
+    match read_report(&report_read, &mut report) {
+        Ok(0) => {}
+        Ok(_) => {
+            // The child ended before exec: reap it.
+            reap_blocking(pid);
+            return Err(LaunchError::Failed(child_error(report)));
+        }
+        Err(err) => {
+            reap_blocking(pid);
+            return Err(LaunchError::Failed(err));
+        }
+    }
+    drop(plan);
+    DirectChild::new(pid, pidfd).map_err(LaunchError::Failed)
+}
+
+/// Whether a child can be created inside the cgroup `cgroup`: one is, and
+/// ends at once without running anything. `None` when this kernel (or a
+/// seccomp filter) offers no `clone3` into a cgroup, so only moving a
+/// process there can tell.
+pub(crate) fn starts_inside(cgroup: BorrowedFd<'_>) -> Option<bool> {
+    // SAFETY: the child only calls `_exit`.
+    let pid = unsafe { clone_into(cgroup, 0, std::ptr::null_mut()) };
+    if pid == 0 {
+        // SAFETY: in the child: nothing but the exit.
+        unsafe { libc::_exit(0) }
+    }
+    if pid < 0 {
+        return (!clone3_refused(&io::Error::last_os_error())).then_some(false);
+    }
+    match libc::pid_t::try_from(pid) {
+        Ok(pid) => {
+            reap_blocking(pid);
+        }
+        Err(_) => return Some(false),
+    }
+    Some(true)
+}
+
+/// Whether `check` succeeds in a child of this process that runs nothing
+/// else and ends at once: how a probe tries what would change this
+/// process for good (entering namespaces), without starting a program.
+///
+/// `check` runs between fork and `_exit`: it may only make
+/// async-signal-safe system calls on memory prepared before the call.
+pub(crate) fn succeeds_in_child(check: impl FnOnce() -> bool) -> bool {
+    // SAFETY: the child only runs `check` (system calls only, see above)
+    // and `_exit`.
+    let pid = unsafe { libc::fork() };
+    if pid == 0 {
+        let code = if check() { 0 } else { 1 };
+        // SAFETY: in the child: ends it without running anything else.
+        unsafe { libc::_exit(code) }
+    }
+    if pid < 0 {
+        return false;
+    }
+    reap_blocking(pid)
+        .is_some_and(|status| libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0)
+}
+
+/// Reads the child's report: 0 bytes when `exec` succeeded.
+fn read_report(pipe: &std::io::PipeReader, report: &mut [u8; 5]) -> io::Result<usize> {
+    use std::io::Read;
+    let mut reader = pipe;
+    let mut filled = 0;
+    while filled < report.len() {
+        match reader.read(&mut report[filled..]) {
+            Ok(0) => break,
+            Ok(n) => filled += n,
+            Err(err) if err.kind() == io::ErrorKind::Interrupted => {}
+            Err(err) => return Err(err),
+        }
+    }
+    Ok(filled)
+}
+
+/// Waits for and reaps `pid`, a child that has ended or is about to; its
+/// wait status, `None` when it could not be waited for.
+fn reap_blocking(pid: libc::pid_t) -> Option<libc::c_int> {
+    let mut status = 0;
+    loop {
+        // SAFETY: waitpid on our own child.
+        let rc = unsafe { libc::waitpid(pid, &mut status, 0) };
+        if rc >= 0 {
+            return Some(status);
+        }
+        if io::Error::last_os_error().kind() != io::ErrorKind::Interrupted {
+            return None;
+        }
+    }
+}
+
+/// The child's side: system calls only, then `exec` or `_exit(127)`.
+///
+/// # Safety
+/// Only in the child of `clone3`, with `plan` built before the clone.
+unsafe fn child_main(plan: &ChildPlan<'_>, report: RawFd) -> ! {
+    let fail = |step: Step, errno: i32| -> ! {
+        let mut bytes = [0u8; 5];
+        bytes[0] = step as u8;
+        bytes[1..].copy_from_slice(&errno.to_ne_bytes());
+        // SAFETY: write and _exit are async-signal-safe.
+        unsafe {
+            libc::write(report, bytes.as_ptr().cast(), bytes.len());
+            libc::_exit(127)
+        }
+    };
+    let errno = || {
+        io::Error::last_os_error()
+            .raw_os_error()
+            .unwrap_or(libc::EIO)
+    };
+    // SAFETY: each call below is an async-signal-safe system call on
+    // memory prepared before the clone.
+    unsafe {
+        // Signals as a freshly started program expects them: none
+        // blocked, SIGPIPE back to its default (this runtime ignores it).
+        let mut empty: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut empty);
+        libc::sigprocmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut());
+        let mut default: libc::sigaction = std::mem::zeroed();
+        default.sa_sigaction = libc::SIG_DFL;
+        libc::sigaction(libc::SIGPIPE, &default, std::ptr::null_mut());
+        for (target, fd) in plan.stdio.iter().enumerate() {
+            let target = target as libc::c_int;
+            if libc::dup2(fd.as_raw_fd(), target) != target {
+                fail(Step::Stdio, errno());
+            }
+        }
+        if libc::setpgid(0, 0) != 0 {
+            fail(Step::Group, errno());
+        }
+        if libc::chdir(plan.cwd.as_ptr()) != 0 {
+            fail(Step::Directory, errno());
+        }
+        if let Some(prepared) = plan.confinement
+            && let Err(err) = apply::enter(prepared)
+        {
+            fail(Step::Sandbox, err.raw_os_error().unwrap_or(libc::EIO));
+        }
+        libc::execve(
+            plan.program.as_ptr(),
+            plan.argv.as_ptr(),
+            plan.envp.as_ptr(),
+        );
+        fail(Step::Exec, errno())
+    }
+}
+
+/// A command started by [`launch`]: its exit is awaited on its pidfd.
+#[derive(Debug)]
+pub struct DirectChild {
+    pid: libc::pid_t,
+    /// `None` once handed to the reaper of a child dropped while running.
+    pidfd: Option<AsyncFd<OwnedFd>>,
+    status: Option<ExitStatus>,
+}
+
+impl DirectChild {
+    fn new(pid: libc::pid_t, pidfd: OwnedFd) -> io::Result<Self> {
+        // SAFETY: an OwnedFd keeps the same open descriptor for as long as
+        // the AsyncFd owns it.
+        let registered =
+            unsafe { AsyncFd::register_with_interest(pidfd, tokio::io::Interest::READABLE) };
+        let pidfd = match registered {
+            Ok(pidfd) => pidfd,
+            Err(err) => {
+                let err = io::Error::from(err);
+                // Nothing can watch it: it must not outlive this call.
+                // SAFETY: kill on our own child, not yet reaped.
+                unsafe { libc::kill(pid, libc::SIGKILL) };
+                reap_blocking(pid);
+                return Err(err);
+            }
+        };
+        Ok(Self {
+            pid,
+            pidfd: Some(pidfd),
+            status: None,
+        })
+    }
+
+    /// The process id.
+    pub fn id(&self) -> u32 {
+        self.pid.unsigned_abs()
+    }
+
+    /// Reaps the child if it has ended.
+    pub fn try_wait(&mut self) -> io::Result<Option<ExitStatus>> {
+        if let Some(status) = self.status {
+            return Ok(Some(status));
+        }
+        let mut raw = 0;
+        // SAFETY: waitpid on our own child, not blocking.
+        let rc = unsafe { libc::waitpid(self.pid, &mut raw, libc::WNOHANG) };
+        if rc < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        if rc == 0 {
+            return Ok(None);
+        }
+        let status = ExitStatus::from_raw(raw);
+        self.status = Some(status);
+        Ok(Some(status))
+    }
+
+    /// Waits for the child to exit and reaps it. Cancel-safe.
+    pub async fn wait(&mut self) -> io::Result<ExitStatus> {
+        loop {
+            if let Some(status) = self.try_wait()? {
+                return Ok(status);
+            }
+            let Some(pidfd) = &self.pidfd else {
+                return Err(io::Error::other("the child is watched elsewhere"));
+            };
+            let mut ready = pidfd.readable().await?;
+            ready.clear_ready();
+        }
+    }
+}
+
+impl Drop for DirectChild {
+    fn drop(&mut self) {
+        if self.status.is_some() || matches!(self.try_wait(), Ok(Some(_)) | Err(_)) {
+            return;
+        }
+        // Still running (its group is being killed by its owner): reap it
+        // when it ends, so it leaves no zombie behind.
+        let (Some(pidfd), Ok(runtime)) = (self.pidfd.take(), tokio::runtime::Handle::try_current())
+        else {
+            return;
+        };
+        let pid = self.pid;
+        runtime.spawn(async move {
+            let mut orphan = DirectChild {
+                pid,
+                pidfd: Some(pidfd),
+                status: None,
+            };
+            let _ = orphan.wait().await;
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_childs_report_names_the_step_and_the_error() {
+        let mut report = [0u8; 5];
+        report[0] = Step::Directory as u8;
+        report[1..].copy_from_slice(&libc::ENOENT.to_ne_bytes());
+        let err = child_error(report);
+        assert_eq!(err.kind(), io::ErrorKind::NotFound);
+        assert!(
+            err.to_string()
+                .starts_with("entering its working directory: No such file"),
+            "{err}"
+        );
+        report[0] = Step::Exec as u8;
+        report[1..].copy_from_slice(&libc::EACCES.to_ne_bytes());
+        let err = child_error(report);
+        assert_eq!(err.raw_os_error(), Some(libc::EACCES));
+    }
+
+    #[test]
+    fn a_check_in_a_child_reports_its_result_and_changes_nothing_here() {
+        assert!(succeeds_in_child(|| true));
+        assert!(!succeeds_in_child(|| false));
+        // The child's own namespace is its own: this process keeps its
+        // mount namespace.
+        let before = std::fs::read_link("/proc/self/ns/mnt").unwrap();
+        // SAFETY: unshare takes plain flags (in the child only).
+        let _ = succeeds_in_child(|| unsafe { libc::unshare(libc::CLONE_NEWNS) } == 0);
+        assert_eq!(std::fs::read_link("/proc/self/ns/mnt").unwrap(), before);
+    }
+
+    #[test]
+    fn a_child_created_inside_a_cgroup_is_reported_where_one_can_be_made() {
+        let crate::process_tree::Containment::Cgroup { parent } = crate::process_tree::detect()
+        else {
+            eprintln!("cgroup v2 is not writable here");
+            return;
+        };
+        let dir = parent.join(format!("troupe-{}-probe-test", std::process::id()));
+        std::fs::create_dir(&dir).unwrap();
+        let cgroup = std::fs::File::open(&dir).unwrap();
+        let starts = starts_inside(std::os::fd::AsFd::as_fd(&cgroup));
+        drop(cgroup);
+        // Empty again: the child ended and was reaped.
+        std::fs::remove_dir(&dir).unwrap();
+        assert_ne!(starts, Some(false));
+    }
+}
