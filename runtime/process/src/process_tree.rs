@@ -35,7 +35,7 @@ use std::io;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
-use std::sync::{Mutex, MutexGuard, OnceLock, PoisonError};
+use std::sync::{Condvar, Mutex, MutexGuard, OnceLock, PoisonError};
 use std::time::Duration;
 
 use crate::parse_proc_stat;
@@ -53,6 +53,51 @@ const CGROUP_REMOVE_LIMIT: Duration = Duration::from_secs(2);
 
 /// Pause between attempts to remove an emptied cgroup.
 const CGROUP_REMOVE_PAUSE: Duration = Duration::from_millis(5);
+
+/// Killed trees whose cgroup is still being removed: their processes were
+/// sent `SIGKILL` but may not have exited yet.
+static DYING: DyingTrees = DyingTrees {
+    count: Mutex::new(0),
+    gone: Condvar::new(),
+};
+
+/// A count of killed trees not yet gone, and a wake-up when one goes.
+struct DyingTrees {
+    count: Mutex<usize>,
+    gone: Condvar,
+}
+
+/// One killed tree in [`DYING`], counted until dropped.
+struct Dying;
+
+impl Dying {
+    fn new() -> Self {
+        *DYING.count.lock().unwrap_or_else(PoisonError::into_inner) += 1;
+        Dying
+    }
+}
+
+impl Drop for Dying {
+    fn drop(&mut self) {
+        let mut count = DYING.count.lock().unwrap_or_else(PoisonError::into_inner);
+        *count = count.saturating_sub(1);
+        DYING.gone.notify_all();
+    }
+}
+
+/// Waits at most `limit` until every tree this process killed has no
+/// process left (its cgroup removed); true when none is left. A process that
+/// ends on purpose (a daemon stopping) calls it last, so that nothing it
+/// started is still running when it has exited; a tree killed with
+/// `cgroup.kill` is otherwise still dying for a moment after the kill.
+pub fn wait_for_killed_trees(limit: Duration) -> bool {
+    let count = DYING.count.lock().unwrap_or_else(PoisonError::into_inner);
+    let (count, _) = DYING
+        .gone
+        .wait_timeout_while(count, limit, |count| *count > 0)
+        .unwrap_or_else(PoisonError::into_inner);
+    *count == 0
+}
 
 /// Most emptied cgroups kept for later commands; more commands than this
 /// ending at once remove theirs.
@@ -661,9 +706,11 @@ impl Drop for Tree {
         // The kernel is still finishing killed processes: remove the empty
         // cgroup once it is empty, without holding up the caller.
         let dir = dir.clone();
+        let dying = Dying::new();
         let spawned = std::thread::Builder::new()
             .name("troupe-cgroup-rm".into())
             .spawn(move || {
+                let _dying = dying;
                 let deadline = std::time::Instant::now() + CGROUP_REMOVE_LIMIT;
                 while std::fs::remove_dir(&dir).is_err() {
                     if std::time::Instant::now() >= deadline {
@@ -841,10 +888,13 @@ mod tests {
         assert!(tree.has_live_members());
         drop(tree);
         assert!(SPARES.dirs().is_empty(), "a cgroup that was killed is kept");
-        let deadline = std::time::Instant::now() + Duration::from_secs(5);
-        while dir.exists() && std::time::Instant::now() < deadline {
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
+        // A process that ends on purpose waits for what it killed to exit.
+        assert!(
+            tokio::task::spawn_blocking(|| wait_for_killed_trees(Duration::from_secs(5)))
+                .await
+                .unwrap(),
+            "the killed process is still dying"
+        );
         assert!(!dir.exists(), "the cgroup of a killed process is left");
     }
 

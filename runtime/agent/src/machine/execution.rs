@@ -26,7 +26,7 @@ use troupe_tools::target::tool_target;
 
 use super::{
     AfterSave, AgentLaunch, AgentLoop, Approver, CallState, Effect, Execution, Launchable,
-    PendingApproval, Phase, ToolLaunch, close, note,
+    PendingApproval, Phase, ResponseSaved, ToolLaunch, close, note,
 };
 
 /// What the permission step decided for one call, before anything runs.
@@ -132,7 +132,12 @@ impl Execution {
 
 impl AgentLoop {
     /// Plans and starts the execution of a recorded response's calls.
-    pub(super) fn start_execution(&mut self, calls: Vec<ToolCall>, out: &mut Vec<Effect>) {
+    pub(super) fn start_execution(
+        &mut self,
+        calls: Vec<ToolCall>,
+        response: ResponseSaved,
+        out: &mut Vec<Effect>,
+    ) {
         if self.interrupted {
             self.phase = Phase::Saving(AfterSave::Execute(calls));
             self.interrupt_now(out);
@@ -167,7 +172,8 @@ impl AgentLoop {
             group_started: false,
             group_hooks: super::hooks::GroupHooks::NotRun,
             approvals: HashMap::new(),
-            durable_with_turn: false,
+            durable_with_turn: response == ResponseSaved::WithResults,
+            response,
         });
         self.advance(out);
     }
@@ -587,10 +593,11 @@ impl AgentLoop {
         if execution.settle(index, result.clone(), error, capture, out) {
             let state = &mut execution.states[index];
             state.duration_ms = duration.as_millis() as u64;
-            if last {
+            if last || execution.response == ResponseSaved::WithResults {
                 // The turn's tool message, saved next, holds it: one write
                 // instead of two before the model hears of it, and its
-                // finish event waits for that write.
+                // finish event waits for that write. A result of a response
+                // not yet durable waits for that write too: it only read.
                 state.durable = true;
                 execution.durable_with_turn = true;
             } else {

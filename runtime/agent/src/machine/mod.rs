@@ -514,6 +514,18 @@ struct Execution {
     /// message, saved at once, holds its result, and the finish events
     /// wait for that save.
     durable_with_turn: bool,
+    /// When the response that made these calls is durable.
+    response: ResponseSaved,
+}
+
+/// When the response whose calls an [`Execution`] runs is made durable.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ResponseSaved {
+    /// Before any of its calls started.
+    Already,
+    /// With the turn's results (calls that only read): until then no result
+    /// is saved on its own, and every finish event waits for that save.
+    WithResults,
 }
 
 /// The loop of one agent.
@@ -831,7 +843,9 @@ impl AgentLoop {
             }
             (Ok(()), AfterSave::Compact) => self.compact_now(out),
             (Ok(()), AfterSave::TooLong(tokens)) => self.end_too_long(tokens, out),
-            (Ok(()), AfterSave::Execute(calls)) => self.start_execution(calls, out),
+            (Ok(()), AfterSave::Execute(calls)) => {
+                self.start_execution(calls, ResponseSaved::Already, out)
+            }
             (Ok(()), AfterSave::StopHooks(outcome)) => self.run_stop_hooks(outcome, out),
             (Err(err), then) => self.save_failed(err, then, out),
         }

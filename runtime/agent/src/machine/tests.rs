@@ -326,6 +326,12 @@ impl Fixture {
 
     /// The current model call answers with `calls` (name, JSON arguments).
     fn respond(&mut self, calls: &[(&str, serde_json::Value)]) -> Vec<String> {
+        let effects = self.respond_effects(calls);
+        show(&effects)
+    }
+
+    /// [`Fixture::respond`], returning the effects themselves.
+    fn respond_effects(&mut self, calls: &[(&str, serde_json::Value)]) -> Vec<Effect> {
         let epoch = self.epoch();
         for (i, (name, args)) in calls.iter().enumerate() {
             let event = StreamEvent::ToolCall(ToolCall {
@@ -344,7 +350,7 @@ impl Fixture {
                 cache_write: 0,
             }),
         });
-        self.step(Input::ModelEnded { epoch })
+        self.on(Input::ModelEnded { epoch })
     }
 
     fn answer_text(&mut self, text: &str) -> Vec<String> {
@@ -361,6 +367,19 @@ impl Fixture {
     /// once, as the interpreter does (the effects of both steps).
     fn done(&mut self, index: usize, text: &str) -> Vec<String> {
         self.finish_call(index, ToolOutput::ok(text), None)
+    }
+
+    /// Call `index` finishes with `text`: its effects, a pending save left
+    /// unanswered.
+    fn on_done(&mut self, index: usize, text: &str) -> Vec<Effect> {
+        let epoch = self.epoch();
+        self.on(Input::CallFinished {
+            epoch,
+            index,
+            output: ToolOutput::ok(text),
+            duration: Duration::from_millis(3),
+            error: None,
+        })
     }
 
     fn finish_call(
@@ -630,18 +649,21 @@ fn outside_reads_named_by_an_allow_rule_or_an_always_answer_launch_granted() {
     })
     .started();
     // Allowed by the configured rule: the tool may read there, no question.
-    f.respond(&[read(&named), read("inside.txt")]);
-    let effects = f.on(Input::Saved(Ok(())));
+    let effects = f.respond_effects(&[read(&named), read("inside.txt")]);
     assert_eq!(launches(&effects), vec![(0, true), (1, false)]);
     f.done(0, "named");
     f.done(1, "inside");
     f.step(Input::Saved(Ok(())));
 
     // Not named: asked; "always" launches it and remembers it ...
-    f.respond(&[read(&other)]);
     assert_eq!(
-        f.step(Input::Saved(Ok(()))),
-        s(&["emit:tool_started", "emit:approval_requested", "await"])
+        f.respond(&[read(&other)]),
+        s(&[
+            "emit:usage",
+            "emit:tool_started",
+            "emit:approval_requested",
+            "await"
+        ])
     );
     let effects = f.on(Input::Approval {
         approval_id: "run-1".into(),
@@ -653,11 +675,10 @@ fn outside_reads_named_by_an_allow_rule_or_an_always_answer_launch_granted() {
     f.step(Input::Saved(Ok(())));
 
     // ... so the identical read runs next time without asking, still granted.
-    f.respond(&[read(&other)]);
-    let effects = f.on(Input::Saved(Ok(())));
+    let effects = f.respond_effects(&[read(&other)]);
     assert_eq!(
         show(&effects),
-        s(&["emit:tool_started", "tool:0:read_file"])
+        s(&["emit:usage", "emit:tool_started", "tool:0:read_file"])
     );
     assert_eq!(launches(&effects), vec![(0, true)]);
 }
@@ -935,7 +956,7 @@ fn the_last_result_of_a_turn_is_saved_with_its_tool_message_and_announced_once_d
     // in one write; the finish event is seen only once that write is
     // durable, then the model is called.
     let mut f = fixture(Options::default()).started();
-    f.respond(&[read("a")]);
+    f.respond(&[bash("make")]);
     f.step(Input::Saved(Ok(())));
     assert_eq!(f.done(0, "A"), s(&["save"]));
     assert_eq!(f.last_results(), vec![("A".to_string(), false)]);
@@ -947,7 +968,7 @@ fn the_last_result_of_a_turn_is_saved_with_its_tool_message_and_announced_once_d
     // A write that fails announces nothing: the run ends on the store's
     // error, and no finish event claims a result the store lacks.
     let mut f = fixture(Options::default()).started();
-    f.respond(&[read("a")]);
+    f.respond(&[bash("make")]);
     f.step(Input::Saved(Ok(())));
     assert_eq!(f.done(0, "A"), s(&["save"]));
     assert_eq!(
@@ -958,7 +979,7 @@ fn the_last_result_of_a_turn_is_saved_with_its_tool_message_and_announced_once_d
     // Cancelled while that write is under way: the agent waits for it, then
     // announces the result it holds and ends.
     let mut f = fixture(Options::default()).started();
-    f.respond(&[read("a")]);
+    f.respond(&[bash("make")]);
     f.step(Input::Saved(Ok(())));
     assert_eq!(f.done(0, "A"), s(&["save"]));
     assert_eq!(f.deadlines(Input::Interrupted).len(), 1);
@@ -976,7 +997,7 @@ fn the_last_result_of_a_turn_is_saved_with_its_tool_message_and_announced_once_d
     // cancelled once the deadline passes; the closing save carries the
     // result, and no finish event claims it.
     let mut f = fixture(Options::default()).started();
-    f.respond(&[read("a")]);
+    f.respond(&[bash("make")]);
     f.step(Input::Saved(Ok(())));
     assert_eq!(f.done(0, "A"), s(&["save"]));
     let save = f.deadlines(Input::Interrupted)[0];
@@ -995,28 +1016,58 @@ fn the_last_result_of_a_turn_is_saved_with_its_tool_message_and_announced_once_d
         s(&["finished:cancelled:cancelled"])
     );
 
-    // Of two calls, the first to finish is saved on its own (the other may
-    // run long); the last one rides with the tool message.
+    // Of two calls that change things, the first is saved on its own as it
+    // finishes (the other may run long); the last one rides with the tool
+    // message.
     let mut f = fixture(Options::default()).started();
-    f.respond(&[read("a"), read("b")]);
+    f.respond(&[bash("make"), bash("make test")]);
     f.step(Input::Saved(Ok(())));
     let epoch = f.epoch();
+    assert_eq!(show(&f.on_done(0, "built")), s(&["pending:0"]));
     assert_eq!(
-        f.step(Input::CallFinished {
+        f.step(Input::PendingSaved {
             epoch,
-            index: 1,
-            output: ToolOutput::ok("B"),
-            duration: Duration::ZERO,
-            error: None
+            index: 0,
+            result: Ok(()),
         }),
-        s(&["pending:1"])
+        s(&["emit:tool_finished", "emit:tool_started", "tool:1:bash"])
     );
-    f.step(Input::PendingSaved {
-        epoch,
-        index: 1,
-        result: Ok(()),
-    });
-    assert_eq!(f.done(0, "A"), s(&["save"]));
+    assert_eq!(f.done(1, "tested"), s(&["save"]));
+    assert_eq!(
+        f.step(Input::Saved(Ok(()))),
+        s(&["emit:tool_finished", "emit:iteration", "model:3"])
+    );
+}
+
+#[test]
+fn a_response_that_only_reads_runs_at_once_and_is_saved_with_its_results() {
+    // Its calls start as the response ends; no result is saved on its own,
+    // and one write carries the response and the tool message.
+    let mut f = fixture(Options::default()).started();
+    assert_eq!(
+        f.respond(&[read("a"), read("b")]),
+        s(&[
+            "emit:usage",
+            "emit:tool_started",
+            "emit:tool_started",
+            "tool:0:read_file",
+            "tool:1:read_file"
+        ])
+    );
+    let stored = f.machine.transcript().len() - 1;
+    assert!(f.done(1, "B").is_empty());
+    let effects = f.on_done(0, "A");
+    let Some(Effect::Save { upto, messages }) = effects
+        .iter()
+        .find(|effect| matches!(effect, Effect::Save { .. }))
+    else {
+        panic!("the results are saved: {:?}", show(&effects));
+    };
+    let roles: Vec<Role> = messages.iter().map(|(_, m)| m.role).collect();
+    assert_eq!(roles, [Role::Assistant, Role::Tool]);
+    assert_eq!(messages[0].0, stored as u64);
+    assert_eq!(*upto, stored + 2);
+    // Both finish events once that write is durable, then the next request.
     assert_eq!(
         f.step(Input::Saved(Ok(()))),
         s(&[
@@ -1026,6 +1077,45 @@ fn the_last_result_of_a_turn_is_saved_with_its_tool_message_and_announced_once_d
             "model:3"
         ])
     );
+
+    // That write failing announces no result.
+    let mut f = fixture(Options::default()).started();
+    f.respond(&[read("a")]);
+    assert_eq!(f.done(0, "A"), s(&["save"]));
+    assert_eq!(
+        f.step(Input::Saved(Err("disk full".into()))),
+        s(&["emit:error", "finished:error:store_error"])
+    );
+
+    // Stopped while a read runs: the closing save carries the response and
+    // its results, the unfinished one answered as cancelled.
+    let mut f = fixture(Options::default()).started();
+    f.respond(&[read("a")]);
+    let stopped = f.step(Input::Interrupted);
+    assert!(stopped.contains(&"stop_below".to_string()), "{stopped:?}");
+    let closing = f.done(0, "A");
+    assert_eq!(
+        closing.last().map(String::as_str),
+        Some("save"),
+        "{closing:?}"
+    );
+    f.step(Input::Saved(Ok(())));
+    assert!(f.machine.is_done());
+    assert_closed(f.history());
+    validate_history(f.history()).unwrap();
+
+    // A read beside a change, or a read a PreToolUse hook could rewrite,
+    // waits for its response to be durable.
+    let mut f = fixture(Options::default()).started();
+    assert_eq!(
+        f.respond(&[read("a"), bash("make")]),
+        s(&["emit:usage", "save"])
+    );
+    let mut f = hooked(vec![hook(
+        troupe_hooks::HookEvent::PreToolUse,
+        Some("read_file"),
+    )]);
+    assert_eq!(f.respond(&[read("a")]), s(&["emit:usage", "save"]));
 }
 
 #[test]
@@ -1109,7 +1199,7 @@ fn spent_tokens_refuse_the_calls_of_the_response_that_spent_them() {
         ..Options::default()
     })
     .started();
-    f.respond(&[read("a")]);
+    f.respond(&[bash("make")]);
     assert_eq!(
         f.step(Input::Saved(Ok(()))),
         s(&[
@@ -1410,7 +1500,7 @@ fn a_refused_save_ends_the_loop_with_a_store_error() {
 
     // A refused pending result stops the running calls, ends without saving.
     let mut f = fixture(Options::default()).started();
-    f.respond(&[read("a"), read("b")]);
+    f.respond(&[read("a"), read("b"), bash("make")]);
     f.step(Input::Saved(Ok(())));
     let epoch = f.epoch();
     assert_eq!(
@@ -1555,10 +1645,9 @@ fn text_written_during_a_run_is_saved_then_sent_with_the_next_model_call() {
         f.step(written("   ")).is_empty(),
         "blank text is no message"
     );
-    assert_eq!(f.respond(&[read("a")]), s(&["emit:usage", "save"]));
     assert_eq!(
-        f.step(Input::Saved(Ok(()))),
-        s(&["emit:tool_started", "tool:0:read_file"])
+        f.respond(&[read("a")]),
+        s(&["emit:usage", "emit:tool_started", "tool:0:read_file"])
     );
     assert!(f.step(written("and c")).is_empty());
     assert_eq!(f.done(0, "A"), s(&["save"]));
@@ -1643,13 +1732,12 @@ impl Fixture {
     /// One turn: a read answered with `size` characters; returns the effects
     /// after the results were saved (the start of the next model call).
     fn read_turn(&mut self, path: &str, size: usize, input: u64) -> Vec<String> {
-        assert_eq!(self.respond_read(path, input), s(&["emit:usage", "save"]));
+        // A response that only reads runs at once; it is saved with its
+        // result, and the finish event waits for that save.
         assert_eq!(
-            self.step(Input::Saved(Ok(()))),
-            s(&["emit:tool_started", "tool:0:read_file"])
+            self.respond_read(path, input),
+            s(&["emit:usage", "emit:tool_started", "tool:0:read_file"])
         );
-        // The last call's result is saved with the turn's tool message,
-        // and its finish event waits for that save.
         assert_eq!(self.done(0, &"r".repeat(size)), s(&["save"]));
         let mut saved = self.step(Input::Saved(Ok(())));
         assert_eq!(
@@ -2345,18 +2433,23 @@ impl Fixture {
     /// One turn of the model reading `paths` at once, each answered with
     /// `size` characters; returns the effects after the results were saved.
     fn read_batch(&mut self, paths: &[&str], size: usize) -> Vec<String> {
-        assert_eq!(self.respond_reads(paths), s(&["emit:usage", "save"]));
-        let started = self.step(Input::Saved(Ok(())));
+        let started = self.respond_reads(paths);
         assert_eq!(
             started.iter().filter(|e| e.starts_with("tool:")).count(),
             paths.len(),
             "{started:?}"
         );
-        let mut last = Vec::new();
+        // Nothing is saved on its own: the response and every result go to
+        // the store together once the last one is in.
         for index in 0..paths.len() {
-            last = self.done(index, &format!("{index}{}", "r".repeat(size - 1)));
+            let effects = self.done(index, &format!("{index}{}", "r".repeat(size - 1)));
+            let expected = if index + 1 == paths.len() {
+                s(&["save"])
+            } else {
+                Vec::new()
+            };
+            assert_eq!(effects, expected);
         }
-        assert_eq!(last, s(&["save"]));
         let mut saved = self.step(Input::Saved(Ok(())));
         let finished = saved
             .iter()
@@ -2788,12 +2881,12 @@ fn a_pre_tool_hook_blocks_only_the_calls_it_matches_and_the_model_reads_why() {
             true
         )]
     );
-    // A read in the next response matches no hook and runs at once.
+    // A read in the next response matches no hook and runs at once, before
+    // its response is durable: no hook can turn it into a change.
     f.step(Input::Saved(Ok(())));
-    f.respond(&[read("a")]);
     assert_eq!(
-        f.step(Input::Saved(Ok(()))),
-        s(&["emit:tool_started", "tool:0:read_file"])
+        f.respond(&[read("a")]),
+        s(&["emit:usage", "emit:tool_started", "tool:0:read_file"])
     );
 }
 
@@ -2900,10 +2993,9 @@ fn a_rewrite_into_a_side_effect_takes_the_call_out_of_its_read_only_batch() {
 fn a_post_tool_hook_note_is_appended_before_the_result_is_stored() {
     use troupe_hooks::HookEvent;
     let mut f = hooked(vec![hook(HookEvent::PostToolUse, Some("read_file"))]);
-    f.respond(&[read("a")]);
     assert_eq!(
-        f.step(Input::Saved(Ok(()))),
-        s(&["emit:tool_started", "tool:0:read_file"])
+        f.respond(&[read("a")]),
+        s(&["emit:usage", "emit:tool_started", "tool:0:read_file"])
     );
     let epoch = f.epoch();
     let effects = f.on(Input::CallFinished {
@@ -3222,7 +3314,6 @@ fn plan_mode_requests_offer_read_only_tools_and_the_reminder_of_their_iteration(
 /// effects of the response's end (before the calls run).
 fn read_turn(f: &mut Fixture, path: &str) -> Vec<String> {
     let ended = f.respond(&[read(path)]);
-    f.step(Input::Saved(Ok(())));
     f.done(0, "text");
     f.step(Input::Saved(Ok(())));
     ended
@@ -3235,7 +3326,15 @@ fn every_fifth_completed_turn_of_the_main_agent_asks_for_a_memory_update() {
     for turn in 1..=11 {
         let ended = read_turn(&mut f, &format!("f{turn}"));
         if ended.contains(&"memory".to_string()) {
-            assert_eq!(ended, s(&["emit:usage", "memory", "save"]));
+            assert_eq!(
+                ended,
+                s(&[
+                    "emit:usage",
+                    "memory",
+                    "emit:tool_started",
+                    "tool:0:read_file"
+                ])
+            );
             updates.push(turn);
         }
     }

@@ -14,7 +14,8 @@ use troupe_protocol::events::{EventKind, NOTICE_MODEL_RETRY, RunStatus};
 use troupe_protocol::model::{ContentBlock, Message, StopReason, ToolCall, Usage};
 use troupe_telemetry::span_ops::{SpanId, SpanKind, SpanNote};
 
-use super::{AfterSave, AgentLoop, Effect, Phase, Streaming, close, note};
+use super::{AfterSave, AgentLoop, Effect, Phase, ResponseSaved, Streaming, close, note};
+use crate::plan::CallClass;
 
 impl AgentLoop {
     /// Checks the run's budgets and the turn limit, then starts one model call.
@@ -285,9 +286,24 @@ impl AgentLoop {
             self.stop_on_limit(hit, out);
             return;
         }
-        // The calls are durable before any of them runs: a crash during
-        // execution leaves them answered "interrupted", never re-run.
-        self.save_then(AfterSave::Execute(calls), out);
+        // Calls that change something are durable before any of them runs:
+        // a crash during execution leaves them answered "interrupted", never
+        // re-run. Calls that only read may run again after a crash (the model
+        // asks anew), so a response of nothing else runs at once and is made
+        // durable with its results, before the next request: one write a
+        // turn instead of two. Not where a PreToolUse hook could rewrite a
+        // call into one that changes something.
+        let only_reads = calls.iter().all(|call| {
+            catalogue.class(&call.name, &call.input) == CallClass::ReadOnly
+                && !self
+                    .hooks
+                    .any_for(troupe_hooks::HookEvent::PreToolUse, Some(&call.name))
+        });
+        if only_reads && !self.interrupted {
+            self.start_execution(calls, ResponseSaved::WithResults, out);
+        } else {
+            self.save_then(AfterSave::Execute(calls), out);
+        }
     }
 }
 
