@@ -410,18 +410,9 @@ async fn repeated_call_ids_are_repaired_before_anything_runs() {
     assert_eq!(
         answered,
         [
-            (
-                "dup".to_string(),
-                "1\tfile a\n(end of file; 1 line)".to_string()
-            ),
-            (
-                "dup_2".to_string(),
-                "1\tfile b\n(end of file; 1 line)".to_string()
-            ),
-            (
-                "dup_3".to_string(),
-                "1\tfile c\n(end of file; 1 line)".to_string()
-            ),
+            ("dup".to_string(), "1\tfile a".to_string()),
+            ("dup_2".to_string(), "1\tfile b".to_string()),
+            ("dup_3".to_string(), "1\tfile c".to_string()),
         ]
     );
     // The next request carries the same ids, and the id reused in a later

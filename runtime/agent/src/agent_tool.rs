@@ -46,7 +46,7 @@ pub struct AgentCallArgs {
     pub prompt: String,
     /// Role name; `None` = the default role.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(description = "Role name (default general)")]
+    #[schemars(description = "Role name")]
     pub role: Option<String>,
     /// Start the child from a copy of the caller's conversation.
     #[serde(default)]

@@ -60,6 +60,13 @@ impl std::fmt::Debug for ToolCatalogue {
     }
 }
 
+/// `definition` as offered to the model (`troupe_tools::schema::offered`):
+/// what every request carries, validated against the whole schema still.
+fn offered_form(mut definition: ToolDefinition) -> ToolDefinition {
+    definition.input_schema = troupe_tools::schema::offered(&definition.input_schema);
+    definition
+}
+
 impl ToolCatalogue {
     /// A catalogue of `registry`'s tools plus, when given, the `agent` tool.
     pub fn new(
@@ -72,17 +79,22 @@ impl ToolCatalogue {
                     .map(|schema| AgentEntry { definition, schema })
             })
             .transpose()?;
-        let mut offered_all = registry.definitions();
+        let mut offered_all: Vec<ToolDefinition> = registry
+            .definitions()
+            .into_iter()
+            .map(offered_form)
+            .collect();
         let mut offered_read_only: Vec<ToolDefinition> = offered_all
             .iter()
             .filter(|def| offered_in_mode(PermissionMode::Plan, registry.is_read_only(&def.name)))
             .cloned()
             .collect();
         if let Some(agent) = &agent {
-            offered_all.push(agent.definition.clone());
+            let offered = offered_form(agent.definition.clone());
             if offered_in_mode(PermissionMode::Plan, false) {
-                offered_read_only.push(agent.definition.clone());
+                offered_read_only.push(offered.clone());
             }
+            offered_all.push(offered);
         }
         Ok(Self {
             registry,
@@ -312,5 +324,29 @@ mod tests {
         assert!(catalogue.validate("read_file", r#"{"path":"a"}"#).is_ok());
         let text = catalogue.unknown_tool_text("nope", PermissionMode::Default);
         assert!(text.starts_with("Unknown tool \"nope\". Available tools: read_file"));
+    }
+
+    #[test]
+    fn definitions_are_offered_short_and_calls_checked_against_the_whole_schema() {
+        let catalogue = ToolCatalogue::new(builtin_registry(), Some(agent_def())).unwrap();
+        for mode in [PermissionMode::Default, PermissionMode::Plan] {
+            for def in catalogue.offered(mode) {
+                assert!(
+                    def.input_schema.get("additionalProperties").is_none(),
+                    "{}: {}",
+                    def.name,
+                    def.input_schema
+                );
+                assert!(!def.input_schema.to_string().contains(r#""default":false"#));
+            }
+        }
+        // A property that is not offered is still refused, with the reason.
+        for (name, args) in [
+            ("read_file", r#"{"path":"a","mode":"fast"}"#),
+            ("agent", r#"{"description":"d","prompt":"p","model":"x"}"#),
+        ] {
+            let err = catalogue.validate(name, args).unwrap_err();
+            assert!(err.contains("Invalid arguments"), "{name}: {err}");
+        }
     }
 }

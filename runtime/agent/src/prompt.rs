@@ -27,8 +27,8 @@ pub const INSTRUCTION_FILES: [&str; 2] = ["AGENTS.md", "TROUPE.md"];
 /// Lines of `git status` kept in the environment part.
 pub const GIT_STATUS_MAX_LINES: usize = 20;
 /// Identity: who the agent is.
-const IDENTITY: &str = "You are Troupe, a coding agent: you do the user's task in their repository \
-by reading code, running commands and editing files through tools.";
+const IDENTITY: &str =
+    "You are Troupe, a coding agent doing the user's task in their repository through tools.";
 
 /// Rules: what the agent must and must not do.
 const RULES: &str = "# Rules

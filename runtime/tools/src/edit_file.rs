@@ -32,7 +32,7 @@ pub(crate) struct EditFile;
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct Args {
-    /// Relative to the project root, or absolute
+    /// Project-relative or absolute
     path: String,
     /// Exact text to replace
     old_string: String,

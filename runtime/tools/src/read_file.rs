@@ -45,7 +45,7 @@ pub(crate) struct ReadFile;
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct Args {
-    /// Relative to the project root, or absolute
+    /// Project-relative or absolute
     path: String,
     /// First line, 1-based (default 1)
     #[schemars(range(min = 1))]
@@ -71,8 +71,9 @@ impl BuiltinTool for ReadFile {
 
     fn description(&self) -> &str {
         "Read a text file as numbered lines (number, tab, text), at most 2000 lines and 50 KB \
-         from `offset`; the end says where to go on. A line over 16 KB is cut where a marker \
-         gives the byte_offset to go on. Not for binary files or directories."
+         from `offset`; a last line says where to go on if there is more. A line over 16 KB \
+         is cut where a marker gives the byte_offset to go on. Not for binary files or \
+         directories."
     }
 
     fn target(&self, args: &Value) -> PermissionSubject {
@@ -448,8 +449,12 @@ pub(crate) fn render_page<R: BufRead>(
              call)",
             human_bytes(scan_limit)
         )),
+        // The whole file: nothing to say that the numbers do not (a footer
+        // would be carried by every later request).
         (None, None) if first == 1 => {
-            out.push_str(&format!("(end of file; {})", plural(total, "line")))
+            if out.ends_with('\n') {
+                out.pop();
+            }
         }
         (None, None) => out.push_str(&format!("(lines {first}-{last} of {total}; end of file)")),
     }
@@ -537,7 +542,7 @@ mod tests {
     #[test]
     fn numbers_lines_and_reports_end() {
         let out = page(b"a\nb\n", 1, None).unwrap();
-        assert_eq!(out, "1\ta\n2\tb\n(end of file; 2 lines)");
+        assert_eq!(out, "1\ta\n2\tb", "the whole file needs no footer");
         let out = page(b"a\nb", 2, None).unwrap();
         assert_eq!(out, "2\tb\n(lines 2-2 of 2; end of file)");
     }
@@ -591,8 +596,10 @@ mod tests {
             "{out}"
         );
         assert!(out.contains("2\tnext\n"), "{out}");
-        assert!(out.contains("(end of file; 2 lines)"), "{out}");
-        assert!(out.contains("1 line longer than 16384 bytes cut"), "{out}");
+        assert!(
+            out.contains("2\tnext\n(1 line longer than 16384 bytes cut"),
+            "{out}"
+        );
         assert!(out.len() <= MAX_LINE_BYTES + 500);
         // Continuing from the marker's byte shows the next part.
         let out = page_at(text.as_bytes(), 1, cut_at, Some(1), MAX_SCAN_BYTES).unwrap();

@@ -29,6 +29,33 @@ pub fn of<T: JsonSchema>() -> Value {
     provider_ready(schema.to_value())
 }
 
+/// `schema` as a tool definition offers it to the model: without the
+/// top-level `"additionalProperties": false` and without a boolean
+/// property's `"default": false`. Every request carries every definition, and
+/// neither says anything the model needs: it sends the properties it is
+/// offered, and an absent flag is off. A call is still validated against the
+/// whole schema, so an unknown property is refused with the reason.
+pub fn offered(schema: &Value) -> Value {
+    let mut offered = schema.clone();
+    let Value::Object(root) = &mut offered else {
+        return offered;
+    };
+    if root.get("additionalProperties") == Some(&Value::Bool(false)) {
+        root.remove("additionalProperties");
+    }
+    if let Some(Value::Object(properties)) = root.get_mut("properties") {
+        for property in properties.values_mut() {
+            if let Value::Object(property) = property
+                && property.get("type").and_then(Value::as_str) == Some("boolean")
+                && property.get("default") == Some(&Value::Bool(false))
+            {
+                property.remove("default");
+            }
+        }
+    }
+    offered
+}
+
 /// Keys at the top of a generated schema that providers do not need: the
 /// meta-schema, the type's name and its doc comment, and definitions (every
 /// subschema is inline).
@@ -335,5 +362,36 @@ mod tests {
         let (declared, required) = property_names(&of::<Sample>());
         assert_eq!(declared.len(), 4);
         assert_eq!(required, ["path"]);
+    }
+
+    #[test]
+    fn the_offered_form_drops_only_what_the_model_does_not_need() {
+        let schema = json!({
+            "type": "object",
+            "additionalProperties": false,
+            "properties": {
+                "off": {"type": "boolean", "default": false, "description": "d"},
+                "on": {"type": "boolean", "default": true},
+                "count": {"type": "integer", "default": 0, "minimum": 0},
+                "nested": {"type": "object", "additionalProperties": false}
+            },
+            "required": ["count"]
+        });
+        assert_eq!(
+            offered(&schema),
+            json!({
+                "type": "object",
+                "properties": {
+                    "off": {"type": "boolean", "description": "d"},
+                    "on": {"type": "boolean", "default": true},
+                    "count": {"type": "integer", "default": 0, "minimum": 0},
+                    "nested": {"type": "object", "additionalProperties": false}
+                },
+                "required": ["count"]
+            })
+        );
+        // Additional properties a schema allows or describes stay.
+        let open = json!({"type": "object", "additionalProperties": {"type": "string"}});
+        assert_eq!(offered(&open), open);
     }
 }

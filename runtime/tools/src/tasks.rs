@@ -19,7 +19,7 @@ use crate::builtin::{Builtin, BuiltinTool, ToolClass};
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct IdArgs {
-    /// Task id from bash run_in_background
+    /// Id of a task bash started
     id: String,
 }
 
@@ -69,8 +69,8 @@ impl BuiltinTool for TaskOutput {
     const CLASS: ToolClass = ToolClass::READ.system();
 
     fn description(&self) -> &str {
-        "Status (running, exited N, killed) and output so far of a background task; long \
-         output keeps the end, the whole in a file for read_file."
+        "Status and output so far of a background task (long output: its end here, the \
+         whole in a file)."
     }
 
     fn run<'a>(&'a self, args: Self::Args, ctx: &'a ToolContext) -> BoxFuture<'a, ToolOutput> {

@@ -23,7 +23,7 @@ pub(crate) struct WriteFile;
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct Args {
-    /// Relative to the project root, or absolute
+    /// Project-relative or absolute
     path: String,
     /// The whole new content
     content: String,

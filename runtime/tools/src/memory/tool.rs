@@ -41,8 +41,8 @@ impl BuiltinTool for Remember {
     const CLASS: ToolClass = ToolClass::WRITE;
 
     fn description(&self) -> &str {
-        "Keep a durable fact about this project (a convention, command or decision) for later \
-         sessions, when the user asks you to remember something. Never secrets."
+        "Keep a fact about this project (convention, command, decision) for later sessions \
+         when the user asks you to remember it. Never secrets."
     }
 
     fn run<'a>(&'a self, args: Self::Args, ctx: &'a ToolContext) -> BoxFuture<'a, ToolOutput> {

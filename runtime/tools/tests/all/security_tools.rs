@@ -724,7 +724,7 @@ async fn reads_outside_need_approval_of_that_call() {
     let mut approved = h.ctx("c2");
     approved.outside_read_approved = true;
     let out = ok_text(&h.call_with(&approved, "read_file", &raw).await);
-    assert_eq!(out, "1\toutside notes\n(end of file; 1 line)");
+    assert_eq!(out, "1\toutside notes");
     // Approval never extends to writes.
     let write = json!({"path": outside_file.to_str().unwrap(), "content": "x"}).to_string();
     let err = err_text(&h.call_with(&approved, "write_file", &write).await);
