@@ -47,6 +47,27 @@ pub const EXIT_RUNTIME: u8 = 1;
 /// (75 is `EX_TEMPFAIL`: try again).
 pub const EXIT_STORE_STALLED: u8 = 75;
 
+/// How long a process that ends waits for the processes it killed.
+const KILLED_PROCESSES_LIMIT: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Waits at most [`KILLED_PROCESSES_LIMIT`] for every process tree this
+/// process killed (MCP servers, commands of cancelled runs) to have exited,
+/// so that nothing it started outlives it: `cgroup.kill` signals a whole tree
+/// at once, but a killed process still takes a moment to exit on a busy
+/// machine. Nothing killed, nothing to wait for.
+pub(crate) async fn await_killed_processes() {
+    let gone = tokio::task::spawn_blocking(|| {
+        troupe_process::process_tree::wait_for_killed_trees(KILLED_PROCESSES_LIMIT)
+    })
+    .await;
+    if !matches!(gone, Ok(true)) {
+        tracing::warn!(
+            limit_ms = KILLED_PROCESSES_LIMIT.as_millis() as u64,
+            "processes this process killed had not all exited"
+        );
+    }
+}
+
 /// An actor-based runtime for coding agents.
 #[derive(Debug, Parser)]
 #[command(name = "troupe", version, propagate_version = true)]

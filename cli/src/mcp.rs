@@ -163,6 +163,7 @@ async fn list(json: bool, cwd: Option<std::path::PathBuf>) -> u8 {
             }
         }
         hub.shutdown_within(troupe_mcp::EXIT_BUDGET).await;
+        crate::await_killed_processes().await;
     }
     for server in &untrusted {
         if json {
@@ -297,6 +298,7 @@ pub(crate) async fn servers_text(locations: &Locations, options: &RunOptions) ->
                 text.push_str(&status_text(&status));
             }
             hub.shutdown_within(troupe_mcp::EXIT_BUDGET).await;
+            crate::await_killed_processes().await;
         }
     }
     for server in &untrusted {

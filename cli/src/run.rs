@@ -469,10 +469,11 @@ pub(crate) async fn execute(
 
 /// Closes a run's MCP servers as the process exits: their sessions, then,
 /// after [`troupe_mcp::EXIT_BUDGET`], whatever is left of their process
-/// groups.
+/// groups, which have exited when it returns.
 async fn shutdown_mcp(mcp: Option<troupe_actors::McpHub>) {
     if let Some(hub) = mcp {
         hub.shutdown_within(troupe_mcp::EXIT_BUDGET).await;
+        crate::await_killed_processes().await;
     }
 }
 

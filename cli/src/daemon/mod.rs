@@ -58,9 +58,6 @@ const CANCEL_GRACE: Duration = Duration::from_secs(10);
 /// cancelled; only a new process gets the store back.
 pub(crate) const STORE_STALL_DEADLINE: Duration = Duration::from_secs(30);
 
-/// How long a stopping daemon waits for the processes it killed to exit.
-const KILLED_PROCESSES_LIMIT: Duration = Duration::from_secs(2);
-
 /// Where the daemon listens unless told otherwise: loopback, any free port
 /// (clients find it in `daemon.json`).
 pub(crate) const DEFAULT_LISTEN: &str = "127.0.0.1:0";
@@ -239,15 +236,7 @@ async fn run_daemon(options: ServeOptions) -> Result<(), String> {
     sweeper.abort();
     retention.abort();
     hubs.shutdown().await;
-    // What the daemon killed (servers, commands of cancelled runs) has
-    // exited before the daemon does.
-    let killed = tokio::task::spawn_blocking(|| {
-        troupe_process::process_tree::wait_for_killed_trees(KILLED_PROCESSES_LIMIT)
-    })
-    .await;
-    if !matches!(killed, Ok(true)) {
-        tracing::warn!("processes the daemon killed had not all exited after 2 s");
-    }
+    crate::await_killed_processes().await;
     if let Err(err) = store.flush() {
         eprintln!("troupe serve: the store could not be flushed: {err}");
     }
