@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# Writes cli/link/hot-functions.txt: the functions of the release `troupe`
+# that the whole-binary bench's runs execute, which the release build then
+# places next to each other (cli/build.rs; docs/performance.md, "Memory of a
+# run: the code a run executes, together").
+#
+# It builds the release `troupe` and the binary bench, runs the bench's
+# kinds `trivial`, `ten_read_file_turns`, `tools` and `commands` once each
+# with every `troupe` process under valgrind's callgrind (which records every
+# function executed), keeps the names the executable defines, and writes them
+# sorted. Run it again after a toolchain or dependency update (symbol names
+# carry a hash of their crate's build) or when new code joins the run path;
+# a stale list only costs memory. Needs valgrind.
+set -euo pipefail
+
+root=$(cd "$(dirname "$0")/../.." && pwd)
+cd "$root"
+command -v valgrind >/dev/null || {
+    echo "hot-functions.sh: valgrind is needed (Debian package valgrind)" >&2
+    exit 2
+}
+
+executable_of() {
+    python3 -c '
+import json, sys
+name = sys.argv[1]
+found = None
+for line in sys.stdin:
+    try:
+        message = json.loads(line)
+    except ValueError:
+        continue
+    if (message.get("reason") == "compiler-artifact"
+            and message.get("target", {}).get("name") == name
+            and message.get("executable")):
+        found = message["executable"]
+if found is None:
+    sys.exit("hot-functions.sh: cargo built no executable named " + name)
+print(found)
+' "$1"
+}
+
+echo "== building the release troupe and the binary bench"
+troupe=$(cargo build --release -p troupe-cli --message-format=json-render-diagnostics |
+    executable_of troupe)
+bench=$(cargo bench -p troupe-tests --bench binary --no-run \
+    --message-format=json-render-diagnostics | executable_of binary)
+
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+cat >"$work/troupe" <<WRAPPER
+#!/usr/bin/env bash
+exec valgrind --tool=callgrind --callgrind-out-file="$work/callgrind.%p" \
+    --demangle=no --dump-instr=no --log-file="$work/valgrind.%p" "$troupe" "\$@"
+WRAPPER
+chmod +x "$work/troupe"
+
+echo "== running the bench's kinds under callgrind"
+TROUPE_BIN="$work/troupe" TROUPE_BENCH_KINDS=trivial,ten_read_file_turns,tools,commands \
+    TROUPE_BENCH_SAMPLES=1 "$bench" --bench >"$work/bench.log" 2>&1 || {
+    echo "hot-functions.sh: the bench failed; its end:" >&2
+    tail -n 20 "$work/bench.log" >&2
+    exit 1
+}
+
+nm --defined-only "$troupe" >"$work/symbols"
+python3 - "$work" "$root/cli/link/hot-functions.txt" <<'PY'
+import glob, re, sys
+work, out = sys.argv[1], sys.argv[2]
+defined = set()
+for line in open(f"{work}/symbols"):
+    parts = line.split()
+    if len(parts) == 3 and parts[1] in "tTwW":
+        defined.add(parts[2])
+executed = set()
+for path in glob.glob(f"{work}/callgrind.*"):
+    for line in open(path, errors="replace"):
+        # `fn=(id) name` (and `cfn=` for callees) names a function the first
+        # time it appears; `'N` marks a recursion level.
+        match = re.match(r"^c?fn=\(\d+\) (.*)$", line.rstrip("\n"))
+        if match:
+            executed.add(re.sub(r"'\d+$", "", match.group(1)))
+hot = sorted(executed & defined)
+with open(out, "w") as f:
+    f.write("".join(name + "\n" for name in hot))
+print(f"== {len(hot)} functions of {len(defined)} written to {out}")
+PY
