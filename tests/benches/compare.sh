@@ -71,23 +71,7 @@ trap remove_base_tree EXIT
 # Reads cargo's JSON messages on stdin and prints the executable of the target
 # named $1.
 executable_of() {
-    python3 -c '
-import json, sys
-name = sys.argv[1]
-found = None
-for line in sys.stdin:
-    try:
-        message = json.loads(line)
-    except ValueError:
-        continue
-    if (message.get("reason") == "compiler-artifact"
-            and message.get("target", {}).get("name") == name
-            and message.get("executable")):
-        found = message["executable"]
-if found is None:
-    sys.exit("compare.sh: cargo built no executable named " + name)
-print(found)
-' "$1"
+    python3 "$root/tests/benches/executable_of.py" "$1"
 }
 
 head_label="$(git rev-parse --short HEAD)"

@@ -21,23 +21,7 @@ command -v valgrind >/dev/null || {
 }
 
 executable_of() {
-    python3 -c '
-import json, sys
-name = sys.argv[1]
-found = None
-for line in sys.stdin:
-    try:
-        message = json.loads(line)
-    except ValueError:
-        continue
-    if (message.get("reason") == "compiler-artifact"
-            and message.get("target", {}).get("name") == name
-            and message.get("executable")):
-        found = message["executable"]
-if found is None:
-    sys.exit("hot-functions.sh: cargo built no executable named " + name)
-print(found)
-' "$1"
+    python3 "$root/tests/benches/executable_of.py" "$1"
 }
 
 echo "== building the release troupe and the binary bench"
