@@ -4,13 +4,16 @@
 # places next to each other (cli/build.rs; docs/performance.md, "Memory of a
 # run: the code a run executes, together").
 #
-# It builds the release `troupe` and the binary bench, runs the bench's
-# kinds `trivial`, `ten_read_file_turns`, `tools` and `commands` once each
-# with every `troupe` process under valgrind's callgrind (which records every
-# function executed), keeps the names the executable defines, and writes them
-# sorted. Run it again after a toolchain or dependency update (symbol names
-# carry a hash of their crate's build) or when new code joins the run path;
-# a stale list only costs memory. Needs valgrind.
+# It builds the release `troupe` without the list (TROUPE_NO_FUNCTION_ORDER=1:
+# the compiler's own layout) and the binary bench, runs the bench's kinds
+# `trivial`, `ten_read_file_turns`, `tools` and `commands` once each with
+# every `troupe` process under valgrind's callgrind (which records every
+# function executed), and writes the executed functions the executable
+# defines in the order the compiler laid them out (callers near their
+# callees, as it placed them). The next release build links with the list.
+# Run it again after a toolchain or dependency update (symbol names carry a
+# hash of their crate's build) or when new code joins the run path; a stale
+# list only costs memory. Needs valgrind.
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -24,14 +27,16 @@ executable_of() {
     python3 "$root/tests/benches/executable_of.py" "$1"
 }
 
-echo "== building the release troupe and the binary bench"
-troupe=$(cargo build --release -p troupe-cli --message-format=json-render-diagnostics |
-    executable_of troupe)
-bench=$(cargo bench -p troupe-tests --bench binary --no-run \
-    --message-format=json-render-diagnostics | executable_of binary)
-
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
+
+echo "== building the release troupe in the compiler's own layout, and the binary bench"
+built=$(TROUPE_NO_FUNCTION_ORDER=1 cargo build --release -p troupe-cli \
+    --message-format=json-render-diagnostics | executable_of troupe)
+troupe=$work/troupe-unordered
+cp "$built" "$troupe"
+bench=$(cargo bench -p troupe-tests --bench binary --no-run \
+    --message-format=json-render-diagnostics | executable_of binary)
 cat >"$work/troupe" <<WRAPPER
 #!/usr/bin/env bash
 exec valgrind --tool=callgrind --callgrind-out-file="$work/callgrind.%p" \
@@ -51,11 +56,12 @@ nm --defined-only "$troupe" >"$work/symbols"
 python3 - "$work" "$root/cli/link/hot-functions.txt" <<'PY'
 import glob, re, sys
 work, out = sys.argv[1], sys.argv[2]
-defined = set()
+# Each defined function's address: the compiler's layout.
+defined = {}
 for line in open(f"{work}/symbols"):
     parts = line.split()
     if len(parts) == 3 and parts[1] in "tTwW":
-        defined.add(parts[2])
+        defined.setdefault(parts[2], int(parts[0], 16))
 executed = set()
 for path in glob.glob(f"{work}/callgrind.*"):
     for line in open(path, errors="replace"):
@@ -64,8 +70,9 @@ for path in glob.glob(f"{work}/callgrind.*"):
         match = re.match(r"^c?fn=\(\d+\) (.*)$", line.rstrip("\n"))
         if match:
             executed.add(re.sub(r"'\d+$", "", match.group(1)))
-hot = sorted(executed & defined)
+hot = sorted(executed & defined.keys(), key=lambda name: (defined[name], name))
 with open(out, "w") as f:
     f.write("".join(name + "\n" for name in hot))
-print(f"== {len(hot)} functions of {len(defined)} written to {out}")
+print(f"== {len(hot)} functions of {len(defined)} written to {out}; "
+      "the next release build links with it")
 PY
