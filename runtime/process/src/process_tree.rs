@@ -717,11 +717,55 @@ impl Drop for Tree {
                         tracing::warn!(dir = %dir.display(), "cannot remove a command's cgroup");
                         return;
                     }
+                    // Woken as the last process leaves; a cgroup still busy
+                    // once empty (a child cgroup inside) is tried again
+                    // after a pause.
+                    let emptied = wait_unpopulated(&dir, deadline);
+                    if emptied && std::fs::remove_dir(&dir).is_ok() {
+                        return;
+                    }
                     std::thread::sleep(CGROUP_REMOVE_PAUSE);
                 }
             });
         if let Err(err) = spawned {
             tracing::warn!(error = %err, "cannot start removing a command's cgroup");
+        }
+    }
+}
+
+/// Waits until the cgroup `dir` holds no process (`populated 0` in its
+/// `cgroup.events`), or until `deadline`. The kernel notifies a change of that
+/// file to `poll` as `POLLPRI`, so this wakes as the last process leaves, not
+/// on a timer. False at the deadline or when the file cannot be read.
+fn wait_unpopulated(dir: &Path, deadline: std::time::Instant) -> bool {
+    use std::io::{Read, Seek, SeekFrom};
+    use std::os::fd::AsRawFd;
+    let Ok(mut file) = std::fs::File::open(dir.join("cgroup.events")) else {
+        return false;
+    };
+    let mut text = String::new();
+    loop {
+        text.clear();
+        if file.seek(SeekFrom::Start(0)).is_err() || file.read_to_string(&mut text).is_err() {
+            return false;
+        }
+        if cgroup_populated(&text) == Some(false) {
+            return true;
+        }
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        if left.is_zero() {
+            return false;
+        }
+        let mut watched = libc::pollfd {
+            fd: file.as_raw_fd(),
+            events: libc::POLLPRI,
+            revents: 0,
+        };
+        let timeout = i32::try_from(left.as_millis()).unwrap_or(i32::MAX).max(1);
+        // SAFETY: one valid `pollfd` for the duration of the call.
+        let ready = unsafe { libc::poll(&mut watched, 1, timeout) };
+        if ready < 0 && io::Error::last_os_error().kind() != io::ErrorKind::Interrupted {
+            return false;
         }
     }
 }
@@ -932,6 +976,42 @@ mod tests {
         second.kill();
         sleeper.wait().await.unwrap();
         assert!(second.release_if_empty());
+        remove_all(&SPARES);
+    }
+
+    #[tokio::test]
+    async fn the_wait_for_an_empty_cgroup_wakes_as_its_last_process_leaves() {
+        static SPARES: SpareCgroups = SpareCgroups::new(1);
+        let Some(tree) = cgroup_tree_in(&SPARES) else {
+            return;
+        };
+        let dir = cgroup_dir(&tree);
+        let mut command = tokio::process::Command::new("sleep");
+        command.arg("30");
+        tree.prepare(&mut command).unwrap();
+        let mut child = command.spawn().unwrap();
+        tree.set_leader(child.id().unwrap());
+        // A process inside: the deadline ends the wait.
+        let busy = dir.clone();
+        let soon = std::time::Instant::now() + Duration::from_millis(50);
+        assert!(
+            !tokio::task::spawn_blocking(move || wait_unpopulated(&busy, soon))
+                .await
+                .unwrap()
+        );
+        // It leaves: the wait ends then, long before its deadline.
+        let watched = dir.clone();
+        let later = std::time::Instant::now() + Duration::from_secs(60);
+        let waiting = tokio::task::spawn_blocking(move || wait_unpopulated(&watched, later));
+        child.kill().await.unwrap();
+        let woken = tokio::time::timeout(Duration::from_secs(30), waiting).await;
+        assert!(
+            matches!(woken, Ok(Ok(true))),
+            "not woken by the emptied cgroup: {woken:?}"
+        );
+        assert!(is_empty_cgroup(&dir));
+        assert!(tree.release_if_empty());
+        drop(tree);
         remove_all(&SPARES);
     }
 
