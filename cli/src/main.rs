@@ -56,6 +56,9 @@ const KILLED_PROCESSES_LIMIT: std::time::Duration = std::time::Duration::from_se
 /// at once, but a killed process still takes a moment to exit on a busy
 /// machine. Nothing killed, nothing to wait for.
 pub(crate) async fn await_killed_processes() {
+    if troupe_process::process_tree::wait_for_killed_trees(std::time::Duration::ZERO) {
+        return;
+    }
     let gone = tokio::task::spawn_blocking(|| {
         troupe_process::process_tree::wait_for_killed_trees(KILLED_PROCESSES_LIMIT)
     })

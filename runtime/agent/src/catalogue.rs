@@ -63,7 +63,8 @@ impl std::fmt::Debug for ToolCatalogue {
 /// `definition` as offered to the model (`troupe_tools::schema::offered`):
 /// what every request carries, validated against the whole schema still.
 fn offered_form(mut definition: ToolDefinition) -> ToolDefinition {
-    definition.input_schema = troupe_tools::schema::offered(&definition.input_schema);
+    definition.input_schema =
+        troupe_tools::schema::offered(std::mem::take(&mut definition.input_schema));
     definition
 }
 

@@ -830,6 +830,16 @@ mod tests {
     }
 
     /// Removes what a test kept in `spares`.
+    /// Starts `program` with `args` in `tree` as its main process.
+    fn start_in(tree: &Tree, program: &str, args: &[&str]) -> tokio::process::Child {
+        let mut command = tokio::process::Command::new(program);
+        command.args(args).stdin(std::process::Stdio::null());
+        tree.prepare(&mut command).unwrap();
+        let child = command.spawn().unwrap();
+        tree.set_leader(child.id().unwrap());
+        child
+    }
+
     fn remove_all(spares: &SpareCgroups) {
         for dir in spares.drain() {
             std::fs::remove_dir(&dir).unwrap();
@@ -843,11 +853,7 @@ mod tests {
             return;
         };
         let dir = cgroup_dir(&tree);
-        let mut command = tokio::process::Command::new("sleep");
-        command.arg("30");
-        tree.prepare(&mut command).unwrap();
-        let mut child = command.spawn().unwrap();
-        tree.set_leader(child.id().unwrap());
+        let mut child = start_in(&tree, "sleep", &["30"]);
         assert!(
             !tree.release_if_empty(),
             "a running member keeps its cgroup"
@@ -917,13 +923,11 @@ mod tests {
         };
         let dir = cgroup_dir(&tree);
         // The main process leaves a process of its own behind and ends.
-        let mut command = tokio::process::Command::new("bash");
-        command
-            .args(["-c", "setsid sleep 30 >/dev/null 2>&1 < /dev/null &"])
-            .stdin(std::process::Stdio::null());
-        tree.prepare(&mut command).unwrap();
-        let mut child = command.spawn().unwrap();
-        tree.set_leader(child.id().unwrap());
+        let mut child = start_in(
+            &tree,
+            "bash",
+            &["-c", "setsid sleep 30 >/dev/null 2>&1 < /dev/null &"],
+        );
         child.wait().await.unwrap();
         assert!(
             !tree.release_if_empty(),
@@ -949,19 +953,12 @@ mod tests {
             return;
         };
         let dir = cgroup_dir(&first);
-        let mut command = tokio::process::Command::new("true");
-        first.prepare(&mut command).unwrap();
-        let mut child = command.spawn().unwrap();
-        first.set_leader(child.id().unwrap());
+        let mut child = start_in(&first, "true", &[]);
         child.wait().await.unwrap();
         assert!(first.release_if_empty());
         let second = cgroup_tree_in(&SPARES).unwrap();
         assert_eq!(cgroup_dir(&second), dir, "the spare is reused");
-        let mut command = tokio::process::Command::new("sleep");
-        command.arg("30");
-        second.prepare(&mut command).unwrap();
-        let mut sleeper = command.spawn().unwrap();
-        second.set_leader(sleeper.id().unwrap());
+        let mut sleeper = start_in(&second, "sleep", &["30"]);
         first.kill();
         assert!(!first.killed_whole(), "a released tree kills nothing");
         first.signal(libc::SIGKILL);
@@ -986,11 +983,7 @@ mod tests {
             return;
         };
         let dir = cgroup_dir(&tree);
-        let mut command = tokio::process::Command::new("sleep");
-        command.arg("30");
-        tree.prepare(&mut command).unwrap();
-        let mut child = command.spawn().unwrap();
-        tree.set_leader(child.id().unwrap());
+        let mut child = start_in(&tree, "sleep", &["30"]);
         // A process inside: the deadline ends the wait.
         let busy = dir.clone();
         let soon = std::time::Instant::now() + Duration::from_millis(50);

@@ -500,11 +500,7 @@ fn play_run(shared: &Shared, latencies: &mut WorkerLatencies, session: &str, run
         }
         let call_id = format!("toolu_{run_id}_{turn}");
         let answer = assistant(&call_id, turn);
-        let at = index;
-        save(shared, latencies, {
-            let session = session.to_string();
-            move |store| store.put_message(&session, at, &answer)
-        });
+        save_message(shared, latencies, session, index, answer);
         index += 1;
         event(
             EventKind::ToolStarted {
@@ -603,11 +599,7 @@ fn play_run(shared: &Shared, latencies: &mut WorkerLatencies, session: &str, run
             text: "The bug is fixed.".into(),
         }],
     };
-    let at = index;
-    save(shared, latencies, {
-        let session = session.to_string();
-        move |store| store.put_message(&session, at, &answer)
-    });
+    save_message(shared, latencies, session, index, answer);
     index += 1;
     event(
         EventKind::RunFinished {
@@ -631,6 +623,20 @@ fn pause(seed: u64) {
 }
 
 /// Hands `write` to the writer and waits until it is durable.
+/// Makes `message` durable as message `index` of `session` ([`save`]).
+fn save_message(
+    shared: &Shared,
+    latencies: &mut WorkerLatencies,
+    session: &str,
+    index: u64,
+    message: Message,
+) {
+    let session = session.to_string();
+    save(shared, latencies, move |store| {
+        store.put_message(&session, index, &message)
+    });
+}
+
 fn save(
     shared: &Shared,
     latencies: &mut WorkerLatencies,
