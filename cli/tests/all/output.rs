@@ -7,14 +7,11 @@
 //! is gone.
 
 use serde_json::json;
-use troupe_protocol::events::RunStatus;
 use troupe_scripted::{Fault, Response, Script, ScriptedServer, text, tool_call};
-use troupe_store::{NewSession, RunRecord, RunState, Store};
 
-use crate::support::{Env, describe, fd_guard, json_lines, run, session_of, text as out_text};
-
-/// How long the database may stay locked after a `troupe` process exited.
-const UNLOCK_LIMIT: std::time::Duration = std::time::Duration::from_secs(5);
+use crate::support::{
+    Env, describe, json_lines, plant_sessions, run, session_of, text as out_text,
+};
 
 /// Runs `troupe ARGS` against `server` (or none) to its end.
 async fn troupe(env: &Env, server: Option<&ScriptedServer>, args: &[&str]) -> std::process::Output {
@@ -42,47 +39,6 @@ fn ids_line(stderr: &str) -> (String, String) {
 /// The short id progress lines show for `id`: its last 8 characters.
 fn short(id: &str) -> &str {
     &id[id.len() - 8..]
-}
-
-/// Plants sessions (and runs of the first one) with chosen ids while no
-/// `troupe` process holds the store.
-async fn plant(env: &Env, sessions: &[&str], runs: &[&str]) {
-    {
-        let _guard = fd_guard();
-        let store = Store::open(&env.data_dir()).unwrap();
-        for id in sessions {
-            store
-                .create_session(&NewSession {
-                    id: (*id).into(),
-                    cwd: env.root().to_path_buf(),
-                    provider: "claude".into(),
-                    model: "scripted-model".into(),
-                    parent: None,
-                    agent_path: None,
-                    run_id: None,
-                    fork_of: None,
-                })
-                .unwrap();
-        }
-        for id in runs {
-            store
-                .put_run(&RunRecord {
-                    run_id: (*id).into(),
-                    session_id: sessions[0].into(),
-                    prompt: "p".into(),
-                    status: RunState::Ended(RunStatus::Finished),
-                    stop_reason: Some("end_turn".into()),
-                    started: chrono::Utc::now(),
-                    ended: None,
-                    pid: 1,
-                })
-                .unwrap();
-        }
-        store.flush().unwrap();
-    }
-    crate::support::wait_until_unlocked(&env.data_dir(), UNLOCK_LIMIT)
-        .await
-        .unwrap();
 }
 
 #[tokio::test]
@@ -183,7 +139,7 @@ async fn resume_run_session_and_trace_take_unique_id_prefixes() {
     let session = session_of(&events);
     let run_id = events[0]["run_id"].as_str().unwrap().to_string();
     // Planted ids that share a prefix with nothing real.
-    plant(&env, &["feed-0001", "feed-0002"], &["feed-r1", "feed-r2"]).await;
+    plant_sessions(&env, &["feed-0001", "feed-0002"], &["feed-r1", "feed-r2"]).await;
 
     // The session's own prefix: no other session starts with 12 of its characters
     // (the planted ones start with "feed").

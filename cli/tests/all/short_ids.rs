@@ -4,13 +4,7 @@
 //! git lengthens an abbreviated hash), and that longer form names the id
 //! wherever an id is taken.
 
-use troupe_protocol::events::RunStatus;
-use troupe_store::{NewSession, RunRecord, RunState, Store};
-
-use crate::support::{Env, describe, fd_guard, run, text};
-
-/// How long the database may stay locked after a `troupe` process exited.
-const UNLOCK_LIMIT: std::time::Duration = std::time::Duration::from_secs(5);
+use crate::support::{Env, describe, plant_sessions, run, text};
 
 /// Two session ids with the same last 8 characters; they differ 10 from the
 /// end.
@@ -22,42 +16,7 @@ const RUN_B: &str = "0193a1f2-0c4d-7e01-8a2c-111122223333";
 
 /// Plants the sessions and runs while no `troupe` process holds the store.
 async fn plant(env: &Env) {
-    {
-        let _guard = fd_guard();
-        let store = Store::open(&env.data_dir()).unwrap();
-        for id in [SESSION_A, SESSION_B] {
-            store
-                .create_session(&NewSession {
-                    id: id.into(),
-                    cwd: env.root().to_path_buf(),
-                    provider: "claude".into(),
-                    model: "scripted-model".into(),
-                    parent: None,
-                    agent_path: None,
-                    run_id: None,
-                    fork_of: None,
-                })
-                .unwrap();
-        }
-        for id in [RUN_A, RUN_B] {
-            store
-                .put_run(&RunRecord {
-                    run_id: id.into(),
-                    session_id: SESSION_A.into(),
-                    prompt: "p".into(),
-                    status: RunState::Ended(RunStatus::Finished),
-                    stop_reason: Some("end_turn".into()),
-                    started: chrono::Utc::now(),
-                    ended: None,
-                    pid: 1,
-                })
-                .unwrap();
-        }
-        store.flush().unwrap();
-    }
-    crate::support::wait_until_unlocked(&env.data_dir(), UNLOCK_LIMIT)
-        .await
-        .unwrap();
+    plant_sessions(env, &[SESSION_A, SESSION_B], &[RUN_A, RUN_B]).await;
 }
 
 /// `troupe ARGS`' stdout, checked to succeed.

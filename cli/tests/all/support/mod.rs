@@ -461,3 +461,49 @@ pub(crate) fn stop_daemon(data_dir: &Path) {
         std::thread::sleep(Duration::from_millis(20));
     }
 }
+
+/// How long the database may stay locked after a `troupe` process exited.
+const PLANT_UNLOCK_LIMIT: Duration = Duration::from_secs(5);
+
+/// Plants sessions (and runs of the first one) with chosen ids while no
+/// `troupe` process holds the store.
+pub(crate) async fn plant_sessions(env: &Env, sessions: &[&str], runs: &[&str]) {
+    {
+        let _guard = fd_guard();
+        let store = troupe_store::Store::open(&env.data_dir()).unwrap();
+        for id in sessions {
+            store
+                .create_session(&troupe_store::NewSession {
+                    id: (*id).into(),
+                    cwd: env.root().to_path_buf(),
+                    provider: "claude".into(),
+                    model: "scripted-model".into(),
+                    parent: None,
+                    agent_path: None,
+                    run_id: None,
+                    fork_of: None,
+                })
+                .unwrap();
+        }
+        for id in runs {
+            store
+                .put_run(&troupe_store::RunRecord {
+                    run_id: (*id).into(),
+                    session_id: sessions[0].into(),
+                    prompt: "p".into(),
+                    status: troupe_store::RunState::Ended(
+                        troupe_protocol::events::RunStatus::Finished,
+                    ),
+                    stop_reason: Some("end_turn".into()),
+                    started: chrono::Utc::now(),
+                    ended: None,
+                    pid: 1,
+                })
+                .unwrap();
+        }
+        store.flush().unwrap();
+    }
+    wait_until_unlocked(&env.data_dir(), PLANT_UNLOCK_LIMIT)
+        .await
+        .unwrap();
+}
