@@ -605,11 +605,18 @@ unsafe fn child_main(plan: &ChildPlan<'_>, report: RawFd) -> ! {
         if libc::setpgid(0, 0) != 0 {
             fail(Step::Group, errno());
         }
+        // Namespaces first: entering a mount namespace moves the process
+        // to its root, and the directory is looked up inside it.
+        if let Some(prepared) = plan.confinement
+            && let Err(err) = apply::enter_namespaces(prepared)
+        {
+            fail(Step::Sandbox, err.raw_os_error().unwrap_or(libc::EIO));
+        }
         if libc::chdir(plan.cwd.as_ptr()) != 0 {
             fail(Step::Directory, errno());
         }
         if let Some(prepared) = plan.confinement
-            && let Err(err) = apply::enter(prepared)
+            && let Err(err) = apply::restrict(prepared)
         {
             fail(Step::Sandbox, err.raw_os_error().unwrap_or(libc::EIO));
         }

@@ -3,22 +3,29 @@
 //! Everything that allocates, opens paths or can fail in interesting ways
 //! happens in the parent ([`prepare`]): the Landlock ruleset is created and
 //! filled there (one file descriptor per rule, closed again once added), and
-//! the mount table edits are turned into C strings. Between `fork` and
-//! `exec` the child ([`enter`]) only makes system calls on that prepared
-//! memory: `unshare`, writes to its own `/proc/self/{setgroups,uid_map,
-//! gid_map}` (user namespace only), `mount`, `prctl(PR_SET_NO_NEW_PRIVS)` and
-//! `landlock_restrict_self`, all async-signal-safe.
+//! the namespaces are made: a short-lived child of this process enters new
+//! ones (`unshare`, its own `/proc/self/{setgroups,uid_map,gid_map}` for a
+//! user namespace, then the mount table edits, [`make_namespaces`]) and this
+//! process keeps a descriptor of each ([`HeldNamespaces`]) before the child
+//! ends. A namespace lives while a descriptor or a process holds it, so one
+//! set serves many commands: the caller ([`super::CommandSandbox`]) keeps
+//! the prepared confinement and makes it again only when what it was made
+//! from changed. Between `fork` and `exec` a command's child ([`enter`])
+//! only makes system calls on that prepared memory: `setns` into each held
+//! namespace, `chdir`, `prctl` (capabilities, `PR_SET_NO_NEW_PRIVS`) and
+//! `landlock_restrict_self` with the shared ruleset, all async-signal-safe.
 //!
 //! A Landlocked process may not `ptrace` (nor read `/proc/PID/environ`,
 //! `/proc/PID/mem`, …) of any process outside its own domain, even as root;
 //! with ABI 6 it may not signal them nor reach their abstract UNIX sockets
 //! either.
 
-use std::ffi::CString;
+use std::ffi::{CStr, CString};
 use std::io;
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
+use std::sync::Arc;
 
 use landlock::{
     ABI, Access, AccessFs, AccessNet, PathBeneath, PathFd, Ruleset, RulesetAttr,
@@ -50,6 +57,9 @@ pub enum ApplyError {
     /// A path of the plan holds a NUL byte.
     #[error("a sandbox path holds a NUL byte: {0}")]
     Nul(String),
+    /// The namespaces could not be made.
+    #[error("cannot make the sandbox's namespaces: {0}")]
+    Namespaces(io::Error),
 }
 
 /// One mount call of the child.
@@ -103,10 +113,11 @@ enum MountStep {
 /// Flags of the empty file system that hides a place.
 const HIDING_FLAGS: libc::c_ulong = libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC;
 
-/// What the child applies between fork and exec.
+/// How new namespaces are made: what the child that makes them applies to
+/// itself ([`make_namespaces`]).
 #[derive(Debug, Default)]
-pub(crate) struct Prepared {
-    /// `unshare` flags; 0 when no namespace is made.
+pub(crate) struct NamespaceSteps {
+    /// `unshare` flags.
     unshare: libc::c_int,
     /// Contents for `/proc/self/uid_map` and `gid_map` (user namespace).
     id_maps: Option<(CString, CString)>,
@@ -116,11 +127,40 @@ pub(crate) struct Prepared {
     shown_sources: Vec<CString>,
     /// Mount steps in order (the first makes every mount private).
     mounts: Vec<MountStep>,
-    /// The Landlock ruleset, when the kernel has Landlock.
-    ruleset: Option<OwnedFd>,
+}
+
+/// Descriptors of namespaces made once ([`hold_namespaces`]), entered by
+/// each command with `setns`.
+#[derive(Debug)]
+pub(crate) struct HeldNamespaces {
+    /// The user namespace (made through one: entered first).
+    user: Option<OwnedFd>,
+    /// The mount namespace.
+    mount: OwnedFd,
+    /// The network namespace (`network = false`).
+    network: Option<OwnedFd>,
+}
+
+/// What a command's child applies between fork and exec.
+#[derive(Debug, Default, Clone)]
+pub(crate) struct Prepared {
+    /// The namespaces it enters; `None` when it stays in this process's.
+    namespaces: Option<Arc<HeldNamespaces>>,
+    /// The Landlock ruleset, when the kernel has Landlock (shared: each
+    /// command enters a domain of its own made from it).
+    ruleset: Option<Arc<OwnedFd>>,
     /// Drop [`DROPPED_CAPABILITIES`] from the bounding set (the parent runs
     /// as root, so the command would get every capability).
     drop_capabilities: bool,
+}
+
+impl Prepared {
+    /// Whether the child enters namespaces (and so must enter its working
+    /// directory again afterwards: `setns` into a mount namespace moves it
+    /// to that namespace's root).
+    pub(crate) fn enters_namespaces(&self) -> bool {
+        self.namespaces.is_some()
+    }
 }
 
 /// Capabilities a confined command never gets, even as root:
@@ -141,10 +181,12 @@ pub(crate) fn prepare(
 ) -> Result<Prepared, ApplyError> {
     let mut prepared = Prepared::default();
     if let Some(kind) = namespaces.filter(|_| plan.needs_namespaces()) {
-        prepare_namespaces(plan, kind, &mut prepared)?;
+        let steps = namespace_steps(plan, kind)?;
+        let held = hold_namespaces(&steps).map_err(ApplyError::Namespaces)?;
+        prepared.namespaces = Some(Arc::new(held));
     }
     if landlock {
-        prepared.ruleset = ruleset(plan)?;
+        prepared.ruleset = ruleset(plan)?.map(Arc::new);
     }
     // SAFETY: geteuid cannot fail.
     prepared.drop_capabilities = unsafe { libc::geteuid() } == 0;
@@ -156,11 +198,9 @@ fn c_path(path: &Path) -> Result<CString, ApplyError> {
         .map_err(|_| ApplyError::Nul(path.display().to_string()))
 }
 
-fn prepare_namespaces(
-    plan: &Plan,
-    kind: NamespaceKind,
-    prepared: &mut Prepared,
-) -> Result<(), ApplyError> {
+/// The steps that make the namespaces of `plan`.
+fn namespace_steps(plan: &Plan, kind: NamespaceKind) -> Result<NamespaceSteps, ApplyError> {
+    let mut prepared = NamespaceSteps::default();
     let mut flags = libc::CLONE_NEWNS;
     if !plan.network {
         flags |= libc::CLONE_NEWNET;
@@ -301,7 +341,103 @@ fn prepare_namespaces(
     prepared
         .mounts
         .extend(groups.into_iter().flat_map(|(_, _, steps)| steps));
-    Ok(())
+    Ok(prepared)
+}
+
+/// Makes the namespaces of `steps` in a child of this process and keeps a
+/// descriptor of each: the child makes them, says so on a pipe, and waits
+/// until this process has opened them through `/proc/PID/ns`; then it ends
+/// without running anything. A step that fails is reported with its
+/// `errno`.
+pub(crate) fn hold_namespaces(steps: &NamespaceSteps) -> io::Result<HeldNamespaces> {
+    let (ready_read, ready_write) = std::io::pipe()?;
+    let (hold_read, hold_write) = std::io::pipe()?;
+    let (ready_write, hold_read) = (OwnedFd::from(ready_write), OwnedFd::from(hold_read));
+    let hold_write_fd = hold_write.as_raw_fd();
+    // SAFETY: the child only makes system calls on memory prepared before
+    // the fork (`steps`, the descriptors) and ends with `_exit`.
+    let pid = unsafe { libc::fork() };
+    if pid == 0 {
+        // SAFETY: in the child: system calls only, then `_exit`.
+        unsafe {
+            let errno = match make_namespaces(steps) {
+                // The parent opens our namespaces through /proc/PID/ns,
+                // which a process that is not dumpable keeps to root; this
+                // one runs nothing and ends as soon as they are opened.
+                Ok(()) => match check(libc::prctl(libc::PR_SET_DUMPABLE, 1, 0, 0, 0)) {
+                    Ok(()) => 0,
+                    Err(err) => err.raw_os_error().unwrap_or(libc::EIO),
+                },
+                Err(err) => err.raw_os_error().unwrap_or(libc::EIO),
+            };
+            let bytes = errno.to_ne_bytes();
+            libc::write(ready_write.as_raw_fd(), bytes.as_ptr().cast(), bytes.len());
+            if errno == 0 {
+                // Until the parent closes its end (this copy of it first):
+                // it has opened what it needs.
+                libc::close(hold_write_fd);
+                let mut byte = 0u8;
+                libc::read(
+                    hold_read.as_raw_fd(),
+                    std::ptr::addr_of_mut!(byte).cast(),
+                    1,
+                );
+            }
+            libc::_exit(0)
+        }
+    }
+    if pid < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    drop(ready_write);
+    drop(hold_read);
+    let result = read_ready(&ready_read).and_then(|()| open_namespaces(pid, steps.unshare));
+    drop(hold_write);
+    let mut status = 0;
+    // SAFETY: waitpid on our own child, which ends once `hold_write` is
+    // closed (or has ended already).
+    while unsafe { libc::waitpid(pid, &mut status, 0) } < 0
+        && io::Error::last_os_error().kind() == io::ErrorKind::Interrupted
+    {}
+    result
+}
+
+/// Reads the child's report: its `errno`, 0 when the namespaces are made.
+fn read_ready(pipe: &std::io::PipeReader) -> io::Result<()> {
+    use std::io::Read;
+    let mut report = [0u8; 4];
+    let mut reader = pipe;
+    reader
+        .read_exact(&mut report)
+        .map_err(|_| io::Error::other("the child making the namespaces ended early"))?;
+    match i32::from_ne_bytes(report) {
+        0 => Ok(()),
+        errno => Err(io::Error::from_raw_os_error(errno)),
+    }
+}
+
+/// Opens the namespaces `flags` made in process `pid`.
+fn open_namespaces(pid: libc::pid_t, flags: libc::c_int) -> io::Result<HeldNamespaces> {
+    let open = |name: &str| -> io::Result<OwnedFd> {
+        let path = CString::new(format!("/proc/{pid}/ns/{name}"))
+            .map_err(|_| io::Error::other("namespace path"))?;
+        // SAFETY: a valid C string; the descriptor is owned below.
+        let fd = unsafe { libc::open(path.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC) };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: a fresh descriptor nobody else owns.
+        Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+    };
+    Ok(HeldNamespaces {
+        user: (flags & libc::CLONE_NEWUSER != 0)
+            .then(|| open("user"))
+            .transpose()?,
+        mount: open("mnt")?,
+        network: (flags & libc::CLONE_NEWNET != 0)
+            .then(|| open("net"))
+            .transpose()?,
+    })
 }
 
 /// The flags of the mount holding `path` that a remount must keep (in a user
@@ -369,69 +505,97 @@ fn ruleset(plan: &Plan) -> Result<Option<OwnedFd>, ApplyError> {
     Ok(created.into())
 }
 
-/// Applies `prepared` to the calling process. Runs between fork and exec:
-/// system calls only, on memory prepared before the fork.
-pub(crate) fn enter(prepared: &Prepared) -> io::Result<()> {
-    if prepared.unshare != 0 {
-        // SAFETY: unshare takes plain flags.
-        check(unsafe { libc::unshare(prepared.unshare) })?;
-        if let Some((uid_map, gid_map)) = &prepared.id_maps {
-            // A process that is not dumpable (the runtime makes itself so)
-            // cannot write its own id maps: `/proc/self` then belongs to
-            // root. The child is about to `exec`, which makes it dumpable
-            // anyway, and it is not in a Landlock domain yet, so no
-            // confined command can reach it in between.
-            // SAFETY: prctl with plain integers.
-            check(unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 1, 0, 0, 0) })?;
-            write_file(c"/proc/self/setgroups", c"deny")?;
-            write_file(c"/proc/self/uid_map", uid_map)?;
-            write_file(c"/proc/self/gid_map", gid_map)?;
-        }
-        // The directories to show again, opened before anything hides
-        // them; the descriptors close at `exec`.
-        let mut shown_fds: [libc::c_int; MAX_SHOWN] = [-1; MAX_SHOWN];
-        for (slot, path) in prepared.shown_sources.iter().enumerate().take(MAX_SHOWN) {
-            // SAFETY: a valid C string; open is async-signal-safe.
-            shown_fds[slot] = unsafe {
-                libc::open(
-                    path.as_ptr(),
-                    libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC,
-                )
-            };
-        }
-        for step in &prepared.mounts {
-            match step {
-                MountStep::Mount(call) => mount(call)?,
-                MountStep::MakeDir(path) => {
-                    // SAFETY: a valid C string; mkdir is async-signal-safe.
-                    let rc = unsafe { libc::mkdir(path.as_ptr(), 0o755) };
-                    if rc != 0 && io::Error::last_os_error().raw_os_error() != Some(libc::EEXIST) {
-                        return Err(io::Error::last_os_error());
-                    }
+/// Makes the namespaces of `steps` in the calling process: `unshare`, the
+/// id maps of a user namespace, the mount table edits. Runs in a child
+/// between fork and its end: system calls only, on memory prepared before
+/// the fork.
+pub(crate) fn make_namespaces(steps: &NamespaceSteps) -> io::Result<()> {
+    // SAFETY: unshare takes plain flags.
+    check(unsafe { libc::unshare(steps.unshare) })?;
+    if let Some((uid_map, gid_map)) = &steps.id_maps {
+        // A process that is not dumpable (the runtime makes itself so)
+        // cannot write its own id maps: `/proc/self` then belongs to root.
+        // This child runs nothing and is in no Landlock domain, so no
+        // confined command can reach it meanwhile.
+        // SAFETY: prctl with plain integers.
+        check(unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 1, 0, 0, 0) })?;
+        write_file(c"/proc/self/setgroups", c"deny")?;
+        write_file(c"/proc/self/uid_map", uid_map)?;
+        write_file(c"/proc/self/gid_map", gid_map)?;
+    }
+    // The directories to show again, opened before anything hides them;
+    // the descriptors close when the child ends.
+    let mut shown_fds: [libc::c_int; MAX_SHOWN] = [-1; MAX_SHOWN];
+    for (slot, path) in steps.shown_sources.iter().enumerate().take(MAX_SHOWN) {
+        // SAFETY: a valid C string; open is async-signal-safe.
+        shown_fds[slot] = unsafe {
+            libc::open(
+                path.as_ptr(),
+                libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC,
+            )
+        };
+    }
+    for step in &steps.mounts {
+        match step {
+            MountStep::Mount(call) => mount(call)?,
+            MountStep::MakeDir(path) => {
+                // SAFETY: a valid C string; mkdir is async-signal-safe.
+                let rc = unsafe { libc::mkdir(path.as_ptr(), 0o755) };
+                if rc != 0 && io::Error::last_os_error().raw_os_error() != Some(libc::EEXIST) {
+                    return Err(io::Error::last_os_error());
                 }
-                MountStep::BindShown { slot, target } => {
-                    let Some(&fd) = shown_fds.get(*slot).filter(|fd| **fd >= 0) else {
-                        // Gone since the plan was made: it stays hidden.
-                        continue;
-                    };
-                    let mut buf = [0u8; 40];
-                    let Some(source) = fd_path(fd, &mut buf) else {
-                        continue;
-                    };
-                    // SAFETY: valid C strings, no file-system type, no data.
-                    check(unsafe {
-                        libc::mount(
-                            source.as_ptr(),
-                            target.as_ptr(),
-                            std::ptr::null(),
-                            libc::MS_BIND | libc::MS_REC,
-                            std::ptr::null(),
-                        )
-                    })?;
-                }
+            }
+            MountStep::BindShown { slot, target } => {
+                let Some(&fd) = shown_fds.get(*slot).filter(|fd| **fd >= 0) else {
+                    // Gone since the plan was made: it stays hidden.
+                    continue;
+                };
+                let mut buf = [0u8; 40];
+                let Some(source) = fd_path(fd, &mut buf) else {
+                    continue;
+                };
+                // SAFETY: valid C strings, no file-system type, no data.
+                check(unsafe {
+                    libc::mount(
+                        source.as_ptr(),
+                        target.as_ptr(),
+                        std::ptr::null(),
+                        libc::MS_BIND | libc::MS_REC,
+                        std::ptr::null(),
+                    )
+                })?;
             }
         }
     }
+    Ok(())
+}
+
+/// Enters the namespaces `prepared` holds (the user namespace first, which
+/// gives the rights to enter the others). Runs between fork and exec:
+/// system calls only. `setns` into a mount namespace moves the process to
+/// that namespace's root: enter the working directory afterwards.
+pub(crate) fn enter_namespaces(prepared: &Prepared) -> io::Result<()> {
+    let Some(held) = &prepared.namespaces else {
+        return Ok(());
+    };
+    let join = |fd: &OwnedFd, kind: libc::c_int| {
+        // SAFETY: setns on a namespace descriptor owned by `held`.
+        check(unsafe { libc::setns(fd.as_raw_fd(), kind) })
+    };
+    if let Some(user) = &held.user {
+        join(user, libc::CLONE_NEWUSER)?;
+    }
+    join(&held.mount, libc::CLONE_NEWNS)?;
+    if let Some(network) = &held.network {
+        join(network, libc::CLONE_NEWNET)?;
+    }
+    Ok(())
+}
+
+/// Restricts the calling process as `prepared` says: capabilities dropped
+/// (root), `no_new_privs`, the Landlock domain. Runs between fork and exec,
+/// after [`enter_namespaces`]: system calls only.
+pub(crate) fn restrict(prepared: &Prepared) -> io::Result<()> {
     if prepared.drop_capabilities {
         for capability in DROPPED_CAPABILITIES {
             // SAFETY: prctl with plain integers. EINVAL: a kernel that does
@@ -458,6 +622,18 @@ pub(crate) fn enter(prepared: &Prepared) -> io::Result<()> {
         }
     }
     Ok(())
+}
+
+/// Applies `prepared` to the calling process, `cwd` its working directory
+/// (entered again inside the namespaces). Runs between fork and exec:
+/// system calls only, on memory prepared before the fork.
+pub(crate) fn enter(prepared: &Prepared, cwd: &CStr) -> io::Result<()> {
+    enter_namespaces(prepared)?;
+    if prepared.enters_namespaces() {
+        // SAFETY: a valid C string; chdir is async-signal-safe.
+        check(unsafe { libc::chdir(cwd.as_ptr()) })?;
+    }
+    restrict(prepared)
 }
 
 /// Makes one `mount` call.
@@ -567,9 +743,9 @@ pub(crate) fn namespaces_work(kind: NamespaceKind) -> bool {
         network: false,
         ..Plan::default()
     };
-    let mut prepared = Prepared::default();
-    let works = prepare_namespaces(&plan, kind, &mut prepared).is_ok()
-        && crate::direct_spawn::succeeds_in_child(|| enter(&prepared).is_ok());
+    let works = namespace_steps(&plan, kind).is_ok_and(|steps| {
+        crate::direct_spawn::succeeds_in_child(|| make_namespaces(&steps).is_ok())
+    });
     tracing::debug!(?kind, works, "namespace probe");
     let _ = std::fs::remove_dir_all(&dir);
     works

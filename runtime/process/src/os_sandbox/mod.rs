@@ -13,8 +13,10 @@
 //!   read-only inside them, and which of Troupe's private places (the data
 //!   directory, the user's configuration) are hidden from commands.
 //! - `git` finds git's configuration places in the writable roots.
-//! - `apply` turns a plan into a Landlock ruleset and namespace set-up in
-//!   the parent and applies it in the child between fork and exec.
+//! - `apply` turns a plan into a Landlock ruleset and namespaces made in
+//!   the parent and applies them in the child between fork and exec.
+//! - `kept` keeps a session's confinement for its next commands while the
+//!   plan, its places and the host's mounts stay as they were.
 //! - `guard` puts back protected files no mount keeps read-only (created
 //!   ones, and git's configuration where no mount can be made).
 //! - [`KernelSupport`] is probed once per process: the Landlock ABI and
@@ -25,6 +27,7 @@
 pub(crate) mod apply;
 pub(crate) mod git;
 pub(crate) mod guard;
+pub(crate) mod kept;
 pub(crate) mod plan;
 
 use std::path::{Path, PathBuf};
@@ -129,6 +132,10 @@ pub struct CommandSandbox {
     /// What the plan was made from, to make it again for each command when
     /// it depends on a directory listing ([`Carve::Split`]).
     inputs: OwnedInputs,
+    /// The confinement made for the commands' plan, kept for the next ones.
+    kept: kept::KeptConfinement,
+    /// The same for the hooks' plan.
+    hooks_kept: kept::KeptConfinement,
 }
 
 /// [`PlanInputs`] owned.
@@ -172,6 +179,8 @@ impl CommandSandbox {
             hooks_plan: None,
             temp_dir: None,
             inputs: OwnedInputs::default(),
+            kept: kept::KeptConfinement::default(),
+            hooks_kept: kept::KeptConfinement::default(),
         }
     }
 
@@ -253,6 +262,8 @@ impl CommandSandbox {
             hooks_plan: None,
             temp_dir: None,
             inputs,
+            kept: kept::KeptConfinement::default(),
+            hooks_kept: kept::KeptConfinement::default(),
         };
         sandbox.plan = sandbox.make_plan();
         if !sandbox.inputs.config_dirs.is_empty() {
@@ -301,6 +312,7 @@ impl CommandSandbox {
         if !self.inputs.config_dirs.is_empty() {
             sandbox.inputs.show_user_config = true;
             sandbox.plan = self.hooks_plan.clone();
+            sandbox.kept = self.hooks_kept.clone();
         }
         sandbox
     }
@@ -384,10 +396,18 @@ impl CommandSandbox {
             command.env("TMPDIR", dir);
         }
         let prepared = confinement.prepared;
+        // Entered again inside the namespaces (`std` enters it before the
+        // hook runs).
+        let cwd = match command.as_std().get_current_dir() {
+            Some(dir) => dir.to_path_buf(),
+            None => std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/")),
+        };
+        let cwd = std::ffi::CString::new(cwd.as_os_str().as_encoded_bytes())
+            .map_err(|_| ApplyError::Nul(cwd.display().to_string()))?;
         // SAFETY: `enter` only makes async-signal-safe system calls on
         // memory prepared before the fork (see `apply`).
         unsafe {
-            command.pre_exec(move || apply::enter(&prepared));
+            command.pre_exec(move || apply::enter(&prepared, &cwd));
         }
         Ok(confinement.watched)
     }
@@ -437,7 +457,9 @@ impl CommandSandbox {
             watched.snapshot(&self.inputs.git.files, &self.inputs.git.dirs);
         }
         let landlock = self.support.landlock_abi > 0;
-        let prepared = apply::prepare(plan, landlock, self.support.namespaces)?;
+        let prepared = self.kept.get_or_make(plan, || {
+            apply::prepare(plan, landlock, self.support.namespaces)
+        })?;
         Ok(Some(Confinement {
             temp_dir: self.temp_dir.clone(),
             watched,
@@ -532,9 +554,10 @@ pub fn confine_read_only(command: &mut tokio::process::Command) -> Result<(), Ap
     };
     let prepared = apply::prepare(&plan, true, None)?;
     // SAFETY: `enter` only makes async-signal-safe system calls on memory
-    // prepared before the fork (see `apply`).
+    // prepared before the fork (see `apply`); no namespace is entered, so
+    // the working directory stays as it is.
     unsafe {
-        command.pre_exec(move || apply::enter(&prepared));
+        command.pre_exec(move || apply::enter(&prepared, c"."));
     }
     Ok(())
 }
@@ -628,6 +651,76 @@ mod tests {
 
     fn workspace_write() -> SandboxSettings {
         SandboxSettings::default()
+    }
+
+    #[tokio::test]
+    async fn a_sessions_commands_share_namespaces_made_once_until_a_place_they_hold_changes() {
+        let support = KernelSupport::probe();
+        if support.landlock_abi == 0 || support.namespaces.is_none() {
+            eprintln!("no Landlock or no namespaces here");
+            return;
+        }
+        let layout = layout();
+        let settings = SandboxSettings {
+            mode: SandboxMode::WorkspaceWrite,
+            network: false,
+        };
+        let sandbox = sandbox(&layout, settings, support);
+        let own = |name: &str| std::fs::read_link(format!("/proc/self/ns/{name}")).unwrap();
+        let namespaces = "readlink /proc/self/ns/mnt /proc/self/ns/net; pwd -P";
+        let (code, first) = run(&sandbox, &layout.project, namespaces).await;
+        assert_eq!(code, 0, "{first}");
+        let lines: Vec<&str> = first.lines().collect();
+        assert_ne!(lines[0], own("mnt").to_str().unwrap(), "{first}");
+        assert_ne!(lines[1], own("net").to_str().unwrap(), "{first}");
+        // The working directory is the project's, looked up inside.
+        assert_eq!(lines[2], layout.project.to_str().unwrap(), "{first}");
+        // The next commands, by either way of starting them (and a clone of
+        // the sandbox), enter the same ones.
+        let (_, second) = run(&sandbox, &layout.project, namespaces).await;
+        assert_eq!(second, first);
+        let (_, forked) = run_by(
+            &sandbox.clone(),
+            &layout.project,
+            namespaces,
+            SpawnPath::Forked,
+        )
+        .await;
+        assert_eq!(forked, first);
+
+        // `.troupe` replaced from outside: the kept bind would still show
+        // the old directory (its `config.toml`), so the namespaces are made
+        // again, showing the new one (empty), read-only.
+        std::fs::rename(layout.project.join(".troupe"), layout.outside.join("old")).unwrap();
+        std::fs::create_dir(layout.project.join(".troupe")).unwrap();
+        let (code, out) = run(
+            &sandbox,
+            &layout.project,
+            "ls -A .troupe; echo listed; echo x > .troupe/planted && echo wrote",
+        )
+        .await;
+        assert_ne!(code, 0, "{out}");
+        assert!(out.starts_with("listed\n"), "{out}");
+        assert!(!out.contains("wrote"), "{out}");
+        assert!(!layout.project.join(".troupe/planted").exists());
+
+        // `.mcp.json` gone, then written again from outside: read-only in
+        // the next command.
+        std::fs::remove_file(layout.project.join(".mcp.json")).unwrap();
+        let (_, _) = run(&sandbox, &layout.project, "true").await;
+        std::fs::write(layout.project.join(".mcp.json"), "{}").unwrap();
+        let (code, out) = run(
+            &sandbox,
+            &layout.project,
+            "echo '{\"mcpServers\":{}}' > .mcp.json && echo wrote",
+        )
+        .await;
+        assert_ne!(code, 0, "{out}");
+        assert!(!out.contains("wrote"), "{out}");
+        assert_eq!(
+            std::fs::read_to_string(layout.project.join(".mcp.json")).unwrap(),
+            "{}"
+        );
     }
 
     #[tokio::test]
