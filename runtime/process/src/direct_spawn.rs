@@ -210,38 +210,6 @@ impl<'a> ChildPlan<'a> {
     }
 }
 
-/// `clone3` with `flags` and `CLONE_INTO_CGROUP` into `cgroup`, the
-/// child's exit reported by SIGCHLD, no new stack (the child continues on a
-/// copy of this stack, as after `fork`). Returns 0 in the child.
-///
-/// # Safety
-/// The child may only make async-signal-safe system calls on memory
-/// prepared before the call, then `exec` or `_exit`.
-unsafe fn clone_into(cgroup: BorrowedFd<'_>, flags: u64, pidfd: *mut libc::c_int) -> libc::c_long {
-    // SAFETY: an all-zero clone_args is valid (no flags, no pointers).
-    let mut args: libc::clone_args = unsafe { std::mem::zeroed() };
-    args.flags = flags | CLONE_INTO_CGROUP;
-    args.pidfd = pidfd as u64;
-    args.exit_signal = libc::SIGCHLD as u64;
-    args.cgroup = cgroup.as_raw_fd() as u64;
-    // SAFETY: a valid argument block of its own size.
-    unsafe {
-        libc::syscall(
-            libc::SYS_clone3,
-            std::ptr::addr_of_mut!(args),
-            std::mem::size_of::<libc::clone_args>(),
-        )
-    }
-}
-
-/// What the child of a shared-memory clone is handed: its plan and the
-/// pipe for its report.
-#[cfg(target_arch = "x86_64")]
-struct ChildStart<'p, 'a> {
-    plan: &'p ChildPlan<'a>,
-    report: RawFd,
-}
-
 /// The stack of a child that shares this process's memory: mapped for one
 /// launch, a guard page below it.
 #[cfg(target_arch = "x86_64")]
@@ -366,17 +334,18 @@ unsafe fn clone3_on_stack(
 }
 
 /// Where the child of [`clone3_on_stack`] starts: every signal handler of
-/// this process back to its default (signals are still blocked), then
-/// [`child_main`].
+/// this process back to its default (signals are still blocked), then the
+/// closure in `start`.
 ///
 /// # Safety
-/// Only as the entry of that child, with `start` a [`ChildStart`].
+/// Only as the entry of that child, with `start` pointing to the parent's
+/// `Option<F>`, which the child takes (the parent waits meanwhile).
 #[cfg(target_arch = "x86_64")]
-unsafe extern "C" fn child_entry(start: *const libc::c_void) -> ! {
-    // SAFETY: `start` points to the parent's ChildStart, alive while the
-    // parent waits (CLONE_VFORK); sigaction is async-signal-safe.
+unsafe extern "C" fn child_entry<F: FnOnce() -> libc::c_int>(start: *const libc::c_void) -> ! {
+    // SAFETY: `start` points to the parent's Option<F>, alive while the
+    // parent waits (CLONE_VFORK); sigaction and _exit are
+    // async-signal-safe.
     unsafe {
-        let start = &*start.cast::<ChildStart<'_, '_>>();
         let mut default: libc::sigaction = std::mem::zeroed();
         default.sa_sigaction = libc::SIG_DFL;
         for signal in 1..=64 {
@@ -388,38 +357,56 @@ unsafe extern "C" fn child_entry(start: *const libc::c_void) -> ! {
                 libc::sigaction(signal, &default, std::ptr::null_mut());
             }
         }
-        child_main(start.plan, start.report)
+        let slot = &mut *start.cast::<Option<F>>().cast_mut();
+        let code = match slot.take() {
+            Some(child) => child(),
+            None => 127,
+        };
+        libc::_exit(code)
     }
 }
 
-/// Creates the child of `plan` in `cgroup`, its pidfd stored in `pidfd`;
-/// the child runs [`child_main`]. Returns the child's pid, or -1 with
-/// `errno` set.
-fn create_child(
-    plan: &ChildPlan<'_>,
-    report: RawFd,
-    cgroup: BorrowedFd<'_>,
-    pidfd: &mut libc::c_int,
-) -> io::Result<libc::c_long> {
+/// Runs `child` in a new process and returns its pid: created by `clone3`
+/// with `flags`, and inside `cgroup` when one is given. On x86-64 the child
+/// shares this process's memory (`CLONE_VM`, `CLONE_VFORK`, a stack of its
+/// own) and this thread waits until it executes a program or ends; elsewhere
+/// it runs on a copy, as after `fork`. `child` runs in the child: it may only
+/// make async-signal-safe system calls on memory prepared before the call,
+/// and `exec` or return the exit code.
+fn run_in_child<F: FnOnce() -> libc::c_int>(
+    cgroup: Option<BorrowedFd<'_>>,
+    flags: u64,
+    pidfd: *mut libc::c_int,
+    child: F,
+) -> io::Result<libc::pid_t> {
+    let into = if cgroup.is_some() {
+        CLONE_INTO_CGROUP
+    } else {
+        0
+    };
     #[cfg(target_arch = "x86_64")]
-    {
+    let result = {
         let stack = ChildStack::map()?;
         // SAFETY: an all-zero clone_args is valid (no flags, no pointers).
         let mut args: libc::clone_args = unsafe { std::mem::zeroed() };
-        args.flags =
-            (libc::CLONE_VM | libc::CLONE_VFORK | libc::CLONE_PIDFD) as u64 | CLONE_INTO_CGROUP;
-        args.pidfd = std::ptr::from_mut(pidfd) as u64;
+        args.flags = (libc::CLONE_VM | libc::CLONE_VFORK) as u64 | flags | into;
+        args.pidfd = pidfd as u64;
         args.exit_signal = libc::SIGCHLD as u64;
-        args.cgroup = cgroup.as_raw_fd() as u64;
+        args.cgroup = cgroup.map_or(0, |fd| fd.as_raw_fd() as u64);
         args.stack = stack.base as u64;
         args.stack_size = stack.len as u64;
-        let start = ChildStart { plan, report };
+        let mut slot = Some(child);
         let blocked = SignalsBlocked::all();
-        // SAFETY: the stack is mapped until after the child has executed
-        // its program or ended (this thread waits for that); `child_entry`
-        // only runs `child_main`.
-        let result =
-            unsafe { clone3_on_stack(&mut args, child_entry, std::ptr::from_ref(&start).cast()) };
+        // SAFETY: the stack is mapped until after the child has executed a
+        // program or ended (this thread waits for that); `child_entry`
+        // takes `slot` and runs it.
+        let result = unsafe {
+            clone3_on_stack(
+                &mut args,
+                child_entry::<F>,
+                std::ptr::from_mut(&mut slot).cast_const().cast(),
+            )
+        };
         drop(blocked);
         drop(stack);
         if result < 0 {
@@ -427,23 +414,36 @@ fn create_child(
                 i32::try_from(-result).unwrap_or(libc::EINVAL),
             ));
         }
-        Ok(result)
-    }
+        result
+    };
     #[cfg(not(target_arch = "x86_64"))]
-    {
-        // SAFETY: the child only runs `child_main` (system calls on
-        // `plan`), which never returns.
-        let pid =
-            unsafe { clone_into(cgroup, libc::CLONE_PIDFD as u64, std::ptr::from_mut(pidfd)) };
+    let result = {
+        // SAFETY: an all-zero clone_args is valid (no flags, no pointers).
+        let mut args: libc::clone_args = unsafe { std::mem::zeroed() };
+        args.flags = flags | into;
+        args.pidfd = pidfd as u64;
+        args.exit_signal = libc::SIGCHLD as u64;
+        args.cgroup = cgroup.map_or(0, |fd| fd.as_raw_fd() as u64);
+        // SAFETY: a valid argument block of its own size; the child runs
+        // `child` on its copy of this stack, then ends.
+        let pid = unsafe {
+            libc::syscall(
+                libc::SYS_clone3,
+                std::ptr::addr_of_mut!(args),
+                std::mem::size_of::<libc::clone_args>(),
+            )
+        };
         if pid == 0 {
-            // SAFETY: in the child, which only makes system calls on `plan`.
-            unsafe { child_main(plan, report) }
+            let code = child();
+            // SAFETY: in the child: ends it without running anything else.
+            unsafe { libc::_exit(code) }
         }
         if pid < 0 {
             return Err(io::Error::last_os_error());
         }
-        Ok(pid)
-    }
+        pid
+    };
+    libc::pid_t::try_from(result).map_err(|_| io::Error::other("pid"))
 }
 
 /// Whether a `clone3` error means this kernel or a seccomp filter offers no
@@ -461,14 +461,22 @@ pub(crate) fn launch(launch: &Launch<'_>) -> Result<DirectChild, LaunchError> {
     let (report_read, report_write) = std::io::pipe().map_err(LaunchError::Failed)?;
     let report_write = OwnedFd::from(report_write);
     let mut pidfd: libc::c_int = -1;
-    let pid = match create_child(&plan, report_write.as_raw_fd(), launch.cgroup, &mut pidfd) {
+    let report = report_write.as_raw_fd();
+    let child = || {
+        // SAFETY: in the child, which only makes system calls on `plan`.
+        unsafe { child_main(&plan, report) }
+    };
+    let pid = match run_in_child(
+        Some(launch.cgroup),
+        libc::CLONE_PIDFD as u64,
+        &mut pidfd,
+        child,
+    ) {
         Ok(pid) => pid,
         Err(err) if clone3_refused(&err) => return Err(LaunchError::Unsupported(err)),
         Err(err) => return Err(LaunchError::Failed(err)),
     };
     drop(report_write);
-    let pid =
-        libc::pid_t::try_from(pid).map_err(|_| LaunchError::Failed(io::Error::other("pid")))?;
     // SAFETY: CLONE_PIDFD stored a fresh descriptor nobody else owns.
     let pidfd = unsafe { OwnedFd::from_raw_fd(pidfd) };
     let mut report = [0u8; 5];
@@ -493,42 +501,43 @@ pub(crate) fn launch(launch: &Launch<'_>) -> Result<DirectChild, LaunchError> {
 /// seccomp filter) offers no `clone3` into a cgroup, so only moving a
 /// process there can tell.
 pub(crate) fn starts_inside(cgroup: BorrowedFd<'_>) -> Option<bool> {
-    // SAFETY: the child only calls `_exit`.
-    let pid = unsafe { clone_into(cgroup, 0, std::ptr::null_mut()) };
-    if pid == 0 {
-        // SAFETY: in the child: nothing but the exit.
-        unsafe { libc::_exit(0) }
-    }
-    if pid < 0 {
-        return (!clone3_refused(&io::Error::last_os_error())).then_some(false);
-    }
-    match libc::pid_t::try_from(pid) {
+    match run_in_child(Some(cgroup), 0, std::ptr::null_mut(), || 0) {
         Ok(pid) => {
             reap_blocking(pid);
+            Some(true)
         }
-        Err(_) => return Some(false),
+        Err(err) => (!clone3_refused(&err)).then_some(false),
     }
-    Some(true)
 }
 
 /// Whether `check` succeeds in a child of this process that runs nothing
 /// else and ends at once: how a probe tries what would change this
 /// process for good (entering namespaces), without starting a program.
 ///
-/// `check` runs between fork and `_exit`: it may only make
-/// async-signal-safe system calls on memory prepared before the call.
-pub(crate) fn succeeds_in_child(check: impl FnOnce() -> bool) -> bool {
-    // SAFETY: the child only runs `check` (system calls only, see above)
-    // and `_exit`.
-    let pid = unsafe { libc::fork() };
-    if pid == 0 {
-        let code = if check() { 0 } else { 1 };
-        // SAFETY: in the child: ends it without running anything else.
-        unsafe { libc::_exit(code) }
-    }
-    if pid < 0 {
-        return false;
-    }
+/// `check` runs in the child (see [`run_in_child`]): it may only make
+/// async-signal-safe system calls on memory prepared before the call,
+/// writing nothing but its own stack.
+pub(crate) fn succeeds_in_child(check: impl FnOnce() -> bool + Copy) -> bool {
+    let child = move || if check() { 0 } else { 1 };
+    let pid = match run_in_child(None, 0, std::ptr::null_mut(), child) {
+        Ok(pid) => pid,
+        // No `clone3` here: a plain fork.
+        Err(err) if clone3_refused(&err) => {
+            // SAFETY: the child only runs `check` (system calls only, see
+            // above) and `_exit`.
+            let pid = unsafe { libc::fork() };
+            if pid == 0 {
+                // SAFETY: in the child: ends it without running anything
+                // else.
+                unsafe { libc::_exit(child()) }
+            }
+            if pid < 0 {
+                return false;
+            }
+            pid
+        }
+        Err(_) => return false,
+    };
     reap_blocking(pid)
         .is_some_and(|status| libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0)
 }
