@@ -10,7 +10,9 @@
 # every `troupe` process under valgrind's callgrind (which records every
 # function executed), and writes the executed functions the executable
 # defines in the order the compiler laid them out (callers near their
-# callees, as it placed them). The next release build links with the list.
+# callees, as it placed them), with the few functions a command's child
+# runs on the runtime's memory before it executes `bash` (callgrind cannot
+# follow that child). The next release build links with the list.
 # Run it again after a toolchain or dependency update (symbol names carry a
 # hash of their crate's build) or when new code joins the run path; a stale
 # list only costs memory. Needs valgrind.
@@ -53,15 +55,30 @@ TROUPE_BIN="$work/troupe" TROUPE_BENCH_KINDS=trivial,ten_read_file_turns,tools,c
 }
 
 nm --defined-only "$troupe" >"$work/symbols"
+nm --defined-only --demangle "$troupe" >"$work/symbols.demangled"
 python3 - "$work" "$root/cli/link/hot-functions.txt" <<'PY'
 import glob, re, sys
 work, out = sys.argv[1], sys.argv[2]
 # Each defined function's address: the compiler's layout.
 defined = {}
-for line in open(f"{work}/symbols"):
+demangled = {}
+for line, readable in zip(open(f"{work}/symbols"), open(f"{work}/symbols.demangled")):
     parts = line.split()
     if len(parts) == 3 and parts[1] in "tTwW":
         defined.setdefault(parts[2], int(parts[0], 16))
+        demangled.setdefault(parts[2], readable.split(maxsplit=2)[-1].strip())
+# What a command's child runs while it shares this process's memory (its
+# pages count in the runtime's resident set): callgrind cannot follow that
+# child (valgrind offers no `clone3`, so under it commands are forked), so
+# these are named here.
+SHARED_CHILD = (
+    "troupe_process::direct_spawn::child_entry",
+    "troupe_process::direct_spawn::child_main",
+    "troupe_process::direct_spawn::clone3_on_stack",
+    "troupe_process::direct_spawn::run_in_child",
+    "troupe_process::os_sandbox::apply::enter_namespaces",
+    "troupe_process::os_sandbox::apply::restrict",
+)
 executed = set()
 for path in glob.glob(f"{work}/callgrind.*"):
     for line in open(path, errors="replace"):
@@ -70,6 +87,9 @@ for path in glob.glob(f"{work}/callgrind.*"):
         match = re.match(r"^c?fn=\(\d+\) (.*)$", line.rstrip("\n"))
         if match:
             executed.add(re.sub(r"'\d+$", "", match.group(1)))
+executed |= {
+    name for name, readable in demangled.items() if readable.startswith(SHARED_CHILD)
+}
 hot = sorted(executed & defined.keys(), key=lambda name: (defined[name], name))
 with open(out, "w") as f:
     f.write("".join(name + "\n" for name in hot))
