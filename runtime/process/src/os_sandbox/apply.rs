@@ -346,59 +346,57 @@ fn namespace_steps(plan: &Plan, kind: NamespaceKind) -> Result<NamespaceSteps, A
 
 /// Makes the namespaces of `steps` in a child of this process and keeps a
 /// descriptor of each: the child makes them, says so on a pipe, and waits
-/// until this process has opened them through `/proc/PID/ns`; then it ends
-/// without running anything. A step that fails is reported with its
-/// `errno`.
+/// (every signal blocked) until this process has opened them through
+/// `/proc/PID/ns` and kills it; it runs nothing else. A step that fails is
+/// reported with its `errno`. Nothing here waits for a pipe to close: a
+/// process forked meanwhile by another thread may hold a copy of its end.
 pub(crate) fn hold_namespaces(steps: &NamespaceSteps) -> io::Result<HeldNamespaces> {
     let (ready_read, ready_write) = std::io::pipe()?;
-    let (hold_read, hold_write) = std::io::pipe()?;
-    let (ready_write, hold_read) = (OwnedFd::from(ready_write), OwnedFd::from(hold_read));
-    let hold_write_fd = hold_write.as_raw_fd();
+    let ready_write = OwnedFd::from(ready_write);
     // SAFETY: the child only makes system calls on memory prepared before
-    // the fork (`steps`, the descriptors) and ends with `_exit`.
+    // the fork (`steps`, the descriptor) and never returns.
     let pid = unsafe { libc::fork() };
     if pid == 0 {
-        // SAFETY: in the child: system calls only, then `_exit`.
+        // SAFETY: in the child: system calls only; it ends by `_exit` or by
+        // the parent's SIGKILL.
         unsafe {
             let errno = match make_namespaces(steps) {
                 // The parent opens our namespaces through /proc/PID/ns,
                 // which a process that is not dumpable keeps to root; this
-                // one runs nothing and ends as soon as they are opened.
+                // one runs nothing and is killed as soon as they are open.
                 Ok(()) => match check(libc::prctl(libc::PR_SET_DUMPABLE, 1, 0, 0, 0)) {
                     Ok(()) => 0,
                     Err(err) => err.raw_os_error().unwrap_or(libc::EIO),
                 },
                 Err(err) => err.raw_os_error().unwrap_or(libc::EIO),
             };
+            let mut all: libc::sigset_t = std::mem::zeroed();
+            libc::sigfillset(&mut all);
+            libc::sigprocmask(libc::SIG_SETMASK, &all, std::ptr::null_mut());
             let bytes = errno.to_ne_bytes();
             libc::write(ready_write.as_raw_fd(), bytes.as_ptr().cast(), bytes.len());
-            if errno == 0 {
-                // Until the parent closes its end (this copy of it first):
-                // it has opened what it needs.
-                libc::close(hold_write_fd);
-                let mut byte = 0u8;
-                libc::read(
-                    hold_read.as_raw_fd(),
-                    std::ptr::addr_of_mut!(byte).cast(),
-                    1,
-                );
+            if errno != 0 {
+                libc::_exit(1)
             }
-            libc::_exit(0)
+            loop {
+                libc::pause();
+            }
         }
     }
     if pid < 0 {
         return Err(io::Error::last_os_error());
     }
     drop(ready_write);
-    drop(hold_read);
     let result = read_ready(&ready_read).and_then(|()| open_namespaces(pid, steps.unshare));
-    drop(hold_write);
     let mut status = 0;
-    // SAFETY: waitpid on our own child, which ends once `hold_write` is
-    // closed (or has ended already).
-    while unsafe { libc::waitpid(pid, &mut status, 0) } < 0
-        && io::Error::last_os_error().kind() == io::ErrorKind::Interrupted
-    {}
+    // SAFETY: kill and waitpid on our own child, not yet reaped (so its pid
+    // is still its own); it holds nothing once its namespaces are open.
+    unsafe {
+        libc::kill(pid, libc::SIGKILL);
+        while libc::waitpid(pid, &mut status, 0) < 0
+            && io::Error::last_os_error().kind() == io::ErrorKind::Interrupted
+        {}
+    }
     result
 }
 

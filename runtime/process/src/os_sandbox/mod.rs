@@ -723,6 +723,38 @@ mod tests {
         );
     }
 
+    #[test]
+    fn namespaces_made_by_many_threads_at_once_never_wait_on_each_other() {
+        // Each making forks a child that waits to be killed: children
+        // forked at the same moment hold copies of each other's pipes, so
+        // nothing may wait for a pipe to close.
+        let support = KernelSupport::probe();
+        if support.landlock_abi == 0 || support.namespaces.is_none() {
+            eprintln!("no Landlock or no namespaces here");
+            return;
+        }
+        let layout = layout();
+        let plan = sandbox(&layout, workspace_write(), support)
+            .plan()
+            .unwrap()
+            .clone();
+        let (done, finished) = std::sync::mpsc::channel();
+        for _ in 0..8 {
+            let (plan, done) = (plan.clone(), done.clone());
+            std::thread::spawn(move || {
+                for _ in 0..25 {
+                    apply::prepare(&plan, true, support.namespaces).unwrap();
+                }
+                done.send(()).unwrap();
+            });
+        }
+        for _ in 0..8 {
+            finished
+                .recv_timeout(std::time::Duration::from_secs(60))
+                .expect("every thread made its namespaces");
+        }
+    }
+
     #[tokio::test]
     async fn writes_land_only_inside_the_roots_and_troupe_files_stay_read_only() {
         let support = KernelSupport::probe();
