@@ -347,19 +347,44 @@ fn namespace_steps(plan: &Plan, kind: NamespaceKind) -> Result<NamespaceSteps, A
 /// Makes the namespaces of `steps` in a child of this process and keeps a
 /// descriptor of each: the child makes them, says so on a pipe, and waits
 /// (every signal blocked) until this process has opened them through
-/// `/proc/PID/ns` and kills it; it runs nothing else. A step that fails is
-/// reported with its `errno`. Nothing here waits for a pipe to close: a
-/// process forked meanwhile by another thread may hold a copy of its end.
+/// `/proc/PID/ns` and kills it; it runs nothing else, holds no other
+/// descriptor and dies with this process. A step that fails is reported
+/// with its `errno`. Nothing here waits for a pipe to close: a process
+/// forked meanwhile by another thread may hold a copy of its end.
 pub(crate) fn hold_namespaces(steps: &NamespaceSteps) -> io::Result<HeldNamespaces> {
     let (ready_read, ready_write) = std::io::pipe()?;
     let ready_write = OwnedFd::from(ready_write);
+    // SAFETY: getpid cannot fail.
+    let parent = unsafe { libc::getpid() };
     // SAFETY: the child only makes system calls on memory prepared before
     // the fork (`steps`, the descriptor) and never returns.
     let pid = unsafe { libc::fork() };
     if pid == 0 {
-        // SAFETY: in the child: system calls only; it ends by `_exit` or by
-        // the parent's SIGKILL.
+        // SAFETY: in the child: system calls only; it ends by `_exit`, by
+        // the parent's SIGKILL, or with its parent.
         unsafe {
+            // It dies with this process (killed, it cannot kill the child),
+            // and holds none of its descriptors meanwhile: not the store's
+            // locked database, not another child's pipe.
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0);
+            if libc::getppid() != parent {
+                libc::_exit(1)
+            }
+            let keep = ready_write.as_raw_fd() as libc::c_uint;
+            if keep > 3 {
+                libc::syscall(
+                    libc::SYS_close_range,
+                    3 as libc::c_uint,
+                    keep - 1,
+                    0 as libc::c_uint,
+                );
+            }
+            libc::syscall(
+                libc::SYS_close_range,
+                keep + 1,
+                libc::c_uint::MAX,
+                0 as libc::c_uint,
+            );
             let errno = match make_namespaces(steps) {
                 // The parent opens our namespaces through /proc/PID/ns,
                 // which a process that is not dumpable keeps to root; this
