@@ -20,8 +20,8 @@ use troupe_scripted::{Script, ScriptedServer, Turn, text, tool_call};
 use troupe_store::{NewSession, RunRecord, RunState, Store, TITLE_MAX_CHARS, layout};
 
 use crate::support::{
-    Env, describe, export, fd_guard, json_lines, parse_export, run, run_then_kill, session_of,
-    text as out_text, wait_until_unlocked, wire_messages, wire_of,
+    Env, create_planted_session, describe, export, fd_guard, json_lines, parse_export, run,
+    run_then_kill, session_of, text as out_text, wait_until_unlocked, wire_messages, wire_of,
 };
 
 /// What `troupe resume ID` says without a prompt (`cli/src/run.rs`,
@@ -156,18 +156,7 @@ async fn released(env: &Env) {
 
 /// Writes the planted session `id` into `store`.
 fn write_planted(store: &Store, env: &Env, id: &str, exchanges: usize) {
-    store
-        .create_session(&NewSession {
-            id: id.into(),
-            cwd: env.root().to_path_buf(),
-            provider: "claude".into(),
-            model: "scripted-model".into(),
-            parent: None,
-            agent_path: None,
-            run_id: None,
-            fork_of: None,
-        })
-        .unwrap();
+    create_planted_session(store, env, id);
     for (index, message) in planted_history(id, exchanges).iter().enumerate() {
         store.put_message(id, index as u64, message).unwrap();
     }

@@ -622,7 +622,6 @@ fn pause(seed: u64) {
     std::thread::sleep(Duration::from_millis(1 + seed % 4));
 }
 
-/// Hands `write` to the writer and waits until it is durable.
 /// Makes `message` durable as message `index` of `session` ([`save`]).
 fn save_message(
     shared: &Shared,
@@ -637,6 +636,7 @@ fn save_message(
     });
 }
 
+/// Hands `write` to the writer and waits until it is durable.
 fn save(
     shared: &Shared,
     latencies: &mut WorkerLatencies,

@@ -465,6 +465,22 @@ pub(crate) fn stop_daemon(data_dir: &Path) {
 /// How long the database may stay locked after a `troupe` process exited.
 const PLANT_UNLOCK_LIMIT: Duration = Duration::from_secs(5);
 
+/// Creates the planted session `id` (no messages) in `store`.
+pub(crate) fn create_planted_session(store: &troupe_store::Store, env: &Env, id: &str) {
+    store
+        .create_session(&troupe_store::NewSession {
+            id: id.into(),
+            cwd: env.root().to_path_buf(),
+            provider: "claude".into(),
+            model: "scripted-model".into(),
+            parent: None,
+            agent_path: None,
+            run_id: None,
+            fork_of: None,
+        })
+        .unwrap();
+}
+
 /// Plants sessions (and runs of the first one) with chosen ids while no
 /// `troupe` process holds the store.
 pub(crate) async fn plant_sessions(env: &Env, sessions: &[&str], runs: &[&str]) {
@@ -472,18 +488,7 @@ pub(crate) async fn plant_sessions(env: &Env, sessions: &[&str], runs: &[&str]) 
         let _guard = fd_guard();
         let store = troupe_store::Store::open(&env.data_dir()).unwrap();
         for id in sessions {
-            store
-                .create_session(&troupe_store::NewSession {
-                    id: (*id).into(),
-                    cwd: env.root().to_path_buf(),
-                    provider: "claude".into(),
-                    model: "scripted-model".into(),
-                    parent: None,
-                    agent_path: None,
-                    run_id: None,
-                    fork_of: None,
-                })
-                .unwrap();
+            create_planted_session(&store, env, id);
         }
         for id in runs {
             store

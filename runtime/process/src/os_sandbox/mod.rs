@@ -688,6 +688,25 @@ mod tests {
         .await;
         assert_eq!(forked, first);
 
+        // A command cannot change the namespaces the next one enters: its
+        // unmounts and mounts are refused, and `.troupe` stays read-only.
+        let (_, out) = run(
+            &sandbox,
+            &layout.project,
+            "umount -l .troupe; umount -l /; mount -t tmpfs none .troupe; echo tried",
+        )
+        .await;
+        assert!(out.ends_with("tried\n"), "{out}");
+        let (code, out) = run(
+            &sandbox,
+            &layout.project,
+            "echo x > .troupe/planted && echo wrote",
+        )
+        .await;
+        assert_ne!(code, 0, "{out}");
+        assert!(!out.contains("wrote"), "{out}");
+        assert!(!layout.project.join(".troupe/planted").exists());
+
         // `.troupe` replaced from outside: the kept bind would still show
         // the old directory (its `config.toml`), so the namespaces are made
         // again, showing the new one (empty), read-only.
