@@ -113,6 +113,7 @@ impl Harness {
             price: None,
             idle_timeout: Duration::from_secs(10),
             max_retries: 0,
+            store: false,
         }
     }
 

@@ -95,7 +95,9 @@ impl ResolvedProvider {
 }
 
 /// The protocol implied by an entry name: names starting with `openai` or
-/// `gpt` (any case) speak OpenAI, every other name Anthropic.
+/// `gpt` (any case) speak OpenAI Chat Completions, every other name
+/// Anthropic. The Responses protocol is only ever chosen by writing
+/// `protocol = "openai-responses"`.
 pub(crate) fn infer_protocol(name: &str) -> Protocol {
     let lower = name.to_ascii_lowercase();
     if OPENAI_NAME_PREFIXES.iter().any(|p| lower.starts_with(p)) {
@@ -260,6 +262,7 @@ pub fn resolve_entry(
             .idle_timeout_secs
             .map_or(DEFAULT_IDLE_TIMEOUT, std::time::Duration::from_secs),
         max_retries: entry.max_retries.unwrap_or(DEFAULT_MAX_RETRIES),
+        store: protocol == Protocol::OpenAiResponses && entry.store == Some(true),
     })
 }
 

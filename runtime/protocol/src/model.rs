@@ -469,6 +469,9 @@ pub enum Protocol {
     /// OpenAI Chat Completions API (and compatible servers).
     #[serde(rename = "openai")]
     OpenAi,
+    /// OpenAI Responses API (`POST /v1/responses`).
+    #[serde(rename = "openai-responses")]
+    OpenAiResponses,
 }
 
 impl Protocol {
@@ -477,14 +480,21 @@ impl Protocol {
         match self {
             Self::Anthropic => "anthropic",
             Self::OpenAi => "openai",
+            Self::OpenAiResponses => "openai-responses",
         }
+    }
+
+    /// Whether the protocol is one of OpenAI's (they share the key and base
+    /// URL variables and the public endpoint).
+    pub fn is_openai(self) -> bool {
+        matches!(self, Self::OpenAi | Self::OpenAiResponses)
     }
 
     /// The environment variable holding this protocol's API key by default.
     pub fn default_api_key_env(self) -> &'static str {
         match self {
             Self::Anthropic => "ANTHROPIC_API_KEY",
-            Self::OpenAi => "OPENAI_API_KEY",
+            Self::OpenAi | Self::OpenAiResponses => "OPENAI_API_KEY",
         }
     }
 
@@ -492,7 +502,7 @@ impl Protocol {
     pub fn base_url_env(self) -> &'static str {
         match self {
             Self::Anthropic => "ANTHROPIC_BASE_URL",
-            Self::OpenAi => "OPENAI_BASE_URL",
+            Self::OpenAi | Self::OpenAiResponses => "OPENAI_BASE_URL",
         }
     }
 
@@ -501,7 +511,7 @@ impl Protocol {
     pub fn public_base_url(self) -> &'static str {
         match self {
             Self::Anthropic => "https://api.anthropic.com",
-            Self::OpenAi => "https://api.openai.com/v1",
+            Self::OpenAi | Self::OpenAiResponses => "https://api.openai.com/v1",
         }
     }
 
@@ -509,7 +519,7 @@ impl Protocol {
     pub fn default_model(self) -> &'static str {
         match self {
             Self::Anthropic => "claude-sonnet-4-5",
-            Self::OpenAi => "gpt-5",
+            Self::OpenAi | Self::OpenAiResponses => "gpt-5",
         }
     }
 }

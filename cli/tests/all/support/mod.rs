@@ -311,6 +311,7 @@ pub(crate) fn wire_of(history: &[Message]) -> Vec<Value> {
         price: None,
         idle_timeout: Duration::from_secs(60),
         max_retries: 0,
+        store: false,
     };
     let request = ChatRequest {
         system: SystemPrompt::default(),

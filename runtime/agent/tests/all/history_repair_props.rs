@@ -185,6 +185,7 @@ fn provider(protocol: Protocol) -> ResolvedProvider {
         price: None,
         idle_timeout: Duration::from_secs(60),
         max_retries: 0,
+        store: false,
     }
 }
 

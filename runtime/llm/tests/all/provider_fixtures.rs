@@ -774,6 +774,7 @@ fn config(protocol: Protocol, base_url: &str) -> ResolvedProvider {
         price: None,
         idle_timeout: Duration::from_secs(300),
         max_retries: 4,
+        store: false,
     }
 }
 

@@ -157,6 +157,7 @@ fn config(server: &ScriptedServer, wire: Wire) -> ResolvedProvider {
         price: None,
         idle_timeout: TEST_TIMEOUT,
         max_retries: 4,
+        store: false,
     }
 }
 
