@@ -317,6 +317,7 @@ pub(crate) fn wire_of(history: &[Message]) -> Vec<Value> {
         system: SystemPrompt::default(),
         messages: history.to_vec(),
         tools: Vec::new(),
+        session_id: None,
     };
     let body = anthropic::request_body(&provider, &request).expect("a history encodes");
     let mut body: Value = serde_json::from_slice(&body).expect("the encoder writes JSON");

@@ -207,6 +207,7 @@ fn request(history: &[Message]) -> ChatRequest {
                 input_schema: serde_json::json!({"type": "object"}),
             })
             .collect(),
+        session_id: None,
     }
 }
 

@@ -329,6 +329,7 @@ fn request() -> ChatRequest {
     ChatRequest {
         messages: vec![Message::user_text("hello")],
         ..ChatRequest::default()
+        session_id: None,
     }
 }
 

@@ -197,6 +197,7 @@ fn hello() -> ChatRequest {
     ChatRequest {
         messages: vec![Message::user_text("Say hello.")],
         ..ChatRequest::default()
+        session_id: None,
     }
 }
 
@@ -690,6 +691,7 @@ fn conversation() -> ChatRequest {
             Message::tool_results(vec![ToolResult::text("call_edit", "edited 1 line", false)]),
             Message::user_text("Also explain the fix briefly."),
         ],
+        session_id: None,
     }
 }
 

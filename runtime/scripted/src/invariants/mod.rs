@@ -1,4 +1,4 @@
-//! Invariants checked on every request, for both wire protocols: the rules a
+//! Invariants checked on every request, for every wire protocol: the rules a
 //! valid conversation history obeys (every tool call answered exactly once, no
 //! orphan results, valid roles, no empty content, signed thinking, at most four
 //! cache breakpoints, valid and unique tool names, …).
@@ -9,6 +9,7 @@
 
 mod anthropic;
 mod openai;
+mod openai_responses;
 
 use std::collections::HashSet;
 use std::fmt;
@@ -134,6 +135,7 @@ pub fn check_request(protocol: Protocol, body: &Value) -> Vec<Violation> {
     match protocol {
         Protocol::Anthropic => anthropic::check(body, &mut findings),
         Protocol::OpenAi => openai::check(body, &mut findings),
+        Protocol::OpenAiResponses => openai_responses::check(body, &mut findings),
     }
     findings.violations
 }
