@@ -329,7 +329,6 @@ fn request() -> ChatRequest {
     ChatRequest {
         messages: vec![Message::user_text("hello")],
         ..ChatRequest::default()
-        session_id: None,
     }
 }
 
