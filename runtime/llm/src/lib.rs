@@ -39,8 +39,10 @@ pub struct ChatRequest {
     pub messages: Vec<Message>,
     /// Tools offered, in the stable order they must be sent in.
     pub tools: Vec<ToolDefinition>,
-    /// The session the request belongs to, when there is one: protocols with
-    /// a prompt-cache key (`openai-responses`) send it as that key.
+    /// The session whose prompt cache the request shares, when there is one
+    /// (an agent's own session; a sub-agent names its run's main session,
+    /// whose prefix a fork repeats). `openai-responses` sends it as
+    /// `prompt_cache_key` and chains stored responses per session.
     pub session_id: Option<String>,
 }
 

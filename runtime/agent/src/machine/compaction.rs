@@ -409,7 +409,7 @@ impl AgentLoop {
             system: self.system.clone(),
             messages: summary_request(&self.context.ledger.apply(&messages[..cut])),
             tools: Vec::new(),
-            session_id: Some(self.session_id.clone()),
+            session_id: Some(self.cache_key.clone()),
         };
         self.epoch += 1;
         let span = self.open_span(None, compaction_span("ahead", estimate), out);
@@ -616,7 +616,7 @@ impl AgentLoop {
             system: self.system.clone(),
             messages: summary_request(&self.context.ledger.apply(part)),
             tools: Vec::new(),
-            session_id: Some(self.session_id.clone()),
+            session_id: Some(self.cache_key.clone()),
         };
         self.epoch += 1;
         let span = self.open_span(None, compaction_span(trigger.as_str(), before_tokens), out);
