@@ -7,6 +7,7 @@
 mod aborts;
 mod faults;
 mod invariants;
+mod responses;
 mod rendering;
 mod routing;
 mod support;
