@@ -36,7 +36,10 @@ async fn a_responses_run_carries_two_calls_and_their_outputs_back_statelessly() 
     let session = session_of(&events);
     let finished = events.last().unwrap();
     assert_eq!(finished["type"], "run_finished", "{finished}");
-    assert_eq!(finished["final_text"], "Both files are short.", "{finished}");
+    assert_eq!(
+        finished["final_text"], "Both files are short.",
+        "{finished}"
+    );
 
     assert!(server.violations().is_empty(), "{:?}", server.violations());
     let requests = server.requests();
@@ -44,7 +47,10 @@ async fn a_responses_run_carries_two_calls_and_their_outputs_back_statelessly() 
     for request in &requests {
         assert_eq!(request.path, "/v1/responses");
         assert_eq!(request.body["store"], false);
-        assert_eq!(request.body["prompt_cache_key"].as_str(), Some(session.as_str()));
+        assert_eq!(
+            request.body["prompt_cache_key"].as_str(),
+            Some(session.as_str())
+        );
         assert!(request.body.get("previous_response_id").is_none());
     }
     let input = requests[1].body["input"].as_array().unwrap();
@@ -63,7 +69,10 @@ async fn a_responses_run_carries_two_calls_and_their_outputs_back_statelessly() 
             .iter()
             .find(|output| output["call_id"] == call["call_id"])
             .unwrap_or_else(|| panic!("no output for {call}"));
-        assert!(answer["output"].as_str().unwrap().contains(text), "{answer}");
+        assert!(
+            answer["output"].as_str().unwrap().contains(text),
+            "{answer}"
+        );
     }
     // The history opens with the task, and the calls come before their outputs.
     assert_eq!(input[0]["role"], "user");

@@ -1001,10 +1001,7 @@ mod tests {
     fn store_is_for_the_responses_protocol_only() {
         let f = parse("[providers.a]\nprotocol = 'openai-responses'\nstore = true\n").unwrap();
         assert_eq!(f.providers["a"].store, Some(true));
-        assert_eq!(
-            f.providers["a"].protocol,
-            Some(Protocol::OpenAiResponses)
-        );
+        assert_eq!(f.providers["a"].protocol, Some(Protocol::OpenAiResponses));
         let (line, key, message) = err("[providers.a]\nprotocol = 'openai'\nstore = false\n");
         assert_eq!((line, key.as_str()), (3, "providers.a.store"));
         assert!(message.contains("\"openai-responses\" only"), "{message}");

@@ -525,8 +525,12 @@ mod tests {
         assert_eq!(p.model, "gpt-5");
         assert!(p.store);
         let config = config_with(&[("r", entry(Protocol::OpenAiResponses, None))]);
-        let p = resolve_provider(&config, None, &env(&[("OPENAI_BASE_URL", "http://127.0.0.1:9/v1")]))
-            .unwrap();
+        let p = resolve_provider(
+            &config,
+            None,
+            &env(&[("OPENAI_BASE_URL", "http://127.0.0.1:9/v1")]),
+        )
+        .unwrap();
         assert_eq!(p.base_url, "http://127.0.0.1:9/v1");
         assert!(!p.store);
         // Names never imply the Responses protocol.

@@ -110,8 +110,8 @@ pub fn build_provider(config: &ResolvedProvider) -> Result<Arc<dyn Provider>, Pr
     match config.protocol {
         Protocol::Anthropic => Ok(Arc::new(anthropic::AnthropicProvider::new(config)?)),
         Protocol::OpenAi => Ok(Arc::new(openai::OpenAiProvider::new(config)?)),
-        Protocol::OpenAiResponses => Ok(Arc::new(
-            openai_responses::OpenAiResponsesProvider::new(config)?,
-        )),
+        Protocol::OpenAiResponses => Ok(Arc::new(openai_responses::OpenAiResponsesProvider::new(
+            config,
+        )?)),
     }
 }

@@ -893,7 +893,8 @@ mod tests {
 
     #[test]
     fn reasoning_items_go_back_only_when_they_can_be_used() {
-        let encrypted = r#"{"type":"reasoning","id":"rs_1","summary":[],"encrypted_content":"gAAA"}"#;
+        let encrypted =
+            r#"{"type":"reasoning","id":"rs_1","summary":[],"encrypted_content":"gAAA"}"#;
         assert_eq!(reasoning_item(encrypted, false).unwrap().get(), encrypted);
         // Without encrypted content only a provider that keeps responses knows it.
         assert!(reasoning_item(REASONING, false).is_none());
@@ -915,7 +916,10 @@ mod tests {
         assert_eq!(chain_from(Some(&previous), &items), (Some("resp_1"), 3));
         assert_eq!(chain_from(None, &items), (None, 0));
         // A rewritten history (compaction) starts over.
-        let other = raw_items(&[r#"{"type":"message","role":"user","content":"summary"}"#, OUTPUT]);
+        let other = raw_items(&[
+            r#"{"type":"message","role":"user","content":"summary"}"#,
+            OUTPUT,
+        ]);
         assert_eq!(chain_from(Some(&previous), &other), (None, 0));
         // Nothing new after the previous output: everything is sent.
         let no_new = raw_items(&[USER, CALL]);
@@ -934,7 +938,10 @@ mod tests {
             d("Rate limit reached for gpt-5. Please try again in 1.5s."),
             Some(Duration::from_millis(1_500))
         );
-        assert_eq!(d("Please try again in 250ms."), Some(Duration::from_millis(250)));
+        assert_eq!(
+            d("Please try again in 250ms."),
+            Some(Duration::from_millis(250))
+        );
         assert_eq!(d("Please try again in 2m."), Some(Duration::from_secs(120)));
         assert_eq!(d("Please try again later."), None);
         assert_eq!(d("try again in 1e999s"), None);
@@ -943,8 +950,14 @@ mod tests {
 
     #[test]
     fn incomplete_reasons_map_to_stop_reasons() {
-        assert_eq!(incomplete_reason(Some("max_output_tokens")), StopReason::MaxTokens);
-        assert_eq!(incomplete_reason(Some("content_filter")), StopReason::Refusal);
+        assert_eq!(
+            incomplete_reason(Some("max_output_tokens")),
+            StopReason::MaxTokens
+        );
+        assert_eq!(
+            incomplete_reason(Some("content_filter")),
+            StopReason::Refusal
+        );
         assert_eq!(
             incomplete_reason(Some("other")),
             StopReason::Other("other".into())

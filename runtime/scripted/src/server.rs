@@ -791,8 +791,7 @@ fn outgoing(protocol: Protocol, streaming: bool, content: Content, request_id: &
         },
         Content::Broken { fault, plan } if streaming => {
             let frames = render::stream_frames(protocol, &plan);
-            let (frames, ending) =
-                stream_fault_frames(protocol, &fault, &plan, frames, request_id);
+            let (frames, ending) = stream_fault_frames(protocol, &fault, &plan, frames, request_id);
             Outgoing::Paced {
                 kind: BodyKind::EventStream,
                 pieces: events(frames),

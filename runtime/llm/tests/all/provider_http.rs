@@ -518,7 +518,10 @@ async fn openai_responses_http_errors_are_classified_as_chat_completions_errors(
     let results = collect(openai_responses(&server, 4).stream(&request())).await;
     let retries = retries_of(&results);
     assert_eq!(
-        retries.iter().map(|r| (r.kind, r.status)).collect::<Vec<_>>(),
+        retries
+            .iter()
+            .map(|r| (r.kind, r.status))
+            .collect::<Vec<_>>(),
         [
             (ProviderErrorKind::RateLimited, Some(429)),
             (ProviderErrorKind::Server, Some(500))

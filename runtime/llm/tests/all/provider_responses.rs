@@ -223,7 +223,8 @@ async fn a_text_answer_streams_its_deltas_then_usage_and_end_turn() {
 async fn a_call_with_arguments_over_many_deltas_arrives_complete() {
     let name = "tool_call_split_arguments.sse";
     let events = decode_ok(name).await;
-    let arguments = r#"{"path":"src/main.rs","offset":12345678901234567890,"note":"café \"quoted\""}"#;
+    let arguments =
+        r#"{"path":"src/main.rs","offset":12345678901234567890,"note":"café \"quoted\""}"#;
     assert_eq!(
         events,
         [
@@ -304,7 +305,10 @@ async fn a_reasoning_summary_streams_as_thinking_and_the_item_goes_back_verbatim
     ]);
     let body = openai_responses::request_body(&config(Some(16_000)), &next).unwrap();
     let raw = String::from_utf8(body.clone()).unwrap();
-    assert!(raw.contains(&item), "the reasoning item is sent unchanged: {raw}");
+    assert!(
+        raw.contains(&item),
+        "the reasoning item is sent unchanged: {raw}"
+    );
     let value: Value = serde_json::from_str(&raw).unwrap();
     assert_eq!(value["include"], json!(["reasoning.encrypted_content"]));
     assert_eq!(value["reasoning"]["summary"], "auto");
@@ -378,7 +382,11 @@ async fn failed_responses_are_typed_errors_with_the_retry_rules() {
             _ => assert!(retried.is_some(), "{name}"),
         }
         if let Some(delay) = delay {
-            assert_eq!(retried, Some(delay), "{name}: the server's delay is honoured");
+            assert_eq!(
+                retried,
+                Some(delay),
+                "{name}: the server's delay is honoured"
+            );
         }
         // Nothing is retried once content was delivered.
         assert_eq!(policy.decide(&error, 0, true, None, 0.0), None);
@@ -413,7 +421,10 @@ async fn failure_of(body: &str) -> ProviderError {
 }
 
 fn event(data: Value) -> String {
-    format!("event: {}\ndata: {data}\n\n", data["type"].as_str().unwrap())
+    format!(
+        "event: {}\ndata: {data}\n\n",
+        data["type"].as_str().unwrap()
+    )
 }
 
 #[tokio::test]
@@ -423,8 +434,10 @@ async fn hostile_events_get_clear_errors_and_unknown_ones_are_ignored() {
     assert_eq!(error.kind, ProviderErrorKind::MalformedResponse);
     assert!(error.message.contains("malformed stream event"), "{error}");
     // A call without a call_id is refused, not invented.
-    let no_id = event(json!({"type": "response.output_item.done", "output_index": 0,
-        "item": {"type": "function_call", "id": "fc_1", "name": "bash", "arguments": "{}"}}));
+    let no_id = event(
+        json!({"type": "response.output_item.done", "output_index": 0,
+        "item": {"type": "function_call", "id": "fc_1", "name": "bash", "arguments": "{}"}}),
+    );
     let error = failure_of(&no_id).await;
     assert_eq!(error.kind, ProviderErrorKind::MalformedResponse, "{error}");
     // Deltas for items never announced, unknown event types, a done item
@@ -489,8 +502,8 @@ async fn store_true_chains_a_session_by_previous_response_id() {
     cfg.base_url = server.openai_base_url();
     cfg.model = "model-under-test".into();
     cfg.store = true;
-    let provider = OpenAiResponsesProvider::with_retry_policy(&cfg, RetryPolicy::with_max_retries(0))
-        .unwrap();
+    let provider =
+        OpenAiResponsesProvider::with_retry_policy(&cfg, RetryPolicy::with_max_retries(0)).unwrap();
     let first = request(vec![Message::user_text("Read a.rs.")]);
     let events: Vec<StreamEvent> = collect(provider.stream(&first))
         .await
@@ -508,7 +521,11 @@ async fn store_true_chains_a_session_by_previous_response_id() {
     second.messages.push(assistant(&events));
     second
         .messages
-        .push(Message::tool_results(vec![ToolResult::text(&call_id, "fn a() {}", false)]));
+        .push(Message::tool_results(vec![ToolResult::text(
+            &call_id,
+            "fn a() {}",
+            false,
+        )]));
     let events = collect(provider.stream(&second)).await;
     assert!(events.iter().all(Result::is_ok), "{events:?}");
     // A rewritten history (as after compaction) is sent whole again.

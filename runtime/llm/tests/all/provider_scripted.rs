@@ -521,7 +521,12 @@ async fn thinking_streams_as_thinking_events(wire: Wire) {
             assert_eq!(parsed[0]["encrypted_content"], SIGNATURE);
             assert_eq!(parsed[0]["summary"][0]["text"], thought);
             assert_eq!(parsed[1]["encrypted_content"], REDACTED);
-            content.extend(reasoning_items.iter().cloned().map(StreamEvent::RedactedThinking));
+            content.extend(
+                reasoning_items
+                    .iter()
+                    .cloned()
+                    .map(StreamEvent::RedactedThinking),
+            );
         }
     }
     content.extend(text_deltas(answer, CHUNK));
@@ -964,10 +969,16 @@ async fn multi_turn_request_body_is_valid_and_exact(wire: Wire) {
             assert_eq!(body["store"], false);
             assert!(body.get("previous_response_id").is_none());
             assert_eq!(body["include"], json!(["reasoning.encrypted_content"]));
-            assert_eq!(body["reasoning"], json!({"effort": "medium", "summary": "auto"}));
+            assert_eq!(
+                body["reasoning"],
+                json!({"effort": "medium", "summary": "auto"})
+            );
             assert_eq!(body["instructions"], format!("{STABLE}\n\n{ENVIRONMENT}"));
             assert_eq!(body["input"], expected_responses_input());
-            assert!(!raw.contains("sig-turn"), "Anthropic thinking is not sent: {raw}");
+            assert!(
+                !raw.contains("sig-turn"),
+                "Anthropic thinking is not sent: {raw}"
+            );
             assert_eq!(
                 body["tools"][0],
                 json!({"type": "function", "name": "read_file", "description": "The read_file tool.",
@@ -978,12 +989,8 @@ async fn multi_turn_request_body_is_valid_and_exact(wire: Wire) {
 }
 
 fn expected_responses_input() -> Value {
-    let function = |id: &str, name: &str, arguments: &str| {
-        json!({"type": "function_call", "call_id": id, "name": name, "arguments": arguments})
-    };
-    let output = |id: &str, output: &str| {
-        json!({"type": "function_call_output", "call_id": id, "output": output})
-    };
+    let function = |id: &str, name: &str, arguments: &str| json!({"type": "function_call", "call_id": id, "name": name, "arguments": arguments});
+    let output = |id: &str, output: &str| json!({"type": "function_call_output", "call_id": id, "output": output});
     json!([
         {"type": "message", "role": "user", "content": "The counter overflows in src/counter.rs; fix it."},
         {"type": "message", "role": "assistant", "content": "Let me look at the file and its callers."},

@@ -89,10 +89,7 @@ fn classify<'a>(item: &'a Value, at: &str, stored: bool, out: &mut Findings) -> 
             if !ROLES.contains(&role) {
                 out.push(
                     Rule::InvalidRole,
-                    format!(
-                        "{at} has role {role:?}; allowed: {}",
-                        ROLES.join(", ")
-                    ),
+                    format!("{at} has role {role:?}; allowed: {}", ROLES.join(", ")),
                 );
                 return Kind::Invalid;
             }
@@ -353,7 +350,13 @@ mod tests {
         );
         let twice = body(json!([user("t"), call("c1"), output("c1"), output("c1")]));
         assert_eq!(rules(&twice), [Rule::DuplicateToolResult]);
-        let reused = body(json!([user("t"), call("c1"), output("c1"), call("c1"), output("c1")]));
+        let reused = body(json!([
+            user("t"),
+            call("c1"),
+            output("c1"),
+            call("c1"),
+            output("c1")
+        ]));
         assert_eq!(rules(&reused), [Rule::DuplicateToolCallId]);
         let ends_with_call = body(json!([user("t"), call("c1")]));
         assert_eq!(
@@ -376,13 +379,16 @@ mod tests {
 
     #[test]
     fn shapes_are_checked() {
-        let unsigned = body(json!([user("t"), {"type": "reasoning", "id": "rs_1", "summary": []}, user("u")]));
+        let unsigned =
+            body(json!([user("t"), {"type": "reasoning", "id": "rs_1", "summary": []}, user("u")]));
         assert_eq!(rules(&unsigned), [Rule::UnsignedThinking]);
         let mut stored = unsigned.clone();
         stored["store"] = json!(true);
         assert_eq!(rules(&stored), []);
         assert_eq!(
-            rules(&body(json!([{"type": "message", "role": "tool", "content": "x"}]))),
+            rules(&body(
+                json!([{"type": "message", "role": "tool", "content": "x"}])
+            )),
             [Rule::InvalidRole]
         );
         assert_eq!(rules(&body(json!([user(" ")]))), [Rule::EmptyContent]);

@@ -335,7 +335,10 @@ mod tests {
 
     #[test]
     fn output_limits_end_incomplete() {
-        let frames = stream_frames(&plan(vec![Block::Text("cut".into())], StopReason::MaxTokens));
+        let frames = stream_frames(&plan(
+            vec![Block::Text("cut".into())],
+            StopReason::MaxTokens,
+        ));
         let events = events(&frames);
         let last = events.last().unwrap();
         assert_eq!(last["type"], "response.incomplete");

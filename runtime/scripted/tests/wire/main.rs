@@ -7,7 +7,7 @@
 mod aborts;
 mod faults;
 mod invariants;
-mod responses;
 mod rendering;
+mod responses;
 mod routing;
 mod support;

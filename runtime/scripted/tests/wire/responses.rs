@@ -19,11 +19,13 @@ fn of_kind<'a>(payloads: &'a [Value], kind: &str) -> Vec<&'a Value> {
 
 #[tokio::test]
 async fn text_streams_as_named_events_ending_completed() {
-    let server = ScriptedServer::start(Script::new().then(
-        text("Hello from the scripted server.")
-            .with_chunk_chars(5)
-            .with_usage(Usage::new(40, 7).with_cache_read(1_000)),
-    ))
+    let server = ScriptedServer::start(
+        Script::new().then(
+            text("Hello from the scripted server.")
+                .with_chunk_chars(5)
+                .with_usage(Usage::new(40, 7).with_cache_read(1_000)),
+        ),
+    )
     .await
     .unwrap();
     let response = post(&server, RESPONSES, &ask(RESPONSES, "hi", true)).await;
@@ -32,7 +34,11 @@ async fn text_streams_as_named_events_ending_completed() {
     let events = events(response).await;
     for event in &events {
         let payload: Value = serde_json::from_str(&event.data).unwrap();
-        assert_eq!(event.event, payload["type"].as_str().unwrap(), "named events");
+        assert_eq!(
+            event.event,
+            payload["type"].as_str().unwrap(),
+            "named events"
+        );
     }
     let payloads = payloads(&events);
     assert_eq!(payloads[0]["type"], "response.created");
@@ -44,12 +50,24 @@ async fn text_streams_as_named_events_ending_completed() {
     let last = payloads.last().unwrap();
     assert_eq!(last["type"], "response.completed");
     assert_eq!(last["response"]["usage"]["input_tokens"], 1_040);
-    assert_eq!(last["response"]["usage"]["input_tokens_details"]["cached_tokens"], 1_000);
+    assert_eq!(
+        last["response"]["usage"]["input_tokens_details"]["cached_tokens"],
+        1_000
+    );
     let recorded = &server.requests()[0];
     assert_eq!(recorded.protocol, RESPONSES);
     assert_eq!(recorded.path, "/v1/responses");
-    assert_eq!(recorded.response_id.as_deref(), last["response"]["id"].as_str());
-    assert!(recorded.response_id.as_deref().unwrap().starts_with("resp_"));
+    assert_eq!(
+        recorded.response_id.as_deref(),
+        last["response"]["id"].as_str()
+    );
+    assert!(
+        recorded
+            .response_id
+            .as_deref()
+            .unwrap()
+            .starts_with("resp_")
+    );
 }
 
 #[tokio::test]
@@ -178,7 +196,12 @@ async fn the_protocol_matcher_tells_the_openai_endpoints_apart() {
     let response = post(&server, RESPONSES, &ask(RESPONSES, "x", false)).await;
     let body: Value = response.json().await.unwrap();
     assert_eq!(body["output"][0]["content"][0]["text"], "responses");
-    let response = post(&server, Protocol::OpenAi, &ask(Protocol::OpenAi, "x", false)).await;
+    let response = post(
+        &server,
+        Protocol::OpenAi,
+        &ask(Protocol::OpenAi, "x", false),
+    )
+    .await;
     let body: Value = response.json().await.unwrap();
     assert_eq!(body["choices"][0]["message"]["content"], "chat");
 }
