@@ -2,7 +2,8 @@
 //!
 //! Everything above the provider adapters speaks these types: messages made of
 //! content blocks, token usage, stop reasons. Nothing here knows a wire format;
-//! `llm::anthropic` and `llm::openai` map these types to and from their protocols.
+//! `llm::anthropic`, `llm::openai` and `llm::openai_responses` map these types
+//! to and from their protocols.
 //!
 //! Tool input stays raw JSON text end to end ([`ToolCall::input`]): no float round
 //! trip of big integers, and a malformed argument string reaches the tool, which
@@ -343,6 +344,25 @@ mod tests {
     }
 
     #[test]
+    fn protocols_have_their_config_names_and_share_openai_defaults() {
+        for protocol in [
+            Protocol::Anthropic,
+            Protocol::OpenAi,
+            Protocol::OpenAiResponses,
+        ] {
+            let json = serde_json::to_string(&protocol).unwrap();
+            assert_eq!(json, format!("\"{}\"", protocol.as_str()));
+            assert_eq!(serde_json::from_str::<Protocol>(&json).unwrap(), protocol);
+        }
+        let responses = Protocol::OpenAiResponses;
+        assert_eq!(responses.as_str(), "openai-responses");
+        assert_eq!(responses.default_api_key_env(), "OPENAI_API_KEY");
+        assert_eq!(responses.base_url_env(), "OPENAI_BASE_URL");
+        assert_eq!(responses.public_base_url(), "https://api.openai.com/v1");
+        assert_eq!(responses.default_model(), "gpt-5");
+    }
+
+    #[test]
     fn usage_total_and_add() {
         let mut a = Usage {
             input: 3,
@@ -482,12 +502,6 @@ impl Protocol {
             Self::OpenAi => "openai",
             Self::OpenAiResponses => "openai-responses",
         }
-    }
-
-    /// Whether the protocol is one of OpenAI's (they share the key and base
-    /// URL variables and the public endpoint).
-    pub fn is_openai(self) -> bool {
-        matches!(self, Self::OpenAi | Self::OpenAiResponses)
     }
 
     /// The environment variable holding this protocol's API key by default.

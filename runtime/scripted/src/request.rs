@@ -1,5 +1,5 @@
 //! What the server records about each request, and read-only views over the
-//! request body that work the same for both wire protocols (system text, last
+//! request body that work the same for every wire protocol (system text, last
 //! user text, tool names, tool results).
 //!
 //! These views are what matchers route on and what tests assert on. This module
