@@ -562,7 +562,9 @@ fn bad_enum_values() {
     let f = Fixture::new().user("[providers.claude]\nprotocol = \"gemini\"\n");
     let message = f.error(&f.user_file, "providers.claude.protocol", 2);
     assert!(
-        message.contains("unknown value \"gemini\" (expected one of: anthropic, openai, openai-responses)"),
+        message.contains(
+            "unknown value \"gemini\" (expected one of: anthropic, openai, openai-responses)"
+        ),
         "{message}"
     );
 
