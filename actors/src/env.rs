@@ -135,6 +135,8 @@ pub(crate) struct AgentSeat {
     pub run_id: String,
     /// The session holding its transcript.
     pub session_id: String,
+    /// The session whose prompt cache its requests share.
+    pub cache_key: String,
     /// A sub-agent's task.
     pub task: Option<String>,
     /// Its system prompt.
@@ -169,6 +171,7 @@ impl AgentEnv {
             spec: seat.spec,
             run_id: seat.run_id,
             session_id: seat.session_id,
+            cache_key: seat.cache_key,
             task: seat.task,
             system: seat.system,
             catalogue: seat.catalogue,

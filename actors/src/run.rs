@@ -538,6 +538,7 @@ impl RunActorState {
             spec: AgentSpec::main(limits.max_turns),
             run_id: self.run_id.clone(),
             session_id: self.session_id.clone(),
+            cache_key: self.session_id.clone(),
             task: None,
             system: self.env.system.clone(),
             catalogue,

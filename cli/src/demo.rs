@@ -283,6 +283,7 @@ async fn demo_in(args: &DemoArgs, sample: &Path, locations: &Locations, color: b
         price: None,
         idle_timeout: Duration::from_secs(30),
         max_retries: 0,
+        store: false,
     };
     let options = RunOptions {
         cwd: Some(sample.to_path_buf()),

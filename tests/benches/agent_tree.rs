@@ -1280,6 +1280,7 @@ fn fork_steps(
         system: env.system().clone(),
         messages,
         tools,
+        session_id: None,
     };
     let clock = Instant::now();
     let body =

@@ -18,7 +18,7 @@ use troupe_config::{
     DEFAULT_CONTEXT_WINDOW, DEFAULT_MAX_TOKENS, Limits, PermissionSettings, ResolvedProvider,
 };
 use troupe_llm::retry::RetryPolicy;
-use troupe_llm::{Provider, anthropic, openai};
+use troupe_llm::{Provider, anthropic, openai, openai_responses};
 use troupe_loader::load_roles;
 use troupe_paths::sandbox::PathSandbox;
 use troupe_permissions::PermissionEngine;
@@ -98,7 +98,7 @@ impl Harness {
     pub fn resolved_provider(&self) -> ResolvedProvider {
         let base_url = match self.protocol {
             Protocol::Anthropic => self.server.anthropic_base_url(),
-            Protocol::OpenAi => self.server.openai_base_url(),
+            Protocol::OpenAi | Protocol::OpenAiResponses => self.server.openai_base_url(),
         };
         ResolvedProvider {
             name: "scripted".into(),
@@ -113,6 +113,7 @@ impl Harness {
             price: None,
             idle_timeout: Duration::from_secs(10),
             max_retries: 0,
+            store: false,
         }
     }
 
@@ -132,6 +133,10 @@ impl Harness {
             Protocol::OpenAi => Arc::new(
                 openai::OpenAiProvider::with_retry_policy(&resolved, policy)
                     .expect("openai provider"),
+            ),
+            Protocol::OpenAiResponses => Arc::new(
+                openai_responses::OpenAiResponsesProvider::with_retry_policy(&resolved, policy)
+                    .expect("openai responses provider"),
             ),
         }
     }
@@ -212,15 +217,8 @@ impl Harness {
                 return Ok(Arc::new(tools::PanickingProvider) as Arc<dyn Provider>);
             }
             let resolved = resolved.clone().with_model(model.to_string());
-            let built: Result<Arc<dyn Provider>, String> = match protocol {
-                Protocol::Anthropic => anthropic::AnthropicProvider::new(&resolved)
-                    .map(|p| Arc::new(p) as Arc<dyn Provider>)
-                    .map_err(|err| err.to_string()),
-                Protocol::OpenAi => openai::OpenAiProvider::new(&resolved)
-                    .map(|p| Arc::new(p) as Arc<dyn Provider>)
-                    .map_err(|err| err.to_string()),
-            };
-            built
+            debug_assert_eq!(resolved.protocol, protocol);
+            troupe_llm::build_provider(&resolved).map_err(|err| err.to_string())
         })
     }
 

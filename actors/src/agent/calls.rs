@@ -255,6 +255,7 @@ impl AgentState {
             spec: plan.spec,
             run_id: self.machine.run_id().to_string(),
             session_id,
+            cache_key: self.root_session.clone(),
             task: Some(plan.task),
             system,
             catalogue,

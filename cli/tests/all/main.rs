@@ -24,6 +24,7 @@ mod output;
 mod permissions_cli;
 mod plan;
 mod project_trust;
+mod responses;
 mod robust;
 mod safe_defaults;
 mod security;

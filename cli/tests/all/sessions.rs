@@ -15,7 +15,7 @@ use serde_json::{Value, json};
 use troupe_agent::resume::{INTERRUPTED_CLOSING, INTERRUPTED_RESULT, pause_note, user_message};
 use troupe_agent::validate_history;
 use troupe_protocol::events::RunStatus;
-use troupe_protocol::model::{ContentBlock, Message, Role, ToolCall};
+use troupe_protocol::model::{ContentBlock, Message, Protocol, Role, ToolCall};
 use troupe_scripted::{Script, ScriptedServer, Turn, text, tool_call};
 use troupe_store::{NewSession, RunRecord, RunState, Store, TITLE_MAX_CHARS, layout};
 
@@ -611,7 +611,23 @@ async fn killed_during_a_call(env: &Env) -> (String, String) {
 
 #[tokio::test]
 async fn the_next_run_reports_an_interrupted_run_and_it_can_be_continued() {
-    let env = Env::new();
+    next_run_reports_an_interrupted_run_and_it_can_be_continued(Protocol::Anthropic).await;
+}
+
+#[tokio::test]
+async fn openai_the_next_run_reports_an_interrupted_run_and_it_can_be_continued() {
+    next_run_reports_an_interrupted_run_and_it_can_be_continued(Protocol::OpenAi).await;
+}
+
+#[tokio::test]
+async fn openai_responses_the_next_run_reports_an_interrupted_run_and_it_can_be_continued() {
+    next_run_reports_an_interrupted_run_and_it_can_be_continued(Protocol::OpenAiResponses).await;
+}
+
+/// A run killed during a tool call is reported by the next run and continued
+/// by `troupe resume` with the call answered as interrupted, on `protocol`.
+async fn next_run_reports_an_interrupted_run_and_it_can_be_continued(protocol: Protocol) {
+    let env = Env::with_protocol(protocol);
     let (id, run_id) = killed_during_a_call(&env).await;
 
     let server = ScriptedServer::start(Script::new().then(text("Unrelated work done.")).then(
@@ -655,7 +671,10 @@ async fn the_next_run_reports_an_interrupted_run_and_it_can_be_continued() {
     let request = &server.requests()[1];
     let results = request.tool_results();
     assert_eq!(results.len(), 1);
-    assert!(results[0].is_error && results[0].content == INTERRUPTED_RESULT);
+    assert_eq!(results[0].content, INTERRUPTED_RESULT);
+    // Only Anthropic's wire has an error flag on a result.
+    assert_eq!(results[0].is_error, protocol == Protocol::Anthropic);
+    assert_eq!(server.requests()[1].protocol.to_string(), protocol.as_str());
     // The call was not run again.
     let started = std::fs::read_to_string(env.root().join("started.log")).unwrap_or_default();
     assert!(started.lines().count() <= 1, "{started}");

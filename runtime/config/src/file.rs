@@ -84,6 +84,9 @@ pub struct ProviderFile {
     pub idle_timeout_secs: Option<u64>,
     /// Retries of a failed request (default 4).
     pub max_retries: Option<u32>,
+    /// `openai-responses` only: let the provider keep responses and chain
+    /// requests with `previous_response_id` (default false).
+    pub store: Option<bool>,
 }
 
 /// `thinking = false | true | 16000`.

@@ -243,4 +243,7 @@ pub struct ResolvedProvider {
     pub idle_timeout: Duration,
     /// Retries of a failed request.
     pub max_retries: u32,
+    /// The provider keeps responses and requests are chained by
+    /// `previous_response_id` (`openai-responses` only; false elsewhere).
+    pub store: bool,
 }

@@ -15,6 +15,7 @@ use std::time::Duration;
 use toml::Spanned;
 use toml::de::{DeTable, DeValue};
 
+use super::Protocol;
 use super::error::ConfigError;
 use super::file::{ConfigFile, McpServerFile, McpTransport, Price, ProviderFile, Thinking};
 use super::mcp::is_valid_server_name;
@@ -748,6 +749,18 @@ impl<'t> Document<'t> {
             self.validate_price(name, price)?;
         }
         self.positive(&at("idle_timeout_secs"), p.idle_timeout_secs)?;
+        let protocol = p
+            .protocol
+            .unwrap_or_else(|| super::resolve::infer_protocol(name));
+        if p.store.is_some() && protocol != Protocol::OpenAiResponses {
+            return Err(self.invalid(
+                &at("store"),
+                format!(
+                    "`store` applies to protocol \"openai-responses\" only, and this entry speaks \"{}\"; remove it or set protocol = \"openai-responses\"",
+                    protocol.as_str()
+                ),
+            ));
+        }
         Ok(())
     }
 
@@ -982,6 +995,23 @@ mod tests {
         assert_eq!(doc.line_of(&[key("limits")]), 1);
         assert!(doc.has(&["providers", "a", "model"]));
         assert!(!doc.has(&["providers", "b"]));
+    }
+
+    #[test]
+    fn store_is_for_the_responses_protocol_only() {
+        let f = parse("[providers.a]\nprotocol = 'openai-responses'\nstore = true\n").unwrap();
+        assert_eq!(f.providers["a"].store, Some(true));
+        assert_eq!(f.providers["a"].protocol, Some(Protocol::OpenAiResponses));
+        let (line, key, message) = err("[providers.a]\nprotocol = 'openai'\nstore = false\n");
+        assert_eq!((line, key.as_str()), (3, "providers.a.store"));
+        assert!(message.contains("\"openai-responses\" only"), "{message}");
+        assert!(message.contains("speaks \"openai\""), "{message}");
+        // The protocol inferred from the name counts too.
+        let (_, key, message) = err("[providers.claude]\nstore = true\n");
+        assert_eq!(key, "providers.claude.store");
+        assert!(message.contains("speaks \"anthropic\""), "{message}");
+        let (_, key, _) = err("[providers.a]\nprotocol = 'openai-responses'\nstore = 'yes'\n");
+        assert_eq!(key, "providers.a.store");
     }
 
     #[test]

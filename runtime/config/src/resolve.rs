@@ -95,7 +95,9 @@ impl ResolvedProvider {
 }
 
 /// The protocol implied by an entry name: names starting with `openai` or
-/// `gpt` (any case) speak OpenAI, every other name Anthropic.
+/// `gpt` (any case) speak OpenAI Chat Completions, every other name
+/// Anthropic. The Responses protocol is only ever chosen by writing
+/// `protocol = "openai-responses"`.
 pub(crate) fn infer_protocol(name: &str) -> Protocol {
     let lower = name.to_ascii_lowercase();
     if OPENAI_NAME_PREFIXES.iter().any(|p| lower.starts_with(p)) {
@@ -260,6 +262,7 @@ pub fn resolve_entry(
             .idle_timeout_secs
             .map_or(DEFAULT_IDLE_TIMEOUT, std::time::Duration::from_secs),
         max_retries: entry.max_retries.unwrap_or(DEFAULT_MAX_RETRIES),
+        store: protocol == Protocol::OpenAiResponses && entry.store == Some(true),
     })
 }
 
@@ -508,6 +511,33 @@ mod tests {
     }
 
     #[test]
+    fn the_responses_protocol_shares_openai_defaults_and_alone_stores() {
+        let entry = |protocol, store| ProviderFile {
+            protocol: Some(protocol),
+            store,
+            ..ProviderFile::default()
+        };
+        let config = config_with(&[("r", entry(Protocol::OpenAiResponses, Some(true)))]);
+        let p = resolve_provider(&config, None, &env(&[("OPENAI_API_KEY", "k")])).unwrap();
+        assert_eq!(p.protocol, Protocol::OpenAiResponses);
+        assert_eq!(p.api_key_env, "OPENAI_API_KEY");
+        assert_eq!(p.base_url, "https://api.openai.com/v1");
+        assert_eq!(p.model, "gpt-5");
+        assert!(p.store);
+        let config = config_with(&[("r", entry(Protocol::OpenAiResponses, None))]);
+        let p = resolve_provider(
+            &config,
+            None,
+            &env(&[("OPENAI_BASE_URL", "http://127.0.0.1:9/v1")]),
+        )
+        .unwrap();
+        assert_eq!(p.base_url, "http://127.0.0.1:9/v1");
+        assert!(!p.store);
+        // Names never imply the Responses protocol.
+        assert_eq!(infer_protocol("openai-responses"), Protocol::OpenAi);
+    }
+
+    #[test]
     fn entry_fields_win_over_environment_and_defaults() {
         let entry = ProviderFile {
             protocol: Some(Protocol::OpenAi),
@@ -524,6 +554,7 @@ mod tests {
             }),
             idle_timeout_secs: Some(60),
             max_retries: Some(1),
+            store: None,
         };
         let config = config_with(&[("claude", entry)]);
         let p = resolve_provider(

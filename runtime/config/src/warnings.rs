@@ -49,6 +49,7 @@ mod tests {
             price,
             idle_timeout: Duration::from_secs(300),
             max_retries: 4,
+            store: false,
         }
     }
 

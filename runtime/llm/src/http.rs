@@ -338,10 +338,21 @@ impl<W: Wire> WireProvider<W> {
 
     /// Builds the body now and returns the streaming call.
     pub(crate) fn stream(&self, request: &ChatRequest) -> EventStream {
-        match self.endpoint.wire.request_body(&self.config, request) {
+        self.stream_body(self.endpoint.wire.request_body(&self.config, request))
+    }
+
+    /// The streaming call of a body the adapter built itself (or the error
+    /// that kept it from building one).
+    pub(crate) fn stream_body(&self, body: Result<Vec<u8>, ProviderError>) -> EventStream {
+        match body {
             Ok(body) => stream_call(self.endpoint.clone(), Bytes::from(body)),
             Err(err) => Box::pin(futures::stream::once(async move { Err(err) })),
         }
+    }
+
+    /// The resolved configuration.
+    pub(crate) fn config(&self) -> &ResolvedProvider {
+        &self.config
     }
 }
 

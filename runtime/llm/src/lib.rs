@@ -1,7 +1,7 @@
 //! The LLM engine: the `Provider` trait, the request and stream-event types, typed
 //! provider errors, and the adapters (SPEC §2).
 //!
-//! Only `anthropic` and `openai` know a wire format. Everything above this module
+//! Only `anthropic`, `openai` and `openai_responses` know a wire format. Everything above this module
 //! sees [`ChatRequest`], [`StreamEvent`] and [`ProviderError`]. Adding a protocol
 //! touches one adapter file and one match arm in [`build_provider`].
 
@@ -14,6 +14,7 @@ pub mod anthropic;
 pub(crate) mod error;
 pub mod http;
 pub mod openai;
+pub mod openai_responses;
 pub mod retry;
 pub mod sse;
 
@@ -38,6 +39,11 @@ pub struct ChatRequest {
     pub messages: Vec<Message>,
     /// Tools offered, in the stable order they must be sent in.
     pub tools: Vec<ToolDefinition>,
+    /// The session whose prompt cache the request shares, when there is one
+    /// (an agent's own session; a sub-agent names its run's main session,
+    /// whose prefix a fork repeats). `openai-responses` sends it as
+    /// `prompt_cache_key` and chains stored responses per session.
+    pub session_id: Option<String>,
 }
 
 /// What the provider says about a response before its content.
@@ -104,5 +110,8 @@ pub fn build_provider(config: &ResolvedProvider) -> Result<Arc<dyn Provider>, Pr
     match config.protocol {
         Protocol::Anthropic => Ok(Arc::new(anthropic::AnthropicProvider::new(config)?)),
         Protocol::OpenAi => Ok(Arc::new(openai::OpenAiProvider::new(config)?)),
+        Protocol::OpenAiResponses => Ok(Arc::new(openai_responses::OpenAiResponsesProvider::new(
+            config,
+        )?)),
     }
 }

@@ -34,7 +34,7 @@ use super::{
 };
 use troupe_config::ResolvedProvider;
 use troupe_protocol::model::{
-    ContentBlock, Message, Role, StopReason, ToolCall, ToolOutputPart, Usage,
+    ContentBlock, Message, Role, StopReason, SystemPrompt, ToolCall, ToolOutputPart, Usage,
 };
 
 /// Path of the Chat Completions endpoint below the base URL.
@@ -152,7 +152,9 @@ struct FunctionCall<'a> {
     arguments: &'a str,
 }
 
-fn tool_message<'a>(result: &'a troupe_protocol::model::ToolResult) -> WireMessage<'a> {
+/// The text of a tool result as OpenAI's protocols carry it: the non-empty
+/// text parts joined with newlines, an image standing as [`IMAGE_OMITTED`].
+pub(crate) fn tool_output_text(result: &troupe_protocol::model::ToolResult) -> String {
     let mut content = String::new();
     for part in &result.content {
         let text = match part {
@@ -165,9 +167,13 @@ fn tool_message<'a>(result: &'a troupe_protocol::model::ToolResult) -> WireMessa
         }
         content.push_str(text);
     }
+    content
+}
+
+fn tool_message<'a>(result: &'a troupe_protocol::model::ToolResult) -> WireMessage<'a> {
     WireMessage::Tool {
         tool_call_id: &result.call_id,
-        content,
+        content: tool_output_text(result),
     }
 }
 
@@ -203,7 +209,7 @@ fn user_message(message: &Message) -> Option<WireMessage<'_>> {
 }
 
 /// The non-blank text blocks joined with newlines, or `None` when there are none.
-fn joined_text(blocks: &[ContentBlock]) -> Option<String> {
+pub(crate) fn joined_text(blocks: &[ContentBlock]) -> Option<String> {
     let mut out: Option<String> = None;
     for block in blocks {
         if let ContentBlock::Text { text } = block
@@ -261,6 +267,19 @@ fn map_messages<'a>(request: &'a ChatRequest, out: &mut Vec<WireMessage<'a>>) {
     }
 }
 
+/// The system prompt as one text (Stable, a blank line, Environment), or
+/// `None` when both parts are blank.
+pub(crate) fn system_text(system: &SystemPrompt) -> Option<String> {
+    let stable = system.stable.trim_end();
+    let environment = system.environment.trim();
+    match (stable.is_empty(), environment.is_empty()) {
+        (true, true) => None,
+        (false, true) => Some(system.stable.clone()),
+        (true, false) => Some(system.environment.clone()),
+        (false, false) => Some(format!("{}\n\n{}", system.stable, system.environment)),
+    }
+}
+
 /// Builds the JSON body of a streaming Chat Completions request (pure; see the
 /// module doc for the mapping rules).
 pub fn request_body(
@@ -268,18 +287,7 @@ pub fn request_body(
     request: &ChatRequest,
 ) -> Result<Vec<u8>, ProviderError> {
     let mut messages = Vec::with_capacity(request.messages.len() + 1);
-    let stable = request.system.stable.trim_end();
-    let environment = request.system.environment.trim();
-    let system = match (stable.is_empty(), environment.is_empty()) {
-        (true, true) => None,
-        (false, true) => Some(request.system.stable.clone()),
-        (true, false) => Some(request.system.environment.clone()),
-        (false, false) => Some(format!(
-            "{}\n\n{}",
-            request.system.stable, request.system.environment
-        )),
-    };
-    if let Some(content) = system {
+    if let Some(content) = system_text(&request.system) {
         messages.push(WireMessage::System { content });
     }
     map_messages(request, &mut messages);
@@ -382,7 +390,8 @@ pub(crate) fn error_kind(fields: &ErrorFields, status: Option<u16>) -> ProviderE
     }
 }
 
-fn describe(fields: &ErrorFields) -> String {
+/// `code: message` (or `type: message`) of an error object, for messages.
+pub(crate) fn describe(fields: &ErrorFields) -> String {
     let label = fields
         .code
         .as_deref()
@@ -680,6 +689,26 @@ pub fn decode_sse(
 // Provider
 // ---------------------------------------------------------------------------
 
+/// Adds `Authorization: Bearer KEY` when the provider has a key (OpenAI's
+/// protocols authenticate alike).
+pub(crate) fn add_bearer_key(
+    config: &ResolvedProvider,
+    headers: &mut HeaderMap,
+) -> Result<(), ProviderError> {
+    if let Some(key) = &config.api_key {
+        headers.insert(
+            AUTHORIZATION,
+            http::header_value(
+                &config.name,
+                "Authorization",
+                &format!("Bearer {key}"),
+                true,
+            )?,
+        );
+    }
+    Ok(())
+}
+
 /// The protocol pieces `http` needs.
 pub(crate) struct OpenAiWire;
 
@@ -700,18 +729,7 @@ impl Wire for OpenAiWire {
         config: &ResolvedProvider,
         headers: &mut HeaderMap,
     ) -> Result<(), ProviderError> {
-        if let Some(key) = &config.api_key {
-            headers.insert(
-                AUTHORIZATION,
-                http::header_value(
-                    &config.name,
-                    "Authorization",
-                    &format!("Bearer {key}"),
-                    true,
-                )?,
-            );
-        }
-        Ok(())
+        add_bearer_key(config, headers)
     }
 
     fn request_body(

@@ -2,7 +2,8 @@
 //!
 //! Everything above the provider adapters speaks these types: messages made of
 //! content blocks, token usage, stop reasons. Nothing here knows a wire format;
-//! `llm::anthropic` and `llm::openai` map these types to and from their protocols.
+//! `llm::anthropic`, `llm::openai` and `llm::openai_responses` map these types
+//! to and from their protocols.
 //!
 //! Tool input stays raw JSON text end to end ([`ToolCall::input`]): no float round
 //! trip of big integers, and a malformed argument string reaches the tool, which
@@ -343,6 +344,25 @@ mod tests {
     }
 
     #[test]
+    fn protocols_have_their_config_names_and_share_openai_defaults() {
+        for protocol in [
+            Protocol::Anthropic,
+            Protocol::OpenAi,
+            Protocol::OpenAiResponses,
+        ] {
+            let json = serde_json::to_string(&protocol).unwrap();
+            assert_eq!(json, format!("\"{}\"", protocol.as_str()));
+            assert_eq!(serde_json::from_str::<Protocol>(&json).unwrap(), protocol);
+        }
+        let responses = Protocol::OpenAiResponses;
+        assert_eq!(responses.as_str(), "openai-responses");
+        assert_eq!(responses.default_api_key_env(), "OPENAI_API_KEY");
+        assert_eq!(responses.base_url_env(), "OPENAI_BASE_URL");
+        assert_eq!(responses.public_base_url(), "https://api.openai.com/v1");
+        assert_eq!(responses.default_model(), "gpt-5");
+    }
+
+    #[test]
     fn usage_total_and_add() {
         let mut a = Usage {
             input: 3,
@@ -469,6 +489,9 @@ pub enum Protocol {
     /// OpenAI Chat Completions API (and compatible servers).
     #[serde(rename = "openai")]
     OpenAi,
+    /// OpenAI Responses API (`POST /v1/responses`).
+    #[serde(rename = "openai-responses")]
+    OpenAiResponses,
 }
 
 impl Protocol {
@@ -477,6 +500,7 @@ impl Protocol {
         match self {
             Self::Anthropic => "anthropic",
             Self::OpenAi => "openai",
+            Self::OpenAiResponses => "openai-responses",
         }
     }
 
@@ -484,7 +508,7 @@ impl Protocol {
     pub fn default_api_key_env(self) -> &'static str {
         match self {
             Self::Anthropic => "ANTHROPIC_API_KEY",
-            Self::OpenAi => "OPENAI_API_KEY",
+            Self::OpenAi | Self::OpenAiResponses => "OPENAI_API_KEY",
         }
     }
 
@@ -492,7 +516,7 @@ impl Protocol {
     pub fn base_url_env(self) -> &'static str {
         match self {
             Self::Anthropic => "ANTHROPIC_BASE_URL",
-            Self::OpenAi => "OPENAI_BASE_URL",
+            Self::OpenAi | Self::OpenAiResponses => "OPENAI_BASE_URL",
         }
     }
 
@@ -501,7 +525,7 @@ impl Protocol {
     pub fn public_base_url(self) -> &'static str {
         match self {
             Self::Anthropic => "https://api.anthropic.com",
-            Self::OpenAi => "https://api.openai.com/v1",
+            Self::OpenAi | Self::OpenAiResponses => "https://api.openai.com/v1",
         }
     }
 
@@ -509,7 +533,7 @@ impl Protocol {
     pub fn default_model(self) -> &'static str {
         match self {
             Self::Anthropic => "claude-sonnet-4-5",
-            Self::OpenAi => "gpt-5",
+            Self::OpenAi | Self::OpenAiResponses => "gpt-5",
         }
     }
 }

@@ -1,5 +1,5 @@
 //! Deterministic, protocol-looking identifiers for the scripted server: tool call
-//! ids (`toolu_…`, `call_…`), message ids (`msg_…`, `chatcmpl-…`) and request ids
+//! ids (`toolu_…`, `call_…`), message ids (`msg_…`, `chatcmpl-…`, `resp_…`) and request ids
 //! (`req_…`).
 //!
 //! Ids are derived from a per-server counter through a fixed mixing function, so a
@@ -21,6 +21,8 @@ const ANTHROPIC_MESSAGE_ID_TAIL: usize = 22;
 /// Length of the random part of an OpenAI completion id after `chatcmpl-`
 /// (fixtures/sse: `chatcmpl-ABfw031mOJeYCSHe4yI2ZjOA6kMJL`).
 const OPENAI_COMPLETION_ID_TAIL: usize = 29;
+/// Length of the random part of an OpenAI Responses id after `resp_`.
+const OPENAI_RESPONSE_ID_TAIL: usize = 32;
 /// Length of the random part of a request id after `req_011C`
 /// (fixtures/ERRORS.md: `req_011CVQe1dLrGNMJyE1ghG1av`).
 const REQUEST_ID_TAIL: usize = 20;
@@ -58,6 +60,11 @@ impl IdGen {
     /// `chatcmpl-` followed by 29 base62 characters.
     pub(crate) fn openai_completion_id(&mut self) -> String {
         format!("chatcmpl-{}", self.tail(OPENAI_COMPLETION_ID_TAIL))
+    }
+
+    /// `resp_` followed by 32 base62 characters.
+    pub(crate) fn openai_response_id(&mut self) -> String {
+        format!("resp_{}", self.tail(OPENAI_RESPONSE_ID_TAIL))
     }
 
     /// `req_011C` followed by 20 base62 characters.

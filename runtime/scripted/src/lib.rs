@@ -1,7 +1,8 @@
 //! A scripted model server for tests and the offline demo: a real HTTP server on
-//! 127.0.0.1 that speaks the Anthropic Messages (`POST /v1/messages`) and OpenAI
-//! Chat Completions (`POST /v1/chat/completions`) wire protocols from a script,
-//! so a client's real HTTP and SSE code runs against it.
+//! 127.0.0.1 that speaks the Anthropic Messages (`POST /v1/messages`), OpenAI
+//! Chat Completions (`POST /v1/chat/completions`) and OpenAI Responses
+//! (`POST /v1/responses`) wire protocols from a script, so a client's real HTTP
+//! and SSE code runs against it.
 //!
 //! - A [`Script`] is an ordered list of [`Turn`]s. Each request is answered by the
 //!   first unconsumed turn whose [`Matcher`] accepts it (default: any), so

@@ -1,5 +1,5 @@
 //! What the server records about each request, and read-only views over the
-//! request body that work the same for both wire protocols (system text, last
+//! request body that work the same for every wire protocol (system text, last
 //! user text, tool names, tool results).
 //!
 //! These views are what matchers route on and what tests assert on. This module
@@ -14,6 +14,8 @@ pub enum Protocol {
     Anthropic,
     /// OpenAI Chat Completions, `POST /v1/chat/completions`.
     OpenAi,
+    /// OpenAI Responses, `POST /v1/responses`.
+    OpenAiResponses,
 }
 
 impl Protocol {
@@ -22,6 +24,7 @@ impl Protocol {
         match self {
             Self::Anthropic => "/v1/messages",
             Self::OpenAi => "/v1/chat/completions",
+            Self::OpenAiResponses => "/v1/responses",
         }
     }
 }
@@ -31,6 +34,7 @@ impl std::fmt::Display for Protocol {
         f.write_str(match self {
             Self::Anthropic => "anthropic",
             Self::OpenAi => "openai",
+            Self::OpenAiResponses => "openai-responses",
         })
     }
 }
@@ -88,19 +92,29 @@ impl RecordedRequest {
         self.body.get("model").and_then(Value::as_str)
     }
 
-    /// The `messages` array (empty if absent).
+    /// The `messages` array (empty if absent); on the Responses endpoint the
+    /// `input` items (messages carry a `role`, calls and outputs do not).
     pub fn messages(&self) -> &[Value] {
+        let key = match self.protocol {
+            Protocol::OpenAiResponses => "input",
+            Protocol::Anthropic | Protocol::OpenAi => "messages",
+        };
         self.body
-            .get("messages")
+            .get(key)
             .and_then(Value::as_array)
             .map_or(&[], Vec::as_slice)
     }
 
     /// The system prompt text. Anthropic: the top-level `system` (string or text
     /// blocks joined with `\n`). OpenAI: every `system`/`developer` message,
-    /// joined with `\n`.
+    /// joined with `\n`. Responses: `instructions`.
     pub fn system_text(&self) -> String {
         match self.protocol {
+            Protocol::OpenAiResponses => self
+                .body
+                .get("instructions")
+                .map(content_text)
+                .unwrap_or_default(),
             Protocol::Anthropic => self
                 .body
                 .get("system")
@@ -156,6 +170,7 @@ impl RecordedRequest {
             .filter_map(|tool| match self.protocol {
                 Protocol::Anthropic => tool.get("name"),
                 Protocol::OpenAi => tool.get("function").and_then(|f| f.get("name")),
+                Protocol::OpenAiResponses => tool.get("name"),
             })
             .filter_map(Value::as_str)
             .map(str::to_owned)
@@ -184,6 +199,18 @@ impl RecordedRequest {
                 .map(|m| ToolResultView {
                     call_id: str_field(m, "tool_call_id"),
                     content: m.get("content").map(content_text).unwrap_or_default(),
+                    is_error: false,
+                })
+                .collect(),
+            Protocol::OpenAiResponses => self
+                .messages()
+                .iter()
+                .filter(|item| {
+                    item.get("type").and_then(Value::as_str) == Some("function_call_output")
+                })
+                .map(|item| ToolResultView {
+                    call_id: str_field(item, "call_id"),
+                    content: item.get("output").map(content_text).unwrap_or_default(),
                     is_error: false,
                 })
                 .collect(),
@@ -278,6 +305,38 @@ mod tests {
                 call_id: "t1".into(),
                 content: "file body".into(),
                 is_error: true
+            }]
+        );
+    }
+
+    #[test]
+    fn responses_views() {
+        let request = recorded(
+            Protocol::OpenAiResponses,
+            json!({
+                "model": "m",
+                "stream": true,
+                "instructions": "stable\n\nenv",
+                "tools": [{"type": "function", "name": "grep", "parameters": {}}],
+                "input": [
+                    {"type": "message", "role": "user", "content": "task gamma"},
+                    {"type": "function_call", "call_id": "c1", "name": "grep", "arguments": "{}"},
+                    {"type": "function_call_output", "call_id": "c1", "output": "no match"},
+                    {"role": "user", "content": [{"type": "input_text", "text": "go on"}]}
+                ]
+            }),
+        );
+        assert_eq!(request.system_text(), "stable\n\nenv");
+        assert_eq!(request.first_user_text().as_deref(), Some("task gamma"));
+        assert_eq!(request.last_user_text().as_deref(), Some("go on"));
+        assert_eq!(request.tool_names(), ["grep"]);
+        assert!(request.is_streaming());
+        assert_eq!(
+            request.tool_results(),
+            [ToolResultView {
+                call_id: "c1".into(),
+                content: "no match".into(),
+                is_error: false
             }]
         );
     }

@@ -185,6 +185,10 @@ impl ScriptedServer {
                 Protocol::OpenAi.path(),
                 post(openai_endpoint).fallback(unknown_endpoint),
             )
+            .route(
+                Protocol::OpenAiResponses.path(),
+                post(openai_responses_endpoint).fallback(unknown_endpoint),
+            )
             .fallback(unknown_endpoint)
             .layer(DefaultBodyLimit::max(MAX_REQUEST_BYTES))
             .with_state(Arc::clone(&shared));
@@ -624,7 +628,7 @@ fn plan(response: &mut Response, context: &PlanContext, ids: &mut IdGen) -> Plan
         {
             call.id = Some(match context.protocol {
                 Protocol::Anthropic => ids.anthropic_tool_id(),
-                Protocol::OpenAi => ids.openai_call_id(),
+                Protocol::OpenAi | Protocol::OpenAiResponses => ids.openai_call_id(),
             });
         }
     }
@@ -634,6 +638,7 @@ fn plan(response: &mut Response, context: &PlanContext, ids: &mut IdGen) -> Plan
     let message_id = match context.protocol {
         Protocol::Anthropic => ids.anthropic_message_id(),
         Protocol::OpenAi => ids.openai_completion_id(),
+        Protocol::OpenAiResponses => ids.openai_response_id(),
     };
     Plan {
         blocks: response.blocks().to_vec(),
@@ -672,15 +677,24 @@ async fn openai_endpoint(
     serve_request(shared, Protocol::OpenAi, headers, body).await
 }
 
+async fn openai_responses_endpoint(
+    State(shared): State<Arc<Shared>>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> HttpResponse {
+    serve_request(shared, Protocol::OpenAiResponses, headers, body).await
+}
+
 async fn unknown_endpoint(
     State(shared): State<Arc<Shared>>,
     method: Method,
     uri: Uri,
 ) -> HttpResponse {
     let detail = format!(
-        "{method} {uri} is not served; use POST {} or POST {}",
+        "{method} {uri} is not served; use POST {}, POST {} or POST {}",
         Protocol::Anthropic.path(),
-        Protocol::OpenAi.path()
+        Protocol::OpenAi.path(),
+        Protocol::OpenAiResponses.path()
     );
     shared.record_violation(Violation {
         rule: Rule::UnknownEndpoint,
@@ -777,7 +791,7 @@ fn outgoing(protocol: Protocol, streaming: bool, content: Content, request_id: &
         },
         Content::Broken { fault, plan } if streaming => {
             let frames = render::stream_frames(protocol, &plan);
-            let (frames, ending) = stream_fault_frames(protocol, &fault, frames, request_id);
+            let (frames, ending) = stream_fault_frames(protocol, &fault, &plan, frames, request_id);
             Outgoing::Paced {
                 kind: BodyKind::EventStream,
                 pieces: events(frames),
@@ -858,6 +872,7 @@ fn respond(shared: &Arc<Shared>, prepared: Prepared) -> HttpResponse {
 fn stream_fault_frames(
     protocol: Protocol,
     fault: &Fault,
+    plan: &Plan,
     mut frames: Vec<render::SseFrame>,
     request_id: &str,
 ) -> (Vec<render::SseFrame>, Ending) {
@@ -880,7 +895,7 @@ fn stream_fault_frames(
         }
         Fault::ErrorMidStream { after_events, .. } => {
             frames.truncate(before_end(*after_events, frames.len()));
-            frames.push(render::midstream_error(protocol, request_id));
+            frames.push(render::midstream_error(protocol, request_id, plan));
             (frames, Ending::Complete)
         }
         _ => (frames, Ending::Complete),
@@ -923,7 +938,7 @@ fn non_streaming_fault(
 fn request_id_header(protocol: Protocol) -> &'static str {
     match protocol {
         Protocol::Anthropic => "request-id",
-        Protocol::OpenAi => "x-request-id",
+        Protocol::OpenAi | Protocol::OpenAiResponses => "x-request-id",
     }
 }
 
@@ -1223,10 +1238,12 @@ mod tests {
                 render::SseFrame::data("c"),
             ]
         };
-        let response = text("x");
+        let mut response = text("x");
+        let plan = test_plan(&mut response, Protocol::OpenAiResponses);
         let (sent, ending) = stream_fault_frames(
             Protocol::OpenAi,
             &Fault::cut_after(10, response.clone()),
+            &plan,
             frames(),
             "r",
         );
@@ -1235,6 +1252,7 @@ mod tests {
         let (sent, ending) = stream_fault_frames(
             Protocol::OpenAi,
             &Fault::stall_after(1, response.clone()),
+            &plan,
             frames(),
             "r",
         );
@@ -1243,6 +1261,7 @@ mod tests {
         let (sent, ending) = stream_fault_frames(
             Protocol::Anthropic,
             &Fault::error_after(2, response.clone()),
+            &plan,
             frames(),
             "req_1",
         );
@@ -1252,11 +1271,21 @@ mod tests {
         let (sent, _) = stream_fault_frames(
             Protocol::OpenAi,
             &Fault::malformed_after(1, response),
+            &plan,
             frames(),
             "r",
         );
         assert_eq!(sent.len(), 4);
         assert_eq!(sent[1].data, render::MALFORMED_DATA);
         assert_eq!(sent[2].data, "b");
+        let (sent, _) = stream_fault_frames(
+            Protocol::OpenAiResponses,
+            &Fault::error_after(1, text("x")),
+            &plan,
+            frames(),
+            "r",
+        );
+        assert_eq!(sent[1].event.as_deref(), Some("response.failed"));
+        assert!(sent[1].data.contains("server_error"), "{}", sent[1].data);
     }
 }

@@ -124,6 +124,7 @@ pub fn scripted_provider(base_url: &str) -> Result<Arc<dyn Provider>, String> {
         price: None,
         idle_timeout: STREAM_IDLE_TIMEOUT,
         max_retries: 0,
+        store: false,
     };
     let provider = anthropic::AnthropicProvider::new(&resolved).map_err(|err| err.to_string())?;
     Ok(Arc::new(provider))

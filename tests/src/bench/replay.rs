@@ -91,6 +91,7 @@ pub async fn replay_provider(
             system: system.clone(),
             messages: prefix.to_vec(),
             tools: tools.to_vec(),
+            session_id: None,
         };
         let mut stream = provider.stream(&request);
         while let Some(item) = stream.next().await {

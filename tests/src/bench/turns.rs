@@ -239,6 +239,7 @@ pub async fn one_run(
         system: env.system().clone(),
         messages,
         tools,
+        session_id: None,
     };
     let clock = Instant::now();
     let encoded =

@@ -774,6 +774,54 @@ async fn openai_request_bodies_across_a_multi_turn_run() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn openai_responses_request_bodies_across_a_multi_turn_run() {
+    let script = Script::new()
+        .then(tool_calls([
+            ("read_file", json!({"path": "a.txt"})),
+            ("grep", json!({"pattern": "alpha"})),
+        ]))
+        .then(text("done"));
+    let h = Harness::start(script, Protocol::OpenAiResponses).await;
+    std::fs::write(h.root().join("a.txt"), "alpha\n").unwrap();
+    let env = h.env_with(vec![]);
+    let mut run = h.submit("do it", RunOptions::bypass(env)).await;
+    let events = run_events(&mut run).await;
+    assert_eq!(
+        finished(&events),
+        (RunStatus::Finished, "end_turn".into(), "done".into())
+    );
+    let requests = h.server.requests();
+    let body = &requests[1].body;
+    assert_eq!(
+        body["instructions"],
+        format!(
+            "{}\n\n{}",
+            troupe_tests::TEST_STABLE_PROMPT,
+            troupe_tests::TEST_ENVIRONMENT
+        )
+    );
+    assert_eq!(body["store"], false);
+    assert_eq!(body["prompt_cache_key"], run.session_id.as_str());
+    let input = body["input"].as_array().unwrap();
+    assert_eq!(input[0]["role"], "user");
+    assert_eq!(input[1]["type"], "function_call");
+    assert_eq!(input[2]["type"], "function_call");
+    assert_eq!(input[3]["type"], "function_call_output");
+    assert_eq!(input[4]["type"], "function_call_output");
+    assert_eq!(input[3]["call_id"], input[1]["call_id"]);
+    assert_eq!(input[4]["call_id"], input[2]["call_id"]);
+    assert_prefix_extends_items(&requests[0].body, body);
+}
+
+/// The second request's `input` starts with the first's, item for item.
+fn assert_prefix_extends_items(first: &Value, second: &Value) {
+    let first = first["input"].as_array().unwrap();
+    let second = second["input"].as_array().unwrap();
+    assert!(second.len() > first.len());
+    assert_eq!(&second[..first.len()], first.as_slice());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn status_is_answered_at_once_while_tools_run_and_approvals_wait() {
     let script = Script::new()
         .then(write_call("y.txt"))

@@ -145,7 +145,9 @@ async fn forks_repeat_the_parents_request_prefix(protocol: Protocol) {
         // tools (`agent` included), the system prompt, the model, the limits.
         let strip = |body: &Value| {
             let mut body = without_cache_markers(body);
+            // The conversation: `messages`, or the Responses `input` items.
             body.as_object_mut().unwrap().remove("messages");
+            body.as_object_mut().unwrap().remove("input");
             serde_json::to_string(&body).unwrap()
         };
         assert_eq!(strip(&fork.body), strip(&parent.body), "fork {i}");
@@ -188,6 +190,11 @@ async fn anthropic_forks_repeat_the_parents_request_prefix() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn openai_forks_repeat_the_parents_request_prefix() {
     forks_repeat_the_parents_request_prefix(Protocol::OpenAi).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn openai_responses_forks_repeat_the_parents_request_prefix() {
+    forks_repeat_the_parents_request_prefix(Protocol::OpenAiResponses).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -8,7 +8,7 @@
 use serde_json::json;
 use troupe_agent::validate_history;
 use troupe_protocol::events::{EventKind, RunStatus};
-use troupe_protocol::model::Role;
+use troupe_protocol::model::{Protocol, Role};
 use troupe_scripted::{Fault, Matcher, RecordedRequest, Script, Turn, text, tool_call, tool_calls};
 use troupe_tests::{Harness, RunOptions, WAIT, finished, run_events};
 
@@ -136,6 +136,20 @@ async fn a_heavy_tool_message_is_offloaded_once_and_later_requests_keep_the_same
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_long_run_crosses_the_threshold_and_continues_on_a_summary() {
+    long_run_crosses_the_threshold_and_continues_on_a_summary(Protocol::Anthropic).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn openai_a_long_run_crosses_the_threshold_and_continues_on_a_summary() {
+    long_run_crosses_the_threshold_and_continues_on_a_summary(Protocol::OpenAi).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn openai_responses_a_long_run_crosses_the_threshold_and_continues_on_a_summary() {
+    long_run_crosses_the_threshold_and_continues_on_a_summary(Protocol::OpenAiResponses).await;
+}
+
+async fn long_run_crosses_the_threshold_and_continues_on_a_summary(protocol: Protocol) {
     const FILES: usize = 10;
     let mut script = Script::new();
     for i in 0..FILES {
@@ -152,7 +166,7 @@ async fn a_long_run_crosses_the_threshold_and_continues_on_a_summary() {
             text("<summary>1. Read all ten files.</summary>"),
         )
         .then(Turn::new(text("all read")).when(not_summary()));
-    let mut h = Harness::anthropic(script).await;
+    let mut h = Harness::start(script, protocol).await;
     // Window 60,000: summaries from 27,000 tokens.
     h.context_window = 60_000;
     for i in 0..FILES {

@@ -38,6 +38,8 @@ pub(crate) struct Env {
     pub home: tempfile::TempDir,
     /// The project root and working directory.
     pub project: tempfile::TempDir,
+    /// The protocol commands speak to a scripted server.
+    pub protocol: Protocol,
 }
 
 impl Env {
@@ -46,8 +48,26 @@ impl Env {
         let env = Self {
             home: tempfile::tempdir().unwrap(),
             project: tempfile::tempdir().unwrap(),
+            protocol: Protocol::Anthropic,
         };
         std::fs::create_dir_all(env.project.path().join(".troupe")).unwrap();
+        env
+    }
+
+    /// A fresh environment whose commands speak `protocol` to the scripted
+    /// server. The Responses protocol is chosen by the user's configuration
+    /// (an entry `scripted` with `protocol = "openai-responses"`), as no
+    /// variable chooses it.
+    pub(crate) fn with_protocol(protocol: Protocol) -> Self {
+        let env = Self {
+            protocol,
+            ..Self::new()
+        };
+        if protocol == Protocol::OpenAiResponses {
+            env.write_user_config(
+                "default_provider = \"scripted\"\n\n[providers.scripted]\nprotocol = \"openai-responses\"\n",
+            );
+        }
         env
     }
 
@@ -84,7 +104,7 @@ impl Env {
     }
 
     /// `troupe` with a cleared environment pointing at this sandbox and, when
-    /// given, at `server` as the Anthropic endpoint. Runs are embedded
+    /// given, at `server` as the endpoint of [`Env::protocol`]. Runs are embedded
     /// (`TROUPE_NO_DAEMON=1`); remove that variable to go through a daemon.
     pub(crate) fn command(&self, server: Option<&ScriptedServer>) -> Command {
         self.command_with_home(server, &self.data_dir())
@@ -108,9 +128,13 @@ impl Env {
             .env("TROUPE_NO_DAEMON", "1")
             .stdin(Stdio::null());
         if let Some(server) = server {
+            let base_url = match self.protocol {
+                Protocol::Anthropic => server.anthropic_base_url(),
+                Protocol::OpenAi | Protocol::OpenAiResponses => server.openai_base_url(),
+            };
             command
-                .env("ANTHROPIC_BASE_URL", server.anthropic_base_url())
-                .env("ANTHROPIC_API_KEY", "test-key");
+                .env(self.protocol.base_url_env(), base_url)
+                .env(self.protocol.default_api_key_env(), "test-key");
         }
         command
     }
@@ -311,11 +335,13 @@ pub(crate) fn wire_of(history: &[Message]) -> Vec<Value> {
         price: None,
         idle_timeout: Duration::from_secs(60),
         max_retries: 0,
+        store: false,
     };
     let request = ChatRequest {
         system: SystemPrompt::default(),
         messages: history.to_vec(),
         tools: Vec::new(),
+        session_id: None,
     };
     let body = anthropic::request_body(&provider, &request).expect("a history encodes");
     let mut body: Value = serde_json::from_slice(&body).expect("the encoder writes JSON");

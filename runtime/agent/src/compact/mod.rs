@@ -148,6 +148,7 @@ mod tests {
             price: None,
             idle_timeout: std::time::Duration::from_secs(300),
             max_retries: 4,
+            store: false,
         };
         assert_eq!(window_warning(&small), None);
         small.context_window = 32_768;

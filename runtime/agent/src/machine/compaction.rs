@@ -409,6 +409,7 @@ impl AgentLoop {
             system: self.system.clone(),
             messages: summary_request(&self.context.ledger.apply(&messages[..cut])),
             tools: Vec::new(),
+            session_id: Some(self.cache_key.clone()),
         };
         self.epoch += 1;
         let span = self.open_span(None, compaction_span("ahead", estimate), out);
@@ -615,6 +616,7 @@ impl AgentLoop {
             system: self.system.clone(),
             messages: summary_request(&self.context.ledger.apply(part)),
             tools: Vec::new(),
+            session_id: Some(self.cache_key.clone()),
         };
         self.epoch += 1;
         let span = self.open_span(None, compaction_span(trigger.as_str(), before_tokens), out);

@@ -69,6 +69,9 @@ pub struct LoopSetup {
     pub run_id: String,
     /// The session holding its transcript.
     pub session_id: String,
+    /// The session whose prompt cache its requests share (the provider's
+    /// cache key): the run's main session, whose prefix a fork repeats.
+    pub cache_key: String,
     /// For a sub-agent, its task (announced in `subagent_started`).
     pub task: Option<String>,
     /// The system prompt it is sent.
@@ -536,6 +539,7 @@ pub struct AgentLoop {
     spec: AgentSpec,
     run_id: String,
     session_id: String,
+    cache_key: String,
     task: Option<String>,
     system: SystemPrompt,
     catalogue: Arc<ToolCatalogue>,
@@ -595,6 +599,7 @@ impl AgentLoop {
             spec: setup.spec,
             run_id: setup.run_id,
             session_id: setup.session_id,
+            cache_key: setup.cache_key,
             task: setup.task,
             system: setup.system,
             catalogue: setup.catalogue,

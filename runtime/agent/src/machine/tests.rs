@@ -200,6 +200,7 @@ fn fixture(options: Options) -> Fixture {
         spec: options.spec,
         run_id: "run".into(),
         session_id: "session".into(),
+        cache_key: "session".into(),
         task: options.task,
         system: SystemPrompt {
             stable: options.stable,

@@ -68,6 +68,7 @@ impl AgentLoop {
             system: with_plan_reminder(&self.system, plan_reminder(mode, n)),
             messages: self.request_messages(),
             tools: self.catalogue.offered(mode).to_vec(),
+            session_id: Some(self.cache_key.clone()),
         };
         let span = self.open_span(
             None,

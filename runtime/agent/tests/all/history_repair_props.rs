@@ -10,7 +10,7 @@ use proptest::prelude::*;
 use troupe_agent::resume::repair_history;
 use troupe_agent::validate_history;
 use troupe_config::ResolvedProvider;
-use troupe_llm::{ChatRequest, anthropic, openai};
+use troupe_llm::{ChatRequest, anthropic, openai, openai_responses};
 use troupe_protocol::model::Protocol;
 use troupe_protocol::model::{ContentBlock, Message, Role, ToolCall, ToolResult};
 use troupe_protocol::model::{SystemPrompt, ToolDefinition};
@@ -185,6 +185,7 @@ fn provider(protocol: Protocol) -> ResolvedProvider {
         price: None,
         idle_timeout: Duration::from_secs(60),
         max_retries: 0,
+        store: false,
     }
 }
 
@@ -206,6 +207,7 @@ fn request(history: &[Message]) -> ChatRequest {
                 input_schema: serde_json::json!({"type": "object"}),
             })
             .collect(),
+        session_id: None,
     }
 }
 
@@ -216,10 +218,17 @@ fn violations(history: &[Message]) -> Vec<String> {
     for (protocol, wire) in [
         (Protocol::Anthropic, troupe_scripted::Protocol::Anthropic),
         (Protocol::OpenAi, troupe_scripted::Protocol::OpenAi),
+        (
+            Protocol::OpenAiResponses,
+            troupe_scripted::Protocol::OpenAiResponses,
+        ),
     ] {
         let body = match protocol {
             Protocol::Anthropic => anthropic::request_body(&provider(protocol), &request),
             Protocol::OpenAi => openai::request_body(&provider(protocol), &request),
+            Protocol::OpenAiResponses => {
+                openai_responses::request_body(&provider(protocol), &request)
+            }
         }
         .expect("the request body encodes");
         let body: serde_json::Value = serde_json::from_slice(&body).expect("the body is JSON");

@@ -35,6 +35,11 @@ const ACTED: &[(&str, &str, Companions)] = &[
     ("providers.NAME.price", "{ input = 1.0, output = 2.0 }", &[]),
     ("providers.NAME.idle_timeout_secs", "5", &[]),
     ("providers.NAME.max_retries", "0", &[]),
+    (
+        "providers.NAME.store",
+        "true",
+        &[("protocol", "\"openai-responses\"")],
+    ),
     ("permissions.mode", "\"bypass\"", &[]),
     ("permissions.allow", "[\"Bash(ls)\"]", &[]),
     ("permissions.ask", "[\"Bash(ls)\"]", &[]),

@@ -474,7 +474,7 @@ fn unknown_key_in_a_provider() {
     let f = Fixture::new().user("\n[providers.claude]\nmodel = 'a'\nmodle = 'b'\n");
     let message = f.error(&f.user_file, "providers.claude.modle", 4);
     assert!(
-        message.contains("unknown key (expected one of: protocol, model, base_url, api_key_env, context_window, max_tokens, thinking, price, idle_timeout_secs, max_retries)"),
+        message.contains("unknown key (expected one of: protocol, model, base_url, api_key_env, context_window, max_tokens, thinking, price, idle_timeout_secs, max_retries, store)"),
         "{message}"
     );
 }
@@ -562,7 +562,9 @@ fn bad_enum_values() {
     let f = Fixture::new().user("[providers.claude]\nprotocol = \"gemini\"\n");
     let message = f.error(&f.user_file, "providers.claude.protocol", 2);
     assert!(
-        message.contains("unknown value \"gemini\" (expected one of: anthropic, openai)"),
+        message.contains(
+            "unknown value \"gemini\" (expected one of: anthropic, openai, openai-responses)"
+        ),
         "{message}"
     );
 

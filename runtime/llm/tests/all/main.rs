@@ -2,4 +2,5 @@
 
 mod provider_fixtures;
 mod provider_http;
+mod provider_responses;
 mod provider_scripted;

@@ -774,6 +774,7 @@ fn config(protocol: Protocol, base_url: &str) -> ResolvedProvider {
         price: None,
         idle_timeout: Duration::from_secs(300),
         max_retries: 4,
+        store: false,
     }
 }
 
@@ -865,6 +866,7 @@ fn request() -> ChatRequest {
         },
         messages: conversation(),
         tools: tools(),
+        session_id: None,
     }
 }
 
@@ -1029,6 +1031,7 @@ async fn anthropic_thinking_and_signature_are_echoed_unchanged_on_the_next_turn(
             )]),
         ],
         tools: tools(),
+        session_id: None,
     };
     let mut cfg = config(Protocol::Anthropic, "http://x");
     cfg.thinking_budget = Some(1_024);

@@ -17,6 +17,7 @@ use tokio::sync::mpsc;
 use troupe_config::ResolvedProvider;
 use troupe_llm::anthropic::AnthropicProvider;
 use troupe_llm::openai::OpenAiProvider;
+use troupe_llm::openai_responses::OpenAiResponsesProvider;
 use troupe_llm::retry::{RetryPolicy, Retrying};
 use troupe_llm::{
     ChatRequest, EventStream, Provider, ProviderError, ResponseAccumulator, StreamEvent,
@@ -291,6 +292,7 @@ fn config(protocol: Protocol, base_url: &str) -> ResolvedProvider {
         price: None,
         idle_timeout: Duration::from_secs(10),
         max_retries: 4,
+        store: false,
     }
 }
 
@@ -482,6 +484,95 @@ async fn openai_request_shape_and_streamed_response() {
         body["messages"][0],
         serde_json::json!({"role": "user", "content": "hello"})
     );
+}
+
+fn openai_responses(server: &Server, max_retries: u32) -> OpenAiResponsesProvider {
+    OpenAiResponsesProvider::with_retry_policy(
+        &config(Protocol::OpenAiResponses, &format!("{}/v1", server.base)),
+        fast_retries(max_retries),
+    )
+    .unwrap()
+}
+
+fn responses_fixture(name: &str) -> String {
+    std::fs::read_to_string(format!(
+        "{}/tests/data/responses/{name}",
+        env!("CARGO_MANIFEST_DIR")
+    ))
+    .unwrap()
+}
+
+#[tokio::test]
+async fn openai_responses_http_errors_are_classified_as_chat_completions_errors() {
+    // 429 with a delay, then 500, then the stream: both retried, the delay honoured.
+    let server = Server::start(vec![
+        full(
+            429,
+            &[JSON, ("retry-after-ms", "300")],
+            r#"{"error":{"message":"Rate limit reached","type":"tokens","param":null,"code":"rate_limit_exceeded"}}"#,
+        ),
+        full(500, &[JSON], r#"{"error":{"message":"The server had an error","type":"server_error","param":null,"code":null}}"#),
+        stream(&[send(&responses_fixture("text.sse"))]),
+    ])
+    .await;
+    let results = collect(openai_responses(&server, 4).stream(&request())).await;
+    let retries = retries_of(&results);
+    assert_eq!(
+        retries
+            .iter()
+            .map(|r| (r.kind, r.status))
+            .collect::<Vec<_>>(),
+        [
+            (ProviderErrorKind::RateLimited, Some(429)),
+            (ProviderErrorKind::Server, Some(500))
+        ]
+    );
+    assert_eq!(retries[0].delay, Duration::from_millis(300));
+    let events: Vec<StreamEvent> = results
+        .into_iter()
+        .map(Result::unwrap)
+        .filter(|e| !matches!(e, StreamEvent::Retrying(_)))
+        .collect();
+    assert_eq!(text_of(&events), "Hello! The answer is 42.");
+    let requests = server.requests();
+    assert_eq!(requests.len(), 3);
+    assert!(requests[2].at - requests[0].at >= Duration::from_millis(300));
+    assert!(requests[0].head.starts_with("POST /v1/responses HTTP/1.1"));
+    assert_eq!(
+        requests[0].header("authorization").as_deref(),
+        Some("Bearer secret-key")
+    );
+    let body: serde_json::Value = serde_json::from_slice(&requests[0].body).unwrap();
+    assert_eq!(body["store"], false);
+    assert_eq!(
+        body["input"][0],
+        serde_json::json!({"type": "message", "role": "user", "content": "hello"})
+    );
+
+    // A prompt over the window and an exhausted quota are final.
+    for (status, body, kind) in [
+        (
+            400,
+            r#"{"error":{"message":"Your input exceeds the context window of this model.","type":"invalid_request_error","param":"input","code":"context_length_exceeded"}}"#,
+            ProviderErrorKind::PromptTooLong,
+        ),
+        (
+            429,
+            r#"{"error":{"message":"You exceeded your current quota.","type":"insufficient_quota","param":null,"code":"insufficient_quota"}}"#,
+            ProviderErrorKind::Quota,
+        ),
+    ] {
+        let server = Server::start(vec![
+            full(status, &[JSON, ("x-request-id", "req_r1")], body),
+            ok_stream(),
+        ])
+        .await;
+        let error = only_error(collect(openai_responses(&server, 4).stream(&request())).await);
+        assert_eq!(error.kind, kind, "{error}");
+        assert_eq!(error.status, Some(status));
+        assert_eq!(error.request_id.as_deref(), Some("req_r1"));
+        assert_eq!(server.requests().len(), 1);
+    }
 }
 
 // ---------------------------------------------------------------------------

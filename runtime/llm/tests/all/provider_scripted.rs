@@ -1,4 +1,5 @@
-//! Both real provider adapters (Anthropic Messages and OpenAI Chat Completions)
+//! The real provider adapters (Anthropic Messages, OpenAI Chat Completions and
+//! OpenAI Responses)
 //! driven over loopback HTTP against the scripted model server
 //! (`troupe-scripted`): exact streamed events (text, thinking, parallel tool
 //! calls, usage, stop reasons), the request bodies a realistic multi-turn
@@ -7,8 +8,8 @@
 //! and cancellation by dropping the stream.
 //!
 //! Every scenario is an `async fn(Wire)` run once per protocol by
-//! [`for_both!`], so the test names read `anthropic_wire::…` and
-//! `openai_wire::…`. Every await is bounded by [`TEST_TIMEOUT`]; the strict
+//! [`for_each_wire!`], so the test names read `anthropic_wire::…`,
+//! `openai_wire::…` and `openai_responses_wire::…`. Every await is bounded by [`TEST_TIMEOUT`]; the strict
 //! server panics at drop if a request broke a protocol invariant, so a test
 //! that provokes one on purpose takes the violations first.
 
@@ -21,6 +22,7 @@ use troupe_config::resolve::resolve_entry;
 use troupe_config::{ResolvedProvider, parse_config_file};
 use troupe_llm::anthropic::{self, AnthropicProvider};
 use troupe_llm::openai::{self, OpenAiProvider};
+use troupe_llm::openai_responses::{self, OpenAiResponsesProvider};
 use troupe_llm::retry::RetryPolicy;
 use troupe_llm::{
     ChatRequest, EventStream, Provider, ProviderError, ResponseAccumulator, ResponseMetadata,
@@ -54,22 +56,24 @@ const CHUNK: usize = 3;
 enum Wire {
     Anthropic,
     OpenAi,
+    OpenAiResponses,
 }
 
 impl Wire {
     /// SSE events the scripted server sends before the first text delta of a
     /// text-only response: Anthropic `message_start`, `content_block_start`,
-    /// `ping`; OpenAI the role chunk.
+    /// `ping`; OpenAI the role chunk; Responses `response.created`,
+    /// `response.in_progress` and `response.output_item.added`.
     fn lead_events(self) -> usize {
         match self {
-            Self::Anthropic => 3,
+            Self::Anthropic | Self::OpenAiResponses => 3,
             Self::OpenAi => 1,
         }
     }
 }
 
 /// Generates one `#[tokio::test]` per protocol for each scenario function.
-macro_rules! for_both {
+macro_rules! for_each_wire {
     ($($name:ident),* $(,)?) => {
         mod anthropic_wire {
             $(
@@ -87,10 +91,18 @@ macro_rules! for_both {
                 }
             )*
         }
+        mod openai_responses_wire {
+            $(
+                #[tokio::test]
+                async fn $name() {
+                    super::$name(super::Wire::OpenAiResponses).await;
+                }
+            )*
+        }
     };
 }
 
-for_both!(
+for_each_wire!(
     text_streams_in_many_deltas_with_exact_usage,
     stop_reasons_map_to_the_neutral_model,
     thinking_streams_as_thinking_events,
@@ -143,6 +155,7 @@ fn config(server: &ScriptedServer, wire: Wire) -> ResolvedProvider {
     let (protocol, base_url) = match wire {
         Wire::Anthropic => (Protocol::Anthropic, server.anthropic_base_url()),
         Wire::OpenAi => (Protocol::OpenAi, server.openai_base_url()),
+        Wire::OpenAiResponses => (Protocol::OpenAiResponses, server.openai_base_url()),
     };
     ResolvedProvider {
         name: "scripted".into(),
@@ -157,6 +170,7 @@ fn config(server: &ScriptedServer, wire: Wire) -> ResolvedProvider {
         price: None,
         idle_timeout: TEST_TIMEOUT,
         max_retries: 4,
+        store: false,
     }
 }
 
@@ -174,6 +188,9 @@ fn adapter(wire: Wire, config: &ResolvedProvider, max_retries: u32) -> Arc<dyn P
     match wire {
         Wire::Anthropic => Arc::new(AnthropicProvider::with_retry_policy(config, policy).unwrap()),
         Wire::OpenAi => Arc::new(OpenAiProvider::with_retry_policy(config, policy).unwrap()),
+        Wire::OpenAiResponses => {
+            Arc::new(OpenAiResponsesProvider::with_retry_policy(config, policy).unwrap())
+        }
     }
 }
 
@@ -267,7 +284,7 @@ fn neutral_usage(wire: Wire, usage: scripted::Usage) -> Usage {
             cache_read: usage.cache_read_input_tokens,
             cache_write: usage.cache_creation_input_tokens,
         },
-        Wire::OpenAi => Usage {
+        Wire::OpenAi | Wire::OpenAiResponses => Usage {
             input: usage.input_tokens + usage.cache_creation_input_tokens,
             output: usage.output_tokens,
             cache_read: usage.cache_read_input_tokens,
@@ -380,7 +397,7 @@ async fn text_streams_in_many_deltas_with_exact_usage(wire: Wire) {
         Wire::Anthropic => scripted::Usage::new(1_200, 40)
             .with_cache_read(1_000)
             .with_cache_creation(150),
-        Wire::OpenAi => scripted::Usage::new(19, 83).with_cache_read(320),
+        Wire::OpenAi | Wire::OpenAiResponses => scripted::Usage::new(19, 83).with_cache_read(320),
     };
     let server = start(Script::new().then(chunked(reply).with_usage(usage))).await;
     let events = events_of(provider(&server, wire, 0).stream(&hello())).await;
@@ -405,7 +422,7 @@ async fn text_streams_in_many_deltas_with_exact_usage(wire: Wire) {
             cache_read: 1_000,
             cache_write: 150,
         },
-        Wire::OpenAi => Usage {
+        Wire::OpenAi | Wire::OpenAiResponses => Usage {
             input: 19,
             output: 83,
             cache_read: 320,
@@ -446,6 +463,9 @@ async fn stop_reasons_map_to_the_neutral_model(wire: Wire) {
         let wanted = match wire {
             Wire::Anthropic => anthropic,
             Wire::OpenAi => openai,
+            // A completed response without function calls ends the turn.
+            Wire::OpenAiResponses if scripted == Scripted::ToolUse => StopReason::EndTurn,
+            Wire::OpenAiResponses => openai,
         };
         assert_eq!(
             events.last(),
@@ -474,10 +494,40 @@ async fn thinking_streams_as_thinking_events(wire: Wire) {
     let provider = provider(&server, wire, 0);
     let events = events_of(provider.stream(&hello())).await;
     let mut content = thinking_deltas(thought, CHUNK);
-    if wire == Wire::Anthropic {
+    // Responses reasoning items come back verbatim, as the server wrote them.
+    let reasoning_items: Vec<String> = events
+        .iter()
+        .filter_map(|event| match event {
+            StreamEvent::RedactedThinking(data) if wire == Wire::OpenAiResponses => {
+                Some(data.clone())
+            }
+            _ => None,
+        })
+        .collect();
+    match wire {
+        Wire::Anthropic => {
+            content.push(StreamEvent::ThinkingSignature(SIGNATURE.into()));
+            content.push(StreamEvent::RedactedThinking(REDACTED.into()));
+        }
         // OpenAI-compatible servers have no signature and no redacted form.
-        content.push(StreamEvent::ThinkingSignature(SIGNATURE.into()));
-        content.push(StreamEvent::RedactedThinking(REDACTED.into()));
+        Wire::OpenAi => {}
+        Wire::OpenAiResponses => {
+            let parsed: Vec<Value> = reasoning_items
+                .iter()
+                .map(|item| serde_json::from_str(item).unwrap())
+                .collect();
+            assert_eq!(parsed.len(), 2, "{events:?}");
+            assert_eq!(parsed[0]["type"], "reasoning");
+            assert_eq!(parsed[0]["encrypted_content"], SIGNATURE);
+            assert_eq!(parsed[0]["summary"][0]["text"], thought);
+            assert_eq!(parsed[1]["encrypted_content"], REDACTED);
+            content.extend(
+                reasoning_items
+                    .iter()
+                    .cloned()
+                    .map(StreamEvent::RedactedThinking),
+            );
+        }
     }
     content.extend(text_deltas(answer, CHUNK));
     content.push(neutral_call("call_t1", "read_file", input));
@@ -524,6 +574,30 @@ async fn thinking_streams_as_thinking_events(wire: Wire) {
                  "function": {"name": "read_file", "arguments": input}}
             ]})
         ),
+        Wire::OpenAiResponses => {
+            let reasoning: Vec<Value> = reasoning_items
+                .iter()
+                .map(|item| serde_json::from_str(item).unwrap())
+                .collect();
+            assert_eq!(
+                sent[1..],
+                [
+                    reasoning[0].clone(),
+                    reasoning[1].clone(),
+                    json!({"type": "message", "role": "assistant", "content": answer}),
+                    json!({"type": "function_call", "call_id": "call_t1", "name": "read_file", "arguments": input}),
+                    json!({"type": "function_call_output", "call_id": "call_t1", "output": "fn a() {}"}),
+                ]
+            );
+            // Byte for byte: the items are not re-serialised.
+            let raw = String::from_utf8(
+                openai_responses::request_body(&config(&server, wire), &follow_up).unwrap(),
+            )
+            .unwrap();
+            for item in &reasoning_items {
+                assert!(raw.contains(item.as_str()), "{raw}");
+            }
+        }
     }
 }
 
@@ -689,6 +763,7 @@ fn conversation() -> ChatRequest {
             Message::tool_results(vec![ToolResult::text("call_edit", "edited 1 line", false)]),
             Message::user_text("Also explain the fix briefly."),
         ],
+        session_id: None,
     }
 }
 
@@ -776,7 +851,7 @@ async fn multi_turn_request_body_is_valid_and_exact(wire: Wire) {
     let answer = "Widened the counter to u64 so it cannot overflow.";
     let server = start(Script::new().then(chunked(answer))).await;
     let mut cfg = config(&server, wire);
-    if wire == Wire::Anthropic {
+    if wire != Wire::OpenAi {
         // As the configuration resolves `thinking = 16000` with `max_tokens`
         // unwritten: the budget plus room for the answer.
         cfg.thinking_budget = Some(THINKING_BUDGET);
@@ -816,6 +891,7 @@ async fn multi_turn_request_body_is_valid_and_exact(wire: Wire) {
     let built = match wire {
         Wire::Anthropic => anthropic::request_body(&cfg, &request),
         Wire::OpenAi => openai::request_body(&cfg, &request),
+        Wire::OpenAiResponses => openai_responses::request_body(&cfg, &request),
     }
     .unwrap();
     assert_eq!(req.body_len, built.len(), "{wire:?}");
@@ -887,7 +963,47 @@ async fn multi_turn_request_body_is_valid_and_exact(wire: Wire) {
                 json!({"type": "object", "properties": {}})
             );
         }
+        Wire::OpenAiResponses => {
+            assert_eq!(req.header("authorization"), Some("Bearer sk-test-key"));
+            assert_eq!(body["max_output_tokens"], cfg.max_tokens);
+            assert_eq!(body["store"], false);
+            assert!(body.get("previous_response_id").is_none());
+            assert_eq!(body["include"], json!(["reasoning.encrypted_content"]));
+            assert_eq!(
+                body["reasoning"],
+                json!({"effort": "medium", "summary": "auto"})
+            );
+            assert_eq!(body["instructions"], format!("{STABLE}\n\n{ENVIRONMENT}"));
+            assert_eq!(body["input"], expected_responses_input());
+            assert!(
+                !raw.contains("sig-turn"),
+                "Anthropic thinking is not sent: {raw}"
+            );
+            assert_eq!(
+                body["tools"][0],
+                json!({"type": "function", "name": "read_file", "description": "The read_file tool.",
+                       "parameters": {"type": "object", "properties": {}}})
+            );
+        }
     }
+}
+
+fn expected_responses_input() -> Value {
+    let function = |id: &str, name: &str, arguments: &str| json!({"type": "function_call", "call_id": id, "name": name, "arguments": arguments});
+    let output = |id: &str, output: &str| json!({"type": "function_call_output", "call_id": id, "output": output});
+    json!([
+        {"type": "message", "role": "user", "content": "The counter overflows in src/counter.rs; fix it."},
+        {"type": "message", "role": "assistant", "content": "Let me look at the file and its callers."},
+        function("call_read", "read_file", r#"{"path": "src/counter.rs"}"#),
+        function("call_grep", "grep", GREP_INPUT),
+        function("call_shot", "screenshot", "{}"),
+        output("call_read", "pub struct Counter(u8);"),
+        output("call_grep", "grep: unclosed group in pattern `Counter::new(`"),
+        output("call_shot", &format!("screen captured\n{}", openai::IMAGE_OMITTED)),
+        function("call_edit", "edit_file", r#"{"path":"src/counter.rs","old":"u8","new":"u64"}"#),
+        output("call_edit", "edited 1 line"),
+        {"type": "message", "role": "user", "content": "Also explain the fix briefly."}
+    ])
 }
 
 /// `max_tokens` and `thinking.budget_tokens` on the wire for a `[providers]`
@@ -1335,7 +1451,7 @@ async fn a_malformed_sse_line_is_a_malformed_response(wire: Wire) {
 fn midstream_kind(wire: Wire) -> ProviderErrorKind {
     match wire {
         Wire::Anthropic => ProviderErrorKind::Overloaded,
-        Wire::OpenAi => ProviderErrorKind::Server,
+        Wire::OpenAi | Wire::OpenAiResponses => ProviderErrorKind::Server,
     }
 }
 
@@ -1430,6 +1546,7 @@ async fn build_provider_streams_with_the_configured_policy(wire: Wire) {
     let wanted = match wire {
         Wire::Anthropic => "/v1/messages",
         Wire::OpenAi => "/v1/chat/completions",
+        Wire::OpenAiResponses => "/v1/responses",
     };
     assert_eq!(paths, [wanted, wanted]);
 }

@@ -1,4 +1,4 @@
-//! Invariants checked on every request, for both wire protocols: the rules a
+//! Invariants checked on every request, for every wire protocol: the rules a
 //! valid conversation history obeys (every tool call answered exactly once, no
 //! orphan results, valid roles, no empty content, signed thinking, at most four
 //! cache breakpoints, valid and unique tool names, …).
@@ -9,6 +9,7 @@
 
 mod anthropic;
 mod openai;
+mod openai_responses;
 
 use std::collections::HashSet;
 use std::fmt;
@@ -134,6 +135,7 @@ pub fn check_request(protocol: Protocol, body: &Value) -> Vec<Violation> {
     match protocol {
         Protocol::Anthropic => anthropic::check(body, &mut findings),
         Protocol::OpenAi => openai::check(body, &mut findings),
+        Protocol::OpenAiResponses => openai_responses::check(body, &mut findings),
     }
     findings.violations
 }
@@ -195,6 +197,49 @@ impl Findings {
                 }
             }
         }
+    }
+
+    /// The checks both OpenAI protocols make before their conversation: the
+    /// body is an object with a `model`, and every offered tool is a
+    /// `function` with a valid, unique name (`name_of` finds it). Returns the
+    /// body's fields, or `None` when the body is not an object.
+    fn check_openai_head<'a>(
+        &mut self,
+        body: &'a Value,
+        name_of: impl Fn(&Value) -> Option<&str>,
+    ) -> Option<&'a serde_json::Map<String, Value>> {
+        let Some(request) = body.as_object() else {
+            self.push(
+                Rule::MalformedRequest,
+                "the request body is not a JSON object",
+            );
+            return None;
+        };
+        if !non_empty_str(request.get("model")) {
+            self.push(
+                Rule::MalformedRequest,
+                "`model` is missing or not a non-empty string",
+            );
+        }
+        if let Some(tools) = request.get("tools") {
+            match tools.as_array() {
+                Some(tools) => {
+                    for (i, tool) in tools.iter().enumerate() {
+                        if tool.get("type").and_then(Value::as_str) != Some("function") {
+                            self.push(
+                                Rule::MalformedRequest,
+                                format!("tools[{i}] must have \"type\": \"function\""),
+                            );
+                        }
+                    }
+                    self.check_tool_names(
+                        tools.iter().enumerate().map(|(i, tool)| (i, name_of(tool))),
+                    );
+                }
+                None => self.push(Rule::MalformedRequest, "`tools` is not an array"),
+            }
+        }
+        Some(request)
     }
 
     /// Checks that a call id has not been seen in this request.

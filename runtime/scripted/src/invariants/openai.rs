@@ -13,41 +13,13 @@ use super::{Findings, Rule, is_blank, is_valid_tool_name, non_empty_str};
 const ROLES: [&str; 5] = ["system", "developer", "user", "assistant", "tool"];
 
 pub(super) fn check(body: &Value, out: &mut Findings) {
-    let Some(request) = body.as_object() else {
-        out.push(
-            Rule::MalformedRequest,
-            "the request body is not a JSON object",
-        );
+    let Some(request) = out.check_openai_head(body, |tool| {
+        tool.get("function")
+            .and_then(|function| function.get("name"))
+            .and_then(Value::as_str)
+    }) else {
         return;
     };
-    if !non_empty_str(request.get("model")) {
-        out.push(
-            Rule::MalformedRequest,
-            "`model` is missing or not a non-empty string",
-        );
-    }
-    if let Some(tools) = request.get("tools") {
-        match tools.as_array() {
-            Some(tools) => {
-                for (i, tool) in tools.iter().enumerate() {
-                    if tool.get("type").and_then(Value::as_str) != Some("function") {
-                        out.push(
-                            Rule::MalformedRequest,
-                            format!("tools[{i}] must have \"type\": \"function\""),
-                        );
-                    }
-                }
-                out.check_tool_names(tools.iter().enumerate().map(|(i, tool)| {
-                    let name = tool
-                        .get("function")
-                        .and_then(|function| function.get("name"))
-                        .and_then(Value::as_str);
-                    (i, name)
-                }));
-            }
-            None => out.push(Rule::MalformedRequest, "`tools` is not an array"),
-        }
-    }
     let Some(messages) = request.get("messages").and_then(Value::as_array) else {
         out.push(
             Rule::MalformedRequest,

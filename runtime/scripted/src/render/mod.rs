@@ -1,6 +1,6 @@
 //! Turns protocol-neutral scripted responses and faults into wire bytes:
 //! SSE events, complete JSON bodies and error bodies, for the Anthropic
-//! Messages and OpenAI Chat Completions protocols.
+//! Messages, OpenAI Chat Completions and OpenAI Responses protocols.
 //!
 //! Everything here is a pure function of a [`Plan`] (a response whose ids and
 //! usage are already resolved) or of an error description, so the exact shapes
@@ -9,6 +9,7 @@
 
 pub(crate) mod anthropic;
 pub(crate) mod openai;
+pub(crate) mod openai_responses;
 
 use bytes::Bytes;
 use serde_json::Value;
@@ -155,7 +156,7 @@ pub(crate) fn json_error(
 ) -> ErrorReply {
     let body = match protocol {
         Protocol::Anthropic => anthropic::error_body(kind, message, request_id),
-        Protocol::OpenAi => openai::error_body(kind, message),
+        Protocol::OpenAi | Protocol::OpenAiResponses => openai::error_body(kind, message),
     };
     ErrorReply {
         status,
@@ -183,7 +184,7 @@ pub(crate) fn fault_reply(
                 ErrorKind::RateLimit,
                 match protocol {
                     Protocol::Anthropic => anthropic::RATE_LIMIT_MESSAGE,
-                    Protocol::OpenAi => openai::RATE_LIMIT_MESSAGE,
+                    Protocol::OpenAi | Protocol::OpenAiResponses => openai::RATE_LIMIT_MESSAGE,
                 },
                 request_id,
             );
@@ -228,7 +229,9 @@ pub(crate) fn fault_reply(
         Fault::PromptTooLong { tokens, maximum } => {
             let message = match protocol {
                 Protocol::Anthropic => anthropic::prompt_too_long_message(*tokens, *maximum),
-                Protocol::OpenAi => openai::context_length_message(*tokens, *maximum),
+                Protocol::OpenAi | Protocol::OpenAiResponses => {
+                    openai::context_length_message(*tokens, *maximum)
+                }
             };
             json_error(
                 protocol,
@@ -244,7 +247,7 @@ pub(crate) fn fault_reply(
             ErrorKind::Authentication,
             match protocol {
                 Protocol::Anthropic => "invalid x-api-key",
-                Protocol::OpenAi => {
+                Protocol::OpenAi | Protocol::OpenAiResponses => {
                     "Incorrect API key provided. You can find your API key at https://platform.openai.com/account/api-keys."
                 }
             },
@@ -279,6 +282,7 @@ pub(crate) fn stream_frames(protocol: Protocol, plan: &Plan) -> Vec<SseFrame> {
     match protocol {
         Protocol::Anthropic => anthropic::stream_frames(plan),
         Protocol::OpenAi => openai::stream_frames(plan),
+        Protocol::OpenAiResponses => openai_responses::stream_frames(plan),
     }
 }
 
@@ -287,15 +291,18 @@ pub(crate) fn complete_body(protocol: Protocol, plan: &Plan) -> Value {
     match protocol {
         Protocol::Anthropic => anthropic::message_body(plan),
         Protocol::OpenAi => openai::completion_body(plan),
+        Protocol::OpenAiResponses => openai_responses::complete_body(plan),
     }
 }
 
 /// The error event sent mid-stream (Anthropic `event: error` overloaded;
-/// OpenAI a `data: {"error":…}` chunk).
-pub(crate) fn midstream_error(protocol: Protocol, request_id: &str) -> SseFrame {
+/// OpenAI a `data: {"error":…}` chunk; Responses `response.failed` with a
+/// server error).
+pub(crate) fn midstream_error(protocol: Protocol, request_id: &str, plan: &Plan) -> SseFrame {
     match protocol {
         Protocol::Anthropic => anthropic::overloaded_event(request_id),
         Protocol::OpenAi => openai::error_chunk(),
+        Protocol::OpenAiResponses => openai_responses::failed_event(&plan.message_id),
     }
 }
 
@@ -307,6 +314,10 @@ pub(crate) fn malformed_frame(protocol: Protocol) -> SseFrame {
             data: MALFORMED_DATA.into(),
         },
         Protocol::OpenAi => SseFrame::data(MALFORMED_DATA),
+        Protocol::OpenAiResponses => SseFrame {
+            event: Some("response.output_text.delta".into()),
+            data: MALFORMED_DATA.into(),
+        },
     }
 }
 

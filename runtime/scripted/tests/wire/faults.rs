@@ -112,7 +112,9 @@ async fn overloaded_is_529() {
                     json!({"type": "overloaded_error", "message": "Overloaded"})
                 );
             }
-            Protocol::OpenAi => assert_eq!(error["type"], "server_error"),
+            Protocol::OpenAi | Protocol::OpenAiResponses => {
+                assert_eq!(error["type"], "server_error")
+            }
         }
     }
 }
@@ -368,6 +370,7 @@ async fn malformed_sse_line_then_the_rest() {
                 text.ends_with("event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n")
             ),
             Protocol::OpenAi => assert!(text.ends_with("data: [DONE]\n\n")),
+            Protocol::OpenAiResponses => assert!(text.contains("event: response.completed\n")),
         }
     }
 }

@@ -8,5 +8,6 @@ mod aborts;
 mod faults;
 mod invariants;
 mod rendering;
+mod responses;
 mod routing;
 mod support;

@@ -1,4 +1,4 @@
-//! Shared helpers: an HTTP client, valid request bodies for both protocols, and
+//! Shared helpers: an HTTP client, valid request bodies for every protocol, and
 //! SSE reading.
 
 use std::sync::Once;
@@ -29,6 +29,7 @@ pub(crate) fn endpoint(server: &ScriptedServer, protocol: Protocol) -> String {
     match protocol {
         Protocol::Anthropic => format!("{}/v1/messages", server.anthropic_base_url()),
         Protocol::OpenAi => format!("{}/chat/completions", server.openai_base_url()),
+        Protocol::OpenAiResponses => format!("{}/responses", server.openai_base_url()),
     }
 }
 
@@ -50,6 +51,13 @@ pub(crate) fn ask(protocol: Protocol, prompt: &str, stream: bool) -> Value {
                 {"role": "system", "content": "You are a scripted test."},
                 {"role": "user", "content": prompt}
             ]
+        }),
+        Protocol::OpenAiResponses => json!({
+            "model": "gpt-test",
+            "stream": stream,
+            "store": false,
+            "instructions": "You are a scripted test.",
+            "input": [{"type": "message", "role": "user", "content": prompt}]
         }),
     }
 }

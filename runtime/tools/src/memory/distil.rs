@@ -142,6 +142,7 @@ pub(crate) fn distil_request(memory: &str, digest: &str) -> ChatRequest {
         },
         messages: vec![Message::user_text(text)],
         tools: Vec::new(),
+        session_id: None,
     }
 }
 
