@@ -267,7 +267,11 @@ fn map_message<'a>(message: &'a Message) -> Pending<'a> {
                 thinking,
                 signature,
             }),
-            (ContentBlock::RedactedThinking { data }, ASSISTANT) => {
+            // A Responses reasoning item (a session resumed on another
+            // provider) means nothing to Anthropic and would be refused.
+            (ContentBlock::RedactedThinking { data }, ASSISTANT)
+                if !crate::openai_responses::is_reasoning_item(data) =>
+            {
                 pending.others.push(WireBlock::RedactedThinking { data });
             }
             (ContentBlock::ToolCall(call), ASSISTANT) => pending.others.push(WireBlock::ToolUse {
@@ -1026,6 +1030,29 @@ mod tests {
             ),
             Quota
         );
+    }
+
+    #[test]
+    fn another_protocols_reasoning_items_are_left_out() {
+        let item = r#"{"type":"reasoning","id":"rs_1","summary":[],"encrypted_content":"gAAA"}"#;
+        let messages = vec![
+            Message::user_text("hi"),
+            Message {
+                role: Role::Assistant,
+                content: vec![
+                    ContentBlock::RedactedThinking {
+                        data: "EqQBCgIYAhIM".into(),
+                    },
+                    ContentBlock::RedactedThinking { data: item.into() },
+                    ContentBlock::Text {
+                        text: "hello".into(),
+                    },
+                ],
+            },
+        ];
+        let wire = serde_json::to_string(&map_messages(&messages)).unwrap();
+        assert!(wire.contains("EqQBCgIYAhIM"), "{wire}");
+        assert!(!wire.contains("rs_1"), "{wire}");
     }
 
     #[test]

@@ -164,6 +164,13 @@ pub(crate) fn reasoning_item(data: &str, store: bool) -> Option<Box<RawValue>> {
     RawValue::from_string(data.to_owned()).ok()
 }
 
+/// Whether a stored reasoning block came from this protocol (a Responses
+/// reasoning item), so another protocol's adapter leaves it out: a session
+/// resumed on another provider must not send it an item it cannot read.
+pub(crate) fn is_reasoning_item(data: &str) -> bool {
+    data.trim_start().starts_with('{') && reasoning_item(data, true).is_some()
+}
+
 fn raw(item: &Item<'_>) -> Result<Box<RawValue>, serde_json::Error> {
     serde_json::value::to_raw_value(item)
 }
@@ -904,6 +911,8 @@ mod tests {
         assert!(reasoning_item(r#"{"type":"message","id":"m"}"#, true).is_none());
         assert!(reasoning_item(r#"{"type":"reasoning"}"#, true).is_none());
         assert!(reasoning_item("[1,2]", true).is_none());
+        assert!(is_reasoning_item(REASONING));
+        assert!(!is_reasoning_item("EqQBCgIYAhIM"));
     }
 
     #[test]
