@@ -925,7 +925,10 @@ mod tests {
             assert!(asked.is_ask(), "{mode:?}: {asked:?}");
             assert!(asked.reason().contains("example.com"), "{asked:?}");
             assert!(engine.decide(&fetch("docs.rs")).is_allow(), "{mode:?}");
-            assert!(engine.decide(&fetch("Docs.Python.org")).is_allow(), "{mode:?}");
+            assert!(
+                engine.decide(&fetch("Docs.Python.org")).is_allow(),
+                "{mode:?}"
+            );
             assert!(engine.decide(&fetch("python.org")).is_ask(), "{mode:?}");
             assert!(
                 matches!(engine.decide(&fetch("evil.example")), Decision::Deny { .. }),
@@ -933,7 +936,11 @@ mod tests {
             );
         }
         let bypass = PermissionEngine::new(
-            &settings(PermissionMode::Bypass, &[], &["WebFetch(domain:evil.example)"]),
+            &settings(
+                PermissionMode::Bypass,
+                &[],
+                &["WebFetch(domain:evil.example)"],
+            ),
             s.sandbox.clone(),
         )
         .expect("engine");

@@ -171,9 +171,9 @@ impl DomainPattern {
         };
         let valid = !name.is_empty()
             && name.split('.').all(|label| !label.is_empty())
-            && name
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '.' | '_' | ':' | '[' | ']'));
+            && name.chars().all(|c| {
+                c.is_ascii_alphanumeric() || matches!(c, '-' | '.' | '_' | ':' | '[' | ']')
+            });
         if !valid {
             return Err(invalid());
         }
@@ -699,7 +699,11 @@ mod tests {
         assert!(!rule("Read").unwrap().allows(&host_facts("example.com")));
         assert!(!rule("Bash").unwrap().allows(&host_facts("example.com")));
         // The tool's own name works like any tool rule.
-        assert!(rule("web_fetch").unwrap().allows(&host_facts("example.com")));
+        assert!(
+            rule("web_fetch")
+                .unwrap()
+                .allows(&host_facts("example.com"))
+        );
         for bad in [
             "WebFetch(docs.rs)",
             "WebFetch(domain:)",
