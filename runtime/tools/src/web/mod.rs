@@ -117,6 +117,9 @@ pub struct Args {
 }
 
 impl WebFetch {
+    /// The tool's name.
+    pub const TOOL_NAME: &'static str = "web_fetch";
+
     /// The tool, keeping its pages in `cache`.
     pub fn new(options: WebOptions, cache: Arc<PageCache>) -> Builtin<Self> {
         Builtin::new(Self {
@@ -632,7 +635,7 @@ fn byte_at(text: &str, index: usize) -> usize {
 
 impl BuiltinTool for WebFetch {
     type Args = Args;
-    const NAME: &'static str = "web_fetch";
+    const NAME: &'static str = Self::TOOL_NAME;
     const CLASS: ToolClass = ToolClass::READ;
 
     fn description(&self) -> &str {
