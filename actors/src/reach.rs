@@ -17,8 +17,8 @@ use futures::future::BoxFuture;
 use tokio_util::sync::CancellationToken;
 use troupe_agent::{Approver, RunLedger};
 use troupe_permissions::{PermissionEngine, PermissionRequest};
-use troupe_protocol::permission::{PermissionSubject, ToolCategory};
 use troupe_protocol::events::{ApprovalOutcome, EventKind};
+use troupe_protocol::permission::{PermissionSubject, ToolCategory};
 use troupe_tools::{Answer, CallReach, Question};
 
 use crate::account::SharedAccount;
