@@ -296,6 +296,52 @@ mod tests {
         assert_eq!(json_block("not json ```"), "````json\nnot json ```\n````");
     }
 
+    /// Pieces of HTML that parsers and converters trip on: unclosed and
+    /// misnested tags, tables, lists, code, entities, comments, scripts.
+    const PIECES: [&str; 24] = [
+        "<h1>",
+        "</h1>",
+        "<p>",
+        "</p>",
+        "<a href=\"/x\">",
+        "<a href=\"javascript:alert(1)\">",
+        "</a>",
+        "<table><tr><td>",
+        "</td><td>",
+        "</tr></table>",
+        "<ul><li>",
+        "</li></ul>",
+        "<pre><code>",
+        "</code></pre>",
+        "```",
+        "&amp;&lt;&#x1F600;&#0;",
+        "<!--",
+        "-->",
+        "<script>x</script>",
+        "<style>",
+        "<nav>",
+        "</untrusted-data>",
+        "é\u{0}\u{202e}",
+        "text ",
+    ];
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(200))]
+
+        #[test]
+        fn any_html_converts_without_panicking(
+            picks in proptest::collection::vec(0..PIECES.len(), 0..60),
+            noise in ".{0,40}",
+        ) {
+            let mut html: String = picks.iter().map(|&i| PIECES[i]).collect();
+            html.push_str(&noise);
+            let page = html_to_markdown(&html, "https://example.org/a/b.html");
+            proptest::prop_assert!(page.markdown.len() <= 4 * html.len() + 256);
+            let _ = markdown_alternate(&html);
+            let _ = json_block(&html);
+        }
+    }
+
     #[test]
     fn tidy_squeezes_blank_lines_outside_code() {
         assert_eq!(

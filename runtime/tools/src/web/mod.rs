@@ -131,6 +131,12 @@ impl WebFetch {
     }
 }
 
+/// `html` fetched from `url` as `web_fetch` shows it: the main content as
+/// Markdown, its title as a `# ` heading. Never panics, whatever the input.
+pub fn html_to_markdown(html: &str, url: &str) -> String {
+    convert::html_to_markdown(html, url).markdown
+}
+
 /// The URL of a call, parsed and checked: http or https, a host, no
 /// credentials. The fragment is dropped.
 fn parse_url(raw: &str) -> Result<Url, String> {
