@@ -33,3 +33,4 @@ mod short_ids;
 mod signals;
 mod skills;
 mod startup_cli;
+mod web_fetch;

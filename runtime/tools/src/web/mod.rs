@@ -108,7 +108,7 @@ pub struct WebFetch {
 pub struct Args {
     /// http or https URL
     url: String,
-    /// Character to start at (default 0)
+    /// Default 0
     #[schemars(range(min = 0))]
     start_index: Option<u64>,
     /// Default 50000, max 100000
@@ -645,9 +645,9 @@ impl BuiltinTool for WebFetch {
     const CLASS: ToolClass = ToolClass::READ;
 
     fn description(&self) -> &str {
-        "Fetch an http(s) URL as Markdown (main content of HTML; Markdown, text, JSON as is), \
-         after its final URL and title: at most max_chars characters from start_index, a last \
-         line says where to read on. Local and private addresses are refused."
+        "An http(s) page as Markdown after its URL and title (JSON, text as is): max_chars \
+         characters from start_index; a last line says how to read on. Private addresses are \
+         refused."
     }
 
     fn target(&self, args: &Value) -> PermissionSubject {
