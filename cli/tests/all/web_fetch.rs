@@ -5,7 +5,8 @@
 //! unless the user's `[web] allow_private` names it (with its port), a
 //! redirect from an allowed address into one that is not is refused at that
 //! hop, and a 50 MiB body is refused as too large while the process's peak
-//! memory stays bounded.
+//! memory stays bounded. Without the rule a host asks, once when the answer
+//! is "always".
 
 use std::io;
 use std::net::SocketAddr;
@@ -18,7 +19,7 @@ use axum::routing::get;
 use serde_json::json;
 use troupe_scripted::{Fault, Script, ScriptedServer, text, tool_call};
 
-use crate::support::{Env, describe, run, run_measured};
+use crate::support::{Env, describe, run, run_measured, run_on_terminal};
 
 /// One tool call adds at most this much to the process's peak resident set.
 const FETCH_MEMORY_BOUND_KIB: u64 = 64 * 1024;
@@ -208,4 +209,39 @@ async fn a_50_mib_body_is_refused_as_too_large_with_memory_bounded() {
         added < FETCH_MEMORY_BOUND_KIB,
         "the 50 MiB fetch peaked at {peak} KiB, {added} KiB above the small fetch's {baseline} KiB"
     );
+}
+
+#[tokio::test]
+async fn an_unknown_host_asks_once_and_always_allows_it_for_the_session() {
+    let addr = serve(String::new()).await;
+    let url = format!("http://{addr}/page.html");
+    let server = ScriptedServer::start(
+        Script::new()
+            .then(tool_call("web_fetch", json!({ "url": url })))
+            .then(tool_call("web_fetch", json!({ "url": url })))
+            .then(text("fetched twice")),
+    )
+    .await
+    .unwrap();
+    let env = Env::new();
+    env.write_user_config(&format!("[web]\nallow_private = [\"{addr}\"]\n"));
+    let mut command = env.command(Some(&server));
+    command.args(["run", "fetch the page twice"]);
+    // One answer only: a second question would find no answer to read.
+    let (code, terminal) = run_on_terminal(command, "a\n").await;
+    assert_eq!(code, Some(0), "{terminal}");
+    assert_eq!(terminal.matches("Allow? [y]es").count(), 1, "{terminal}");
+    assert!(
+        terminal.contains("WebFetch(domain:127.0.0.1)"),
+        "the prompt names the rule: {terminal}"
+    );
+    let requests = server.requests();
+    assert_eq!(requests.len(), 3, "{terminal}");
+    for request in &requests[1..] {
+        let result = request.tool_results().last().cloned().unwrap();
+        assert!(
+            !result.is_error && result.content.contains("# Served on loopback"),
+            "{result:?}\n{terminal}"
+        );
+    }
 }

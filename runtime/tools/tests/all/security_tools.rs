@@ -423,10 +423,16 @@ async fn malformed_arguments_for_every_tool_are_explained() {
         "{err}"
     );
     let err = err_text(
-        &h.call("web_fetch", json!({"url": "https://example.com/", "start_index": -1}))
-            .await,
+        &h.call(
+            "web_fetch",
+            json!({"url": "https://example.com/", "start_index": -1}),
+        )
+        .await,
     );
-    assert!(err.contains("`start_index`: -1 is less than the minimum of 0"), "{err}");
+    assert!(
+        err.contains("`start_index`: -1 is less than the minimum of 0"),
+        "{err}"
+    );
     let err = err_text(&h.call_with(&h.ctx("c"), "no_such_tool", "{}").await);
     assert!(
         err.starts_with("Unknown tool `no_such_tool`. Available tools: read_file, write_file"),
