@@ -182,8 +182,8 @@ fn host_of(url: &Url) -> String {
 enum Failure {
     /// Explained for the model.
     Message(String),
-    /// A hop to a host the rules do not allow.
-    NeedsPermission { from: Url, to: Url },
+    /// A hop to a host the rules do not allow: where from, where to.
+    NeedsPermission(Box<(Url, Url)>),
 }
 
 impl From<String> for Failure {
@@ -457,10 +457,10 @@ impl WebFetch {
             other_hosts.push(host);
             Ok(())
         } else {
-            Err(Failure::NeedsPermission {
-                from: from.clone(),
-                to: to.clone(),
-            })
+            Err(Failure::NeedsPermission(Box::new((
+                from.clone(),
+                to.clone(),
+            ))))
         }
     }
 
@@ -685,7 +685,8 @@ impl BuiltinTool for WebFetch {
             let page = match fetched {
                 Ok(Ok(page)) => page,
                 Ok(Err(Failure::Message(message))) => return ToolOutput::error(message),
-                Ok(Err(Failure::NeedsPermission { from, to })) => {
+                Ok(Err(Failure::NeedsPermission(hop))) => {
+                    let (from, to) = *hop;
                     let host = host_of(&to);
                     return ToolOutput::error(format!(
                         "{from} redirects to {to}, on the host {host}, which no permission \
