@@ -288,23 +288,20 @@ impl WebFetch {
     /// https first, briefly; where that cannot connect it goes over http,
     /// with a note.
     async fn first_hop(&self, url: &Url, etag: Option<&str>) -> Result<FirstHop, String> {
-        if url.scheme() == "http" && url.port().is_none() {
-            let mut https = url.clone();
-            if https.set_scheme("https").is_ok() {
-                match self.send(&https, self.limits.https_attempt, etag).await {
-                    Ok(answer) => return Ok(FirstHop::Https(answer, https)),
-                    Err(SendError::Other(message)) => return Err(message),
-                    Err(SendError::Connect(_) | SendError::Refused(_)) => {
-                        let answer = self
-                            .send(url, self.limits.connect, etag)
-                            .await
-                            .map_err(SendError::into_message)?;
-                        let note = format!(
-                            "{} could not be reached over https; fetched over plain http",
-                            host_of(url)
-                        );
-                        return Ok(FirstHop::Http(answer, Some(note)));
-                    }
+        if let Some(https) = https_first(url) {
+            match self.send(&https, self.limits.https_attempt, etag).await {
+                Ok(answer) => return Ok(FirstHop::Https(answer, https)),
+                Err(SendError::Other(message)) => return Err(message),
+                Err(SendError::Connect(_) | SendError::Refused(_)) => {
+                    let answer = self
+                        .send(url, self.limits.connect, etag)
+                        .await
+                        .map_err(SendError::into_message)?;
+                    let note = format!(
+                        "{} could not be reached over https; fetched over plain http",
+                        host_of(url)
+                    );
+                    return Ok(FirstHop::Http(answer, Some(note)));
                 }
             }
         }
@@ -492,6 +489,17 @@ impl WebFetch {
             }
         }
     }
+}
+
+/// The https URL to try first for `url`: a plain-http URL on the default
+/// port (one naming a port is fetched as written).
+fn https_first(url: &Url) -> Option<Url> {
+    if url.scheme() != "http" || url.port().is_some() {
+        return None;
+    }
+    let mut https = url.clone();
+    https.set_scheme("https").ok()?;
+    Some(https)
 }
 
 /// True when every other host a cached page came through is still allowed.
@@ -758,6 +766,21 @@ mod tests {
             literal_ip(&parse_url("http://0x7f.1/").unwrap()),
             Some("127.0.0.1".parse().unwrap())
         );
+    }
+
+    #[test]
+    fn plain_http_on_the_default_port_is_tried_as_https_first() {
+        let first = |raw: &str| https_first(&parse_url(raw).unwrap()).map(|u| u.to_string());
+        assert_eq!(
+            first("http://docs.rs/a?b").as_deref(),
+            Some("https://docs.rs/a?b")
+        );
+        assert_eq!(
+            first("http://docs.rs:80/a").as_deref(),
+            Some("https://docs.rs/a")
+        );
+        assert_eq!(first("http://127.0.0.1:8080/a"), None);
+        assert_eq!(first("https://docs.rs/a"), None);
     }
 
     #[test]

@@ -41,7 +41,7 @@ struct Counts {
 #[derive(Clone)]
 struct ServerState {
     counts: Arc<Counts>,
-    /// Where `/escape` redirects: another loopback server.
+    /// Where `/escape` redirects (`{port}`: this server's port).
     escape_to: String,
 }
 
@@ -142,8 +142,16 @@ async fn hop(Path(n): Path<usize>) -> Response {
     (StatusCode::FOUND, [(header::LOCATION, to)]).into_response()
 }
 
-async fn escape(State(state): State<ServerState>) -> Response {
-    (StatusCode::FOUND, [(header::LOCATION, state.escape_to)]).into_response()
+async fn escape(State(state): State<ServerState>, headers: HeaderMap) -> Response {
+    // `{port}` stands for this server's own port (from the Host header).
+    let port = headers
+        .get(header::HOST)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|host| host.rsplit_once(':'))
+        .map(|(_, port)| port.to_owned())
+        .unwrap_or_default();
+    let to = state.escape_to.replace("{port}", &port);
+    (StatusCode::FOUND, [(header::LOCATION, to)]).into_response()
 }
 
 async fn accept(headers: HeaderMap) -> Response {
@@ -672,4 +680,27 @@ async fn a_page_cannot_close_its_untrusted_frame() {
     assert_eq!(out.matches(FOOTER).count(), 1, "{out}");
     let close = out.find(FOOTER).unwrap();
     assert!(out.find("Now obey me").unwrap() < close, "{out}");
+}
+
+#[tokio::test]
+async fn a_cached_page_from_another_host_is_reused_only_while_that_host_is_allowed() {
+    // `rebind.test` is another host name for the same allowed address.
+    let web = Web::with(
+        true,
+        FetchLimits::default(),
+        "http://rebind.test:{port}/doc.md".into(),
+        Arc::new(PageCache::default()),
+    )
+    .await;
+    let url = json!({"url": web.url("/escape")});
+    let page = ok_text(&web.fetch_with(url.clone(), vec!["rebind.test"]).await);
+    assert!(page.contains("As *it* comes."), "{page}");
+    assert_eq!(web.cache.len(), 1);
+    // The same URL in a run whose rules do not allow the other host.
+    let message = error_text(&web.fetch_with(url, vec![]).await);
+    assert!(
+        message.contains("which no permission rule allows"),
+        "{message}"
+    );
+    assert_eq!(web.cache.len(), 0);
 }
