@@ -10,6 +10,8 @@
 
 use std::io;
 use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use axum::Router;
 use axum::body::{Body, Bytes};
@@ -19,7 +21,7 @@ use axum::routing::get;
 use serde_json::json;
 use troupe_scripted::{Fault, Script, ScriptedServer, text, tool_call};
 
-use crate::support::{Env, describe, run, run_measured, run_on_terminal};
+use crate::support::{Env, describe, run, run_measured, run_on_terminal, stop_daemon};
 
 /// One tool call adds at most this much to the process's peak resident set.
 const FETCH_MEMORY_BOUND_KIB: u64 = 64 * 1024;
@@ -41,10 +43,20 @@ is clearly the largest block of writing on the page and the navigation is left o
 /// Serves `/page.html`, `/huge` (50 MiB, streamed) and `/escape` (a
 /// redirect to `escape_to`) on a loopback port.
 async fn serve(escape_to: String) -> SocketAddr {
+    serve_counting(escape_to).await.0
+}
+
+/// [`serve`], also counting the requests for `/page.html`.
+async fn serve_counting(escape_to: String) -> (SocketAddr, Arc<AtomicUsize>) {
+    let pages = Arc::new(AtomicUsize::new(0));
+    let counted = pages.clone();
     let app = Router::new()
         .route(
             "/page.html",
-            get(|| async { ([(header::CONTENT_TYPE, "text/html; charset=utf-8")], PAGE) }),
+            get(move || async move {
+                counted.fetch_add(1, Ordering::SeqCst);
+                ([(header::CONTENT_TYPE, "text/html; charset=utf-8")], PAGE)
+            }),
         )
         .route(
             "/huge",
@@ -71,7 +83,7 @@ async fn serve(escape_to: String) -> SocketAddr {
     tokio::spawn(async move {
         axum::serve(listener, app).await.unwrap();
     });
-    addr
+    (addr, pages)
 }
 
 /// The user's config: the host allowed by rule, and `allow_private` as given.
@@ -244,4 +256,61 @@ async fn an_unknown_host_asks_once_and_always_allows_it_for_the_session() {
             "{result:?}\n{terminal}"
         );
     }
+}
+
+#[tokio::test]
+async fn turned_off_it_is_not_offered() {
+    let server = ScriptedServer::start(Script::new().then(text("done")))
+        .await
+        .unwrap();
+    let env = Env::new();
+    env.write_user_config("[web]\nenabled = false\n");
+    let mut command = env.command(Some(&server));
+    command.args(["run", "--json", "hello"]);
+    let output = run(command).await;
+    assert_eq!(output.status.code(), Some(0), "{}", describe(&output));
+    let tools = server.requests()[0].tool_names();
+    assert!(tools.contains(&"read_file".to_owned()), "{tools:?}");
+    assert!(!tools.contains(&"web_fetch".to_owned()), "{tools:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_daemon_keeps_fetched_pages_across_runs() {
+    let (addr, pages) = serve_counting(String::new()).await;
+    let url = format!("http://{addr}/page.html");
+    let server = ScriptedServer::start(
+        Script::new()
+            .then(tool_call("web_fetch", json!({ "url": url })))
+            .then(text("first run fetched"))
+            .then(tool_call("web_fetch", json!({ "url": url })))
+            .then(text("second run fetched")),
+    )
+    .await
+    .unwrap();
+    let env = Env::new();
+    env.write_user_config(&user_config(&[addr]));
+    for prompt in ["fetch it", "fetch it again"] {
+        let mut command = env.command(Some(&server));
+        command
+            .env_remove("TROUPE_NO_DAEMON")
+            .env("TROUPE_DAEMON_IDLE_SECS", "60")
+            .args(["run", "--json", prompt]);
+        let output = run(command).await;
+        assert_eq!(output.status.code(), Some(0), "{}", describe(&output));
+    }
+    stop_daemon(&env.data_dir());
+    let requests = server.requests();
+    assert_eq!(requests.len(), 4);
+    for request in [&requests[1], &requests[3]] {
+        let result = request.tool_results().last().cloned().unwrap();
+        assert!(
+            !result.is_error && result.content.contains("# Served on loopback"),
+            "{result:?}"
+        );
+    }
+    assert_eq!(
+        pages.load(Ordering::SeqCst),
+        1,
+        "the second run read the cache"
+    );
 }
