@@ -18,7 +18,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use futures::future::BoxFuture;
-use reqwest::header::{ACCEPT, ETAG, HeaderValue, IF_NONE_MATCH, LOCATION};
+use reqwest::header::{ACCEPT, CONTENT_TYPE, ETAG, HeaderValue, IF_NONE_MATCH, LOCATION};
 use reqwest::{StatusCode, Url};
 use schemars::JsonSchema;
 use serde::Deserialize;
@@ -220,6 +220,35 @@ struct Answer {
     response: reqwest::Response,
 }
 
+/// What the hops of one fetch are checked against: the requested URL's host
+/// (always allowed) and the call's run (its rules allow other hosts).
+struct Hops<'a> {
+    start_host: &'a str,
+    ctx: &'a ToolContext,
+}
+
+/// A body read at the end of a chain of redirects.
+struct Fetched {
+    /// Where it was read from.
+    url: Url,
+    /// What it is.
+    kind: BodyKind,
+    /// Its text.
+    text: String,
+    /// Its validator.
+    etag: Option<String>,
+    /// Redirects followed to reach it.
+    hops: usize,
+}
+
+/// How following a request ended.
+enum Followed {
+    /// The validator sent still holds (304).
+    NotModified,
+    /// A body.
+    Body(Fetched),
+}
+
 /// How the first request of a plain-http URL went.
 enum FirstHop {
     Https(Answer, Url),
@@ -323,110 +352,169 @@ impl WebFetch {
         let start_host = host_of(start);
         let mut notes = Vec::new();
         let mut other_hosts: Vec<String> = Vec::new();
-        let mut url = start.clone();
-        let mut alternate_taken = false;
-        let mut hop = 0;
-        let mut answer = match self.first_hop(start, revalidate).await? {
-            FirstHop::Https(answer, https) => {
-                url = https;
-                answer
-            }
+        let (url, answer) = match self.first_hop(start, revalidate).await? {
+            FirstHop::Https(answer, https) => (https, answer),
             FirstHop::Http(answer, note) => {
                 notes.extend(note);
-                answer
+                (start.clone(), answer)
             }
         };
+        let hops = Hops {
+            start_host: &start_host,
+            ctx,
+        };
+        let body = match self
+            .follow(url, answer, revalidate.is_some(), &hops, &mut other_hosts)
+            .await?
+        {
+            Followed::NotModified => return Ok(None),
+            Followed::Body(body) => body,
+        };
+        let revalidatable = body.hops == 0 && body.url == *start;
+        if body.kind == BodyKind::Html
+            && let Some(alternate) = convert::markdown_alternate(&body.text)
+                .and_then(|href| body.url.join(&href).ok())
+                .filter(|alternate| check_url(alternate).is_ok())
+        {
+            match self
+                .markdown_alternate(&body.url, &alternate, &hops, &mut other_hosts)
+                .await
+            {
+                Ok(markdown) => {
+                    notes.push(format!("the page names a Markdown version, {alternate}"));
+                    return Ok(Some(Page {
+                        final_url: markdown.url.to_string(),
+                        title: None,
+                        markdown: markdown.text,
+                        notes,
+                        other_hosts,
+                        etag: None,
+                    }));
+                }
+                Err(why) => notes.push(format!(
+                    "the page names a Markdown version, {alternate}, which could not be \
+                     read ({why}); the HTML page is shown"
+                )),
+            }
+        }
+        let final_url = body.url.to_string();
+        let (kind, text) = (body.kind, body.text);
+        let converted = tokio::task::spawn_blocking(move || match kind {
+            BodyKind::Html => {
+                let converted = convert::html_to_markdown(&text, &final_url);
+                (converted.title, converted.markdown)
+            }
+            BodyKind::Json => (None, convert::json_block(&text)),
+            BodyKind::Markdown | BodyKind::Plain => (None, text),
+        })
+        .await
+        .map_err(|err| format!("converting {} failed: {err}", body.url))?;
+        Ok(Some(Page {
+            final_url: body.url.to_string(),
+            title: converted.0,
+            markdown: converted.1,
+            notes,
+            other_hosts,
+            etag: body.etag.filter(|_| revalidatable),
+        }))
+    }
+
+    /// The Markdown version a page at `from` names, when it can be read:
+    /// fetched through the same checks, and Markdown or plain text.
+    async fn markdown_alternate(
+        &self,
+        from: &Url,
+        alternate: &Url,
+        hops: &Hops<'_>,
+        other_hosts: &mut Vec<String>,
+    ) -> Result<Fetched, String> {
+        let failed = |failure: Failure| match failure {
+            Failure::Message(message) => message,
+            Failure::NeedsPermission(_) => {
+                format!("no permission rule allows the host {}", host_of(alternate))
+            }
+        };
+        self.permit_hop(from, alternate, hops, other_hosts)
+            .map_err(failed)?;
+        let answer = self
+            .send(alternate, self.limits.connect, None)
+            .await
+            .map_err(SendError::into_message)?;
+        match self
+            .follow(alternate.clone(), answer, false, hops, other_hosts)
+            .await
+            .map_err(failed)?
+        {
+            Followed::Body(body) if matches!(body.kind, BodyKind::Markdown | BodyKind::Plain) => {
+                Ok(body)
+            }
+            Followed::Body(body) => Err(format!("{} is not Markdown", body.url)),
+            Followed::NotModified => Err(format!("{alternate} answered 304 unasked")),
+        }
+    }
+
+    /// Follows redirects from the answer to a request of `url` to a body,
+    /// each hop checked ([`WebFetch::permit_hop`] and [`WebFetch::send`]).
+    async fn follow(
+        &self,
+        mut url: Url,
+        mut answer: Answer,
+        revalidating: bool,
+        hops: &Hops<'_>,
+        other_hosts: &mut Vec<String>,
+    ) -> Result<Followed, Failure> {
+        let mut hop = 0;
         loop {
             let response = answer.response;
             let status = response.status();
-            if status == StatusCode::NOT_MODIFIED && revalidate.is_some() && hop == 0 {
-                return Ok(None);
+            if status == StatusCode::NOT_MODIFIED && revalidating && hop == 0 {
+                return Ok(Followed::NotModified);
             }
-            let next = if status.is_redirection() {
-                let location = response
-                    .headers()
-                    .get(LOCATION)
-                    .and_then(|value| value.to_str().ok())
-                    .ok_or_else(|| format!("{url} answered {status} without a usable Location"))?;
-                Some(
-                    url.join(location).map_err(|err| {
-                        format!("{url} redirects to `{location}`, not a URL ({err})")
-                    })?,
-                )
-            } else if !status.is_success() {
-                return Err(format!("{url} answered {status}").into());
-            } else {
-                None
-            };
-            let next = match next {
-                Some(next) => next,
-                None => {
-                    let content_type = response
-                        .headers()
-                        .get(reqwest::header::CONTENT_TYPE)
-                        .and_then(|value| value.to_str().ok())
-                        .map(str::to_owned);
-                    let etag = response
-                        .headers()
-                        .get(ETAG)
-                        .and_then(|value| value.to_str().ok())
-                        .map(str::to_owned);
-                    let kind = convert::classify(content_type.as_deref()).map_err(|media| {
-                        format!(
-                            "{url} is `{media}`; web_fetch takes HTML, Markdown, plain text \
-                             and JSON only"
-                        )
-                    })?;
-                    let body = read_capped(response, self.limits.max_body_bytes, &url).await?;
-                    let text = decode(body, &url)?;
-                    if kind == BodyKind::Html
-                        && !alternate_taken
-                        && let Some(href) = convert::markdown_alternate(&text)
-                        && let Ok(alternate) = url.join(&href)
-                        && check_url(&alternate).is_ok()
-                    {
-                        alternate_taken = true;
-                        notes.push(format!("the page names a Markdown version, {alternate}"));
-                        let next = alternate;
-                        self.permit_hop(&url, &next, &start_host, &mut other_hosts, ctx)?;
-                        hop += 1;
-                        answer = self
-                            .send(&next, self.limits.connect, None)
-                            .await
-                            .map_err(SendError::into_message)?;
-                        url = next;
-                        continue;
-                    }
-                    let final_url = url.to_string();
-                    let converted = tokio::task::spawn_blocking(move || match kind {
-                        BodyKind::Html => {
-                            let converted = convert::html_to_markdown(&text, &final_url);
-                            (converted.title, converted.markdown)
-                        }
-                        BodyKind::Json => (None, convert::json_block(&text)),
-                        BodyKind::Markdown | BodyKind::Plain => (None, text),
-                    })
-                    .await
-                    .map_err(|err| format!("converting {url} failed: {err}"))?;
-                    let revalidatable = hop == 0 && url == *start;
-                    return Ok(Some(Page {
-                        final_url: url.to_string(),
-                        title: converted.0,
-                        markdown: converted.1,
-                        notes,
-                        other_hosts,
-                        etag: etag.filter(|_| revalidatable),
-                    }));
+            if !status.is_redirection() {
+                if !status.is_success() {
+                    return Err(format!("{url} answered {status}").into());
                 }
-            };
+                let header = |name| {
+                    response
+                        .headers()
+                        .get(name)
+                        .and_then(|value| value.to_str().ok())
+                        .map(str::to_owned)
+                };
+                let etag = header(ETAG);
+                let kind = convert::classify(header(CONTENT_TYPE).as_deref()).map_err(|media| {
+                    format!(
+                        "{url} is `{media}`; web_fetch takes HTML, Markdown, plain text and \
+                         JSON only"
+                    )
+                })?;
+                let body = read_capped(response, self.limits.max_body_bytes, &url).await?;
+                let text = decode(body, &url)?;
+                return Ok(Followed::Body(Fetched {
+                    url,
+                    kind,
+                    text,
+                    etag,
+                    hops: hop,
+                }));
+            }
+            let location = response
+                .headers()
+                .get(LOCATION)
+                .and_then(|value| value.to_str().ok())
+                .ok_or_else(|| format!("{url} answered {status} without a usable Location"))?;
+            let next = url
+                .join(location)
+                .map_err(|err| format!("{url} redirects to `{location}`, not a URL ({err})"))?;
             check_url(&next)?;
             if hop >= MAX_REDIRECTS {
                 return Err(format!(
-                    "{start} redirects more than {MAX_REDIRECTS} times; web_fetch stopped at {url}"
+                    "{url} still redirects after {MAX_REDIRECTS} redirects; web_fetch follows \
+                     no more"
                 )
                 .into());
             }
-            self.permit_hop(&url, &next, &start_host, &mut other_hosts, ctx)?;
+            self.permit_hop(&url, &next, hops, other_hosts)?;
             hop += 1;
             answer = self
                 .send(&next, self.limits.connect, None)
@@ -442,15 +530,14 @@ impl WebFetch {
         &self,
         from: &Url,
         to: &Url,
-        start_host: &str,
+        hops: &Hops<'_>,
         other_hosts: &mut Vec<String>,
-        ctx: &ToolContext,
     ) -> Result<(), Failure> {
         let host = host_of(to);
-        if host == start_host || other_hosts.contains(&host) {
+        if host == hops.start_host || other_hosts.contains(&host) {
             return Ok(());
         }
-        if host_allowed(ctx, &host) {
+        if host_allowed(hops.ctx, &host) {
             other_hosts.push(host);
             Ok(())
         } else {

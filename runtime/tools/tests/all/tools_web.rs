@@ -218,6 +218,15 @@ async fn serve(escape_to: String) -> (SocketAddr, Arc<Counts>) {
             }),
         )
         .route(
+            "/broken-alternate.html",
+            get(|| async {
+                html(
+                    r#"<html><head><link rel="alternate" type="text/markdown" href="/missing.md"></head>
+                    <body><p>The HTML version.</p></body></html>"#,
+                )
+            }),
+        )
+        .route(
             "/long.md",
             get(|| async {
                 let body: String = (0..1000).map(|i| format!("line {i:04}\n")).collect();
@@ -509,7 +518,10 @@ async fn redirects_are_followed_up_to_ten_hops() {
         "{page}"
     );
     let message = error_text(&web.fetch("/hop/10").await);
-    assert!(message.contains("more than 10 times"), "{message}");
+    assert!(
+        message.contains("still redirects after 10 redirects"),
+        "{message}"
+    );
 }
 
 #[tokio::test]
@@ -538,6 +550,16 @@ async fn markdown_json_and_text_are_taken_and_other_types_refused_by_name() {
     assert!(
         alternate.contains("As *it* comes.") && !alternate.contains("The HTML version"),
         "{alternate}"
+    );
+    assert!(
+        alternate.contains("Note: the page names a Markdown version"),
+        "{alternate}"
+    );
+    // A Markdown version that cannot be read leaves the HTML page.
+    let broken = ok_text(&web.fetch("/broken-alternate.html").await);
+    assert!(
+        broken.contains("The HTML version") && broken.contains("could not be read"),
+        "{broken}"
     );
 }
 
