@@ -5,6 +5,16 @@
 //! article), a page's Markdown alternate ([`markdown_alternate`]) and JSON in
 //! a fenced block ([`json_block`]). Pure functions of their text; none
 //! panics whatever the input (a property test and a fuzz target check).
+//!
+//! The HTML parser, Readability and the converter recurse and slow down with
+//! the depth of the element tree: a page nesting thousands of elements would
+//! exhaust a thread's stack (aborting the process) or take minutes. So the
+//! page's shape is measured first by a linear scan ([`shape`]), and a page
+//! deeper than [`MAX_DEPTH`], with more than [`MAX_ELEMENTS`] elements, or
+//! whose elements sit deeper than [`MAX_DEPTH_SUM`] levels all together (the
+//! work of the parser's scope checks and of Readability's scoring grows with
+//! it) is shown as its text without tags ([`plain_text`]), which recurses
+//! nowhere.
 
 use dom_query::Document;
 use dom_smoothie::{Config, Readability};
@@ -53,9 +63,225 @@ const NOT_CONTENT: [&str; 14] = [
     "form", "button", "head", "canvas",
 ];
 
-/// Most elements Readability scores; a larger page falls back to the whole
-/// body (bounds the time one conversion takes).
-const MAX_ELEMENTS: usize = 50_000;
+/// Most elements of a page converted as HTML; a larger page is shown as
+/// plain text (bounds the time one conversion takes).
+pub(crate) const MAX_ELEMENTS: usize = 100_000;
+
+/// Most levels all elements of a page converted as HTML sit at, added up:
+/// 100,000 elements twenty deep on average pass; tens of thousands of
+/// elements nested hundreds deep do not.
+pub(crate) const MAX_DEPTH_SUM: usize = 2_000_000;
+
+/// Deepest element nesting converted as HTML; a deeper page is shown as
+/// plain text. Real pages nest a few dozen elements.
+pub(crate) const MAX_DEPTH: usize = 256;
+
+/// Elements that never have children.
+const VOID: [&str; 15] = [
+    "area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "source", "track",
+    "wbr", "param", "keygen",
+];
+
+/// Elements whose content is text up to their end tag.
+const RAW_TEXT: [&str; 8] = [
+    "script",
+    "style",
+    "textarea",
+    "title",
+    "xmp",
+    "noembed",
+    "noframes",
+    "plaintext",
+];
+
+/// Elements an opening tag of the same kind (or of a sibling kind) ends.
+fn ends_sibling(open: &str, opening: &str) -> bool {
+    match opening {
+        "li" => open == "li",
+        "dt" | "dd" => matches!(open, "dt" | "dd"),
+        "td" | "th" => matches!(open, "td" | "th"),
+        "tr" => matches!(open, "tr" | "td" | "th"),
+        "option" => open == "option",
+        "p" | "div" | "ul" | "ol" | "dl" | "table" | "pre" | "section" | "article" | "header"
+        | "footer" | "nav" | "aside" | "main" | "h1" | "h2" | "h3" | "h4" | "h5" | "h6"
+        | "blockquote" | "form" | "figure" => open == "p",
+        _ => false,
+    }
+}
+
+/// How deep a page nests its elements and how many it has.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Shape {
+    /// The deepest nesting.
+    pub(crate) depth: usize,
+    /// Elements opened.
+    pub(crate) elements: usize,
+    /// The depth of every element opened, added up.
+    pub(crate) depth_sum: usize,
+}
+
+/// The shape of `html`, by a linear scan that follows what a parser does
+/// closely enough (void elements, raw text, end tags that close what is
+/// open, siblings that end each other); it stops once the depth passes
+/// `max_depth`, the elements `max_elements` or the depth sum `max_depth_sum`.
+pub(crate) fn shape(
+    html: &str,
+    max_depth: usize,
+    max_elements: usize,
+    max_depth_sum: usize,
+) -> Shape {
+    let bytes = html.as_bytes();
+    let lower = |range: std::ops::Range<usize>| html[range].to_ascii_lowercase();
+    let mut stack: Vec<String> = Vec::new();
+    let mut deepest = 0;
+    let mut elements = 0;
+    let mut depth_sum: usize = 0;
+    let mut at = 0;
+    while let Some(found) = memchr::memchr(b'<', &bytes[at..]) {
+        let start = at + found;
+        let rest = &html[start..];
+        if rest.starts_with("<!--") {
+            at = rest[4..]
+                .find("-->")
+                .map_or(bytes.len(), |end| start + 4 + end + 3);
+            continue;
+        }
+        let closing = rest.starts_with("</");
+        let name_start = start + if closing { 2 } else { 1 };
+        let name_end = bytes[name_start..]
+            .iter()
+            .position(|b| !(b.is_ascii_alphanumeric() || matches!(b, b'-' | b':' | b'_')))
+            .map_or(bytes.len(), |len| name_start + len);
+        let tag_end = tag_end(bytes, name_end);
+        at = tag_end;
+        if name_end == name_start {
+            continue;
+        }
+        let name = lower(name_start..name_end);
+        if closing {
+            if let Some(open) = stack.iter().rposition(|open| *open == name) {
+                stack.truncate(open);
+            }
+            continue;
+        }
+        if RAW_TEXT.contains(&name.as_str()) {
+            let close = format!("</{name}");
+            at = html[at..]
+                .to_ascii_lowercase()
+                .find(&close)
+                .map_or(bytes.len(), |end| at + end);
+            continue;
+        }
+        elements += 1;
+        let self_closing = tag_end >= 2 && bytes[tag_end - 2] == b'/';
+        if !VOID.contains(&name.as_str()) && !self_closing {
+            while stack.last().is_some_and(|open| ends_sibling(open, &name)) {
+                stack.pop();
+            }
+            stack.push(name);
+            deepest = deepest.max(stack.len());
+            depth_sum = depth_sum.saturating_add(stack.len());
+        }
+        if deepest > max_depth || elements > max_elements || depth_sum > max_depth_sum {
+            break;
+        }
+    }
+    Shape {
+        depth: deepest,
+        elements,
+        depth_sum,
+    }
+}
+
+/// The index just past the `>` that ends a tag whose name ends at `from`,
+/// skipping quoted attribute values.
+fn tag_end(bytes: &[u8], from: usize) -> usize {
+    let mut quote = None;
+    for (offset, &byte) in bytes[from.min(bytes.len())..].iter().enumerate() {
+        match (quote, byte) {
+            (Some(q), b) if b == q => quote = None,
+            (Some(_), _) => {}
+            (None, b'"' | b'\'') => quote = Some(byte),
+            (None, b'>') => return from + offset + 1,
+            (None, _) => {}
+        }
+    }
+    bytes.len()
+}
+
+/// The text of `html` without its tags, scripts and styles: block ends as
+/// line breaks, the common entities decoded, white space collapsed. Linear
+/// and recursion-free, for pages too deep to convert.
+pub(crate) fn plain_text(html: &str) -> String {
+    let bytes = html.as_bytes();
+    let mut text = String::with_capacity(html.len() / 2);
+    let mut at = 0;
+    while at < bytes.len() {
+        let Some(found) = memchr::memchr(b'<', &bytes[at..]) else {
+            text.push_str(&html[at..]);
+            break;
+        };
+        let start = at + found;
+        text.push_str(&html[at..start]);
+        let rest = &html[start..];
+        if rest.starts_with("<!--") {
+            at = rest[4..]
+                .find("-->")
+                .map_or(bytes.len(), |end| start + 4 + end + 3);
+            continue;
+        }
+        let closing = rest.starts_with("</");
+        let name_start = start + if closing { 2 } else { 1 };
+        let name_end = bytes[name_start.min(bytes.len())..]
+            .iter()
+            .position(|b| !b.is_ascii_alphanumeric())
+            .map_or(bytes.len(), |len| name_start + len);
+        at = tag_end(bytes, name_end);
+        let name = html[name_start.min(name_end)..name_end].to_ascii_lowercase();
+        if !closing && matches!(name.as_str(), "script" | "style" | "template") {
+            let close = format!("</{name}");
+            at = html[at..]
+                .to_ascii_lowercase()
+                .find(&close)
+                .map_or(bytes.len(), |end| tag_end(bytes, at + end));
+            continue;
+        }
+        if matches!(
+            name.as_str(),
+            "p" | "div"
+                | "br"
+                | "li"
+                | "tr"
+                | "h1"
+                | "h2"
+                | "h3"
+                | "h4"
+                | "h5"
+                | "h6"
+                | "pre"
+                | "section"
+                | "article"
+                | "table"
+                | "ul"
+                | "ol"
+        ) {
+            text.push('\n');
+        }
+    }
+    let decoded = text
+        .replace("&nbsp;", " ")
+        .replace("&lt;", "<")
+        .replace("&gt;", ">")
+        .replace("&quot;", "\"")
+        .replace("&#39;", "'")
+        .replace("&amp;", "&");
+    let lines: Vec<String> = decoded
+        .lines()
+        .map(collapse)
+        .filter(|line| !line.is_empty())
+        .collect();
+    lines.join("\n")
+}
 
 /// A page converted to Markdown.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -67,8 +293,32 @@ pub(crate) struct Converted {
 }
 
 /// `html` (fetched from `url`) as Markdown: the main content, its first
-/// heading a `# ` title.
+/// heading a `# ` title; a page nested deeper than [`MAX_DEPTH`] as its
+/// plain text.
 pub(crate) fn html_to_markdown(html: &str, url: &str) -> Converted {
+    let Shape {
+        depth,
+        elements,
+        depth_sum,
+    } = shape(html, MAX_DEPTH, MAX_ELEMENTS, MAX_DEPTH_SUM);
+    let too_much = if depth > MAX_DEPTH {
+        Some(format!("nests its elements more than {MAX_DEPTH} deep"))
+    } else if elements > MAX_ELEMENTS {
+        Some(format!("has more than {MAX_ELEMENTS} elements"))
+    } else if depth_sum > MAX_DEPTH_SUM {
+        Some("nests too many elements too deep".to_owned())
+    } else {
+        None
+    };
+    if let Some(why) = too_much {
+        return Converted {
+            title: None,
+            markdown: format!(
+                "(The page {why}; it is shown as plain text.)\n\n{}",
+                plain_text(html)
+            ),
+        };
+    }
     let document = Document::from(html);
     let page_title = document
         .select("title")
@@ -340,6 +590,101 @@ mod tests {
             let _ = markdown_alternate(&html);
             let _ = json_block(&html);
         }
+    }
+
+    #[test]
+    fn nesting_is_measured_as_a_parser_would_build_it() {
+        let depth = |html: &str| shape(html, MAX_DEPTH, MAX_ELEMENTS, MAX_DEPTH_SUM).depth;
+        assert_eq!(depth("<html><body><div><p>x</p></div></body></html>"), 4);
+        assert_eq!(depth("<ul><li>a<li>b<li>c</ul>"), 2);
+        assert_eq!(depth("<table><tr><td>a<td>b<tr><td>c</table>"), 3);
+        assert_eq!(depth("<p>a<p>b<p>c<div>d</div>"), 1);
+        assert_eq!(depth("<div><br><img src=x><hr/><input></div>"), 1);
+        assert_eq!(depth("<div a='>' b=\"<div>\"><span>x</span></div>"), 2);
+        assert_eq!(depth("<script><div><div><div></script><p>x</p>"), 1);
+        assert_eq!(depth("<!-- <div><div> --><p>"), 1);
+        // Stray end tags close nothing.
+        let stray = "<div></span></b>".repeat(300);
+        assert_eq!(depth(&stray), MAX_DEPTH + 1);
+        // Counting stops past the limit.
+        let deep = "<div>".repeat(100_000);
+        assert_eq!(depth(&deep), MAX_DEPTH + 1);
+        for page in [DOCS_PAGE, BLOG_PAGE, NO_ARTICLE] {
+            assert!(depth(page) < 20, "{}", depth(page));
+        }
+        assert_eq!(
+            shape(
+                "<div><p>a</p></div><br><img>",
+                MAX_DEPTH,
+                MAX_ELEMENTS,
+                MAX_DEPTH_SUM
+            ),
+            Shape {
+                depth: 2,
+                elements: 4,
+                depth_sum: 3
+            }
+        );
+        assert_eq!(
+            shape(&"<br>".repeat(50), MAX_DEPTH, 10, MAX_DEPTH_SUM).elements,
+            11
+        );
+        let nested = format!("{}{}", "<div>".repeat(200), "</div>".repeat(200));
+        let sum = shape(&nested.repeat(1000), MAX_DEPTH, MAX_ELEMENTS, MAX_DEPTH_SUM).depth_sum;
+        assert!(sum > MAX_DEPTH_SUM, "{sum}");
+    }
+
+    #[test]
+    fn a_page_nesting_many_elements_deep_is_its_plain_text() {
+        let block = format!("{}<p>word</p>{}", "<div>".repeat(250), "</div>".repeat(250));
+        let html = block.repeat(70);
+        let page = html_to_markdown(&html, "https://a.example/");
+        assert!(
+            page.markdown
+                .starts_with("(The page nests too many elements too deep;"),
+            "{}",
+            &page.markdown[..200]
+        );
+    }
+
+    #[test]
+    fn a_page_with_too_many_elements_is_its_plain_text() {
+        let html = format!("<title>Big</title>{}", "<p>x</p>".repeat(MAX_ELEMENTS + 1));
+        let page = html_to_markdown(&html, "https://a.example/");
+        assert!(
+            page.markdown
+                .starts_with("(The page has more than 100000 elements;"),
+            "{}",
+            &page.markdown[..200]
+        );
+    }
+
+    #[test]
+    fn a_page_too_deep_is_its_plain_text() {
+        let html = format!(
+            "<html><head><style>p {{ color: red }}</style><script>track()</script></head><body>{}<p>Deep &amp; hidden</p>{}</body></html>",
+            "<div>".repeat(100_000),
+            "</div>".repeat(100_000)
+        );
+        // On a small stack, as a blocking thread has: no recursion.
+        let page = std::thread::Builder::new()
+            .stack_size(256 * 1024)
+            .spawn(move || html_to_markdown(&html, "https://a.example/"))
+            .unwrap()
+            .join()
+            .unwrap();
+        assert!(
+            page.markdown.contains("more than 256 deep"),
+            "{}",
+            page.markdown
+        );
+        assert!(
+            page.markdown.ends_with("Deep & hidden"),
+            "{}",
+            page.markdown
+        );
+        assert!(!page.markdown.contains("track()") && !page.markdown.contains("color"));
+        assert_eq!(plain_text("a<br>b<p>c</p><!-- d -->e"), "a\nb\nc\ne");
     }
 
     #[test]
