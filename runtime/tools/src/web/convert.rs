@@ -140,10 +140,8 @@ pub(crate) fn shape(
     while let Some(found) = memchr::memchr(b'<', &bytes[at..]) {
         let start = at + found;
         let rest = &html[start..];
-        if rest.starts_with("<!--") {
-            at = rest[4..]
-                .find("-->")
-                .map_or(bytes.len(), |end| start + 4 + end + 3);
+        if let Some(after) = comment_end(html, start) {
+            at = after;
             continue;
         }
         let closing = rest.starts_with("</");
@@ -193,6 +191,17 @@ pub(crate) fn shape(
     }
 }
 
+/// When a comment opens at `start`, the index just past its end (the end
+/// of `html` when it is not closed).
+fn comment_end(html: &str, start: usize) -> Option<usize> {
+    let body = html[start..].strip_prefix("<!--")?;
+    let body_start = start + 4;
+    Some(
+        body.find("-->")
+            .map_or(html.len(), |end| body_start + end + 3),
+    )
+}
+
 /// The index just past the `>` that ends a tag whose name ends at `from`,
 /// skipping quoted attribute values.
 fn tag_end(bytes: &[u8], from: usize) -> usize {
@@ -224,10 +233,8 @@ pub(crate) fn plain_text(html: &str) -> String {
         let start = at + found;
         text.push_str(&html[at..start]);
         let rest = &html[start..];
-        if rest.starts_with("<!--") {
-            at = rest[4..]
-                .find("-->")
-                .map_or(bytes.len(), |end| start + 4 + end + 3);
+        if let Some(after) = comment_end(html, start) {
+            at = after;
             continue;
         }
         let closing = rest.starts_with("</");
