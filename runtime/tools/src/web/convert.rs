@@ -162,15 +162,14 @@ pub(crate) fn shape(
             }
             continue;
         }
+        elements += 1;
         if RAW_TEXT.contains(&name.as_str()) {
-            let close = format!("</{name}");
-            at = html[at..]
-                .to_ascii_lowercase()
-                .find(&close)
-                .map_or(bytes.len(), |end| at + end);
+            at = find_end_tag(html, at, &name).unwrap_or(bytes.len());
+            if elements > max_elements {
+                break;
+            }
             continue;
         }
-        elements += 1;
         let self_closing = tag_end >= 2 && bytes[tag_end - 2] == b'/';
         if !VOID.contains(&name.as_str()) && !self_closing {
             while stack.last().is_some_and(|open| ends_sibling(open, &name)) {
@@ -189,6 +188,39 @@ pub(crate) fn shape(
         elements,
         depth_sum,
     }
+}
+
+/// Where the end tag `</name` (any case) first starts at or after `from`,
+/// without copying the text: linear in what it passes.
+fn find_end_tag(html: &str, from: usize, name: &str) -> Option<usize> {
+    let bytes = html.as_bytes();
+    let mut at = from;
+    while let Some(found) = memchr::memchr(b'<', &bytes[at.min(bytes.len())..]) {
+        let start = at + found;
+        let tag = bytes.get(start + 2..start + 2 + name.len());
+        if bytes.get(start + 1) == Some(&b'/')
+            && tag.is_some_and(|tag| tag.eq_ignore_ascii_case(name.as_bytes()))
+        {
+            return Some(start);
+        }
+        at = start + 1;
+    }
+    None
+}
+
+/// Where the start tag `<name` (any case) first starts, without copying.
+fn find_tag(html: &str, name: &str) -> Option<usize> {
+    let bytes = html.as_bytes();
+    let mut at = 0;
+    while let Some(found) = memchr::memchr(b'<', &bytes[at..]) {
+        let start = at + found;
+        let tag = bytes.get(start + 1..start + 1 + name.len());
+        if tag.is_some_and(|tag| tag.eq_ignore_ascii_case(name.as_bytes())) {
+            return Some(start);
+        }
+        at = start + 1;
+    }
+    None
 }
 
 /// When a comment opens at `start`, the index just past its end (the end
@@ -246,11 +278,7 @@ pub(crate) fn plain_text(html: &str) -> String {
         at = tag_end(bytes, name_end);
         let name = html[name_start.min(name_end)..name_end].to_ascii_lowercase();
         if !closing && matches!(name.as_str(), "script" | "style" | "template") {
-            let close = format!("</{name}");
-            at = html[at..]
-                .to_ascii_lowercase()
-                .find(&close)
-                .map_or(bytes.len(), |end| tag_end(bytes, at + end));
+            at = find_end_tag(html, at, &name).map_or(bytes.len(), |end| tag_end(bytes, end));
             continue;
         }
         if matches!(
@@ -412,9 +440,20 @@ fn tidy(markdown: &str) -> String {
     out.trim().to_owned()
 }
 
-/// The `href` of the page's `<link rel="alternate" type="text/markdown">`.
+/// The `href` of the page's `<link rel="alternate" type="text/markdown">`,
+/// looked for in the page's head (what comes before `<body`), when the head
+/// is small enough to parse.
 pub(crate) fn markdown_alternate(html: &str) -> Option<String> {
-    let document = Document::from(html);
+    let head = &html[..find_tag(html, "body").unwrap_or(html.len())];
+    let Shape {
+        depth,
+        elements,
+        depth_sum,
+    } = shape(head, MAX_DEPTH, MAX_ELEMENTS, MAX_DEPTH_SUM);
+    if depth > MAX_DEPTH || elements > MAX_ELEMENTS || depth_sum > MAX_DEPTH_SUM {
+        return None;
+    }
+    let document = Document::from(head);
     let links = document.select("link");
     links.iter().find_map(|link| {
         let rel = link.attr("rel")?;
@@ -536,6 +575,14 @@ mod tests {
             <link rel="Alternate" type="text/markdown" href="/page.md"></head><body></body></html>"#;
         assert_eq!(markdown_alternate(html).as_deref(), Some("/page.md"));
         assert_eq!(markdown_alternate(DOCS_PAGE), None);
+        // Only the head counts, and a head too deep is not parsed.
+        let in_body = r#"<html><body><link rel="alternate" type="text/markdown" href="/x.md">"#;
+        assert_eq!(markdown_alternate(in_body), None);
+        let deep = format!(
+            "<head>{}<link rel=alternate type=text/markdown href=/x.md>",
+            "<div>".repeat(100_000)
+        );
+        assert_eq!(markdown_alternate(&deep), None);
         assert_eq!(
             markdown_alternate("<link rel=alternate type=text/markdown>"),
             None
@@ -655,6 +702,19 @@ mod tests {
     }
 
     #[test]
+    fn many_scripts_are_scanned_in_linear_time() {
+        // Each raw-text element used to copy the rest of the page.
+        let html = "<script>x</script>".repeat(400_000);
+        let started = std::time::Instant::now();
+        assert_eq!(
+            shape(&html, MAX_DEPTH, MAX_ELEMENTS, MAX_DEPTH_SUM).elements,
+            MAX_ELEMENTS + 1
+        );
+        assert_eq!(plain_text(&html), "");
+        assert!(started.elapsed() < std::time::Duration::from_secs(20));
+    }
+
+    #[test]
     fn a_page_with_too_many_elements_is_its_plain_text() {
         let html = format!("<title>Big</title>{}", "<p>x</p>".repeat(MAX_ELEMENTS + 1));
         let page = html_to_markdown(&html, "https://a.example/");
@@ -692,6 +752,9 @@ mod tests {
         );
         assert!(!page.markdown.contains("track()") && !page.markdown.contains("color"));
         assert_eq!(plain_text("a<br>b<p>c</p><!-- d -->e"), "a\nb\nc\ne");
+        assert_eq!(plain_text("a<SCRIPT>x</ScRiPt>b<style>y"), "ab");
+        assert_eq!(find_end_tag("<p></SCRIPT >", 0, "script"), Some(3));
+        assert_eq!(find_end_tag("</scrip", 0, "script"), None);
     }
 
     #[test]
