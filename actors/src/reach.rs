@@ -7,14 +7,18 @@
 //! the terminal prompt, the API or `troupe approve`, then an
 //! `approval_resolved` event. The run routes the answer to the waiting call
 //! instead of to an agent. With nobody to ask in the run ([`Approver::Absent`])
-//! there is no question, and the caller answers on its own.
+//! there is no question, and the caller answers on its own. Which hosts a
+//! fetch may reach without asking (a redirect to another host) is the
+//! agent's permission engine's answer for that host.
 
 use std::sync::Arc;
 
 use futures::future::BoxFuture;
 use tokio_util::sync::CancellationToken;
 use troupe_agent::{Approver, RunLedger};
+use troupe_permissions::{PermissionEngine, PermissionRequest};
 use troupe_protocol::events::{ApprovalOutcome, EventKind};
+use troupe_protocol::permission::{PermissionSubject, ToolCategory};
 use troupe_tools::{Answer, CallReach, Question};
 
 use crate::account::SharedAccount;
@@ -30,9 +34,25 @@ pub(crate) struct RunReach {
     pub approver: Approver,
     /// The call's token: a cancelled call stops waiting for its answer.
     pub cancel: CancellationToken,
+    /// The agent's permission engine: which hosts a fetch may be
+    /// redirected to without asking.
+    pub permissions: Arc<PermissionEngine>,
 }
 
 impl CallReach for RunReach {
+    fn host_allowed(&self, host: &str) -> bool {
+        self.permissions
+            .decide(&PermissionRequest {
+                tool_name: troupe_tools::web::WebFetch::TOOL_NAME.to_owned(),
+                category: ToolCategory::Read,
+                read_only: true,
+                subject: PermissionSubject::Host {
+                    host: host.to_owned(),
+                },
+            })
+            .is_allow()
+    }
+
     fn notice(&self, code: &str, text: String) {
         self.events.emit(EventKind::Notice {
             text,

@@ -26,7 +26,8 @@ use troupe_store::Store;
 use troupe_telemetry::genai::ContentCapture;
 use troupe_tools::memory::{Remember, SessionMemory, load_for_prompt};
 use troupe_tools::skills::{LoadSkill, SkillSet};
-use troupe_tools::{ToolRegistry, builtin_registry};
+use troupe_tools::web::{PageCache, WebFetch, WebOptions};
+use troupe_tools::{Tool, ToolRegistry, builtin_registry_with_web};
 
 /// Everything a run needs, ready to submit.
 pub(crate) struct Prepared {
@@ -322,7 +323,7 @@ async fn assemble(
     let env = AgentEnv::builder(provider, store, sandbox, spill_dir)
         .provider_for_model(provider_for_model)
         .price(resolved.price)
-        .registry(registry_with_skills(skills))
+        .registry(registry_with_skills(skills, &config.web))
         .roles(roles)
         .os_sandbox(os_sandbox)
         .system(system)
@@ -375,10 +376,32 @@ fn session_memory(store: &Store, session: &SessionTarget, project_root: &Path) -
     }
 }
 
-/// The built-in tools, `remember`, and `load_skill` when there is at least
-/// one skill.
-pub(crate) fn registry_with_skills(skills: SkillSet) -> ToolRegistry {
-    let mut registry = builtin_registry();
+/// The pages `web_fetch` fetched, kept for the life of the process: the
+/// daemon's runs share them (15 minutes per URL, bounded).
+fn page_cache() -> Arc<PageCache> {
+    static CACHE: std::sync::OnceLock<Arc<PageCache>> = std::sync::OnceLock::new();
+    CACHE.get_or_init(|| Arc::new(PageCache::default())).clone()
+}
+
+/// `web_fetch` as `[web]` configures it (`None` when it is turned off),
+/// keeping its pages in the process's cache.
+fn web_fetch_tool(web: &troupe_config::WebSettings) -> Option<Arc<dyn Tool>> {
+    web.enabled.then(|| {
+        let options = WebOptions {
+            allow_private: web.allow_private.clone(),
+            ..WebOptions::default()
+        };
+        Arc::new(WebFetch::new(options, page_cache())) as Arc<dyn Tool>
+    })
+}
+
+/// The built-in tools (`web_fetch` as `web` configures it), `remember`, and
+/// `load_skill` when there is at least one skill.
+pub(crate) fn registry_with_skills(
+    skills: SkillSet,
+    web: &troupe_config::WebSettings,
+) -> ToolRegistry {
+    let mut registry = builtin_registry_with_web(web_fetch_tool(web));
     if let Err(err) = registry.register_derived(Arc::new(Remember::new())) {
         tracing::error!(error = %err, "remember not registered");
     }

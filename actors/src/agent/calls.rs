@@ -68,6 +68,7 @@ impl AgentState {
                 account: self.account.clone(),
                 approver: self.machine.approver(),
                 cancel,
+                permissions: self.machine.permissions().clone(),
             })),
         };
         let agent = myself.clone();

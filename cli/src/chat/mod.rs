@@ -715,7 +715,7 @@ impl Chat {
         let (skills, _) =
             SkillSet::load(self.locations.config_dir.as_deref(), configured.own_files());
         let catalogue = ToolCatalogue::new(
-            crate::setup::registry_with_skills(skills),
+            crate::setup::registry_with_skills(skills, &configured.config.web),
             Some(agent_tool_definition(&configured.roles)),
         )
         .map_err(|err| ChatError {

@@ -603,8 +603,9 @@ const FIXED_PREFIX_MAX_BYTES: usize = 8 * 1024;
 /// [`REFERENCE_DIRECTORY`] (each request names it once, and temporary
 /// directories differ in length between machines). A ratchet: lower it when a
 /// change sends less, never raise it without knowing what each request
-/// carries more.
-const TEN_READ_FILE_TURNS_MAX_BYTES: usize = 114_000;
+/// carries more. (Raised from 114,000 for `web_fetch`'s definition, about
+/// 510 bytes in each of the eleven requests: 119,240 bytes.)
+const TEN_READ_FILE_TURNS_MAX_BYTES: usize = 119_500;
 /// A temporary directory's path as the bytes above count it.
 const REFERENCE_DIRECTORY: &str = "/tmp/.tmpAbC123";
 

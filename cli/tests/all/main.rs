@@ -34,3 +34,4 @@ mod short_ids;
 mod signals;
 mod skills;
 mod startup_cli;
+mod web_fetch;

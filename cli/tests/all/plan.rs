@@ -26,7 +26,16 @@ async fn plan_mode_requests_offer_only_read_only_tools_and_carry_the_reminder() 
 
     let requests = server.requests();
     assert_eq!(requests.len(), 6);
-    let read_only = ["read_file", "glob", "grep", "task_output", "task_list"];
+    // web_fetch changes nothing in the project; its host still needs a rule
+    // or a person in plan mode.
+    let read_only = [
+        "read_file",
+        "glob",
+        "grep",
+        "task_output",
+        "task_list",
+        "web_fetch",
+    ];
     let first_stable = requests[0].body["system"][0]["text"].as_str().unwrap();
     for (i, request) in requests.iter().enumerate() {
         let system = request.body["system"].as_array().unwrap();

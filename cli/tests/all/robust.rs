@@ -10,7 +10,6 @@
 //! with a run that makes the same calls on small files.
 
 use std::io::Write;
-use std::process::{Command, ExitStatus, Stdio};
 
 use serde_json::json;
 use troupe_protocol::model::{ContentBlock, Message, Role};
@@ -18,7 +17,7 @@ use troupe_scripted::{
     Fault, Response, Script, ScriptedServer, text, tool_call_with_id, tool_calls,
 };
 
-use crate::support::{COMMAND_LIMIT, Env, export, json_lines, session_of};
+use crate::support::{Env, Measured, export, json_lines, run_measured, session_of};
 
 /// SPEC §15 via issue 14: one tool call adds at most this much to the peak
 /// resident set of the process, whatever it is pointed at.
@@ -26,66 +25,6 @@ const TOOL_MEMORY_BOUND_KIB: u64 = 64 * 1024;
 
 const MIB: u64 = 1024 * 1024;
 const GIB: u64 = 1024 * MIB;
-
-/// What a measured run left.
-struct Measured {
-    status: ExitStatus,
-    stdout: Vec<u8>,
-    stderr: Vec<u8>,
-    /// Peak resident set of the `troupe` process (`VmHWM`), KiB.
-    peak_kib: u64,
-}
-
-/// `VmHWM` (peak resident set since the program started) of process `pid`.
-fn peak_rss_kib(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    status
-        .lines()
-        .find_map(|line| line.strip_prefix("VmHWM:"))
-        .and_then(|rest| rest.trim().strip_suffix("kB"))
-        .and_then(|kib| kib.trim().parse().ok())
-        .unwrap_or_else(|| panic!("no VmHWM in {status}"))
-}
-
-/// Runs `command` until `server` has received `requests` requests (the last
-/// one is stalled by the script, so the process is alive and idle), reads
-/// the process's peak resident set, then interrupts it (Ctrl-C) and collects
-/// what it wrote.
-async fn run_measured(mut command: Command, server: &ScriptedServer, requests: usize) -> Measured {
-    use tokio::io::AsyncReadExt;
-    command.stdout(Stdio::piped()).stderr(Stdio::piped());
-    let mut child = crate::support::spawn(command);
-    let pid = child.id().expect("the child has a pid");
-    let mut stdout = child.stdout.take().unwrap();
-    let mut stderr = child.stderr.take().unwrap();
-    let out = tokio::spawn(async move {
-        let mut bytes = Vec::new();
-        stdout.read_to_end(&mut bytes).await.unwrap();
-        bytes
-    });
-    let err = tokio::spawn(async move {
-        let mut bytes = Vec::new();
-        stderr.read_to_end(&mut bytes).await.unwrap();
-        bytes
-    });
-    server
-        .wait_for_requests(requests, COMMAND_LIMIT)
-        .await
-        .expect("the run reaches its last model request");
-    let peak_kib = peak_rss_kib(pid);
-    // SAFETY: plain signal delivery to our own child, not reaped yet.
-    assert_eq!(unsafe { libc::kill(pid as i32, libc::SIGINT) }, 0);
-    let status = tokio::time::timeout(COMMAND_LIMIT, child.wait())
-        .await
-        .expect("troupe stops on Ctrl-C")
-        .unwrap();
-    Measured {
-        status,
-        stdout: out.await.unwrap(),
-        stderr: err.await.unwrap(),
-        peak_kib,
-    }
-}
 
 /// Creates `path` with `text` at its start, then extends it to `size` bytes
 /// without writing them (a sparse file: zeros on read, no disk used).

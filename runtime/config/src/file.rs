@@ -36,6 +36,21 @@ pub struct ConfigFile {
     pub compaction: Option<CompactionFile>,
     /// `[store]` (the user's file only).
     pub store: Option<StoreFile>,
+    /// `[web]`: the `web_fetch` tool.
+    pub web: Option<WebFile>,
+}
+
+/// `[web]`: the `web_fetch` tool. `allow_private` is the user's file's only:
+/// a project must not open the user's own network to what it fetches.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WebFile {
+    /// Offer `web_fetch` (default true); `false` in either file removes it.
+    pub enabled: Option<bool>,
+    /// Private, loopback or otherwise refused addresses `web_fetch` may
+    /// reach anyway, as `IP:PORT` (`127.0.0.1:8080`, `[::1]:3000`).
+    #[serde(default)]
+    pub allow_private: Vec<String>,
 }
 
 /// `[store]`: what the session store under `TROUPE_HOME` keeps. Only the

@@ -182,6 +182,25 @@ impl Default for CompactionSettings {
     }
 }
 
+/// Effective `[web]` settings.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WebSettings {
+    /// `web_fetch` is offered.
+    pub enabled: bool,
+    /// Addresses `web_fetch` may reach although they are private, loopback
+    /// or otherwise refused (from the user's file only).
+    pub allow_private: Vec<std::net::SocketAddr>,
+}
+
+impl Default for WebSettings {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            allow_private: Vec::new(),
+        }
+    }
+}
+
 /// The merged configuration of user and project files.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Config {
@@ -210,6 +229,8 @@ pub struct Config {
     pub compaction: CompactionSettings,
     /// Store settings (the user's file only).
     pub store: StoreSettings,
+    /// `web_fetch` settings.
+    pub web: WebSettings,
     /// The files that were read, in merge order (for messages and `troupe config`).
     pub sources: Vec<PathBuf>,
 }

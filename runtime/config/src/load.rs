@@ -279,6 +279,18 @@ fn load_layer(
              user's config file may set it (move it to ~/.config/troupe/config.toml)",
         ));
     }
+    if source == RuleSource::Project
+        && file
+            .web
+            .as_ref()
+            .is_some_and(|web| !web.allow_private.is_empty())
+    {
+        return Err(doc.invalid(
+            &[Seg::Key("web".into()), Seg::Key("allow_private".into())],
+            "[web] allow_private opens private addresses of the user's network to web_fetch; \
+             only the user's config file may set it (move it to ~/.config/troupe/config.toml)",
+        ));
+    }
     let (file, left_out) = if trusted {
         (file, TrustSplit::default())
     } else {
@@ -450,6 +462,16 @@ fn merge(layers: Vec<Layer>) -> Result<Config, ConfigError> {
         }
         if let Some(work_ahead) = file.compaction.and_then(|c| c.work_ahead) {
             config.compaction.work_ahead = work_ahead;
+        }
+        // A file may turn web_fetch off, never back on; only the user's file
+        // gets here with `allow_private` (see load_layer).
+        if let Some(web) = &file.web {
+            config.web.enabled &= web.enabled.unwrap_or(true);
+            config.web.allow_private.extend(
+                web.allow_private
+                    .iter()
+                    .filter_map(|a| a.parse::<std::net::SocketAddr>().ok()),
+            );
         }
         // Only the user's file gets here with `[store]` (see load_layer).
         if let Some(store) = &file.store {
@@ -700,6 +722,19 @@ impl<'t> Document<'t> {
         if let Some(s) = &file.store {
             self.positive(&[key("store"), key("keep_days")], s.keep_days)?;
             self.positive(&[key("store"), key("max_bytes")], s.max_bytes)?;
+        }
+        if let Some(web) = &file.web {
+            for (i, entry) in web.allow_private.iter().enumerate() {
+                if entry.parse::<std::net::SocketAddr>().is_err() {
+                    return Err(self.invalid(
+                        &[key("web"), key("allow_private"), Seg::Index(i)],
+                        format!(
+                            "{entry:?} is not an address and port; expected e.g. \
+                             \"127.0.0.1:8080\" or \"[::1]:3000\""
+                        ),
+                    ));
+                }
+            }
         }
         if let Some(t) = &file.tools {
             self.positive(&[key("tools"), key("timeout_secs")], t.timeout_secs)?;

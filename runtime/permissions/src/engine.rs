@@ -4,10 +4,13 @@
 //! Order: paths are resolved through the sandbox first, then hard blocks and the
 //! sandbox's write limit → deny rules → plan mode → reads outside the allowed
 //! roots (ask unless an allow rule names the path) → ask rules (never for
-//! read-only calls) → allow rules (static, then session "always" answers;
+//! read-only calls, always for hosts) → allow rules (static, then session "always" answers;
 //! a pattern allows a command only when the command is read with confidence)
 //! → the mode's fallback. A command line that only reads (see `read_only`),
-//! inside the allowed roots, is a read-only call like `read_file`. This module owns that order and the reason texts; it
+//! inside the allowed roots, is a read-only call like `read_file`. A request
+//! to a host (`web_fetch`) is read-only for the project but reaches out of it:
+//! plan mode does not refuse it, and in every mode but bypass a host that no
+//! rule names asks. This module owns that order and the reason texts; it
 //! does not wait for anyone, emit events or run anything (the agent actor
 //! does), and it touches the file system only through the sandbox's resolver.
 
@@ -22,7 +25,7 @@ use troupe_protocol::permission::{PermissionMode, RuleEntry};
 
 use super::rules::{
     Candidate, CommandFacts, PathFacts, PatternContext, RequestFacts, Rule, allowing_rules,
-    escape_command,
+    escape_command, normalize_host,
 };
 use super::{Cause, Decision, PermissionError, PermissionRequest};
 use troupe_paths::protected::ProtectedPaths;
@@ -184,6 +187,9 @@ impl PermissionEngine {
                 };
                 format!("{name}({})", globset::escape(&shown))
             }
+            PermissionSubject::Host { host } => {
+                format!("WebFetch(domain:{})", normalize_host(host))
+            }
             PermissionSubject::None => request.tool_name.clone(),
         }
     }
@@ -220,6 +226,7 @@ impl PermissionEngine {
             category: request.category,
             path: None,
             command: None,
+            host: None,
         };
         let mut inside = true;
         // For commands: read-only inside the roots, and why a pattern may not
@@ -228,6 +235,7 @@ impl PermissionEngine {
         let mut doubt: Option<String> = None;
         match &request.subject {
             PermissionSubject::None => {}
+            PermissionSubject::Host { host } => facts.host = Some(normalize_host(host)),
             PermissionSubject::Command { command } => {
                 let resolve = |path: &Path| self.sandbox.resolve_absolute(path).ok();
                 let ctx = ShellContext {
@@ -323,8 +331,11 @@ impl PermissionEngine {
         }
 
         let read_only = request.read_only || command_read_only;
+        // A request to a host changes nothing in the project but reaches out
+        // of it: it is never waved through as a read, in any mode.
+        let network = facts.host.is_some();
 
-        if mode == PermissionMode::Plan && !read_only {
+        if mode == PermissionMode::Plan && !read_only && !network {
             return (plan_refusal(request), Cause::PlanMode);
         }
 
@@ -359,7 +370,9 @@ impl PermissionEngine {
             return (decision, Cause::OutsideRead);
         }
 
-        if !read_only && let Some(rule) = self.ask.iter().find(|rule| rule.restricts(&facts)) {
+        if (!read_only || network)
+            && let Some(rule) = self.ask.iter().find(|rule| rule.restricts(&facts))
+        {
             let decision = Decision::Ask {
                 reason: format!("approval required by rule {}", rule.describe()),
             };
@@ -615,6 +628,21 @@ fn fallback(
     inside: bool,
     read_only: bool,
 ) -> Decision {
+    if let Some(host) = &facts.host {
+        return if mode == PermissionMode::Bypass {
+            Decision::Allow {
+                reason: "bypass mode allows what no deny rule, hard block or sandbox limit forbids"
+                    .to_owned(),
+            }
+        } else {
+            Decision::Ask {
+                reason: format!(
+                    "`{}` reaches the host `{host}`, which no WebFetch(domain:…) rule allows; approval needed",
+                    request.tool_name
+                ),
+            }
+        };
+    }
     if facts.command.is_some() && read_only && !request.read_only {
         return Decision::Allow {
             reason: "read-only command (every program and flag in it only reads, inside the allowed roots): allowed in every mode".to_owned(),
@@ -865,6 +893,94 @@ mod tests {
             engine.always_rule_for(&request(PermissionSubject::None, ToolCategory::Agent)),
             "t"
         );
+    }
+
+    fn fetch(host: &str) -> PermissionRequest {
+        PermissionRequest {
+            tool_name: "web_fetch".into(),
+            category: ToolCategory::Read,
+            read_only: true,
+            subject: PermissionSubject::Host { host: host.into() },
+        }
+    }
+
+    #[test]
+    fn a_host_asks_in_every_mode_but_bypass_unless_a_rule_decides() {
+        let s = setup();
+        for mode in [
+            PermissionMode::Default,
+            PermissionMode::AcceptEdits,
+            PermissionMode::Plan,
+        ] {
+            let engine = PermissionEngine::new(
+                &settings(
+                    mode,
+                    &["WebFetch(domain:docs.rs)", "WebFetch(domain:*.python.org)"],
+                    &["WebFetch(domain:evil.example)"],
+                ),
+                s.sandbox.clone(),
+            )
+            .expect("engine");
+            let asked = engine.decide(&fetch("example.com"));
+            assert!(asked.is_ask(), "{mode:?}: {asked:?}");
+            assert!(asked.reason().contains("example.com"), "{asked:?}");
+            assert!(engine.decide(&fetch("docs.rs")).is_allow(), "{mode:?}");
+            assert!(
+                engine.decide(&fetch("Docs.Python.org")).is_allow(),
+                "{mode:?}"
+            );
+            assert!(engine.decide(&fetch("python.org")).is_ask(), "{mode:?}");
+            assert!(
+                matches!(engine.decide(&fetch("evil.example")), Decision::Deny { .. }),
+                "{mode:?}"
+            );
+        }
+        let bypass = PermissionEngine::new(
+            &settings(
+                PermissionMode::Bypass,
+                &[],
+                &["WebFetch(domain:evil.example)"],
+            ),
+            s.sandbox.clone(),
+        )
+        .expect("engine");
+        assert!(bypass.decide(&fetch("example.com")).is_allow());
+        assert!(matches!(
+            bypass.decide(&fetch("evil.example")),
+            Decision::Deny { .. }
+        ));
+        // Ask rules apply to hosts although the call is read-only.
+        let asking = PermissionEngine::new(
+            &PermissionSettings {
+                ask: vec![RuleEntry {
+                    rule: "WebFetch(domain:docs.rs)".into(),
+                    source: RuleSource::User,
+                }],
+                ..settings(PermissionMode::Bypass, &["WebFetch"], &[])
+            },
+            s.sandbox,
+        )
+        .expect("engine");
+        assert!(asking.decide(&fetch("docs.rs")).is_ask());
+        assert!(asking.decide(&fetch("example.com")).is_allow());
+    }
+
+    #[test]
+    fn always_for_a_host_allows_that_host_only() {
+        let s = setup();
+        let engine = PermissionEngine::new(&settings(PermissionMode::Default, &[], &[]), s.sandbox)
+            .expect("engine");
+        let rule = engine.always_rule_for(&fetch("Docs.RS."));
+        assert_eq!(rule, "WebFetch(domain:docs.rs)");
+        engine
+            .add_session_rule(RuleEntry {
+                rule,
+                source: RuleSource::Session,
+            })
+            .expect("valid");
+        assert!(engine.decide(&fetch("docs.rs")).is_allow());
+        assert!(engine.decide(&fetch("sub.docs.rs")).is_ask());
+        assert!(engine.decide(&fetch("example.com")).is_ask());
     }
 
     #[test]

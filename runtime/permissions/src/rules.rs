@@ -10,7 +10,9 @@
 //!
 //! Rule names: `Bash` (and the tool name `bash`) with a command pattern; `Read`
 //! for read access of any path-taking tool; `Write` and `Edit` (synonyms) for
-//! write access; any other name is a tool name, where `*` is a wildcard
+//! write access; `WebFetch` with a `domain:` pattern for the hosts `web_fetch`
+//! reaches (`WebFetch(domain:docs.rs)`, `WebFetch(domain:*.python.org)`); any
+//! other name is a tool name, where `*` is a wildcard
 //! (`mcp__github__*`). Command patterns treat `*` as "any text" (`\*` is a
 //! literal star, `\\` a backslash); path patterns are globs.
 
@@ -49,6 +51,11 @@ pub enum RuleParseError {
         /// What is wrong with it.
         message: String,
     },
+    /// A `WebFetch` pattern that is not `domain:HOST` or `domain:*.HOST`.
+    #[error(
+        "invalid web pattern `{0}`: write `domain:` and a host name, e.g. `WebFetch(domain:docs.rs)` or `WebFetch(domain:*.python.org)`"
+    )]
+    InvalidDomain(String),
     /// `~/…` with no home directory known.
     #[error("the path pattern `{0}` starts with `~` but no home directory is known")]
     NoHome(String),
@@ -140,6 +147,57 @@ impl Wildcard {
 /// Escapes a command so that it parses back as a literal command pattern.
 pub(crate) fn escape_command(command: &str) -> String {
     command.replace('\\', "\\\\").replace('*', "\\*")
+}
+
+/// The hosts a `WebFetch(domain:…)` rule names: one host, or every
+/// subdomain of one (`*.python.org`: `docs.python.org`, `a.b.python.org`,
+/// not `python.org` itself). Compared without case and trailing dot.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum DomainPattern {
+    /// Exactly this host.
+    Exact(String),
+    /// Any host ending in `.` and this suffix.
+    Subdomains(String),
+}
+
+impl DomainPattern {
+    fn parse(raw: &str) -> Result<Self, RuleParseError> {
+        let invalid = || RuleParseError::InvalidDomain(raw.to_owned());
+        let host = raw.trim().strip_prefix("domain:").ok_or_else(invalid)?;
+        let host = normalize_host(host);
+        let (wild, name) = match host.strip_prefix("*.") {
+            Some(rest) => (true, rest.to_owned()),
+            None => (false, host),
+        };
+        let valid = !name.is_empty()
+            && name.split('.').all(|label| !label.is_empty())
+            && name.chars().all(|c| {
+                c.is_ascii_alphanumeric() || matches!(c, '-' | '.' | '_' | ':' | '[' | ']')
+            });
+        if !valid {
+            return Err(invalid());
+        }
+        Ok(if wild {
+            Self::Subdomains(name)
+        } else {
+            Self::Exact(name)
+        })
+    }
+
+    fn matches(&self, host: &str) -> bool {
+        let host = normalize_host(host);
+        match self {
+            Self::Exact(name) => host == *name,
+            Self::Subdomains(suffix) => host
+                .strip_suffix(suffix.as_str())
+                .is_some_and(|head| head.len() > 1 && head.ends_with('.')),
+        }
+    }
+}
+
+/// A host as rules compare it: lower-case, without a trailing dot.
+pub(crate) fn normalize_host(host: &str) -> String {
+    host.trim().trim_end_matches('.').to_ascii_lowercase()
 }
 
 /// How a path pattern is anchored.
@@ -300,6 +358,8 @@ pub(crate) struct RequestFacts<'r> {
     pub(crate) path: Option<PathFacts>,
     /// The command, for command subjects.
     pub(crate) command: Option<CommandFacts>,
+    /// The host, for network subjects (normalized).
+    pub(crate) host: Option<String>,
 }
 
 #[derive(Debug, Clone)]
@@ -307,6 +367,7 @@ enum Matcher {
     Bash(Option<Wildcard>),
     Read(Option<PathPattern>),
     Write(Option<PathPattern>),
+    WebFetch(Option<DomainPattern>),
     Tool {
         name: Wildcard,
         path: Option<PathPattern>,
@@ -360,6 +421,7 @@ impl Rule {
             "Bash" | "bash" => Matcher::Bash(pattern.map(|p| Wildcard::new(p, true))),
             "Read" => Matcher::Read(pattern.map(path).transpose()?),
             "Write" | "Edit" => Matcher::Write(pattern.map(path).transpose()?),
+            "WebFetch" => Matcher::WebFetch(pattern.map(DomainPattern::parse).transpose()?),
             _ => Matcher::Tool {
                 name: Wildcard::new(name, false),
                 path: pattern.map(path).transpose()?,
@@ -397,6 +459,7 @@ impl Rule {
             },
             Matcher::Read(pattern) => self.path_rule(facts, Access::Read, pattern.as_ref(), true),
             Matcher::Write(pattern) => self.path_rule(facts, Access::Write, pattern.as_ref(), true),
+            Matcher::WebFetch(pattern) => host_rule(facts, pattern.as_ref()),
             Matcher::Tool { name, path } => {
                 name.matches(facts.tool_name)
                     && path.as_ref().is_none_or(|pattern| {
@@ -417,6 +480,7 @@ impl Rule {
             Matcher::Write(pattern) => {
                 self.path_rule(facts, Access::Write, pattern.as_ref(), false)
             }
+            Matcher::WebFetch(pattern) => host_rule(facts, pattern.as_ref()),
             Matcher::Tool { name, path } => {
                 name.matches(facts.tool_name)
                     && path.as_ref().is_none_or(|pattern| {
@@ -495,9 +559,21 @@ impl Rule {
                     && (pattern.matches(&path.resolved)
                         || (lexical_too && pattern.matches(&path.lexical)))
             }
-            (None, None) => facts.command.is_none() && facts.category == wanted,
+            (None, None) => {
+                facts.command.is_none() && facts.host.is_none() && facts.category == wanted
+            }
             (None, Some(_)) => false,
         }
+    }
+}
+
+/// Whether a `WebFetch` rule covers a request: `WebFetch` alone covers every
+/// network request, a `domain:` pattern the hosts it names.
+fn host_rule(facts: &RequestFacts<'_>, pattern: Option<&DomainPattern>) -> bool {
+    match (&facts.host, pattern) {
+        (Some(_), None) => true,
+        (Some(host), Some(pattern)) => pattern.matches(host),
+        (None, _) => false,
     }
 }
 
@@ -587,6 +663,59 @@ mod tests {
                 lexical: candidate,
             }),
             command: None,
+            host: None,
+        }
+    }
+
+    fn host_facts(host: &str) -> RequestFacts<'static> {
+        RequestFacts {
+            tool_name: "web_fetch",
+            category: ToolCategory::Read,
+            path: None,
+            command: None,
+            host: Some(normalize_host(host)),
+        }
+    }
+
+    #[test]
+    fn web_rules_name_a_host_or_its_subdomains() {
+        let docs = rule("WebFetch(domain:docs.rs)").expect("parses");
+        assert!(docs.allows(&host_facts("docs.rs")));
+        assert!(docs.allows(&host_facts("DOCS.rs.")));
+        assert!(!docs.allows(&host_facts("evil-docs.rs")));
+        assert!(!docs.allows(&host_facts("docs.rs.evil.com")));
+        assert!(!docs.allows(&host_facts("sub.docs.rs")));
+        let python = rule("WebFetch(domain:*.python.org)").expect("parses");
+        assert!(python.allows(&host_facts("docs.python.org")));
+        assert!(python.allows(&host_facts("a.b.python.org")));
+        assert!(!python.allows(&host_facts("python.org")));
+        assert!(!python.allows(&host_facts("evilpython.org")));
+        assert!(!python.allows(&host_facts("python.org.evil.com")));
+        let any = rule("WebFetch").expect("parses");
+        assert!(any.restricts(&host_facts("example.com")));
+        // Web rules never match files or commands, nor path rules hosts.
+        assert!(!any.restricts(&path_facts(Access::Read, "/etc/hosts")));
+        assert!(!any.restricts(&command_facts("curl x", &["curl x"])));
+        assert!(!rule("Read").unwrap().allows(&host_facts("example.com")));
+        assert!(!rule("Bash").unwrap().allows(&host_facts("example.com")));
+        // The tool's own name works like any tool rule.
+        assert!(
+            rule("web_fetch")
+                .unwrap()
+                .allows(&host_facts("example.com"))
+        );
+        for bad in [
+            "WebFetch(docs.rs)",
+            "WebFetch(domain:)",
+            "WebFetch(domain:*)",
+            "WebFetch(domain:a..b)",
+            "WebFetch(domain:a b)",
+            "WebFetch(domain:*.*.org)",
+        ] {
+            assert!(
+                matches!(rule(bad), Err(RuleParseError::InvalidDomain(_))),
+                "{bad}"
+            );
         }
     }
 
@@ -606,6 +735,7 @@ mod tests {
                     })
                     .collect(),
             }),
+            host: None,
         }
     }
 
@@ -720,6 +850,7 @@ mod tests {
             category: ToolCategory::Execute,
             path: None,
             command: None,
+            host: None,
         };
         assert!(mcp.restricts(&facts));
         assert!(mcp.allows(&facts));

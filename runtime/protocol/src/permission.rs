@@ -44,6 +44,12 @@ pub enum PermissionSubject {
         /// The command line.
         command: String,
     },
+    /// A host reached over the network (`web_fetch`), lower-case, without
+    /// port or trailing dot.
+    Host {
+        /// The host name or IP literal.
+        host: String,
+    },
 }
 
 /// The answer for one call.

@@ -111,6 +111,11 @@ pub trait CallReach: Send + Sync {
     fn notice(&self, code: &str, text: String);
     /// Asks a person; `None` when nobody can be asked in this run.
     fn ask(&self, question: Question) -> Option<BoxFuture<'static, Answer>>;
+    /// True when the run's permission rules allow reaching `host` without
+    /// asking (a `web_fetch` redirect to another host). None by default.
+    fn host_allowed(&self, _host: &str) -> bool {
+        false
+    }
 }
 
 /// One tool.
@@ -185,16 +190,27 @@ pub(crate) mod tasks;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
 pub(crate) mod walk;
+pub mod web;
 pub(crate) mod write_file;
 
 pub use registry::{RegistryError, ToolRegistry};
 
 /// Every built-in tool of the tool layer, in the fixed definition order (the
 /// request prefix depends on it, SPEC §14): read_file, write_file, edit_file,
-/// glob, grep, bash, task_output, task_list, task_kill. `agent` and
-/// `load_skill` are registered by the layers that own them.
+/// glob, grep, bash, task_output, task_list, task_kill, web_fetch (with
+/// default options and a cache of its own). `agent` and `load_skill` are
+/// registered by the layers that own them.
 pub(crate) fn builtin_tools() -> Vec<Arc<dyn Tool>> {
-    vec![
+    builtin_tools_with(Some(Arc::new(web::WebFetch::new(
+        web::WebOptions::default(),
+        Arc::new(web::PageCache::default()),
+    ))))
+}
+
+/// The built-in tools with `web_fetch` as given (`None`: left out, as
+/// `[web] enabled = false` asks).
+fn builtin_tools_with(web_fetch: Option<Arc<dyn Tool>>) -> Vec<Arc<dyn Tool>> {
+    let mut tools: Vec<Arc<dyn Tool>> = vec![
         Arc::new(read_file::ReadFile::new()),
         Arc::new(write_file::WriteFile::new()),
         Arc::new(edit_file::EditFile::new()),
@@ -204,7 +220,9 @@ pub(crate) fn builtin_tools() -> Vec<Arc<dyn Tool>> {
         Arc::new(tasks::TaskOutput::new()),
         Arc::new(tasks::TaskList::new()),
         Arc::new(tasks::TaskKill::new()),
-    ]
+    ];
+    tools.extend(web_fetch);
+    tools
 }
 
 /// A registry with `builtin_tools`, their schemas compiled at their first
@@ -213,8 +231,19 @@ pub(crate) fn builtin_tools() -> Vec<Arc<dyn Tool>> {
 /// rule out one that does not compile) is logged and left out rather than
 /// taking the runtime down.
 pub fn builtin_registry() -> ToolRegistry {
+    registry_of(builtin_tools())
+}
+
+/// [`builtin_registry`] with `web_fetch` as given: the front door builds it
+/// from the `[web]` settings and a cache that outlives the run (`None`:
+/// `web_fetch` is not offered).
+pub fn builtin_registry_with_web(web_fetch: Option<Arc<dyn Tool>>) -> ToolRegistry {
+    registry_of(builtin_tools_with(web_fetch))
+}
+
+fn registry_of(tools: Vec<Arc<dyn Tool>>) -> ToolRegistry {
     let mut registry = ToolRegistry::new();
-    for tool in builtin_tools() {
+    for tool in tools {
         let name = tool.name().to_string();
         if let Err(err) = registry.register_derived(tool) {
             tracing::error!(tool = %name, error = %err, "built-in tool not registered");
@@ -232,9 +261,9 @@ mod tests {
     use serde_json::json;
 
     /// The fixed request prefix (tool definitions + system prompt) stays
-    /// within 8 KB with every built-in tool; these nine tools' definitions,
-    /// as offered, get 4.2 KB of it (4,137 bytes today).
-    const DEFINITIONS_BUDGET_BYTES: usize = 4_200;
+    /// within 8 KB with every built-in tool; these ten tools' definitions,
+    /// as offered, get 4.8 KB of it (4,735 bytes today).
+    const DEFINITIONS_BUDGET_BYTES: usize = 4_800;
 
     #[test]
     fn builtin_registry_has_every_tool_in_order() {
@@ -250,9 +279,13 @@ mod tests {
                 "bash",
                 "task_output",
                 "task_list",
-                "task_kill"
+                "task_kill",
+                "web_fetch"
             ]
         );
+        let without = builtin_registry_with_web(None);
+        assert!(without.get("web_fetch").is_none());
+        assert_eq!(without.names().count(), 9);
     }
 
     #[test]
@@ -361,6 +394,9 @@ mod tests {
             ("task_output", "/required", json!(["id"])),
             ("task_list", "/properties", json!({})),
             ("task_kill", "/required", json!(["id"])),
+            ("web_fetch", "/required", json!(["url"])),
+            ("web_fetch", "/properties/max_chars/maximum", json!(100000)),
+            ("web_fetch", "/properties/start_index/minimum", json!(0)),
             ("remember", "/required", json!(["note"])),
             ("load_skill", "/required", json!(["name"])),
         ];
@@ -395,7 +431,14 @@ mod tests {
         let read_only: Vec<&str> = read_only.names().collect();
         assert_eq!(
             read_only,
-            ["read_file", "glob", "grep", "task_output", "task_list"]
+            [
+                "read_file",
+                "glob",
+                "grep",
+                "task_output",
+                "task_list",
+                "web_fetch"
+            ]
         );
         let system = registry.filtered::<&str>(&[]);
         let system: Vec<&str> = system.names().collect();
@@ -434,6 +477,23 @@ mod tests {
                 path: ".".into(),
                 access: Access::Read
             }
+        );
+        assert_eq!(
+            subject(
+                "web_fetch",
+                serde_json::json!({"url": "https://Docs.rs/x?y#z"})
+            ),
+            PermissionSubject::Host {
+                host: "docs.rs".into()
+            }
+        );
+        // A URL the tool refuses on its own touches no host.
+        assert_eq!(
+            subject(
+                "web_fetch",
+                serde_json::json!({"url": "file:///etc/passwd"})
+            ),
+            PermissionSubject::None
         );
         assert_eq!(
             subject("bash", serde_json::json!({"command": "ls"})),

@@ -1,6 +1,6 @@
 //! What a tool call is about, in a few words for people: the path of a file
 //! tool, the command of `bash`, the pattern of `grep`/`glob`, the role and
-//! label of `agent`, the task id of the task tools. Carried as `target` on
+//! label of `agent`, the task id of the task tools, the URL of `web_fetch`. Carried as `target` on
 //! `tool_started` so two parallel calls of one tool can be told apart.
 //!
 //! Pure: a function of the tool name and its raw JSON arguments. Unknown tools
@@ -32,6 +32,7 @@ pub fn tool_target(tool: &str, args: &str) -> Option<String> {
             None => field("pattern")?.to_string(),
         },
         "task_output" | "task_kill" => field("id")?.to_string(),
+        "web_fetch" => field("url")?.to_string(),
         "agent" => {
             let role = if args.get("fork").and_then(Value::as_bool) == Some(true) {
                 "fork"
@@ -123,6 +124,14 @@ mod tests {
         assert_eq!(
             tool_target("task_output", r#"{"id":"t3"}"#).as_deref(),
             Some("t3")
+        );
+    }
+
+    #[test]
+    fn web_fetch_names_its_url() {
+        assert_eq!(
+            tool_target("web_fetch", r#"{"url":"https://docs.rs/tokio"}"#).as_deref(),
+            Some("https://docs.rs/tokio")
         );
     }
 

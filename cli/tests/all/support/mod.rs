@@ -13,7 +13,7 @@
 #![allow(dead_code)]
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, ExitStatus, Output, Stdio};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
@@ -537,4 +537,68 @@ pub(crate) async fn plant_sessions(env: &Env, sessions: &[&str], runs: &[&str]) 
     wait_until_unlocked(&env.data_dir(), PLANT_UNLOCK_LIMIT)
         .await
         .unwrap();
+}
+
+/// What a measured run left.
+pub(crate) struct Measured {
+    pub(crate) status: ExitStatus,
+    pub(crate) stdout: Vec<u8>,
+    pub(crate) stderr: Vec<u8>,
+    /// Peak resident set of the `troupe` process (`VmHWM`), KiB.
+    pub(crate) peak_kib: u64,
+}
+
+/// `VmHWM` (peak resident set since the program started) of process `pid`.
+pub(crate) fn peak_rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    status
+        .lines()
+        .find_map(|line| line.strip_prefix("VmHWM:"))
+        .and_then(|rest| rest.trim().strip_suffix("kB"))
+        .and_then(|kib| kib.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no VmHWM in {status}"))
+}
+
+/// Runs `command` until `server` has received `requests` requests (the last
+/// one is stalled by the script, so the process is alive and idle), reads
+/// the process's peak resident set, then interrupts it (Ctrl-C) and collects
+/// what it wrote.
+pub(crate) async fn run_measured(
+    mut command: Command,
+    server: &ScriptedServer,
+    requests: usize,
+) -> Measured {
+    use tokio::io::AsyncReadExt;
+    command.stdout(Stdio::piped()).stderr(Stdio::piped());
+    let mut child = spawn(command);
+    let pid = child.id().expect("the child has a pid");
+    let mut stdout = child.stdout.take().unwrap();
+    let mut stderr = child.stderr.take().unwrap();
+    let out = tokio::spawn(async move {
+        let mut bytes = Vec::new();
+        stdout.read_to_end(&mut bytes).await.unwrap();
+        bytes
+    });
+    let err = tokio::spawn(async move {
+        let mut bytes = Vec::new();
+        stderr.read_to_end(&mut bytes).await.unwrap();
+        bytes
+    });
+    server
+        .wait_for_requests(requests, COMMAND_LIMIT)
+        .await
+        .expect("the run reaches its last model request");
+    let peak_kib = peak_rss_kib(pid);
+    // SAFETY: plain signal delivery to our own child, not reaped yet.
+    assert_eq!(unsafe { libc::kill(pid as i32, libc::SIGINT) }, 0);
+    let status = tokio::time::timeout(COMMAND_LIMIT, child.wait())
+        .await
+        .expect("troupe stops on Ctrl-C")
+        .unwrap();
+    Measured {
+        status,
+        stdout: out.await.unwrap(),
+        stderr: err.await.unwrap(),
+        peak_kib,
+    }
 }

@@ -59,6 +59,8 @@ const ACTED: &[(&str, &str, Companions)] = &[
     ("compaction.work_ahead", "false", &[]),
     ("store.keep_days", "3", &[]),
     ("store.max_bytes", "1000000", &[]),
+    ("web.enabled", "false", &[]),
+    ("web.allow_private", "[\"127.0.0.1:8080\"]", &[]),
     (
         "mcp_servers.NAME.type",
         "\"stdio\"",
@@ -199,16 +201,20 @@ fn set(table: &mut toml::Table, dotted: &str, expression: &str) {
     }
 }
 
-/// Writes `table` as the project file of a fresh project (its `[store]`,
-/// which only the user's file may hold, as the user file), loads and
+/// Writes `table` as the project file of a fresh project (its `[store]` and
+/// `[web]`, which only the user's file may hold, as the user file), loads and
 /// resolves it, and returns what a run would see and the start-up warnings.
 fn load(table: &toml::Table) -> (Observed, Vec<String>) {
     let dir = tempfile::tempdir().expect("tempdir");
     std::fs::create_dir_all(dir.path().join(".troupe")).expect("mkdir");
     let mut table = table.clone();
-    let user = table.remove("store").map(|store| {
-        let mut user = toml::Table::new();
-        user.insert("store".into(), store);
+    let mut user = toml::Table::new();
+    for only_user in ["store", "web"] {
+        if let Some(value) = table.remove(only_user) {
+            user.insert(only_user.into(), value);
+        }
+    }
+    let user = (!user.is_empty()).then(|| {
         let path = dir.path().join("user-config.toml");
         std::fs::write(&path, toml::to_string(&user).expect("serialises")).expect("write");
         path

@@ -466,7 +466,7 @@ fn duplicate_key_is_a_syntax_error_at_its_line() {
 fn unknown_key_at_top_level() {
     let f = Fixture::new().user("default_provider = 'a'\ndefault_provder = 'b'\n");
     let message = f.error(&f.user_file, "default_provder", 2);
-    assert!(message.contains("unknown key (expected one of: default_provider, providers, mcp_servers, permissions, limits, tools, telemetry, sandbox, hooks, compaction, store)"), "{message}");
+    assert!(message.contains("unknown key (expected one of: default_provider, providers, mcp_servers, permissions, limits, tools, telemetry, sandbox, hooks, compaction, store, web)"), "{message}");
 }
 
 #[test]
@@ -779,4 +779,55 @@ fn only_the_users_file_says_what_the_store_keeps() {
         .unwrap_err()
         .to_string();
     assert!(err.contains("keep_days"), "{err}");
+}
+
+#[test]
+fn only_the_users_file_opens_private_addresses_and_either_file_turns_web_fetch_off() {
+    let config = Fixture::new()
+        .user("[web]\nallow_private = [\"127.0.0.1:8080\", \"[::1]:3000\"]\n")
+        .load()
+        .unwrap();
+    assert!(config.web.enabled);
+    assert_eq!(
+        config.web.allow_private,
+        vec![
+            "127.0.0.1:8080".parse::<std::net::SocketAddr>().unwrap(),
+            "[::1]:3000".parse().unwrap()
+        ]
+    );
+    assert_eq!(
+        Fixture::new().load().unwrap().web,
+        troupe_config::WebSettings::default()
+    );
+    // A cloned repository must not open the user's network to fetches.
+    let err = Fixture::new()
+        .project("[web]\nallow_private = [\"127.0.0.1:22\"]\n")
+        .load()
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains(".troupe/config.toml") && err.contains("only the user's config file"),
+        "{err}"
+    );
+    // Either file turns the tool off; a project cannot turn it back on.
+    let off = Fixture::new()
+        .user("[web]\nenabled = false\n")
+        .project("[web]\nenabled = true\n")
+        .load()
+        .unwrap();
+    assert!(!off.web.enabled);
+    let off = Fixture::new()
+        .project("[web]\nenabled = false\n")
+        .load()
+        .unwrap();
+    assert!(!off.web.enabled);
+    let err = Fixture::new()
+        .user("[web]\nallow_private = [\"localhost\"]\n")
+        .load()
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("allow_private") && err.contains("localhost"),
+        "{err}"
+    );
 }

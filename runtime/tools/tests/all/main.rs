@@ -5,3 +5,4 @@ mod tools_bash;
 mod tools_files;
 mod tools_search;
 mod tools_support;
+mod tools_web;

@@ -309,6 +309,7 @@ fn good_arguments() -> Vec<(&'static str, serde_json::Value)> {
         ("task_output", json!({"id": "task_1"})),
         ("task_list", json!({})),
         ("task_kill", json!({"id": "task_1"})),
+        ("web_fetch", json!({"url": "https://example.com/"})),
     ]
 }
 
@@ -408,6 +409,28 @@ async fn malformed_arguments_for_every_tool_are_explained() {
     );
     assert!(
         err.contains("`output_mode`: \"everything\" is not one of"),
+        "{err}"
+    );
+    let err = err_text(
+        &h.call(
+            "web_fetch",
+            json!({"url": "https://example.com/", "max_chars": 100_001}),
+        )
+        .await,
+    );
+    assert!(
+        err.contains("`max_chars`: 100001 is greater than the maximum of 100000"),
+        "{err}"
+    );
+    let err = err_text(
+        &h.call(
+            "web_fetch",
+            json!({"url": "https://example.com/", "start_index": -1}),
+        )
+        .await,
+    );
+    assert!(
+        err.contains("`start_index`: -1 is less than the minimum of 0"),
         "{err}"
     );
     let err = err_text(&h.call_with(&h.ctx("c"), "no_such_tool", "{}").await);
