@@ -401,7 +401,7 @@ mod tests {
         assert!(rx.recv_timeout(WAIT).unwrap());
         assert!(store.group_commits() >= 1);
         drop(store);
-        let store = Store::open(dir.path()).unwrap();
+        let store = reopen(dir.path());
         let history = store.load_history("s1").unwrap();
         assert_eq!(history.messages, vec![Message::user_text("hello")]);
     }
