@@ -484,7 +484,7 @@ impl WebFetch {
                 let etag = header(ETAG);
                 let kind = convert::classify(header(CONTENT_TYPE).as_deref()).map_err(|media| {
                     format!(
-                        "{url} is `{media}`; web_fetch takes HTML, Markdown, plain text and \
+                        "{url} is {media}; web_fetch takes HTML, Markdown, plain text and \
                          JSON only"
                     )
                 })?;
@@ -505,7 +505,11 @@ impl WebFetch {
                 .ok_or_else(|| format!("{url} answered {status} without a usable Location"))?;
             let next = url
                 .join(location)
-                .map_err(|err| format!("{url} redirects to `{location}`, not a URL ({err})"))?;
+                // The server wrote it: a refusal, outside the untrusted-data
+                // frame, does not repeat it.
+                .map_err(|err| {
+                    format!("{url} redirects to a Location that is not a URL ({err})")
+                })?;
             check_url(&next)?;
             if hop >= MAX_REDIRECTS {
                 return Err(format!(
