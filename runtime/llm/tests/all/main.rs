@@ -1,5 +1,6 @@
 //! The integration tests of troupe-llm, gathered in one test binary.
 
+mod decoding;
 mod provider_fixtures;
 mod provider_http;
 mod provider_responses;

@@ -4,13 +4,14 @@
 
 use std::time::Duration;
 
+use crate::decoding::{chunked, collect};
 use bytes::Bytes;
-use futures::{Stream, StreamExt};
+use futures::Stream;
 use serde_json::{Value, json};
 use troupe_config::ResolvedProvider;
 use troupe_llm::{
-    ChatRequest, EventStream, ProviderError, ResponseAccumulator, ResponseMetadata, StreamEvent,
-    anthropic, openai,
+    ChatRequest, ProviderError, ResponseAccumulator, ResponseMetadata, StreamEvent, anthropic,
+    openai,
 };
 use troupe_protocol::model::Protocol;
 use troupe_protocol::model::{
@@ -21,7 +22,6 @@ use troupe_protocol::model::{ProviderErrorKind, SystemPrompt, ToolDefinition};
 const DATA: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/sse");
 /// Ways to cut a body into chunks: whole, byte by byte, and odd sizes.
 const CHUNKINGS: [usize; 4] = [usize::MAX, 1, 7, 61];
-const TEST_TIMEOUT: Duration = Duration::from_secs(10);
 
 fn fixture(name: &str) -> Vec<u8> {
     std::fs::read(format!("{DATA}/{name}")).unwrap()
@@ -31,23 +31,6 @@ fn expected(name: &str) -> Value {
     let all: Value =
         serde_json::from_slice(&std::fs::read(format!("{DATA}/EXPECTED.json")).unwrap()).unwrap();
     all[name].clone()
-}
-
-fn chunked(
-    bytes: Vec<u8>,
-    size: usize,
-) -> impl Stream<Item = Result<Bytes, ProviderError>> + Send + 'static {
-    let chunks: Vec<Result<Bytes, ProviderError>> = bytes
-        .chunks(size.min(bytes.len().max(1)))
-        .map(|chunk| Ok(Bytes::copy_from_slice(chunk)))
-        .collect();
-    futures::stream::iter(chunks)
-}
-
-async fn collect(stream: EventStream) -> Vec<Result<StreamEvent, ProviderError>> {
-    tokio::time::timeout(TEST_TIMEOUT, stream.collect::<Vec<_>>())
-        .await
-        .expect("decoding finished")
 }
 
 fn ok_events(results: Vec<Result<StreamEvent, ProviderError>>) -> Vec<StreamEvent> {

@@ -7,16 +7,14 @@
 
 use std::time::Duration;
 
-use bytes::Bytes;
-use futures::{Stream, StreamExt};
+use crate::decoding::{chunked, collect};
 use serde_json::value::RawValue;
 use serde_json::{Value, json};
 use troupe_config::ResolvedProvider;
 use troupe_llm::openai_responses::{self, OpenAiResponsesProvider};
 use troupe_llm::retry::RetryPolicy;
 use troupe_llm::{
-    ChatRequest, EventStream, Provider, ProviderError, ResponseAccumulator, ResponseMetadata,
-    StreamEvent,
+    ChatRequest, Provider, ProviderError, ResponseAccumulator, ResponseMetadata, StreamEvent,
 };
 use troupe_protocol::model::{
     Message, Protocol, ProviderErrorKind, StopReason, SystemPrompt, ToolCall, ToolDefinition,
@@ -36,23 +34,6 @@ const MODEL: &str = "gpt-5-2025-08-07";
 
 fn fixture(name: &str) -> String {
     std::fs::read_to_string(format!("{DATA}/{name}")).unwrap()
-}
-
-fn chunked(
-    bytes: Vec<u8>,
-    size: usize,
-) -> impl Stream<Item = Result<Bytes, ProviderError>> + Send + 'static {
-    let chunks: Vec<Result<Bytes, ProviderError>> = bytes
-        .chunks(size.min(bytes.len().max(1)))
-        .map(|chunk| Ok(Bytes::copy_from_slice(chunk)))
-        .collect();
-    futures::stream::iter(chunks)
-}
-
-async fn collect(stream: EventStream) -> Vec<Result<StreamEvent, ProviderError>> {
-    tokio::time::timeout(TEST_TIMEOUT, stream.collect::<Vec<_>>())
-        .await
-        .expect("decoding finished")
 }
 
 /// Decodes `body` at every chunking and checks they all agree.
