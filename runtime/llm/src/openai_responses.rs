@@ -143,12 +143,15 @@ pub(crate) fn effort_for_budget(budget: u32) -> &'static str {
 }
 
 /// Whether a stored reasoning block is a Responses reasoning item that can go
-/// back in `input`: a JSON object of type `reasoning` with an `id`, carrying
-/// its encrypted content unless the provider keeps responses (`store`).
-/// Anything else (another protocol's thinking) is left out.
+/// back in `input`, and as what: a JSON object of type `reasoning` with an
+/// `id`, carrying its encrypted content unless the provider keeps responses
+/// (`store`). With `store` it goes back as it came; without, it goes back
+/// without its `id`, since the provider kept no item to name and answers an
+/// item named by id with 404 ("Items are not persisted when `store` is set to
+/// false"). Anything else (another protocol's thinking) is left out.
 pub(crate) fn reasoning_item(data: &str, store: bool) -> Option<Box<RawValue>> {
-    let value: Value = serde_json::from_str(data).ok()?;
-    let object = value.as_object()?;
+    let mut value: Value = serde_json::from_str(data).ok()?;
+    let object = value.as_object_mut()?;
     if object.get("type").and_then(Value::as_str) != Some(REASONING_ITEM)
         || !object.get("id").is_some_and(Value::is_string)
     {
@@ -158,10 +161,14 @@ pub(crate) fn reasoning_item(data: &str, store: bool) -> Option<Box<RawValue>> {
         .get("encrypted_content")
         .and_then(Value::as_str)
         .is_some_and(|content| !content.is_empty());
-    if !store && !encrypted {
+    if store {
+        return RawValue::from_string(data.to_owned()).ok();
+    }
+    if !encrypted {
         return None;
     }
-    RawValue::from_string(data.to_owned()).ok()
+    object.remove("id");
+    serde_json::value::to_raw_value(&value).ok()
 }
 
 /// Whether a stored reasoning block came from this protocol (a Responses
@@ -902,7 +909,12 @@ mod tests {
     fn reasoning_items_go_back_only_when_they_can_be_used() {
         let encrypted =
             r#"{"type":"reasoning","id":"rs_1","summary":[],"encrypted_content":"gAAA"}"#;
-        assert_eq!(reasoning_item(encrypted, false).unwrap().get(), encrypted);
+        assert_eq!(reasoning_item(encrypted, true).unwrap().get(), encrypted);
+        // Without store the item goes back whole but for the id naming it.
+        assert_eq!(
+            reasoning_item(encrypted, false).unwrap().get(),
+            r#"{"encrypted_content":"gAAA","summary":[],"type":"reasoning"}"#
+        );
         // Without encrypted content only a provider that keeps responses knows it.
         assert!(reasoning_item(REASONING, false).is_none());
         assert_eq!(reasoning_item(REASONING, true).unwrap().get(), REASONING);

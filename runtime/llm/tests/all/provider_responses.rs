@@ -263,7 +263,7 @@ async fn two_parallel_calls_keep_their_own_arguments_by_item_id() {
 }
 
 #[tokio::test]
-async fn a_reasoning_summary_streams_as_thinking_and_the_item_goes_back_verbatim() {
+async fn a_reasoning_summary_streams_as_thinking_and_the_item_goes_back_without_its_id() {
     let name = "reasoning_summary.sse";
     let events = decode_ok(name).await;
     let item = done_item(name, 0);
@@ -286,14 +286,14 @@ async fn a_reasoning_summary_streams_as_thinking_and_the_item_goes_back_verbatim
     ]);
     let body = openai_responses::request_body(&config(Some(16_000)), &next).unwrap();
     let raw = String::from_utf8(body.clone()).unwrap();
-    assert!(
-        raw.contains(&item),
-        "the reasoning item is sent unchanged: {raw}"
-    );
     let value: Value = serde_json::from_str(&raw).unwrap();
     assert_eq!(value["include"], json!(["reasoning.encrypted_content"]));
     assert_eq!(value["reasoning"]["summary"], "auto");
-    assert_eq!(value["input"][1]["id"], "rs_68e0a4reason01");
+    // Whole but for the id: with store: false the provider kept no item to
+    // name, and answers an item named by id with 404.
+    let mut sent_back: Value = serde_json::from_str(&item).unwrap();
+    sent_back.as_object_mut().unwrap().remove("id");
+    assert_eq!(value["input"][1], sent_back, "{raw}");
     assert_request_body("reasoning_summary", &body);
 }
 

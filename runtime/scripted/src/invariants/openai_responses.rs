@@ -43,6 +43,18 @@ enum Kind<'a> {
 }
 
 fn classify<'a>(item: &'a Value, at: &str, stored: bool, out: &mut Findings) -> Kind<'a> {
+    // With store: false the provider keeps no item, so an item naming one by
+    // its `id` is answered "404 Item with id … not found. Items are not
+    // persisted when `store` is set to false".
+    if !stored && let Some(id) = item.get("id") {
+        out.push(
+            Rule::MalformedRequest,
+            format!(
+                "{at} carries the item id {id} in a request with store: false, where no item \
+                 is kept: the provider answers 404 (item not found)"
+            ),
+        );
+    }
     let role = item.get("role").and_then(Value::as_str);
     let kind = item
         .get("type")
@@ -107,10 +119,10 @@ fn classify<'a>(item: &'a Value, at: &str, stored: bool, out: &mut Findings) -> 
             }
         }
         Some("reasoning") => {
-            if !non_empty_str(item.get("id")) {
+            if stored && !non_empty_str(item.get("id")) {
                 out.push(
                     Rule::MalformedRequest,
-                    format!("{at} is a reasoning item without `id`"),
+                    format!("{at} is a reasoning item without `id` in a request with store: true"),
                 );
             }
             if !stored && !non_empty_str(item.get("encrypted_content")) {
@@ -293,8 +305,7 @@ mod tests {
 
     #[test]
     fn a_valid_history_passes() {
-        let reasoning =
-            json!({"type": "reasoning", "id": "rs_1", "summary": [], "encrypted_content": "gA"});
+        let reasoning = json!({"type": "reasoning", "summary": [], "encrypted_content": "gA"});
         let valid = body(json!([
             user("task"),
             reasoning,
@@ -350,12 +361,22 @@ mod tests {
 
     #[test]
     fn shapes_are_checked() {
-        let unsigned =
-            body(json!([user("t"), {"type": "reasoning", "id": "rs_1", "summary": []}, user("u")]));
+        let unsigned = body(json!([user("t"), {"type": "reasoning", "summary": []}, user("u")]));
         assert_eq!(rules(&unsigned), [Rule::UnsignedThinking]);
-        let mut stored = unsigned.clone();
+        let by_id =
+            json!([user("t"), {"type": "reasoning", "id": "rs_1", "summary": []}, user("u")]);
+        let mut stored = body(by_id.clone());
         stored["store"] = json!(true);
         assert_eq!(rules(&stored), []);
+        // Without store no item can be named by its id: the real API answers 404.
+        assert_eq!(
+            rules(&body(by_id)),
+            [Rule::MalformedRequest, Rule::UnsignedThinking]
+        );
+        let mut anonymous =
+            body(json!([user("t"), {"type": "reasoning", "summary": []}, user("u")]));
+        anonymous["store"] = json!(true);
+        assert_eq!(rules(&anonymous), [Rule::MalformedRequest]);
         assert_eq!(
             rules(&body(
                 json!([{"type": "message", "role": "tool", "content": "x"}])
