@@ -14,7 +14,7 @@
 //! nothing. The user's own global configuration still applies (it lies
 //! outside every writable root).
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 /// The `-c` settings Troupe's own git runs with: nothing the repository
 /// names runs, nothing widens where git works.
@@ -44,6 +44,17 @@ pub const GIT_ENV: [(&str, &str); 4] = [
 /// that cannot be confined runs with the overrides alone, and says so in
 /// the log).
 pub fn git_command(dir: &Path, args: &[&str]) -> tokio::process::Command {
+    git_command_writing(dir, args, &[])
+}
+
+/// [`git_command`] for a git that must write: it may write below each of
+/// `writable` (a store of Troupe's own, a work tree it restores) and
+/// nowhere else, confined as above otherwise.
+pub fn git_command_writing(
+    dir: &Path,
+    args: &[&str],
+    writable: &[PathBuf],
+) -> tokio::process::Command {
     let mut command = tokio::process::Command::new("git");
     for setting in GIT_OVERRIDES {
         command.arg("-c").arg(setting);
@@ -54,7 +65,7 @@ pub fn git_command(dir: &Path, args: &[&str]) -> tokio::process::Command {
         .envs(GIT_ENV)
         .stdin(std::process::Stdio::null())
         .kill_on_drop(true);
-    if let Err(err) = crate::os_sandbox::confine_read_only(&mut command) {
+    if let Err(err) = crate::os_sandbox::confine_writing_only(&mut command, writable) {
         tracing::warn!(%err, "git runs unconfined");
     }
     command
