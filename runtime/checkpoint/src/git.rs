@@ -27,6 +27,16 @@ const REDIRECTING_ENV: [&str; 9] = [
     "GIT_QUARANTINE_PATH",
 ];
 
+/// Settings of the store's own index, after (so over) the overrides of
+/// every Troupe git: the untracked cache and a split index make staging a
+/// large work tree cheaper; both live in the store's index only.
+const STORE_SETTINGS: [&str; 4] = [
+    "-c",
+    "core.untrackedCache=true",
+    "-c",
+    "core.splitIndex=true",
+];
+
 /// The identity of the store's commits.
 const IDENTITY_ENV: [(&str, &str); 4] = [
     ("GIT_AUTHOR_NAME", "Troupe"),
@@ -77,7 +87,8 @@ impl StoreGit {
         if writes == Writes::StoreAndWorkTree {
             writable.push(self.project.clone());
         }
-        let mut command = git_command_writing(&self.project, args, &writable);
+        let with_settings: Vec<&str> = STORE_SETTINGS.iter().chain(args).copied().collect();
+        let mut command = git_command_writing(&self.project, &with_settings, &writable);
         for name in REDIRECTING_ENV {
             command.env_remove(name);
         }

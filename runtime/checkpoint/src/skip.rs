@@ -252,6 +252,22 @@ pub(crate) fn add_pathspecs(skipped: &[SkippedPath]) -> Vec<u8> {
     out
 }
 
+/// NUL-separated pathspecs leaving out every build folder, at the top and
+/// below. Pure.
+pub(crate) fn build_folder_exclusions() -> Vec<u8> {
+    let mut out = Vec::new();
+    for name in BUILD_FOLDERS {
+        for pattern in [
+            format!(":(exclude){name}/*"),
+            format!(":(exclude)*/{name}/*"),
+        ] {
+            out.extend_from_slice(pattern.as_bytes());
+            out.push(0);
+        }
+    }
+    out
+}
+
 /// The NUL-separated literal pathspecs naming each of `paths`. Pure.
 pub(crate) fn literal_pathspecs<'a>(paths: impl IntoIterator<Item = &'a [u8]>) -> Vec<u8> {
     let mut out = Vec::new();
@@ -351,6 +367,15 @@ mod tests {
         });
         let paths: Vec<&str> = skipped.iter().map(|s| s.skipped.path.as_str()).collect();
         assert_eq!(paths, ["web/node_modules", "web/a/dist"]);
+    }
+
+    #[test]
+    fn build_folders_are_excluded_at_the_top_and_below() {
+        let specs = build_folder_exclusions();
+        let specs: Vec<&[u8]> = specs.split(|&b| b == 0).filter(|s| !s.is_empty()).collect();
+        assert_eq!(specs.len(), BUILD_FOLDERS.len() * 2);
+        assert!(specs.contains(&&b":(exclude)node_modules/*"[..]));
+        assert!(specs.contains(&&b":(exclude)*/target/*"[..]));
     }
 
     #[test]

@@ -10,6 +10,8 @@
 //! `index.lock`.
 
 use std::collections::HashMap;
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
@@ -23,7 +25,8 @@ use crate::record::{
     ref_number, session_prefix, session_ref,
 };
 use crate::skip::{
-    Skipped, SkippedPath, add_pathspecs, literal_pathspecs, measure_entry, skipped_entries,
+    Skipped, SkippedPath, add_pathspecs, build_folder_exclusions, build_folder_of,
+    literal_pathspecs, measure_entry, skipped_entries,
 };
 
 /// Pathspecs are read from standard input, NUL-separated (no length limit,
@@ -74,6 +77,20 @@ pub struct CheckpointStore {
     /// Each session's last checkpoint, as far as known; the lock every
     /// operation holds.
     heads: Mutex<HashMap<String, Option<Head>>>,
+    /// What the last staging skipped (none of it is in the store's index),
+    /// `None` when unknown (a new store value, or after a restore rewrote
+    /// the index).
+    last_skipped: std::sync::Mutex<Option<LastStaging>>,
+}
+
+/// What the last staging left in the store's index.
+#[derive(Debug, Clone)]
+struct LastStaging {
+    /// What it skipped (none of it is in the index).
+    skipped: Vec<SkippedPath>,
+    /// Whether the index holds a path inside a build folder (one the user
+    /// tracks).
+    holds_build_folders: bool,
 }
 
 /// The store's name for a project root: the 64-bit FNV-1a hash of its
@@ -91,6 +108,21 @@ pub fn store_key(canonical_project: &Path) -> String {
             (hash ^ u64::from(byte)).wrapping_mul(PRIME)
         });
     format!("{hash:016x}")
+}
+
+/// How the skipped paths changed from `previous` to `now`: those newly
+/// skipped and those no longer skipped. Pure.
+pub(crate) fn skip_changes(
+    previous: &[SkippedPath],
+    now: &[SkippedPath],
+) -> (Vec<Vec<u8>>, Vec<Vec<u8>>) {
+    let absent = |from: &[SkippedPath], of: &[SkippedPath]| -> Vec<Vec<u8>> {
+        from.iter()
+            .filter(|path| !of.iter().any(|other| other.raw == path.raw))
+            .map(|path| path.raw.clone())
+            .collect()
+    };
+    (absent(now, previous), absent(previous, now))
 }
 
 /// The order sessions are dropped in by [`CheckpointStore::prune`]: by the
@@ -128,6 +160,7 @@ impl CheckpointStore {
         let store = Self {
             git,
             heads: Mutex::new(HashMap::new()),
+            last_skipped: std::sync::Mutex::new(None),
         };
         if !store.git.git_dir.join("HEAD").is_file() {
             store.create().await?;
@@ -244,7 +277,87 @@ impl CheckpointStore {
 
     /// Stages the work tree into the store's index as a snapshot does; the
     /// tree written and what was skipped.
+    ///
+    /// The list of untracked entries and `git add` each walk the work tree:
+    /// once the store knows what the last staging skipped, both run at once,
+    /// the add leaving out what was skipped last time, and only a change in
+    /// what is skipped costs one more git command.
     async fn stage(&self) -> Result<(String, Vec<SkippedPath>), CheckpointError> {
+        let previous = self.take_last_skipped();
+        let (skipped, holds_build_folders) = match previous {
+            None => {
+                let skipped = self.untracked_skips().await?;
+                self.unstage(skipped.iter().map(|path| path.raw.as_slice()))
+                    .await?;
+                self.add(&add_pathspecs(&skipped)).await?;
+                let staged = self
+                    .git
+                    .run(&["ls-files", "-z"], None, Writes::Store, Index::Own)
+                    .await?;
+                let holds = staged
+                    .split(|&b| b == 0)
+                    .any(|path| build_folder_of(path).is_some());
+                (skipped, holds)
+            }
+            Some(LastStaging {
+                skipped: previous,
+                holds_build_folders,
+            }) => {
+                let mut pathspecs = add_pathspecs(&previous);
+                // A build folder appearing meanwhile is not read: unless the
+                // user tracks one, none is in the index to keep up to date.
+                if !holds_build_folders {
+                    pathspecs.extend(build_folder_exclusions());
+                }
+                let (skipped, added) = tokio::join!(self.untracked_skips(), self.add(&pathspecs));
+                let skipped = skipped?;
+                added?;
+                let (newly, freed) = skip_changes(&previous, &skipped);
+                // A path captured before and skipped now leaves the index,
+                // so a restore leaves it alone.
+                self.unstage(newly.iter().map(|raw| raw.as_slice())).await?;
+                // Those no longer skipped are added, if they still exist (a
+                // name matching nothing is an error to `git add`).
+                let project = &self.git.project;
+                let freed =
+                    literal_pathspecs(freed.iter().map(|raw| raw.as_slice()).filter(|raw| {
+                        project
+                            .join(OsStr::from_bytes(raw))
+                            .symlink_metadata()
+                            .is_ok()
+                    }));
+                if !freed.is_empty() {
+                    self.add(&freed).await?;
+                }
+                (skipped, holds_build_folders)
+            }
+        };
+        let out = self
+            .git
+            .run(&["write-tree"], None, Writes::Store, Index::Own)
+            .await?;
+        let tree = one_line("write-tree", &out)?;
+        *self.lock_last_skipped() = Some(LastStaging {
+            skipped: skipped.clone(),
+            holds_build_folders,
+        });
+        Ok((tree, skipped))
+    }
+
+    /// What the last staging skipped, forgotten until a staging succeeds
+    /// again (a failed one leaves the index unknown).
+    fn take_last_skipped(&self) -> Option<LastStaging> {
+        self.lock_last_skipped().take()
+    }
+
+    fn lock_last_skipped(&self) -> std::sync::MutexGuard<'_, Option<LastStaging>> {
+        self.last_skipped
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// The untracked entries of the work tree a snapshot skips.
+    async fn untracked_skips(&self) -> Result<Vec<SkippedPath>, CheckpointError> {
         let listing = match user_untracked(&self.git.project).await {
             Some(listing) => listing,
             None => {
@@ -261,24 +374,19 @@ impl CheckpointStore {
             }
         };
         let project = &self.git.project;
-        let skipped = skipped_entries(&listing, |path, is_dir| {
+        Ok(skipped_entries(&listing, |path, is_dir| {
             measure_entry(project, path, is_dir)
-        });
-        // A path captured before and skipped now leaves the index, so a
-        // restore leaves it alone.
-        self.unstage(skipped.iter().map(|path| path.raw.as_slice()))
-            .await?;
+        }))
+    }
+
+    /// `git add -A` of the NUL-separated `pathspecs`.
+    async fn add(&self, pathspecs: &[u8]) -> Result<(), CheckpointError> {
         let mut args = vec!["add", "-A"];
         args.extend(PATHSPECS_FROM_STDIN);
-        let specs = add_pathspecs(&skipped);
         self.git
-            .run(&args, Some(&specs), Writes::Store, Index::Own)
+            .run(&args, Some(pathspecs), Writes::Store, Index::Own)
             .await?;
-        let out = self
-            .git
-            .run(&["write-tree"], None, Writes::Store, Index::Own)
-            .await?;
-        Ok((one_line("write-tree", &out)?, skipped))
+        Ok(())
     }
 
     /// Takes `paths` out of the store's index (their files stay as they
@@ -454,6 +562,9 @@ impl CheckpointStore {
                 .map(|skipped| skipped.path.as_bytes()),
         )
         .await?;
+        // The read rewrites the index: what was skipped must be looked for
+        // again at the next staging.
+        self.take_last_skipped();
         // The index holds `before`'s tree with the stat data of the files on
         // disk: `--reset -u` rewrites only what differs and removes the
         // index's paths the target lacks, as `reset --hard` does.
@@ -655,6 +766,27 @@ mod tests {
         assert_eq!(prune_order(Vec::new(), &[]), Vec::<String>::new());
         let tied = vec![("b".to_owned(), 1), ("a".to_owned(), 1)];
         assert_eq!(prune_order(tied, &[]), ["a", "b"]);
+    }
+
+    #[test]
+    fn changes_in_what_is_skipped_are_found_both_ways() {
+        let skipped = |paths: &[&str]| -> Vec<SkippedPath> {
+            paths
+                .iter()
+                .map(|path| SkippedPath {
+                    raw: path.as_bytes().to_vec(),
+                    skipped: Skipped {
+                        path: (*path).to_owned(),
+                        reason: crate::skip::SkipReason::BuildFolder,
+                    },
+                })
+                .collect()
+        };
+        let (newly, freed) = skip_changes(&skipped(&["a", "b"]), &skipped(&["b", "c"]));
+        assert_eq!(newly, [b"c".to_vec()]);
+        assert_eq!(freed, [b"a".to_vec()]);
+        let (newly, freed) = skip_changes(&skipped(&["a"]), &skipped(&["a"]));
+        assert!(newly.is_empty() && freed.is_empty());
     }
 
     #[test]

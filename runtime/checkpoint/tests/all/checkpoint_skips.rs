@@ -171,3 +171,63 @@ async fn a_file_that_grows_past_the_limit_leaves_the_store_and_is_left_alone() {
     assert_eq!(project.read("keep.txt"), "2");
     assert_eq!(project.read("data.csv"), "small");
 }
+
+/// Whether the store holds a blob of `content`.
+fn store_has_blob(project: &Project, content: &str) -> bool {
+    let store_dir = std::fs::read_dir(project.home.join("checkpoints"))
+        .unwrap()
+        .flatten()
+        .next()
+        .unwrap()
+        .path();
+    let hash = std::process::Command::new("git")
+        .args(["hash-object", "--stdin"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .and_then(|mut child| {
+            use std::io::Write;
+            child.stdin.take().unwrap().write_all(content.as_bytes())?;
+            child.wait_with_output()
+        })
+        .unwrap();
+    let hash = String::from_utf8(hash.stdout).unwrap();
+    std::process::Command::new("git")
+        .arg("--git-dir")
+        .arg(&store_dir)
+        .args(["cat-file", "-e", hash.trim()])
+        .status()
+        .unwrap()
+        .success()
+}
+
+#[tokio::test]
+async fn a_build_folder_appearing_between_snapshots_is_never_read_into_the_store() {
+    let project = Project::plain();
+    project.write("src/a.rs", "a");
+    let store = project.store().await;
+    store.snapshot(meta("s", 1)).await.unwrap();
+    project.write("node_modules/dep/index.js", "dependency 8d1f");
+    project.write("web/dist/app.js", "bundle 77c2");
+    project.write("src/b.rs", "b 31aa");
+    let second = store.snapshot(meta("s", 2)).await.unwrap();
+    let recorded: Vec<String> = skipped(&second).into_iter().map(|s| s.0).collect();
+    assert_eq!(recorded, ["node_modules", "web/dist"]);
+    assert!(store_has_blob(&project, "b 31aa"));
+    assert!(!store_has_blob(&project, "dependency 8d1f"));
+    assert!(!store_has_blob(&project, "bundle 77c2"));
+}
+
+#[tokio::test]
+async fn a_build_folder_the_user_tracks_is_captured_and_kept_up_to_date() {
+    let project = Project::repository(&[("build/script.sh", "v1"), ("a", "1")]);
+    let store = project.store().await;
+    let first = store.snapshot(meta("s", 1)).await.unwrap();
+    assert_eq!(first.record.skipped, []);
+    project.write("build/script.sh", "v2 5e0b");
+    let second = store.snapshot(meta("s", 2)).await.unwrap();
+    assert!(!second.record.unchanged);
+    assert!(store_has_blob(&project, "v2 5e0b"));
+    store.restore(&first, meta("s", 3)).await.unwrap();
+    assert_eq!(project.read("build/script.sh"), "v1");
+}
