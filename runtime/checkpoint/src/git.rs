@@ -130,17 +130,29 @@ pub(crate) async fn user_untracked(project: &Path) -> Option<Vec<u8>> {
         "--directory",
         "--exclude-standard",
     ];
-    let mut command = troupe_process::git_command::git_command(project, &args);
+    user_listing(project, &args).await
+}
+
+/// `git ARGS` on the repository holding `project`, read-only.
+async fn user_listing(project: &Path, args: &[&str]) -> Option<Vec<u8>> {
+    let mut command = troupe_process::git_command::git_command(project, args);
     for name in REDIRECTING_ENV {
         command.env_remove(name);
     }
-    match output(command, &args, None).await {
+    match output(command, args, None).await {
         Ok(listing) => Some(listing),
         Err(err) => {
             tracing::debug!(%err, "the project is not read as a git repository");
             None
         }
     }
+}
+
+/// The user's own list of tracked files (`ls-files -z`), read from the
+/// repository holding `project` without writing anything; `None` when
+/// `project` is not in a git repository git can read.
+pub(crate) async fn user_tracked(project: &Path) -> Option<Vec<u8>> {
+    user_listing(project, &["ls-files", "-z"]).await
 }
 
 /// Runs `command` (whose arguments were `args`), feeding it `stdin`.

@@ -84,6 +84,13 @@ pub(crate) struct SkippedPath {
     pub skipped: Skipped,
 }
 
+impl SkippedPath {
+    /// Whether it is a build folder (ignored by the store).
+    pub(crate) fn is_build_folder(&self) -> bool {
+        self.skipped.reason == SkipReason::BuildFolder
+    }
+}
+
 /// What is known of one untracked entry when deciding on it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Measure {
@@ -244,7 +251,9 @@ fn count_files(dir: &Path, limit: usize) -> (usize, Vec<PathBuf>) {
 /// wildcard). Pure.
 pub(crate) fn add_pathspecs(skipped: &[SkippedPath]) -> Vec<u8> {
     let mut out = b".\0".to_vec();
-    for path in skipped {
+    // Build folders are the store's ignored paths already; git refuses to
+    // be given an ignored name, even to leave it out.
+    for path in skipped.iter().filter(|path| !path.is_build_folder()) {
         out.extend_from_slice(b":(exclude,literal)");
         out.extend_from_slice(&path.raw);
         out.push(0);
@@ -252,18 +261,12 @@ pub(crate) fn add_pathspecs(skipped: &[SkippedPath]) -> Vec<u8> {
     out
 }
 
-/// NUL-separated pathspecs leaving out every build folder, at the top and
-/// below. Pure.
-pub(crate) fn build_folder_exclusions() -> Vec<u8> {
-    let mut out = Vec::new();
+/// The store's `info/exclude`: every build folder, at any depth. Pure.
+pub fn build_folder_excludes() -> String {
+    let mut out = String::from("# Build and dependency folders: never staged unless tracked.\n");
     for name in BUILD_FOLDERS {
-        for pattern in [
-            format!(":(exclude){name}/*"),
-            format!(":(exclude)*/{name}/*"),
-        ] {
-            out.extend_from_slice(pattern.as_bytes());
-            out.push(0);
-        }
+        out.push_str(name);
+        out.push_str("/\n");
     }
     out
 }
@@ -350,6 +353,8 @@ mod tests {
             b":(literal)a*[b]? c\0"
         );
         assert_eq!(add_pathspecs(&[]), b".\0");
+        let folder = skipped_entries(b"node_modules/\0", |_, _| None);
+        assert_eq!(add_pathspecs(&folder), b".\0");
     }
 
     #[test]
@@ -370,12 +375,11 @@ mod tests {
     }
 
     #[test]
-    fn build_folders_are_excluded_at_the_top_and_below() {
-        let specs = build_folder_exclusions();
-        let specs: Vec<&[u8]> = specs.split(|&b| b == 0).filter(|s| !s.is_empty()).collect();
-        assert_eq!(specs.len(), BUILD_FOLDERS.len() * 2);
-        assert!(specs.contains(&&b":(exclude)node_modules/*"[..]));
-        assert!(specs.contains(&&b":(exclude)*/target/*"[..]));
+    fn every_build_folder_is_excluded_as_a_directory() {
+        let excludes = build_folder_excludes();
+        assert_eq!(excludes.lines().count(), BUILD_FOLDERS.len() + 1);
+        assert!(excludes.lines().any(|line| line == "node_modules/"));
+        assert!(excludes.lines().skip(1).all(|line| line.ends_with('/')));
     }
 
     #[test]

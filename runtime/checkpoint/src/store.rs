@@ -19,14 +19,14 @@ use tokio::sync::Mutex;
 
 use crate::CheckpointError;
 use crate::diff::{CheckpointDiff, DiffTarget, FileChange, parse_changes};
-use crate::git::{Index, StoreGit, Writes, one_line, user_untracked};
+use crate::git::{Index, StoreGit, Writes, one_line, user_tracked, user_untracked};
 use crate::record::{
     Checkpoint, CheckpointRecord, SnapshotMeta, check_session_id, decode_message, encode_message,
     ref_number, session_prefix, session_ref,
 };
 use crate::skip::{
-    Skipped, SkippedPath, add_pathspecs, build_folder_exclusions, build_folder_of,
-    literal_pathspecs, measure_entry, skipped_entries,
+    Skipped, SkippedPath, add_pathspecs, build_folder_excludes, build_folder_of, literal_pathspecs,
+    measure_entry, skipped_entries,
 };
 
 /// Pathspecs are read from standard input, NUL-separated (no length limit,
@@ -80,17 +80,7 @@ pub struct CheckpointStore {
     /// What the last staging skipped (none of it is in the store's index),
     /// `None` when unknown (a new store value, or after a restore rewrote
     /// the index).
-    last_skipped: std::sync::Mutex<Option<LastStaging>>,
-}
-
-/// What the last staging left in the store's index.
-#[derive(Debug, Clone)]
-struct LastStaging {
-    /// What it skipped (none of it is in the index).
-    skipped: Vec<SkippedPath>,
-    /// Whether the index holds a path inside a build folder (one the user
-    /// tracks).
-    holds_build_folders: bool,
+    last_skipped: std::sync::Mutex<Option<Vec<SkippedPath>>>,
 }
 
 /// The store's name for a project root: the 64-bit FNV-1a hash of its
@@ -108,6 +98,30 @@ pub fn store_key(canonical_project: &Path) -> String {
             (hash ^ u64::from(byte)).wrapping_mul(PRIME)
         });
     format!("{hash:016x}")
+}
+
+/// The paths of `listing` (git's `ls-files -z`) inside build folders.
+/// Pure.
+pub(crate) fn tracked_in_build_folders(listing: &[u8]) -> Vec<Vec<u8>> {
+    listing
+        .split(|&b| b == 0)
+        .filter(|path| !path.is_empty() && build_folder_of(path).is_some())
+        .map(<[u8]>::to_vec)
+        .collect()
+}
+
+/// Those of `paths` (relative to `project`) that exist (a name matching
+/// nothing is an error to `git add`).
+fn existing<'a>(
+    project: &'a Path,
+    paths: impl Iterator<Item = &'a Vec<u8>> + 'a,
+) -> impl Iterator<Item = &'a [u8]> + 'a {
+    paths.map(Vec::as_slice).filter(move |raw| {
+        project
+            .join(OsStr::from_bytes(raw))
+            .symlink_metadata()
+            .is_ok()
+    })
 }
 
 /// How the skipped paths changed from `previous` to `now`: those newly
@@ -165,6 +179,7 @@ impl CheckpointStore {
         if !store.git.git_dir.join("HEAD").is_file() {
             store.create().await?;
         }
+        store.write_exclusions()?;
         Ok(store)
     }
 
@@ -184,6 +199,20 @@ impl CheckpointStore {
         std::fs::write(&description, about).map_err(io_error(&description))?;
         tracing::debug!(store = %dir.display(), "checkpoint store created");
         Ok(())
+    }
+
+    /// Writes the store's `info/exclude`: the build folders
+    /// ([`crate::skip::BUILD_FOLDERS`]), which staging never reads (unless
+    /// the user tracks files in them). Written when it differs.
+    fn write_exclusions(&self) -> Result<(), CheckpointError> {
+        let info = self.git.git_dir.join("info");
+        let path = info.join("exclude");
+        let wanted = build_folder_excludes();
+        if std::fs::read_to_string(&path).ok().as_deref() == Some(wanted.as_str()) {
+            return Ok(());
+        }
+        std::fs::create_dir_all(&info).map_err(io_error(&info))?;
+        std::fs::write(&path, wanted).map_err(io_error(&path))
     }
 
     /// The store's git directory.
@@ -283,74 +312,70 @@ impl CheckpointStore {
     /// the add leaving out what was skipped last time, and only a change in
     /// what is skipped costs one more git command.
     async fn stage(&self) -> Result<(String, Vec<SkippedPath>), CheckpointError> {
+        let project = &self.git.project;
         let previous = self.take_last_skipped();
-        let (skipped, holds_build_folders) = match previous {
+        let (skipped, user_tracked) = match previous {
             None => {
-                let skipped = self.untracked_skips().await?;
+                let (skipped, user_tracked) =
+                    tokio::join!(self.untracked_skips(), user_tracked(project));
+                let skipped = skipped?;
                 self.unstage(skipped.iter().map(|path| path.raw.as_slice()))
                     .await?;
-                self.add(&add_pathspecs(&skipped)).await?;
-                let staged = self
-                    .git
-                    .run(&["ls-files", "-z"], None, Writes::Store, Index::Own)
-                    .await?;
-                let holds = staged
-                    .split(|&b| b == 0)
-                    .any(|path| build_folder_of(path).is_some());
-                (skipped, holds)
+                self.add(&add_pathspecs(&skipped), false).await?;
+                (skipped, user_tracked)
             }
-            Some(LastStaging {
-                skipped: previous,
-                holds_build_folders,
-            }) => {
-                let mut pathspecs = add_pathspecs(&previous);
-                // A build folder appearing meanwhile is not read: unless the
-                // user tracks one, none is in the index to keep up to date.
-                if !holds_build_folders {
-                    pathspecs.extend(build_folder_exclusions());
-                }
-                let (skipped, added) = tokio::join!(self.untracked_skips(), self.add(&pathspecs));
+            Some(previous) => {
+                let pathspecs = add_pathspecs(&previous);
+                let (skipped, user_tracked, added) = tokio::join!(
+                    self.untracked_skips(),
+                    user_tracked(project),
+                    self.add(&pathspecs, false)
+                );
                 let skipped = skipped?;
                 added?;
                 let (newly, freed) = skip_changes(&previous, &skipped);
                 // A path captured before and skipped now leaves the index,
                 // so a restore leaves it alone.
                 self.unstage(newly.iter().map(|raw| raw.as_slice())).await?;
-                // Those no longer skipped are added, if they still exist (a
-                // name matching nothing is an error to `git add`).
-                let project = &self.git.project;
-                let freed =
-                    literal_pathspecs(freed.iter().map(|raw| raw.as_slice()).filter(|raw| {
-                        project
-                            .join(OsStr::from_bytes(raw))
-                            .symlink_metadata()
-                            .is_ok()
-                    }));
+                // Those no longer skipped are added (but a build folder
+                // stays ignored by the store).
+                let freed: Vec<Vec<u8>> = freed
+                    .into_iter()
+                    .filter(|raw| build_folder_of(raw).is_none())
+                    .collect();
+                let freed = literal_pathspecs(existing(project, freed.iter()));
                 if !freed.is_empty() {
-                    self.add(&freed).await?;
+                    self.add(&freed, false).await?;
                 }
-                (skipped, holds_build_folders)
+                (skipped, user_tracked)
             }
         };
+        // The store ignores build folders (its `info/exclude`), but not the
+        // files in them the user tracks.
+        let tracked_in_build_folders = user_tracked
+            .as_deref()
+            .map(tracked_in_build_folders)
+            .unwrap_or_default();
+        let forced = literal_pathspecs(existing(project, tracked_in_build_folders.iter()));
+        if !forced.is_empty() {
+            self.add(&forced, true).await?;
+        }
         let out = self
             .git
             .run(&["write-tree"], None, Writes::Store, Index::Own)
             .await?;
         let tree = one_line("write-tree", &out)?;
-        *self.lock_last_skipped() = Some(LastStaging {
-            skipped: skipped.clone(),
-            holds_build_folders,
-        });
+        *self.lock_last_skipped() = Some(skipped.clone());
         Ok((tree, skipped))
     }
 
     /// What the last staging skipped, forgotten until a staging succeeds
     /// again (a failed one leaves the index unknown).
-    fn take_last_skipped(&self) -> Option<LastStaging> {
+    fn take_last_skipped(&self) -> Option<Vec<SkippedPath>> {
         self.lock_last_skipped().take()
     }
 
-    fn lock_last_skipped(&self) -> std::sync::MutexGuard<'_, Option<LastStaging>> {
+    fn lock_last_skipped(&self) -> std::sync::MutexGuard<'_, Option<Vec<SkippedPath>>> {
         self.last_skipped
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -361,12 +386,14 @@ impl CheckpointStore {
         let listing = match user_untracked(&self.git.project).await {
             Some(listing) => listing,
             None => {
+                // The project's `.gitignore` files, not the store's own
+                // exclusions: build folders are listed, to be recorded.
                 let args = [
                     "ls-files",
                     "-z",
                     "--others",
                     "--directory",
-                    "--exclude-standard",
+                    "--exclude-per-directory=.gitignore",
                 ];
                 self.git
                     .run(&args, None, Writes::Store, Index::Empty)
@@ -379,9 +406,13 @@ impl CheckpointStore {
         }))
     }
 
-    /// `git add -A` of the NUL-separated `pathspecs`.
-    async fn add(&self, pathspecs: &[u8]) -> Result<(), CheckpointError> {
+    /// `git add -A` of the NUL-separated `pathspecs`; `force` adds them even
+    /// where the store ignores them.
+    async fn add(&self, pathspecs: &[u8], force: bool) -> Result<(), CheckpointError> {
         let mut args = vec!["add", "-A"];
+        if force {
+            args.push("--force");
+        }
         args.extend(PATHSPECS_FROM_STDIN);
         self.git
             .run(&args, Some(pathspecs), Writes::Store, Index::Own)
@@ -766,6 +797,16 @@ mod tests {
         assert_eq!(prune_order(Vec::new(), &[]), Vec::<String>::new());
         let tied = vec![("b".to_owned(), 1), ("a".to_owned(), 1)];
         assert_eq!(prune_order(tied, &[]), ["a", "b"]);
+    }
+
+    #[test]
+    fn tracked_files_in_build_folders_are_picked_out() {
+        let listing = b"src/a.rs\0build/run.sh\0x/node_modules/y\0\0";
+        assert_eq!(
+            tracked_in_build_folders(listing),
+            [b"build/run.sh".to_vec(), b"x/node_modules/y".to_vec()]
+        );
+        assert!(tracked_in_build_folders(b"").is_empty());
     }
 
     #[test]
