@@ -627,10 +627,11 @@ impl CheckpointStore {
             })?
     }
 
-    /// Brings the store under `max_bytes` if it is over: drops the
-    /// checkpoints of whole sessions, those whose newest checkpoint is oldest
-    /// first, never a session in `keep`, and collects the garbage after each,
-    /// until the size is under the bound or only kept sessions are left.
+    /// Brings the store under `max_bytes` if it is over: collects the
+    /// garbage (packing loose objects), then drops the checkpoints of whole
+    /// sessions, those whose newest checkpoint is oldest first, never a
+    /// session in `keep`, collecting the garbage after each, until the size
+    /// is under the bound or only kept sessions are left.
     pub async fn prune(
         &self,
         max_bytes: u64,
@@ -644,6 +645,12 @@ impl CheckpointStore {
             removed_sessions: Vec::new(),
         };
         if bytes_before <= max_bytes {
+            return Ok(report);
+        }
+        // Packing what is loose may be enough.
+        self.collect_garbage().await?;
+        report.bytes_after = self.size().await?;
+        if report.bytes_after <= max_bytes {
             return Ok(report);
         }
         let out = self
