@@ -29,12 +29,15 @@ const REDIRECTING_ENV: [&str; 9] = [
 
 /// Settings of the store's own index, after (so over) the overrides of
 /// every Troupe git: the untracked cache and a split index make staging a
-/// large work tree cheaper; both live in the store's index only.
-const STORE_SETTINGS: [&str; 4] = [
+/// large work tree cheaper; both live in the store's index only. A shared
+/// index replaced is deleted at once rather than kept for two weeks.
+const STORE_SETTINGS: [&str; 6] = [
     "-c",
     "core.untrackedCache=true",
     "-c",
     "core.splitIndex=true",
+    "-c",
+    "splitIndex.sharedIndexExpire=now",
 ];
 
 /// The identity of the store's commits.

@@ -15,8 +15,8 @@
 //! Git runs through `troupe_process::git_command` (nothing a repository
 //! names runs, writes confined to the store and, while restoring, the work
 //! tree), with `GIT_DIR`, `GIT_WORK_TREE` and `GIT_INDEX_FILE` naming the
-//! store: the user's own `.git` is only ever read (its list of untracked
-//! files), never written. Beside this root: `record` (what a checkpoint
+//! store: the user's own `.git` is only ever read (its lists of tracked and
+//! untracked files), never written. Beside this root: `record` (what a checkpoint
 //! says and how it is kept in its commit), `skip` (what a snapshot leaves
 //! out), `diff` (reading git's diff output), `git` (running the store's
 //! git) and `store` (the store itself).

@@ -3,19 +3,22 @@
 //! "Untracked" means: not in the user's git index when the project is a git
 //! repository (git's own `ls-files --others --directory` list: a directory
 //! none of whose files the user tracks is one entry), and any file when it is
-//! not (the same list against an empty index: each top-level entry not
-//! ignored). Ignored paths (`.gitignore` files, the user's global excludes)
-//! are never listed: they are left out without being skipped. Of the
-//! untracked entries, a snapshot skips:
+//! not (the same list against an empty index, honouring the `.gitignore`
+//! files: each top-level entry not ignored). Ignored paths are never listed:
+//! they are left out without being skipped. Of the untracked entries, a
+//! snapshot skips:
 //! - any entry inside or naming a build or dependency folder
-//!   ([`BUILD_FOLDERS`]), as that folder;
+//!   ([`BUILD_FOLDERS`]), as that folder, and the build folders inside an
+//!   untracked directory that is kept;
 //! - a directory holding [`MAX_UNTRACKED_DIR_FILES`] files or more (counted
-//!   below it, counting stops there);
+//!   below it, outside build folders; counting stops there);
 //! - a file larger than [`MAX_UNTRACKED_FILE_BYTES`].
 //!
-//! Tracked files are never skipped, whatever their size. The list and these
-//! rules keep a snapshot fast: only untracked entries are looked at, and a
-//! large directory is counted only up to the limit. [`classify`] is pure.
+//! Tracked files are never skipped, whatever their size or folder. The
+//! store's own exclude file ([`build_folder_excludes`]) keeps build folders
+//! from ever being read while staging. Only untracked entries are looked
+//! at, and a large directory is counted only up to the limit, so deciding
+//! stays fast. [`classify`] and [`build_folder_of`] are pure.
 
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;

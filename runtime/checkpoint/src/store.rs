@@ -87,7 +87,6 @@ pub struct CheckpointStore {
 /// canonical path's bytes, as 16 hex digits. Stable across versions and
 /// machines. Pure.
 pub fn store_key(canonical_project: &Path) -> String {
-    use std::os::unix::ffi::OsStrExt;
     const OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
     const PRIME: u64 = 0x0100_0000_01b3;
     let hash = canonical_project

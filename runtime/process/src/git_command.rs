@@ -12,7 +12,9 @@
 //! with writes and TCP refused where the kernel offers Landlock: a filter
 //! driver, which no setting can switch off by name, runs but can change
 //! nothing. The user's own global configuration still applies (it lies
-//! outside every writable root).
+//! outside every writable root). [`git_command_writing`] is the same git
+//! allowed to write below named places only (a store of Troupe's own, a
+//! work tree it restores).
 
 use std::path::{Path, PathBuf};
 
@@ -69,4 +71,33 @@ pub fn git_command_writing(
         tracing::warn!(%err, "git runs unconfined");
     }
     command
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_writing_git_writes_where_it_is_allowed_and_nowhere_else() {
+        let dir = tempfile::tempdir().unwrap();
+        let allowed = dir.path().join("allowed");
+        let other = dir.path().join("other");
+        std::fs::create_dir_all(&allowed).unwrap();
+        std::fs::create_dir_all(&other).unwrap();
+        let writable = std::slice::from_ref(&allowed);
+        let init = |place: &Path| {
+            git_command_writing(place, &["init", "--quiet"], writable)
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::null())
+                .status()
+        };
+        assert!(init(&allowed).await.unwrap().success());
+        assert!(allowed.join(".git/HEAD").is_file());
+        if crate::os_sandbox::apply::landlock_abi() == 0 {
+            eprintln!("no Landlock here: writes are not confined");
+            return;
+        }
+        assert!(!init(&other).await.unwrap().success());
+        assert!(!other.join(".git").exists());
+    }
 }
