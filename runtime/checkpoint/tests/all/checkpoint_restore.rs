@@ -94,6 +94,7 @@ async fn a_snapshot_equal_to_the_last_one_makes_no_commit() {
     let store = project.store().await;
     let first = store.snapshot(meta("s", 1)).await.unwrap();
     let objects = count_objects(&project);
+    assert!(objects >= 3, "a blob, a tree and a commit: {objects}");
     let again = store.snapshot(meta("s", 2)).await.unwrap();
     assert!(again.record.unchanged);
     assert_eq!(again.commit, first.commit);
@@ -115,13 +116,7 @@ async fn a_snapshot_equal_to_the_last_one_makes_no_commit() {
 }
 
 fn count_objects(project: &Project) -> usize {
-    let objects = std::fs::read_dir(&project.home)
-        .unwrap()
-        .flatten()
-        .next()
-        .unwrap()
-        .path();
-    crate::checkpoint_support::contents(&objects)
+    crate::checkpoint_support::contents(&project.store_dir())
         .keys()
         .filter(|path| path.starts_with("objects") && path.components().count() == 3)
         .count()
@@ -235,4 +230,19 @@ async fn a_bad_session_id_or_checkpoint_is_refused_before_anything_changes() {
     assert!(store.restore(&forged, meta("s", 2)).await.is_err());
     assert_eq!(project.read("a"), "2");
     assert_eq!(store.checkpoints("s").await.unwrap().len(), 1);
+}
+
+#[tokio::test]
+async fn a_restore_writes_nothing_through_a_link_that_replaced_a_directory() {
+    let project = Project::plain();
+    project.write("d/f", "mine");
+    let outside = project.root.parent().unwrap().join("outside");
+    std::fs::create_dir_all(&outside).unwrap();
+    let store = project.store().await;
+    let first = store.snapshot(meta("s", 1)).await.unwrap();
+    project.bash(&format!("rm -r d && ln -s '{}' d", outside.display()));
+    store.restore(&first, meta("s", 2)).await.unwrap();
+    assert!(!project.path("d").symlink_metadata().unwrap().is_symlink());
+    assert_eq!(project.read("d/f"), "mine");
+    assert_eq!(std::fs::read_dir(&outside).unwrap().count(), 0);
 }

@@ -95,12 +95,7 @@ async fn large_files_crowded_directories_and_build_folders_are_skipped_and_recor
 
 /// The paths of the tree of `checkpoint`, read with the store's git.
 fn list_tree(project: &Project, checkpoint: &troupe_checkpoint::Checkpoint) -> Vec<String> {
-    let store_dir = std::fs::read_dir(project.home.join("checkpoints"))
-        .unwrap()
-        .flatten()
-        .next()
-        .unwrap()
-        .path();
+    let store_dir = project.store_dir();
     let out = std::process::Command::new("git")
         .arg("--git-dir")
         .arg(&store_dir)
@@ -174,12 +169,7 @@ async fn a_file_that_grows_past_the_limit_leaves_the_store_and_is_left_alone() {
 
 /// Whether the store holds a blob of `content`.
 fn store_has_blob(project: &Project, content: &str) -> bool {
-    let store_dir = std::fs::read_dir(project.home.join("checkpoints"))
-        .unwrap()
-        .flatten()
-        .next()
-        .unwrap()
-        .path();
+    let store_dir = project.store_dir();
     let hash = std::process::Command::new("git")
         .args(["hash-object", "--stdin"])
         .stdin(std::process::Stdio::piped())

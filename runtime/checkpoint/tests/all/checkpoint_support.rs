@@ -88,6 +88,16 @@ impl Project {
         assert!(status.success(), "{script}");
     }
 
+    /// The git directory of the project's store (the only one in `home`).
+    pub(crate) fn store_dir(&self) -> PathBuf {
+        std::fs::read_dir(self.home.join("checkpoints"))
+            .unwrap()
+            .flatten()
+            .next()
+            .unwrap()
+            .path()
+    }
+
     pub(crate) async fn store(&self) -> CheckpointStore {
         CheckpointStore::open(&self.home, &self.root).await.unwrap()
     }
