@@ -174,6 +174,10 @@ where
     for entry in listing.split(|&b| b == 0).filter(|e| !e.is_empty()) {
         let is_dir = entry.ends_with(b"/");
         let path = entry.strip_suffix(b"/").unwrap_or(entry);
+        // The root itself is never skipped.
+        if path.is_empty() || path == b"." {
+            continue;
+        }
         if let Some(folder) = build_folder_of(path) {
             push(folder, SkipReason::BuildFolder);
             continue;
@@ -349,6 +353,10 @@ mod tests {
 
     #[test]
     fn skipped_names_stay_literal_in_pathspecs() {
+        assert_eq!(
+            skipped_entries(b"./\0/\0", |_, _| Some(Measure::Dir(500).into())),
+            []
+        );
         let skipped = skipped_entries(b"a*[b]? c/\0", |_, _| Some(Measure::Dir(500).into()));
         assert_eq!(add_pathspecs(&skipped), b".\0:(exclude,literal)a*[b]? c\0");
         assert_eq!(

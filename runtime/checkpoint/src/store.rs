@@ -99,6 +99,12 @@ pub fn store_key(canonical_project: &Path) -> String {
     format!("{hash:016x}")
 }
 
+/// Whether git's untracked list is the project root alone (`./`): the
+/// project lies in a repository that tracks nothing of it. Pure.
+pub(crate) fn lists_only_the_root(listing: &[u8]) -> bool {
+    listing == b"./\0"
+}
+
 /// The paths of `listing` (git's `ls-files -z`) inside build folders.
 /// Pure.
 pub(crate) fn tracked_in_build_folders(listing: &[u8]) -> Vec<Vec<u8>> {
@@ -383,8 +389,10 @@ impl CheckpointStore {
     /// The untracked entries of the work tree a snapshot skips.
     async fn untracked_skips(&self) -> Result<Vec<SkippedPath>, CheckpointError> {
         let listing = match user_untracked(&self.git.project).await {
-            Some(listing) => listing,
-            None => {
+            // A project inside a repository that tracks none of it is a
+            // plain directory to these rules.
+            Some(listing) if !lists_only_the_root(&listing) => listing,
+            _ => {
                 // The project's `.gitignore` files, not the store's own
                 // exclusions: build folders are listed, to be recorded.
                 let args = [
@@ -803,6 +811,13 @@ mod tests {
         assert_eq!(prune_order(Vec::new(), &[]), Vec::<String>::new());
         let tied = vec![("b".to_owned(), 1), ("a".to_owned(), 1)];
         assert_eq!(prune_order(tied, &[]), ["a", "b"]);
+    }
+
+    #[test]
+    fn a_root_untracked_as_a_whole_is_recognised() {
+        assert!(lists_only_the_root(b"./\0"));
+        assert!(!lists_only_the_root(b"./a\0"));
+        assert!(!lists_only_the_root(b""));
     }
 
     #[test]

@@ -221,3 +221,30 @@ async fn a_build_folder_the_user_tracks_is_captured_and_kept_up_to_date() {
     store.restore(&first, meta("s", 3)).await.unwrap();
     assert_eq!(project.read("build/script.sh"), "v1");
 }
+
+#[tokio::test]
+async fn a_project_its_enclosing_repository_does_not_track_is_a_plain_directory() {
+    let project = Project::named("inner");
+    let outer = project.root.parent().unwrap().to_path_buf();
+    let git = |args: &[&str]| {
+        let status = std::process::Command::new("git")
+            .args(["-c", "user.name=U", "-c", "user.email=u@example.com"])
+            .args(args)
+            .current_dir(&outer)
+            .status()
+            .unwrap();
+        assert!(status.success());
+    };
+    git(&["init", "-q"]);
+    std::fs::write(outer.join("tracked"), "t").unwrap();
+    git(&["add", "tracked"]);
+    git(&["commit", "-qm", "outer"]);
+    many_files(&project, "src", 150);
+    many_files(&project, "assets", 120);
+    project.write("big.bin", &"b".repeat(ELEVEN_MIB));
+    let store = project.store().await;
+    let checkpoint = store.snapshot(meta("s", 1)).await.unwrap();
+    let recorded: Vec<String> = skipped(&checkpoint).into_iter().map(|s| s.0).collect();
+    assert_eq!(recorded, ["big.bin"]);
+    assert_eq!(list_tree(&project, &checkpoint).len(), 270);
+}
