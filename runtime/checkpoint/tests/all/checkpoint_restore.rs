@@ -246,3 +246,20 @@ async fn a_restore_writes_nothing_through_a_link_that_replaced_a_directory() {
     assert_eq!(project.read("d/f"), "mine");
     assert_eq!(std::fs::read_dir(&outside).unwrap().count(), 0);
 }
+
+#[tokio::test]
+async fn a_nested_repository_is_recorded_by_its_commit_and_never_removed() {
+    let project = Project::plain();
+    project.write("a", "1");
+    let store = project.store().await;
+    let first = store.snapshot(meta("s", 1)).await.unwrap();
+    project.bash(
+        "mkdir nested && cd nested && git init -q && echo n > n && git add n \
+         && git -c user.name=U -c user.email=u@example.com commit -qm n",
+    );
+    let second = store.snapshot(meta("s", 2)).await.unwrap();
+    assert!(!second.record.unchanged);
+    store.restore(&first, meta("s", 3)).await.unwrap();
+    assert_eq!(project.read("nested/n"), "n\n");
+    assert!(project.path("nested/.git/HEAD").is_file());
+}
