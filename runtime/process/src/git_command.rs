@@ -12,9 +12,11 @@
 //! with writes and TCP refused where the kernel offers Landlock: a filter
 //! driver, which no setting can switch off by name, runs but can change
 //! nothing. The user's own global configuration still applies (it lies
-//! outside every writable root).
+//! outside every writable root). [`git_command_writing`] is the same git
+//! allowed to write below named places only (a store of Troupe's own, a
+//! work tree it restores).
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 /// The `-c` settings Troupe's own git runs with: nothing the repository
 /// names runs, nothing widens where git works.
@@ -44,6 +46,17 @@ pub const GIT_ENV: [(&str, &str); 4] = [
 /// that cannot be confined runs with the overrides alone, and says so in
 /// the log).
 pub fn git_command(dir: &Path, args: &[&str]) -> tokio::process::Command {
+    git_command_writing(dir, args, &[])
+}
+
+/// [`git_command`] for a git that must write: it may write below each of
+/// `writable` (a store of Troupe's own, a work tree it restores) and
+/// nowhere else, confined as above otherwise.
+pub fn git_command_writing(
+    dir: &Path,
+    args: &[&str],
+    writable: &[PathBuf],
+) -> tokio::process::Command {
     let mut command = tokio::process::Command::new("git");
     for setting in GIT_OVERRIDES {
         command.arg("-c").arg(setting);
@@ -54,8 +67,37 @@ pub fn git_command(dir: &Path, args: &[&str]) -> tokio::process::Command {
         .envs(GIT_ENV)
         .stdin(std::process::Stdio::null())
         .kill_on_drop(true);
-    if let Err(err) = crate::os_sandbox::confine_read_only(&mut command) {
+    if let Err(err) = crate::os_sandbox::confine_writing_only(&mut command, writable) {
         tracing::warn!(%err, "git runs unconfined");
     }
     command
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_writing_git_writes_where_it_is_allowed_and_nowhere_else() {
+        let dir = tempfile::tempdir().unwrap();
+        let allowed = dir.path().join("allowed");
+        let other = dir.path().join("other");
+        std::fs::create_dir_all(&allowed).unwrap();
+        std::fs::create_dir_all(&other).unwrap();
+        let writable = std::slice::from_ref(&allowed);
+        let init = |place: &Path| {
+            git_command_writing(place, &["init", "--quiet"], writable)
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::null())
+                .status()
+        };
+        assert!(init(&allowed).await.unwrap().success());
+        assert!(allowed.join(".git/HEAD").is_file());
+        if crate::os_sandbox::apply::landlock_abi() == 0 {
+            eprintln!("no Landlock here: writes are not confined");
+            return;
+        }
+        assert!(!init(&other).await.unwrap().success());
+        assert!(!other.join(".git").exists());
+    }
 }

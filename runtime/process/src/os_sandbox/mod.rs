@@ -540,6 +540,16 @@ impl CommandSandbox {
 /// namespace is made, so it costs next to nothing). Nothing is done where
 /// the kernel offers no Landlock.
 pub fn confine_read_only(command: &mut tokio::process::Command) -> Result<(), ApplyError> {
+    confine_writing_only(command, &[])
+}
+
+/// Confines `command` as [`confine_read_only`] does, except that it may
+/// also write below each of `writable` (directories or files; one that does
+/// not exist grants nothing).
+pub fn confine_writing_only(
+    command: &mut tokio::process::Command,
+    writable: &[PathBuf],
+) -> Result<(), ApplyError> {
     // Only the Landlock ABI is needed: one system call, where the full
     // probe starts processes to try the namespaces (and would hold up a
     // session's first `git status` by that much).
@@ -548,6 +558,7 @@ pub fn confine_read_only(command: &mut tokio::process::Command) -> Result<(), Ap
         return Ok(());
     }
     let plan = Plan {
+        writable: writable.to_vec(),
         devices: plan::DEVICES.iter().map(PathBuf::from).collect(),
         network: false,
         ..Plan::default()

@@ -1,0 +1,862 @@
+//! The store: a bare repository of Troupe's own at
+//! `HOME/checkpoints/KEY.git` (`HOME` the data directory, `KEY` a hash of
+//! the project root's canonical path, see [`store_key`]), with the project
+//! as its work tree and its own index (`index` inside the store). Snapshots
+//! are commits under `refs/troupe/SESSION/N`, numbered from 1 in each
+//! session, each the child of the session's previous one.
+//!
+//! Every operation of one [`CheckpointStore`] runs alone (a lock around the
+//! store's index); two processes on one store are kept apart by git's own
+//! `index.lock`.
+
+use std::collections::HashMap;
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+use tokio::sync::Mutex;
+
+use crate::CheckpointError;
+use crate::diff::{CheckpointDiff, DiffTarget, FileChange, parse_changes};
+use crate::git::{Index, StoreGit, Writes, one_line, user_tracked, user_untracked};
+use crate::record::{
+    Checkpoint, CheckpointRecord, SnapshotMeta, check_session_id, decode_message, encode_message,
+    ref_number, session_prefix, session_ref,
+};
+use crate::skip::{
+    Skipped, SkippedPath, add_pathspecs, build_folder_excludes, build_folder_of, literal_pathspecs,
+    measure_entry, skipped_entries,
+};
+
+/// Pathspecs are read from standard input, NUL-separated (no length limit,
+/// any byte a name may hold).
+const PATHSPECS_FROM_STDIN: [&str; 2] = ["--pathspec-from-file=-", "--pathspec-file-nul"];
+
+/// The directory of the data directory holding the stores.
+pub const STORES_DIR: &str = "checkpoints";
+
+/// Settings written into a new store: no reflogs (refs are the record), no
+/// automatic gc (pruning is explicit), content stored as it is.
+const STORE_CONFIG: &str = "[core]\n\tlogAllRefUpdates = false\n\tautocrlf = false\n\
+                            \tsafecrlf = false\n[gc]\n\tauto = 0\n";
+
+/// The last checkpoint of a session.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Head {
+    number: u64,
+    commit: String,
+    tree: String,
+}
+
+/// What a restore did.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Restored {
+    /// The snapshot of the work tree taken just before (restore it to undo
+    /// the restore).
+    pub before: Checkpoint,
+    /// What the restore changed (from `before`'s tree to the restored one).
+    pub changes: CheckpointDiff,
+}
+
+/// What a prune did.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PruneReport {
+    /// The store's size before.
+    pub bytes_before: u64,
+    /// Its size after.
+    pub bytes_after: u64,
+    /// The sessions whose checkpoints were dropped, oldest first.
+    pub removed_sessions: Vec<String>,
+}
+
+/// The checkpoint store of one project.
+#[derive(Debug)]
+pub struct CheckpointStore {
+    git: StoreGit,
+    /// Each session's last checkpoint, as far as known; the lock every
+    /// operation holds.
+    heads: Mutex<HashMap<String, Option<Head>>>,
+    /// What the last staging skipped (none of it is in the store's index),
+    /// `None` when unknown (a new store value, or after a restore rewrote
+    /// the index).
+    last_skipped: std::sync::Mutex<Option<Vec<SkippedPath>>>,
+}
+
+/// The store's name for a project root: the 64-bit FNV-1a hash of its
+/// canonical path's bytes, as 16 hex digits. Stable across versions and
+/// machines. Pure.
+pub fn store_key(canonical_project: &Path) -> String {
+    const OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
+    const PRIME: u64 = 0x0100_0000_01b3;
+    let hash = canonical_project
+        .as_os_str()
+        .as_bytes()
+        .iter()
+        .fold(OFFSET, |hash, &byte| {
+            (hash ^ u64::from(byte)).wrapping_mul(PRIME)
+        });
+    format!("{hash:016x}")
+}
+
+/// Whether git's untracked list is the project root alone (`./`): the
+/// project lies in a repository that tracks nothing of it. Pure.
+pub(crate) fn lists_only_the_root(listing: &[u8]) -> bool {
+    listing == b"./\0"
+}
+
+/// The paths of `listing` (git's `ls-files -z`) inside build folders.
+/// Pure.
+pub(crate) fn tracked_in_build_folders(listing: &[u8]) -> Vec<Vec<u8>> {
+    listing
+        .split(|&b| b == 0)
+        .filter(|path| !path.is_empty() && build_folder_of(path).is_some())
+        .map(<[u8]>::to_vec)
+        .collect()
+}
+
+/// Those of `paths` (relative to `project`) that exist (a name matching
+/// nothing is an error to `git add`).
+fn existing<'a>(
+    project: &'a Path,
+    paths: impl Iterator<Item = &'a Vec<u8>> + 'a,
+) -> impl Iterator<Item = &'a [u8]> + 'a {
+    paths.map(Vec::as_slice).filter(move |raw| {
+        project
+            .join(OsStr::from_bytes(raw))
+            .symlink_metadata()
+            .is_ok()
+    })
+}
+
+/// How the skipped paths changed from `previous` to `now`: those newly
+/// skipped and those no longer skipped. Pure.
+pub(crate) fn skip_changes(
+    previous: &[SkippedPath],
+    now: &[SkippedPath],
+) -> (Vec<Vec<u8>>, Vec<Vec<u8>>) {
+    let absent = |from: &[SkippedPath], of: &[SkippedPath]| -> Vec<Vec<u8>> {
+        from.iter()
+            .filter(|path| !of.iter().any(|other| other.raw == path.raw))
+            .map(|path| path.raw.clone())
+            .collect()
+    };
+    (absent(now, previous), absent(previous, now))
+}
+
+/// The order sessions are dropped in by [`CheckpointStore::prune`]: by the
+/// time of their newest checkpoint, oldest first, never one in `keep`. Pure.
+pub fn prune_order(mut sessions: Vec<(String, i64)>, keep: &[String]) -> Vec<String> {
+    sessions.retain(|(session, _)| !keep.contains(session));
+    sessions.sort_by(|a, b| a.1.cmp(&b.1).then_with(|| a.0.cmp(&b.0)));
+    sessions.into_iter().map(|(session, _)| session).collect()
+}
+
+fn io_error(path: &Path) -> impl FnOnce(std::io::Error) -> CheckpointError + '_ {
+    move |source| CheckpointError::Io {
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+impl CheckpointStore {
+    /// The store of `project` under the data directory `home`, created on
+    /// first use.
+    pub async fn open(home: &Path, project: &Path) -> Result<Self, CheckpointError> {
+        let canonical =
+            std::fs::canonicalize(project).map_err(|source| CheckpointError::Project {
+                path: project.to_path_buf(),
+                source,
+            })?;
+        let git_dir = home
+            .join(STORES_DIR)
+            .join(format!("{}.git", store_key(&canonical)));
+        let git = StoreGit {
+            index: git_dir.join("index"),
+            project: canonical,
+            git_dir,
+        };
+        let store = Self {
+            git,
+            heads: Mutex::new(HashMap::new()),
+            last_skipped: std::sync::Mutex::new(None),
+        };
+        if !store.git.git_dir.join("HEAD").is_file() {
+            store.create().await?;
+        }
+        store.write_exclusions()?;
+        Ok(store)
+    }
+
+    async fn create(&self) -> Result<(), CheckpointError> {
+        let dir = &self.git.git_dir;
+        std::fs::create_dir_all(dir).map_err(io_error(dir))?;
+        self.git.init().await?;
+        let config = dir.join("config");
+        let mut text = std::fs::read_to_string(&config).map_err(io_error(&config))?;
+        text.push_str(STORE_CONFIG);
+        std::fs::write(&config, text).map_err(io_error(&config))?;
+        let description = dir.join("description");
+        let about = format!(
+            "Troupe checkpoints of {}\n",
+            self.git.project.to_string_lossy()
+        );
+        std::fs::write(&description, about).map_err(io_error(&description))?;
+        tracing::debug!(store = %dir.display(), "checkpoint store created");
+        Ok(())
+    }
+
+    /// Writes the store's `info/exclude`: the build folders
+    /// ([`crate::skip::BUILD_FOLDERS`]), which staging never reads (unless
+    /// the user tracks files in them). Written when it differs.
+    fn write_exclusions(&self) -> Result<(), CheckpointError> {
+        let info = self.git.git_dir.join("info");
+        let path = info.join("exclude");
+        let wanted = build_folder_excludes();
+        if std::fs::read_to_string(&path).ok().as_deref() == Some(wanted.as_str()) {
+            return Ok(());
+        }
+        std::fs::create_dir_all(&info).map_err(io_error(&info))?;
+        std::fs::write(&path, wanted).map_err(io_error(&path))
+    }
+
+    /// The store's git directory.
+    pub fn git_dir(&self) -> &Path {
+        &self.git.git_dir
+    }
+
+    /// The project root (canonical) whose work tree is recorded.
+    pub fn project(&self) -> &Path {
+        &self.git.project
+    }
+
+    /// Takes a snapshot of the work tree for `meta`'s session. A work tree
+    /// equal to the session's last checkpoint makes no commit: the answer is
+    /// that checkpoint, with this record marked `unchanged`.
+    pub async fn snapshot(&self, meta: SnapshotMeta) -> Result<Checkpoint, CheckpointError> {
+        check_session_id(&meta.session)?;
+        let mut heads = self.heads.lock().await;
+        self.snapshot_locked(&mut heads, meta).await
+    }
+
+    async fn snapshot_locked(
+        &self,
+        heads: &mut HashMap<String, Option<Head>>,
+        meta: SnapshotMeta,
+    ) -> Result<Checkpoint, CheckpointError> {
+        let (tree, skipped) = self.stage().await?;
+        let head = self.head(heads, &meta.session).await?;
+        let time = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
+        let skipped: Vec<Skipped> = skipped.into_iter().map(|path| path.skipped).collect();
+        if let Some(head) = head.as_ref().filter(|head| head.tree == tree) {
+            return Ok(Checkpoint {
+                commit: head.commit.clone(),
+                number: head.number,
+                record: CheckpointRecord {
+                    meta,
+                    time,
+                    tree,
+                    parent: Some(head.commit.clone()),
+                    skipped,
+                    unchanged: true,
+                },
+            });
+        }
+        let number = head.as_ref().map_or(1, |head| head.number + 1);
+        let parent = head.map(|head| head.commit);
+        let record = CheckpointRecord {
+            meta,
+            time,
+            tree: tree.clone(),
+            parent: parent.clone(),
+            skipped,
+            unchanged: false,
+        };
+        let message = encode_message(&record, number);
+        let mut args = vec!["commit-tree", tree.as_str(), "-F", "-"];
+        if let Some(parent) = &parent {
+            args.extend(["-p", parent.as_str()]);
+        }
+        let out = self
+            .git
+            .run(&args, Some(message.as_bytes()), Writes::Store, Index::Own)
+            .await?;
+        let commit = one_line("commit-tree", &out)?;
+        let session = record.meta.session.clone();
+        let ref_name = session_ref(&session, number);
+        // Created only if absent: another process numbering the same session
+        // makes this fail instead of losing a checkpoint.
+        self.git
+            .run(
+                &["update-ref", &ref_name, &commit, ""],
+                None,
+                Writes::Store,
+                Index::Own,
+            )
+            .await?;
+        heads.insert(
+            session,
+            Some(Head {
+                number,
+                commit: commit.clone(),
+                tree,
+            }),
+        );
+        Ok(Checkpoint {
+            commit,
+            number,
+            record,
+        })
+    }
+
+    /// Stages the work tree into the store's index as a snapshot does; the
+    /// tree written and what was skipped.
+    ///
+    /// The list of untracked entries and `git add` each walk the work tree:
+    /// once the store knows what the last staging skipped, both run at once,
+    /// the add leaving out what was skipped last time, and only a change in
+    /// what is skipped costs one more git command.
+    async fn stage(&self) -> Result<(String, Vec<SkippedPath>), CheckpointError> {
+        let project = &self.git.project;
+        let previous = self.take_last_skipped();
+        let (skipped, user_tracked) = match previous {
+            None => {
+                let (skipped, user_tracked) =
+                    tokio::join!(self.untracked_skips(), user_tracked(project));
+                let skipped = skipped?;
+                self.unstage(skipped.iter().map(|path| path.raw.as_slice()))
+                    .await?;
+                self.add(&add_pathspecs(&skipped), false).await?;
+                (skipped, user_tracked)
+            }
+            Some(previous) => {
+                let pathspecs = add_pathspecs(&previous);
+                let (skipped, user_tracked, added) = tokio::join!(
+                    self.untracked_skips(),
+                    user_tracked(project),
+                    self.add(&pathspecs, false)
+                );
+                let skipped = skipped?;
+                added?;
+                let (newly, freed) = skip_changes(&previous, &skipped);
+                // A path captured before and skipped now leaves the index,
+                // so a restore leaves it alone.
+                self.unstage(newly.iter().map(|raw| raw.as_slice())).await?;
+                // Those no longer skipped are added (but a build folder
+                // stays ignored by the store).
+                let freed: Vec<Vec<u8>> = freed
+                    .into_iter()
+                    .filter(|raw| build_folder_of(raw).is_none())
+                    .collect();
+                let freed = literal_pathspecs(existing(project, freed.iter()));
+                if !freed.is_empty() {
+                    self.add(&freed, false).await?;
+                }
+                (skipped, user_tracked)
+            }
+        };
+        // The store ignores build folders (its `info/exclude`), but not the
+        // files in them the user tracks.
+        let tracked_in_build_folders = user_tracked
+            .as_deref()
+            .map(tracked_in_build_folders)
+            .unwrap_or_default();
+        let forced = literal_pathspecs(existing(project, tracked_in_build_folders.iter()));
+        if !forced.is_empty() {
+            self.add(&forced, true).await?;
+        }
+        let out = self
+            .git
+            .run(&["write-tree"], None, Writes::Store, Index::Own)
+            .await?;
+        let tree = one_line("write-tree", &out)?;
+        *self.lock_last_skipped() = Some(skipped.clone());
+        Ok((tree, skipped))
+    }
+
+    /// What the last staging skipped, forgotten until a staging succeeds
+    /// again (a failed one leaves the index unknown).
+    fn take_last_skipped(&self) -> Option<Vec<SkippedPath>> {
+        self.lock_last_skipped().take()
+    }
+
+    fn lock_last_skipped(&self) -> std::sync::MutexGuard<'_, Option<Vec<SkippedPath>>> {
+        self.last_skipped
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// The untracked entries of the work tree a snapshot skips.
+    async fn untracked_skips(&self) -> Result<Vec<SkippedPath>, CheckpointError> {
+        let listing = match user_untracked(&self.git.project).await {
+            // A project inside a repository that tracks none of it is a
+            // plain directory to these rules.
+            Some(listing) if !lists_only_the_root(&listing) => listing,
+            _ => {
+                // The project's `.gitignore` files, not the store's own
+                // exclusions: build folders are listed, to be recorded.
+                let args = [
+                    "ls-files",
+                    "-z",
+                    "--others",
+                    "--directory",
+                    "--exclude-per-directory=.gitignore",
+                ];
+                self.git
+                    .run(&args, None, Writes::Store, Index::Empty)
+                    .await?
+            }
+        };
+        let project = &self.git.project;
+        Ok(skipped_entries(&listing, |path, is_dir| {
+            measure_entry(project, path, is_dir)
+        }))
+    }
+
+    /// `git add -A` of the NUL-separated `pathspecs`; `force` adds them even
+    /// where the store ignores them.
+    async fn add(&self, pathspecs: &[u8], force: bool) -> Result<(), CheckpointError> {
+        let mut args = vec!["add", "-A"];
+        if force {
+            args.push("--force");
+        }
+        args.extend(PATHSPECS_FROM_STDIN);
+        self.git
+            .run(&args, Some(pathspecs), Writes::Store, Index::Own)
+            .await?;
+        Ok(())
+    }
+
+    /// Takes `paths` out of the store's index (their files stay as they
+    /// are).
+    async fn unstage<'a>(
+        &self,
+        paths: impl IntoIterator<Item = &'a [u8]>,
+    ) -> Result<(), CheckpointError> {
+        let specs = literal_pathspecs(paths);
+        if specs.is_empty() {
+            return Ok(());
+        }
+        let mut args = vec!["rm", "--cached", "-r", "-q", "-f", "--ignore-unmatch"];
+        args.extend(PATHSPECS_FROM_STDIN);
+        self.git
+            .run(&args, Some(&specs), Writes::Store, Index::Own)
+            .await?;
+        Ok(())
+    }
+
+    /// The last checkpoint of `session`, read from the refs once.
+    async fn head(
+        &self,
+        heads: &mut HashMap<String, Option<Head>>,
+        session: &str,
+    ) -> Result<Option<Head>, CheckpointError> {
+        if let Some(known) = heads.get(session) {
+            return Ok(known.clone());
+        }
+        let prefix = session_prefix(session);
+        let out = self
+            .git
+            .run(
+                &[
+                    "for-each-ref",
+                    "--format=%(refname)%00%(objectname)%00%(tree)",
+                    &prefix,
+                ],
+                None,
+                Writes::Store,
+                Index::Own,
+            )
+            .await?;
+        let text = String::from_utf8_lossy(&out);
+        let head = text
+            .lines()
+            .filter_map(|line| {
+                let mut fields = line.split('\0');
+                let number = ref_number(session, fields.next()?)?;
+                Some(Head {
+                    number,
+                    commit: fields.next()?.to_owned(),
+                    tree: fields.next()?.to_owned(),
+                })
+            })
+            .max_by_key(|head| head.number);
+        heads.insert(session.to_owned(), head.clone());
+        Ok(head)
+    }
+
+    /// Every checkpoint of `session`, in order.
+    pub async fn checkpoints(&self, session: &str) -> Result<Vec<Checkpoint>, CheckpointError> {
+        check_session_id(session)?;
+        let _heads = self.heads.lock().await;
+        let prefix = session_prefix(session);
+        let out = self
+            .git
+            .run(
+                &[
+                    "for-each-ref",
+                    "--format=%(objectname)%00%(refname)%00%(contents)%00",
+                    &prefix,
+                ],
+                None,
+                Writes::Store,
+                Index::Own,
+            )
+            .await?;
+        let text = String::from_utf8_lossy(&out);
+        let fields: Vec<&str> = text.split('\0').collect();
+        let mut found = Vec::new();
+        for entry in fields.chunks(3) {
+            let [commit, ref_name, message] = entry else {
+                continue;
+            };
+            let commit = commit.trim();
+            let Some(number) = ref_number(session, ref_name) else {
+                continue;
+            };
+            let record = decode_message(commit, message)?;
+            found.push(Checkpoint {
+                commit: commit.to_owned(),
+                number,
+                record,
+            });
+        }
+        found.sort_by_key(|checkpoint| checkpoint.number);
+        Ok(found)
+    }
+
+    /// What changed from `from` to `to`.
+    pub async fn diff(
+        &self,
+        from: &Checkpoint,
+        to: DiffTarget<'_>,
+    ) -> Result<CheckpointDiff, CheckpointError> {
+        let _heads = self.heads.lock().await;
+        let to_tree = match to {
+            DiffTarget::Checkpoint(checkpoint) => checkpoint.tree().to_owned(),
+            DiffTarget::WorkTree => self.stage().await?.0,
+        };
+        self.diff_trees(from.tree(), &to_tree).await
+    }
+
+    async fn diff_trees(&self, from: &str, to: &str) -> Result<CheckpointDiff, CheckpointError> {
+        let run = |format: &'static str| {
+            let args = ["diff-tree", "-r", "-z", "--no-renames", format, from, to];
+            async move { self.git.run(&args, None, Writes::Store, Index::Own).await }
+        };
+        let (name_status, numstat) = tokio::join!(run("--name-status"), run("--numstat"));
+        Ok(CheckpointDiff {
+            from_tree: from.to_owned(),
+            to_tree: to.to_owned(),
+            files: parse_changes(&name_status?, &numstat?)?,
+        })
+    }
+
+    /// The files that changed since `after` (the checkpoint taken after a
+    /// turn): empty when the work tree is still as that turn left it.
+    pub async fn changed_since(
+        &self,
+        after: &Checkpoint,
+    ) -> Result<Vec<FileChange>, CheckpointError> {
+        Ok(self.diff(after, DiffTarget::WorkTree).await?.files)
+    }
+
+    /// Makes the work tree equal to `checkpoint` for every path the store
+    /// tracks: changed files are rewritten, files added since are removed,
+    /// removed ones come back; skipped and ignored paths are left alone.
+    /// First takes a snapshot of the work tree as `meta` says, and returns
+    /// it: restoring it undoes the restore.
+    pub async fn restore(
+        &self,
+        checkpoint: &Checkpoint,
+        meta: SnapshotMeta,
+    ) -> Result<Restored, CheckpointError> {
+        check_session_id(&meta.session)?;
+        let mut heads = self.heads.lock().await;
+        // The target must be a tree of this store before anything moves.
+        let target = checkpoint.tree();
+        if !is_object_id(target) {
+            return Err(CheckpointError::Record {
+                commit: checkpoint.commit.clone(),
+                detail: format!("{target:?} is not a tree id"),
+            });
+        }
+        self.git
+            .run(
+                &["cat-file", "-e", &format!("{target}^{{tree}}")],
+                None,
+                Writes::Store,
+                Index::Own,
+            )
+            .await?;
+        let before = self.snapshot_locked(&mut heads, meta).await?;
+        // What the target skipped is not the store's: out of the index, the
+        // read below neither rewrites nor removes it.
+        self.unstage(
+            checkpoint
+                .record
+                .skipped
+                .iter()
+                .map(|skipped| skipped.path.as_bytes()),
+        )
+        .await?;
+        // The read rewrites the index: what was skipped must be looked for
+        // again at the next staging.
+        self.take_last_skipped();
+        // The index holds `before`'s tree with the stat data of the files on
+        // disk: `--reset -u` rewrites only what differs and removes the
+        // index's paths the target lacks, as `reset --hard` does.
+        self.git
+            .run(
+                &["read-tree", "--reset", "-u", target],
+                None,
+                Writes::StoreAndWorkTree,
+                Index::Own,
+            )
+            .await?;
+        let changes = self.diff_trees(before.tree(), target).await?;
+        tracing::debug!(
+            tree = target,
+            files = changes.files.len(),
+            "work tree restored"
+        );
+        Ok(Restored { before, changes })
+    }
+
+    /// The bytes the store takes on disk (every file below it).
+    pub async fn size(&self) -> Result<u64, CheckpointError> {
+        let dir = self.git.git_dir.clone();
+        tokio::task::spawn_blocking(move || directory_size(&dir))
+            .await
+            .map_err(|err| CheckpointError::Io {
+                path: PathBuf::new(),
+                source: std::io::Error::other(err),
+            })?
+    }
+
+    /// Brings the store under `max_bytes` if it is over: collects the
+    /// garbage (packing loose objects), then drops the checkpoints of whole
+    /// sessions, those whose newest checkpoint is oldest first, never a
+    /// session in `keep`, collecting the garbage after each, until the size
+    /// is under the bound or only kept sessions are left.
+    pub async fn prune(
+        &self,
+        max_bytes: u64,
+        keep: &[String],
+    ) -> Result<PruneReport, CheckpointError> {
+        let mut heads = self.heads.lock().await;
+        let bytes_before = self.size().await?;
+        let mut report = PruneReport {
+            bytes_before,
+            bytes_after: bytes_before,
+            removed_sessions: Vec::new(),
+        };
+        if bytes_before <= max_bytes {
+            return Ok(report);
+        }
+        // Packing what is loose may be enough.
+        self.collect_garbage().await?;
+        report.bytes_after = self.size().await?;
+        if report.bytes_after <= max_bytes {
+            return Ok(report);
+        }
+        let out = self
+            .git
+            .run(
+                &[
+                    "for-each-ref",
+                    "--format=%(refname)%00%(committerdate:unix)",
+                    "refs/troupe/",
+                ],
+                None,
+                Writes::Store,
+                Index::Own,
+            )
+            .await?;
+        let mut newest: HashMap<String, i64> = HashMap::new();
+        for line in String::from_utf8_lossy(&out).lines() {
+            let Some((name, time)) = line.split_once('\0') else {
+                continue;
+            };
+            let Some(session) = name
+                .strip_prefix("refs/troupe/")
+                .and_then(|rest| rest.split_once('/'))
+                .map(|(session, _)| session)
+            else {
+                continue;
+            };
+            let time: i64 = time.parse().unwrap_or(0);
+            let entry = newest.entry(session.to_owned()).or_insert(time);
+            *entry = (*entry).max(time);
+        }
+        for session in prune_order(newest.into_iter().collect(), keep) {
+            self.remove_session_locked(&mut heads, &session).await?;
+            self.collect_garbage().await?;
+            report.removed_sessions.push(session);
+            report.bytes_after = self.size().await?;
+            if report.bytes_after <= max_bytes {
+                break;
+            }
+        }
+        Ok(report)
+    }
+
+    async fn collect_garbage(&self) -> Result<(), CheckpointError> {
+        self.git
+            .run(
+                &["gc", "--prune=now", "--quiet"],
+                None,
+                Writes::Store,
+                Index::Own,
+            )
+            .await?;
+        Ok(())
+    }
+
+    /// Drops every checkpoint of `session` (its refs; the objects go at the
+    /// next prune); the number dropped.
+    pub async fn remove_session(&self, session: &str) -> Result<usize, CheckpointError> {
+        check_session_id(session)?;
+        let mut heads = self.heads.lock().await;
+        self.remove_session_locked(&mut heads, session).await
+    }
+
+    async fn remove_session_locked(
+        &self,
+        heads: &mut HashMap<String, Option<Head>>,
+        session: &str,
+    ) -> Result<usize, CheckpointError> {
+        let prefix = session_prefix(session);
+        let out = self
+            .git
+            .run(
+                &["for-each-ref", "--format=%(refname)", &prefix],
+                None,
+                Writes::Store,
+                Index::Own,
+            )
+            .await?;
+        let text = String::from_utf8_lossy(&out);
+        let refs: Vec<&str> = text.lines().filter(|line| !line.is_empty()).collect();
+        if !refs.is_empty() {
+            let commands: String = refs.iter().map(|name| format!("delete {name}\n")).collect();
+            self.git
+                .run(
+                    &["update-ref", "--stdin"],
+                    Some(commands.as_bytes()),
+                    Writes::Store,
+                    Index::Own,
+                )
+                .await?;
+        }
+        heads.remove(session);
+        Ok(refs.len())
+    }
+}
+
+/// Whether `text` is a full object id (SHA-1 or SHA-256, hex). Pure.
+pub fn is_object_id(text: &str) -> bool {
+    matches!(text.len(), 40 | 64) && text.bytes().all(|b| b.is_ascii_hexdigit())
+}
+
+/// The bytes of every file below `dir`.
+fn directory_size(dir: &Path) -> Result<u64, CheckpointError> {
+    let mut total = 0;
+    let mut pending = vec![dir.to_path_buf()];
+    while let Some(next) = pending.pop() {
+        let entries = std::fs::read_dir(&next).map_err(io_error(&next))?;
+        for entry in entries {
+            let entry = entry.map_err(io_error(&next))?;
+            let Ok(meta) = entry.metadata() else {
+                // Removed while counting (a gc running elsewhere).
+                continue;
+            };
+            if meta.is_dir() {
+                pending.push(entry.path());
+            } else {
+                total += meta.len();
+            }
+        }
+    }
+    Ok(total)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_store_key_is_a_stable_hash_of_the_path_bytes() {
+        assert_eq!(store_key(Path::new("")), "cbf29ce484222325");
+        assert_eq!(store_key(Path::new("a")), "af63dc4c8601ec8c");
+        assert_ne!(
+            store_key(Path::new("/p/one")),
+            store_key(Path::new("/p/two"))
+        );
+        assert_eq!(store_key(Path::new("/x y\n")).len(), 16);
+    }
+
+    #[test]
+    fn sessions_are_pruned_oldest_first_and_kept_ones_never() {
+        let sessions = vec![
+            ("new".to_owned(), 30),
+            ("old".to_owned(), 10),
+            ("kept".to_owned(), 5),
+            ("mid".to_owned(), 20),
+        ];
+        assert_eq!(
+            prune_order(sessions, &["kept".to_owned()]),
+            ["old", "mid", "new"]
+        );
+        assert_eq!(prune_order(Vec::new(), &[]), Vec::<String>::new());
+        let tied = vec![("b".to_owned(), 1), ("a".to_owned(), 1)];
+        assert_eq!(prune_order(tied, &[]), ["a", "b"]);
+    }
+
+    #[test]
+    fn a_root_untracked_as_a_whole_is_recognised() {
+        assert!(lists_only_the_root(b"./\0"));
+        assert!(!lists_only_the_root(b"./a\0"));
+        assert!(!lists_only_the_root(b""));
+    }
+
+    #[test]
+    fn tracked_files_in_build_folders_are_picked_out() {
+        let listing = b"src/a.rs\0build/run.sh\0x/node_modules/y\0\0";
+        assert_eq!(
+            tracked_in_build_folders(listing),
+            [b"build/run.sh".to_vec(), b"x/node_modules/y".to_vec()]
+        );
+        assert!(tracked_in_build_folders(b"").is_empty());
+    }
+
+    #[test]
+    fn changes_in_what_is_skipped_are_found_both_ways() {
+        let skipped = |paths: &[&str]| -> Vec<SkippedPath> {
+            paths
+                .iter()
+                .map(|path| SkippedPath {
+                    raw: path.as_bytes().to_vec(),
+                    skipped: Skipped {
+                        path: (*path).to_owned(),
+                        reason: crate::skip::SkipReason::BuildFolder,
+                    },
+                })
+                .collect()
+        };
+        let (newly, freed) = skip_changes(&skipped(&["a", "b"]), &skipped(&["b", "c"]));
+        assert_eq!(newly, [b"c".to_vec()]);
+        assert_eq!(freed, [b"a".to_vec()]);
+        let (newly, freed) = skip_changes(&skipped(&["a"]), &skipped(&["a"]));
+        assert!(newly.is_empty() && freed.is_empty());
+    }
+
+    #[test]
+    fn only_full_hex_ids_are_object_ids() {
+        assert!(is_object_id(&"a".repeat(40)));
+        assert!(is_object_id(&"0".repeat(64)));
+        for bad in ["", "HEAD", "--help", &"g".repeat(40), &"a".repeat(41)] {
+            assert!(!is_object_id(bad), "{bad}");
+        }
+    }
+}

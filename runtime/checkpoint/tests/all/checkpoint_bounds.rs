@@ -1,0 +1,55 @@
+//! The store's size, its pruning, and removing a session.
+
+use crate::checkpoint_support::{Project, meta};
+
+#[tokio::test]
+async fn prune_drops_the_oldest_sessions_never_kept_ones_and_the_size_falls() {
+    let project = Project::plain();
+    let store = project.store().await;
+    // Sessions are ordered by their newest commit's time (seconds), then by
+    // name: these are named in the order they are made.
+    for (index, session) in ["a-old", "b-kept", "c-new"].iter().enumerate() {
+        for turn in 0..3u64 {
+            let text: String = (0..40_000u64)
+                .map(|i| format!("{session}{turn}{}\n", i * 7919 % 10007 + index as u64))
+                .collect();
+            project.write(&format!("{session}.txt"), &text);
+            store.snapshot(meta(session, turn)).await.unwrap();
+        }
+        std::fs::remove_file(project.path(&format!("{session}.txt"))).unwrap();
+        store.snapshot(meta(session, 9)).await.unwrap();
+    }
+    let size = store.size().await.unwrap();
+    assert!(size > 0);
+    let untouched = store.prune(size * 10, &[]).await.unwrap();
+    assert_eq!(untouched.removed_sessions, Vec::<String>::new());
+
+    let report = store.prune(0, &["b-kept".to_owned()]).await.unwrap();
+    assert_eq!(report.removed_sessions, ["a-old", "c-new"]);
+    assert!(report.bytes_after < report.bytes_before, "{report:?}");
+    assert_eq!(store.checkpoints("a-old").await.unwrap(), []);
+    assert_eq!(store.checkpoints("b-kept").await.unwrap().len(), 4);
+    // What is kept can still be restored.
+    let kept = store.checkpoints("b-kept").await.unwrap();
+    store.restore(&kept[1], meta("b-kept", 10)).await.unwrap();
+    assert!(project.read("b-kept.txt").starts_with("b-kept1"));
+}
+
+#[tokio::test]
+async fn removing_a_session_drops_its_refs_only() {
+    let project = Project::plain();
+    project.write("f", "1");
+    let store = project.store().await;
+    store.snapshot(meta("a", 1)).await.unwrap();
+    project.write("f", "2");
+    store.snapshot(meta("a", 2)).await.unwrap();
+    store.snapshot(meta("b", 1)).await.unwrap();
+    assert_eq!(store.remove_session("a").await.unwrap(), 2);
+    assert_eq!(store.remove_session("a").await.unwrap(), 0);
+    assert_eq!(store.checkpoints("a").await.unwrap(), []);
+    assert_eq!(store.checkpoints("b").await.unwrap().len(), 1);
+    // A new chain starts at 1 again.
+    project.write("f", "3");
+    assert_eq!(store.snapshot(meta("a", 3)).await.unwrap().number, 1);
+    assert!(store.remove_session("../b").await.is_err());
+}
