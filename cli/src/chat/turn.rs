@@ -17,6 +17,7 @@ use super::view::TurnView;
 use crate::approval::{Request, describe, parse_answer};
 use crate::follow::RunLink;
 use crate::signals::{StopSignal, StopSignals};
+use crate::task_plan_view::TaskPlans;
 
 /// How a turn ended.
 #[derive(Debug)]
@@ -47,16 +48,19 @@ struct Ask {
 const ASK_ARGS_CHARS: usize = 2_000;
 
 /// Follows the turn on `link` to its end; relative paths of its calls name
-/// files under `dir`.
+/// files under `dir`. `task_plans` are the agents' plans as shown so far;
+/// the turn's `plan_updated` events change them.
 pub(crate) async fn follow_turn(
     link: &mut impl RunLink,
     screen: &Screen,
     signals: &mut StopSignals,
     dir: &Path,
+    task_plans: &mut TaskPlans,
 ) -> TurnEnd {
     let key_mode = KeyMode::enter();
     let mut keys = key_mode.active().then(EventStream::new);
     let mut view = TurnView::default();
+    view.task_plans = std::mem::take(task_plans);
     let mut typed = TypedLine::default();
     let mut answer = TypedLine::default();
     let mut asks: VecDeque<Ask> = VecDeque::new();
@@ -155,6 +159,7 @@ pub(crate) async fn follow_turn(
         }
     }
     drop(key_mode);
+    *task_plans = std::mem::take(&mut view.task_plans);
     end.unsent = sent;
     end.typed = typed.as_str().to_string();
     end

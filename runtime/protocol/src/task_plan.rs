@@ -259,11 +259,18 @@ mod tests {
             Err(TaskPlanError::SeveralInProgress(vec![1, 3]))
         );
         assert_eq!(
-            plan(vec![step("a", StepStatus::Pending), step(" \t", StepStatus::Pending)])
-                .validated(),
+            plan(vec![
+                step("a", StepStatus::Pending),
+                step(" \t", StepStatus::Pending)
+            ])
+            .validated(),
             Err(TaskPlanError::BlankStep(2))
         );
-        let many = plan((0..=MAX_TASK_STEPS).map(|_| step("x", StepStatus::Pending)).collect());
+        let many = plan(
+            (0..=MAX_TASK_STEPS)
+                .map(|_| step("x", StepStatus::Pending))
+                .collect(),
+        );
         assert_eq!(
             many.validated(),
             Err(TaskPlanError::TooManySteps(MAX_TASK_STEPS + 1))
@@ -274,7 +281,11 @@ mod tests {
             Err(TaskPlanError::StepTooLong(1))
         );
         let at_limit = "é".repeat(MAX_STEP_CHARS);
-        assert!(plan(vec![step(&at_limit, StepStatus::Pending)]).validated().is_ok());
+        assert!(
+            plan(vec![step(&at_limit, StepStatus::Pending)])
+                .validated()
+                .is_ok()
+        );
         let mut active = step("a", StepStatus::InProgress);
         active.active_form = Some(long);
         assert_eq!(
@@ -310,7 +321,10 @@ mod tests {
             r#"{"plan":[{"step":"a","status":"in_progress"},{"step":"b","status":"in_progress"}]}"#,
         )
         .unwrap_err();
-        assert!(refused.contains("at most one step may be in_progress"), "{refused}");
+        assert!(
+            refused.contains("at most one step may be in_progress"),
+            "{refused}"
+        );
         assert!(TaskPlan::from_arguments(r#"{"plan":[{"step":"a","status":"done"}]}"#).is_err());
         assert!(TaskPlan::from_arguments("not json").is_err());
     }

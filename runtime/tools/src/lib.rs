@@ -186,8 +186,8 @@ pub(crate) mod read_file;
 pub mod registry;
 pub mod schema;
 pub mod target;
-pub(crate) mod tasks;
 pub mod task_plan;
+pub(crate) mod tasks;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
 pub(crate) mod walk;
