@@ -351,5 +351,29 @@ mod tests {
             "waiting for you · step 2 · 1500 tokens · 9s  allow? › n too risky"
         );
         assert!(status_text(&view, 9, None, "", true).starts_with("cancelling"));
+        // The main agent's step in progress stays in view while the turn runs.
+        let step = |text: &str, status| troupe_protocol::task_plan::TaskStep {
+            step: text.into(),
+            status,
+            active_form: None,
+        };
+        use troupe_protocol::task_plan::StepStatus;
+        view.task_plans.update(
+            "main",
+            &[
+                step("Read", StepStatus::Completed),
+                step("Fix", StepStatus::InProgress),
+            ],
+            None,
+        );
+        view.task_plans.update(
+            "main/fork-1",
+            &[step("Other", StepStatus::InProgress)],
+            None,
+        );
+        assert_eq!(
+            status_text(&view, 9, None, "", false),
+            "thinking · step 2 · ◼ Fix (1/2) · 1500 tokens · 9s  (type to add a message · Esc cancels)"
+        );
     }
 }

@@ -1,6 +1,6 @@
 //! A session as an agent holds it: the [`OpenedSession`] a run continues
 //! from, the [`Transcript`] of a live agent (which of its messages are
-//! stored), and when an idle session stays in memory. Reading and writing
+//! stored, and its task plan), and when an idle session stays in memory. Reading and writing
 //! them is the loader's (`troupe-loader`'s `session` module), which repairs a
 //! stored history with `resume`'s pure repairs and hands it in as a value.
 
@@ -92,7 +92,8 @@ pub fn keep_idle_session(
     last_active.is_some_and(|active| now.signed_duration_since(active) < keep)
 }
 
-/// The history of a live agent and which of its messages are already stored.
+/// The history of a live agent and which of its messages are already stored,
+/// with the agent's task plan (kept with the session apart from the messages).
 ///
 /// Messages are stored under their index in the full history; after a
 /// compaction the first `summary_len` messages are the summary (kept with the
