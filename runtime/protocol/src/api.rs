@@ -887,6 +887,39 @@ mod tests {
     }
 
     #[test]
+    fn the_plans_of_a_session() {
+        use crate::task_plan::{StepStatus, TaskStep};
+        pins(
+            &SessionPlans {
+                session_id: "s1".into(),
+                plans: vec![
+                    AgentPlan {
+                        agent_path: "main".into(),
+                        explanation: Some("why".into()),
+                        plan: vec![TaskStep {
+                            step: "Fix".into(),
+                            status: StepStatus::InProgress,
+                            active_form: Some("Fixing".into()),
+                        }],
+                        session_id: "s1".into(),
+                    },
+                    AgentPlan {
+                        agent_path: "main/fork-1".into(),
+                        explanation: None,
+                        plan: vec![],
+                        session_id: "c1".into(),
+                    },
+                ],
+            },
+            json!({"session_id": "s1", "plans": [
+                {"agent_path": "main", "explanation": "why", "session_id": "s1",
+                 "plan": [{"step": "Fix", "status": "in_progress", "active_form": "Fixing"}]},
+                {"agent_path": "main/fork-1", "session_id": "c1", "plan": []}
+            ]}),
+        );
+    }
+
+    #[test]
     fn compacting_a_session() {
         pins(
             &CompactRequest {
