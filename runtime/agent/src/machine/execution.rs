@@ -175,6 +175,7 @@ impl AgentLoop {
             group_hooks: super::hooks::GroupHooks::NotRun,
             approvals: HashMap::new(),
             durable_with_turn: response == ResponseSaved::WithResults,
+            task_plan_from: None,
             response,
         });
         self.advance(out);
@@ -591,7 +592,11 @@ impl AgentLoop {
         };
         state.running = false;
         let read = read_file_snapshot(&execution.calls[index], &result);
-        let task_plan = task_plan_of(&execution.calls[index], &result);
+        let task_plan = task_plan_of(&execution.calls[index], &result)
+            .filter(|_| execution.task_plan_from.is_none_or(|from| from < index));
+        if task_plan.is_some() {
+            execution.task_plan_from = Some(index);
+        }
         let last = executing && execution.settles_last(index);
         if execution.settle(index, result.clone(), error, capture, out) {
             let state = &mut execution.states[index];

@@ -521,6 +521,10 @@ struct Execution {
     /// message, saved at once, holds its result, and the finish events
     /// wait for that save.
     durable_with_turn: bool,
+    /// The call whose plan is the agent's now, of this execution's
+    /// `update_plan` calls: a call earlier in the response that finishes
+    /// later does not replace it.
+    task_plan_from: Option<usize>,
     /// When the response that made these calls is durable.
     response: ResponseSaved,
 }

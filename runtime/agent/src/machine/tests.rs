@@ -3452,6 +3452,23 @@ fn a_successful_update_plan_call_keeps_announces_and_stores_the_plan_a_refused_o
 }
 
 #[test]
+fn of_two_plans_in_one_response_the_later_call_wins_whatever_finishes_first() {
+    let mut f = fixture(Options::default()).started();
+    f.respond(&[
+        update_plan(&[("First", "pending")]),
+        update_plan(&[("Second", "pending"), ("Third", "pending")]),
+    ]);
+    assert_eq!(
+        f.finish_call(1, ToolOutput::ok("Plan updated."), None),
+        s(&["emit:plan_updated", "task_plan 2"])
+    );
+    let effects = f.finish_call(0, ToolOutput::ok("Plan updated."), None);
+    assert!(!effects.iter().any(|e| e.contains("plan")), "{effects:?}");
+    let kept = f.machine.transcript().task_plan().unwrap();
+    assert_eq!(kept.lines(), ["◻ Second", "◻ Third"]);
+}
+
+#[test]
 fn a_task_plan_the_history_no_longer_shows_rides_in_the_request() {
     let mut f = fixture(Options::default());
     let plan = troupe_protocol::task_plan::TaskPlan::from_arguments(
