@@ -30,6 +30,7 @@ mod sessions;
 mod setup;
 mod shell;
 mod signals;
+mod task_plan_view;
 mod telemetry;
 mod trust;
 

@@ -2,7 +2,8 @@
 //!
 //! Human mode writes progress to stderr — the session and run ids first, then
 //! iterations, tool lines (each finished call names its target), narration
-//! that preceded tool calls, notices and errors, and at the end the command
+//! that preceded tool calls, task plans as they change, notices and errors,
+//! and at the end the command
 //! that continues the session — and leaves stdout to the final answer.
 //! Colour follows `--color` and `NO_COLOR`. Text that comes from outside
 //! (model text, tool names, arguments and output, provider messages) passes
@@ -17,6 +18,7 @@ use troupe_protocol::events::{EventKind, NOTICE_MODEL_RETRY, RunEvent, RunStatus
 use troupe_store::short_id;
 
 use crate::sanitize::for_terminal;
+use crate::task_plan_view::TaskPlans;
 
 /// The `--color` choice.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
@@ -193,6 +195,8 @@ pub(crate) struct HumanRenderer {
     pending_text: HashMap<String, String>,
     /// Targets of started calls, by agent path and call id, until they finish.
     targets: CallTargets,
+    /// Each agent's task plan as last shown.
+    task_plans: TaskPlans,
     style: RenderStyle,
 }
 
@@ -202,6 +206,7 @@ impl HumanRenderer {
         Self {
             pending_text: HashMap::new(),
             targets: CallTargets::default(),
+            task_plans: TaskPlans::default(),
             style,
         }
     }
@@ -353,6 +358,14 @@ impl HumanRenderer {
                 if quiet {
                     writeln!(out, "{}", self.dim(&format!("{prefix}{line}")))?;
                 } else {
+                    writeln!(out, "{prefix}{line}")?;
+                }
+            }
+            EventKind::PlanUpdated { explanation, plan } => {
+                let lines = self
+                    .task_plans
+                    .update(&event.agent_path, plan, explanation.as_deref());
+                for line in lines {
                     writeln!(out, "{prefix}{line}")?;
                 }
             }

@@ -10,6 +10,7 @@ use tokio_util::sync::CancellationToken;
 use troupe_agent::{AgentLoop, RunOutcome};
 use troupe_protocol::model::{Message, ToolResult};
 use troupe_protocol::permission::RuleEntry;
+use troupe_protocol::task_plan::TaskPlan;
 
 use super::{AgentMsg, AgentState, Report, Work};
 use crate::tasks::OwnedTasks;
@@ -129,6 +130,20 @@ impl AgentState {
             |outcome| {
                 if let Err(err) = outcome {
                     tracing::warn!(%err, "could not keep the approval rule with the session");
+                }
+            },
+        );
+    }
+
+    /// Keeps the agent's task plan with its own session (best effort, on
+    /// the store's writer).
+    pub(super) fn save_task_plan(&self, plan: TaskPlan) {
+        let session = self.machine.session_id().to_string();
+        self.env.store.commit(
+            move |store| store.put_task_plan(&session, &plan),
+            |outcome| {
+                if let Err(err) = outcome {
+                    tracing::warn!(%err, "could not keep the task plan with the session");
                 }
             },
         );

@@ -375,6 +375,10 @@ impl AgentState {
                 self.save_rules(&rules);
                 None
             }
+            Effect::SaveTaskPlan(plan) => {
+                self.save_task_plan(plan);
+                None
+            }
             Effect::Offload(plan) => {
                 let session = self.machine.session_id().to_string();
                 let spilled =

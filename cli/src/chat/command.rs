@@ -40,6 +40,8 @@ pub(crate) enum SlashCommand {
     Compact,
     /// `/skills`: the skills the agent may load.
     Skills,
+    /// `/steps`: the agents' task plans (their `update_plan` steps).
+    Steps,
     /// `/plan [TASK]`: plan mode from the next message on (and send TASK).
     Plan(Option<String>),
     /// `/do [NOTE]`: back to the mode before `/plan`, and carry out the plan.
@@ -76,6 +78,10 @@ pub(crate) const COMMANDS: &[(&str, &str)] = &[
         "summarise the older part of this conversation now",
     ),
     ("/skills", "the skills the agent may load"),
+    (
+        "/steps",
+        "the agents' task plans (✔ done, ◼ doing, ◻ to do)",
+    ),
     (
         "/plan [TASK]",
         "plan mode: read-only tools, the agent plans (and gets TASK)",
@@ -123,6 +129,7 @@ pub(crate) fn parse(line: &str) -> ChatInput {
         "agents" => SlashCommand::Agents,
         "compact" => SlashCommand::Compact,
         "skills" => SlashCommand::Skills,
+        "steps" => SlashCommand::Steps,
         "plan" => SlashCommand::Plan(argument),
         "do" => SlashCommand::Do(argument),
         "memory" => SlashCommand::Memory(argument),
@@ -273,6 +280,7 @@ mod tests {
     #[test]
     fn skills_is_a_command_listed_in_the_help() {
         assert_eq!(command("/skills"), SlashCommand::Skills);
+        assert_eq!(command("/steps"), SlashCommand::Steps);
         assert!(help_text().contains("/skills"));
     }
 

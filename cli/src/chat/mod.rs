@@ -39,6 +39,7 @@ use self::screen::Screen;
 use crate::project::{Locations, RunOptions, configured, trust_question};
 use crate::sanitize::for_terminal;
 use crate::signals::StopSignals;
+use crate::task_plan_view::TaskPlans;
 use crate::{ChatArgs, EXIT_RUNTIME, EXIT_USAGE, RunFlags};
 
 /// The line history file in the data directory.
@@ -63,6 +64,8 @@ struct Chat {
     color: bool,
     /// The mode `/do` returns to.
     plan: command::PlanSwitch,
+    /// The agents' task plans as this chat's turns showed them (`/steps`).
+    task_plans: TaskPlans,
 }
 
 /// Runs `troupe chat`; returns the exit code.
@@ -132,6 +135,7 @@ pub(crate) async fn chat(args: ChatArgs, color: bool) -> u8 {
         turns: 0,
         color,
         plan: command::PlanSwitch::default(),
+        task_plans: TaskPlans::default(),
     };
     if let Some(id) = args.session {
         chat.resume(&id).await;
@@ -404,7 +408,14 @@ impl Chat {
             self.session = Some(started.session_id.clone());
             let mut link = started.link;
             let screen = Screen::new(self.color, false);
-            let end = turn::follow_turn(&mut link, &screen, signals, &self.project_dir()).await;
+            let end = turn::follow_turn(
+                &mut link,
+                &screen,
+                signals,
+                &self.project_dir(),
+                &mut self.task_plans,
+            )
+            .await;
             screen.close();
             self.usage.add(&end.usage);
             self.turns += 1;
@@ -474,6 +485,7 @@ impl Chat {
                 }
             }
             SlashCommand::Skills => eprintln!("{}", for_terminal(&self.skills())),
+            SlashCommand::Steps => eprintln!("{}", self.task_plans.summary()),
             SlashCommand::Memory(note) => eprintln!("{}", for_terminal(&self.memory(note))),
             SlashCommand::Mcp => {
                 eprintln!("(starting the MCP servers to list them…)");

@@ -17,6 +17,7 @@ use super::view::TurnView;
 use crate::approval::{Request, describe, parse_answer};
 use crate::follow::RunLink;
 use crate::signals::{StopSignal, StopSignals};
+use crate::task_plan_view::TaskPlans;
 
 /// How a turn ended.
 #[derive(Debug)]
@@ -47,16 +48,19 @@ struct Ask {
 const ASK_ARGS_CHARS: usize = 2_000;
 
 /// Follows the turn on `link` to its end; relative paths of its calls name
-/// files under `dir`.
+/// files under `dir`. `task_plans` are the agents' plans as shown so far;
+/// the turn's `plan_updated` events change them.
 pub(crate) async fn follow_turn(
     link: &mut impl RunLink,
     screen: &Screen,
     signals: &mut StopSignals,
     dir: &Path,
+    task_plans: &mut TaskPlans,
 ) -> TurnEnd {
     let key_mode = KeyMode::enter();
     let mut keys = key_mode.active().then(EventStream::new);
     let mut view = TurnView::default();
+    view.task_plans = std::mem::take(task_plans);
     let mut typed = TypedLine::default();
     let mut answer = TypedLine::default();
     let mut asks: VecDeque<Ask> = VecDeque::new();
@@ -155,6 +159,7 @@ pub(crate) async fn follow_turn(
         }
     }
     drop(key_mode);
+    *task_plans = std::mem::take(&mut view.task_plans);
     end.unsent = sent;
     end.typed = typed.as_str().to_string();
     end
@@ -346,5 +351,29 @@ mod tests {
             "waiting for you · step 2 · 1500 tokens · 9s  allow? › n too risky"
         );
         assert!(status_text(&view, 9, None, "", true).starts_with("cancelling"));
+        // The main agent's step in progress stays in view while the turn runs.
+        let step = |text: &str, status| troupe_protocol::task_plan::TaskStep {
+            step: text.into(),
+            status,
+            active_form: None,
+        };
+        use troupe_protocol::task_plan::StepStatus;
+        view.task_plans.update(
+            "main",
+            &[
+                step("Read", StepStatus::Completed),
+                step("Fix", StepStatus::InProgress),
+            ],
+            None,
+        );
+        view.task_plans.update(
+            "main/fork-1",
+            &[step("Other", StepStatus::InProgress)],
+            None,
+        );
+        assert_eq!(
+            status_text(&view, 9, None, "", false),
+            "thinking · step 2 · ◼ Fix (1/2) · 1500 tokens · 9s  (type to add a message · Esc cancels)"
+        );
     }
 }

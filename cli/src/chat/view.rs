@@ -9,6 +9,7 @@ use troupe_protocol::events::{EventKind, NOTICE_MODEL_RETRY, RunEvent, RunStatus
 
 use super::markdown::MarkdownStream;
 use crate::render::{CallTargets, compaction_line, finished_line, hook_line, stop_cause_words};
+use crate::task_plan_view::TaskPlans;
 
 /// One thing to show.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -31,6 +32,8 @@ pub(crate) struct TurnView {
     narration: HashMap<String, String>,
     /// Targets of started calls, by agent path and call id.
     targets: CallTargets,
+    /// Each agent's task plan as last shown (kept by the chat between turns).
+    pub task_plans: TaskPlans,
     /// The main agent's iteration.
     pub iteration: u32,
     /// Tokens used so far by the whole tree (input, output and cache).
@@ -171,6 +174,19 @@ impl TurnView {
                     shown.push(Shown::Line(format!("{prefix}{line}")));
                 }
             }
+            EventKind::PlanUpdated { explanation, plan } => {
+                if main {
+                    self.flush_answer(&mut shown);
+                }
+                let lines = self
+                    .task_plans
+                    .update(&event.agent_path, plan, explanation.as_deref());
+                shown.extend(
+                    lines
+                        .into_iter()
+                        .map(|line| Shown::Line(format!("{prefix}{line}"))),
+                );
+            }
             EventKind::Error { kind, message } => {
                 shown.push(Shown::Error(format!("{prefix}error ({kind}): {message}")));
             }
@@ -217,8 +233,13 @@ pub(crate) fn activity_text(
         "working"
     };
     let step = view.iteration.max(1);
+    let working_on = view
+        .task_plans
+        .current_step("main")
+        .map(|current| format!(" · {current}"))
+        .unwrap_or_default();
     format!(
-        "{doing} · step {step} · {} tokens · {seconds}s",
+        "{doing} · step {step}{working_on} · {} tokens · {seconds}s",
         view.tokens
     )
 }

@@ -132,6 +132,7 @@ pub(crate) fn router(state: ApiState) -> Router {
             get(show_session).delete(remove_session),
         )
         .route(&path("/sessions/{id}/compact"), post(compact_session))
+        .route(&path("/sessions/{id}/plan"), get(session_plans))
         .route(&path("/views"), post(render_view))
         .route(&path(PRESENCE_PATH), get(hold_presence))
         .route(&path(STATUS_PATH), get(daemon_status))
@@ -869,6 +870,44 @@ async fn show_session(
         runs,
         messages,
     }))
+}
+
+/// `GET /v1/sessions/{id}/plan`: the task plans of the session's agent and
+/// of its sub-agents, by agent path; 404 for an unknown session.
+async fn session_plans(
+    State(state): State<ApiState>,
+    Path(id): Path<String>,
+) -> Result<axum::Json<wire::SessionPlans>, ApiError> {
+    let store = state.store.clone();
+    let plans = tokio::task::spawn_blocking(move || read_session_plans(&store, &id))
+        .await
+        .map_err(|err| ApiError::internal(format!("reading the plans failed: {err}")))??;
+    Ok(axum::Json(plans))
+}
+
+/// The plans [`session_plans`] answers with, read from the store.
+fn read_session_plans(store: &Store, id: &str) -> Result<wire::SessionPlans, ApiError> {
+    let meta = store
+        .session(id)
+        .map_err(store_error)?
+        .ok_or_else(|| ApiError::not_found(format!("no session {id}")))?;
+    let descendants = store.descendant_sessions(id).map_err(store_error)?;
+    let mut plans = Vec::new();
+    for session in std::iter::once(meta).chain(descendants) {
+        let Some(plan) = store.task_plan(&session.id).map_err(store_error)? else {
+            continue;
+        };
+        plans.push(wire::AgentPlan {
+            agent_path: session.agent_path.unwrap_or_else(|| "main".to_owned()),
+            explanation: plan.explanation,
+            plan: plan.plan,
+            session_id: session.id,
+        });
+    }
+    Ok(wire::SessionPlans {
+        plans,
+        session_id: id.to_owned(),
+    })
 }
 
 #[cfg(test)]

@@ -1757,3 +1757,76 @@ async fn a_store_write_that_hangs_ends_the_daemon_and_the_next_client_carries_on
         String::from_utf8_lossy(&stopped.stderr)
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_plan_endpoint_answers_each_agents_plan_by_path() {
+    let step = |text: &str, status: &str| json!({"step": text, "status": status});
+    let script = Script::new()
+        .then(tool_call(
+            "update_plan",
+            json!({"plan": [step("Split the work", "in_progress"), step("Merge", "pending")]}),
+        ))
+        .then(tool_call(
+            "agent",
+            json!({"description": "part", "prompt": "CHILD-TASK", "fork": true}),
+        ))
+        .then(tool_call(
+            "update_plan",
+            json!({"explanation": "my part", "plan": [step("Look", "in_progress")]}),
+        ))
+        .then(tool_call(
+            "update_plan",
+            json!({"plan": [step("Look", "in_progress"), step("Again", "in_progress")]}),
+        ))
+        .then(text("child report"))
+        .then(text("merged"));
+    let server = ScriptedServer::start(script).await.unwrap();
+    let env = Env::new();
+    let daemon = Daemon::start(&env, &server);
+    let mut body = run_body(&env, "split it");
+    body["mode"] = json!("bypass");
+    let (run_id, session_id) = daemon.submit(body).await;
+    let events = daemon.events(&run_id, None, |_| false).await;
+    assert_eq!(events.last().unwrap().1["status"], "finished");
+    let announced: Vec<&Value> = events
+        .iter()
+        .map(|(_, event)| event)
+        .filter(|event| event["type"] == "plan_updated")
+        .collect();
+    assert_eq!(announced.len(), 2, "{announced:?}");
+
+    let answer = daemon
+        .call("GET", &format!("/v1/sessions/{session_id}/plan"), None)
+        .await;
+    assert_eq!(answer.status, 200, "{}", answer.text());
+    let answer = answer.json();
+    assert_eq!(answer["session_id"], session_id.as_str());
+    let plans = answer["plans"].as_array().unwrap();
+    assert_eq!(plans.len(), 2, "{answer}");
+    assert_eq!(plans[0]["agent_path"], "main");
+    assert_eq!(plans[0]["session_id"], session_id.as_str());
+    assert_eq!(
+        plans[0]["plan"],
+        json!([
+            step("Split the work", "in_progress"),
+            step("Merge", "pending")
+        ])
+    );
+    // The child's own plan, under its path; its refused call changed nothing.
+    let child_path = plans[1]["agent_path"].as_str().unwrap();
+    assert!(child_path.starts_with("main/"), "{child_path}");
+    assert_eq!(announced[1]["agent_path"], child_path);
+    assert_eq!(plans[1]["explanation"], "my part");
+    assert_eq!(plans[1]["plan"], json!([step("Look", "in_progress")]));
+
+    // Unknown sessions are 404; the token is needed as everywhere.
+    let unknown = daemon.call("GET", "/v1/sessions/nope/plan", None).await;
+    assert_eq!(
+        (unknown.status, unknown.error_code().as_str()),
+        (404, "not_found")
+    );
+    let host = daemon.addr.to_string();
+    let path = format!("/v1/sessions/{session_id}/plan");
+    let anonymous = request(daemon.addr, "GET", &path, &[("Host", &host)], b"").await;
+    assert_eq!(anonymous.status, 401);
+}

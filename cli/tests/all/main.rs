@@ -34,4 +34,5 @@ mod short_ids;
 mod signals;
 mod skills;
 mod startup_cli;
+mod task_plan;
 mod web_fetch;

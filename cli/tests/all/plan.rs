@@ -35,6 +35,7 @@ async fn plan_mode_requests_offer_only_read_only_tools_and_carry_the_reminder() 
         "task_output",
         "task_list",
         "web_fetch",
+        "update_plan",
     ];
     let first_stable = requests[0].body["system"][0]["text"].as_str().unwrap();
     for (i, request) in requests.iter().enumerate() {
@@ -55,6 +56,8 @@ async fn plan_mode_requests_offer_only_read_only_tools_and_carry_the_reminder() 
         );
         let tools = request.tool_names();
         assert!(!tools.is_empty());
+        // Planning is no side effect: the plan tool is offered here too.
+        assert!(tools.contains(&"update_plan".to_owned()), "{tools:?}");
         for tool in &tools {
             assert!(
                 read_only.contains(&tool.as_str()),

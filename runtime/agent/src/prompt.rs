@@ -10,7 +10,10 @@
 //!   model. Rebuilt when a session starts; sent after the cache breakpoint.
 //!   In plan mode, each request's environment part ends with the plan-mode
 //!   reminder for that request's iteration (`plan_reminder`,
-//!   `with_plan_reminder`), so the cached prefix never changes.
+//!   `with_plan_reminder`), so the cached prefix never changes. An agent
+//!   whose task plan the history it sends no longer shows (a compaction
+//!   summarised the `update_plan` call that made it) gets the plan the same
+//!   way (`task_plan_reminder`).
 //!
 //! Assembly is pure ([`system_prompt`], [`assemble_stable`],
 //! [`assemble_environment`]); reading the instruction files, git status, the
@@ -19,8 +22,10 @@
 
 use std::path::PathBuf;
 
-use troupe_protocol::model::SystemPrompt;
+use troupe_protocol::model::{Message, SystemPrompt};
 use troupe_protocol::permission::PermissionMode;
+use troupe_protocol::task_plan::TaskPlan;
+use troupe_tools::task_plan::UPDATE_PLAN_TOOL_NAME;
 
 /// SPEC §1.2: the project instruction files, in the order they are loaded.
 pub const INSTRUCTION_FILES: [&str; 2] = ["AGENTS.md", "TROUPE.md"];
@@ -199,6 +204,27 @@ pub(crate) fn with_plan_reminder(system: &SystemPrompt, reminder: Option<&str>) 
     }
 }
 
+/// The reminder of the agent's task plan for a request that sends
+/// `messages`: the plan, one line per step, when it has steps and no
+/// `update_plan` call among the messages shows it; `None` otherwise.
+pub(crate) fn task_plan_reminder(plan: Option<&TaskPlan>, messages: &[Message]) -> Option<String> {
+    let plan = plan.filter(|plan| !plan.plan.is_empty())?;
+    let shown = messages
+        .iter()
+        .flat_map(Message::tool_calls)
+        .any(|call| call.name == UPDATE_PLAN_TOOL_NAME);
+    if shown {
+        return None;
+    }
+    let mut text = String::from("# Your current plan (update_plan)\n");
+    if let Some(explanation) = &plan.explanation {
+        text.push_str(explanation);
+        text.push('\n');
+    }
+    text.push_str(&plan.lines().join("\n"));
+    Some(text)
+}
+
 /// Both parts of the system prompt from the instruction files read and the
 /// environment's facts.
 pub fn system_prompt(instructions: &[InstructionFile], facts: &EnvironmentFacts) -> SystemPrompt {
@@ -334,5 +360,45 @@ mod tests {
             model: "m".into(),
         });
         assert!(slow.contains("run `git status`"));
+    }
+
+    #[test]
+    fn the_task_plan_is_reminded_only_when_the_history_does_not_show_it() {
+        use troupe_protocol::model::{ContentBlock, Role, ToolCall};
+        use troupe_protocol::task_plan::{StepStatus, TaskStep};
+        let plan = TaskPlan {
+            explanation: Some("after review".into()),
+            plan: vec![
+                TaskStep {
+                    step: "Read".into(),
+                    status: StepStatus::Completed,
+                    active_form: None,
+                },
+                TaskStep {
+                    step: "Fix".into(),
+                    status: StepStatus::InProgress,
+                    active_form: Some("Fixing".into()),
+                },
+            ],
+        };
+        let summary = vec![Message::user_text("Summary of the conversation so far")];
+        assert_eq!(
+            task_plan_reminder(Some(&plan), &summary).unwrap(),
+            "# Your current plan (update_plan)\nafter review\n✔ Read\n◼ Fixing"
+        );
+        let call = Message {
+            role: Role::Assistant,
+            content: vec![ContentBlock::ToolCall(ToolCall {
+                id: "c1".into(),
+                name: UPDATE_PLAN_TOOL_NAME.into(),
+                input: "{}".into(),
+            })],
+        };
+        assert_eq!(task_plan_reminder(Some(&plan), &[call]), None);
+        assert_eq!(task_plan_reminder(None, &summary), None);
+        assert_eq!(
+            task_plan_reminder(Some(&TaskPlan::default()), &summary),
+            None
+        );
     }
 }

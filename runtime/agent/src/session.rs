@@ -1,6 +1,6 @@
 //! A session as an agent holds it: the [`OpenedSession`] a run continues
 //! from, the [`Transcript`] of a live agent (which of its messages are
-//! stored), and when an idle session stays in memory. Reading and writing
+//! stored, and its task plan), and when an idle session stays in memory. Reading and writing
 //! them is the loader's (`troupe-loader`'s `session` module), which repairs a
 //! stored history with `resume`'s pure repairs and hands it in as a value.
 
@@ -12,6 +12,7 @@ use crate::history::{close_with, ends_with_assistant};
 use crate::resume::RepairReport;
 use troupe_protocol::model::Message;
 use troupe_protocol::permission::RuleEntry;
+use troupe_protocol::task_plan::TaskPlan;
 use troupe_store::{CompactionMarker, SkippedRecord};
 
 /// A session between runs: its history and what it keeps.
@@ -42,6 +43,9 @@ pub struct OpenedSession {
     pub last_updated: Option<DateTime<Utc>>,
     /// "Allow always" rules kept with the session.
     pub rules: Vec<RuleEntry>,
+    /// The task plan kept with the session (`update_plan`), when its agent
+    /// made one.
+    pub task_plan: Option<TaskPlan>,
 }
 
 impl OpenedSession {
@@ -88,7 +92,8 @@ pub fn keep_idle_session(
     last_active.is_some_and(|active| now.signed_duration_since(active) < keep)
 }
 
-/// The history of a live agent and which of its messages are already stored.
+/// The history of a live agent and which of its messages are already stored,
+/// with the agent's task plan (kept with the session apart from the messages).
 ///
 /// Messages are stored under their index in the full history; after a
 /// compaction the first `summary_len` messages are the summary (kept with the
@@ -102,6 +107,9 @@ pub struct Transcript {
     first_index: u64,
     /// Messages `[..saved]` are stored as they are in memory.
     saved: usize,
+    /// The agent's task plan (`update_plan`), kept beside the history: it
+    /// outlives a compaction and goes wherever the history goes.
+    task_plan: Option<TaskPlan>,
 }
 
 impl Transcript {
@@ -117,6 +125,7 @@ impl Transcript {
             summary_len: opened.summary_len,
             first_index: opened.first_index,
             saved: opened.history.len(),
+            task_plan: opened.task_plan.clone(),
         }
     }
 
@@ -129,6 +138,7 @@ impl Transcript {
             messages: history,
             summary_len: 0,
             first_index: 0,
+            task_plan: None,
         }
     }
 
@@ -230,6 +240,16 @@ impl Transcript {
     /// True when every message is stored.
     pub fn is_saved(&self) -> bool {
         self.saved >= self.messages.len()
+    }
+
+    /// The agent's task plan, if it made one.
+    pub fn task_plan(&self) -> Option<&TaskPlan> {
+        self.task_plan.as_ref()
+    }
+
+    /// Replaces the agent's task plan.
+    pub fn set_task_plan(&mut self, plan: TaskPlan) {
+        self.task_plan = Some(plan);
     }
 }
 

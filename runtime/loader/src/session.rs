@@ -42,6 +42,11 @@ pub fn open_session(store: &Store, id: &str) -> Result<Option<OpenedSession>, St
         skipped: loaded.skipped,
         last_updated: loaded.last_updated,
         rules: store.session_rules(id)?,
+        // A plan that cannot be read is no reason to refuse the session.
+        task_plan: store.task_plan(id).unwrap_or_else(|err| {
+            tracing::warn!(%err, session = id, "the stored task plan was left out");
+            None
+        }),
     }))
 }
 

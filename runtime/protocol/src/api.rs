@@ -26,6 +26,7 @@ use serde::{Deserialize, Deserializer, Serialize};
 use crate::events::{ApprovalOutcome, RunStatus};
 use crate::model::Message;
 use crate::permission::PermissionMode;
+use crate::task_plan::TaskStep;
 
 /// The path every versioned endpoint lies below (`/v1/runs`, …).
 pub const PATH_PREFIX: &str = "/v1";
@@ -384,6 +385,31 @@ pub struct SessionDetail {
     pub runs: Vec<RunSummary>,
     /// The session.
     pub session: SessionSummary,
+}
+
+/// `GET /v1/sessions/{id}/plan`: the task plans of a session's agents.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SessionPlans {
+    /// Each agent's plan: the session's own agent first, then its
+    /// sub-agents (breadth first, oldest first); agents that made no plan
+    /// are left out.
+    pub plans: Vec<AgentPlan>,
+    /// The session.
+    pub session_id: String,
+}
+
+/// One agent's task plan.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AgentPlan {
+    /// Where the agent sits in its run's tree (`main`, `main/explorer-1`).
+    pub agent_path: String,
+    /// Why the plan is as it is, when the model said.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub explanation: Option<String>,
+    /// The steps, in order.
+    pub plan: Vec<TaskStep>,
+    /// The session holding the agent's transcript.
+    pub session_id: String,
 }
 
 /// The answer to `DELETE /v1/sessions/{id}`: the session and its child
@@ -857,6 +883,39 @@ mod tests {
             },
             json!({"session_id": "s1", "removed": ["s1", "c1"],
                    "text": "removed session s1 and its 1 child session"}),
+        );
+    }
+
+    #[test]
+    fn the_plans_of_a_session() {
+        use crate::task_plan::{StepStatus, TaskStep};
+        pins(
+            &SessionPlans {
+                session_id: "s1".into(),
+                plans: vec![
+                    AgentPlan {
+                        agent_path: "main".into(),
+                        explanation: Some("why".into()),
+                        plan: vec![TaskStep {
+                            step: "Fix".into(),
+                            status: StepStatus::InProgress,
+                            active_form: Some("Fixing".into()),
+                        }],
+                        session_id: "s1".into(),
+                    },
+                    AgentPlan {
+                        agent_path: "main/fork-1".into(),
+                        explanation: None,
+                        plan: vec![],
+                        session_id: "c1".into(),
+                    },
+                ],
+            },
+            json!({"session_id": "s1", "plans": [
+                {"agent_path": "main", "explanation": "why", "session_id": "s1",
+                 "plan": [{"step": "Fix", "status": "in_progress", "active_form": "Fixing"}]},
+                {"agent_path": "main/fork-1", "session_id": "c1", "plan": []}
+            ]}),
         );
     }
 

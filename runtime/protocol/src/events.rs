@@ -235,6 +235,15 @@ pub enum EventKind {
         /// How long it ran.
         duration_ms: u64,
     },
+    /// The agent's task plan changed (`update_plan`): the whole plan as it
+    /// is now. Each agent has its own (the envelope's `agent_path`).
+    PlanUpdated {
+        /// Why the plan is as it is now, when the model said.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        explanation: Option<String>,
+        /// Every step, in order.
+        plan: Vec<crate::task_plan::TaskStep>,
+    },
     /// An error.
     Error {
         /// Machine-readable kind.
@@ -256,7 +265,7 @@ pub enum EventKind {
 }
 
 /// The `type` of every event kind, as [`EventKind::type_name`] gives it.
-pub const EVENT_TYPES: [&str; 17] = [
+pub const EVENT_TYPES: [&str; 18] = [
     "run_started",
     "iteration",
     "text_delta",
@@ -272,6 +281,7 @@ pub const EVENT_TYPES: [&str; 17] = [
     "user_message",
     "notice",
     "hook",
+    "plan_updated",
     "error",
     "run_finished",
 ];
@@ -313,6 +323,7 @@ impl EventKind {
             Self::UserMessage { .. } => "user_message",
             Self::Notice { .. } => "notice",
             Self::Hook { .. } => "hook",
+            Self::PlanUpdated { .. } => "plan_updated",
             Self::Error { .. } => "error",
             Self::RunFinished { .. } => "run_finished",
         }

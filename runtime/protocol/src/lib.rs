@@ -13,4 +13,5 @@ pub mod api;
 pub mod events;
 pub mod model;
 pub mod permission;
+pub mod task_plan;
 pub mod untrusted;

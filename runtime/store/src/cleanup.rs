@@ -166,7 +166,7 @@ fn running_sessions(
 impl Store {
     /// Removes a session, every session below it (its child sessions, their
     /// children, …) and every record of each: messages, pending results,
-    /// markers, ledger, rules, memory, and runs with their events and spans. Nothing
+    /// markers, ledger, rules, memory, task plan, and runs with their events and spans. Nothing
     /// of another session is touched. The deepest sessions go first and `id`
     /// last, so a removal cut short leaves `id` listed, to be removed again.
     ///
@@ -355,7 +355,7 @@ impl Store {
     }
 
     /// Bytes of every record of one session: its metadata and head,
-    /// messages, pending results, markers, ledger, rules, memory, and its
+    /// messages, pending results, markers, ledger, rules, memory, task plan, and its
     /// runs with their events and spans.
     fn session_bytes(&self, id: &str) -> Result<u64, StoreError> {
         let prefix = layout::owner_prefix(id);
@@ -394,7 +394,12 @@ impl Store {
                 bytes += (run_id.len() + run.len()) as u64;
             }
         }
-        for tree in [&inner.sessions, &inner.rules, &inner.memory] {
+        for tree in [
+            &inner.sessions,
+            &inner.rules,
+            &inner.memory,
+            &inner.task_plans,
+        ] {
             if let Some(value) = tree
                 .get(id.as_bytes())
                 .map_err(self.sled_err("measure a session"))?
@@ -486,6 +491,12 @@ impl Store {
             .remove(id.as_bytes())
             .map_err(self.sled_err("remove the session's memory"))?;
         removed += usize::from(memory.is_some());
+        let task_plan = self
+            .inner
+            .task_plans
+            .remove(id.as_bytes())
+            .map_err(self.sled_err("remove the task plan"))?;
+        removed += usize::from(task_plan.is_some());
         let meta = self
             .inner
             .sessions

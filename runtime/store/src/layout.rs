@@ -30,6 +30,8 @@ pub const LEDGER_TREE: &str = "ledger";
 pub const RULES_TREE: &str = "session_rules";
 /// Tree of the project memory each session's prompt holds: key `session_id`.
 pub const MEMORY_TREE: &str = "session_memory";
+/// Tree of the task plan of each session's agent (`update_plan`): key `session_id`.
+pub const TASK_PLANS_TREE: &str = "task_plans";
 /// Tree of run records: key `run_id`.
 pub const RUNS_TREE: &str = "runs";
 /// Index of a session's runs: key `session_id 0x00 run_id`, empty value.

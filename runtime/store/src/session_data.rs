@@ -1,7 +1,7 @@
 //! Records kept with a session besides its messages: tool results that finished
 //! before their tool message was written, compaction markers, the layer-1
-//! replacement ledger (SPEC §10), "allow always" rules and the project memory
-//! the session's prompt holds.
+//! replacement ledger (SPEC §10), "allow always" rules, the project memory
+//! the session's prompt holds and the task plan of the session's agent.
 //!
 //! Each write checks that the session exists; each list returns records in the
 //! order they were written and skips damaged ones with a warning. What the
@@ -13,6 +13,7 @@ use super::records::{CompactionMarker, LedgerEntry, LedgerRecord, PendingRecord}
 use super::{Store, StoreError, decode_listed, decode_one};
 use troupe_protocol::model::ToolResult;
 use troupe_protocol::permission::RuleEntry;
+use troupe_protocol::task_plan::TaskPlan;
 
 impl Store {
     /// Stores a tool result that finished before its turn's tool message was
@@ -148,6 +149,28 @@ impl Store {
             .get(session.as_bytes())
             .map_err(self.sled_err("read the session's memory"))?;
         raw.map(|raw| decode_one(format!("memory of session {session:?}"), &raw))
+            .transpose()
+    }
+
+    /// Replaces the task plan of the session's agent.
+    pub fn put_task_plan(&self, session: &str, plan: &TaskPlan) -> Result<(), StoreError> {
+        self.require_session(session)?;
+        self.inner
+            .task_plans
+            .insert(session.as_bytes(), layout::encode(plan)?)
+            .map_err(self.sled_err("store the task plan"))?;
+        Ok(())
+    }
+
+    /// The task plan of the session's agent; `None` when it made none.
+    pub fn task_plan(&self, session: &str) -> Result<Option<TaskPlan>, StoreError> {
+        self.require_session(session)?;
+        let raw = self
+            .inner
+            .task_plans
+            .get(session.as_bytes())
+            .map_err(self.sled_err("read the task plan"))?;
+        raw.map(|raw| decode_one(format!("task plan of session {session:?}"), &raw))
             .transpose()
     }
 

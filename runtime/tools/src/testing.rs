@@ -68,6 +68,7 @@ fn samples(property: &Value) -> Vec<Value> {
         Some("string") => Value::from("x"),
         Some("integer") => property.get("minimum").cloned().unwrap_or(Value::from(1)),
         Some("boolean") => Value::from(true),
+        Some("array") => Value::Array(Vec::new()),
         other => panic!("no sample for type {other:?} in {property}"),
     };
     vec![sample]

@@ -19,10 +19,12 @@ use troupe_protocol::model::{Message, ToolCall, ToolResult};
 use troupe_protocol::permission::Decision;
 use troupe_protocol::permission::{PermissionSubject, ToolCategory};
 use troupe_protocol::permission::{RuleEntry, RuleSource};
+use troupe_protocol::task_plan::TaskPlan;
 use troupe_telemetry::genai::ToolErrorKind;
 use troupe_telemetry::span_ops::{SpanKind, SpanNote};
 use troupe_tools::ToolOutput;
 use troupe_tools::target::tool_target;
+use troupe_tools::task_plan::UPDATE_PLAN_TOOL_NAME;
 
 use super::{
     AfterSave, AgentLaunch, AgentLoop, Approver, CallState, Effect, Execution, Launchable,
@@ -173,6 +175,7 @@ impl AgentLoop {
             group_hooks: super::hooks::GroupHooks::NotRun,
             approvals: HashMap::new(),
             durable_with_turn: response == ResponseSaved::WithResults,
+            task_plan_from: None,
             response,
         });
         self.advance(out);
@@ -589,6 +592,11 @@ impl AgentLoop {
         };
         state.running = false;
         let read = read_file_snapshot(&execution.calls[index], &result);
+        let task_plan = task_plan_of(&execution.calls[index], &result)
+            .filter(|_| execution.task_plan_from.is_none_or(|from| from < index));
+        if task_plan.is_some() {
+            execution.task_plan_from = Some(index);
+        }
         let last = executing && execution.settles_last(index);
         if execution.settle(index, result.clone(), error, capture, out) {
             let state = &mut execution.states[index];
@@ -613,6 +621,9 @@ impl AgentLoop {
         }
         if let Some((path, content)) = read {
             self.context.file_read(path, content);
+        }
+        if let Some(plan) = task_plan {
+            self.keep_task_plan(plan, out);
         }
         self.after_call(out);
     }
@@ -700,6 +711,17 @@ impl AgentLoop {
         self.advance(out);
     }
 
+    /// Keeps the plan of a successful `update_plan` call: the agent's plan
+    /// from now on, announced with the whole list and kept with the session.
+    fn keep_task_plan(&mut self, plan: TaskPlan, out: &mut Vec<Effect>) {
+        out.push(Effect::Emit(EventKind::PlanUpdated {
+            explanation: plan.explanation.clone(),
+            plan: plan.plan.clone(),
+        }));
+        self.transcript.set_task_plan(plan.clone());
+        out.push(Effect::SaveTaskPlan(plan));
+    }
+
     /// Keeps an "always" answer as a session rule.
     fn remember_always(&mut self, request: &PermissionRequest, out: &mut Vec<Effect>) {
         let rule = self.permissions.always_rule_for(request);
@@ -712,6 +734,15 @@ impl AgentLoop {
             Err(err) => tracing::warn!(%err, "could not remember the approval as a rule"),
         }
     }
+}
+
+/// The plan a successful `update_plan` call made (its arguments as the tool
+/// ran them: a hook's rewrite is in `call`); a refused call makes none.
+fn task_plan_of(call: &ToolCall, result: &ToolResult) -> Option<TaskPlan> {
+    if call.name != UPDATE_PLAN_TOOL_NAME || result.is_error {
+        return None;
+    }
+    TaskPlan::from_arguments(&call.input).ok()
 }
 
 /// The path and text of a successful `read_file` call, for the recovery

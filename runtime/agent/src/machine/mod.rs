@@ -57,6 +57,7 @@ use troupe_protocol::events::{ApprovalOutcome, EventKind};
 use troupe_protocol::model::SystemPrompt;
 use troupe_protocol::model::{Message, ToolCall, ToolResult, Usage};
 use troupe_protocol::permission::RuleEntry;
+use troupe_protocol::task_plan::TaskPlan;
 use troupe_telemetry::genai::{ContentCapture, ToolErrorKind};
 use troupe_telemetry::span_ops::{SpanId, SpanKind, SpanNote, SpanOp};
 use troupe_tools::{Tool, ToolOutput};
@@ -271,6 +272,8 @@ pub enum Effect {
     },
     /// Keep the session's "always" rules with the session (best effort).
     SaveRules(Vec<RuleEntry>),
+    /// Keep the agent's task plan with its session (best effort).
+    SaveTaskPlan(TaskPlan),
     /// Layer 1: write each result of `spill` to its spill file, keep the
     /// decisions with the session and flush; answer with
     /// [`Input::Offloaded`] naming the results spilled.
@@ -364,6 +367,7 @@ impl std::fmt::Debug for Effect {
             Self::Save { upto, .. } => write!(f, "Save(upto {upto})"),
             Self::SavePending { index, .. } => write!(f, "SavePending({index})"),
             Self::SaveRules(rules) => write!(f, "SaveRules({})", rules.len()),
+            Self::SaveTaskPlan(plan) => write!(f, "SaveTaskPlan({})", plan.plan.len()),
             Self::Offload(plan) => write!(f, "Offload({}, {})", plan.spill.len(), plan.kept.len()),
             Self::Summarise { epoch, .. } => write!(f, "Summarise({epoch})"),
             Self::SaveMarker(marker) => write!(f, "SaveMarker({})", marker.first_kept),
@@ -517,6 +521,10 @@ struct Execution {
     /// message, saved at once, holds its result, and the finish events
     /// wait for that save.
     durable_with_turn: bool,
+    /// The call whose plan is the agent's now, of this execution's
+    /// `update_plan` calls: a call earlier in the response that finishes
+    /// later does not replace it.
+    task_plan_from: Option<usize>,
     /// When the response that made these calls is durable.
     response: ResponseSaved,
 }

@@ -246,6 +246,7 @@ fn show(effects: &[Effect]) -> Vec<String> {
             Effect::Save { .. } => "save".into(),
             Effect::SavePending { index, .. } => format!("pending:{index}"),
             Effect::SaveRules(_) => "rules".into(),
+            Effect::SaveTaskPlan(plan) => format!("task_plan {}", plan.plan.len()),
             Effect::Offload(plan) => format!("offload:{}:{}", plan.spill.len(), plan.kept.len()),
             Effect::Summarise { epoch, .. } => format!("summarise:{epoch}"),
             Effect::SaveMarker(_) => "marker".into(),
@@ -3408,4 +3409,84 @@ fn sub_agents_and_forks_never_update_the_memory() {
             assert!(!ended.contains(&"memory".to_string()), "{ended:?}");
         }
     }
+}
+
+fn update_plan(steps: &[(&str, &str)]) -> (&'static str, serde_json::Value) {
+    let plan: Vec<serde_json::Value> = steps
+        .iter()
+        .map(|(step, status)| json!({"step": step, "status": status}))
+        .collect();
+    ("update_plan", json!({ "plan": plan }))
+}
+
+#[test]
+fn a_successful_update_plan_call_keeps_announces_and_stores_the_plan_a_refused_one_nothing() {
+    let mut f = fixture(Options::default()).started();
+    // Read-only: it runs before its response is saved, with its result.
+    assert_eq!(
+        f.respond(&[update_plan(&[
+            ("Read", "completed"),
+            ("Fix", "in_progress")
+        ])]),
+        s(&["emit:usage", "emit:tool_started", "tool:0:update_plan"])
+    );
+    let effects = f.finish_call(0, ToolOutput::ok("Plan updated."), None);
+    assert_eq!(effects, s(&["emit:plan_updated", "task_plan 2", "save"]));
+    let kept = f.machine.transcript().task_plan().cloned().unwrap();
+    assert_eq!(kept.lines(), ["✔ Read", "◼ Fix"]);
+    // Refused by the tool: no event, nothing stored, the plan unchanged.
+    f.step(Input::Saved(Ok(())));
+    f.respond(&[update_plan(&[("A", "in_progress"), ("B", "in_progress")])]);
+    let effects = f.finish_call(0, ToolOutput::error("Plan not updated."), None);
+    assert!(!effects.iter().any(|e| e.contains("plan")), "{effects:?}");
+    assert_eq!(f.machine.transcript().task_plan(), Some(&kept));
+    // The history shows the call: no reminder rides in the next request.
+    let effects = f.on(Input::Saved(Ok(())));
+    let Some(Effect::CallModel { request, .. }) = effects
+        .iter()
+        .find(|e| matches!(e, Effect::CallModel { .. }))
+    else {
+        panic!("a model call: {effects:?}");
+    };
+    assert_eq!(request.system.environment, "env");
+}
+
+#[test]
+fn of_two_plans_in_one_response_the_later_call_wins_whatever_finishes_first() {
+    let mut f = fixture(Options::default()).started();
+    f.respond(&[
+        update_plan(&[("First", "pending")]),
+        update_plan(&[("Second", "pending"), ("Third", "pending")]),
+    ]);
+    assert_eq!(
+        f.finish_call(1, ToolOutput::ok("Plan updated."), None),
+        s(&["emit:plan_updated", "task_plan 2"])
+    );
+    let effects = f.finish_call(0, ToolOutput::ok("Plan updated."), None);
+    assert!(!effects.iter().any(|e| e.contains("plan")), "{effects:?}");
+    let kept = f.machine.transcript().task_plan().unwrap();
+    assert_eq!(kept.lines(), ["◻ Second", "◻ Third"]);
+}
+
+#[test]
+fn a_task_plan_the_history_no_longer_shows_rides_in_the_request() {
+    let mut f = fixture(Options::default());
+    let plan = troupe_protocol::task_plan::TaskPlan::from_arguments(
+        r#"{"plan":[{"step":"Read","status":"completed"},{"step":"Fix","status":"pending"}]}"#,
+    )
+    .unwrap();
+    f.machine.transcript.set_task_plan(plan);
+    assert_eq!(show(&f.on(Input::Begin)), s(&["save"]));
+    let effects = f.on(Input::Saved(Ok(())));
+    let Some(Effect::CallModel { request, .. }) = effects
+        .iter()
+        .find(|e| matches!(e, Effect::CallModel { .. }))
+    else {
+        panic!("a model call: {effects:?}");
+    };
+    assert_eq!(
+        request.system.environment,
+        "env\n\n# Your current plan (update_plan)\n✔ Read\n◻ Fix"
+    );
+    assert_eq!(request.system.stable, "stable");
 }

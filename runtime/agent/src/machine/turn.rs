@@ -7,7 +7,7 @@
 
 use crate::StopCause;
 use crate::history::{call_ids, complete_results, repair_call_ids};
-use crate::prompt::{plan_reminder, with_plan_reminder};
+use crate::prompt::{plan_reminder, task_plan_reminder, with_plan_reminder};
 use crate::{EMPTY_RESPONSE_PLACEHOLDER, RunOutcome};
 use troupe_llm::{ChatRequest, ProviderError, ResponseAccumulator, ResponseMetadata, StreamEvent};
 use troupe_protocol::events::{EventKind, NOTICE_MODEL_RETRY, RunStatus};
@@ -64,9 +64,12 @@ impl AgentLoop {
         // The mode is read once per request: tools and reminder agree. The
         // plan reminder rides in this request's environment part only.
         let mode = self.permissions.mode();
+        let messages = self.request_messages();
+        let system = with_plan_reminder(&self.system, plan_reminder(mode, n));
+        let task_plan = task_plan_reminder(self.transcript.task_plan(), &messages);
         let request = ChatRequest {
-            system: with_plan_reminder(&self.system, plan_reminder(mode, n)),
-            messages: self.request_messages(),
+            system: with_plan_reminder(&system, task_plan.as_deref()),
+            messages,
             tools: self.catalogue.offered(mode).to_vec(),
             session_id: Some(self.cache_key.clone()),
         };

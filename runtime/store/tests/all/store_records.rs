@@ -112,6 +112,13 @@ mod store {
         f.store().put_session_rules("s1", &rules).unwrap();
         assert_eq!(f.store().session_memory("s1").unwrap(), None);
         f.store().put_session_memory("s1", "- use pnpm\n").unwrap();
+        assert_eq!(f.store().task_plan("s1").unwrap(), None);
+        let plan = troupe_protocol::task_plan::TaskPlan::from_arguments(
+            r#"{"explanation":"why","plan":[{"step":"a","status":"in_progress"}]}"#,
+        )
+        .unwrap();
+        f.store().put_task_plan("s1", &plan).unwrap();
+        assert!(f.store().put_task_plan("nope", &plan).is_err());
         let started = f.clock.now();
         let record = run("r1", "s1", started, RunState::Running);
         f.store().put_run(&record).unwrap();
@@ -145,6 +152,7 @@ mod store {
             s.session_memory("s1").unwrap().as_deref(),
             Some("- use pnpm\n")
         );
+        assert_eq!(s.task_plan("s1").unwrap(), Some(plan));
         assert_eq!(s.run("r1").unwrap(), Some(record));
         assert_eq!(s.events("r1", 0).unwrap(), events);
         assert_eq!(s.spans("r1").unwrap(), vec![span]);
@@ -295,6 +303,9 @@ mod store {
                 )
                 .unwrap();
             f.store().put_session_memory(id, "- fact\n").unwrap();
+            f.store()
+                .put_task_plan(id, &troupe_protocol::task_plan::TaskPlan::default())
+                .unwrap();
             // Run ids that prefix each other too: r, r1, r10, r1x.
             let run_id = format!("r{}", &id[1..]);
             f.store()
@@ -331,6 +342,7 @@ mod store {
             assert_eq!(f.store().ledger(id).unwrap().len(), 1);
             assert_eq!(f.store().session_rules(id).unwrap().len(), 1);
             assert!(f.store().session_memory(id).unwrap().is_some());
+            assert!(f.store().task_plan(id).unwrap().is_some());
             assert_eq!(f.store().events(&run_id, 0).unwrap().len(), 3);
             assert_eq!(f.store().spans(&run_id).unwrap().len(), 1);
             assert_eq!(f.store().list_runs(Some(id)).unwrap().len(), 1);

@@ -310,6 +310,10 @@ fn good_arguments() -> Vec<(&'static str, serde_json::Value)> {
         ("task_list", json!({})),
         ("task_kill", json!({"id": "task_1"})),
         ("web_fetch", json!({"url": "https://example.com/"})),
+        (
+            "update_plan",
+            json!({"plan": [{"step": "a", "status": "pending"}]}),
+        ),
     ]
 }
 
@@ -372,8 +376,13 @@ async fn malformed_arguments_for_every_tool_are_explained() {
             let mut wrong = good.clone();
             wrong[field.as_str()] = json!(12345);
             let err = err_text(&h.call_with(&h.ctx("c"), name, &wrong.to_string()).await);
+            let expected = if good[field.as_str()].is_array() {
+                "array"
+            } else {
+                "string"
+            };
             assert!(
-                err.contains(&format!("`{field}`: 12345 is not of type \"string\"")),
+                err.contains(&format!("`{field}`: 12345 is not of type \"{expected}\"")),
                 "{name}: {err}"
             );
         }
@@ -858,4 +867,47 @@ async fn processes_left_running_after_the_command_exits_are_stopped() {
             "{containment:?}"
         );
     }
+}
+
+#[tokio::test]
+async fn hostile_plans_are_refused_whole_with_the_reason() {
+    let h = with_secrets();
+    let step = |text: String, status: &str| json!({"step": text, "status": status});
+    let flood: Vec<serde_json::Value> = (0..100_000)
+        .map(|n| step(format!("step {n}"), "pending"))
+        .collect();
+    let err = err_text(&h.call("update_plan", json!({ "plan": flood })).await);
+    assert!(
+        err.contains("100000 steps; a plan holds at most 50"),
+        "{err}"
+    );
+    let huge = "x".repeat(1 << 20);
+    let err = err_text(
+        &h.call("update_plan", json!({"plan": [step(huge, "pending")]}))
+            .await,
+    );
+    assert!(
+        err.contains("step 1 is longer than 500 characters"),
+        "{err}"
+    );
+    let err = err_text(
+        &h.call(
+            "update_plan",
+            json!({"plan": [step("ok".into(), "completed"), step("\u{1b}]52;c;aGk=\u{7}".into(), "pending")]}),
+        )
+        .await,
+    );
+    assert!(
+        err.contains("step 2 holds a line break or control character"),
+        "{err}"
+    );
+    let err = err_text(
+        &h.call(
+            "update_plan",
+            json!({"plan": [step("a".into(), "in_progress"), step("b".into(), "in_progress")]}),
+        )
+        .await,
+    );
+    assert!(err.ends_with("The plan is unchanged."), "{err}");
+    assert!(!err.contains('\n'), "{err}");
 }
