@@ -109,7 +109,13 @@ async fn reasoning_and_parallel_calls_then_their_outputs_come_back() {
         assert_eq!(arguments, json!({"path": path}).to_string());
     }
     let mut input = vec![json!({"type": "message", "role": "user", "content": "read both"})];
-    input.extend(done.iter().cloned());
+    // Sent back as a client must with store: false: without the ids naming
+    // the items, which the provider did not keep.
+    input.extend(done.iter().map(|item| {
+        let mut item = item.clone();
+        item.as_object_mut().unwrap().remove("id");
+        item
+    }));
     for call in calls {
         input.push(json!({"type": "function_call_output", "call_id": call["call_id"], "output": "fn x() {}"}));
     }
