@@ -121,11 +121,7 @@ mod tests {
     use super::*;
 
     fn step(text: &str, status: StepStatus) -> TaskStep {
-        TaskStep {
-            step: text.into(),
-            status,
-            active_form: None,
-        }
+        TaskStep::new(text, status)
     }
 
     #[test]

@@ -352,11 +352,7 @@ mod tests {
         );
         assert!(status_text(&view, 9, None, "", true).starts_with("cancelling"));
         // The main agent's step in progress stays in view while the turn runs.
-        let step = |text: &str, status| troupe_protocol::task_plan::TaskStep {
-            step: text.into(),
-            status,
-            active_form: None,
-        };
+        let step = troupe_protocol::task_plan::TaskStep::new;
         use troupe_protocol::task_plan::StepStatus;
         view.task_plans.update(
             "main",

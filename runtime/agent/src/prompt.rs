@@ -369,11 +369,7 @@ mod tests {
         let plan = TaskPlan {
             explanation: Some("after review".into()),
             plan: vec![
-                TaskStep {
-                    step: "Read".into(),
-                    status: StepStatus::Completed,
-                    active_form: None,
-                },
+                TaskStep::new("Read", StepStatus::Completed),
                 TaskStep {
                     step: "Fix".into(),
                     status: StepStatus::InProgress,

@@ -54,6 +54,15 @@ pub struct TaskStep {
 }
 
 impl TaskStep {
+    /// A step with no active form.
+    pub fn new(step: impl Into<String>, status: StepStatus) -> Self {
+        Self {
+            step: step.into(),
+            status,
+            active_form: None,
+        }
+    }
+
     /// The step as one line: its mark and, while in progress, its active
     /// form when it has one.
     pub fn line(&self) -> String {
@@ -209,11 +218,7 @@ mod tests {
     use super::*;
 
     fn step(text: &str, status: StepStatus) -> TaskStep {
-        TaskStep {
-            step: text.into(),
-            status,
-            active_form: None,
-        }
+        TaskStep::new(text, status)
     }
 
     fn plan(steps: Vec<TaskStep>) -> TaskPlan {
