@@ -384,10 +384,18 @@ pub(crate) fn parse_proc_stat(stat: &str) -> Option<(char, libc::pid_t)> {
     Some((state, pgrp))
 }
 
-/// True when process `pid` is alive (exists and is not a zombie).
+/// True when process `pid` is alive: it exists and is not a zombie, or its
+/// main thread is a zombie while other threads of it still run. A process
+/// that is exiting shows its main thread as a zombie before its other
+/// threads have let go of its open files (a database lock among them), so it
+/// counts as gone only once no thread but the main one is left.
 pub fn process_is_alive(pid: u32) -> bool {
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Ok(stat) => parse_proc_stat(&stat).is_some_and(|(state, _)| state != 'Z' && state != 'X'),
+        Ok(stat) => match parse_proc_stat(&stat) {
+            Some(('Z' | 'X', _)) => other_threads_remain(pid),
+            Some(_) => true,
+            None => false,
+        },
         Err(_) => {
             let Ok(pid) = libc::pid_t::try_from(pid) else {
                 return false;
@@ -396,6 +404,13 @@ pub fn process_is_alive(pid: u32) -> bool {
             unsafe { libc::kill(pid, 0) == 0 }
         }
     }
+}
+
+/// Whether `/proc/PID/task` lists a thread besides the main one.
+fn other_threads_remain(pid: u32) -> bool {
+    std::fs::read_dir(format!("/proc/{pid}/task"))
+        .map(|threads| threads.filter_map(Result::ok).nth(1).is_some())
+        .unwrap_or(false)
 }
 
 /// Makes `command` lead its own process group and spawns it, contained as
@@ -1065,6 +1080,47 @@ async fn sleep_until_opt(deadline: Option<tokio::time::Instant>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The state letter of `pid` in `/proc/PID/stat`.
+    fn state_of(pid: u32) -> Option<char> {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        parse_proc_stat(&stat).map(|(state, _)| state)
+    }
+
+    #[test]
+    fn a_process_whose_main_thread_ended_before_its_others_is_still_alive() {
+        // The main thread ends (pthread_exit) while a second one sleeps: the
+        // main thread shows as a zombie, but the process still holds its
+        // files.
+        let mut child = std::process::Command::new("python3")
+            .args([
+                "-c",
+                "import ctypes, threading, time\n\
+                 threading.Thread(target=time.sleep, args=(60,)).start()\n\
+                 ctypes.CDLL(None).pthread_exit(None)",
+            ])
+            .spawn()
+            .expect("python3 runs");
+        let pid = child.id();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        while state_of(pid) != Some('Z') {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the main thread never ended"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        assert!(process_is_alive(pid), "a thread of it still runs");
+        child.kill().unwrap();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        while process_is_alive(pid) {
+            assert!(std::time::Instant::now() < deadline, "it never ended");
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        // Gone while still unreaped: a zombie alone is not alive.
+        assert_eq!(state_of(pid), Some('Z'));
+        child.wait().unwrap();
+    }
 
     fn lookup(name: &str) -> Option<String> {
         match name {
