@@ -7,23 +7,13 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use crate::support::{COMMAND_LIMIT, Env, describe, json_lines, run, session_of, text as out_text};
+use crate::support::{
+    COMMAND_LIMIT, Env, describe, is_summary, json_lines, not_summary, run, session_of,
+    text as out_text,
+};
 use serde_json::{Value, json};
 use troupe_process::process_is_alive;
-use troupe_scripted::{Matcher, RecordedRequest, Script, ScriptedServer, Turn, text, tool_call};
-
-fn is_summary(request: &RecordedRequest) -> bool {
-    request
-        .last_user_text()
-        .unwrap_or_default()
-        .contains("<summary> tags")
-}
-
-fn not_summary() -> Matcher {
-    Matcher::predicate("not a summary request", |r: &RecordedRequest| {
-        !is_summary(r)
-    })
-}
+use troupe_scripted::{Matcher, Script, ScriptedServer, Turn, text, tool_call};
 
 /// Six reads of ~20 KB, then "all read"; then one summary; then an answer
 /// to a request that carries it.

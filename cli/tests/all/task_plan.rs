@@ -5,9 +5,9 @@
 //! a resume (the first request after them carries it); the plain renderer
 //! shows it.
 
-use crate::support::{Env, describe, json_lines, run, session_of};
+use crate::support::{Env, describe, is_summary, json_lines, not_summary, run, session_of};
 use serde_json::{Value, json};
-use troupe_scripted::{Matcher, RecordedRequest, Script, ScriptedServer, Turn, text, tool_call};
+use troupe_scripted::{Matcher, Script, ScriptedServer, Turn, text, tool_call};
 
 fn plan(steps: &[(&str, &str)]) -> Value {
     let steps: Vec<Value> = steps
@@ -103,19 +103,6 @@ async fn update_plan_announces_the_whole_plan_and_a_refused_call_changes_nothing
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains("plan (2/2 done)"), "{stderr}");
     assert!(stderr.contains("  ✔ Fix the bug"), "{stderr}");
-}
-
-fn is_summary(request: &RecordedRequest) -> bool {
-    request
-        .last_user_text()
-        .unwrap_or_default()
-        .contains("<summary> tags")
-}
-
-fn not_summary() -> Matcher {
-    Matcher::predicate("not a summary request", |r: &RecordedRequest| {
-        !is_summary(r)
-    })
 }
 
 const REMINDER: &str =

@@ -1,6 +1,7 @@
 //! Checkpoints: snapshots of a project's working tree, kept as git objects
 //! in a bare repository of Troupe's own under the data directory, so that
-//! any turn can be undone.
+//! the files of an earlier moment can be looked at, compared and brought
+//! back.
 //!
 //! [`CheckpointStore`] is the whole API: [`CheckpointStore::snapshot`]
 //! stages the work tree into the store's own index and commits it under

@@ -602,3 +602,19 @@ pub(crate) async fn run_measured(
         peak_kib,
     }
 }
+
+/// Whether `request` is a compaction's summary request.
+pub(crate) fn is_summary(request: &troupe_scripted::RecordedRequest) -> bool {
+    request
+        .last_user_text()
+        .unwrap_or_default()
+        .contains("<summary> tags")
+}
+
+/// Matches every request but a compaction's summary request.
+pub(crate) fn not_summary() -> troupe_scripted::Matcher {
+    troupe_scripted::Matcher::predicate(
+        "not a summary request",
+        |r: &troupe_scripted::RecordedRequest| !is_summary(r),
+    )
+}

@@ -241,16 +241,7 @@ mod tests {
         }
     }
 
-    fn payloads(frames: &[SseFrame]) -> Vec<Value> {
-        frames
-            .iter()
-            .map(|frame| {
-                let value: Value = serde_json::from_str(&frame.data).unwrap();
-                assert_eq!(frame.event.as_deref(), value["type"].as_str());
-                value
-            })
-            .collect()
-    }
+    use super::super::typed_payloads as payloads;
 
     #[test]
     fn text_then_tool_use_sequence() {

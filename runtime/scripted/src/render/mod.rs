@@ -325,6 +325,20 @@ pub(crate) fn malformed_frame(protocol: Protocol) -> SseFrame {
 pub(crate) const MALFORMED_DATA: &str =
     "{\"type\": \"content_block_delta\", \"index\": 0, \"delta\": {";
 
+/// The JSON of each frame, checked to name its own type in its `event:`
+/// line (both the Anthropic and the Responses streams do).
+#[cfg(test)]
+pub(crate) fn typed_payloads(frames: &[SseFrame]) -> Vec<serde_json::Value> {
+    frames
+        .iter()
+        .map(|frame| {
+            let value: serde_json::Value = serde_json::from_str(&frame.data).unwrap();
+            assert_eq!(frame.event.as_deref(), value["type"].as_str());
+            value
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

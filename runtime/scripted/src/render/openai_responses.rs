@@ -272,16 +272,7 @@ mod tests {
         }
     }
 
-    fn events(frames: &[SseFrame]) -> Vec<Value> {
-        frames
-            .iter()
-            .map(|frame| {
-                let value: Value = serde_json::from_str(&frame.data).unwrap();
-                assert_eq!(frame.event.as_deref(), value["type"].as_str());
-                value
-            })
-            .collect()
-    }
+    use super::super::typed_payloads as events;
 
     #[test]
     fn calls_stream_arguments_by_item_id_and_end_completed() {
