@@ -734,15 +734,18 @@ async fn anthropic_request_bodies_across_a_multi_turn_run() {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn openai_request_bodies_across_a_multi_turn_run() {
+/// The requests and the session id of a run whose model reads twice in one
+/// response, then answers "done" (checked).
+async fn two_reads_then_done(
+    protocol: Protocol,
+) -> (Vec<troupe_scripted::RecordedRequest>, String) {
     let script = Script::new()
         .then(tool_calls([
             ("read_file", json!({"path": "a.txt"})),
             ("grep", json!({"pattern": "alpha"})),
         ]))
         .then(text("done"));
-    let h = Harness::start(script, Protocol::OpenAi).await;
+    let h = Harness::start(script, protocol).await;
     std::fs::write(h.root().join("a.txt"), "alpha\n").unwrap();
     let env = h.env_with(vec![]);
     let mut run = h.submit("do it", RunOptions::bypass(env)).await;
@@ -751,7 +754,12 @@ async fn openai_request_bodies_across_a_multi_turn_run() {
         finished(&events),
         (RunStatus::Finished, "end_turn".into(), "done".into())
     );
-    let requests = h.server.requests();
+    (h.server.requests(), run.session_id.as_str().to_owned())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn openai_request_bodies_across_a_multi_turn_run() {
+    let (requests, _) = two_reads_then_done(Protocol::OpenAi).await;
     let messages = requests[1].body["messages"].as_array().unwrap().clone();
     assert_eq!(messages[0]["role"], "system");
     assert_eq!(
@@ -775,22 +783,7 @@ async fn openai_request_bodies_across_a_multi_turn_run() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn openai_responses_request_bodies_across_a_multi_turn_run() {
-    let script = Script::new()
-        .then(tool_calls([
-            ("read_file", json!({"path": "a.txt"})),
-            ("grep", json!({"pattern": "alpha"})),
-        ]))
-        .then(text("done"));
-    let h = Harness::start(script, Protocol::OpenAiResponses).await;
-    std::fs::write(h.root().join("a.txt"), "alpha\n").unwrap();
-    let env = h.env_with(vec![]);
-    let mut run = h.submit("do it", RunOptions::bypass(env)).await;
-    let events = run_events(&mut run).await;
-    assert_eq!(
-        finished(&events),
-        (RunStatus::Finished, "end_turn".into(), "done".into())
-    );
-    let requests = h.server.requests();
+    let (requests, session_id) = two_reads_then_done(Protocol::OpenAiResponses).await;
     let body = &requests[1].body;
     assert_eq!(
         body["instructions"],
@@ -801,7 +794,7 @@ async fn openai_responses_request_bodies_across_a_multi_turn_run() {
         )
     );
     assert_eq!(body["store"], false);
-    assert_eq!(body["prompt_cache_key"], run.session_id.as_str());
+    assert_eq!(body["prompt_cache_key"], session_id.as_str());
     let input = body["input"].as_array().unwrap();
     assert_eq!(input[0]["role"], "user");
     assert_eq!(input[1]["type"], "function_call");
