@@ -258,6 +258,30 @@ struct Layer {
     extra_roots: Vec<PathBuf>,
 }
 
+/// The first setting of `file` only the user's own config file may make,
+/// with what it governs: a project's file that makes it is refused (a cloned
+/// repository could otherwise shorten the user's history or open the user's
+/// network to `web_fetch`).
+fn user_only_setting(file: &ConfigFile) -> Option<(&'static [&'static str], &'static str)> {
+    if file.store.is_some() {
+        return Some((
+            &["store"],
+            "[store] says how much of the history under TROUPE_HOME is kept",
+        ));
+    }
+    if file
+        .web
+        .as_ref()
+        .is_some_and(|web| !web.allow_private.is_empty())
+    {
+        return Some((
+            &["web", "allow_private"],
+            "[web] allow_private opens private addresses of the user's network to web_fetch",
+        ));
+    }
+    None
+}
+
 /// Parses, validates and resolves one file; an untrusted file (`trusted`
 /// false) keeps only what `trust::split_widening` lets through, and what it
 /// left out is returned with the layer.
@@ -272,23 +296,16 @@ fn load_layer(
     let doc = Document::parse(path, text)?;
     let file = doc.deserialize()?;
     doc.validate(&file)?;
-    if source == RuleSource::Project && file.store.is_some() {
-        return Err(doc.invalid(
-            &[Seg::Key("store".into())],
-            "[store] says how much of the history under TROUPE_HOME is kept; only the \
-             user's config file may set it (move it to ~/.config/troupe/config.toml)",
-        ));
-    }
     if source == RuleSource::Project
-        && file
-            .web
-            .as_ref()
-            .is_some_and(|web| !web.allow_private.is_empty())
+        && let Some((keys, what)) = user_only_setting(&file)
     {
+        let at: Vec<Seg> = keys.iter().map(|key| Seg::Key((*key).into())).collect();
         return Err(doc.invalid(
-            &[Seg::Key("web".into()), Seg::Key("allow_private".into())],
-            "[web] allow_private opens private addresses of the user's network to web_fetch; \
-             only the user's config file may set it (move it to ~/.config/troupe/config.toml)",
+            &at,
+            format!(
+                "{what}; only the user's config file may set it (move it to \
+                 ~/.config/troupe/config.toml)"
+            ),
         ));
     }
     let (file, left_out) = if trusted {
