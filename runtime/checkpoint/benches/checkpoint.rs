@@ -60,6 +60,7 @@ fn meta(turn: u64) -> SnapshotMeta {
         turn,
         agent_path: "main".to_owned(),
         tool_call_ids: vec![format!("call-{turn}")],
+        kind: Default::default(),
     }
 }
 

@@ -20,7 +20,8 @@
 //! untracked files), never written. Beside this root: `record` (what a checkpoint
 //! says and how it is kept in its commit), `skip` (what a snapshot leaves
 //! out), `diff` (reading git's diff output), `git` (running the store's
-//! git) and `store` (the store itself).
+//! git), `store` (the store itself) and `undo` (which checkpoint an undo or
+//! a redo restores, read from the records).
 
 // Product code never unwraps: errors are values (tests may).
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
@@ -31,11 +32,13 @@ pub(crate) mod git;
 pub mod record;
 pub mod skip;
 pub mod store;
+pub mod undo;
 
 pub use diff::{ChangeKind, CheckpointDiff, DiffTarget, FileChange};
-pub use record::{Checkpoint, CheckpointRecord, SnapshotMeta};
+pub use record::{Checkpoint, CheckpointKind, CheckpointRecord, SnapshotMeta};
 pub use skip::{SkipReason, Skipped};
 pub use store::{CheckpointStore, PruneReport, Restored};
+pub use undo::{UndoHistory, UndoPlan, UndoRefusal, plan_redo, plan_undo, undo_history};
 
 /// Why a checkpoint operation failed. Nothing in the work tree or the store
 /// is lost by a failure: git writes objects before refs, and a restore

@@ -29,6 +29,57 @@ pub struct SnapshotMeta {
     pub agent_path: String,
     /// The tool calls this checkpoint precedes.
     pub tool_call_ids: Vec<String>,
+    /// Why it was taken (records written before kinds existed read as
+    /// turns).
+    #[serde(default)]
+    pub kind: CheckpointKind,
+}
+
+/// Why a checkpoint was taken.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CheckpointKind {
+    /// Before the first call of a turn that can change files.
+    #[default]
+    Turn,
+    /// When a run that took checkpoints ended: the files as it left them.
+    RunEnd,
+    /// Before an undo restored checkpoint number `target`.
+    BeforeUndo {
+        /// The checkpoint the undo restored.
+        target: u64,
+    },
+    /// Before a redo restored the state an undo replaced.
+    BeforeRedo,
+    /// Before a rewind restored the files as run number `to_run` left them
+    /// (checkpoint number `target`).
+    BeforeRewind {
+        /// The run (numbered from 1 in its session) rewound to.
+        to_run: u64,
+        /// The checkpoint the rewind restored.
+        target: u64,
+    },
+}
+
+impl CheckpointKind {
+    /// Whether a snapshot of this kind makes a commit even when the work
+    /// tree equals the session's last checkpoint: the records of undos,
+    /// redos and rewinds are the session's undo history, so they are kept
+    /// whatever the files hold. Pure.
+    pub fn always_recorded(self) -> bool {
+        !matches!(self, Self::Turn | Self::RunEnd)
+    }
+
+    /// The short name shown in listings. Pure.
+    pub fn label(self) -> &'static str {
+        match self {
+            Self::Turn => "turn",
+            Self::RunEnd => "run end",
+            Self::BeforeUndo { .. } => "before undo",
+            Self::BeforeRedo => "before redo",
+            Self::BeforeRewind { .. } => "before rewind",
+        }
+    }
 }
 
 /// Everything a checkpoint records.
@@ -152,6 +203,7 @@ mod tests {
                 turn: 3,
                 agent_path: "main/reviewer".into(),
                 tool_call_ids: vec!["call_1".into(), "call \"2\"\n".into()],
+                kind: CheckpointKind::BeforeUndo { target: 2 },
             },
             time: "2026-12-03T21:00:00Z".into(),
             tree: "4b825dc642cb6eb9a060e54bf8d69288fbee4904".into(),
@@ -171,6 +223,28 @@ mod tests {
         let message = encode_message(&record(), 7);
         assert!(message.starts_with("Troupe checkpoint s-1 7\n\n{"));
         assert_eq!(decode_message("c", &message).unwrap(), record());
+    }
+
+    #[test]
+    fn a_record_without_a_kind_is_a_turn_and_only_undo_records_always_commit() {
+        let mut json = serde_json::to_value(record()).unwrap();
+        assert!(json.as_object_mut().unwrap().remove("kind").is_some());
+        let message = format!("Troupe checkpoint s-1 1\n\n{json}\n");
+        assert_eq!(
+            decode_message("c", &message).unwrap().meta.kind,
+            CheckpointKind::Turn
+        );
+        assert!(!CheckpointKind::Turn.always_recorded());
+        assert!(!CheckpointKind::RunEnd.always_recorded());
+        assert!(CheckpointKind::BeforeRedo.always_recorded());
+        assert!(CheckpointKind::BeforeUndo { target: 1 }.always_recorded());
+        assert!(
+            CheckpointKind::BeforeRewind {
+                to_run: 1,
+                target: 1
+            }
+            .always_recorded()
+        );
     }
 
     #[test]

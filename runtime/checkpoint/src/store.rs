@@ -5,9 +5,14 @@
 //! are commits under `refs/troupe/SESSION/N`, numbered from 1 in each
 //! session, each the child of the session's previous one.
 //!
-//! Every operation of one [`CheckpointStore`] runs alone (a lock around the
-//! store's index); two processes on one store are kept apart by git's own
-//! `index.lock`.
+//! Every operation runs alone: one [`CheckpointStore`] value holds a lock
+//! around its cached state, and every process holds the store's lock file
+//! (`troupe.lock`, an advisory `flock`) for the whole operation, so two
+//! processes on one store wait for each other instead of failing on git's
+//! `index.lock`. Each write bumps the store's generation (`troupe-generation`);
+//! a value that finds another process wrote since its last operation
+//! forgets what it cached (the sessions' last checkpoints, what the last
+//! staging skipped).
 
 use std::collections::HashMap;
 use std::ffi::OsStr;
@@ -15,7 +20,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
-use tokio::sync::Mutex;
+use tokio::sync::{Mutex, MutexGuard};
 
 use crate::CheckpointError;
 use crate::diff::{CheckpointDiff, DiffTarget, FileChange, parse_changes};
@@ -40,6 +45,12 @@ pub const STORES_DIR: &str = "checkpoints";
 /// automatic gc (pruning is explicit), content stored as it is.
 const STORE_CONFIG: &str = "[core]\n\tlogAllRefUpdates = false\n\tautocrlf = false\n\
                             \tsafecrlf = false\n[gc]\n\tauto = 0\n";
+
+/// The store's lock file, held (advisory `flock`) for each operation.
+const LOCK_FILE: &str = "troupe.lock";
+
+/// The store's write counter, bumped by every operation that writes.
+const GENERATION_FILE: &str = "troupe-generation";
 
 /// The last checkpoint of a session.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -81,6 +92,52 @@ pub struct CheckpointStore {
     /// `None` when unknown (a new store value, or after a restore rewrote
     /// the index).
     last_skipped: std::sync::Mutex<Option<Vec<SkippedPath>>>,
+    /// The store's generation this value last saw (its own writes
+    /// included).
+    seen_generation: std::sync::atomic::AtomicU64,
+}
+
+/// One operation on the store: the value's cache and the store's lock file,
+/// held until it is dropped; an operation that wrote bumps the generation
+/// then.
+struct Operation<'a> {
+    store: &'a CheckpointStore,
+    heads: MutexGuard<'a, HashMap<String, Option<Head>>>,
+    wrote: bool,
+    /// The locked file (the lock goes with it).
+    _lock: std::fs::File,
+}
+
+impl Operation<'_> {
+    fn heads(&mut self) -> &mut HashMap<String, Option<Head>> {
+        &mut self.heads
+    }
+}
+
+impl Drop for Operation<'_> {
+    fn drop(&mut self) {
+        if !self.wrote {
+            return;
+        }
+        use std::sync::atomic::Ordering;
+        let dir = &self.store.git.git_dir;
+        let next = read_generation(dir).wrapping_add(1);
+        if let Err(err) = std::fs::write(dir.join(GENERATION_FILE), next.to_string()) {
+            // Other processes then keep their cache: the worst outcome is a
+            // snapshot numbered like one of theirs, which `update-ref`
+            // refuses rather than overwrites.
+            tracing::warn!(%err, "cannot record the checkpoint store's generation");
+        }
+        self.store.seen_generation.store(next, Ordering::SeqCst);
+    }
+}
+
+/// The generation recorded in the store `dir` (0 when none is).
+fn read_generation(dir: &Path) -> u64 {
+    std::fs::read_to_string(dir.join(GENERATION_FILE))
+        .ok()
+        .and_then(|text| text.trim().parse().ok())
+        .unwrap_or(0)
 }
 
 /// The store's name for a project root: the 64-bit FNV-1a hash of its
@@ -180,6 +237,7 @@ impl CheckpointStore {
             git,
             heads: Mutex::new(HashMap::new()),
             last_skipped: std::sync::Mutex::new(None),
+            seen_generation: std::sync::atomic::AtomicU64::new(u64::MAX),
         };
         if !store.git.git_dir.join("HEAD").is_file() {
             store.create().await?;
@@ -220,6 +278,47 @@ impl CheckpointStore {
         std::fs::write(&path, wanted).map_err(io_error(&path))
     }
 
+    /// Starts an operation: this value's lock, then the store's lock file
+    /// (waiting for another process's operation to end); the cache is
+    /// dropped when another process wrote since.
+    async fn begin(&self) -> Result<Operation<'_>, CheckpointError> {
+        use std::sync::atomic::Ordering;
+        let mut heads = self.heads.lock().await;
+        let path = self.git.git_dir.join(LOCK_FILE);
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&path)
+            .map_err(io_error(&path))?;
+        let file = match file.try_lock() {
+            Ok(()) => file,
+            Err(std::fs::TryLockError::WouldBlock) => {
+                tokio::task::spawn_blocking(move || file.lock().map(|()| file))
+                    .await
+                    .map_err(|err| CheckpointError::Io {
+                        path: path.clone(),
+                        source: std::io::Error::other(err),
+                    })?
+                    .map_err(io_error(&path))?
+            }
+            Err(std::fs::TryLockError::Error(source)) => {
+                return Err(CheckpointError::Io { path, source });
+            }
+        };
+        let generation = read_generation(&self.git.git_dir);
+        if self.seen_generation.swap(generation, Ordering::SeqCst) != generation {
+            heads.clear();
+            self.take_last_skipped();
+        }
+        Ok(Operation {
+            store: self,
+            heads,
+            wrote: false,
+            _lock: file,
+        })
+    }
+
     /// The store's git directory.
     pub fn git_dir(&self) -> &Path {
         &self.git.git_dir
@@ -235,20 +334,21 @@ impl CheckpointStore {
     /// that checkpoint, with this record marked `unchanged`.
     pub async fn snapshot(&self, meta: SnapshotMeta) -> Result<Checkpoint, CheckpointError> {
         check_session_id(&meta.session)?;
-        let mut heads = self.heads.lock().await;
-        self.snapshot_locked(&mut heads, meta).await
+        let mut op = self.begin().await?;
+        self.snapshot_locked(&mut op, meta).await
     }
 
     async fn snapshot_locked(
         &self,
-        heads: &mut HashMap<String, Option<Head>>,
+        op: &mut Operation<'_>,
         meta: SnapshotMeta,
     ) -> Result<Checkpoint, CheckpointError> {
         let (tree, skipped) = self.stage().await?;
-        let head = self.head(heads, &meta.session).await?;
+        let head = self.head(op.heads(), &meta.session).await?;
         let time = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
         let skipped: Vec<Skipped> = skipped.into_iter().map(|path| path.skipped).collect();
-        if let Some(head) = head.as_ref().filter(|head| head.tree == tree) {
+        let always = meta.kind.always_recorded();
+        if let Some(head) = head.as_ref().filter(|head| head.tree == tree && !always) {
             return Ok(Checkpoint {
                 commit: head.commit.clone(),
                 number: head.number,
@@ -294,7 +394,8 @@ impl CheckpointStore {
                 Index::Own,
             )
             .await?;
-        heads.insert(
+        op.wrote = true;
+        op.heads().insert(
             session,
             Some(Head {
                 number,
@@ -488,7 +589,7 @@ impl CheckpointStore {
     /// Every checkpoint of `session`, in order.
     pub async fn checkpoints(&self, session: &str) -> Result<Vec<Checkpoint>, CheckpointError> {
         check_session_id(session)?;
-        let _heads = self.heads.lock().await;
+        let _op = self.begin().await?;
         let prefix = session_prefix(session);
         let out = self
             .git
@@ -531,7 +632,7 @@ impl CheckpointStore {
         from: &Checkpoint,
         to: DiffTarget<'_>,
     ) -> Result<CheckpointDiff, CheckpointError> {
-        let _heads = self.heads.lock().await;
+        let _op = self.begin().await?;
         let to_tree = match to {
             DiffTarget::Checkpoint(checkpoint) => checkpoint.tree().to_owned(),
             DiffTarget::WorkTree => self.stage().await?.0,
@@ -572,7 +673,7 @@ impl CheckpointStore {
         meta: SnapshotMeta,
     ) -> Result<Restored, CheckpointError> {
         check_session_id(&meta.session)?;
-        let mut heads = self.heads.lock().await;
+        let mut op = self.begin().await?;
         // The target must be a tree of this store before anything moves.
         let target = checkpoint.tree();
         if !is_object_id(target) {
@@ -589,7 +690,8 @@ impl CheckpointStore {
                 Index::Own,
             )
             .await?;
-        let before = self.snapshot_locked(&mut heads, meta).await?;
+        let before = self.snapshot_locked(&mut op, meta).await?;
+        op.wrote = true;
         // What the target skipped is not the store's: out of the index, the
         // read below neither rewrites nor removes it.
         self.unstage(
@@ -644,7 +746,7 @@ impl CheckpointStore {
         max_bytes: u64,
         keep: &[String],
     ) -> Result<PruneReport, CheckpointError> {
-        let mut heads = self.heads.lock().await;
+        let mut op = self.begin().await?;
         let bytes_before = self.size().await?;
         let mut report = PruneReport {
             bytes_before,
@@ -655,6 +757,7 @@ impl CheckpointStore {
             return Ok(report);
         }
         // Packing what is loose may be enough.
+        op.wrote = true;
         self.collect_garbage().await?;
         report.bytes_after = self.size().await?;
         if report.bytes_after <= max_bytes {
@@ -690,7 +793,7 @@ impl CheckpointStore {
             *entry = (*entry).max(time);
         }
         for session in prune_order(newest.into_iter().collect(), keep) {
-            self.remove_session_locked(&mut heads, &session).await?;
+            self.remove_session_locked(&mut op, &session).await?;
             self.collect_garbage().await?;
             report.removed_sessions.push(session);
             report.bytes_after = self.size().await?;
@@ -717,13 +820,13 @@ impl CheckpointStore {
     /// next prune); the number dropped.
     pub async fn remove_session(&self, session: &str) -> Result<usize, CheckpointError> {
         check_session_id(session)?;
-        let mut heads = self.heads.lock().await;
-        self.remove_session_locked(&mut heads, session).await
+        let mut op = self.begin().await?;
+        self.remove_session_locked(&mut op, session).await
     }
 
     async fn remove_session_locked(
         &self,
-        heads: &mut HashMap<String, Option<Head>>,
+        op: &mut Operation<'_>,
         session: &str,
     ) -> Result<usize, CheckpointError> {
         let prefix = session_prefix(session);
@@ -749,7 +852,8 @@ impl CheckpointStore {
                 )
                 .await?;
         }
-        heads.remove(session);
+        op.wrote = true;
+        op.heads().remove(session);
         Ok(refs.len())
     }
 }

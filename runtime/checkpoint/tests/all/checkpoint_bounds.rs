@@ -53,3 +53,48 @@ async fn removing_a_session_drops_its_refs_only() {
     assert_eq!(store.snapshot(meta("a", 3)).await.unwrap().number, 1);
     assert!(store.remove_session("../b").await.is_err());
 }
+
+#[tokio::test]
+async fn two_values_on_one_store_number_one_chain_and_wait_for_each_other() {
+    // Two processes (here two values, which share nothing in memory) take
+    // turns on one session: each sees the other's checkpoints.
+    let project = Project::plain();
+    let first = project.store().await;
+    let second = project.store().await;
+    project.write("f", "1");
+    assert_eq!(first.snapshot(meta("s", 1)).await.unwrap().number, 1);
+    project.write("f", "2");
+    assert_eq!(second.snapshot(meta("s", 2)).await.unwrap().number, 2);
+    project.write("f", "3");
+    let third = first.snapshot(meta("s", 3)).await.unwrap();
+    assert_eq!(third.number, 3);
+    assert_eq!(
+        third.record.parent.as_deref(),
+        Some(&*second.checkpoints("s").await.unwrap()[1].commit)
+    );
+    // At the same time: both succeed, one after the other.
+    project.write("g", "x");
+    let (a, b) = tokio::join!(first.snapshot(meta("a", 1)), second.snapshot(meta("b", 1)));
+    assert_eq!((a.unwrap().number, b.unwrap().number), (1, 1));
+    // Another value's removal is seen: the chain starts again at 1.
+    second.remove_session("s").await.unwrap();
+    project.write("f", "4");
+    assert_eq!(first.snapshot(meta("s", 4)).await.unwrap().number, 1);
+}
+
+#[tokio::test]
+async fn an_undo_record_is_kept_even_when_the_files_did_not_change() {
+    let project = Project::plain();
+    project.write("f", "1");
+    let store = project.store().await;
+    let turn = store.snapshot(meta("s", 1)).await.unwrap();
+    let same = store.snapshot(meta("s", 2)).await.unwrap();
+    assert!(same.record.unchanged);
+    let mut undo = meta("s", 3);
+    undo.kind = troupe_checkpoint::CheckpointKind::BeforeUndo { target: 1 };
+    let recorded = store.snapshot(undo).await.unwrap();
+    assert!(!recorded.record.unchanged);
+    assert_eq!(recorded.number, 2);
+    assert_eq!(recorded.tree(), turn.tree());
+    assert_eq!(store.checkpoints("s").await.unwrap().len(), 2);
+}

@@ -111,6 +111,7 @@ pub(crate) fn meta(session: &str, turn: u64) -> SnapshotMeta {
         turn,
         agent_path: "main".to_owned(),
         tool_call_ids: vec![format!("call-{turn}")],
+        kind: Default::default(),
     }
 }
 
