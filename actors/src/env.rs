@@ -124,6 +124,8 @@ pub struct AgentEnv {
     /// The project memory the stable prompt holds (kept with a new session)
     /// and the background updates in flight.
     pub(crate) memory: troupe_tools::memory::SessionMemory,
+    /// The run's checkpoints, when they are on (`[checkpoints] enabled`).
+    pub(crate) checkpoints: Option<Arc<crate::checkpoints::RunCheckpoints>>,
 }
 
 /// What sets one agent of a tree apart from the others; the environment
@@ -194,6 +196,7 @@ impl AgentEnv {
                 compact_only: seat.compact_only,
             },
             hooks: self.hooks.clone(),
+            checkpoints: self.checkpoints.is_some(),
         }
     }
 
@@ -232,6 +235,7 @@ impl AgentEnv {
                 catalogues: CatalogueCache::default(),
                 hooks: Arc::new(troupe_hooks::HookSet::default()),
                 memory: troupe_tools::memory::SessionMemory::default(),
+                checkpoints: None,
             },
         }
     }
@@ -467,6 +471,15 @@ impl AgentEnvBuilder {
     /// The project memory the stable prompt holds.
     pub fn memory(mut self, memory: troupe_tools::memory::SessionMemory) -> Self {
         self.env.memory = memory;
+        self
+    }
+
+    /// Checkpoints of the project's files before each turn that can change
+    /// them, kept in the data directory `home` (none by default).
+    pub fn checkpoints(mut self, home: PathBuf, project: PathBuf) -> Self {
+        self.env.checkpoints = Some(Arc::new(crate::checkpoints::RunCheckpoints::new(
+            home, project,
+        )));
         self
     }
 

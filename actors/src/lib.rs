@@ -20,6 +20,7 @@
 mod account;
 mod agent;
 mod api;
+mod checkpoints;
 mod compactor;
 mod env;
 mod event_log;

@@ -369,6 +369,9 @@ impl HumanRenderer {
                     writeln!(out, "{prefix}{line}")?;
                 }
             }
+            // Taken before most turns that write: a line each would drown
+            // the answer (`troupe checkpoints list` shows them).
+            EventKind::CheckpointCreated { .. } => {}
             EventKind::Error { kind, message } => {
                 writeln!(out, "{prefix}error ({kind}): {}", for_terminal(message))?;
             }

@@ -320,7 +320,7 @@ async fn assemble(
         build_provider(&switch_from.clone().with_model(model.to_string()))
             .map_err(|err| err.to_string())
     });
-    let env = AgentEnv::builder(provider, store, sandbox, spill_dir)
+    let mut builder = AgentEnv::builder(provider, store, sandbox, spill_dir)
         .provider_for_model(provider_for_model)
         .price(resolved.price)
         .registry(registry_with_skills(skills, &config.web))
@@ -334,8 +334,11 @@ async fn assemble(
         .capture(ContentCapture::new(config.telemetry.capture_content))
         .mcp(mcp.clone())
         .hooks(troupe_hooks::HookSet::new(config.hooks.clone()))
-        .memory(SessionMemory::new(memory))
-        .build();
+        .memory(SessionMemory::new(memory));
+    if config.checkpoints.enabled {
+        builder = builder.checkpoints(locations.data_dir.clone(), project_root.to_path_buf());
+    }
+    let env = builder.build();
     // The first model request waits for servers still starting, at most
     // their grace period; later ones join from the next request on.
     if let Some(hub) = &mcp {

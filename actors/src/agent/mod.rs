@@ -45,6 +45,7 @@ use troupe_telemetry::span_ops::SpanTable;
 
 use crate::slots::SlotHolder;
 use crate::tasks::OwnedTasks;
+use tracing::Instrument;
 use troupe_llm::Provider;
 
 use crate::account::SharedAccount;
@@ -331,6 +332,7 @@ impl AgentState {
             Work::CleanupGraceOver { epoch } => Some(Input::CleanupGraceOver { epoch }),
             Work::SaveOverdue { save } => Some(Input::SaveOverdue { save }),
             Work::HooksRan { call, verdict } => Some(Input::HooksRan { call, verdict }),
+            Work::Checkpointed { epoch, result } => Some(Input::Checkpointed { epoch, result }),
             Work::FinishAfterHooks(outcome) => {
                 self.finish(myself, outcome);
                 None
@@ -417,6 +419,10 @@ impl AgentState {
                 );
                 None
             }
+            Effect::Checkpoint { epoch, meta, span } => {
+                let parent = self.spans.get(span);
+                self.checkpoint(myself, epoch, meta, parent)
+            }
             Effect::RunTool(launch) => self.start_tool(myself, launch).await,
             Effect::StartAgent(launch) => self.start_child(myself, launch).await,
             Effect::AwaitApproval { approval_id } => {
@@ -485,6 +491,7 @@ impl AgentState {
             Effect::Finished(outcome) => {
                 // Release whatever still hangs below this agent.
                 self.token.cancel();
+                self.capture_run_end();
                 let hooks = std::mem::take(&mut self.report_hooks);
                 if hooks.iter().all(|hook| hook.is_finished()) {
                     self.finish(myself, outcome);
@@ -502,6 +509,65 @@ impl AgentState {
                 None
             }
         }
+    }
+}
+
+impl AgentState {
+    /// Takes the checkpoint the loop asked for in a task (the calls of
+    /// `epoch` wait for it); the answer comes back as [`Work::Checkpointed`].
+    /// Without checkpoints (never asked then) the answer is at once.
+    fn checkpoint(
+        &mut self,
+        myself: &ActorRef<AgentMsg>,
+        epoch: u64,
+        meta: troupe_checkpoint::SnapshotMeta,
+        parent: tracing::Span,
+    ) -> Option<Input> {
+        let Some(checkpoints) = self.env.checkpoints.clone() else {
+            return Some(Input::Checkpointed {
+                epoch,
+                result: Err("checkpoints are off".to_owned()),
+            });
+        };
+        let agent = myself.clone();
+        let span = tracing::info_span!(
+            parent: &parent,
+            "checkpoint",
+            "troupe.checkpoint.turn" = meta.turn,
+            "troupe.checkpoint.number" = tracing::field::Empty,
+        );
+        self.tasks.spawn(
+            async move {
+                let result = checkpoints.snapshot(meta).await;
+                match &result {
+                    Ok(taken) => {
+                        tracing::Span::current().record("troupe.checkpoint.number", taken.number);
+                    }
+                    Err(err) => tracing::warn!(%err, "no checkpoint before the turn"),
+                }
+                let _ = agent.cast(AgentMsg::work(Work::Checkpointed { epoch, result }));
+            }
+            .instrument(span),
+        );
+        None
+    }
+
+    /// The main agent's end: the run's files as it left them are captured
+    /// (when the run took checkpoints) before its outcome is reported, like
+    /// the hooks that only report.
+    fn capture_run_end(&mut self) {
+        let Some(checkpoints) = self.env.checkpoints.clone() else {
+            return;
+        };
+        if self.machine.spec().depth != 0 || !checkpoints.needs_run_end() {
+            return;
+        }
+        let session = self.root_session.clone();
+        let run = self.machine.run_id().to_owned();
+        self.report_hooks
+            .push(AbortOnDropHandle::new(tokio::spawn(async move {
+                checkpoints.run_end(session, run).await;
+            })));
     }
 }
 

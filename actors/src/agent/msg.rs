@@ -89,6 +89,12 @@ pub(crate) enum Work {
     /// The loop finished while hooks that only report still ran; they are
     /// done now: report the outcome.
     FinishAfterHooks(RunOutcome),
+    /// The checkpoint asked for before execution `epoch` was taken (or
+    /// failed).
+    Checkpointed {
+        epoch: u64,
+        result: Result<troupe_agent::CheckpointTaken, String>,
+    },
     /// Hooks the loop asked for ran.
     HooksRan {
         call: troupe_agent::HookCall,

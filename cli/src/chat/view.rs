@@ -187,6 +187,9 @@ impl TurnView {
                         .map(|line| Shown::Line(format!("{prefix}{line}"))),
                 );
             }
+            // Taken before most turns that write: a line each would drown
+            // the answer (`troupe checkpoints list` shows them).
+            EventKind::CheckpointCreated { .. } => {}
             EventKind::Error { kind, message } => {
                 shown.push(Shown::Error(format!("{prefix}error ({kind}): {message}")));
             }

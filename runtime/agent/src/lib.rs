@@ -34,8 +34,8 @@ pub use catalogue::{CatalogueSource, ToolCatalogue};
 pub use guard::{Budget, LimitHit};
 pub use history::validate_history;
 pub use machine::{
-    AgentLaunch, AgentLoop, AgentStatus, ContextSetup, Effect, HookCall, HookRequest, Input,
-    LoopSetup, ToolLaunch,
+    AgentLaunch, AgentLoop, AgentStatus, CheckpointTaken, ContextSetup, Effect, HookCall,
+    HookRequest, Input, LoopSetup, ToolLaunch,
 };
 pub(crate) use plan::{ExecutionGroup, plan_execution};
 

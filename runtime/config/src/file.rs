@@ -38,6 +38,22 @@ pub struct ConfigFile {
     pub store: Option<StoreFile>,
     /// `[web]`: the `web_fetch` tool.
     pub web: Option<WebFile>,
+    /// `[checkpoints]`: snapshots of the project's files before turns.
+    pub checkpoints: Option<CheckpointsFile>,
+}
+
+/// `[checkpoints]`: snapshots of the project's files before each turn that
+/// can change them, for `troupe undo` and `troupe rewind`. `max_bytes` is
+/// the user's file's only: it bounds storage under `TROUPE_HOME`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CheckpointsFile {
+    /// Take checkpoints (default true); `false` in either file turns them
+    /// off.
+    pub enabled: Option<bool>,
+    /// The most bytes the checkpoint stores of the data directory may take
+    /// together (default 2 GiB); the oldest sessions' checkpoints go first.
+    pub max_bytes: Option<u64>,
 }
 
 /// `[web]`: the `web_fetch` tool. `allow_private` is the user's file's only:

@@ -201,6 +201,27 @@ impl Default for WebSettings {
     }
 }
 
+/// Effective `[checkpoints]` settings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CheckpointSettings {
+    /// Checkpoints are taken before turns that can change files.
+    pub enabled: bool,
+    /// The bound of the checkpoint stores of the data directory, in bytes.
+    pub max_bytes: u64,
+}
+
+/// The default bound of the checkpoint stores: 2 GiB.
+pub const CHECKPOINT_MAX_BYTES: u64 = 2 * 1024 * 1024 * 1024;
+
+impl Default for CheckpointSettings {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            max_bytes: CHECKPOINT_MAX_BYTES,
+        }
+    }
+}
+
 /// The merged configuration of user and project files.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Config {
@@ -231,6 +252,8 @@ pub struct Config {
     pub store: StoreSettings,
     /// `web_fetch` settings.
     pub web: WebSettings,
+    /// Checkpoint settings.
+    pub checkpoints: CheckpointSettings,
     /// The files that were read, in merge order (for messages and `troupe config`).
     pub sources: Vec<PathBuf>,
 }

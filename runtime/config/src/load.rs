@@ -270,6 +270,16 @@ fn user_only_setting(file: &ConfigFile) -> Option<(&'static [&'static str], &'st
         ));
     }
     if file
+        .checkpoints
+        .as_ref()
+        .is_some_and(|checkpoints| checkpoints.max_bytes.is_some())
+    {
+        return Some((
+            &["checkpoints", "max_bytes"],
+            "[checkpoints] max_bytes says how much of TROUPE_HOME checkpoints may take",
+        ));
+    }
+    if file
         .web
         .as_ref()
         .is_some_and(|web| !web.allow_private.is_empty())
@@ -489,6 +499,14 @@ fn merge(layers: Vec<Layer>) -> Result<Config, ConfigError> {
                     .iter()
                     .filter_map(|a| a.parse::<std::net::SocketAddr>().ok()),
             );
+        }
+        // Either file may turn checkpoints off, never back on; only the
+        // user's file gets here with `max_bytes` (see load_layer).
+        if let Some(checkpoints) = &file.checkpoints {
+            config.checkpoints.enabled &= checkpoints.enabled.unwrap_or(true);
+            if let Some(max_bytes) = checkpoints.max_bytes {
+                config.checkpoints.max_bytes = max_bytes;
+            }
         }
         // Only the user's file gets here with `[store]` (see load_layer).
         if let Some(store) = &file.store {

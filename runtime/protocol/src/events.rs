@@ -15,6 +15,11 @@ pub(crate) const PREVIEW_CHARS: usize = 200;
 /// `notice.code` of a failed model request that is about to be sent again.
 pub const NOTICE_MODEL_RETRY: &str = "model_retry";
 
+/// The code of the notice that a turn goes on without the checkpoint that
+/// should have preceded it (the snapshot failed; the turn cannot be
+/// undone).
+pub const NOTICE_CHECKPOINT_FAILED: &str = "checkpoint_failed";
+
 /// How a run ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -244,6 +249,22 @@ pub enum EventKind {
         /// Every step, in order.
         plan: Vec<crate::task_plan::TaskStep>,
     },
+    /// The project's files were captured before a turn that can change
+    /// them (see the checkpoints documentation); a turn whose files equal
+    /// the last checkpoint's makes none.
+    CheckpointCreated {
+        /// Its number in the session (`refs/troupe/SESSION/NUMBER`).
+        number: u64,
+        /// The commit of the checkpoint store holding the files.
+        commit: String,
+        /// The agent's turn it precedes.
+        turn: u64,
+        /// The tool calls it precedes.
+        tool_call_ids: Vec<String>,
+        /// How many paths the snapshot left out (large files, crowded
+        /// directories, build folders).
+        skipped: u64,
+    },
     /// An error.
     Error {
         /// Machine-readable kind.
@@ -265,7 +286,7 @@ pub enum EventKind {
 }
 
 /// The `type` of every event kind, as [`EventKind::type_name`] gives it.
-pub const EVENT_TYPES: [&str; 18] = [
+pub const EVENT_TYPES: [&str; 19] = [
     "run_started",
     "iteration",
     "text_delta",
@@ -282,6 +303,7 @@ pub const EVENT_TYPES: [&str; 18] = [
     "notice",
     "hook",
     "plan_updated",
+    "checkpoint_created",
     "error",
     "run_finished",
 ];
@@ -324,6 +346,7 @@ impl EventKind {
             Self::Notice { .. } => "notice",
             Self::Hook { .. } => "hook",
             Self::PlanUpdated { .. } => "plan_updated",
+            Self::CheckpointCreated { .. } => "checkpoint_created",
             Self::Error { .. } => "error",
             Self::RunFinished { .. } => "run_finished",
         }

@@ -11,7 +11,7 @@ use crate::StopCause;
 use crate::agent_tool::parse_agent_call;
 use crate::catalogue::CatalogueEntry;
 use crate::history::complete_results;
-use crate::plan::plan_execution;
+use crate::plan::{CallClass, plan_execution};
 use crate::subagent::{child_path, plan_child};
 use troupe_permissions::{AdviceFacts, PermissionRequest};
 use troupe_protocol::events::{ApprovalOutcome, EventKind, preview};
@@ -150,6 +150,24 @@ impl AgentLoop {
             .iter()
             .map(|call| self.catalogue.class(&call.name, &call.input))
             .collect();
+        // A turn that can change files waits for the project's files to be
+        // captured first (reads alone, and `update_plan`, need nothing).
+        let checkpoint_pending =
+            self.checkpoints && classes.iter().any(|class| *class != CallClass::ReadOnly);
+        if checkpoint_pending {
+            out.push(Effect::Checkpoint {
+                epoch: self.epoch,
+                meta: troupe_checkpoint::SnapshotMeta {
+                    session: self.cache_key.clone(),
+                    run: self.run_id.clone(),
+                    turn: u64::from(self.guard.turns()),
+                    agent_path: self.spec.path.clone(),
+                    tool_call_ids: calls.iter().map(|call| call.id.clone()).collect(),
+                    kind: troupe_checkpoint::CheckpointKind::Turn,
+                },
+                span: self.span,
+            });
+        }
         let states = calls
             .iter()
             .map(|_| CallState {
@@ -177,7 +195,40 @@ impl AgentLoop {
             durable_with_turn: response == ResponseSaved::WithResults,
             task_plan_from: None,
             response,
+            checkpoint_pending,
         });
+        self.advance(out);
+    }
+
+    /// [`super::Input::Checkpointed`]: the calls waiting for the checkpoint
+    /// go on, with or without one (a failed snapshot is told, never fatal).
+    pub(super) fn on_checkpointed(
+        &mut self,
+        epoch: u64,
+        result: Result<super::CheckpointTaken, String>,
+        out: &mut Vec<Effect>,
+    ) {
+        let Phase::Executing(execution) = &mut self.phase else {
+            return;
+        };
+        if execution.epoch != epoch || !execution.checkpoint_pending {
+            return;
+        }
+        execution.checkpoint_pending = false;
+        match result {
+            Ok(taken) if taken.unchanged => {}
+            Ok(taken) => out.push(Effect::Emit(EventKind::CheckpointCreated {
+                number: taken.number,
+                commit: taken.commit,
+                turn: u64::from(self.guard.turns()),
+                tool_call_ids: execution.calls.iter().map(|call| call.id.clone()).collect(),
+                skipped: taken.skipped,
+            })),
+            Err(err) => out.push(Effect::Emit(EventKind::Notice {
+                text: format!("no checkpoint before this turn (it cannot be undone): {err}"),
+                code: Some(troupe_protocol::events::NOTICE_CHECKPOINT_FAILED.to_owned()),
+            })),
+        }
         self.advance(out);
     }
 
@@ -193,6 +244,9 @@ impl AgentLoop {
             if !execution.group_started {
                 if interrupted {
                     self.interrupt_now(out);
+                    return;
+                }
+                if execution.checkpoint_pending {
                     return;
                 }
                 if self.pre_tool_hooks(out) {

@@ -106,6 +106,22 @@ pub struct LoopSetup {
     pub context: ContextSetup,
     /// The hooks of the run.
     pub hooks: Arc<troupe_hooks::HookSet>,
+    /// Capture the project's files before each turn that can change them
+    /// ([`Effect::Checkpoint`]).
+    pub checkpoints: bool,
+}
+
+/// What a checkpoint the loop asked for captured.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CheckpointTaken {
+    /// Its number in the session.
+    pub number: u64,
+    /// The store's commit.
+    pub commit: String,
+    /// The files equal the last checkpoint's: no new one was made.
+    pub unchanged: bool,
+    /// How many paths the snapshot left out.
+    pub skipped: u64,
 }
 
 /// Something that happened to the agent.
@@ -204,6 +220,14 @@ pub enum Input {
     UserMessage {
         /// What the person wrote.
         text: String,
+    },
+    /// The snapshot of an [`Effect::Checkpoint`] was taken (or failed:
+    /// the turn goes on without one).
+    Checkpointed {
+        /// Epoch of the execution it precedes.
+        epoch: u64,
+        /// What was captured, or why nothing was.
+        result: Result<CheckpointTaken, String>,
     },
     /// The hooks of an [`Effect::RunHooks`] ran.
     HooksRan {
@@ -304,6 +328,16 @@ pub enum Effect {
         /// The `chat` span the stream is polled in.
         span: SpanId,
     },
+    /// Capture the project's files before the calls of execution `epoch`
+    /// run (they wait for it); answer with [`Input::Checkpointed`].
+    Checkpoint {
+        /// Epoch of the execution.
+        epoch: u64,
+        /// Who takes it, before which calls.
+        meta: troupe_checkpoint::SnapshotMeta,
+        /// The agent's `invoke_agent` span: the snapshot's parent.
+        span: SpanId,
+    },
     /// Run a tool call; it stops on [`Effect::Cancel`] of its epoch.
     RunTool(ToolLaunch),
     /// Start a child agent; it stops on [`Effect::Cancel`] of its epoch.
@@ -372,6 +406,7 @@ impl std::fmt::Debug for Effect {
             Self::Summarise { epoch, .. } => write!(f, "Summarise({epoch})"),
             Self::SaveMarker(marker) => write!(f, "SaveMarker({})", marker.first_kept),
             Self::CallModel { epoch, .. } => write!(f, "CallModel({epoch})"),
+            Self::Checkpoint { epoch, .. } => write!(f, "Checkpoint({epoch})"),
             Self::RunTool(launch) => write!(f, "RunTool({}, {})", launch.index, launch.tool.name()),
             Self::StartAgent(launch) => {
                 write!(
@@ -400,7 +435,8 @@ impl std::fmt::Debug for Effect {
 pub struct AgentStatus {
     /// Agent path.
     pub path: String,
-    /// Phase name: `idle`, `saving`, `compacting`, `streaming`, `executing`,
+    /// Phase name: `idle`, `saving`, `compacting`, `streaming`,
+    /// `checkpointing`, `executing`,
     /// `awaiting_approval`, `hooking`, `cancelling`, `done`.
     pub phase: &'static str,
     /// Messages in history.
@@ -527,6 +563,8 @@ struct Execution {
     task_plan_from: Option<usize>,
     /// When the response that made these calls is durable.
     response: ResponseSaved,
+    /// The calls wait for the checkpoint asked for before them.
+    checkpoint_pending: bool,
 }
 
 /// When the response whose calls an [`Execution`] runs is made durable.
@@ -596,6 +634,8 @@ pub struct AgentLoop {
     hooks: Arc<troupe_hooks::HookSet>,
     /// A Stop hook already made this agent go on once.
     stop_hook_continued: bool,
+    /// Checkpoints are taken before turns that can change files.
+    checkpoints: bool,
 }
 
 impl AgentLoop {
@@ -637,6 +677,7 @@ impl AgentLoop {
             context: compaction::ContextState::new(setup.context),
             hooks: setup.hooks,
             stop_hook_continued: false,
+            checkpoints: setup.checkpoints,
         }
     }
 
@@ -679,6 +720,7 @@ impl AgentLoop {
                 usage,
             } => self.on_summarised(epoch, result, usage, &mut out),
             Input::HooksRan { call, verdict } => self.on_hooks_ran(call, verdict, &mut out),
+            Input::Checkpointed { epoch, result } => self.on_checkpointed(epoch, result, &mut out),
         }
         out
     }
@@ -749,6 +791,9 @@ impl AgentLoop {
                 let mut ids: Vec<String> = execution.approvals.keys().cloned().collect();
                 ids.sort();
                 ("awaiting_approval", ids)
+            }
+            Phase::Executing(execution) if execution.checkpoint_pending => {
+                ("checkpointing", Vec::new())
             }
             Phase::Executing(_) => ("executing", Vec::new()),
             Phase::Hooking(_) => ("hooking", Vec::new()),

@@ -129,6 +129,8 @@ struct Options {
     capture: bool,
     /// The stable part of the system prompt.
     stable: String,
+    /// Checkpoints before turns that can change files.
+    checkpoints: bool,
 }
 
 impl Default for Options {
@@ -151,6 +153,7 @@ impl Default for Options {
             catalogue_source: None,
             capture: false,
             stable: "stable".into(),
+            checkpoints: false,
         }
     }
 }
@@ -226,6 +229,7 @@ fn fixture(options: Options) -> Fixture {
             ..ContextSetup::default()
         },
         hooks: Arc::new(troupe_hooks::HookSet::new(options.hooks)),
+        checkpoints: options.checkpoints,
     });
     Fixture {
         machine,
@@ -251,6 +255,9 @@ fn show(effects: &[Effect]) -> Vec<String> {
             Effect::Summarise { epoch, .. } => format!("summarise:{epoch}"),
             Effect::SaveMarker(_) => "marker".into(),
             Effect::CallModel { epoch, .. } => format!("model:{epoch}"),
+            Effect::Checkpoint { epoch, meta, .. } => {
+                format!("checkpoint:{epoch}:{}", meta.tool_call_ids.len())
+            }
             Effect::RunTool(launch) => format!("tool:{}:{}", launch.index, launch.tool.name()),
             Effect::StartAgent(launch) => {
                 format!("agent:{}:{}", launch.index, launch.child.spec.path)
@@ -533,6 +540,138 @@ fn a_read_only_batch_then_a_side_effect_in_order() {
             ("B".to_string(), false),
             ("listing".to_string(), false)
         ]
+    );
+}
+
+fn checkpointed(
+    f: &mut Fixture,
+    epoch: u64,
+    result: Result<CheckpointTaken, String>,
+) -> Vec<String> {
+    f.step(Input::Checkpointed { epoch, result })
+}
+
+fn taken(number: u64, unchanged: bool) -> CheckpointTaken {
+    CheckpointTaken {
+        number,
+        commit: format!("c{number}"),
+        unchanged,
+        skipped: 1,
+    }
+}
+
+#[test]
+fn a_turn_that_can_change_files_waits_for_its_checkpoint_and_reads_never_do() {
+    let mut f = fixture(Options {
+        checkpoints: true,
+        ..Options::default()
+    })
+    .started();
+    // Reads alone: no checkpoint, the read starts at once.
+    let reads = f.respond(&[read("a")]);
+    assert!(reads.contains(&"tool:0:read_file".to_string()), "{reads:?}");
+    assert!(!reads.iter().any(|effect| effect.starts_with("checkpoint")));
+    f.done(0, "A");
+    f.step(Input::Saved(Ok(())));
+    // A read then a command: the checkpoint comes first, covers both calls,
+    // and nothing starts until it is taken.
+    f.respond(&[read("b"), bash("rm -rf build")]);
+    assert_eq!(f.step(Input::Saved(Ok(()))), s(&["checkpoint:4:2"]));
+    assert_eq!(f.machine.status().phase, "checkpointing");
+    // An answer of another epoch changes nothing.
+    assert!(checkpointed(&mut f, 3, Ok(taken(9, false))).is_empty());
+    let effects = f.on(Input::Checkpointed {
+        epoch: 4,
+        result: Ok(taken(1, false)),
+    });
+    let Effect::Emit(EventKind::CheckpointCreated {
+        number,
+        turn,
+        tool_call_ids,
+        skipped,
+        ..
+    }) = &effects[0]
+    else {
+        panic!("{:?}", show(&effects));
+    };
+    assert_eq!(
+        (*number, *turn, tool_call_ids.len(), *skipped),
+        (1, 2, 2, 1)
+    );
+    assert_eq!(
+        show(&effects),
+        s(&[
+            "emit:checkpoint_created",
+            "emit:tool_started",
+            "tool:0:read_file"
+        ])
+    );
+    // Answered twice: ignored.
+    assert!(checkpointed(&mut f, 4, Ok(taken(1, false))).is_empty());
+}
+
+#[test]
+fn an_unchanged_or_failed_checkpoint_lets_the_turn_go_on() {
+    let mut f = fixture(Options {
+        checkpoints: true,
+        ..Options::default()
+    })
+    .started();
+    f.respond(&[bash("make")]);
+    assert_eq!(f.step(Input::Saved(Ok(()))), s(&["checkpoint:2:1"]));
+    assert_eq!(
+        checkpointed(&mut f, 2, Ok(taken(3, true))),
+        s(&["emit:tool_started", "tool:0:bash"])
+    );
+    f.done(0, "built");
+    f.step(Input::Saved(Ok(())));
+    f.respond(&[bash("make install")]);
+    assert_eq!(f.step(Input::Saved(Ok(()))), s(&["checkpoint:4:1"]));
+    let effects = f.on(Input::Checkpointed {
+        epoch: 4,
+        result: Err("disk full".into()),
+    });
+    let Effect::Emit(EventKind::Notice { text, code }) = &effects[0] else {
+        panic!("{:?}", show(&effects));
+    };
+    assert!(
+        text.contains("disk full") && text.contains("cannot be undone"),
+        "{text}"
+    );
+    assert_eq!(code.as_deref(), Some("checkpoint_failed"));
+    assert_eq!(
+        show(&effects)[1..],
+        s(&["emit:tool_started", "tool:0:bash"])
+    );
+}
+
+#[test]
+fn an_interruption_while_a_checkpoint_is_taken_starts_nothing() {
+    let mut f = fixture(Options {
+        checkpoints: true,
+        ..Options::default()
+    })
+    .started();
+    f.respond(&[bash("make")]);
+    assert_eq!(f.step(Input::Saved(Ok(()))), s(&["checkpoint:2:1"]));
+    f.account.lock().unwrap().stop(StopCause::Cancelled);
+    assert_eq!(f.step(Input::Interrupted), s(&["stop_below", "save"]));
+    assert!(checkpointed(&mut f, 2, Ok(taken(1, false))).is_empty());
+    assert_eq!(
+        f.step(Input::Saved(Ok(()))),
+        s(&["finished:cancelled:cancelled"])
+    );
+    assert_eq!(f.last_results(), vec![("(cancelled)".to_string(), true)]);
+    assert_closed(f.history());
+}
+
+#[test]
+fn without_checkpoints_a_command_starts_at_once() {
+    let mut f = fixture(Options::default()).started();
+    f.respond(&[bash("make")]);
+    assert_eq!(
+        f.step(Input::Saved(Ok(()))),
+        s(&["emit:tool_started", "tool:0:bash"])
     );
 }
 

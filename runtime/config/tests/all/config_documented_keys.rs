@@ -61,6 +61,8 @@ const ACTED: &[(&str, &str, Companions)] = &[
     ("store.max_bytes", "1000000", &[]),
     ("web.enabled", "false", &[]),
     ("web.allow_private", "[\"127.0.0.1:8080\"]", &[]),
+    ("checkpoints.enabled", "false", &[]),
+    ("checkpoints.max_bytes", "1000000", &[]),
     (
         "mcp_servers.NAME.type",
         "\"stdio\"",
@@ -209,7 +211,7 @@ fn load(table: &toml::Table) -> (Observed, Vec<String>) {
     std::fs::create_dir_all(dir.path().join(".troupe")).expect("mkdir");
     let mut table = table.clone();
     let mut user = toml::Table::new();
-    for only_user in ["store", "web"] {
+    for only_user in ["store", "web", "checkpoints"] {
         if let Some(value) = table.remove(only_user) {
             user.insert(only_user.into(), value);
         }

@@ -831,3 +831,45 @@ fn only_the_users_file_opens_private_addresses_and_either_file_turns_web_fetch_o
         "{err}"
     );
 }
+
+#[test]
+fn either_file_turns_checkpoints_off_and_only_the_users_file_bounds_them() {
+    let defaults = Fixture::new().load().unwrap().checkpoints;
+    assert!(defaults.enabled);
+    assert_eq!(defaults.max_bytes, troupe_config::CHECKPOINT_MAX_BYTES);
+    let user = Fixture::new()
+        .user("[checkpoints]\nmax_bytes = 1000\n")
+        .project("[checkpoints]\nenabled = true\n")
+        .load()
+        .unwrap();
+    assert_eq!(
+        (user.checkpoints.enabled, user.checkpoints.max_bytes),
+        (true, 1000)
+    );
+    for (user, project) in [
+        (
+            "[checkpoints]\nenabled = false\n",
+            "[checkpoints]\nenabled = true\n",
+        ),
+        ("", "[checkpoints]\nenabled = false\n"),
+    ] {
+        let off = Fixture::new().user(user).project(project).load().unwrap();
+        assert!(!off.checkpoints.enabled, "{user:?} {project:?}");
+    }
+    // A cloned repository must not decide how much of TROUPE_HOME goes.
+    let err = Fixture::new()
+        .project("[checkpoints]\nmax_bytes = 1\n")
+        .load()
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("max_bytes") && err.contains("only the user's config file"),
+        "{err}"
+    );
+    let err = Fixture::new()
+        .user("[checkpoints]\nkeep = 1\n")
+        .load()
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("keep"), "{err}");
+}

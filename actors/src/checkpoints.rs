@@ -1,0 +1,84 @@
+//! The checkpoints of one run: the project's checkpoint store, opened by the
+//! first turn that needs it, the snapshots the agents' loops ask for
+//! ([`troupe_agent::Effect::Checkpoint`]), and the one a run that took any
+//! makes when it ends (the files as the run left them, so that later
+//! changes made outside Troupe can be told apart from the run's own).
+//!
+//! The store is shared by every agent of the run; each operation holds the
+//! store's lock file, so other runs and processes on the same project wait
+//! for it rather than fail.
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use tokio::sync::OnceCell;
+use troupe_agent::CheckpointTaken;
+use troupe_checkpoint::{CheckpointKind, CheckpointStore, SnapshotMeta};
+
+/// The checkpoints of one run (see the module documentation).
+#[derive(Debug)]
+pub(crate) struct RunCheckpoints {
+    home: PathBuf,
+    project: PathBuf,
+    store: OnceCell<CheckpointStore>,
+    /// A snapshot of this run succeeded.
+    taken: AtomicBool,
+}
+
+impl RunCheckpoints {
+    /// The checkpoints of a run in `project`, kept under the data directory
+    /// `home`; nothing is opened until the first snapshot.
+    pub(crate) fn new(home: PathBuf, project: PathBuf) -> Self {
+        Self {
+            home,
+            project,
+            store: OnceCell::new(),
+            taken: AtomicBool::new(false),
+        }
+    }
+
+    async fn store(&self) -> Result<&CheckpointStore, troupe_checkpoint::CheckpointError> {
+        self.store
+            .get_or_try_init(|| CheckpointStore::open(&self.home, &self.project))
+            .await
+    }
+
+    /// Takes the snapshot a loop asked for; what it captured, or why not
+    /// (the turn goes on without it).
+    pub(crate) async fn snapshot(&self, meta: SnapshotMeta) -> Result<CheckpointTaken, String> {
+        let store = self.store().await.map_err(|err| err.to_string())?;
+        let checkpoint = store.snapshot(meta).await.map_err(|err| err.to_string())?;
+        self.taken.store(true, Ordering::SeqCst);
+        Ok(CheckpointTaken {
+            number: checkpoint.number,
+            commit: checkpoint.commit,
+            unchanged: checkpoint.record.unchanged,
+            skipped: checkpoint.record.skipped.len() as u64,
+        })
+    }
+
+    /// Whether the run's end takes a snapshot: only a run that took one
+    /// before a turn (a run that changed nothing adds nothing).
+    pub(crate) fn needs_run_end(&self) -> bool {
+        self.taken.load(Ordering::SeqCst)
+    }
+
+    /// The snapshot of the files as run `run` of `session` left them, when
+    /// the run took any checkpoint; a failure is logged (undo then cannot
+    /// tell the run's last changes from later ones made outside).
+    pub(crate) async fn run_end(&self, session: String, run: String) {
+        if !self.needs_run_end() {
+            return;
+        }
+        let meta = SnapshotMeta {
+            session,
+            run,
+            agent_path: "main".to_owned(),
+            kind: CheckpointKind::RunEnd,
+            ..SnapshotMeta::default()
+        };
+        if let Err(err) = self.snapshot(meta).await {
+            tracing::warn!(%err, "the files as the run left them could not be captured");
+        }
+    }
+}
