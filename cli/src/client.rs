@@ -376,6 +376,35 @@ impl DaemonClient {
         Ok(answer.text)
     }
 
+    /// Undoes (or plans to undo) a session's last turn that changed files
+    /// (`POST /v1/sessions/{id}/undo`).
+    pub(crate) async fn undo_session(
+        &self,
+        id: &str,
+        body: &crate::undo::UndoRequest,
+    ) -> Result<crate::undo::UndoReport, ClientError> {
+        let request = self
+            .http
+            .post(self.url(&format!("/sessions/{id}/undo")))
+            .timeout(COMPACT_TIMEOUT)
+            .json(body);
+        self.json_of(request).await
+    }
+
+    /// A session's checkpoints and the store's size (`GET
+    /// /v1/sessions/{id}/checkpoints`).
+    pub(crate) async fn session_checkpoints(
+        &self,
+        id: &str,
+    ) -> Result<(Vec<crate::undo::ListedCheckpoint>, u64), ClientError> {
+        let request = self
+            .http
+            .get(self.url(&format!("/sessions/{id}/checkpoints")))
+            .timeout(COMPACT_TIMEOUT);
+        let answer: crate::undo::CheckpointList = self.json_of(request).await?;
+        Ok((answer.checkpoints, answer.store_bytes))
+    }
+
     /// Compacts a session (`POST /v1/sessions/{id}/compact`) and waits for
     /// it: the text saying what was done.
     pub(crate) async fn compact_session(

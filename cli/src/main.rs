@@ -33,6 +33,7 @@ mod signals;
 mod task_plan_view;
 mod telemetry;
 mod trust;
+mod undo;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -102,6 +103,13 @@ enum Command {
     /// List, show, cancel or follow runs.
     #[command(subcommand)]
     Runs(RunsCommand),
+    /// Restore a session's project files to before the last turn that
+    /// changed them; each further undo goes back one more turn, `--redo`
+    /// brings back what the last undo replaced.
+    Undo(undo::UndoArgs),
+    /// List a session's checkpoints.
+    #[command(subcommand)]
+    Checkpoints(CheckpointsCommand),
     /// Answer an approval a run in the daemon is waiting for.
     Approve {
         /// Run id (or a unique prefix of one).
@@ -348,6 +356,20 @@ pub enum SessionsCommand {
     },
 }
 
+/// `troupe checkpoints` subcommands.
+#[derive(Debug, Subcommand)]
+pub enum CheckpointsCommand {
+    /// List a session's checkpoints (default: the latest session of the
+    /// current project), oldest first, with the bytes each added.
+    List {
+        /// Session id (or a unique prefix of one).
+        session: Option<String>,
+        /// One JSON object per line.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
 /// `troupe runs` subcommands.
 #[derive(Debug, Subcommand)]
 pub enum RunsCommand {
@@ -466,6 +488,10 @@ fn main() -> ExitCode {
                 sessions::print_view(troupe_protocol::api::View::Trace { run }).await
             }
             Command::Runs(command) => runs::runs(command, color).await,
+            Command::Undo(args) => undo::undo(args).await,
+            Command::Checkpoints(CheckpointsCommand::List { session, json }) => {
+                undo::checkpoints_list(session, json).await
+            }
             Command::Approve {
                 run,
                 approval,

@@ -133,6 +133,11 @@ pub(crate) fn router(state: ApiState) -> Router {
         )
         .route(&path("/sessions/{id}/compact"), post(compact_session))
         .route(&path("/sessions/{id}/plan"), get(session_plans))
+        .route(&path("/sessions/{id}/undo"), post(undo_session))
+        .route(
+            &path("/sessions/{id}/checkpoints"),
+            get(session_checkpoints),
+        )
         .route(&path("/views"), post(render_view))
         .route(&path(PRESENCE_PATH), get(hold_presence))
         .route(&path(STATUS_PATH), get(daemon_status))
@@ -745,6 +750,52 @@ async fn remove_session(
         ))),
         Err(err) => Err(runtime_error(err)),
     }
+}
+
+/// An undo refusal as an API error: a conflict (a run in progress, files
+/// changed outside) is 409, a usage error 404 or 400.
+fn undo_error((code, message): (u8, String)) -> ApiError {
+    match code {
+        crate::undo::EXIT_CONFLICT => ApiError::conflict(message),
+        crate::EXIT_USAGE if message.starts_with("no session") => ApiError::not_found(message),
+        crate::EXIT_USAGE => ApiError::bad_request(message),
+        _ => ApiError::internal(message),
+    }
+}
+
+/// `POST /v1/sessions/{id}/undo`: plans (`apply: false`) or makes the undo
+/// (or redo) of a session's last turn that changed files; 409 while a run
+/// of the session is in progress or when files changed outside would be
+/// overwritten without `force`.
+async fn undo_session(
+    State(state): State<ApiState>,
+    Path(given): Path<String>,
+    body: Body,
+) -> Result<Response, ApiError> {
+    let request: crate::undo::UndoRequest = strict_json_body(body).await?;
+    let running = state.runtime.running().await.map_err(runtime_error)?;
+    let report =
+        crate::undo::undo_session(&state.store, &state.data_dir, &given, &running, request)
+            .await
+            .map_err(undo_error)?;
+    Ok(axum::Json(report).into_response())
+}
+
+/// `GET /v1/sessions/{id}/checkpoints`: a session's checkpoints, oldest
+/// first, and the size of its project's checkpoint store.
+async fn session_checkpoints(
+    State(state): State<ApiState>,
+    Path(given): Path<String>,
+) -> Result<Response, ApiError> {
+    let (checkpoints, store_bytes) =
+        crate::undo::list_checkpoints(&state.store, &state.data_dir, &given)
+            .await
+            .map_err(undo_error)?;
+    Ok(axum::Json(crate::undo::CheckpointList {
+        checkpoints,
+        store_bytes,
+    })
+    .into_response())
 }
 
 /// `POST /v1/sessions/{id}/compact`: summarises the older history of a

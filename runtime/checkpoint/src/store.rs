@@ -653,6 +653,73 @@ impl CheckpointStore {
         })
     }
 
+    /// The tree the work tree would be captured as now (staged as a
+    /// snapshot stages it; no checkpoint is made).
+    pub async fn work_tree_id(&self) -> Result<String, CheckpointError> {
+        let _op = self.begin().await?;
+        Ok(self.stage().await?.0)
+    }
+
+    /// What changed from the tree `from` to the tree `to` (ids of this
+    /// store's trees, as [`Checkpoint::tree`] and [`Self::work_tree_id`]
+    /// give them).
+    pub async fn diff_tree_ids(
+        &self,
+        from: &str,
+        to: &str,
+    ) -> Result<CheckpointDiff, CheckpointError> {
+        for tree in [from, to] {
+            if !is_object_id(tree) {
+                return Err(CheckpointError::Output {
+                    command: "diff-tree".to_owned(),
+                    detail: format!("{tree:?} is not a tree id"),
+                });
+            }
+        }
+        let _op = self.begin().await?;
+        self.diff_trees(from, to).await
+    }
+
+    /// The bytes on disk of the objects `checkpoint` added to the store
+    /// (those its parent did not already hold): what it costs.
+    pub async fn added_bytes(&self, checkpoint: &Checkpoint) -> Result<u64, CheckpointError> {
+        if !is_object_id(&checkpoint.commit) {
+            return Err(CheckpointError::Record {
+                commit: checkpoint.commit.clone(),
+                detail: "not a commit id".to_owned(),
+            });
+        }
+        let _op = self.begin().await?;
+        let mut args = vec![
+            "rev-list",
+            "--objects",
+            "--no-object-names",
+            checkpoint.commit.as_str(),
+        ];
+        let exclude = checkpoint
+            .record
+            .parent
+            .as_ref()
+            .map(|parent| format!("^{parent}"));
+        if let Some(exclude) = &exclude {
+            args.push(exclude.as_str());
+        }
+        let objects = self.git.run(&args, None, Writes::Store, Index::Own).await?;
+        let sizes = self
+            .git
+            .run(
+                &["cat-file", "--batch-check=%(objectsize:disk)"],
+                Some(&objects),
+                Writes::Store,
+                Index::Own,
+            )
+            .await?;
+        Ok(String::from_utf8_lossy(&sizes)
+            .lines()
+            .filter_map(|line| line.trim().parse::<u64>().ok())
+            .sum())
+    }
+
     /// The files that changed since `after` (the checkpoint taken after a
     /// turn): empty when the work tree is still as that turn left it.
     pub async fn changed_since(

@@ -213,6 +213,12 @@ impl SimpleCommand {
     pub fn program(&self) -> Option<&str> {
         self.words.first().and_then(|w| w.as_deref())
     }
+
+    /// The program and its arguments after quote removal; `None` for a word
+    /// that holds an expansion.
+    pub fn words(&self) -> impl Iterator<Item = Option<&str>> {
+        self.words.iter().map(Option::as_deref)
+    }
 }
 
 /// The strict reading of one line.
@@ -232,6 +238,11 @@ pub struct Syntax {
 }
 
 impl Syntax {
+    /// Whether something on the line runs in the background (`&`).
+    pub fn runs_in_background(&self) -> bool {
+        self.background
+    }
+
     /// True when the line was read with confidence.
     pub(crate) fn confident(&self) -> bool {
         self.doubt.is_none()
