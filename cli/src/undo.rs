@@ -136,6 +136,17 @@ pub(crate) async fn undo_session(
     let id = ids::resolve(store, IdKind::Session, given).map_err(|err| (err.code, err.message))?;
     refuse_busy(store, &id, running)?;
     let project = session_project(store, &id)?;
+    let no_checkpoints = || {
+        (
+            EXIT_USAGE,
+            format!(
+                "session {id} has no checkpoints: no turn of it changed files while checkpoints were on"
+            ),
+        )
+    };
+    if !CheckpointStore::exists(data_dir, &project) {
+        return Err(no_checkpoints());
+    }
     let checkpoints_store = CheckpointStore::open(data_dir, &project)
         .await
         .map_err(runtime)?;
@@ -631,6 +642,9 @@ pub(crate) async fn list_checkpoints(
 ) -> Result<(Vec<ListedCheckpoint>, u64), Refusal> {
     let id = ids::resolve(store, IdKind::Session, given).map_err(|err| (err.code, err.message))?;
     let project = session_project(store, &id)?;
+    if !CheckpointStore::exists(data_dir, &project) {
+        return Ok((Vec::new(), 0));
+    }
     let checkpoints_store = CheckpointStore::open(data_dir, &project)
         .await
         .map_err(runtime)?;

@@ -35,4 +35,5 @@ mod signals;
 mod skills;
 mod startup_cli;
 mod task_plan;
+mod undo;
 mod web_fetch;

@@ -70,6 +70,20 @@ impl CheckpointKind {
         !matches!(self, Self::Turn | Self::RunEnd)
     }
 
+    /// Whether a snapshot of this kind whose files equal the session's last
+    /// checkpoint (of kind `head`) is that checkpoint, with no commit: turns
+    /// that changed nothing cost nothing, and so does a run's end that
+    /// changed nothing since its last turn. A turn after any other kind
+    /// (a run's end, an undo) is recorded, so that every turn that changes
+    /// files starts from a turn's record an undo can go back to. Pure.
+    pub fn same_as(self, head: Self) -> bool {
+        match self {
+            Self::Turn => head == Self::Turn,
+            Self::RunEnd => true,
+            _ => !self.always_recorded(),
+        }
+    }
+
     /// The short name shown in listings. Pure.
     pub fn label(self) -> &'static str {
         match self {
@@ -245,6 +259,18 @@ mod tests {
             }
             .always_recorded()
         );
+    }
+
+    #[test]
+    fn only_a_turn_after_a_turn_or_a_run_end_with_the_same_files_makes_no_commit() {
+        use CheckpointKind::*;
+        assert!(Turn.same_as(Turn));
+        assert!(!Turn.same_as(RunEnd));
+        assert!(!Turn.same_as(BeforeUndo { target: 1 }));
+        assert!(RunEnd.same_as(Turn));
+        assert!(RunEnd.same_as(RunEnd));
+        assert!(!BeforeRedo.same_as(BeforeRedo));
+        assert!(!BeforeUndo { target: 1 }.same_as(Turn));
     }
 
     #[test]

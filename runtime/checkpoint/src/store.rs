@@ -26,8 +26,8 @@ use crate::CheckpointError;
 use crate::diff::{CheckpointDiff, DiffTarget, FileChange, parse_changes};
 use crate::git::{Index, StoreGit, Writes, one_line, user_tracked, user_untracked};
 use crate::record::{
-    Checkpoint, CheckpointRecord, SnapshotMeta, check_session_id, decode_message, encode_message,
-    ref_number, session_prefix, session_ref,
+    Checkpoint, CheckpointKind, CheckpointRecord, SnapshotMeta, check_session_id, decode_message,
+    encode_message, ref_number, session_prefix, session_ref,
 };
 use crate::skip::{
     Skipped, SkippedPath, add_pathspecs, build_folder_excludes, build_folder_of, literal_pathspecs,
@@ -58,6 +58,7 @@ struct Head {
     number: u64,
     commit: String,
     tree: String,
+    kind: CheckpointKind,
 }
 
 /// What a restore did.
@@ -278,6 +279,17 @@ impl CheckpointStore {
         std::fs::write(&path, wanted).map_err(io_error(&path))
     }
 
+    /// Whether `project` has a checkpoint store under `home` (opening one
+    /// creates it).
+    pub fn exists(home: &Path, project: &Path) -> bool {
+        std::fs::canonicalize(project).is_ok_and(|canonical| {
+            home.join(STORES_DIR)
+                .join(format!("{}.git", store_key(&canonical)))
+                .join("HEAD")
+                .is_file()
+        })
+    }
+
     /// Starts an operation: this value's lock, then the store's lock file
     /// (waiting for another process's operation to end); the cache is
     /// dropped when another process wrote since.
@@ -347,8 +359,11 @@ impl CheckpointStore {
         let head = self.head(op.heads(), &meta.session).await?;
         let time = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
         let skipped: Vec<Skipped> = skipped.into_iter().map(|path| path.skipped).collect();
-        let always = meta.kind.always_recorded();
-        if let Some(head) = head.as_ref().filter(|head| head.tree == tree && !always) {
+        let kind = meta.kind;
+        if let Some(head) = head
+            .as_ref()
+            .filter(|head| head.tree == tree && kind.same_as(head.kind))
+        {
             return Ok(Checkpoint {
                 commit: head.commit.clone(),
                 number: head.number,
@@ -401,6 +416,7 @@ impl CheckpointStore {
                 number,
                 commit: commit.clone(),
                 tree,
+                kind,
             }),
         );
         Ok(Checkpoint {
@@ -561,7 +577,7 @@ impl CheckpointStore {
             .run(
                 &[
                     "for-each-ref",
-                    "--format=%(refname)%00%(objectname)%00%(tree)",
+                    "--format=%(refname)%00%(objectname)%00%(tree)%00%(contents)%00",
                     &prefix,
                 ],
                 None,
@@ -570,15 +586,24 @@ impl CheckpointStore {
             )
             .await?;
         let text = String::from_utf8_lossy(&out);
-        let head = text
-            .lines()
-            .filter_map(|line| {
-                let mut fields = line.split('\0');
-                let number = ref_number(session, fields.next()?)?;
+        let fields: Vec<&str> = text.split('\0').collect();
+        let head = fields
+            .chunks(4)
+            .filter_map(|entry| {
+                let [ref_name, commit, tree, message] = entry else {
+                    return None;
+                };
+                let number = ref_number(session, ref_name.trim())?;
+                let commit = commit.trim();
+                // A record that cannot be read counts as a turn's.
+                let kind = decode_message(commit, message)
+                    .map(|record| record.meta.kind)
+                    .unwrap_or_default();
                 Some(Head {
                     number,
-                    commit: fields.next()?.to_owned(),
-                    tree: fields.next()?.to_owned(),
+                    commit: commit.to_owned(),
+                    tree: tree.trim().to_owned(),
+                    kind,
                 })
             })
             .max_by_key(|head| head.number);

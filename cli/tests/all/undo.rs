@@ -1,0 +1,247 @@
+//! `troupe undo` through the real binary against the scripted model server:
+//! a session's first run writes `a.txt` with `write_file`, its second runs
+//! `rm a.txt && echo x > b.txt`; undo brings back the state before the
+//! second run, a second undo the state before the first, `--redo` the
+//! state the last undo replaced; the repository's own `.git` is never
+//! written. Files changed outside are refused without `--force`; a run's
+//! `checkpoint_created` events and `troupe checkpoints list` show what
+//! was taken; without `--yes` and a terminal nothing changes.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Output;
+
+use crate::support::{Env, describe, json_lines, run, session_of, text};
+use serde_json::{Value, json};
+use troupe_scripted::{Script, ScriptedServer, text as say, tool_call};
+
+/// Every file under `dir` with its bytes.
+fn tree(dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
+    let mut out = BTreeMap::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(at) = stack.pop() {
+        for entry in std::fs::read_dir(&at).unwrap().flatten() {
+            let path = entry.path();
+            if entry.file_type().unwrap().is_dir() {
+                stack.push(path);
+            } else {
+                out.insert(
+                    path.strip_prefix(dir).unwrap().to_path_buf(),
+                    std::fs::read(&path).unwrap(),
+                );
+            }
+        }
+    }
+    out
+}
+
+fn git(root: &Path, args: &[&str]) {
+    let status = std::process::Command::new("git")
+        .args(["-c", "user.name=U", "-c", "user.email=u@example.com"])
+        .args(args)
+        .current_dir(root)
+        .status()
+        .unwrap();
+    assert!(status.success(), "git {args:?}");
+}
+
+async fn troupe(env: &Env, server: Option<&ScriptedServer>, args: &[&str]) -> Output {
+    let mut command = env.command(server);
+    command.args(args);
+    run(command).await
+}
+
+async fn ok(env: &Env, server: Option<&ScriptedServer>, args: &[&str]) -> String {
+    let output = troupe(env, server, args).await;
+    assert_eq!(
+        output.status.code(),
+        Some(0),
+        "{args:?}: {}",
+        describe(&output)
+    );
+    text(&output.stdout)
+}
+
+/// A session of two runs in a git repository: the first writes `a.txt`,
+/// the second runs `rm a.txt && echo x > b.txt`. Returns the session id and
+/// each run's events.
+async fn two_runs(env: &Env) -> (String, Vec<Value>, Vec<Value>) {
+    let root = env.root();
+    std::fs::write(root.join("README"), "hello\n").unwrap();
+    git(root, &["init", "-q", "-b", "main"]);
+    git(root, &["add", "-A"]);
+    git(root, &["commit", "-q", "-m", "first"]);
+    let server = ScriptedServer::start(
+        Script::new()
+            .then(tool_call(
+                "write_file",
+                json!({"path": "a.txt", "content": "A\n"}),
+            ))
+            .then(say("Wrote a.txt."))
+            .then(tool_call(
+                "bash",
+                json!({"command": "rm a.txt && echo x > b.txt"}),
+            ))
+            .then(say("Swapped.")),
+    )
+    .await
+    .unwrap();
+    let first = json_lines(
+        ok(
+            env,
+            Some(&server),
+            &["run", "--json", "--mode", "bypass", "write a"],
+        )
+        .await
+        .as_bytes(),
+    );
+    let session = session_of(&first);
+    let second = json_lines(
+        ok(
+            env,
+            Some(&server),
+            &["resume", &session, "--json", "--mode", "bypass", "swap"],
+        )
+        .await
+        .as_bytes(),
+    );
+    (session, first, second)
+}
+
+fn checkpoint_events(events: &[Value]) -> Vec<&Value> {
+    events
+        .iter()
+        .filter(|event| event["type"] == "checkpoint_created")
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn undo_twice_then_redo_walks_the_files_back_and_forth_and_leaves_git_alone() {
+    let env = Env::new();
+    let (session, first, second) = two_runs(&env).await;
+    let root = env.root();
+    assert_eq!(std::fs::read_to_string(root.join("b.txt")).unwrap(), "x\n");
+    assert!(!root.join("a.txt").exists());
+    // Each run's writing turn was preceded by a checkpoint.
+    let (made_first, made_second) = (checkpoint_events(&first), checkpoint_events(&second));
+    assert_eq!(made_first.len(), 1, "{first:?}");
+    assert_eq!(made_first[0]["number"], 1);
+    assert_eq!(made_second.len(), 1, "{second:?}");
+    let dot_git = tree(&root.join(".git"));
+
+    let undone = ok(&env, None, &["undo", &session, "--yes"]).await;
+    assert!(
+        undone.contains("A a.txt") && undone.contains("D b.txt"),
+        "{undone}"
+    );
+    assert_eq!(std::fs::read_to_string(root.join("a.txt")).unwrap(), "A\n");
+    assert!(!root.join("b.txt").exists());
+
+    let output = ok(&env, None, &["undo", &session, "--yes", "--json"]).await;
+    let report: Value = serde_json::from_str(output.trim()).unwrap();
+    assert_eq!(report["action"], "undo");
+    assert_eq!(report["applied"], true);
+    assert!(!root.join("a.txt").exists() && !root.join("b.txt").exists());
+    assert_eq!(
+        std::fs::read_to_string(root.join("README")).unwrap(),
+        "hello\n"
+    );
+
+    // Nothing is left to undo: a clear refusal that changes nothing.
+    let refused = troupe(&env, None, &["undo", &session, "--yes"]).await;
+    assert_eq!(refused.status.code(), Some(2), "{}", describe(&refused));
+    assert!(
+        text(&refused.stderr).contains("no turn that changed files"),
+        "{}",
+        describe(&refused)
+    );
+
+    ok(&env, None, &["undo", &session, "--redo", "--yes"]).await;
+    assert_eq!(std::fs::read_to_string(root.join("a.txt")).unwrap(), "A\n");
+    assert!(!root.join("b.txt").exists());
+    ok(&env, None, &["undo", &session, "--redo", "--yes"]).await;
+    assert_eq!(std::fs::read_to_string(root.join("b.txt")).unwrap(), "x\n");
+    assert!(!root.join("a.txt").exists());
+
+    assert_eq!(
+        tree(&root.join(".git")),
+        dot_git,
+        "the repository's .git changed"
+    );
+
+    // The listing names every checkpoint: two turns, two run ends, two
+    // undos, two redos.
+    let listed = ok(&env, None, &["checkpoints", "list", &session, "--json"]).await;
+    let kinds: Vec<String> = json_lines(listed.as_bytes())
+        .iter()
+        .map(|line| line["kind"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            "turn",
+            "run end",
+            "turn",
+            "run end",
+            "before undo",
+            "before undo",
+            "before redo",
+            "before redo"
+        ]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn files_changed_outside_are_not_overwritten_without_force_and_no_terminal_means_no_change() {
+    let env = Env::new();
+    let (session, _, _) = two_runs(&env).await;
+    let root = env.root();
+    // Without --yes and without a terminal: the plan is shown, nothing moves.
+    let planned = troupe(&env, None, &["undo", &session]).await;
+    assert_eq!(planned.status.code(), Some(2), "{}", describe(&planned));
+    assert!(
+        text(&planned.stdout).contains("A a.txt"),
+        "{}",
+        describe(&planned)
+    );
+    assert!(
+        text(&planned.stderr).contains("--yes"),
+        "{}",
+        describe(&planned)
+    );
+    assert!(root.join("b.txt").exists() && !root.join("a.txt").exists());
+    // The user edits b.txt after the run: the undo would remove it.
+    std::fs::write(root.join("b.txt"), "mine\n").unwrap();
+    let refused = troupe(&env, None, &["undo", &session, "--yes"]).await;
+    assert_eq!(refused.status.code(), Some(1), "{}", describe(&refused));
+    let said = text(&refused.stderr);
+    assert!(said.contains("b.txt") && said.contains("--force"), "{said}");
+    assert_eq!(
+        std::fs::read_to_string(root.join("b.txt")).unwrap(),
+        "mine\n"
+    );
+    // --force restores over it; --redo brings the edited file back.
+    ok(&env, None, &["undo", &session, "--yes", "--force"]).await;
+    assert!(!root.join("b.txt").exists());
+    ok(&env, None, &["undo", &session, "--redo", "--yes"]).await;
+    assert_eq!(
+        std::fs::read_to_string(root.join("b.txt")).unwrap(),
+        "mine\n"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_checkpoints_off_no_checkpoint_is_taken_and_undo_says_why() {
+    let env = Env::new();
+    env.write_user_config("[checkpoints]\nenabled = false\n");
+    let (session, first, second) = two_runs(&env).await;
+    assert!(checkpoint_events(&first).is_empty() && checkpoint_events(&second).is_empty());
+    let refused = troupe(&env, None, &["undo", &session, "--yes"]).await;
+    assert_eq!(refused.status.code(), Some(2), "{}", describe(&refused));
+    assert!(
+        text(&refused.stderr).contains("no checkpoints"),
+        "{}",
+        describe(&refused)
+    );
+    assert!(!env.data_dir().join("checkpoints").exists());
+}
