@@ -361,10 +361,14 @@ async fn remove_command(id: &str) -> u8 {
         }
     };
     crate::run::report_recovered(&store, false);
+    let project = session_id(&store, id)
+        .ok()
+        .and_then(|full| crate::undo::session_project(&store, &full).ok());
     match remove(&store, id, &mut std::io::stdout().lock()) {
         Ok(removed) => {
-            // The spill files go with their sessions.
+            // The spill files and the checkpoints go with their sessions.
             troupe_tools::output::remove_spill_dirs(&locations.data_dir, &removed);
+            crate::undo::forget_checkpoints(&locations.data_dir, project, &removed).await;
             0
         }
         Err((code, message)) => {

@@ -107,6 +107,35 @@ pub(crate) fn session_project(store: &Store, id: &str) -> Result<PathBuf, Refusa
     Ok(crate::sessions::project_of(&meta.cwd))
 }
 
+/// Drops the checkpoints of the sessions `removed` (a removed session's
+/// family) from the store of `project`, when it has one: checkpoints go
+/// with their session. Failures are logged (their objects then go at the
+/// store's next prune).
+pub(crate) async fn forget_checkpoints(
+    data_dir: &Path,
+    project: Option<PathBuf>,
+    removed: &[String],
+) {
+    let Some(project) = project else {
+        return;
+    };
+    if !CheckpointStore::exists(data_dir, &project) {
+        return;
+    }
+    let store = match CheckpointStore::open(data_dir, &project).await {
+        Ok(store) => store,
+        Err(err) => {
+            tracing::warn!(%err, "the removed sessions' checkpoints could not be dropped");
+            return;
+        }
+    };
+    for id in removed {
+        if let Err(err) = store.remove_session(id).await {
+            tracing::warn!(%err, session = %id, "the removed session's checkpoints could not be dropped");
+        }
+    }
+}
+
 /// Refuses when a run of session `id` is in progress (`running`: the run
 /// ids in progress).
 fn refuse_busy(store: &Store, id: &str, running: &[String]) -> Result<(), Refusal> {

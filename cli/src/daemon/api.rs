@@ -734,9 +734,11 @@ async fn remove_session(
                 _ => ApiError::internal(message),
             }
         })?;
+    let project = crate::undo::session_project(&state.store, &id).ok();
     match state.runtime.remove_session(&id).await {
         Ok(removed) => {
             troupe_tools::output::remove_spill_dirs(&state.data_dir, &removed);
+            crate::undo::forget_checkpoints(&state.data_dir, project, &removed).await;
             let text = crate::sessions::removed_text(&id, &removed);
             Ok(axum::Json(wire::SessionRemoved {
                 session_id: id,

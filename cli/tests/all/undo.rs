@@ -245,3 +245,29 @@ async fn with_checkpoints_off_no_checkpoint_is_taken_and_undo_says_why() {
     );
     assert!(!env.data_dir().join("checkpoints").exists());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn removing_a_session_drops_its_checkpoints() {
+    let env = Env::new();
+    let (session, _, _) = two_runs(&env).await;
+    let listed = ok(&env, None, &["checkpoints", "list", &session, "--json"]).await;
+    assert_eq!(json_lines(listed.as_bytes()).len(), 4, "{listed}");
+    let refs = |env: &Env| {
+        let dir = std::fs::read_dir(env.data_dir().join("checkpoints"))
+            .unwrap()
+            .flatten()
+            .next()
+            .unwrap()
+            .path();
+        let out = std::process::Command::new("git")
+            .args(["--git-dir"])
+            .arg(&dir)
+            .args(["for-each-ref", "refs/troupe/"])
+            .output()
+            .unwrap();
+        text(&out.stdout).lines().count()
+    };
+    assert_eq!(refs(&env), 4);
+    ok(&env, None, &["sessions", "rm", &session]).await;
+    assert_eq!(refs(&env), 0);
+}
