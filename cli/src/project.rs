@@ -158,6 +158,22 @@ impl Locations {
     /// has none or cannot be read: that error is reported where the file is
     /// loaded for a run).
     pub(crate) fn store_settings(&self) -> troupe_config::StoreSettings {
+        self.user_config()
+            .map(|config| config.store)
+            .unwrap_or_default()
+    }
+
+    /// The user's `[checkpoints]` settings (defaults when the file cannot
+    /// be read).
+    pub(crate) fn checkpoint_settings(&self) -> troupe_config::CheckpointSettings {
+        self.user_config()
+            .map(|config| config.checkpoints)
+            .unwrap_or_default()
+    }
+
+    /// The user's config file alone (no project's), or `None` (logged)
+    /// when it cannot be read.
+    fn user_config(&self) -> Option<troupe_config::Config> {
         let sources = ConfigSources {
             user: self
                 .config_dir
@@ -167,10 +183,10 @@ impl Locations {
             home: self.home.clone(),
         };
         match troupe_config::load_config(&sources) {
-            Ok(config) => config.store,
+            Ok(config) => Some(config),
             Err(err) => {
-                tracing::warn!(%err, "the user's [store] settings could not be read; defaults apply");
-                troupe_config::StoreSettings::default()
+                tracing::warn!(%err, "the user's settings could not be read; defaults apply");
+                None
             }
         }
     }

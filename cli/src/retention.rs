@@ -2,7 +2,9 @@
 //! background and the daemon repeats as it runs (`[store] keep_days`,
 //! `max_bytes` of the user's config file). The store decides which sessions
 //! go; this module reads the settings, hands over the sessions in use and
-//! removes the spill directories of the removed sessions.
+//! removes the spill directories of the removed sessions. The checkpoint
+//! stores follow: [`sweep_checkpoints`] drops the checkpoints of sessions
+//! that are gone and keeps the stores within `[checkpoints] max_bytes`.
 
 use std::collections::HashSet;
 use std::time::Duration;
@@ -43,9 +45,91 @@ pub(crate) fn apply(store: &Store, locations: &Locations, in_use: &HashSet<Strin
     }
 }
 
+/// How often an embedded run sweeps the checkpoint stores (the daemon does
+/// at each retention pass): a marker file's age says when it last did.
+pub(crate) const EMBEDDED_SWEEP_PERIOD: Duration = Duration::from_secs(24 * 60 * 60);
+
+/// The marker file of the last sweep, in the checkpoint stores' directory.
+const SWEEP_MARKER: &str = "last-sweep";
+
+/// Whether the sweep marker under `data_dir` is older than `period` (or
+/// absent) while checkpoint stores exist: an embedded run's sweep is due.
+pub(crate) fn sweep_due(data_dir: &std::path::Path, period: Duration) -> bool {
+    let dir = data_dir.join(troupe_checkpoint::store::STORES_DIR);
+    if !dir.is_dir() {
+        return false;
+    }
+    std::fs::metadata(dir.join(SWEEP_MARKER))
+        .and_then(|meta| meta.modified())
+        .ok()
+        .and_then(|modified| modified.elapsed().ok())
+        .is_none_or(|age| age >= period)
+}
+
+/// Records that a sweep of the stores under `data_dir` finished now.
+fn mark_swept(data_dir: &std::path::Path) {
+    let marker = data_dir
+        .join(troupe_checkpoint::store::STORES_DIR)
+        .join(SWEEP_MARKER);
+    if let Err(err) = std::fs::write(&marker, b"") {
+        tracing::warn!(%err, "the checkpoint sweep's marker could not be written");
+    }
+}
+
+/// Drops the checkpoints of sessions `store` no longer holds and keeps the
+/// checkpoint stores within the user's `[checkpoints] max_bytes`, never
+/// touching a session in `in_use` or with a run in progress. Failures are
+/// logged.
+pub(crate) async fn sweep_checkpoints(
+    store: &Store,
+    locations: &Locations,
+    in_use: &HashSet<String>,
+) {
+    let max_bytes = locations.checkpoint_settings().max_bytes;
+    let running: HashSet<String> = match store.list_runs(None) {
+        Ok(runs) => runs
+            .into_iter()
+            .filter(|run| run.status.is_running())
+            .map(|run| run.session_id)
+            .collect(),
+        Err(err) => {
+            tracing::warn!(%err, "the checkpoint sweep cannot tell which sessions run");
+            return;
+        }
+    };
+    let exists = |session: &str| !matches!(store.session(session), Ok(None));
+    let busy = |session: &str| in_use.contains(session) || running.contains(session);
+    match troupe_checkpoint::sweep_home(&locations.data_dir, &exists, &busy, max_bytes).await {
+        Ok(sweep) => {
+            mark_swept(&locations.data_dir);
+            if !sweep.orphans.is_empty() || !sweep.pruned.is_empty() {
+                tracing::info!(
+                    orphans = sweep.orphans.len(),
+                    pruned = sweep.pruned.len(),
+                    bytes_before = sweep.bytes_before,
+                    bytes_after = sweep.bytes_after,
+                    "checkpoints swept"
+                );
+            }
+        }
+        Err(err) => tracing::warn!(%err, "the checkpoint stores could not be swept"),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_embedded_sweep_is_due_once_a_period_and_only_where_stores_exist() {
+        let dir = tempfile::tempdir().unwrap();
+        assert!(!sweep_due(dir.path(), Duration::ZERO));
+        std::fs::create_dir_all(dir.path().join("checkpoints")).unwrap();
+        assert!(sweep_due(dir.path(), Duration::from_secs(3600)));
+        mark_swept(dir.path());
+        assert!(!sweep_due(dir.path(), Duration::from_secs(3600)));
+        assert!(sweep_due(dir.path(), Duration::ZERO));
+    }
 
     #[test]
     fn the_policy_is_the_settings() {

@@ -390,7 +390,20 @@ fn remove_old_sessions(store: &Store, locations: &Locations, continued: Option<&
     let store = store.clone();
     let locations = locations.clone();
     let in_use: HashSet<String> = continued.map(str::to_string).into_iter().collect();
-    tokio::task::spawn_blocking(move || crate::retention::apply(&store, &locations, &in_use));
+    tokio::spawn(async move {
+        let pass = tokio::task::spawn_blocking({
+            let (store, locations, in_use) = (store.clone(), locations.clone(), in_use.clone());
+            move || crate::retention::apply(&store, &locations, &in_use)
+        });
+        if pass.await.is_ok()
+            && crate::retention::sweep_due(
+                &locations.data_dir,
+                crate::retention::EMBEDDED_SWEEP_PERIOD,
+            )
+        {
+            crate::retention::sweep_checkpoints(&store, &locations, &in_use).await;
+        }
+    });
 }
 
 /// Submits `prompt` on a fresh embedded runtime and follows the run to its end,

@@ -309,12 +309,18 @@ async fn retain_periodically(store: Store, locations: Arc<Locations>) {
         ticks.tick().await;
         let store = store.clone();
         let locations = locations.clone();
-        let pass = tokio::task::spawn_blocking(move || {
-            crate::retention::apply(&store, &locations, &std::collections::HashSet::new());
+        let pass = tokio::task::spawn_blocking({
+            let store = store.clone();
+            let locations = locations.clone();
+            move || {
+                crate::retention::apply(&store, &locations, &std::collections::HashSet::new());
+            }
         });
         if let Err(err) = pass.await {
             tracing::warn!(%err, "the retention pass stopped");
         }
+        crate::retention::sweep_checkpoints(&store, &locations, &std::collections::HashSet::new())
+            .await;
     }
 }
 

@@ -45,14 +45,56 @@ fn git(root: &Path, args: &[&str]) {
     assert!(status.success(), "git {args:?}");
 }
 
+/// `troupe ARGS`, embedded.
 async fn troupe(env: &Env, server: Option<&ScriptedServer>, args: &[&str]) -> Output {
+    troupe_via(env, server, args, Through::Embedded).await
+}
+
+/// Where a command's work is done.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Through {
+    /// In the command's own process.
+    Embedded,
+    /// By a daemon (started on demand by `run`, found by the others).
+    Daemon,
+}
+
+fn command_via(
+    env: &Env,
+    server: Option<&ScriptedServer>,
+    args: &[&str],
+    through: Through,
+) -> std::process::Command {
     let mut command = env.command(server);
+    if through == Through::Daemon {
+        command
+            .env_remove("TROUPE_NO_DAEMON")
+            .env("TROUPE_DAEMON_IDLE_SECS", "60");
+    }
     command.args(args);
-    run(command).await
+    command
+}
+
+async fn troupe_via(
+    env: &Env,
+    server: Option<&ScriptedServer>,
+    args: &[&str],
+    through: Through,
+) -> Output {
+    run(command_via(env, server, args, through)).await
 }
 
 async fn ok(env: &Env, server: Option<&ScriptedServer>, args: &[&str]) -> String {
-    let output = troupe(env, server, args).await;
+    ok_via(env, server, args, Through::Embedded).await
+}
+
+async fn ok_via(
+    env: &Env,
+    server: Option<&ScriptedServer>,
+    args: &[&str],
+    through: Through,
+) -> String {
+    let output = troupe_via(env, server, args, through).await;
     assert_eq!(
         output.status.code(),
         Some(0),
@@ -66,6 +108,10 @@ async fn ok(env: &Env, server: Option<&ScriptedServer>, args: &[&str]) -> String
 /// the second runs `rm a.txt && echo x > b.txt`. Returns the session id and
 /// each run's events.
 async fn two_runs(env: &Env) -> (String, Vec<Value>, Vec<Value>) {
+    two_runs_via(env, Through::Embedded).await
+}
+
+async fn two_runs_via(env: &Env, through: Through) -> (String, Vec<Value>, Vec<Value>) {
     let root = env.root();
     std::fs::write(root.join("README"), "hello\n").unwrap();
     git(root, &["init", "-q", "-b", "main"]);
@@ -252,22 +298,125 @@ async fn removing_a_session_drops_its_checkpoints() {
     let (session, _, _) = two_runs(&env).await;
     let listed = ok(&env, None, &["checkpoints", "list", &session, "--json"]).await;
     assert_eq!(json_lines(listed.as_bytes()).len(), 4, "{listed}");
-    let refs = |env: &Env| {
-        let dir = std::fs::read_dir(env.data_dir().join("checkpoints"))
-            .unwrap()
-            .flatten()
-            .next()
-            .unwrap()
-            .path();
-        let out = std::process::Command::new("git")
-            .args(["--git-dir"])
-            .arg(&dir)
-            .args(["for-each-ref", "refs/troupe/"])
-            .output()
-            .unwrap();
-        text(&out.stdout).lines().count()
-    };
-    assert_eq!(refs(&env), 4);
+    assert_eq!(refs_of(&env, &session), 4);
     ok(&env, None, &["sessions", "rm", &session]).await;
-    assert_eq!(refs(&env), 0);
+    assert_eq!(refs_of(&env, &session), 0);
+}
+
+/// The number of checkpoint refs of `session` in the data directory's only
+/// store.
+fn refs_of(env: &Env, session: &str) -> usize {
+    let dir = std::fs::read_dir(env.data_dir().join("checkpoints"))
+        .unwrap()
+        .flatten()
+        .map(|entry| entry.path())
+        .find(|path| path.extension().is_some_and(|ext| ext == "git"))
+        .unwrap();
+    let out = std::process::Command::new("git")
+        .arg("--git-dir")
+        .arg(&dir)
+        .args(["for-each-ref", &format!("refs/troupe/{session}/")])
+        .output()
+        .unwrap();
+    text(&out.stdout).lines().count()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn through_a_daemon_undo_refuses_a_running_session_and_orphaned_checkpoints_are_swept() {
+    let env = Env::new();
+    let data = env.data_dir();
+    let (session, _, _) = two_runs_via(&env, Through::Daemon).await;
+    let root = env.root().to_path_buf();
+    // Checkpoints of a session the store does not hold: swept by the
+    // daemon's retention pass, which runs when it starts.
+    crate::support::stop_daemon(&data);
+    let store = troupe_checkpoint::CheckpointStore::open(&data, &root)
+        .await
+        .unwrap();
+    store
+        .snapshot(troupe_checkpoint::SnapshotMeta {
+            session: "gone-0193".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(refs_of(&env, "gone-0193"), 1);
+
+    // A run in progress on the session (its command waits for a file
+    // outside the project, so the run changes nothing there).
+    let go = env.home.path().join("go");
+    let gate = format!("while [ ! -e '{}' ]; do sleep 0.02; done", go.display());
+    let server = ScriptedServer::start(
+        Script::new()
+            .then(tool_call("bash", json!({"command": gate})))
+            .then(say("Went.")),
+    )
+    .await
+    .unwrap();
+    let mut running = command_via(
+        &env,
+        Some(&server),
+        &["resume", &session, "--json", "--mode", "bypass", "wait"],
+        Through::Daemon,
+    );
+    running.stdout(std::process::Stdio::piped());
+    let mut child = crate::support::spawn(running);
+    let stdout = child.stdout.take().unwrap();
+    let mut lines = tokio::io::AsyncBufReadExt::lines(tokio::io::BufReader::new(stdout));
+    let started = tokio::time::timeout(crate::support::COMMAND_LIMIT, async {
+        while let Some(line) = lines.next_line().await.unwrap() {
+            if line.contains("\"tool_started\"") {
+                return true;
+            }
+        }
+        false
+    })
+    .await
+    .unwrap();
+    assert!(started);
+    let refused = troupe_via(&env, None, &["undo", &session, "--yes"], Through::Daemon).await;
+    assert_eq!(refused.status.code(), Some(1), "{}", describe(&refused));
+    assert!(
+        text(&refused.stderr).contains("in progress"),
+        "{}",
+        describe(&refused)
+    );
+    assert!(root.join("b.txt").exists() && !root.join("a.txt").exists());
+    std::fs::write(&go, "").unwrap();
+    let status = tokio::time::timeout(crate::support::COMMAND_LIMIT, child.wait())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(status.success());
+    // The daemon's first retention pass dropped the orphan.
+    let deadline = std::time::Instant::now() + crate::support::COMMAND_LIMIT;
+    while refs_of(&env, "gone-0193") != 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the orphan's checkpoints stay"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+
+    // The run ended: the daemon undoes. The last run changed nothing (its
+    // command only waited), so the undo goes back to before the swap.
+    let undone = ok_via(&env, None, &["undo", &session, "--yes"], Through::Daemon).await;
+    assert!(
+        undone.contains("A a.txt") && undone.contains("D b.txt"),
+        "{undone}"
+    );
+    assert_eq!(std::fs::read_to_string(root.join("a.txt")).unwrap(), "A\n");
+    assert!(!root.join("b.txt").exists());
+    let listed = ok_via(
+        &env,
+        None,
+        &["checkpoints", "list", &session],
+        Through::Daemon,
+    )
+    .await;
+    assert!(
+        listed.contains("before undo") && listed.contains("checkpoint store takes"),
+        "{listed}"
+    );
+    crate::support::stop_daemon(&data);
 }

@@ -20,7 +20,8 @@
 //! untracked files), never written. Beside this root: `record` (what a checkpoint
 //! says and how it is kept in its commit), `skip` (what a snapshot leaves
 //! out), `diff` (reading git's diff output), `git` (running the store's
-//! git), `store` (the store itself) and `undo` (which checkpoint an undo or
+//! git), `store` (the store itself), `home` (the stores of a data
+//! directory together: orphans and the bound) and `undo` (which checkpoint an undo or
 //! a redo restores, read from the records).
 
 // Product code never unwraps: errors are values (tests may).
@@ -29,12 +30,14 @@
 
 pub mod diff;
 pub(crate) mod git;
+pub mod home;
 pub mod record;
 pub mod skip;
 pub mod store;
 pub mod undo;
 
 pub use diff::{ChangeKind, CheckpointDiff, DiffTarget, FileChange};
+pub use home::{HomeSweep, sweep_home};
 pub use record::{Checkpoint, CheckpointKind, CheckpointRecord, SnapshotMeta};
 pub use skip::{SkipReason, Skipped};
 pub use store::{CheckpointStore, PruneReport, Restored};

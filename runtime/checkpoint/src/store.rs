@@ -157,6 +157,16 @@ pub fn store_key(canonical_project: &Path) -> String {
     format!("{hash:016x}")
 }
 
+/// The key a store's directory is named by (`KEY.git`). Pure.
+fn key_of(git_dir: &Path) -> String {
+    git_dir
+        .file_name()
+        .and_then(|name| name.to_str())
+        .and_then(|name| name.strip_suffix(".git"))
+        .unwrap_or_default()
+        .to_owned()
+}
+
 /// Whether git's untracked list is the project root alone (`./`): the
 /// project lies in a repository that tracks nothing of it. Pure.
 pub(crate) fn lists_only_the_root(listing: &[u8]) -> bool {
@@ -277,6 +287,35 @@ impl CheckpointStore {
         }
         std::fs::create_dir_all(&info).map_err(io_error(&info))?;
         std::fs::write(&path, wanted).map_err(io_error(&path))
+    }
+
+    /// The store in the directory `git_dir` (one of
+    /// `HOME/checkpoints/*.git`), for its refs and its size: the project is
+    /// the one its `description` names when that directory still exists,
+    /// else the store itself stands in for it (restores and snapshots then
+    /// have nothing to work on). `None` when `git_dir` is no store.
+    pub fn open_existing(git_dir: &Path) -> Option<Self> {
+        if !git_dir.join("HEAD").is_file() {
+            return None;
+        }
+        let described = std::fs::read_to_string(git_dir.join("description"))
+            .ok()
+            .and_then(|text| {
+                text.strip_prefix("Troupe checkpoints of ")
+                    .map(|rest| PathBuf::from(rest.trim_end_matches('\n')))
+            })
+            .filter(|project| project.is_dir() && store_key(project) == key_of(git_dir));
+        let project = described.unwrap_or_else(|| git_dir.to_path_buf());
+        Some(Self {
+            git: StoreGit {
+                index: git_dir.join("index"),
+                project,
+                git_dir: git_dir.to_path_buf(),
+            },
+            heads: Mutex::new(HashMap::new()),
+            last_skipped: std::sync::Mutex::new(None),
+            seen_generation: std::sync::atomic::AtomicU64::new(u64::MAX),
+        })
     }
 
     /// Whether `project` has a checkpoint store under `home` (opening one
@@ -855,6 +894,27 @@ impl CheckpointStore {
         if report.bytes_after <= max_bytes {
             return Ok(report);
         }
+        let newest = self.session_times_locked().await?;
+        for session in prune_order(newest, keep) {
+            self.remove_session_locked(&mut op, &session).await?;
+            self.collect_garbage().await?;
+            report.removed_sessions.push(session);
+            report.bytes_after = self.size().await?;
+            if report.bytes_after <= max_bytes {
+                break;
+            }
+        }
+        Ok(report)
+    }
+
+    /// Every session with checkpoints here, with the time (Unix seconds)
+    /// of its newest one.
+    pub async fn session_times(&self) -> Result<Vec<(String, i64)>, CheckpointError> {
+        let _op = self.begin().await?;
+        self.session_times_locked().await
+    }
+
+    async fn session_times_locked(&self) -> Result<Vec<(String, i64)>, CheckpointError> {
         let out = self
             .git
             .run(
@@ -884,16 +944,15 @@ impl CheckpointStore {
             let entry = newest.entry(session.to_owned()).or_insert(time);
             *entry = (*entry).max(time);
         }
-        for session in prune_order(newest.into_iter().collect(), keep) {
-            self.remove_session_locked(&mut op, &session).await?;
-            self.collect_garbage().await?;
-            report.removed_sessions.push(session);
-            report.bytes_after = self.size().await?;
-            if report.bytes_after <= max_bytes {
-                break;
-            }
-        }
-        Ok(report)
+        Ok(newest.into_iter().collect())
+    }
+
+    /// Packs the store and drops the objects no checkpoint holds any more
+    /// (`git gc --prune=now`).
+    pub async fn pack(&self) -> Result<(), CheckpointError> {
+        let mut op = self.begin().await?;
+        op.wrote = true;
+        self.collect_garbage().await
     }
 
     async fn collect_garbage(&self) -> Result<(), CheckpointError> {

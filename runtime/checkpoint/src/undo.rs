@@ -89,7 +89,8 @@ pub enum UndoRefusal {
 
 /// The undo to make now: the latest turn not yet undone whose files differ
 /// from the state after it (the next record's tree, or `current_tree` for
-/// the last record). Pure.
+/// the last record) and from the files now (restoring it must change
+/// something). Pure.
 pub fn plan_undo(
     checkpoints: &[Checkpoint],
     history: &UndoHistory,
@@ -99,7 +100,8 @@ pub fn plan_undo(
         let after = checkpoints
             .get(turn + 1)
             .map_or(current_tree, |next| next.tree());
-        if checkpoints[turn].tree() != after {
+        let tree = checkpoints[turn].tree();
+        if tree != after && tree != current_tree {
             return Ok(UndoPlan {
                 target: turn,
                 undone: history.undoable[depth..].to_vec(),
@@ -223,6 +225,21 @@ mod tests {
         assert_eq!(history.undoable, vec![0]);
         assert_eq!(history.expected_tree.as_deref(), Some("A"));
         assert_eq!(plan_redo(&history), Ok(4));
+    }
+
+    #[test]
+    fn a_turn_whose_files_are_the_files_now_is_passed_over() {
+        // The last turn's files changed after it (a run's end recorded
+        // them), then went back by other means: undoing it would change
+        // nothing, so the undo goes one further.
+        let records = vec![
+            checkpoint(1, "empty", Turn),
+            checkpoint(2, "A", Turn),
+            checkpoint(3, "A+tmp", RunEnd),
+        ];
+        let history = undo_history(&records);
+        let plan = plan_undo(&records, &history, "A").unwrap();
+        assert_eq!((plan.target, plan.undone), (0, vec![0, 1]));
     }
 
     #[test]

@@ -98,3 +98,49 @@ async fn an_undo_record_is_kept_even_when_the_files_did_not_change() {
     assert_eq!(recorded.tree(), turn.tree());
     assert_eq!(store.checkpoints("s").await.unwrap().len(), 2);
 }
+
+#[tokio::test]
+async fn a_home_sweep_drops_orphans_then_the_oldest_sessions_of_every_store_never_one_in_use() {
+    // Two projects under one data directory.
+    let first = Project::plain();
+    let second = Project::named("second");
+    let home = first.home.clone();
+    let second_store = troupe_checkpoint::CheckpointStore::open(&home, &second.root)
+        .await
+        .unwrap();
+    let first_store = first.store().await;
+    for (index, session) in ["gone", "old", "busy"].iter().enumerate() {
+        first.write("f", &format!("{session}{}", "x".repeat(50_000 + index)));
+        first_store.snapshot(meta(session, 1)).await.unwrap();
+    }
+    second.write("g", &"y".repeat(80_000));
+    second_store.snapshot(meta("new", 1)).await.unwrap();
+    let exists = |session: &str| session != "gone";
+    let in_use = |session: &str| session == "busy";
+    // A bound above everything drops only the orphan.
+    let sweep = troupe_checkpoint::sweep_home(&home, &exists, &in_use, u64::MAX)
+        .await
+        .unwrap();
+    assert_eq!(sweep.orphans, ["gone"]);
+    assert!(sweep.pruned.is_empty());
+    assert!(first_store.checkpoints("gone").await.unwrap().is_empty());
+    // A bound of nothing drops every session but the one in use, oldest
+    // first, across both stores.
+    let sweep = troupe_checkpoint::sweep_home(&home, &exists, &in_use, 0)
+        .await
+        .unwrap();
+    let mut pruned = sweep.pruned.clone();
+    pruned.sort();
+    assert_eq!(pruned, ["new", "old"]);
+    assert!(sweep.bytes_after > 0, "{sweep:?}");
+    assert_eq!(first_store.checkpoints("busy").await.unwrap().len(), 1);
+    assert!(second_store.checkpoints("new").await.unwrap().is_empty());
+    // What is kept still restores.
+    first.write("f", "changed");
+    let busy = first_store.checkpoints("busy").await.unwrap();
+    first_store
+        .restore(&busy[0], meta("busy", 2))
+        .await
+        .unwrap();
+    assert!(first.read("f").starts_with("busy"));
+}
