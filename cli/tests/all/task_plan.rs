@@ -1,7 +1,8 @@
 //! The `update_plan` tool through the real binary against the scripted
 //! model server: a call announces the whole plan as a `plan_updated` event
 //! under the agent's path; a call with two steps in progress is refused as
-//! an error result and changes nothing; the plan outlives a compaction and
+//! an error result and changes nothing; the plan outlives a compaction (the
+//! summary carries it) and
 //! a resume (the first request after them carries it); the plain renderer
 //! shows it.
 
@@ -182,6 +183,16 @@ async fn the_task_plan_survives_compaction_and_resume_in_the_first_request_after
             .count(),
         1
     );
+    // The plan travels with the summary, not in the system prompt: the
+    // prefix stays as it was, and a later update_plan call changes nothing
+    // before it.
+    let summary_message: String = first_after.body["messages"][0]["content"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|block| block["text"].as_str())
+        .collect();
+    assert!(summary_message.contains(REMINDER), "{summary_message}");
     let system = first_after.system_text();
-    assert!(system.contains(REMINDER), "{system}");
+    assert!(!system.contains(REMINDER), "{system}");
 }

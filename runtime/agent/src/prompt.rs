@@ -22,7 +22,7 @@
 
 use std::path::PathBuf;
 
-use troupe_protocol::model::{Message, SystemPrompt};
+use troupe_protocol::model::{ContentBlock, Message, SystemPrompt};
 use troupe_protocol::permission::PermissionMode;
 use troupe_protocol::task_plan::TaskPlan;
 use troupe_tools::task_plan::UPDATE_PLAN_TOOL_NAME;
@@ -204,19 +204,26 @@ pub(crate) fn with_plan_reminder(system: &SystemPrompt, reminder: Option<&str>) 
     }
 }
 
+/// The heading of a task plan reminder.
+const TASK_PLAN_HEADING: &str = "# Your current plan (update_plan)\n";
+
 /// The reminder of the agent's task plan for a request that sends
-/// `messages`: the plan, one line per step, when it has steps and no
-/// `update_plan` call among the messages shows it; `None` otherwise.
+/// `messages`: the plan, one line per step, when it has steps and neither
+/// an `update_plan` call among the messages nor a reminder in one (a
+/// compaction's summary carries it) shows it; `None` otherwise.
 pub(crate) fn task_plan_reminder(plan: Option<&TaskPlan>, messages: &[Message]) -> Option<String> {
     let plan = plan.filter(|plan| !plan.plan.is_empty())?;
-    let shown = messages
+    let called = messages
         .iter()
         .flat_map(Message::tool_calls)
         .any(|call| call.name == UPDATE_PLAN_TOOL_NAME);
-    if shown {
+    let reminded = messages.iter().flat_map(|message| &message.content).any(
+        |block| matches!(block, ContentBlock::Text { text } if text.contains(TASK_PLAN_HEADING)),
+    );
+    if called || reminded {
         return None;
     }
-    let mut text = String::from("# Your current plan (update_plan)\n");
+    let mut text = String::from(TASK_PLAN_HEADING);
     if let Some(explanation) = &plan.explanation {
         text.push_str(explanation);
         text.push('\n');

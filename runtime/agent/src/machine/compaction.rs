@@ -367,13 +367,21 @@ impl AgentLoop {
 
     /// What replaces `messages[..cut]`: the summary and the recovery
     /// attachment (the files read last whose reading is not in the kept
-    /// tail, the tools on offer) as one user message.
+    /// tail, the tools on offer, the task plan when the tail does not show
+    /// it) as one user message. The plan travels with the summary, not in
+    /// the system prompt, so the request's prefix stays as it is when the
+    /// plan changes later.
     fn summary_messages(&self, summary: &str, cut: usize) -> Vec<Message> {
         let tools = self.catalogue.offered(self.permissions.mode());
+        let tail = &self.transcript.messages()[cut..];
         let files: Vec<FileSnapshot> = self.context.recent_files.iter().cloned().collect();
-        let files = files_outside(&files, &self.transcript.messages()[cut..]);
+        let files = files_outside(&files, tail);
         let budgets = budgets(self.summary_threshold());
-        let attachment = recovery_attachment(&files, tools, budgets.file_tokens);
+        let mut attachment = recovery_attachment(&files, tools, budgets.file_tokens);
+        if let Some(plan) = crate::prompt::task_plan_reminder(self.transcript.task_plan(), tail) {
+            attachment.push_str("\n\n");
+            attachment.push_str(&plan);
+        }
         compacted(summary, &attachment, &[])
     }
 
