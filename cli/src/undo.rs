@@ -17,8 +17,8 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 use troupe_checkpoint::{
-    ChangeKind, Checkpoint, CheckpointDiff, CheckpointKind, CheckpointStore, SnapshotMeta,
-    UndoRefusal, plan_redo, plan_undo, undo_history,
+    AgentUndoRefusal, ChangeKind, Checkpoint, CheckpointDiff, CheckpointKind, CheckpointStore,
+    SnapshotMeta, UndoRefusal, plan_agent_undo, plan_redo, plan_undo, undo_history,
 };
 use troupe_protocol::model::{ContentBlock, Message};
 use troupe_store::Store;
@@ -32,7 +32,7 @@ pub(crate) const EXIT_CONFLICT: u8 = 1;
 
 /// What an undo request asks for (the body of `POST
 /// /v1/sessions/{id}/undo`).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct UndoRequest {
     /// Bring back what the last undo replaced.
@@ -44,6 +44,10 @@ pub(crate) struct UndoRequest {
     /// Restore (false: only say what a restore would change).
     #[serde(default)]
     pub apply: bool,
+    /// Undo only this agent's latest turn that changed files (its path in
+    /// the agent tree, `main/reviewer-1`), leaving every other file alone.
+    #[serde(default)]
+    pub agent: Option<String>,
 }
 
 /// One file an undo changes.
@@ -66,6 +70,9 @@ pub(crate) struct UndoReport {
     pub project: PathBuf,
     /// `undo` or `redo`.
     pub action: String,
+    /// Only the files of one agent's turn were (or would be) restored.
+    #[serde(default)]
+    pub only_agent: bool,
     /// The checkpoint restored.
     pub checkpoint: u64,
     /// The run and turn it was taken before (an undo), or empty.
@@ -136,11 +143,12 @@ pub(crate) async fn forget_checkpoints(
     }
 }
 
-/// Refuses when a run of session `id` is in progress (`running`: the run
-/// ids in progress).
-fn refuse_busy(store: &Store, id: &str, running: &[String]) -> Result<(), Refusal> {
+/// Refuses when a run of session `id` is in progress: its record says it
+/// runs (the process holding the store has marked the runs of dead
+/// processes as ended; a run's end is recorded before it is announced).
+fn refuse_busy(store: &Store, id: &str) -> Result<(), Refusal> {
     let runs = store.list_runs(Some(id)).map_err(runtime)?;
-    if let Some(run) = runs.iter().find(|run| running.contains(&run.run_id)) {
+    if let Some(run) = runs.iter().find(|run| run.status.is_running()) {
         return Err((
             EXIT_CONFLICT,
             format!(
@@ -153,17 +161,15 @@ fn refuse_busy(store: &Store, id: &str, running: &[String]) -> Result<(), Refusa
 }
 
 /// Plans, and with `request.apply` makes, the undo (or redo) of session
-/// `given` (an id or a unique prefix), in the process holding `store`;
-/// `running` are the runs in progress.
+/// `given` (an id or a unique prefix), in the process holding `store`.
 pub(crate) async fn undo_session(
     store: &Store,
     data_dir: &Path,
     given: &str,
-    running: &[String],
     request: UndoRequest,
 ) -> Result<UndoReport, Refusal> {
     let id = ids::resolve(store, IdKind::Session, given).map_err(|err| (err.code, err.message))?;
-    refuse_busy(store, &id, running)?;
+    refuse_busy(store, &id)?;
     let project = session_project(store, &id)?;
     let no_checkpoints = || {
         (
@@ -191,7 +197,33 @@ pub(crate) async fn undo_session(
     let history = undo_history(&checkpoints);
     let current = checkpoints_store.work_tree_id().await.map_err(runtime)?;
     let refused = |refusal: UndoRefusal| (EXIT_USAGE, format!("session {id}: {refusal}"));
-    let (target, undone, kind) = if request.redo {
+    // One agent's turn alone: only the files it changed are restored.
+    let mut only: Option<Vec<PathBuf>> = None;
+    let (target, undone, kind) = if let (Some(agent), false) = (&request.agent, request.redo) {
+        let mut changed: Vec<Vec<PathBuf>> = vec![Vec::new(); checkpoints.len()];
+        for &turn in &history.undoable {
+            let after = checkpoints
+                .get(turn + 1)
+                .map_or(current.as_str(), Checkpoint::tree);
+            changed[turn] = checkpoints_store
+                .diff_tree_ids(checkpoints[turn].tree(), after)
+                .await
+                .map_err(runtime)?
+                .files
+                .into_iter()
+                .map(|file| file.path)
+                .collect();
+        }
+        let plan = plan_agent_undo(&checkpoints, &history, agent, &|turn| changed[turn].clone())
+            .map_err(|refusal| agent_refusal(&id, &checkpoints, refusal))?;
+        let target = checkpoints[plan.target].number;
+        only = Some(plan.files);
+        (
+            plan.target,
+            vec![plan.target],
+            CheckpointKind::BeforeAgentUndo { target },
+        )
+    } else if request.redo {
         let at = plan_redo(&history).map_err(refused)?;
         (at, Vec::new(), CheckpointKind::BeforeRedo)
     } else {
@@ -204,10 +236,13 @@ pub(crate) async fn undo_session(
         )
     };
     let target = &checkpoints[target];
-    let changes = checkpoints_store
+    let mut changes = checkpoints_store
         .diff_tree_ids(&current, target.tree())
         .await
         .map_err(runtime)?;
+    if let Some(only) = &only {
+        changes.files.retain(|file| only.contains(&file.path));
+    }
     let changed_outside = match &history.expected_tree {
         Some(expected) if *expected != current => {
             let outside = checkpoints_store
@@ -228,6 +263,7 @@ pub(crate) async fn undo_session(
         session_id: id.clone(),
         project,
         action: if request.redo { "redo" } else { "undo" }.to_owned(),
+        only_agent: only.is_some(),
         checkpoint: target.number,
         run_id: target.record.meta.run.clone(),
         turn: target.record.meta.turn,
@@ -251,13 +287,44 @@ pub(crate) async fn undo_session(
         kind,
         ..SnapshotMeta::default()
     };
-    let restored = checkpoints_store
-        .restore(target, meta)
-        .await
-        .map_err(runtime)?;
+    let restored = match &only {
+        Some(paths) => checkpoints_store.restore_paths(target, paths, meta).await,
+        None => checkpoints_store.restore(target, meta).await,
+    }
+    .map_err(runtime)?;
     report.applied = true;
     report.before = Some(restored.before.number);
     Ok(report)
+}
+
+/// An agent's undo refused: nothing to undo, or the later turns (agent,
+/// turn, run) that changed the same files.
+fn agent_refusal(id: &str, checkpoints: &[Checkpoint], refusal: AgentUndoRefusal) -> Refusal {
+    match refusal {
+        AgentUndoRefusal::NothingToUndo(agent) => (
+            EXIT_USAGE,
+            format!(
+                "session {id}: agent {} has no turn left that changed files",
+                crate::sanitize::for_terminal(&agent)
+            ),
+        ),
+        AgentUndoRefusal::Conflicts(conflicts) => {
+            let mut text = String::from(
+                "later turns changed the same files, so this agent's turn cannot be undone alone (undo the later turns first, or undo everything with `troupe undo`):",
+            );
+            for (path, later) in conflicts {
+                let meta = &checkpoints[later].record.meta;
+                text.push_str(&format!(
+                    "\n  {} changed by {} in turn {} of run {}",
+                    crate::sanitize::for_terminal(&path.to_string_lossy()),
+                    crate::sanitize::for_terminal(&meta.agent_path),
+                    meta.turn,
+                    troupe_store::short_id(&meta.run)
+                ));
+            }
+            (EXIT_CONFLICT, text)
+        }
+    }
 }
 
 /// The files of `changes` (what the undo does) that `outside` (what
@@ -458,6 +525,11 @@ pub(crate) fn report_text(report: &UndoReport) -> String {
         )
     };
     let verb = if report.applied { "done" } else { "plan" };
+    let what = if report.only_agent {
+        format!("{what}, only the files that turn changed")
+    } else {
+        what
+    };
     out.push_str(&format!(
         "{} ({verb}): session {short} {what}\n",
         report.action
@@ -532,15 +604,9 @@ async fn undo_anywhere(given: &str, request: UndoRequest) -> Result<UndoReport, 
             let store = locations
                 .open_store()
                 .map_err(|err| (err.code, err.message))?;
+            // Runs a dead process left unfinished are marked interrupted.
             crate::run::report_recovered(&store, false);
-            let running: Vec<String> = store
-                .list_runs(None)
-                .map_err(runtime)?
-                .into_iter()
-                .filter(|run| run.status.is_running())
-                .map(|run| run.run_id)
-                .collect();
-            undo_session(&store, &locations.data_dir, given, &running, request).await
+            undo_session(&store, &locations.data_dir, given, request).await
         }
     }
 }
@@ -573,8 +639,9 @@ async fn undo_command(args: UndoArgs) -> Result<(), Refusal> {
         redo: args.redo,
         force: args.force,
         apply: false,
+        agent: args.agent,
     };
-    let plan = undo_anywhere(&given, request).await?;
+    let plan = undo_anywhere(&given, request.clone()).await?;
     if !args.yes {
         if !std::io::stdin().is_terminal() {
             print!("{}", report_text(&plan));
@@ -626,6 +693,11 @@ pub(crate) struct UndoArgs {
     /// Overwrite files changed outside Troupe since the last checkpoint.
     #[arg(long)]
     pub force: bool,
+    /// Undo only this agent's latest turn that changed files (its path in
+    /// the agent tree, as `troupe checkpoints list` shows it), when no later
+    /// turn changed the same files.
+    #[arg(long, conflicts_with = "redo")]
+    pub agent: Option<String>,
     /// Print what was done as one JSON object.
     #[arg(long)]
     pub json: bool,
@@ -875,6 +947,7 @@ mod tests {
             session_id: "0193abcd-0000".into(),
             project: "/p".into(),
             action: "undo".into(),
+            only_agent: false,
             checkpoint: 2,
             run_id: "r".into(),
             turn: 1,

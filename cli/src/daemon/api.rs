@@ -775,11 +775,9 @@ async fn undo_session(
     body: Body,
 ) -> Result<Response, ApiError> {
     let request: crate::undo::UndoRequest = strict_json_body(body).await?;
-    let running = state.runtime.running().await.map_err(runtime_error)?;
-    let report =
-        crate::undo::undo_session(&state.store, &state.data_dir, &given, &running, request)
-            .await
-            .map_err(undo_error)?;
+    let report = crate::undo::undo_session(&state.store, &state.data_dir, &given, request)
+        .await
+        .map_err(undo_error)?;
     Ok(axum::Json(report).into_response())
 }
 

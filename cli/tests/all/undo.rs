@@ -133,20 +133,22 @@ async fn two_runs_via(env: &Env, through: Through) -> (String, Vec<Value>, Vec<V
     .await
     .unwrap();
     let first = json_lines(
-        ok(
+        ok_via(
             env,
             Some(&server),
             &["run", "--json", "--mode", "bypass", "write a"],
+            through,
         )
         .await
         .as_bytes(),
     );
     let session = session_of(&first);
     let second = json_lines(
-        ok(
+        ok_via(
             env,
             Some(&server),
             &["resume", &session, "--json", "--mode", "bypass", "swap"],
+            through,
         )
         .await
         .as_bytes(),
@@ -419,4 +421,100 @@ async fn through_a_daemon_undo_refuses_a_running_session_and_orphaned_checkpoint
         "{listed}"
     );
     crate::support::stop_daemon(&data);
+}
+
+/// A run whose main agent starts a sub-agent that writes `r.txt`, then
+/// writes `m.txt` itself and, when `main_edits_child_file`, `r.txt` too.
+async fn run_with_a_sub_agent(env: &Env, main_edits_child_file: bool) -> String {
+    use troupe_scripted::{Matcher, Turn};
+    let main = |action| Turn::new(action).when(Matcher::first_user_contains("delegate"));
+    let child = |action| Turn::new(action).when(Matcher::first_user_contains("CHILD"));
+    let mut script = Script::new()
+        .then(main(tool_call(
+            "agent",
+            json!({"description": "write r", "prompt": "CHILD: write r.txt"}),
+        )))
+        .then(child(tool_call(
+            "write_file",
+            json!({"path": "r.txt", "content": "R\n"}),
+        )))
+        .then(child(say("r written")))
+        .then(main(tool_call(
+            "write_file",
+            json!({"path": "m.txt", "content": "M\n"}),
+        )));
+    if main_edits_child_file {
+        script = script.then(main(tool_call(
+            "write_file",
+            json!({"path": "r.txt", "content": "main's R\n"}),
+        )));
+    }
+    let server = ScriptedServer::start(script.then(main(say("all done"))))
+        .await
+        .unwrap();
+    let events = json_lines(
+        ok(
+            &env,
+            Some(&server),
+            &["run", "--json", "--mode", "bypass", "delegate"],
+        )
+        .await
+        .as_bytes(),
+    );
+    let agents: Vec<&str> = checkpoint_events(&events)
+        .iter()
+        .map(|event| event["agent_path"].as_str().unwrap())
+        .collect();
+    assert!(
+        agents.contains(&"main/general-1") && agents.contains(&"main"),
+        "{agents:?}"
+    );
+    session_of(&events)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_agents_turn_is_undone_alone_unless_a_later_turn_changed_its_files() {
+    let env = Env::new();
+    let session = run_with_a_sub_agent(&env, false).await;
+    let root = env.root();
+    let undone = ok(
+        &env,
+        None,
+        &["undo", &session, "--agent", "main/general-1", "--yes"],
+    )
+    .await;
+    assert!(
+        undone.contains("D r.txt") && !undone.contains("m.txt"),
+        "{undone}"
+    );
+    assert!(!root.join("r.txt").exists());
+    assert_eq!(std::fs::read_to_string(root.join("m.txt")).unwrap(), "M\n");
+    // The sub-agent has nothing left; --redo brings its file back.
+    let refused = troupe(
+        &env,
+        None,
+        &["undo", &session, "--agent", "main/general-1", "--yes"],
+    )
+    .await;
+    assert_eq!(refused.status.code(), Some(2), "{}", describe(&refused));
+    ok(&env, None, &["undo", &session, "--redo", "--yes"]).await;
+    assert_eq!(std::fs::read_to_string(root.join("r.txt")).unwrap(), "R\n");
+
+    // When the main agent changed the sub-agent's file afterwards, the
+    // sub-agent's turn cannot be undone alone: the later turn is named.
+    let env = Env::new();
+    let session = run_with_a_sub_agent(&env, true).await;
+    let refused = troupe(
+        &env,
+        None,
+        &["undo", &session, "--agent", "main/general-1", "--yes"],
+    )
+    .await;
+    assert_eq!(refused.status.code(), Some(1), "{}", describe(&refused));
+    let said = text(&refused.stderr);
+    assert!(said.contains("r.txt changed by main in turn"), "{said}");
+    assert_eq!(
+        std::fs::read_to_string(env.root().join("r.txt")).unwrap(),
+        "main's R\n"
+    );
 }

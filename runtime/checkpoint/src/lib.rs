@@ -41,7 +41,10 @@ pub use home::{HomeSweep, sweep_home};
 pub use record::{Checkpoint, CheckpointKind, CheckpointRecord, SnapshotMeta};
 pub use skip::{SkipReason, Skipped};
 pub use store::{CheckpointStore, PruneReport, Restored};
-pub use undo::{UndoHistory, UndoPlan, UndoRefusal, plan_redo, plan_undo, undo_history};
+pub use undo::{
+    AgentUndoPlan, AgentUndoRefusal, UndoHistory, UndoPlan, UndoRefusal, plan_agent_undo,
+    plan_redo, plan_undo, undo_history,
+};
 
 /// Why a checkpoint operation failed. Nothing in the work tree or the store
 /// is lost by a failure: git writes objects before refs, and a restore

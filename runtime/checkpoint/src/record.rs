@@ -49,6 +49,12 @@ pub enum CheckpointKind {
         /// The checkpoint the undo restored.
         target: u64,
     },
+    /// Before one agent's turn (checkpoint number `target`) was undone
+    /// alone: only the files that turn changed were restored.
+    BeforeAgentUndo {
+        /// The turn's checkpoint.
+        target: u64,
+    },
     /// Before a redo restored the state an undo replaced.
     BeforeRedo,
     /// Before a rewind restored the files as run number `to_run` left them
@@ -70,15 +76,17 @@ impl CheckpointKind {
         !matches!(self, Self::Turn | Self::RunEnd)
     }
 
-    /// Whether a snapshot of this kind whose files equal the session's last
-    /// checkpoint (of kind `head`) is that checkpoint, with no commit: turns
-    /// that changed nothing cost nothing, and so does a run's end that
-    /// changed nothing since its last turn. A turn after any other kind
-    /// (a run's end, an undo) is recorded, so that every turn that changes
-    /// files starts from a turn's record an undo can go back to. Pure.
-    pub fn same_as(self, head: Self) -> bool {
+    /// Whether a snapshot of this kind by agent `agent` whose files equal
+    /// the session's last checkpoint (of kind `head`, by `head_agent`) is
+    /// that checkpoint, with no commit: an agent's turns that changed
+    /// nothing cost nothing, and so does a run's end that changed nothing
+    /// since its last turn. A turn after another agent's turn or after any
+    /// other kind (a run's end, an undo) is recorded, so that every turn
+    /// that changes files starts from a record of its own agent's turn, for
+    /// an undo of the whole session or of that agent alone. Pure.
+    pub fn same_as(self, agent: &str, head: Self, head_agent: &str) -> bool {
         match self {
-            Self::Turn => head == Self::Turn,
+            Self::Turn => head == Self::Turn && agent == head_agent,
             Self::RunEnd => true,
             _ => !self.always_recorded(),
         }
@@ -90,6 +98,7 @@ impl CheckpointKind {
             Self::Turn => "turn",
             Self::RunEnd => "run end",
             Self::BeforeUndo { .. } => "before undo",
+            Self::BeforeAgentUndo { .. } => "before agent undo",
             Self::BeforeRedo => "before redo",
             Self::BeforeRewind { .. } => "before rewind",
         }
@@ -262,15 +271,17 @@ mod tests {
     }
 
     #[test]
-    fn only_a_turn_after_a_turn_or_a_run_end_with_the_same_files_makes_no_commit() {
+    fn only_a_turn_after_the_same_agents_turn_or_a_run_end_with_the_same_files_makes_no_commit() {
         use CheckpointKind::*;
-        assert!(Turn.same_as(Turn));
-        assert!(!Turn.same_as(RunEnd));
-        assert!(!Turn.same_as(BeforeUndo { target: 1 }));
-        assert!(RunEnd.same_as(Turn));
-        assert!(RunEnd.same_as(RunEnd));
-        assert!(!BeforeRedo.same_as(BeforeRedo));
-        assert!(!BeforeUndo { target: 1 }.same_as(Turn));
+        let main = "main";
+        assert!(Turn.same_as(main, Turn, main));
+        assert!(!Turn.same_as("main/general-1", Turn, main));
+        assert!(!Turn.same_as(main, RunEnd, main));
+        assert!(!Turn.same_as(main, BeforeUndo { target: 1 }, main));
+        assert!(RunEnd.same_as(main, Turn, "main/general-1"));
+        assert!(RunEnd.same_as(main, RunEnd, main));
+        assert!(!BeforeRedo.same_as(main, BeforeRedo, main));
+        assert!(!BeforeUndo { target: 1 }.same_as(main, Turn, main));
     }
 
     #[test]

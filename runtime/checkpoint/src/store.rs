@@ -59,6 +59,7 @@ struct Head {
     commit: String,
     tree: String,
     kind: CheckpointKind,
+    agent: String,
 }
 
 /// What a restore did.
@@ -399,10 +400,9 @@ impl CheckpointStore {
         let time = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
         let skipped: Vec<Skipped> = skipped.into_iter().map(|path| path.skipped).collect();
         let kind = meta.kind;
-        if let Some(head) = head
-            .as_ref()
-            .filter(|head| head.tree == tree && kind.same_as(head.kind))
-        {
+        if let Some(head) = head.as_ref().filter(|head| {
+            head.tree == tree && kind.same_as(&meta.agent_path, head.kind, &head.agent)
+        }) {
             return Ok(Checkpoint {
                 commit: head.commit.clone(),
                 number: head.number,
@@ -456,6 +456,7 @@ impl CheckpointStore {
                 commit: commit.clone(),
                 tree,
                 kind,
+                agent: record.meta.agent_path.clone(),
             }),
         );
         Ok(Checkpoint {
@@ -634,15 +635,17 @@ impl CheckpointStore {
                 };
                 let number = ref_number(session, ref_name.trim())?;
                 let commit = commit.trim();
-                // A record that cannot be read counts as a turn's.
-                let kind = decode_message(commit, message)
-                    .map(|record| record.meta.kind)
+                // A record that cannot be read counts as a turn of no
+                // agent's.
+                let meta = decode_message(commit, message)
+                    .map(|record| record.meta)
                     .unwrap_or_default();
                 Some(Head {
                     number,
                     commit: commit.to_owned(),
                     tree: tree.trim().to_owned(),
-                    kind,
+                    kind: meta.kind,
+                    agent: meta.agent_path,
                 })
             })
             .max_by_key(|head| head.number);
@@ -853,6 +856,73 @@ impl CheckpointStore {
             files = changes.files.len(),
             "work tree restored"
         );
+        Ok(Restored { before, changes })
+    }
+
+    /// Makes only `paths` (relative to the project) as they were in
+    /// `checkpoint`: a path it held is written back, a path it lacked is
+    /// removed; every other file stays as it is. First takes a snapshot of
+    /// the work tree as `meta` says, and returns it (restoring it undoes
+    /// this).
+    pub async fn restore_paths(
+        &self,
+        checkpoint: &Checkpoint,
+        paths: &[PathBuf],
+        meta: SnapshotMeta,
+    ) -> Result<Restored, CheckpointError> {
+        check_session_id(&meta.session)?;
+        let target = checkpoint.tree();
+        if !is_object_id(target) {
+            return Err(CheckpointError::Record {
+                commit: checkpoint.commit.clone(),
+                detail: format!("{target:?} is not a tree id"),
+            });
+        }
+        let mut op = self.begin().await?;
+        let before = self.snapshot_locked(&mut op, meta).await?;
+        op.wrote = true;
+        if !paths.is_empty() {
+            // Which of the paths the target holds.
+            let held = self
+                .git
+                .run(
+                    &["ls-tree", "-r", "-z", "--name-only", target],
+                    None,
+                    Writes::Store,
+                    Index::Own,
+                )
+                .await?;
+            let held: std::collections::HashSet<&[u8]> = held
+                .split(|&b| b == 0)
+                .filter(|name| !name.is_empty())
+                .collect();
+            let (back, gone): (Vec<&PathBuf>, Vec<&PathBuf>) = paths
+                .iter()
+                .partition(|path| held.contains(path.as_os_str().as_bytes()));
+            if !back.is_empty() {
+                let specs = literal_pathspecs(back.iter().map(|path| path.as_os_str().as_bytes()));
+                let mut args = vec!["checkout", target];
+                args.extend(PATHSPECS_FROM_STDIN);
+                self.git
+                    .run(&args, Some(&specs), Writes::StoreAndWorkTree, Index::Own)
+                    .await?;
+            }
+            if !gone.is_empty() {
+                let specs = literal_pathspecs(gone.iter().map(|path| path.as_os_str().as_bytes()));
+                let mut args = vec!["rm", "-q", "-f", "--ignore-unmatch"];
+                args.extend(PATHSPECS_FROM_STDIN);
+                self.git
+                    .run(&args, Some(&specs), Writes::StoreAndWorkTree, Index::Own)
+                    .await?;
+            }
+        }
+        self.take_last_skipped();
+        let out = self
+            .git
+            .run(&["write-tree"], None, Writes::Store, Index::Own)
+            .await?;
+        let now = one_line("write-tree", &out)?;
+        let changes = self.diff_trees(before.tree(), &now).await?;
         Ok(Restored { before, changes })
     }
 

@@ -55,9 +55,23 @@ pub fn undo_history(checkpoints: &[Checkpoint]) -> UndoHistory {
                     .find(|other| other.number == target)
                     .map(|other| other.tree().to_owned());
             }
+            CheckpointKind::BeforeAgentUndo { target } => {
+                let undone: Vec<usize> = history
+                    .undoable
+                    .iter()
+                    .copied()
+                    .filter(|&turn| checkpoints[turn].number == target)
+                    .collect();
+                history.undoable.retain(|turn| !undone.contains(turn));
+                history.redoable.push((at, undone));
+                // Only some files were restored: no record holds the
+                // result.
+                history.expected_tree = None;
+            }
             CheckpointKind::BeforeRedo => {
                 if let Some((before, undone)) = history.redoable.pop() {
                     history.undoable.extend(undone);
+                    history.undoable.sort_unstable();
                     history.expected_tree = Some(checkpoints[before].tree().to_owned());
                 }
             }
@@ -109,6 +123,60 @@ pub fn plan_undo(
         }
     }
     Err(UndoRefusal::NothingToUndo)
+}
+
+/// What undoing one agent's turn alone restores.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AgentUndoPlan {
+    /// Position of the turn's checkpoint.
+    pub target: usize,
+    /// The files that turn changed (restored to the checkpoint's).
+    pub files: Vec<std::path::PathBuf>,
+}
+
+/// Why one agent's turn cannot be undone alone.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AgentUndoRefusal {
+    /// The agent has no turn left that changed files.
+    #[error("agent {0} has no turn left that changed files")]
+    NothingToUndo(String),
+    /// Later turns changed some of the same files: each file with the
+    /// position of the later turn that changed it.
+    #[error("later turns changed the same files")]
+    Conflicts(Vec<(std::path::PathBuf, usize)>),
+}
+
+/// The undo of agent `agent`'s latest turn that changed files, alone:
+/// `changed(position)` says which files the turn at that position of the
+/// records changed (from its checkpoint to the state after it). Refused
+/// when a later turn not undone changed any of the same files. Pure.
+pub fn plan_agent_undo(
+    checkpoints: &[Checkpoint],
+    history: &UndoHistory,
+    agent: &str,
+    changed: &dyn Fn(usize) -> Vec<std::path::PathBuf>,
+) -> Result<AgentUndoPlan, AgentUndoRefusal> {
+    let (target, files) = history
+        .undoable
+        .iter()
+        .rev()
+        .filter(|&&turn| checkpoints[turn].record.meta.agent_path == agent)
+        .map(|&turn| (turn, changed(turn)))
+        .find(|(_, files)| !files.is_empty())
+        .ok_or_else(|| AgentUndoRefusal::NothingToUndo(agent.to_owned()))?;
+    let mut conflicts = Vec::new();
+    for &later in history.undoable.iter().filter(|&&turn| turn > target) {
+        for file in changed(later) {
+            if files.contains(&file) {
+                conflicts.push((file, later));
+            }
+        }
+    }
+    if conflicts.is_empty() {
+        Ok(AgentUndoPlan { target, files })
+    } else {
+        Err(AgentUndoRefusal::Conflicts(conflicts))
+    }
 }
 
 /// The redo to make now: the position of the snapshot the latest undo took
@@ -240,6 +308,62 @@ mod tests {
         let history = undo_history(&records);
         let plan = plan_undo(&records, &history, "A").unwrap();
         assert_eq!((plan.target, plan.undone), (0, vec![0, 1]));
+    }
+
+    fn turn_of(number: u64, tree: &str, agent: &str) -> Checkpoint {
+        let mut turn = checkpoint(number, tree, Turn);
+        turn.record.meta.agent_path = agent.into();
+        turn
+    }
+
+    #[test]
+    fn one_agents_turn_is_undone_alone_unless_a_later_turn_touched_its_files() {
+        use std::path::PathBuf;
+        // main wrote m.txt, the reviewer then wrote r.txt, main then
+        // changed nothing, then main edited shared.txt after the tester
+        // had.
+        let records = vec![
+            turn_of(1, "t0", "main"),
+            turn_of(2, "t1", "main/reviewer"),
+            turn_of(3, "t2", "main"),
+            turn_of(4, "t2", "main/tester"),
+            turn_of(5, "t3", "main"),
+            checkpoint(6, "t4", RunEnd),
+        ];
+        let changed = |at: usize| -> Vec<PathBuf> {
+            match at {
+                0 => vec!["m.txt".into()],
+                1 => vec!["r.txt".into()],
+                3 => vec!["shared.txt".into()],
+                4 => vec!["shared.txt".into(), "m2.txt".into()],
+                _ => Vec::new(),
+            }
+        };
+        let history = undo_history(&records);
+        let plan = plan_agent_undo(&records, &history, "main/reviewer", &changed).unwrap();
+        assert_eq!((plan.target, plan.files), (1, vec![PathBuf::from("r.txt")]));
+        // The tester's edit of shared.txt was changed again by main later.
+        assert_eq!(
+            plan_agent_undo(&records, &history, "main/tester", &changed),
+            Err(AgentUndoRefusal::Conflicts(vec![("shared.txt".into(), 4)]))
+        );
+        assert_eq!(
+            plan_agent_undo(&records, &history, "main/other", &changed),
+            Err(AgentUndoRefusal::NothingToUndo("main/other".into()))
+        );
+        // Once undone, the reviewer's turn is out of the history; a redo
+        // puts it back in order.
+        let mut records = records;
+        records.push(checkpoint(
+            7,
+            "t4",
+            CheckpointKind::BeforeAgentUndo { target: 2 },
+        ));
+        let history = undo_history(&records);
+        assert_eq!(history.undoable, vec![0, 2, 3, 4]);
+        assert_eq!(history.expected_tree, None);
+        records.push(checkpoint(8, "t5", BeforeRedo));
+        assert_eq!(undo_history(&records).undoable, vec![0, 1, 2, 3, 4]);
     }
 
     #[test]

@@ -263,3 +263,37 @@ async fn a_nested_repository_is_recorded_by_its_commit_and_never_removed() {
     assert_eq!(project.read("nested/n"), "n\n");
     assert!(project.path("nested/.git/HEAD").is_file());
 }
+
+#[tokio::test]
+async fn restoring_some_paths_leaves_every_other_file_as_it_is() {
+    let project = Project::plain();
+    project.write("kept.txt", "old kept\n");
+    project.write("back.txt", "old back\n");
+    let store = project.store().await;
+    let before = store.snapshot(meta("s", 1)).await.unwrap();
+    project.write("kept.txt", "new kept\n");
+    project.write("back.txt", "new back\n");
+    project.write("dir/added.txt", "added\n");
+    let restored = store
+        .restore_paths(
+            &before,
+            &["back.txt".into(), "dir/added.txt".into()],
+            meta("s", 2),
+        )
+        .await
+        .unwrap();
+    assert_eq!(project.read("back.txt"), "old back\n");
+    assert!(!project.exists("dir/added.txt") && !project.exists("dir"));
+    assert_eq!(project.read("kept.txt"), "new kept\n");
+    let changed: Vec<String> = restored
+        .changes
+        .files
+        .iter()
+        .map(|file| file.path.to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(changed, ["back.txt", "dir/added.txt"]);
+    // The snapshot taken first brings it all back.
+    store.restore(&restored.before, meta("s", 3)).await.unwrap();
+    assert_eq!(project.read("back.txt"), "new back\n");
+    assert_eq!(project.read("dir/added.txt"), "added\n");
+}
