@@ -466,7 +466,7 @@ fn duplicate_key_is_a_syntax_error_at_its_line() {
 fn unknown_key_at_top_level() {
     let f = Fixture::new().user("default_provider = 'a'\ndefault_provder = 'b'\n");
     let message = f.error(&f.user_file, "default_provder", 2);
-    assert!(message.contains("unknown key (expected one of: default_provider, providers, mcp_servers, permissions, limits, tools, telemetry, sandbox, hooks, compaction, store, web)"), "{message}");
+    assert!(message.contains("unknown key (expected one of: default_provider, providers, mcp_servers, permissions, limits, tools, telemetry, sandbox, hooks, compaction, store, web, checkpoints)"), "{message}");
 }
 
 #[test]
