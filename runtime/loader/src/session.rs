@@ -336,6 +336,7 @@ mod tests {
                 started: now,
                 ended: None,
                 pid: 1,
+                history: None,
             })
             .unwrap();
         let recovered = recover_interrupted_runs(&store, now).unwrap();
@@ -390,6 +391,7 @@ mod tests {
             started: Utc::now(),
             ended: None,
             pid: 1,
+            history: None,
         }
     }
 
