@@ -47,6 +47,7 @@ pub fn open_session(store: &Store, id: &str) -> Result<Option<OpenedSession>, St
             tracing::warn!(%err, session = id, "the stored task plan was left out");
             None
         }),
+        rewind: store.pending_rewind(id)?,
     }))
 }
 

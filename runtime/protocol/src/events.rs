@@ -244,6 +244,19 @@ pub enum EventKind {
         /// Every step, in order.
         plan: Vec<crate::task_plan::TaskStep>,
     },
+    /// The session's conversation was rewound to the end of an earlier run
+    /// before this run (`troupe rewind`): told once, by the session's next
+    /// run, right after `run_started`.
+    Rewound {
+        /// The run (1-based, in start order) the conversation went back to.
+        to_run: u64,
+        /// The branch session keeping the history from before.
+        branch: String,
+        /// How many messages were removed.
+        removed_messages: u64,
+        /// Whether the files were restored too.
+        files_restored: bool,
+    },
     /// An error.
     Error {
         /// Machine-readable kind.
@@ -265,7 +278,7 @@ pub enum EventKind {
 }
 
 /// The `type` of every event kind, as [`EventKind::type_name`] gives it.
-pub const EVENT_TYPES: [&str; 18] = [
+pub const EVENT_TYPES: [&str; 19] = [
     "run_started",
     "iteration",
     "text_delta",
@@ -282,6 +295,7 @@ pub const EVENT_TYPES: [&str; 18] = [
     "notice",
     "hook",
     "plan_updated",
+    "rewound",
     "error",
     "run_finished",
 ];
@@ -324,6 +338,7 @@ impl EventKind {
             Self::Notice { .. } => "notice",
             Self::Hook { .. } => "hook",
             Self::PlanUpdated { .. } => "plan_updated",
+            Self::Rewound { .. } => "rewound",
             Self::Error { .. } => "error",
             Self::RunFinished { .. } => "run_finished",
         }
