@@ -376,6 +376,20 @@ impl DaemonClient {
         Ok(answer.text)
     }
 
+    /// Rewinds a session (`POST /v1/sessions/{id}/rewind`): what was done.
+    pub(crate) async fn rewind_session(
+        &self,
+        id: &str,
+        body: &troupe_protocol::api::RewindSession,
+    ) -> Result<troupe_protocol::api::SessionRewound, ClientError> {
+        let request = self
+            .http
+            .post(self.url(&format!("/sessions/{id}/rewind")))
+            .timeout(REQUEST_TIMEOUT)
+            .json(body);
+        self.json_of(request).await
+    }
+
     /// Compacts a session (`POST /v1/sessions/{id}/compact`) and waits for
     /// it: the text saying what was done.
     pub(crate) async fn compact_session(

@@ -39,6 +39,7 @@ fn write_view(store: &Store, view: &View, out: &mut impl Write) -> CommandResult
         View::Trace { run } => trace_view(store, run, out),
         View::RunsList { json } => runs_list(store, *json, out),
         View::RunShow { id } => run_show(store, id, out),
+        View::Rewind { id, to } => crate::rewind::write_view(store, id, *to, out),
     }
 }
 

@@ -132,6 +132,7 @@ pub(crate) fn router(state: ApiState) -> Router {
             get(show_session).delete(remove_session),
         )
         .route(&path("/sessions/{id}/compact"), post(compact_session))
+        .route(&path("/sessions/{id}/rewind"), post(rewind_session))
         .route(&path("/sessions/{id}/plan"), get(session_plans))
         .route(&path("/views"), post(render_view))
         .route(&path(PRESENCE_PATH), get(hold_presence))
@@ -144,7 +145,7 @@ pub(crate) fn router(state: ApiState) -> Router {
 /// Host/Origin for every request; the token for all but `/healthz`. A
 /// request with the right token marks its connection authenticated (see
 /// [`server::Connection`]). Starting a run, answering an approval, writing
-/// to a run and removing a session are the owner's alone: a peer that is a
+/// to a run and removing or rewinding a session are the owner's alone: a peer that is a
 /// command of a run, or a local peer that cannot be identified, is refused
 /// them (see [`peer`]).
 async fn guard_request(State(state): State<ApiState>, request: Request, next: Next) -> Response {
@@ -822,6 +823,73 @@ async fn compact_session(
         after_tokens: tokens.1,
         text,
     })
+    .into_response())
+}
+
+/// `POST /v1/sessions/{id}/rewind`: goes back to the end of the session's
+/// run `to` (an id or a unique prefix; runs numbered from 1): the files
+/// restored (`code`) and the conversation cut back (`conversation`, the
+/// history from before kept as a branch session). 409 while a run of the
+/// session is in progress (checked before anything changes), 422 for a run
+/// that cannot be rewound to, 404 for an unknown session; the answer says
+/// what was done.
+async fn rewind_session(
+    State(state): State<ApiState>,
+    Path(given): Path<String>,
+    body: Body,
+) -> Result<Response, ApiError> {
+    if state.closing.load(Ordering::SeqCst) {
+        return Err(ApiError::unavailable("the daemon is shutting down"));
+    }
+    let request: wire::RewindSession = strict_json_body(body).await?;
+    if !request.code && !request.conversation {
+        return Err(ApiError::bad_request(
+            "nothing to rewind: ask for the conversation, the code or both",
+        ));
+    }
+    let id =
+        crate::ids::resolve(&state.store, crate::ids::IdKind::Session, &given).map_err(|err| {
+            match err.code {
+                crate::EXIT_USAGE => ApiError::not_found(err.message),
+                _ => ApiError::internal(err.message),
+            }
+        })?;
+    let refused = |err: StoreError| match err {
+        err if crate::rewind::is_busy(&err) => ApiError::conflict(err.to_string()),
+        StoreError::Rewind(_) => ApiError::unprocessable(err.to_string()),
+        StoreError::NotFound { .. } => ApiError::not_found(err.to_string()),
+        err => store_error(err),
+    };
+    // A run in progress is refused before any file changes.
+    match state.store.plan_rewind(&id, request.to) {
+        Err(err) if crate::rewind::is_busy(&err) || request.conversation => {
+            return Err(refused(err));
+        }
+        _ => {}
+    }
+    let files = if request.code {
+        let restored = crate::rewind::restore_code_to_run_end(&state.store, &id, request.to)
+            .map_err(|(_, message)| ApiError::unprocessable(message))?;
+        Some(restored)
+    } else {
+        None
+    };
+    let conversation = if request.conversation {
+        let cut = crate::rewind::conversation_request(&id, request.to, request.code);
+        match state.runtime.rewind(cut).await {
+            Ok(done) => Some(done),
+            Err(RuntimeError::Store(err)) => return Err(refused(err)),
+            Err(err) => return Err(runtime_error(err)),
+        }
+    } else {
+        None
+    };
+    Ok(axum::Json(crate::rewind::rewound_answer(
+        &id,
+        request.to,
+        conversation.as_ref(),
+        files.as_deref(),
+    ))
     .into_response())
 }
 
