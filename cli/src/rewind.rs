@@ -21,6 +21,8 @@ use troupe_store::{
     short_id,
 };
 
+use troupe_actors::{Runtime, RuntimeError};
+
 use crate::client::DaemonClient;
 use crate::ids::{self, IdKind};
 use crate::project::Locations;
@@ -174,6 +176,66 @@ pub(crate) fn rewound_answer(
         undone_runs: conversation.map_or_else(Vec::new, |done| done.undone_runs.clone()),
         text,
     }
+}
+
+/// Why a rewind through a runtime failed.
+#[derive(Debug)]
+pub(crate) enum RewindError {
+    /// The store refused or failed (a refusal changed nothing).
+    Store(StoreError),
+    /// The files could not be restored (the conversation was not touched).
+    Files(Failure),
+    /// The runtime is gone or refused otherwise.
+    Runtime(RuntimeError),
+}
+
+impl RewindError {
+    /// The exit code and message for the person.
+    pub(crate) fn failure(self) -> Failure {
+        match self {
+            Self::Store(err) => failure(err),
+            Self::Files(failed) => failed,
+            Self::Runtime(err) => (EXIT_RUNTIME, err.to_string()),
+        }
+    }
+}
+
+/// The rewind of `session` to run `to` where a runtime holds the sessions
+/// (the daemon, an embedded chat): a run in progress is refused before
+/// anything changes; then the files, then the conversation, which the
+/// runtime cuts (the session leaves its memory).
+pub(crate) async fn rewind_on_runtime(
+    runtime: &Runtime,
+    store: &Store,
+    session: &str,
+    to: u64,
+    scope: RewindScope,
+) -> Result<SessionRewound, RewindError> {
+    match store.plan_rewind(session, to) {
+        Err(err) if is_busy(&err) || scope.conversation => return Err(RewindError::Store(err)),
+        _ => {}
+    }
+    let files = if scope.code {
+        Some(restore_code_to_run_end(store, session, to).map_err(RewindError::Files)?)
+    } else {
+        None
+    };
+    let conversation = if scope.conversation {
+        let request = conversation_request(session, to, scope.code);
+        match runtime.rewind(request).await {
+            Ok(done) => Some(done),
+            Err(RuntimeError::Store(err)) => return Err(RewindError::Store(err)),
+            Err(err) => return Err(RewindError::Runtime(err)),
+        }
+    } else {
+        None
+    };
+    Ok(rewound_answer(
+        session,
+        to,
+        conversation.as_ref(),
+        files.as_deref(),
+    ))
 }
 
 /// The rewind on the store opened here (no daemon holds it): the files

@@ -558,6 +558,9 @@ pub(crate) fn format_list_line(meta: &SessionMeta, shown: &ShownIds) -> String {
             line.push_str(&format!(" {agent_path}"));
         }
     }
+    if let Some(branch) = &meta.branch_of {
+        line.push_str(&format!("  (branch of {})", shown.get(&branch.session)));
+    }
     line
 }
 
@@ -606,7 +609,12 @@ fn list(store: &Store, json: bool, filter: &ListFilter, out: &mut impl Write) ->
     let shown = ShownIds::new(
         sessions
             .iter()
-            .flat_map(|meta| std::iter::once(meta.id.as_str()).chain(meta.parent.as_deref())),
+            .flat_map(|meta| {
+                let branched = meta.branch_of.as_ref().map(|b| b.session.as_str());
+                std::iter::once(meta.id.as_str())
+                    .chain(meta.parent.as_deref())
+                    .chain(branched)
+            }),
     );
     for meta in &sessions {
         let line = if json {
@@ -780,7 +788,20 @@ mod tests {
             agent_path: agent_path.map(Into::into),
             run_id: parent.map(|_| "r1".into()),
             fork_of: None,
+            branch_of: None,
         }
+    }
+
+    #[test]
+    fn branches_are_marked_with_the_session_they_were_rewound_from() {
+        let mut branch = meta("b1", None, None);
+        branch.branch_of = Some(troupe_store::Branch {
+            session: "s1".into(),
+            cut_len: 4,
+            at: branch.created,
+        });
+        let line = format_list_line(&branch, &ShownIds::default());
+        assert!(line.ends_with("Explore the parser  (branch of s1)"), "{line}");
     }
 
     #[test]

@@ -854,43 +854,30 @@ async fn rewind_session(
                 _ => ApiError::internal(err.message),
             }
         })?;
-    let refused = |err: StoreError| match err {
-        err if crate::rewind::is_busy(&err) => ApiError::conflict(err.to_string()),
-        StoreError::Rewind(_) => ApiError::unprocessable(err.to_string()),
-        StoreError::NotFound { .. } => ApiError::not_found(err.to_string()),
-        err => store_error(err),
+    let scope = crate::rewind::RewindScope {
+        code: request.code,
+        conversation: request.conversation,
     };
-    // A run in progress is refused before any file changes.
-    match state.store.plan_rewind(&id, request.to) {
-        Err(err) if crate::rewind::is_busy(&err) || request.conversation => {
-            return Err(refused(err));
-        }
-        _ => {}
-    }
-    let files = if request.code {
-        let restored = crate::rewind::restore_code_to_run_end(&state.store, &id, request.to)
-            .map_err(|(_, message)| ApiError::unprocessable(message))?;
-        Some(restored)
-    } else {
-        None
-    };
-    let conversation = if request.conversation {
-        let cut = crate::rewind::conversation_request(&id, request.to, request.code);
-        match state.runtime.rewind(cut).await {
-            Ok(done) => Some(done),
-            Err(RuntimeError::Store(err)) => return Err(refused(err)),
-            Err(err) => return Err(runtime_error(err)),
-        }
-    } else {
-        None
-    };
-    Ok(axum::Json(crate::rewind::rewound_answer(
-        &id,
-        request.to,
-        conversation.as_ref(),
-        files.as_deref(),
-    ))
-    .into_response())
+    let rewound =
+        crate::rewind::rewind_on_runtime(&state.runtime, &state.store, &id, request.to, scope)
+            .await
+            .map_err(|err| match err {
+                crate::rewind::RewindError::Store(err) if crate::rewind::is_busy(&err) => {
+                    ApiError::conflict(err.to_string())
+                }
+                crate::rewind::RewindError::Store(StoreError::Rewind(refusal)) => {
+                    ApiError::unprocessable(refusal.to_string())
+                }
+                crate::rewind::RewindError::Store(err @ StoreError::NotFound { .. }) => {
+                    ApiError::not_found(err.to_string())
+                }
+                crate::rewind::RewindError::Store(err) => store_error(err),
+                crate::rewind::RewindError::Files((_, message)) => {
+                    ApiError::unprocessable(message)
+                }
+                crate::rewind::RewindError::Runtime(err) => runtime_error(err),
+            })?;
+    Ok(axum::Json(rewound).into_response())
 }
 
 /// `POST /v1/views`: a read-only view of the store rendered exactly as the
