@@ -583,12 +583,12 @@ impl RuntimeState {
         let session_id = request.session.clone();
         if !self.sessions.remove(&session_id) {
             let refused = match self.sessions.history(&session_id) {
-                Err(Some(run_id)) => RuntimeError::Store(StoreError::Rewind(
-                    RewindRefusal::RunInProgress {
+                Err(Some(run_id)) => {
+                    RuntimeError::Store(StoreError::Rewind(RewindRefusal::RunInProgress {
                         session: session_id,
                         run_id: run_id.to_owned(),
-                    },
-                )),
+                    }))
+                }
                 _ => RuntimeError::SessionBusy(session_id),
             };
             let _ = reply.send(Err(refused));
@@ -800,10 +800,7 @@ impl Runtime {
     /// Rewinds a session's conversation to the end of one of its runs
     /// ([`Store::rewind_conversation`]); refused while a run is in progress
     /// in the session.
-    pub async fn rewind(
-        &self,
-        request: RewindRequest,
-    ) -> Result<ConversationRewind, RuntimeError> {
+    pub async fn rewind(&self, request: RewindRequest) -> Result<ConversationRewind, RuntimeError> {
         ractor::call!(self.actor, RuntimeMsg::Rewind, Box::new(request))
             .map_err(|_| RuntimeError::Gone)?
     }

@@ -149,7 +149,10 @@ pub(crate) fn rewound_answer(
     conversation: Option<&ConversationRewind>,
     files: Option<&str>,
 ) -> SessionRewound {
-    let mut text = format!("Rewound session {} to the end of run {to}", short_id(session));
+    let mut text = format!(
+        "Rewound session {} to the end of run {to}",
+        short_id(session)
+    );
     let mut parts = Vec::new();
     if let Some(files) = files {
         parts.push(files.to_owned());
@@ -378,10 +381,7 @@ fn preview_text(store: &Store, session: &str, to: u64) -> Result<String, StoreEr
     if plan.undone_runs.is_empty() {
         text.push('\n');
     } else {
-        text.push_str(&format!(
-            ", {} run(s) undone:\n",
-            plan.undone_runs.len()
-        ));
+        text.push_str(&format!(", {} run(s) undone:\n", plan.undone_runs.len()));
         let first = usize::try_from(to).unwrap_or(0) + 1;
         for (i, run) in plan.undone_runs.iter().enumerate() {
             text.push_str(&format!("  {}\n", run_line(first + i, run)));

@@ -606,16 +606,12 @@ fn list(store: &Store, json: bool, filter: &ListFilter, out: &mut impl Write) ->
         };
         writeln!(out, "{first}").map_err(runtime_error)?;
     }
-    let shown = ShownIds::new(
-        sessions
-            .iter()
-            .flat_map(|meta| {
-                let branched = meta.branch_of.as_ref().map(|b| b.session.as_str());
-                std::iter::once(meta.id.as_str())
-                    .chain(meta.parent.as_deref())
-                    .chain(branched)
-            }),
-    );
+    let shown = ShownIds::new(sessions.iter().flat_map(|meta| {
+        let branched = meta.branch_of.as_ref().map(|b| b.session.as_str());
+        std::iter::once(meta.id.as_str())
+            .chain(meta.parent.as_deref())
+            .chain(branched)
+    }));
     for meta in &sessions {
         let line = if json {
             serde_json::to_string(meta).map_err(runtime_error)?
@@ -801,7 +797,10 @@ mod tests {
             at: branch.created,
         });
         let line = format_list_line(&branch, &ShownIds::default());
-        assert!(line.ends_with("Explore the parser  (branch of s1)"), "{line}");
+        assert!(
+            line.ends_with("Explore the parser  (branch of s1)"),
+            "{line}"
+        );
     }
 
     #[test]

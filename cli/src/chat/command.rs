@@ -154,7 +154,9 @@ pub(crate) fn parse(line: &str) -> ChatInput {
 pub(crate) fn rewind_target(argument: &str) -> Result<(u64, RewindScope), String> {
     let mut words = argument.split_whitespace();
     let usage = || {
-        format!("/rewind takes a turn number and, optionally, conversation, code or both (not {argument:?})")
+        format!(
+            "/rewind takes a turn number and, optionally, conversation, code or both (not {argument:?})"
+        )
     };
     let to = words
         .next()

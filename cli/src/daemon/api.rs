@@ -872,9 +872,7 @@ async fn rewind_session(
                     ApiError::not_found(err.to_string())
                 }
                 crate::rewind::RewindError::Store(err) => store_error(err),
-                crate::rewind::RewindError::Files((_, message)) => {
-                    ApiError::unprocessable(message)
-                }
+                crate::rewind::RewindError::Files((_, message)) => ApiError::unprocessable(message),
                 crate::rewind::RewindError::Runtime(err) => runtime_error(err),
             })?;
     Ok(axum::Json(rewound).into_response())

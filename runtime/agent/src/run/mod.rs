@@ -48,8 +48,8 @@ use troupe_protocol::events::{ApprovalOutcome, EventKind, RunStatus};
 use troupe_protocol::model::{Message, Usage};
 
 use crate::resume::{pause_note, user_message};
-use troupe_store::PendingRewind;
 use crate::{LimitHit, RunOutcome, StopCause};
+use troupe_store::PendingRewind;
 
 /// The prompt recorded for a run while its hooks at the door check it.
 pub const CHECKED_PROMPT: &str = "(withheld: being checked by the hooks at the door)";

@@ -282,7 +282,10 @@ fn a_compaction_run_leaves_a_pending_rewind_for_the_next_prompt() {
         now: at(9),
     });
     assert!(
-        matches!(effects.as_slice(), [RunEffect::OpenRun { message: None, .. }]),
+        matches!(
+            effects.as_slice(),
+            [RunEffect::OpenRun { message: None, .. }]
+        ),
         "{effects:?}"
     );
     let opened = f.step(RunInput::Opened(Ok(())));
