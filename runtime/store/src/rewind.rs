@@ -8,7 +8,8 @@
 //!    ledger, pending results, rules, memory, task plan) to a new branch
 //!    session, listed with [`SessionMeta::branch_of`](crate::SessionMeta)
 //!    naming the session, and moves the runs after N to it (the history
-//!    they made is the branch's);
+//!    they made is the branch's), with the child sessions they created (a
+//!    fork's shared beginning is then read from the branch);
 //! 2. removes from the session every compaction marker, ledger entry and
 //!    pending result stored after run N ended (a higher order) or reaching
 //!    past the cut, and its task plan when that was set after run N;
@@ -32,7 +33,7 @@ use super::records::{
     StoredTaskPlan,
 };
 use super::sessions::HeadRewind;
-use super::{Store, StoreError, session_what};
+use super::{Store, StoreError, decode_one, session_what};
 
 /// Why a session's conversation cannot be rewound as asked. Nothing was
 /// changed.
@@ -156,6 +157,8 @@ pub struct ConversationRewind {
     pub removed_pending_results: u64,
     /// Whether the task plan was removed (it was set after the cut).
     pub removed_task_plan: bool,
+    /// Child sessions of the undone runs moved to the branch.
+    pub moved_children: u64,
     /// When it happened.
     pub at: DateTime<Utc>,
 }
@@ -315,6 +318,7 @@ impl Store {
             moved.session_id = request.branch_id.clone();
             self.put_run(&moved)?;
         }
+        let moved_children = self.move_children_to_branch(session, &request.branch_id, &plan)?;
         let removed_markers = self.drop_markers_after(session, plan.cut_len, plan.end_order)?;
         let removed_ledger_entries = self.drop_ordered_after::<LedgerRecord>(
             &self.inner.ledger,
@@ -364,8 +368,57 @@ impl Store {
             removed_ledger_entries,
             removed_pending_results,
             removed_task_plan,
+            moved_children,
             at,
         })
+    }
+
+    /// The child sessions the undone runs created (sub-agents, forks) go
+    /// with them to the branch: their parent becomes the branch, and a fork
+    /// that begins with messages past the cut reads them from the branch,
+    /// which keeps them at the same indexes. Returns how many moved.
+    fn move_children_to_branch(
+        &self,
+        session: &str,
+        branch_id: &str,
+        plan: &RewindPlan,
+    ) -> Result<u64, StoreError> {
+        let undone: Vec<&str> = plan.undone_runs.iter().map(|r| r.run_id.as_str()).collect();
+        let mut moved = 0u64;
+        for child in self.child_sessions(session)? {
+            let by_undone_run = child
+                .run_id
+                .as_deref()
+                .is_some_and(|run| undone.contains(&run));
+            let base_past_cut = child
+                .fork_of
+                .as_ref()
+                .is_some_and(|base| base.session == session && base.len > plan.cut_len);
+            if !by_undone_run && !base_past_cut {
+                continue;
+            }
+            let Some(raw) = self
+                .inner
+                .sessions
+                .get(child.id.as_bytes())
+                .map_err(self.sled_err("read a session"))?
+            else {
+                continue;
+            };
+            let mut record: SessionRecord = decode_one(session_what(&child.id), &raw)?;
+            record.meta.parent = Some(branch_id.to_owned());
+            if let Some(base) = record.meta.fork_of.as_mut()
+                && base.session == session
+            {
+                base.session = branch_id.to_owned();
+            }
+            self.inner
+                .sessions
+                .insert(child.id.as_bytes(), layout::encode(&record)?)
+                .map_err(self.sled_err("move a child session"))?;
+            moved += 1;
+        }
+        Ok(moved)
     }
 
     /// Copies every record of `record`'s session to a new session

@@ -362,3 +362,36 @@ fn runs_from_before_boundaries_cannot_be_rewound_to_and_old_plans_count_as_later
     assert!(done.removed_task_plan);
     assert_eq!(done.cut_len, 4);
 }
+
+#[test]
+fn the_undone_runs_child_sessions_move_to_the_branch_and_a_fork_reads_its_beginning_there() {
+    let fixture = Fixture::new();
+    two_runs(&fixture);
+    let store = fixture.store();
+    // A fork made during run 2 shares the first 6 messages of `s`.
+    let mut fork = store_support::new_child_session("fork", "s", "main/fork-1", "r2");
+    fork.fork_of = Some(troupe_store::ForkBase {
+        session: "s".into(),
+        len: 6,
+    });
+    store.create_session(&fork).unwrap();
+    store
+        .put_message("fork", 6, &Message::user_text("fork task"))
+        .unwrap();
+    // A sub-agent of run 1 stays.
+    fixture.child("early", "s", "r1");
+    let before = store.load_history("fork").unwrap();
+    assert!(before.skipped.is_empty());
+
+    let done = fixture.store().rewind_conversation(&request(1)).unwrap();
+    assert_eq!(done.moved_children, 1);
+    let store = fixture.store();
+    let fork = store.session("fork").unwrap().unwrap();
+    assert_eq!(fork.parent.as_deref(), Some("s-branch"));
+    assert_eq!(fork.fork_of.unwrap().session, "s-branch");
+    let after = store.load_history("fork").unwrap();
+    assert!(after.skipped.is_empty(), "{:?}", after.skipped);
+    assert_eq!(after.messages, before.messages);
+    let early = store.session("early").unwrap().unwrap();
+    assert_eq!(early.parent.as_deref(), Some("s"));
+}
