@@ -272,7 +272,7 @@ impl Actor for RunActor {
             job: args.job,
             last_active: args.session.last_active,
             wall_clock: args.limits.wall_clock,
-            rewind: args.session.rewind.clone(),
+            rewind: args.session.rewind.as_deref().cloned(),
         });
         let mut state = RunActorState {
             run_id: args.run_id,

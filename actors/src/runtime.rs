@@ -407,7 +407,7 @@ impl RuntimeState {
                 transcript: Transcript::from_opened(&opened),
                 last_active: opened.last_updated,
                 rules: opened.rules,
-                rewind: opened.rewind,
+                rewind: opened.rewind.map(Box::new),
             },
             session_id,
             opening: Some(SessionOpening::Resume),

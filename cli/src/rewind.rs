@@ -305,7 +305,7 @@ fn branches_of(store: &Store, session: &str) -> Result<Vec<SessionMeta>, StoreEr
                 .is_some_and(|branch| branch.session == session)
         })
         .collect();
-    branches.sort_by(|a, b| a.created.cmp(&b.created));
+    branches.sort_by_key(|branch| branch.created);
     Ok(branches)
 }
 
@@ -423,12 +423,10 @@ impl Backend {
                 .map_err(|err| (err.code, err.message))?,
             Self::Here(store) => crate::sessions::render_view(store, view),
         };
-        if rendered.code != 0 {
-            let message = rendered.stderr.trim();
-            let message = message.strip_prefix("troupe: ").unwrap_or(message);
-            return Err((rendered.code, message.to_owned()));
+        match crate::sessions::rendered_failure(&rendered) {
+            Some(failed) => Err(failed),
+            None => Ok(rendered.stdout),
         }
-        Ok(rendered.stdout)
     }
 
     async fn rewind(
@@ -485,20 +483,25 @@ pub(crate) async fn rewind(args: RewindArgs) -> u8 {
 async fn rewind_command(args: RewindArgs) -> Result<(), Failure> {
     let backend = Backend::find()?;
     let scope = RewindScope::from_flags(args.code, args.conversation);
-    let view = View::Rewind {
+    let view = |to| View::Rewind {
         id: args.session.clone(),
-        to: args.to,
+        to,
     };
-    let shown = backend.view(&view).await?;
-    let mut stdout = std::io::stdout().lock();
     let Some(to) = args.to else {
-        return stdout
-            .write_all(shown.as_bytes())
+        let listing = backend.view(&view(None)).await?;
+        return std::io::stdout()
+            .lock()
+            .write_all(listing.as_bytes())
             .map_err(|err| (EXIT_RUNTIME, err.to_string()));
     };
-    if scope.conversation {
-        let _ = stdout.write_all(shown.as_bytes());
-    }
+    // What will change: refused here (nothing changed) when it cannot be.
+    let preview = if scope.conversation {
+        backend.view(&view(Some(to))).await?
+    } else {
+        String::new()
+    };
+    let mut stdout = std::io::stdout().lock();
+    let _ = stdout.write_all(preview.as_bytes());
     if scope.code {
         let _ = writeln!(stdout, "  the files: restored to the end of run {to}");
     }

@@ -240,10 +240,8 @@ pub(crate) fn latest_session_view(root: PathBuf) -> View {
 /// The id of the session [`latest_session_view`] rendered, or why there is
 /// none.
 pub(crate) fn latest_session_id(rendered: &Rendered, root: &Path) -> Result<String, (u8, String)> {
-    if rendered.code != 0 {
-        let message = rendered.stderr.trim();
-        let message = message.strip_prefix("troupe: ").unwrap_or(message);
-        return Err((rendered.code, message.to_string()));
+    if let Some(failed) = rendered_failure(rendered) {
+        return Err(failed);
     }
     let id = rendered
         .stdout
@@ -260,6 +258,17 @@ pub(crate) fn latest_session_id(rendered: &Rendered, root: &Path) -> Result<Stri
             ),
         )
     })
+}
+
+/// The exit code and message of a view that failed, `None` when it did
+/// not.
+pub(crate) fn rendered_failure(rendered: &Rendered) -> Option<(u8, String)> {
+    if rendered.code == 0 {
+        return None;
+    }
+    let message = rendered.stderr.trim();
+    let message = message.strip_prefix("troupe: ").unwrap_or(message);
+    Some((rendered.code, message.to_string()))
 }
 
 /// Which sessions `sessions list` shows.

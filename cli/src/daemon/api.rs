@@ -252,6 +252,15 @@ fn runtime_error(err: RuntimeError) -> ApiError {
     }
 }
 
+/// The session id `given` (an id, a short id or a unique prefix) names;
+/// 404 when it names none.
+fn resolve_session(store: &Store, given: &str) -> Result<String, ApiError> {
+    crate::ids::resolve(store, crate::ids::IdKind::Session, given).map_err(|err| match err.code {
+        crate::EXIT_USAGE => ApiError::not_found(err.message),
+        _ => ApiError::internal(err.message),
+    })
+}
+
 /// The run id `given` names: the id of the one run whose id starts with it
 /// (the id itself when it is whole), or `given` unchanged when no stored run
 /// matches (a run only just submitted; the handler answers 404 for one that
@@ -768,13 +777,7 @@ async fn compact_session(
             request.cwd.display()
         )));
     }
-    let id =
-        crate::ids::resolve(&state.store, crate::ids::IdKind::Session, &given).map_err(|err| {
-            match err.code {
-                crate::EXIT_USAGE => ApiError::not_found(err.message),
-                _ => ApiError::internal(err.message),
-            }
-        })?;
+    let id = resolve_session(&state.store, &given)?;
     let prepared = (state.prepare)(RunRequest {
         prompt: String::new(),
         session_id: Some(id.clone()),
@@ -847,13 +850,7 @@ async fn rewind_session(
             "nothing to rewind: ask for the conversation, the code or both",
         ));
     }
-    let id =
-        crate::ids::resolve(&state.store, crate::ids::IdKind::Session, &given).map_err(|err| {
-            match err.code {
-                crate::EXIT_USAGE => ApiError::not_found(err.message),
-                _ => ApiError::internal(err.message),
-            }
-        })?;
+    let id = resolve_session(&state.store, &given)?;
     let scope = crate::rewind::RewindScope {
         code: request.code,
         conversation: request.conversation,

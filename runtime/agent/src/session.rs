@@ -24,8 +24,9 @@ pub struct SessionState {
     pub last_active: Option<DateTime<Utc>>,
     /// "Allow always" rules kept with the session.
     pub rules: Vec<RuleEntry>,
-    /// A rewind of the conversation its next prompt tells the model of.
-    pub rewind: Option<PendingRewind>,
+    /// A rewind of the conversation its next prompt tells the model of
+    /// (boxed: rare, and a kept session stays small).
+    pub rewind: Option<Box<PendingRewind>>,
 }
 
 /// A session loaded for its next run.
