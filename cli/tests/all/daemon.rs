@@ -1894,9 +1894,15 @@ async fn rewind_is_refused_with_409_while_the_session_runs_and_cuts_it_once_idle
         // Hostile bodies: a negative or huge number, a string, an unknown
         // field.
         (json!({"to": -1, "conversation": true, "code": false}), 400),
-        (json!({"to": u64::MAX, "conversation": true, "code": false}), 422),
+        (
+            json!({"to": u64::MAX, "conversation": true, "code": false}),
+            422,
+        ),
         (json!({"to": "1; rm -rf /", "conversation": true}), 400),
-        (json!({"to": 1, "conversation": true, "code": false, "as": "x"}), 400),
+        (
+            json!({"to": 1, "conversation": true, "code": false, "as": "x"}),
+            400,
+        ),
     ] {
         let refused = daemon.call("POST", &rewind_path, Some(&body)).await;
         assert_eq!(refused.status, status, "{body}: {}", refused.text());
