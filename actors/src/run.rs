@@ -36,7 +36,7 @@ use troupe_config::Limits;
 use troupe_permissions::PermissionEngine;
 use troupe_protocol::events::{ApprovalOutcome, RunStatus};
 use troupe_protocol::model::{Message, Usage};
-use troupe_store::{NewSession, RunRecord, RunState, Store, StoreError};
+use troupe_store::{NewSession, RunBounds, RunRecord, RunState, Store, StoreError};
 
 use crate::account::SharedAccount;
 use crate::agent::{AgentActor, AgentArgs, AgentMsg, Report, Work};
@@ -272,6 +272,7 @@ impl Actor for RunActor {
             job: args.job,
             last_active: args.session.last_active,
             wall_clock: args.limits.wall_clock,
+            rewind: args.session.rewind.as_deref().cloned(),
         });
         let mut state = RunActorState {
             run_id: args.run_id,
@@ -605,6 +606,7 @@ impl RunActorState {
                     transcript,
                     last_active: Some(Utc::now()),
                     rules: self.permissions.session_rules(),
+                    rewind: None,
                 });
                 RunInput::MainFinished(outcome)
             }
@@ -845,10 +847,15 @@ impl RunActorState {
             return Some(RunInput::Opened(Err("the run opened already".into())));
         };
         let resumed = !session.transcript.is_empty();
+        // The prompt's message told the pending rewind (its note is in it):
+        // the write that stores it clears it.
+        let tells_rewind = message.is_some() && session.rewind.take().is_some();
+        let mut prompt_index = None;
         if let Some(message) = message {
             session.transcript.push(message);
+            prompt_index = session.transcript.unsaved().last().map(|(index, _)| index);
         }
-        let record = self.record(prompt);
+        let mut record = self.record(prompt);
         let (saved, unsaved) = session.transcript.unsaved_copy();
         let create = self.create.take();
         let session_id = self.session_id.clone();
@@ -867,8 +874,21 @@ impl RunActorState {
                     }
                     None => {}
                 }
+                record.history = Some(match prompt_index {
+                    Some(start) => RunBounds {
+                        start,
+                        end: None,
+                        end_order: None,
+                    },
+                    None => store.run_start_bounds(&session_id)?,
+                });
                 store.put_run(&record)?;
-                store.put_messages(&session_id, unsaved.iter().map(|(i, m)| (*i, m)))?;
+                let unsaved = unsaved.iter().map(|(i, m)| (*i, m));
+                if tells_rewind {
+                    store.put_messages_telling_rewind(&session_id, unsaved)?;
+                } else {
+                    store.put_messages(&session_id, unsaved)?;
+                }
                 Ok(())
             },
             move |opened| {
@@ -892,7 +912,7 @@ impl RunActorState {
     /// creates one and this is its first write) on the store's writer thread;
     /// [`RunInternal::Recorded`] answers.
     fn write_record(&mut self, myself: &ActorRef<RunMsg>, prompt: String) {
-        let record = self.record(prompt);
+        let mut record = self.record(prompt);
         let create = self.create.take();
         let run = myself.clone();
         self.env.store.commit(
@@ -900,6 +920,7 @@ impl RunActorState {
                 if let Some(create) = &create {
                     create_session(store, create)?;
                 }
+                record.history = Some(store.run_start_bounds(&record.session_id)?);
                 store.put_run(&record)
             },
             move |recorded| {
@@ -926,6 +947,7 @@ impl RunActorState {
             started: self.started,
             ended: None,
             pid: std::process::id(),
+            history: None,
         }
     }
 
@@ -962,6 +984,9 @@ impl RunActorState {
                 record.status = RunState::Ended(status);
                 record.stop_reason = Some(stop_reason);
                 record.ended = Some(Utc::now());
+                // Where the run ends in the history, read on the writer
+                // thread after the run's own saves: still one write.
+                record.history = Some(store.run_end_bounds(&record.session_id, record.history)?);
                 store.put_run(&record)
             },
             deliver,

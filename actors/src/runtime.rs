@@ -22,7 +22,9 @@ use troupe_agent::{AgentStatus, RunOutcome};
 use troupe_loader::open_session;
 use troupe_protocol::events::{ApprovalOutcome, EventKind, RunEvent, RunStatus};
 use troupe_protocol::model::{Message, Usage};
-use troupe_store::{NewSession, Store, StoreError};
+use troupe_store::{
+    ConversationRewind, NewSession, RewindRefusal, RewindRequest, Store, StoreError,
+};
 
 use crate::api::{
     RunHandle, RunSubmission, RuntimeError, RuntimeStats, SessionTarget, SubmitReply,
@@ -76,6 +78,12 @@ pub(crate) enum RuntimeMsg {
     History(String, RpcReplyPort<HistorySource>),
     /// Remove a session that has no run in progress, from memory and store.
     RemoveSession(String, RpcReplyPort<Result<Vec<String>, RuntimeError>>),
+    /// Rewind the conversation of a session that has no run in progress:
+    /// it leaves memory, and the store cuts it (on its writer thread).
+    Rewind(
+        Box<RewindRequest>,
+        RpcReplyPort<Result<ConversationRewind, RuntimeError>>,
+    ),
     /// A run's session is free for its next run (sent by its run actor
     /// before `run_finished` is emitted).
     SessionFree {
@@ -211,6 +219,7 @@ impl Actor for RuntimeActor {
             RuntimeMsg::RemoveSession(session_id, reply) => {
                 state.remove_session(session_id, reply);
             }
+            RuntimeMsg::Rewind(request, reply) => state.rewind_session(*request, reply),
             RuntimeMsg::SessionFree { run_id, session } => state.free_session(&run_id, session),
             RuntimeMsg::RunEnded { run_id, outcome } => {
                 state.run_ended(&myself, &run_id, outcome, None);
@@ -398,6 +407,7 @@ impl RuntimeState {
                 transcript: Transcript::from_opened(&opened),
                 last_active: opened.last_updated,
                 rules: opened.rules,
+                rewind: opened.rewind.map(Box::new),
             },
             session_id,
             opening: Some(SessionOpening::Resume),
@@ -557,6 +567,37 @@ impl RuntimeState {
             move |store| store.remove_session(&session_id),
             move |removed| {
                 let _ = reply.send(removed.map_err(RuntimeError::from));
+            },
+        );
+    }
+
+    /// Rewinds a session's conversation: refused while a run is in progress
+    /// or about to start in it (naming the run); otherwise the session
+    /// leaves memory (its next run reads the cut history and the note from
+    /// the store) and the store's writer thread cuts it.
+    fn rewind_session(
+        &mut self,
+        request: RewindRequest,
+        reply: RpcReplyPort<Result<ConversationRewind, RuntimeError>>,
+    ) {
+        let session_id = request.session.clone();
+        if !self.sessions.remove(&session_id) {
+            let refused = match self.sessions.history(&session_id) {
+                Err(Some(run_id)) => {
+                    RuntimeError::Store(StoreError::Rewind(RewindRefusal::RunInProgress {
+                        session: session_id,
+                        run_id: run_id.to_owned(),
+                    }))
+                }
+                _ => RuntimeError::SessionBusy(session_id),
+            };
+            let _ = reply.send(Err(refused));
+            return;
+        }
+        self.store.commit_with(
+            move |store| store.rewind_conversation(&request),
+            move |rewound| {
+                let _ = reply.send(rewound.map_err(RuntimeError::from));
             },
         );
     }
@@ -754,6 +795,14 @@ impl Runtime {
             session_id.to_string()
         )
         .map_err(|_| RuntimeError::Gone)?
+    }
+
+    /// Rewinds a session's conversation to the end of one of its runs
+    /// ([`Store::rewind_conversation`]); refused while a run is in progress
+    /// in the session.
+    pub async fn rewind(&self, request: RewindRequest) -> Result<ConversationRewind, RuntimeError> {
+        ractor::call!(self.actor, RuntimeMsg::Rewind, Box::new(request))
+            .map_err(|_| RuntimeError::Gone)?
     }
 
     /// What every agent of a run in progress is doing, by path.

@@ -391,6 +391,20 @@ impl DaemonClient {
         self.json_of(request).await
     }
 
+    /// Rewinds a session (`POST /v1/sessions/{id}/rewind`): what was done.
+    pub(crate) async fn rewind_session(
+        &self,
+        id: &str,
+        body: &troupe_protocol::api::RewindSession,
+    ) -> Result<troupe_protocol::api::SessionRewound, ClientError> {
+        let request = self
+            .http
+            .post(self.url(&format!("/sessions/{id}/rewind")))
+            .timeout(COMPACT_TIMEOUT)
+            .json(body);
+        self.json_of(request).await
+    }
+
     /// A session's checkpoints and the store's size (`GET
     /// /v1/sessions/{id}/checkpoints`).
     pub(crate) async fn session_checkpoints(

@@ -21,6 +21,7 @@ mod mcp;
 mod project;
 mod render;
 mod retention;
+mod rewind;
 mod root_guard;
 mod run;
 mod runs;
@@ -95,6 +96,10 @@ enum Command {
     /// List, show, export or remove stored sessions.
     #[command(subcommand)]
     Sessions(SessionsCommand),
+    /// List a session's runs, numbered from 1, or go back to the end of
+    /// run N: the conversation is cut back (the history from before is kept
+    /// as a branch session) and the files restored.
+    Rewind(rewind::RewindArgs),
     /// Print the span tree of a run from the local span store.
     Trace {
         /// Run id (or a unique prefix of one).
@@ -484,6 +489,7 @@ fn main() -> ExitCode {
             Command::Resume(args) => run::resume(args, color).await,
             Command::Chat(args) => chat::chat(args, color).await,
             Command::Sessions(command) => sessions::sessions(command).await,
+            Command::Rewind(args) => rewind::rewind(args).await,
             Command::Trace { run } => {
                 sessions::print_view(troupe_protocol::api::View::Trace { run }).await
             }

@@ -372,6 +372,11 @@ impl HumanRenderer {
             // Taken before most turns that write: a line each would drown
             // the answer (`troupe checkpoints list` shows them).
             EventKind::CheckpointCreated { .. } => {}
+            EventKind::Rewound { .. } => {
+                if let Some(line) = rewound_line(&event.kind) {
+                    writeln!(out, "{}", self.dim(&format!("{prefix}{line}")))?;
+                }
+            }
             EventKind::Error { kind, message } => {
                 writeln!(out, "{prefix}error ({kind}): {}", for_terminal(message))?;
             }
@@ -414,6 +419,29 @@ pub(crate) fn trigger_note(trigger: &str) -> String {
         "" | "auto" => String::new(),
         other => format!(" ({})", for_terminal(other)),
     }
+}
+
+/// The line of a `rewound` event: where the conversation went back to and
+/// where the history from before is kept.
+pub(crate) fn rewound_line(kind: &EventKind) -> Option<String> {
+    let EventKind::Rewound {
+        to_run,
+        branch,
+        removed_messages,
+        files_restored,
+    } = kind
+    else {
+        return None;
+    };
+    let files = if *files_restored {
+        " and the files"
+    } else {
+        ""
+    };
+    Some(format!(
+        "rewound: the conversation{files} went back to the end of run {to_run} ({removed_messages} message(s) removed, kept in session {})",
+        troupe_store::short_id(branch)
+    ))
 }
 
 /// A `compaction` event as a line: the estimate before and after once it

@@ -204,7 +204,7 @@ pub(crate) async fn check_project_dir(
 
 /// Asks `question` on stderr and reads one line of stdin; `None` when
 /// nothing could be read.
-fn ask(question: &str) -> Option<String> {
+pub(crate) fn ask(question: &str) -> Option<String> {
     let mut stderr = std::io::stderr();
     stderr.write_all(question.as_bytes()).ok()?;
     stderr.flush().ok()?;

@@ -39,6 +39,7 @@ fn write_view(store: &Store, view: &View, out: &mut impl Write) -> CommandResult
         View::Trace { run } => trace_view(store, run, out),
         View::RunsList { json } => runs_list(store, *json, out),
         View::RunShow { id } => run_show(store, id, out),
+        View::Rewind { id, to } => crate::rewind::write_view(store, id, *to, out),
     }
 }
 
@@ -239,10 +240,8 @@ pub(crate) fn latest_session_view(root: PathBuf) -> View {
 /// The id of the session [`latest_session_view`] rendered, or why there is
 /// none.
 pub(crate) fn latest_session_id(rendered: &Rendered, root: &Path) -> Result<String, (u8, String)> {
-    if rendered.code != 0 {
-        let message = rendered.stderr.trim();
-        let message = message.strip_prefix("troupe: ").unwrap_or(message);
-        return Err((rendered.code, message.to_string()));
+    if let Some(failed) = rendered_failure(rendered) {
+        return Err(failed);
     }
     let id = rendered
         .stdout
@@ -259,6 +258,17 @@ pub(crate) fn latest_session_id(rendered: &Rendered, root: &Path) -> Result<Stri
             ),
         )
     })
+}
+
+/// The exit code and message of a view that failed, `None` when it did
+/// not.
+pub(crate) fn rendered_failure(rendered: &Rendered) -> Option<(u8, String)> {
+    if rendered.code == 0 {
+        return None;
+    }
+    let message = rendered.stderr.trim();
+    let message = message.strip_prefix("troupe: ").unwrap_or(message);
+    Some((rendered.code, message.to_string()))
 }
 
 /// Which sessions `sessions list` shows.
@@ -561,6 +571,9 @@ pub(crate) fn format_list_line(meta: &SessionMeta, shown: &ShownIds) -> String {
             line.push_str(&format!(" {agent_path}"));
         }
     }
+    if let Some(branch) = &meta.branch_of {
+        line.push_str(&format!("  (branch of {})", shown.get(&branch.session)));
+    }
     line
 }
 
@@ -606,11 +619,12 @@ fn list(store: &Store, json: bool, filter: &ListFilter, out: &mut impl Write) ->
         };
         writeln!(out, "{first}").map_err(runtime_error)?;
     }
-    let shown = ShownIds::new(
-        sessions
-            .iter()
-            .flat_map(|meta| std::iter::once(meta.id.as_str()).chain(meta.parent.as_deref())),
-    );
+    let shown = ShownIds::new(sessions.iter().flat_map(|meta| {
+        let branched = meta.branch_of.as_ref().map(|b| b.session.as_str());
+        std::iter::once(meta.id.as_str())
+            .chain(meta.parent.as_deref())
+            .chain(branched)
+    }));
     for meta in &sessions {
         let line = if json {
             serde_json::to_string(meta).map_err(runtime_error)?
@@ -783,7 +797,23 @@ mod tests {
             agent_path: agent_path.map(Into::into),
             run_id: parent.map(|_| "r1".into()),
             fork_of: None,
+            branch_of: None,
         }
+    }
+
+    #[test]
+    fn branches_are_marked_with_the_session_they_were_rewound_from() {
+        let mut branch = meta("b1", None, None);
+        branch.branch_of = Some(troupe_store::Branch {
+            session: "s1".into(),
+            cut_len: 4,
+            at: branch.created,
+        });
+        let line = format_list_line(&branch, &ShownIds::default());
+        assert!(
+            line.ends_with("Explore the parser  (branch of s1)"),
+            "{line}"
+        );
     }
 
     #[test]
@@ -932,6 +962,7 @@ mod tests {
             started: chrono::Utc::now(),
             ended: None,
             pid: 1,
+            history: None,
         }
     }
 

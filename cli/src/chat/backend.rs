@@ -305,6 +305,43 @@ impl Backend {
         }
     }
 
+    /// Rewinds `session` to the end of its run `to` (`/rewind N`): the text
+    /// saying what was done.
+    pub(crate) async fn rewind(
+        &self,
+        session: &str,
+        to: u64,
+        scope: crate::rewind::RewindScope,
+    ) -> Result<String, ChatError> {
+        match self {
+            Self::Daemon(remote) => {
+                let client = remote.client().await?;
+                let body = troupe_protocol::api::RewindSession {
+                    to,
+                    conversation: scope.conversation,
+                    code: scope.code,
+                };
+                Ok(client.rewind_session(session, &body).await?.text)
+            }
+            Self::Embedded(embedded) => {
+                let session = ids::resolve(&embedded.store, IdKind::Session, session)?;
+                crate::rewind::rewind_on_runtime(
+                    &embedded.runtime,
+                    &embedded.store,
+                    &session,
+                    to,
+                    scope,
+                )
+                .await
+                .map(|done| done.text)
+                .map_err(|err| {
+                    let (code, message) = err.failure();
+                    ChatError { message, code }
+                })
+            }
+        }
+    }
+
     /// Renders a read-only view of the store (`/sessions`, `/resume`).
     pub(crate) async fn view(&self, view: View) -> Rendered {
         match self {

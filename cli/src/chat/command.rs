@@ -4,6 +4,8 @@
 use troupe_protocol::permission::PermissionMode;
 use troupe_tools::skills::commands::CommandSet;
 
+use crate::rewind::RewindScope;
+
 /// One line typed at the idle prompt.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum ChatInput {
@@ -38,6 +40,9 @@ pub(crate) enum SlashCommand {
     Agents,
     /// `/compact`: summarise the conversation's older part now.
     Compact,
+    /// `/rewind [N [conversation|code|both]]`: list the conversation's turns,
+    /// or go back to the end of turn N.
+    Rewind(Option<String>),
     /// `/skills`: the skills the agent may load.
     Skills,
     /// `/steps`: the agents' task plans (their `update_plan` steps).
@@ -76,6 +81,10 @@ pub(crate) const COMMANDS: &[(&str, &str)] = &[
     (
         "/compact",
         "summarise the older part of this conversation now",
+    ),
+    (
+        "/rewind [N]",
+        "list the turns, or go back to the end of turn N (conversation and files)",
     ),
     ("/skills", "the skills the agent may load"),
     (
@@ -128,6 +137,7 @@ pub(crate) fn parse(line: &str) -> ChatInput {
         "tools" => SlashCommand::Tools,
         "agents" => SlashCommand::Agents,
         "compact" => SlashCommand::Compact,
+        "rewind" => SlashCommand::Rewind(argument),
         "skills" => SlashCommand::Skills,
         "steps" => SlashCommand::Steps,
         "plan" => SlashCommand::Plan(argument),
@@ -137,6 +147,31 @@ pub(crate) fn parse(line: &str) -> ChatInput {
         "exit" | "quit" => SlashCommand::Exit,
         _ => SlashCommand::Unknown(format!("/{name}")),
     })
+}
+
+/// What `/rewind N [conversation|code|both]` asks for: the turn and what
+/// goes back (both when not said), or why the argument is not understood.
+pub(crate) fn rewind_target(argument: &str) -> Result<(u64, RewindScope), String> {
+    let mut words = argument.split_whitespace();
+    let usage = || {
+        format!(
+            "/rewind takes a turn number and, optionally, conversation, code or both (not {argument:?})"
+        )
+    };
+    let to = words
+        .next()
+        .and_then(|word| word.parse::<u64>().ok())
+        .ok_or_else(usage)?;
+    let scope = match words.next().map(str::to_ascii_lowercase).as_deref() {
+        None | Some("both") => RewindScope::from_flags(false, false),
+        Some("conversation") => RewindScope::from_flags(false, true),
+        Some("code") => RewindScope::from_flags(true, false),
+        Some(_) => return Err(usage()),
+    };
+    if words.next().is_some() {
+        return Err(usage());
+    }
+    Ok((to, scope))
 }
 
 /// The message `/do` sends: carry out the plan, then what was typed after
@@ -275,6 +310,29 @@ mod tests {
         assert_eq!(command("/compact"), SlashCommand::Compact);
         assert_eq!(command("/COMPACT"), SlashCommand::Compact);
         assert!(help_text().contains("/compact"));
+    }
+
+    #[test]
+    fn rewind_is_a_command_listed_in_the_help_with_its_turn_and_scope() {
+        assert_eq!(command("/rewind"), SlashCommand::Rewind(None));
+        assert_eq!(
+            command("/rewind 2 conversation"),
+            SlashCommand::Rewind(Some("2 conversation".into()))
+        );
+        assert!(help_text().contains("/rewind [N]"));
+        let both = RewindScope::from_flags(false, false);
+        assert_eq!(rewind_target("2"), Ok((2, both)));
+        assert_eq!(
+            rewind_target("1 Conversation"),
+            Ok((1, RewindScope::from_flags(false, true)))
+        );
+        assert_eq!(
+            rewind_target("3 code"),
+            Ok((3, RewindScope::from_flags(true, false)))
+        );
+        for bad in ["two", "-1", "1 files", "1 code extra", ""] {
+            assert!(rewind_target(bad).is_err(), "{bad}");
+        }
     }
 
     #[test]

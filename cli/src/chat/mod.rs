@@ -545,6 +545,7 @@ impl Chat {
                 }
                 Err(err) => eprintln!("{}", err.message),
             },
+            SlashCommand::Rewind(argument) => self.rewind(argument.as_deref()).await,
             SlashCommand::Compact => match self.session.clone() {
                 None => eprintln!("(nothing to compact: no conversation yet)"),
                 Some(session) => {
@@ -561,6 +562,50 @@ impl Chat {
             }
             // Handled where a turn can start.
             SlashCommand::Exit | SlashCommand::Plan(_) | SlashCommand::Do(_) => {}
+        }
+    }
+
+    /// `/rewind`: the conversation's turns (its runs, numbered), or with
+    /// `N`, what going back to the end of turn N changes, then done.
+    async fn rewind(&mut self, argument: Option<&str>) {
+        let Some(session) = self.session.clone() else {
+            eprintln!("(nothing to rewind: no conversation yet)");
+            return;
+        };
+        let Some(argument) = argument else {
+            let rendered = self
+                .backend
+                .view(View::Rewind {
+                    id: session,
+                    to: None,
+                })
+                .await;
+            eprint!("{}{}", rendered.stdout, rendered.stderr);
+            eprintln!("(go back to the end of a turn with /rewind N)");
+            return;
+        };
+        let (to, scope) = match command::rewind_target(argument) {
+            Ok(target) => target,
+            Err(message) => {
+                eprintln!("{message}");
+                return;
+            }
+        };
+        if scope.conversation {
+            let rendered = self
+                .backend
+                .view(View::Rewind {
+                    id: session.clone(),
+                    to: Some(to),
+                })
+                .await;
+            eprint!("{}{}", rendered.stdout, rendered.stderr);
+            if rendered.code != 0 {
+                return;
+            }
+        }
+        match self.backend.rewind(&session, to, scope).await {
+            Ok(text) | Err(ChatError { message: text, .. }) => eprintln!("{text}"),
         }
     }
 

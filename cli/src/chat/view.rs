@@ -8,7 +8,9 @@ use std::collections::HashMap;
 use troupe_protocol::events::{EventKind, NOTICE_MODEL_RETRY, RunEvent, RunStatus, preview};
 
 use super::markdown::MarkdownStream;
-use crate::render::{CallTargets, compaction_line, finished_line, hook_line, stop_cause_words};
+use crate::render::{
+    CallTargets, compaction_line, finished_line, hook_line, rewound_line, stop_cause_words,
+};
 use crate::task_plan_view::TaskPlans;
 
 /// One thing to show.
@@ -152,6 +154,11 @@ impl TurnView {
                     "» {} (sent with the next step)",
                     preview(text)
                 )));
+            }
+            EventKind::Rewound { .. } => {
+                if let Some(line) = rewound_line(&event.kind) {
+                    shown.push(Shown::Dim(format!("{prefix}{line}")));
+                }
             }
             EventKind::Notice { text, code } => {
                 if code.as_deref() == Some(NOTICE_MODEL_RETRY) {

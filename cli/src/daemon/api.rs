@@ -132,6 +132,7 @@ pub(crate) fn router(state: ApiState) -> Router {
             get(show_session).delete(remove_session),
         )
         .route(&path("/sessions/{id}/compact"), post(compact_session))
+        .route(&path("/sessions/{id}/rewind"), post(rewind_session))
         .route(&path("/sessions/{id}/plan"), get(session_plans))
         .route(&path("/sessions/{id}/undo"), post(undo_session))
         .route(
@@ -149,7 +150,7 @@ pub(crate) fn router(state: ApiState) -> Router {
 /// Host/Origin for every request; the token for all but `/healthz`. A
 /// request with the right token marks its connection authenticated (see
 /// [`server::Connection`]). Starting a run, answering an approval, writing
-/// to a run and removing a session are the owner's alone: a peer that is a
+/// to a run and removing or rewinding a session are the owner's alone: a peer that is a
 /// command of a run, or a local peer that cannot be identified, is refused
 /// them (see [`peer`]).
 async fn guard_request(State(state): State<ApiState>, request: Request, next: Next) -> Response {
@@ -254,6 +255,15 @@ fn runtime_error(err: RuntimeError) -> ApiError {
             ApiError::internal(err.to_string())
         }
     }
+}
+
+/// The session id `given` (an id, a short id or a unique prefix) names;
+/// 404 when it names none.
+fn resolve_session(store: &Store, given: &str) -> Result<String, ApiError> {
+    crate::ids::resolve(store, crate::ids::IdKind::Session, given).map_err(|err| match err.code {
+        crate::EXIT_USAGE => ApiError::not_found(err.message),
+        _ => ApiError::internal(err.message),
+    })
 }
 
 /// The run id `given` names: the id of the one run whose id starts with it
@@ -818,13 +828,7 @@ async fn compact_session(
             request.cwd.display()
         )));
     }
-    let id =
-        crate::ids::resolve(&state.store, crate::ids::IdKind::Session, &given).map_err(|err| {
-            match err.code {
-                crate::EXIT_USAGE => ApiError::not_found(err.message),
-                _ => ApiError::internal(err.message),
-            }
-        })?;
+    let id = resolve_session(&state.store, &given)?;
     let prepared = (state.prepare)(RunRequest {
         prompt: String::new(),
         session_id: Some(id.clone()),
@@ -874,6 +878,52 @@ async fn compact_session(
         text,
     })
     .into_response())
+}
+
+/// `POST /v1/sessions/{id}/rewind`: goes back to the end of the session's
+/// run `to` (an id or a unique prefix; runs numbered from 1): the files
+/// restored (`code`) and the conversation cut back (`conversation`, the
+/// history from before kept as a branch session). 409 while a run of the
+/// session is in progress (checked before anything changes), 422 for a run
+/// that cannot be rewound to, 404 for an unknown session; the answer says
+/// what was done.
+async fn rewind_session(
+    State(state): State<ApiState>,
+    Path(given): Path<String>,
+    body: Body,
+) -> Result<Response, ApiError> {
+    if state.closing.load(Ordering::SeqCst) {
+        return Err(ApiError::unavailable("the daemon is shutting down"));
+    }
+    let request: wire::RewindSession = strict_json_body(body).await?;
+    if !request.code && !request.conversation {
+        return Err(ApiError::bad_request(
+            "nothing to rewind: ask for the conversation, the code or both",
+        ));
+    }
+    let id = resolve_session(&state.store, &given)?;
+    let scope = crate::rewind::RewindScope {
+        code: request.code,
+        conversation: request.conversation,
+    };
+    let rewound =
+        crate::rewind::rewind_on_runtime(&state.runtime, &state.store, &id, request.to, scope)
+            .await
+            .map_err(|err| match err {
+                crate::rewind::RewindError::Store(err) if crate::rewind::is_busy(&err) => {
+                    ApiError::conflict(err.to_string())
+                }
+                crate::rewind::RewindError::Store(StoreError::Rewind(refusal)) => {
+                    ApiError::unprocessable(refusal.to_string())
+                }
+                crate::rewind::RewindError::Store(err @ StoreError::NotFound { .. }) => {
+                    ApiError::not_found(err.to_string())
+                }
+                crate::rewind::RewindError::Store(err) => store_error(err),
+                crate::rewind::RewindError::Files((_, message)) => ApiError::unprocessable(message),
+                crate::rewind::RewindError::Runtime(err) => runtime_error(err),
+            })?;
+    Ok(axum::Json(rewound).into_response())
 }
 
 /// `POST /v1/views`: a read-only view of the store rendered exactly as the

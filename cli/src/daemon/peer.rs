@@ -188,7 +188,7 @@ pub(crate) fn origin(peer: Peer) -> Origin {
 }
 
 /// What a request would do that only the owner may (start a run, answer an
-/// approval, write to a running run, remove a session), in a few words;
+/// approval, write to a running run, remove or rewind a session), in a few words;
 /// `None` for every other request. Pure.
 pub(crate) fn owner_only(method: &axum::http::Method, path: &str) -> Option<&'static str> {
     use axum::http::Method;
@@ -201,6 +201,7 @@ pub(crate) fn owner_only(method: &axum::http::Method, path: &str) -> Option<&'st
         (&Method::POST, ["", "runs", _, "approvals", _]) => Some("answer approvals"),
         (&Method::POST, ["", "runs", _, "messages"]) => Some("write to a run"),
         (&Method::DELETE, ["", "sessions", _]) => Some("remove sessions"),
+        (&Method::POST, ["", "sessions", _, "rewind"]) => Some("rewind sessions"),
         _ => None,
     }
 }
@@ -251,6 +252,11 @@ mod tests {
             ),
             (Method::POST, "/v1/runs/r1/messages", Some("write to a run")),
             (Method::DELETE, "/v1/sessions/s1", Some("remove sessions")),
+            (
+                Method::POST,
+                "/v1/sessions/s1/rewind",
+                Some("rewind sessions"),
+            ),
             (Method::GET, "/v1/runs", None),
             (Method::GET, "/v1/runs/r1/events", None),
             (Method::POST, "/v1/runs/r1/cancel", None),

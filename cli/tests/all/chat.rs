@@ -930,3 +930,50 @@ async fn a_chat_without_a_provider_says_so_as_it_starts() {
     pane.keys(&["C-d"]);
     pane.wait_for("[exit 0]");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rewind_lists_the_turns_and_cuts_the_conversation_of_an_embedded_chat() {
+    if !require(Need::Tmux) {
+        return;
+    }
+    let script = Script::new()
+        .then(text("ANSWER-ONE"))
+        .then(text("ANSWER-TWO"))
+        .then(text("ANSWER-THREE"));
+    let server = ScriptedServer::start(script).await.unwrap();
+    let env = Env::new();
+    let pane = Pane::start(&chat_command(&env, &server, &[]));
+    let mut prompts = 1;
+    let mut command = |line: &str, expect: &str| {
+        pane.wait_for_prompt(prompts);
+        pane.line(line);
+        prompts += 1;
+        pane.wait_for(expect)
+    };
+    command("/rewind", "(nothing to rewind: no conversation yet)");
+    command("TURN-ONE", "ANSWER-ONE");
+    command("TURN-TWO", "ANSWER-TWO");
+    let listed = command("/rewind", "(go back to the end of a turn with /rewind N)");
+    assert!(
+        listed.contains("TURN-ONE") && listed.contains("TURN-TWO"),
+        "{listed}"
+    );
+    command("/rewind two", "/rewind takes a turn number");
+    let done = command("/rewind 1 conversation", "Rewound session");
+    assert!(done.contains("1 run(s) undone"), "{done}");
+    // The session stayed in this chat's memory: the next turn reads the cut
+    // history from the store, with the note.
+    command("and now", "ANSWER-THREE");
+    let request = server.requests().pop().unwrap();
+    let sent = serde_json::to_string(request.messages()).unwrap();
+    assert!(
+        sent.contains("TURN-ONE") && sent.contains("ANSWER-ONE"),
+        "{sent}"
+    );
+    assert!(
+        !sent.contains("TURN-TWO") && !sent.contains("ANSWER-TWO"),
+        "{sent}"
+    );
+    assert!(sent.contains("rewound to the end of prompt 1"), "{sent}");
+    command("/exit", "[exit 0]");
+}

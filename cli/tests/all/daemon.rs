@@ -1832,3 +1832,115 @@ async fn the_plan_endpoint_answers_each_agents_plan_by_path() {
     let anonymous = request(daemon.addr, "GET", &path, &[("Host", &host)], b"").await;
     assert_eq!(anonymous.status, 401);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rewind_is_refused_with_409_while_the_session_runs_and_cuts_it_once_idle() {
+    let script = Script::new()
+        .then(text("FIRST-ANSWER"))
+        .then(text("SECOND-ANSWER"))
+        .then(tool_call(
+            "write_file",
+            json!({"path": "x.txt", "content": "x\n"}),
+        ))
+        .then(text("continued"));
+    let server = ScriptedServer::start(script).await.unwrap();
+    let env = Env::new();
+    let daemon = Daemon::start(&env, &server);
+    let (first, session) = daemon.submit(run_body(&env, "FIRST-TASK")).await;
+    daemon.events(&first, None, |_| false).await;
+    let next = |prompt: &str| json!({"prompt": prompt, "cwd": env.root(), "session_id": session, "interactive": true});
+    let (second, _) = daemon.submit(next("SECOND-TASK")).await;
+    daemon.events(&second, None, |_| false).await;
+    // A third run waits for an approval: in progress.
+    let (third, _) = daemon.submit(next("write it")).await;
+    daemon
+        .events(&third, None, |events| {
+            events
+                .iter()
+                .any(|(_, e)| e["type"] == "approval_requested")
+        })
+        .await;
+    let rewind_path = format!("/v1/sessions/{session}/rewind");
+    let conversation = |to: u64| json!({"to": to, "conversation": true, "code": false});
+    let show_path = format!("/v1/sessions/{session}");
+    let before = daemon.call("GET", &show_path, None).await.json();
+    let busy = daemon
+        .call("POST", &rewind_path, Some(&conversation(1)))
+        .await;
+    assert_eq!(busy.status, 409, "{}", busy.text());
+    assert!(busy.text().contains(&third), "{}", busy.text());
+    // The command goes through the daemon and is refused the same way.
+    let command = env
+        .command(None)
+        .args(["rewind", &session, "--to", "1", "--conversation", "--yes"])
+        .output()
+        .unwrap();
+    assert_eq!(command.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&command.stderr);
+    assert!(stderr.contains("in progress"), "{stderr}");
+    assert_eq!(
+        daemon.call("GET", &show_path, None).await.json(),
+        before,
+        "a refused rewind changes nothing"
+    );
+
+    let cancel = daemon
+        .call("POST", &format!("/v1/runs/{third}/cancel"), None)
+        .await;
+    assert_eq!(cancel.status, 200);
+    daemon.events(&third, None, |_| false).await;
+    for (body, status) in [
+        (conversation(0), 422),
+        (conversation(99), 422),
+        (json!({"to": 1, "conversation": false, "code": false}), 400),
+        // Hostile bodies: a negative or huge number, a string, an unknown
+        // field.
+        (json!({"to": -1, "conversation": true, "code": false}), 400),
+        (
+            json!({"to": u64::MAX, "conversation": true, "code": false}),
+            422,
+        ),
+        (json!({"to": "1; rm -rf /", "conversation": true}), 400),
+        (
+            json!({"to": 1, "conversation": true, "code": false, "as": "x"}),
+            400,
+        ),
+    ] {
+        let refused = daemon.call("POST", &rewind_path, Some(&body)).await;
+        assert_eq!(refused.status, status, "{body}: {}", refused.text());
+    }
+    let unknown = daemon
+        .call("POST", "/v1/sessions/nope/rewind", Some(&conversation(1)))
+        .await;
+    assert_eq!(unknown.status, 404, "{}", unknown.text());
+
+    let done = daemon
+        .call("POST", &rewind_path, Some(&conversation(1)))
+        .await;
+    assert_eq!(done.status, 200, "{}", done.text());
+    let done = done.json();
+    assert_eq!(done["session_id"], session.as_str());
+    assert_eq!(done["to_run"], 1);
+    assert_eq!(done["undone_runs"], json!([second, third]));
+    assert!(
+        done["branch"].as_str().is_some_and(|b| !b.is_empty()),
+        "{done}"
+    );
+    // The session left the daemon's memory: its next run reads the cut
+    // history and tells the rewind.
+    let (fourth, _) = daemon.submit(next("go on")).await;
+    let events = daemon.events(&fourth, None, |_| false).await;
+    let types: Vec<&str> = events
+        .iter()
+        .filter_map(|(_, e)| e["type"].as_str())
+        .collect();
+    assert_eq!(&types[..2], ["run_started", "rewound"], "{types:?}");
+    let request = server.requests().pop().unwrap();
+    let sent = serde_json::to_string(request.messages()).unwrap();
+    assert!(sent.contains("FIRST-ANSWER"), "{sent}");
+    for trace in ["SECOND-TASK", "SECOND-ANSWER", "write it", "x.txt"] {
+        assert!(!sent.contains(trace), "{trace} in {sent}");
+    }
+    let (code, stderr) = daemon.stop(libc::SIGTERM);
+    assert_eq!(code, 0, "{stderr}");
+}

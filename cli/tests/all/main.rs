@@ -25,6 +25,7 @@ mod permissions_cli;
 mod plan;
 mod project_trust;
 mod responses;
+mod rewind;
 mod robust;
 mod safe_defaults;
 mod security;

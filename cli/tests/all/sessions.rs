@@ -1064,6 +1064,7 @@ async fn the_next_command_repairs_the_child_sessions_of_an_interrupted_run() {
         started: Utc::now(),
         ended: None,
         pid: 1,
+        history: None,
     };
     with_store(&env, |store| {
         write_planted(store, &env, "top", 0);

@@ -13,7 +13,7 @@ use crate::resume::RepairReport;
 use troupe_protocol::model::Message;
 use troupe_protocol::permission::RuleEntry;
 use troupe_protocol::task_plan::TaskPlan;
-use troupe_store::{CompactionMarker, SkippedRecord};
+use troupe_store::{CompactionMarker, PendingRewind, SkippedRecord};
 
 /// A session between runs: its history and what it keeps.
 #[derive(Debug, Clone, Default)]
@@ -24,6 +24,9 @@ pub struct SessionState {
     pub last_active: Option<DateTime<Utc>>,
     /// "Allow always" rules kept with the session.
     pub rules: Vec<RuleEntry>,
+    /// A rewind of the conversation its next prompt tells the model of
+    /// (boxed: rare, and a kept session stays small).
+    pub rewind: Option<Box<PendingRewind>>,
 }
 
 /// A session loaded for its next run.
@@ -46,6 +49,8 @@ pub struct OpenedSession {
     /// The task plan kept with the session (`update_plan`), when its agent
     /// made one.
     pub task_plan: Option<TaskPlan>,
+    /// A rewind of the conversation its next prompt tells the model of.
+    pub rewind: Option<PendingRewind>,
 }
 
 impl OpenedSession {

@@ -47,6 +47,7 @@ pub fn open_session(store: &Store, id: &str) -> Result<Option<OpenedSession>, St
             tracing::warn!(%err, session = id, "the stored task plan was left out");
             None
         }),
+        rewind: store.pending_rewind(id)?,
     }))
 }
 
@@ -336,6 +337,7 @@ mod tests {
                 started: now,
                 ended: None,
                 pid: 1,
+                history: None,
             })
             .unwrap();
         let recovered = recover_interrupted_runs(&store, now).unwrap();
@@ -390,6 +392,7 @@ mod tests {
             started: Utc::now(),
             ended: None,
             pid: 1,
+            history: None,
         }
     }
 

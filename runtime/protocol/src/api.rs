@@ -425,6 +425,47 @@ pub struct SessionRemoved {
     pub text: String,
 }
 
+/// `POST /v1/sessions/{id}/rewind`: go back to the end of the session's
+/// run `to` (1-based, in start order); the conversation, the files, or both
+/// (both when neither flag is given).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RewindSession {
+    /// The run whose end the session goes back to.
+    pub to: u64,
+    /// Cut the conversation back.
+    #[serde(default = "yes")]
+    pub conversation: bool,
+    /// Restore the files.
+    #[serde(default = "yes")]
+    pub code: bool,
+}
+
+/// The default of a flag that is on unless it is turned off.
+fn yes() -> bool {
+    true
+}
+
+/// The answer to `POST /v1/sessions/{id}/rewind`: what was done.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SessionRewound {
+    /// The session (the whole id; it keeps it).
+    pub session_id: String,
+    /// The run it went back to.
+    pub to_run: u64,
+    /// The branch session keeping the conversation from before, when the
+    /// conversation was cut.
+    #[serde(default)]
+    pub branch: Option<String>,
+    /// How many messages were removed.
+    #[serde(default)]
+    pub removed_messages: u64,
+    /// The runs undone (moved to the branch), oldest first.
+    #[serde(default)]
+    pub undone_runs: Vec<String>,
+    /// What `troupe rewind` prints.
+    pub text: String,
+}
+
 /// `POST /v1/sessions/{id}/compact`: the directory and environment the
 /// configuration is read with, as for a run.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -504,6 +545,15 @@ pub enum View {
     Trace {
         /// A run id or a unique prefix of one.
         run: String,
+    },
+    /// `rewind SESSION` (its runs, numbered) or, with `to`, what
+    /// `rewind SESSION --to N` would change.
+    Rewind {
+        /// A session id or a unique prefix of one.
+        id: String,
+        /// The run to go back to.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        to: Option<u64>,
     },
 }
 

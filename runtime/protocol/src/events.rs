@@ -265,6 +265,19 @@ pub enum EventKind {
         /// directories, build folders).
         skipped: u64,
     },
+    /// The session's conversation was rewound to the end of an earlier run
+    /// before this run (`troupe rewind`): told once, by the session's next
+    /// run, right after `run_started`.
+    Rewound {
+        /// The run (1-based, in start order) the conversation went back to.
+        to_run: u64,
+        /// The branch session keeping the history from before.
+        branch: String,
+        /// How many messages were removed.
+        removed_messages: u64,
+        /// Whether the files were restored too.
+        files_restored: bool,
+    },
     /// An error.
     Error {
         /// Machine-readable kind.
@@ -286,7 +299,7 @@ pub enum EventKind {
 }
 
 /// The `type` of every event kind, as [`EventKind::type_name`] gives it.
-pub const EVENT_TYPES: [&str; 19] = [
+pub const EVENT_TYPES: [&str; 20] = [
     "run_started",
     "iteration",
     "text_delta",
@@ -304,6 +317,7 @@ pub const EVENT_TYPES: [&str; 19] = [
     "hook",
     "plan_updated",
     "checkpoint_created",
+    "rewound",
     "error",
     "run_finished",
 ];
@@ -347,6 +361,7 @@ impl EventKind {
             Self::Hook { .. } => "hook",
             Self::PlanUpdated { .. } => "plan_updated",
             Self::CheckpointCreated { .. } => "checkpoint_created",
+            Self::Rewound { .. } => "rewound",
             Self::Error { .. } => "error",
             Self::RunFinished { .. } => "run_finished",
         }

@@ -458,6 +458,7 @@ fn play_run(shared: &Shared, latencies: &mut WorkerLatencies, session: &str, run
         started: chrono::Utc::now(),
         ended: None,
         pid: std::process::id(),
+        history: None,
     };
     let opening = record.clone();
     let prompt = Message::user_text("soak the store: read the files and fix the bug");

@@ -98,6 +98,9 @@ pub enum StoreError {
         /// The engine's message.
         detail: String,
     },
+    /// A rewind of a session's conversation was refused; nothing changed.
+    #[error(transparent)]
+    Rewind(#[from] crate::rewind::RewindRefusal),
 }
 
 /// A hint appended to I/O error messages for the failures a person can fix.

@@ -170,6 +170,7 @@ mod tests {
             agent_path: parent.map(|_| format!("main/{id}")),
             run_id: None,
             fork_of: None,
+            branch_of: None,
         }
     }
 

@@ -1,6 +1,6 @@
 //! The durable session store (SPEC §9): sessions, their messages, compaction
 //! markers, the layer-1 replacement ledger, "allow always" rules, runs, run
-//! events and span records, kept in one sled database under the data directory
+//! events and span records, and rewinding a conversation to a run's end, kept in one sled database under the data directory
 //! (`<data_dir>/db`).
 //!
 //! The store owns the database, the key layout (`layout`, documented in
@@ -28,6 +28,7 @@ mod history;
 pub mod layout;
 mod lookup;
 mod records;
+mod rewind;
 mod runs;
 mod session_data;
 mod sessions;
@@ -48,8 +49,11 @@ pub use error::StoreError;
 pub use lookup::{IdMatch, SHORT_ID_LEN, short_id};
 pub use records::SkippedRecord;
 pub use records::{
-    CompactionMarker, ForkBase, LedgerEntry, NewSession, RunRecord, RunState, SessionMeta,
-    TITLE_MAX_CHARS,
+    Branch, CompactionMarker, ForkBase, LedgerEntry, NewSession, PendingRewind, RunBounds,
+    RunRecord, RunState, SessionMeta, TITLE_MAX_CHARS,
+};
+pub use rewind::{
+    ConversationRewind, RewindPlan, RewindRefusal, RewindRequest, in_start_order, plan_cut,
 };
 pub use span_writer::SpanWriter;
 pub use writer::WriterStall;

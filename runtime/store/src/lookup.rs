@@ -352,6 +352,7 @@ mod tests {
                 started: chrono::Utc::now(),
                 ended: None,
                 pid: 1,
+                history: None,
             })
             .unwrap();
     }

@@ -11,6 +11,7 @@ use serde::{Deserialize, Serialize};
 
 use troupe_protocol::events::RunStatus;
 use troupe_protocol::model::{Message, Role};
+use troupe_protocol::task_plan::TaskPlan;
 
 /// SPEC §9: a session title is the first user message, at most this many
 /// characters.
@@ -92,6 +93,40 @@ pub struct SessionMeta {
     /// For a fork: the session and length its history begins with.
     #[serde(default)]
     pub fork_of: Option<ForkBase>,
+    /// For a branch: the session whose conversation was rewound, leaving
+    /// this copy of its whole history behind. Records written before this
+    /// field existed read as `None`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub branch_of: Option<Branch>,
+}
+
+/// Where a branch comes from: `session` was rewound to its first `cut_len`
+/// messages at `at`, and the branch keeps the history it had before.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Branch {
+    /// The rewound session (which kept its id).
+    pub session: String,
+    /// How many messages the rewound session kept.
+    pub cut_len: u64,
+    /// When the rewind happened.
+    pub at: DateTime<Utc>,
+}
+
+/// A rewind the session's next prompt tells the model of: `note` goes
+/// before the prompt's text, once, and the run that carries it emits the
+/// `rewound` event with the rest.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PendingRewind {
+    /// The short note for the model.
+    pub note: String,
+    /// The run (1-based, in start order) the conversation was rewound to.
+    pub to_run: u64,
+    /// The branch session keeping the history from before.
+    pub branch: String,
+    /// How many messages were removed.
+    pub removed_messages: u64,
+    /// Whether the files were restored too.
+    pub files_restored: bool,
 }
 
 impl SessionMeta {
@@ -110,6 +145,10 @@ pub(crate) struct SessionRecord {
     /// Index of the message the title was taken from.
     #[serde(default)]
     pub title_index: Option<u64>,
+    /// The rewind the next prompt tells of (kept in the head, never in the
+    /// `sessions` record).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rewind: Option<PendingRewind>,
 }
 
 impl SessionRecord {
@@ -129,8 +168,10 @@ impl SessionRecord {
                 agent_path: new.agent_path.clone(),
                 run_id: new.run_id.clone(),
                 fork_of: new.fork_of.clone(),
+                branch_of: None,
             },
             title_index: None,
+            rewind: None,
         }
     }
 
@@ -179,6 +220,9 @@ pub(crate) struct SessionHead {
     /// Index of the message the title was taken from.
     #[serde(default)]
     pub title_index: Option<u64>,
+    /// A rewind the next prompt tells of, until that prompt is stored.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rewind: Option<PendingRewind>,
 }
 
 impl SessionRecord {
@@ -189,6 +233,7 @@ impl SessionRecord {
             updated: self.meta.updated,
             title: self.meta.title.clone(),
             title_index: self.title_index,
+            rewind: self.rewind.clone(),
         }
     }
 
@@ -199,6 +244,7 @@ impl SessionRecord {
         self.meta.updated = head.updated;
         self.meta.title = head.title;
         self.title_index = head.title_index;
+        self.rewind = head.rewind;
         self
     }
 }
@@ -374,6 +420,27 @@ pub struct RunRecord {
     pub ended: Option<DateTime<Utc>>,
     /// The process that ran it.
     pub pid: u32,
+    /// Where the run sits in its session's history; `None` for a run
+    /// recorded before boundaries were kept (it cannot be rewound to).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub history: Option<RunBounds>,
+}
+
+/// Where a run begins and ends in its session's history, and the store's
+/// order when it ended: a compaction marker, ledger entry, pending result or
+/// task plan stored with a higher order was made after the run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RunBounds {
+    /// The history's length when the run's prompt was added (the prompt's
+    /// index).
+    pub start: u64,
+    /// The history's length when the run ended; `None` while it runs.
+    #[serde(default)]
+    pub end: Option<u64>,
+    /// The store's order (a database-wide increasing id) taken when the run
+    /// ended.
+    #[serde(default)]
+    pub end_order: Option<u64>,
 }
 
 /// A tool result stored before its turn's tool message, with the order it
@@ -393,6 +460,39 @@ pub(crate) struct LedgerRecord {
     pub order: u64,
     /// The entry.
     pub entry: LedgerEntry,
+}
+
+/// A task plan as stored: with the order it was set in, or bare (written
+/// before plans were stamped).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub(crate) enum StoredTaskPlan {
+    /// A plan with the order it was set in (a database-wide increasing id).
+    Stamped {
+        /// When it was set, in the store's order.
+        order: u64,
+        /// The plan.
+        plan: TaskPlan,
+    },
+    /// A plan written before plans were stamped.
+    Bare(TaskPlan),
+}
+
+impl StoredTaskPlan {
+    /// The plan itself.
+    pub(crate) fn into_plan(self) -> TaskPlan {
+        match self {
+            Self::Stamped { plan, .. } | Self::Bare(plan) => plan,
+        }
+    }
+
+    /// The order it was set in; `None` for a plan from before stamps.
+    pub(crate) fn order(&self) -> Option<u64> {
+        match self {
+            Self::Stamped { order, .. } => Some(*order),
+            Self::Bare(_) => None,
+        }
+    }
 }
 
 #[cfg(test)]

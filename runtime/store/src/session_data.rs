@@ -9,7 +9,7 @@
 //! is decided elsewhere.
 
 use super::layout::{self, check_child_id};
-use super::records::{CompactionMarker, LedgerEntry, LedgerRecord, PendingRecord};
+use super::records::{CompactionMarker, LedgerEntry, LedgerRecord, PendingRecord, StoredTaskPlan};
 use super::{Store, StoreError, decode_listed, decode_one};
 use troupe_protocol::model::ToolResult;
 use troupe_protocol::permission::RuleEntry;
@@ -152,12 +152,17 @@ impl Store {
             .transpose()
     }
 
-    /// Replaces the task plan of the session's agent.
+    /// Replaces the task plan of the session's agent (stamped with the
+    /// order it was set in, so a rewind knows whether it came later).
     pub fn put_task_plan(&self, session: &str, plan: &TaskPlan) -> Result<(), StoreError> {
         self.require_session(session)?;
+        let record = StoredTaskPlan::Stamped {
+            order: self.next_id()?,
+            plan: plan.clone(),
+        };
         self.inner
             .task_plans
-            .insert(session.as_bytes(), layout::encode(plan)?)
+            .insert(session.as_bytes(), layout::encode(&record)?)
             .map_err(self.sled_err("store the task plan"))?;
         Ok(())
     }
@@ -170,8 +175,11 @@ impl Store {
             .task_plans
             .get(session.as_bytes())
             .map_err(self.sled_err("read the task plan"))?;
-        raw.map(|raw| decode_one(format!("task plan of session {session:?}"), &raw))
-            .transpose()
+        raw.map(|raw| {
+            decode_one::<StoredTaskPlan>(format!("task plan of session {session:?}"), &raw)
+                .map(StoredTaskPlan::into_plan)
+        })
+        .transpose()
     }
 
     /// Every readable record under `session 0x00` in `tree`, in key order.

@@ -14,16 +14,26 @@ use std::io::Write;
 use super::family;
 use super::history::HistoryBuilder;
 use super::layout::{self, check_id};
-use super::records::ForkBase;
 use super::records::{
     CompactionMarker, LoadedHistory, NewSession, SessionHead, SessionMeta, SessionRecord,
     SkippedRecord,
 };
+use super::records::{ForkBase, PendingRewind};
 use super::{Store, StoreError, decode_listed, decode_one, session_what};
 use troupe_protocol::model::Message;
 
 /// How an export's destination is named in errors (it is a writer, not a path).
 const EXPORT_TARGET: &str = "the output";
+
+/// What a write of messages does with the session's pending rewind.
+pub(crate) enum HeadRewind {
+    /// Leaves it as it is.
+    Keep,
+    /// Clears it (the prompt that told it is stored).
+    Clear,
+    /// Sets it (the history was cut).
+    Set(PendingRewind),
+}
 
 /// Messages expected in a history when the metadata gives no better figure.
 const MAX_PREALLOCATED_MESSAGES: u64 = 100_000;
@@ -157,15 +167,43 @@ impl Store {
         session: &str,
         messages: impl IntoIterator<Item = (u64, &'m Message)>,
     ) -> Result<(), StoreError> {
-        self.rewrite_messages(session, messages, None, "write messages")
+        self.rewrite_messages(session, messages, None, HeadRewind::Keep, "write messages")
             .map(|_| ())
+    }
+
+    /// [`Store::put_messages`] of the messages of a run's opening, which
+    /// told the session's pending rewind ([`Store::pending_rewind`]): the
+    /// same batch clears it, so it is told once.
+    pub fn put_messages_telling_rewind<'m>(
+        &self,
+        session: &str,
+        messages: impl IntoIterator<Item = (u64, &'m Message)>,
+    ) -> Result<(), StoreError> {
+        self.rewrite_messages(session, messages, None, HeadRewind::Clear, "write messages")
+            .map(|_| ())
+    }
+
+    /// The rewind the session's next prompt tells of, if one waits.
+    pub fn pending_rewind(&self, session: &str) -> Result<Option<PendingRewind>, StoreError> {
+        match self.session_record(session)? {
+            Some(record) => Ok(record.rewind),
+            None => Err(StoreError::NotFound {
+                what: session_what(session),
+            }),
+        }
     }
 
     /// Removes every message from index `len` on (a repair dropping a trailing
     /// message) and lowers the message count to `len`, in one atomic batch.
     /// Returns how many message records were removed.
     pub fn truncate_history(&self, session: &str, len: u64) -> Result<u64, StoreError> {
-        self.rewrite_messages(session, [], Some(len), "truncate a history")
+        self.rewrite_messages(
+            session,
+            [],
+            Some(len),
+            HeadRewind::Keep,
+            "truncate a history",
+        )
     }
 
     /// Writes `messages` at indexes `from`, `from + 1`, … and removes every
@@ -179,21 +217,29 @@ impl Store {
     ) -> Result<u64, StoreError> {
         let len = from.saturating_add(messages.len() as u64);
         let numbered = (from..).zip(messages);
-        self.rewrite_messages(session, numbered, Some(len), "rewrite a history")
+        self.rewrite_messages(
+            session,
+            numbered,
+            Some(len),
+            HeadRewind::Keep,
+            "rewrite a history",
+        )
     }
 
     /// The one write path of messages: inserts `messages`, then (with
     /// `truncate_at`) removes every message from that index on, and stores
-    /// the session's new head beside them, all in one `apply_batch` into the
+    /// the session's new head (its pending rewind changed as `rewind` says)
+    /// beside them, all in one `apply_batch` into the
     /// `messages` tree. Multi-tree transactions are never used: sled 0.34 can
     /// hang in them under sustained writes, and one batch into one tree is
     /// just as atomic. A session has one writer at a time (its agent, through
     /// the store's writer thread), so reading the head first is safe.
-    fn rewrite_messages<'m>(
+    pub(crate) fn rewrite_messages<'m>(
         &self,
         session: &str,
         messages: impl IntoIterator<Item = (u64, &'m Message)>,
         truncate_at: Option<u64>,
+        rewind: HeadRewind,
         op: &'static str,
     ) -> Result<u64, StoreError> {
         check_id("session", session)?;
@@ -223,6 +269,16 @@ impl Store {
             }
             record.apply_truncate(len, now);
             changed = true;
+        }
+        match rewind {
+            HeadRewind::Keep => {}
+            HeadRewind::Clear => {
+                changed |= record.rewind.take().is_some();
+            }
+            HeadRewind::Set(pending) => {
+                record.rewind = Some(pending);
+                changed = true;
+            }
         }
         if !changed {
             return Ok(0);

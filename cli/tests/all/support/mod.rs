@@ -529,6 +529,7 @@ pub(crate) async fn plant_sessions(env: &Env, sessions: &[&str], runs: &[&str]) 
                     started: chrono::Utc::now(),
                     ended: None,
                     pid: 1,
+                    history: None,
                 })
                 .unwrap();
         }

@@ -49,6 +49,7 @@ use troupe_protocol::model::{Message, Usage};
 
 use crate::resume::{pause_note, user_message};
 use crate::{LimitHit, RunOutcome, StopCause};
+use troupe_store::PendingRewind;
 
 /// The prompt recorded for a run while its hooks at the door check it.
 pub const CHECKED_PROMPT: &str = "(withheld: being checked by the hooks at the door)";
@@ -90,6 +91,9 @@ pub struct RunSetup {
     pub last_active: Option<DateTime<Utc>>,
     /// The run's wall-clock budget.
     pub wall_clock: Duration,
+    /// A rewind of the conversation the prompt tells the model of (its note
+    /// goes first in the prompt's message; `rewound` follows `run_started`).
+    pub rewind: Option<PendingRewind>,
 }
 
 /// Something that happened to the run.
@@ -514,7 +518,9 @@ impl RunMachine {
                 .last_active
                 .and_then(|last| (now - last).to_std().ok())
                 .and_then(pause_note);
-            user_message(&self.setup.prompt, join_notes(pause, verdict.prompt_note()))
+            let rewind = self.setup.rewind.as_ref().map(|r| r.note.clone());
+            let notes = join_notes(rewind, join_notes(pause, verdict.prompt_note()));
+            user_message(&self.setup.prompt, notes)
         });
         out.push(RunEffect::OpenRun {
             prompt: self.setup.prompt.clone(),
@@ -523,6 +529,18 @@ impl RunMachine {
         self.door = Door::Opening {
             reports: reports.collect(),
         };
+    }
+
+    /// The `rewound` event of the rewind the opened prompt told, if it told
+    /// one (only a prompt run's message carries the note).
+    fn rewind_told(&self) -> Option<EventKind> {
+        let rewind = self.setup.rewind.as_ref()?;
+        (self.setup.job == RunJob::Prompt).then(|| EventKind::Rewound {
+            to_run: rewind.to_run,
+            branch: rewind.branch.clone(),
+            removed_messages: rewind.removed_messages,
+            files_restored: rewind.files_restored,
+        })
     }
 
     fn on_opened(&mut self, result: Result<(), String>, out: &mut Vec<RunEffect>) {
@@ -537,6 +555,9 @@ impl RunMachine {
                 out.push(RunEffect::Emit(EventKind::RunStarted {
                     prompt: self.setup.prompt.clone(),
                 }));
+                if let Some(rewind) = self.rewind_told() {
+                    out.push(RunEffect::Emit(rewind));
+                }
                 out.extend(reports.into_iter().map(RunEffect::Emit));
                 out.push(RunEffect::ArmWallClock {
                     after: self.setup.wall_clock,

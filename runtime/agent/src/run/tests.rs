@@ -22,6 +22,7 @@ fn setup() -> RunSetup {
         job: RunJob::Prompt,
         last_active: None,
         wall_clock: WALL_CLOCK,
+        rewind: None,
     }
 }
 
@@ -224,6 +225,71 @@ fn a_run_without_door_hooks_opens_at_once_and_spawns_its_main_agent_once_running
     );
     assert_eq!(f.step(RunInput::Running), s(&["spawn-main"]));
     assert!(f.step(RunInput::Running).is_empty(), "spawned once");
+}
+
+fn pending_rewind() -> troupe_store::PendingRewind {
+    troupe_store::PendingRewind {
+        note: "(The conversation was rewound to the end of prompt 1.)".into(),
+        to_run: 1,
+        branch: "b".into(),
+        removed_messages: 6,
+        files_restored: false,
+    }
+}
+
+#[test]
+fn a_pending_rewind_goes_first_in_the_prompt_and_is_told_after_run_started() {
+    let mut f = Fixture::new(RunSetup {
+        last_active: Some(at(1)),
+        rewind: Some(pending_rewind()),
+        ..setup()
+    });
+    let effects = f.machine.on(RunInput::Submitted {
+        door_hooks: false,
+        now: at(9),
+    });
+    let [RunEffect::OpenRun { message, .. }] = effects.as_slice() else {
+        panic!("{effects:?}");
+    };
+    let text = message.as_ref().unwrap().text();
+    assert!(
+        text.starts_with("(The conversation was rewound to the end of prompt 1.)"),
+        "{text}"
+    );
+    assert_eq!(text.matches("rewound").count(), 1, "{text}");
+    assert!(text.contains("paused for 8"), "{text}");
+    assert!(text.ends_with(PROMPT), "{text}");
+    assert_eq!(
+        f.step(RunInput::Opened(Ok(()))),
+        s(&[
+            "emit:run_started:fix the build",
+            "emit:rewound",
+            "wall-clock:600"
+        ])
+    );
+}
+
+#[test]
+fn a_compaction_run_leaves_a_pending_rewind_for_the_next_prompt() {
+    let mut f = Fixture::new(RunSetup {
+        prompt: "(compact the conversation)".into(),
+        job: RunJob::Compact,
+        rewind: Some(pending_rewind()),
+        ..setup()
+    });
+    let effects = f.machine.on(RunInput::Submitted {
+        door_hooks: false,
+        now: at(9),
+    });
+    assert!(
+        matches!(
+            effects.as_slice(),
+            [RunEffect::OpenRun { message: None, .. }]
+        ),
+        "{effects:?}"
+    );
+    let opened = f.step(RunInput::Opened(Ok(())));
+    assert!(!opened.iter().any(|e| e == "emit:rewound"), "{opened:?}");
 }
 
 #[test]

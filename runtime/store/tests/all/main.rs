@@ -3,4 +3,5 @@
 mod store_durability;
 mod store_failures;
 mod store_records;
+mod store_rewind;
 mod store_support;

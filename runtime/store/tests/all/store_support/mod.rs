@@ -221,6 +221,7 @@ pub(crate) fn run(
             RunState::Ended(_) => Some(started + TimeDelta::seconds(5)),
         },
         pid: 4242,
+        history: None,
     }
 }
 
