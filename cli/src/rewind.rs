@@ -49,6 +49,9 @@ pub(crate) struct RewindArgs {
     /// Rewind without asking (for scripts).
     #[arg(long, short = 'y')]
     pub(crate) yes: bool,
+    /// Restore over files changed outside Troupe since the last checkpoint.
+    #[arg(long)]
+    pub(crate) force: bool,
 }
 
 /// What a rewind goes back on: the conversation, the files, or both.
@@ -58,25 +61,23 @@ pub(crate) struct RewindScope {
     pub(crate) code: bool,
     /// Cut the conversation back to the end of the run.
     pub(crate) conversation: bool,
+    /// Restore over files changed outside Troupe.
+    pub(crate) force: bool,
 }
 
 impl RewindScope {
     /// The scope of the flags `--code` and `--conversation`: one of them
     /// alone is that part only; neither (or `--both`) is both.
     pub(crate) fn from_flags(code: bool, conversation: bool) -> Self {
-        match (code, conversation) {
-            (true, false) => Self {
-                code: true,
-                conversation: false,
-            },
-            (false, true) => Self {
-                code: false,
-                conversation: true,
-            },
-            _ => Self {
-                code: true,
-                conversation: true,
-            },
+        let (code, conversation) = match (code, conversation) {
+            (true, false) => (true, false),
+            (false, true) => (false, true),
+            _ => (true, true),
+        };
+        Self {
+            code,
+            conversation,
+            force: false,
         }
     }
 }
@@ -96,20 +97,53 @@ pub(crate) fn rewind_note(to_run: u64, files_restored: bool) -> String {
     }
 }
 
-/// Restores the project's files to the end of run `to_run` of `session`.
-/// Restoring files is the checkpoint store's; this build has none, so it is
-/// refused and nothing is changed.
-pub(crate) fn restore_code_to_run_end(
-    _store: &Store,
+/// Restores the project's files of `session` to the end of its run
+/// `to_run` (`force`: over files changed outside Troupe), in the process
+/// holding `store`; the line saying what was done. A rewind's undo record
+/// (`before rewind`) is taken first, so `troupe undo --redo` brings the
+/// files back.
+pub(crate) async fn restore_code_to_run_end(
+    store: &Store,
+    data_dir: &std::path::Path,
     session: &str,
     to_run: u64,
+    force: bool,
 ) -> Result<String, Failure> {
-    Err((
-        EXIT_USAGE,
-        format!(
-            "restoring the files of session {session} to the end of run {to_run} needs the checkpoint store, which this build lacks; rewind the conversation alone with --conversation"
-        ),
-    ))
+    let report = crate::undo::undo_session(
+        store,
+        data_dir,
+        session,
+        crate::undo::UndoRequest {
+            apply: true,
+            force,
+            rewind_to: Some(to_run),
+            ..crate::undo::UndoRequest::default()
+        },
+    )
+    .await?;
+    Ok(files_line(&report))
+}
+
+/// What a rewind did to the files, in one line.
+fn files_line(report: &crate::undo::UndoReport) -> String {
+    if !report.applied {
+        return "the files were already as that run left them".to_owned();
+    }
+    let count = |change: &str| {
+        report
+            .files
+            .iter()
+            .filter(|file| file.change == change)
+            .count()
+    };
+    format!(
+        "the files: {} added, {} removed, {} modified (the state before is checkpoint {}: `troupe undo {} --redo` brings it back)",
+        count("added"),
+        count("removed"),
+        count("modified"),
+        report.before.unwrap_or_default(),
+        short_id(&report.session_id)
+    )
 }
 
 /// The exit code and message of a store error met while rewinding: a
@@ -210,6 +244,7 @@ impl RewindError {
 pub(crate) async fn rewind_on_runtime(
     runtime: &Runtime,
     store: &Store,
+    data_dir: &std::path::Path,
     session: &str,
     to: u64,
     scope: RewindScope,
@@ -219,7 +254,11 @@ pub(crate) async fn rewind_on_runtime(
         _ => {}
     }
     let files = if scope.code {
-        Some(restore_code_to_run_end(store, session, to).map_err(RewindError::Files)?)
+        Some(
+            restore_code_to_run_end(store, data_dir, session, to, scope.force)
+                .await
+                .map_err(RewindError::Files)?,
+        )
     } else {
         None
     };
@@ -243,14 +282,19 @@ pub(crate) async fn rewind_on_runtime(
 
 /// The rewind on the store opened here (no daemon holds it): the files
 /// first, then the conversation, made durable before the answer.
-fn rewind_here(
+async fn rewind_here(
     store: &Store,
+    data_dir: &std::path::Path,
     session: &str,
     to: u64,
     scope: RewindScope,
 ) -> Result<SessionRewound, Failure> {
+    if scope.conversation {
+        // Refused before the files move when the conversation cannot go.
+        store.plan_rewind(session, to).map_err(failure)?;
+    }
     let files = if scope.code {
-        Some(restore_code_to_run_end(store, session, to)?)
+        Some(restore_code_to_run_end(store, data_dir, session, to, scope.force).await?)
     } else {
         None
     };
@@ -395,7 +439,8 @@ fn preview_text(store: &Store, session: &str, to: u64) -> Result<String, StoreEr
 /// or opened here.
 enum Backend {
     Daemon(DaemonClient),
-    Here(Store),
+    /// The store opened here, and the data directory (its checkpoints).
+    Here(Store, std::path::PathBuf),
 }
 
 impl Backend {
@@ -410,7 +455,7 @@ impl Backend {
                 // Runs a dead process left unfinished are interrupted, not
                 // in progress.
                 crate::run::report_recovered(&store, false);
-                Ok(Self::Here(store))
+                Ok(Self::Here(store, locations.data_dir.clone()))
             }
         }
     }
@@ -421,11 +466,35 @@ impl Backend {
                 .view(view)
                 .await
                 .map_err(|err| (err.code, err.message))?,
-            Self::Here(store) => crate::sessions::render_view(store, view),
+            Self::Here(store, _) => crate::sessions::render_view(store, view),
         };
         match crate::sessions::rendered_failure(&rendered) {
             Some(failed) => Err(failed),
             None => Ok(rendered.stdout),
+        }
+    }
+
+    /// What restoring the files to the end of run `to` changes (nothing is
+    /// changed).
+    async fn files_preview(
+        &self,
+        given: &str,
+        to: u64,
+        force: bool,
+    ) -> Result<crate::undo::UndoReport, Failure> {
+        let request = crate::undo::UndoRequest {
+            force,
+            rewind_to: Some(to),
+            ..crate::undo::UndoRequest::default()
+        };
+        match self {
+            Self::Daemon(client) => client
+                .undo_session(given, &request)
+                .await
+                .map_err(|err| (err.code, err.message)),
+            Self::Here(store, data_dir) => {
+                crate::undo::undo_session(store, data_dir, given, request).await
+            }
         }
     }
 
@@ -443,14 +512,15 @@ impl Backend {
                         to,
                         conversation: scope.conversation,
                         code: scope.code,
+                        force: scope.force,
                     },
                 )
                 .await
                 .map_err(|err| (err.code, err.message)),
-            Self::Here(store) => {
+            Self::Here(store, data_dir) => {
                 let id = ids::resolve(store, IdKind::Session, given)
                     .map_err(|err| (err.code, err.message))?;
-                rewind_here(store, &id, to, scope)
+                rewind_here(store, data_dir, &id, to, scope).await
             }
         }
     }
@@ -482,7 +552,10 @@ pub(crate) async fn rewind(args: RewindArgs) -> u8 {
 
 async fn rewind_command(args: RewindArgs) -> Result<(), Failure> {
     let backend = Backend::find()?;
-    let scope = RewindScope::from_flags(args.code, args.conversation);
+    let scope = RewindScope {
+        force: args.force,
+        ..RewindScope::from_flags(args.code, args.conversation)
+    };
     let view = |to| View::Rewind {
         id: args.session.clone(),
         to,
@@ -500,11 +573,24 @@ async fn rewind_command(args: RewindArgs) -> Result<(), Failure> {
     } else {
         String::new()
     };
+    let files = if scope.code {
+        let plan = backend
+            .files_preview(&args.session, to, scope.force)
+            .await?;
+        if !plan.changed_outside.is_empty() && !scope.force {
+            // Refused before anything changes, with the files named.
+            return Err((
+                crate::undo::EXIT_CONFLICT,
+                crate::undo::conflict_text(&plan),
+            ));
+        }
+        crate::undo::report_text(&plan)
+    } else {
+        String::new()
+    };
     let mut stdout = std::io::stdout().lock();
     let _ = stdout.write_all(preview.as_bytes());
-    if scope.code {
-        let _ = writeln!(stdout, "  the files: restored to the end of run {to}");
-    }
+    let _ = stdout.write_all(files.as_bytes());
     let _ = stdout.flush();
     drop(stdout);
     if !args.yes {

@@ -48,6 +48,10 @@ pub(crate) struct UndoRequest {
     /// the agent tree, `main/reviewer-1`), leaving every other file alone.
     #[serde(default)]
     pub agent: Option<String>,
+    /// Instead of the last turn, go back to the files as the session's run
+    /// number `rewind_to` (from 1) left them (`troupe rewind --code`).
+    #[serde(default)]
+    pub rewind_to: Option<u64>,
 }
 
 /// One file an undo changes.
@@ -73,6 +77,9 @@ pub(crate) struct UndoReport {
     /// Only the files of one agent's turn were (or would be) restored.
     #[serde(default)]
     pub only_agent: bool,
+    /// For a rewind: the run whose end the files go back to.
+    #[serde(default)]
+    pub to_run: Option<u64>,
     /// The checkpoint restored.
     pub checkpoint: u64,
     /// The run and turn it was taken before (an undo), or empty.
@@ -199,7 +206,35 @@ pub(crate) async fn undo_session(
     let refused = |refusal: UndoRefusal| (EXIT_USAGE, format!("session {id}: {refusal}"));
     // One agent's turn alone: only the files it changed are restored.
     let mut only: Option<Vec<PathBuf>> = None;
-    let (target, undone, kind) = if let (Some(agent), false) = (&request.agent, request.redo) {
+    let (target, undone, kind) = if let Some(to_run) = request.rewind_to {
+        let runs = store.session_runs(&id).map_err(runtime)?;
+        let run = usize::try_from(to_run)
+            .ok()
+            .and_then(|n| n.checked_sub(1))
+            .and_then(|at| runs.get(at))
+            .ok_or_else(|| {
+                (
+                    EXIT_USAGE,
+                    format!("session {id} has {} run(s): no run {to_run}", runs.len()),
+                )
+            })?;
+        let later: Vec<&str> = runs
+            .iter()
+            .skip(usize::try_from(to_run).unwrap_or(usize::MAX))
+            .map(|run| run.run_id.as_str())
+            .collect();
+        let Some(at) = run_end_position(&checkpoints, &run.run_id, &later) else {
+            return Ok(files_as_left(&id, project, to_run));
+        };
+        let target = checkpoints[at].number;
+        let undone = history
+            .undoable
+            .iter()
+            .copied()
+            .filter(|&turn| checkpoints[turn].number >= target)
+            .collect();
+        (at, undone, CheckpointKind::BeforeRewind { to_run, target })
+    } else if let (Some(agent), false) = (&request.agent, request.redo) {
         let mut changed: Vec<Vec<PathBuf>> = vec![Vec::new(); checkpoints.len()];
         for &turn in &history.undoable {
             let after = checkpoints
@@ -262,8 +297,14 @@ pub(crate) async fn undo_session(
     let mut report = UndoReport {
         session_id: id.clone(),
         project,
-        action: if request.redo { "redo" } else { "undo" }.to_owned(),
+        action: match (request.rewind_to, request.redo) {
+            (Some(_), _) => "rewind",
+            (None, true) => "redo",
+            (None, false) => "undo",
+        }
+        .to_owned(),
         only_agent: only.is_some(),
+        to_run: request.rewind_to,
         checkpoint: target.number,
         run_id: target.record.meta.run.clone(),
         turn: target.record.meta.turn,
@@ -295,6 +336,47 @@ pub(crate) async fn undo_session(
     report.applied = true;
     report.before = Some(restored.before.number);
     Ok(report)
+}
+
+/// The position of the checkpoint holding the files as run `run` left
+/// them: its `run end` record, else (it changed nothing) the first turn's
+/// record of a run in `later` (the files before anything after it changed
+/// them); `None` when neither exists: no later turn changed files. Pure.
+fn run_end_position(checkpoints: &[Checkpoint], run: &str, later: &[&str]) -> Option<usize> {
+    checkpoints
+        .iter()
+        .position(|checkpoint| {
+            checkpoint.record.meta.kind == CheckpointKind::RunEnd
+                && checkpoint.record.meta.run == run
+        })
+        .or_else(|| {
+            checkpoints.iter().position(|checkpoint| {
+                checkpoint.record.meta.kind == CheckpointKind::Turn
+                    && later.contains(&checkpoint.record.meta.run.as_str())
+            })
+        })
+}
+
+/// The report of a rewind whose files need nothing: no later turn changed
+/// any.
+fn files_as_left(id: &str, project: PathBuf, to_run: u64) -> UndoReport {
+    UndoReport {
+        session_id: id.to_owned(),
+        project,
+        action: "rewind".to_owned(),
+        only_agent: false,
+        to_run: Some(to_run),
+        checkpoint: 0,
+        run_id: String::new(),
+        turn: 0,
+        agent_path: String::new(),
+        time: String::new(),
+        files: Vec::new(),
+        changed_outside: Vec::new(),
+        not_restored: Vec::new(),
+        applied: false,
+        before: None,
+    }
 }
 
 /// An agent's undo refused: nothing to undo, or the later turns (agent,
@@ -490,7 +572,7 @@ fn command_effects(command: &str) -> Vec<&'static str> {
 }
 
 /// The refusal when files changed outside would be overwritten.
-fn conflict_text(report: &UndoReport) -> String {
+pub(crate) fn conflict_text(report: &UndoReport) -> String {
     let mut text = format!(
         "files of {} changed outside Troupe since its last checkpoint and would be overwritten:",
         report.project.display()
@@ -506,7 +588,18 @@ fn conflict_text(report: &UndoReport) -> String {
 pub(crate) fn report_text(report: &UndoReport) -> String {
     let mut out = String::new();
     let short = troupe_store::short_id(&report.session_id);
-    let what = if report.action == "redo" {
+    let to_run = report.to_run.unwrap_or_default();
+    if report.action == "rewind" && report.checkpoint == 0 {
+        return format!(
+            "the files: as run {to_run} left them already (no later turn changed files)\n"
+        );
+    }
+    let what = if report.action == "rewind" {
+        format!(
+            "brings the files back to the end of its run {to_run} (checkpoint {})",
+            report.checkpoint
+        )
+    } else if report.action == "redo" {
         format!(
             "brings back the files as they were before the last undo (checkpoint {})",
             report.checkpoint
@@ -640,6 +733,7 @@ async fn undo_command(args: UndoArgs) -> Result<(), Refusal> {
         force: args.force,
         apply: false,
         agent: args.agent,
+        rewind_to: None,
     };
     let plan = undo_anywhere(&given, request.clone()).await?;
     if !args.yes {
@@ -948,6 +1042,7 @@ mod tests {
             project: "/p".into(),
             action: "undo".into(),
             only_agent: false,
+            to_run: None,
             checkpoint: 2,
             run_id: "r".into(),
             turn: 1,

@@ -320,6 +320,7 @@ impl Backend {
                     to,
                     conversation: scope.conversation,
                     code: scope.code,
+                    force: scope.force,
                 };
                 Ok(client.rewind_session(session, &body).await?.text)
             }
@@ -328,6 +329,7 @@ impl Backend {
                 crate::rewind::rewind_on_runtime(
                     &embedded.runtime,
                     &embedded.store,
+                    &embedded.locations.data_dir,
                     &session,
                     to,
                     scope,

@@ -905,24 +905,34 @@ async fn rewind_session(
     let scope = crate::rewind::RewindScope {
         code: request.code,
         conversation: request.conversation,
+        force: request.force,
     };
-    let rewound =
-        crate::rewind::rewind_on_runtime(&state.runtime, &state.store, &id, request.to, scope)
-            .await
-            .map_err(|err| match err {
-                crate::rewind::RewindError::Store(err) if crate::rewind::is_busy(&err) => {
-                    ApiError::conflict(err.to_string())
-                }
-                crate::rewind::RewindError::Store(StoreError::Rewind(refusal)) => {
-                    ApiError::unprocessable(refusal.to_string())
-                }
-                crate::rewind::RewindError::Store(err @ StoreError::NotFound { .. }) => {
-                    ApiError::not_found(err.to_string())
-                }
-                crate::rewind::RewindError::Store(err) => store_error(err),
-                crate::rewind::RewindError::Files((_, message)) => ApiError::unprocessable(message),
-                crate::rewind::RewindError::Runtime(err) => runtime_error(err),
-            })?;
+    let rewound = crate::rewind::rewind_on_runtime(
+        &state.runtime,
+        &state.store,
+        &state.data_dir,
+        &id,
+        request.to,
+        scope,
+    )
+    .await
+    .map_err(|err| match err {
+        crate::rewind::RewindError::Store(err) if crate::rewind::is_busy(&err) => {
+            ApiError::conflict(err.to_string())
+        }
+        crate::rewind::RewindError::Store(StoreError::Rewind(refusal)) => {
+            ApiError::unprocessable(refusal.to_string())
+        }
+        crate::rewind::RewindError::Store(err @ StoreError::NotFound { .. }) => {
+            ApiError::not_found(err.to_string())
+        }
+        crate::rewind::RewindError::Store(err) => store_error(err),
+        crate::rewind::RewindError::Files((crate::undo::EXIT_CONFLICT, message)) => {
+            ApiError::conflict(message)
+        }
+        crate::rewind::RewindError::Files((_, message)) => ApiError::unprocessable(message),
+        crate::rewind::RewindError::Runtime(err) => runtime_error(err),
+    })?;
     Ok(axum::Json(rewound).into_response())
 }
 

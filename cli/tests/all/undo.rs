@@ -518,3 +518,77 @@ async fn one_agents_turn_is_undone_alone_unless_a_later_turn_changed_its_files()
         "main's R\n"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rewind_to_run_one_brings_back_its_files_and_its_conversation_together() {
+    let env = Env::new();
+    let (session, _, _) = two_runs(&env).await;
+    let root = env.root();
+    // The files are shown before anything changes.
+    let planned = troupe(&env, None, &["rewind", &session, "--to", "1", "--code"]).await;
+    assert_eq!(planned.status.code(), Some(2), "{}", describe(&planned));
+    let plan = text(&planned.stdout);
+    assert!(
+        plan.contains("A a.txt") && plan.contains("D b.txt"),
+        "{plan}"
+    );
+    assert!(root.join("b.txt").exists());
+    // Changed outside since run 2 ended: refused without --force.
+    std::fs::write(root.join("b.txt"), "mine\n").unwrap();
+    let refused = troupe(&env, None, &["rewind", &session, "--to", "1", "--yes"]).await;
+    assert_eq!(refused.status.code(), Some(1), "{}", describe(&refused));
+    assert!(
+        text(&refused.stderr).contains("b.txt"),
+        "{}",
+        describe(&refused)
+    );
+    assert_eq!(
+        std::fs::read_to_string(root.join("b.txt")).unwrap(),
+        "mine\n"
+    );
+
+    let done = ok(
+        &env,
+        None,
+        &[
+            "rewind", &session, "--to", "1", "--both", "--yes", "--force",
+        ],
+    )
+    .await;
+    assert!(done.contains("the files: 1 added, 1 removed"), "{done}");
+    assert_eq!(std::fs::read_to_string(root.join("a.txt")).unwrap(), "A\n");
+    assert!(!root.join("b.txt").exists());
+
+    // The next request knows nothing of run 2 and is told the files went
+    // back too.
+    let server = ScriptedServer::start(Script::new().then(say("Back at one.")))
+        .await
+        .unwrap();
+    let resumed = json_lines(
+        ok(
+            &env,
+            Some(&server),
+            &["resume", &session, "--json", "go on"],
+        )
+        .await
+        .as_bytes(),
+    );
+    let rewound = resumed
+        .iter()
+        .find(|event| event["type"] == "rewound")
+        .unwrap();
+    assert_eq!(rewound["files_restored"], true);
+    let request = server.requests().pop().unwrap();
+    let sent = serde_json::to_string(request.messages()).unwrap();
+    assert!(
+        !sent.contains("rm a.txt") && !sent.contains("swap"),
+        "{sent}"
+    );
+    assert!(sent.contains("files were restored"), "{sent}");
+    // The rewind's record lets --redo bring run 2's files back.
+    ok(&env, None, &["undo", &session, "--redo", "--yes"]).await;
+    assert_eq!(
+        std::fs::read_to_string(root.join("b.txt")).unwrap(),
+        "mine\n"
+    );
+}

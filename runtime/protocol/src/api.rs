@@ -438,6 +438,9 @@ pub struct RewindSession {
     /// Restore the files.
     #[serde(default = "yes")]
     pub code: bool,
+    /// Restore over files changed outside Troupe since the last checkpoint.
+    #[serde(default)]
+    pub force: bool,
 }
 
 /// The default of a flag that is on unless it is turned off.
