@@ -405,18 +405,17 @@ impl DaemonClient {
         self.json_of(request).await
     }
 
-    /// A session's checkpoints and the store's size (`GET
-    /// /v1/sessions/{id}/checkpoints`).
+    /// A session's checkpoints, the store's size and the files each run
+    /// changed (`GET /v1/sessions/{id}/checkpoints`).
     pub(crate) async fn session_checkpoints(
         &self,
         id: &str,
-    ) -> Result<(Vec<crate::undo::ListedCheckpoint>, u64), ClientError> {
+    ) -> Result<crate::undo::CheckpointList, ClientError> {
         let request = self
             .http
             .get(self.url(&format!("/sessions/{id}/checkpoints")))
             .timeout(COMPACT_TIMEOUT);
-        let answer: crate::undo::CheckpointList = self.json_of(request).await?;
-        Ok((answer.checkpoints, answer.store_bytes))
+        self.json_of(request).await
     }
 
     /// Compacts a session (`POST /v1/sessions/{id}/compact`) and waits for

@@ -474,6 +474,19 @@ impl Backend {
         }
     }
 
+    /// The session's checkpoints and the files each run changed.
+    async fn checkpoints(&self, given: &str) -> Result<crate::undo::CheckpointList, Failure> {
+        match self {
+            Self::Daemon(client) => client
+                .session_checkpoints(given)
+                .await
+                .map_err(|err| (err.code, err.message)),
+            Self::Here(store, data_dir) => {
+                crate::undo::list_checkpoints(store, data_dir, given).await
+            }
+        }
+    }
+
     /// What restoring the files to the end of run `to` changes (nothing is
     /// changed).
     async fn files_preview(
@@ -561,7 +574,10 @@ async fn rewind_command(args: RewindArgs) -> Result<(), Failure> {
         to,
     };
     let Some(to) = args.to else {
-        let listing = backend.view(&view(None)).await?;
+        let mut listing = backend.view(&view(None)).await?;
+        listing.push_str(&crate::undo::run_files_text(
+            &backend.checkpoints(&args.session).await?.runs,
+        ));
         return std::io::stdout()
             .lock()
             .write_all(listing.as_bytes())

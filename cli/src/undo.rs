@@ -827,6 +827,114 @@ pub(crate) struct CheckpointList {
     pub checkpoints: Vec<ListedCheckpoint>,
     /// The bytes the project's checkpoint store takes.
     pub store_bytes: u64,
+    /// The files each run of the session changed, runs numbered from 1.
+    #[serde(default)]
+    pub runs: Vec<RunFiles>,
+}
+
+/// The files one run of a session changed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct RunFiles {
+    /// Its number in the session, from 1.
+    pub number: u64,
+    /// The run.
+    pub run_id: String,
+    /// The files it changed (relative, sorted); none when it changed none.
+    pub files: Vec<String>,
+}
+
+/// The files each run of `session` changed, from its checkpoints: from its
+/// first checkpoint to the files as it left them (its `run end` record,
+/// else the next record, else the work tree).
+pub(crate) async fn files_by_run(
+    store: &Store,
+    data_dir: &Path,
+    session: &str,
+) -> Result<Vec<RunFiles>, Refusal> {
+    let runs = store.session_runs(session).map_err(runtime)?;
+    let project = session_project(store, session)?;
+    if !CheckpointStore::exists(data_dir, &project) {
+        return Ok(runs
+            .iter()
+            .zip(1..)
+            .map(|(run, number)| RunFiles {
+                number,
+                run_id: run.run_id.clone(),
+                files: Vec::new(),
+            })
+            .collect());
+    }
+    let checkpoints_store = CheckpointStore::open(data_dir, &project)
+        .await
+        .map_err(runtime)?;
+    let checkpoints = checkpoints_store
+        .checkpoints(session)
+        .await
+        .map_err(runtime)?;
+    let mut listed = Vec::with_capacity(runs.len());
+    for (run, number) in runs.iter().zip(1..) {
+        let mut files = Vec::new();
+        if let Some((from, to)) = run_span(&checkpoints, &run.run_id) {
+            let to = match to {
+                Some(at) => checkpoints[at].tree().to_owned(),
+                None => checkpoints_store.work_tree_id().await.map_err(runtime)?,
+            };
+            files = checkpoints_store
+                .diff_tree_ids(checkpoints[from].tree(), &to)
+                .await
+                .map_err(runtime)?
+                .files
+                .into_iter()
+                .map(|file| file.path.to_string_lossy().into_owned())
+                .collect();
+        }
+        listed.push(RunFiles {
+            number,
+            run_id: run.run_id.clone(),
+            files,
+        });
+    }
+    Ok(listed)
+}
+
+/// The positions of run `run`'s first checkpoint and of the record of the
+/// files as it left them (its `run end`, else the record after its last;
+/// `None`: the work tree); `None` when the run took none. Pure.
+fn run_span(checkpoints: &[Checkpoint], run: &str) -> Option<(usize, Option<usize>)> {
+    let of_run = |checkpoint: &Checkpoint| checkpoint.record.meta.run == run;
+    let first = checkpoints.iter().position(of_run)?;
+    let last = checkpoints.iter().rposition(of_run)?;
+    let end = if checkpoints[last].record.meta.kind == CheckpointKind::RunEnd {
+        Some(last)
+    } else {
+        (last + 1 < checkpoints.len()).then_some(last + 1)
+    };
+    Some((first, end))
+}
+
+/// The files each run changed, for people: one line a run, at most five
+/// names.
+pub(crate) fn run_files_text(runs: &[RunFiles]) -> String {
+    const SHOWN: usize = 5;
+    let mut out = String::from("files each run changed:\n");
+    for run in runs {
+        let mut names: Vec<String> = run
+            .files
+            .iter()
+            .take(SHOWN)
+            .map(|name| crate::sanitize::for_terminal(name).into_owned())
+            .collect();
+        if run.files.len() > SHOWN {
+            names.push(format!("(+{} more)", run.files.len() - SHOWN));
+        }
+        let names = if names.is_empty() {
+            "(none)".to_owned()
+        } else {
+            names.join(", ")
+        };
+        out.push_str(&format!("{:>3}  {names}\n", run.number));
+    }
+    out
 }
 
 /// The checkpoints of session `given`, in order, with the store's size.
@@ -834,11 +942,16 @@ pub(crate) async fn list_checkpoints(
     store: &Store,
     data_dir: &Path,
     given: &str,
-) -> Result<(Vec<ListedCheckpoint>, u64), Refusal> {
+) -> Result<CheckpointList, Refusal> {
     let id = ids::resolve(store, IdKind::Session, given).map_err(|err| (err.code, err.message))?;
     let project = session_project(store, &id)?;
+    let runs = files_by_run(store, data_dir, &id).await?;
     if !CheckpointStore::exists(data_dir, &project) {
-        return Ok((Vec::new(), 0));
+        return Ok(CheckpointList {
+            checkpoints: Vec::new(),
+            store_bytes: 0,
+            runs,
+        });
     }
     let checkpoints_store = CheckpointStore::open(data_dir, &project)
         .await
@@ -872,8 +985,12 @@ pub(crate) async fn list_checkpoints(
         });
         previous = Some(checkpoint);
     }
-    let size = checkpoints_store.size().await.map_err(runtime)?;
-    Ok((listed, size))
+    let store_bytes = checkpoints_store.size().await.map_err(runtime)?;
+    Ok(CheckpointList {
+        checkpoints: listed,
+        store_bytes,
+        runs,
+    })
 }
 
 /// The listing for people.
@@ -922,15 +1039,14 @@ pub(crate) async fn checkpoints_list(session: Option<String>, json: bool) -> u8 
     }
     .await;
     match answer {
-        Ok((listed, size)) if json => {
-            for checkpoint in &listed {
+        Ok(list) if json => {
+            for checkpoint in &list.checkpoints {
                 println!("{}", serde_json::to_string(checkpoint).unwrap_or_default());
             }
-            let _ = size;
             0
         }
-        Ok((listed, size)) => {
-            print!("{}", list_text(&listed, size));
+        Ok(list) => {
+            print!("{}", list_text(&list.checkpoints, list.store_bytes));
             0
         }
         Err((code, message)) => {

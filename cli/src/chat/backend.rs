@@ -344,6 +344,50 @@ impl Backend {
         }
     }
 
+    /// Undoes (or redoes) the last turn of `session` that changed files
+    /// (`/undo`): what was done.
+    pub(crate) async fn undo(
+        &self,
+        session: &str,
+        request: crate::undo::UndoRequest,
+    ) -> Result<crate::undo::UndoReport, ChatError> {
+        match self {
+            Self::Daemon(remote) => {
+                let client = remote.client().await?;
+                Ok(client.undo_session(session, &request).await?)
+            }
+            Self::Embedded(embedded) => crate::undo::undo_session(
+                &embedded.store,
+                &embedded.locations.data_dir,
+                session,
+                request,
+            )
+            .await
+            .map_err(|(code, message)| ChatError { message, code }),
+        }
+    }
+
+    /// The checkpoints of `session` and the files each run changed
+    /// (`/rewind`).
+    pub(crate) async fn checkpoints(
+        &self,
+        session: &str,
+    ) -> Result<crate::undo::CheckpointList, ChatError> {
+        match self {
+            Self::Daemon(remote) => {
+                let client = remote.client().await?;
+                Ok(client.session_checkpoints(session).await?)
+            }
+            Self::Embedded(embedded) => crate::undo::list_checkpoints(
+                &embedded.store,
+                &embedded.locations.data_dir,
+                session,
+            )
+            .await
+            .map_err(|(code, message)| ChatError { message, code }),
+        }
+    }
+
     /// Renders a read-only view of the store (`/sessions`, `/resume`).
     pub(crate) async fn view(&self, view: View) -> Rendered {
         match self {

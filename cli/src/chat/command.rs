@@ -43,6 +43,9 @@ pub(crate) enum SlashCommand {
     /// `/rewind [N [conversation|code|both]]`: list the conversation's turns,
     /// or go back to the end of turn N.
     Rewind(Option<String>),
+    /// `/undo [redo]`: the files back to before the last turn that changed
+    /// them (or forward again).
+    Undo(Option<String>),
     /// `/skills`: the skills the agent may load.
     Skills,
     /// `/steps`: the agents' task plans (their `update_plan` steps).
@@ -85,6 +88,10 @@ pub(crate) const COMMANDS: &[(&str, &str)] = &[
     (
         "/rewind [N]",
         "list the turns, or go back to the end of turn N (conversation and files)",
+    ),
+    (
+        "/undo [redo]",
+        "the files back to before the last turn that changed them (redo: forward again)",
     ),
     ("/skills", "the skills the agent may load"),
     (
@@ -138,6 +145,7 @@ pub(crate) fn parse(line: &str) -> ChatInput {
         "agents" => SlashCommand::Agents,
         "compact" => SlashCommand::Compact,
         "rewind" => SlashCommand::Rewind(argument),
+        "undo" => SlashCommand::Undo(argument),
         "skills" => SlashCommand::Skills,
         "steps" => SlashCommand::Steps,
         "plan" => SlashCommand::Plan(argument),
@@ -315,6 +323,11 @@ mod tests {
     #[test]
     fn rewind_is_a_command_listed_in_the_help_with_its_turn_and_scope() {
         assert_eq!(command("/rewind"), SlashCommand::Rewind(None));
+        assert_eq!(command("/undo"), SlashCommand::Undo(None));
+        assert_eq!(
+            command("/undo redo"),
+            SlashCommand::Undo(Some("redo".into()))
+        );
         assert_eq!(
             command("/rewind 2 conversation"),
             SlashCommand::Rewind(Some("2 conversation".into()))

@@ -546,6 +546,7 @@ impl Chat {
                 Err(err) => eprintln!("{}", err.message),
             },
             SlashCommand::Rewind(argument) => self.rewind(argument.as_deref()).await,
+            SlashCommand::Undo(argument) => self.undo(argument.as_deref()).await,
             SlashCommand::Compact => match self.session.clone() {
                 None => eprintln!("(nothing to compact: no conversation yet)"),
                 Some(session) => {
@@ -576,11 +577,14 @@ impl Chat {
             let rendered = self
                 .backend
                 .view(View::Rewind {
-                    id: session,
+                    id: session.clone(),
                     to: None,
                 })
                 .await;
             eprint!("{}{}", rendered.stdout, rendered.stderr);
+            if let Ok(list) = self.backend.checkpoints(&session).await {
+                eprint!("{}", crate::undo::run_files_text(&list.runs));
+            }
             eprintln!("(go back to the end of a turn with /rewind N)");
             return;
         };
@@ -606,6 +610,33 @@ impl Chat {
         }
         match self.backend.rewind(&session, to, scope).await {
             Ok(text) | Err(ChatError { message: text, .. }) => eprintln!("{text}"),
+        }
+    }
+
+    /// `/undo [redo]`: the files back to before the last turn that changed
+    /// them, or forward again; files changed outside are not overwritten
+    /// (`troupe undo --force` does).
+    async fn undo(&mut self, argument: Option<&str>) {
+        let Some(session) = self.session.clone() else {
+            eprintln!("(nothing to undo: no conversation yet)");
+            return;
+        };
+        let redo = match argument.map(str::trim) {
+            None | Some("") => false,
+            Some("redo") => true,
+            Some(other) => {
+                eprintln!("/undo takes nothing or `redo`, not {other:?}");
+                return;
+            }
+        };
+        let request = crate::undo::UndoRequest {
+            redo,
+            apply: true,
+            ..crate::undo::UndoRequest::default()
+        };
+        match self.backend.undo(&session, request).await {
+            Ok(report) => eprint!("{}", crate::undo::report_text(&report)),
+            Err(ChatError { message, .. }) => eprintln!("{message}"),
         }
     }
 

@@ -792,20 +792,16 @@ async fn undo_session(
 }
 
 /// `GET /v1/sessions/{id}/checkpoints`: a session's checkpoints, oldest
-/// first, and the size of its project's checkpoint store.
+/// first, the size of its project's checkpoint store, and the files each
+/// run changed.
 async fn session_checkpoints(
     State(state): State<ApiState>,
     Path(given): Path<String>,
 ) -> Result<Response, ApiError> {
-    let (checkpoints, store_bytes) =
-        crate::undo::list_checkpoints(&state.store, &state.data_dir, &given)
-            .await
-            .map_err(undo_error)?;
-    Ok(axum::Json(crate::undo::CheckpointList {
-        checkpoints,
-        store_bytes,
-    })
-    .into_response())
+    let list = crate::undo::list_checkpoints(&state.store, &state.data_dir, &given)
+        .await
+        .map_err(undo_error)?;
+    Ok(axum::Json(list).into_response())
 }
 
 /// `POST /v1/sessions/{id}/compact`: summarises the older history of a

@@ -977,3 +977,57 @@ async fn rewind_lists_the_turns_and_cuts_the_conversation_of_an_embedded_chat() 
     assert!(sent.contains("rewound to the end of prompt 1"), "{sent}");
     command("/exit", "[exit 0]");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn undo_and_rewind_in_a_chat_bring_the_files_back_and_forth() {
+    if !require(Need::Tmux) {
+        return;
+    }
+    let script = Script::new()
+        .then(tool_call(
+            "write_file",
+            json!({"path": "a.txt", "content": "A\n"}),
+        ))
+        .then(text("WROTE-A"))
+        .then(tool_call(
+            "bash",
+            json!({"command": "rm a.txt && echo x > b.txt"}),
+        ))
+        .then(text("SWAPPED"))
+        .then(text("BACK-AT-ONE"));
+    let server = ScriptedServer::start(script).await.unwrap();
+    let env = Env::new();
+    let root = env.root().to_path_buf();
+    let pane = Pane::start(&chat_command(&env, &server, &["--mode", "bypass"]));
+    let mut prompts = 1;
+    let mut command = |line: &str, expect: &str| {
+        pane.wait_for_prompt(prompts);
+        pane.line(line);
+        prompts += 1;
+        pane.wait_for(expect)
+    };
+    command("/undo", "(nothing to undo: no conversation yet)");
+    command("write a", "WROTE-A");
+    command("swap", "SWAPPED");
+    let listed = command("/rewind", "(go back to the end of a turn with /rewind N)");
+    assert!(listed.contains("files each run changed"), "{listed}");
+    let undone = command("/undo", "files:");
+    assert!(undone.contains("D b.txt"), "{undone}");
+    assert!(root.join("a.txt").exists() && !root.join("b.txt").exists());
+    command("/undo redo", "brings back the files");
+    assert!(!root.join("a.txt").exists() && root.join("b.txt").exists());
+    command("/undo sideways", "/undo takes nothing or `redo`");
+    let rewound = command("/rewind 1", "Rewound session");
+    assert!(
+        rewound.contains("the files: 1 added, 1 removed"),
+        "{rewound}"
+    );
+    assert!(root.join("a.txt").exists() && !root.join("b.txt").exists());
+    command("and now", "BACK-AT-ONE");
+    let sent = serde_json::to_string(server.requests().pop().unwrap().messages()).unwrap();
+    assert!(
+        !sent.contains("rm a.txt") && sent.contains("files were restored"),
+        "{sent}"
+    );
+    command("/exit", "[exit 0]");
+}

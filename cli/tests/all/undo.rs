@@ -524,6 +524,12 @@ async fn a_rewind_to_run_one_brings_back_its_files_and_its_conversation_together
     let env = Env::new();
     let (session, _, _) = two_runs(&env).await;
     let root = env.root();
+    // The listing says which files each run changed.
+    let listed = ok(&env, None, &["rewind", &session]).await;
+    assert!(
+        listed.contains("files each run changed:\n  1  a.txt\n  2  a.txt, b.txt\n"),
+        "{listed}"
+    );
     // The files are shown before anything changes.
     let planned = troupe(&env, None, &["rewind", &session, "--to", "1", "--code"]).await;
     assert_eq!(planned.status.code(), Some(2), "{}", describe(&planned));
