@@ -418,6 +418,13 @@ impl DaemonClient {
         self.json_of(request).await
     }
 
+    /// Applies the retention policy and sweeps the checkpoint stores now
+    /// (`POST /v1/clean`).
+    pub(crate) async fn clean(&self) -> Result<crate::retention::Cleaned, ClientError> {
+        let request = self.http.post(self.url("/clean")).timeout(COMPACT_TIMEOUT);
+        self.json_of(request).await
+    }
+
     /// Compacts a session (`POST /v1/sessions/{id}/compact`) and waits for
     /// it: the text saying what was done.
     pub(crate) async fn compact_session(

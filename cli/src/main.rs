@@ -359,6 +359,11 @@ pub enum SessionsCommand {
         /// Session id (or a unique prefix of one).
         id: String,
     },
+    /// Apply the retention policy now (`[store] keep_days` and `max_bytes`):
+    /// remove the sessions it says go, then the checkpoints of sessions that
+    /// are gone, and keep the checkpoint stores within `[checkpoints]
+    /// max_bytes`. Sessions with a run in progress are kept.
+    Clean,
 }
 
 /// `troupe checkpoints` subcommands.

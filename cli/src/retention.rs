@@ -31,18 +31,74 @@ pub(crate) fn policy(settings: &StoreSettings) -> Retention {
 /// progress. Removed sessions lose their spilled tool output too. Failures
 /// are logged: retention must never stop a run.
 pub(crate) fn apply(store: &Store, locations: &Locations, in_use: &HashSet<String>) {
-    let settings = locations.store_settings();
-    match store.retain(&policy(&settings), chrono::Utc::now(), in_use) {
-        Ok(removed) if !removed.is_empty() => {
-            troupe_tools::output::remove_spill_dirs(&locations.data_dir, &removed);
-            tracing::info!(
-                count = removed.len(),
-                "sessions removed by the retention policy"
-            );
-        }
-        Ok(_) => {}
-        Err(err) => tracing::warn!(%err, "the retention policy could not be applied"),
+    if let Err(err) = apply_now(store, locations, in_use) {
+        tracing::warn!(%err, "the retention policy could not be applied");
     }
+}
+
+/// [`apply`], answering the sessions removed (their spilled output goes
+/// with them) or why the policy could not be applied.
+pub(crate) fn apply_now(
+    store: &Store,
+    locations: &Locations,
+    in_use: &HashSet<String>,
+) -> Result<Vec<String>, troupe_store::StoreError> {
+    let settings = locations.store_settings();
+    let removed = store.retain(&policy(&settings), chrono::Utc::now(), in_use)?;
+    if !removed.is_empty() {
+        troupe_tools::output::remove_spill_dirs(&locations.data_dir, &removed);
+        tracing::info!(
+            count = removed.len(),
+            "sessions removed by the retention policy"
+        );
+    }
+    Ok(removed)
+}
+
+/// What `troupe sessions clean` did, as the daemon answers it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub(crate) struct Cleaned {
+    /// Sessions the retention policy removed.
+    pub removed_sessions: Vec<String>,
+    /// The checkpoint sweep (orphans dropped, sessions pruned, bytes).
+    pub checkpoints: troupe_checkpoint::HomeSweep,
+}
+
+impl Cleaned {
+    /// What was done, for people.
+    pub(crate) fn text(&self) -> String {
+        let sweep = &self.checkpoints;
+        format!(
+            "removed {} session(s) by the retention policy; dropped the checkpoints of {} session(s) that are gone and of {} to stay within [checkpoints] max_bytes; the checkpoint stores take {} bytes (were {})",
+            self.removed_sessions.len(),
+            sweep.orphans.len(),
+            sweep.pruned.len(),
+            sweep.bytes_after,
+            sweep.bytes_before
+        )
+    }
+}
+
+/// `troupe sessions clean` in the process holding `store`: the retention
+/// policy, then the checkpoint sweep, now.
+pub(crate) async fn clean_now(
+    store: &Store,
+    locations: &Locations,
+) -> Result<Cleaned, (u8, String)> {
+    let removed_sessions = {
+        let (store, locations) = (store.clone(), locations.clone());
+        tokio::task::spawn_blocking(move || apply_now(&store, &locations, &HashSet::new()))
+            .await
+            .map_err(|err| (crate::EXIT_RUNTIME, err.to_string()))?
+            .map_err(|err| (crate::EXIT_RUNTIME, err.to_string()))?
+    };
+    let checkpoints = sweep_checkpoints_now(store, locations, &HashSet::new())
+        .await
+        .map_err(|err| (crate::EXIT_RUNTIME, err))?;
+    Ok(Cleaned {
+        removed_sessions,
+        checkpoints,
+    })
 }
 
 /// How often an embedded run sweeps the checkpoint stores (the daemon does
@@ -85,35 +141,41 @@ pub(crate) async fn sweep_checkpoints(
     locations: &Locations,
     in_use: &HashSet<String>,
 ) {
+    if let Err(err) = sweep_checkpoints_now(store, locations, in_use).await {
+        tracing::warn!(%err, "the checkpoint stores could not be swept");
+    }
+}
+
+/// [`sweep_checkpoints`], answering what the sweep did or why it failed.
+pub(crate) async fn sweep_checkpoints_now(
+    store: &Store,
+    locations: &Locations,
+    in_use: &HashSet<String>,
+) -> Result<troupe_checkpoint::HomeSweep, String> {
     let max_bytes = locations.checkpoint_settings().max_bytes;
-    let running: HashSet<String> = match store.list_runs(None) {
-        Ok(runs) => runs
-            .into_iter()
-            .filter(|run| run.status.is_running())
-            .map(|run| run.session_id)
-            .collect(),
-        Err(err) => {
-            tracing::warn!(%err, "the checkpoint sweep cannot tell which sessions run");
-            return;
-        }
-    };
+    let running: HashSet<String> = store
+        .list_runs(None)
+        .map_err(|err| format!("the checkpoint sweep cannot tell which sessions run: {err}"))?
+        .into_iter()
+        .filter(|run| run.status.is_running())
+        .map(|run| run.session_id)
+        .collect();
     let exists = |session: &str| !matches!(store.session(session), Ok(None));
     let busy = |session: &str| in_use.contains(session) || running.contains(session);
-    match troupe_checkpoint::sweep_home(&locations.data_dir, &exists, &busy, max_bytes).await {
-        Ok(sweep) => {
-            mark_swept(&locations.data_dir);
-            if !sweep.orphans.is_empty() || !sweep.pruned.is_empty() {
-                tracing::info!(
-                    orphans = sweep.orphans.len(),
-                    pruned = sweep.pruned.len(),
-                    bytes_before = sweep.bytes_before,
-                    bytes_after = sweep.bytes_after,
-                    "checkpoints swept"
-                );
-            }
-        }
-        Err(err) => tracing::warn!(%err, "the checkpoint stores could not be swept"),
+    let sweep = troupe_checkpoint::sweep_home(&locations.data_dir, &exists, &busy, max_bytes)
+        .await
+        .map_err(|err| err.to_string())?;
+    mark_swept(&locations.data_dir);
+    if !sweep.orphans.is_empty() || !sweep.pruned.is_empty() {
+        tracing::info!(
+            orphans = sweep.orphans.len(),
+            pruned = sweep.pruned.len(),
+            bytes_before = sweep.bytes_before,
+            bytes_after = sweep.bytes_after,
+            "checkpoints swept"
+        );
     }
+    Ok(sweep)
 }
 
 #[cfg(test)]

@@ -330,6 +330,7 @@ pub(crate) async fn sessions(command: SessionsCommand) -> u8 {
         SessionsCommand::Export { id } => View::SessionExport { id },
         SessionsCommand::Rm { id } => return remove_command(&id).await,
         SessionsCommand::Compact { id } => return compact_command(&id).await,
+        SessionsCommand::Clean => return clean_command().await,
     };
     print_view(view).await
 }
@@ -379,6 +380,35 @@ async fn remove_command(id: &str) -> u8 {
             // The spill files and the checkpoints go with their sessions.
             troupe_tools::output::remove_spill_dirs(&locations.data_dir, &removed);
             crate::undo::forget_checkpoints(&locations.data_dir, project, &removed).await;
+            0
+        }
+        Err((code, message)) => {
+            eprintln!("troupe: {message}");
+            code
+        }
+    }
+}
+
+/// `troupe sessions clean`: by the running daemon when there is one, else
+/// on the store opened here; prints what was removed.
+async fn clean_command() -> u8 {
+    let answer = async {
+        let locations = Locations::from_process().map_err(|err| (err.code, err.message))?;
+        match DaemonClient::locate(&locations).map_err(|err| (err.code, err.message))? {
+            Some(client) => client.clean().await.map_err(|err| (err.code, err.message)),
+            None => {
+                let store = locations
+                    .open_store()
+                    .map_err(|err| (err.code, err.message))?;
+                crate::run::report_recovered(&store, false);
+                crate::retention::clean_now(&store, &locations).await
+            }
+        }
+    }
+    .await;
+    match answer {
+        Ok(cleaned) => {
+            println!("{}", cleaned.text());
             0
         }
         Err((code, message)) => {

@@ -135,6 +135,7 @@ pub(crate) fn router(state: ApiState) -> Router {
         .route(&path("/sessions/{id}/rewind"), post(rewind_session))
         .route(&path("/sessions/{id}/plan"), get(session_plans))
         .route(&path("/sessions/{id}/undo"), post(undo_session))
+        .route(&path("/clean"), post(clean))
         .route(
             &path("/sessions/{id}/checkpoints"),
             get(session_checkpoints),
@@ -762,6 +763,17 @@ async fn remove_session(
         ))),
         Err(err) => Err(runtime_error(err)),
     }
+}
+
+/// `POST /v1/clean`: the retention policy and the checkpoint sweep now, as
+/// `troupe sessions clean` does; what was removed.
+async fn clean(State(state): State<ApiState>) -> Result<Response, ApiError> {
+    let locations =
+        crate::project::Locations::from_process().map_err(|err| ApiError::internal(err.message))?;
+    let cleaned = crate::retention::clean_now(&state.store, &locations)
+        .await
+        .map_err(|(_, message)| ApiError::internal(message))?;
+    Ok(axum::Json(cleaned).into_response())
 }
 
 /// An undo refusal as an API error: a conflict (a run in progress, files

@@ -598,3 +598,23 @@ async fn a_rewind_to_run_one_brings_back_its_files_and_its_conversation_together
         "mine\n"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sessions_clean_removes_what_the_policy_says_and_their_checkpoints_with_them() {
+    let env = Env::new();
+    let (session, _, _) = two_runs(&env).await;
+    assert_eq!(refs_of(&env, &session), 4);
+    // Nothing is due: nothing goes.
+    let kept = ok(&env, None, &["sessions", "clean"]).await;
+    assert!(kept.contains("removed 0 session(s)"), "{kept}");
+    assert_eq!(refs_of(&env, &session), 4);
+    // A bound the session does not fit in: it goes, and its checkpoints.
+    env.write_user_config("[store]\nmax_bytes = 1\n");
+    let cleaned = ok(&env, None, &["sessions", "clean"]).await;
+    assert!(
+        cleaned.contains("removed 1 session(s)")
+            && cleaned.contains("of 1 session(s) that are gone"),
+        "{cleaned}"
+    );
+    assert_eq!(refs_of(&env, &session), 0);
+}
