@@ -635,6 +635,7 @@ mod tests {
         let both = RewindScope {
             code: true,
             conversation: true,
+            force: false,
         };
         assert_eq!(RewindScope::from_flags(false, false), both);
         assert_eq!(RewindScope::from_flags(true, true), both);
@@ -642,14 +643,16 @@ mod tests {
             RewindScope::from_flags(false, true),
             RewindScope {
                 code: false,
-                conversation: true
+                conversation: true,
+                force: false,
             }
         );
         assert_eq!(
             RewindScope::from_flags(true, false),
             RewindScope {
                 code: true,
-                conversation: false
+                conversation: false,
+                force: false,
             }
         );
     }

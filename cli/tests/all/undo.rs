@@ -454,7 +454,7 @@ async fn run_with_a_sub_agent(env: &Env, main_edits_child_file: bool) -> String 
         .unwrap();
     let events = json_lines(
         ok(
-            &env,
+            env,
             Some(&server),
             &["run", "--json", "--mode", "bypass", "delegate"],
         )
