@@ -57,6 +57,11 @@
 //!   (`CLOCK_REALTIME` read beside `Instant::now()` just before the spawn);
 //!   that split is as good as the two clocks agree over a run (a clock step
 //!   during the run would show as a negative part);
+//! - `commands_no_checkpoints`: the same run with `[checkpoints] enabled =
+//!   false` in the user configuration: the difference of the two kinds'
+//!   gaps is what the checkpoints before the four commands cost (the small
+//!   project is not a git repository; each command's turn is preceded by a
+//!   snapshot, the run's end by one more);
 //! - `true_unconfined` and `true_confined`: ten `bash` calls of `true`, one a
 //!   turn, then the answer, with `[sandbox] mode = "off"` and
 //!   `mode = "workspace-write"` (the default) in the user configuration
@@ -178,6 +183,8 @@ enum Kind {
     WithTools,
     /// Four `bash` calls of `sleep 0.3` with stamps, default OS sandbox.
     Commands,
+    /// The same with `[checkpoints] enabled = false`.
+    CommandsWithoutCheckpoints,
     /// Ten `bash` calls of `true`, OS sandbox off.
     TrueUnconfined,
     /// Ten `bash` calls of `true`, default OS sandbox.
@@ -188,13 +195,14 @@ enum Kind {
 
 impl Kind {
     /// Every kind of run, in the order they are measured.
-    const ALL: [Self; 9] = [
+    const ALL: [Self; 10] = [
         Self::Trivial,
         Self::TrivialInGitRepo,
         Self::TrivialWithExport,
         Self::TrivialWithRefusedExport,
         Self::WithTools,
         Self::Commands,
+        Self::CommandsWithoutCheckpoints,
         Self::TenReadFileTurns,
         Self::TrueUnconfined,
         Self::TrueConfined,
@@ -209,6 +217,7 @@ impl Kind {
             Self::TrivialWithRefusedExport => "trivial_refused_export",
             Self::WithTools => "tools",
             Self::Commands => "commands",
+            Self::CommandsWithoutCheckpoints => "commands_no_checkpoints",
             Self::TrueUnconfined => "true_unconfined",
             Self::TrueConfined => "true_confined",
             Self::TenReadFileTurns => "ten_read_file_turns",
@@ -228,6 +237,9 @@ impl Kind {
             Self::WithTools => "troupe run --mode bypass (read_file, glob, grep, bash, answer)",
             Self::Commands => {
                 "troupe run --mode bypass (four stamped bash calls of sleep, default OS sandbox)"
+            }
+            Self::CommandsWithoutCheckpoints => {
+                "troupe run --mode bypass (the same four commands, checkpoints off)"
             }
             Self::TrueUnconfined => {
                 "troupe run --mode bypass (ten bash calls of true, sandbox off)"
@@ -254,7 +266,7 @@ impl Kind {
                 ),
                 tool_call("bash", json!({"command": "echo checked && ls src"})),
             ],
-            Self::Commands => (1..=TIMED_COMMANDS)
+            Self::Commands | Self::CommandsWithoutCheckpoints => (1..=TIMED_COMMANDS)
                 .map(|n| tool_call("bash", json!({"command": stamped_sleep(n, command_sleep)})))
                 .collect(),
             // Distinct arguments, so the repeated-call guard never stops the
@@ -279,9 +291,10 @@ impl Kind {
             | Self::TrivialWithExport
             | Self::TrivialWithRefusedExport => &["run", "x"],
             Self::WithTools => &["run", "--mode", "bypass", "Look around the project."],
-            Self::Commands | Self::TrueUnconfined | Self::TrueConfined => {
-                &["run", "--mode", "bypass", "Run the commands."]
-            }
+            Self::Commands
+            | Self::CommandsWithoutCheckpoints
+            | Self::TrueUnconfined
+            | Self::TrueConfined => &["run", "--mode", "bypass", "Run the commands."],
             Self::TenReadFileTurns => &["run", "--mode", "bypass", "Read the notes."],
         }
     }
@@ -292,6 +305,7 @@ impl Kind {
         match self {
             Self::TrueUnconfined => Some("[sandbox]\nmode = \"off\"\n"),
             Self::TrueConfined => Some("[sandbox]\nmode = \"workspace-write\"\n"),
+            Self::CommandsWithoutCheckpoints => Some("[checkpoints]\nenabled = false\n"),
             _ => None,
         }
     }
@@ -840,7 +854,7 @@ impl Runner<'_> {
             .first()
             .map(|request| Prefix::of(&request.body, request.body_len))
             .ok_or("no request recorded")?;
-        let commands = if kind == Kind::Commands {
+        let commands = if matches!(kind, Kind::Commands | Kind::CommandsWithoutCheckpoints) {
             let path = sandbox.project.join(STAMPS_FILE);
             let text = std::fs::read_to_string(&path)
                 .map_err(|e| format!("commands: cannot read {}: {e}", path.display()))?;
@@ -1066,7 +1080,7 @@ fn figures(kind: Kind, runs: &[RunSample]) -> Vec<Figure> {
         ),
     ];
     match kind {
-        Kind::Commands => figures.extend([
+        Kind::Commands | Kind::CommandsWithoutCheckpoints => figures.extend([
             Figure::of(
                 "gaps_ms",
                 "gaps: window − commands' own time (ms)",
