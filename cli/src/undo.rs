@@ -18,7 +18,8 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 use troupe_checkpoint::{
     AgentUndoRefusal, ChangeKind, Checkpoint, CheckpointDiff, CheckpointKind, CheckpointStore,
-    SnapshotMeta, UndoRefusal, plan_agent_undo, plan_redo, plan_undo, undo_history,
+    SnapshotMeta, UndoRefusal, plan_agent_undo, plan_redo, plan_rewind_files, plan_undo,
+    undo_history,
 };
 use troupe_protocol::model::{ContentBlock, Message};
 use troupe_store::Store;
@@ -194,12 +195,7 @@ pub(crate) async fn undo_session(
         .map_err(runtime)?;
     let checkpoints = checkpoints_store.checkpoints(&id).await.map_err(runtime)?;
     if checkpoints.is_empty() {
-        return Err((
-            EXIT_USAGE,
-            format!(
-                "session {id} has no checkpoints: no turn of it changed files while checkpoints were on"
-            ),
-        ));
+        return Err(no_checkpoints());
     }
     let history = undo_history(&checkpoints);
     let current = checkpoints_store.work_tree_id().await.map_err(runtime)?;
@@ -223,17 +219,15 @@ pub(crate) async fn undo_session(
             .skip(usize::try_from(to_run).unwrap_or(usize::MAX))
             .map(|run| run.run_id.as_str())
             .collect();
-        let Some(at) = run_end_position(&checkpoints, &run.run_id, &later) else {
+        let Some(plan) = plan_rewind_files(&checkpoints, &history, &run.run_id, &later) else {
             return Ok(files_as_left(&id, project, to_run));
         };
-        let target = checkpoints[at].number;
-        let undone = history
-            .undoable
-            .iter()
-            .copied()
-            .filter(|&turn| checkpoints[turn].number >= target)
-            .collect();
-        (at, undone, CheckpointKind::BeforeRewind { to_run, target })
+        let target = checkpoints[plan.target].number;
+        (
+            plan.target,
+            plan.undone,
+            CheckpointKind::BeforeRewind { to_run, target },
+        )
     } else if let (Some(agent), false) = (&request.agent, request.redo) {
         let mut changed: Vec<Vec<PathBuf>> = vec![Vec::new(); checkpoints.len()];
         for &turn in &history.undoable {
@@ -336,25 +330,6 @@ pub(crate) async fn undo_session(
     report.applied = true;
     report.before = Some(restored.before.number);
     Ok(report)
-}
-
-/// The position of the checkpoint holding the files as run `run` left
-/// them: its `run end` record, else (it changed nothing) the first turn's
-/// record of a run in `later` (the files before anything after it changed
-/// them); `None` when neither exists: no later turn changed files. Pure.
-fn run_end_position(checkpoints: &[Checkpoint], run: &str, later: &[&str]) -> Option<usize> {
-    checkpoints
-        .iter()
-        .position(|checkpoint| {
-            checkpoint.record.meta.kind == CheckpointKind::RunEnd
-                && checkpoint.record.meta.run == run
-        })
-        .or_else(|| {
-            checkpoints.iter().position(|checkpoint| {
-                checkpoint.record.meta.kind == CheckpointKind::Turn
-                    && later.contains(&checkpoint.record.meta.run.as_str())
-            })
-        })
 }
 
 /// The report of a rewind whose files need nothing: no later turn changed

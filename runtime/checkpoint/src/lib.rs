@@ -43,7 +43,7 @@ pub use skip::{SkipReason, Skipped};
 pub use store::{CheckpointStore, PruneReport, Restored};
 pub use undo::{
     AgentUndoPlan, AgentUndoRefusal, UndoHistory, UndoPlan, UndoRefusal, plan_agent_undo,
-    plan_redo, plan_undo, undo_history,
+    plan_redo, plan_rewind_files, plan_undo, undo_history,
 };
 
 /// Why a checkpoint operation failed. Nothing in the work tree or the store

@@ -125,6 +125,42 @@ pub fn plan_undo(
     Err(UndoRefusal::NothingToUndo)
 }
 
+/// What a rewind to the end of a run restores: the position of the
+/// checkpoint holding the files as run `run` left them — its `run end`
+/// record, else (it changed nothing) the first turn's record of a run in
+/// `later` (the files before anything after it changed them) — and the
+/// turns it undoes (those not undone yet from that checkpoint on); `None`
+/// when neither record exists: no later turn changed files. Pure.
+pub fn plan_rewind_files(
+    checkpoints: &[Checkpoint],
+    history: &UndoHistory,
+    run: &str,
+    later: &[&str],
+) -> Option<UndoPlan> {
+    fn meta(checkpoint: &Checkpoint) -> &crate::record::SnapshotMeta {
+        &checkpoint.record.meta
+    }
+    let target = checkpoints
+        .iter()
+        .position(|checkpoint| {
+            meta(checkpoint).kind == CheckpointKind::RunEnd && meta(checkpoint).run == run
+        })
+        .or_else(|| {
+            checkpoints.iter().position(|checkpoint| {
+                meta(checkpoint).kind == CheckpointKind::Turn
+                    && later.contains(&meta(checkpoint).run.as_str())
+            })
+        })?;
+    let number = checkpoints[target].number;
+    let undone = history
+        .undoable
+        .iter()
+        .copied()
+        .filter(|&turn| checkpoints[turn].number >= number)
+        .collect();
+    Some(UndoPlan { target, undone })
+}
+
 /// What undoing one agent's turn alone restores.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AgentUndoPlan {
@@ -364,6 +400,29 @@ mod tests {
         assert_eq!(history.expected_tree, None);
         records.push(checkpoint(8, "t5", BeforeRedo));
         assert_eq!(undo_history(&records).undoable, vec![0, 1, 2, 3, 4]);
+    }
+
+    fn of_run(mut checkpoint: Checkpoint, run: &str) -> Checkpoint {
+        checkpoint.record.meta.run = run.into();
+        checkpoint
+    }
+
+    #[test]
+    fn a_rewind_restores_the_runs_end_or_else_the_files_before_the_next_run_changed_them() {
+        let records = vec![
+            of_run(checkpoint(1, "empty", Turn), "r1"),
+            of_run(checkpoint(2, "A", RunEnd), "r1"),
+            // r2 changed nothing; r3 did.
+            of_run(checkpoint(3, "A", Turn), "r3"),
+            of_run(checkpoint(4, "AB", RunEnd), "r3"),
+        ];
+        let history = undo_history(&records);
+        let plan = plan_rewind_files(&records, &history, "r1", &["r2", "r3"]).unwrap();
+        assert_eq!((plan.target, plan.undone), (1, vec![2]));
+        let plan = plan_rewind_files(&records, &history, "r2", &["r3"]).unwrap();
+        assert_eq!((plan.target, plan.undone), (2, vec![2]));
+        // After the last run that changed files, nothing to restore.
+        assert_eq!(plan_rewind_files(&records, &history, "r4", &[]), None);
     }
 
     #[test]
