@@ -224,10 +224,17 @@ impl AgentLoop {
                 tool_call_ids: execution.calls.iter().map(|call| call.id.clone()).collect(),
                 skipped: taken.skipped,
             })),
-            Err(err) => out.push(Effect::Emit(EventKind::Notice {
-                text: format!("no checkpoint before this turn (it cannot be undone): {err}"),
-                code: Some(troupe_protocol::events::NOTICE_CHECKPOINT_FAILED.to_owned()),
-            })),
+            Err(err) => {
+                // Told once: the agent takes no more (a store git cannot
+                // write fails the same way every turn).
+                self.checkpoints = false;
+                out.push(Effect::Emit(EventKind::Notice {
+                    text: format!(
+                        "no checkpoint before this turn, nor before this agent's later turns (they cannot be undone): {err}"
+                    ),
+                    code: Some(troupe_protocol::events::NOTICE_CHECKPOINT_FAILED.to_owned()),
+                }));
+            }
         }
         self.advance(out);
     }

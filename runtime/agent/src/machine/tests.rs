@@ -643,6 +643,15 @@ fn an_unchanged_or_failed_checkpoint_lets_the_turn_go_on() {
         show(&effects)[1..],
         s(&["emit:tool_started", "tool:0:bash"])
     );
+    // After a failure the agent asks for no more: the next command starts
+    // at once.
+    f.done(0, "installed");
+    f.step(Input::Saved(Ok(())));
+    f.respond(&[bash("make clean")]);
+    assert_eq!(
+        f.step(Input::Saved(Ok(()))),
+        s(&["emit:tool_started", "tool:0:bash"])
+    );
 }
 
 #[test]
