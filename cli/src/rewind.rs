@@ -97,18 +97,26 @@ pub(crate) fn rewind_note(to_run: u64, files_restored: bool) -> String {
     }
 }
 
+/// What the files part of a rewind did.
+pub(crate) struct FilesRewound {
+    /// The line saying it.
+    pub(crate) line: String,
+    /// Files were restored (the model's note says so only then).
+    pub(crate) restored: bool,
+}
+
 /// Restores the project's files of `session` to the end of its run
 /// `to_run` (`force`: over files changed outside Troupe), in the process
-/// holding `store`; the line saying what was done. A rewind's undo record
-/// (`before rewind`) is taken first, so `troupe undo --redo` brings the
-/// files back.
+/// holding `store`. A rewind's undo record (`before rewind`) is taken
+/// first, so `troupe undo --redo` brings the files back. A session
+/// without checkpoints has nothing to restore from, and says so.
 pub(crate) async fn restore_code_to_run_end(
     store: &Store,
     data_dir: &std::path::Path,
     session: &str,
     to_run: u64,
     force: bool,
-) -> Result<String, Failure> {
+) -> Result<FilesRewound, Failure> {
     let report = crate::undo::undo_session(
         store,
         data_dir,
@@ -121,11 +129,17 @@ pub(crate) async fn restore_code_to_run_end(
         },
     )
     .await?;
-    Ok(files_line(&report))
+    Ok(FilesRewound {
+        line: files_line(&report),
+        restored: report.applied,
+    })
 }
 
 /// What a rewind did to the files, in one line.
 fn files_line(report: &crate::undo::UndoReport) -> String {
+    if let Some(reason) = &report.nothing_to_do {
+        return format!("the files were not restored: {reason}");
+    }
     if !report.applied {
         return "the files were already as that run left them".to_owned();
     }
@@ -263,7 +277,8 @@ pub(crate) async fn rewind_on_runtime(
         None
     };
     let conversation = if scope.conversation {
-        let request = conversation_request(session, to, scope.code);
+        let restored = files.as_ref().is_some_and(|files| files.restored);
+        let request = conversation_request(session, to, restored);
         match runtime.rewind(request).await {
             Ok(done) => Some(done),
             Err(RuntimeError::Store(err)) => return Err(RewindError::Store(err)),
@@ -276,7 +291,7 @@ pub(crate) async fn rewind_on_runtime(
         session,
         to,
         conversation.as_ref(),
-        files.as_deref(),
+        files.as_ref().map(|files| files.line.as_str()),
     ))
 }
 
@@ -299,7 +314,8 @@ async fn rewind_here(
         None
     };
     let conversation = if scope.conversation {
-        let request = conversation_request(session, to, scope.code);
+        let restored = files.as_ref().is_some_and(|files| files.restored);
+        let request = conversation_request(session, to, restored);
         let done = store.rewind_conversation(&request).map_err(failure)?;
         store.flush().map_err(failure)?;
         Some(done)
@@ -310,7 +326,7 @@ async fn rewind_here(
         session,
         to,
         conversation.as_ref(),
-        files.as_deref(),
+        files.as_ref().map(|files| files.line.as_str()),
     ))
 }
 

@@ -81,6 +81,9 @@ pub(crate) struct UndoReport {
     /// For a rewind: the run whose end the files go back to.
     #[serde(default)]
     pub to_run: Option<u64>,
+    /// For a rewind with nothing to restore: why.
+    #[serde(default)]
+    pub nothing_to_do: Option<String>,
     /// The checkpoint restored.
     pub checkpoint: u64,
     /// The run and turn it was taken before (an undo), or empty.
@@ -187,15 +190,28 @@ pub(crate) async fn undo_session(
             ),
         )
     };
+    // A rewind without checkpoints still cuts the conversation: its files
+    // part says what it could not do.
+    let without = |id: &str, project: PathBuf| {
+        match request.rewind_to {
+        Some(to_run) => Ok(files_as_left(
+            id,
+            project,
+            to_run,
+            Some("the session has no checkpoints (no turn of it changed files while checkpoints were on)".to_owned()),
+        )),
+        None => Err(no_checkpoints()),
+    }
+    };
     if !CheckpointStore::exists(data_dir, &project) {
-        return Err(no_checkpoints());
+        return without(&id, project);
     }
     let checkpoints_store = CheckpointStore::open(data_dir, &project)
         .await
         .map_err(runtime)?;
     let checkpoints = checkpoints_store.checkpoints(&id).await.map_err(runtime)?;
     if checkpoints.is_empty() {
-        return Err(no_checkpoints());
+        return without(&id, project);
     }
     let history = undo_history(&checkpoints);
     let current = checkpoints_store.work_tree_id().await.map_err(runtime)?;
@@ -220,7 +236,7 @@ pub(crate) async fn undo_session(
             .map(|run| run.run_id.as_str())
             .collect();
         let Some(plan) = plan_rewind_files(&checkpoints, &history, &run.run_id, &later) else {
-            return Ok(files_as_left(&id, project, to_run));
+            return Ok(files_as_left(&id, project, to_run, None));
         };
         let target = checkpoints[plan.target].number;
         (
@@ -299,6 +315,7 @@ pub(crate) async fn undo_session(
         .to_owned(),
         only_agent: only.is_some(),
         to_run: request.rewind_to,
+        nothing_to_do: None,
         checkpoint: target.number,
         run_id: target.record.meta.run.clone(),
         turn: target.record.meta.turn,
@@ -332,15 +349,16 @@ pub(crate) async fn undo_session(
     Ok(report)
 }
 
-/// The report of a rewind whose files need nothing: no later turn changed
-/// any.
-fn files_as_left(id: &str, project: PathBuf, to_run: u64) -> UndoReport {
+/// The report of a rewind whose files need nothing done: `reason` says why
+/// (`None`: no later turn changed any, they are as the run left them).
+fn files_as_left(id: &str, project: PathBuf, to_run: u64, reason: Option<String>) -> UndoReport {
     UndoReport {
         session_id: id.to_owned(),
         project,
         action: "rewind".to_owned(),
         only_agent: false,
         to_run: Some(to_run),
+        nothing_to_do: reason,
         checkpoint: 0,
         run_id: String::new(),
         turn: 0,
@@ -564,6 +582,9 @@ pub(crate) fn report_text(report: &UndoReport) -> String {
     let mut out = String::new();
     let short = troupe_store::short_id(&report.session_id);
     let to_run = report.to_run.unwrap_or_default();
+    if let Some(reason) = &report.nothing_to_do {
+        return format!("the files: not restored: {reason}\n");
+    }
     if report.action == "rewind" && report.checkpoint == 0 {
         return format!(
             "the files: as run {to_run} left them already (no later turn changed files)\n"
@@ -1134,6 +1155,7 @@ mod tests {
             action: "undo".into(),
             only_agent: false,
             to_run: None,
+            nothing_to_do: None,
             checkpoint: 2,
             run_id: "r".into(),
             turn: 1,

@@ -88,19 +88,18 @@ async fn after_a_rewind_to_run_one_the_next_request_is_run_ones_plus_the_note_an
     let rewound = troupe(
         &env,
         &server,
-        &[
-            "rewind",
-            &session[..8],
-            "--to",
-            "1",
-            "--conversation",
-            "--yes",
-        ],
+        &["rewind", &session[..8], "--to", "1", "--both", "--yes"],
         0,
     )
     .await;
     let printed = out_text(&rewound.stdout);
     assert!(printed.contains("4 of 8 message(s) removed"), "{printed}");
+    // The runs only read: no checkpoint, so no file is restored, and the
+    // note does not say any was.
+    assert!(
+        printed.contains("not restored: the session has no checkpoints"),
+        "{printed}"
+    );
     let done_line = printed
         .lines()
         .find(|line| line.starts_with("Rewound session"))
@@ -183,7 +182,7 @@ async fn the_branch_is_listed_and_resumes_with_the_history_from_before() {
     let listing = out_text(&listed.stdout);
     let numbered: Vec<&str> = listing
         .lines()
-        .filter(|line| line.trim_start().starts_with(['1', '2']))
+        .filter(|line| line.trim_start().starts_with(['1', '2']) && line.contains("finished"))
         .collect();
     assert_eq!(numbered.len(), 2, "{listing}");
     assert!(
