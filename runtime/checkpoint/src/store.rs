@@ -97,6 +97,9 @@ pub struct CheckpointStore {
     /// The store's generation this value last saw (its own writes
     /// included).
     seen_generation: std::sync::atomic::AtomicU64,
+    /// git found the project in no repository of the user's: its listings
+    /// are not asked for again by this value.
+    not_in_repository: std::sync::atomic::AtomicBool,
 }
 
 /// One operation on the store: the value's cache and the store's lock file,
@@ -250,6 +253,7 @@ impl CheckpointStore {
             heads: Mutex::new(HashMap::new()),
             last_skipped: std::sync::Mutex::new(None),
             seen_generation: std::sync::atomic::AtomicU64::new(u64::MAX),
+            not_in_repository: std::sync::atomic::AtomicBool::new(false),
         };
         if !store.git.git_dir.join("HEAD").is_file() {
             store.create().await?;
@@ -316,6 +320,7 @@ impl CheckpointStore {
             heads: Mutex::new(HashMap::new()),
             last_skipped: std::sync::Mutex::new(None),
             seen_generation: std::sync::atomic::AtomicU64::new(u64::MAX),
+            not_in_repository: std::sync::atomic::AtomicBool::new(false),
         })
     }
 
@@ -438,16 +443,7 @@ impl CheckpointStore {
         let commit = one_line("commit-tree", &out)?;
         let session = record.meta.session.clone();
         let ref_name = session_ref(&session, number);
-        // Created only if absent: another process numbering the same session
-        // makes this fail instead of losing a checkpoint.
-        self.git
-            .run(
-                &["update-ref", &ref_name, &commit, ""],
-                None,
-                Writes::Store,
-                Index::Own,
-            )
-            .await?;
+        self.create_ref(&ref_name, &commit)?;
         op.wrote = true;
         op.heads().insert(
             session,
@@ -466,6 +462,31 @@ impl CheckpointStore {
         })
     }
 
+    /// Creates the loose ref `name` (`refs/troupe/SESSION/N`, its parts
+    /// checked) pointing at `commit`, only if absent, as `git update-ref
+    /// NAME COMMIT ""` does without starting git: the file is written aside
+    /// and linked into place, so it appears whole or not at all, and a ref
+    /// of that name already there (another process numbering the same
+    /// session) fails instead of being lost. The store lock is held, and
+    /// numbers come from every ref, loose or packed, so a packed ref never
+    /// has the name.
+    fn create_ref(&self, name: &str, commit: &str) -> Result<(), CheckpointError> {
+        if !is_object_id(commit) {
+            return Err(CheckpointError::Output {
+                command: "commit-tree".to_owned(),
+                detail: format!("expected an object id, got {commit:?}"),
+            });
+        }
+        let path = self.git.git_dir.join(name);
+        let dir = path.parent().unwrap_or(&self.git.git_dir);
+        std::fs::create_dir_all(dir).map_err(io_error(dir))?;
+        let aside = dir.join(format!(".troupe-new-ref-{}", std::process::id()));
+        std::fs::write(&aside, format!("{commit}\n")).map_err(io_error(&aside))?;
+        let linked = std::fs::hard_link(&aside, &path);
+        let _ = std::fs::remove_file(&aside);
+        linked.map_err(io_error(&path))
+    }
+
     /// Stages the work tree into the store's index as a snapshot does; the
     /// tree written and what was skipped.
     ///
@@ -479,7 +500,7 @@ impl CheckpointStore {
         let (skipped, user_tracked) = match previous {
             None => {
                 let (skipped, user_tracked) =
-                    tokio::join!(self.untracked_skips(), user_tracked(project));
+                    tokio::join!(self.untracked_skips(), self.user_tracked());
                 let skipped = skipped?;
                 self.unstage(skipped.iter().map(|path| path.raw.as_slice()))
                     .await?;
@@ -490,7 +511,7 @@ impl CheckpointStore {
                 let pathspecs = add_pathspecs(&previous);
                 let (skipped, user_tracked, added) = tokio::join!(
                     self.untracked_skips(),
-                    user_tracked(project),
+                    self.user_tracked(),
                     self.add(&pathspecs, false)
                 );
                 let skipped = skipped?;
@@ -543,9 +564,41 @@ impl CheckpointStore {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
+    /// The user's untracked entries (see [`user_untracked`]); `None`, and
+    /// no git started, once git found the project in no repository.
+    async fn user_untracked(&self) -> Option<Vec<u8>> {
+        self.in_user_repository(user_untracked(&self.git.project))
+            .await
+    }
+
+    /// The user's tracked files (see [`user_tracked`]), as
+    /// [`Self::user_untracked`].
+    async fn user_tracked(&self) -> Option<Vec<u8>> {
+        self.in_user_repository(user_tracked(&self.git.project))
+            .await
+    }
+
+    /// `listing`'s answer, unless the project is known to be in no
+    /// repository (a project becomes one rarely: a new store value, as each
+    /// run opens, looks again).
+    async fn in_user_repository(
+        &self,
+        listing: impl std::future::Future<Output = Option<Vec<u8>>>,
+    ) -> Option<Vec<u8>> {
+        use std::sync::atomic::Ordering;
+        if self.not_in_repository.load(Ordering::Relaxed) {
+            return None;
+        }
+        let answer = listing.await;
+        if answer.is_none() {
+            self.not_in_repository.store(true, Ordering::Relaxed);
+        }
+        answer
+    }
+
     /// The untracked entries of the work tree a snapshot skips.
     async fn untracked_skips(&self) -> Result<Vec<SkippedPath>, CheckpointError> {
-        let listing = match user_untracked(&self.git.project).await {
+        let listing = match self.user_untracked().await {
             // A project inside a repository that tracks none of it is a
             // plain directory to these rules.
             Some(listing) if !lists_only_the_root(&listing) => listing,
