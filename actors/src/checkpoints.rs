@@ -9,18 +9,19 @@
 //! for it rather than fail.
 
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use tokio::sync::OnceCell;
 use troupe_agent::CheckpointTaken;
-use troupe_checkpoint::{CheckpointKind, CheckpointStore, SnapshotMeta};
+use troupe_checkpoint::{Checkpoint, CheckpointKind, CheckpointStore, SnapshotMeta};
 
 /// The checkpoints of one run (see the module documentation).
 #[derive(Debug)]
 pub(crate) struct RunCheckpoints {
     home: PathBuf,
     project: PathBuf,
-    store: OnceCell<CheckpointStore>,
+    store: OnceCell<Arc<CheckpointStore>>,
     /// A snapshot of this run succeeded.
     taken: AtomicBool,
 }
@@ -37,23 +38,36 @@ impl RunCheckpoints {
         }
     }
 
-    async fn store(&self) -> Result<&CheckpointStore, troupe_checkpoint::CheckpointError> {
+    async fn store(&self) -> Result<&Arc<CheckpointStore>, troupe_checkpoint::CheckpointError> {
         self.store
-            .get_or_try_init(|| CheckpointStore::open(&self.home, &self.project))
+            .get_or_try_init(|| async {
+                CheckpointStore::open(&self.home, &self.project)
+                    .await
+                    .map(Arc::new)
+            })
             .await
     }
 
-    /// Takes the snapshot a loop asked for; what it captured, or why not
-    /// (the turn goes on without it).
-    pub(crate) async fn snapshot(&self, meta: SnapshotMeta) -> Result<CheckpointTaken, String> {
+    /// Takes the snapshot a loop asked for: answers once the files are
+    /// captured (the calls may start), with the task that ends once the
+    /// checkpoint is recorded; or why nothing was captured (the turn goes
+    /// on without it).
+    pub(crate) async fn snapshot(
+        self: &Arc<Self>,
+        meta: SnapshotMeta,
+    ) -> Result<impl Future<Output = Result<CheckpointTaken, String>> + use<>, String> {
         let store = self.store().await.map_err(|err| err.to_string())?;
-        let checkpoint = store.snapshot(meta).await.map_err(|err| err.to_string())?;
+        let staged = store
+            .snapshot_staged(meta)
+            .await
+            .map_err(|err| err.to_string())?;
         self.taken.store(true, Ordering::SeqCst);
-        Ok(CheckpointTaken {
-            number: checkpoint.number,
-            commit: checkpoint.commit,
-            unchanged: checkpoint.record.unchanged,
-            skipped: checkpoint.record.skipped.len() as u64,
+        Ok(async move {
+            match staged.recorded.await {
+                Ok(Ok(checkpoint)) => Ok(taken(&checkpoint)),
+                Ok(Err(err)) => Err(err.to_string()),
+                Err(err) => Err(format!("the checkpoint's record stopped: {err}")),
+            }
         })
     }
 
@@ -77,8 +91,22 @@ impl RunCheckpoints {
             kind: CheckpointKind::RunEnd,
             ..SnapshotMeta::default()
         };
-        if let Err(err) = self.snapshot(meta).await {
+        let taken = match self.store().await {
+            Ok(store) => store.snapshot(meta).await.map(|_| ()),
+            Err(err) => Err(err),
+        };
+        if let Err(err) = taken {
             tracing::warn!(%err, "the files as the run left them could not be captured");
         }
+    }
+}
+
+/// What a recorded checkpoint tells its loop.
+fn taken(checkpoint: &Checkpoint) -> CheckpointTaken {
+    CheckpointTaken {
+        number: checkpoint.number,
+        commit: checkpoint.commit.clone(),
+        unchanged: checkpoint.record.unchanged,
+        skipped: checkpoint.record.skipped.len() as u64,
     }
 }

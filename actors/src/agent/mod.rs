@@ -333,6 +333,15 @@ impl AgentState {
             Work::SaveOverdue { save } => Some(Input::SaveOverdue { save }),
             Work::HooksRan { call, verdict } => Some(Input::HooksRan { call, verdict }),
             Work::Checkpointed { epoch, result } => Some(Input::Checkpointed { epoch, result }),
+            Work::CheckpointRecorded {
+                turn,
+                tool_call_ids,
+                result,
+            } => Some(Input::CheckpointRecorded {
+                turn,
+                tool_call_ids,
+                result,
+            }),
             Work::FinishAfterHooks(outcome) => {
                 self.finish(myself, outcome);
                 None
@@ -513,9 +522,10 @@ impl AgentState {
 }
 
 impl AgentState {
-    /// Takes the checkpoint the loop asked for in a task (the calls of
-    /// `epoch` wait for it); the answer comes back as [`Work::Checkpointed`].
-    /// Without checkpoints (never asked then) the answer is at once.
+    /// Takes the checkpoint the loop asked for in a task: the calls of
+    /// `epoch` wait for [`Work::Checkpointed`] (the files captured), and
+    /// [`Work::CheckpointRecorded`] follows once it is written. Without
+    /// checkpoints (never asked then) the answer is at once.
     fn checkpoint(
         &mut self,
         myself: &ActorRef<AgentMsg>,
@@ -536,16 +546,38 @@ impl AgentState {
             "troupe.checkpoint.turn" = meta.turn,
             "troupe.checkpoint.number" = tracing::field::Empty,
         );
+        let (turn, tool_call_ids) = (meta.turn, meta.tool_call_ids.clone());
         self.tasks.spawn(
             async move {
-                let result = checkpoints.snapshot(meta).await;
+                let recorded = match checkpoints.snapshot(meta).await {
+                    Ok(recorded) => {
+                        let _ = agent.cast(AgentMsg::work(Work::Checkpointed {
+                            epoch,
+                            result: Ok(()),
+                        }));
+                        recorded
+                    }
+                    Err(err) => {
+                        tracing::warn!(%err, "no checkpoint before the turn");
+                        let _ = agent.cast(AgentMsg::work(Work::Checkpointed {
+                            epoch,
+                            result: Err(err),
+                        }));
+                        return;
+                    }
+                };
+                let result = recorded.await;
                 match &result {
                     Ok(taken) => {
                         tracing::Span::current().record("troupe.checkpoint.number", taken.number);
                     }
-                    Err(err) => tracing::warn!(%err, "no checkpoint before the turn"),
+                    Err(err) => tracing::warn!(%err, "the checkpoint could not be recorded"),
                 }
-                let _ = agent.cast(AgentMsg::work(Work::Checkpointed { epoch, result }));
+                let _ = agent.cast(AgentMsg::work(Work::CheckpointRecorded {
+                    turn,
+                    tool_call_ids,
+                    result,
+                }));
             }
             .instrument(span),
         );

@@ -89,10 +89,16 @@ pub(crate) enum Work {
     /// The loop finished while hooks that only report still ran; they are
     /// done now: report the outcome.
     FinishAfterHooks(RunOutcome),
-    /// The checkpoint asked for before execution `epoch` was taken (or
-    /// failed).
+    /// The files of the checkpoint asked for before execution `epoch` are
+    /// captured (or could not be).
     Checkpointed {
         epoch: u64,
+        result: Result<(), String>,
+    },
+    /// That checkpoint is recorded (or could not be).
+    CheckpointRecorded {
+        turn: u64,
+        tool_call_ids: Vec<String>,
         result: Result<troupe_agent::CheckpointTaken, String>,
     },
     /// Hooks the loop asked for ran.

@@ -729,11 +729,41 @@ async fn a_run_is_prepared_with_the_environment_the_client_sends() {
 }
 
 /// The `--json` lines of a run with what differs between two runs of the
-/// same script taken out (ids, times, durations, checkpoint commits, which
-/// hold the time of the snapshot).
+/// same script taken out (ids, times, durations, and the place of a
+/// `checkpoint_created` event, which comes when its record is written,
+/// among the calls' events: they are compared without it, renumbered, and
+/// the checkpoints apart).
 fn comparable(stdout: &[u8]) -> Vec<Value> {
-    String::from_utf8_lossy(stdout)
+    let text = String::from_utf8_lossy(stdout);
+    let (checkpoints, events): (Vec<&str>, Vec<&str>) = text
         .lines()
+        .partition(|line| line.contains("\"type\":\"checkpoint_created\""));
+    let checkpoints = checkpoints.into_iter().map(|line| {
+        let mut event: Value = serde_json::from_str(line).unwrap();
+        let object = event.as_object_mut().unwrap();
+        for volatile in [
+            "run_id",
+            "session_id",
+            "ts",
+            "seq",
+            "commit",
+            "tool_call_ids",
+        ] {
+            object.remove(volatile);
+        }
+        event
+    });
+    events
+        .into_iter()
+        .enumerate()
+        .map(|(at, line)| {
+            let mut event: Value = serde_json::from_str(line).unwrap();
+            event["seq"] = Value::from(at + 1);
+            event
+        })
+        .map(|event| event.to_string())
+        .collect::<Vec<_>>()
+        .iter()
         .map(|line| {
             let mut event: Value = serde_json::from_str(line).unwrap();
             let object = event.as_object_mut().unwrap();
@@ -744,12 +774,12 @@ fn comparable(stdout: &[u8]) -> Vec<Value> {
                 "duration_ms",
                 "approval_id",
                 "call_id",
-                "commit",
             ] {
                 object.remove(volatile);
             }
             event
         })
+        .chain(checkpoints)
         .collect()
 }
 

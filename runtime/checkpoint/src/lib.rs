@@ -40,7 +40,7 @@ pub use diff::{ChangeKind, CheckpointDiff, DiffTarget, FileChange};
 pub use home::{HomeSweep, sweep_home};
 pub use record::{Checkpoint, CheckpointKind, CheckpointRecord, SnapshotMeta};
 pub use skip::{SkipReason, Skipped};
-pub use store::{CheckpointStore, PruneReport, Restored};
+pub use store::{CheckpointStore, PruneReport, Restored, StagedSnapshot};
 pub use undo::{
     AgentUndoPlan, AgentUndoRefusal, UndoHistory, UndoPlan, UndoRefusal, plan_agent_undo,
     plan_redo, plan_rewind_files, plan_undo, undo_history,

@@ -62,6 +62,15 @@ struct Head {
     agent: String,
 }
 
+/// A snapshot whose files are staged into the store
+/// ([`CheckpointStore::snapshot_staged`]); its record is being written.
+#[derive(Debug)]
+pub struct StagedSnapshot {
+    /// Ends with the checkpoint once its tree, commit and ref are written
+    /// (dropping it leaves the task to finish).
+    pub recorded: tokio::task::JoinHandle<Result<Checkpoint, CheckpointError>>,
+}
+
 /// What a restore did.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Restored {
@@ -395,12 +404,62 @@ impl CheckpointStore {
         self.snapshot_locked(&mut op, meta).await
     }
 
+    /// Takes a snapshot in two steps: the answer comes once the work tree's
+    /// files are staged into the store's index (later changes to the work
+    /// tree no longer reach it), while the tree, the commit and the ref are
+    /// written by a task that holds the store until it is done:
+    /// [`StagedSnapshot::recorded`] ends with the checkpoint. A caller that
+    /// only needs the files safe before changing them waits for the first
+    /// step alone.
+    pub async fn snapshot_staged(
+        self: &std::sync::Arc<Self>,
+        meta: SnapshotMeta,
+    ) -> Result<StagedSnapshot, CheckpointError> {
+        check_session_id(&meta.session)?;
+        let (staged_tx, staged_rx) = tokio::sync::oneshot::channel::<()>();
+        let store = std::sync::Arc::clone(self);
+        let recorded = tokio::spawn(async move {
+            let mut op = store.begin().await?;
+            let skipped = store.stage_index().await?;
+            // The caller may go on: what the files held is in the index.
+            let _ = staged_tx.send(());
+            store.record_snapshot(&mut op, meta, skipped).await
+        });
+        if staged_rx.await.is_ok() {
+            return Ok(StagedSnapshot { recorded });
+        }
+        // The task ended before staging: its error says why.
+        match recorded.await {
+            Ok(Err(err)) => Err(err),
+            Ok(Ok(_)) => Err(CheckpointError::Output {
+                command: "add".to_owned(),
+                detail: "the snapshot ended without staging".to_owned(),
+            }),
+            Err(joined) => Err(CheckpointError::Io {
+                path: self.git.git_dir.clone(),
+                source: std::io::Error::other(joined),
+            }),
+        }
+    }
+
     async fn snapshot_locked(
         &self,
         op: &mut Operation<'_>,
         meta: SnapshotMeta,
     ) -> Result<Checkpoint, CheckpointError> {
-        let (tree, skipped) = self.stage().await?;
+        let skipped = self.stage_index().await?;
+        self.record_snapshot(op, meta, skipped).await
+    }
+
+    /// Writes the staged index's tree and, unless it equals the session's
+    /// last checkpoint, its commit and ref.
+    async fn record_snapshot(
+        &self,
+        op: &mut Operation<'_>,
+        meta: SnapshotMeta,
+        skipped: Vec<SkippedPath>,
+    ) -> Result<Checkpoint, CheckpointError> {
+        let tree = self.write_tree().await?;
         let head = self.head(op.heads(), &meta.session).await?;
         let time = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
         let skipped: Vec<Skipped> = skipped.into_iter().map(|path| path.skipped).collect();
@@ -495,6 +554,23 @@ impl CheckpointStore {
     /// the add leaving out what was skipped last time, and only a change in
     /// what is skipped costs one more git command.
     async fn stage(&self) -> Result<(String, Vec<SkippedPath>), CheckpointError> {
+        let skipped = self.stage_index().await?;
+        Ok((self.write_tree().await?, skipped))
+    }
+
+    /// The tree of the store's index, written.
+    async fn write_tree(&self) -> Result<String, CheckpointError> {
+        let out = self
+            .git
+            .run(&["write-tree"], None, Writes::Store, Index::Own)
+            .await?;
+        one_line("write-tree", &out)
+    }
+
+    /// Stages the work tree into the store's index (see [`Self::stage`]):
+    /// from here on the files as they are now are in the store, whatever
+    /// changes in the work tree; what was skipped.
+    async fn stage_index(&self) -> Result<Vec<SkippedPath>, CheckpointError> {
         let project = &self.git.project;
         let previous = self.take_last_skipped();
         let (skipped, user_tracked) = match previous {
@@ -543,13 +619,8 @@ impl CheckpointStore {
         if !forced.is_empty() {
             self.add(&forced, true).await?;
         }
-        let out = self
-            .git
-            .run(&["write-tree"], None, Writes::Store, Index::Own)
-            .await?;
-        let tree = one_line("write-tree", &out)?;
         *self.lock_last_skipped() = Some(skipped.clone());
-        Ok((tree, skipped))
+        Ok(skipped)
     }
 
     /// What the last staging skipped, forgotten until a staging succeeds
@@ -970,11 +1041,7 @@ impl CheckpointStore {
             }
         }
         self.take_last_skipped();
-        let out = self
-            .git
-            .run(&["write-tree"], None, Writes::Store, Index::Own)
-            .await?;
-        let now = one_line("write-tree", &out)?;
+        let now = self.write_tree().await?;
         let changes = self.diff_trees(before.tree(), &now).await?;
         Ok(Restored { before, changes })
     }

@@ -200,12 +200,13 @@ impl AgentLoop {
         self.advance(out);
     }
 
-    /// [`super::Input::Checkpointed`]: the calls waiting for the checkpoint
-    /// go on, with or without one (a failed snapshot is told, never fatal).
+    /// [`super::Input::Checkpointed`]: the calls waiting for the files to
+    /// be captured go on, with or without them (a failure is told, never
+    /// fatal).
     pub(super) fn on_checkpointed(
         &mut self,
         epoch: u64,
-        result: Result<super::CheckpointTaken, String>,
+        result: Result<(), String>,
         out: &mut Vec<Effect>,
     ) {
         let Phase::Executing(execution) = &mut self.phase else {
@@ -215,28 +216,48 @@ impl AgentLoop {
             return;
         }
         execution.checkpoint_pending = false;
+        if let Err(err) = result {
+            self.checkpoint_failed(&err, out);
+        }
+        self.advance(out);
+    }
+
+    /// [`super::Input::CheckpointRecorded`]: a new checkpoint is announced
+    /// (one equal to the last is not); a failure is told. Whatever the
+    /// agent does by then.
+    pub(super) fn on_checkpoint_recorded(
+        &mut self,
+        turn: u64,
+        tool_call_ids: Vec<String>,
+        result: Result<super::CheckpointTaken, String>,
+        out: &mut Vec<Effect>,
+    ) {
         match result {
             Ok(taken) if taken.unchanged => {}
             Ok(taken) => out.push(Effect::Emit(EventKind::CheckpointCreated {
                 number: taken.number,
                 commit: taken.commit,
-                turn: u64::from(self.guard.turns()),
-                tool_call_ids: execution.calls.iter().map(|call| call.id.clone()).collect(),
+                turn,
+                tool_call_ids,
                 skipped: taken.skipped,
             })),
-            Err(err) => {
-                // Told once: the agent takes no more (a store git cannot
-                // write fails the same way every turn).
-                self.checkpoints = false;
-                out.push(Effect::Emit(EventKind::Notice {
-                    text: format!(
-                        "no checkpoint before this turn, nor before this agent's later turns (they cannot be undone): {err}"
-                    ),
-                    code: Some(troupe_protocol::events::NOTICE_CHECKPOINT_FAILED.to_owned()),
-                }));
-            }
+            Err(err) => self.checkpoint_failed(&err, out),
         }
-        self.advance(out);
+    }
+
+    /// A checkpoint failed: told once, and the agent takes no more (a store
+    /// git cannot write fails the same way every turn).
+    fn checkpoint_failed(&mut self, err: &str, out: &mut Vec<Effect>) {
+        if !self.checkpoints {
+            return;
+        }
+        self.checkpoints = false;
+        out.push(Effect::Emit(EventKind::Notice {
+            text: format!(
+                "no checkpoint before this turn, nor before this agent's later turns (they cannot be undone): {err}"
+            ),
+            code: Some(troupe_protocol::events::NOTICE_CHECKPOINT_FAILED.to_owned()),
+        }));
     }
 
     /// Walks the groups: starts the current one, and while it is settled

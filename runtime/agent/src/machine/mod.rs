@@ -221,12 +221,22 @@ pub enum Input {
         /// What the person wrote.
         text: String,
     },
-    /// The snapshot of an [`Effect::Checkpoint`] was taken (or failed:
-    /// the turn goes on without one).
+    /// The files of an [`Effect::Checkpoint`] are captured (or could not
+    /// be: the turn goes on without them); the calls may start.
     Checkpointed {
         /// Epoch of the execution it precedes.
         epoch: u64,
-        /// What was captured, or why nothing was.
+        /// Captured, or why not.
+        result: Result<(), String>,
+    },
+    /// The checkpoint whose files were captured is recorded (its tree,
+    /// commit and ref written), or could not be.
+    CheckpointRecorded {
+        /// The agent's turn it precedes.
+        turn: u64,
+        /// The calls it precedes.
+        tool_call_ids: Vec<String>,
+        /// What was recorded, or why nothing was.
         result: Result<CheckpointTaken, String>,
     },
     /// The hooks of an [`Effect::RunHooks`] ran.
@@ -329,7 +339,9 @@ pub enum Effect {
         span: SpanId,
     },
     /// Capture the project's files before the calls of execution `epoch`
-    /// run (they wait for it); answer with [`Input::Checkpointed`].
+    /// run (they wait for it); answer with [`Input::Checkpointed`] once the
+    /// files are captured, then with [`Input::CheckpointRecorded`] once the
+    /// checkpoint is written.
     Checkpoint {
         /// Epoch of the execution.
         epoch: u64,
@@ -721,6 +733,11 @@ impl AgentLoop {
             } => self.on_summarised(epoch, result, usage, &mut out),
             Input::HooksRan { call, verdict } => self.on_hooks_ran(call, verdict, &mut out),
             Input::Checkpointed { epoch, result } => self.on_checkpointed(epoch, result, &mut out),
+            Input::CheckpointRecorded {
+                turn,
+                tool_call_ids,
+                result,
+            } => self.on_checkpoint_recorded(turn, tool_call_ids, result, &mut out),
         }
         out
     }

@@ -543,12 +543,16 @@ fn a_read_only_batch_then_a_side_effect_in_order() {
     );
 }
 
-fn checkpointed(
-    f: &mut Fixture,
-    epoch: u64,
-    result: Result<CheckpointTaken, String>,
-) -> Vec<String> {
+fn checkpointed(f: &mut Fixture, epoch: u64, result: Result<(), String>) -> Vec<String> {
     f.step(Input::Checkpointed { epoch, result })
+}
+
+fn recorded(turn: u64, result: Result<CheckpointTaken, String>) -> Input {
+    Input::CheckpointRecorded {
+        turn,
+        tool_call_ids: vec!["c4-0".into(), "c4-1".into()],
+        result,
+    }
 }
 
 fn taken(number: u64, unchanged: bool) -> CheckpointTaken {
@@ -561,7 +565,7 @@ fn taken(number: u64, unchanged: bool) -> CheckpointTaken {
 }
 
 #[test]
-fn a_turn_that_can_change_files_waits_for_its_checkpoint_and_reads_never_do() {
+fn a_turn_that_can_change_files_waits_for_its_files_to_be_captured_and_reads_never_do() {
     let mut f = fixture(Options {
         checkpoints: true,
         ..Options::default()
@@ -574,61 +578,57 @@ fn a_turn_that_can_change_files_waits_for_its_checkpoint_and_reads_never_do() {
     f.done(0, "A");
     f.step(Input::Saved(Ok(())));
     // A read then a command: the checkpoint comes first, covers both calls,
-    // and nothing starts until it is taken.
+    // and nothing starts until the files are captured.
     f.respond(&[read("b"), bash("rm -rf build")]);
     assert_eq!(f.step(Input::Saved(Ok(()))), s(&["checkpoint:4:2"]));
     assert_eq!(f.machine.status().phase, "checkpointing");
     // An answer of another epoch changes nothing.
-    assert!(checkpointed(&mut f, 3, Ok(taken(9, false))).is_empty());
-    let effects = f.on(Input::Checkpointed {
-        epoch: 4,
-        result: Ok(taken(1, false)),
-    });
+    assert!(checkpointed(&mut f, 3, Ok(())).is_empty());
+    assert_eq!(
+        checkpointed(&mut f, 4, Ok(())),
+        s(&["emit:tool_started", "tool:0:read_file"])
+    );
+    // Answered twice: ignored.
+    assert!(checkpointed(&mut f, 4, Ok(())).is_empty());
+    // The record follows while the calls run: announced with the turn and
+    // calls it precedes.
+    let effects = f.on(recorded(2, Ok(taken(1, false))));
     let Effect::Emit(EventKind::CheckpointCreated {
         number,
         turn,
         tool_call_ids,
         skipped,
-        ..
+        commit,
     }) = &effects[0]
     else {
         panic!("{:?}", show(&effects));
     };
     assert_eq!(
-        (*number, *turn, tool_call_ids.len(), *skipped),
-        (1, 2, 2, 1)
+        (
+            *number,
+            *turn,
+            tool_call_ids.len(),
+            *skipped,
+            commit.as_str()
+        ),
+        (1, 2, 2, 1, "c1")
     );
-    assert_eq!(
-        show(&effects),
-        s(&[
-            "emit:checkpoint_created",
-            "emit:tool_started",
-            "tool:0:read_file"
-        ])
-    );
-    // Answered twice: ignored.
-    assert!(checkpointed(&mut f, 4, Ok(taken(1, false))).is_empty());
+    assert_eq!(effects.len(), 1);
+    // One equal to the last is not announced.
+    assert!(f.step(recorded(3, Ok(taken(1, true)))).is_empty());
 }
 
 #[test]
-fn an_unchanged_or_failed_checkpoint_lets_the_turn_go_on() {
+fn a_failed_checkpoint_lets_the_turn_go_on_and_is_told_once() {
     let mut f = fixture(Options {
         checkpoints: true,
         ..Options::default()
     })
     .started();
-    f.respond(&[bash("make")]);
-    assert_eq!(f.step(Input::Saved(Ok(()))), s(&["checkpoint:2:1"]));
-    assert_eq!(
-        checkpointed(&mut f, 2, Ok(taken(3, true))),
-        s(&["emit:tool_started", "tool:0:bash"])
-    );
-    f.done(0, "built");
-    f.step(Input::Saved(Ok(())));
     f.respond(&[bash("make install")]);
-    assert_eq!(f.step(Input::Saved(Ok(()))), s(&["checkpoint:4:1"]));
+    assert_eq!(f.step(Input::Saved(Ok(()))), s(&["checkpoint:2:1"]));
     let effects = f.on(Input::Checkpointed {
-        epoch: 4,
+        epoch: 2,
         result: Err("disk full".into()),
     });
     let Effect::Emit(EventKind::Notice { text, code }) = &effects[0] else {
@@ -644,10 +644,32 @@ fn an_unchanged_or_failed_checkpoint_lets_the_turn_go_on() {
         s(&["emit:tool_started", "tool:0:bash"])
     );
     // After a failure the agent asks for no more: the next command starts
-    // at once.
+    // at once, and a late failure of a record is not told again.
     f.done(0, "installed");
     f.step(Input::Saved(Ok(())));
     f.respond(&[bash("make clean")]);
+    assert_eq!(
+        f.step(Input::Saved(Ok(()))),
+        s(&["emit:tool_started", "tool:0:bash"])
+    );
+    assert!(f.step(recorded(1, Err("no space".into()))).is_empty());
+
+    // A record that fails is told, and ends the agent's checkpoints too.
+    let mut f = fixture(Options {
+        checkpoints: true,
+        ..Options::default()
+    })
+    .started();
+    f.respond(&[bash("make")]);
+    f.step(Input::Saved(Ok(())));
+    checkpointed(&mut f, 2, Ok(()));
+    assert_eq!(
+        f.step(recorded(1, Err("cannot write the ref".into()))),
+        s(&["emit:notice"])
+    );
+    f.done(0, "built");
+    f.step(Input::Saved(Ok(())));
+    f.respond(&[bash("make install")]);
     assert_eq!(
         f.step(Input::Saved(Ok(()))),
         s(&["emit:tool_started", "tool:0:bash"])
@@ -665,7 +687,7 @@ fn an_interruption_while_a_checkpoint_is_taken_starts_nothing() {
     assert_eq!(f.step(Input::Saved(Ok(()))), s(&["checkpoint:2:1"]));
     f.account.lock().unwrap().stop(StopCause::Cancelled);
     assert_eq!(f.step(Input::Interrupted), s(&["stop_below", "save"]));
-    assert!(checkpointed(&mut f, 2, Ok(taken(1, false))).is_empty());
+    assert!(checkpointed(&mut f, 2, Ok(())).is_empty());
     assert_eq!(
         f.step(Input::Saved(Ok(()))),
         s(&["finished:cancelled:cancelled"])

@@ -297,3 +297,21 @@ async fn restoring_some_paths_leaves_every_other_file_as_it_is() {
     assert_eq!(project.read("back.txt"), "new back\n");
     assert_eq!(project.read("dir/added.txt"), "added\n");
 }
+
+#[tokio::test]
+async fn a_staged_snapshot_holds_the_files_as_they_were_when_it_answered() {
+    let project = Project::plain();
+    project.write("f.txt", "before\n");
+    let store = std::sync::Arc::new(project.store().await);
+    let staged = store.snapshot_staged(meta("s", 1)).await.unwrap();
+    // The work tree changes at once, while the record is being written.
+    project.write("f.txt", "after\n");
+    project.write("new.txt", "new\n");
+    let checkpoint = staged.recorded.await.unwrap().unwrap();
+    assert_eq!(checkpoint.number, 1);
+    store.restore(&checkpoint, meta("s", 2)).await.unwrap();
+    assert_eq!(project.read("f.txt"), "before\n");
+    assert!(!project.exists("new.txt"));
+    // A bad session id is refused before anything starts.
+    assert!(store.snapshot_staged(meta("../x", 1)).await.is_err());
+}
