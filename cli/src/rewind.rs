@@ -252,9 +252,8 @@ impl RewindError {
 }
 
 /// The rewind of `session` to run `to` where a runtime holds the sessions
-/// (the daemon, an embedded chat): a run in progress is refused before
-/// anything changes; then the files, then the conversation, which the
-/// runtime cuts (the session leaves its memory).
+/// (the daemon, an embedded chat): the runtime cuts the conversation (the
+/// session leaves its memory). See [`rewind_with`].
 pub(crate) async fn rewind_on_runtime(
     runtime: &Runtime,
     store: &Store,
@@ -263,6 +262,51 @@ pub(crate) async fn rewind_on_runtime(
     to: u64,
     scope: RewindScope,
 ) -> Result<SessionRewound, RewindError> {
+    rewind_with(store, data_dir, session, to, scope, |request| async move {
+        runtime.rewind(request).await.map_err(|err| match err {
+            RuntimeError::Store(err) => RewindError::Store(err),
+            err => RewindError::Runtime(err),
+        })
+    })
+    .await
+}
+
+/// The rewind on the store opened here (no daemon holds it): the cut is
+/// made durable before the answer. See [`rewind_with`].
+async fn rewind_here(
+    store: &Store,
+    data_dir: &std::path::Path,
+    session: &str,
+    to: u64,
+    scope: RewindScope,
+) -> Result<SessionRewound, Failure> {
+    rewind_with(store, data_dir, session, to, scope, |request| async move {
+        let done = store
+            .rewind_conversation(&request)
+            .map_err(RewindError::Store)?;
+        store.flush().map_err(RewindError::Store)?;
+        Ok(done)
+    })
+    .await
+    .map_err(RewindError::failure)
+}
+
+/// A rewind: a run in progress (and, for the conversation, any refusal of
+/// the cut) is found before anything changes; then the files go back, then
+/// `cut` cuts the conversation, its note saying files were restored only
+/// when they were.
+async fn rewind_with<Cut, Cutting>(
+    store: &Store,
+    data_dir: &std::path::Path,
+    session: &str,
+    to: u64,
+    scope: RewindScope,
+    cut: Cut,
+) -> Result<SessionRewound, RewindError>
+where
+    Cut: FnOnce(RewindRequest) -> Cutting,
+    Cutting: std::future::Future<Output = Result<ConversationRewind, RewindError>>,
+{
     match store.plan_rewind(session, to) {
         Err(err) if is_busy(&err) || scope.conversation => return Err(RewindError::Store(err)),
         _ => {}
@@ -278,47 +322,7 @@ pub(crate) async fn rewind_on_runtime(
     };
     let conversation = if scope.conversation {
         let restored = files.as_ref().is_some_and(|files| files.restored);
-        let request = conversation_request(session, to, restored);
-        match runtime.rewind(request).await {
-            Ok(done) => Some(done),
-            Err(RuntimeError::Store(err)) => return Err(RewindError::Store(err)),
-            Err(err) => return Err(RewindError::Runtime(err)),
-        }
-    } else {
-        None
-    };
-    Ok(rewound_answer(
-        session,
-        to,
-        conversation.as_ref(),
-        files.as_ref().map(|files| files.line.as_str()),
-    ))
-}
-
-/// The rewind on the store opened here (no daemon holds it): the files
-/// first, then the conversation, made durable before the answer.
-async fn rewind_here(
-    store: &Store,
-    data_dir: &std::path::Path,
-    session: &str,
-    to: u64,
-    scope: RewindScope,
-) -> Result<SessionRewound, Failure> {
-    if scope.conversation {
-        // Refused before the files move when the conversation cannot go.
-        store.plan_rewind(session, to).map_err(failure)?;
-    }
-    let files = if scope.code {
-        Some(restore_code_to_run_end(store, data_dir, session, to, scope.force).await?)
-    } else {
-        None
-    };
-    let conversation = if scope.conversation {
-        let restored = files.as_ref().is_some_and(|files| files.restored);
-        let request = conversation_request(session, to, restored);
-        let done = store.rewind_conversation(&request).map_err(failure)?;
-        store.flush().map_err(failure)?;
-        Some(done)
+        Some(cut(conversation_request(session, to, restored)).await?)
     } else {
         None
     };

@@ -138,8 +138,10 @@ pub(crate) struct AgentState {
     /// Pending results were handed to the writer and wait for the next save
     /// to clear them.
     pending_stored: bool,
-    /// Hooks that only report, still running (the outcome waits for them).
-    report_hooks: Vec<AbortOnDropHandle<()>>,
+    /// What the outcome waits for, still running: hooks that only report,
+    /// checkpoints being taken or recorded (their events come first), the
+    /// run's last checkpoint.
+    outcome_waits_for: Vec<AbortOnDropHandle<()>>,
     /// Its tasks (the model stream, waits for a slot, hooks' ends): aborted
     /// when it stops.
     tasks: OwnedTasks,
@@ -183,7 +185,7 @@ impl Actor for AgentActor {
             children: HashMap::new(),
             pending_stored: false,
             compactor: None,
-            report_hooks: Vec::new(),
+            outcome_waits_for: Vec::new(),
             tasks,
             _stop_below_on_drop: token.drop_guard(),
         })
@@ -477,8 +479,8 @@ impl AgentState {
                 let span = self.spans.get(request.span);
                 let running = run_hooks(myself, &self.env, *request, cancel, span);
                 if reports_only {
-                    self.report_hooks.retain(|hook| !hook.is_finished());
-                    self.report_hooks
+                    self.outcome_waits_for.retain(|hook| !hook.is_finished());
+                    self.outcome_waits_for
                         .push(AbortOnDropHandle::new(tokio::spawn(running)));
                 } else {
                     self.tasks.spawn(running);
@@ -501,16 +503,17 @@ impl AgentState {
                 // Release whatever still hangs below this agent.
                 self.token.cancel();
                 self.capture_run_end();
-                let hooks = std::mem::take(&mut self.report_hooks);
-                if hooks.iter().all(|hook| hook.is_finished()) {
+                let waits = std::mem::take(&mut self.outcome_waits_for);
+                if waits.iter().all(|task| task.is_finished()) {
                     self.finish(myself, outcome);
                 } else {
-                    // Reporting hooks (PostCompact, Notification) end before
-                    // the outcome goes out, each within its timeout.
+                    // Reporting hooks (PostCompact, Notification), each
+                    // within its timeout, and checkpoints end before the
+                    // outcome goes out.
                     let agent = myself.clone();
                     self.tasks.spawn(async move {
-                        for hook in hooks {
-                            let _ = hook.await;
+                        for task in waits {
+                            let _ = task.await;
                         }
                         let _ = agent.cast(AgentMsg::work(Work::FinishAfterHooks(outcome)));
                     });
@@ -547,7 +550,10 @@ impl AgentState {
             "troupe.checkpoint.number" = tracing::field::Empty,
         );
         let (turn, tool_call_ids) = (meta.turn, meta.tool_call_ids.clone());
-        self.tasks.spawn(
+        // The outcome waits for it: an agent whose last turn ends before
+        // its checkpoint is recorded still tells of it.
+        self.outcome_waits_for.retain(|task| !task.is_finished());
+        let task = tokio::spawn(
             async move {
                 let recorded = match checkpoints.snapshot(meta).await {
                     Ok(recorded) => {
@@ -581,6 +587,7 @@ impl AgentState {
             }
             .instrument(span),
         );
+        self.outcome_waits_for.push(AbortOnDropHandle::new(task));
         None
     }
 
@@ -596,7 +603,7 @@ impl AgentState {
         }
         let session = self.root_session.clone();
         let run = self.machine.run_id().to_owned();
-        self.report_hooks
+        self.outcome_waits_for
             .push(AbortOnDropHandle::new(tokio::spawn(async move {
                 checkpoints.run_end(session, run).await;
             })));

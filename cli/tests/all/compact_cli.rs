@@ -9,27 +9,16 @@ use std::time::{Duration, Instant};
 
 use crate::support::{
     COMMAND_LIMIT, Env, describe, is_summary, json_lines, not_summary, run, session_of,
-    text as out_text,
+    text as out_text, then_six_reads, write_read_files,
 };
-use serde_json::{Value, json};
+use serde_json::Value;
 use troupe_process::process_is_alive;
-use troupe_scripted::{Matcher, Script, ScriptedServer, Turn, text, tool_call};
+use troupe_scripted::{Matcher, Script, ScriptedServer, Turn, text};
 
 /// Six reads of ~20 KB, then "all read"; then one summary; then an answer
 /// to a request that carries it.
 fn script() -> Script {
-    let mut script = Script::new();
-    for i in 0..6 {
-        script = script.then(
-            Turn::new(tool_call(
-                "read_file",
-                json!({ "path": format!("f{i}.txt") }),
-            ))
-            .when(not_summary()),
-        );
-    }
-    script
-        .then(Turn::new(text("all read")).when(not_summary()))
+    then_six_reads(Script::new())
         .when(
             Matcher::last_user_contains("<summary> tags"),
             text("<summary>1. CLI SUMMARY</summary>"),
@@ -38,13 +27,6 @@ fn script() -> Script {
             Turn::new(text("continued"))
                 .when(not_summary().and(Matcher::any_user_contains("CLI SUMMARY"))),
         )
-}
-
-fn write_files(env: &Env) {
-    for i in 0..6 {
-        let body: String = (0..1_200).map(|n| format!("file {i} line {n}\n")).collect();
-        std::fs::write(env.root().join(format!("f{i}.txt")), body).unwrap();
-    }
 }
 
 /// `troupe run --json PROMPT` (embedded or not, as `command` says); the
@@ -73,7 +55,7 @@ fn check_compacted(output: &std::process::Output, server: &ScriptedServer) {
 async fn sessions_compact_summarises_a_stored_session_and_the_next_run_continues_from_it() {
     let server = ScriptedServer::start(script()).await.unwrap();
     let env = Env::new();
-    write_files(&env);
+    write_read_files(&env);
     let session = first_run(env.command(Some(&server)), "read them").await;
     let mut command = env.command(Some(&server));
     command.args(["sessions", "compact", &session[..12]]);
@@ -123,7 +105,7 @@ fn daemon_pid(data_dir: &Path) -> Option<u32> {
 async fn sessions_compact_goes_through_the_daemon_when_one_runs() {
     let server = ScriptedServer::start(script()).await.unwrap();
     let env = Env::new();
-    write_files(&env);
+    write_read_files(&env);
     let through_daemon = || {
         let mut command = env.command(Some(&server));
         command
@@ -157,7 +139,7 @@ async fn sessions_compact_goes_through_the_daemon_when_one_runs() {
 async fn pre_and_post_compact_hooks_run_on_the_manual_path() {
     let server = ScriptedServer::start(script()).await.unwrap();
     let env = Env::new();
-    write_files(&env);
+    write_read_files(&env);
     let records = env.root().join("hook-records");
     std::fs::create_dir_all(&records).unwrap();
     let recorder = |name: &str| {

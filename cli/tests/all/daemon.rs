@@ -732,55 +732,50 @@ async fn a_run_is_prepared_with_the_environment_the_client_sends() {
 /// same script taken out (ids, times, durations, and the place of a
 /// `checkpoint_created` event, which comes when its record is written,
 /// among the calls' events: they are compared without it, renumbered, and
-/// the checkpoints apart).
+/// the checkpoints apart, first).
 fn comparable(stdout: &[u8]) -> Vec<Value> {
+    /// Takes out of `event` what differs between two runs of one script.
+    fn steady(mut event: Value, volatile: &[&str]) -> Value {
+        let object = event.as_object_mut().unwrap();
+        for name in volatile {
+            object.remove(*name);
+        }
+        event
+    }
     let text = String::from_utf8_lossy(stdout);
     let (checkpoints, events): (Vec<&str>, Vec<&str>) = text
         .lines()
         .partition(|line| line.contains("\"type\":\"checkpoint_created\""));
     let checkpoints = checkpoints.into_iter().map(|line| {
-        let mut event: Value = serde_json::from_str(line).unwrap();
-        let object = event.as_object_mut().unwrap();
-        for volatile in [
-            "run_id",
-            "session_id",
-            "ts",
-            "seq",
-            "commit",
-            "tool_call_ids",
-        ] {
-            object.remove(volatile);
-        }
-        event
+        let event = serde_json::from_str(line).unwrap();
+        steady(
+            event,
+            &[
+                "run_id",
+                "session_id",
+                "ts",
+                "seq",
+                "commit",
+                "tool_call_ids",
+            ],
+        )
     });
-    events
-        .into_iter()
-        .enumerate()
-        .map(|(at, line)| {
-            let mut event: Value = serde_json::from_str(line).unwrap();
-            event["seq"] = Value::from(at + 1);
-            event
-        })
-        .map(|event| event.to_string())
-        .collect::<Vec<_>>()
-        .iter()
-        .map(|line| {
-            let mut event: Value = serde_json::from_str(line).unwrap();
-            let object = event.as_object_mut().unwrap();
-            for volatile in [
+    let events = events.into_iter().zip(1u64..).map(|(line, seq)| {
+        let mut event: Value = serde_json::from_str(line).unwrap();
+        event["seq"] = Value::from(seq);
+        steady(
+            event,
+            &[
                 "run_id",
                 "session_id",
                 "ts",
                 "duration_ms",
                 "approval_id",
                 "call_id",
-            ] {
-                object.remove(volatile);
-            }
-            event
-        })
-        .chain(checkpoints)
-        .collect()
+            ],
+        )
+    });
+    checkpoints.chain(events).collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -9,7 +9,7 @@
 
 use crate::support::{
     Env, describe, is_summary, json_lines, not_summary, run, session_of, text as out_text,
-    wire_messages,
+    then_six_reads, wire_messages, write_read_files,
 };
 use serde_json::{Value, json};
 use troupe_scripted::{Matcher, RecordedRequest, Script, ScriptedServer, Turn, text, tool_call};
@@ -281,18 +281,7 @@ async fn refused_rewinds_change_nothing() {
 /// Six reads of ~20 KB then "all read" (run 1); "MORE-ANSWER" (run 2);
 /// one summary; then answers to whatever follows.
 fn compaction_script() -> Script {
-    let mut script = Script::new();
-    for i in 0..6 {
-        script = script.then(
-            Turn::new(tool_call(
-                "read_file",
-                json!({ "path": format!("f{i}.txt") }),
-            ))
-            .when(not_summary()),
-        );
-    }
-    script
-        .then(Turn::new(text("all read")).when(not_summary()))
+    then_six_reads(Script::new())
         .then(Turn::new(text("MORE-ANSWER")).when(not_summary()))
         .when(
             Matcher::last_user_contains("<summary> tags"),
@@ -305,10 +294,7 @@ fn compaction_script() -> Script {
 async fn a_summary_made_after_the_run_rewound_to_is_gone_with_it() {
     let server = ScriptedServer::start(compaction_script()).await.unwrap();
     let env = Env::new();
-    for i in 0..6 {
-        let body: String = (0..1_200).map(|n| format!("file {i} line {n}\n")).collect();
-        std::fs::write(env.root().join(format!("f{i}.txt")), body).unwrap();
-    }
+    write_read_files(&env);
     let first = troupe(&env, &server, &["run", "--json", "read them"], 0).await;
     let session = session_of(&json_lines(&first.stdout));
     let run1_requests = server.requests().len();

@@ -6,7 +6,10 @@
 //! a resume (the first request after them carries it); the plain renderer
 //! shows it.
 
-use crate::support::{Env, describe, is_summary, json_lines, not_summary, run, session_of};
+use crate::support::{
+    Env, describe, is_summary, json_lines, not_summary, run, session_of, then_six_reads,
+    write_read_files,
+};
 use serde_json::{Value, json};
 use troupe_scripted::{Matcher, Script, ScriptedServer, Turn, text, tool_call};
 
@@ -111,7 +114,7 @@ const REMINDER: &str =
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_task_plan_survives_compaction_and_resume_in_the_first_request_after_them() {
-    let mut script = Script::new().then(
+    let script = Script::new().then(
         Turn::new(tool_call(
             "update_plan",
             json!({
@@ -125,17 +128,7 @@ async fn the_task_plan_survives_compaction_and_resume_in_the_first_request_after
         ))
         .when(not_summary()),
     );
-    for i in 0..6 {
-        script = script.then(
-            Turn::new(tool_call(
-                "read_file",
-                json!({ "path": format!("f{i}.txt") }),
-            ))
-            .when(not_summary()),
-        );
-    }
-    let script = script
-        .then(Turn::new(text("all read")).when(not_summary()))
+    let script = then_six_reads(script)
         .when(
             Matcher::last_user_contains("<summary> tags"),
             text("<summary>1. PLAN SUMMARY</summary>"),
@@ -143,10 +136,7 @@ async fn the_task_plan_survives_compaction_and_resume_in_the_first_request_after
         .then(Turn::new(text("resumed")).when(not_summary()));
     let server = ScriptedServer::start(script).await.unwrap();
     let env = Env::new();
-    for i in 0..6 {
-        let body: String = (0..1_200).map(|n| format!("file {i} line {n}\n")).collect();
-        std::fs::write(env.root().join(format!("f{i}.txt")), body).unwrap();
-    }
+    write_read_files(&env);
     let events = run_json(&env, &server, &["read them"]).await;
     let session = session_of(&events);
     assert_eq!(plan_events(&events).len(), 1);

@@ -612,6 +612,32 @@ pub(crate) fn is_summary(request: &troupe_scripted::RecordedRequest) -> bool {
         .contains("<summary> tags")
 }
 
+/// `script` followed by six reads of `f0.txt` … `f5.txt` and the answer
+/// "all read", none of them answering a summary request: enough history
+/// for a compaction to summarise (with [`write_read_files`]).
+pub(crate) fn then_six_reads(mut script: troupe_scripted::Script) -> troupe_scripted::Script {
+    use troupe_scripted::{Turn, text, tool_call};
+    for i in 0..6 {
+        script = script.then(
+            Turn::new(tool_call(
+                "read_file",
+                serde_json::json!({ "path": format!("f{i}.txt") }),
+            ))
+            .when(not_summary()),
+        );
+    }
+    script.then(Turn::new(text("all read")).when(not_summary()))
+}
+
+/// Writes the six files of [`then_six_reads`] in `env`'s project, about
+/// 20 KB each.
+pub(crate) fn write_read_files(env: &Env) {
+    for i in 0..6 {
+        let body: String = (0..1_200).map(|n| format!("file {i} line {n}\n")).collect();
+        std::fs::write(env.root().join(format!("f{i}.txt")), body).unwrap();
+    }
+}
+
 /// Matches every request but a compaction's summary request.
 pub(crate) fn not_summary() -> troupe_scripted::Matcher {
     troupe_scripted::Matcher::predicate(
