@@ -13,6 +13,7 @@ mod approval;
 mod chat;
 mod client;
 mod daemon;
+mod dashboard;
 mod demo;
 mod diff;
 mod follow;
@@ -102,6 +103,13 @@ enum Command {
     /// List, show, cancel or follow runs.
     #[command(subcommand)]
     Runs(RunsCommand),
+    /// Print a one-time login URL for the daemon's web dashboard (and open
+    /// it where a desktop browser exists).
+    Dashboard {
+        /// Only print the URL.
+        #[arg(long)]
+        no_open: bool,
+    },
     /// Answer an approval a run in the daemon is waiting for.
     Approve {
         /// Run id (or a unique prefix of one).
@@ -466,6 +474,7 @@ fn main() -> ExitCode {
                 sessions::print_view(troupe_protocol::api::View::Trace { run }).await
             }
             Command::Runs(command) => runs::runs(command, color).await,
+            Command::Dashboard { no_open } => dashboard::command::dashboard(no_open).await,
             Command::Approve {
                 run,
                 approval,

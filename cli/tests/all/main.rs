@@ -9,6 +9,7 @@ mod crash;
 mod crash_tree;
 mod daemon;
 mod daemon_log;
+mod dashboard;
 mod disk_full;
 mod doc_claims;
 mod hooks;
