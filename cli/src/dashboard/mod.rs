@@ -443,6 +443,25 @@ async fn state_panel(state: &DashboardState, run: &RunRecord, view: &RunView) ->
     pages::run_state(&run.run_id, status, view, &phases, &files)
 }
 
+/// Where the transcript of `events` starts so that it shows at most
+/// `limit` entries: the latest ones, a streak of text counting as one.
+pub(crate) fn transcript_start(events: &[troupe_protocol::events::RunEvent], limit: usize) -> usize {
+    use troupe_protocol::events::EventKind;
+    let mut entries = 0;
+    let mut previous_was_text = false;
+    for (index, event) in events.iter().enumerate().rev() {
+        let is_text = matches!(event.kind, EventKind::TextDelta { .. });
+        if !is_text || !previous_was_text {
+            entries += 1;
+        }
+        previous_was_text = is_text;
+        if entries > limit {
+            return index + 1;
+        }
+    }
+    0
+}
+
 async fn run_show(
     State(state): State<DashboardState>,
     Extension(session): Extension<SessionView>,
@@ -453,7 +472,7 @@ async fn run_show(
     let events = store.events(&run.run_id, 1).map_err(store_problem)?;
     let view = RunView::of(&events);
     let panel = state_panel(&state, &run, &view).await;
-    let shown_from = events.len().saturating_sub(TRANSCRIPT_EVENTS);
+    let shown_from = transcript_start(&events, TRANSCRIPT_EVENTS);
     let live_from = (run.status.is_running() && view.finished.is_none())
         .then_some(view.last_seq.saturating_add(1));
     let page = pages::RunPage {
@@ -852,6 +871,26 @@ mod tests {
         );
         assert_eq!(jaeger_link(None, None, "abc"), None);
         assert_eq!(jaeger_link(Some("collector:4318"), None, "abc"), None);
+    }
+
+    #[test]
+    fn a_streak_of_text_counts_as_one_entry_of_the_transcript() {
+        use troupe_protocol::events::{EventKind, RunEvent};
+        let event = |kind| RunEvent {
+            seq: 0,
+            run_id: "r".into(),
+            session_id: "s".into(),
+            agent_path: "main".into(),
+            ts: String::new(),
+            kind,
+        };
+        let text = || event(EventKind::TextDelta { text: "a".into() });
+        let notice = || event(EventKind::notice("n"));
+        let events = vec![notice(), text(), text(), text(), notice(), text(), text()];
+        assert_eq!(transcript_start(&events, 10), 0);
+        assert_eq!(transcript_start(&events, 3), 1);
+        assert_eq!(transcript_start(&events, 2), 4);
+        assert_eq!(transcript_start(&events, 1), 5);
     }
 
     #[test]
