@@ -10,6 +10,7 @@ mod crash_tree;
 mod daemon;
 mod daemon_log;
 mod dashboard;
+mod dashboard_browser;
 mod disk_full;
 mod doc_claims;
 mod hooks;
