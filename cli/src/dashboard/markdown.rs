@@ -62,17 +62,24 @@ mod tests {
         let html = to_html("hello <script>alert(1)</script>\n\n<img src=x onerror=alert(1)>");
         assert!(!html.contains("<script"), "{html}");
         assert!(!html.contains("<img"), "{html}");
-        assert!(html.contains("&lt;script&gt;alert(1)&lt;/script&gt;"), "{html}");
+        assert!(
+            html.contains("&lt;script&gt;alert(1)&lt;/script&gt;"),
+            "{html}"
+        );
     }
 
     #[test]
     fn only_web_and_mail_links_keep_their_destination() {
-        let html = to_html("[ok](https://example.com) [bad](javascript:alert(1)) [b2]( JaVaScRiPt:x)");
+        let html =
+            to_html("[ok](https://example.com) [bad](javascript:alert(1)) [b2]( JaVaScRiPt:x)");
         assert!(html.contains("href=\"https://example.com\""), "{html}");
         assert!(!html.to_ascii_lowercase().contains("javascript"), "{html}");
         assert!(html.contains("bad") && html.contains("b2"), "{html}");
         let image = to_html("![alt text](http://tracker.example/x.png)");
-        assert!(!image.contains("<img") && image.contains("alt text"), "{image}");
+        assert!(
+            !image.contains("<img") && image.contains("alt text"),
+            "{image}"
+        );
         let attribute = to_html("[x](https://e.com \"a\\\" onmouseover=\\\"alert(1)\")");
         assert!(!attribute.contains("\" onmouseover"), "{attribute}");
     }
@@ -83,6 +90,9 @@ mod tests {
         assert!(html.contains("<h1>Title</h1>"), "{html}");
         assert!(html.contains("<em>em</em>"), "{html}");
         assert!(html.contains("<code>code &lt;b&gt;</code>"), "{html}");
-        assert!(!html.contains('\u{1b}') && !html.contains('\u{7}'), "{html:?}");
+        assert!(
+            !html.contains('\u{1b}') && !html.contains('\u{7}'),
+            "{html:?}"
+        );
     }
 }

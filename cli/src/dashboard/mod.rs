@@ -13,6 +13,7 @@
 
 pub(crate) mod access;
 pub(crate) mod command;
+pub(crate) mod costs;
 pub(crate) mod markdown;
 pub(crate) mod model;
 pub(crate) mod pages;
@@ -62,6 +63,9 @@ pub(crate) const TRANSCRIPT_EVENTS: usize = 2_000;
 /// The most messages a session page shows (the latest ones).
 pub(crate) const SESSION_MESSAGES: usize = 500;
 
+/// The most runs the costs page reads the events of.
+pub(crate) const MAX_COST_RUNS: usize = 500;
+
 /// How often the live runs list looks at the store for changes.
 pub(crate) const RUNS_REFRESH: Duration = Duration::from_secs(1);
 
@@ -91,6 +95,7 @@ pub(crate) fn router(api: ApiState) -> Router {
         .route("/runs/{id}/cancel", post(cancel_run))
         .route("/runs/{id}/agents/cancel", post(cancel_agent))
         .route("/runs/{id}/approvals/{approval_id}", post(answer_approval))
+        .route("/costs", get(costs_page))
         .route("/sessions", get(sessions_list))
         .route("/sessions/{id}", get(session_show))
         .route(LOGIN_PATH, post(login))
@@ -112,7 +117,11 @@ async fn secure_headers(mut response: Response) -> Response {
 
 /// An answer that is a short HTML page.
 fn problem(status: StatusCode, title: &str, message: &str) -> Response {
-    (status, Html(pages::problem_page(title, message).into_string())).into_response()
+    (
+        status,
+        Html(pages::problem_page(title, message).into_string()),
+    )
+        .into_response()
 }
 
 /// Host/Origin for every request; the token (and an owner peer) for a
@@ -235,7 +244,11 @@ async fn issue_code(State(state): State<DashboardState>) -> axum::Json<LoginCode
 /// Exchanges a login code for the session cookie.
 async fn login(State(state): State<DashboardState>, body: Body) -> Response {
     let Ok(bytes) = axum::body::to_bytes(body, LOGIN_BODY_LIMIT).await else {
-        return problem(StatusCode::PAYLOAD_TOO_LARGE, "Refused", "the login is too large");
+        return problem(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "Refused",
+            "the login is too large",
+        );
     };
     let Ok(login) = serde_json::from_slice::<LoginBody>(&bytes) else {
         return problem(StatusCode::BAD_REQUEST, "Refused", "malformed login");
@@ -244,7 +257,9 @@ async fn login(State(state): State<DashboardState>, body: Body) -> Response {
         Some(grant) => {
             let cookie = access::session_cookie(&grant.session_id);
             match HeaderValue::from_str(&cookie) {
-                Ok(value) => (StatusCode::NO_CONTENT, [(header::SET_COOKIE, value)]).into_response(),
+                Ok(value) => {
+                    (StatusCode::NO_CONTENT, [(header::SET_COOKIE, value)]).into_response()
+                }
                 Err(_) => problem(StatusCode::INTERNAL_SERVER_ERROR, "Error", "no cookie"),
             }
         }
@@ -335,7 +350,10 @@ pub(crate) fn select_runs(
     }
     runs.sort_by(|a, b| b.started.cmp(&a.started).then(b.run_id.cmp(&a.run_id)));
     let status = filter.status.as_deref().filter(|status| !status.is_empty());
-    let project = filter.project.as_deref().filter(|project| !project.is_empty());
+    let project = filter
+        .project
+        .as_deref()
+        .filter(|project| !project.is_empty());
     let page = filter.page.unwrap_or(0);
     let mut matching = runs.into_iter().filter_map(|run| {
         let cwd = projects
@@ -394,7 +412,8 @@ async fn runs_live(
     let stream = futures::stream::unfold(
         (ticks, String::new(), open),
         move |(mut ticks, mut last, open)| {
-            let (store, filter, stopping) = (state.api.store.clone(), filter.clone(), stopping.clone());
+            let (store, filter, stopping) =
+                (state.api.store.clone(), filter.clone(), stopping.clone());
             async move {
                 loop {
                     tokio::select! {
@@ -431,7 +450,12 @@ fn find_run(store: &Store, given: &str) -> Result<RunRecord, PageError> {
 /// The state panel of a run.
 async fn state_panel(state: &DashboardState, run: &RunRecord, view: &RunView) -> maud::Markup {
     let phases = if run.status.is_running() && view.finished.is_none() {
-        state.api.runtime.agents(&run.run_id).await.unwrap_or_default()
+        state
+            .api
+            .runtime
+            .agents(&run.run_id)
+            .await
+            .unwrap_or_default()
     } else {
         Vec::new()
     };
@@ -445,7 +469,10 @@ async fn state_panel(state: &DashboardState, run: &RunRecord, view: &RunView) ->
 
 /// Where the transcript of `events` starts so that it shows at most
 /// `limit` entries: the latest ones, a streak of text counting as one.
-pub(crate) fn transcript_start(events: &[troupe_protocol::events::RunEvent], limit: usize) -> usize {
+pub(crate) fn transcript_start(
+    events: &[troupe_protocol::events::RunEvent],
+    limit: usize,
+) -> usize {
     use troupe_protocol::events::EventKind;
     let mut entries = 0;
     let mut previous_was_text = false;
@@ -523,7 +550,10 @@ async fn run_live(
             async move {
                 loop {
                     if let Some(event) = queued.pop() {
-                        return Some((Ok::<_, Infallible>(event), (subscription, view, queued, open)));
+                        return Some((
+                            Ok::<_, Infallible>(event),
+                            (subscription, view, queued, open),
+                        ));
                     }
                     let event = subscription.recv().await?;
                     if view.apply(&event) {
@@ -638,7 +668,12 @@ async fn cancel_agent(
         Ok(run) => run,
         Err(err) => return err.into_response(),
     };
-    match state.api.runtime.cancel_agent(&run.run_id, &agent.path).await {
+    match state
+        .api
+        .runtime
+        .cancel_agent(&run.run_id, &agent.path)
+        .await
+    {
         Ok(()) => done("Cancelling the agent…"),
         Err(err) => refused(&err),
     }
@@ -661,8 +696,18 @@ async fn answer_approval(
         Err(err) => return err.into_response(),
     };
     let outcome = match ApprovalOutcome::parse(&answer.outcome) {
-        Some(outcome @ (ApprovalOutcome::Allow | ApprovalOutcome::AllowAlways | ApprovalOutcome::Deny)) => outcome,
-        _ => return problem(StatusCode::BAD_REQUEST, "Refused", "the answer is allow, allow_always or deny"),
+        Some(
+            outcome @ (ApprovalOutcome::Allow
+            | ApprovalOutcome::AllowAlways
+            | ApprovalOutcome::Deny),
+        ) => outcome,
+        _ => {
+            return problem(
+                StatusCode::BAD_REQUEST,
+                "Refused",
+                "the answer is allow, allow_always or deny",
+            );
+        }
     };
     let said = outcome.as_str();
     match state
@@ -674,6 +719,62 @@ async fn answer_approval(
         Ok(()) => done(&format!("Answered: {said}")),
         Err(err) => refused(&err),
     }
+}
+
+/// The costs page's period.
+#[derive(Debug, Deserialize)]
+struct CostsQuery {
+    days: Option<i64>,
+}
+
+/// The runs of the last `days` days (at most [`MAX_COST_RUNS`], the
+/// latest) with their usage events, and whether some were left out.
+fn runs_with_usage(
+    store: &Store,
+    days: i64,
+) -> Result<
+    (
+        Vec<(RunRecord, Vec<troupe_protocol::events::RunEvent>)>,
+        bool,
+    ),
+    troupe_store::StoreError,
+> {
+    let since = chrono::Utc::now() - chrono::Duration::days(days);
+    let mut runs = store.list_runs(None)?;
+    runs.retain(|run| run.started >= since);
+    runs.sort_by(|a, b| b.started.cmp(&a.started));
+    let capped = runs.len() > MAX_COST_RUNS;
+    runs.truncate(MAX_COST_RUNS);
+    let mut out = Vec::with_capacity(runs.len());
+    for run in runs {
+        let usage = store
+            .events(&run.run_id, 1)?
+            .into_iter()
+            .filter(|event| matches!(event.kind, troupe_protocol::events::EventKind::Usage { .. }))
+            .collect();
+        out.push((run, usage));
+    }
+    Ok((out, capped))
+}
+
+async fn costs_page(
+    State(state): State<DashboardState>,
+    Extension(session): Extension<SessionView>,
+    Query(query): Query<CostsQuery>,
+) -> Result<Html<String>, PageError> {
+    let days = query.days.unwrap_or(7).clamp(1, 365);
+    let store = state.api.store.clone();
+    let read = tokio::task::spawn_blocking(move || {
+        let (runs, capped) = runs_with_usage(&store, days)?;
+        let sessions = store.list_sessions()?;
+        Ok::<_, troupe_store::StoreError>((costs::tally(runs, &sessions), capped))
+    })
+    .await
+    .map_err(store_problem)?;
+    let (tally, capped) = read.map_err(store_problem)?;
+    Ok(Html(
+        pages::costs_page(&session.csrf, &tally, days, capped).into_string(),
+    ))
 }
 
 /// The sessions list's search and page.
@@ -795,7 +896,12 @@ mod tests {
         ];
         let runs = vec![
             run("r1", "s1", RunState::Running, 1),
-            run("r2", "s2", RunState::Ended(troupe_protocol::events::RunStatus::Finished), 5),
+            run(
+                "r2",
+                "s2",
+                RunState::Ended(troupe_protocol::events::RunStatus::Finished),
+                5,
+            ),
         ];
         let (all, more) = select_runs(runs.clone(), &sessions, &RunsQuery::default());
         assert!(!more);
@@ -866,7 +972,12 @@ mod tests {
             Some("http://collector:16686/trace/abc")
         );
         assert_eq!(
-            jaeger_link(Some("http://x:4318"), Some("https://jaeger.example/"), "abc").as_deref(),
+            jaeger_link(
+                Some("http://x:4318"),
+                Some("https://jaeger.example/"),
+                "abc"
+            )
+            .as_deref(),
             Some("https://jaeger.example/trace/abc")
         );
         assert_eq!(jaeger_link(None, None, "abc"), None);

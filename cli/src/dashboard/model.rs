@@ -170,14 +170,14 @@ impl RunView {
                 };
                 match target {
                     Some(target) if !is_error && WRITING_TOOLS.contains(&name.as_str()) => {
-                        let file = self
-                            .written
-                            .entry(target.clone())
-                            .or_insert_with(|| ChangedFile {
-                                path: target,
-                                tools: Vec::new(),
-                                agents: Vec::new(),
-                            });
+                        let file =
+                            self.written
+                                .entry(target.clone())
+                                .or_insert_with(|| ChangedFile {
+                                    path: target,
+                                    tools: Vec::new(),
+                                    agents: Vec::new(),
+                                });
                         file.tools.push(name);
                         if !file.agents.iter().any(|agent| agent == path) {
                             file.agents.push(path.to_string());
@@ -288,13 +288,7 @@ mod tests {
     #[test]
     fn agents_approvals_plan_usage_and_files_follow_the_events() {
         let mut events = vec![
-            event(
-                1,
-                "main",
-                EventKind::RunStarted {
-                    prompt: "p".into(),
-                },
-            ),
+            event(1, "main", EventKind::RunStarted { prompt: "p".into() }),
             event(
                 2,
                 "main/fork-1",

@@ -88,6 +88,7 @@ pub(crate) fn layout(title: &str, csrf: &str, body: Markup) -> Markup {
                 nav {
                     a href="/" { "Runs" }
                     a href="/sessions" { "Sessions" }
+                    a href="/costs" { "Costs" }
                 }
                 main { (body) }
             }
@@ -242,14 +243,26 @@ pub(crate) fn transcript_entry(event: &RunEvent) -> Option<Markup> {
         EventKind::UserMessage { text } => html! {
             div.entry.user data-agent=(agent) { (tag) " message" (text_block("message", text)) }
         },
-        EventKind::ToolStarted { call_id, name, args_preview, target } => html! {
+        EventKind::ToolStarted {
+            call_id,
+            name,
+            args_preview,
+            target,
+        } => html! {
             div.entry.tool data-agent=(agent) data-call=(call_id) {
                 (tag) " " strong { (clean(name)) }
                 @if let Some(target) = target { " " code.target { (clean(target)) } }
                 (text_block("arguments", args_preview))
             }
         },
-        EventKind::ToolFinished { call_id, name, is_error, output_preview, output_lines, duration_ms } => html! {
+        EventKind::ToolFinished {
+            call_id,
+            name,
+            is_error,
+            output_preview,
+            output_lines,
+            duration_ms,
+        } => html! {
             div.entry.result.error[*is_error] data-agent=(agent) data-call=(call_id) {
                 (tag) " " (clean(name)) " "
                 @if *is_error { "failed" } @else { "done" }
@@ -269,13 +282,23 @@ pub(crate) fn transcript_entry(event: &RunEvent) -> Option<Markup> {
         EventKind::SubagentFinished { status } => html! {
             div.entry.subagent data-agent=(agent) { (tag) " ended: " (status.as_str()) }
         },
-        EventKind::Compaction { phase, before_tokens, after_tokens, .. } => html! {
+        EventKind::Compaction {
+            phase,
+            before_tokens,
+            after_tokens,
+            ..
+        } => html! {
             div.entry.notice data-agent=(agent) { (tag) " compaction " (clean(phase)) ": " (before_tokens) " → " (after_tokens) " tokens" }
         },
         EventKind::Notice { text, .. } => html! {
             div.entry.notice data-agent=(agent) { (tag) " " (clean(text)) }
         },
-        EventKind::Hook { event: hook, outcome, message, .. } => html! {
+        EventKind::Hook {
+            event: hook,
+            outcome,
+            message,
+            ..
+        } => html! {
             div.entry.notice data-agent=(agent) {
                 (tag) " hook " (clean(hook)) ": " (clean(outcome))
                 @if let Some(message) = message { " — " (clean(message)) }
@@ -287,7 +310,11 @@ pub(crate) fn transcript_entry(event: &RunEvent) -> Option<Markup> {
         EventKind::Error { kind, message } => html! {
             div.entry.error data-agent=(agent) { (tag) " error " (clean(kind)) ": " (clean(message)) }
         },
-        EventKind::RunFinished { status, stop_reason, .. } => html! {
+        EventKind::RunFinished {
+            status,
+            stop_reason,
+            ..
+        } => html! {
             div.entry.finished data-agent=(agent) { (tag) " " (status.as_str()) " (" (clean(stop_reason)) ")" }
         },
     };
@@ -301,7 +328,9 @@ pub(crate) fn transcript(events: &[RunEvent]) -> Markup {
     let mut text: Option<(&str, String)> = None;
     let flush = |out: &mut String, text: &mut Option<(&str, String)>| {
         if let Some((agent, joined)) = text.take() {
-            out.push_str(&html! { span.text data-agent=(agent) { (clean(&joined)) } }.into_string());
+            out.push_str(
+                &html! { span.text data-agent=(agent) { (clean(&joined)) } }.into_string(),
+            );
         }
     };
     for event in events {
@@ -446,7 +475,12 @@ pub(crate) fn run_page(csrf: &str, page: &RunPage<'_>) -> Markup {
 }
 
 /// The span waterfall page.
-pub(crate) fn spans_page(csrf: &str, run: &RunRecord, rows: &[Row<'_>], jaeger: Option<&str>) -> Markup {
+pub(crate) fn spans_page(
+    csrf: &str,
+    run: &RunRecord,
+    rows: &[Row<'_>],
+    jaeger: Option<&str>,
+) -> Markup {
     let body = html! {
         h1 { "Spans of run " a href={ "/runs/" (run.run_id) } { code { (short_id(&run.run_id)) } } }
         @if let Some(jaeger) = jaeger { p { a href=(jaeger) rel="noreferrer" { "Open the trace in Jaeger" } } }
@@ -585,13 +619,88 @@ pub(crate) fn session_page(
     layout("Session", csrf, body)
 }
 
+/// Tokens as one cell: input (cache included), output.
+fn tokens(usage: &troupe_protocol::model::Usage) -> Markup {
+    html! {
+        td.num { (usage.input + usage.cache_read + usage.cache_write) }
+        td.num { (usage.output) }
+    }
+}
+
+/// The costs page: tokens per day (an SVG bar chart drawn here), per
+/// model, per run and per agent over the last `days` days.
+pub(crate) fn costs_page(
+    csrf: &str,
+    tally: &super::costs::Tally,
+    days: i64,
+    capped: bool,
+) -> Markup {
+    let bars = super::costs::bars(&tally.days);
+    let slot = if bars.is_empty() {
+        0.0
+    } else {
+        600.0 / bars.len() as f64
+    };
+    let body = html! {
+        h1 { "Costs" }
+        form.filters method="get" action="/costs" {
+            label { "Period "
+                select name="days" {
+                    @for choice in [1, 7, 30, 90, 365] {
+                        option value=(choice) selected[choice == days] { "last " (choice) " days" }
+                    }
+                }
+            }
+            button type="submit" { "Show" }
+        }
+        @if capped { p.none { "Only the latest " (super::MAX_COST_RUNS) " runs of the period are counted." } }
+        h2 { "Tokens per day" }
+        svg.chart viewBox="0 0 600 140" role="img" {
+            @for (index, (label, total, share)) in bars.iter().enumerate() {
+                @let height = share * 110.0;
+                @let x = index as f64 * slot;
+                rect x=(format!("{:.1}", x + slot * 0.15)) y=(format!("{:.1}", 115.0 - height))
+                    width=(format!("{:.1}", slot * 0.7)) height=(format!("{:.1}", height.max(1.0))) {
+                    title { (label) ": " (total) " tokens" }
+                }
+                text x=(format!("{:.1}", x + slot / 2.0)) y="132" text-anchor="middle" { (label) }
+            }
+        }
+        h2 { "Per model" }
+        div.scroll { table {
+            thead { tr { th { "Model" } th { "Input" } th { "Output" } } }
+            tbody { @for (model, usage) in &tally.models { tr { td { (clean(model)) } (tokens(usage)) } } }
+        } }
+        h2 { "Per run" }
+        div.scroll { table {
+            thead { tr { th { "Run" } th { "Prompt" } th { "Input" } th { "Output" } } }
+            tbody { @for (run, usage) in tally.runs.iter().take(super::PAGE_SIZE) {
+                tr {
+                    td { a href={ "/runs/" (run.run_id) } { code { (short_id(&run.run_id)) } } }
+                    td.prompt { (clean(&shortened(&run.prompt, 80))) }
+                    (tokens(usage))
+                }
+            } }
+        } }
+        h2 { "Per agent" }
+        div.scroll { table {
+            thead { tr { th { "Run" } th { "Agent" } th { "Input" } th { "Output" } } }
+            tbody { @for ((run, agent), usage) in tally.agents.iter().take(super::PAGE_SIZE * 4) {
+                tr { td { code { (short_id(run)) } } td { code { (agent) } } (tokens(usage)) }
+            } }
+        } }
+    };
+    layout("Costs", csrf, body)
+}
+
 #[cfg(test)]
 mod tests {
     use troupe_store::RunState;
 
     use super::*;
 
-    const HOSTILE: &str = "<script>alert(1)</script> <a href=\"javascript:alert(1)\">x</a> \u{1b}[31mred";
+    const HOSTILE: &str =
+        "<script>alert(1)</script> <a href=\"javascript:alert(1)\">x</a> \u{1b}[31mred";
 
     fn run(prompt: &str) -> RunRecord {
         RunRecord {
@@ -610,7 +719,10 @@ mod tests {
         assert!(!html.contains("<script>alert"), "{html}");
         assert!(!html.contains("href=\"javascript"), "{html}");
         assert!(!html.contains('\u{1b}'), "{html:?}");
-        assert!(html.contains("&lt;script&gt;alert(1)&lt;/script&gt;"), "{html}");
+        assert!(
+            html.contains("&lt;script&gt;alert(1)&lt;/script&gt;"),
+            "{html}"
+        );
     }
 
     #[test]
@@ -640,8 +752,16 @@ mod tests {
     #[test]
     fn long_results_are_folded_and_short_ones_are_not() {
         let long = "line\n".repeat(50);
-        assert!(text_block("result", &long).into_string().starts_with("<details>"));
-        assert!(text_block("result", "short").into_string().starts_with("<pre"));
+        assert!(
+            text_block("result", &long)
+                .into_string()
+                .starts_with("<details>")
+        );
+        assert!(
+            text_block("result", "short")
+                .into_string()
+                .starts_with("<pre")
+        );
     }
 
     #[test]

@@ -55,8 +55,7 @@ pub(crate) fn rows(spans: &[SpanRecord]) -> Vec<Row<'_>> {
             if !seen.insert(span.span_id.as_str()) {
                 continue;
             }
-            let offset_ms =
-                (span.start - first).num_microseconds().unwrap_or(0) as f64 / 1_000.0;
+            let offset_ms = (span.start - first).num_microseconds().unwrap_or(0) as f64 / 1_000.0;
             let (offset, width) = if total_ms > 0.0 {
                 (offset_ms / total_ms, span.duration_ms.max(0.0) / total_ms)
             } else {

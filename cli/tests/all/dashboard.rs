@@ -81,7 +81,10 @@ impl Browser {
         let origin = format!("http://{}", daemon.addr);
         assert!(url.starts_with(&format!("{origin}/#login=")), "{url}");
         assert!(!url.contains('?'), "{url}");
-        assert!(!url.contains(&daemon.token), "the URL holds a code, not the token");
+        assert!(
+            !url.contains(&daemon.token),
+            "the URL holds a code, not the token"
+        );
         let code = url.rsplit_once("#login=").unwrap().1;
         let host = daemon.addr.to_string();
         let body = json!({ "code": code }).to_string();
@@ -89,7 +92,11 @@ impl Browser {
             daemon.addr,
             "POST",
             "/login",
-            &[("Host", &host), ("Origin", &origin), ("Content-Type", "application/json")],
+            &[
+                ("Host", &host),
+                ("Origin", &origin),
+                ("Content-Type", "application/json"),
+            ],
             body.as_bytes(),
         )
         .await;
@@ -176,7 +183,10 @@ impl Browser {
 /// The CSRF token a page hands htmx (`hx-headers` on its body).
 fn csrf_of(page: &str) -> String {
     let marker = "X-CSRF-Token&quot;:&quot;";
-    let start = page.find(marker).unwrap_or_else(|| panic!("no CSRF token: {page}")) + marker.len();
+    let start = page
+        .find(marker)
+        .unwrap_or_else(|| panic!("no CSRF token: {page}"))
+        + marker.len();
     let end = page[start..].find("&quot;").unwrap() + start;
     page[start..end].to_string()
 }
@@ -196,10 +206,21 @@ async fn only_a_logged_in_browser_gets_pages_and_only_its_own_page_changes_anyth
     let origin = format!("http://{host}");
 
     // No cookie: every page is the 401 page that says what to run.
-    for path in ["/", "/sessions", "/runs/x", "/runs/x/spans", "/live/runs"] {
+    for path in [
+        "/",
+        "/sessions",
+        "/costs",
+        "/runs/x",
+        "/runs/x/spans",
+        "/live/runs",
+    ] {
         let refused = request(daemon.addr, "GET", path, &[("Host", &host)], b"").await;
         assert_eq!(refused.status, 401, "{path}");
-        assert!(refused.text().contains("troupe dashboard"), "{}", refused.text());
+        assert!(
+            refused.text().contains("troupe dashboard"),
+            "{}",
+            refused.text()
+        );
         assert!(refused.text().contains("src=\"/assets/login.js\""));
         assert_secured(&refused, path);
     }
@@ -222,7 +243,11 @@ async fn only_a_logged_in_browser_gets_pages_and_only_its_own_page_changes_anyth
     // Login codes need the token; logins need the daemon's Origin.
     let no_token = request(daemon.addr, "POST", "/login/codes", &[("Host", &host)], b"").await;
     assert_eq!(no_token.status, 401);
-    let code = login_url(&env).rsplit_once("#login=").unwrap().1.to_string();
+    let code = login_url(&env)
+        .rsplit_once("#login=")
+        .unwrap()
+        .1
+        .to_string();
     let body = json!({ "code": code }).to_string();
     for headers in [
         vec![("Host", host.as_str())],
@@ -246,7 +271,10 @@ async fn only_a_logged_in_browser_gets_pages_and_only_its_own_page_changes_anyth
         daemon.addr,
         "GET",
         "/",
-        &[("Host", &host), ("Cookie", &format!("troupe_dashboard={}", daemon.token))],
+        &[
+            ("Host", &host),
+            ("Cookie", &format!("troupe_dashboard={}", daemon.token)),
+        ],
         b"",
     )
     .await;
@@ -258,10 +286,15 @@ async fn only_a_logged_in_browser_gets_pages_and_only_its_own_page_changes_anyth
         .await;
     let asked = daemon
         .events(&run_id, None, |events| {
-            events.iter().any(|(_, e)| e["type"] == "approval_requested")
+            events
+                .iter()
+                .any(|(_, e)| e["type"] == "approval_requested")
         })
         .await;
-    let approval_id = asked.last().unwrap().1["approval_id"].as_str().unwrap().to_string();
+    let approval_id = asked.last().unwrap().1["approval_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
     let path = format!("/runs/{run_id}/approvals/{approval_id}");
 
     // A state change without the token, with another one, without an
@@ -269,15 +302,28 @@ async fn only_a_logged_in_browser_gets_pages_and_only_its_own_page_changes_anyth
     let cookie = browser.cookie.clone();
     let refusals: Vec<Vec<(&str, &str)>> = vec![
         vec![("Host", &host), ("Cookie", &cookie), ("Origin", &origin)],
-        vec![("Host", &host), ("Cookie", &cookie), ("Origin", &origin), ("X-CSRF-Token", "0")],
-        vec![("Host", &host), ("Cookie", &cookie), ("X-CSRF-Token", &browser.csrf)],
+        vec![
+            ("Host", &host),
+            ("Cookie", &cookie),
+            ("Origin", &origin),
+            ("X-CSRF-Token", "0"),
+        ],
+        vec![
+            ("Host", &host),
+            ("Cookie", &cookie),
+            ("X-CSRF-Token", &browser.csrf),
+        ],
         vec![
             ("Host", &host),
             ("Cookie", &cookie),
             ("Origin", "http://evil.example"),
             ("X-CSRF-Token", &browser.csrf),
         ],
-        vec![("Host", &host), ("Origin", &origin), ("X-CSRF-Token", &browser.csrf)],
+        vec![
+            ("Host", &host),
+            ("Origin", &origin),
+            ("X-CSRF-Token", &browser.csrf),
+        ],
     ];
     for headers in &refusals {
         let mut headers = headers.clone();
@@ -291,12 +337,19 @@ async fn only_a_logged_in_browser_gets_pages_and_only_its_own_page_changes_anyth
         assert_secured(&refused, "refused post");
     }
     let page = browser.get(&format!("/runs/{run_id}")).await;
-    assert!(page.text().contains(&format!("data-approval=\"{approval_id}\"")));
+    assert!(
+        page.text()
+            .contains(&format!("data-approval=\"{approval_id}\""))
+    );
 
     // The page's own request goes through: the run goes on and finishes.
     let answered = browser.post(&path, "outcome=allow").await;
     assert_eq!(answered.status, 200, "{}", answered.text());
-    assert!(answered.text().contains("Answered: allow"), "{}", answered.text());
+    assert!(
+        answered.text().contains("Answered: allow"),
+        "{}",
+        answered.text()
+    );
     let rest = daemon.events(&run_id, None, |_| false).await;
     assert!(
         rest.iter()
@@ -310,11 +363,21 @@ async fn only_a_logged_in_browser_gets_pages_and_only_its_own_page_changes_anyth
     let runs = browser.get("/?status=finished").await;
     assert!(runs.text().contains(&format!("data-run=\"{run_id}\"")));
     let run_page = browser.get(&format!("/runs/{run_id}")).await;
-    assert!(run_page.text().contains("notes.txt"), "the changed file is listed");
+    assert!(
+        run_page.text().contains("notes.txt"),
+        "the changed file is listed"
+    );
     assert!(!run_page.text().contains("data-approval="));
     for path in ["/sessions", &format!("/runs/{run_id}/spans")] {
         assert_eq!(browser.get(path).await.status, 200, "{path}");
     }
+    // The costs page counts the run's tokens, per run, agent and model.
+    let costs = browser.get("/costs?days=1").await.text();
+    assert!(
+        costs.contains(&format!("href=\"/runs/{run_id}\"")),
+        "{costs}"
+    );
+    assert!(costs.contains("<svg class=\"chart\""), "{costs}");
 
     // The token is in no answer and no line the daemon logged.
     for seen in browser.seen.borrow().iter() {
@@ -340,14 +403,19 @@ async fn runs_and_agents_are_cancelled_from_the_dashboard() {
         .await;
     daemon
         .events(&run_id, None, |events| {
-            events.iter().any(|(_, e)| e["type"] == "approval_requested")
+            events
+                .iter()
+                .any(|(_, e)| e["type"] == "approval_requested")
         })
         .await;
     let page = browser.get(&format!("/runs/{run_id}")).await;
     assert!(page.text().contains("Cancel run"), "{}", page.text());
     // An agent the run does not have is refused; the main agent is the run.
     let unknown = browser
-        .post(&format!("/runs/{run_id}/agents/cancel"), "path=main%2Fnobody")
+        .post(
+            &format!("/runs/{run_id}/agents/cancel"),
+            "path=main%2Fnobody",
+        )
         .await;
     assert_eq!(unknown.status, 404, "{}", unknown.text());
     let cancelled = browser.post(&format!("/runs/{run_id}/cancel"), "").await;
@@ -368,7 +436,13 @@ fn hostile(label: &str) -> String {
 
 /// Asserts a page shows `label`'s hostile string as text only.
 fn assert_inert(page: &str, what: &str) {
-    for bad in ["<script>alert", "<a href=\"javascript", "<img src=x", "\u{1b}", "\u{7}"] {
+    for bad in [
+        "<script>alert",
+        "<a href=\"javascript",
+        "<img src=x",
+        "\u{1b}",
+        "\u{7}",
+    ] {
         if let Some(at) = page.to_ascii_lowercase().find(bad) {
             let around = &page[at.saturating_sub(200)..(at + 200).min(page.len())];
             panic!("{what} holds {bad:?}: {around:?}");
@@ -404,7 +478,10 @@ async fn hostile_text_is_shown_as_text_on_every_page() {
         "{}",
         &run_page[..run_page.len().min(20_000)]
     );
-    assert!(run_page.contains(&long_line), "the 1 MB line is shown whole");
+    assert!(
+        run_page.contains(&long_line),
+        "the 1 MB line is shown whole"
+    );
     for (path, page) in [
         ("/".to_string(), browser.get("/").await.text()),
         (format!("/runs/{run_id}"), run_page.clone()),
@@ -412,7 +489,11 @@ async fn hostile_text_is_shown_as_text_on_every_page() {
             format!("/runs/{run_id}/spans"),
             browser.get(&format!("/runs/{run_id}/spans")).await.text(),
         ),
-        ("/sessions".into(), browser.get("/sessions?q=prompt").await.text()),
+        (
+            "/sessions".into(),
+            browser.get("/sessions?q=prompt").await.text(),
+        ),
+        ("/costs".into(), browser.get("/costs").await.text()),
         (
             format!("/sessions/{session_id}"),
             browser.get(&format!("/sessions/{session_id}")).await.text(),
@@ -486,7 +567,9 @@ async fn the_live_streams_send_the_runs_table_and_a_runs_events() {
     assert_eq!(table[0].0, "runs");
     let asked = daemon
         .events(&run_id, None, |events| {
-            events.iter().any(|(_, e)| e["type"] == "approval_requested")
+            events
+                .iter()
+                .any(|(_, e)| e["type"] == "approval_requested")
         })
         .await;
     let (seq, request) = asked.last().unwrap();
@@ -494,7 +577,10 @@ async fn the_live_streams_send_the_runs_table_and_a_runs_events() {
     let live_path = format!("/runs/{run_id}/live?from={}", seq + 1);
     let answer = async {
         browser
-            .post(&format!("/runs/{run_id}/approvals/{approval_id}"), "outcome=allow")
+            .post(
+                &format!("/runs/{run_id}/approvals/{approval_id}"),
+                "outcome=allow",
+            )
             .await
     };
     let follow = live_events(&browser, &live_path, |events| {
@@ -504,7 +590,10 @@ async fn the_live_streams_send_the_runs_table_and_a_runs_events() {
     });
     let (answered, live) = tokio::join!(answer, follow);
     assert_eq!(answered.status, 200);
-    assert!(live.iter().any(|(name, data)| name == "state" && !data.contains("data-approval=")));
+    assert!(
+        live.iter()
+            .any(|(name, data)| name == "state" && !data.contains("data-approval="))
+    );
     let text: String = live
         .iter()
         .filter(|(name, _)| name == "entry")

@@ -147,7 +147,9 @@ impl Chromium {
                     };
                 }
                 Ok(_) => {}
-                Err(RecvTimeoutError::Timeout) => return Err(format!("{method}: no answer in time")),
+                Err(RecvTimeoutError::Timeout) => {
+                    return Err(format!("{method}: no answer in time"));
+                }
                 Err(RecvTimeoutError::Disconnected) => panic!("chromium went away"),
             }
         }
@@ -184,7 +186,12 @@ impl Chromium {
         self.eval_within(tab, expression, COMMAND_LIMIT)
     }
 
-    fn eval_within(&mut self, tab: &Tab, expression: &str, limit: Duration) -> Result<Value, String> {
+    fn eval_within(
+        &mut self,
+        tab: &Tab,
+        expression: &str,
+        limit: Duration,
+    ) -> Result<Value, String> {
         let result = self.call_within(
             Some(&tab.session),
             "Runtime.evaluate",
@@ -217,7 +224,9 @@ impl Chromium {
                 Err(err) => last = err,
             }
         }
-        let body = self.eval(tab, "document.documentElement.outerHTML").unwrap_or_default();
+        let body = self
+            .eval(tab, "document.documentElement.outerHTML")
+            .unwrap_or_default();
         panic!("{condition} did not come true: {last}\n{body}");
     }
 
@@ -299,7 +308,9 @@ async fn a_browser_logs_in_answers_an_approval_and_watches_the_run_finish() {
         .await;
     daemon
         .events(&run_id, None, |events| {
-            events.iter().any(|(_, e)| e["type"] == "approval_requested")
+            events
+                .iter()
+                .any(|(_, e)| e["type"] == "approval_requested")
         })
         .await;
     let url = login_url(&env);
@@ -319,7 +330,9 @@ async fn a_browser_logs_in_answers_an_approval_and_watches_the_run_finish() {
         json!(""),
         "the code left the address bar"
     );
-    browser.eval(&runs, "window.stillTheSamePage = true").unwrap();
+    browser
+        .eval(&runs, "window.stillTheSamePage = true")
+        .unwrap();
     browser.screenshot(&runs, "runs");
 
     // The run's page, in a second tab with the same cookie, shows the
@@ -345,7 +358,10 @@ async fn a_browser_logs_in_answers_an_approval_and_watches_the_run_finish() {
             "document.querySelector('form[data-approval] button[value=\"allow\"]').click()",
         )
         .unwrap();
-    browser.wait_for(&run, "document.querySelector('#transcript .entry.finished') !== null");
+    browser.wait_for(
+        &run,
+        "document.querySelector('#transcript .entry.finished') !== null",
+    );
     let hostile = browser
         .eval(
             &run,
@@ -360,7 +376,10 @@ async fn a_browser_logs_in_answers_an_approval_and_watches_the_run_finish() {
         &runs,
         &format!("document.querySelector('{row} [data-status=\"finished\"]') !== null"),
     );
-    assert_eq!(browser.eval(&runs, "window.stillTheSamePage").unwrap(), json!(true));
+    assert_eq!(
+        browser.eval(&runs, "window.stillTheSamePage").unwrap(),
+        json!(true)
+    );
     assert_eq!(
         std::fs::read_to_string(env.root().join("notes.txt")).unwrap(),
         "approved\n"
@@ -391,14 +410,25 @@ async fn a_browser_logs_in_answers_an_approval_and_watches_the_run_finish() {
     };
     browser.screenshot(&run, "spans");
     let rows = rows.as_array().unwrap();
-    assert!(rows[0][3].as_str().unwrap().starts_with("invoke_agent"), "{rows:?}");
+    assert!(
+        rows[0][3].as_str().unwrap().starts_with("invoke_agent"),
+        "{rows:?}"
+    );
     for (index, row) in rows.iter().enumerate() {
-        let Some(parent) = row[1].as_str() else { continue };
+        let Some(parent) = row[1].as_str() else {
+            continue;
+        };
         let Some(parent_at) = rows.iter().position(|other| other[0] == json!(parent)) else {
             continue;
         };
-        assert!(parent_at < index, "a parent comes before its child: {rows:?}");
-        assert_eq!(row[2].as_u64().unwrap(), rows[parent_at][2].as_u64().unwrap() + 1);
+        assert!(
+            parent_at < index,
+            "a parent comes before its child: {rows:?}"
+        );
+        assert_eq!(
+            row[2].as_u64().unwrap(),
+            rows[parent_at][2].as_u64().unwrap() + 1
+        );
     }
 
     // 375 px wide: nothing sticks out of the page.
