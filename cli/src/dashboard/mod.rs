@@ -272,25 +272,29 @@ async fn login(State(state): State<DashboardState>, body: Body) -> Response {
 }
 
 /// An error answer of a page handler.
-struct PageError(Response);
+struct PageError(Box<Response>);
 
 impl IntoResponse for PageError {
     fn into_response(self) -> Response {
-        self.0
+        *self.0
     }
 }
 
 fn store_problem(err: impl std::fmt::Display) -> PageError {
     tracing::warn!(%err, "the dashboard could not read the store");
-    PageError(problem(
+    PageError(Box::new(problem(
         StatusCode::INTERNAL_SERVER_ERROR,
         "Store error",
         &format!("the store could not be read: {err}"),
-    ))
+    )))
 }
 
 fn not_found(message: &str) -> PageError {
-    PageError(problem(StatusCode::NOT_FOUND, "Not found", message))
+    PageError(Box::new(problem(
+        StatusCode::NOT_FOUND,
+        "Not found",
+        message,
+    )))
 }
 
 /// The runs list's filters and page.
@@ -727,22 +731,19 @@ struct CostsQuery {
     days: Option<i64>,
 }
 
+/// Runs, each with its usage events.
+type RunsWithUsage = Vec<(RunRecord, Vec<troupe_protocol::events::RunEvent>)>;
+
 /// The runs of the last `days` days (at most [`MAX_COST_RUNS`], the
 /// latest) with their usage events, and whether some were left out.
 fn runs_with_usage(
     store: &Store,
     days: i64,
-) -> Result<
-    (
-        Vec<(RunRecord, Vec<troupe_protocol::events::RunEvent>)>,
-        bool,
-    ),
-    troupe_store::StoreError,
-> {
+) -> Result<(RunsWithUsage, bool), troupe_store::StoreError> {
     let since = chrono::Utc::now() - chrono::Duration::days(days);
     let mut runs = store.list_runs(None)?;
     runs.retain(|run| run.started >= since);
-    runs.sort_by(|a, b| b.started.cmp(&a.started));
+    runs.sort_by_key(|run| std::cmp::Reverse(run.started));
     let capped = runs.len() > MAX_COST_RUNS;
     runs.truncate(MAX_COST_RUNS);
     let mut out = Vec::with_capacity(runs.len());
@@ -836,7 +837,7 @@ async fn session_show(
         .map_err(store_problem)?
         .ok_or_else(|| not_found(&format!("no session {id}")))?;
     let mut runs = store.list_runs(Some(&id)).map_err(store_problem)?;
-    runs.sort_by(|a, b| b.started.cmp(&a.started));
+    runs.sort_by_key(|run| std::cmp::Reverse(run.started));
     let history = store.load_history(&id).map_err(store_problem)?;
     let skipped = history.messages.len().saturating_sub(SESSION_MESSAGES);
     let page = pages::session_page(
