@@ -467,8 +467,41 @@ async fn state_panel(state: &DashboardState, run: &RunRecord, view: &RunView) ->
         Some(status) => status.as_str(),
         None => run.status.as_str(),
     };
-    let files = FromToolCalls.changed_files(view);
+    let mut files = FromToolCalls.changed_files(view);
+    if !files.is_empty() {
+        match writing_calls(&state.api.store, run) {
+            Ok(calls) => model::attach_diffs(&mut files, &calls),
+            Err(err) => tracing::debug!(%err, "the changed files' diffs could not be read"),
+        }
+    }
     pages::run_state(&run.run_id, status, view, &phases, &files)
+}
+
+/// The tool calls of a run's sessions (its own and those it made for its
+/// sub-agents) that wrote files, by call id, with their full arguments.
+fn writing_calls(
+    store: &Store,
+    run: &RunRecord,
+) -> Result<HashMap<String, troupe_protocol::model::ToolCall>, troupe_store::StoreError> {
+    let mut sessions = vec![run.session_id.clone()];
+    sessions.extend(
+        store
+            .descendant_sessions(&run.session_id)?
+            .into_iter()
+            .filter(|meta| meta.run_id.as_deref() == Some(run.run_id.as_str()))
+            .map(|meta| meta.id),
+    );
+    let mut calls = HashMap::new();
+    for session in sessions {
+        for message in store.load_history(&session)?.messages {
+            for call in message.tool_calls() {
+                if model::WRITING_TOOLS.contains(&call.name.as_str()) {
+                    calls.insert(call.id.clone(), call.clone());
+                }
+            }
+        }
+    }
+    Ok(calls)
 }
 
 /// Where the transcript of `events` starts so that it shows at most

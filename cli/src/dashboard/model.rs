@@ -68,6 +68,45 @@ pub(crate) struct ChangedFile {
     pub tools: Vec<String>,
     /// The agents that wrote it.
     pub agents: Vec<String>,
+    /// The ids of the calls that wrote it, in order.
+    pub calls: Vec<String>,
+    /// What each call changed, as diff lines, where the call's arguments
+    /// are known (see [`attach_diffs`]).
+    pub diffs: Vec<Vec<crate::diff::DiffLine>>,
+}
+
+/// Fills in each file's diffs from the arguments of the calls that wrote
+/// it: an `edit_file` call as the change from its `old_string` to its
+/// `new_string`, a `write_file` call as its whole `content` added. Calls
+/// whose arguments are unknown or unreadable add nothing.
+pub(crate) fn attach_diffs(
+    files: &mut [ChangedFile],
+    calls: &std::collections::HashMap<String, troupe_protocol::model::ToolCall>,
+) {
+    use crate::diff::{CONTEXT_LINES, MAX_DIFF_LINES, unified_diff};
+    for file in files.iter_mut() {
+        file.diffs = file
+            .calls
+            .iter()
+            .filter_map(|id| calls.get(id))
+            .filter_map(|call| {
+                let input = call.input_value().ok()?;
+                let text = |name: &str| input.get(name).and_then(|value| value.as_str());
+                let (old, new) = match call.name.as_str() {
+                    "edit_file" => (text("old_string")?, text("new_string")?),
+                    "write_file" => ("", text("content")?),
+                    _ => return None,
+                };
+                Some(unified_diff(
+                    &file.path,
+                    old,
+                    new,
+                    CONTEXT_LINES,
+                    MAX_DIFF_LINES,
+                ))
+            })
+            .collect();
+    }
 }
 
 /// Where the list of a run's changed files comes from. The tool calls are
@@ -87,7 +126,7 @@ impl ChangeSource for FromToolCalls {
 }
 
 /// The tools that write the file their target names.
-const WRITING_TOOLS: [&str; 4] = ["write_file", "edit_file", "multi_edit", "apply_patch"];
+pub(crate) const WRITING_TOOLS: [&str; 2] = ["write_file", "edit_file"];
 
 /// The run as its events so far tell it.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -177,8 +216,11 @@ impl RunView {
                                     path: target,
                                     tools: Vec::new(),
                                     agents: Vec::new(),
+                                    calls: Vec::new(),
+                                    diffs: Vec::new(),
                                 });
                         file.tools.push(name);
+                        file.calls.push(call_id.clone());
                         if !file.agents.iter().any(|agent| agent == path) {
                             file.agents.push(path.to_string());
                         }
@@ -337,9 +379,30 @@ mod tests {
         assert_eq!(view.pending[0].agent_path, "main/fork-1");
         assert!(view.plan.is_some());
         assert_eq!(view.usage.output, 5);
-        let files = FromToolCalls.changed_files(&view);
+        let mut files = FromToolCalls.changed_files(&view);
         assert_eq!(files.len(), 1, "a read is no change: {files:?}");
         assert_eq!(files[0].path, "notes.txt");
+        assert_eq!(files[0].calls, ["c1"]);
+        let calls = std::collections::HashMap::from([(
+            "c1".to_string(),
+            troupe_protocol::model::ToolCall {
+                id: "c1".into(),
+                name: "write_file".into(),
+                input: r#"{"path":"notes.txt","content":"one\ntwo\n"}"#.into(),
+            },
+        )]);
+        attach_diffs(&mut files, &calls);
+        assert_eq!(files[0].diffs.len(), 1);
+        assert!(
+            files[0].diffs[0]
+                .iter()
+                .any(|line| *line == crate::diff::DiffLine::Added("two".into())),
+            "{:?}",
+            files[0].diffs
+        );
+        let mut unknown = FromToolCalls.changed_files(&view);
+        attach_diffs(&mut unknown, &std::collections::HashMap::new());
+        assert!(unknown[0].diffs.is_empty());
 
         let mut live = view.clone();
         assert!(live.apply(&event(

@@ -426,8 +426,33 @@ pub(crate) fn run_state(
             h2 { "Files changed" }
             @if files.is_empty() { p.none { "None so far." } }
             ul { @for file in files {
-                li { code { (clean(&file.path)) } " · " (file.tools.join(", ")) " by " (file.agents.join(", ")) }
+                li {
+                    code { (clean(&file.path)) } " · " (file.tools.join(", ")) " by " (file.agents.join(", "))
+                    @for diff in &file.diffs { (diff_view(diff)) }
+                }
             } }
+        }
+    }
+}
+
+/// A change as a folded, coloured unified diff (text only).
+fn diff_view(lines: &[crate::diff::DiffLine]) -> Markup {
+    use crate::diff::DiffLine;
+    html! {
+        details.diff {
+            summary { "diff" }
+            pre.diff {
+                @for line in lines {
+                    @match line {
+                        DiffLine::File(text) => { span.file { (clean(text)) } "\n" }
+                        DiffLine::Hunk(text) => { span.hunk { (clean(text)) } "\n" }
+                        DiffLine::Context(text) => { " " (clean(text)) "\n" }
+                        DiffLine::Removed(text) => { span.del { "-" (clean(text)) } "\n" }
+                        DiffLine::Added(text) => { span.add { "+" (clean(text)) } "\n" }
+                        DiffLine::More(count) => { span.hunk { "… " (count) " more lines" } "\n" }
+                    }
+                }
+            }
         }
     }
 }

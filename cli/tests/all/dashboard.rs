@@ -363,9 +363,14 @@ async fn only_a_logged_in_browser_gets_pages_and_only_its_own_page_changes_anyth
     let runs = browser.get("/?status=finished").await;
     assert!(runs.text().contains(&format!("data-run=\"{run_id}\"")));
     let run_page = browser.get(&format!("/runs/{run_id}")).await;
+    let shown = run_page.text();
     assert!(
-        run_page.text().contains("notes.txt"),
+        shown.contains("<code>notes.txt</code>"),
         "the changed file is listed"
+    );
+    assert!(
+        shown.contains("<span class=\"add\">+x</span>"),
+        "with the diff its call made: {shown}"
     );
     assert!(!run_page.text().contains("data-approval="));
     for path in ["/sessions", &format!("/runs/{run_id}/spans")] {
