@@ -545,6 +545,7 @@ async fn run_show(
         events: &events[shown_from..],
         skipped: shown_from as u64,
         live_from,
+        agents: view.agents.iter().map(|agent| agent.path.clone()).collect(),
     };
     Ok(Html(pages::run_page(&session.csrf, &page).into_string()))
 }
@@ -581,27 +582,37 @@ async fn run_live(
         .map_err(|err| not_found(&err.to_string()))?;
     let open = state.api.activity.stream_opened();
     let stream = futures::stream::unfold(
-        (subscription, view, Vec::<Event>::new(), open),
+        (
+            subscription,
+            view,
+            std::collections::VecDeque::<Event>::new(),
+            open,
+        ),
         move |(mut subscription, mut view, mut queued, open)| {
             let (state, run) = (state.clone(), run.clone());
             async move {
                 loop {
-                    if let Some(event) = queued.pop() {
+                    if let Some(event) = queued.pop_front() {
                         return Some((
                             Ok::<_, Infallible>(event),
                             (subscription, view, queued, open),
                         ));
                     }
                     let event = subscription.recv().await?;
+                    let new_lane = view.lane_of(&event.agent_path).is_none();
                     if view.apply(&event) {
                         let panel = state_panel(&state, &run, &view).await.into_string();
-                        queued.push(Event::default().event("state").data(sse_html(&panel)));
+                        queued.push_back(Event::default().event("state").data(sse_html(&panel)));
                     }
-                    if let Some(entry) = pages::transcript_entry(&event) {
-                        queued.push(
+                    let entry = pages::transcript_entry(&event);
+                    if let Some(lane) = view.lane_of(&event.agent_path)
+                        && (new_lane || entry.is_some())
+                    {
+                        let html = pages::live_entry(lane, &event.agent_path, new_lane, entry);
+                        queued.push_back(
                             Event::default()
                                 .event("entry")
-                                .data(sse_html(&entry.into_string())),
+                                .data(sse_html(&html.into_string())),
                         );
                     }
                 }

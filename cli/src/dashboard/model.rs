@@ -171,8 +171,20 @@ impl RunView {
     }
 
     /// Applies one event. Returns whether what the state panel shows
-    /// (agents, approvals, plan, status, files) changed.
+    /// (agents, approvals, plan, status, files) changed; an agent is known
+    /// from its first event of any kind.
     pub(crate) fn apply(&mut self, event: &RunEvent) -> bool {
+        let known = self.agents.len();
+        self.agent(&event.agent_path);
+        self.apply_known(event) || self.agents.len() > known
+    }
+
+    /// The lane of agent `path`: its place among the agents.
+    pub(crate) fn lane_of(&self, path: &str) -> Option<usize> {
+        self.agents.iter().position(|agent| agent.path == path)
+    }
+
+    fn apply_known(&mut self, event: &RunEvent) -> bool {
         self.last_seq = self.last_seq.max(event.seq);
         let path = event.agent_path.as_str();
         match &event.kind {

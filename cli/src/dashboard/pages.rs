@@ -469,6 +469,8 @@ pub(crate) struct RunPage<'a> {
     pub skipped: u64,
     /// Where the live stream starts; `None` for a run that has ended.
     pub live_from: Option<u64>,
+    /// The run's agents in the order they appeared: one lane each.
+    pub agents: Vec<String>,
 }
 
 /// The run page.
@@ -491,12 +493,48 @@ pub(crate) fn run_page(csrf: &str, page: &RunPage<'_>) -> Markup {
             @if page.skipped > 0 {
                 p.none { (page.skipped) " earlier events are not shown; " code { "troupe runs attach " (run.run_id) } " replays them." }
             }
-            div #transcript sse-swap=[live.as_ref().map(|_| "entry")] hx-swap="beforeend" {
-                (transcript(page.events))
+            // Live entries name the lane they go to (out-of-band swaps);
+            // nothing is swapped into the sink itself.
+            @if live.is_some() { div #sink sse-swap="entry" hx-swap="none" {} }
+            div #lanes .lanes {
+                @for (index, agent) in page.agents.iter().enumerate() {
+                    @let own: Vec<RunEvent> = page.events.iter().filter(|event| &event.agent_path == agent).cloned().collect();
+                    (lane(index, agent, transcript(&own)))
+                }
             }
         }
     };
     layout("Run", csrf, body)
+}
+
+/// The column of one agent's transcript: agents side by side where the
+/// screen is wide, one under the other where it is narrow.
+pub(crate) fn lane(index: usize, agent: &str, entries: Markup) -> Markup {
+    html! {
+        section.lane data-lane=(agent) {
+            h3 { code { (agent) } }
+            div.transcript id={ "lane-" (index) } { (entries) }
+        }
+    }
+}
+
+/// What the live stream sends for one event of agent number `index`: the
+/// agent's lane first when it is new, then the entry, each swapped in out
+/// of band.
+pub(crate) fn live_entry(
+    index: usize,
+    agent: &str,
+    new_lane: bool,
+    entry: Option<Markup>,
+) -> Markup {
+    html! {
+        @if new_lane {
+            div hx-swap-oob="beforeend:#lanes" { (lane(index, agent, html! {})) }
+        }
+        @if let Some(entry) = entry {
+            div hx-swap-oob={ "beforeend:#lane-" (index) } { (entry) }
+        }
+    }
 }
 
 /// The span waterfall page.

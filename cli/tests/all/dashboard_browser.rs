@@ -360,13 +360,13 @@ async fn a_browser_logs_in_answers_an_approval_and_watches_the_run_finish() {
         .unwrap();
     browser.wait_for(
         &run,
-        "document.querySelector('#transcript .entry.finished') !== null",
+        "document.querySelector('#lanes .entry.finished') !== null",
     );
     let hostile = browser
         .eval(
             &run,
-            "[document.querySelectorAll('#transcript script').length, \
-              document.querySelector('#transcript').textContent.includes('<script>alert(1)</script>')]",
+            "[document.querySelectorAll('#lanes script').length, \
+              document.querySelector('#lanes').textContent.includes('<script>alert(1)</script>')]",
         )
         .unwrap();
     assert_eq!(hostile, json!([0, true]), "the model's script is text");
@@ -457,8 +457,76 @@ async fn a_browser_logs_in_answers_an_approval_and_watches_the_run_finish() {
     );
     assert_eq!(
         browser
-            .eval(&stranger, "document.querySelector('#transcript') === null")
+            .eval(&stranger, "document.querySelector('#lanes') === null")
             .unwrap(),
         json!(true)
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_forks_update_side_by_side() {
+    if !require(Need::Chromium) {
+        return;
+    }
+    let fork = |name: &str| {
+        (
+            "agent",
+            json!({"description": name, "prompt": format!("look at {name}"), "fork": true}),
+        )
+    };
+    let mut script = Script::new().then(troupe_scripted::tool_calls([
+        fork("alpha"),
+        fork("beta"),
+        fork("gamma"),
+    ]));
+    // The forks answer late enough for the page to be watching.
+    for _ in 0..3 {
+        script = script.then(
+            troupe_scripted::Turn::new(text("fork says hello"))
+                .with_delay(Duration::from_millis(1500)),
+        );
+    }
+    let script = script.then(text("merged"));
+    let server = ScriptedServer::start(script).await.unwrap();
+    let env = Env::new();
+    let daemon = Daemon::start(&env, &server);
+    let url = login_url(&env);
+    let mut browser = Chromium::launch();
+    let tab = browser.open("about:blank", None);
+    browser.navigate(&tab, &url);
+    browser.wait_for(&tab, "document.querySelector('tbody#runs') !== null");
+    let (run_id, _) = daemon
+        .submit(json!({"prompt": "split it", "cwd": env.root(), "mode": "bypass"}))
+        .await;
+    browser.navigate(&tab, &format!("http://{}/runs/{run_id}", daemon.addr));
+    browser.wait_for(&tab, "document.querySelector('#sink') !== null");
+    let forks = "Array.from(document.querySelectorAll('#lanes section.lane')).filter(l => l.dataset.lane.startsWith('main/'))";
+    browser.wait_for(
+        &tab,
+        &format!(
+            "{forks}.length === 3 && {forks}.every(l => l.querySelector('.text') !== null \
+             && l.textContent.includes('fork says hello'))"
+        ),
+    );
+    // Side by side: the three lanes share a row, in three columns.
+    let boxes = browser
+        .eval(
+            &tab,
+            &format!("{forks}.map(l => {{ const r = l.getBoundingClientRect(); return [Math.round(r.top), Math.round(r.left)]; }})"),
+        )
+        .unwrap();
+    let boxes = boxes.as_array().unwrap();
+    assert!(
+        boxes.iter().all(|b| b[0] == boxes[0][0]),
+        "one row: {boxes:?}"
+    );
+    let mut lefts: Vec<i64> = boxes.iter().map(|b| b[1].as_i64().unwrap()).collect();
+    lefts.dedup();
+    assert_eq!(lefts.len(), 3, "three columns: {boxes:?}");
+    browser.wait_for(
+        &tab,
+        "document.querySelector('#lanes .entry.finished') !== null",
+    );
+    browser.screenshot(&tab, "run-forks");
+    daemon.events(&run_id, None, |_| false).await;
 }
