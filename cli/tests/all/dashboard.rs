@@ -607,3 +607,56 @@ async fn the_live_streams_send_the_runs_table_and_a_runs_events() {
     assert!(text.contains("class=\"text\""), "{live:?}");
     assert!(text.contains("&lt;b") && !text.contains("<b>"), "{live:?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_agent_is_cancelled_from_the_dashboard_and_the_run_goes_on() {
+    let script = Script::new()
+        .then(tool_call(
+            "agent",
+            json!({"description": "slow part", "prompt": "take your time", "fork": true}),
+        ))
+        // The fork's own model call never answers in time.
+        .then(
+            troupe_scripted::Turn::new(text("too late"))
+                .when(troupe_scripted::Matcher::last_user_contains(
+                    "take your time",
+                ))
+                .with_delay(std::time::Duration::from_secs(60)),
+        )
+        .then(text("went on without it"));
+    let server = ScriptedServer::start(script).await.unwrap();
+    let env = Env::new();
+    let daemon = Daemon::start(&env, &server);
+    let browser = Browser::log_in(&env, &daemon).await;
+    let (run_id, _) = daemon
+        .submit(json!({"prompt": "split", "cwd": env.root(), "mode": "bypass"}))
+        .await;
+    let started = daemon
+        .events(&run_id, None, |events| {
+            events.iter().any(|(_, e)| e["type"] == "subagent_started")
+        })
+        .await;
+    let fork = started.last().unwrap().1["agent_path"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let page = browser.get(&format!("/runs/{run_id}")).await.text();
+    assert!(page.contains(&format!("value=\"{fork}\"")), "{page}");
+    let cancelled = browser
+        .post(
+            &format!("/runs/{run_id}/agents/cancel"),
+            &format!("path={}", fork.replace('/', "%2F")),
+        )
+        .await;
+    assert_eq!(cancelled.status, 200, "{}", cancelled.text());
+    let events = daemon.events(&run_id, None, |_| false).await;
+    assert!(
+        events.iter().any(|(_, e)| e["type"] == "subagent_finished"
+            && e["agent_path"] == fork.as_str()
+            && e["status"] == "cancelled"),
+        "{events:?}"
+    );
+    let last = &events.last().unwrap().1;
+    assert_eq!(last["status"], "finished", "{last}");
+    assert_eq!(last["final_text"], "went on without it");
+}
