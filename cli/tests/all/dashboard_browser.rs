@@ -252,6 +252,32 @@ impl Drop for Chromium {
     }
 }
 
+/// The waterfall's rows once the run's spans (with `agents` `invoke_agent`
+/// spans, a `chat` and an `execute_tool`) are in the store: `[span id,
+/// parent id, depth, name]` each. Spans reach the store shortly after a run
+/// ends, so the page is loaded again until they are there.
+fn waterfall_rows(browser: &mut Chromium, tab: &Tab, url: &str, agents: usize) -> Vec<Value> {
+    let rows_js = "Array.from(document.querySelectorAll('tr[data-span]')).map(r => \
+                   [r.dataset.span, r.dataset.parent || null, Number(r.dataset.depth), \
+                    r.querySelector('td.name').firstChild.textContent])";
+    let deadline = Instant::now() + COMMAND_LIMIT;
+    loop {
+        browser.navigate(tab, url);
+        browser.wait_for(tab, "document.querySelector('table.waterfall') !== null");
+        let rows = browser.eval(tab, rows_js).unwrap();
+        let rows = rows.as_array().unwrap().clone();
+        let count = |prefix: &str| {
+            rows.iter()
+                .filter(|row| row[3].as_str().unwrap().starts_with(prefix))
+                .count()
+        };
+        if count("invoke_agent") >= agents && count("chat") > 0 && count("execute_tool") > 0 {
+            return rows;
+        }
+        assert!(Instant::now() < deadline, "spans never arrived: {rows:?}");
+    }
+}
+
 /// Where the screenshots go.
 fn screenshots_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("dashboard")
@@ -387,29 +413,13 @@ async fn a_browser_logs_in_answers_an_approval_and_watches_the_run_finish() {
 
     // The waterfall: the run's spans in start order, children under their
     // parents. Spans reach the store shortly after the run ends.
-    let spans_url = format!("{base}/runs/{run_id}/spans");
-    let rows_js = "Array.from(document.querySelectorAll('tr[data-span]')).map(r => \
-                   [r.dataset.span, r.dataset.parent || null, Number(r.dataset.depth), \
-                    r.querySelector('td.name').firstChild.textContent])";
-    let deadline = Instant::now() + COMMAND_LIMIT;
-    let rows = loop {
-        browser.navigate(&run, &spans_url);
-        browser.wait_for(&run, "document.querySelector('table.waterfall') !== null");
-        let rows = browser.eval(&run, rows_js).unwrap();
-        let names: Vec<String> = rows
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|row| row[3].as_str().unwrap().to_string())
-            .collect();
-        let has = |prefix: &str| names.iter().any(|name| name.starts_with(prefix));
-        if has("invoke_agent") && has("chat") && has("execute_tool") {
-            break rows;
-        }
-        assert!(Instant::now() < deadline, "spans never arrived: {names:?}");
-    };
+    let rows = waterfall_rows(
+        &mut browser,
+        &run,
+        &format!("{base}/runs/{run_id}/spans"),
+        1,
+    );
     browser.screenshot(&run, "spans");
-    let rows = rows.as_array().unwrap();
     assert!(
         rows[0][3].as_str().unwrap().starts_with("invoke_agent"),
         "{rows:?}"
@@ -529,4 +539,26 @@ async fn three_forks_update_side_by_side() {
     );
     browser.screenshot(&tab, "run-forks");
     daemon.events(&run_id, None, |_| false).await;
+    // Each fork's spans sit under the `execute_tool agent` span that
+    // started it.
+    let url = format!("http://{}/runs/{run_id}/spans", daemon.addr);
+    let rows = waterfall_rows(&mut browser, &tab, &url, 4);
+    let name_of = |id: &Value| {
+        rows.iter()
+            .find(|row| &row[0] == id)
+            .map(|row| row[3].as_str().unwrap().to_string())
+    };
+    let forks: Vec<&Value> = rows
+        .iter()
+        .filter(|row| row[3].as_str().unwrap().starts_with("invoke_agent main/"))
+        .collect();
+    assert_eq!(forks.len(), 3, "{rows:?}");
+    for fork in forks {
+        let parent = name_of(&fork[1]).unwrap_or_default();
+        assert!(
+            parent.starts_with("execute_tool agent"),
+            "{fork:?} under {parent:?}"
+        );
+    }
+    browser.screenshot(&tab, "spans-forks");
 }
