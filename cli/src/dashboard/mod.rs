@@ -17,6 +17,7 @@ pub(crate) mod costs;
 pub(crate) mod markdown;
 pub(crate) mod model;
 pub(crate) mod pages;
+pub(crate) mod tokens;
 pub(crate) mod waterfall;
 
 use std::collections::HashMap;
@@ -77,6 +78,7 @@ const LOGIN_BODY_LIMIT: usize = 4 * 1024;
 pub(crate) struct DashboardState {
     api: ApiState,
     access: Arc<Access>,
+    tokens: Arc<tokens::RunTokens>,
 }
 
 /// The dashboard's routes, behind its guard and headers, for the daemon's
@@ -85,6 +87,7 @@ pub(crate) fn router(api: ApiState) -> Router {
     let state = DashboardState {
         api,
         access: Arc::default(),
+        tokens: Arc::default(),
     };
     Router::new()
         .route("/", get(runs_list))
@@ -369,6 +372,7 @@ pub(crate) fn select_runs(
         wanted.then(|| RunRow {
             agents: 1 + agents.get(run.run_id.as_str()).copied().unwrap_or(0),
             project: cwd,
+            tokens: troupe_protocol::model::Usage::default(),
             run,
         })
     });
@@ -382,10 +386,18 @@ pub(crate) fn select_runs(
 }
 
 /// One page of the runs list, from the store.
-fn runs_of(store: &Store, filter: &RunsQuery) -> Result<(Vec<RunRow>, bool), PageError> {
+fn runs_of(
+    store: &Store,
+    tokens: &tokens::RunTokens,
+    filter: &RunsQuery,
+) -> Result<(Vec<RunRow>, bool), PageError> {
     let runs = store.list_runs(None).map_err(store_problem)?;
     let sessions = store.list_sessions().map_err(store_problem)?;
-    Ok(select_runs(runs, &sessions, filter))
+    let (mut rows, has_next) = select_runs(runs, &sessions, filter);
+    for row in &mut rows {
+        row.tokens = tokens.of(store, &row.run.run_id).map_err(store_problem)?;
+    }
+    Ok((rows, has_next))
 }
 
 async fn runs_list(
@@ -393,7 +405,7 @@ async fn runs_list(
     Extension(session): Extension<SessionView>,
     Query(filter): Query<RunsQuery>,
 ) -> Result<Html<String>, PageError> {
-    let (rows, has_next) = runs_of(&state.api.store, &filter)?;
+    let (rows, has_next) = runs_of(&state.api.store, &state.tokens, &filter)?;
     let page = pages::runs_page(&session.csrf, &rows, &filter, has_next, chrono::Utc::now());
     Ok(Html(page.into_string()))
 }
@@ -416,15 +428,19 @@ async fn runs_live(
     let stream = futures::stream::unfold(
         (ticks, String::new(), open),
         move |(mut ticks, mut last, open)| {
-            let (store, filter, stopping) =
-                (state.api.store.clone(), filter.clone(), stopping.clone());
+            let (store, tokens, filter, stopping) = (
+                state.api.store.clone(),
+                state.tokens.clone(),
+                filter.clone(),
+                stopping.clone(),
+            );
             async move {
                 loop {
                     tokio::select! {
                         _ = ticks.tick() => {}
                         () = stopping.cancelled() => return None,
                     }
-                    let Ok((rows, _)) = runs_of(&store, &filter) else {
+                    let Ok((rows, _)) = runs_of(&store, &tokens, &filter) else {
                         continue;
                     };
                     let html = pages::runs_rows(&rows, chrono::Utc::now()).into_string();

@@ -146,6 +146,8 @@ pub(crate) struct RunRow {
     pub project: String,
     /// Its agents: the main one and the sub-agents whose sessions it made.
     pub agents: usize,
+    /// The tokens it used so far.
+    pub tokens: troupe_protocol::model::Usage,
 }
 
 /// The run's status as a CSS class and text.
@@ -157,7 +159,7 @@ fn status_badge(status: &str) -> Markup {
 pub(crate) fn runs_rows(rows: &[RunRow], now: DateTime<Utc>) -> Markup {
     html! {
         @if rows.is_empty() {
-            tr { td colspan="7" { "No runs match." } }
+            tr { td colspan="8" { "No runs match." } }
         }
         @for row in rows {
             @let run = &row.run;
@@ -167,7 +169,8 @@ pub(crate) fn runs_rows(rows: &[RunRow], now: DateTime<Utc>) -> Markup {
                 td { (status_badge(run.status.as_str())) }
                 td.project { (clean(&row.project)) }
                 td.prompt { (clean(&shortened(&run.prompt, 160))) }
-                td { (row.agents) }
+                td.num { (row.agents) }
+                td.num { (row.tokens.total()) }
                 td { (when(&run.started)) }
                 td { (duration_text((end - run.started).num_milliseconds().max(0) as f64 / 1000.0)) }
             }
@@ -204,7 +207,7 @@ pub(crate) fn runs_page(
         }
         div.scroll {
             table.runs {
-                thead { tr { th { "Run" } th { "Status" } th { "Project" } th { "Prompt" } th { "Agents" } th { "Started" } th { "Duration" } } }
+                thead { tr { th { "Run" } th { "Status" } th { "Project" } th { "Prompt" } th { "Agents" } th { "Tokens" } th { "Started" } th { "Duration" } } }
                 tbody #runs hx-ext="sse" sse-connect=(live) sse-swap="runs" {
                     (runs_rows(rows, now))
                 }
@@ -794,6 +797,7 @@ mod tests {
             run: run(HOSTILE),
             project: HOSTILE.into(),
             agents: 1,
+            tokens: Default::default(),
         }];
         assert_inert(&runs_rows(&rows, Utc::now()).into_string());
         let event = RunEvent {

@@ -360,8 +360,20 @@ async fn only_a_logged_in_browser_gets_pages_and_only_its_own_page_changes_anyth
         std::fs::read_to_string(env.root().join("notes.txt")).unwrap(),
         "x\n"
     );
-    let runs = browser.get("/?status=finished").await;
-    assert!(runs.text().contains(&format!("data-run=\"{run_id}\"")));
+    let runs = browser.get("/?status=finished").await.text();
+    let row = runs
+        .split(&format!("data-run=\"{run_id}\""))
+        .nth(1)
+        .and_then(|rest| rest.split("</tr>").next())
+        .unwrap_or_else(|| panic!("the finished run is listed: {runs}"));
+    let numbers: Vec<u64> = row
+        .split("<td class=\"num\">")
+        .skip(1)
+        .filter_map(|cell| cell.split('<').next()?.parse().ok())
+        .collect();
+    assert_eq!(numbers.len(), 2, "agents and tokens: {row}");
+    assert_eq!(numbers[0], 1, "one agent: {row}");
+    assert!(numbers[1] > 0, "the tokens it used: {row}");
     let run_page = browser.get(&format!("/runs/{run_id}")).await;
     let shown = run_page.text();
     assert!(
