@@ -468,7 +468,17 @@ fn find_run(store: &Store, given: &str) -> Result<RunRecord, PageError> {
 }
 
 /// The state panel of a run.
-async fn state_panel(state: &DashboardState, run: &RunRecord, view: &RunView) -> maud::Markup {
+/// The writing calls a page has read so far, by id.
+type KnownCalls = HashMap<String, troupe_protocol::model::ToolCall>;
+
+/// The state panel of a run. The sessions are read for the arguments of
+/// writing calls only when a changed file names a call not in `known`.
+async fn state_panel(
+    state: &DashboardState,
+    run: &RunRecord,
+    view: &RunView,
+    known: &mut KnownCalls,
+) -> maud::Markup {
     let phases = if run.status.is_running() && view.finished.is_none() {
         state
             .api
@@ -484,12 +494,17 @@ async fn state_panel(state: &DashboardState, run: &RunRecord, view: &RunView) ->
         None => run.status.as_str(),
     };
     let mut files = FromToolCalls.changed_files(view);
-    if !files.is_empty() {
+    let unknown = files
+        .iter()
+        .flat_map(|file| &file.calls)
+        .any(|call| !known.contains_key(call));
+    if unknown {
         match writing_calls(&state.api.store, run) {
-            Ok(calls) => model::attach_diffs(&mut files, &calls),
+            Ok(calls) => known.extend(calls),
             Err(err) => tracing::debug!(%err, "the changed files' diffs could not be read"),
         }
     }
+    model::attach_diffs(&mut files, known);
     pages::run_state(&run.run_id, status, view, &phases, &files)
 }
 
@@ -551,7 +566,7 @@ async fn run_show(
     let run = find_run(store, &given)?;
     let events = store.events(&run.run_id, 1).map_err(store_problem)?;
     let view = RunView::of(&events);
-    let panel = state_panel(&state, &run, &view).await;
+    let panel = state_panel(&state, &run, &view, &mut KnownCalls::new()).await;
     let shown_from = transcript_start(&events, TRANSCRIPT_EVENTS);
     let live_from = (run.status.is_running() && view.finished.is_none())
         .then_some(view.last_seq.saturating_add(1));
@@ -602,22 +617,25 @@ async fn run_live(
             subscription,
             view,
             std::collections::VecDeque::<Event>::new(),
+            KnownCalls::new(),
             open,
         ),
-        move |(mut subscription, mut view, mut queued, open)| {
+        move |(mut subscription, mut view, mut queued, mut known, open)| {
             let (state, run) = (state.clone(), run.clone());
             async move {
                 loop {
                     if let Some(event) = queued.pop_front() {
                         return Some((
                             Ok::<_, Infallible>(event),
-                            (subscription, view, queued, open),
+                            (subscription, view, queued, known, open),
                         ));
                     }
                     let event = subscription.recv().await?;
                     let new_lane = view.lane_of(&event.agent_path).is_none();
                     if view.apply(&event) {
-                        let panel = state_panel(&state, &run, &view).await.into_string();
+                        let panel = state_panel(&state, &run, &view, &mut known)
+                            .await
+                            .into_string();
                         queued.push_back(Event::default().event("state").data(sse_html(&panel)));
                     }
                     let entry = pages::transcript_entry(&event);
