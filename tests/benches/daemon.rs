@@ -528,8 +528,11 @@ async fn dashboards(
 ) -> Result<(), String> {
     let mut script = Script::new();
     for _ in 0..rounds * 2 {
-        for _ in 0..DASHBOARD_TURNS {
-            let call = troupe_scripted::tool_call("read_file", json!({"path": "notes.txt"}));
+        // A different file each turn: the same call again and again would
+        // stop the run as a loop.
+        for turn in 0..DASHBOARD_TURNS {
+            let path = format!("notes-{turn}.txt");
+            let call = troupe_scripted::tool_call("read_file", json!({ "path": path }));
             script = script.then(troupe_scripted::Turn::new(call).with_delay(latency));
         }
         script = script.then(text("done"));
@@ -538,8 +541,13 @@ async fn dashboards(
         .await
         .map_err(|e| e.to_string())?;
     let home = Home::new()?;
-    std::fs::write(home.project().join("notes.txt"), "notes\n".repeat(50))
+    for turn in 0..DASHBOARD_TURNS {
+        std::fs::write(
+            home.project().join(format!("notes-{turn}.txt")),
+            "notes\n".repeat(50),
+        )
         .map_err(|e| e.to_string())?;
+    }
     let daemon = home.serve(bin, &server)?;
     let body = json!({"prompt": "read", "cwd": home.project(), "mode": "bypass"});
     let mut per_turn: [Vec<f64>; 2] = [Vec::new(), Vec::new()];
@@ -568,6 +576,13 @@ async fn dashboards(
             }
             per_turn[usize::from(watchers > 0)].push(millis(elapsed) / DASHBOARD_TURNS as f64);
         }
+    }
+    let requests = server.requests().len();
+    if requests != rounds * 2 * (DASHBOARD_TURNS + 1) {
+        return Err(format!(
+            "the runs made {requests} model requests, not {} each",
+            DASHBOARD_TURNS + 1
+        ));
     }
     let none = Summary::of(&per_turn[0]).ok_or("no samples")?;
     let watched = Summary::of(&per_turn[1]).ok_or("no samples")?;
