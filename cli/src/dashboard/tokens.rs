@@ -64,7 +64,7 @@ impl RunTokens {
         if remembered.len() >= MAX_RUNS && !remembered.contains_key(run_id) {
             remembered.clear();
         }
-        remembered.insert(run_id.to_string(), (next, usage.clone()));
+        remembered.insert(run_id.to_string(), (next, usage));
         Ok(usage)
     }
 }
@@ -98,9 +98,9 @@ mod tests {
         );
         assert_eq!(first.0, 3);
         assert_eq!(first.1.total(), 13);
-        let second = advance(first.clone(), &[event(5, usage(5))]);
+        let second = advance(first, &[event(5, usage(5))]);
         assert_eq!(second.0, 6);
         assert_eq!(second.1.input, 15);
-        assert_eq!(advance(second.clone(), &[]), second);
+        assert_eq!(advance(second, &[]), second);
     }
 }
