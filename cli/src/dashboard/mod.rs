@@ -505,6 +505,16 @@ async fn state_panel(
         }
     }
     model::attach_diffs(&mut files, known);
+    // A plan the session had before this run still shows until the run
+    // changes it.
+    if view.plan.is_none()
+        && let Ok(Some(stored)) = state.api.store.task_plan(&run.session_id)
+        && !stored.plan.is_empty()
+    {
+        let mut with_plan = view.clone();
+        with_plan.plan = Some((stored.explanation, stored.plan));
+        return pages::run_state(&run.run_id, status, &with_plan, &phases, &files);
+    }
     pages::run_state(&run.run_id, status, view, &phases, &files)
 }
 

@@ -672,3 +672,33 @@ async fn one_agent_is_cancelled_from_the_dashboard_and_the_run_goes_on() {
     assert_eq!(last["status"], "finished", "{last}");
     assert_eq!(last["final_text"], "went on without it");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_shows_its_plan_and_a_later_run_of_the_session_still_shows_it() {
+    let step = |text: &str, status: &str| json!({"step": text, "status": status});
+    let script = Script::new()
+        .then(tool_call(
+            "update_plan",
+            json!({"plan": [step("Read <the> code", "completed"), step("Fix it", "in_progress")]}),
+        ))
+        .then(text("planned"))
+        .then(text("still on it"));
+    let server = ScriptedServer::start(script).await.unwrap();
+    let env = Env::new();
+    let daemon = Daemon::start(&env, &server);
+    let browser = Browser::log_in(&env, &daemon).await;
+    let (first, session_id) = daemon
+        .submit(json!({"prompt": "plan", "cwd": env.root(), "mode": "bypass"}))
+        .await;
+    daemon.events(&first, None, |_| false).await;
+    let (second, _) = daemon
+        .submit(json!({"prompt": "go on", "cwd": env.root(), "session_id": session_id}))
+        .await;
+    daemon.events(&second, None, |_| false).await;
+    for run in [&first, &second] {
+        let page = browser.get(&format!("/runs/{run}")).await.text();
+        assert!(page.contains("<h2>Plan</h2>"), "{run}: {page}");
+        assert!(page.contains("✔ Read &lt;the&gt; code"), "{run}: {page}");
+        assert!(page.contains("◼ Fix it"), "{run}: {page}");
+    }
+}
