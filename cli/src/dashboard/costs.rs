@@ -5,7 +5,7 @@
 use std::collections::{BTreeMap, HashMap};
 
 use chrono::NaiveDate;
-use troupe_protocol::events::{EventKind, RunEvent};
+use troupe_protocol::events::RunEvent;
 use troupe_protocol::model::Usage;
 use troupe_store::{RunRecord, SessionMeta};
 
@@ -45,20 +45,8 @@ pub(crate) fn tally(runs: Vec<(RunRecord, Vec<RunEvent>)>, sessions: &[SessionMe
     for (run, events) in runs {
         let mut total = Usage::default();
         for event in &events {
-            let EventKind::Usage {
-                input,
-                output,
-                cache_read,
-                cache_write,
-            } = &event.kind
-            else {
+            let Some(usage) = super::model::usage_of(&event.kind) else {
                 continue;
-            };
-            let usage = Usage {
-                input: *input,
-                output: *output,
-                cache_read: *cache_read,
-                cache_write: *cache_write,
             };
             total.add(&usage);
             let key = (run.run_id.clone(), event.agent_path.clone());
@@ -104,24 +92,19 @@ pub(crate) fn bars(days: &BTreeMap<NaiveDate, Usage>) -> Vec<(String, u64, f64)>
 #[cfg(test)]
 mod tests {
     use chrono::{TimeZone, Utc};
+    use troupe_protocol::events::EventKind;
     use troupe_store::RunState;
 
     use super::*;
 
     fn usage_event(agent: &str, input: u64, output: u64) -> RunEvent {
-        RunEvent {
-            seq: 1,
-            run_id: "r".into(),
-            session_id: "s".into(),
-            agent_path: agent.into(),
-            ts: String::new(),
-            kind: EventKind::Usage {
-                input,
-                output,
-                cache_read: 0,
-                cache_write: 0,
-            },
-        }
+        let usage = Usage {
+            input,
+            output,
+            cache_read: 0,
+            cache_write: 0,
+        };
+        crate::dashboard::model::test_event(1, agent, EventKind::usage(&usage))
     }
 
     fn meta(id: &str, model: &str, run: Option<&str>, path: Option<&str>) -> SessionMeta {

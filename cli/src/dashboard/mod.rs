@@ -1075,15 +1075,8 @@ mod tests {
 
     #[test]
     fn a_streak_of_text_counts_as_one_entry_of_the_transcript() {
-        use troupe_protocol::events::{EventKind, RunEvent};
-        let event = |kind| RunEvent {
-            seq: 0,
-            run_id: "r".into(),
-            session_id: "s".into(),
-            agent_path: "main".into(),
-            ts: String::new(),
-            kind,
-        };
+        use troupe_protocol::events::EventKind;
+        let event = |kind| model::test_event(0, "main", kind);
         let text = || event(EventKind::TextDelta { text: "a".into() });
         let notice = || event(EventKind::notice("n"));
         let events = vec![notice(), text(), text(), text(), notice(), text(), text()];

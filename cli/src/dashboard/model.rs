@@ -128,6 +128,37 @@ impl ChangeSource for FromToolCalls {
 /// The tools that write the file their target names.
 pub(crate) const WRITING_TOOLS: [&str; 2] = ["write_file", "edit_file"];
 
+/// The tokens a `usage` event reports; `None` for other events.
+pub(crate) fn usage_of(kind: &EventKind) -> Option<Usage> {
+    match kind {
+        EventKind::Usage {
+            input,
+            output,
+            cache_read,
+            cache_write,
+        } => Some(Usage {
+            input: *input,
+            output: *output,
+            cache_read: *cache_read,
+            cache_write: *cache_write,
+        }),
+        _ => None,
+    }
+}
+
+/// An event of run `r` in session `s`, for the dashboard's tests.
+#[cfg(test)]
+pub(crate) fn test_event(seq: u64, agent: &str, kind: EventKind) -> RunEvent {
+    RunEvent {
+        seq,
+        run_id: "r".into(),
+        session_id: "s".into(),
+        agent_path: agent.into(),
+        ts: String::new(),
+        kind,
+    }
+}
+
 /// The run as its events so far tell it.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub(crate) struct RunView {
@@ -263,18 +294,10 @@ impl RunView {
                     .retain(|pending| &pending.approval_id != approval_id);
                 true
             }
-            EventKind::Usage {
-                input,
-                output,
-                cache_read,
-                cache_write,
-            } => {
-                self.usage.add(&Usage {
-                    input: *input,
-                    output: *output,
-                    cache_read: *cache_read,
-                    cache_write: *cache_write,
-                });
+            EventKind::Usage { .. } => {
+                if let Some(usage) = usage_of(&event.kind) {
+                    self.usage.add(&usage);
+                }
                 false
             }
             EventKind::PlanUpdated { explanation, plan } => {
@@ -301,16 +324,7 @@ mod tests {
 
     use super::*;
 
-    fn event(seq: u64, agent: &str, kind: EventKind) -> RunEvent {
-        RunEvent {
-            seq,
-            run_id: "r".into(),
-            session_id: "s".into(),
-            agent_path: agent.into(),
-            ts: "2026-01-01T00:00:00Z".into(),
-            kind,
-        }
-    }
+    use super::test_event as event;
 
     fn tool(seq: u64, agent: &str, id: &str, name: &str, target: &str) -> [RunEvent; 2] {
         [

@@ -800,19 +800,16 @@ mod tests {
             tokens: Default::default(),
         }];
         assert_inert(&runs_rows(&rows, Utc::now()).into_string());
-        let event = RunEvent {
-            seq: 1,
-            run_id: "r".into(),
-            session_id: "s".into(),
-            agent_path: "main".into(),
-            ts: String::new(),
-            kind: EventKind::ToolStarted {
+        let event = super::super::model::test_event(
+            1,
+            "main",
+            EventKind::ToolStarted {
                 call_id: "c".into(),
                 name: HOSTILE.into(),
                 args_preview: HOSTILE.into(),
                 target: Some(HOSTILE.into()),
             },
-        };
+        );
         assert_inert(&transcript_entry(&event).unwrap().into_string());
     }
 

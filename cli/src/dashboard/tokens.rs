@@ -7,7 +7,7 @@
 use std::collections::HashMap;
 use std::sync::Mutex;
 
-use troupe_protocol::events::{EventKind, RunEvent};
+use troupe_protocol::events::RunEvent;
 use troupe_protocol::model::Usage;
 use troupe_store::{Store, StoreError};
 
@@ -23,19 +23,8 @@ type Known = (u64, Usage);
 pub(crate) fn advance(known: Known, events: &[RunEvent]) -> Known {
     let (mut next, mut usage) = known;
     for event in events {
-        if let EventKind::Usage {
-            input,
-            output,
-            cache_read,
-            cache_write,
-        } = &event.kind
-        {
-            usage.add(&Usage {
-                input: *input,
-                output: *output,
-                cache_read: *cache_read,
-                cache_write: *cache_write,
-            });
+        if let Some(used) = super::model::usage_of(&event.kind) {
+            usage.add(&used);
         }
         next = next.max(event.seq.saturating_add(1));
     }
@@ -71,17 +60,12 @@ impl RunTokens {
 
 #[cfg(test)]
 mod tests {
+    use troupe_protocol::events::EventKind;
+
     use super::*;
 
     fn event(seq: u64, kind: EventKind) -> RunEvent {
-        RunEvent {
-            seq,
-            run_id: "r".into(),
-            session_id: "s".into(),
-            agent_path: "main".into(),
-            ts: String::new(),
-            kind,
-        }
+        crate::dashboard::model::test_event(seq, "main", kind)
     }
 
     #[test]
