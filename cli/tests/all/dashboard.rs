@@ -8,9 +8,13 @@
 //! that changes something without the CSRF token, with another one, without
 //! an `Origin` or with a foreign one is refused; every answer carries the
 //! security headers; the token appears in no answer and no log line; an
-//! approval answered from the dashboard reaches the run, and cancelling a
-//! run and an agent works; hostile prompts, model text, tool output and
-//! file names come out escaped on every page.
+//! approval answered from the dashboard reaches the run; cancelling a run
+//! ends it, cancelling one fork ends that fork and the run goes on; hostile
+//! prompts, model text, tool output and file names come out escaped on every
+//! page; the live streams send the runs table and a run's entries; a run
+//! shows its plan, and a later run of the session the plan it had; the runs
+//! list shows tokens, the run page a changed file's diff, the costs page the
+//! run.
 
 use serde_json::json;
 use troupe_scripted::{Script, ScriptedServer, text, tool_call};

@@ -238,7 +238,8 @@ impl Chromium {
             json!({ "format": "png", "captureBeyondViewport": true }),
         );
         let data = shot["data"].as_str().unwrap();
-        let bytes = decode_base64(data);
+        let bytes = base64::Engine::decode(&base64::engine::general_purpose::STANDARD, data)
+            .expect("a screenshot is base64");
         let dir = screenshots_dir();
         std::fs::create_dir_all(&dir).unwrap();
         std::fs::write(dir.join(format!("{name}.png")), bytes).unwrap();
@@ -281,38 +282,6 @@ fn waterfall_rows(browser: &mut Chromium, tab: &Tab, url: &str, agents: usize) -
 /// Where the screenshots go.
 fn screenshots_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("dashboard")
-}
-
-/// Standard base64 (with padding) decoded.
-fn decode_base64(text: &str) -> Vec<u8> {
-    let value = |byte: u8| -> u32 {
-        match byte {
-            b'A'..=b'Z' => u32::from(byte - b'A'),
-            b'a'..=b'z' => u32::from(byte - b'a') + 26,
-            b'0'..=b'9' => u32::from(byte - b'0') + 52,
-            b'+' => 62,
-            b'/' => 63,
-            other => panic!("not base64: {other}"),
-        }
-    };
-    let clean: Vec<u8> = text.bytes().filter(|byte| *byte != b'=').collect();
-    let mut out = Vec::with_capacity(clean.len() * 3 / 4);
-    for chunk in clean.chunks(4) {
-        let mut bits = 0u32;
-        for (index, byte) in chunk.iter().enumerate() {
-            bits |= value(*byte) << (18 - 6 * index);
-        }
-        let bytes = bits.to_be_bytes();
-        out.extend_from_slice(&bytes[1..chunk.len()]);
-    }
-    out
-}
-
-#[test]
-fn base64_is_decoded() {
-    assert_eq!(decode_base64("aGVsbG8="), b"hello");
-    assert_eq!(decode_base64("aGk="), b"hi");
-    assert_eq!(decode_base64("YWJj"), b"abc");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
