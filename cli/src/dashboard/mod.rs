@@ -50,6 +50,10 @@ pub(crate) const LOGIN_PATH: &str = "/login";
 /// Where `troupe dashboard` asks for a login code (with the daemon's token).
 pub(crate) const CODES_PATH: &str = "/login/codes";
 
+/// What browsers ask for on their own: answered with nothing, so that it
+/// does not reach the API (which would answer 401).
+const FAVICON_PATH: &str = "/favicon.ico";
+
 /// htmx's settings: no indicator styles (an inline style the policy
 /// refuses), no `eval`, no scripts from swapped HTML, requests only to this
 /// daemon.
@@ -104,6 +108,7 @@ pub(crate) fn router(api: ApiState) -> Router {
         .route(LOGIN_PATH, post(login))
         .route(CODES_PATH, post(issue_code))
         .route("/assets/{name}", get(asset))
+        .route(FAVICON_PATH, get(|| async { StatusCode::NO_CONTENT }))
         .layer(middleware::from_fn_with_state(state.clone(), guard_request))
         .layer(middleware::map_response(secure_headers))
         .with_state(state)
@@ -149,7 +154,7 @@ async fn guard_request(
         return problem(StatusCode::FORBIDDEN, "Refused", &err.message);
     }
     let path = request.uri().path();
-    if path.starts_with("/assets/") {
+    if path.starts_with("/assets/") || path == FAVICON_PATH {
         return next.run(request).await;
     }
     if path == CODES_PATH {

@@ -244,6 +244,9 @@ async fn only_a_logged_in_browser_gets_pages_and_only_its_own_page_changes_anyth
         assert!(header(&served, "content-type").unwrap().starts_with(kind));
         assert_secured(&served, asset);
     }
+    let icon = request(daemon.addr, "GET", "/favicon.ico", &[("Host", &host)], b"").await;
+    assert_eq!(icon.status, 204);
+    assert_secured(&icon, "favicon");
     // Login codes need the token; logins need the daemon's Origin.
     let no_token = request(daemon.addr, "POST", "/login/codes", &[("Host", &host)], b"").await;
     assert_eq!(no_token.status, 401);
