@@ -23,11 +23,14 @@ fn clean(text: &str) -> String {
     crate::sanitize::for_terminal(text).into_owned()
 }
 
-/// Above this many characters or lines, a tool result or argument is
-/// folded (shown in a `<details>` element).
+/// Above this many characters, a tool result or argument is folded (shown
+/// in a `<details>` element).
 const FOLD_CHARS: usize = 400;
+
+/// Above this many lines, likewise.
 const FOLD_LINES: usize = 6;
 
+/// Whether `text` is long enough to be folded.
 fn folded(text: &str) -> bool {
     text.chars().count() > FOLD_CHARS || text.lines().count() > FOLD_LINES
 }
@@ -581,7 +584,7 @@ pub(crate) fn spans_page(
     layout("Spans", csrf, body)
 }
 
-/// One row of the sessions list.
+/// The sessions page: the search, one page of sessions, paging.
 pub(crate) fn sessions_page(
     csrf: &str,
     sessions: &[SessionMeta],
