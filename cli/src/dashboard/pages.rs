@@ -728,8 +728,9 @@ pub(crate) fn costs_page(
             @for (index, (label, total, share)) in bars.iter().enumerate() {
                 @let height = share * 110.0;
                 @let x = index as f64 * slot;
-                rect x=(format!("{:.1}", x + slot * 0.15)) y=(format!("{:.1}", 115.0 - height))
-                    width=(format!("{:.1}", slot * 0.7)) height=(format!("{:.1}", height.max(1.0))) {
+                @let bar = (slot * 0.7).min(40.0);
+                rect x=(format!("{:.1}", x + (slot - bar) / 2.0)) y=(format!("{:.1}", 115.0 - height))
+                    width=(format!("{:.1}", bar)) height=(format!("{:.1}", height.max(1.0))) {
                     title { (label) ": " (total) " tokens" }
                 }
                 text x=(format!("{:.1}", x + slot / 2.0)) y="132" text-anchor="middle" { (label) }

@@ -298,7 +298,7 @@ async fn a_browser_logs_in_answers_an_approval_and_watches_the_run_finish() {
     let server = ScriptedServer::start(script).await.unwrap();
     let env = Env::new();
     let daemon = Daemon::start(&env, &server);
-    let (run_id, _) = daemon
+    let (run_id, session_id) = daemon
         .submit(json!({"prompt": "write the notes", "cwd": env.root(), "interactive": true}))
         .await;
     daemon
@@ -409,6 +409,30 @@ async fn a_browser_logs_in_answers_an_approval_and_watches_the_run_finish() {
             rows[parent_at][2].as_u64().unwrap() + 1
         );
     }
+
+    // The sessions, the session's conversation and the costs.
+    for (path, ready, name) in [
+        ("/sessions".to_string(), "table.sessions", "sessions"),
+        (
+            format!("/sessions/{session_id}"),
+            "article.message",
+            "session",
+        ),
+        ("/costs".to_string(), "svg.chart rect", "costs"),
+    ] {
+        browser.navigate(&run, &format!("{base}{path}"));
+        browser.wait_for(&run, &format!("document.querySelector('{ready}') !== null"));
+        browser.screenshot(&run, name);
+    }
+    assert_eq!(
+        browser
+            .eval(
+                &run,
+                "document.querySelectorAll('article.message script').length"
+            )
+            .unwrap(),
+        json!(0)
+    );
 
     // 375 px wide: nothing sticks out of the page.
     browser.call(
