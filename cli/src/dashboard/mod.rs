@@ -249,8 +249,24 @@ async fn issue_code(State(state): State<DashboardState>) -> axum::Json<LoginCode
     })
 }
 
-/// Exchanges a login code for the session cookie.
-async fn login(State(state): State<DashboardState>, body: Body) -> Response {
+/// Exchanges a login code for the session cookie. A body announced as too
+/// large is refused before any of it is read.
+async fn login(
+    State(state): State<DashboardState>,
+    headers: axum::http::HeaderMap,
+    body: Body,
+) -> Response {
+    let announced = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|value| value.to_str().ok())
+        .and_then(|value| value.trim().parse::<u64>().ok());
+    if announced.is_some_and(|length| length > LOGIN_BODY_LIMIT as u64) {
+        return problem(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "Refused",
+            "the login is too large",
+        );
+    }
     let Ok(bytes) = axum::body::to_bytes(body, LOGIN_BODY_LIMIT).await else {
         return problem(
             StatusCode::PAYLOAD_TOO_LARGE,

@@ -225,8 +225,8 @@ fn pager(base: &str, filter: &super::RunsQuery, page: usize, has_next: bool) -> 
     html! {
         p.pager {
             @if page > 0 { a href={ (base) "?" (filter.query_string(page - 1)) } { "← newer" } }
-            " page " (page + 1) " "
-            @if has_next { a href={ (base) "?" (filter.query_string(page + 1)) } { "older →" } }
+            " page " (page.saturating_add(1)) " "
+            @if has_next { a href={ (base) "?" (filter.query_string(page.saturating_add(1))) } { "older →" } }
         }
     }
 }
@@ -625,8 +625,8 @@ pub(crate) fn sessions_page(
         } }
         p.pager {
             @if page > 0 { a href=(link(page - 1)) { "← newer" } }
-            " page " (page + 1) " "
-            @if has_next { a href=(link(page + 1)) { "older →" } }
+            " page " (page.saturating_add(1)) " "
+            @if has_next { a href=(link(page.saturating_add(1))) { "older →" } }
         }
     };
     layout("Sessions", csrf, body)

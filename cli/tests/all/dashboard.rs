@@ -273,6 +273,11 @@ async fn only_a_logged_in_browser_gets_pages_and_only_its_own_page_changes_anyth
     )
     .await;
     assert_eq!(wrong.status, 401);
+    // A huge login is refused on its length alone, before its body is read.
+    let huge = format!(
+        "POST /login HTTP/1.0\r\nHost: {host}\r\nOrigin: {origin}\r\nContent-Length: 65536\r\n\r\n"
+    );
+    assert_eq!(status_of(daemon.addr, &huge).await, 413);
     // A forged cookie is no session.
     let forged = request(
         daemon.addr,
@@ -394,6 +399,28 @@ async fn only_a_logged_in_browser_gets_pages_and_only_its_own_page_changes_anyth
     assert!(!run_page.text().contains("data-approval="));
     for path in ["/sessions", &format!("/runs/{run_id}/spans")] {
         assert_eq!(browser.get(path).await.status, 200, "{path}");
+    }
+    // Odd paths and queries get a clear answer, under the same headers.
+    for (path, status) in [
+        ("/?page=18446744073709551615", 200),
+        ("/sessions?page=18446744073709551615&q=%00", 200),
+        ("/?page=-1", 400),
+        ("/costs?days=-5", 200),
+        ("/costs?days=99999999999", 200),
+        ("/runs/..%2F..%2Fetc", 404),
+        ("/sessions/%00", 404),
+        (&format!("/runs/{run_id}/live?from=0"), 200),
+    ] {
+        let answer = if path.contains("/live") {
+            let head = format!(
+                "GET {path} HTTP/1.0\r\nHost: {}\r\nCookie: {}\r\n\r\n",
+                browser.host, browser.cookie
+            );
+            status_of(browser.addr, &head).await
+        } else {
+            browser.get(path).await.status
+        };
+        assert_eq!(answer, status, "{path}");
     }
     // The costs page counts the run's tokens, per run, agent and model.
     let costs = browser.get("/costs?days=1").await.text();
@@ -528,6 +555,28 @@ async fn hostile_text_is_shown_as_text_on_every_page() {
     let session_page = browser.get(&format!("/sessions/{session_id}")).await.text();
     assert!(session_page.contains(&format!("troupe resume {session_id}")));
     assert!(session_page.contains("&lt;script&gt;alert(1)&lt;/script&gt;"));
+}
+
+/// The status of the answer to a raw request `head` (only the status line
+/// is read: a live stream stays open).
+async fn status_of(addr: std::net::SocketAddr, head: &str) -> u16 {
+    use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    stream.write_all(head.as_bytes()).await.unwrap();
+    let mut status = String::new();
+    tokio::time::timeout(
+        crate::support::COMMAND_LIMIT,
+        tokio::io::BufReader::new(stream).read_line(&mut status),
+    )
+    .await
+    .expect("an answer in time")
+    .unwrap();
+    status
+        .split_whitespace()
+        .nth(1)
+        .unwrap_or_else(|| panic!("no status line: {status:?}"))
+        .parse()
+        .unwrap()
 }
 
 /// The events a live stream sends first, read until `enough` says so.
