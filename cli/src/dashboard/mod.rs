@@ -83,6 +83,7 @@ pub(crate) struct DashboardState {
     api: ApiState,
     access: Arc<Access>,
     tokens: Arc<tokens::RunTokens>,
+    live_rows: Arc<tokens::SharedRows>,
 }
 
 /// The dashboard's routes, behind its guard and headers, for the daemon's
@@ -92,6 +93,7 @@ pub(crate) fn router(api: ApiState) -> Router {
         api,
         access: Arc::default(),
         tokens: Arc::default(),
+        live_rows: Arc::default(),
     };
     Router::new()
         .route("/", get(runs_list))
@@ -449,24 +451,30 @@ async fn runs_live(
     let stream = futures::stream::unfold(
         (ticks, String::new(), open),
         move |(mut ticks, mut last, open)| {
-            let (store, tokens, filter, stopping) = (
-                state.api.store.clone(),
-                state.tokens.clone(),
-                filter.clone(),
-                stopping.clone(),
-            );
+            let (state, filter, stopping) = (state.clone(), filter.clone(), stopping.clone());
             async move {
                 loop {
                     tokio::select! {
                         _ = ticks.tick() => {}
                         () = stopping.cancelled() => return None,
                     }
-                    let Ok((rows, _)) = runs_of(&store, &tokens, &filter) else {
+                    // Dashboards with the same filters share one look at the
+                    // store per refresh.
+                    let rendered = state.live_rows.get_or_render(
+                        &filter.query_string(filter.page.unwrap_or(0)),
+                        Instant::now(),
+                        RUNS_REFRESH / 2,
+                        || {
+                            runs_of(&state.api.store, &state.tokens, &filter).map(|(rows, _)| {
+                                pages::runs_rows(&rows, chrono::Utc::now()).into_string()
+                            })
+                        },
+                    );
+                    let Ok(html) = rendered else {
                         continue;
                     };
-                    let html = pages::runs_rows(&rows, chrono::Utc::now()).into_string();
-                    if html != last {
-                        last.clone_from(&html);
+                    if *html != *last {
+                        last = html.to_string();
                         let event = Event::default().event("runs").data(sse_html(&html));
                         return Some((Ok::<_, Infallible>(event), (ticks, last, open)));
                     }

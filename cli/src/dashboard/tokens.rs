@@ -1,8 +1,10 @@
-//! Tokens per run for the runs list, summed from each run's `usage` events
-//! and kept between refreshes: each look reads only the events stored
+//! What the live runs list keeps between refreshes. Tokens per run, summed
+//! from each run's `usage` events: each look reads only the events stored
 //! since the last one, so a live list costs the store a short range read
-//! per shown run. At most [`MAX_RUNS`] runs are remembered; past that the
-//! memory starts again.
+//! per shown run; at most [`MAX_RUNS`] runs are remembered, past that the
+//! memory starts again. And the rows last rendered for each filter
+//! ([`SharedRows`]), so that any number of open dashboards with the same
+//! filters cost one look at the store per refresh.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -58,6 +60,44 @@ impl RunTokens {
     }
 }
 
+/// The most filters whose rows are kept.
+pub(crate) const MAX_FILTERS: usize = 64;
+
+/// The rows last rendered for each filter of the live runs list, with when.
+#[derive(Default)]
+pub(crate) struct SharedRows {
+    rendered: Mutex<HashMap<String, (std::time::Instant, std::sync::Arc<str>)>>,
+}
+
+impl SharedRows {
+    /// The rows for `filter`: those rendered less than `fresh_for` before
+    /// `now`, or `render`'s, kept for the next dashboard that asks.
+    pub(crate) fn get_or_render<E>(
+        &self,
+        filter: &str,
+        now: std::time::Instant,
+        fresh_for: std::time::Duration,
+        render: impl FnOnce() -> Result<String, E>,
+    ) -> Result<std::sync::Arc<str>, E> {
+        if let Some((at, rows)) = self
+            .rendered
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(filter)
+            && now.saturating_duration_since(*at) < fresh_for
+        {
+            return Ok(rows.clone());
+        }
+        let rows: std::sync::Arc<str> = render()?.into();
+        let mut rendered = self.rendered.lock().unwrap_or_else(|p| p.into_inner());
+        if rendered.len() >= MAX_FILTERS && !rendered.contains_key(filter) {
+            rendered.clear();
+        }
+        rendered.insert(filter.to_string(), (now, rows.clone()));
+        Ok(rows)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use troupe_protocol::events::EventKind;
@@ -66,6 +106,53 @@ mod tests {
 
     fn event(seq: u64, kind: EventKind) -> RunEvent {
         crate::dashboard::model::test_event(seq, "main", kind)
+    }
+
+    #[test]
+    fn rows_are_rendered_once_per_filter_while_fresh() {
+        use std::time::{Duration, Instant};
+        let shared = SharedRows::default();
+        let now = Instant::now();
+        let fresh = Duration::from_millis(500);
+        let mut renders = 0;
+        let mut render = |text: &str| {
+            renders += 1;
+            Ok::<_, ()>(text.to_string())
+        };
+        assert_eq!(
+            &*shared
+                .get_or_render("a", now, fresh, || render("1"))
+                .unwrap(),
+            "1"
+        );
+        assert_eq!(
+            &*shared
+                .get_or_render("a", now + Duration::from_millis(100), fresh, || render("2"))
+                .unwrap(),
+            "1"
+        );
+        assert_eq!(
+            &*shared
+                .get_or_render("b", now, fresh, || render("3"))
+                .unwrap(),
+            "3"
+        );
+        assert_eq!(
+            &*shared
+                .get_or_render("a", now + fresh, fresh, || render("4"))
+                .unwrap(),
+            "4"
+        );
+        assert_eq!(renders, 3);
+        assert!(
+            shared
+                .get_or_render("c", now, fresh, || Err::<String, _>(()))
+                .is_err()
+        );
+        for n in 0..MAX_FILTERS + 1 {
+            let _ = shared.get_or_render(&n.to_string(), now, fresh, || Ok::<_, ()>(String::new()));
+        }
+        assert!(shared.rendered.lock().unwrap().len() <= MAX_FILTERS);
     }
 
     #[test]
