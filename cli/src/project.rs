@@ -154,19 +154,23 @@ impl Locations {
         }
     }
 
-    /// The `[store]` settings of the user's config file (defaults when it
-    /// has none or cannot be read: that error is reported where the file is
-    /// loaded for a run).
-    pub(crate) fn store_settings(&self) -> troupe_config::StoreSettings {
-        let sources = ConfigSources {
+    /// The user's own config file alone (no project's), as loaded.
+    pub(crate) fn user_config(&self) -> Result<troupe_config::Config, troupe_config::ConfigError> {
+        troupe_config::load_config(&ConfigSources {
             user: self
                 .config_dir
                 .as_deref()
                 .map(|dir| dir.join(paths::CONFIG_FILE_NAME)),
             project_root: None,
             home: self.home.clone(),
-        };
-        match troupe_config::load_config(&sources) {
+        })
+    }
+
+    /// The `[store]` settings of the user's config file (defaults when it
+    /// has none or cannot be read: that error is reported where the file is
+    /// loaded for a run).
+    pub(crate) fn store_settings(&self) -> troupe_config::StoreSettings {
+        match self.user_config() {
             Ok(config) => config.store,
             Err(err) => {
                 tracing::warn!(%err, "the user's [store] settings could not be read; defaults apply");

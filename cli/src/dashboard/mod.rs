@@ -842,6 +842,25 @@ async fn answer_approval(
     }
 }
 
+/// The `price` of each provider in the user's config file (none when it
+/// cannot be read: costs are then unknown, tokens still shown).
+fn user_prices() -> HashMap<String, troupe_config::Price> {
+    let config = crate::project::Locations::from_process()
+        .map_err(|err| err.message)
+        .and_then(|locations| locations.user_config().map_err(|err| err.to_string()));
+    match config {
+        Ok(config) => config
+            .providers
+            .into_iter()
+            .filter_map(|(name, provider)| provider.price.map(|price| (name, price)))
+            .collect(),
+        Err(err) => {
+            tracing::debug!(%err, "no prices for the costs page");
+            HashMap::new()
+        }
+    }
+}
+
 /// The costs page's period.
 #[derive(Debug, Deserialize)]
 struct CostsQuery {
@@ -883,9 +902,10 @@ async fn costs_page(
     let days = query.days.unwrap_or(7).clamp(1, 365);
     let store = state.api.store.clone();
     let read = tokio::task::spawn_blocking(move || {
+        let prices = user_prices();
         let (runs, capped) = runs_with_usage(&store, days)?;
         let sessions = store.list_sessions()?;
-        Ok::<_, troupe_store::StoreError>((costs::tally(runs, &sessions), capped))
+        Ok::<_, troupe_store::StoreError>((costs::tally(runs, &sessions, &prices), capped))
     })
     .await
     .map_err(store_problem)?;

@@ -688,11 +688,14 @@ pub(crate) fn session_page(
     layout("Session", csrf, body)
 }
 
-/// Tokens as one cell: input (cache included), output.
-fn tokens(usage: &troupe_protocol::model::Usage) -> Markup {
+/// Tokens and cost as cells: input (cache included), output, estimated USD
+/// (`—` without a price).
+fn spent_cells(spent: &super::costs::Spent) -> Markup {
+    let usage = &spent.usage;
     html! {
         td.num { (usage.input + usage.cache_read + usage.cache_write) }
         td.num { (usage.output) }
+        td.num { @match spent.usd { Some(usd) => { "$" (format!("{usd:.4}")) } None => { "—" } } }
     }
 }
 
@@ -738,25 +741,27 @@ pub(crate) fn costs_page(
         }
         h2 { "Per model" }
         div.scroll { table {
-            thead { tr { th { "Model" } th { "Input" } th { "Output" } } }
-            tbody { @for (model, usage) in &tally.models { tr { td { (clean(model)) } (tokens(usage)) } } }
+            thead { tr { th { "Provider" } th { "Model" } th { "Input" } th { "Output" } th { "USD" } } }
+            tbody { @for ((provider, model), spent) in &tally.models {
+                tr { td { (clean(provider)) } td { (clean(model)) } (spent_cells(spent)) }
+            } }
         } }
         h2 { "Per run" }
         div.scroll { table {
-            thead { tr { th { "Run" } th { "Prompt" } th { "Input" } th { "Output" } } }
-            tbody { @for (run, usage) in tally.runs.iter().take(super::PAGE_SIZE) {
+            thead { tr { th { "Run" } th { "Prompt" } th { "Input" } th { "Output" } th { "USD" } } }
+            tbody { @for (run, spent) in tally.runs.iter().take(super::PAGE_SIZE) {
                 tr {
                     td { a href={ "/runs/" (run.run_id) } { code { (short_id(&run.run_id)) } } }
                     td.prompt { (clean(&shortened(&run.prompt, 80))) }
-                    (tokens(usage))
+                    (spent_cells(spent))
                 }
             } }
         } }
         h2 { "Per agent" }
         div.scroll { table {
-            thead { tr { th { "Run" } th { "Agent" } th { "Input" } th { "Output" } } }
-            tbody { @for ((run, agent), usage) in tally.agents.iter().take(super::PAGE_SIZE * 4) {
-                tr { td { code { (short_id(run)) } } td { code { (agent) } } (tokens(usage)) }
+            thead { tr { th { "Run" } th { "Agent" } th { "Input" } th { "Output" } th { "USD" } } }
+            tbody { @for ((run, agent), spent) in tally.agents.iter().take(super::PAGE_SIZE * 4) {
+                tr { td { code { (short_id(run)) } } td { code { (agent) } } (spent_cells(spent)) }
             } }
         } }
     };

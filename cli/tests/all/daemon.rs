@@ -236,7 +236,7 @@ impl Response {
         String::from_utf8_lossy(&self.body).into_owned()
     }
 
-    fn json(&self) -> Value {
+    pub(crate) fn json(&self) -> Value {
         serde_json::from_slice(&self.body)
             .unwrap_or_else(|err| panic!("JSON body ({err}): {}", self.text()))
     }

@@ -758,3 +758,35 @@ async fn a_run_shows_its_plan_and_a_later_run_of_the_session_still_shows_it() {
         assert!(page.contains("◼ Fix it"), "{run}: {page}");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_costs_page_prices_tokens_at_the_price_the_user_configured() {
+    let server = ScriptedServer::start(Script::new().then(text("hello")))
+        .await
+        .unwrap();
+    let env = Env::new();
+    let daemon = Daemon::start(&env, &server);
+    let browser = Browser::log_in(&env, &daemon).await;
+    let (run_id, session_id) = daemon
+        .submit(json!({"prompt": "hi", "cwd": env.root()}))
+        .await;
+    daemon.events(&run_id, None, |_| false).await;
+    let unpriced = browser.get("/costs").await.text();
+    assert!(unpriced.contains("<td class=\"num\">—</td>"), "{unpriced}");
+    let session = daemon
+        .call("GET", &format!("/v1/sessions/{session_id}"), None)
+        .await;
+    let detail = session.json();
+    let provider = detail["session"]["provider"]
+        .as_str()
+        .or_else(|| detail["provider"].as_str())
+        .unwrap_or_else(|| panic!("{detail}"))
+        .to_string();
+    // A million tokens at $1,000,000: the cost is the token count in dollars.
+    env.write_user_config(&format!(
+        "[providers.{provider}]\nprice = {{ input = 1000000.0, output = 1000000.0 }}\n"
+    ));
+    let priced = browser.get("/costs").await.text();
+    assert!(!priced.contains("<td class=\"num\">—</td>"), "{priced}");
+    assert!(priced.contains(".0000</td>"), "{priced}");
+}
