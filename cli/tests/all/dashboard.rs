@@ -790,3 +790,29 @@ async fn the_costs_page_prices_tokens_at_the_price_the_user_configured() {
     assert!(!priced.contains("<td class=\"num\">—</td>"), "{priced}");
     assert!(priced.contains(".0000</td>"), "{priced}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn troupe_dashboard_starts_the_daemon_when_none_runs() {
+    let env = Env::new();
+    assert!(!env.data_dir().join("daemon.json").exists());
+    let url = login_url(&env);
+    let state: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(env.data_dir().join("daemon.json")).unwrap())
+            .unwrap();
+    let addr = state["addr"].as_str().unwrap();
+    assert!(url.starts_with(&format!("http://{addr}/#login=")), "{url}");
+    // The URL opens a session on that daemon.
+    let code = url.rsplit_once("#login=").unwrap().1;
+    let body = json!({ "code": code }).to_string();
+    let origin = format!("http://{addr}");
+    let login = request(
+        addr.parse().unwrap(),
+        "POST",
+        "/login",
+        &[("Host", addr), ("Origin", &origin)],
+        body.as_bytes(),
+    )
+    .await;
+    assert_eq!(login.status, 204, "{}", login.text());
+    crate::support::stop_daemon(&env.data_dir());
+}
