@@ -56,8 +56,9 @@ const FAVICON_PATH: &str = "/favicon.ico";
 
 /// htmx's settings: no indicator styles (an inline style the policy
 /// refuses), no `eval`, no scripts from swapped HTML, requests only to this
-/// daemon.
-pub(crate) const HTMX_CONFIG: &str = r#"{"includeIndicatorStyles":false,"allowEval":false,"allowScriptTags":false,"selfRequestsOnly":true}"#;
+/// daemon, and no copies of pages (which hold the CSRF token) in the
+/// browser's storage for its history.
+pub(crate) const HTMX_CONFIG: &str = r#"{"includeIndicatorStyles":false,"allowEval":false,"allowScriptTags":false,"selfRequestsOnly":true,"historyEnabled":false,"historyCacheSize":0}"#;
 
 /// Rows per page of the runs and sessions lists.
 pub(crate) const PAGE_SIZE: usize = 50;
