@@ -482,11 +482,15 @@ async fn three_forks_update_side_by_side() {
         fork("beta"),
         fork("gamma"),
     ]));
-    // The forks answer late enough for the page to be watching.
-    for _ in 0..3 {
+    // Two forks answer late enough for the page to be watching; the third
+    // not before it is cancelled.
+    for (name, delay) in [("alpha", 1500), ("beta", 1500), ("gamma", 60_000)] {
         script = script.then(
             troupe_scripted::Turn::new(text("fork says hello"))
-                .with_delay(Duration::from_millis(1500)),
+                .when(troupe_scripted::Matcher::last_user_contains(format!(
+                    "look at {name}"
+                )))
+                .with_delay(Duration::from_millis(delay)),
         );
     }
     let script = script.then(text("merged"));
@@ -504,12 +508,18 @@ async fn three_forks_update_side_by_side() {
     browser.navigate(&tab, &format!("http://{}/runs/{run_id}", daemon.addr));
     browser.wait_for(&tab, "document.querySelector('#sink') !== null");
     let forks = "Array.from(document.querySelectorAll('#lanes section.lane')).filter(l => l.dataset.lane.startsWith('main/'))";
+    let answered =
+        "(l => l.querySelector('.text') !== null && l.textContent.includes('fork says hello'))";
     browser.wait_for(
         &tab,
-        &format!(
-            "{forks}.length === 3 && {forks}.every(l => l.querySelector('.text') !== null \
-             && l.textContent.includes('fork says hello'))"
-        ),
+        &format!("{forks}.length === 3 && {forks}.filter({answered}).length === 2"),
+    );
+    // Cancel the fork still waiting, with its button on the page.
+    let cancel = "Array.from(document.querySelectorAll('section.agents li')).find(li => li.textContent.includes('look at gamma')).querySelector('form button').click()";
+    browser.eval(&tab, cancel).unwrap();
+    browser.wait_for(
+        &tab,
+        &format!("{forks}.some(l => l.textContent.includes('ended: cancelled') && !{answered}(l))"),
     );
     // Side by side: the three lanes share a row, in three columns.
     let boxes = browser
