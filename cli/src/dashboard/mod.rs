@@ -218,6 +218,7 @@ async fn asset(Path(name): Path<String>) -> Response {
         "htmx.min.js" => (HTMX, "text/javascript; charset=utf-8"),
         "htmx-ext-sse.min.js" => (HTMX_SSE, "text/javascript; charset=utf-8"),
         "login.js" => (LOGIN_JS, "text/javascript; charset=utf-8"),
+        "dashboard.js" => (DASHBOARD_JS, "text/javascript; charset=utf-8"),
         "dashboard.css" => (STYLE, "text/css; charset=utf-8"),
         _ => return problem(StatusCode::NOT_FOUND, "Not found", "no such file"),
     };
@@ -230,6 +231,8 @@ const HTMX: &str = include_str!("../../assets/htmx-2.0.8.min.js");
 const HTMX_SSE: &str = include_str!("../../assets/htmx-ext-sse-2.2.4.min.js");
 /// The login script.
 const LOGIN_JS: &str = include_str!("../../assets/login.js");
+/// The pages' own script.
+const DASHBOARD_JS: &str = include_str!("../../assets/dashboard.js");
 /// The style sheet.
 const STYLE: &str = include_str!("../../assets/dashboard.css");
 

@@ -86,6 +86,7 @@ pub(crate) fn layout(title: &str, csrf: &str, body: Markup) -> Markup {
                 link rel="stylesheet" href="/assets/dashboard.css";
                 script src="/assets/htmx.min.js" {}
                 script src="/assets/htmx-ext-sse.min.js" {}
+                script src="/assets/dashboard.js" {}
             }
             body hx-headers=(headers) {
                 nav {

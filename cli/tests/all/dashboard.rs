@@ -237,6 +237,7 @@ async fn only_a_logged_in_browser_gets_pages_and_only_its_own_page_changes_anyth
         ("/assets/htmx.min.js", "text/javascript"),
         ("/assets/htmx-ext-sse.min.js", "text/javascript"),
         ("/assets/login.js", "text/javascript"),
+        ("/assets/dashboard.js", "text/javascript"),
         ("/assets/dashboard.css", "text/css"),
     ] {
         let served = request(daemon.addr, "GET", asset, &[("Host", &host)], b"").await;

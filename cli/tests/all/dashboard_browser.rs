@@ -514,9 +514,24 @@ async fn three_forks_update_side_by_side() {
         &tab,
         &format!("{forks}.length === 3 && {forks}.filter({answered}).length === 2"),
     );
-    // Cancel the fork still waiting, with its button on the page.
-    let cancel = "Array.from(document.querySelectorAll('section.agents li')).find(li => li.textContent.includes('look at gamma')).querySelector('form button').click()";
-    browser.eval(&tab, cancel).unwrap();
+    // Cancel the fork still waiting, with its button on the page, once the
+    // other two have ended (so that no update replaces the button under the
+    // click).
+    let agent = |name: &str| {
+        format!(
+            "Array.from(document.querySelectorAll('section.agents li')).find(li => li.textContent.includes('look at {name}'))"
+        )
+    };
+    browser.wait_for(
+        &tab,
+        &format!(
+            "[{}, {}].every(li => li && li.querySelector('[data-status=\"finished\"]') !== null)",
+            agent("alpha"),
+            agent("beta")
+        ),
+    );
+    let cancel = format!("{}.querySelector('form button').click()", agent("gamma"));
+    browser.eval(&tab, &cancel).unwrap();
     browser.wait_for(
         &tab,
         &format!("{forks}.some(l => l.textContent.includes('ended: cancelled') && !{answered}(l))"),
