@@ -461,6 +461,16 @@ impl DaemonClient {
         self.json_of(request).await
     }
 
+    /// A one-time login code for the dashboard (`POST /login/codes`).
+    pub(crate) async fn dashboard_code(&self) -> Result<String, ClientError> {
+        let request = self
+            .http
+            .post(format!("{}{}", self.base, crate::dashboard::CODES_PATH))
+            .timeout(REQUEST_TIMEOUT);
+        let answer: crate::dashboard::LoginCode = self.json_of(request).await?;
+        Ok(answer.code)
+    }
+
     /// Where the daemon is (`http://host:port`).
     pub(crate) fn base(&self) -> &str {
         &self.base

@@ -13,6 +13,7 @@ mod approval;
 mod chat;
 mod client;
 mod daemon;
+mod dashboard;
 mod demo;
 mod diff;
 mod follow;
@@ -115,6 +116,13 @@ enum Command {
     /// List a session's checkpoints.
     #[command(subcommand)]
     Checkpoints(CheckpointsCommand),
+    /// Print a one-time login URL for the daemon's web dashboard (and open
+    /// it where a desktop browser exists).
+    Dashboard {
+        /// Only print the URL.
+        #[arg(long)]
+        no_open: bool,
+    },
     /// Answer an approval a run in the daemon is waiting for.
     Approve {
         /// Run id (or a unique prefix of one).
@@ -503,6 +511,7 @@ fn main() -> ExitCode {
             Command::Checkpoints(CheckpointsCommand::List { session, json }) => {
                 undo::checkpoints_list(session, json).await
             }
+            Command::Dashboard { no_open } => dashboard::command::dashboard(no_open).await,
             Command::Approve {
                 run,
                 approval,

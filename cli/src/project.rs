@@ -154,11 +154,34 @@ impl Locations {
         }
     }
 
+    /// The user's own config file alone (no project's), as loaded.
+    pub(crate) fn user_config(&self) -> Result<troupe_config::Config, troupe_config::ConfigError> {
+        troupe_config::load_config(&ConfigSources {
+            user: self
+                .config_dir
+                .as_deref()
+                .map(|dir| dir.join(paths::CONFIG_FILE_NAME)),
+            project_root: None,
+            home: self.home.clone(),
+        })
+    }
+
+    /// The user's config file, or `None` (logged) when it cannot be read:
+    /// that error is reported where the file is loaded for a run.
+    fn user_config_or_defaults(&self) -> Option<troupe_config::Config> {
+        match self.user_config() {
+            Ok(config) => Some(config),
+            Err(err) => {
+                tracing::warn!(%err, "the user's settings could not be read; defaults apply");
+                None
+            }
+        }
+    }
+
     /// The `[store]` settings of the user's config file (defaults when it
-    /// has none or cannot be read: that error is reported where the file is
-    /// loaded for a run).
+    /// has none or cannot be read).
     pub(crate) fn store_settings(&self) -> troupe_config::StoreSettings {
-        self.user_config()
+        self.user_config_or_defaults()
             .map(|config| config.store)
             .unwrap_or_default()
     }
@@ -166,29 +189,9 @@ impl Locations {
     /// The user's `[checkpoints]` settings (defaults when the file cannot
     /// be read).
     pub(crate) fn checkpoint_settings(&self) -> troupe_config::CheckpointSettings {
-        self.user_config()
+        self.user_config_or_defaults()
             .map(|config| config.checkpoints)
             .unwrap_or_default()
-    }
-
-    /// The user's config file alone (no project's), or `None` (logged)
-    /// when it cannot be read.
-    fn user_config(&self) -> Option<troupe_config::Config> {
-        let sources = ConfigSources {
-            user: self
-                .config_dir
-                .as_deref()
-                .map(|dir| dir.join(paths::CONFIG_FILE_NAME)),
-            project_root: None,
-            home: self.home.clone(),
-        };
-        match troupe_config::load_config(&sources) {
-            Ok(config) => Some(config),
-            Err(err) => {
-                tracing::warn!(%err, "the user's settings could not be read; defaults apply");
-                None
-            }
-        }
     }
 
     /// Opens the session store in the data directory. When a daemon holds

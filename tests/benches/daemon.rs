@@ -25,12 +25,17 @@
 //!   against the daemon (each one the daemon closes is opened again at once,
 //!   from a thread of its own), against the same requests without them; and
 //!   the descriptors the daemon holds meanwhile.
+//! - dashboards: the time per turn of a 20-turn run (a `read_file` call and
+//!   its result each turn) with no dashboard open, against the same run
+//!   watched by 10 logged-in dashboards, each holding the run page's live
+//!   stream and the live runs list; alternating, `TROUPE_BENCH_SAMPLES`
+//!   rounds; with a model that answers at once, and one that takes 50 ms.
 //!
 //! The binary is `TROUPE_BIN` or `target/release/troupe` (build it first:
 //! `cargo build --release -p troupe-cli`). `TROUPE_BENCH_SAMPLES` (default 20)
 //! sets the samples per start figure, `TROUPE_BENCH_FLOOD_SAMPLES` (default
 //! 200) the requests per flood figure. Arguments name the parts to run
-//! (`start`, `throughput`, `idle`, `stalled`, `flood`; default all):
+//! (`start`, `throughput`, `idle`, `stalled`, `flood`, `dashboards`; default all):
 //! `cargo bench -p troupe-tests --bench daemon -- flood`. Figures go to
 //! `docs/performance.md`.
 
@@ -85,6 +90,10 @@ fn main() -> Result<(), String> {
         }
         if wanted("flood") {
             flood(&bin, 2000, flood_samples).await?;
+        }
+        if wanted("dashboards") {
+            dashboards(&bin, samples, 10, Duration::ZERO).await?;
+            dashboards(&bin, samples, 10, Duration::from_millis(50)).await?;
         }
         Ok(())
     })
@@ -226,6 +235,57 @@ impl Daemon {
             .await
             .map_err(|e| e.to_string())?;
         Ok(raw)
+    }
+
+    /// A dashboard session: a login code from `POST /login/codes`,
+    /// exchanged at `POST /login` as the login page does; the cookie.
+    async fn dashboard_cookie(&self) -> Result<String, String> {
+        let answer = self.request("POST", "/login/codes", "").await?;
+        let code: Value = serde_json::from_str(&answer).map_err(|e| format!("{e}: {answer}"))?;
+        let body = json!({ "code": code["code"] }).to_string();
+        let mut stream = tokio::net::TcpStream::connect(&self.addr)
+            .await
+            .map_err(|e| e.to_string())?;
+        let head = format!(
+            "POST /login HTTP/1.0\r\nHost: {0}\r\nOrigin: http://{0}\r\nContent-Length: {1}\r\n\r\n{body}",
+            self.addr,
+            body.len()
+        );
+        stream
+            .write_all(head.as_bytes())
+            .await
+            .map_err(|e| e.to_string())?;
+        let mut raw = String::new();
+        stream
+            .read_to_string(&mut raw)
+            .await
+            .map_err(|e| e.to_string())?;
+        raw.lines()
+            .find_map(|line| line.strip_prefix("set-cookie: "))
+            .and_then(|value| value.split(';').next())
+            .map(str::to_string)
+            .ok_or_else(|| format!("no session cookie: {raw}"))
+    }
+
+    /// Holds a dashboard page's live stream open, reading everything it
+    /// sends, until aborted or the daemon ends it.
+    fn hold_page(&self, path: String, cookie: String) -> impl Future<Output = ()> + use<> {
+        let addr = self.addr.clone();
+        async move {
+            let Ok(mut stream) = tokio::net::TcpStream::connect(&addr).await else {
+                return;
+            };
+            let head = format!("GET {path} HTTP/1.0\r\nHost: {addr}\r\nCookie: {cookie}\r\n\r\n");
+            if stream.write_all(head.as_bytes()).await.is_err() {
+                return;
+            }
+            let mut sink = vec![0u8; 64 * 1024];
+            while let Ok(read) = stream.read(&mut sink).await {
+                if read == 0 {
+                    return;
+                }
+            }
+        }
     }
 
     /// Opens the run's event stream and reads it to `run_finished`.
@@ -450,6 +510,88 @@ async fn idle_sessions(bin: &Path, sessions: usize) -> Result<(), String> {
         before as f64 / 1024.0,
         after as f64 / 1024.0,
         (after.saturating_sub(before)) as f64 / sessions as f64
+    );
+    daemon.stop();
+    Ok(())
+}
+
+/// Turns of each run the dashboards bench times.
+const DASHBOARD_TURNS: usize = 20;
+
+/// The time per turn of a run with no dashboard open and with `open`
+/// dashboards following it live, the model answering after `latency`.
+async fn dashboards(
+    bin: &Path,
+    rounds: usize,
+    open: usize,
+    latency: Duration,
+) -> Result<(), String> {
+    let mut script = Script::new();
+    for _ in 0..rounds * 2 {
+        // A different file each turn: the same call again and again would
+        // stop the run as a loop.
+        for turn in 0..DASHBOARD_TURNS {
+            let path = format!("notes-{turn}.txt");
+            let call = troupe_scripted::tool_call("read_file", json!({ "path": path }));
+            script = script.then(troupe_scripted::Turn::new(call).with_delay(latency));
+        }
+        script = script.then(text("done"));
+    }
+    let server = ScriptedServer::start(script)
+        .await
+        .map_err(|e| e.to_string())?;
+    let home = Home::new()?;
+    for turn in 0..DASHBOARD_TURNS {
+        std::fs::write(
+            home.project().join(format!("notes-{turn}.txt")),
+            "notes\n".repeat(50),
+        )
+        .map_err(|e| e.to_string())?;
+    }
+    let daemon = home.serve(bin, &server)?;
+    let body = json!({"prompt": "read", "cwd": home.project(), "mode": "bypass"});
+    let mut per_turn: [Vec<f64>; 2] = [Vec::new(), Vec::new()];
+    for round in 0..rounds {
+        for watchers in troupe_tests::bench::round_order(&[0, open], round) {
+            let mut cookies = Vec::new();
+            for _ in 0..watchers {
+                cookies.push(daemon.dashboard_cookie().await?);
+            }
+            let started = Instant::now();
+            let run = daemon.submit(&body).await?;
+            let streams: Vec<_> = cookies
+                .iter()
+                .flat_map(|cookie| {
+                    [
+                        format!("/runs/{run}/live?from=1"),
+                        "/live/runs?page=0".to_string(),
+                    ]
+                    .map(|path| tokio::spawn(daemon.hold_page(path, cookie.clone())))
+                })
+                .collect();
+            daemon.follow(&run).await?;
+            let elapsed = started.elapsed();
+            for stream in streams {
+                stream.abort();
+            }
+            per_turn[usize::from(watchers > 0)].push(millis(elapsed) / DASHBOARD_TURNS as f64);
+        }
+    }
+    let requests = server.requests().len();
+    if requests != rounds * 2 * (DASHBOARD_TURNS + 1) {
+        return Err(format!(
+            "the runs made {requests} model requests, not {} each",
+            DASHBOARD_TURNS + 1
+        ));
+    }
+    let none = Summary::of(&per_turn[0]).ok_or("no samples")?;
+    let watched = Summary::of(&per_turn[1]).ok_or("no samples")?;
+    let model = millis(latency);
+    println!("model latency {model} ms; per turn, no dashboard: {none}");
+    println!("model latency {model} ms; per turn, {open} dashboards: {watched}");
+    println!(
+        "model latency {model} ms; overhead of {open} dashboards: {:.3}× (median)",
+        watched.median / none.median
     );
     daemon.stop();
     Ok(())

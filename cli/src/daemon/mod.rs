@@ -216,7 +216,7 @@ async fn run_daemon(options: ServeOptions) -> Result<(), String> {
     };
     let server = tokio::spawn(server::serve(
         listeners,
-        api::router(state),
+        api::router(state.clone()).merge(crate::dashboard::router(state)),
         limits,
         stopping.clone(),
     ));

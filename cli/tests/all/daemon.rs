@@ -24,16 +24,16 @@ use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt};
 use troupe_scripted::{Script, ScriptedServer, text, tool_call};
 
 /// A running `troupe serve`.
-struct Daemon {
+pub(crate) struct Daemon {
     child: Child,
-    addr: SocketAddr,
-    token: String,
+    pub(crate) addr: SocketAddr,
+    pub(crate) token: String,
     stderr: Option<BufReader<std::process::ChildStderr>>,
 }
 
 impl Daemon {
     /// Starts the daemon in `env` and waits for its "listening on" line.
-    fn start(env: &Env, server: &ScriptedServer) -> Daemon {
+    pub(crate) fn start(env: &Env, server: &ScriptedServer) -> Daemon {
         Self::start_with(env, Some(server), &[])
     }
 
@@ -115,7 +115,7 @@ impl Daemon {
     }
 
     /// An authorised request with a JSON body (or none).
-    async fn call(&self, method: &str, path: &str, body: Option<&Value>) -> Response {
+    pub(crate) async fn call(&self, method: &str, path: &str, body: Option<&Value>) -> Response {
         let body = body.map(|b| b.to_string()).unwrap_or_default();
         request(
             self.addr,
@@ -131,7 +131,7 @@ impl Daemon {
     }
 
     /// Submits a run; returns `(run_id, session_id)`.
-    async fn submit(&self, body: Value) -> (String, String) {
+    pub(crate) async fn submit(&self, body: Value) -> (String, String) {
         let response = self.call("POST", "/v1/runs", Some(&body)).await;
         assert_eq!(response.status, 201, "{}", response.text());
         let value = response.json();
@@ -143,7 +143,7 @@ impl Daemon {
 
     /// Reads a run's SSE stream until `run_finished` (or until `stop`
     /// accepts the events so far): `(id, event)` pairs.
-    async fn events(
+    pub(crate) async fn events(
         &self,
         run_id: &str,
         last_event_id: Option<u64>,
@@ -182,7 +182,7 @@ impl Daemon {
     }
 
     /// Sends `signal` and waits for the exit code.
-    fn stop(mut self, signal: i32) -> (i32, String) {
+    pub(crate) fn stop(mut self, signal: i32) -> (i32, String) {
         // SAFETY: plain signal delivery to our own child, not reaped yet.
         assert_eq!(unsafe { libc::kill(self.child.id() as i32, signal) }, 0);
         self.wait_exit()
@@ -224,17 +224,19 @@ async fn next_line(
 }
 
 /// One HTTP response.
-struct Response {
-    status: u16,
-    body: Vec<u8>,
+pub(crate) struct Response {
+    pub(crate) status: u16,
+    /// The status line and headers.
+    pub(crate) head: String,
+    pub(crate) body: Vec<u8>,
 }
 
 impl Response {
-    fn text(&self) -> String {
+    pub(crate) fn text(&self) -> String {
         String::from_utf8_lossy(&self.body).into_owned()
     }
 
-    fn json(&self) -> Value {
+    pub(crate) fn json(&self) -> Value {
         serde_json::from_slice(&self.body)
             .unwrap_or_else(|err| panic!("JSON body ({err}): {}", self.text()))
     }
@@ -254,7 +256,7 @@ impl Response {
 
 /// A raw HTTP/1.0 request: exactly the given headers, the body, and the
 /// whole response read to the connection's end.
-async fn request(
+pub(crate) async fn request(
     addr: SocketAddr,
     method: &str,
     path: &str,
@@ -288,13 +290,14 @@ async fn read_to_end(stream: &mut tokio::net::TcpStream) -> Response {
     let status = head.split_whitespace().nth(1).unwrap().parse().unwrap();
     Response {
         status,
+        head,
         body: raw[split + 4..].to_vec(),
     }
 }
 
 /// `troupe` as a client of the daemon (the test environment runs embedded
 /// unless told otherwise).
-fn client(env: &Env, server: Option<&ScriptedServer>) -> std::process::Command {
+pub(crate) fn client(env: &Env, server: Option<&ScriptedServer>) -> std::process::Command {
     let mut command = env.command(server);
     command.env_remove("TROUPE_NO_DAEMON");
     command
@@ -1308,12 +1311,15 @@ async fn read_response(stream: &mut tokio::io::BufReader<tokio::net::TcpStream>)
     };
     read_line(&mut line).await;
     let status = line.split_whitespace().nth(1).unwrap().parse().unwrap();
+    let mut head = line.trim_end().to_string();
     let mut length = 0;
     loop {
         read_line(&mut line).await;
         if line.trim().is_empty() {
             break;
         }
+        head.push_str("\r\n");
+        head.push_str(line.trim_end());
         if let Some((name, value)) = line.split_once(':')
             && name.eq_ignore_ascii_case("content-length")
         {
@@ -1325,7 +1331,7 @@ async fn read_response(stream: &mut tokio::io::BufReader<tokio::net::TcpStream>)
         .await
         .expect("the daemon sends the body in time")
         .unwrap();
-    Response { status, body }
+    Response { status, head, body }
 }
 
 /// Sends an HTTP/1.1 request that keeps the connection open.

@@ -9,6 +9,8 @@ mod crash;
 mod crash_tree;
 mod daemon;
 mod daemon_log;
+mod dashboard;
+mod dashboard_browser;
 mod disk_full;
 mod doc_claims;
 mod hooks;

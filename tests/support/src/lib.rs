@@ -24,6 +24,8 @@ pub enum Need {
     Cgroups,
     /// The `tmux` program (a real terminal for the interactive chat).
     Tmux,
+    /// Debian's `chromium` (a headless browser for the dashboard).
+    Chromium,
 }
 
 impl Need {
@@ -33,6 +35,7 @@ impl Need {
             Self::Landlock => "Landlock (the kernel's file-system sandbox)",
             Self::Cgroups => "a writable cgroup v2 tree",
             Self::Tmux => "tmux",
+            Self::Chromium => "chromium",
         }
     }
 
@@ -42,6 +45,7 @@ impl Need {
             Self::Landlock => "TROUPE_REQUIRE_LANDLOCK",
             Self::Cgroups => "TROUPE_REQUIRE_CGROUPS",
             Self::Tmux => "TROUPE_REQUIRE_TMUX",
+            Self::Chromium => "TROUPE_REQUIRE_CHROMIUM",
         }
     }
 
@@ -50,14 +54,20 @@ impl Need {
         match self {
             Self::Landlock => KernelSupport::probe().landlock_abi > 0,
             Self::Cgroups => matches!(detect(), Containment::Cgroup { .. }),
-            Self::Tmux => Command::new("tmux")
-                .arg("-V")
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .status()
-                .is_ok_and(|status| status.success()),
+            Self::Tmux => program_answers("tmux", "-V"),
+            Self::Chromium => program_answers("chromium", "--version"),
         }
     }
+}
+
+/// Whether `program` runs and succeeds when asked `version_flag`.
+fn program_answers(program: &str, version_flag: &str) -> bool {
+    Command::new(program)
+        .arg(version_flag)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|status| status.success())
 }
 
 /// Whether a test that needs `need` can run here: `true` when the machine
