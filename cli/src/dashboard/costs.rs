@@ -186,6 +186,7 @@ mod tests {
             agent_path: path.map(Into::into),
             run_id: run.map(Into::into),
             fork_of: None,
+            branch_of: None,
         }
     }
 
@@ -201,6 +202,7 @@ mod tests {
             started,
             ended: None,
             pid: 1,
+            history: None,
         };
         let sessions = vec![
             meta("s", "big", None, None),

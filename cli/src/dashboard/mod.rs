@@ -1008,6 +1008,7 @@ mod tests {
             started: Utc::now() - Span::minutes(minutes_ago),
             ended: None,
             pid: 1,
+            history: None,
         }
     }
 
@@ -1025,6 +1026,7 @@ mod tests {
             agent_path: None,
             run_id: run.map(Into::into),
             fork_of: None,
+            branch_of: None,
         }
     }
 

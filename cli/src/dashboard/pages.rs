@@ -806,6 +806,7 @@ mod tests {
             started: Utc::now(),
             ended: None,
             pid: 1,
+            history: None,
         }
     }
 
