@@ -143,18 +143,9 @@ fn files_line(report: &crate::undo::UndoReport) -> String {
     if !report.applied {
         return "the files were already as that run left them".to_owned();
     }
-    let count = |change: &str| {
-        report
-            .files
-            .iter()
-            .filter(|file| file.change == change)
-            .count()
-    };
+    let (added, removed, modified) = report.change_counts();
     format!(
-        "the files: {} added, {} removed, {} modified (the state before is checkpoint {}: `troupe undo {} --redo` brings it back)",
-        count("added"),
-        count("removed"),
-        count("modified"),
+        "the files: {added} added, {removed} removed, {modified} modified (the state before is checkpoint {}: `troupe undo {} --redo` brings it back)",
         report.before.unwrap_or_default(),
         short_id(&report.session_id)
     )

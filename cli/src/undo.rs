@@ -108,6 +108,19 @@ pub(crate) struct UndoReport {
     pub before: Option<u64>,
 }
 
+impl UndoReport {
+    /// How many files it adds, removes and modifies.
+    pub(crate) fn change_counts(&self) -> (usize, usize, usize) {
+        let count = |change: &str| {
+            self.files
+                .iter()
+                .filter(|file| file.change == change)
+                .count()
+        };
+        (count("added"), count("removed"), count("modified"))
+    }
+}
+
 /// Why an undo did not happen, with its exit code.
 type Refusal = (u8, String);
 
@@ -152,6 +165,23 @@ pub(crate) async fn forget_checkpoints(
             tracing::warn!(%err, session = %id, "the removed session's checkpoints could not be dropped");
         }
     }
+}
+
+/// The project's checkpoint store and `session`'s checkpoints in order, or
+/// `None` when the project has no store (opening one would create it).
+async fn session_checkpoints(
+    data_dir: &Path,
+    project: &Path,
+    session: &str,
+) -> Result<Option<(CheckpointStore, Vec<Checkpoint>)>, Refusal> {
+    if !CheckpointStore::exists(data_dir, project) {
+        return Ok(None);
+    }
+    let store = CheckpointStore::open(data_dir, project)
+        .await
+        .map_err(runtime)?;
+    let checkpoints = store.checkpoints(session).await.map_err(runtime)?;
+    Ok(Some((store, checkpoints)))
 }
 
 /// Refuses when a run of session `id` is in progress: its record says it
@@ -203,13 +233,11 @@ pub(crate) async fn undo_session(
         None => Err(no_checkpoints()),
     }
     };
-    if !CheckpointStore::exists(data_dir, &project) {
+    let Some((checkpoints_store, checkpoints)) =
+        session_checkpoints(data_dir, &project, &id).await?
+    else {
         return without(&id, project);
-    }
-    let checkpoints_store = CheckpointStore::open(data_dir, &project)
-        .await
-        .map_err(runtime)?;
-    let checkpoints = checkpoints_store.checkpoints(&id).await.map_err(runtime)?;
+    };
     if checkpoints.is_empty() {
         return without(&id, project);
     }
@@ -623,22 +651,12 @@ pub(crate) fn report_text(report: &UndoReport) -> String {
         "{} ({verb}): session {short} {what}\n",
         report.action
     ));
-    let (mut added, mut removed, mut modified) = (0, 0, 0);
     let (mut plus, mut minus) = (0, 0);
     for file in &report.files {
         let mark = match file.change.as_str() {
-            "added" => {
-                added += 1;
-                "A"
-            }
-            "removed" => {
-                removed += 1;
-                "D"
-            }
-            _ => {
-                modified += 1;
-                "M"
-            }
+            "added" => "A",
+            "removed" => "D",
+            _ => "M",
         };
         let lines = match file.lines {
             Some((a, r)) => {
@@ -653,6 +671,7 @@ pub(crate) fn report_text(report: &UndoReport) -> String {
             crate::sanitize::for_terminal(&file.path)
         ));
     }
+    let (added, removed, modified) = report.change_counts();
     out.push_str(&format!(
         "  {} files: {added} added, {removed} removed, {modified} modified (+{plus} -{minus})\n",
         report.files.len()
@@ -839,38 +858,22 @@ pub(crate) struct RunFiles {
     pub files: Vec<String>,
 }
 
-/// The files each run of `session` changed, from its checkpoints: from its
-/// first checkpoint to the files as it left them (its `run end` record,
-/// else the next record, else the work tree).
-pub(crate) async fn files_by_run(
+/// The files each run of `session` changed, from its checkpoints
+/// (`opened`: the project's store and the session's checkpoints, when it
+/// has a store): from a run's first checkpoint to the files as it left them
+/// (its `run end` record, else the next record, else the work tree).
+async fn run_files(
     store: &Store,
-    data_dir: &Path,
     session: &str,
+    opened: Option<&(CheckpointStore, Vec<Checkpoint>)>,
 ) -> Result<Vec<RunFiles>, Refusal> {
     let runs = store.session_runs(session).map_err(runtime)?;
-    let project = session_project(store, session)?;
-    if !CheckpointStore::exists(data_dir, &project) {
-        return Ok(runs
-            .iter()
-            .zip(1..)
-            .map(|(run, number)| RunFiles {
-                number,
-                run_id: run.run_id.clone(),
-                files: Vec::new(),
-            })
-            .collect());
-    }
-    let checkpoints_store = CheckpointStore::open(data_dir, &project)
-        .await
-        .map_err(runtime)?;
-    let checkpoints = checkpoints_store
-        .checkpoints(session)
-        .await
-        .map_err(runtime)?;
     let mut listed = Vec::with_capacity(runs.len());
     for (run, number) in runs.iter().zip(1..) {
         let mut files = Vec::new();
-        if let Some((from, to)) = run_span(&checkpoints, &run.run_id) {
+        if let Some((checkpoints_store, checkpoints)) = opened
+            && let Some((from, to)) = run_span(checkpoints, &run.run_id)
+        {
             let to = match to {
                 Some(at) => checkpoints[at].tree().to_owned(),
                 None => checkpoints_store.work_tree_id().await.map_err(runtime)?,
@@ -941,18 +944,15 @@ pub(crate) async fn list_checkpoints(
 ) -> Result<CheckpointList, Refusal> {
     let id = ids::resolve(store, IdKind::Session, given).map_err(|err| (err.code, err.message))?;
     let project = session_project(store, &id)?;
-    let runs = files_by_run(store, data_dir, &id).await?;
-    if !CheckpointStore::exists(data_dir, &project) {
+    let opened = session_checkpoints(data_dir, &project, &id).await?;
+    let runs = run_files(store, &id, opened.as_ref()).await?;
+    let Some((checkpoints_store, checkpoints)) = opened else {
         return Ok(CheckpointList {
             checkpoints: Vec::new(),
             store_bytes: 0,
             runs,
         });
-    }
-    let checkpoints_store = CheckpointStore::open(data_dir, &project)
-        .await
-        .map_err(runtime)?;
-    let checkpoints = checkpoints_store.checkpoints(&id).await.map_err(runtime)?;
+    };
     let mut listed = Vec::with_capacity(checkpoints.len());
     let mut previous: Option<&Checkpoint> = None;
     for checkpoint in &checkpoints {
