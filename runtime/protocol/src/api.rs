@@ -219,6 +219,10 @@ pub struct RunSummary {
     /// When it ended (RFC 3339); `null` while it runs.
     #[serde(default)]
     pub ended: Option<String>,
+    /// The cluster node that runs it; absent when the daemon is not part of
+    /// a cluster (and while a queued run waits for a node).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node: Option<String>,
     /// The prompt as submitted.
     pub prompt: String,
     /// The run id.
@@ -634,6 +638,7 @@ mod tests {
             started: "2026-11-01T09:30:00Z".into(),
             ended: Some("2026-11-01T09:31:02.5Z".into()),
             agents: None,
+            node: None,
         }
     }
 
