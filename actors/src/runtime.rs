@@ -48,9 +48,9 @@ pub(crate) enum HistorySource {
     Stored,
 }
 
-/// A submission with what the run does and the id it is to have (a new
-/// one when `None`).
-pub(crate) type Submitted = (RunSubmission, RunJob, Option<String>);
+/// A submission with what the run does, the id it is to have (a new one
+/// when `None`) and the parent of its spans.
+pub(crate) type Submitted = (RunSubmission, RunJob, Option<String>, tracing::Span);
 
 /// Messages of the runtime actor.
 pub(crate) enum RuntimeMsg {
@@ -438,7 +438,7 @@ impl RuntimeState {
         reply: SubmitReply,
         prepared: Prepared,
     ) {
-        let (submission, job, given_run_id) = *submission;
+        let (submission, job, given_run_id, parent_span) = *submission;
         let Prepared {
             session_id,
             session,
@@ -519,6 +519,7 @@ impl RuntimeState {
                 },
             },
             events,
+            parent_span,
             ended: {
                 let runtime = myself.clone();
                 Port::new(move |ended: RunEnded| {
@@ -706,18 +707,20 @@ impl Runtime {
         ractor::call!(
             self.actor,
             RuntimeMsg::Submit,
-            Box::new((submission, RunJob::Prompt, None))
+            Box::new((submission, RunJob::Prompt, None, tracing::Span::none()))
         )
         .map_err(|_| RuntimeError::Gone)?
     }
 
     /// Starts a run under the id `run_id`, chosen by whoever accepted it (a
-    /// cluster node that answered with it before the run was placed). An
-    /// id a run of this runtime or the store already has is refused.
+    /// cluster node that answered with it before the run was placed), its
+    /// spans below `parent` (the span that placed it). An id a run of this
+    /// runtime or the store already has is refused.
     pub async fn submit_as(
         &self,
         submission: RunSubmission,
         run_id: String,
+        parent: tracing::Span,
     ) -> Result<RunHandle, RuntimeError> {
         if self.store.run(&run_id)?.is_some() {
             return Err(RuntimeError::Store(StoreError::AlreadyExists {
@@ -727,7 +730,7 @@ impl Runtime {
         ractor::call!(
             self.actor,
             RuntimeMsg::Submit,
-            Box::new((submission, RunJob::Prompt, Some(run_id)))
+            Box::new((submission, RunJob::Prompt, Some(run_id), parent))
         )
         .map_err(|_| RuntimeError::Gone)?
     }
@@ -749,7 +752,7 @@ impl Runtime {
         ractor::call!(
             self.actor,
             RuntimeMsg::Submit,
-            Box::new((submission, RunJob::Compact, None))
+            Box::new((submission, RunJob::Compact, None, tracing::Span::none()))
         )
         .map_err(|_| RuntimeError::Gone)?
     }

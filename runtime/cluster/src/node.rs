@@ -274,6 +274,23 @@ impl Cluster {
         })
     }
 
+    /// The sequence number of the last event of run `run_id` the cluster
+    /// holds (0 when it holds none, or the last message on the run's
+    /// subject does not read as its event).
+    pub async fn last_event_seq(&self, run_id: &str) -> Result<u64, ClusterError> {
+        match self
+            .events
+            .get_last_raw_message_by_subject(&events_subject(run_id))
+            .await
+        {
+            Ok(message) => Ok(readable::<ClusterEvent>(EVENTS_STREAM, &message.payload)
+                .filter(|event| event.event.run_id == run_id)
+                .map_or(0, |event| event.event.seq)),
+            Err(err) if err.kind() == stream::LastRawMessageErrorKind::NoMessageFound => Ok(0),
+            Err(err) => Err(ClusterError::request("read a run's last event", err)),
+        }
+    }
+
     /// Writes a run's record (which node runs it, its summary).
     pub async fn put_run(&self, summary: &RunSummary) -> Result<(), ClusterError> {
         let body = serde_json::to_vec(&ClusterRun {

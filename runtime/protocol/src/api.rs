@@ -239,6 +239,39 @@ pub struct RunSummary {
     pub stop_reason: Option<String>,
 }
 
+/// `GET /v1/cluster`: the cluster a daemon belongs to, its nodes and its
+/// runs.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClusterStatus {
+    /// The node that answered.
+    pub node: String,
+    /// The NATS server it is connected to (credentials masked).
+    pub url: String,
+    /// The nodes with a record, by name.
+    pub nodes: Vec<ClusterNode>,
+    /// Every run of the cluster, newest first.
+    pub runs: Vec<RunSummary>,
+}
+
+/// One node as `GET /v1/cluster` lists it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClusterNode {
+    /// Its name.
+    pub node: String,
+    /// The most runs it runs at once.
+    pub capacity: u32,
+    /// The runs it runs now.
+    pub running: Vec<String>,
+    /// It takes no new runs.
+    pub draining: bool,
+    /// Its last heartbeat (RFC 3339).
+    pub heartbeat: String,
+    /// Its last heartbeat is older than the lease.
+    pub stale: bool,
+    /// Where its API listens.
+    pub addr: String,
+}
+
 /// One agent of a run in progress.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct AgentSummary {
