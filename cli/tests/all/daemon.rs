@@ -39,7 +39,7 @@ impl Daemon {
 
     /// [`Daemon::start`] with further `troupe serve` arguments; without a
     /// server the daemon's environment names no provider at all.
-    fn start_with(env: &Env, server: Option<&ScriptedServer>, args: &[&str]) -> Daemon {
+    pub(crate) fn start_with(env: &Env, server: Option<&ScriptedServer>, args: &[&str]) -> Daemon {
         let mut command = env.command(server);
         command.arg("serve").args(args);
         Self::start_command(env, command)
