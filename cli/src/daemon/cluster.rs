@@ -95,6 +95,10 @@ pub(crate) struct ClusterNode {
     running: std::sync::Mutex<BTreeSet<String>>,
     /// Where the daemon's API listens.
     addr: String,
+    /// The tasks that share the runs of this node with the cluster.
+    mirrors: tokio_util::task::TaskTracker,
+    /// The heartbeat's task, ended as the node leaves.
+    heartbeat: std::sync::Mutex<Option<tokio::task::JoinHandle<()>>>,
 }
 
 impl ClusterNode {
@@ -106,12 +110,40 @@ impl ClusterNode {
             slots: Arc::new(Semaphore::new(capacity)),
             running: std::sync::Mutex::default(),
             addr,
+            mirrors: tokio_util::task::TaskTracker::new(),
+            heartbeat: std::sync::Mutex::default(),
         })
     }
 
     /// Its name.
     pub(crate) fn name(&self) -> &str {
         self.cluster.node()
+    }
+
+    /// Leaves the cluster as the daemon stops (after its runs were
+    /// cancelled): waits, at most `grace`, until the last events and records
+    /// of its runs are shared and their submissions acknowledged, then
+    /// removes the node's record.
+    pub(crate) async fn leave(&self, grace: Duration) {
+        self.mirrors.close();
+        if tokio::time::timeout(grace, self.mirrors.wait())
+            .await
+            .is_err()
+        {
+            tracing::warn!("runs were still being shared with the cluster when the node left");
+        }
+        let heartbeat = self
+            .heartbeat
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
+        if let Some(heartbeat) = heartbeat {
+            heartbeat.abort();
+            let _ = heartbeat.await;
+        }
+        if let Err(err) = self.cluster.leave().await {
+            tracing::warn!(%err, "the node's record was not removed");
+        }
     }
 
     fn running(&self) -> Vec<String> {
@@ -132,7 +164,8 @@ impl ClusterNode {
 /// Starts the node's heartbeat and its taking of runs; both end when the
 /// daemon stops.
 pub(crate) fn start(state: ApiState, node: Arc<ClusterNode>) {
-    tokio::spawn(heartbeat(node.clone(), state.stopping.clone()));
+    let beating = tokio::spawn(heartbeat(node.clone(), state.stopping.clone()));
+    *node.heartbeat.lock().unwrap_or_else(|p| p.into_inner()) = Some(beating);
     tokio::spawn(take_runs(state, node));
 }
 
@@ -144,10 +177,9 @@ async fn heartbeat(node: Arc<ClusterNode>, stopping: tokio_util::sync::Cancellat
             _ = ticks.tick() => {}
             () = stopping.cancelled() => return,
         }
-        let draining = stopping.is_cancelled();
         if let Err(err) = node
             .cluster
-            .heartbeat(node.running(), draining, &node.addr)
+            .heartbeat(node.running(), false, &node.addr)
             .await
         {
             tracing::warn!(%err, "the node's heartbeat was not written");
@@ -171,8 +203,16 @@ async fn take_runs(state: ApiState, node: Arc<ClusterNode>) {
             () = state.stopping.cancelled() => return,
         };
         match taken {
+            Ok(Some(taken)) if state.closing.load(std::sync::atomic::Ordering::SeqCst) => {
+                // Taken as the daemon began to stop: another node runs it.
+                if let Err(err) = taken.release().await {
+                    tracing::warn!(%err, "a submission was not released");
+                }
+                return;
+            }
             Ok(Some(taken)) => {
-                tokio::spawn(run_taken(state.clone(), node.clone(), taken, permit));
+                node.mirrors
+                    .spawn(run_taken(state.clone(), node.clone(), taken, permit));
             }
             Ok(None) => {}
             Err(err) => {
@@ -255,7 +295,7 @@ async fn run_taken(
 /// session this node's store holds).
 pub(crate) fn mirror_local(state: &ApiState, node: &Arc<ClusterNode>, run_id: &str) {
     let (state, node, run_id) = (state.clone(), node.clone(), run_id.to_string());
-    tokio::spawn(async move {
+    node.clone().mirrors.spawn(async move {
         match state.runtime.subscribe(&run_id, 1).await {
             Ok(events) => mirror(state, node, run_id, events, None).await,
             Err(err) => {

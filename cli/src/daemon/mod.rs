@@ -254,7 +254,8 @@ async fn run_daemon(
             }
         }
     };
-    if let Some(node) = &state.cluster {
+    let cluster_node = state.cluster.clone();
+    if let Some(node) = &cluster_node {
         cluster::start(state.clone(), node.clone());
     }
     let listeners = server::Listeners {
@@ -271,6 +272,9 @@ async fn run_daemon(
     eprintln!("troupe serve: stopping");
     closing.store(true, Ordering::SeqCst);
     cancel_runs(&runtime).await;
+    if let Some(node) = &cluster_node {
+        node.leave(CANCEL_GRACE).await;
+    }
     // Open SSE streams end with their runs; the listener closes now.
     stopping.cancel();
     if tokio::time::timeout(Duration::from_secs(5), server)

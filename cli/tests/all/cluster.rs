@@ -356,3 +356,56 @@ async fn garbage_on_every_subject_and_bucket_stops_no_node_from_taking_runs() {
         assert_eq!(status["nodes"].as_array().unwrap().len(), 3, "{status}");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_that_cannot_start_ends_with_an_error_and_a_stopping_node_leaves_the_cluster() {
+    if !require(Need::NatsServer) {
+        return;
+    }
+    let nats = NatsServer::start(true, &[]);
+    let server = ScriptedServer::start(Script::new()).await.unwrap();
+    let mut nodes = three_nodes(&server, &nats.url(None));
+    let (env_a, a) = &nodes[0];
+    // The request is accepted at once; the node that takes it cannot
+    // prepare it (no such provider) and ends it with an error.
+    let (run_id, _) = a
+        .submit(json!({"prompt": "x", "cwd": env_a.root(), "provider": "no-such-provider"}))
+        .await;
+    let events = a.events(&run_id, None, |_| false).await;
+    let kinds: Vec<&str> = events
+        .iter()
+        .map(|(_, e)| e["type"].as_str().unwrap())
+        .collect();
+    assert_eq!(kinds, ["error", "run_finished"], "{events:?}");
+    assert!(
+        events[0].1["message"]
+            .as_str()
+            .unwrap()
+            .contains("no-such-provider"),
+        "{events:?}"
+    );
+    assert_eq!(events[1].1["status"], "error");
+    let shown = a
+        .call("GET", &format!("/v1/runs/{run_id}"), None)
+        .await
+        .json();
+    assert_eq!(shown["status"], "error", "{shown}");
+    assert!(shown["node"].is_string(), "{shown}");
+
+    let (_, stopped) = nodes.pop().unwrap();
+    let (code, stderr) = stopped.stop(libc::SIGTERM);
+    assert_eq!(code, 0, "{stderr}");
+    let status = nodes[0].1.call("GET", "/v1/cluster", None).await.json();
+    let names: Vec<&str> = status["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|node| node["node"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["n1", "n2"], "{status}");
+    // A daemon that is not a node says so.
+    let env = Env::new();
+    let single = Daemon::start(&env, &server);
+    let answer = single.call("GET", "/v1/cluster", None).await;
+    assert_eq!(answer.status, 404, "{}", answer.text());
+}

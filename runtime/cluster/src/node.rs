@@ -355,6 +355,14 @@ impl Cluster {
         Ok(())
     }
 
+    /// Removes this node's record: it has left the cluster.
+    pub async fn leave(&self) -> Result<(), ClusterError> {
+        self.nodes
+            .delete(&self.settings.node)
+            .await
+            .map_err(|err| ClusterError::request("remove the node's record", err))
+    }
+
     /// Every node's record that reads, with whether its heartbeat is stale.
     pub async fn nodes(&self) -> Result<Vec<(NodeRecord, bool)>, ClusterError> {
         let now = chrono::Utc::now();
@@ -444,6 +452,15 @@ impl Taken {
             .double_ack()
             .await
             .map_err(|err| ClusterError::request("acknowledge a run", err))
+    }
+
+    /// This node will not run it after all (it is stopping): the message is
+    /// delivered again at once, to another node.
+    pub async fn release(&self) -> Result<(), ClusterError> {
+        self.message
+            .ack_with(AckKind::Nak(None))
+            .await
+            .map_err(|err| ClusterError::request("release a submission", err))
     }
 
     /// The run cannot be run by any node: the message leaves the queue
