@@ -81,10 +81,9 @@ pub fn parse_url(text: &str) -> Result<ServerUrl, ClusterError> {
         )));
     }
     let decode = |part: &str| {
-        url::form_urlencoded::parse(format!("x={part}").as_bytes())
-            .next()
-            .map(|(_, value)| value.into_owned())
-            .unwrap_or_default()
+        percent_encoding::percent_decode_str(part)
+            .decode_utf8_lossy()
+            .into_owned()
     };
     let user = decode(url.username());
     let auth = match url.password() {
@@ -186,7 +185,7 @@ mod tests {
             UrlAuth::UserPassword("ann".into(), "p@ss".into())
         );
         assert_eq!(user.masked, "nats://***@nats.example:4222");
-        assert!(!user.masked.contains("p%40ss") && !user.masked.contains("ann"));
+        assert!(!user.masked.contains("p%40s") && !user.masked.contains("ann"));
         assert_eq!(
             parse_url("nats://host").unwrap().address,
             "nats://host:4222"
