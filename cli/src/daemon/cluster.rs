@@ -237,13 +237,7 @@ async fn run_taken(
         request,
         ..
     } = taken.submission.clone();
-    let span = tracing::info_span!(
-        "placement",
-        side = "take",
-        run_id = %run_id,
-        node = %node.name(),
-        submitted_by = %submitted_by,
-    );
+    let span = troupe_telemetry::genai::placement_span("take", &run_id, node.name());
     if let Some(traceparent) = &taken.traceparent
         && let Err(err) = troupe_telemetry::propagation::set_remote_parent(&span, traceparent)
     {
@@ -283,7 +277,7 @@ async fn run_taken(
             return;
         }
     };
-    tracing::info!(parent: &span, run = %run_id, "took a run from the cluster");
+    tracing::info!(run = %run_id, from = %submitted_by, "took a run from the cluster");
     for warning in prepared.warnings {
         tracing::warn!(run = %run_id, %warning, "a queued run started with a warning");
     }
@@ -533,8 +527,7 @@ pub(crate) async fn submit(
 ) -> Result<wire::RunCreated, ApiError> {
     let run_id = uuid::Uuid::now_v7().to_string();
     let session_id = uuid::Uuid::now_v7().to_string();
-    let span =
-        tracing::info_span!("placement", side = "submit", run_id = %run_id, node = %node.name());
+    let span = troupe_telemetry::genai::placement_span("submit", &run_id, node.name());
     let traceparent = troupe_telemetry::propagation::traceparent_of(&span);
     let now = chrono::Utc::now();
     let summary = RunSummary {
@@ -574,7 +567,8 @@ pub(crate) async fn submit(
         let _ = node.cluster.put_run(&refused).await;
         return Err(unavailable(err));
     }
-    tracing::info!(parent: &span, run = %run_id, "handed a run to the cluster");
+    tracing::info!(run = %run_id, "handed a run to the cluster");
+    drop(span);
     Ok(wire::RunCreated {
         run_id,
         session_id,

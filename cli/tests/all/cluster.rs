@@ -409,3 +409,76 @@ async fn a_run_that_cannot_start_ends_with_an_error_and_a_stopping_node_leaves_t
     let answer = single.call("GET", "/v1/cluster", None).await;
     assert_eq!(answer.status, 404, "{}", answer.text());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_placed_run_joins_the_trace_of_the_node_that_accepted_it() {
+    if !require(Need::NatsServer) {
+        return;
+    }
+    let (endpoint, received) = crate::otlp::collector().await;
+    let nats = NatsServer::start(true, &[]);
+    let server = ScriptedServer::start(Script::new().then(text("traced")))
+        .await
+        .unwrap();
+    let nodes: Vec<(Env, Daemon)> = ["n1", "n2"]
+        .into_iter()
+        .map(|name| {
+            let env = Env::new();
+            let mut command = env.command(Some(&server));
+            command.env("OTEL_EXPORTER_OTLP_ENDPOINT", &endpoint).args([
+                "serve",
+                "--cluster",
+                &nats.url(None),
+                "--node",
+                name,
+            ]);
+            let daemon = Daemon::start_command(&env, command);
+            (env, daemon)
+        })
+        .collect();
+    let (env_a, a) = &nodes[0];
+    let (run_id, _) = a
+        .submit(json!({"prompt": "trace me", "cwd": env_a.root(), "mode": "bypass"}))
+        .await;
+    let events = a.events(&run_id, None, |_| false).await;
+    assert_eq!(events.last().unwrap().1["status"], "finished");
+    // Stopped nodes have flushed their spans.
+    for (_, node) in nodes {
+        let (code, stderr) = node.stop(libc::SIGTERM);
+        assert_eq!(code, 0, "{stderr}");
+    }
+    let spans = received.lock().unwrap().clone();
+    let attributes = |span: &opentelemetry_proto::tonic::trace::v1::Span| {
+        crate::otlp::attributes(&span.attributes)
+    };
+    let placement = |side: &str| {
+        spans
+            .iter()
+            .map(|(_, span)| span)
+            .find(|span| {
+                span.name == "placement"
+                    && attributes(span)
+                        .get("troupe.placement.side")
+                        .map(String::as_str)
+                        == Some(side)
+                    && attributes(span).get("troupe.placement.run_id") == Some(&run_id)
+            })
+            .unwrap_or_else(|| {
+                let names: Vec<&str> = spans.iter().map(|(_, s)| s.name.as_str()).collect();
+                panic!("no {side} placement span among {names:?}")
+            })
+    };
+    let (submitted, taken) = (placement("submit"), placement("take"));
+    let root = spans
+        .iter()
+        .map(|(_, span)| span)
+        .find(|span| {
+            span.name == "invoke_agent main"
+                && attributes(span).get("troupe.run_id") == Some(&run_id)
+        })
+        .expect("the run's root span");
+    assert_eq!(taken.trace_id, submitted.trace_id, "one trace");
+    assert_eq!(taken.parent_span_id, submitted.span_id);
+    assert_eq!(root.trace_id, submitted.trace_id, "one trace");
+    assert_eq!(root.parent_span_id, taken.span_id);
+}

@@ -76,7 +76,7 @@ impl Daemon {
     }
 
     /// Starts a prepared `troupe serve` command.
-    fn start_command(env: &Env, mut command: std::process::Command) -> Daemon {
+    pub(crate) fn start_command(env: &Env, mut command: std::process::Command) -> Daemon {
         let mut child = command
             .stdout(Stdio::null())
             .stderr(Stdio::piped())

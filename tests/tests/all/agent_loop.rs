@@ -1322,10 +1322,17 @@ async fn a_run_submitted_under_a_given_id_keeps_it_and_the_id_is_not_taken_twice
     };
     let mut run = h
         .runtime
-        .submit_as(submission("s-given"), "r-given".into(), tracing::Span::none())
+        .submit_as(
+            submission("s-given"),
+            "r-given".into(),
+            tracing::Span::none(),
+        )
         .await
         .unwrap();
-    assert_eq!((run.run_id.as_str(), run.session_id.as_str()), ("r-given", "s-given"));
+    assert_eq!(
+        (run.run_id.as_str(), run.session_id.as_str()),
+        ("r-given", "s-given")
+    );
     let events = run_events(&mut run).await;
     assert!(events.iter().all(|event| event.run_id == "r-given"));
     assert_eq!(finished(&events).0, RunStatus::Finished);
@@ -1333,7 +1340,11 @@ async fn a_run_submitted_under_a_given_id_keeps_it_and_the_id_is_not_taken_twice
     // The id is the recorded run's: a second run cannot take it.
     let again = h
         .runtime
-        .submit_as(submission("s-other"), "r-given".into(), tracing::Span::none())
+        .submit_as(
+            submission("s-other"),
+            "r-given".into(),
+            tracing::Span::none(),
+        )
         .await;
     assert!(
         matches!(again, Err(troupe_actors::RuntimeError::Store(_))),
