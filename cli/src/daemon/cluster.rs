@@ -151,6 +151,11 @@ impl ClusterNode {
         running.iter().cloned().collect()
     }
 
+    fn is_running(&self, run_id: &str) -> bool {
+        let running = self.running.lock().unwrap_or_else(|p| p.into_inner());
+        running.contains(run_id)
+    }
+
     fn set_running(&self, run_id: &str, running: bool) {
         let mut runs = self.running.lock().unwrap_or_else(|p| p.into_inner());
         if running {
@@ -242,6 +247,15 @@ async fn run_taken(
         && let Err(err) = troupe_telemetry::propagation::set_remote_parent(&span, traceparent)
     {
         tracing::debug!(%err, "the submission's trace context was not read");
+    }
+    if node.is_running(&run_id) {
+        // Delivered again while this node still runs it (a renewal did not
+        // reach the server in time): the lease is renewed on this delivery
+        // too, and the run goes on.
+        if let Err(err) = taken.progress().await {
+            tracing::warn!(run = %run_id, %err, "the run's lease was not renewed");
+        }
+        return;
     }
     if taken.deliveries > 1 || state.store.run(&run_id).ok().flatten().is_some() {
         // A node took it before and let its lease lapse: what it had done
@@ -435,30 +449,21 @@ async fn failed_to_start(
 ) {
     tracing::warn!(run = %run_id, %message, "a run taken from the cluster could not start");
     let now = api::timestamp(&chrono::Utc::now());
-    let event = |seq, kind| RunEvent {
-        seq,
-        run_id: run_id.to_string(),
-        session_id: session_id.to_string(),
-        agent_path: "main".into(),
-        ts: now.clone(),
-        kind,
-    };
     let events = [
-        event(
+        main_event(
+            run_id,
+            session_id,
             1,
             EventKind::Error {
                 kind: "run_start".into(),
                 message: format!("the run could not start on node {}: {message}", node.name()),
             },
         ),
-        event(
+        main_event(
+            run_id,
+            session_id,
             2,
-            EventKind::RunFinished {
-                status: RunStatus::Error,
-                stop_reason: "run_start".into(),
-                final_text: String::new(),
-                usage_total: Usage::default(),
-            },
+            finished(RunStatus::Error, "run_start".into()),
         ),
     ];
     for event in &events {
@@ -482,6 +487,28 @@ async fn failed_to_start(
     }
 }
 
+/// An event of a run's main agent that this node writes itself, now.
+fn main_event(run_id: &str, session_id: &str, seq: u64, kind: EventKind) -> RunEvent {
+    RunEvent {
+        seq,
+        run_id: run_id.to_string(),
+        session_id: session_id.to_string(),
+        agent_path: "main".into(),
+        ts: api::timestamp(&chrono::Utc::now()),
+        kind,
+    }
+}
+
+/// `run_finished` of a run that did nothing (more) here.
+fn finished(status: RunStatus, stop_reason: String) -> EventKind {
+    EventKind::RunFinished {
+        status,
+        stop_reason,
+        final_text: String::new(),
+        usage_total: Usage::default(),
+    }
+}
+
 /// A submission delivered again after the node that took it let its lease
 /// lapse: the run is recorded as interrupted and leaves the queue.
 async fn lost_run(node: &ClusterNode, taken: &Taken, run_id: &str) {
@@ -497,19 +524,12 @@ async fn lost_run(node: &ClusterNode, taken: &Taken, run_id: &str) {
             tracing::warn!(run = %run_id, %err, "the run's record was not shared");
         }
         let seq = node.cluster.last_event_seq(run_id).await.unwrap_or(0) + 1;
-        let finished = RunEvent {
+        let finished = main_event(
+            run_id,
+            &summary.session_id,
             seq,
-            run_id: run_id.to_string(),
-            session_id: summary.session_id.clone(),
-            agent_path: "main".into(),
-            ts: api::timestamp(&chrono::Utc::now()),
-            kind: EventKind::RunFinished {
-                status: RunStatus::Interrupted,
-                stop_reason: format!("node_lost: {lost_by}"),
-                final_text: String::new(),
-                usage_total: Usage::default(),
-            },
-        };
+            finished(RunStatus::Interrupted, format!("node_lost: {lost_by}")),
+        );
         if let Err(err) = node.cluster.publish_event(&finished).await {
             tracing::warn!(run = %run_id, %err, "an event was not published");
         }
