@@ -74,6 +74,9 @@ pub(crate) struct RunArgs {
     /// Where the run tells that its session is free and that it ended (the
     /// runtime's mailbox).
     pub ended: Port<RunEnded>,
+    /// The parent of the main agent's span: none (the run is its trace's
+    /// root) unless the run was placed from elsewhere.
+    pub parent_span: tracing::Span,
 }
 
 /// What a run tells the runtime that started it as it ends, in this order.
@@ -202,6 +205,8 @@ pub(crate) struct RunActorState {
     account: Arc<SharedAccount>,
     /// How many sub-agents of the run may work at once.
     parallel_subagents: u32,
+    /// The parent of the main agent's span.
+    parent_span: tracing::Span,
     /// The run's decisions.
     machine: RunMachine,
     /// What the hooks at the door read.
@@ -291,6 +296,7 @@ impl Actor for RunActor {
             },
             started,
             parallel_subagents: args.limits.max_parallel_subagents,
+            parent_span: args.parent_span,
             create: args.create,
             answer: Some(args.answer),
             opening_write: None,
@@ -564,8 +570,9 @@ impl RunActorState {
             slot: SlotHolder::for_run(self.parallel_subagents),
             token: self.account.root().child_token(),
             account: self.account.clone(),
-            // The main agent's span is the root of the run's trace.
-            parent_span: tracing::Span::none(),
+            // The main agent's span is the root of the run's trace, or the
+            // child of the span that placed the run.
+            parent_span: self.parent_span.clone(),
         };
         Actor::spawn_linked(None, AgentActor, args, myself.get_cell())
             .await

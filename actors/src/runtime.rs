@@ -48,14 +48,18 @@ pub(crate) enum HistorySource {
     Stored,
 }
 
+/// A submission with what the run does, the id it is to have (a new one
+/// when `None`) and the parent of its spans.
+pub(crate) type Submitted = (RunSubmission, RunJob, Option<String>, tracing::Span);
+
 /// Messages of the runtime actor.
 pub(crate) enum RuntimeMsg {
     /// Start a run.
-    Submit(Box<(RunSubmission, RunJob)>, SubmitReply),
+    Submit(Box<Submitted>, SubmitReply),
     /// The stored session a submission continues was read (and repaired) on
     /// the store's writer thread.
     Opened {
-        submission: Box<(RunSubmission, RunJob)>,
+        submission: Box<Submitted>,
         reply: SubmitReply,
         session_id: String,
         opened: Result<Option<OpenedSession>, StoreError>,
@@ -294,9 +298,17 @@ impl RuntimeState {
     async fn submit(
         &mut self,
         myself: &ActorRef<RuntimeMsg>,
-        submission: Box<(RunSubmission, RunJob)>,
+        submission: Box<Submitted>,
         reply: SubmitReply,
     ) {
+        if let Some(run_id) = &submission.2
+            && self.runs.contains_key(run_id)
+        {
+            let _ = reply.send(Err(RuntimeError::Store(StoreError::AlreadyExists {
+                what: format!("run {run_id}"),
+            })));
+            return;
+        }
         let prepared = match &submission.0.session {
             SessionTarget::New(id) => {
                 let id = id
@@ -360,7 +372,7 @@ impl RuntimeState {
         &self,
         myself: &ActorRef<RuntimeMsg>,
         session_id: String,
-        submission: Box<(RunSubmission, RunJob)>,
+        submission: Box<Submitted>,
         reply: SubmitReply,
     ) {
         let runtime = myself.clone();
@@ -383,7 +395,7 @@ impl RuntimeState {
     async fn opened(
         &mut self,
         myself: &ActorRef<RuntimeMsg>,
-        submission: Box<(RunSubmission, RunJob)>,
+        submission: Box<Submitted>,
         reply: SubmitReply,
         session_id: String,
         opened: Result<Option<OpenedSession>, StoreError>,
@@ -422,11 +434,11 @@ impl RuntimeState {
     async fn start_run(
         &mut self,
         myself: &ActorRef<RuntimeMsg>,
-        submission: Box<(RunSubmission, RunJob)>,
+        submission: Box<Submitted>,
         reply: SubmitReply,
         prepared: Prepared,
     ) {
-        let (submission, job) = *submission;
+        let (submission, job, given_run_id, parent_span) = *submission;
         let Prepared {
             session_id,
             session,
@@ -451,7 +463,7 @@ impl RuntimeState {
             }
         }
         submission.permissions.set_mode(submission.mode);
-        let run_id = uuid::Uuid::now_v7().to_string();
+        let run_id = given_run_id.unwrap_or_else(|| uuid::Uuid::now_v7().to_string());
         let live = live_events();
         // Subscribed before the first event exists: the handle misses nothing.
         let events_rx =
@@ -507,6 +519,7 @@ impl RuntimeState {
                 },
             },
             events,
+            parent_span,
             ended: {
                 let runtime = myself.clone();
                 Port::new(move |ended: RunEnded| {
@@ -694,7 +707,30 @@ impl Runtime {
         ractor::call!(
             self.actor,
             RuntimeMsg::Submit,
-            Box::new((submission, RunJob::Prompt))
+            Box::new((submission, RunJob::Prompt, None, tracing::Span::none()))
+        )
+        .map_err(|_| RuntimeError::Gone)?
+    }
+
+    /// Starts a run under the id `run_id`, chosen by whoever accepted it (a
+    /// cluster node that answered with it before the run was placed), its
+    /// spans below `parent` (the span that placed it). An id a run of this
+    /// runtime or the store already has is refused.
+    pub async fn submit_as(
+        &self,
+        submission: RunSubmission,
+        run_id: String,
+        parent: tracing::Span,
+    ) -> Result<RunHandle, RuntimeError> {
+        if self.store.run(&run_id)?.is_some() {
+            return Err(RuntimeError::Store(StoreError::AlreadyExists {
+                what: format!("run {run_id}"),
+            }));
+        }
+        ractor::call!(
+            self.actor,
+            RuntimeMsg::Submit,
+            Box::new((submission, RunJob::Prompt, Some(run_id), parent))
         )
         .map_err(|_| RuntimeError::Gone)?
     }
@@ -716,7 +752,7 @@ impl Runtime {
         ractor::call!(
             self.actor,
             RuntimeMsg::Submit,
-            Box::new((submission, RunJob::Compact))
+            Box::new((submission, RunJob::Compact, None, tracing::Span::none()))
         )
         .map_err(|_| RuntimeError::Gone)?
     }

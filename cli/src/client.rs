@@ -461,6 +461,17 @@ impl DaemonClient {
         self.json_of(request).await
     }
 
+    /// The cluster the daemon is a node of (`GET /v1/cluster`).
+    pub(crate) async fn cluster_status(
+        &self,
+    ) -> Result<troupe_protocol::api::ClusterStatus, ClientError> {
+        let request = self
+            .http
+            .get(self.url(crate::daemon::api::CLUSTER_PATH))
+            .timeout(REQUEST_TIMEOUT);
+        self.json_of(request).await
+    }
+
     /// A one-time login code for the dashboard (`POST /login/codes`).
     pub(crate) async fn dashboard_code(&self) -> Result<String, ClientError> {
         let request = self

@@ -12,6 +12,7 @@
 mod approval;
 mod chat;
 mod client;
+mod cluster;
 mod daemon;
 mod dashboard;
 mod demo;
@@ -170,6 +171,10 @@ enum Command {
     /// and its settings, `troupe daemon stop` stops it.
     #[command(subcommand)]
     Daemon(daemon::control::DaemonCommand),
+    /// The cluster the daemon is a node of: `troupe cluster status` lists
+    /// its nodes and runs.
+    #[command(subcommand)]
+    Cluster(cluster::ClusterCommand),
     /// Run the runtime daemon: the HTTP/SSE API on loopback.
     Serve {
         /// Address to listen on (default: 127.0.0.1 and any free port; the
@@ -185,6 +190,19 @@ enum Command {
         /// stream open and no request (default: never).
         #[arg(long, value_name = "SECS", value_parser = clap::value_parser!(u64).range(1..))]
         idle_exit: Option<u64>,
+        /// Join the NATS JetStream cluster at this URL
+        /// (`nats://[TOKEN@|USER:PASSWORD@]HOST:PORT`; default: `[cluster]
+        /// url` of the user's config file): runs are placed on the nodes
+        /// with room (see docs/cluster.md).
+        #[arg(long, value_name = "URL", env = "TROUPE_CLUSTER")]
+        cluster: Option<String>,
+        /// This node's name in the cluster (default: the host name and the
+        /// process id).
+        #[arg(long, value_name = "NAME")]
+        node: Option<String>,
+        /// The most runs this node runs at once (default 4).
+        #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+        capacity: Option<u32>,
         /// How long a connection may take to send a request head, in
         /// milliseconds (tests).
         #[arg(long, hide = true, value_name = "MS", value_parser = clap::value_parser!(u64).range(1..))]
@@ -521,10 +539,14 @@ fn main() -> ExitCode {
             Command::Demo(args) => demo::demo(args, color).await,
             Command::Mcp(command) => mcp::mcp(command).await,
             Command::Daemon(command) => daemon::control::daemon(command).await,
+            Command::Cluster(command) => cluster::cluster(command).await,
             Command::Serve {
                 listen,
                 allow_hosts,
                 idle_exit,
+                cluster,
+                node,
+                capacity,
                 header_timeout_ms,
                 idle_timeout_ms,
                 max_unauthenticated,
@@ -535,6 +557,11 @@ fn main() -> ExitCode {
                     listen,
                     allowed_hosts: allow_hosts,
                     idle_exit: idle_exit.map(std::time::Duration::from_secs),
+                    cluster: daemon::cluster::ClusterFlags {
+                        url: cluster,
+                        node,
+                        capacity,
+                    },
                     limits: daemon::connections::Limits {
                         head_timeout: header_timeout_ms.map_or(defaults.head_timeout, millis),
                         idle_timeout: idle_timeout_ms.map_or(defaults.idle_timeout, millis),

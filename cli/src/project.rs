@@ -186,6 +186,14 @@ impl Locations {
             .unwrap_or_default()
     }
 
+    /// The user's `[cluster]` table (empty when the file has none or
+    /// cannot be read).
+    pub(crate) fn cluster_settings(&self) -> troupe_config::ClusterFile {
+        self.user_config_or_defaults()
+            .map(|config| config.cluster)
+            .unwrap_or_default()
+    }
+
     /// The user's `[checkpoints]` settings (defaults when the file cannot
     /// be read).
     pub(crate) fn checkpoint_settings(&self) -> troupe_config::CheckpointSettings {

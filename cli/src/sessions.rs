@@ -561,7 +561,7 @@ fn trace_view(store: &Store, given: &str, out: &mut impl Write) -> CommandResult
 /// Width of the id column of `sessions list` and `runs list` (a short id's
 /// length; longer ids, which are not UUIDs, push the rest of their line
 /// right).
-const ID_COLUMN: usize = troupe_store::SHORT_ID_LEN;
+pub(crate) const ID_COLUMN: usize = troupe_store::SHORT_ID_LEN;
 
 /// What `sessions list` prints when the store holds no session.
 pub(crate) const NO_SESSIONS: &str = "no sessions yet";

@@ -88,6 +88,8 @@ pub(crate) struct ApiState {
     pub about: Arc<About>,
     /// Cancelled when the daemon stops: held client connections end.
     pub stopping: tokio_util::sync::CancellationToken,
+    /// The cluster this daemon is a node of (`troupe serve --cluster`).
+    pub cluster: Option<Arc<super::cluster::ClusterNode>>,
 }
 
 /// The daemon's own facts for `GET /v1/daemon`.
@@ -109,6 +111,9 @@ pub(crate) struct About {
 
 /// The path of the daemon's own status.
 pub(crate) const STATUS_PATH: &str = "/daemon";
+
+/// The path of the cluster's status.
+pub(crate) const CLUSTER_PATH: &str = "/cluster";
 
 /// The path a client holds open while it is open itself (a chat waiting
 /// for its next message): the daemon counts it as a client and does not
@@ -143,6 +148,7 @@ pub(crate) fn router(state: ApiState) -> Router {
         .route(&path("/views"), post(render_view))
         .route(&path(PRESENCE_PATH), get(hold_presence))
         .route(&path(STATUS_PATH), get(daemon_status))
+        .route(&path(CLUSTER_PATH), get(cluster_status))
         .fallback(|| async { ApiError::not_found("no such endpoint") })
         .layer(middleware::from_fn_with_state(state.clone(), guard_request))
         .with_state(state)
@@ -337,6 +343,14 @@ async fn create_run(State(state): State<ApiState>, body: Body) -> Result<Respons
             request.cwd.display()
         )));
     }
+    // A node of a cluster hands a new run to the cluster; a run that
+    // continues a session runs here, where the session is stored.
+    if let Some(node) = &state.cluster
+        && request.session_id.is_none()
+    {
+        let created = super::cluster::submit(node, request).await?;
+        return Ok((StatusCode::CREATED, axum::Json(created)).into_response());
+    }
     // The client's telemetry settings travel with its environment: a run
     // whose client exports elsewhere than the daemon gets its own exporter.
     let export = match (&state.per_run, &request.env) {
@@ -376,6 +390,9 @@ async fn create_run(State(state): State<ApiState>, body: Body) -> Result<Respons
     {
         prepared.warnings.push(warning);
     }
+    if let Some(node) = &state.cluster {
+        super::cluster::mirror_local(&state, node, &handle.run_id);
+    }
     let created = wire::RunCreated {
         run_id: handle.run_id,
         session_id: handle.session_id,
@@ -386,12 +403,12 @@ async fn create_run(State(state): State<ApiState>, body: Body) -> Result<Respons
 
 /// A time as the API writes it: RFC 3339, as the store's records are
 /// written.
-fn timestamp(at: &chrono::DateTime<chrono::Utc>) -> String {
+pub(crate) fn timestamp(at: &chrono::DateTime<chrono::Utc>) -> String {
     at.to_rfc3339_opts(chrono::SecondsFormat::AutoSi, true)
 }
 
 /// A stored run as the API shows it.
-fn run_summary(run: &RunRecord) -> wire::RunSummary {
+pub(crate) fn run_summary(run: &RunRecord) -> wire::RunSummary {
     wire::RunSummary {
         run_id: run.run_id.clone(),
         session_id: run.session_id.clone(),
@@ -404,6 +421,7 @@ fn run_summary(run: &RunRecord) -> wire::RunSummary {
         started: timestamp(&run.started),
         ended: run.ended.as_ref().map(timestamp),
         agents: None,
+        node: None,
     }
 }
 
@@ -443,7 +461,66 @@ async fn list_runs(State(state): State<ApiState>) -> Result<axum::Json<wire::Run
     let mut runs = state.store.list_runs(None).map_err(store_error)?;
     runs.sort_by(|a, b| b.started.cmp(&a.started).then(b.run_id.cmp(&a.run_id)));
     let runs = runs.iter().map(run_summary).collect();
+    let runs = match &state.cluster {
+        Some(node) => super::cluster::all_runs(node, own_runs(node, runs)).await?,
+        None => runs,
+    };
     Ok(axum::Json(wire::RunList { runs }))
+}
+
+/// The runs of this node's store, each marked as run by this node.
+fn own_runs(
+    node: &super::cluster::ClusterNode,
+    runs: Vec<wire::RunSummary>,
+) -> Vec<wire::RunSummary> {
+    runs.into_iter()
+        .map(|run| wire::RunSummary {
+            node: Some(node.name().to_string()),
+            ..run
+        })
+        .collect()
+}
+
+/// `GET /v1/cluster`: the nodes and runs of the cluster; 404 when the
+/// daemon is not a node of one.
+async fn cluster_status(
+    State(state): State<ApiState>,
+) -> Result<axum::Json<wire::ClusterStatus>, ApiError> {
+    let Some(node) = &state.cluster else {
+        return Err(ApiError::not_found(
+            "this daemon is not part of a cluster (start it with `troupe serve --cluster URL`)",
+        ));
+    };
+    let runs = state.store.list_runs(None).map_err(store_error)?;
+    let runs = own_runs(node, runs.iter().map(run_summary).collect());
+    Ok(axum::Json(super::cluster::status(node, runs).await?))
+}
+
+/// The cluster's record of a run this node's store does not hold; `None`
+/// when the daemon is not a node of a cluster, or holds the run itself.
+async fn remote_run(state: &ApiState, id: &str) -> Result<Option<wire::RunSummary>, ApiError> {
+    let Some(node) = &state.cluster else {
+        return Ok(None);
+    };
+    if state.store.run(id).map_err(store_error)?.is_some() {
+        return Ok(None);
+    }
+    super::cluster::remote_run(node, id).await
+}
+
+/// Routes an action on a run another node of the cluster runs; `None` when
+/// the run is this daemon's to act on.
+async fn routed(
+    state: &ApiState,
+    id: &str,
+    action: troupe_protocol::cluster::Action,
+) -> Option<Result<Response, ApiError>> {
+    let node = state.cluster.as_ref()?;
+    match remote_run(state, id).await {
+        Ok(Some(summary)) => Some(super::cluster::route(node, &summary, action).await),
+        Ok(None) => None,
+        Err(err) => Some(Err(err)),
+    }
 }
 
 async fn show_run(
@@ -451,12 +528,18 @@ async fn show_run(
     Path(id): Path<String>,
 ) -> Result<axum::Json<wire::RunSummary>, ApiError> {
     let id = resolve_run(&state.store, &id)?;
+    if let Some(remote) = remote_run(&state, &id).await? {
+        return Ok(axum::Json(remote));
+    }
     let run = state
         .store
         .run(&id)
         .map_err(store_error)?
         .ok_or_else(|| ApiError::not_found(format!("no run {id}")))?;
     let mut summary = run_summary(&run);
+    if let Some(node) = &state.cluster {
+        summary.node = Some(node.name().to_string());
+    }
     if run.status.is_running()
         && let Ok(agents) = state.runtime.agents(&id).await
     {
@@ -578,11 +661,18 @@ async fn run_events(
         .and_then(|value| value.to_str().ok());
     let from = first_wanted(last, query.from_seq)?;
     let id = resolve_run(&state.store, &id)?;
-    let subscription = state
-        .runtime
-        .subscribe(&id, from)
-        .await
-        .map_err(runtime_error)?;
+    let subscription = match state.runtime.subscribe(&id, from).await {
+        Ok(subscription) => subscription,
+        Err(RuntimeError::UnknownRun(_)) if state.cluster.is_some() => {
+            return match (&state.cluster, remote_run(&state, &id).await?) {
+                (Some(node), Some(_)) => {
+                    super::cluster::remote_events(&state, node, &id, from).await
+                }
+                _ => Err(ApiError::not_found(format!("no run {id}"))),
+            };
+        }
+        Err(err) => return Err(runtime_error(err)),
+    };
     // The stream counts as activity (for the idle limit) while it is open.
     let open = state.activity.stream_opened();
     let owner = query.owner.then(|| {
@@ -608,20 +698,26 @@ async fn run_events(
             {
                 owner.ended = true;
             }
-            let data = serde_json::to_string(&event).or_else(|err| {
-                serde_json::to_string(&wire::StreamError {
-                    error: err.to_string(),
-                })
-            });
-            let sse = Event::default()
-                .id(event.seq.to_string())
-                .data(data.unwrap_or_default());
+            let sse = sse_event(&event);
             Some((Ok::<_, Infallible>(sse), (subscription, open, owner)))
         },
     );
     Ok(Sse::new(stream)
         .keep_alive(KeepAlive::new().interval(Duration::from_secs(15)))
         .into_response())
+}
+
+/// A run's event as one Server-Sent Event: its `seq` as the id, its JSON
+/// as the data.
+pub(crate) fn sse_event(event: &troupe_protocol::events::RunEvent) -> Event {
+    let data = serde_json::to_string(event).or_else(|err| {
+        serde_json::to_string(&wire::StreamError {
+            error: err.to_string(),
+        })
+    });
+    Event::default()
+        .id(event.seq.to_string())
+        .data(data.unwrap_or_default())
 }
 
 /// A stream that sends nothing but keep-alives and counts as an open
@@ -650,11 +746,14 @@ fn check_not_ended(store: &Store, id: &str) -> Result<(), ApiError> {
     }
 }
 
-async fn cancel_run(
+pub(crate) async fn cancel_run(
     State(state): State<ApiState>,
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
     let id = resolve_run(&state.store, &id)?;
+    if let Some(answer) = routed(&state, &id, troupe_protocol::cluster::Action::Cancel).await {
+        return answer;
+    }
     check_not_ended(&state.store, &id)?;
     match state.runtime.cancel(&id).await {
         Ok(()) => Ok(axum::Json(wire::RunCancelling {
@@ -679,13 +778,20 @@ fn ended_or_unknown(store: &Store, id: &str) -> ApiError {
     }
 }
 
-async fn approve(
+pub(crate) async fn approve(
     State(state): State<ApiState>,
     Path((id, approval_id)): Path<(String, String)>,
     body: Body,
 ) -> Result<Response, ApiError> {
     let answer: ApprovalAnswer = strict_json_body(body).await?;
     let id = resolve_run(&state.store, &id)?;
+    let action = troupe_protocol::cluster::Action::Approve {
+        approval_id: approval_id.clone(),
+        answer: answer.clone(),
+    };
+    if let Some(answer) = routed(&state, &id, action).await {
+        return answer;
+    }
     check_not_ended(&state.store, &id)?;
     let outcome = answer.outcome.clone();
     match state
@@ -703,7 +809,7 @@ async fn approve(
     }
 }
 
-async fn send_message(
+pub(crate) async fn send_message(
     State(state): State<ApiState>,
     Path(id): Path<String>,
     body: Body,
@@ -713,6 +819,12 @@ async fn send_message(
         return Err(ApiError::bad_request("the message text is empty"));
     }
     let id = resolve_run(&state.store, &id)?;
+    let action = troupe_protocol::cluster::Action::Message {
+        text: message.text.clone(),
+    };
+    if let Some(answer) = routed(&state, &id, action).await {
+        return answer;
+    }
     check_not_ended(&state.store, &id)?;
     match state.runtime.send_message(&id, &message.text).await {
         Ok(()) => Ok((
@@ -952,6 +1064,12 @@ async fn render_view(
     body: Body,
 ) -> Result<axum::Json<wire::Rendered>, ApiError> {
     let view: wire::View = json_body(body).await?;
+    if let (Some(node), wire::View::RunsList { json }) = (&state.cluster, &view) {
+        let runs = state.store.list_runs(None).map_err(store_error)?;
+        let runs = own_runs(node, runs.iter().map(run_summary).collect());
+        let runs = super::cluster::all_runs(node, runs).await?;
+        return Ok(axum::Json(crate::cluster::render_runs(&runs, *json)));
+    }
     let store = state.store.clone();
     let rendered = tokio::task::spawn_blocking(move || crate::sessions::render_view(&store, &view))
         .await

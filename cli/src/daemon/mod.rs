@@ -13,8 +13,14 @@
 //! cancel the runs in progress and wait for their last events (bounded),
 //! stop the runtime, shut every MCP server down, flush the store, remove
 //! `daemon.json`, exit 0.
+//!
+//! With `--cluster URL` (or `[cluster] url`, `TROUPE_CLUSTER`) the daemon is
+//! a node of a NATS JetStream cluster ([`cluster`]): it joins before
+//! anything else, and a server that cannot be reached, refuses the
+//! credentials or has no JetStream ends the start with exit 2.
 
 pub(crate) mod api;
+pub(crate) mod cluster;
 pub(crate) mod connections;
 pub(crate) mod control;
 pub(crate) mod error;
@@ -73,11 +79,20 @@ pub(crate) struct ServeOptions {
     pub idle_exit: Option<Duration>,
     /// The limits on connections.
     pub limits: connections::Limits,
+    /// `--cluster`, `--node`, `--capacity`.
+    pub cluster: cluster::ClusterFlags,
 }
 
 /// Runs `troupe serve`; returns the exit code.
 pub(crate) async fn serve(options: ServeOptions) -> u8 {
-    match run_daemon(options).await {
+    let joined = match join_cluster(&options.cluster).await {
+        Ok(joined) => joined,
+        Err(message) => {
+            eprintln!("troupe serve: {message}");
+            return crate::EXIT_USAGE;
+        }
+    };
+    match run_daemon(options, joined).await {
         Ok(()) => 0,
         Err(message) => {
             eprintln!("troupe serve: {message}");
@@ -86,12 +101,40 @@ pub(crate) async fn serve(options: ServeOptions) -> u8 {
     }
 }
 
-async fn run_daemon(options: ServeOptions) -> Result<(), String> {
+/// Joins the cluster the flags or the user's `[cluster]` table name; `None`
+/// when neither names one.
+async fn join_cluster(
+    flags: &cluster::ClusterFlags,
+) -> Result<Option<troupe_cluster::Cluster>, String> {
+    let file = match Locations::from_process() {
+        Ok(locations) => locations.cluster_settings(),
+        Err(_) => Default::default(),
+    };
+    let Some(settings) = cluster::settings(flags, &file, &cluster::host_name(), std::process::id())
+    else {
+        return Ok(None);
+    };
+    let joined = troupe_cluster::Cluster::connect(settings)
+        .await
+        .map_err(|err| err.to_string())?;
+    eprintln!(
+        "troupe serve: node {} of the cluster at {}",
+        joined.node(),
+        joined.masked_url()
+    );
+    Ok(Some(joined))
+}
+
+async fn run_daemon(
+    options: ServeOptions,
+    joined: Option<troupe_cluster::Cluster>,
+) -> Result<(), String> {
     let ServeOptions {
         listen,
         allowed_hosts,
         idle_exit,
         limits,
+        cluster: _,
     } = options;
     // The cap on connections without the token, not the descriptor limit,
     // bounds them: the cap stays within a quarter of the limit raised here.
@@ -166,6 +209,7 @@ async fn run_daemon(options: ServeOptions) -> Result<(), String> {
         owners: Default::default(),
         stopping: stopping.clone(),
         per_run: Some(telemetry.per_run()),
+        cluster: joined.map(|joined| cluster::ClusterNode::new(joined, bound.to_string())),
         about: Arc::new(api::About {
             started: chrono::Utc::now(),
             idle_exit,
@@ -210,6 +254,10 @@ async fn run_daemon(options: ServeOptions) -> Result<(), String> {
             }
         }
     };
+    let cluster_node = state.cluster.clone();
+    if let Some(node) = &cluster_node {
+        cluster::start(state.clone(), node.clone());
+    }
     let listeners = server::Listeners {
         tcp: listener,
         unix,
@@ -224,6 +272,9 @@ async fn run_daemon(options: ServeOptions) -> Result<(), String> {
     eprintln!("troupe serve: stopping");
     closing.store(true, Ordering::SeqCst);
     cancel_runs(&runtime).await;
+    if let Some(node) = &cluster_node {
+        node.leave(CANCEL_GRACE).await;
+    }
     // Open SSE streams end with their runs; the listener closes now.
     stopping.cancel();
     if tokio::time::timeout(Duration::from_secs(5), server)

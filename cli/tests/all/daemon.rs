@@ -39,7 +39,7 @@ impl Daemon {
 
     /// [`Daemon::start`] with further `troupe serve` arguments; without a
     /// server the daemon's environment names no provider at all.
-    fn start_with(env: &Env, server: Option<&ScriptedServer>, args: &[&str]) -> Daemon {
+    pub(crate) fn start_with(env: &Env, server: Option<&ScriptedServer>, args: &[&str]) -> Daemon {
         let mut command = env.command(server);
         command.arg("serve").args(args);
         Self::start_command(env, command)
@@ -76,7 +76,7 @@ impl Daemon {
     }
 
     /// Starts a prepared `troupe serve` command.
-    fn start_command(env: &Env, mut command: std::process::Command) -> Daemon {
+    pub(crate) fn start_command(env: &Env, mut command: std::process::Command) -> Daemon {
         let mut child = command
             .stdout(Stdio::null())
             .stderr(Stdio::piped())

@@ -4,6 +4,7 @@ mod support;
 
 mod chat;
 mod cli;
+mod cluster;
 mod compact_cli;
 mod crash;
 mod crash_tree;

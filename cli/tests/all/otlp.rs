@@ -22,9 +22,9 @@ use troupe_scripted::{Response, Script, ScriptedServer, text};
 
 const TROUPE: &str = env!("CARGO_BIN_EXE_troupe");
 
-type Received = Arc<Mutex<Vec<(BTreeMap<String, String>, ProtoSpan)>>>;
+pub(crate) type Received = Arc<Mutex<Vec<(BTreeMap<String, String>, ProtoSpan)>>>;
 
-fn attributes(list: &[KeyValue]) -> BTreeMap<String, String> {
+pub(crate) fn attributes(list: &[KeyValue]) -> BTreeMap<String, String> {
     list.iter()
         .map(|kv| {
             let value = match kv.value.as_ref().and_then(|v| v.value.as_ref()) {
@@ -38,7 +38,7 @@ fn attributes(list: &[KeyValue]) -> BTreeMap<String, String> {
         .collect()
 }
 
-async fn collector() -> (String, Received) {
+pub(crate) async fn collector() -> (String, Received) {
     let received: Received = Arc::default();
     let sink = received.clone();
     let app = Router::new().route(

@@ -40,6 +40,24 @@ pub struct ConfigFile {
     pub web: Option<WebFile>,
     /// `[checkpoints]`: snapshots of the project's files before turns.
     pub checkpoints: Option<CheckpointsFile>,
+    /// `[cluster]` (the user's file only): the NATS cluster `troupe serve`
+    /// joins.
+    pub cluster: Option<ClusterFile>,
+}
+
+/// `[cluster]`: the NATS JetStream cluster `troupe serve` joins (the user's
+/// file only; `troupe serve --cluster` and `TROUPE_CLUSTER` take
+/// precedence over `url`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClusterFile {
+    /// `nats://[TOKEN@|USER:PASSWORD@]HOST:PORT`.
+    pub url: Option<String>,
+    /// A NATS `.creds` file.
+    pub credentials: Option<std::path::PathBuf>,
+    /// How long a run's lease lasts without renewal, in seconds (default
+    /// 15).
+    pub lease_secs: Option<u64>,
 }
 
 /// `[checkpoints]`: snapshots of the project's files before each turn that

@@ -42,7 +42,7 @@ use troupe_protocol::permission::{
 
 pub use error::ConfigError;
 pub use expand::{Expansion, expand_mcp_server};
-pub use file::{ConfigFile, McpServerFile, ProviderFile, StoreFile};
+pub use file::{ClusterFile, ConfigFile, McpServerFile, ProviderFile, StoreFile};
 pub use file::{McpTransport, Price, Thinking};
 pub use load::{ConfigSources, load_config, load_config_with_trust, parse_config_file};
 pub use paths::Env;
@@ -254,6 +254,8 @@ pub struct Config {
     pub web: WebSettings,
     /// Checkpoint settings.
     pub checkpoints: CheckpointSettings,
+    /// The `[cluster]` table of the user's file, as written.
+    pub cluster: ClusterFile,
     /// The files that were read, in merge order (for messages and `troupe config`).
     pub sources: Vec<PathBuf>,
 }

@@ -269,6 +269,12 @@ fn user_only_setting(file: &ConfigFile) -> Option<(&'static [&'static str], &'st
             "[store] says how much of the history under TROUPE_HOME is kept",
         ));
     }
+    if file.cluster.is_some() {
+        return Some((
+            &["cluster"],
+            "[cluster] says which cluster the daemon joins and with which credentials",
+        ));
+    }
     if file
         .checkpoints
         .as_ref()
@@ -512,6 +518,10 @@ fn merge(layers: Vec<Layer>) -> Result<Config, ConfigError> {
         if let Some(store) = &file.store {
             config.store = crate::StoreSettings::from_file(store);
         }
+        // And with `[cluster]`.
+        if let Some(cluster) = &file.cluster {
+            config.cluster = cluster.clone();
+        }
         config.sources.push(path);
     }
 
@@ -753,6 +763,9 @@ impl<'t> Document<'t> {
                     )
                 })?;
             }
+        }
+        if let Some(c) = &file.cluster {
+            self.positive(&[key("cluster"), key("lease_secs")], c.lease_secs)?;
         }
         if let Some(s) = &file.store {
             self.positive(&[key("store"), key("keep_days")], s.keep_days)?;

@@ -219,6 +219,10 @@ pub struct RunSummary {
     /// When it ended (RFC 3339); `null` while it runs.
     #[serde(default)]
     pub ended: Option<String>,
+    /// The cluster node that runs it; absent when the daemon is not part of
+    /// a cluster (and while a queued run waits for a node).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node: Option<String>,
     /// The prompt as submitted.
     pub prompt: String,
     /// The run id.
@@ -233,6 +237,39 @@ pub struct RunSummary {
     /// before.
     #[serde(default)]
     pub stop_reason: Option<String>,
+}
+
+/// `GET /v1/cluster`: the cluster a daemon belongs to, its nodes and its
+/// runs.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClusterStatus {
+    /// The node that answered.
+    pub node: String,
+    /// The NATS server it is connected to (credentials masked).
+    pub url: String,
+    /// The nodes with a record, by name.
+    pub nodes: Vec<ClusterNode>,
+    /// Every run of the cluster, newest first.
+    pub runs: Vec<RunSummary>,
+}
+
+/// One node as `GET /v1/cluster` lists it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClusterNode {
+    /// Its name.
+    pub node: String,
+    /// The most runs it runs at once.
+    pub capacity: u32,
+    /// The runs it runs now.
+    pub running: Vec<String>,
+    /// It takes no new runs.
+    pub draining: bool,
+    /// Its last heartbeat (RFC 3339).
+    pub heartbeat: String,
+    /// Its last heartbeat is older than the lease.
+    pub stale: bool,
+    /// Where its API listens.
+    pub addr: String,
 }
 
 /// One agent of a run in progress.
@@ -634,6 +671,7 @@ mod tests {
             started: "2026-11-01T09:30:00Z".into(),
             ended: Some("2026-11-01T09:31:02.5Z".into()),
             agents: None,
+            node: None,
         }
     }
 

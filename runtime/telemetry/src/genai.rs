@@ -244,6 +244,27 @@ pub fn agent_span(parent: &Span, run_id: &str, agent: &str, conversation_id: &st
     )
 }
 
+/// Span name of placing a run on a node of a cluster.
+pub const OP_PLACEMENT: &str = "placement";
+
+/// `placement`: a run handed to the cluster's work queue (`side` `submit`, on
+/// the node that accepted it; a root) or taken from it (`take`, on the node
+/// that runs it, whose main agent's span is its child; its parent is the
+/// submitter's span, set from the submission's `traceparent`). The run id is
+/// `troupe.placement.run_id`, not `troupe.run_id`: the submitting node does
+/// not run the run, so its local store does not file the span.
+pub fn placement_span(side: &str, run_id: &str, node: &str) -> Span {
+    tracing::info_span!(
+        target: TRACE_TARGET,
+        parent: None,
+        "placement",
+        otel.name = OP_PLACEMENT,
+        troupe.placement.side = side,
+        troupe.placement.run_id = run_id,
+        troupe.node = node,
+    )
+}
+
 /// Records how an agent run ended; error and interrupted runs get error status.
 pub fn record_run_end(span: &Span, status: RunStatus) {
     span.record(RUN_STATUS, status.as_str());

@@ -1,13 +1,15 @@
 //! What every crate's tests share about the machine they run on.
 //!
 //! A test that needs something the machine may not offer (Landlock, a
-//! writable cgroup v2 tree, `tmux`, the MCP test servers) asks [`require`]
+//! writable cgroup v2 tree, `tmux`, the MCP test servers, `nats-server`) asks [`require`]
 //! first. Where the machine has it, the test runs. Where it does not, the
 //! test is skipped loudly (a `SKIPPED` banner on stderr) — or fails, when
 //! the variable that requires it is set to `1` ([`Need::require_var`]), as
 //! CI sets it wherever the machine has the feature. So a machine without a
 //! feature still runs the rest of the suite, and a machine with it cannot
 //! silently skip what it should test.
+
+pub mod nats;
 
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
@@ -26,6 +28,8 @@ pub enum Need {
     Tmux,
     /// Debian's `chromium` (a headless browser for the dashboard).
     Chromium,
+    /// `nats-server` (the cluster's engine).
+    NatsServer,
 }
 
 impl Need {
@@ -36,6 +40,7 @@ impl Need {
             Self::Cgroups => "a writable cgroup v2 tree",
             Self::Tmux => "tmux",
             Self::Chromium => "chromium",
+            Self::NatsServer => "nats-server",
         }
     }
 
@@ -46,6 +51,7 @@ impl Need {
             Self::Cgroups => "TROUPE_REQUIRE_CGROUPS",
             Self::Tmux => "TROUPE_REQUIRE_TMUX",
             Self::Chromium => "TROUPE_REQUIRE_CHROMIUM",
+            Self::NatsServer => "TROUPE_REQUIRE_NATS",
         }
     }
 
@@ -56,6 +62,7 @@ impl Need {
             Self::Cgroups => matches!(detect(), Containment::Cgroup { .. }),
             Self::Tmux => program_answers("tmux", "-V"),
             Self::Chromium => program_answers("chromium", "--version"),
+            Self::NatsServer => program_answers("nats-server", "--version"),
         }
     }
 }

@@ -1306,3 +1306,49 @@ async fn text_written_during_a_run_reaches_the_next_model_call() {
             .is_err()
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_submitted_under_a_given_id_keeps_it_and_the_id_is_not_taken_twice() {
+    let script = Script::new().then(text("first")).then(text("second"));
+    let h = Harness::anthropic(script).await;
+    let submission = |session: &str| troupe_actors::RunSubmission {
+        prompt: "go".into(),
+        session: troupe_actors::SessionTarget::New(Some(session.into())),
+        env: h.env_with(Vec::new()),
+        permissions: h.permissions(PermissionMode::Bypass),
+        mode: PermissionMode::Bypass,
+        limits: Limits::default(),
+        approver: Approver::Absent,
+    };
+    let mut run = h
+        .runtime
+        .submit_as(
+            submission("s-given"),
+            "r-given".into(),
+            tracing::Span::none(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        (run.run_id.as_str(), run.session_id.as_str()),
+        ("r-given", "s-given")
+    );
+    let events = run_events(&mut run).await;
+    assert!(events.iter().all(|event| event.run_id == "r-given"));
+    assert_eq!(finished(&events).0, RunStatus::Finished);
+    assert!(h.store.run("r-given").unwrap().is_some());
+    // The id is the recorded run's: a second run cannot take it.
+    let again = h
+        .runtime
+        .submit_as(
+            submission("s-other"),
+            "r-given".into(),
+            tracing::Span::none(),
+        )
+        .await;
+    assert!(
+        matches!(again, Err(troupe_actors::RuntimeError::Store(_))),
+        "{:?}",
+        again.err()
+    );
+}

@@ -63,6 +63,9 @@ const ACTED: &[(&str, &str, Companions)] = &[
     ("web.allow_private", "[\"127.0.0.1:8080\"]", &[]),
     ("checkpoints.enabled", "false", &[]),
     ("checkpoints.max_bytes", "1000000", &[]),
+    ("cluster.url", "\"nats://127.0.0.1:4222\"", &[]),
+    ("cluster.credentials", "\"/etc/troupe/node.creds\"", &[]),
+    ("cluster.lease_secs", "30", &[]),
     (
         "mcp_servers.NAME.type",
         "\"stdio\"",
@@ -203,7 +206,8 @@ fn set(table: &mut toml::Table, dotted: &str, expression: &str) {
     }
 }
 
-/// Writes `table` as the project file of a fresh project (its `[store]` and
+/// Writes `table` as the project file of a fresh project (its `[store]`,
+/// `[cluster]` and
 /// `[web]`, which only the user's file may hold, as the user file), loads and
 /// resolves it, and returns what a run would see and the start-up warnings.
 fn load(table: &toml::Table) -> (Observed, Vec<String>) {
@@ -211,7 +215,7 @@ fn load(table: &toml::Table) -> (Observed, Vec<String>) {
     std::fs::create_dir_all(dir.path().join(".troupe")).expect("mkdir");
     let mut table = table.clone();
     let mut user = toml::Table::new();
-    for only_user in ["store", "web", "checkpoints"] {
+    for only_user in ["store", "web", "checkpoints", "cluster"] {
         if let Some(value) = table.remove(only_user) {
             user.insert(only_user.into(), value);
         }

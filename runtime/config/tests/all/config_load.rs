@@ -466,7 +466,7 @@ fn duplicate_key_is_a_syntax_error_at_its_line() {
 fn unknown_key_at_top_level() {
     let f = Fixture::new().user("default_provider = 'a'\ndefault_provder = 'b'\n");
     let message = f.error(&f.user_file, "default_provder", 2);
-    assert!(message.contains("unknown key (expected one of: default_provider, providers, mcp_servers, permissions, limits, tools, telemetry, sandbox, hooks, compaction, store, web, checkpoints)"), "{message}");
+    assert!(message.contains("unknown key (expected one of: default_provider, providers, mcp_servers, permissions, limits, tools, telemetry, sandbox, hooks, compaction, store, web, checkpoints, cluster)"), "{message}");
 }
 
 #[test]
@@ -779,6 +779,38 @@ fn only_the_users_file_says_what_the_store_keeps() {
         .unwrap_err()
         .to_string();
     assert!(err.contains("keep_days"), "{err}");
+}
+
+#[test]
+fn only_the_users_file_says_which_cluster_the_daemon_joins() {
+    let config = Fixture::new()
+        .user("[cluster]\nurl = \"nats://127.0.0.1:4222\"\ncredentials = \"/etc/troupe/node.creds\"\nlease_secs = 30\n")
+        .load()
+        .unwrap();
+    assert_eq!(
+        config.cluster,
+        troupe_config::ClusterFile {
+            url: Some("nats://127.0.0.1:4222".into()),
+            credentials: Some("/etc/troupe/node.creds".into()),
+            lease_secs: Some(30),
+        }
+    );
+    assert_eq!(Fixture::new().load().unwrap().cluster, Default::default());
+    // A cloned repository may not send the user's runs to its own server.
+    let err = Fixture::new()
+        .project("[cluster]\nurl = \"nats://evil.example:4222\"\n")
+        .load()
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("only the user's config file"), "{err}");
+    for bad in ["lease_secs = 0", "node = \"x\""] {
+        let err = Fixture::new()
+            .user(&format!("[cluster]\n{bad}\n"))
+            .load()
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("cluster"), "{err}");
+    }
 }
 
 #[test]
