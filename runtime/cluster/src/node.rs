@@ -386,11 +386,41 @@ impl Cluster {
             .subscribe(action_subject(run_id))
             .await
             .map_err(|err| ClusterError::request("answer a run's actions", err))?;
+        // The server knows of the subscription before this returns: an
+        // action sent from here on reaches it (a request racing the
+        // subscription would get "no responders").
+        self.round_trip()
+            .await
+            .map_err(|err| ClusterError::request("answer a run's actions", err))?;
         Ok(ActionRequests {
             subscriber,
             client: self.client.clone(),
             run_id: run_id.to_string(),
         })
+    }
+
+    /// Returns once the server has read everything this connection sent
+    /// before: a message published to a fresh inbox on this connection comes
+    /// back to it only after the server has handled the commands sent ahead
+    /// of it (a flush only empties the client's buffer).
+    async fn round_trip(&self) -> Result<(), String> {
+        let inbox = self.client.new_inbox();
+        let mut echo = self
+            .client
+            .subscribe(inbox.clone())
+            .await
+            .map_err(|err| err.to_string())?;
+        self.client
+            .publish(inbox, bytes::Bytes::new())
+            .await
+            .map_err(|err| err.to_string())?;
+        let answered = tokio::time::timeout(ACTION_TIMEOUT, echo.next()).await;
+        let _ = echo.unsubscribe().await;
+        match answered {
+            Ok(Some(_)) => Ok(()),
+            Ok(None) => Err("the connection closed".to_owned()),
+            Err(_) => Err("the server did not answer in time".to_owned()),
+        }
     }
 
     /// Sends an action to the node that runs its run: its answer, or `None`

@@ -261,11 +261,8 @@ async fn run_and_node_records_are_shared_and_actions_reach_the_node_that_serves_
     });
     // Garbage on the subject is not answered and does not stop the server.
     let garbage = raw.request("troupe.run.r1.action", "nope".into());
-    assert!(
-        tokio::time::timeout(Duration::from_millis(300), garbage)
-            .await
-            .is_err()
-    );
+    let answered = tokio::time::timeout(Duration::from_millis(300), garbage).await;
+    assert!(answered.is_err(), "{answered:?}");
     let reply = a.request_action(&cancel).await.unwrap().unwrap();
     assert_eq!(reply.status, 200);
     assert_eq!(reply.body["cancelling"], true);
