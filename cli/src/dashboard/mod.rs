@@ -38,7 +38,7 @@ use troupe_protocol::events::ApprovalOutcome;
 use troupe_store::{RunRecord, SessionMeta, Store};
 
 use self::access::{Access, SessionView};
-use self::model::{ChangeSource, FromToolCalls, RunView};
+use self::model::{ChangeSource, FilesShown, FromCheckpoints, FromToolCalls, RunView};
 use self::pages::RunRow;
 use crate::daemon::api::ApiState;
 use crate::daemon::{guard, peer, server};
@@ -500,12 +500,11 @@ fn find_run(store: &Store, given: &str) -> Result<RunRecord, PageError> {
         .ok_or_else(|| not_found(&format!("no run {id}")))
 }
 
-/// The state panel of a run.
 /// The writing calls a page has read so far, by id.
 type KnownCalls = HashMap<String, troupe_protocol::model::ToolCall>;
 
-/// The state panel of a run. The sessions are read for the arguments of
-/// writing calls only when a changed file names a call not in `known`.
+/// The state panel of a run. Its files come from the run's checkpoints,
+/// else from its tool calls (see [`tool_call_files`]).
 async fn state_panel(
     state: &DashboardState,
     run: &RunRecord,
@@ -526,6 +525,81 @@ async fn state_panel(
         Some(status) => status.as_str(),
         None => run.status.as_str(),
     };
+    let files = match checkpoint_patches(state, run).await {
+        Ok(Some(patches)) => FilesShown {
+            files: FromCheckpoints { patches: &patches }.changed_files(view),
+            note: (patches.omitted > 0)
+                .then(|| format!("{} more files changed, not listed.", patches.omitted)),
+        },
+        Ok(None) => FilesShown {
+            files: tool_call_files(state, run, view, known),
+            note: None,
+        },
+        Err(why) => FilesShown {
+            files: tool_call_files(state, run, view, known),
+            note: Some(format!(
+                "The checkpoints could not be read ({why}): these are the files the tool calls wrote."
+            )),
+        },
+    };
+    // A plan the session had before this run still shows until the run
+    // changes it.
+    if view.plan.is_none()
+        && let Ok(Some(stored)) = state.api.store.task_plan(&run.session_id)
+        && !stored.plan.is_empty()
+    {
+        let mut with_plan = view.clone();
+        with_plan.plan = Some((stored.explanation, stored.plan));
+        return pages::run_state(&run.run_id, status, &with_plan, &phases, &files);
+    }
+    pages::run_state(&run.run_id, status, view, &phases, &files)
+}
+
+/// How long a run page waits for the checkpoint store before it shows the
+/// files the tool calls wrote instead.
+pub(crate) const CHECKPOINT_READ_LIMIT: Duration = Duration::from_secs(2);
+
+/// The patches of the files run `run` changed, from its checkpoints
+/// (`None`: it took none, or checkpoints are off). Read in a task of its
+/// own, waited for at most [`CHECKPOINT_READ_LIMIT`]: a slow store is an
+/// error here, and the read ends on its own (only reads; the store's lock
+/// is held for its git commands alone).
+async fn checkpoint_patches(
+    state: &DashboardState,
+    run: &RunRecord,
+) -> Result<Option<troupe_checkpoint::FilePatches>, String> {
+    let (store, data_dir) = (state.api.store.clone(), state.api.data_dir.clone());
+    let (session, run_id) = (run.session_id.clone(), run.run_id.clone());
+    let read = tokio::spawn(async move {
+        crate::undo::run_patches(
+            &store,
+            &data_dir,
+            &session,
+            &run_id,
+            troupe_checkpoint::PatchLimits::default(),
+        )
+        .await
+    });
+    match tokio::time::timeout(CHECKPOINT_READ_LIMIT, read).await {
+        Ok(Ok(read)) => read,
+        Ok(Err(err)) => Err(err.to_string()),
+        Err(_) => Err(format!(
+            "no answer within {} s",
+            CHECKPOINT_READ_LIMIT.as_secs()
+        )),
+    }
+    .inspect_err(|why| tracing::debug!(%why, "the run's checkpoints could not be read"))
+}
+
+/// The files the run's writing tool calls named, each with the diff of
+/// what its calls changed. The sessions are read for the calls' arguments
+/// only when a file names a call not in `known`.
+fn tool_call_files(
+    state: &DashboardState,
+    run: &RunRecord,
+    view: &RunView,
+    known: &mut KnownCalls,
+) -> Vec<model::ChangedFile> {
     let mut files = FromToolCalls.changed_files(view);
     let unknown = files
         .iter()
@@ -538,17 +612,7 @@ async fn state_panel(
         }
     }
     model::attach_diffs(&mut files, known);
-    // A plan the session had before this run still shows until the run
-    // changes it.
-    if view.plan.is_none()
-        && let Ok(Some(stored)) = state.api.store.task_plan(&run.session_id)
-        && !stored.plan.is_empty()
-    {
-        let mut with_plan = view.clone();
-        with_plan.plan = Some((stored.explanation, stored.plan));
-        return pages::run_state(&run.run_id, status, &with_plan, &phases, &files);
-    }
-    pages::run_state(&run.run_id, status, view, &phases, &files)
+    files
 }
 
 /// The tool calls of a run's sessions (its own and those it made for its

@@ -817,3 +817,117 @@ async fn troupe_dashboard_starts_the_daemon_when_none_runs() {
     assert_eq!(login.status, 204, "{}", login.text());
     crate::support::stop_daemon(&env.data_dir());
 }
+
+/// The part of a run page that lists the files the run changed.
+fn files_section(page: &str) -> &str {
+    let start = page
+        .find("<section class=\"files\">")
+        .unwrap_or_else(|| panic!("no files section: {page}"));
+    let end = page[start..].find("</section>").unwrap() + start;
+    &page[start..end]
+}
+
+/// A run that removes a file and creates another with `bash`, then writes
+/// one with `write_file`.
+fn changing_script() -> Script {
+    Script::new()
+        .then(tool_call(
+            "bash",
+            json!({"command": "rm old.txt && printf '<script>alert(6)</script>\\n' > $'evil\\e[2J<b>.txt'"}),
+        ))
+        .then(tool_call(
+            "write_file",
+            json!({"path": "notes.txt", "content": "one\n"}),
+        ))
+        .then(text("done"))
+}
+
+/// Runs [`changing_script`] in a project holding `old.txt`; the run page.
+async fn changed_files_page(env: &Env) -> String {
+    std::fs::write(env.root().join("old.txt"), "the old line\n").unwrap();
+    let server = ScriptedServer::start(changing_script()).await.unwrap();
+    let daemon = Daemon::start(env, &server);
+    let browser = Browser::log_in(env, &daemon).await;
+    let (run_id, _) = daemon
+        .submit(json!({"prompt": "change files", "cwd": env.root(), "mode": "bypass"}))
+        .await;
+    let events = daemon.events(&run_id, None, |_| false).await;
+    assert_eq!(events.last().unwrap().1["status"], "finished", "{events:?}");
+    assert!(!env.root().join("old.txt").exists());
+    browser.get(&format!("/runs/{run_id}")).await.text()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_files_a_run_changed_come_from_its_checkpoints_commands_included() {
+    let env = Env::new();
+    let page = changed_files_page(&env).await;
+    let files = files_section(&page);
+    assert_inert(files, "files");
+    // The command's removal and creation, each with its diff.
+    assert!(files.contains("<code>old.txt</code> · removed"), "{files}");
+    assert!(files.contains("-the old line"), "{files}");
+    assert!(
+        files.contains("<code>evil&lt;b&gt;.txt</code> · added"),
+        "{files}"
+    );
+    assert!(
+        files.contains("+&lt;script&gt;alert(6)&lt;/script&gt;"),
+        "{files}"
+    );
+    // The call's file, with the tool and agent that wrote it.
+    assert!(
+        files.contains("<code>notes.txt</code> · added · write_file by main"),
+        "{files}"
+    );
+    assert!(files.contains("+one"), "{files}");
+    assert!(!files.contains("could not be read"), "{files}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_checkpoints_the_files_come_from_the_tool_calls() {
+    let env = Env::new();
+    env.write_user_config("[checkpoints]\nenabled = false\n");
+    let page = changed_files_page(&env).await;
+    let files = files_section(&page);
+    assert!(
+        files.contains("<code>notes.txt</code> · write_file by main"),
+        "{files}"
+    );
+    assert!(files.contains("+one"), "{files}");
+    assert!(!files.contains("old.txt"), "{files}");
+    assert!(!files.contains("evil"), "{files}");
+    assert!(!files.contains("could not be read"), "{files}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_checkpoint_store_that_fails_shows_the_tool_calls_with_a_note() {
+    let env = Env::new();
+    std::fs::write(env.root().join("old.txt"), "the old line\n").unwrap();
+    let server = ScriptedServer::start(changing_script()).await.unwrap();
+    let daemon = Daemon::start(&env, &server);
+    let browser = Browser::log_in(&env, &daemon).await;
+    let (run_id, _) = daemon
+        .submit(json!({"prompt": "change files", "cwd": env.root(), "mode": "bypass"}))
+        .await;
+    daemon.events(&run_id, None, |_| false).await;
+    // The store's lock file can no longer be opened: every operation fails.
+    let store = std::fs::read_dir(env.data_dir().join("checkpoints"))
+        .unwrap()
+        .flatten()
+        .find(|entry| entry.path().extension().is_some_and(|ext| ext == "git"))
+        .unwrap()
+        .path();
+    std::fs::remove_file(store.join("troupe.lock")).unwrap();
+    std::fs::create_dir(store.join("troupe.lock")).unwrap();
+    let page = browser.get(&format!("/runs/{run_id}")).await.text();
+    let files = files_section(&page);
+    assert!(
+        files.contains("The checkpoints could not be read"),
+        "{files}"
+    );
+    assert!(
+        files.contains("<code>notes.txt</code> · write_file by main"),
+        "{files}"
+    );
+    assert!(!files.contains("old.txt"), "{files}");
+}
