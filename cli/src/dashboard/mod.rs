@@ -14,6 +14,7 @@
 pub(crate) mod access;
 pub(crate) mod command;
 pub(crate) mod costs;
+pub(crate) mod feed;
 pub(crate) mod markdown;
 pub(crate) mod model;
 pub(crate) mod pages;
@@ -85,6 +86,7 @@ pub(crate) struct DashboardState {
     access: Arc<Access>,
     tokens: Arc<tokens::RunTokens>,
     live_rows: Arc<tokens::SharedRows>,
+    feeds: Arc<feed::Feeds>,
 }
 
 /// The dashboard's routes, behind its guard and headers, for the daemon's
@@ -95,6 +97,7 @@ pub(crate) fn router(api: ApiState) -> Router {
         access: Arc::default(),
         tokens: Arc::default(),
         live_rows: Arc::default(),
+        feeds: Arc::default(),
     };
     Router::new()
         .route("/", get(runs_list))
@@ -693,9 +696,9 @@ struct LiveQuery {
     from: Option<u64>,
 }
 
-/// A run's live view: each event's transcript entry (`entry`), and the
-/// state panel again (`state`) when an event changed it. Follows the run
-/// through the runtime's bounded subscription.
+/// A run's live view: the transcript's entries (`entry`), and the state
+/// panel again (`state`) when events changed it, from the run's feed
+/// ([`feed`]), shared by every page open on the run.
 async fn run_live(
     State(state): State<DashboardState>,
     Path(given): Path<String>,
@@ -703,66 +706,7 @@ async fn run_live(
 ) -> Result<Response, PageError> {
     let run = find_run(&state.api.store, &given)?;
     let from = query.from.unwrap_or(1).max(1);
-    let before: Vec<_> = state
-        .api
-        .store
-        .events(&run.run_id, 1)
-        .map_err(store_problem)?
-        .into_iter()
-        .filter(|event| event.seq < from)
-        .collect();
-    let view = RunView::of(&before);
-    let subscription = state
-        .api
-        .runtime
-        .subscribe(&run.run_id, from)
-        .await
-        .map_err(|err| not_found(&err.to_string()))?;
-    let open = state.api.activity.stream_opened();
-    let stream = futures::stream::unfold(
-        (
-            subscription,
-            view,
-            std::collections::VecDeque::<Event>::new(),
-            KnownCalls::new(),
-            open,
-        ),
-        move |(mut subscription, mut view, mut queued, mut known, open)| {
-            let (state, run) = (state.clone(), run.clone());
-            async move {
-                loop {
-                    if let Some(event) = queued.pop_front() {
-                        return Some((
-                            Ok::<_, Infallible>(event),
-                            (subscription, view, queued, known, open),
-                        ));
-                    }
-                    let event = subscription.recv().await?;
-                    let new_lane = view.lane_of(&event.agent_path).is_none();
-                    if view.apply(&event) {
-                        let panel = state_panel(&state, &run, &view, &mut known)
-                            .await
-                            .into_string();
-                        queued.push_back(Event::default().event("state").data(sse_html(&panel)));
-                    }
-                    let entry = pages::transcript_entry(&event);
-                    if let Some(lane) = view.lane_of(&event.agent_path)
-                        && (new_lane || entry.is_some())
-                    {
-                        let html = pages::live_entry(lane, &event.agent_path, new_lane, entry);
-                        queued.push_back(
-                            Event::default()
-                                .event("entry")
-                                .data(sse_html(&html.into_string())),
-                        );
-                    }
-                }
-            }
-        },
-    );
-    Ok(Sse::new(stream)
-        .keep_alive(KeepAlive::new().interval(Duration::from_secs(15)))
-        .into_response())
+    feed::page_stream(&state, &run, from).await
 }
 
 /// The Jaeger page of `trace_id` when spans are exported over OTLP: the

@@ -677,6 +677,90 @@ async fn the_live_streams_send_the_runs_table_and_a_runs_events() {
     assert!(text.contains("&lt;b") && !text.contains("<b>"), "{live:?}");
 }
 
+/// The text of a live stream's text pieces, joined, unescaped.
+fn streamed_text(events: &[(String, String)]) -> String {
+    let mut text = String::new();
+    for (_, data) in events.iter().filter(|(name, _)| name == "entry") {
+        for piece in data
+            .split("<span class=\"text\" data-agent=\"main\">")
+            .skip(1)
+        {
+            let end = piece.find("</span>").unwrap();
+            text.push_str(&piece[..end]);
+        }
+    }
+    text.replace("&lt;", "<")
+        .replace("&gt;", ">")
+        .replace("&quot;", "\"")
+        .replace("&amp;", "&")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pages_open_on_one_run_share_its_feed_and_each_ends_with_the_exact_text() {
+    let words: String = (0..400).map(|n| format!("w{n} <&> ")).collect();
+    let script = Script::new()
+        .then(tool_call(
+            "write_file",
+            json!({"path": "a.txt", "content": "a\n"}),
+        ))
+        .then(text(words.clone()).with_chunk_chars(3));
+    let server = ScriptedServer::start(script).await.unwrap();
+    let env = Env::new();
+    let daemon = Daemon::start(&env, &server);
+    let browser = Browser::log_in(&env, &daemon).await;
+    let (run_id, _) = daemon
+        .submit(json!({"prompt": "write", "cwd": env.root(), "interactive": true}))
+        .await;
+    let asked = daemon
+        .events(&run_id, None, |events| {
+            events
+                .iter()
+                .any(|(_, e)| e["type"] == "approval_requested")
+        })
+        .await;
+    let (seq, request) = asked.last().unwrap();
+    let approval_id = request["approval_id"].as_str().unwrap().to_string();
+    let finished = |events: &[(String, String)]| {
+        events
+            .iter()
+            .any(|(name, data)| name == "entry" && data.contains("class=\"entry finished\""))
+    };
+    // Pages joining at the start and at the approval, and more of them
+    // following the same feed.
+    let paths: Vec<String> = [1, seq + 1, seq + 1, 1]
+        .iter()
+        .map(|from| format!("/runs/{run_id}/live?from={from}"))
+        .collect();
+    let follows = futures::future::join_all(
+        paths
+            .iter()
+            .map(|path| live_events(&browser, path, finished)),
+    );
+    // The answer races the pages' joining: each page ends with the whole
+    // text wherever it joined.
+    let answer = async {
+        browser
+            .post(
+                &format!("/runs/{run_id}/approvals/{approval_id}"),
+                "outcome=allow",
+            )
+            .await
+    };
+    let (pages, answered) = tokio::join!(follows, answer);
+    assert_eq!(answered.status, 200);
+    for (path, live) in paths.iter().zip(&pages) {
+        assert_eq!(streamed_text(live), words, "{path}");
+        let pieces = live
+            .iter()
+            .map(|(_, data)| data.matches("class=\"text\"").count())
+            .sum::<usize>();
+        assert!(
+            pieces < words.chars().count() / 3,
+            "{path}: the deltas were gathered ({pieces} pieces)"
+        );
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_agent_is_cancelled_from_the_dashboard_and_the_run_goes_on() {
     let script = Script::new()
