@@ -58,8 +58,9 @@ pub(crate) struct FeedMessage {
     events: Vec<RunEvent>,
     /// The state panel, when the batch changed it: an SSE `state` frame.
     state: Option<Bytes>,
-    /// The transcript's entries: an SSE `entry` frame.
-    entries: Option<Bytes>,
+    /// The state frame, if any, then the transcript's entries (an SSE
+    /// `entry` frame), in one piece: one write for each page.
+    frames: Bytes,
 }
 
 /// The feeds of the runs pages follow, by run id.
@@ -83,6 +84,15 @@ pub(crate) fn sse_frame(name: &str, html: &str) -> Bytes {
     }
     frame.push('\n');
     Bytes::from(frame)
+}
+
+/// `frames` in one piece.
+fn joined<'a>(frames: impl Iterator<Item = &'a Bytes>) -> Bytes {
+    let mut out = Vec::new();
+    for frame in frames {
+        out.extend_from_slice(frame);
+    }
+    Bytes::from(out)
 }
 
 /// The live fragments of `events` (applied to `view` in order): each
@@ -237,13 +247,14 @@ impl Feed {
                 let (state, entries) =
                     frames(&self.state, &self.run, &mut self.view, &mut known, &events).await;
                 if state.is_some() || entries.is_some() {
+                    let frames = joined(state.iter().chain(&entries));
                     // No page is there to take it: the check below ends the feed.
                     let _ = self.sender.send(Arc::new(FeedMessage {
                         first,
                         last,
                         events,
                         state,
-                        entries,
+                        frames,
                     }));
                 }
             }
@@ -327,8 +338,12 @@ pub(super) async fn page_stream(
         .max(from.saturating_sub(1));
     let mut keep_alive = tokio::time::interval(KEEP_ALIVE);
     keep_alive.reset();
+    let caught_up = joined(state_frame.iter().chain(&entries));
     let page = PageStream {
-        queued: state_frame.into_iter().chain(entries).collect(),
+        queued: (!caught_up.is_empty())
+            .then_some(caught_up)
+            .into_iter()
+            .collect(),
         receiver,
         shown,
         view,
@@ -373,8 +388,7 @@ impl PageStream {
                 continue;
             }
             if message.first > self.shown {
-                self.queued.extend(message.state.clone());
-                self.queued.extend(message.entries.clone());
+                self.queued.push_back(message.frames.clone());
             } else {
                 // Joined in the middle of this batch: the rest of it is
                 // rendered for this page alone.
