@@ -14,7 +14,11 @@
 //! page; the live streams send the runs table and a run's entries; a run
 //! shows its plan, and a later run of the session the plan it had; the runs
 //! list shows tokens, the run page a changed file's diff, the costs page the
-//! run.
+//! run; the files a run changed come from its checkpoints (a command's
+//! removal and creation too), from its tool calls without checkpoints, and
+//! from its tool calls with a note when the checkpoint store fails; pages
+//! open on one run share its feed and each ends with the exact streamed
+//! text.
 
 use serde_json::json;
 use troupe_scripted::{Script, ScriptedServer, text, tool_call};
