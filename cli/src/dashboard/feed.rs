@@ -5,10 +5,12 @@
 //! frames, and hands the same bytes to every page: the work per event does
 //! not grow with the pages open.
 //!
-//! A batch is what the subscription has ready at once; text deltas are
-//! gathered for up to [`TEXT_WINDOW`] more, and consecutive deltas of one
-//! agent become one piece of text (never shortened: the page ends with the
-//! exact text). Pages take the feed's messages through a bounded broadcast:
+//! A batch is the events that arrive within [`BATCH_WINDOW`] of its first
+//! one (a page's update waits that long at most), and consecutive text
+//! deltas of one agent in it become one piece of text (never shortened: the
+//! page ends with the exact text). A run that streams text or runs quick
+//! tools makes many events a second; each page then writes a few updates a
+//! second whatever their number. Pages take the feed's messages through a bounded broadcast:
 //! the feed never waits for a page, and a page that falls more than
 //! [`PAGE_BACKLOG`] messages behind is dropped (its stream ends), the
 //! run's events never are.
@@ -34,8 +36,8 @@ use troupe_store::RunRecord;
 use super::model::RunView;
 use super::{DashboardState, KnownCalls, PageError, pages, state_panel, store_problem};
 
-/// How long text deltas are gathered into one update.
-pub(crate) const TEXT_WINDOW: Duration = Duration::from_millis(25);
+/// How long events are gathered into one update after the first.
+pub(crate) const BATCH_WINDOW: Duration = Duration::from_millis(25);
 
 /// The most messages a page may fall behind the feed before it is dropped.
 pub(crate) const PAGE_BACKLOG: usize = 256;
@@ -156,35 +158,25 @@ async fn frames(
     (panel, entries)
 }
 
-/// The next batch: the next event, what else is ready at once, and, while
-/// text is coming, what follows within [`TEXT_WINDOW`]. The second value
-/// says the run's events ended.
+/// The next batch: the next event and what follows within
+/// [`BATCH_WINDOW`]. The second value says the run's events ended.
 async fn next_batch(subscription: &mut EventSubscription) -> (Vec<RunEvent>, bool) {
     let Some(first) = subscription.recv().await else {
         return (Vec::new(), true);
     };
-    let is_text = |event: &RunEvent| matches!(event.kind, EventKind::TextDelta { .. });
-    let mut deadline = is_text(&first).then(|| tokio::time::Instant::now() + TEXT_WINDOW);
+    let deadline = tokio::time::Instant::now() + BATCH_WINDOW;
     let mut batch = vec![first];
     while batch.len() < MAX_BATCH {
         let next = match subscription.recv().now_or_never() {
             Some(next) => next,
-            None => match deadline {
-                Some(deadline) => {
-                    match tokio::time::timeout_at(deadline, subscription.recv()).await {
-                        Ok(next) => next,
-                        Err(_) => break,
-                    }
-                }
-                None => break,
+            None => match tokio::time::timeout_at(deadline, subscription.recv()).await {
+                Ok(next) => next,
+                Err(_) => break,
             },
         };
         let Some(event) = next else {
             return (batch, true);
         };
-        if deadline.is_none() && is_text(&event) {
-            deadline = Some(tokio::time::Instant::now() + TEXT_WINDOW);
-        }
         batch.push(event);
     }
     (batch, false)
