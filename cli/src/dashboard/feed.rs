@@ -68,7 +68,25 @@ pub(crate) struct FeedMessage {
 /// The feeds of the runs pages follow, by run id.
 #[derive(Default)]
 pub(crate) struct Feeds {
-    running: tokio::sync::Mutex<HashMap<String, broadcast::Sender<Arc<FeedMessage>>>>,
+    running: tokio::sync::Mutex<HashMap<String, FeedEntry>>,
+}
+
+/// A running feed as pages find it.
+struct FeedEntry {
+    sender: broadcast::Sender<Arc<FeedMessage>>,
+    /// The last catching up rendered for a page, reused by a page joining
+    /// from the same point with the store as it was (pages opened together
+    /// render it once).
+    caught_up: Option<Arc<CatchUp>>,
+}
+
+/// What a page joining from `from` renders of the stored events, up to
+/// `shown`.
+struct CatchUp {
+    from: u64,
+    shown: u64,
+    frames: Bytes,
+    view: RunView,
 }
 
 /// `html` as one Server-Sent Event named `name`: each line a `data` field
@@ -190,8 +208,8 @@ impl Feeds {
         run: &RunRecord,
     ) -> Result<broadcast::Receiver<Arc<FeedMessage>>, PageError> {
         let mut running = self.running.lock().await;
-        if let Some(sender) = running.get(&run.run_id) {
-            return Ok(sender.subscribe());
+        if let Some(entry) = running.get(&run.run_id) {
+            return Ok(entry.sender.subscribe());
         }
         let stored = state
             .api
@@ -206,7 +224,13 @@ impl Feeds {
             .await
             .map_err(|err| super::not_found(&err.to_string()))?;
         let (sender, receiver) = broadcast::channel(PAGE_BACKLOG);
-        running.insert(run.run_id.clone(), sender.clone());
+        running.insert(
+            run.run_id.clone(),
+            FeedEntry {
+                sender: sender.clone(),
+                caught_up: None,
+            },
+        );
         let feed = Feed {
             feeds: Arc::clone(self),
             state: state.clone(),
@@ -216,6 +240,27 @@ impl Feeds {
         };
         tokio::spawn(feed.follow(subscription));
         Ok(receiver)
+    }
+}
+
+impl Feeds {
+    /// The catching up a page of run `run` rendered from `from` to
+    /// `shown`, if it is the last one rendered.
+    async fn catch_up(&self, run: &str, from: u64, shown: u64) -> Option<Arc<CatchUp>> {
+        self.running
+            .lock()
+            .await
+            .get(run)?
+            .caught_up
+            .clone()
+            .filter(|catch_up| catch_up.from == from && catch_up.shown == shown)
+    }
+
+    /// Keeps `catch_up` as run `run`'s last one, while its feed runs.
+    async fn remember(&self, run: &str, catch_up: &Arc<CatchUp>) {
+        if let Some(entry) = self.running.lock().await.get_mut(run) {
+            entry.caught_up = Some(Arc::clone(catch_up));
+        }
     }
 }
 
@@ -271,10 +316,10 @@ impl Feed {
         true
     }
 
-    fn remove_from(&self, running: &mut HashMap<String, broadcast::Sender<Arc<FeedMessage>>>) {
+    fn remove_from(&self, running: &mut HashMap<String, FeedEntry>) {
         if running
             .get(&self.run.run_id)
-            .is_some_and(|sender| sender.same_channel(&self.sender))
+            .is_some_and(|entry| entry.sender.same_channel(&self.sender))
         {
             running.remove(&self.run.run_id);
         }
@@ -314,31 +359,43 @@ pub(super) async fn page_stream(
         .store
         .events(&run.run_id, 1)
         .map_err(store_problem)?;
-    let split = stored.partition_point(|event| event.seq < from);
-    let mut view = RunView::of(&stored[..split]);
-    let (state_frame, entries) = frames(
-        state,
-        run,
-        &mut view,
-        &mut KnownCalls::new(),
-        &stored[split..],
-    )
-    .await;
     let shown = stored
         .last()
         .map_or(0, |event| event.seq)
         .max(from.saturating_sub(1));
+    let catch_up = match state.feeds.catch_up(&run.run_id, from, shown).await {
+        Some(catch_up) => catch_up,
+        None => {
+            let split = stored.partition_point(|event| event.seq < from);
+            let mut view = RunView::of(&stored[..split]);
+            let (state_frame, entries) = frames(
+                state,
+                run,
+                &mut view,
+                &mut KnownCalls::new(),
+                &stored[split..],
+            )
+            .await;
+            let catch_up = Arc::new(CatchUp {
+                from,
+                shown,
+                frames: joined(state_frame.iter().chain(&entries)),
+                view,
+            });
+            state.feeds.remember(&run.run_id, &catch_up).await;
+            catch_up
+        }
+    };
     let mut keep_alive = tokio::time::interval(KEEP_ALIVE);
     keep_alive.reset();
-    let caught_up = joined(state_frame.iter().chain(&entries));
     let page = PageStream {
-        queued: (!caught_up.is_empty())
-            .then_some(caught_up)
+        queued: (!catch_up.frames.is_empty())
+            .then(|| catch_up.frames.clone())
             .into_iter()
             .collect(),
         receiver,
         shown,
-        view,
+        view: catch_up.view.clone(),
         keep_alive,
         _open: state.api.activity.stream_opened(),
     };
