@@ -274,20 +274,51 @@ impl CheckpointStore {
         Ok(store)
     }
 
+    /// Creates the store whole or not at all: it is made in a directory
+    /// beside it (`KEY.git.creating-PID`) and renamed into place, so a
+    /// process stopped halfway (a run ending while the store is made ahead
+    /// of its first snapshot) leaves no store without its settings. A
+    /// directory left so by a process that is gone is removed first; when
+    /// another process put the store in place meanwhile, that one is used.
     async fn create(&self) -> Result<(), CheckpointError> {
         let dir = &self.git.git_dir;
-        std::fs::create_dir_all(dir).map_err(io_error(dir))?;
-        self.git.init().await?;
-        let config = dir.join("config");
+        let parent = dir.parent().unwrap_or(dir);
+        std::fs::create_dir_all(parent).map_err(io_error(parent))?;
+        let name = dir
+            .file_name()
+            .map(|name| name.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        remove_abandoned_creations(parent, &name);
+        let staging = parent.join(format!("{name}{CREATING}{}", std::process::id()));
+        if staging.exists() {
+            std::fs::remove_dir_all(&staging).map_err(io_error(&staging))?;
+        }
+        std::fs::create_dir_all(&staging).map_err(io_error(&staging))?;
+        let made = StoreGit {
+            project: self.git.project.clone(),
+            index: staging.join("index"),
+            git_dir: staging.clone(),
+        };
+        made.init().await?;
+        let config = staging.join("config");
         let mut text = std::fs::read_to_string(&config).map_err(io_error(&config))?;
         text.push_str(STORE_CONFIG);
         std::fs::write(&config, text).map_err(io_error(&config))?;
-        let description = dir.join("description");
+        let description = staging.join("description");
         let about = format!(
             "Troupe checkpoints of {}\n",
             self.git.project.to_string_lossy()
         );
         std::fs::write(&description, about).map_err(io_error(&description))?;
+        if let Err(err) = std::fs::rename(&staging, dir) {
+            let _ = std::fs::remove_dir_all(&staging);
+            if !dir.join("HEAD").is_file() {
+                return Err(CheckpointError::Io {
+                    path: dir.clone(),
+                    source: err,
+                });
+            }
+        }
         tracing::debug!(store = %dir.display(), "checkpoint store created");
         Ok(())
     }
@@ -1351,6 +1382,35 @@ impl CheckpointStore {
         op.wrote = true;
         op.heads().remove(session);
         Ok(refs.len())
+    }
+}
+
+/// What follows a store's directory name in the directory it is created
+/// in, before the creating process's id.
+const CREATING: &str = ".creating-";
+
+/// Removes the directories in `parent` where a process that is gone was
+/// creating the store `name` (`NAME.creating-PID`).
+fn remove_abandoned_creations(parent: &Path, name: &str) {
+    let Ok(entries) = std::fs::read_dir(parent) else {
+        return;
+    };
+    let prefix = format!("{name}{CREATING}");
+    for entry in entries.flatten() {
+        let file_name = entry.file_name();
+        let Some(pid) = file_name
+            .to_str()
+            .and_then(|file_name| file_name.strip_prefix(&prefix))
+            .and_then(|pid| pid.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        if Path::new("/proc").join(pid.to_string()).exists() {
+            continue;
+        }
+        if let Err(err) = std::fs::remove_dir_all(entry.path()) {
+            tracing::debug!(%err, "an abandoned checkpoint store could not be removed");
+        }
     }
 }
 
