@@ -57,7 +57,7 @@ async fn each_changed_file_has_its_patch_and_large_or_binary_ones_a_single_entry
         &patches
             .files
             .iter()
-            .find(|file| file.path == PathBuf::from(name))
+            .find(|file| file.path == std::path::Path::new(name))
             .unwrap()
             .body
     };
