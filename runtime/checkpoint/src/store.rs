@@ -893,14 +893,7 @@ impl CheckpointStore {
         from: &str,
         to: &str,
     ) -> Result<CheckpointDiff, CheckpointError> {
-        for tree in [from, to] {
-            if !is_object_id(tree) {
-                return Err(CheckpointError::Output {
-                    command: "diff-tree".to_owned(),
-                    detail: format!("{tree:?} is not a tree id"),
-                });
-            }
-        }
+        check_tree_ids(from, to)?;
         let _op = self.begin().await?;
         self.diff_trees(from, to).await
     }
@@ -919,14 +912,7 @@ impl CheckpointStore {
         paths: &[PathBuf],
         limits: PatchLimits,
     ) -> Result<FilePatches, CheckpointError> {
-        for tree in [from, to] {
-            if !is_object_id(tree) {
-                return Err(CheckpointError::Output {
-                    command: "diff-tree".to_owned(),
-                    detail: format!("{tree:?} is not a tree id"),
-                });
-            }
-        }
+        check_tree_ids(from, to)?;
         let _op = self.begin().await?;
         let path_args: Vec<&OsStr> = paths.iter().map(|path| path.as_os_str()).collect();
         let raw = self
@@ -1411,6 +1397,18 @@ fn remove_abandoned_creations(parent: &Path, name: &str) {
         if let Err(err) = std::fs::remove_dir_all(entry.path()) {
             tracing::debug!(%err, "an abandoned checkpoint store could not be removed");
         }
+    }
+}
+
+/// Refuses `from` or `to` when it is not a full object id (before any git
+/// reads it as something else).
+fn check_tree_ids(from: &str, to: &str) -> Result<(), CheckpointError> {
+    match [from, to].into_iter().find(|tree| !is_object_id(tree)) {
+        Some(tree) => Err(CheckpointError::Output {
+            command: "diff-tree".to_owned(),
+            detail: format!("{tree:?} is not a tree id"),
+        }),
+        None => Ok(()),
     }
 }
 
