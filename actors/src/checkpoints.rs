@@ -1,5 +1,7 @@
-//! The checkpoints of one run: the project's checkpoint store, opened by the
-//! first turn that needs it, the snapshots the agents' loops ask for
+//! The checkpoints of one run: the project's checkpoint store, opened (and
+//! created, the first time) in the background at the run's first model
+//! request, so that the first turn that changes files does not wait for
+//! it, the snapshots the agents' loops ask for
 //! ([`troupe_agent::Effect::Checkpoint`]), and the one a run that took any
 //! makes when it ends (the files as the run left them, so that later
 //! changes made outside Troupe can be told apart from the run's own).
@@ -24,18 +26,38 @@ pub(crate) struct RunCheckpoints {
     store: OnceCell<Arc<CheckpointStore>>,
     /// A snapshot of this run succeeded.
     taken: AtomicBool,
+    /// The store's opening was started ahead of the first snapshot.
+    prepared: AtomicBool,
 }
 
 impl RunCheckpoints {
     /// The checkpoints of a run in `project`, kept under the data directory
-    /// `home`; nothing is opened until the first snapshot.
+    /// `home`; nothing is opened until [`Self::prepare`] or the first
+    /// snapshot.
     pub(crate) fn new(home: PathBuf, project: PathBuf) -> Self {
         Self {
             home,
             project,
             store: OnceCell::new(),
             taken: AtomicBool::new(false),
+            prepared: AtomicBool::new(false),
         }
+    }
+
+    /// Opens the store (creating it the first time) in the background, once
+    /// per run, so that the first snapshot finds it ready: called at the
+    /// run's model requests. A failure is left for the snapshot to meet
+    /// and report.
+    pub(crate) fn prepare(self: &Arc<Self>) {
+        if self.prepared.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        let checkpoints = Arc::clone(self);
+        tokio::spawn(async move {
+            if let Err(err) = checkpoints.store().await {
+                tracing::debug!(%err, "the checkpoint store could not be opened ahead");
+            }
+        });
     }
 
     async fn store(&self) -> Result<&Arc<CheckpointStore>, troupe_checkpoint::CheckpointError> {
@@ -108,5 +130,42 @@ fn taken(checkpoint: &Checkpoint) -> CheckpointTaken {
         commit: checkpoint.commit.clone(),
         unchanged: checkpoint.record.unchanged,
         skipped: checkpoint.record.skipped.len() as u64,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn the_store_is_made_ahead_once_and_the_first_snapshot_finds_it() {
+        let base = tempfile::tempdir().unwrap();
+        let (home, project) = (base.path().join("home"), base.path().join("project"));
+        std::fs::create_dir_all(&project).unwrap();
+        std::fs::write(project.join("a.txt"), "a\n").unwrap();
+        let checkpoints = Arc::new(RunCheckpoints::new(home.clone(), project.clone()));
+        checkpoints.prepare();
+        checkpoints.prepare();
+        // The opening started ahead is the one every later use waits for.
+        let store = checkpoints.store().await.unwrap();
+        assert!(CheckpointStore::exists(&home, &project));
+        assert!(
+            store.checkpoints("s1").await.unwrap().is_empty(),
+            "opening takes no checkpoint"
+        );
+        assert!(
+            !checkpoints.needs_run_end(),
+            "a run that took no snapshot records no end"
+        );
+        let meta = SnapshotMeta {
+            session: "s1".into(),
+            run: "r1".into(),
+            turn: 1,
+            agent_path: "main".into(),
+            ..SnapshotMeta::default()
+        };
+        let recorded = checkpoints.snapshot(meta).await.unwrap().await.unwrap();
+        assert_eq!(recorded.number, 1);
+        assert!(checkpoints.needs_run_end());
     }
 }

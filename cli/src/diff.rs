@@ -203,6 +203,45 @@ pub(crate) fn unified_diff(
     out
 }
 
+/// git's unified patch of one file (from its header lines on, as the
+/// checkpoint library gives it) as diff lines: its `---`/`+++` lines, its
+/// other header lines (modes) and hunk headers as headers, and each line of
+/// its hunks; at most `max_lines` lines of hunks, the rest counted. Pure.
+pub(crate) fn patch_lines(patch: &str, max_lines: usize) -> Vec<DiffLine> {
+    let mut out = Vec::new();
+    let mut body = Vec::new();
+    let mut in_hunks = false;
+    for line in patch.lines() {
+        if line.starts_with("@@") {
+            in_hunks = true;
+            body.push(DiffLine::Hunk(line.to_string()));
+            continue;
+        }
+        if !in_hunks {
+            if line.starts_with("--- ") || line.starts_with("+++ ") {
+                out.push(DiffLine::File(line.to_string()));
+            } else {
+                out.push(DiffLine::Hunk(line.to_string()));
+            }
+            continue;
+        }
+        let mut chars = line.chars();
+        body.push(match chars.next() {
+            Some('+') => DiffLine::Added(chars.as_str().to_string()),
+            Some('-') => DiffLine::Removed(chars.as_str().to_string()),
+            Some(' ') => DiffLine::Context(chars.as_str().to_string()),
+            _ => DiffLine::Hunk(line.to_string()),
+        });
+    }
+    if body.len() > max_lines {
+        let more = body.len() - max_lines;
+        body.truncate(max_lines);
+        body.push(DiffLine::More(more));
+    }
+    out.extend(body);
+    out
+}
+
 /// The diff as text, coloured (red removals, green additions, cyan hunk
 /// headers, bold file lines) when `color` is on. `clean` makes each line's
 /// text safe for the terminal.
@@ -284,6 +323,28 @@ mod tests {
         let new: String = (0..50).map(|n| format!("{n}\n")).collect();
         let lines = unified_diff("f", "", &new, 3, 10);
         assert_eq!(lines.last(), Some(&DiffLine::More(41)));
+    }
+
+    #[test]
+    fn a_patch_of_git_is_read_into_lines_and_cut() {
+        let patch = "new file mode 100644\n--- /dev/null\n+++ b/a\n@@ -0,0 +1,3 @@\n+--- x\n+two\n three\n\\ No newline at end of file\n";
+        assert_eq!(
+            patch_lines(patch, 10),
+            [
+                DiffLine::Hunk("new file mode 100644".into()),
+                DiffLine::File("--- /dev/null".into()),
+                DiffLine::File("+++ b/a".into()),
+                DiffLine::Hunk("@@ -0,0 +1,3 @@".into()),
+                DiffLine::Added("--- x".into()),
+                DiffLine::Added("two".into()),
+                DiffLine::Context("three".into()),
+                DiffLine::Hunk("\\ No newline at end of file".into()),
+            ]
+        );
+        let cut = patch_lines(patch, 2);
+        assert_eq!(cut.len(), 6);
+        assert_eq!(cut[5], DiffLine::More(3));
+        assert!(patch_lines("", 5).is_empty());
     }
 
     #[test]

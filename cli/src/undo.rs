@@ -896,6 +896,42 @@ async fn run_files(
     Ok(listed)
 }
 
+/// The patch of each file run `run` of `session` changed, from its
+/// checkpoints: from the files before its first checkpoint to the files as
+/// it left them (its `run end` record, else the next record, else the work
+/// tree, staged without making a checkpoint), within `limits`. `None` when
+/// the project has no checkpoint store or the run took no checkpoint.
+pub(crate) async fn run_patches(
+    store: &Store,
+    data_dir: &Path,
+    session: &str,
+    run: &str,
+    limits: troupe_checkpoint::PatchLimits,
+) -> Result<Option<troupe_checkpoint::FilePatches>, String> {
+    let project = session_project(store, session).map_err(|(_, why)| why)?;
+    let Some((checkpoints_store, checkpoints)) = session_checkpoints(data_dir, &project, session)
+        .await
+        .map_err(|(_, why)| why)?
+    else {
+        return Ok(None);
+    };
+    let Some((from, to)) = run_span(&checkpoints, run) else {
+        return Ok(None);
+    };
+    let to = match to {
+        Some(at) => checkpoints[at].tree().to_owned(),
+        None => checkpoints_store
+            .work_tree_id()
+            .await
+            .map_err(|err| err.to_string())?,
+    };
+    checkpoints_store
+        .file_patches(checkpoints[from].tree(), &to, &[], limits)
+        .await
+        .map(Some)
+        .map_err(|err| err.to_string())
+}
+
 /// The positions of run `run`'s first checkpoint and of the record of the
 /// files as it left them (its `run end`, else the record after its last;
 /// `None`: the work tree); `None` when the run took none. Pure.

@@ -417,6 +417,9 @@ impl AgentState {
                 request,
                 span,
             } => {
+                if let Some(checkpoints) = &self.env.checkpoints {
+                    checkpoints.prepare();
+                }
                 let cancel = self.epoch_token(epoch);
                 let span = self.spans.get(span);
                 stream::start(

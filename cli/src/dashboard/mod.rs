@@ -14,6 +14,7 @@
 pub(crate) mod access;
 pub(crate) mod command;
 pub(crate) mod costs;
+pub(crate) mod feed;
 pub(crate) mod markdown;
 pub(crate) mod model;
 pub(crate) mod pages;
@@ -38,7 +39,7 @@ use troupe_protocol::events::ApprovalOutcome;
 use troupe_store::{RunRecord, SessionMeta, Store};
 
 use self::access::{Access, SessionView};
-use self::model::{ChangeSource, FromToolCalls, RunView};
+use self::model::{ChangeSource, FilesShown, FromCheckpoints, FromToolCalls, RunView};
 use self::pages::RunRow;
 use crate::daemon::api::ApiState;
 use crate::daemon::{guard, peer, server};
@@ -85,6 +86,7 @@ pub(crate) struct DashboardState {
     access: Arc<Access>,
     tokens: Arc<tokens::RunTokens>,
     live_rows: Arc<tokens::SharedRows>,
+    feeds: Arc<feed::Feeds>,
 }
 
 /// The dashboard's routes, behind its guard and headers, for the daemon's
@@ -95,6 +97,7 @@ pub(crate) fn router(api: ApiState) -> Router {
         access: Arc::default(),
         tokens: Arc::default(),
         live_rows: Arc::default(),
+        feeds: Arc::default(),
     };
     Router::new()
         .route("/", get(runs_list))
@@ -500,12 +503,11 @@ fn find_run(store: &Store, given: &str) -> Result<RunRecord, PageError> {
         .ok_or_else(|| not_found(&format!("no run {id}")))
 }
 
-/// The state panel of a run.
 /// The writing calls a page has read so far, by id.
 type KnownCalls = HashMap<String, troupe_protocol::model::ToolCall>;
 
-/// The state panel of a run. The sessions are read for the arguments of
-/// writing calls only when a changed file names a call not in `known`.
+/// The state panel of a run. Its files come from the run's checkpoints,
+/// else from its tool calls (see [`tool_call_files`]).
 async fn state_panel(
     state: &DashboardState,
     run: &RunRecord,
@@ -526,6 +528,81 @@ async fn state_panel(
         Some(status) => status.as_str(),
         None => run.status.as_str(),
     };
+    let files = match checkpoint_patches(state, run).await {
+        Ok(Some(patches)) => FilesShown {
+            files: FromCheckpoints { patches: &patches }.changed_files(view),
+            note: (patches.omitted > 0)
+                .then(|| format!("{} more files changed, not listed.", patches.omitted)),
+        },
+        Ok(None) => FilesShown {
+            files: tool_call_files(state, run, view, known),
+            note: None,
+        },
+        Err(why) => FilesShown {
+            files: tool_call_files(state, run, view, known),
+            note: Some(format!(
+                "The checkpoints could not be read ({why}): these are the files the tool calls wrote."
+            )),
+        },
+    };
+    // A plan the session had before this run still shows until the run
+    // changes it.
+    if view.plan.is_none()
+        && let Ok(Some(stored)) = state.api.store.task_plan(&run.session_id)
+        && !stored.plan.is_empty()
+    {
+        let mut with_plan = view.clone();
+        with_plan.plan = Some((stored.explanation, stored.plan));
+        return pages::run_state(&run.run_id, status, &with_plan, &phases, &files);
+    }
+    pages::run_state(&run.run_id, status, view, &phases, &files)
+}
+
+/// How long a run page waits for the checkpoint store before it shows the
+/// files the tool calls wrote instead.
+pub(crate) const CHECKPOINT_READ_LIMIT: Duration = Duration::from_secs(2);
+
+/// The patches of the files run `run` changed, from its checkpoints
+/// (`None`: it took none, or checkpoints are off). Read in a task of its
+/// own, waited for at most [`CHECKPOINT_READ_LIMIT`]: a slow store is an
+/// error here, and the read ends on its own (only reads; the store's lock
+/// is held for its git commands alone).
+async fn checkpoint_patches(
+    state: &DashboardState,
+    run: &RunRecord,
+) -> Result<Option<troupe_checkpoint::FilePatches>, String> {
+    let (store, data_dir) = (state.api.store.clone(), state.api.data_dir.clone());
+    let (session, run_id) = (run.session_id.clone(), run.run_id.clone());
+    let read = tokio::spawn(async move {
+        crate::undo::run_patches(
+            &store,
+            &data_dir,
+            &session,
+            &run_id,
+            troupe_checkpoint::PatchLimits::default(),
+        )
+        .await
+    });
+    match tokio::time::timeout(CHECKPOINT_READ_LIMIT, read).await {
+        Ok(Ok(read)) => read,
+        Ok(Err(err)) => Err(err.to_string()),
+        Err(_) => Err(format!(
+            "no answer within {} s",
+            CHECKPOINT_READ_LIMIT.as_secs()
+        )),
+    }
+    .inspect_err(|why| tracing::debug!(%why, "the run's checkpoints could not be read"))
+}
+
+/// The files the run's writing tool calls named, each with the diff of
+/// what its calls changed. The sessions are read for the calls' arguments
+/// only when a file names a call not in `known`.
+fn tool_call_files(
+    state: &DashboardState,
+    run: &RunRecord,
+    view: &RunView,
+    known: &mut KnownCalls,
+) -> Vec<model::ChangedFile> {
     let mut files = FromToolCalls.changed_files(view);
     let unknown = files
         .iter()
@@ -538,17 +615,7 @@ async fn state_panel(
         }
     }
     model::attach_diffs(&mut files, known);
-    // A plan the session had before this run still shows until the run
-    // changes it.
-    if view.plan.is_none()
-        && let Ok(Some(stored)) = state.api.store.task_plan(&run.session_id)
-        && !stored.plan.is_empty()
-    {
-        let mut with_plan = view.clone();
-        with_plan.plan = Some((stored.explanation, stored.plan));
-        return pages::run_state(&run.run_id, status, &with_plan, &phases, &files);
-    }
-    pages::run_state(&run.run_id, status, view, &phases, &files)
+    files
 }
 
 /// The tool calls of a run's sessions (its own and those it made for its
@@ -629,9 +696,9 @@ struct LiveQuery {
     from: Option<u64>,
 }
 
-/// A run's live view: each event's transcript entry (`entry`), and the
-/// state panel again (`state`) when an event changed it. Follows the run
-/// through the runtime's bounded subscription.
+/// A run's live view: the transcript's entries (`entry`), and the state
+/// panel again (`state`) when events changed it, from the run's feed
+/// ([`feed`]), shared by every page open on the run.
 async fn run_live(
     State(state): State<DashboardState>,
     Path(given): Path<String>,
@@ -639,66 +706,7 @@ async fn run_live(
 ) -> Result<Response, PageError> {
     let run = find_run(&state.api.store, &given)?;
     let from = query.from.unwrap_or(1).max(1);
-    let before: Vec<_> = state
-        .api
-        .store
-        .events(&run.run_id, 1)
-        .map_err(store_problem)?
-        .into_iter()
-        .filter(|event| event.seq < from)
-        .collect();
-    let view = RunView::of(&before);
-    let subscription = state
-        .api
-        .runtime
-        .subscribe(&run.run_id, from)
-        .await
-        .map_err(|err| not_found(&err.to_string()))?;
-    let open = state.api.activity.stream_opened();
-    let stream = futures::stream::unfold(
-        (
-            subscription,
-            view,
-            std::collections::VecDeque::<Event>::new(),
-            KnownCalls::new(),
-            open,
-        ),
-        move |(mut subscription, mut view, mut queued, mut known, open)| {
-            let (state, run) = (state.clone(), run.clone());
-            async move {
-                loop {
-                    if let Some(event) = queued.pop_front() {
-                        return Some((
-                            Ok::<_, Infallible>(event),
-                            (subscription, view, queued, known, open),
-                        ));
-                    }
-                    let event = subscription.recv().await?;
-                    let new_lane = view.lane_of(&event.agent_path).is_none();
-                    if view.apply(&event) {
-                        let panel = state_panel(&state, &run, &view, &mut known)
-                            .await
-                            .into_string();
-                        queued.push_back(Event::default().event("state").data(sse_html(&panel)));
-                    }
-                    let entry = pages::transcript_entry(&event);
-                    if let Some(lane) = view.lane_of(&event.agent_path)
-                        && (new_lane || entry.is_some())
-                    {
-                        let html = pages::live_entry(lane, &event.agent_path, new_lane, entry);
-                        queued.push_back(
-                            Event::default()
-                                .event("entry")
-                                .data(sse_html(&html.into_string())),
-                        );
-                    }
-                }
-            }
-        },
-    );
-    Ok(Sse::new(stream)
-        .keep_alive(KeepAlive::new().interval(Duration::from_secs(15)))
-        .into_response())
+    feed::page_stream(&state, &run, from).await
 }
 
 /// The Jaeger page of `trace_id` when spans are exported over OTLP: the

@@ -59,11 +59,16 @@ pub(crate) struct PendingApproval {
     pub always_rule: Option<String>,
 }
 
-/// A file a tool call of the run wrote.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// A file the run changed.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub(crate) struct ChangedFile {
-    /// The path as the call named it.
+    /// The path as the call named it, or relative to the project.
     pub path: String,
+    /// How it changed (`added`, `removed`, `modified`), where the
+    /// checkpoints tell.
+    pub change: Option<&'static str>,
+    /// Why no diff is shown (a binary or too large file).
+    pub note: Option<String>,
     /// The tools that wrote it, in order.
     pub tools: Vec<String>,
     /// The agents that wrote it.
@@ -73,6 +78,16 @@ pub(crate) struct ChangedFile {
     /// What each call changed, as diff lines, where the call's arguments
     /// are known (see [`attach_diffs`]).
     pub diffs: Vec<Vec<crate::diff::DiffLine>>,
+}
+
+/// The files a run page shows, and a note on where they come from when it
+/// is not the checkpoints (their store failed or was slow to answer).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct FilesShown {
+    /// The files.
+    pub files: Vec<ChangedFile>,
+    /// Why they come from the tool calls although checkpoints exist.
+    pub note: Option<String>,
 }
 
 /// Fills in each file's diffs from the arguments of the calls that wrote
@@ -109,8 +124,8 @@ pub(crate) fn attach_diffs(
     }
 }
 
-/// Where the list of a run's changed files comes from. The tool calls are
-/// one source; checkpoint diffs are another, plugged in where they exist.
+/// Where the list of a run's changed files comes from: the checkpoints
+/// where the run took any, otherwise its tool calls.
 pub(crate) trait ChangeSource {
     /// The files the run changed.
     fn changed_files(&self, run: &RunView) -> Vec<ChangedFile>;
@@ -123,6 +138,72 @@ impl ChangeSource for FromToolCalls {
     fn changed_files(&self, run: &RunView) -> Vec<ChangedFile> {
         run.written.values().cloned().collect()
     }
+}
+
+/// The changed files the run's checkpoints hold: every file that differs
+/// from before its first checkpoint to the files as it left them, whatever
+/// changed it (a `bash` command's files too), each with git's patch. The
+/// tools and agents are those of the run's writing calls that named the
+/// file, where any did.
+pub(crate) struct FromCheckpoints<'a> {
+    /// The patches read from the checkpoint store.
+    pub patches: &'a troupe_checkpoint::FilePatches,
+}
+
+impl ChangeSource for FromCheckpoints<'_> {
+    fn changed_files(&self, run: &RunView) -> Vec<ChangedFile> {
+        use troupe_checkpoint::{ChangeKind, PatchBody};
+        self.patches
+            .files
+            .iter()
+            .map(|patch| {
+                let path = patch.path.to_string_lossy().into_owned();
+                let written = run
+                    .written
+                    .get(&path)
+                    .or_else(|| {
+                        run.written
+                            .iter()
+                            .find(|(named, _)| same_file(named, &path))
+                            .map(|(_, file)| file)
+                    })
+                    .cloned()
+                    .unwrap_or_default();
+                let (diffs, note) = match &patch.body {
+                    PatchBody::Text { patch } => (
+                        vec![crate::diff::patch_lines(patch, crate::diff::MAX_DIFF_LINES)],
+                        None,
+                    ),
+                    PatchBody::Binary => (Vec::new(), Some("binary".to_string())),
+                    PatchBody::TooLarge { bytes } => (
+                        Vec::new(),
+                        Some(format!("too large to show ({bytes} bytes)")),
+                    ),
+                };
+                ChangedFile {
+                    path,
+                    change: Some(match patch.kind {
+                        ChangeKind::Added => "added",
+                        ChangeKind::Removed => "removed",
+                        ChangeKind::Modified => "modified",
+                    }),
+                    note,
+                    diffs,
+                    ..written
+                }
+            })
+            .collect()
+    }
+}
+
+/// Whether a path a tool call named (relative, `./`-prefixed or absolute)
+/// is the file at `relative` in the project. Pure.
+pub(crate) fn same_file(named: &str, relative: &str) -> bool {
+    let named = named.trim_start_matches("./");
+    named == relative
+        || named
+            .strip_suffix(relative)
+            .is_some_and(|head| head.ends_with('/'))
 }
 
 /// The tools that write the file their target names.
@@ -257,10 +338,7 @@ impl RunView {
                                 .entry(target.clone())
                                 .or_insert_with(|| ChangedFile {
                                     path: target,
-                                    tools: Vec::new(),
-                                    agents: Vec::new(),
-                                    calls: Vec::new(),
-                                    diffs: Vec::new(),
+                                    ..ChangedFile::default()
                                 });
                         file.tools.push(name);
                         file.calls.push(call_id.clone());
@@ -300,6 +378,9 @@ impl RunView {
                 }
                 false
             }
+            // The files a checkpoint holds may have changed (a command's
+            // too).
+            EventKind::CheckpointCreated { .. } => true,
             EventKind::PlanUpdated { explanation, plan } => {
                 self.plan = Some((explanation.clone(), plan.clone()));
                 true
@@ -351,6 +432,52 @@ mod tests {
                 },
             ),
         ]
+    }
+
+    #[test]
+    fn checkpoint_files_name_every_change_and_the_calls_that_wrote_some() {
+        use troupe_checkpoint::{ChangeKind, FilePatch, FilePatches, PatchBody};
+        let view = RunView::of(&tool(1, "main", "c1", "write_file", "./notes.txt"));
+        let patch = |path: &str, kind, body| FilePatch {
+            path: path.into(),
+            kind,
+            body,
+        };
+        let patches = FilePatches {
+            files: vec![
+                patch(
+                    "notes.txt",
+                    ChangeKind::Added,
+                    PatchBody::Text {
+                        patch: "--- /dev/null\n+++ b/notes.txt\n@@ -0,0 +1 @@\n+one\n".into(),
+                    },
+                ),
+                patch("gone.bin", ChangeKind::Removed, PatchBody::Binary),
+                patch(
+                    "big.txt",
+                    ChangeKind::Modified,
+                    PatchBody::TooLarge { bytes: 9 },
+                ),
+            ],
+            omitted: 0,
+        };
+        let files = FromCheckpoints { patches: &patches }.changed_files(&view);
+        assert_eq!(files.len(), 3);
+        assert_eq!(files[0].change, Some("added"));
+        assert_eq!(
+            (files[0].tools.clone(), files[0].agents.clone()),
+            (vec!["write_file".to_string()], vec!["main".to_string()])
+        );
+        assert!(files[0].diffs[0].contains(&crate::diff::DiffLine::Added("one".into())));
+        assert_eq!(files[1].note.as_deref(), Some("binary"));
+        assert!(files[1].tools.is_empty() && files[1].diffs.is_empty());
+        assert_eq!(
+            files[2].note.as_deref(),
+            Some("too large to show (9 bytes)")
+        );
+        assert!(same_file("/work/p/src/a.rs", "src/a.rs"));
+        assert!(!same_file("/work/p/xsrc/a.rs", "src/a.rs"));
+        assert!(!same_file("a.rs.bak", "a.rs"));
     }
 
     #[test]

@@ -14,7 +14,7 @@ use troupe_protocol::model::{ContentBlock, Message, Role};
 use troupe_store::{RunRecord, SessionMeta, short_id};
 use troupe_telemetry::SpanStatus;
 
-use super::model::{ChangedFile, RunView};
+use super::model::{FilesShown, RunView};
 use super::waterfall::Row;
 
 /// Text from outside, with terminal controls made harmless (escaping for
@@ -386,7 +386,7 @@ pub(crate) fn run_state(
     status: &str,
     view: &RunView,
     phases: &[AgentStatus],
-    files: &[ChangedFile],
+    files: &FilesShown,
 ) -> Markup {
     let running = view.finished.is_none() && status == "running";
     html! {
@@ -449,10 +449,16 @@ pub(crate) fn run_state(
         }
         section.files {
             h2 { "Files changed" }
-            @if files.is_empty() { p.none { "None so far." } }
-            ul { @for file in files {
+            @if let Some(note) = &files.note { p.note { (clean(note)) } }
+            @if files.files.is_empty() { p.none { "None so far." } }
+            ul { @for file in &files.files {
                 li {
-                    code { (clean(&file.path)) } " · " (file.tools.join(", ")) " by " (file.agents.join(", "))
+                    code { (clean(&file.path)) }
+                    @if let Some(change) = file.change { " · " (change) }
+                    @if !file.tools.is_empty() {
+                        " · " (file.tools.join(", ")) " by " (file.agents.join(", "))
+                    }
+                    @if let Some(note) = &file.note { " · " (note) }
                     @for diff in &file.diffs { (diff_view(diff)) }
                 }
             } }

@@ -14,7 +14,11 @@
 //! page; the live streams send the runs table and a run's entries; a run
 //! shows its plan, and a later run of the session the plan it had; the runs
 //! list shows tokens, the run page a changed file's diff, the costs page the
-//! run.
+//! run; the files a run changed come from its checkpoints (a command's
+//! removal and creation too), from its tool calls without checkpoints, and
+//! from its tool calls with a note when the checkpoint store fails; pages
+//! open on one run share its feed and each ends with the exact streamed
+//! text.
 
 use serde_json::json;
 use troupe_scripted::{Script, ScriptedServer, text, tool_call};
@@ -677,6 +681,90 @@ async fn the_live_streams_send_the_runs_table_and_a_runs_events() {
     assert!(text.contains("&lt;b") && !text.contains("<b>"), "{live:?}");
 }
 
+/// The text of a live stream's text pieces, joined, unescaped.
+fn streamed_text(events: &[(String, String)]) -> String {
+    let mut text = String::new();
+    for (_, data) in events.iter().filter(|(name, _)| name == "entry") {
+        for piece in data
+            .split("<span class=\"text\" data-agent=\"main\">")
+            .skip(1)
+        {
+            let end = piece.find("</span>").unwrap();
+            text.push_str(&piece[..end]);
+        }
+    }
+    text.replace("&lt;", "<")
+        .replace("&gt;", ">")
+        .replace("&quot;", "\"")
+        .replace("&amp;", "&")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pages_open_on_one_run_share_its_feed_and_each_ends_with_the_exact_text() {
+    let words: String = (0..400).map(|n| format!("w{n} <&> ")).collect();
+    let script = Script::new()
+        .then(tool_call(
+            "write_file",
+            json!({"path": "a.txt", "content": "a\n"}),
+        ))
+        .then(text(words.clone()).with_chunk_chars(3));
+    let server = ScriptedServer::start(script).await.unwrap();
+    let env = Env::new();
+    let daemon = Daemon::start(&env, &server);
+    let browser = Browser::log_in(&env, &daemon).await;
+    let (run_id, _) = daemon
+        .submit(json!({"prompt": "write", "cwd": env.root(), "interactive": true}))
+        .await;
+    let asked = daemon
+        .events(&run_id, None, |events| {
+            events
+                .iter()
+                .any(|(_, e)| e["type"] == "approval_requested")
+        })
+        .await;
+    let (seq, request) = asked.last().unwrap();
+    let approval_id = request["approval_id"].as_str().unwrap().to_string();
+    let finished = |events: &[(String, String)]| {
+        events
+            .iter()
+            .any(|(name, data)| name == "entry" && data.contains("class=\"entry finished\""))
+    };
+    // Pages joining at the start and at the approval, and more of them
+    // following the same feed.
+    let paths: Vec<String> = [1, seq + 1, seq + 1, 1]
+        .iter()
+        .map(|from| format!("/runs/{run_id}/live?from={from}"))
+        .collect();
+    let follows = futures::future::join_all(
+        paths
+            .iter()
+            .map(|path| live_events(&browser, path, finished)),
+    );
+    // The answer races the pages' joining: each page ends with the whole
+    // text wherever it joined.
+    let answer = async {
+        browser
+            .post(
+                &format!("/runs/{run_id}/approvals/{approval_id}"),
+                "outcome=allow",
+            )
+            .await
+    };
+    let (pages, answered) = tokio::join!(follows, answer);
+    assert_eq!(answered.status, 200);
+    for (path, live) in paths.iter().zip(&pages) {
+        assert_eq!(streamed_text(live), words, "{path}");
+        let pieces = live
+            .iter()
+            .map(|(_, data)| data.matches("class=\"text\"").count())
+            .sum::<usize>();
+        assert!(
+            pieces < words.chars().count() / 3,
+            "{path}: the deltas were gathered ({pieces} pieces)"
+        );
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_agent_is_cancelled_from_the_dashboard_and_the_run_goes_on() {
     let script = Script::new()
@@ -816,4 +904,118 @@ async fn troupe_dashboard_starts_the_daemon_when_none_runs() {
     .await;
     assert_eq!(login.status, 204, "{}", login.text());
     crate::support::stop_daemon(&env.data_dir());
+}
+
+/// The part of a run page that lists the files the run changed.
+fn files_section(page: &str) -> &str {
+    let start = page
+        .find("<section class=\"files\">")
+        .unwrap_or_else(|| panic!("no files section: {page}"));
+    let end = page[start..].find("</section>").unwrap() + start;
+    &page[start..end]
+}
+
+/// A run that removes a file and creates another with `bash`, then writes
+/// one with `write_file`.
+fn changing_script() -> Script {
+    Script::new()
+        .then(tool_call(
+            "bash",
+            json!({"command": "rm old.txt && printf '<script>alert(6)</script>\\n' > $'evil\\e[2J<b>.txt'"}),
+        ))
+        .then(tool_call(
+            "write_file",
+            json!({"path": "notes.txt", "content": "one\n"}),
+        ))
+        .then(text("done"))
+}
+
+/// Runs [`changing_script`] in a project holding `old.txt`; the run page.
+async fn changed_files_page(env: &Env) -> String {
+    std::fs::write(env.root().join("old.txt"), "the old line\n").unwrap();
+    let server = ScriptedServer::start(changing_script()).await.unwrap();
+    let daemon = Daemon::start(env, &server);
+    let browser = Browser::log_in(env, &daemon).await;
+    let (run_id, _) = daemon
+        .submit(json!({"prompt": "change files", "cwd": env.root(), "mode": "bypass"}))
+        .await;
+    let events = daemon.events(&run_id, None, |_| false).await;
+    assert_eq!(events.last().unwrap().1["status"], "finished", "{events:?}");
+    assert!(!env.root().join("old.txt").exists());
+    browser.get(&format!("/runs/{run_id}")).await.text()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_files_a_run_changed_come_from_its_checkpoints_commands_included() {
+    let env = Env::new();
+    let page = changed_files_page(&env).await;
+    let files = files_section(&page);
+    assert_inert(files, "files");
+    // The command's removal and creation, each with its diff.
+    assert!(files.contains("<code>old.txt</code> · removed"), "{files}");
+    assert!(files.contains("-the old line"), "{files}");
+    assert!(
+        files.contains("<code>evil&lt;b&gt;.txt</code> · added"),
+        "{files}"
+    );
+    assert!(
+        files.contains("+&lt;script&gt;alert(6)&lt;/script&gt;"),
+        "{files}"
+    );
+    // The call's file, with the tool and agent that wrote it.
+    assert!(
+        files.contains("<code>notes.txt</code> · added · write_file by main"),
+        "{files}"
+    );
+    assert!(files.contains("+one"), "{files}");
+    assert!(!files.contains("could not be read"), "{files}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_checkpoints_the_files_come_from_the_tool_calls() {
+    let env = Env::new();
+    env.write_user_config("[checkpoints]\nenabled = false\n");
+    let page = changed_files_page(&env).await;
+    let files = files_section(&page);
+    assert!(
+        files.contains("<code>notes.txt</code> · write_file by main"),
+        "{files}"
+    );
+    assert!(files.contains("+one"), "{files}");
+    assert!(!files.contains("old.txt"), "{files}");
+    assert!(!files.contains("evil"), "{files}");
+    assert!(!files.contains("could not be read"), "{files}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_checkpoint_store_that_fails_shows_the_tool_calls_with_a_note() {
+    let env = Env::new();
+    std::fs::write(env.root().join("old.txt"), "the old line\n").unwrap();
+    let server = ScriptedServer::start(changing_script()).await.unwrap();
+    let daemon = Daemon::start(&env, &server);
+    let browser = Browser::log_in(&env, &daemon).await;
+    let (run_id, _) = daemon
+        .submit(json!({"prompt": "change files", "cwd": env.root(), "mode": "bypass"}))
+        .await;
+    daemon.events(&run_id, None, |_| false).await;
+    // The store's lock file can no longer be opened: every operation fails.
+    let store = std::fs::read_dir(env.data_dir().join("checkpoints"))
+        .unwrap()
+        .flatten()
+        .find(|entry| entry.path().extension().is_some_and(|ext| ext == "git"))
+        .unwrap()
+        .path();
+    std::fs::remove_file(store.join("troupe.lock")).unwrap();
+    std::fs::create_dir(store.join("troupe.lock")).unwrap();
+    let page = browser.get(&format!("/runs/{run_id}")).await.text();
+    let files = files_section(&page);
+    assert!(
+        files.contains("The checkpoints could not be read"),
+        "{files}"
+    );
+    assert!(
+        files.contains("<code>notes.txt</code> · write_file by main"),
+        "{files}"
+    );
+    assert!(!files.contains("old.txt"), "{files}");
 }

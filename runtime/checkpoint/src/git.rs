@@ -86,6 +86,35 @@ impl StoreGit {
         writes: Writes,
         index: Index,
     ) -> Result<Vec<u8>, CheckpointError> {
+        let command = self.command(args, writes, index);
+        output(command, args, stdin).await
+    }
+
+    /// Runs `git ARGS -- PATHS` on the store, reading its own index and
+    /// writing nothing but the store: each path is taken literally (no
+    /// wildcard, no magic), as the bytes it is; its standard output.
+    pub(crate) async fn run_on_paths(
+        &self,
+        args: &[&str],
+        paths: &[&std::ffi::OsStr],
+    ) -> Result<Vec<u8>, CheckpointError> {
+        let mut command = self.command(args, Writes::Store, Index::Own);
+        for name in [
+            "GIT_GLOB_PATHSPECS",
+            "GIT_NOGLOB_PATHSPECS",
+            "GIT_ICASE_PATHSPECS",
+        ] {
+            command.env_remove(name);
+        }
+        command
+            .env("GIT_LITERAL_PATHSPECS", "1")
+            .arg("--")
+            .args(paths);
+        output(command, args, None).await
+    }
+
+    /// The command `git ARGS` on the store.
+    fn command(&self, args: &[&str], writes: Writes, index: Index) -> tokio::process::Command {
         let mut writable = vec![self.git_dir.clone()];
         if writes == Writes::StoreAndWorkTree {
             writable.push(self.project.clone());
@@ -104,7 +133,7 @@ impl StoreGit {
             .env("GIT_WORK_TREE", &self.project)
             .env("GIT_INDEX_FILE", index_file)
             .envs(IDENTITY_ENV);
-        output(command, args, stdin).await
+        command
     }
 
     /// Creates the store: `git init --bare` of the store alone (git refuses

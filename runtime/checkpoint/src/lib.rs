@@ -8,7 +8,8 @@
 //! `refs/troupe/SESSION/N`, [`CheckpointStore::diff`] compares two
 //! checkpoints (or one with the work tree), [`CheckpointStore::restore`]
 //! makes the work tree equal to a checkpoint again (after taking a snapshot
-//! of what it replaces), [`CheckpointStore::changed_since`] says which files
+//! of what it replaces), [`CheckpointStore::file_patches`] reads the
+//! unified patches of the files two trees differ in (bounded), [`CheckpointStore::changed_since`] says which files
 //! changed outside, and [`CheckpointStore::size`],
 //! [`CheckpointStore::prune`] and [`CheckpointStore::remove_session`] bound
 //! the store.
@@ -36,7 +37,10 @@ pub mod skip;
 pub mod store;
 pub mod undo;
 
-pub use diff::{ChangeKind, CheckpointDiff, DiffTarget, FileChange};
+pub use diff::{
+    ChangeKind, CheckpointDiff, DiffTarget, FileChange, FilePatch, FilePatches, PatchBody,
+    PatchLimits,
+};
 pub use home::{HomeSweep, sweep_home};
 pub use record::{Checkpoint, CheckpointKind, CheckpointRecord, SnapshotMeta};
 pub use skip::{SkipReason, Skipped};

@@ -23,7 +23,10 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::{Mutex, MutexGuard};
 
 use crate::CheckpointError;
-use crate::diff::{CheckpointDiff, DiffTarget, FileChange, parse_changes};
+use crate::diff::{
+    CheckpointDiff, DiffTarget, FileChange, FilePatch, FilePatches, PatchBody, PatchLimits,
+    RawChange, is_binary_patch, parse_changes, parse_raw, split_patches,
+};
 use crate::git::{Index, StoreGit, Writes, one_line, user_tracked, user_untracked};
 use crate::record::{
     Checkpoint, CheckpointKind, CheckpointRecord, SnapshotMeta, check_session_id, decode_message,
@@ -271,20 +274,51 @@ impl CheckpointStore {
         Ok(store)
     }
 
+    /// Creates the store whole or not at all: it is made in a directory
+    /// beside it (`KEY.git.creating-PID`) and renamed into place, so a
+    /// process stopped halfway (a run ending while the store is made ahead
+    /// of its first snapshot) leaves no store without its settings. A
+    /// directory left so by a process that is gone is removed first; when
+    /// another process put the store in place meanwhile, that one is used.
     async fn create(&self) -> Result<(), CheckpointError> {
         let dir = &self.git.git_dir;
-        std::fs::create_dir_all(dir).map_err(io_error(dir))?;
-        self.git.init().await?;
-        let config = dir.join("config");
+        let parent = dir.parent().unwrap_or(dir);
+        std::fs::create_dir_all(parent).map_err(io_error(parent))?;
+        let name = dir
+            .file_name()
+            .map(|name| name.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        remove_abandoned_creations(parent, &name);
+        let staging = parent.join(format!("{name}{CREATING}{}", std::process::id()));
+        if staging.exists() {
+            std::fs::remove_dir_all(&staging).map_err(io_error(&staging))?;
+        }
+        std::fs::create_dir_all(&staging).map_err(io_error(&staging))?;
+        let made = StoreGit {
+            project: self.git.project.clone(),
+            index: staging.join("index"),
+            git_dir: staging.clone(),
+        };
+        made.init().await?;
+        let config = staging.join("config");
         let mut text = std::fs::read_to_string(&config).map_err(io_error(&config))?;
         text.push_str(STORE_CONFIG);
         std::fs::write(&config, text).map_err(io_error(&config))?;
-        let description = dir.join("description");
+        let description = staging.join("description");
         let about = format!(
             "Troupe checkpoints of {}\n",
             self.git.project.to_string_lossy()
         );
         std::fs::write(&description, about).map_err(io_error(&description))?;
+        if let Err(err) = std::fs::rename(&staging, dir) {
+            let _ = std::fs::remove_dir_all(&staging);
+            if !dir.join("HEAD").is_file() {
+                return Err(CheckpointError::Io {
+                    path: dir.clone(),
+                    source: err,
+                });
+            }
+        }
         tracing::debug!(store = %dir.display(), "checkpoint store created");
         Ok(())
     }
@@ -859,16 +893,154 @@ impl CheckpointStore {
         from: &str,
         to: &str,
     ) -> Result<CheckpointDiff, CheckpointError> {
-        for tree in [from, to] {
-            if !is_object_id(tree) {
-                return Err(CheckpointError::Output {
-                    command: "diff-tree".to_owned(),
-                    detail: format!("{tree:?} is not a tree id"),
-                });
-            }
-        }
+        check_tree_ids(from, to)?;
         let _op = self.begin().await?;
         self.diff_trees(from, to).await
+    }
+
+    /// The unified patch of each file that changed from the tree `from` to
+    /// the tree `to` (ids of this store's trees), or only of `paths` when
+    /// some are given, sorted by path. Bounded: at most
+    /// `limits.max_files` files (the others counted), and no file larger
+    /// than `limits.max_file_bytes` before or after is read (it is
+    /// [`PatchBody::TooLarge`]); a binary file is [`PatchBody::Binary`].
+    /// Reads only: no checkpoint, nothing written.
+    pub async fn file_patches(
+        &self,
+        from: &str,
+        to: &str,
+        paths: &[PathBuf],
+        limits: PatchLimits,
+    ) -> Result<FilePatches, CheckpointError> {
+        check_tree_ids(from, to)?;
+        let _op = self.begin().await?;
+        let path_args: Vec<&OsStr> = paths.iter().map(|path| path.as_os_str()).collect();
+        let raw = self
+            .git
+            .run_on_paths(
+                &[
+                    "diff-tree",
+                    "-r",
+                    "-z",
+                    "--raw",
+                    "--no-abbrev",
+                    "--no-renames",
+                    from,
+                    to,
+                ],
+                &path_args,
+            )
+            .await?;
+        let mut changes = parse_raw(&raw)?;
+        let omitted = changes.len().saturating_sub(limits.max_files);
+        changes.truncate(limits.max_files);
+        let sizes = self.blob_sizes(&changes).await?;
+        let mut readable = Vec::new();
+        let mut files = Vec::with_capacity(changes.len());
+        for (change, size) in changes.iter().zip(sizes) {
+            let body = if size > limits.max_file_bytes {
+                PatchBody::TooLarge { bytes: size }
+            } else {
+                readable.push(OsStr::from_bytes(&change.path));
+                PatchBody::Text {
+                    patch: String::new(),
+                }
+            };
+            files.push(FilePatch {
+                path: PathBuf::from(OsStr::from_bytes(&change.path)),
+                kind: change.kind,
+                body,
+            });
+        }
+        if !readable.is_empty() {
+            let patch = self
+                .git
+                .run_on_paths(
+                    &[
+                        "diff-tree",
+                        "-r",
+                        "-p",
+                        "--no-renames",
+                        "--no-color",
+                        "--no-ext-diff",
+                        "--no-textconv",
+                        from,
+                        to,
+                    ],
+                    &readable,
+                )
+                .await?;
+            // git writes the patches in the order of its raw listing, which
+            // `files` keeps until they are all read.
+            let patches = split_patches(&patch);
+            if patches.len() != readable.len() {
+                return Err(CheckpointError::Output {
+                    command: "diff-tree".to_owned(),
+                    detail: format!(
+                        "{} patches for {} changed files",
+                        patches.len(),
+                        readable.len()
+                    ),
+                });
+            }
+            let texts = files
+                .iter_mut()
+                .filter(|file| matches!(file.body, PatchBody::Text { .. }));
+            for (file, text) in texts.zip(patches) {
+                file.body = if is_binary_patch(&text) {
+                    PatchBody::Binary
+                } else {
+                    PatchBody::Text { patch: text }
+                };
+            }
+        }
+        files.sort_by(|a, b| a.path.cmp(&b.path));
+        Ok(FilePatches { files, omitted })
+    }
+
+    /// The larger size of each change's objects before and after (0 for a
+    /// gitlink, whose commit the store does not hold).
+    async fn blob_sizes(&self, changes: &[RawChange]) -> Result<Vec<u64>, CheckpointError> {
+        let mut asked = Vec::new();
+        for change in changes.iter().filter(|change| !change.is_gitlink()) {
+            for (_, id) in [&change.old, &change.new].into_iter().flatten() {
+                asked.extend_from_slice(id.as_bytes());
+                asked.push(b'\n');
+            }
+        }
+        let answer = if asked.is_empty() {
+            Vec::new()
+        } else {
+            self.git
+                .run(
+                    &["cat-file", "--batch-check=%(objectsize)"],
+                    Some(&asked),
+                    Writes::Store,
+                    Index::Own,
+                )
+                .await?
+        };
+        let text = String::from_utf8_lossy(&answer);
+        let mut answered = text.lines();
+        let mut sizes = Vec::with_capacity(changes.len());
+        for change in changes {
+            let mut size = 0;
+            if !change.is_gitlink() {
+                for _ in [&change.old, &change.new].into_iter().flatten() {
+                    let line = answered.next().unwrap_or_default();
+                    let bytes =
+                        line.trim()
+                            .parse::<u64>()
+                            .map_err(|_| CheckpointError::Output {
+                                command: "cat-file".to_owned(),
+                                detail: format!("expected a size, got {line:?}"),
+                            })?;
+                    size = size.max(bytes);
+                }
+            }
+            sizes.push(size);
+        }
+        Ok(sizes)
     }
 
     /// The bytes on disk of the objects `checkpoint` added to the store
@@ -1196,6 +1368,47 @@ impl CheckpointStore {
         op.wrote = true;
         op.heads().remove(session);
         Ok(refs.len())
+    }
+}
+
+/// What follows a store's directory name in the directory it is created
+/// in, before the creating process's id.
+const CREATING: &str = ".creating-";
+
+/// Removes the directories in `parent` where a process that is gone was
+/// creating the store `name` (`NAME.creating-PID`).
+fn remove_abandoned_creations(parent: &Path, name: &str) {
+    let Ok(entries) = std::fs::read_dir(parent) else {
+        return;
+    };
+    let prefix = format!("{name}{CREATING}");
+    for entry in entries.flatten() {
+        let file_name = entry.file_name();
+        let Some(pid) = file_name
+            .to_str()
+            .and_then(|file_name| file_name.strip_prefix(&prefix))
+            .and_then(|pid| pid.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        if Path::new("/proc").join(pid.to_string()).exists() {
+            continue;
+        }
+        if let Err(err) = std::fs::remove_dir_all(entry.path()) {
+            tracing::debug!(%err, "an abandoned checkpoint store could not be removed");
+        }
+    }
+}
+
+/// Refuses `from` or `to` when it is not a full object id (before any git
+/// reads it as something else).
+fn check_tree_ids(from: &str, to: &str) -> Result<(), CheckpointError> {
+    match [from, to].into_iter().find(|tree| !is_object_id(tree)) {
+        Some(tree) => Err(CheckpointError::Output {
+            command: "diff-tree".to_owned(),
+            detail: format!("{tree:?} is not a tree id"),
+        }),
+        None => Ok(()),
     }
 }
 

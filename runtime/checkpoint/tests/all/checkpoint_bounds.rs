@@ -144,3 +144,32 @@ async fn a_home_sweep_drops_orphans_then_the_oldest_sessions_of_every_store_neve
         .unwrap();
     assert!(first.read("f").starts_with("busy"));
 }
+
+#[tokio::test]
+async fn a_store_is_put_in_place_whole_and_an_abandoned_creation_is_removed() {
+    let project = Project::plain();
+    project.write("a.txt", "a\n");
+    drop(project.store().await);
+    let store_dir = project.store_dir();
+    let name = store_dir
+        .file_name()
+        .unwrap()
+        .to_string_lossy()
+        .into_owned();
+    // A process that is gone was creating it: its directory is left over.
+    std::fs::remove_dir_all(&store_dir).unwrap();
+    let abandoned = store_dir.with_file_name(format!("{name}.creating-4194399"));
+    std::fs::create_dir_all(abandoned.join("objects")).unwrap();
+
+    let store = project.store().await;
+    assert!(!abandoned.exists());
+    let config = std::fs::read_to_string(store_dir.join("config")).unwrap();
+    assert!(config.contains("auto = 0"), "{config}");
+    let siblings: Vec<String> = std::fs::read_dir(store_dir.parent().unwrap())
+        .unwrap()
+        .flatten()
+        .map(|entry| entry.file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(siblings, [name], "nothing but the store is left beside it");
+    assert_eq!(store.snapshot(meta("s1", 1)).await.unwrap().number, 1);
+}

@@ -2,6 +2,7 @@
 //! real git, temporary directories, no network.
 
 mod checkpoint_bounds;
+mod checkpoint_patches;
 mod checkpoint_restore;
 mod checkpoint_skips;
 mod checkpoint_support;
