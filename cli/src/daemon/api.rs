@@ -149,6 +149,14 @@ pub(crate) fn router(state: ApiState) -> Router {
         .route(&path(PRESENCE_PATH), get(hold_presence))
         .route(&path(STATUS_PATH), get(daemon_status))
         .route(&path(CLUSTER_PATH), get(cluster_status))
+        .route(
+            &path(super::cluster_ops::DRAIN_PATH),
+            post(super::cluster_ops::drain),
+        )
+        .route(
+            &path(super::cluster_ops::RESUME_PATH),
+            post(super::cluster_ops::resume),
+        )
         .fallback(|| async { ApiError::not_found("no such endpoint") })
         .layer(middleware::from_fn_with_state(state.clone(), guard_request))
         .with_state(state)

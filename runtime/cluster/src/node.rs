@@ -158,6 +158,11 @@ impl Cluster {
         &self.settings.node
     }
 
+    /// The connection to the server.
+    pub(crate) fn client(&self) -> &async_nats::Client {
+        &self.client
+    }
+
     /// The server's URL with its secret masked.
     pub fn masked_url(&self) -> &str {
         &self.masked_url

@@ -1,0 +1,247 @@
+//! Operating a cluster of nodes, end to end against real `nats-server`
+//! processes on loopback and `troupe serve --cluster` daemons.
+//!
+//! Covered: a client's secrets reach no message of any stream, bucket or
+//! subject (every message read raw from the server) while the run works
+//! with the node's own key; a drained node takes none of the runs submitted
+//! after the drain while its own run finishes, says so in `troupe cluster
+//! status`, and takes runs again after `--undo`.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+
+use futures::StreamExt;
+use serde_json::json;
+use troupe_scripted::{Script, ScriptedServer, text};
+use troupe_test_support::nats::NatsServer;
+use troupe_test_support::{Need, require};
+
+use crate::cluster::{job, node_of, three_nodes, troupe};
+use crate::daemon::Daemon;
+use crate::support::{self, Env};
+
+/// Every message published on the server while the returned guard lives,
+/// as `(subject, payload)`.
+async fn record_everything(
+    url: &str,
+) -> (
+    Arc<Mutex<Vec<(String, Vec<u8>)>>>,
+    tokio::task::JoinHandle<()>,
+) {
+    let client = async_nats::connect(url).await.unwrap();
+    let mut all = client.subscribe(">").await.unwrap();
+    client.flush().await.unwrap();
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let sink = seen.clone();
+    let task = tokio::spawn(async move {
+        let _client = client;
+        while let Some(message) = all.next().await {
+            let mut bytes = message.payload.to_vec();
+            if let Some(headers) = &message.headers {
+                for (name, values) in headers.iter() {
+                    for value in values {
+                        bytes.extend_from_slice(format!("{name}: {value}\n").as_bytes());
+                    }
+                }
+            }
+            sink.lock()
+                .unwrap()
+                .push((message.subject.to_string(), bytes));
+        }
+    });
+    (seen, task)
+}
+
+/// Every message every stream on the server holds (the buckets are streams
+/// too), read raw: `(stream, payload)`.
+async fn every_stored_message(url: &str) -> Vec<(String, Vec<u8>)> {
+    let client = async_nats::connect(url).await.unwrap();
+    let jetstream = async_nats::jetstream::new(client);
+    let names: Vec<String> = jetstream
+        .stream_names()
+        .map(|name| name.unwrap())
+        .collect()
+        .await;
+    let mut stored = Vec::new();
+    for name in names {
+        let mut stream = jetstream.get_stream(&name).await.unwrap();
+        let info = stream.info().await.unwrap();
+        for seq in info.state.first_sequence..=info.state.last_sequence {
+            if let Ok(message) = stream.get_raw_message(seq).await {
+                stored.push((name.clone(), message.payload.to_vec()));
+            }
+        }
+    }
+    stored
+}
+
+fn contains(haystack: &[u8], needle: &str) -> bool {
+    haystack
+        .windows(needle.len())
+        .any(|window| window == needle.as_bytes())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_clients_secrets_reach_no_message_and_the_run_uses_the_nodes_own_key() {
+    if !require(Need::NatsServer) {
+        return;
+    }
+    let nats = NatsServer::start(true, &[]);
+    let server = ScriptedServer::start(Script::new().then(text("answered")))
+        .await
+        .unwrap();
+    let (seen, recorder) = record_everything(&nats.url(None)).await;
+    let nodes: Vec<(Env, Daemon)> = ["n1", "n2"]
+        .into_iter()
+        .map(|name| {
+            let env = Env::new();
+            let daemon = Daemon::start_with(
+                &env,
+                Some(&server),
+                &["--cluster", &nats.url(None), "--node", name],
+            );
+            (env, daemon)
+        })
+        .collect();
+    let (env_a, a) = &nodes[0];
+    let client_home = tempfile::tempdir().unwrap();
+    let secrets = [
+        ("ANTHROPIC_API_KEY", "sk-ant-client-canary-1"),
+        ("GITHUB_TOKEN", "ghp-client-canary-2"),
+        ("DEPLOY_PASSWORD", "client-canary-3"),
+        ("aws_secret_access_key", "client-canary-4"),
+    ];
+    let mut client_env: BTreeMap<String, String> = secrets
+        .iter()
+        .map(|(name, value)| (name.to_string(), value.to_string()))
+        .collect();
+    client_env.insert("HOME".into(), client_home.path().display().to_string());
+    client_env.insert("PATH".into(), std::env::var("PATH").unwrap_or_default());
+    client_env.insert("ANTHROPIC_BASE_URL".into(), server.anthropic_base_url());
+    client_env.insert("VISIBLE_SETTING".into(), "plain-value".into());
+    let (run_id, _) = a
+        .submit(json!({"prompt": "keep my keys", "cwd": env_a.root(), "env": client_env}))
+        .await;
+    let events = a.events(&run_id, None, |_| false).await;
+    let (_, last) = events.last().unwrap();
+    assert_eq!(last["status"], "finished", "{events:?}");
+    assert_eq!(last["final_text"], "answered", "{events:?}");
+    // The model was called with the key of the node that ran the run.
+    let requests = server.requests();
+    assert!(!requests.is_empty());
+    for request in &requests {
+        let key = request
+            .headers
+            .iter()
+            .find(|(name, _)| name == "x-api-key")
+            .map(|(_, value)| value.as_str());
+        assert_eq!(key, Some("test-key"), "{:?}", request.headers);
+    }
+    // No secret in anything that went through the server or stays there.
+    let stored = every_stored_message(&nats.url(None)).await;
+    recorder.abort();
+    let passed = seen.lock().unwrap().clone();
+    assert!(
+        passed
+            .iter()
+            .any(|(subject, body)| subject == "troupe.submit"
+                && contains(body, "plain-value")
+                && contains(body, "ANTHROPIC_API_KEY")),
+        "the submission was seen, with its public environment and the names withheld"
+    );
+    assert!(
+        stored.iter().any(|(stream, _)| stream == "TROUPE_EVENTS"),
+        "the events were stored"
+    );
+    for (_, value) in secrets {
+        for (place, body) in passed.iter().chain(stored.iter()) {
+            assert!(!contains(body, value), "{value} in a message of {place}");
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_drained_node_takes_no_new_run_and_finishes_its_own() {
+    if !require(Need::NatsServer) {
+        return;
+    }
+    let nats = NatsServer::start(true, &[]);
+    let after: Vec<String> = (0..4).map(|i| format!("after-drain-{i}")).collect();
+    let script = after
+        .iter()
+        .fold(job(Script::new(), "long-job", "sleep 3"), |script, name| {
+            job(script, name, "echo ok")
+        });
+    let server = ScriptedServer::start(script).await.unwrap();
+    let mut nodes = three_nodes(&server, &nats.url(None));
+    drop(nodes.pop());
+    let (env_a, a) = &nodes[0];
+    let (long, _) = a
+        .submit(json!({"prompt": "long-job", "cwd": env_a.root(), "mode": "bypass"}))
+        .await;
+    let started = a
+        .events(&long, None, |events| {
+            events.iter().any(|(_, e)| e["type"] == "tool_started")
+        })
+        .await;
+    let runner = node_of(a, &long).await.unwrap();
+    let other = if runner == "n1" { "n2" } else { "n1" };
+    let via = &nodes[if runner == "n1" { 1 } else { 0 }].1;
+    // Drained through the API of the other node.
+    let drained = via
+        .call("POST", &format!("/v1/cluster/nodes/{runner}/drain"), None)
+        .await;
+    assert_eq!(drained.status, 200, "{}", drained.text());
+    let state = drained.json();
+    assert_eq!(state["draining"], true, "{state}");
+    assert_eq!(state["running"], json!([long]), "{state}");
+    let status = troupe(env_a, &["cluster", "status"]).await;
+    let stdout = support::text(&status.stdout);
+    assert!(
+        stdout
+            .lines()
+            .any(|line| line.starts_with(runner.as_str()) && line.contains(" draining ")),
+        "{stdout}"
+    );
+    let mut later = Vec::new();
+    for name in &after {
+        let (run_id, _) = a
+            .submit(json!({"prompt": name, "cwd": env_a.root(), "mode": "bypass"}))
+            .await;
+        later.push(run_id);
+    }
+    for run_id in &later {
+        let events = a.events(run_id, None, |_| false).await;
+        assert_eq!(events.last().unwrap().1["status"], "finished", "{events:?}");
+        assert_eq!(node_of(a, run_id).await.as_deref(), Some(other));
+    }
+    let (seen, _) = started.last().unwrap();
+    let rest = a.events(&long, Some(*seen), |_| false).await;
+    assert_eq!(rest.last().unwrap().1["status"], "finished", "{rest:?}");
+    assert_eq!(node_of(a, &long).await.as_deref(), Some(runner.as_str()));
+
+    // Unknown and malformed names are refused.
+    let unknown = a
+        .call("POST", "/v1/cluster/nodes/no-such-node/drain", None)
+        .await;
+    assert_eq!(unknown.status, 404, "{}", unknown.text());
+    let bad = a.call("POST", "/v1/cluster/nodes/a.b/drain", None).await;
+    assert_eq!(bad.status, 400, "{}", bad.text());
+    // `--undo` lets it take runs again.
+    let undone = troupe(env_a, &["cluster", "drain", &runner, "--undo"]).await;
+    assert!(undone.status.success(), "{}", support::describe(&undone));
+    assert!(
+        support::text(&undone.stdout).contains(&format!("node {runner} takes runs")),
+        "{}",
+        support::describe(&undone)
+    );
+    let status = a.call("GET", "/v1/cluster", None).await.json();
+    let record = status["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|node| node["node"] == runner.as_str())
+        .unwrap()
+        .clone();
+    assert_eq!(record["draining"], false, "{status}");
+}
