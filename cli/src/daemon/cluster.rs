@@ -73,6 +73,9 @@ pub(crate) fn settings(
         lease: file
             .lease_secs
             .map_or(troupe_cluster::settings::DEFAULT_LEASE, Duration::from_secs),
+        replicas: file
+            .replicas
+            .unwrap_or(troupe_cluster::replicas::DEFAULT_REPLICAS),
     })
 }
 
@@ -762,6 +765,8 @@ mod tests {
             url: Some("nats://file:4222".into()),
             credentials: Some("/c.creds".into()),
             lease_secs: Some(30),
+            replicas: Some(3),
+            file_repositories: None,
         };
         assert_eq!(
             settings(&ClusterFlags::default(), &Default::default(), "h", 1),
@@ -772,6 +777,7 @@ mod tests {
         assert_eq!(from_file.node, "box-lan-7");
         assert_eq!(from_file.capacity, 4);
         assert_eq!(from_file.lease, Duration::from_secs(30));
+        assert_eq!(from_file.replicas, 3);
         assert_eq!(
             from_file.credentials.as_deref(),
             Some(std::path::Path::new("/c.creds"))
@@ -791,5 +797,6 @@ mod tests {
             ("nats://flag:4222", "n1", 2)
         );
         assert_eq!(from_flags.lease, Duration::from_secs(15));
+        assert_eq!(from_flags.replicas, 1);
     }
 }

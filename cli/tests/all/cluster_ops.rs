@@ -5,7 +5,9 @@
 //! subject (every message read raw from the server) while the run works
 //! with the node's own key; a drained node takes none of the runs submitted
 //! after the drain while its own run finishes, says so in `troupe cluster
-//! status`, and takes runs again after `--undo`.
+//! status`, and takes runs again after `--undo`; on three NATS servers in
+//! a JetStream cluster every stream and bucket has three replicas, and
+//! with one server killed runs are still placed and finish.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -14,6 +16,7 @@ use futures::StreamExt;
 use serde_json::json;
 use troupe_scripted::{Script, ScriptedServer, text};
 use troupe_test_support::nats::NatsServer;
+use troupe_test_support::nats_cluster::NatsCluster;
 use troupe_test_support::{Need, require};
 
 use crate::cluster::{job, node_of, three_nodes, troupe};
@@ -244,4 +247,109 @@ async fn a_drained_node_takes_no_new_run_and_finishes_its_own() {
         .unwrap()
         .clone();
     assert_eq!(record["draining"], false, "{status}");
+}
+
+/// Submits a run to `node`, again while the cluster answers 503 (a stream
+/// electing a new leader), for at most 30 s.
+async fn submit_while_electing(node: &Daemon, body: serde_json::Value) -> String {
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let response = node.call("POST", "/v1/runs", Some(&body)).await;
+        if response.status == 201 {
+            return response.json()["run_id"].as_str().unwrap().to_string();
+        }
+        assert_eq!(response.status, 503, "{}", response.text());
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the cluster never took the run: {}",
+            response.text()
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn runs_are_placed_and_finish_with_one_of_three_nats_servers_killed() {
+    if !require(Need::NatsServer) {
+        return;
+    }
+    let mut servers = NatsCluster::start(3);
+    let names: Vec<String> = (0..4).map(|i| format!("replicated-{i}")).collect();
+    let script = names
+        .iter()
+        .fold(Script::new(), |script, name| job(script, name, "echo ok"));
+    let server = ScriptedServer::start(script).await.unwrap();
+    let nodes: Vec<(Env, Daemon)> = [("n1", 0), ("n2", 1)]
+        .into_iter()
+        .map(|(name, index)| {
+            let env = Env::new();
+            env.write_user_config("[cluster]\nreplicas = 3\n");
+            let daemon = Daemon::start_with(
+                &env,
+                Some(&server),
+                &["--cluster", &servers.url(index), "--node", name],
+            );
+            (env, daemon)
+        })
+        .collect();
+    let (env_a, a) = &nodes[0];
+    let body = |name: &str| json!({"prompt": name, "cwd": env_a.root(), "mode": "bypass"});
+    let first = submit_while_electing(a, body(&names[0])).await;
+    let events = a.events(&first, None, |_| false).await;
+    assert_eq!(events.last().unwrap().1["status"], "finished", "{events:?}");
+    // Every stream and bucket has three copies.
+    let client = async_nats::connect(servers.url(0)).await.unwrap();
+    let jetstream = async_nats::jetstream::new(client);
+    for name in troupe_cluster::replicas::cluster_streams() {
+        let info = jetstream
+            .get_stream(&name)
+            .await
+            .unwrap()
+            .info()
+            .await
+            .unwrap()
+            .clone();
+        assert_eq!(info.config.num_replicas, 3, "{name}");
+        assert_eq!(
+            info.cluster.unwrap().replicas.len(),
+            2,
+            "{name}: two followers"
+        );
+    }
+    // The third server goes away: the other two keep the cluster working
+    // once every stream has a leader among them.
+    servers.kill(2);
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(30);
+    for name in troupe_cluster::replicas::cluster_streams() {
+        loop {
+            let leader = match jetstream.get_stream(&name).await {
+                Ok(mut stream) => stream
+                    .info()
+                    .await
+                    .ok()
+                    .and_then(|info| info.cluster.clone())
+                    .and_then(|cluster| cluster.leader),
+                Err(_) => None,
+            };
+            if leader.is_some_and(|leader| leader != "s3") {
+                break;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "{name} has no leader"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
+    }
+    let mut later = Vec::new();
+    for name in &names[1..] {
+        later.push(submit_while_electing(a, body(name)).await);
+    }
+    let mut ran_on = std::collections::BTreeSet::new();
+    for run_id in &later {
+        let events = nodes[1].1.events(run_id, None, |_| false).await;
+        assert_eq!(events.last().unwrap().1["status"], "finished", "{events:?}");
+        ran_on.insert(node_of(a, run_id).await.unwrap());
+    }
+    assert!(!ran_on.is_empty());
 }

@@ -28,6 +28,7 @@ pub mod environment;
 mod error;
 pub mod names;
 mod node;
+pub mod replicas;
 pub mod rules;
 pub mod settings;
 

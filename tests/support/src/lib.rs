@@ -10,6 +10,7 @@
 //! silently skip what it should test.
 
 pub mod nats;
+pub mod nats_cluster;
 
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
