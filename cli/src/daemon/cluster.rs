@@ -292,6 +292,14 @@ async fn run_taken(
         return;
     }
     let prompt = request.prompt.clone();
+    let request = match super::cluster_ops::with_workspace(&state, request, Some(&run_id)).await {
+        Ok(request) => request,
+        Err(message) => {
+            failed_to_start(&node, &run_id, &session_id, &prompt, &message).await;
+            finish_message(&taken).await;
+            return;
+        }
+    };
     let prepared = match (state.prepare)(RunRequest {
         session_id: None,
         env: request.env.map(super::cluster_ops::with_own_secrets),

@@ -3,6 +3,11 @@
 //! the node named by request/reply), and the client's environment published
 //! without its secrets and completed with the taking node's own keys.
 //!
+//! A run may name a git `repository` and `revision`: the node that runs it
+//! checks that revision out into a workspace below its own `TROUPE_HOME`
+//! ([`with_workspace`], `troupe_cluster::workspace`), which becomes the
+//! run's working directory.
+//!
 //! A draining node takes no new submission (one it fetched as the drain
 //! began goes back to the queue for another node), finishes its runs, and
 //! says `draining` in its record.
@@ -14,6 +19,8 @@ use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use tokio_util::sync::CancellationToken;
+use troupe_cluster::workspace::{self, WorkspaceLimits};
+use troupe_protocol::api::RunRequest;
 use troupe_protocol::cluster::is_valid_token;
 use troupe_protocol::cluster_control::{NodeOrder, NodeState};
 
@@ -30,6 +37,61 @@ pub(crate) const DRAIN_PATH: &str = "/cluster/nodes/{node}/drain";
 
 /// The path of a node's resume under the API prefix.
 pub(crate) const RESUME_PATH: &str = "/cluster/nodes/{node}/resume";
+
+/// Refuses (400) a request whose repository or revision no node would
+/// check out, a revision without a repository, a repository without a
+/// revision, and a repository with a session to continue. Whether a
+/// `file://` repository is allowed is the running node's to say.
+pub(crate) fn check_workspace_request(request: &RunRequest) -> Result<(), ApiError> {
+    match (&request.repository, &request.revision) {
+        (None, None) => Ok(()),
+        (None, Some(_)) => Err(ApiError::bad_request(
+            "a revision needs a repository to check it out of",
+        )),
+        (Some(_), None) => Err(ApiError::bad_request(
+            "a repository needs a revision (a branch, tag or commit) to check out",
+        )),
+        (Some(_), Some(_)) if request.session_id.is_some() => Err(ApiError::bad_request(
+            "a run that continues a session works in the session's directory; a repository starts a new session",
+        )),
+        (Some(url), Some(revision)) => workspace::check_repository(url, true)
+            .and_then(|_| workspace::check_revision(revision))
+            .map(drop)
+            .map_err(|err| ApiError::bad_request(err.to_string())),
+    }
+}
+
+/// `request` with its repository checked out at its revision below this
+/// daemon's `TROUPE_HOME/workspaces` (the checkout named after `run_id`,
+/// or a new id), as its working directory; unchanged without a repository.
+/// The error says why, in one sentence.
+pub(crate) async fn with_workspace(
+    state: &ApiState,
+    mut request: RunRequest,
+    run_id: Option<&str>,
+) -> Result<RunRequest, String> {
+    let (Some(url), Some(revision)) = (request.repository.clone(), request.revision.clone()) else {
+        return Ok(request);
+    };
+    let allow_file = crate::project::Locations::from_process()
+        .map(|locations| locations.cluster_settings().file_repositories == Some(true))
+        .unwrap_or(false);
+    let id = run_id.map_or_else(|| uuid::Uuid::now_v7().to_string(), str::to_string);
+    let root = state.data_dir.join(workspace::WORKSPACES_DIR);
+    let checkout = workspace::check_out(
+        &root,
+        &url,
+        &revision,
+        &id,
+        allow_file,
+        WorkspaceLimits::default(),
+    )
+    .await
+    .map_err(|err| err.to_string())?;
+    request.cwd = checkout;
+    request.keep_session_cwd = false;
+    Ok(request)
+}
 
 /// Waits while the node drains; `false` once the daemon stops.
 pub(crate) async fn wait_while_draining(node: &ClusterNode, stopping: &CancellationToken) -> bool {

@@ -7,7 +7,10 @@
 //! after the drain while its own run finishes, says so in `troupe cluster
 //! status`, and takes runs again after `--undo`; on three NATS servers in
 //! a JetStream cluster every stream and bucket has three replicas, and
-//! with one server killed runs are still placed and finish.
+//! with one server killed runs are still placed and finish; a run names a
+//! repository and revision and works in a checkout of exactly that
+//! revision, while a hostile URL is refused by the node asked and by the
+//! node that takes a forged submission, with nothing cloned.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -15,6 +18,7 @@ use std::sync::{Arc, Mutex};
 use futures::StreamExt;
 use serde_json::json;
 use troupe_scripted::{Script, ScriptedServer, text};
+use troupe_test_support::git::two_commit_repository;
 use troupe_test_support::nats::NatsServer;
 use troupe_test_support::nats_cluster::NatsCluster;
 use troupe_test_support::{Need, require};
@@ -352,4 +356,128 @@ async fn runs_are_placed_and_finish_with_one_of_three_nats_servers_killed() {
         ran_on.insert(node_of(a, run_id).await.unwrap());
     }
     assert!(!ran_on.is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_at_a_revision_works_in_that_revisions_files_and_hostile_urls_are_refused() {
+    if !require(Need::NatsServer) {
+        return;
+    }
+    let nats = NatsServer::start(true, &[]);
+    let repositories = tempfile::tempdir().unwrap();
+    let (url, first) = two_commit_repository(repositories.path());
+    let script = job(
+        Script::new(),
+        "read-notes",
+        "cat notes.txt && git log --oneline | wc -l",
+    );
+    let server = ScriptedServer::start(script).await.unwrap();
+    let nodes: Vec<(Env, Daemon)> = ["n1", "n2"]
+        .into_iter()
+        .map(|name| {
+            let env = Env::new();
+            env.write_user_config("[cluster]\nfile_repositories = true\n");
+            let daemon = Daemon::start_with(
+                &env,
+                Some(&server),
+                &["--cluster", &nats.url(None), "--node", name],
+            );
+            (env, daemon)
+        })
+        .collect();
+    let (env_a, _) = &nodes[0];
+    // `troupe run --repository --revision` through a node: the run works in
+    // a checkout of the first commit.
+    let mut command = env_a.command(Some(&server));
+    command.env_remove("TROUPE_NO_DAEMON").args([
+        "run",
+        "--mode",
+        "bypass",
+        "--json",
+        "--repository",
+        &url,
+        "--revision",
+        &first,
+        "read-notes",
+    ]);
+    let run = support::run(command).await;
+    assert!(run.status.success(), "{}", support::describe(&run));
+    let events = support::json_lines(&run.stdout);
+    let finished = events
+        .iter()
+        .find(|event| event["type"] == "tool_finished")
+        .unwrap_or_else(|| panic!("{events:?}"));
+    let output = finished["output_preview"].as_str().unwrap();
+    assert!(output.starts_with("first"), "{finished}");
+    assert!(!output.contains("second"), "{finished}");
+    let run_id = events[0]["run_id"].as_str().unwrap().to_string();
+    let runner = node_of(&nodes[0].1, &run_id).await.unwrap();
+    let runner_env = &nodes[if runner == "n1" { 0 } else { 1 }].0;
+    let checkout = runner_env.data_dir().join("workspaces/runs").join(&run_id);
+    assert_eq!(
+        std::fs::read_to_string(checkout.join("notes.txt")).unwrap(),
+        "first\n"
+    );
+
+    // A hostile URL is refused by the node the client asked.
+    let marker = repositories.path().join("pwned");
+    let hostile = format!("ext::sh -c touch% {}", marker.display());
+    let refused = nodes[0]
+        .1
+        .call(
+            "POST",
+            "/v1/runs",
+            Some(&json!({"prompt": "x", "cwd": env_a.root(), "repository": hostile, "revision": "main"})),
+        )
+        .await;
+    assert_eq!(refused.status, 400, "{}", refused.text());
+    assert!(refused.text().contains("is refused"), "{}", refused.text());
+    // …and by the node that takes it, when another peer publishes it.
+    let client = async_nats::connect(nats.url(None)).await.unwrap();
+    let mut published = client.subscribe("troupe.events.forged-run").await.unwrap();
+    client.flush().await.unwrap();
+    let jetstream = async_nats::jetstream::new(client);
+    let forged = json!({
+        "v": 1,
+        "run_id": "forged-run",
+        "session_id": "forged-session",
+        "submitted_by": "elsewhere",
+        "submitted_at": "2026-12-04T00:00:00Z",
+        "request": {"prompt": "x", "cwd": env_a.root(), "repository": hostile, "revision": "main"},
+    });
+    jetstream
+        .publish("troupe.submit", forged.to_string().into())
+        .await
+        .unwrap()
+        .await
+        .unwrap();
+    let mut events = Vec::new();
+    while events.len() < 2 {
+        let message = tokio::time::timeout(std::time::Duration::from_secs(30), published.next())
+            .await
+            .expect("the forged run's events in time")
+            .unwrap();
+        let value: serde_json::Value = serde_json::from_slice(&message.payload).unwrap();
+        events.push(value["event"].clone());
+    }
+    let kinds: Vec<&str> = events.iter().map(|e| e["type"].as_str().unwrap()).collect();
+    assert_eq!(kinds, ["error", "run_finished"], "{events:?}");
+    assert!(
+        events[0]["message"]
+            .as_str()
+            .unwrap()
+            .contains("is refused"),
+        "{events:?}"
+    );
+    assert!(!marker.exists(), "the hostile command ran");
+    for (env, _) in &nodes {
+        let runs = env.data_dir().join("workspaces/runs");
+        let checkouts: Vec<_> = std::fs::read_dir(&runs).map_or(Vec::new(), |dir| {
+            dir.flatten().map(|entry| entry.file_name()).collect()
+        });
+        assert!(
+            checkouts.iter().all(|name| *name == *run_id.as_str()),
+            "{checkouts:?}"
+        );
+    }
 }

@@ -31,6 +31,7 @@ mod node;
 pub mod replicas;
 pub mod rules;
 pub mod settings;
+pub mod workspace;
 
 pub use error::ClusterError;
 pub use node::{

@@ -13,6 +13,7 @@ use troupe_test_support::nats::NatsServer;
 use troupe_test_support::{Need, require};
 
 mod replicas;
+mod workspace;
 
 fn settings(url: String, node: &str) -> ClusterSettings {
     ClusterSettings {
