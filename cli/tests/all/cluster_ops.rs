@@ -481,3 +481,85 @@ async fn a_run_at_a_revision_works_in_that_revisions_files_and_hostile_urls_are_
         );
     }
 }
+
+#[test]
+fn the_cluster_deployment_names_three_nats_servers_three_nodes_and_jaeger() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/cluster");
+    let text = std::fs::read_to_string(dir.join("compose.yaml")).unwrap();
+    let mut compose: serde_yaml_ng::Value = serde_yaml_ng::from_str(&text).unwrap();
+    compose.apply_merge().unwrap();
+    let services = compose["services"].as_mapping().unwrap();
+    let names: Vec<&str> = services.keys().map(|key| key.as_str().unwrap()).collect();
+    assert_eq!(
+        names,
+        [
+            "jaeger", "nats-1", "nats-2", "nats-3", "troupe-1", "troupe-2", "troupe-3"
+        ]
+    );
+    for i in 1..=3 {
+        let nats = &services[format!("nats-{i}").as_str()];
+        assert_eq!(nats["command"][1], "/etc/nats/nats.conf", "{nats:?}");
+        let mount = format!("./nats-{i}.conf:/etc/nats/nats.conf:ro");
+        assert!(
+            nats["volumes"]
+                .as_sequence()
+                .unwrap()
+                .iter()
+                .any(|v| v == mount.as_str()),
+            "{nats:?}"
+        );
+        let node = &services[format!("troupe-{i}").as_str()];
+        let environment = &node["environment"];
+        assert_eq!(
+            environment["TROUPE_CLUSTER"],
+            format!("nats://troupe:${{NATS_PASSWORD}}@nats-{i}:4222").as_str()
+        );
+        assert_eq!(
+            environment["OTEL_EXPORTER_OTLP_ENDPOINT"],
+            "http://jaeger:4318"
+        );
+        let command: Vec<&str> = node["command"]
+            .as_sequence()
+            .unwrap()
+            .iter()
+            .map(|part| part.as_str().unwrap())
+            .collect();
+        assert!(
+            command
+                .windows(2)
+                .any(|w| w == ["--node", &format!("troupe-{i}")]),
+            "{command:?}"
+        );
+    }
+    // The nodes' configuration asks for three replicas and reads as one.
+    let config_path = dir.join("troupe.toml");
+    let config = troupe_config::parse_config_file(
+        &config_path,
+        &std::fs::read_to_string(&config_path).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(config.cluster.unwrap().replicas, Some(3));
+    // Each NATS configuration is one nats-server accepts, with routes to
+    // the other two.
+    if !require(Need::NatsServer) {
+        return;
+    }
+    for i in 1..=3 {
+        let conf = dir.join(format!("nats-{i}.conf"));
+        let text = std::fs::read_to_string(&conf).unwrap();
+        for j in (1..=3).filter(|j| *j != i) {
+            assert!(
+                text.contains(&format!("nats-route://nats-{j}:6222")),
+                "{text}"
+            );
+        }
+        let checked = std::process::Command::new("nats-server")
+            .arg("-c")
+            .arg(&conf)
+            .arg("-t")
+            .env("NATS_PASSWORD", "checked")
+            .output()
+            .unwrap();
+        assert!(checked.status.success(), "{checked:?}");
+    }
+}
