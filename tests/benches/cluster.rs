@@ -132,7 +132,7 @@ impl Node {
             .to_string();
         Ok(Self {
             child,
-            home: home,
+            home,
             addr,
             token,
             http: reqwest::Client::new(),

@@ -272,6 +272,38 @@ async fn submit_while_electing(node: &Daemon, body: serde_json::Value) -> String
     }
 }
 
+/// A run's events from `node` once it finished, asked again while the
+/// cluster answers 503 (a replicated stream's leader busy or being elected),
+/// for at most 30 s.
+async fn finished_events(node: &Daemon, run_id: &str) -> Vec<(u64, serde_json::Value)> {
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        // The whole stream: it ends after the run's `run_finished`.
+        let whole = node
+            .call("GET", &format!("/v1/runs/{run_id}/events"), None)
+            .await;
+        if whole.status == 200 {
+            let mut events = Vec::new();
+            let mut id = 0;
+            for line in whole.text().lines() {
+                if let Some(rest) = line.strip_prefix("id:") {
+                    id = rest.trim().parse().unwrap();
+                } else if let Some(rest) = line.strip_prefix("data:") {
+                    events.push((id, serde_json::from_str(rest.trim()).unwrap()));
+                }
+            }
+            return events;
+        }
+        assert_eq!(whole.status, 503, "{}", whole.text());
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the events never came: {}",
+            whole.text()
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn runs_are_placed_and_finish_with_one_of_three_nats_servers_killed() {
     if !require(Need::NatsServer) {
@@ -299,7 +331,7 @@ async fn runs_are_placed_and_finish_with_one_of_three_nats_servers_killed() {
     let (env_a, a) = &nodes[0];
     let body = |name: &str| json!({"prompt": name, "cwd": env_a.root(), "mode": "bypass"});
     let first = submit_while_electing(a, body(&names[0])).await;
-    let events = a.events(&first, None, |_| false).await;
+    let events = finished_events(a, &first).await;
     assert_eq!(events.last().unwrap().1["status"], "finished", "{events:?}");
     // Every stream and bucket has three copies.
     let client = async_nats::connect(servers.url(0)).await.unwrap();
@@ -351,7 +383,7 @@ async fn runs_are_placed_and_finish_with_one_of_three_nats_servers_killed() {
     }
     let mut ran_on = std::collections::BTreeSet::new();
     for run_id in &later {
-        let events = nodes[1].1.events(run_id, None, |_| false).await;
+        let events = finished_events(&nodes[1].1, run_id).await;
         assert_eq!(events.last().unwrap().1["status"], "finished", "{events:?}");
         ran_on.insert(node_of(a, run_id).await.unwrap());
     }
