@@ -217,3 +217,46 @@ fn own_key_names() -> BTreeSet<String> {
     let started = secrets::withheld_names();
     secrets::key_names(started.iter().map(String::as_str))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn request(
+        repository: Option<&str>,
+        revision: Option<&str>,
+        session: Option<&str>,
+    ) -> RunRequest {
+        serde_json::from_value(serde_json::json!({
+            "prompt": "p",
+            "cwd": "/tmp",
+            "repository": repository,
+            "revision": revision,
+            "session_id": session,
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn a_repository_and_a_revision_come_together_and_are_checked_before_anything_else() {
+        assert!(check_workspace_request(&request(None, None, None)).is_ok());
+        assert!(
+            check_workspace_request(&request(Some("https://host/r.git"), Some("main"), None))
+                .is_ok()
+        );
+        // file:// is the running node's to allow.
+        assert!(
+            check_workspace_request(&request(Some("file:///srv/r.git"), Some("v1"), None)).is_ok()
+        );
+        for (repository, revision, session) in [
+            (None, Some("main"), None),
+            (Some("https://host/r.git"), None, None),
+            (Some("https://host/r.git"), Some("main"), Some("s1")),
+            (Some("ext::sh -c id"), Some("main"), None),
+            (Some("https://host/r.git"), Some("--output=/x"), None),
+        ] {
+            let refused = check_workspace_request(&request(repository, revision, session));
+            assert!(refused.is_err(), "{repository:?} {revision:?} {session:?}");
+        }
+    }
+}

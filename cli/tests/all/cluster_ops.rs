@@ -10,7 +10,9 @@
 //! with one server killed runs are still placed and finish; a run names a
 //! repository and revision and works in a checkout of exactly that
 //! revision, while a hostile URL is refused by the node asked and by the
-//! node that takes a forged submission, with nothing cloned.
+//! node that takes a forged submission, with nothing cloned; a daemon
+//! without a cluster checks out a run's repository too (and writes there),
+//! and refuses `file://` unless its configuration allows it.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -594,4 +596,60 @@ fn the_cluster_deployment_names_three_nats_servers_three_nodes_and_jaeger() {
             .unwrap();
         assert!(checked.status.success(), "{checked:?}");
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_daemon_without_a_cluster_checks_out_a_runs_repository_too() {
+    let repositories = tempfile::tempdir().unwrap();
+    let (url, _) = two_commit_repository(repositories.path());
+    let script = job(
+        Script::new(),
+        "write-notes",
+        "echo third >> notes.txt && cat notes.txt",
+    );
+    let server = ScriptedServer::start(script).await.unwrap();
+    let env = Env::new();
+    env.write_user_config("[cluster]\nfile_repositories = true\n");
+    let daemon = Daemon::start(&env, &server);
+    let (run_id, _) = daemon
+        .submit(
+            json!({"prompt": "write-notes", "cwd": env.root(), "mode": "bypass",
+                       "repository": url, "revision": "v1"}),
+        )
+        .await;
+    let events = daemon.events(&run_id, None, |_| false).await;
+    assert_eq!(events.last().unwrap().1["status"], "finished", "{events:?}");
+    let finished = events
+        .iter()
+        .find(|(_, e)| e["type"] == "tool_finished")
+        .unwrap();
+    assert_eq!(finished.1["is_error"], false, "{finished:?}");
+    // The run wrote in its own checkout, inside the data directory; the
+    // cache and the origin are untouched.
+    let checkouts = env.data_dir().join("workspaces/runs");
+    let checkout = std::fs::read_dir(&checkouts)
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path();
+    assert_eq!(
+        std::fs::read_to_string(checkout.join("notes.txt")).unwrap(),
+        "first\nthird\n"
+    );
+    // Without `file_repositories`, a daemon refuses a file:// repository.
+    let strict = Env::new();
+    let refusing = Daemon::start(&strict, &server);
+    let refused = refusing
+        .call(
+            "POST",
+            "/v1/runs",
+            Some(
+                &json!({"prompt": "x", "cwd": strict.root(), "repository": url, "revision": "v1"}),
+            ),
+        )
+        .await;
+    assert_eq!(refused.status, 422, "{}", refused.text());
+    assert!(refused.text().contains("file://"), "{}", refused.text());
+    assert!(!strict.data_dir().join("workspaces").exists());
 }

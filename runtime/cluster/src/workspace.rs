@@ -269,6 +269,10 @@ pub async fn check_out(
     std::fs::create_dir_all(&runs)?;
     let checkout = runs.join(run_id);
     let made = clone_at(&cache, &checkout, &runs, &commit, deadline, limits).await;
+    let made = match made {
+        Ok(()) => point_origin_at(&checkout, url, deadline, limits).await,
+        Err(err) => Err(err),
+    };
     match made {
         Ok(()) => {
             tracing::info!(run = %run_id, repository = %shown(url), %revision, %commit, "checked out the run's repository");
@@ -405,6 +409,30 @@ async fn clone_at(
     bounded(switch, "check out the revision", checkout, deadline, limits)
         .await
         .map(drop)
+}
+
+/// Points the checkout's `origin` at the repository itself rather than the
+/// cache it was cloned from: what the run fetches or pushes goes there.
+async fn point_origin_at(
+    checkout: &Path,
+    url: &str,
+    deadline: tokio::time::Instant,
+    limits: WorkspaceLimits,
+) -> Result<(), WorkspaceError> {
+    let command = git_command_writing(
+        checkout,
+        &["remote", "set-url", "origin", url],
+        &[checkout.to_path_buf()],
+    );
+    bounded(
+        command,
+        "name the checkout's origin",
+        checkout,
+        deadline,
+        limits,
+    )
+    .await
+    .map(drop)
 }
 
 /// Runs `command` until it ends, the deadline passes, or `watched` holds

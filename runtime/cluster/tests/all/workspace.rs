@@ -27,6 +27,9 @@ async fn a_checkout_holds_exactly_the_revision_asked_for() {
             "{revision}"
         );
     }
+    // The checkouts' origin is the repository, not the cache.
+    let config = std::fs::read_to_string(root.join("runs/run-1/.git/config")).unwrap();
+    assert!(config.contains(&format!("url = {url}")), "{config}");
     // One cache for the three runs.
     assert_eq!(std::fs::read_dir(root.join("cache")).unwrap().count(), 1);
     // A revision the repository does not have.
