@@ -148,4 +148,43 @@ mod tests {
         assert!(!init(&other).await.unwrap().success());
         assert!(!other.join(".git").exists());
     }
+
+    #[tokio::test]
+    async fn a_fetching_git_uses_only_the_protocols_it_is_given() {
+        let dir = tempfile::tempdir().unwrap();
+        let marker = dir.path().join("ran");
+        let target = dir.path().join("clone");
+        let writable = [dir.path().to_path_buf()];
+        let clone = |url: String, protocols: &'static [&'static str]| {
+            let target = target.to_string_lossy().into_owned();
+            let mut command = git_fetch_command(
+                dir.path(),
+                &["clone", "--quiet", "--", &url, &target],
+                &writable,
+                protocols,
+            );
+            command
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::piped());
+            async move { command.output().await.unwrap() }
+        };
+        // A remote helper that would run a command: refused, nothing ran.
+        let hostile = format!("ext::sh -c touch% {}", marker.display());
+        let refused = clone(hostile, &["file", "https", "ssh"]).await;
+        assert!(!refused.status.success());
+        assert!(!marker.exists());
+        assert!(
+            String::from_utf8_lossy(&refused.stderr).contains("transport 'ext' not allowed"),
+            "{refused:?}"
+        );
+        // A file:// URL where only https is allowed: refused.
+        let source = dir.path().join("source");
+        std::fs::create_dir_all(&source).unwrap();
+        let refused = clone(format!("file://{}", source.display()), &["https"]).await;
+        assert!(!refused.status.success());
+        assert!(
+            String::from_utf8_lossy(&refused.stderr).contains("transport 'file' not allowed"),
+            "{refused:?}"
+        );
+    }
 }
