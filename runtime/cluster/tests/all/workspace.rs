@@ -1,7 +1,7 @@
 //! A run's workspace checked out from a local bare repository over
 //! `file://`: exactly the revision asked for, a cache reused for the next
 //! run, hostile URLs and revisions refused before anything is written, and
-//! a repository larger than the limit refused.
+//! a repository larger than the limit or a checkout past its time stopped.
 
 use troupe_cluster::workspace::{WorkspaceError, WorkspaceLimits, check_out};
 use troupe_test_support::git::two_commit_repository;
@@ -85,5 +85,21 @@ async fn a_repository_larger_than_the_limit_is_refused() {
         .await
         .unwrap_err();
     assert!(matches!(err, WorkspaceError::TooLarge(1)), "{err}");
+    assert!(!root.join("runs/run-1").exists());
+}
+
+#[tokio::test]
+async fn a_checkout_past_its_time_is_stopped() {
+    let dir = tempfile::tempdir().unwrap();
+    let (url, _) = two_commit_repository(dir.path());
+    let root = dir.path().join("workspaces");
+    let limits = WorkspaceLimits {
+        time: std::time::Duration::ZERO,
+        ..WorkspaceLimits::default()
+    };
+    let err = check_out(&root, &url, "main", "run-1", true, limits)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, WorkspaceError::TimedOut(_)), "{err}");
     assert!(!root.join("runs/run-1").exists());
 }
