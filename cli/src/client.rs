@@ -472,6 +472,25 @@ impl DaemonClient {
         self.json_of(request).await
     }
 
+    /// Drains node `node` of the daemon's cluster, or lets it take runs
+    /// again (`POST /v1/cluster/nodes/{node}/drain` or `…/resume`).
+    pub(crate) async fn command_node(
+        &self,
+        node: &str,
+        resume: bool,
+    ) -> Result<troupe_protocol::cluster_control::NodeState, ClientError> {
+        let path = if resume {
+            crate::daemon::cluster_ops::RESUME_PATH
+        } else {
+            crate::daemon::cluster_ops::DRAIN_PATH
+        };
+        let request = self
+            .http
+            .post(self.url(&path.replace("{node}", node)))
+            .timeout(REQUEST_TIMEOUT);
+        self.json_of(request).await
+    }
+
     /// A one-time login code for the dashboard (`POST /login/codes`).
     pub(crate) async fn dashboard_code(&self) -> Result<String, ClientError> {
         let request = self

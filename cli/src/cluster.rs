@@ -1,7 +1,8 @@
 //! `troupe cluster status`: the nodes of the cluster the daemon belongs to
 //! (capacity, runs in progress, last heartbeat) and its runs with the node
-//! of each, asked of the daemon; and `troupe runs list` as a node of a
-//! cluster renders it ([`render_runs`]).
+//! of each, asked of the daemon; `troupe cluster drain NODE` (and `--undo`,
+//! `resume NODE`); and `troupe runs list` as a node of a cluster renders it
+//! ([`render_runs`]).
 
 use std::fmt::Write as _;
 
@@ -23,11 +24,23 @@ pub(crate) enum ClusterCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Make a node take no new runs; it finishes the runs it has.
+    Drain {
+        /// The node's name.
+        node: String,
+        /// Let the node take runs again.
+        #[arg(long)]
+        undo: bool,
+    },
+    /// Let a drained node take runs again.
+    Resume {
+        /// The node's name.
+        node: String,
+    },
 }
 
 /// Runs a `troupe cluster` subcommand; returns the exit code.
 pub(crate) async fn cluster(command: ClusterCommand) -> u8 {
-    let ClusterCommand::Status { json } = command;
     let client = match Locations::from_process()
         .map_err(|err| (err.code, err.message))
         .and_then(|locations| {
@@ -45,6 +58,11 @@ pub(crate) async fn cluster(command: ClusterCommand) -> u8 {
             return code;
         }
     };
+    let json = match command {
+        ClusterCommand::Status { json } => json,
+        ClusterCommand::Drain { node, undo } => return command_node(&client, &node, undo).await,
+        ClusterCommand::Resume { node } => return command_node(&client, &node, true).await,
+    };
     match client.cluster_status().await {
         Ok(status) if json => {
             println!("{}", serde_json::to_string(&status).unwrap_or_default());
@@ -52,6 +70,30 @@ pub(crate) async fn cluster(command: ClusterCommand) -> u8 {
         }
         Ok(status) => {
             print!("{}", describe(&status));
+            0
+        }
+        Err(err) => {
+            eprintln!("troupe: {err}");
+            err.code
+        }
+    }
+}
+
+/// Drains node `node` (or, with `resume`, lets it take runs again) and
+/// says what it does now.
+async fn command_node(client: &DaemonClient, node: &str, resume: bool) -> u8 {
+    match client.command_node(node, resume).await {
+        Ok(state) => {
+            let doing = if state.draining {
+                "takes no new runs"
+            } else {
+                "takes runs"
+            };
+            println!(
+                "node {} {doing}; runs in progress: {}",
+                state.node,
+                state.running.len()
+            );
             0
         }
         Err(err) => {

@@ -285,6 +285,14 @@ pub struct RunFlags {
     /// Working directory (default: the current one; a continued session's own).
     #[arg(long)]
     pub cwd: Option<PathBuf>,
+    /// Run in a checkout of this git repository (`https://`, `ssh://`,
+    /// `user@host:path`) made by the daemon that runs the run, instead of
+    /// in the working directory (needs a daemon; with `--revision`).
+    #[arg(long, requires = "revision")]
+    pub repository: Option<String>,
+    /// The branch, tag or commit of `--repository` to check out.
+    #[arg(long, requires = "repository")]
+    pub revision: Option<String>,
     /// Start even though the project root is `/` or the home directory
     /// itself, which `--cwd` must then name (without this, a terminal asks
     /// and anything else refuses).

@@ -185,6 +185,12 @@ async fn start(prompt: String, session: Option<&str>, flags: &RunFlags, color: b
             eprintln!("troupe: {}", crate::sanitize::for_terminal(warning));
         }
     };
+    if flags.no_daemon && flags.repository.is_some() {
+        eprintln!(
+            "troupe: --repository is checked out by a daemon; run it without --no-daemon and TROUPE_NO_DAEMON"
+        );
+        return crate::EXIT_USAGE;
+    }
     if !flags.no_daemon {
         return match DaemonClient::locate_or_start(&locations).await {
             Ok(client) => {
@@ -276,6 +282,8 @@ pub(crate) fn remote_request(
         },
         env: Some(env.into_iter().collect()),
         interactive,
+        repository: flags.repository.clone(),
+        revision: flags.revision.clone(),
     }
 }
 
@@ -560,6 +568,8 @@ mod tests {
             model: None,
             mode: None,
             cwd: None,
+            repository: None,
+            revision: None,
             confirm_cwd: false,
             json: false,
             max_turns: None,

@@ -272,7 +272,7 @@ async fn assemble(
         .with_protected_dirs(
             locations.config_dir.as_deref(),
             Some(&locations.data_dir),
-            std::slice::from_ref(&spill_dir),
+            &writable_private_dirs(&locations.data_dir, project_root, &spill_dir),
         );
     // Ready before the first command, off this path.
     troupe_process::process_tree::detect_in_background();
@@ -428,9 +428,20 @@ pub(crate) fn command_sandbox(
     let protected = ProtectedPaths::for_project(sandbox.project_root()).with_user_dirs(
         locations.config_dir.as_deref(),
         Some(&locations.data_dir),
-        &[spill_dir.to_path_buf()],
+        &writable_private_dirs(&locations.data_dir, sandbox.project_root(), spill_dir),
     );
     CommandSandbox::new(config.sandbox, sandbox.roots(), &protected, spill_dir)
+}
+
+/// The directories inside the data directory a session's tools may write:
+/// its spill directory, and its project when that is a run's checkout of a
+/// repository (`troupe_cluster::workspace`).
+fn writable_private_dirs(data_dir: &Path, project_root: &Path, spill_dir: &Path) -> Vec<PathBuf> {
+    let mut dirs = vec![spill_dir.to_path_buf()];
+    if troupe_cluster::workspace::is_run_checkout(data_dir, project_root) {
+        dirs.push(project_root.to_path_buf());
+    }
+    dirs
 }
 
 #[cfg(test)]

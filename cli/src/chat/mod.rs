@@ -121,6 +121,8 @@ pub(crate) async fn chat(args: ChatArgs, color: bool) -> u8 {
             model: args.model,
             mode: args.mode,
             cwd: args.cwd,
+            repository: None,
+            revision: None,
             confirm_cwd: args.confirm_cwd,
             json: false,
             max_turns: args.max_turns,

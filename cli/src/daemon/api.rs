@@ -149,6 +149,14 @@ pub(crate) fn router(state: ApiState) -> Router {
         .route(&path(PRESENCE_PATH), get(hold_presence))
         .route(&path(STATUS_PATH), get(daemon_status))
         .route(&path(CLUSTER_PATH), get(cluster_status))
+        .route(
+            &path(super::cluster_ops::DRAIN_PATH),
+            post(super::cluster_ops::drain),
+        )
+        .route(
+            &path(super::cluster_ops::RESUME_PATH),
+            post(super::cluster_ops::resume),
+        )
         .fallback(|| async { ApiError::not_found("no such endpoint") })
         .layer(middleware::from_fn_with_state(state.clone(), guard_request))
         .with_state(state)
@@ -343,6 +351,7 @@ async fn create_run(State(state): State<ApiState>, body: Body) -> Result<Respons
             request.cwd.display()
         )));
     }
+    super::cluster_ops::check_workspace_request(&request)?;
     // A node of a cluster hands a new run to the cluster; a run that
     // continues a session runs here, where the session is stored.
     if let Some(node) = &state.cluster
@@ -351,6 +360,9 @@ async fn create_run(State(state): State<ApiState>, body: Body) -> Result<Respons
         let created = super::cluster::submit(node, request).await?;
         return Ok((StatusCode::CREATED, axum::Json(created)).into_response());
     }
+    let request = super::cluster_ops::with_workspace(&state, request, None)
+        .await
+        .map_err(ApiError::unprocessable)?;
     // The client's telemetry settings travel with its environment: a run
     // whose client exports elsewhere than the daemon gets its own exporter.
     let export = match (&state.per_run, &request.env) {
@@ -960,6 +972,8 @@ async fn compact_session(
         limits: RunLimits::default(),
         env: request.env,
         interactive: false,
+        repository: None,
+        revision: None,
     })
     .await?;
     let mut handle = match state.runtime.compact(prepared.submission).await {

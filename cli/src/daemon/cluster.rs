@@ -73,6 +73,9 @@ pub(crate) fn settings(
         lease: file
             .lease_secs
             .map_or(troupe_cluster::settings::DEFAULT_LEASE, Duration::from_secs),
+        replicas: file
+            .replicas
+            .unwrap_or(troupe_cluster::replicas::DEFAULT_REPLICAS),
     })
 }
 
@@ -99,6 +102,8 @@ pub(crate) struct ClusterNode {
     mirrors: tokio_util::task::TaskTracker,
     /// The heartbeat's task, ended as the node leaves.
     heartbeat: std::sync::Mutex<Option<tokio::task::JoinHandle<()>>>,
+    /// Whether the node takes no new runs (`troupe cluster drain`).
+    pub(crate) draining: tokio::sync::watch::Sender<bool>,
 }
 
 impl ClusterNode {
@@ -112,6 +117,7 @@ impl ClusterNode {
             addr,
             mirrors: tokio_util::task::TaskTracker::new(),
             heartbeat: std::sync::Mutex::default(),
+            draining: tokio::sync::watch::Sender::new(false),
         })
     }
 
@@ -146,7 +152,12 @@ impl ClusterNode {
         }
     }
 
-    fn running(&self) -> Vec<String> {
+    /// Whether it takes no new runs.
+    pub(crate) fn is_draining(&self) -> bool {
+        *self.draining.borrow()
+    }
+
+    pub(crate) fn running(&self) -> Vec<String> {
         let running = self.running.lock().unwrap_or_else(|p| p.into_inner());
         running.iter().cloned().collect()
     }
@@ -171,6 +182,7 @@ impl ClusterNode {
 pub(crate) fn start(state: ApiState, node: Arc<ClusterNode>) {
     let beating = tokio::spawn(heartbeat(node.clone(), state.stopping.clone()));
     *node.heartbeat.lock().unwrap_or_else(|p| p.into_inner()) = Some(beating);
+    super::cluster_ops::answer_commands(&state, &node);
     tokio::spawn(take_runs(state, node));
 }
 
@@ -182,13 +194,19 @@ async fn heartbeat(node: Arc<ClusterNode>, stopping: tokio_util::sync::Cancellat
             _ = ticks.tick() => {}
             () = stopping.cancelled() => return,
         }
-        if let Err(err) = node
-            .cluster
-            .heartbeat(node.running(), false, &node.addr)
-            .await
-        {
-            tracing::warn!(%err, "the node's heartbeat was not written");
-        }
+        write_heartbeat(&node).await;
+    }
+}
+
+/// Writes the node's record now.
+pub(crate) async fn write_heartbeat(node: &ClusterNode) {
+    let draining = node.is_draining();
+    if let Err(err) = node
+        .cluster
+        .heartbeat(node.running(), draining, &node.addr)
+        .await
+    {
+        tracing::warn!(%err, "the node's heartbeat was not written");
     }
 }
 
@@ -200,7 +218,9 @@ async fn take_runs(state: ApiState, node: Arc<ClusterNode>) {
             () = state.stopping.cancelled() => return,
         };
         let Ok(permit) = permit else { return };
-        if state.closing.load(std::sync::atomic::Ordering::SeqCst) {
+        if state.closing.load(std::sync::atomic::Ordering::SeqCst)
+            || !super::cluster_ops::wait_while_draining(&node, &state.stopping).await
+        {
             return;
         }
         let taken = tokio::select! {
@@ -214,6 +234,12 @@ async fn take_runs(state: ApiState, node: Arc<ClusterNode>) {
                     tracing::warn!(%err, "a submission was not released");
                 }
                 return;
+            }
+            Ok(Some(taken)) if node.is_draining() => {
+                // Taken as the node began to drain: another node runs it.
+                if let Err(err) = taken.release().await {
+                    tracing::warn!(%err, "a submission was not released");
+                }
             }
             Ok(Some(taken)) => {
                 node.mirrors
@@ -257,15 +283,26 @@ async fn run_taken(
         }
         return;
     }
-    if taken.deliveries > 1 || state.store.run(&run_id).ok().flatten().is_some() {
+    if (taken.deliveries > 1 && !super::cluster_ops::never_started(&node, &run_id).await)
+        || state.store.run(&run_id).ok().flatten().is_some()
+    {
         // A node took it before and let its lease lapse: what it had done
         // cannot be continued here.
         lost_run(&node, &taken, &run_id).await;
         return;
     }
     let prompt = request.prompt.clone();
+    let request = match super::cluster_ops::with_workspace(&state, request, Some(&run_id)).await {
+        Ok(request) => request,
+        Err(message) => {
+            failed_to_start(&node, &run_id, &session_id, &prompt, &message).await;
+            finish_message(&taken).await;
+            return;
+        }
+    };
     let prepared = match (state.prepare)(RunRequest {
         session_id: None,
+        env: request.env.map(super::cluster_ops::with_own_secrets),
         ..request
     })
     .await
@@ -543,8 +580,11 @@ async fn lost_run(node: &ClusterNode, taken: &Taken, run_id: &str) {
 /// written and the request handed to the work queue.
 pub(crate) async fn submit(
     node: &ClusterNode,
-    request: RunRequest,
+    mut request: RunRequest,
 ) -> Result<wire::RunCreated, ApiError> {
+    request.env = request
+        .env
+        .map(|env| super::cluster_ops::publishable_env(&env, &request.cwd));
     let run_id = uuid::Uuid::now_v7().to_string();
     let session_id = uuid::Uuid::now_v7().to_string();
     let span = troupe_telemetry::genai::placement_span("submit", &run_id, node.name());
@@ -733,6 +773,8 @@ mod tests {
             url: Some("nats://file:4222".into()),
             credentials: Some("/c.creds".into()),
             lease_secs: Some(30),
+            replicas: Some(3),
+            file_repositories: None,
         };
         assert_eq!(
             settings(&ClusterFlags::default(), &Default::default(), "h", 1),
@@ -743,6 +785,7 @@ mod tests {
         assert_eq!(from_file.node, "box-lan-7");
         assert_eq!(from_file.capacity, 4);
         assert_eq!(from_file.lease, Duration::from_secs(30));
+        assert_eq!(from_file.replicas, 3);
         assert_eq!(
             from_file.credentials.as_deref(),
             Some(std::path::Path::new("/c.creds"))
@@ -762,5 +805,6 @@ mod tests {
             ("nats://flag:4222", "n1", 2)
         );
         assert_eq!(from_flags.lease, Duration::from_secs(15));
+        assert_eq!(from_flags.replicas, 1);
     }
 }

@@ -202,6 +202,7 @@ pub(crate) fn owner_only(method: &axum::http::Method, path: &str) -> Option<&'st
         (&Method::POST, ["", "runs", _, "messages"]) => Some("write to a run"),
         (&Method::DELETE, ["", "sessions", _]) => Some("remove sessions"),
         (&Method::POST, ["", "sessions", _, "rewind"]) => Some("rewind sessions"),
+        (&Method::POST, ["", "cluster", "nodes", _, _]) => Some("drain nodes"),
         _ => None,
     }
 }
@@ -257,6 +258,12 @@ mod tests {
                 "/v1/sessions/s1/rewind",
                 Some("rewind sessions"),
             ),
+            (
+                Method::POST,
+                "/v1/cluster/nodes/n1/drain",
+                Some("drain nodes"),
+            ),
+            (Method::GET, "/v1/cluster", None),
             (Method::GET, "/v1/runs", None),
             (Method::GET, "/v1/runs/r1/events", None),
             (Method::POST, "/v1/runs/r1/cancel", None),

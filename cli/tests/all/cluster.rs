@@ -23,7 +23,7 @@ use crate::daemon::Daemon;
 use crate::support::{self, Env};
 
 /// Three nodes of the cluster at `url`, each with its own home, capacity 2.
-fn three_nodes(server: &ScriptedServer, url: &str) -> Vec<(Env, Daemon)> {
+pub(crate) fn three_nodes(server: &ScriptedServer, url: &str) -> Vec<(Env, Daemon)> {
     ["n1", "n2", "n3"]
         .into_iter()
         .map(|name| {
@@ -40,7 +40,7 @@ fn three_nodes(server: &ScriptedServer, url: &str) -> Vec<(Env, Daemon)> {
 
 /// A job whose model asks for `bash` with `command`, then answers `done
 /// NAME`.
-fn job(script: Script, name: &str, command: &str) -> Script {
+pub(crate) fn job(script: Script, name: &str, command: &str) -> Script {
     script
         .then(
             Turn::new(tool_call("bash", json!({"command": command})))
@@ -50,14 +50,14 @@ fn job(script: Script, name: &str, command: &str) -> Script {
 }
 
 /// The node that runs `run_id`, as `node` asks the cluster.
-async fn node_of(node: &Daemon, run_id: &str) -> Option<String> {
+pub(crate) async fn node_of(node: &Daemon, run_id: &str) -> Option<String> {
     let shown = node.call("GET", &format!("/v1/runs/{run_id}"), None).await;
     assert_eq!(shown.status, 200, "{}", shown.text());
     shown.json()["node"].as_str().map(str::to_string)
 }
 
 /// `troupe ARGS` as a client of the daemon of `env`.
-async fn troupe(env: &Env, args: &[&str]) -> std::process::Output {
+pub(crate) async fn troupe(env: &Env, args: &[&str]) -> std::process::Output {
     let mut command = env.command(None);
     command.env_remove("TROUPE_NO_DAEMON").args(args);
     support::run(command).await

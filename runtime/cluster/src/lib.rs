@@ -16,17 +16,22 @@
 //! Every message is a versioned type of [`troupe_protocol::cluster`]; a
 //! message that does not read as one is logged and dropped, never acted on.
 //! The decisions (room to take a run, a stale heartbeat, masking a URL's
-//! secret) are the pure functions of [`rules`] and [`settings`].
+//! secret, which variables of a client's environment are secrets) are the
+//! pure functions of [`rules`], [`settings`] and [`environment`].
 
 // Product code never unwraps: errors are values (tests may).
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 #![warn(missing_docs)]
 
+pub mod control;
+pub mod environment;
 mod error;
 pub mod names;
 mod node;
+pub mod replicas;
 pub mod rules;
 pub mod settings;
+pub mod workspace;
 
 pub use error::ClusterError;
 pub use node::{

@@ -105,6 +105,7 @@ impl Cluster {
                 subjects: vec![SUBMIT_SUBJECT.into()],
                 retention: stream::RetentionPolicy::WorkQueue,
                 max_message_size: max_message_size(),
+                num_replicas: settings.replicas,
                 ..Default::default()
             },
         )
@@ -129,12 +130,15 @@ impl Cluster {
                 retention: stream::RetentionPolicy::Limits,
                 max_age: RETENTION,
                 max_message_size: max_message_size(),
+                num_replicas: settings.replicas,
                 ..Default::default()
             },
         )
         .await?;
-        let nodes = ensure_bucket(&jetstream, NODES_BUCKET, NODE_RECORD_AGE).await?;
-        let runs = ensure_bucket(&jetstream, RUNS_BUCKET, RETENTION).await?;
+        let nodes =
+            ensure_bucket(&jetstream, NODES_BUCKET, NODE_RECORD_AGE, settings.replicas).await?;
+        let runs = ensure_bucket(&jetstream, RUNS_BUCKET, RETENTION, settings.replicas).await?;
+        crate::replicas::raise_all(&jetstream, settings.replicas).await?;
         tracing::info!(url = %masked_url, node = %settings.node, "joined the cluster");
         Ok(Self {
             client,
@@ -156,6 +160,11 @@ impl Cluster {
     /// This node's name.
     pub fn node(&self) -> &str {
         &self.settings.node
+    }
+
+    /// The connection to the server.
+    pub(crate) fn client(&self) -> &async_nats::Client {
+        &self.client
     }
 
     /// The server's URL with its secret masked.
@@ -674,6 +683,7 @@ async fn ensure_bucket(
     jetstream: &jetstream::Context,
     bucket: &str,
     max_age: Duration,
+    replicas: usize,
 ) -> Result<kv::Store, ClusterError> {
     if let Ok(store) = jetstream.get_key_value(bucket).await {
         return Ok(store);
@@ -684,6 +694,7 @@ async fn ensure_bucket(
             history: 1,
             max_age,
             max_value_size: max_message_size(),
+            num_replicas: replicas,
             ..Default::default()
         })
         .await

@@ -17,6 +17,9 @@ pub const DEFAULT_CAPACITY: u32 = 4;
 /// The lease on a run unless told otherwise.
 pub const DEFAULT_LEASE: Duration = Duration::from_secs(15);
 
+/// The most replicas a stream may have.
+pub const MAX_REPLICAS: usize = 5;
+
 /// The shortest lease accepted.
 pub const MIN_LEASE: Duration = Duration::from_secs(3);
 
@@ -34,6 +37,8 @@ pub struct ClusterSettings {
     /// How long a run's work-queue message stays with this node without an
     /// in-progress acknowledgement.
     pub lease: Duration,
+    /// How many copies the servers keep of each stream and bucket.
+    pub replicas: usize,
 }
 
 /// What the URL gives to authenticate with.
@@ -162,6 +167,11 @@ pub fn check(settings: &ClusterSettings) -> Result<(), ClusterError> {
             MIN_LEASE.as_secs()
         )));
     }
+    if !(1..=MAX_REPLICAS).contains(&settings.replicas) {
+        return Err(ClusterError::Settings(format!(
+            "the replicas must be 1 to {MAX_REPLICAS}"
+        )));
+    }
     Ok(())
 }
 
@@ -228,6 +238,7 @@ mod tests {
             node: "a-1".into(),
             capacity: 1,
             lease: DEFAULT_LEASE,
+            replicas: 1,
         };
         assert!(check(&good).is_ok());
         for bad in [
@@ -241,6 +252,14 @@ mod tests {
             },
             ClusterSettings {
                 lease: Duration::from_secs(1),
+                ..good.clone()
+            },
+            ClusterSettings {
+                replicas: 0,
+                ..good.clone()
+            },
+            ClusterSettings {
+                replicas: 6,
                 ..good.clone()
             },
         ] {

@@ -58,6 +58,13 @@ pub struct ClusterFile {
     /// How long a run's lease lasts without renewal, in seconds (default
     /// 15).
     pub lease_secs: Option<u64>,
+    /// How many copies the NATS servers keep of each stream and bucket
+    /// Troupe creates (default 1; 3 for a three-server NATS cluster; at
+    /// most 5).
+    pub replicas: Option<usize>,
+    /// Whether runs may name a `file://` repository to check out (default
+    /// false: only `https://` and `ssh://`).
+    pub file_repositories: Option<bool>,
 }
 
 /// `[checkpoints]`: snapshots of the project's files before each turn that

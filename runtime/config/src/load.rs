@@ -766,6 +766,15 @@ impl<'t> Document<'t> {
         }
         if let Some(c) = &file.cluster {
             self.positive(&[key("cluster"), key("lease_secs")], c.lease_secs)?;
+            self.positive(&[key("cluster"), key("replicas")], c.replicas)?;
+            if let Some(replicas) = c.replicas
+                && replicas > MAX_REPLICAS
+            {
+                return Err(self.invalid(
+                    &[key("cluster"), key("replicas")],
+                    format!("invalid value: {replicas}, expected at most {MAX_REPLICAS}"),
+                ));
+            }
         }
         if let Some(s) = &file.store {
             self.positive(&[key("store"), key("keep_days")], s.keep_days)?;
@@ -970,6 +979,9 @@ impl<'t> Document<'t> {
         }
     }
 }
+
+/// The most copies of a stream JetStream keeps.
+const MAX_REPLICAS: usize = 5;
 
 /// Shorthand for a table-key segment.
 fn key(k: &str) -> Seg {

@@ -57,8 +57,59 @@ pub fn git_command_writing(
     args: &[&str],
     writable: &[PathBuf],
 ) -> tokio::process::Command {
+    let mut command = unconfined(dir, args, &[]);
+    if let Err(err) = crate::os_sandbox::confine_writing_only(&mut command, writable) {
+        tracing::warn!(%err, "git runs unconfined");
+    }
+    command
+}
+
+/// [`git_command_writing`] for a git that fetches from a remote
+/// repository over one of `protocols` (`https`, `ssh`, `file`) and no
+/// other (`GIT_ALLOW_PROTOCOL` and `protocol.<name>.allow`, so `ext::`,
+/// `fd::` and every other transport are refused), with TCP allowed by the
+/// kernel confinement when a protocol needs the network. `ssh` runs as the
+/// node's `ssh` in batch mode (no prompt, known hosts only).
+pub fn git_fetch_command(
+    dir: &Path,
+    args: &[&str],
+    writable: &[PathBuf],
+    protocols: &[&str],
+) -> tokio::process::Command {
+    let mut settings: Vec<String> = protocols
+        .iter()
+        .map(|protocol| format!("protocol.{protocol}.allow=always"))
+        .collect();
+    if protocols.contains(&"ssh") {
+        settings.push("core.sshCommand=ssh -o BatchMode=yes -o StrictHostKeyChecking=yes".into());
+    }
+    let mut command = unconfined(dir, args, &settings);
+    command
+        .env("GIT_ALLOW_PROTOCOL", protocols.join(":"))
+        .env_remove("GIT_SSH")
+        .env_remove("GIT_SSH_COMMAND")
+        .env_remove("GIT_PROXY_COMMAND");
+    let networked = protocols.iter().any(|protocol| *protocol != "file");
+    let confined = if networked {
+        crate::os_sandbox::confine_writing_with_network(&mut command, writable)
+    } else {
+        crate::os_sandbox::confine_writing_only(&mut command, writable)
+    };
+    if let Err(err) = confined {
+        tracing::warn!(%err, "git runs unconfined");
+    }
+    command
+}
+
+/// `git` with the overrides, then `settings` (later `-c` settings win),
+/// then `args`, in `dir`, with [`GIT_ENV`], stdin from /dev/null, killed
+/// when dropped; not confined yet.
+fn unconfined(dir: &Path, args: &[&str], settings: &[String]) -> tokio::process::Command {
     let mut command = tokio::process::Command::new("git");
     for setting in GIT_OVERRIDES {
+        command.arg("-c").arg(setting);
+    }
+    for setting in settings {
         command.arg("-c").arg(setting);
     }
     command
@@ -67,9 +118,6 @@ pub fn git_command_writing(
         .envs(GIT_ENV)
         .stdin(std::process::Stdio::null())
         .kill_on_drop(true);
-    if let Err(err) = crate::os_sandbox::confine_writing_only(&mut command, writable) {
-        tracing::warn!(%err, "git runs unconfined");
-    }
     command
 }
 
@@ -99,5 +147,44 @@ mod tests {
         }
         assert!(!init(&other).await.unwrap().success());
         assert!(!other.join(".git").exists());
+    }
+
+    #[tokio::test]
+    async fn a_fetching_git_uses_only_the_protocols_it_is_given() {
+        let dir = tempfile::tempdir().unwrap();
+        let marker = dir.path().join("ran");
+        let target = dir.path().join("clone");
+        let writable = [dir.path().to_path_buf()];
+        let clone = |url: String, protocols: &'static [&'static str]| {
+            let target = target.to_string_lossy().into_owned();
+            let mut command = git_fetch_command(
+                dir.path(),
+                &["clone", "--quiet", "--", &url, &target],
+                &writable,
+                protocols,
+            );
+            command
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::piped());
+            async move { command.output().await.unwrap() }
+        };
+        // A remote helper that would run a command: refused, nothing ran.
+        let hostile = format!("ext::sh -c touch% {}", marker.display());
+        let refused = clone(hostile, &["file", "https", "ssh"]).await;
+        assert!(!refused.status.success());
+        assert!(!marker.exists());
+        assert!(
+            String::from_utf8_lossy(&refused.stderr).contains("transport 'ext' not allowed"),
+            "{refused:?}"
+        );
+        // A file:// URL where only https is allowed: refused.
+        let source = dir.path().join("source");
+        std::fs::create_dir_all(&source).unwrap();
+        let refused = clone(format!("file://{}", source.display()), &["https"]).await;
+        assert!(!refused.status.success());
+        assert!(
+            String::from_utf8_lossy(&refused.stderr).contains("transport 'file' not allowed"),
+            "{refused:?}"
+        );
     }
 }

@@ -134,6 +134,15 @@ pub struct RunRequest {
     /// told nobody can approve and a call that needs approval is denied.
     #[serde(default)]
     pub interactive: bool,
+    /// A git repository (`https://`, `ssh://`, `user@host:path`, or
+    /// `file://` where the node allows it) that the node running the run
+    /// checks out at `revision` into a workspace of its own, which is then
+    /// the run's working directory instead of `cwd`.
+    #[serde(default)]
+    pub repository: Option<String>,
+    /// The branch, tag or commit of `repository` to check out.
+    #[serde(default)]
+    pub revision: Option<String>,
 }
 
 /// The limits a client may set on a run; each falls back to the
@@ -736,6 +745,8 @@ mod tests {
             },
             env: Some(BTreeMap::from([("HOME".into(), "/home/me".into())])),
             interactive: true,
+            repository: Some("https://example.org/r.git".into()),
+            revision: Some("v1".into()),
         };
         pins(
             &request,
@@ -750,6 +761,8 @@ mod tests {
                 "limits": {"max_turns": 3, "budget_tokens": null, "timeout_secs": null},
                 "env": {"HOME": "/home/me"},
                 "interactive": true,
+                "repository": "https://example.org/r.git",
+                "revision": "v1",
             }),
         );
     }

@@ -11,6 +11,7 @@
 
 pub mod api;
 pub mod cluster;
+pub mod cluster_control;
 pub mod events;
 pub mod model;
 pub mod permission;

@@ -9,7 +9,9 @@
 //! feature still runs the rest of the suite, and a machine with it cannot
 //! silently skip what it should test.
 
+pub mod git;
 pub mod nats;
+pub mod nats_cluster;
 
 use std::path::PathBuf;
 use std::process::{Command, Stdio};

@@ -26,11 +26,7 @@ impl NatsServer {
     /// exits or stays silent past the limit.
     pub fn start(jetstream: bool, extra: &[&str]) -> Self {
         let store = tempfile::tempdir().expect("a storage directory");
-        // A port free now; the server takes it at once.
-        let port = TcpListener::bind("127.0.0.1:0")
-            .and_then(|listener| listener.local_addr())
-            .expect("a free port")
-            .port();
+        let port = free_port();
         let mut command = Command::new("nats-server");
         command
             .args(["-a", "127.0.0.1", "-p", &port.to_string(), "-sd"])
@@ -38,8 +34,20 @@ impl NatsServer {
         if jetstream {
             command.arg("-js");
         }
+        command.args(extra);
+        Self::spawn(command, port, store, &["Server is ready"]).wait_ready()
+    }
+
+    /// Starts `command` (a `nats-server` listening on `port`, storing in
+    /// `store`) without waiting: [`Starting::wait_ready`] waits until its
+    /// stderr said each of `ready_lines`.
+    pub(crate) fn spawn(
+        mut command: Command,
+        port: u16,
+        store: tempfile::TempDir,
+        ready_lines: &[&str],
+    ) -> Starting {
         let mut child = command
-            .args(extra)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
@@ -47,11 +55,14 @@ impl NatsServer {
             .expect("nats-server starts");
         let stderr = child.stderr.take().expect("stderr is piped");
         let (ready_tx, ready_rx) = mpsc::channel();
+        let mut waiting: Vec<String> = ready_lines.iter().map(|line| line.to_string()).collect();
         std::thread::spawn(move || {
             let mut said = String::new();
             for line in BufReader::new(stderr).lines() {
                 let Ok(line) = line else { break };
-                if line.contains("Server is ready") {
+                let before = waiting.len();
+                waiting.retain(|wanted| !line.contains(wanted.as_str()));
+                if waiting.is_empty() && before > 0 {
                     let _ = ready_tx.send(Ok(()));
                 } else if said.len() < 10_000 {
                     said.push_str(&line);
@@ -61,21 +72,13 @@ impl NatsServer {
             // The server's stderr is drained until it exits.
             let _ = ready_tx.send(Err(said));
         });
-        let mut server = Self {
-            child,
-            port,
-            _store: store,
-        };
-        match ready_rx.recv_timeout(READY_LIMIT) {
-            Ok(Ok(())) => server,
-            Ok(Err(said)) => {
-                server.kill();
-                panic!("nats-server exited before it was ready:\n{said}");
-            }
-            Err(_) => {
-                server.kill();
-                panic!("nats-server was not ready within {READY_LIMIT:?}");
-            }
+        Starting {
+            server: Self {
+                child,
+                port,
+                _store: store,
+            },
+            ready: ready_rx,
         }
     }
 
@@ -101,6 +104,39 @@ impl NatsServer {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// A `nats-server` started by [`NatsServer::spawn`], not yet ready.
+pub(crate) struct Starting {
+    server: NatsServer,
+    ready: mpsc::Receiver<Result<(), String>>,
+}
+
+impl Starting {
+    /// Waits until the server said it is ready; panics when it exits or
+    /// stays silent past the limit.
+    pub(crate) fn wait_ready(self) -> NatsServer {
+        let Self { mut server, ready } = self;
+        match ready.recv_timeout(READY_LIMIT) {
+            Ok(Ok(())) => server,
+            Ok(Err(said)) => {
+                server.kill();
+                panic!("nats-server exited before it was ready:\n{said}");
+            }
+            Err(_) => {
+                server.kill();
+                panic!("nats-server was not ready within {READY_LIMIT:?}");
+            }
+        }
+    }
+}
+
+/// A free port on loopback now; the server takes it at once.
+pub(crate) fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|listener| listener.local_addr())
+        .expect("a free port")
+        .port()
 }
 
 impl Drop for NatsServer {

@@ -12,6 +12,9 @@ use troupe_protocol::events::{EventKind, RunEvent};
 use troupe_test_support::nats::NatsServer;
 use troupe_test_support::{Need, require};
 
+mod replicas;
+mod workspace;
+
 fn settings(url: String, node: &str) -> ClusterSettings {
     ClusterSettings {
         url,
@@ -19,6 +22,7 @@ fn settings(url: String, node: &str) -> ClusterSettings {
         node: node.into(),
         capacity: 2,
         lease: Duration::from_secs(3),
+        replicas: 1,
     }
 }
 

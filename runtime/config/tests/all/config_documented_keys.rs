@@ -66,6 +66,8 @@ const ACTED: &[(&str, &str, Companions)] = &[
     ("cluster.url", "\"nats://127.0.0.1:4222\"", &[]),
     ("cluster.credentials", "\"/etc/troupe/node.creds\"", &[]),
     ("cluster.lease_secs", "30", &[]),
+    ("cluster.replicas", "3", &[]),
+    ("cluster.file_repositories", "true", &[]),
     (
         "mcp_servers.NAME.type",
         "\"stdio\"",

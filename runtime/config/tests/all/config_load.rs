@@ -784,7 +784,7 @@ fn only_the_users_file_says_what_the_store_keeps() {
 #[test]
 fn only_the_users_file_says_which_cluster_the_daemon_joins() {
     let config = Fixture::new()
-        .user("[cluster]\nurl = \"nats://127.0.0.1:4222\"\ncredentials = \"/etc/troupe/node.creds\"\nlease_secs = 30\n")
+        .user("[cluster]\nurl = \"nats://127.0.0.1:4222\"\ncredentials = \"/etc/troupe/node.creds\"\nlease_secs = 30\nreplicas = 3\nfile_repositories = true\n")
         .load()
         .unwrap();
     assert_eq!(
@@ -793,8 +793,18 @@ fn only_the_users_file_says_which_cluster_the_daemon_joins() {
             url: Some("nats://127.0.0.1:4222".into()),
             credentials: Some("/etc/troupe/node.creds".into()),
             lease_secs: Some(30),
+            replicas: Some(3),
+            file_repositories: Some(true),
         }
     );
+    for bad in ["replicas = 0", "replicas = 6"] {
+        let err = Fixture::new()
+            .user(&format!("[cluster]\n{bad}\n"))
+            .load()
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("cluster.replicas"), "{err}");
+    }
     assert_eq!(Fixture::new().load().unwrap().cluster, Default::default());
     // A cloned repository may not send the user's runs to its own server.
     let err = Fixture::new()

@@ -550,6 +550,23 @@ pub fn confine_writing_only(
     command: &mut tokio::process::Command,
     writable: &[PathBuf],
 ) -> Result<(), ApplyError> {
+    confine_writing(command, writable, false)
+}
+
+/// [`confine_writing_only`] with TCP allowed: a git that fetches from a
+/// remote repository.
+pub fn confine_writing_with_network(
+    command: &mut tokio::process::Command,
+    writable: &[PathBuf],
+) -> Result<(), ApplyError> {
+    confine_writing(command, writable, true)
+}
+
+fn confine_writing(
+    command: &mut tokio::process::Command,
+    writable: &[PathBuf],
+    network: bool,
+) -> Result<(), ApplyError> {
     // Only the Landlock ABI is needed: one system call, where the full
     // probe starts processes to try the namespaces (and would hold up a
     // session's first `git status` by that much).
@@ -560,7 +577,7 @@ pub fn confine_writing_only(
     let plan = Plan {
         writable: writable.to_vec(),
         devices: plan::DEVICES.iter().map(PathBuf::from).collect(),
-        network: false,
+        network,
         ..Plan::default()
     };
     let prepared = apply::prepare(&plan, true, None)?;
