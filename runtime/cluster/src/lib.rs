@@ -13,6 +13,13 @@
 //! and routes an action to the node that runs a run ([`Cluster::request_action`],
 //! answered through [`Cluster::serve_actions`]).
 //!
+//! A node holds each run it runs by conditional writes
+//! ([`Cluster::put_run_held`], [`Cluster::publish_event_held`],
+//! [`Cluster::publish_session`]): the run's session goes to a stream of its
+//! own, from which another node reads it back ([`Cluster::stored_session`])
+//! when it takes the run over; a write refused on its condition means
+//! another node holds the run ([`fencing`]).
+//!
 //! Every message is a versioned type of [`troupe_protocol::cluster`]; a
 //! message that does not read as one is logged and dropped, never acted on.
 //! The decisions (room to take a run, a stale heartbeat, masking a URL's
@@ -23,14 +30,23 @@
 #![warn(missing_docs)]
 
 mod error;
+mod failover;
+pub mod fencing;
 pub mod names;
 mod node;
 pub mod rules;
 pub mod settings;
 
 pub use error::ClusterError;
+pub use failover::{HeldWriteError, StoredSession};
 pub use node::{
     ACTION_TIMEOUT, ActionRequest, ActionRequests, Cluster, NODE_RECORD_AGE, RETENTION, RunEvents,
     Taken,
 };
 pub use settings::ClusterSettings;
+
+/// Whether a publish was refused because the subject's last sequence was
+/// not the one named.
+pub(crate) fn is_wrong_last(err: &async_nats::jetstream::context::PublishError) -> bool {
+    err.kind() == async_nats::jetstream::context::PublishErrorKind::WrongLastSequence
+}
