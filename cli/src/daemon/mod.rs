@@ -21,6 +21,7 @@
 
 pub(crate) mod api;
 pub(crate) mod cluster;
+pub(crate) mod failover;
 pub(crate) mod connections;
 pub(crate) mod control;
 pub(crate) mod error;

@@ -209,6 +209,43 @@ impl Cluster {
         ack.await.map(|ack| ack.sequence).map_err(failed)
     }
 
+    /// Which node wrote the last message on session `session_id`'s subject,
+    /// and its sequence; `None` when there is none (or it does not read).
+    pub async fn last_session_writer(
+        &self,
+        session_id: &str,
+    ) -> Result<Option<(String, u64)>, ClusterError> {
+        match self
+            .sessions
+            .get_last_raw_message_by_subject(&session_subject(session_id))
+            .await
+        {
+            Ok(message) => Ok(readable::<SessionRecord>(SESSIONS_STREAM, &message.payload)
+                .map(|record| (record.node, message.sequence))),
+            Err(err) if err.kind() == stream::LastRawMessageErrorKind::NoMessageFound => Ok(None),
+            Err(err) => Err(ClusterError::request("read a session", err)),
+        }
+    }
+
+    /// Which node published the last event of run `run_id`, and its
+    /// sequence in the stream; `None` when there is none (or it does not
+    /// read).
+    pub async fn last_event_writer(
+        &self,
+        run_id: &str,
+    ) -> Result<Option<(String, u64)>, ClusterError> {
+        match self
+            .events
+            .get_last_raw_message_by_subject(&events_subject(run_id))
+            .await
+        {
+            Ok(message) => Ok(readable::<ClusterEvent>(EVENTS_STREAM, &message.payload)
+                .map(|event| (event.node, message.sequence))),
+            Err(err) if err.kind() == stream::LastRawMessageErrorKind::NoMessageFound => Ok(None),
+            Err(err) => Err(ClusterError::request("read a run's last event", err)),
+        }
+    }
+
     /// Every write of session `session_id` the cluster holds, in order;
     /// a message that does not read, or names another session, is logged
     /// and left out.

@@ -190,6 +190,12 @@ pub enum SessionWrite {
         /// The store's ledger entry.
         entry: serde_json::Value,
     },
+    /// A node claimed the run that writes this session: the writes of
+    /// any other node after this one are refused.
+    Claimed {
+        /// The run claimed.
+        run_id: String,
+    },
     /// A run of the session was recorded (started, or ended).
     Run {
         /// The store's run record.
@@ -268,7 +274,11 @@ impl Versioned for RunAction {
 
 impl Versioned for SessionRecord {
     fn ids(&self) -> Vec<&str> {
-        vec![&self.session_id, &self.node]
+        let mut ids = vec![self.session_id.as_str(), self.node.as_str()];
+        if let SessionWrite::Claimed { run_id } = &self.write {
+            ids.push(run_id);
+        }
+        ids
     }
 }
 

@@ -16,6 +16,8 @@ const READY_LIMIT: Duration = Duration::from_secs(20);
 pub struct NatsServer {
     child: Child,
     port: u16,
+    /// The arguments it was started with (to start it again).
+    args: Vec<String>,
     _store: tempfile::TempDir,
 }
 
@@ -31,52 +33,30 @@ impl NatsServer {
             .and_then(|listener| listener.local_addr())
             .expect("a free port")
             .port();
-        let mut command = Command::new("nats-server");
-        command
-            .args(["-a", "127.0.0.1", "-p", &port.to_string(), "-sd"])
-            .arg(store.path());
+        let mut args: Vec<String> = vec![
+            "-a".into(),
+            "127.0.0.1".into(),
+            "-p".into(),
+            port.to_string(),
+            "-sd".into(),
+            store.path().display().to_string(),
+        ];
         if jetstream {
-            command.arg("-js");
+            args.push("-js".into());
         }
-        let mut child = command
-            .args(extra)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("nats-server starts");
-        let stderr = child.stderr.take().expect("stderr is piped");
-        let (ready_tx, ready_rx) = mpsc::channel();
-        std::thread::spawn(move || {
-            let mut said = String::new();
-            for line in BufReader::new(stderr).lines() {
-                let Ok(line) = line else { break };
-                if line.contains("Server is ready") {
-                    let _ = ready_tx.send(Ok(()));
-                } else if said.len() < 10_000 {
-                    said.push_str(&line);
-                    said.push('\n');
-                }
-            }
-            // The server's stderr is drained until it exits.
-            let _ = ready_tx.send(Err(said));
-        });
+        args.extend(extra.iter().map(|arg| arg.to_string()));
+        let (child, ready) = spawn_ready(&args);
         let mut server = Self {
             child,
             port,
+            args,
             _store: store,
         };
-        match ready_rx.recv_timeout(READY_LIMIT) {
-            Ok(Ok(())) => server,
-            Ok(Err(said)) => {
-                server.kill();
-                panic!("nats-server exited before it was ready:\n{said}");
-            }
-            Err(_) => {
-                server.kill();
-                panic!("nats-server was not ready within {READY_LIMIT:?}");
-            }
+        if let Err(said) = ready {
+            server.kill();
+            panic!("{said}");
         }
+        server
     }
 
     /// Its port on 127.0.0.1.
@@ -97,6 +77,19 @@ impl NatsServer {
         self.child.id()
     }
 
+    /// Stops the server (SIGKILL) and starts it again on the same port
+    /// with the same storage directory and arguments; waits until it is
+    /// ready.
+    pub fn restart(&mut self) {
+        self.kill();
+        let (child, said) = spawn_ready(&self.args);
+        self.child = child;
+        if let Err(said) = said {
+            self.kill();
+            panic!("nats-server did not come back: {said}");
+        }
+    }
+
     fn kill(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
@@ -107,4 +100,38 @@ impl Drop for NatsServer {
     fn drop(&mut self) {
         self.kill();
     }
+}
+
+/// Starts `nats-server ARGS` and waits for its "Server is ready" line: the
+/// child, and why it is not ready when it is not.
+fn spawn_ready(args: &[String]) -> (Child, Result<(), String>) {
+    let mut child = Command::new("nats-server")
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("nats-server starts");
+    let stderr = child.stderr.take().expect("stderr is piped");
+    let (ready_tx, ready_rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let mut said = String::new();
+        for line in BufReader::new(stderr).lines() {
+            let Ok(line) = line else { break };
+            if line.contains("Server is ready") {
+                let _ = ready_tx.send(Ok(()));
+            } else if said.len() < 10_000 {
+                said.push_str(&line);
+                said.push('\n');
+            }
+        }
+        // The server's stderr is drained until it exits.
+        let _ = ready_tx.send(Err(said));
+    });
+    let ready = match ready_rx.recv_timeout(READY_LIMIT) {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(said)) => Err(format!("nats-server exited before it was ready:\n{said}")),
+        Err(_) => Err(format!("nats-server was not ready within {READY_LIMIT:?}")),
+    };
+    (child, ready)
 }
