@@ -65,7 +65,7 @@ async fn observer(url: &str) -> Cluster {
         url: url.to_string(),
         credentials: None,
         node: "observer".into(),
-        capacity: 0,
+        capacity: 1,
         lease: Duration::from_secs(LEASE_SECS),
     })
     .await
@@ -202,16 +202,17 @@ async fn a_stopped_node_past_its_lease_loses_its_run_and_its_late_writes_are_ref
     // run's events are as the new node left them.
     let stopped_node = nodes[stopped].1.as_ref().unwrap();
     let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
+    let own = loop {
         let own = stopped_node
             .call("GET", &format!("/v1/runs/{run_id}"), None)
             .await
             .json();
         if own["status"] != "running" || Instant::now() >= deadline {
-            break;
+            break own;
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    };
+    assert_ne!(own["status"], "running", "{own}");
     let after = cluster.stored_session(&session_id).await.unwrap();
     assert_eq!(after.last_seq, before.last_seq, "a late write reached the session");
     assert_eq!(after.records, before.records);
