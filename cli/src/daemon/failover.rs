@@ -110,23 +110,54 @@ impl Hold {
     /// Writes the run's record on the condition that this node wrote its
     /// last revision; a refusal fences the node.
     pub(crate) async fn put_record(&self, summary: &RunSummary) {
-        if self.fenced.is_cancelled() {
-            return;
-        }
         let mut revision = self.revision.lock().await;
-        match self.cluster.put_run_held(summary, *revision).await {
-            Ok(written) => *revision = written,
-            Err(HeldWriteError::Fenced(why)) => match self.cluster.run_entry(&self.run_id).await {
-                // A write whose answer was lost took effect: still ours.
-                Ok(Some((record, at))) if record.node.as_deref() == Some(self.cluster.node()) => {
-                    *revision = at;
-                    drop(revision);
-                    Box::pin(self.put_record(summary)).await;
+        for _ in 0..WRITE_ATTEMPTS {
+            if self.fenced.is_cancelled() {
+                return;
+            }
+            match self.cluster.put_run_held(summary, *revision).await {
+                Ok(written) => {
+                    *revision = written;
+                    return;
                 }
-                _ => self.fence(&why),
-            },
-            Err(HeldWriteError::Failed(err)) => {
-                tracing::warn!(run = %self.run_id, %err, "the run's record was not shared");
+                Err(HeldWriteError::Fenced(why)) => {
+                    let holder = self.cluster.run_holder(&self.run_id).await;
+                    match self.after_refusal(holder, &why) {
+                        Some(at) => *revision = at,
+                        None => return,
+                    }
+                }
+                Err(HeldWriteError::Failed(err)) => {
+                    tracing::warn!(run = %self.run_id, %err, "the run's record was not shared");
+                    return;
+                }
+            }
+        }
+    }
+
+    /// What follows a refused write, from who wrote last where it was meant
+    /// to go ([`fencing::after_refusal`]): the sequence to write after, or
+    /// `None` once the hold is fenced.
+    fn after_refusal(
+        &self,
+        last: Result<Option<(Option<String>, u64)>, troupe_cluster::ClusterError>,
+        why: &str,
+    ) -> Option<u64> {
+        let (writer, at) = match last {
+            Ok(Some((writer, at))) => (writer, at),
+            // Refused, yet nothing is there: nobody else's claim.
+            Ok(None) => (None, 0),
+            Err(err) => {
+                tracing::warn!(run = %self.run_id, %err, "who wrote last could not be read");
+                self.fence(why);
+                return None;
+            }
+        };
+        match fencing::after_refusal(writer.as_deref(), self.cluster.node()) {
+            fencing::AfterRefusal::WriteAfter => Some(at),
+            fencing::AfterRefusal::Fenced => {
+                self.fence(why);
+                None
             }
         }
     }
@@ -157,15 +188,10 @@ impl Hold {
                     return;
                 }
                 Err(HeldWriteError::Fenced(why)) => {
-                    match self.cluster.last_event_writer(&self.run_id).await {
-                        // A publish whose answer was lost took effect.
-                        Ok(Some((node, sequence))) if node == self.cluster.node() => {
-                            *last = sequence;
-                        }
-                        _ => {
-                            self.fence(&why);
-                            return;
-                        }
+                    let writer = self.cluster.last_event_writer(&self.run_id).await;
+                    match self.after_refusal(writer, &why) {
+                        Some(sequence) => *last = sequence,
+                        None => return,
                     }
                 }
                 Err(HeldWriteError::Failed(err)) => {
@@ -188,15 +214,8 @@ impl Hold {
             match self.cluster.publish_session(record, expected).await {
                 Ok(sequence) => return Some(sequence),
                 Err(HeldWriteError::Fenced(why)) => {
-                    match self.cluster.last_session_writer(&self.session_id).await {
-                        Ok(Some((node, sequence))) if node == self.cluster.node() => {
-                            expected = sequence;
-                        }
-                        _ => {
-                            self.fence(&why);
-                            return None;
-                        }
-                    }
+                    let writer = self.cluster.last_session_writer(&self.session_id).await;
+                    expected = self.after_refusal(writer, &why)?;
                 }
                 Err(HeldWriteError::Failed(err)) => {
                     tracing::warn!(session = %self.session_id, %err, "a session write was not shared; trying again");

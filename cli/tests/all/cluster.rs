@@ -307,13 +307,14 @@ async fn garbage_on_every_subject_and_bucket_stops_no_node_from_taking_runs() {
         foreign.into_bytes(),
         vec![b'{'; 1024 * 1024 - 4096],
     ];
-    let (run_seen, _) = a
+    let (run_seen, session_seen) = a
         .submit(json!({"prompt": "first-job", "cwd": env_a.root(), "mode": "bypass"}))
         .await;
     for body in &garbage {
         for subject in [
             "troupe.submit".to_string(),
             format!("troupe.events.{run_seen}"),
+            format!("troupe.session.{session_seen}"),
             "$KV.troupe_runs.garbage-run".to_string(),
             "$KV.troupe_nodes.garbage-node".to_string(),
         ] {

@@ -217,7 +217,7 @@ async fn a_stopped_node_past_its_lease_loses_its_run_and_its_late_writes_are_ref
     assert_eq!(after.last_seq, before.last_seq, "a late write reached the session");
     assert_eq!(after.records, before.records);
     let (last_writer, _) = cluster.last_event_writer(&run_id).await.unwrap().unwrap();
-    assert_eq!(last_writer, alive_name);
+    assert_eq!(last_writer.as_deref(), Some(alive_name));
     let record = cluster.run_entry(&run_id).await.unwrap().unwrap().0;
     assert_eq!(record.node.as_deref(), Some(alive_name));
     assert_eq!(

@@ -209,41 +209,65 @@ impl Cluster {
         ack.await.map(|ack| ack.sequence).map_err(failed)
     }
 
-    /// Which node wrote the last message on session `session_id`'s subject,
-    /// and its sequence; `None` when there is none (or it does not read).
+    /// Who wrote the last message on session `session_id`'s subject (`None`
+    /// when it does not read) and its sequence; `None` when there is none.
     pub async fn last_session_writer(
         &self,
         session_id: &str,
-    ) -> Result<Option<(String, u64)>, ClusterError> {
+    ) -> Result<Option<(Option<String>, u64)>, ClusterError> {
         match self
             .sessions
             .get_last_raw_message_by_subject(&session_subject(session_id))
             .await
         {
-            Ok(message) => Ok(readable::<SessionRecord>(SESSIONS_STREAM, &message.payload)
-                .map(|record| (record.node, message.sequence))),
+            Ok(message) => Ok(Some((
+                readable::<SessionRecord>(SESSIONS_STREAM, &message.payload)
+                    .map(|record| record.node),
+                message.sequence,
+            ))),
             Err(err) if err.kind() == stream::LastRawMessageErrorKind::NoMessageFound => Ok(None),
             Err(err) => Err(ClusterError::request("read a session", err)),
         }
     }
 
-    /// Which node published the last event of run `run_id`, and its
-    /// sequence in the stream; `None` when there is none (or it does not
-    /// read).
+    /// Who published the last message on run `run_id`'s events subject
+    /// (`None` when it does not read) and its sequence; `None` when there
+    /// is none.
     pub async fn last_event_writer(
         &self,
         run_id: &str,
-    ) -> Result<Option<(String, u64)>, ClusterError> {
+    ) -> Result<Option<(Option<String>, u64)>, ClusterError> {
         match self
             .events
             .get_last_raw_message_by_subject(&events_subject(run_id))
             .await
         {
-            Ok(message) => Ok(readable::<ClusterEvent>(EVENTS_STREAM, &message.payload)
-                .map(|event| (event.node, message.sequence))),
+            Ok(message) => Ok(Some((
+                readable::<ClusterEvent>(EVENTS_STREAM, &message.payload).map(|event| event.node),
+                message.sequence,
+            ))),
             Err(err) if err.kind() == stream::LastRawMessageErrorKind::NoMessageFound => Ok(None),
             Err(err) => Err(ClusterError::request("read a run's last event", err)),
         }
+    }
+
+    /// Which node the run's record names (`Some("")` for none, `None` when
+    /// it does not read) and its revision; `None` when there is no record.
+    pub async fn run_holder(
+        &self,
+        run_id: &str,
+    ) -> Result<Option<(Option<String>, u64)>, ClusterError> {
+        let entry = self
+            .runs
+            .entry(run_id)
+            .await
+            .map_err(|err| ClusterError::request("read a run's record", err))?;
+        Ok(entry.map(|entry| {
+            let node = readable::<ClusterRun>(RUNS_BUCKET, &entry.value)
+                .filter(|run| run.summary.run_id == run_id)
+                .map(|run| run.summary.node.unwrap_or_default());
+            (node, entry.revision)
+        }))
     }
 
     /// Every write of session `session_id` the cluster holds, in order;

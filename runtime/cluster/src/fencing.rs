@@ -77,6 +77,27 @@ pub fn refusal(wrong_last: bool) -> Refusal {
     }
 }
 
+/// What a node whose conditional write was refused does, from who wrote
+/// last where it meant to write (`None`: nobody, or a message that does not
+/// read).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AfterRefusal {
+    /// The last write is this node's own (a write whose answer was lost
+    /// took effect) or garbage: write again after it.
+    WriteAfter,
+    /// Another node wrote last: it holds the run; stop.
+    Fenced,
+}
+
+/// [`AfterRefusal`] for node `me` when `last_writer` wrote last. Garbage is
+/// nobody's claim: only a readable write naming another node fences.
+pub fn after_refusal(last_writer: Option<&str>, me: &str) -> AfterRefusal {
+    match last_writer {
+        Some(node) if node != me => AfterRefusal::Fenced,
+        _ => AfterRefusal::WriteAfter,
+    }
+}
+
 /// The sequence number the first event published by a node that took over
 /// a run gets: right after the last one the cluster holds. `run_moved` is
 /// that event; the run's own events follow it, each shifted by
@@ -159,6 +180,15 @@ mod tests {
     fn only_a_failed_condition_fences_a_node() {
         assert_eq!(refusal(true), Refusal::Fenced);
         assert_eq!(refusal(false), Refusal::Unavailable);
+    }
+
+    #[test]
+    fn only_another_nodes_readable_write_fences_after_a_refusal() {
+        assert_eq!(after_refusal(Some("b"), "a"), AfterRefusal::Fenced);
+        // A record naming no node is not this node's either.
+        assert_eq!(after_refusal(Some(""), "a"), AfterRefusal::Fenced);
+        assert_eq!(after_refusal(Some("a"), "a"), AfterRefusal::WriteAfter);
+        assert_eq!(after_refusal(None, "a"), AfterRefusal::WriteAfter);
     }
 
     #[test]
