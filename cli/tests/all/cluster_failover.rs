@@ -29,12 +29,26 @@ const LEASE_SECS: u64 = 3;
 
 /// Two nodes, `n1` and `n2`, of the cluster at `url`, with a short lease.
 fn two_nodes(server: &ScriptedServer, url: &str) -> Vec<(Env, Option<Daemon>)> {
+    two_traced_nodes(server, url, None)
+}
+
+/// [`two_nodes`], exporting their spans to `otlp` when given.
+fn two_traced_nodes(
+    server: &ScriptedServer,
+    url: &str,
+    otlp: Option<&str>,
+) -> Vec<(Env, Option<Daemon>)> {
     ["n1", "n2"]
         .into_iter()
         .map(|name| {
             let env = Env::new();
             env.write_user_config(&format!("[cluster]\nlease_secs = {LEASE_SECS}\n"));
-            let daemon = Daemon::start_with(&env, Some(server), &["--cluster", url, "--node", name]);
+            let mut command = env.command(Some(server));
+            if let Some(endpoint) = otlp {
+                command.env("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint);
+            }
+            command.args(["serve", "--cluster", url, "--node", name]);
+            let daemon = Daemon::start_command(&env, command);
             (env, Some(daemon))
         })
         .collect()
@@ -124,10 +138,11 @@ async fn a_run_whose_node_is_killed_mid_tool_call_finishes_on_another_node() {
     if !require(Need::NatsServer) {
         return;
     }
+    let (endpoint, received) = crate::otlp::collector().await;
     let nats = NatsServer::start(true, &[]);
     let script = job(Script::new(), "moving-job", "sleep 41.7");
     let server = ScriptedServer::start(script).await.unwrap();
-    let mut nodes = two_nodes(&server, &nats.url(None));
+    let mut nodes = two_traced_nodes(&server, &nats.url(None), Some(&endpoint));
     let (run_id, session_id, seen, dead) = started_run(&nodes, "moving-job").await;
     let alive = 1 - dead;
     let (dead_name, alive_name) = (["n1", "n2"][dead], ["n1", "n2"][alive]);
@@ -163,6 +178,41 @@ async fn a_run_whose_node_is_killed_mid_tool_call_finishes_on_another_node() {
     })
     .await;
     assert!(left.is_empty(), "the dead node's tool process survived: {left:?}");
+
+    // The run's trace goes on below a run_moved span on the new node (its
+    // spans flushed as it stops).
+    let (code, stderr) = nodes[alive].1.take().unwrap().stop(libc::SIGTERM);
+    assert_eq!(code, 0, "{stderr}");
+    let spans = received.lock().unwrap().clone();
+    let attributes = |span: &opentelemetry_proto::tonic::trace::v1::Span| {
+        crate::otlp::attributes(&span.attributes)
+    };
+    let moved = spans
+        .iter()
+        .map(|(_, span)| span)
+        .find(|span| span.name == "run_moved")
+        .unwrap_or_else(|| {
+            let names: Vec<&str> = spans.iter().map(|(_, s)| s.name.as_str()).collect();
+            panic!("no run_moved span among {names:?}")
+        });
+    let moved_attributes = attributes(moved);
+    assert_eq!(moved_attributes.get("troupe.placement.run_id"), Some(&run_id));
+    assert_eq!(
+        moved_attributes.get("troupe.moved.from_node").map(String::as_str),
+        Some(dead_name)
+    );
+    assert_eq!(
+        moved_attributes.get("troupe.moved.to_node").map(String::as_str),
+        Some(alive_name)
+    );
+    assert!(!moved.parent_span_id.is_empty(), "the run's trace is its parent");
+    let continued = spans
+        .iter()
+        .map(|(_, span)| span)
+        .find(|span| span.name == "invoke_agent main" && span.parent_span_id == moved.span_id)
+        .expect("the continued run's root span below run_moved");
+    assert_eq!(continued.trace_id, moved.trace_id, "one trace");
+    assert_eq!(attributes(continued).get("troupe.run_id"), Some(&run_id));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
