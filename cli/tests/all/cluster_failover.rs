@@ -309,3 +309,53 @@ async fn a_run_goes_on_across_a_restart_of_the_nats_server() {
     let finished = other.events(&run_id, None, |_| false).await;
     assert_eq!(finished.last().unwrap().1["type"], "run_finished");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_run_on_one_node_is_continued_on_another() {
+    if !require(Need::NatsServer) {
+        return;
+    }
+    let nats = NatsServer::start(true, &[]);
+    let script = job(Script::new(), "first-part", "echo part one").then(
+        troupe_scripted::Turn::new(troupe_scripted::text("second part done"))
+            .when(troupe_scripted::Matcher::last_user_contains("second-part")),
+    );
+    let server = ScriptedServer::start(script).await.unwrap();
+    let nodes = two_nodes(&server, &nats.url(None));
+    let (env, first) = &nodes[0];
+    let first = first.as_ref().unwrap();
+    let (run_id, session_id) = first
+        .submit(json!({"prompt": "first-part", "cwd": env.root(), "mode": "bypass"}))
+        .await;
+    let events = first.events(&run_id, None, |_| false).await;
+    assert_eq!(events.last().unwrap().1["status"], "finished", "{events:?}");
+    let ran_on = node_of(first, &run_id).await.unwrap();
+    let other = if ran_on == "n1" { 1 } else { 0 };
+    let (other_env, other_node) = &nodes[other];
+    let other_node = other_node.as_ref().unwrap();
+    // The node that did not run it loads the session from the cluster.
+    let (next, same) = other_node
+        .submit(json!({
+            "prompt": "second-part",
+            "cwd": other_env.root(),
+            "mode": "bypass",
+            "session_id": session_id,
+        }))
+        .await;
+    assert_eq!(same, session_id);
+    let events = other_node.events(&next, None, |_| false).await;
+    assert_eq!(events.last().unwrap().1["status"], "finished", "{events:?}");
+    let (calls, results) = exported_calls(other_env, &session_id).await;
+    assert_eq!(calls.len(), 1, "the first run's call is in the session");
+    assert_eq!(results.len(), 1);
+    assert!(results[0].1.contains("part one"), "{results:?}");
+    // A session id that is not one is refused, never looked up as a subject.
+    let refused = other_node
+        .call(
+            "POST",
+            "/v1/runs",
+            Some(&json!({"prompt": "x", "cwd": other_env.root(), "session_id": "a.>"})),
+        )
+        .await;
+    assert_eq!(refused.status, 404, "{}", refused.text());
+}
