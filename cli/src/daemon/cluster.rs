@@ -343,8 +343,11 @@ async fn place(
             return Placed::Done;
         }
     };
-    let decision =
-        fencing::claim_decision(entry.as_ref().map(|(run, _)| run), node.name(), taken.deliveries);
+    let decision = fencing::claim_decision(
+        entry.as_ref().map(|(run, _)| run),
+        node.name(),
+        taken.deliveries,
+    );
     let claim = |entry: Option<(RunSummary, u64)>| async {
         let (summary, revision) = entry?;
         failover::claim(
@@ -419,13 +422,11 @@ async fn take_over(
     }
     failover::stop_when_fenced(&hold, state.runtime.clone());
     let started = match (state.prepare)(request).await {
-        Ok(prepared) => {
-            state
-                .runtime
-                .submit_as(prepared.submission, run_id.clone(), span.clone())
-                .await
-                .map_err(|err| err.to_string())
-        }
+        Ok(prepared) => state
+            .runtime
+            .submit_as(prepared.submission, run_id.clone(), span.clone())
+            .await
+            .map_err(|err| err.to_string()),
         Err(err) => Err(err.message),
     };
     match started {
@@ -444,7 +445,11 @@ async fn take_over(
 /// Loads a session another node ran from the cluster into this node's
 /// store when the store does not hold it, so that it can be continued
 /// here.
-pub(crate) async fn load_session(node: &ClusterNode, store: &troupe_store::Store, session_id: &str) {
+pub(crate) async fn load_session(
+    node: &ClusterNode,
+    store: &troupe_store::Store,
+    session_id: &str,
+) {
     if !troupe_protocol::cluster::is_valid_token(session_id) {
         return;
     }
@@ -494,7 +499,8 @@ async fn mirror(
     let taken = taken.map(Arc::new);
     let lease = taken.clone().map(|taken| {
         let period = rules::renewal_period(node.cluster.settings().lease);
-        let (state, node, run_id, hold) = (state.clone(), node.clone(), run_id.clone(), hold.clone());
+        let (state, node, run_id, hold) =
+            (state.clone(), node.clone(), run_id.clone(), hold.clone());
         tokio::spawn(async move {
             let mut ticks = tokio::time::interval(period);
             ticks.tick().await;
@@ -528,7 +534,9 @@ async fn mirror(
             break;
         }
     }
-    let lost = hold.as_ref().is_some_and(|hold| hold.fenced().is_cancelled());
+    let lost = hold
+        .as_ref()
+        .is_some_and(|hold| hold.fenced().is_cancelled());
     put_record(&state, &node, &run_id, hold.as_deref()).await;
     if let Some(lease) = lease {
         lease.abort();

@@ -295,7 +295,9 @@ pub(crate) fn stop_when_fenced(hold: &Arc<Hold>, runtime: troupe_actors::Runtime
     tokio::spawn(async move {
         hold.fenced.cancelled().await;
         match runtime.cancel(&hold.run_id).await {
-            Ok(()) => tracing::warn!(run = %hold.run_id, "cancelled the copy of a run another node holds"),
+            Ok(()) => {
+                tracing::warn!(run = %hold.run_id, "cancelled the copy of a run another node holds")
+            }
             Err(err) => tracing::debug!(run = %hold.run_id, %err, "the fenced run had ended"),
         }
     });
@@ -304,7 +306,11 @@ pub(crate) fn stop_when_fenced(hold: &Arc<Hold>, runtime: troupe_actors::Runtime
 /// The cluster's records of one store write: one record, or one per
 /// message when together they would be larger than a message may be (a
 /// single message larger than that is left out, and logged).
-pub(crate) fn session_records(session_id: &str, node: &str, write: TeedWrite) -> Vec<SessionRecord> {
+pub(crate) fn session_records(
+    session_id: &str,
+    node: &str,
+    write: TeedWrite,
+) -> Vec<SessionRecord> {
     let record = |write| SessionRecord {
         v: VERSION,
         session_id: session_id.to_string(),
@@ -431,8 +437,7 @@ pub(crate) fn import_session(
     }
     let history = store.load_history(session_id)?.messages;
     let pending = store.pending_results(session_id)?;
-    let failed: Vec<ToolResult> =
-        troupe_agent::resume::node_failure_results(&history, &pending);
+    let failed: Vec<ToolResult> = troupe_agent::resume::node_failure_results(&history, &pending);
     for result in &failed {
         store.put_pending_result(session_id, result)?;
     }
@@ -459,7 +464,11 @@ pub(crate) async fn load_session(
     store: &Store,
     session_id: &str,
 ) -> Result<bool, String> {
-    if store.session(session_id).map_err(|err| err.to_string())?.is_some() {
+    if store
+        .session(session_id)
+        .map_err(|err| err.to_string())?
+        .is_some()
+    {
         return Ok(false);
     }
     let stored = cluster
@@ -564,11 +573,17 @@ mod tests {
         assert!(records.iter().all(fits));
         assert!(matches!(
             &records[1].write,
-            SessionWrite::Messages { truncate_at: Some(2), .. }
+            SessionWrite::Messages {
+                truncate_at: Some(2),
+                ..
+            }
         ));
         assert!(matches!(
             &records[0].write,
-            SessionWrite::Messages { truncate_at: None, .. }
+            SessionWrite::Messages {
+                truncate_at: None,
+                ..
+            }
         ));
         // A message larger than a cluster message is left out, never sent.
         let huge = TeedWrite::Messages {
@@ -597,12 +612,15 @@ mod tests {
                 fork_of: None,
             })
             .unwrap();
-        source.put_message("s1", 0, &Message::user_text("go")).unwrap();
-        let call = troupe_protocol::model::ContentBlock::ToolCall(troupe_protocol::model::ToolCall {
-            id: "c1".into(),
-            name: "bash".into(),
-            input: "{}".into(),
-        });
+        source
+            .put_message("s1", 0, &Message::user_text("go"))
+            .unwrap();
+        let call =
+            troupe_protocol::model::ContentBlock::ToolCall(troupe_protocol::model::ToolCall {
+                id: "c1".into(),
+                name: "bash".into(),
+                input: "{}".into(),
+            });
         source
             .put_message(
                 "s1",

@@ -21,10 +21,10 @@
 
 pub(crate) mod api;
 pub(crate) mod cluster;
-pub(crate) mod failover;
 pub(crate) mod connections;
 pub(crate) mod control;
 pub(crate) mod error;
+pub(crate) mod failover;
 pub(crate) mod guard;
 pub(crate) mod home;
 pub(crate) mod idle;

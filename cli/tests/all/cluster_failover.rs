@@ -57,7 +57,10 @@ fn two_traced_nodes(
 /// Submits `prompt` to the first node and waits until the run's slow tool
 /// call started: the run id, the session id, the last event seen, and the
 /// index of the node that runs it.
-async fn started_run(nodes: &[(Env, Option<Daemon>)], prompt: &str) -> (String, String, u64, usize) {
+async fn started_run(
+    nodes: &[(Env, Option<Daemon>)],
+    prompt: &str,
+) -> (String, String, u64, usize) {
     let (env, first) = &nodes[0];
     let first = first.as_ref().unwrap();
     let (run_id, session_id) = first
@@ -115,7 +118,11 @@ async fn moved_events(node: &Daemon, run_id: &str, seen: u64, from: &str, to: &s
 /// of `env`: every call id and the result of each.
 async fn exported_calls(env: &Env, session_id: &str) -> (Vec<String>, Vec<(String, String)>) {
     let exported = troupe(env, &["sessions", "export", session_id]).await;
-    assert!(exported.status.success(), "{}", support::describe(&exported));
+    assert!(
+        exported.status.success(),
+        "{}",
+        support::describe(&exported)
+    );
     let (mut calls, mut results) = (Vec::new(), Vec::new());
     for line in support::text(&exported.stdout).lines() {
         let message: Value = serde_json::from_str(line).unwrap();
@@ -177,7 +184,10 @@ async fn a_run_whose_node_is_killed_mid_tool_call_finishes_on_another_node() {
         pids.is_empty()
     })
     .await;
-    assert!(left.is_empty(), "the dead node's tool process survived: {left:?}");
+    assert!(
+        left.is_empty(),
+        "the dead node's tool process survived: {left:?}"
+    );
 
     // The run's trace goes on below a run_moved span on the new node (its
     // spans flushed as it stops).
@@ -196,16 +206,26 @@ async fn a_run_whose_node_is_killed_mid_tool_call_finishes_on_another_node() {
             panic!("no run_moved span among {names:?}")
         });
     let moved_attributes = attributes(moved);
-    assert_eq!(moved_attributes.get("troupe.placement.run_id"), Some(&run_id));
     assert_eq!(
-        moved_attributes.get("troupe.moved.from_node").map(String::as_str),
+        moved_attributes.get("troupe.placement.run_id"),
+        Some(&run_id)
+    );
+    assert_eq!(
+        moved_attributes
+            .get("troupe.moved.from_node")
+            .map(String::as_str),
         Some(dead_name)
     );
     assert_eq!(
-        moved_attributes.get("troupe.moved.to_node").map(String::as_str),
+        moved_attributes
+            .get("troupe.moved.to_node")
+            .map(String::as_str),
         Some(alive_name)
     );
-    assert!(!moved.parent_span_id.is_empty(), "the run's trace is its parent");
+    assert!(
+        !moved.parent_span_id.is_empty(),
+        "the run's trace is its parent"
+    );
     let continued = spans
         .iter()
         .map(|(_, span)| span)
@@ -264,7 +284,10 @@ async fn a_stopped_node_past_its_lease_loses_its_run_and_its_late_writes_are_ref
     };
     assert_ne!(own["status"], "running", "{own}");
     let after = cluster.stored_session(&session_id).await.unwrap();
-    assert_eq!(after.last_seq, before.last_seq, "a late write reached the session");
+    assert_eq!(
+        after.last_seq, before.last_seq,
+        "a late write reached the session"
+    );
     assert_eq!(after.records, before.records);
     let (last_writer, _) = cluster.last_event_writer(&run_id).await.unwrap().unwrap();
     assert_eq!(last_writer.as_deref(), Some(alive_name));

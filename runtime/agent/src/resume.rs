@@ -296,7 +296,10 @@ mod tests {
         ];
         let pending = vec![ToolResult::text("a", "done a", false)];
         let failed = node_failure_results(&history, &pending);
-        assert_eq!(failed, vec![ToolResult::text("b", NODE_FAILURE_RESULT, true)]);
+        assert_eq!(
+            failed,
+            vec![ToolResult::text("b", NODE_FAILURE_RESULT, true)]
+        );
         let mut all = pending.clone();
         all.extend(failed);
         let mut repaired = history.clone();

@@ -78,10 +78,7 @@ pub(crate) async fn sessions_stream(
 impl Cluster {
     /// A run's record with the revision it was written at; `None` when the
     /// cluster holds none (or it does not read).
-    pub async fn run_entry(
-        &self,
-        run_id: &str,
-    ) -> Result<Option<(RunSummary, u64)>, ClusterError> {
+    pub async fn run_entry(&self, run_id: &str) -> Result<Option<(RunSummary, u64)>, ClusterError> {
         let entry = self
             .runs
             .entry(run_id)
@@ -275,7 +272,11 @@ impl Cluster {
     /// and left out.
     pub async fn stored_session(&self, session_id: &str) -> Result<StoredSession, ClusterError> {
         let subject = session_subject(session_id);
-        let last_seq = match self.sessions.get_last_raw_message_by_subject(&subject).await {
+        let last_seq = match self
+            .sessions
+            .get_last_raw_message_by_subject(&subject)
+            .await
+        {
             Ok(message) => message.sequence,
             Err(err) if err.kind() == stream::LastRawMessageErrorKind::NoMessageFound => {
                 return Ok(StoredSession::default());

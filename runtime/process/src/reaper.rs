@@ -15,7 +15,7 @@ use std::io::Read;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 
-use crate::process_tree::{CGROUP_PREFIX, TAG_VAR, cgroup2_mount, cgroup_owner, own_cgroup};
+use crate::process_tree::{CGROUP_PREFIX, TAG_VAR, cgroup_owner, cgroup2_mount, own_cgroup};
 
 /// The environment variable that makes the executable a reaper of the
 /// process it names.
@@ -158,6 +158,9 @@ mod tests {
         let env = b"PATH=/bin\0TROUPE_PROCESS_TAG=troupe-77-3\0HOME=/h\0";
         assert!(tagged_by(env, 77));
         assert!(!tagged_by(env, 7));
-        assert!(!tagged_by(b"PATH=/bin\0XTROUPE_PROCESS_TAG=troupe-77-3\0", 77));
+        assert!(!tagged_by(
+            b"PATH=/bin\0XTROUPE_PROCESS_TAG=troupe-77-3\0",
+            77
+        ));
     }
 }

@@ -9,8 +9,8 @@
 //! is decided elsewhere.
 
 use super::layout::{self, check_child_id};
-use super::tee::TeedWrite;
 use super::records::{CompactionMarker, LedgerEntry, LedgerRecord, PendingRecord, StoredTaskPlan};
+use super::tee::TeedWrite;
 use super::{Store, StoreError, decode_listed, decode_one};
 use troupe_protocol::model::ToolResult;
 use troupe_protocol::permission::RuleEntry;

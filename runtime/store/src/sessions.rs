@@ -12,7 +12,6 @@
 use std::io::Write;
 
 use super::family;
-use super::tee::TeedWrite;
 use super::history::HistoryBuilder;
 use super::layout::{self, check_id};
 use super::records::{
@@ -20,6 +19,7 @@ use super::records::{
     SkippedRecord,
 };
 use super::records::{ForkBase, PendingRewind};
+use super::tee::TeedWrite;
 use super::{Store, StoreError, decode_listed, decode_one, session_what};
 use troupe_protocol::model::Message;
 

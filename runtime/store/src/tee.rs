@@ -13,8 +13,8 @@ use std::sync::Arc;
 
 use troupe_protocol::model::{Message, ToolResult};
 
-use super::records::{CompactionMarker, LedgerEntry, NewSession, RunRecord};
 use super::Store;
+use super::records::{CompactionMarker, LedgerEntry, NewSession, RunRecord};
 
 /// One write the store performed for a session.
 #[derive(Debug, Clone, PartialEq)]
@@ -59,10 +59,7 @@ impl Store {
 
     /// Whether an observer wants the writes of `session`.
     pub(crate) fn tees(&self, session: &str) -> bool {
-        self.inner
-            .tee
-            .get()
-            .is_some_and(|tee| tee.wants(session))
+        self.inner.tee.get().is_some_and(|tee| tee.wants(session))
     }
 
     /// Tells the observer, if there is one and it wants `session`, of the
@@ -125,7 +122,9 @@ mod tests {
         store
             .put_message("other", 0, &Message::user_text("not told"))
             .unwrap();
-        store.put_message("s", 0, &Message::user_text("go")).unwrap();
+        store
+            .put_message("s", 0, &Message::user_text("go"))
+            .unwrap();
         let result = ToolResult::text("c1", "done", false);
         store.put_pending_result("s", &result).unwrap();
         store.clear_pending_results("s").unwrap();
