@@ -11,7 +11,13 @@
 //! starts it under the given ids below a `placement` span that continues
 //! the submitter's trace, renews its lease every third of it and
 //! acknowledges it once the run has ended. A run that continues a session
-//! runs on the node whose store holds the session.
+//! runs on the node it was submitted to, which loads the session from the
+//! cluster when its store does not hold it.
+//!
+//! Failover (`super::failover`): a node claims each run it takes by a
+//! revision-conditional write of its record (`place`); a run delivered
+//! again after its node's lease lapsed is taken over (`take_over`), and a
+//! node whose conditional write is refused stops its copy.
 
 use std::collections::BTreeSet;
 use std::convert::Infallible;

@@ -15,13 +15,13 @@ use troupe_protocol::api::RunSummary;
 use troupe_protocol::cluster::{ClusterEvent, ClusterRun, SessionRecord, VERSION};
 use troupe_protocol::events::RunEvent;
 
+use crate::ClusterError;
 use crate::fencing::{self, Refusal};
 use crate::names::{
     EVENTS_STREAM, RUNS_BUCKET, SESSIONS_STREAM, SESSIONS_SUBJECTS, TRACEPARENT_HEADER,
     events_subject, session_subject,
 };
 use crate::node::{Cluster, RETENTION, ensure_stream, max_message_size, readable};
-use crate::{ClusterError, is_wrong_last};
 
 /// How long reading a session back waits for its next record.
 const READ_WAIT: Duration = Duration::from_secs(10);
@@ -321,4 +321,10 @@ impl Cluster {
         }
         Ok(StoredSession { records, last_seq })
     }
+}
+
+/// Whether a publish was refused because the subject's last sequence was
+/// not the one named.
+fn is_wrong_last(err: &context::PublishError) -> bool {
+    err.kind() == context::PublishErrorKind::WrongLastSequence
 }

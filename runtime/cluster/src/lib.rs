@@ -44,9 +44,3 @@ pub use node::{
     Taken,
 };
 pub use settings::ClusterSettings;
-
-/// Whether a publish was refused because the subject's last sequence was
-/// not the one named.
-pub(crate) fn is_wrong_last(err: &async_nats::jetstream::context::PublishError) -> bool {
-    err.kind() == async_nats::jetstream::context::PublishErrorKind::WrongLastSequence
-}
