@@ -243,7 +243,7 @@ async fn a_stopped_node_past_its_lease_loses_its_run_and_its_late_writes_are_ref
     let nats = NatsServer::start(true, &[]);
     let script = job(Script::new(), "stopped-job", "sleep 41.3");
     let server = ScriptedServer::start(script).await.unwrap();
-    let nodes = two_nodes(&server, &nats.url(None));
+    let mut nodes = two_nodes(&server, &nats.url(None));
     let (run_id, session_id, seen, stopped) = started_run(&nodes, "stopped-job").await;
     let alive = 1 - stopped;
     let (stopped_name, alive_name) = (["n1", "n2"][stopped], ["n1", "n2"][alive]);
@@ -297,6 +297,13 @@ async fn a_stopped_node_past_its_lease_loses_its_run_and_its_late_writes_are_ref
         serde_json::to_value(record.status).unwrap(),
         "finished",
         "{record:?}"
+    );
+    // The stopped node says why it stopped its copy.
+    let (code, stderr) = nodes[stopped].1.take().unwrap().stop(libc::SIGTERM);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(
+        stderr.contains("another node holds the run now"),
+        "{stderr}"
     );
 }
 
