@@ -294,6 +294,7 @@ async fn run_taken(
     {
         Ok(prepared) => prepared,
         Err(err) => {
+            failover::release(&hold);
             failed_to_start(&node, &run_id, &session_id, &prompt, &err.message).await;
             finish_message(&taken).await;
             return;
@@ -308,6 +309,7 @@ async fn run_taken(
     {
         Ok(handle) => handle,
         Err(err) => {
+            failover::release(&hold);
             failed_to_start(&node, &run_id, &session_id, &prompt, &err.to_string()).await;
             finish_message(&taken).await;
             return;

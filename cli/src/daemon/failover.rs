@@ -90,6 +90,8 @@ pub(crate) struct Hold {
     traceparent: Option<String>,
     /// Cancelled once another node holds the run.
     fenced: CancellationToken,
+    /// Cancelled once the run ended here ([`release`]).
+    ended: CancellationToken,
 }
 
 impl Hold {
@@ -251,6 +253,7 @@ pub(crate) async fn claim(
             offset: AtomicU64::new(0),
             traceparent,
             fenced: CancellationToken::new(),
+            ended: CancellationToken::new(),
         })),
         Err(err) => {
             tracing::info!(run = %summary.run_id, %err, "the run was not claimed");
@@ -287,13 +290,20 @@ pub(crate) fn copy_session(hold: &Arc<Hold>, last_seq: u64) {
 /// already handed over are still published).
 pub(crate) fn release(hold: &Hold) {
     hold.tee.unregister(&hold.session_id);
+    hold.ended.cancel();
 }
 
-/// Cancels the local run once the hold is fenced.
+/// Cancels the local run once the hold is fenced (until the run ended
+/// here).
 pub(crate) fn stop_when_fenced(hold: &Arc<Hold>, runtime: troupe_actors::Runtime) {
     let hold = hold.clone();
     tokio::spawn(async move {
-        hold.fenced.cancelled().await;
+        tokio::select! {
+            // A fenced run is cancelled even when it ended here since.
+            biased;
+            () = hold.fenced.cancelled() => {}
+            () = hold.ended.cancelled() => return,
+        }
         match runtime.cancel(&hold.run_id).await {
             Ok(()) => {
                 tracing::warn!(run = %hold.run_id, "cancelled the copy of a run another node holds")

@@ -153,7 +153,12 @@ async fn a_run_whose_node_is_killed_mid_tool_call_finishes_on_another_node() {
     let (run_id, session_id, seen, dead) = started_run(&nodes, "moving-job").await;
     let alive = 1 - dead;
     let (dead_name, alive_name) = (["n1", "n2"][dead], ["n1", "n2"][alive]);
-    assert_eq!(support::processes_running("sleep 41.7").len(), 1);
+    // tool_started comes as the command is being started.
+    let running = support::wait_for_processes("sleep 41.7", Duration::from_secs(10), |pids| {
+        pids.len() == 1
+    })
+    .await;
+    assert_eq!(running.len(), 1, "{running:?}");
     nodes[dead].1.take().unwrap().stop(libc::SIGKILL);
     let killed = Instant::now();
 
@@ -247,6 +252,11 @@ async fn a_stopped_node_past_its_lease_loses_its_run_and_its_late_writes_are_ref
     let (run_id, session_id, seen, stopped) = started_run(&nodes, "stopped-job").await;
     let alive = 1 - stopped;
     let (stopped_name, alive_name) = (["n1", "n2"][stopped], ["n1", "n2"][alive]);
+    let running = support::wait_for_processes("sleep 41.3", Duration::from_secs(10), |pids| {
+        pids.len() == 1
+    })
+    .await;
+    assert_eq!(running.len(), 1, "{running:?}");
     let stopped_pid = nodes[stopped].1.as_ref().unwrap().pid();
     // SAFETY: plain signal delivery to a daemon this test started.
     assert_eq!(unsafe { libc::kill(stopped_pid, libc::SIGSTOP) }, 0);
