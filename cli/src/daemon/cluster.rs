@@ -420,19 +420,22 @@ async fn take_over(
     {
         tracing::debug!(%err, "the submission's trace context was not read");
     }
-    if let Err(err) = failover::take_over(&hold, &state.store, stored, &from_node).await {
-        tracing::warn!(run = %run_id, %err, "the run could not be taken over");
-        if !hold.fenced().is_cancelled() {
-            lost_run(&node, &taken, &run_id).await;
+    let first_seq = match failover::take_over(&hold, &state.store, stored, &from_node).await {
+        Ok(first_seq) => first_seq,
+        Err(err) => {
+            tracing::warn!(run = %run_id, %err, "the run could not be taken over");
+            if !hold.fenced().is_cancelled() {
+                lost_run(&node, &taken, &run_id).await;
+            }
+            failover::release(&hold);
+            return;
         }
-        failover::release(&hold);
-        return;
-    }
+    };
     failover::stop_when_fenced(&hold, state.runtime.clone());
     let started = match (state.prepare)(request).await {
         Ok(prepared) => state
             .runtime
-            .submit_as(prepared.submission, run_id.clone(), span.clone())
+            .submit_continuing(prepared.submission, run_id.clone(), first_seq, span.clone())
             .await
             .map_err(|err| err.to_string()),
         Err(err) => Err(err.message),

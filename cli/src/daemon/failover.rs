@@ -15,7 +15,6 @@
 //! to the cluster for it.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -35,6 +34,9 @@ const WRITE_ATTEMPTS: u32 = 30;
 
 /// How long a node waits before trying a write again.
 const WRITE_RETRY: Duration = Duration::from_secs(1);
+
+/// How long reading a run's earlier events waits for the next one.
+const EVENTS_WAIT: Duration = Duration::from_secs(10);
 
 /// The observer of the store's writes that copies the sessions of the
 /// runs this node holds to the cluster.
@@ -83,9 +85,6 @@ pub(crate) struct Hold {
     revision: tokio::sync::Mutex<u64>,
     /// The stream sequence of the run's last event this node published.
     events_last: tokio::sync::Mutex<u64>,
-    /// Added to the `seq` of the local run's events (a run taken over
-    /// continues the sequence of the node before).
-    offset: AtomicU64,
     /// The run's trace context, carried in the events' headers.
     traceparent: Option<String>,
     /// Cancelled once another node holds the run.
@@ -164,17 +163,9 @@ impl Hold {
         }
     }
 
-    /// Publishes an event of the local run, its `seq` continuing the run's
-    /// sequence, on the condition that this node published the run's last
-    /// event; a refusal fences the node.
+    /// Publishes an event of the run on the condition that this node
+    /// published the run's last event; a refusal fences the node.
     pub(crate) async fn publish_event(&self, event: &RunEvent) {
-        let mut shifted = event.clone();
-        shifted.seq = event.seq.saturating_add(self.offset.load(Ordering::SeqCst));
-        self.publish_own_event(&shifted).await;
-    }
-
-    /// Publishes an event this node numbered itself.
-    async fn publish_own_event(&self, event: &RunEvent) {
         for _ in 0..WRITE_ATTEMPTS {
             if self.fenced.is_cancelled() {
                 return;
@@ -250,7 +241,6 @@ pub(crate) async fn claim(
             tee: tee.clone(),
             revision: tokio::sync::Mutex::new(revision),
             events_last: tokio::sync::Mutex::new(0),
-            offset: AtomicU64::new(0),
             traceparent,
             fenced: CancellationToken::new(),
             ended: CancellationToken::new(),
@@ -498,15 +488,16 @@ pub(crate) async fn load_session(
 
 /// What a node that claimed a run another node held does before the run
 /// goes on here: the run's session loaded into its store, the claim marked
-/// in the session's stream, a `run_moved` event published after the run's
-/// last event (the local run's events follow it), and the session's writes
-/// copied from then on; or why the run cannot go on here.
+/// in the session's stream, the run's events so far copied into its store
+/// and a `run_moved` event after them, and the session's writes copied from
+/// then on. Answers the `seq` the run's next event has, or why the run
+/// cannot go on here.
 pub(crate) async fn take_over(
     hold: &Arc<Hold>,
     store: &Store,
     stored: StoredSession,
     from_node: &str,
-) -> Result<(), String> {
+) -> Result<u64, String> {
     let (import_store, session_id, run_id) =
         (store.clone(), hold.session_id.clone(), hold.run_id.clone());
     let last_seq = stored.last_seq;
@@ -533,9 +524,9 @@ pub(crate) async fn take_over(
         .await
         .map_err(|err| err.to_string())?;
     *hold.events_last.lock().await = last_event_at;
-    let moved_seq = fencing::moved_event_seq(last_event);
-    hold.publish_own_event(&RunEvent {
-        seq: moved_seq,
+    let mut events = earlier_events(&hold.cluster, &hold.run_id, last_event).await?;
+    let moved = RunEvent {
+        seq: fencing::moved_event_seq(last_event),
         run_id: hold.run_id.clone(),
         session_id: hold.session_id.clone(),
         agent_path: "main".into(),
@@ -544,15 +535,51 @@ pub(crate) async fn take_over(
             from_node: from_node.to_string(),
             to_node: hold.cluster.node().to_string(),
         },
-    })
-    .await;
+    };
+    hold.publish_event(&moved).await;
     if hold.fenced.is_cancelled() {
         return Err("another node claimed the run first".into());
     }
-    hold.offset
-        .store(fencing::event_offset(moved_seq), Ordering::SeqCst);
+    let first_seq = fencing::first_seq_after_move(moved.seq);
+    events.push(moved);
+    let store = store.clone();
+    tokio::task::spawn_blocking(move || {
+        events
+            .iter()
+            .try_for_each(|event| store.append_event(event))
+            .and_then(|()| store.flush())
+    })
+    .await
+    .map_err(|err| err.to_string())?
+    .map_err(|err| err.to_string())?;
     copy_session(hold, last_seq);
-    Ok(())
+    Ok(first_seq)
+}
+
+/// The events of run `run_id` the cluster holds, up to `last_seq`.
+async fn earlier_events(
+    cluster: &Cluster,
+    run_id: &str,
+    last_seq: u64,
+) -> Result<Vec<RunEvent>, String> {
+    let mut events = Vec::new();
+    if last_seq == 0 {
+        return Ok(events);
+    }
+    let mut reader = cluster
+        .events(run_id, 1)
+        .await
+        .map_err(|err| err.to_string())?;
+    while events
+        .last()
+        .is_none_or(|event: &RunEvent| event.seq < last_seq)
+    {
+        match tokio::time::timeout(EVENTS_WAIT, reader.next()).await {
+            Ok(Some(event)) => events.push(event),
+            Ok(None) | Err(_) => return Err("the run's events could not be read".into()),
+        }
+    }
+    Ok(events)
 }
 
 /// The message that continues a run on the node that took it over.

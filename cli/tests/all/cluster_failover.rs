@@ -175,6 +175,18 @@ async fn a_run_whose_node_is_killed_mid_tool_call_finishes_on_another_node() {
         .json();
     assert_eq!(shown["status"], "finished", "{shown}");
     assert_eq!(shown["node"], alive_name, "{shown}");
+    // The survivor's own store holds the whole run, numbered as the
+    // cluster numbers it.
+    let whole = survivor.events(&run_id, None, |_| false).await;
+    let ids: Vec<u64> = whole.iter().map(|(id, _)| *id).collect();
+    assert_eq!(ids, (1..=ids.len() as u64).collect::<Vec<_>>(), "{whole:?}");
+    let types: Vec<&str> = whole
+        .iter()
+        .map(|(_, e)| e["type"].as_str().unwrap())
+        .collect();
+    let moved_at = types.iter().position(|t| *t == "run_moved").unwrap();
+    assert!(types[..moved_at].contains(&"tool_started"), "{types:?}");
+    assert_eq!(types[0], "run_started", "{types:?}");
 
     // The session, loaded into the survivor's store, pairs every call with
     // a result; the one that was running says the node failed.

@@ -100,16 +100,15 @@ pub fn after_refusal(last_writer: Option<&str>, me: &str) -> AfterRefusal {
 
 /// The sequence number the first event published by a node that took over
 /// a run gets: right after the last one the cluster holds. `run_moved` is
-/// that event; the run's own events follow it, each shifted by
-/// [`event_offset`].
+/// that event; the run's own events go on from [`first_seq_after_move`].
 pub fn moved_event_seq(last_seq: u64) -> u64 {
     last_seq.saturating_add(1)
 }
 
-/// How much the events a node's own run numbers from 1 are shifted to
-/// continue the run's sequence after `run_moved` (at `moved_seq`).
-pub fn event_offset(moved_seq: u64) -> u64 {
-    moved_seq
+/// The `seq` of the first event the run has on the node that took it over,
+/// after `run_moved` (at `moved_seq`).
+pub fn first_seq_after_move(moved_seq: u64) -> u64 {
+    moved_seq.saturating_add(1)
 }
 
 #[cfg(test)]
@@ -194,8 +193,8 @@ mod tests {
     #[test]
     fn a_moved_run_continues_its_sequence() {
         assert_eq!(moved_event_seq(7), 8);
-        // The new node's first own event (seq 1) comes right after run_moved.
-        assert_eq!(1 + event_offset(moved_event_seq(7)), 9);
+        // The new node's first own event comes right after run_moved.
+        assert_eq!(first_seq_after_move(moved_event_seq(7)), 9);
         assert_eq!(moved_event_seq(u64::MAX), u64::MAX);
     }
 }
