@@ -390,6 +390,26 @@ pub(crate) fn import_session(
     stored: &StoredSession,
     except_run: Option<&str>,
 ) -> Result<(), StoreError> {
+    if store.session(session_id)?.is_some() {
+        return Err(StoreError::AlreadyExists {
+            what: format!("session {session_id}"),
+        });
+    }
+    let replayed = replay_session(store, session_id, stored, except_run);
+    if replayed.is_err() && store.session(session_id)?.is_some() {
+        // Half a session is worse than none: what was written goes.
+        store.remove_session(session_id)?;
+    }
+    replayed
+}
+
+/// [`import_session`] into a store that did not hold the session.
+fn replay_session(
+    store: &Store,
+    session_id: &str,
+    stored: &StoredSession,
+    except_run: Option<&str>,
+) -> Result<(), StoreError> {
     for record in &stored.records {
         match &record.write {
             SessionWrite::Created { session } => {
@@ -695,5 +715,61 @@ mod tests {
         troupe_agent::validate_history(&opened.history).unwrap();
         // A store that already holds the session refuses it.
         assert!(import_session(&target, "s1", &stored, None).is_err());
+    }
+
+    #[test]
+    fn a_copy_naming_another_session_or_not_reading_is_refused_and_writes_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        let record = |write| SessionRecord {
+            v: VERSION,
+            session_id: "s1".into(),
+            node: "a".into(),
+            write,
+        };
+        let foreign = StoredSession {
+            records: vec![record(SessionWrite::Created {
+                session: serde_json::json!({
+                    "id": "other", "cwd": "/tmp", "provider": "p", "model": "m", "parent": null
+                }),
+            })],
+            last_seq: 1,
+        };
+        let err = import_session(&store, "s1", &foreign, None).unwrap_err();
+        assert!(err.to_string().contains("other"), "{err}");
+        let unreadable = StoredSession {
+            records: vec![record(SessionWrite::Created {
+                session: serde_json::json!({"id": 7}),
+            })],
+            last_seq: 1,
+        };
+        let err = import_session(&store, "s1", &unreadable, None).unwrap_err();
+        assert!(err.to_string().contains("does not read"), "{err}");
+        // A copy that breaks off half way leaves nothing behind.
+        let broken = StoredSession {
+            records: vec![
+                record(SessionWrite::Created {
+                    session: serde_json::json!({
+                        "id": "s1", "cwd": "/tmp", "provider": "p", "model": "m", "parent": null
+                    }),
+                }),
+                record(SessionWrite::Marker {
+                    marker: serde_json::json!("not a marker"),
+                }),
+            ],
+            last_seq: 2,
+        };
+        assert!(import_session(&store, "s1", &broken, None).is_err());
+        assert!(store.session("s1").unwrap().is_none());
+        // Messages without the session they belong to are refused too.
+        let headless = StoredSession {
+            records: vec![record(SessionWrite::Messages {
+                messages: vec![(0, Message::user_text("go"))],
+                truncate_at: None,
+            })],
+            last_seq: 1,
+        };
+        assert!(import_session(&store, "s1", &headless, None).is_err());
+        assert!(store.list_sessions().unwrap().is_empty());
     }
 }
