@@ -57,6 +57,9 @@ pub(crate) struct EventLogArgs {
     pub store: Store,
     /// Where they are broadcast.
     pub live: LiveEvents,
+    /// The `seq` of the run's first event here (1, or after the events a
+    /// run continued from another node had there).
+    pub first_seq: u64,
 }
 
 /// State of the event log.
@@ -83,7 +86,7 @@ impl Actor for EventLog {
         Ok(EventLogState {
             run_id: args.run_id,
             session_id: args.session_id,
-            next_seq: 1,
+            next_seq: args.first_seq.max(1),
             live: args.live,
             store: args.store,
             store_failed: false,
@@ -240,6 +243,7 @@ mod tests {
                 session_id: "s1".into(),
                 store: store.clone(),
                 live: live.clone(),
+                first_seq: 1,
             },
         )
         .await

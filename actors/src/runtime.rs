@@ -48,9 +48,10 @@ pub(crate) enum HistorySource {
     Stored,
 }
 
-/// A submission with what the run does, the id it is to have (a new one
-/// when `None`) and the parent of its spans.
-pub(crate) type Submitted = (RunSubmission, RunJob, Option<String>, tracing::Span);
+/// A submission with what the run does, the id it is to have and the `seq`
+/// of its first event (a new id and 1 when `None`) and the parent of its
+/// spans.
+pub(crate) type Submitted = (RunSubmission, RunJob, Option<(String, u64)>, tracing::Span);
 
 /// Messages of the runtime actor.
 pub(crate) enum RuntimeMsg {
@@ -301,7 +302,7 @@ impl RuntimeState {
         submission: Box<Submitted>,
         reply: SubmitReply,
     ) {
-        if let Some(run_id) = &submission.2
+        if let Some((run_id, _)) = &submission.2
             && self.runs.contains_key(run_id)
         {
             let _ = reply.send(Err(RuntimeError::Store(StoreError::AlreadyExists {
@@ -463,11 +464,16 @@ impl RuntimeState {
             }
         }
         submission.permissions.set_mode(submission.mode);
-        let run_id = given_run_id.unwrap_or_else(|| uuid::Uuid::now_v7().to_string());
+        let (run_id, first_seq) =
+            given_run_id.unwrap_or_else(|| (uuid::Uuid::now_v7().to_string(), 1));
         let live = live_events();
         // Subscribed before the first event exists: the handle misses nothing.
-        let events_rx =
-            EventSubscription::live(self.store.clone(), run_id.clone(), 1, live.subscribe());
+        let events_rx = EventSubscription::live(
+            self.store.clone(),
+            run_id.clone(),
+            first_seq,
+            live.subscribe(),
+        );
         let log = Actor::spawn_linked(
             None,
             EventLog,
@@ -476,6 +482,7 @@ impl RuntimeState {
                 session_id: session_id.clone(),
                 store: self.store.clone(),
                 live: live.clone(),
+                first_seq,
             },
             myself.get_cell(),
         )
@@ -730,7 +737,35 @@ impl Runtime {
         ractor::call!(
             self.actor,
             RuntimeMsg::Submit,
-            Box::new((submission, RunJob::Prompt, Some(run_id), parent))
+            Box::new((submission, RunJob::Prompt, Some((run_id, 1)), parent))
+        )
+        .map_err(|_| RuntimeError::Gone)?
+    }
+
+    /// [`Runtime::submit_as`] of a run that goes on here after it ran
+    /// elsewhere (another node of a cluster): its events are numbered from
+    /// `first_seq`, after those it had there.
+    pub async fn submit_continuing(
+        &self,
+        submission: RunSubmission,
+        run_id: String,
+        first_seq: u64,
+        parent: tracing::Span,
+    ) -> Result<RunHandle, RuntimeError> {
+        if self.store.run(&run_id)?.is_some() {
+            return Err(RuntimeError::Store(StoreError::AlreadyExists {
+                what: format!("run {run_id}"),
+            }));
+        }
+        ractor::call!(
+            self.actor,
+            RuntimeMsg::Submit,
+            Box::new((
+                submission,
+                RunJob::Prompt,
+                Some((run_id, first_seq)),
+                parent
+            ))
         )
         .map_err(|_| RuntimeError::Gone)?
     }

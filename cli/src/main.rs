@@ -480,6 +480,10 @@ fn parse_mode(text: &str) -> Result<troupe_protocol::permission::PermissionMode,
 }
 
 fn main() -> ExitCode {
+    // Started by a daemon to end its commands once it is gone.
+    if let Some(code) = troupe_process::reaper::run_if_asked() {
+        return ExitCode::from(code);
+    }
     let cli = Cli::parse();
     harden(&cli);
     // These only print text generated from the command line's definition.

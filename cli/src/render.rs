@@ -20,6 +20,19 @@ use troupe_store::short_id;
 use crate::sanitize::for_terminal;
 use crate::task_plan_view::TaskPlans;
 
+/// The line of a `run_moved` event (node names as the terminal may show
+/// them).
+pub(crate) fn moved_line(kind: &EventKind) -> Option<String> {
+    let EventKind::RunMoved { from_node, to_node } = kind else {
+        return None;
+    };
+    Some(format!(
+        "the run moved from node {} to node {} (its node stopped answering)",
+        for_terminal(from_node),
+        for_terminal(to_node)
+    ))
+}
+
 /// The `--color` choice.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
 pub(crate) enum ColorChoice {
@@ -374,6 +387,11 @@ impl HumanRenderer {
             EventKind::CheckpointCreated { .. } => {}
             EventKind::Rewound { .. } => {
                 if let Some(line) = rewound_line(&event.kind) {
+                    writeln!(out, "{}", self.dim(&format!("{prefix}{line}")))?;
+                }
+            }
+            EventKind::RunMoved { .. } => {
+                if let Some(line) = moved_line(&event.kind) {
                     writeln!(out, "{}", self.dim(&format!("{prefix}{line}")))?;
                 }
             }

@@ -160,6 +160,11 @@ impl TurnView {
                     shown.push(Shown::Dim(format!("{prefix}{line}")));
                 }
             }
+            EventKind::RunMoved { .. } => {
+                if let Some(line) = crate::render::moved_line(&event.kind) {
+                    shown.push(Shown::Dim(format!("{prefix}{line}")));
+                }
+            }
             EventKind::Notice { text, code } => {
                 if code.as_deref() == Some(NOTICE_MODEL_RETRY) {
                     shown.push(Shown::Dim(format!("{prefix}{text}")));

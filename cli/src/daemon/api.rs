@@ -353,7 +353,13 @@ async fn create_run(State(state): State<ApiState>, body: Body) -> Result<Respons
     }
     super::cluster_ops::check_workspace_request(&request)?;
     // A node of a cluster hands a new run to the cluster; a run that
-    // continues a session runs here, where the session is stored.
+    // continues a session runs here, where the session is stored (loaded
+    // from the cluster when another node ran it).
+    if let Some(node) = &state.cluster
+        && let Some(session_id) = &request.session_id
+    {
+        super::cluster::load_session(node, &state.store, session_id).await;
+    }
     if let Some(node) = &state.cluster
         && request.session_id.is_none()
     {

@@ -11,7 +11,13 @@
 //! starts it under the given ids below a `placement` span that continues
 //! the submitter's trace, renews its lease every third of it and
 //! acknowledges it once the run has ended. A run that continues a session
-//! runs on the node whose store holds the session.
+//! runs on the node it was submitted to, which loads the session from the
+//! cluster when its store does not hold it.
+//!
+//! Failover (`super::failover`): a node claims each run it takes by a
+//! revision-conditional write of its record (`place`); a run delivered
+//! again after its node's lease lapsed is taken over (`take_over`), and a
+//! node whose conditional write is refused stops its copy.
 
 use std::collections::BTreeSet;
 use std::convert::Infallible;
@@ -25,7 +31,8 @@ use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use troupe_actors::{EventSubscription, SessionTarget};
-use troupe_cluster::{ActionRequests, Cluster, ClusterSettings, Taken, rules};
+use troupe_cluster::fencing::{self, ClaimDecision};
+use troupe_cluster::{ActionRequests, Cluster, ClusterSettings, StoredSession, Taken, rules};
 use troupe_protocol::api::{self as wire, RunRequest, RunState, RunSummary};
 use troupe_protocol::cluster::{Action, RunAction, Submission, VERSION};
 use troupe_protocol::events::{EventKind, RunEvent, RunStatus};
@@ -33,6 +40,7 @@ use troupe_protocol::model::Usage;
 
 use super::api::{self, ApiState};
 use super::error::ApiError;
+use super::failover::{self, Hold, SessionTee};
 
 /// How long one fetch from the work queue waits for a submission.
 const TAKE_WAIT: Duration = Duration::from_secs(5);
@@ -104,6 +112,8 @@ pub(crate) struct ClusterNode {
     heartbeat: std::sync::Mutex<Option<tokio::task::JoinHandle<()>>>,
     /// Whether the node takes no new runs (`troupe cluster drain`).
     pub(crate) draining: tokio::sync::watch::Sender<bool>,
+    /// Copies the sessions of the runs this node holds to the cluster.
+    tee: Arc<SessionTee>,
 }
 
 impl ClusterNode {
@@ -118,6 +128,7 @@ impl ClusterNode {
             mirrors: tokio_util::task::TaskTracker::new(),
             heartbeat: std::sync::Mutex::default(),
             draining: tokio::sync::watch::Sender::new(false),
+            tee: Arc::default(),
         })
     }
 
@@ -180,6 +191,7 @@ impl ClusterNode {
 /// Starts the node's heartbeat and its taking of runs; both end when the
 /// daemon stops.
 pub(crate) fn start(state: ApiState, node: Arc<ClusterNode>) {
+    state.store.set_tee(node.tee.clone());
     let beating = tokio::spawn(heartbeat(node.clone(), state.stopping.clone()));
     *node.heartbeat.lock().unwrap_or_else(|p| p.into_inner()) = Some(beating);
     super::cluster_ops::answer_commands(&state, &node);
@@ -283,18 +295,27 @@ async fn run_taken(
         }
         return;
     }
-    if (taken.deliveries > 1 && !super::cluster_ops::never_started(&node, &run_id).await)
-        || state.store.run(&run_id).ok().flatten().is_some()
-    {
-        // A node took it before and let its lease lapse: what it had done
-        // cannot be continued here.
-        lost_run(&node, &taken, &run_id).await;
-        return;
-    }
+    let hold = match place(&state, &node, &taken, &run_id, &session_id).await {
+        Placed::Start(hold) => hold,
+        Placed::TakeOver(hold, from_node, stored) => {
+            let resumed = RunRequest {
+                session_id: Some(session_id.clone()),
+                prompt: failover::continuation_prompt(&from_node, node.name()),
+                ..request
+            };
+            take_over(state, node, taken, hold, (from_node, stored), resumed).await;
+            drop(permit);
+            return;
+        }
+        Placed::Done => return,
+    };
+    failover::copy_session(&hold, 0);
+    failover::stop_when_fenced(&hold, state.runtime.clone());
     let prompt = request.prompt.clone();
     let request = match super::cluster_ops::with_workspace(&state, request, Some(&run_id)).await {
         Ok(request) => request,
         Err(message) => {
+            failover::release(&hold);
             failed_to_start(&node, &run_id, &session_id, &prompt, &message).await;
             finish_message(&taken).await;
             return;
@@ -309,6 +330,7 @@ async fn run_taken(
     {
         Ok(prepared) => prepared,
         Err(err) => {
+            failover::release(&hold);
             failed_to_start(&node, &run_id, &session_id, &prompt, &err.message).await;
             finish_message(&taken).await;
             return;
@@ -323,6 +345,7 @@ async fn run_taken(
     {
         Ok(handle) => handle,
         Err(err) => {
+            failover::release(&hold);
             failed_to_start(&node, &run_id, &session_id, &prompt, &err.to_string()).await;
             finish_message(&taken).await;
             return;
@@ -332,8 +355,172 @@ async fn run_taken(
     for warning in prepared.warnings {
         tracing::warn!(run = %run_id, %warning, "a queued run started with a warning");
     }
-    mirror(state, node, run_id, handle.events, Some(taken)).await;
+    mirror(state, node, run_id, handle.events, Some(taken), Some(hold)).await;
     drop(permit);
+}
+
+/// What a node does with a submission it took.
+enum Placed {
+    /// The node claimed a run no node ran yet: it starts it.
+    Start(Arc<Hold>),
+    /// The node claimed a run whose node let its lease lapse (named), with
+    /// the run's session as the cluster holds it: it continues it.
+    TakeOver(Arc<Hold>, String, StoredSession),
+    /// Nothing to run here (done with, or left to the queue).
+    Done,
+}
+
+/// Decides, from the run's record, whether this node claims the run it
+/// took ([`fencing::claim_decision`]), and claims it.
+async fn place(
+    state: &ApiState,
+    node: &ClusterNode,
+    taken: &Taken,
+    run_id: &str,
+    session_id: &str,
+) -> Placed {
+    let entry = match node.cluster.run_entry(run_id).await {
+        Ok(entry) => entry,
+        Err(err) => {
+            // Left unacknowledged: the queue delivers it again.
+            tracing::warn!(run = %run_id, %err, "the run's record could not be read");
+            return Placed::Done;
+        }
+    };
+    let decision = fencing::claim_decision(
+        entry.as_ref().map(|(run, _)| run),
+        node.name(),
+        taken.deliveries,
+    );
+    let claim = |entry: Option<(RunSummary, u64)>| async {
+        let (summary, revision) = entry?;
+        failover::claim(
+            &node.cluster,
+            &node.tee,
+            &summary,
+            revision,
+            taken.traceparent.clone(),
+        )
+        .await
+    };
+    match decision {
+        ClaimDecision::Drop => {
+            finish_message(taken).await;
+            Placed::Done
+        }
+        ClaimDecision::Leave => Placed::Done,
+        ClaimDecision::Start if state.store.run(run_id).ok().flatten().is_some() => {
+            lost_run(node, taken, run_id).await;
+            Placed::Done
+        }
+        ClaimDecision::Start => claim(entry).await.map_or(Placed::Done, Placed::Start),
+        ClaimDecision::TakeOver { from_node } => {
+            let stored = match node.cluster.stored_session(session_id).await {
+                Ok(stored) => stored,
+                Err(err) => {
+                    tracing::warn!(run = %run_id, %err, "the run's session could not be read from the cluster");
+                    StoredSession::default()
+                }
+            };
+            let here = state.store.session(session_id).ok().flatten().is_some();
+            if stored.records.is_empty() || here {
+                // Nothing to continue from (or a copy of its own here):
+                // what it had done cannot be continued here.
+                lost_run(node, taken, run_id).await;
+                return Placed::Done;
+            }
+            match claim(entry).await {
+                Some(hold) => Placed::TakeOver(hold, from_node, stored),
+                None => Placed::Done,
+            }
+        }
+    }
+}
+
+/// Continues on this node a run whose node let its lease lapse: its
+/// session loaded from the cluster and repaired, a `run_moved` event and
+/// span, then the run under its own id with `request` (its session, a
+/// message saying the run moved).
+async fn take_over(
+    state: ApiState,
+    node: Arc<ClusterNode>,
+    taken: Taken,
+    hold: Arc<Hold>,
+    (from_node, stored): (String, StoredSession),
+    request: RunRequest,
+) {
+    let run_id = taken.submission.run_id.clone();
+    let span = troupe_telemetry::genai::run_moved_span(&run_id, &from_node, node.name());
+    if let Some(traceparent) = &taken.traceparent
+        && let Err(err) = troupe_telemetry::propagation::set_remote_parent(&span, traceparent)
+    {
+        tracing::debug!(%err, "the submission's trace context was not read");
+    }
+    let first_seq = match failover::take_over(&hold, &state.store, stored, &from_node).await {
+        Ok(first_seq) => first_seq,
+        Err(err) => {
+            tracing::warn!(run = %run_id, %err, "the run could not be taken over");
+            if !hold.fenced().is_cancelled() {
+                lost_run(&node, &taken, &run_id).await;
+            }
+            failover::release(&hold);
+            return;
+        }
+    };
+    failover::stop_when_fenced(&hold, state.runtime.clone());
+    // As at a first start: the run's repository checked out here, and this
+    // node's own keys in place of the secrets the submission left out.
+    let request = match super::cluster_ops::with_workspace(&state, request, Some(&run_id)).await {
+        Ok(request) => RunRequest {
+            env: request.env.map(super::cluster_ops::with_own_secrets),
+            ..request
+        },
+        Err(err) => {
+            tracing::warn!(run = %run_id, %err, "a run taken over could not get its workspace");
+            failover::release(&hold);
+            lost_run(&node, &taken, &run_id).await;
+            return;
+        }
+    };
+    let started = match (state.prepare)(request).await {
+        Ok(prepared) => state
+            .runtime
+            .submit_continuing(prepared.submission, run_id.clone(), first_seq, span.clone())
+            .await
+            .map_err(|err| err.to_string()),
+        Err(err) => Err(err.message),
+    };
+    match started {
+        Ok(handle) => {
+            tracing::info!(run = %run_id, from = %from_node, "took a run over from a node that stopped answering");
+            mirror(state, node, run_id, handle.events, Some(taken), Some(hold)).await;
+        }
+        Err(err) => {
+            tracing::warn!(run = %run_id, %err, "a run taken over could not go on");
+            failover::release(&hold);
+            lost_run(&node, &taken, &run_id).await;
+        }
+    }
+}
+
+/// Loads a session another node ran from the cluster into this node's
+/// store when the store does not hold it, so that it can be continued
+/// here.
+pub(crate) async fn load_session(
+    node: &ClusterNode,
+    store: &troupe_store::Store,
+    session_id: &str,
+) {
+    if !troupe_protocol::cluster::is_valid_token(session_id) {
+        return;
+    }
+    match failover::load_session(&node.cluster, store, session_id).await {
+        Ok(true) => tracing::info!(session = %session_id, "loaded a session from the cluster"),
+        Ok(false) => {}
+        Err(err) => {
+            tracing::warn!(session = %session_id, %err, "the session could not be loaded from the cluster")
+        }
+    }
 }
 
 /// Mirrors a run this node runs that was started here (it continues a
@@ -342,7 +529,7 @@ pub(crate) fn mirror_local(state: &ApiState, node: &Arc<ClusterNode>, run_id: &s
     let (state, node, run_id) = (state.clone(), node.clone(), run_id.to_string());
     node.clone().mirrors.spawn(async move {
         match state.runtime.subscribe(&run_id, 1).await {
-            Ok(events) => mirror(state, node, run_id, events, None).await,
+            Ok(events) => mirror(state, node, run_id, events, None, None).await,
             Err(err) => {
                 tracing::warn!(run = %run_id, %err, "the run is not shared with the cluster")
             }
@@ -359,9 +546,10 @@ async fn mirror(
     run_id: String,
     mut events: EventSubscription,
     taken: Option<Taken>,
+    hold: Option<Arc<Hold>>,
 ) {
     node.set_running(&run_id, true);
-    put_record(&state, &node, &run_id).await;
+    put_record(&state, &node, &run_id, hold.as_deref()).await;
     let actions = match node.cluster.serve_actions(&run_id).await {
         Ok(actions) => Some(tokio::spawn(answer_actions(state.clone(), actions))),
         Err(err) => {
@@ -372,6 +560,8 @@ async fn mirror(
     let taken = taken.map(Arc::new);
     let lease = taken.clone().map(|taken| {
         let period = rules::renewal_period(node.cluster.settings().lease);
+        let (state, node, run_id, hold) =
+            (state.clone(), node.clone(), run_id.clone(), hold.clone());
         tokio::spawn(async move {
             let mut ticks = tokio::time::interval(period);
             ticks.tick().await;
@@ -380,32 +570,64 @@ async fn mirror(
                 if let Err(err) = taken.progress().await {
                     tracing::warn!(%err, "the run's lease was not renewed");
                 }
+                // The record's revision is the other half of the lease.
+                if hold.is_some() {
+                    put_record(&state, &node, &run_id, hold.as_deref()).await;
+                }
             }
         })
     });
-    while let Some(event) = events.recv().await {
-        if let Err(err) = node.cluster.publish_event(&event).await {
-            tracing::warn!(run = %run_id, seq = event.seq, %err, "an event was not published");
+    loop {
+        let event = tokio::select! {
+            event = events.recv() => event,
+            () = fenced(hold.as_deref()) => None,
+        };
+        let Some(event) = event else { break };
+        match &hold {
+            Some(hold) => hold.publish_event(&event).await,
+            None => {
+                if let Err(err) = node.cluster.publish_event(&event).await {
+                    tracing::warn!(run = %run_id, seq = event.seq, %err, "an event was not published");
+                }
+            }
         }
         if matches!(event.kind, EventKind::RunFinished { .. }) && event.agent_path == "main" {
             break;
         }
     }
-    put_record(&state, &node, &run_id).await;
+    let lost = hold
+        .as_ref()
+        .is_some_and(|hold| hold.fenced().is_cancelled());
+    put_record(&state, &node, &run_id, hold.as_deref()).await;
     if let Some(lease) = lease {
         lease.abort();
     }
     if let Some(actions) = actions {
         actions.abort();
     }
-    if let Some(taken) = taken {
+    if let Some(hold) = &hold {
+        failover::release(hold);
+    }
+    // A run another node holds now is its to acknowledge.
+    if let Some(taken) = taken
+        && !lost
+    {
         finish_message(&taken).await;
     }
     node.set_running(&run_id, false);
 }
 
-/// Writes the cluster's record of a run this node runs from its own store.
-async fn put_record(state: &ApiState, node: &ClusterNode, run_id: &str) {
+/// Resolves once `hold` is fenced; never without one.
+async fn fenced(hold: Option<&Hold>) {
+    match hold {
+        Some(hold) => hold.fenced().cancelled().await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Writes the cluster's record of a run this node runs from its own store
+/// (on the condition of its `hold`, when it holds one).
+async fn put_record(state: &ApiState, node: &ClusterNode, run_id: &str, hold: Option<&Hold>) {
     let record = match state.store.run(run_id) {
         Ok(Some(record)) => record,
         Ok(None) => return,
@@ -416,7 +638,9 @@ async fn put_record(state: &ApiState, node: &ClusterNode, run_id: &str) {
     };
     let mut summary = api::run_summary(&record);
     summary.node = Some(node.name().to_string());
-    if let Err(err) = node.cluster.put_run(&summary).await {
+    if let Some(hold) = hold {
+        hold.put_record(&summary).await;
+    } else if let Err(err) = node.cluster.put_run(&summary).await {
         tracing::warn!(run = %run_id, %err, "the run's record was not shared");
     }
 }

@@ -102,12 +102,6 @@ pub(crate) async fn wait_while_draining(node: &ClusterNode, stopping: &Cancellat
     }
 }
 
-/// Whether no node ever started run `run_id`: its record names no node (a
-/// submission a draining or stopping node gave back).
-pub(crate) async fn never_started(node: &ClusterNode, run_id: &str) -> bool {
-    matches!(node.cluster.run(run_id).await, Ok(Some(summary)) if summary.node.is_none())
-}
-
 /// Drains this node or takes runs again; its record says so at once.
 async fn apply(node: &ClusterNode, order: NodeOrder) -> NodeState {
     let draining = order == NodeOrder::Drain;

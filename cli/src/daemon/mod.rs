@@ -25,6 +25,7 @@ pub(crate) mod cluster_ops;
 pub(crate) mod connections;
 pub(crate) mod control;
 pub(crate) mod error;
+pub(crate) mod failover;
 pub(crate) mod guard;
 pub(crate) mod home;
 pub(crate) mod idle;
@@ -157,6 +158,14 @@ async fn run_daemon(
     }
     let store = locations.open_store().map_err(|err| err.message)?;
     watch_store(&store, &data_dir)?;
+    // Its commands end with the daemon, even when it is killed (-9).
+    let _reaper = match troupe_process::reaper::start() {
+        Ok(reaper) => Some(reaper),
+        Err(err) => {
+            tracing::warn!(%err, "no reaper started: a command may outlive a killed daemon");
+            None
+        }
+    };
     let telemetry = crate::telemetry::start(&store, troupe_telemetry::LogStyle::Detailed);
     let previous_stall = home::take_stall(&data_dir).map(|stall| {
         let sentence = stall.sentence();

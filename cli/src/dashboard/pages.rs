@@ -332,6 +332,11 @@ pub(crate) fn transcript_entry(event: &RunEvent) -> Option<Markup> {
                 @if *files_restored { ", files restored" }
             }
         },
+        EventKind::RunMoved { from_node, to_node } => html! {
+            div.entry.notice data-agent=(agent) {
+                (tag) " the run moved from node " (clean(from_node)) " to node " (clean(to_node))
+            }
+        },
         EventKind::Error { kind, message } => html! {
             div.entry.error data-agent=(agent) { (tag) " error " (clean(kind)) ": " (clean(message)) }
         },

@@ -479,6 +479,25 @@ async fn a_run_at_a_revision_works_in_that_revisions_files_and_hostile_urls_are_
         "submitted_at": "2026-12-04T00:00:00Z",
         "request": {"prompt": "x", "cwd": env_a.root(), "repository": hostile, "revision": "main"},
     });
+    // A peer writes the run's record first, as a node that accepts a run
+    // does (a submission with no record is dropped unread).
+    let record = json!({
+        "v": 1,
+        "summary": {
+            "prompt": "x",
+            "run_id": "forged-run",
+            "session_id": "forged-session",
+            "started": "2026-12-04T00:00:00Z",
+            "status": "running",
+        },
+    });
+    jetstream
+        .get_key_value("troupe_runs")
+        .await
+        .unwrap()
+        .put("forged-run", record.to_string().into())
+        .await
+        .unwrap();
     jetstream
         .publish("troupe.submit", forged.to_string().into())
         .await

@@ -181,6 +181,11 @@ impl Daemon {
         events
     }
 
+    /// The daemon's process id.
+    pub(crate) fn pid(&self) -> i32 {
+        i32::try_from(self.child.id()).unwrap()
+    }
+
     /// Sends `signal` and waits for the exit code.
     pub(crate) fn stop(mut self, signal: i32) -> (i32, String) {
         // SAFETY: plain signal delivery to our own child, not reaped yet.

@@ -5,6 +5,7 @@ mod support;
 mod chat;
 mod cli;
 mod cluster;
+mod cluster_failover;
 mod cluster_ops;
 mod compact_cli;
 mod crash;

@@ -21,7 +21,10 @@ use super::history::{close_with, ends_with_assistant};
 
 /// SPEC §9: the result of a call that started but never finished.
 pub const INTERRUPTED_RESULT: &str = "interrupted before completion (the process running it stopped); it was not run again — check its effects before repeating it";
-/// SPEC §9: closes a history whose run was interrupted.
+/// The result of a call that was running on a cluster node when the node
+/// failed, given by the node that continues the run.
+pub const NODE_FAILURE_RESULT: &str = "interrupted by a node failure (the cluster node running it stopped answering; the run went on on another node); it was not run again — check its effects before repeating it";
+/// Closes a history whose run was interrupted.
 pub const INTERRUPTED_CLOSING: &str =
     "(This run was interrupted before it finished. Send a message to continue.)";
 /// What stands first in a history whose first messages could not be read:
@@ -226,6 +229,19 @@ pub fn user_message(prompt: &str, note: Option<String>) -> Message {
     }
 }
 
+/// The results a node that continues another node's run gives the calls
+/// of `history` that have neither a result nor a pending one: each says the
+/// call was interrupted by a node failure. Stored as pending results, they
+/// answer those calls when the history is repaired ([`repair_history`]).
+pub fn node_failure_results(history: &[Message], pending: &[ToolResult]) -> Vec<ToolResult> {
+    let mut repaired = history.to_vec();
+    repair_history(&mut repaired, pending)
+        .interrupted_calls
+        .into_iter()
+        .map(|call_id| ToolResult::text(call_id, NODE_FAILURE_RESULT, true))
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -270,6 +286,28 @@ mod tests {
         assert_eq!(history.len(), 4);
         validate_history(&history).unwrap();
         assert!(repair_history(&mut history, &[]).is_clean());
+    }
+
+    #[test]
+    fn calls_a_failed_node_left_running_are_answered_with_the_node_failure() {
+        let history = vec![
+            Message::user_text("go"),
+            assistant(vec![call("a"), call("b")]),
+        ];
+        let pending = vec![ToolResult::text("a", "done a", false)];
+        let failed = node_failure_results(&history, &pending);
+        assert_eq!(
+            failed,
+            vec![ToolResult::text("b", NODE_FAILURE_RESULT, true)]
+        );
+        let mut all = pending.clone();
+        all.extend(failed);
+        let mut repaired = history.clone();
+        let report = repair_history(&mut repaired, &all);
+        assert!(report.interrupted_calls.is_empty());
+        validate_history(&repaired).unwrap();
+        // A history whose calls all have results needs none.
+        assert!(node_failure_results(&repaired, &[]).is_empty());
     }
 
     #[test]

@@ -13,6 +13,13 @@
 //! and routes an action to the node that runs a run ([`Cluster::request_action`],
 //! answered through [`Cluster::serve_actions`]).
 //!
+//! A node holds each run it runs by conditional writes
+//! ([`Cluster::put_run_held`], [`Cluster::publish_event_held`],
+//! [`Cluster::publish_session`]): the run's session goes to a stream of its
+//! own, from which another node reads it back ([`Cluster::stored_session`])
+//! when it takes the run over; a write refused on its condition means
+//! another node holds the run ([`fencing`]).
+//!
 //! Every message is a versioned type of [`troupe_protocol::cluster`]; a
 //! message that does not read as one is logged and dropped, never acted on.
 //! The decisions (room to take a run, a stale heartbeat, masking a URL's
@@ -26,6 +33,8 @@
 pub mod control;
 pub mod environment;
 mod error;
+mod failover;
+pub mod fencing;
 pub mod names;
 mod node;
 pub mod replicas;
@@ -34,6 +43,7 @@ pub mod settings;
 pub mod workspace;
 
 pub use error::ClusterError;
+pub use failover::{HeldWriteError, StoredSession};
 pub use node::{
     ACTION_TIMEOUT, ActionRequest, ActionRequests, Cluster, NODE_RECORD_AGE, RETENTION, RunEvents,
     Taken,

@@ -38,12 +38,14 @@ pub const ACTION_TIMEOUT: Duration = Duration::from_secs(10);
 #[derive(Clone)]
 pub struct Cluster {
     client: async_nats::Client,
-    jetstream: jetstream::Context,
+    pub(crate) jetstream: jetstream::Context,
     consumer: consumer::PullConsumer,
-    events: stream::Stream,
+    pub(crate) events: stream::Stream,
+    /// The sessions of clustered runs (`crate::failover`).
+    pub(crate) sessions: stream::Stream,
     nodes: kv::Store,
-    runs: kv::Store,
-    settings: ClusterSettings,
+    pub(crate) runs: kv::Store,
+    pub(crate) settings: ClusterSettings,
     masked_url: String,
 }
 
@@ -135,6 +137,7 @@ impl Cluster {
             },
         )
         .await?;
+        let sessions = crate::failover::sessions_stream(&jetstream, settings.replicas).await?;
         let nodes =
             ensure_bucket(&jetstream, NODES_BUCKET, NODE_RECORD_AGE, settings.replicas).await?;
         let runs = ensure_bucket(&jetstream, RUNS_BUCKET, RETENTION, settings.replicas).await?;
@@ -145,6 +148,7 @@ impl Cluster {
             jetstream,
             consumer,
             events,
+            sessions,
             nodes,
             runs,
             settings,
@@ -607,12 +611,12 @@ impl ActionRequest {
 }
 
 /// The largest message the streams take.
-fn max_message_size() -> i32 {
+pub(crate) fn max_message_size() -> i32 {
     i32::try_from(troupe_protocol::cluster::MAX_MESSAGE_BYTES).unwrap_or(i32::MAX)
 }
 
 /// Reads a message of type `T` from `source`, logging one that does not read.
-fn readable<T: Versioned>(source: &str, bytes: &[u8]) -> Option<T> {
+pub(crate) fn readable<T: Versioned>(source: &str, bytes: &[u8]) -> Option<T> {
     match decode::<T>(bytes) {
         Ok(message) => Some(message),
         Err(err) => {
@@ -652,7 +656,7 @@ async fn read_all<T: Versioned>(
 
 /// Creates a stream, or checks that the one there has the retention the
 /// cluster needs.
-async fn ensure_stream(
+pub(crate) async fn ensure_stream(
     jetstream: &jetstream::Context,
     config: stream::Config,
 ) -> Result<stream::Stream, ClusterError> {

@@ -9,7 +9,7 @@
 use async_nats::jetstream;
 
 use crate::ClusterError;
-use crate::names::{EVENTS_STREAM, NODES_BUCKET, RUNS_BUCKET, SUBMISSIONS_STREAM};
+use crate::names::{EVENTS_STREAM, NODES_BUCKET, RUNS_BUCKET, SESSIONS_STREAM, SUBMISSIONS_STREAM};
 
 /// The replicas unless told otherwise.
 pub const DEFAULT_REPLICAS: usize = 1;
@@ -21,10 +21,11 @@ pub fn replicas_to_set(existing: usize, wanted: usize) -> Option<usize> {
 }
 
 /// The streams the cluster uses, the buckets' own streams among them.
-pub fn cluster_streams() -> [String; 4] {
+pub fn cluster_streams() -> [String; 5] {
     [
         SUBMISSIONS_STREAM.to_string(),
         EVENTS_STREAM.to_string(),
+        SESSIONS_STREAM.to_string(),
         format!("KV_{NODES_BUCKET}"),
         format!("KV_{RUNS_BUCKET}"),
     ]
@@ -88,5 +89,6 @@ mod tests {
         let streams = cluster_streams();
         assert!(streams.contains(&"KV_troupe_runs".to_string()));
         assert!(streams.contains(&"TROUPE_SUBMISSIONS".to_string()));
+        assert!(streams.contains(&"TROUPE_SESSIONS".to_string()));
     }
 }

@@ -29,6 +29,7 @@ pub mod git_command;
 pub mod lineage;
 pub mod os_sandbox;
 pub mod process_tree;
+pub mod reaper;
 pub mod secrets;
 
 use std::collections::BTreeSet;

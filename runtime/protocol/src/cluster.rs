@@ -1,8 +1,9 @@
 //! What Troupe nodes say to each other through NATS JetStream: a run handed
 //! to the work queue ([`Submission`]), an event of a run ([`ClusterEvent`]),
-//! a node's record ([`NodeRecord`]), a run's record ([`ClusterRun`]), and an
+//! a node's record ([`NodeRecord`]), a run's record ([`ClusterRun`]), an
 //! action on a run that another node holds ([`RunAction`], answered by
-//! [`ActionReply`]).
+//! [`ActionReply`]), and one write of a clustered run's session
+//! ([`SessionRecord`]).
 //!
 //! Every message carries its version in a `v` field ([`VERSION`]). A node
 //! reads each one with [`decode`], which refuses an oversized body, a body
@@ -15,6 +16,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::api::{ApprovalAnswer, RunRequest, RunSummary};
 use crate::events::RunEvent;
+use crate::model::{Message, ToolResult};
 
 /// The version of every message this build writes and reads.
 pub const VERSION: u32 = 1;
@@ -135,6 +137,72 @@ pub struct ActionReply {
     pub body: serde_json::Value,
 }
 
+/// One write of a clustered run's session, published on the session's
+/// subject by the node that runs the run, in the order its store wrote
+/// them. Read back in order, the records rebuild the session in another
+/// node's store.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SessionRecord {
+    /// [`VERSION`].
+    pub v: u32,
+    /// The session written.
+    pub session_id: String,
+    /// The node that wrote it.
+    pub node: String,
+    /// What was written.
+    pub write: SessionWrite,
+}
+
+/// What a [`SessionRecord`] wrote. The store's own records (a new session,
+/// a compaction marker, a ledger decision, a run record) travel as the JSON
+/// the store reads them from, checked by the store when they are loaded.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+pub enum SessionWrite {
+    /// The session was created.
+    Created {
+        /// The store's record of the new session.
+        session: serde_json::Value,
+    },
+    /// Messages were written at their indexes; with `truncate_at`, every
+    /// message from that index on was removed after them.
+    Messages {
+        /// `(index, message)` pairs.
+        messages: Vec<(u64, Message)>,
+        /// Where the history was cut, if it was.
+        truncate_at: Option<u64>,
+    },
+    /// A finished call's result, kept until its turn's message exists.
+    PendingResult {
+        /// The result.
+        result: ToolResult,
+    },
+    /// The pending results were cleared (their message exists).
+    PendingCleared,
+    /// A compaction marker.
+    Marker {
+        /// The store's marker.
+        marker: serde_json::Value,
+    },
+    /// A context-management decision on a call's result.
+    Ledger {
+        /// The store's ledger entry.
+        entry: serde_json::Value,
+    },
+    /// A node claimed the run that writes this session: the writes of
+    /// any other node after this one are refused.
+    Claimed {
+        /// The run claimed.
+        run_id: String,
+    },
+    /// A run of the session was recorded (started, or ended).
+    Run {
+        /// The store's run record.
+        run: serde_json::Value,
+    },
+}
+
 /// Why a message was refused.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum MessageError {
@@ -201,6 +269,16 @@ impl Versioned for ClusterRun {
 impl Versioned for RunAction {
     fn ids(&self) -> Vec<&str> {
         vec![&self.run_id]
+    }
+}
+
+impl Versioned for SessionRecord {
+    fn ids(&self) -> Vec<&str> {
+        let mut ids = vec![self.session_id.as_str(), self.node.as_str()];
+        if let SessionWrite::Claimed { run_id } = &self.write {
+            ids.push(run_id);
+        }
+        ids
     }
 }
 
@@ -303,6 +381,36 @@ mod tests {
         };
         let bytes = serde_json::to_vec(&action).unwrap();
         assert_eq!(decode::<RunAction>(&bytes).unwrap(), action);
+        let record = SessionRecord {
+            v: VERSION,
+            session_id: "s1".into(),
+            node: "node-b".into(),
+            write: SessionWrite::Messages {
+                messages: vec![(3, Message::user_text("go on"))],
+                truncate_at: Some(4),
+            },
+        };
+        let bytes = serde_json::to_vec(&record).unwrap();
+        assert_eq!(decode::<SessionRecord>(&bytes).unwrap(), record);
+    }
+
+    #[test]
+    fn a_session_record_naming_a_subject_escape_or_an_unknown_write_is_refused() {
+        let escape = br#"{"v":1,"session_id":"s.>","node":"n","write":{"kind":"pending_cleared"}}"#;
+        assert!(matches!(
+            decode::<SessionRecord>(escape),
+            Err(MessageError::InvalidId(_))
+        ));
+        let unknown = br#"{"v":1,"session_id":"s","node":"n","write":{"kind":"rm_rf"}}"#;
+        assert!(matches!(
+            decode::<SessionRecord>(unknown),
+            Err(MessageError::Malformed(_))
+        ));
+        let cleared = br#"{"v":1,"session_id":"s","node":"n","write":{"kind":"pending_cleared"}}"#;
+        assert_eq!(
+            decode::<SessionRecord>(cleared).unwrap().write,
+            SessionWrite::PendingCleared
+        );
     }
 
     #[test]

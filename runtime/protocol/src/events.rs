@@ -278,6 +278,16 @@ pub enum EventKind {
         /// Whether the files were restored too.
         files_restored: bool,
     },
+    /// The run went on on another node of the cluster: the node that ran it
+    /// (`from_node`) stopped answering and its lease lapsed; `to_node`
+    /// loaded its session, repaired it and continues it under the same run
+    /// id and sequence numbers.
+    RunMoved {
+        /// The node that ran the run until then.
+        from_node: String,
+        /// The node that runs it from now on.
+        to_node: String,
+    },
     /// An error.
     Error {
         /// Machine-readable kind.
@@ -299,7 +309,7 @@ pub enum EventKind {
 }
 
 /// The `type` of every event kind, as [`EventKind::type_name`] gives it.
-pub const EVENT_TYPES: [&str; 20] = [
+pub const EVENT_TYPES: [&str; 21] = [
     "run_started",
     "iteration",
     "text_delta",
@@ -318,6 +328,7 @@ pub const EVENT_TYPES: [&str; 20] = [
     "plan_updated",
     "checkpoint_created",
     "rewound",
+    "run_moved",
     "error",
     "run_finished",
 ];
@@ -362,6 +373,7 @@ impl EventKind {
             Self::PlanUpdated { .. } => "plan_updated",
             Self::CheckpointCreated { .. } => "checkpoint_created",
             Self::Rewound { .. } => "rewound",
+            Self::RunMoved { .. } => "run_moved",
             Self::Error { .. } => "error",
             Self::RunFinished { .. } => "run_finished",
         }
@@ -422,6 +434,10 @@ mod tests {
             EventKind::notice("n".to_string()),
             EventKind::Iteration { n: 1 },
             EventKind::TextDelta { text: "t".into() },
+            EventKind::RunMoved {
+                from_node: "a".into(),
+                to_node: "b".into(),
+            },
         ] {
             assert!(EVENT_TYPES.contains(&kind.type_name()));
         }

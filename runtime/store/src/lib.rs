@@ -33,6 +33,7 @@ mod runs;
 mod session_data;
 mod sessions;
 mod span_writer;
+mod tee;
 mod writer;
 
 use std::fmt;
@@ -56,6 +57,7 @@ pub use rewind::{
     ConversationRewind, RewindPlan, RewindRefusal, RewindRequest, in_start_order, plan_cut,
 };
 pub use span_writer::SpanWriter;
+pub use tee::{TeedWrite, WriteTee};
 pub use writer::WriterStall;
 
 /// How long a step that must end — a cancelled agent's last save, the
@@ -122,6 +124,8 @@ struct Inner {
     commits: AtomicU64,
     /// Where the writer tells its watchdog of each group, once one watches.
     watchdog: std::sync::OnceLock<Sender<writer::Beat>>,
+    /// The observer of session writes, once one is set ([`Store::set_tee`]).
+    tee: std::sync::OnceLock<Arc<dyn tee::WriteTee>>,
 }
 
 // A store is shared between actors and blocking tasks.
@@ -181,6 +185,7 @@ impl Store {
             writer: queue,
             commits: AtomicU64::new(0),
             watchdog: std::sync::OnceLock::new(),
+            tee: std::sync::OnceLock::new(),
             db,
             dir,
             clock,

@@ -8,6 +8,7 @@
 
 use super::layout::{self, check_child_id, check_id};
 use super::records::RunRecord;
+use super::tee::TeedWrite;
 use super::{Store, StoreError, decode_listed, decode_one, run_what};
 use troupe_protocol::events::{EventKind, RunEvent};
 
@@ -50,6 +51,7 @@ impl Store {
                 .remove(layout::child_key(&previous.session_id, &run.run_id))
                 .map_err(self.sled_err("store a run"))?;
         }
+        self.tee(&run.session_id, || TeedWrite::Run(run.clone()));
         Ok(())
     }
 

@@ -10,6 +10,7 @@
 
 use super::layout::{self, check_child_id};
 use super::records::{CompactionMarker, LedgerEntry, LedgerRecord, PendingRecord, StoredTaskPlan};
+use super::tee::TeedWrite;
 use super::{Store, StoreError, decode_listed, decode_one};
 use troupe_protocol::model::ToolResult;
 use troupe_protocol::permission::RuleEntry;
@@ -33,6 +34,7 @@ impl Store {
                 layout::encode(&record)?,
             )
             .map_err(self.sled_err("store a tool result"))?;
+        self.tee(session, || TeedWrite::PendingResult(result.clone()));
         Ok(())
     }
 
@@ -54,6 +56,7 @@ impl Store {
             &layout::owner_prefix(session),
             "clear tool results",
         )?;
+        self.tee(session, || TeedWrite::PendingCleared);
         Ok(())
     }
 
@@ -67,6 +70,7 @@ impl Store {
             .markers
             .insert(key, value)
             .map_err(self.sled_err("store a compaction marker"))?;
+        self.tee(session, || TeedWrite::Marker(marker.clone()));
         Ok(())
     }
 
@@ -92,6 +96,7 @@ impl Store {
                 layout::encode(&record)?,
             )
             .map_err(self.sled_err("store a ledger entry"))?;
+        self.tee(session, || TeedWrite::Ledger(entry.clone()));
         Ok(())
     }
 

@@ -19,6 +19,7 @@ use super::records::{
     SkippedRecord,
 };
 use super::records::{ForkBase, PendingRewind};
+use super::tee::TeedWrite;
 use super::{Store, StoreError, decode_listed, decode_one, session_what};
 use troupe_protocol::model::Message;
 
@@ -89,6 +90,7 @@ impl Store {
                 what: session_what(&new.id),
             });
         }
+        self.tee(&new.id, || TeedWrite::Created(new.clone()));
         Ok(record.meta)
     }
 
@@ -251,7 +253,12 @@ impl Store {
         let now = self.now();
         let mut batch = sled::Batch::default();
         let mut changed = false;
+        let mut teed = Vec::new();
+        let teeing = self.tees(session);
         for (index, message) in messages {
+            if teeing {
+                teed.push((index, message.clone()));
+            }
             batch.insert(
                 layout::numbered_key(session, index),
                 layout::encode(message)?,
@@ -291,6 +298,12 @@ impl Store {
             .messages
             .apply_batch(batch)
             .map_err(self.sled_err(op))?;
+        if teeing && (!teed.is_empty() || truncate_at.is_some()) {
+            self.tee(session, || TeedWrite::Messages {
+                messages: teed,
+                truncate_at,
+            });
+        }
         Ok(removed)
     }
 

@@ -265,6 +265,26 @@ pub fn placement_span(side: &str, run_id: &str, node: &str) -> Span {
     )
 }
 
+/// Span name of a run taken over by another node of a cluster.
+pub const OP_RUN_MOVED: &str = "run_moved";
+
+/// `run_moved`: the node `to_node` took run `run_id` over from `from_node`,
+/// whose lease lapsed. Its parent is the run's trace (set from the
+/// submission's `traceparent`); the continued run's main agent is its
+/// child, so a run that moved stays one trace across nodes.
+pub fn run_moved_span(run_id: &str, from_node: &str, to_node: &str) -> Span {
+    tracing::info_span!(
+        target: TRACE_TARGET,
+        parent: None,
+        "run_moved",
+        otel.name = OP_RUN_MOVED,
+        troupe.placement.run_id = run_id,
+        troupe.moved.from_node = from_node,
+        troupe.moved.to_node = to_node,
+        troupe.node = to_node,
+    )
+}
+
 /// Records how an agent run ended; error and interrupted runs get error status.
 pub fn record_run_end(span: &Span, status: RunStatus) {
     span.record(RUN_STATUS, status.as_str());

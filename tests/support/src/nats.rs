@@ -16,6 +16,10 @@ const READY_LIMIT: Duration = Duration::from_secs(20);
 pub struct NatsServer {
     child: Child,
     port: u16,
+    /// The arguments it was started with (to start it again).
+    args: Vec<String>,
+    /// The lines its stderr says once it is ready.
+    ready_lines: Vec<String>,
     _store: tempfile::TempDir,
 }
 
@@ -27,58 +31,41 @@ impl NatsServer {
     pub fn start(jetstream: bool, extra: &[&str]) -> Self {
         let store = tempfile::tempdir().expect("a storage directory");
         let port = free_port();
-        let mut command = Command::new("nats-server");
-        command
-            .args(["-a", "127.0.0.1", "-p", &port.to_string(), "-sd"])
-            .arg(store.path());
+        let mut args: Vec<String> = vec![
+            "-a".into(),
+            "127.0.0.1".into(),
+            "-p".into(),
+            port.to_string(),
+            "-sd".into(),
+            store.path().display().to_string(),
+        ];
         if jetstream {
-            command.arg("-js");
+            args.push("-js".into());
         }
-        command.args(extra);
-        Self::spawn(command, port, store, &["Server is ready"]).wait_ready()
+        args.extend(extra.iter().map(|arg| arg.to_string()));
+        Self::spawn(args, port, store, &["Server is ready"]).wait_ready()
     }
 
-    /// Starts `command` (a `nats-server` listening on `port`, storing in
-    /// `store`) without waiting: [`Starting::wait_ready`] waits until its
-    /// stderr said each of `ready_lines`.
+    /// Starts `nats-server ARGS` (listening on `port`, storing in `store`)
+    /// without waiting: [`Starting::wait_ready`] waits until its stderr said
+    /// each of `ready_lines`.
     pub(crate) fn spawn(
-        mut command: Command,
+        args: Vec<String>,
         port: u16,
         store: tempfile::TempDir,
         ready_lines: &[&str],
     ) -> Starting {
-        let mut child = command
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("nats-server starts");
-        let stderr = child.stderr.take().expect("stderr is piped");
-        let (ready_tx, ready_rx) = mpsc::channel();
-        let mut waiting: Vec<String> = ready_lines.iter().map(|line| line.to_string()).collect();
-        std::thread::spawn(move || {
-            let mut said = String::new();
-            for line in BufReader::new(stderr).lines() {
-                let Ok(line) = line else { break };
-                let before = waiting.len();
-                waiting.retain(|wanted| !line.contains(wanted.as_str()));
-                if waiting.is_empty() && before > 0 {
-                    let _ = ready_tx.send(Ok(()));
-                } else if said.len() < 10_000 {
-                    said.push_str(&line);
-                    said.push('\n');
-                }
-            }
-            // The server's stderr is drained until it exits.
-            let _ = ready_tx.send(Err(said));
-        });
+        let ready_lines: Vec<String> = ready_lines.iter().map(|line| line.to_string()).collect();
+        let (child, ready) = spawn_child(&args, &ready_lines);
         Starting {
             server: Self {
                 child,
                 port,
+                args,
+                ready_lines,
                 _store: store,
             },
-            ready: ready_rx,
+            ready,
         }
     }
 
@@ -100,9 +87,66 @@ impl NatsServer {
         self.child.id()
     }
 
+    /// Stops the server (SIGKILL) and starts it again on the same port
+    /// with the same storage directory and arguments; waits until it is
+    /// ready.
+    pub fn restart(&mut self) {
+        self.kill();
+        let (child, ready) = spawn_child(&self.args, &self.ready_lines);
+        self.child = child;
+        if let Err(said) = wait(&ready) {
+            self.kill();
+            panic!("nats-server did not come back: {said}");
+        }
+    }
+
     fn kill(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+    }
+}
+
+/// Starts `nats-server ARGS`: the child, and a channel that says once its
+/// stderr said each of `ready_lines` (or what it said before it exited).
+fn spawn_child(
+    args: &[String],
+    ready_lines: &[String],
+) -> (Child, mpsc::Receiver<Result<(), String>>) {
+    let mut child = Command::new("nats-server")
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("nats-server starts");
+    let stderr = child.stderr.take().expect("stderr is piped");
+    let (ready_tx, ready_rx) = mpsc::channel();
+    let mut waiting = ready_lines.to_vec();
+    std::thread::spawn(move || {
+        let mut said = String::new();
+        for line in BufReader::new(stderr).lines() {
+            let Ok(line) = line else { break };
+            let before = waiting.len();
+            waiting.retain(|wanted| !line.contains(wanted.as_str()));
+            if waiting.is_empty() && before > 0 {
+                let _ = ready_tx.send(Ok(()));
+            } else if said.len() < 10_000 {
+                said.push_str(&line);
+                said.push('\n');
+            }
+        }
+        // The server's stderr is drained until it exits.
+        let _ = ready_tx.send(Err(said));
+    });
+    (child, ready_rx)
+}
+
+/// Waits for a server's readiness: why it is not ready when it is not.
+fn wait(ready: &mpsc::Receiver<Result<(), String>>) -> Result<(), String> {
+    match ready.recv_timeout(READY_LIMIT) {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(said)) => Err(format!("nats-server exited before it was ready:\n{said}")),
+        Err(_) => Err(format!("nats-server was not ready within {READY_LIMIT:?}")),
     }
 }
 
@@ -117,17 +161,11 @@ impl Starting {
     /// stays silent past the limit.
     pub(crate) fn wait_ready(self) -> NatsServer {
         let Self { mut server, ready } = self;
-        match ready.recv_timeout(READY_LIMIT) {
-            Ok(Ok(())) => server,
-            Ok(Err(said)) => {
-                server.kill();
-                panic!("nats-server exited before it was ready:\n{said}");
-            }
-            Err(_) => {
-                server.kill();
-                panic!("nats-server was not ready within {READY_LIMIT:?}");
-            }
+        if let Err(said) = wait(&ready) {
+            server.kill();
+            panic!("{said}");
         }
+        server
     }
 }
 

@@ -5,8 +5,6 @@
 //! the cluster's metadata leader. Each is killed when the guard is dropped,
 //! or earlier by [`NatsCluster::kill`].
 
-use std::process::Command;
-
 use crate::nats::{NatsServer, free_port};
 
 /// A running three-server JetStream cluster.
@@ -27,10 +25,8 @@ impl NatsCluster {
                 let config = store.path().join("server.conf");
                 std::fs::write(&config, server_config(index, &ports, &routes, store.path()))
                     .expect("the server's configuration is written");
-                let mut command = Command::new("nats-server");
-                command.arg("-c").arg(&config);
                 NatsServer::spawn(
-                    command,
+                    vec!["-c".into(), config.display().to_string()],
                     ports[index],
                     store,
                     &["Server is ready", "metadata leader"],
