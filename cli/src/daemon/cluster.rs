@@ -828,6 +828,7 @@ pub(crate) async fn submit(
     let unavailable = |err: troupe_cluster::ClusterError| {
         ApiError::unavailable(format!("the cluster did not take the run: {err}"))
     };
+    node.cluster.connected().map_err(unavailable)?;
     node.cluster.put_run(&summary).await.map_err(unavailable)?;
     let submission = Submission {
         v: VERSION,

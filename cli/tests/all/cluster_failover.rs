@@ -10,7 +10,9 @@
 //! SIGCONT (the run has moved, the stopped node's copy stops and its late
 //! writes leave no trace in the cluster's copy of the session); a NATS
 //! server restart in the middle of a run (the node reconnects and the run
-//! finishes, its record shared).
+//! finishes, its record shared); the NATS server down (a submission is
+//! refused with 503, the nodes answer from their own stores) and back on
+//! its port (a new submission is placed and finishes).
 
 use std::time::{Duration, Instant};
 
@@ -435,4 +437,93 @@ async fn a_session_run_on_one_node_is_continued_on_another() {
         )
         .await;
     assert_eq!(refused.status, 404, "{}", refused.text());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn while_the_nats_server_is_down_a_submission_is_refused_and_placed_once_it_is_back() {
+    if !require(Need::NatsServer) {
+        return;
+    }
+    let mut nats = NatsServer::start(true, &[]);
+    let script = job(
+        job(Script::new(), "before-outage", "echo before"),
+        "after-outage",
+        "echo after",
+    );
+    let server = ScriptedServer::start(script).await.unwrap();
+    let nodes = two_nodes(&server, &nats.url(None));
+    let (env, node) = &nodes[0];
+    let node = node.as_ref().unwrap();
+    let (before, _) = node
+        .submit(json!({"prompt": "before-outage", "cwd": env.root(), "mode": "bypass"}))
+        .await;
+    let events = node.events(&before, None, |_| false).await;
+    assert_eq!(events.last().unwrap().1["status"], "finished", "{events:?}");
+    let ran_on = node_of(node, &before).await.unwrap();
+    let runner = nodes
+        .iter()
+        .zip(["n1", "n2"])
+        .find(|(_, name)| *name == ran_on)
+        .and_then(|((_, node), _)| node.as_ref())
+        .unwrap();
+    nats.stop();
+    let refused = node
+        .call(
+            "POST",
+            "/v1/runs",
+            Some(&json!({"prompt": "during-outage", "cwd": env.root(), "mode": "bypass"})),
+        )
+        .await;
+    assert_eq!(refused.status, 503, "{}", refused.text());
+    let message = refused.json()["error"]["message"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    assert!(
+        message.starts_with("the cluster did not take the run: "),
+        "{}",
+        refused.text()
+    );
+    // The nodes still answer their own API: the run a node ran, its
+    // events, from its own store.
+    let health = node.call("GET", "/healthz", None).await;
+    assert_eq!(health.status, 200, "{}", health.text());
+    let shown = runner
+        .call("GET", &format!("/v1/runs/{before}"), None)
+        .await;
+    assert_eq!(shown.status, 200, "{}", shown.text());
+    assert_eq!(shown.json()["status"], "finished", "{}", shown.text());
+    let replayed = runner.events(&before, None, |_| false).await;
+    assert_eq!(replayed, events);
+    nats.start_again();
+    // Once the server is back (the node reconnects by itself), a new
+    // submission is placed and finishes.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let placed = loop {
+        let answer = node
+            .call(
+                "POST",
+                "/v1/runs",
+                Some(&json!({"prompt": "after-outage", "cwd": env.root(), "mode": "bypass"})),
+            )
+            .await;
+        if answer.status != 503 || Instant::now() >= deadline {
+            break answer;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert_eq!(placed.status, 201, "{}", placed.text());
+    let after = placed.json()["run_id"].as_str().unwrap().to_string();
+    let events = node.events(&after, None, |_| false).await;
+    assert_eq!(events.last().unwrap().1["status"], "finished", "{events:?}");
+    assert!(node_of(node, &after).await.is_some());
+    // The refused request left nothing behind: no record, no run.
+    let listed = node.call("GET", "/v1/runs", None).await.json();
+    let prompts: Vec<&str> = listed["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|run| run["prompt"].as_str().unwrap())
+        .collect();
+    assert_eq!(prompts, ["after-outage", "before-outage"], "{listed}");
 }
