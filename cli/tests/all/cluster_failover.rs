@@ -527,3 +527,87 @@ async fn while_the_nats_server_is_down_a_submission_is_refused_and_placed_once_i
         .collect();
     assert_eq!(prompts, ["after-outage", "before-outage"], "{listed}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_goes_back_and_forth_between_nodes_and_each_run_sees_every_earlier_one() {
+    if !require(Need::NatsServer) {
+        return;
+    }
+    let nats = NatsServer::start(true, &[]);
+    let parts = ["second-part", "third-part", "fourth-part"];
+    let script = parts.iter().fold(
+        job(Script::new(), "first-part", "echo part one"),
+        |script, part| {
+            script.then(
+                troupe_scripted::Turn::new(troupe_scripted::text(format!("answer to {part}")))
+                    .when(troupe_scripted::Matcher::last_user_contains(*part)),
+            )
+        },
+    );
+    let server = ScriptedServer::start(script).await.unwrap();
+    let nodes = two_nodes(&server, &nats.url(None));
+    let node = |index: usize| (&nodes[index].0, nodes[index].1.as_ref().unwrap());
+    let (env, first) = node(0);
+    let (run_id, session_id) = first
+        .submit(json!({"prompt": "first-part", "cwd": env.root(), "mode": "bypass"}))
+        .await;
+    let events = first.events(&run_id, None, |_| false).await;
+    assert_eq!(events.last().unwrap().1["status"], "finished", "{events:?}");
+    let ran_on = node_of(first, &run_id).await.unwrap();
+    // The other node, then the first run's node (holding a copy older than
+    // the cluster's), then the other again (likewise).
+    let ran_first = if ran_on == "n1" { 0 } else { 1 };
+    let order = [1 - ran_first, ran_first, 1 - ran_first];
+    for (part, index) in parts.iter().zip(order) {
+        let (env, continuing) = node(index);
+        let (next, same) = continuing
+            .submit(json!({
+                "prompt": part,
+                "cwd": env.root(),
+                "mode": "bypass",
+                "session_id": session_id,
+            }))
+            .await;
+        assert_eq!(same, session_id);
+        let events = continuing.events(&next, None, |_| false).await;
+        assert_eq!(events.last().unwrap().1["status"], "finished", "{events:?}");
+    }
+    // Each run's request to the model held every earlier exchange.
+    let requests = server.requests();
+    let sent_for = |part: &str| {
+        let request = requests
+            .iter()
+            .find(|request| {
+                request
+                    .last_user_text()
+                    .is_some_and(|text| text.contains(part))
+            })
+            .unwrap_or_else(|| panic!("no request for {part}"));
+        serde_json::to_string(request.messages()).unwrap()
+    };
+    let mut earlier = vec![
+        "first-part".to_string(),
+        "part one".into(),
+        "done first-part".into(),
+    ];
+    for part in parts {
+        let sent = sent_for(part);
+        for said in &earlier {
+            assert!(
+                sent.contains(said.as_str()),
+                "{part}: {said} missing from {sent}"
+            );
+        }
+        earlier.push(part.to_string());
+        earlier.push(format!("answer to {part}"));
+    }
+    // The cluster's copy of the session ends with the last run's writes,
+    // made by the node that ran it.
+    let (writer, _) = observer(&nats.url(None))
+        .await
+        .last_session_writer(&session_id)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(writer.as_deref(), Some(["n1", "n2"][order[2]]));
+}
