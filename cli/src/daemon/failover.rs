@@ -908,4 +908,72 @@ mod tests {
         assert!(import_session(&store, "s1", &headless, None).is_err());
         assert!(store.list_sessions().unwrap().is_empty());
     }
+
+    #[test]
+    fn an_older_copy_takes_only_the_writes_made_after_it_and_never_a_new_session() {
+        let record = |write| SessionRecord {
+            v: VERSION,
+            session_id: "s1".into(),
+            node: "b".into(),
+            write,
+        };
+        let created = record(SessionWrite::Created {
+            session: serde_json::json!({
+                "id": "s1", "cwd": "/tmp", "provider": "p", "model": "m", "parent": null
+            }),
+        });
+        let messages = |from: u64, texts: &[&str]| {
+            record(SessionWrite::Messages {
+                messages: texts
+                    .iter()
+                    .enumerate()
+                    .map(|(i, text)| (from + i as u64, Message::user_text(*text)))
+                    .collect(),
+                truncate_at: None,
+            })
+        };
+        let stored = StoredSession {
+            records: vec![
+                created.clone(),
+                messages(0, &["one", "two"]),
+                messages(2, &["three"]),
+            ],
+            sequences: vec![3, 5, 9],
+            last_seq: 9,
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        // This copy matches the stream up to 5, and holds a change of its
+        // own at index 1 that the cluster's later writes do not touch.
+        let older = StoredSession {
+            records: stored.records[..2].to_vec(),
+            sequences: vec![3, 5],
+            last_seq: 5,
+        };
+        import_session(&store, "s1", &older, None).unwrap();
+        store
+            .put_message("s1", 1, &Message::user_text("two, here"))
+            .unwrap();
+        update_session(&store, "s1", &stored, 5).unwrap();
+        let texts: Vec<String> = store
+            .load_history("s1")
+            .unwrap()
+            .messages
+            .iter()
+            .map(|message| serde_json::to_string(message).unwrap())
+            .collect();
+        assert_eq!(texts.len(), 3, "{texts:?}");
+        assert!(
+            texts[1].contains("two, here"),
+            "earlier writes not replayed"
+        );
+        assert!(texts[2].contains("three"));
+        // A write creating the session again is refused.
+        let recreated = StoredSession {
+            records: vec![created],
+            sequences: vec![12],
+            last_seq: 12,
+        };
+        assert!(update_session(&store, "s1", &recreated, 9).is_err());
+    }
 }
