@@ -8,8 +8,8 @@
 //! JetStream; six runs submitted to one node spread over the nodes and all
 //! finish; a run's events read from a node that does not run it, and
 //! replayed after `Last-Event-ID`; `troupe runs list` and `troupe cluster
-//! status` name the nodes; an approval answered on a node that does not run
-//! the run; garbage on every subject and bucket the cluster uses stops no
+//! status` name the nodes; an approval answered, and a message sent, on a
+//! node that does not run the run; garbage on every subject and bucket the cluster uses stops no
 //! node from taking runs.
 
 use std::collections::BTreeSet;

@@ -12,7 +12,9 @@
 //! server restart in the middle of a run (the node reconnects and the run
 //! finishes, its record shared); the NATS server down (a submission is
 //! refused with 503, the nodes answer from their own stores) and back on
-//! its port (a new submission is placed and finishes).
+//! its port (a new submission is placed and finishes); a session continued
+//! on one node, then the other, then the first again (each run's model
+//! request holds every earlier exchange).
 
 use std::time::{Duration, Instant};
 
