@@ -39,6 +39,6 @@ mod tree;
 pub use api::{RunHandle, RunSubmission, RuntimeError, RuntimeStats, SessionTarget};
 pub use env::{AgentEnv, AgentEnvBuilder, ProviderForModel};
 pub use mcp::{BaseEnv, McpHub};
-pub use runtime::{KEEP_IDLE_SESSIONS, Runtime, full_approval_id};
+pub use runtime::{KEEP_IDLE_SESSIONS, Runtime, SessionRewrite, full_approval_id};
 pub use subscription::EventSubscription;
 pub use troupe_agent::{AgentStatus, Approver, RunOutcome};

@@ -83,6 +83,13 @@ pub(crate) enum RuntimeMsg {
     History(String, RpcReplyPort<HistorySource>),
     /// Remove a session that has no run in progress, from memory and store.
     RemoveSession(String, RpcReplyPort<Result<Vec<String>, RuntimeError>>),
+    /// Rewrite a stored session that has no run in progress: it leaves
+    /// memory, and the rewrite runs on the store's writer thread.
+    RewriteSession(
+        String,
+        SessionRewrite,
+        RpcReplyPort<Result<(), RuntimeError>>,
+    ),
     /// Rewind the conversation of a session that has no run in progress:
     /// it leaves memory, and the store cuts it (on its writer thread).
     Rewind(
@@ -223,6 +230,9 @@ impl Actor for RuntimeActor {
             }
             RuntimeMsg::RemoveSession(session_id, reply) => {
                 state.remove_session(session_id, reply);
+            }
+            RuntimeMsg::RewriteSession(session_id, rewrite, reply) => {
+                state.rewrite_session(session_id, rewrite, reply);
             }
             RuntimeMsg::Rewind(request, reply) => state.rewind_session(*request, reply),
             RuntimeMsg::SessionFree { run_id, session } => state.free_session(&run_id, session),
@@ -591,6 +601,25 @@ impl RuntimeState {
         );
     }
 
+    /// Rewrites a stored session: refused while a run is in progress or
+    /// about to start in it; otherwise the session leaves memory (its next
+    /// run reads it from the store) and `rewrite` runs on the store's
+    /// writer thread.
+    fn rewrite_session(
+        &mut self,
+        session_id: String,
+        rewrite: SessionRewrite,
+        reply: RpcReplyPort<Result<(), RuntimeError>>,
+    ) {
+        if !self.sessions.remove(&session_id) {
+            let _ = reply.send(Err(RuntimeError::SessionBusy(session_id)));
+            return;
+        }
+        self.store.commit_with(rewrite, move |written| {
+            let _ = reply.send(written.map_err(RuntimeError::from));
+        });
+    }
+
     /// Rewinds a session's conversation: refused while a run is in progress
     /// or about to start in it (naming the run); otherwise the session
     /// leaves memory (its next run reads the cut history and the note from
@@ -682,6 +711,10 @@ impl RuntimeState {
         }
     }
 }
+
+/// A rewrite of a stored session, run on the store's writer thread
+/// ([`Runtime::rewrite_session`]).
+pub type SessionRewrite = Box<dyn FnOnce(&Store) -> Result<(), StoreError> + Send + 'static>;
 
 /// The handle to a running runtime.
 #[derive(Clone)]
@@ -864,6 +897,24 @@ impl Runtime {
             self.actor,
             RuntimeMsg::RemoveSession,
             session_id.to_string()
+        )
+        .map_err(|_| RuntimeError::Gone)?
+    }
+
+    /// Rewrites stored session `session_id` with `rewrite` (run on the
+    /// store's writer thread) when it has no run in progress; its history
+    /// leaves memory first, so its next run reads what the rewrite left.
+    /// A session with a run in progress is [`RuntimeError::SessionBusy`].
+    pub async fn rewrite_session(
+        &self,
+        session_id: &str,
+        rewrite: SessionRewrite,
+    ) -> Result<(), RuntimeError> {
+        ractor::call!(
+            self.actor,
+            RuntimeMsg::RewriteSession,
+            session_id.to_string(),
+            rewrite
         )
         .map_err(|_| RuntimeError::Gone)?
     }

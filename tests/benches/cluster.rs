@@ -16,9 +16,16 @@
 //!   alternating, `TROUPE_BENCH_SAMPLES` (default 5) rounds: wall time per
 //!   turn from submission to `run_finished`.
 //!
+//! - failover: two nodes with `[cluster] lease_secs` of 3 (`TROUPE_BENCH_SAMPLES`
+//!   rounds) and of 15 (one round); a run placed on the first node (the
+//!   second drained until the run's slow tool call started), then the first
+//!   node killed with SIGKILL: time from the kill to the `run_moved` event
+//!   and to `run_finished`, both as read from the second node's event
+//!   stream. The lease is the most of it; the rest is the repair.
+//!
 //! The binary is `TROUPE_BIN` or `target/release/troupe`; `nats-server`
 //! must be on the PATH. Arguments name the parts to run (`throughput`,
-//! `latency`, `turns`; default all):
+//! `latency`, `turns`, `failover`; default all):
 //! `cargo bench -p troupe-tests --bench cluster -- latency`. Figures go to
 //! `docs/performance.md`.
 
@@ -72,6 +79,10 @@ fn main() -> Result<(), String> {
         if wanted("turns") {
             turns(&bin, samples, 20).await?;
         }
+        if wanted("failover") {
+            failover(&bin, 3, samples).await?;
+            failover(&bin, 15, 1).await?;
+        }
         Ok(())
     })
 }
@@ -89,7 +100,22 @@ impl Node {
     /// Starts `troupe serve ARGS` in a fresh home and waits for its
     /// "listening on" line.
     fn start(bin: &Path, server: &ScriptedServer, args: &[&str]) -> Result<Self, String> {
+        Self::start_configured(bin, server, args, None)
+    }
+
+    /// [`Node::start`] with `config` as the user's configuration file.
+    fn start_configured(
+        bin: &Path,
+        server: &ScriptedServer,
+        args: &[&str],
+        config: Option<&str>,
+    ) -> Result<Self, String> {
         let home = tempfile::tempdir().map_err(|e| e.to_string())?;
+        if let Some(config) = config {
+            let dir = home.path().join("config/troupe");
+            std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+            std::fs::write(dir.join("config.toml"), config).map_err(|e| e.to_string())?;
+        }
         let data = home.path().join("data");
         let project = home.path().join("project");
         std::fs::create_dir_all(&project).map_err(|e| e.to_string())?;
@@ -174,6 +200,21 @@ impl Node {
     /// Reads a run's event stream to the main agent's `run_finished`: each
     /// event's `seq` with when its line arrived.
     async fn follow(&self, run_id: &str) -> Result<Vec<(u64, Instant)>, String> {
+        let seen = self.follow_until(run_id, |_| false).await?;
+        Ok(seen
+            .into_iter()
+            .map(|(event, at)| (event["seq"].as_u64().unwrap_or(0), at))
+            .collect())
+    }
+
+    /// Reads a run's event stream until an event `stop` says is the last
+    /// one, or the main agent's `run_finished`: each event with when its
+    /// line arrived.
+    async fn follow_until(
+        &self,
+        run_id: &str,
+        stop: impl Fn(&Value) -> bool,
+    ) -> Result<Vec<(Value, Instant)>, String> {
         let response = self
             .http
             .get(self.url(&format!("/v1/runs/{run_id}/events")))
@@ -200,8 +241,10 @@ impl Node {
                     continue;
                 };
                 let event: Value = serde_json::from_str(data.trim()).map_err(|e| e.to_string())?;
-                seen.push((event["seq"].as_u64().unwrap_or(0), now));
-                if event["type"] == "run_finished" && event["agent_path"] == "main" {
+                let last = stop(&event)
+                    || (event["type"] == "run_finished" && event["agent_path"] == "main");
+                seen.push((event, now));
+                if last {
                     return Ok(seen);
                 }
             }
@@ -212,6 +255,11 @@ impl Node {
 
 impl Drop for Node {
     fn drop(&mut self) {
+        // A node the bench killed and reaped is not signalled again: its
+        // process id may be another process's by now.
+        if matches!(self.child.try_wait(), Ok(Some(_))) {
+            return;
+        }
         // SAFETY: plain signal delivery to a node this bench started.
         unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
         let _ = self.child.wait();
@@ -392,6 +440,79 @@ async fn turns(bin: &Path, samples: usize, count: usize) -> Result<(), String> {
         joined.median,
         joined.p90,
         joined.median / alone.median
+    );
+    Ok(())
+}
+
+/// One failover with `lease_secs`: from the SIGKILL of the node running a
+/// run in its slow tool call to `run_moved` and to `run_finished`, read
+/// from the surviving node.
+async fn failover_once(bin: &Path, lease_secs: u64) -> Result<(Duration, Duration), String> {
+    let script = job(Script::new(), "moving-run", "sleep 60");
+    let server = ScriptedServer::start(script)
+        .await
+        .map_err(|e| e.to_string())?;
+    let nats = NatsServer::start(true, &[]);
+    let config = format!("[cluster]\nlease_secs = {lease_secs}\n");
+    let url = nats.url(None);
+    let mut doomed = Node::start_configured(
+        bin,
+        &server,
+        &["--cluster", &url, "--node", "n1"],
+        Some(&config),
+    )?;
+    let survivor = Node::start_configured(
+        bin,
+        &server,
+        &["--cluster", &url, "--node", "n2"],
+        Some(&config),
+    )?;
+    // The first node takes the run: the second is drained until the run's
+    // tool call started.
+    survivor
+        .post("/v1/cluster/nodes/n2/drain", &json!(null))
+        .await?;
+    let run_id = doomed.submit("moving-run").await?;
+    doomed
+        .follow_until(&run_id, |event| event["type"] == "tool_started")
+        .await?;
+    survivor
+        .post("/v1/cluster/nodes/n2/resume", &json!(null))
+        .await?;
+    let killed = Instant::now();
+    doomed.child.kill().map_err(|e| e.to_string())?;
+    let events = survivor.follow_until(&run_id, |_| false).await?;
+    let at = |kind: &str| {
+        events
+            .iter()
+            .find(|(event, _)| event["type"] == kind && event["agent_path"] == "main")
+            .map(|(event, at)| (event.clone(), *at - killed))
+            .ok_or_else(|| format!("no {kind} event"))
+    };
+    let (moved, to_moved) = at("run_moved")?;
+    let (finished, to_finished) = at("run_finished")?;
+    if moved["from_node"] != "n1" || moved["to_node"] != "n2" || finished["status"] != "finished" {
+        return Err(format!(
+            "the run did not move as expected: {moved} {finished}"
+        ));
+    }
+    let _ = doomed.child.wait();
+    Ok((to_moved, to_finished))
+}
+
+async fn failover(bin: &Path, lease_secs: u64, rounds: usize) -> Result<(), String> {
+    let mut moved = Vec::new();
+    let mut finished = Vec::new();
+    for _ in 0..rounds {
+        let (to_moved, to_finished) = failover_once(bin, lease_secs).await?;
+        moved.push(to_moved);
+        finished.push(to_finished);
+    }
+    let moved = Summary::of_millis(&moved).ok_or("no rounds")?;
+    let finished = Summary::of_millis(&finished).ok_or("no rounds")?;
+    println!(
+        "failover: lease_secs = {lease_secs}, {rounds} rounds, SIGKILL to run_moved: median {:.0} ms (min {:.0}, max {:.0}); to run_finished: median {:.0} ms (min {:.0}, max {:.0})",
+        moved.median, moved.min, moved.max, finished.median, finished.min, finished.max
     );
     Ok(())
 }

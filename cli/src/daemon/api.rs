@@ -354,11 +354,15 @@ async fn create_run(State(state): State<ApiState>, body: Body) -> Result<Respons
     super::cluster_ops::check_workspace_request(&request)?;
     // A node of a cluster hands a new run to the cluster; a run that
     // continues a session runs here, where the session is stored (loaded
-    // from the cluster when another node ran it).
+    // from the cluster when another node ran it or wrote it since), and
+    // its writes to the session are copied to the cluster.
+    let mut shared_session = None;
     if let Some(node) = &state.cluster
         && let Some(session_id) = &request.session_id
     {
-        super::cluster::load_session(node, &state.store, session_id).await;
+        shared_session = super::cluster::load_session(node, &state, session_id)
+            .await
+            .map(|last_seq| (session_id.clone(), last_seq));
     }
     if let Some(node) = &state.cluster
         && request.session_id.is_none()
@@ -394,11 +398,23 @@ async fn create_run(State(state): State<ApiState>, body: Body) -> Result<Respons
         }
         _ => None,
     };
+    // The session's writes are kept for the cluster from the run's first.
+    let session_copy = match (&state.cluster, shared_session) {
+        (Some(node), Some((session_id, last_seq))) => Some(super::cluster::SessionCopy::watch(
+            node,
+            &session_id,
+            last_seq,
+        )),
+        _ => None,
+    };
     let handle = match state.runtime.submit(prepared.submission).await {
         Ok(handle) => handle,
         Err(err) => {
             if let Some((per_run, _)) = &own {
                 per_run.withdraw();
+            }
+            if let (Some(node), Some(copy)) = (&state.cluster, session_copy) {
+                copy.abandon(node);
             }
             return Err(runtime_error(err));
         }
@@ -409,7 +425,7 @@ async fn create_run(State(state): State<ApiState>, body: Body) -> Result<Respons
         prepared.warnings.push(warning);
     }
     if let Some(node) = &state.cluster {
-        super::cluster::mirror_local(&state, node, &handle.run_id);
+        super::cluster::mirror_local(&state, node, &handle.run_id, session_copy);
     }
     let created = wire::RunCreated {
         run_id: handle.run_id,

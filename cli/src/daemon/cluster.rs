@@ -503,36 +503,95 @@ async fn take_over(
     }
 }
 
-/// Loads a session another node ran from the cluster into this node's
-/// store when the store does not hold it, so that it can be continued
-/// here.
+/// The copy to the cluster of the writes of a session that a run
+/// continues on the node it was submitted to, from before the run starts.
+pub(crate) struct SessionCopy {
+    session_id: String,
+    /// The stream's sequence of the session's last write in the cluster.
+    last_seq: u64,
+    writes: tokio::sync::mpsc::UnboundedReceiver<troupe_store::TeedWrite>,
+}
+
+/// Brings this node's copy of a session up to the cluster's (loads it when
+/// the store does not hold it or holds an older copy) before a run
+/// continues it here: the stream's sequence of the session's last write,
+/// `None` when the cluster does not hold the session (or cannot be read),
+/// whose run's writes then stay in this node's store.
 pub(crate) async fn load_session(
     node: &ClusterNode,
-    store: &troupe_store::Store,
+    state: &ApiState,
     session_id: &str,
-) {
+) -> Option<u64> {
     if !troupe_protocol::cluster::is_valid_token(session_id) {
-        return;
+        return None;
     }
-    match failover::load_session(&node.cluster, store, session_id).await {
-        Ok(true) => tracing::info!(session = %session_id, "loaded a session from the cluster"),
-        Ok(false) => {}
+    match failover::load_session(
+        &node.cluster,
+        &state.runtime,
+        &state.store,
+        &node.tee,
+        session_id,
+    )
+    .await
+    {
+        Ok((last_seq, loaded)) => {
+            if loaded {
+                tracing::info!(session = %session_id, "loaded a session from the cluster");
+            }
+            if last_seq.is_none() {
+                tracing::info!(session = %session_id, "the cluster holds no copy of the session; its run's writes stay on this node");
+            }
+            last_seq
+        }
         Err(err) => {
-            tracing::warn!(session = %session_id, %err, "the session could not be loaded from the cluster")
+            tracing::warn!(session = %session_id, %err, "the session could not be loaded from the cluster");
+            None
         }
     }
 }
 
+impl SessionCopy {
+    /// From now on, the writes of `session_id` this node's store makes are
+    /// kept for the cluster, after the stream's sequence `last_seq`.
+    pub(crate) fn watch(node: &ClusterNode, session_id: &str, last_seq: u64) -> Self {
+        Self {
+            session_id: session_id.to_string(),
+            last_seq,
+            writes: failover::watch_session(&node.tee, session_id),
+        }
+    }
+
+    /// The run did not start: the session's writes are not kept.
+    pub(crate) fn abandon(self, node: &ClusterNode) {
+        node.tee.unregister(&self.session_id);
+    }
+}
+
 /// Mirrors a run this node runs that was started here (it continues a
-/// session this node's store holds).
-pub(crate) fn mirror_local(state: &ApiState, node: &Arc<ClusterNode>, run_id: &str) {
+/// session this node's store holds), copying the session's writes to the
+/// cluster when `copy` says the cluster holds the session.
+pub(crate) fn mirror_local(
+    state: &ApiState,
+    node: &Arc<ClusterNode>,
+    run_id: &str,
+    copy: Option<SessionCopy>,
+) {
     let (state, node, run_id) = (state.clone(), node.clone(), run_id.to_string());
+    let hold = copy.map(|copy| {
+        let hold = failover::hold_session(&node.cluster, &node.tee, &run_id, &copy.session_id);
+        failover::copy_session_writes(&hold, copy.writes, copy.last_seq);
+        failover::stop_when_fenced(&hold, state.runtime.clone());
+        hold
+    });
     node.clone().mirrors.spawn(async move {
         match state.runtime.subscribe(&run_id, 1).await {
             Ok(events) => mirror(state, node, run_id, events, None, None).await,
             Err(err) => {
                 tracing::warn!(run = %run_id, %err, "the run is not shared with the cluster")
             }
+        }
+        if let Some(hold) = hold {
+            failover::release(&hold);
         }
     });
 }
@@ -828,6 +887,7 @@ pub(crate) async fn submit(
     let unavailable = |err: troupe_cluster::ClusterError| {
         ApiError::unavailable(format!("the cluster did not take the run: {err}"))
     };
+    node.cluster.connected().map_err(unavailable)?;
     node.cluster.put_run(&summary).await.map_err(unavailable)?;
     let submission = Submission {
         v: VERSION,

@@ -43,6 +43,9 @@ const EVENTS_WAIT: Duration = Duration::from_secs(10);
 #[derive(Default)]
 pub(crate) struct SessionTee {
     sessions: Mutex<HashMap<String, mpsc::UnboundedSender<TeedWrite>>>,
+    /// Session id → the sequence of the sessions stream this node's store
+    /// matches: the last write of the session it published or read back.
+    synced: Mutex<HashMap<String, u64>>,
 }
 
 impl WriteTee for SessionTee {
@@ -69,9 +72,24 @@ impl SessionTee {
     }
 
     /// The writes of `session` are no longer copied.
-    fn unregister(&self, session: &str) {
+    pub(crate) fn unregister(&self, session: &str) {
         let mut sessions = self.sessions.lock().unwrap_or_else(|p| p.into_inner());
         sessions.remove(session);
+    }
+
+    /// The sequence of the sessions stream this node's copy of `session`
+    /// is known to match; `None` when this node has not written nor read
+    /// it since it started.
+    fn synced_at(&self, session: &str) -> Option<u64> {
+        let synced = self.synced.lock().unwrap_or_else(|p| p.into_inner());
+        synced.get(session).copied()
+    }
+
+    /// This node's copy of `session` matches the stream up to `sequence`.
+    fn set_synced(&self, session: &str, sequence: u64) {
+        let mut synced = self.synced.lock().unwrap_or_else(|p| p.into_inner());
+        let at = synced.entry(session.to_string()).or_insert(sequence);
+        *at = (*at).max(sequence);
     }
 }
 
@@ -205,7 +223,10 @@ impl Hold {
                 return None;
             }
             match self.cluster.publish_session(record, expected).await {
-                Ok(sequence) => return Some(sequence),
+                Ok(sequence) => {
+                    self.tee.set_synced(&self.session_id, sequence);
+                    return Some(sequence);
+                }
                 Err(HeldWriteError::Fenced(why)) => {
                     let writer = self.cluster.last_session_writer(&self.session_id).await;
                     expected = self.after_refusal(writer, &why)?;
@@ -256,7 +277,50 @@ pub(crate) async fn claim(
 /// after the stream's sequence `last_seq`; ends once the hold is fenced or
 /// the run's session is released ([`release`]).
 pub(crate) fn copy_session(hold: &Arc<Hold>, last_seq: u64) {
-    let mut writes = hold.tee.register(&hold.session_id);
+    let writes = hold.tee.register(&hold.session_id);
+    copy_session_writes(hold, writes, last_seq);
+}
+
+/// From now on, the writes of `session_id` this node's store makes are
+/// kept for [`copy_session_writes`] (a run that continues the session here
+/// starts writing as soon as it is submitted).
+pub(crate) fn watch_session(
+    tee: &SessionTee,
+    session_id: &str,
+) -> mpsc::UnboundedReceiver<TeedWrite> {
+    tee.register(session_id)
+}
+
+/// A hold on a run that continues a session on the node it was submitted
+/// to: no submission and no claim, only the session's writes, published on
+/// the same condition as those of a run taken from the queue.
+pub(crate) fn hold_session(
+    cluster: &Cluster,
+    tee: &Arc<SessionTee>,
+    run_id: &str,
+    session_id: &str,
+) -> Arc<Hold> {
+    Arc::new(Hold {
+        run_id: run_id.to_string(),
+        session_id: session_id.to_string(),
+        cluster: cluster.clone(),
+        tee: tee.clone(),
+        revision: tokio::sync::Mutex::new(0),
+        events_last: tokio::sync::Mutex::new(0),
+        traceparent: None,
+        fenced: CancellationToken::new(),
+        ended: CancellationToken::new(),
+    })
+}
+
+/// Publishes `writes` of the held run's session after the stream's
+/// sequence `last_seq`, in order, until the hold is fenced or the run's
+/// session is released ([`release`]).
+pub(crate) fn copy_session_writes(
+    hold: &Arc<Hold>,
+    mut writes: mpsc::UnboundedReceiver<TeedWrite>,
+    last_seq: u64,
+) {
     let hold = hold.clone();
     tokio::spawn(async move {
         let mut expected = last_seq;
@@ -374,6 +438,53 @@ pub(crate) fn session_records(
     records
 }
 
+/// Writes one write of the cluster's copy of session `session_id` into
+/// this node's store (a run record of `except_run` is left out). Blocking.
+fn apply_write(
+    store: &Store,
+    session_id: &str,
+    write: &SessionWrite,
+    except_run: Option<&str>,
+) -> Result<(), StoreError> {
+    match write {
+        SessionWrite::Created { session } => {
+            let new: NewSession = decoded(session)?;
+            if new.id != session_id {
+                return Err(foreign("a session", &new.id));
+            }
+            store.create_session(&new)?;
+        }
+        SessionWrite::Messages {
+            messages,
+            truncate_at,
+        } => {
+            store.put_messages(session_id, messages.iter().map(|(i, m)| (*i, m)))?;
+            if let Some(len) = truncate_at {
+                store.truncate_history(session_id, *len)?;
+            }
+        }
+        SessionWrite::PendingResult { result } => store.put_pending_result(session_id, result)?,
+        SessionWrite::PendingCleared => store.clear_pending_results(session_id)?,
+        SessionWrite::Marker { marker } => {
+            store.put_marker(session_id, &decoded::<CompactionMarker>(marker)?)?
+        }
+        SessionWrite::Ledger { entry } => {
+            store.put_ledger_entry(session_id, &decoded::<LedgerEntry>(entry)?)?
+        }
+        SessionWrite::Claimed { .. } => {}
+        SessionWrite::Run { run } => {
+            let run: RunRecord = decoded(run)?;
+            if run.session_id != session_id {
+                return Err(foreign("a run of another session", &run.run_id));
+            }
+            if except_run != Some(run.run_id.as_str()) {
+                store.put_run(&run)?;
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Whether a record fits in one cluster message.
 fn fits(record: &SessionRecord) -> bool {
     serde_json::to_vec(record).is_ok_and(|bytes| bytes.len() <= MAX_MESSAGE_BYTES)
@@ -411,44 +522,7 @@ fn replay_session(
     except_run: Option<&str>,
 ) -> Result<(), StoreError> {
     for record in &stored.records {
-        match &record.write {
-            SessionWrite::Created { session } => {
-                let new: NewSession = decoded(session)?;
-                if new.id != session_id {
-                    return Err(foreign("a session", &new.id));
-                }
-                store.create_session(&new)?;
-            }
-            SessionWrite::Messages {
-                messages,
-                truncate_at,
-            } => {
-                store.put_messages(session_id, messages.iter().map(|(i, m)| (*i, m)))?;
-                if let Some(len) = truncate_at {
-                    store.truncate_history(session_id, *len)?;
-                }
-            }
-            SessionWrite::PendingResult { result } => {
-                store.put_pending_result(session_id, result)?
-            }
-            SessionWrite::PendingCleared => store.clear_pending_results(session_id)?,
-            SessionWrite::Marker { marker } => {
-                store.put_marker(session_id, &decoded::<CompactionMarker>(marker)?)?
-            }
-            SessionWrite::Ledger { entry } => {
-                store.put_ledger_entry(session_id, &decoded::<LedgerEntry>(entry)?)?
-            }
-            SessionWrite::Claimed { .. } => {}
-            SessionWrite::Run { run } => {
-                let run: RunRecord = decoded(run)?;
-                if run.session_id != session_id {
-                    return Err(foreign("a run of another session", &run.run_id));
-                }
-                if except_run != Some(run.run_id.as_str()) {
-                    store.put_run(&run)?;
-                }
-            }
-        }
+        apply_write(store, session_id, &record.write, except_run)?;
     }
     if store.session(session_id)?.is_none() {
         return Err(StoreError::NotFound {
@@ -460,6 +534,30 @@ fn replay_session(
     let failed: Vec<ToolResult> = troupe_agent::resume::node_failure_results(&history, &pending);
     for result in &failed {
         store.put_pending_result(session_id, result)?;
+    }
+    store.flush()
+}
+
+/// Brings the copy of session `session_id` this node's store holds, which
+/// matches the cluster's up to the stream's sequence `after`, up to the
+/// cluster's: the writes the cluster holds after it, in order (a write
+/// that would create the session again is refused). Blocking.
+pub(crate) fn update_session(
+    store: &Store,
+    session_id: &str,
+    stored: &StoredSession,
+    after: u64,
+) -> Result<(), StoreError> {
+    let newer = stored
+        .records
+        .iter()
+        .zip(&stored.sequences)
+        .filter(|(_, sequence)| **sequence > after);
+    for (record, _) in newer {
+        if matches!(record.write, SessionWrite::Created { .. }) {
+            return Err(foreign("the session created again", session_id));
+        }
+        apply_write(store, session_id, &record.write, None)?;
     }
     store.flush()
 }
@@ -477,33 +575,66 @@ fn foreign(what: &str, id: &str) -> StoreError {
     }
 }
 
-/// Loads a session another node ran from the cluster into this node's
-/// store when the store does not hold it: `true` when it was loaded.
+/// Brings this node's copy of a session up to the cluster's before a run
+/// continues it here ([`fencing::session_source`]): the cluster's copy is
+/// read into the store when the store does not hold the session, or holds
+/// an older copy (which it replaces); a copy the store holds that is as new
+/// or newer stays. Answers where the session stands in the cluster: `None`
+/// when the cluster holds none of it, else the stream's sequence of its last
+/// write (the run's writes go after it), and whether it was loaded.
 pub(crate) async fn load_session(
     cluster: &Cluster,
+    runtime: &troupe_actors::Runtime,
     store: &Store,
+    tee: &SessionTee,
     session_id: &str,
-) -> Result<bool, String> {
-    if store
+) -> Result<(Option<u64>, bool), String> {
+    let held = store
         .session(session_id)
         .map_err(|err| err.to_string())?
-        .is_some()
-    {
-        return Ok(false);
+        .is_some();
+    let cluster_last = cluster
+        .last_session_writer(session_id)
+        .await
+        .map_err(|err| err.to_string())?
+        .map_or(0, |(_, sequence)| sequence);
+    let in_cluster = (cluster_last > 0).then_some(cluster_last);
+    let local_at = tee.synced_at(session_id);
+    match fencing::session_source(held, local_at, cluster_last) {
+        fencing::SessionSource::Local | fencing::SessionSource::Missing => {
+            return Ok((in_cluster, false));
+        }
+        fencing::SessionSource::Cluster => {}
     }
     let stored = cluster
         .stored_session(session_id)
         .await
         .map_err(|err| err.to_string())?;
     if stored.records.is_empty() {
-        return Ok(false);
+        return Ok((in_cluster, false));
     }
-    let (store, session_id) = (store.clone(), session_id.to_string());
-    tokio::task::spawn_blocking(move || import_session(&store, &session_id, &stored, None))
-        .await
-        .map_err(|err| err.to_string())?
-        .map_err(|err| err.to_string())?;
-    Ok(true)
+    let last_seq = stored.last_seq;
+    let id = session_id.to_string();
+    match local_at.filter(|_| held) {
+        // The store's copy is older: the writes made since go on top of it,
+        // and the runtime forgets the history it kept of it.
+        Some(after) => runtime
+            .rewrite_session(
+                session_id,
+                Box::new(move |store| update_session(store, &id, &stored, after)),
+            )
+            .await
+            .map_err(|err| err.to_string())?,
+        None => {
+            let import_store = store.clone();
+            tokio::task::spawn_blocking(move || import_session(&import_store, &id, &stored, None))
+                .await
+                .map_err(|err| err.to_string())?
+                .map_err(|err| err.to_string())?;
+        }
+    }
+    tee.set_synced(session_id, last_seq);
+    Ok((Some(last_seq), true))
 }
 
 /// What a node that claimed a run another node held does before the run
@@ -572,6 +703,7 @@ pub(crate) async fn take_over(
     .await
     .map_err(|err| err.to_string())?
     .map_err(|err| err.to_string())?;
+    hold.tee.set_synced(&hold.session_id, last_seq);
     copy_session(hold, last_seq);
     Ok(first_seq)
 }
@@ -734,6 +866,7 @@ mod tests {
                 }),
             })],
             last_seq: 1,
+            ..Default::default()
         };
         let err = import_session(&store, "s1", &foreign, None).unwrap_err();
         assert!(err.to_string().contains("other"), "{err}");
@@ -742,6 +875,7 @@ mod tests {
                 session: serde_json::json!({"id": 7}),
             })],
             last_seq: 1,
+            ..Default::default()
         };
         let err = import_session(&store, "s1", &unreadable, None).unwrap_err();
         assert!(err.to_string().contains("does not read"), "{err}");
@@ -758,6 +892,7 @@ mod tests {
                 }),
             ],
             last_seq: 2,
+            ..Default::default()
         };
         assert!(import_session(&store, "s1", &broken, None).is_err());
         assert!(store.session("s1").unwrap().is_none());
@@ -768,8 +903,77 @@ mod tests {
                 truncate_at: None,
             })],
             last_seq: 1,
+            ..Default::default()
         };
         assert!(import_session(&store, "s1", &headless, None).is_err());
         assert!(store.list_sessions().unwrap().is_empty());
+    }
+
+    #[test]
+    fn an_older_copy_takes_only_the_writes_made_after_it_and_never_a_new_session() {
+        let record = |write| SessionRecord {
+            v: VERSION,
+            session_id: "s1".into(),
+            node: "b".into(),
+            write,
+        };
+        let created = record(SessionWrite::Created {
+            session: serde_json::json!({
+                "id": "s1", "cwd": "/tmp", "provider": "p", "model": "m", "parent": null
+            }),
+        });
+        let messages = |from: u64, texts: &[&str]| {
+            record(SessionWrite::Messages {
+                messages: texts
+                    .iter()
+                    .enumerate()
+                    .map(|(i, text)| (from + i as u64, Message::user_text(*text)))
+                    .collect(),
+                truncate_at: None,
+            })
+        };
+        let stored = StoredSession {
+            records: vec![
+                created.clone(),
+                messages(0, &["one", "two"]),
+                messages(2, &["three"]),
+            ],
+            sequences: vec![3, 5, 9],
+            last_seq: 9,
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        // This copy matches the stream up to 5, and holds a change of its
+        // own at index 1 that the cluster's later writes do not touch.
+        let older = StoredSession {
+            records: stored.records[..2].to_vec(),
+            sequences: vec![3, 5],
+            last_seq: 5,
+        };
+        import_session(&store, "s1", &older, None).unwrap();
+        store
+            .put_message("s1", 1, &Message::user_text("two, here"))
+            .unwrap();
+        update_session(&store, "s1", &stored, 5).unwrap();
+        let texts: Vec<String> = store
+            .load_history("s1")
+            .unwrap()
+            .messages
+            .iter()
+            .map(|message| serde_json::to_string(message).unwrap())
+            .collect();
+        assert_eq!(texts.len(), 3, "{texts:?}");
+        assert!(
+            texts[1].contains("two, here"),
+            "earlier writes not replayed"
+        );
+        assert!(texts[2].contains("three"));
+        // A write creating the session again is refused.
+        let recreated = StoredSession {
+            records: vec![created],
+            sequences: vec![12],
+            last_seq: 12,
+        };
+        assert!(update_session(&store, "s1", &recreated, 9).is_err());
     }
 }

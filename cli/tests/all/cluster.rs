@@ -8,8 +8,8 @@
 //! JetStream; six runs submitted to one node spread over the nodes and all
 //! finish; a run's events read from a node that does not run it, and
 //! replayed after `Last-Event-ID`; `troupe runs list` and `troupe cluster
-//! status` name the nodes; an approval answered on a node that does not run
-//! the run; garbage on every subject and bucket the cluster uses stops no
+//! status` name the nodes; an approval answered, and a message sent, on a
+//! node that does not run the run; garbage on every subject and bucket the cluster uses stops no
 //! node from taking runs.
 
 use std::collections::BTreeSet;
@@ -481,4 +481,68 @@ async fn a_placed_run_joins_the_trace_of_the_node_that_accepted_it() {
     assert_eq!(taken.parent_span_id, submitted.span_id);
     assert_eq!(root.trace_id, submitted.trace_id, "one trace");
     assert_eq!(root.parent_span_id, taken.span_id);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_sent_to_a_node_that_does_not_run_the_run_reaches_its_model() {
+    if !require(Need::NatsServer) {
+        return;
+    }
+    let nats = NatsServer::start(true, &[]);
+    // The run waits in its tool call until the test lets it go on.
+    let script = job(
+        Script::new(),
+        "message-me",
+        "while [ ! -e let-go ]; do sleep 0.05; done",
+    );
+    let server = ScriptedServer::start(script).await.unwrap();
+    let nodes = three_nodes(&server, &nats.url(None));
+    let (env_a, a) = &nodes[0];
+    let (run_id, _) = a
+        .submit(json!({"prompt": "message-me", "cwd": env_a.root(), "mode": "bypass"}))
+        .await;
+    let started = a
+        .events(&run_id, None, |events| {
+            events.iter().any(|(_, e)| e["type"] == "tool_started")
+        })
+        .await;
+    let (seen, _) = started.last().unwrap();
+    let runner = node_of(a, &run_id).await.unwrap();
+    let other = nodes
+        .iter()
+        .zip(["n1", "n2", "n3"])
+        .rfind(|(_, name)| *name != runner)
+        .map(|((_, node), _)| node)
+        .unwrap();
+    let messages = format!("/v1/runs/{run_id}/messages");
+    // The running node's own answers, through the other node.
+    let empty = other
+        .call("POST", &messages, Some(&json!({"text": "  "})))
+        .await;
+    assert_eq!(empty.status, 400, "{}", empty.text());
+    let written = other
+        .call(
+            "POST",
+            &messages,
+            Some(&json!({"text": "sent through another node"})),
+        )
+        .await;
+    assert_eq!(written.status, 202, "{}", written.text());
+    std::fs::write(env_a.root().join("let-go"), "").unwrap();
+    let rest = other.events(&run_id, Some(*seen), |_| false).await;
+    assert!(
+        rest.iter()
+            .any(|(_, e)| e["type"] == "user_message" && e["text"] == "sent through another node"),
+        "{rest:?}"
+    );
+    assert_eq!(rest.last().unwrap().1["status"], "finished", "{rest:?}");
+    let requests = server.requests();
+    assert_eq!(requests.len(), 2, "two model calls");
+    assert!(!requests[0].any_user_text_contains("sent through another node"));
+    assert!(requests[1].any_user_text_contains("sent through another node"));
+    // Once the run has ended, a routed message is refused as a local one.
+    let late = other
+        .call("POST", &messages, Some(&json!({"text": "too late"})))
+        .await;
+    assert_eq!(late.status, 409, "{}", late.text());
 }

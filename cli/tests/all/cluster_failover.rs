@@ -10,7 +10,11 @@
 //! SIGCONT (the run has moved, the stopped node's copy stops and its late
 //! writes leave no trace in the cluster's copy of the session); a NATS
 //! server restart in the middle of a run (the node reconnects and the run
-//! finishes, its record shared).
+//! finishes, its record shared); the NATS server down (a submission is
+//! refused with 503, the nodes answer from their own stores) and back on
+//! its port (a new submission is placed and finishes); a session continued
+//! on one node, then the other, then the first again (each run's model
+//! request holds every earlier exchange).
 
 use std::time::{Duration, Instant};
 
@@ -435,4 +439,177 @@ async fn a_session_run_on_one_node_is_continued_on_another() {
         )
         .await;
     assert_eq!(refused.status, 404, "{}", refused.text());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn while_the_nats_server_is_down_a_submission_is_refused_and_placed_once_it_is_back() {
+    if !require(Need::NatsServer) {
+        return;
+    }
+    let mut nats = NatsServer::start(true, &[]);
+    let script = job(
+        job(Script::new(), "before-outage", "echo before"),
+        "after-outage",
+        "echo after",
+    );
+    let server = ScriptedServer::start(script).await.unwrap();
+    let nodes = two_nodes(&server, &nats.url(None));
+    let (env, node) = &nodes[0];
+    let node = node.as_ref().unwrap();
+    let (before, _) = node
+        .submit(json!({"prompt": "before-outage", "cwd": env.root(), "mode": "bypass"}))
+        .await;
+    let events = node.events(&before, None, |_| false).await;
+    assert_eq!(events.last().unwrap().1["status"], "finished", "{events:?}");
+    let ran_on = node_of(node, &before).await.unwrap();
+    let runner = nodes
+        .iter()
+        .zip(["n1", "n2"])
+        .find(|(_, name)| *name == ran_on)
+        .and_then(|((_, node), _)| node.as_ref())
+        .unwrap();
+    nats.stop();
+    let refused = node
+        .call(
+            "POST",
+            "/v1/runs",
+            Some(&json!({"prompt": "during-outage", "cwd": env.root(), "mode": "bypass"})),
+        )
+        .await;
+    assert_eq!(refused.status, 503, "{}", refused.text());
+    let message = refused.json()["error"]["message"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    assert!(
+        message.starts_with("the cluster did not take the run: "),
+        "{}",
+        refused.text()
+    );
+    // The nodes still answer their own API: the run a node ran, its
+    // events, from its own store.
+    let health = node.call("GET", "/healthz", None).await;
+    assert_eq!(health.status, 200, "{}", health.text());
+    let shown = runner
+        .call("GET", &format!("/v1/runs/{before}"), None)
+        .await;
+    assert_eq!(shown.status, 200, "{}", shown.text());
+    assert_eq!(shown.json()["status"], "finished", "{}", shown.text());
+    let replayed = runner.events(&before, None, |_| false).await;
+    assert_eq!(replayed, events);
+    nats.start_again();
+    // Once the server is back (the node reconnects by itself), a new
+    // submission is placed and finishes.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let placed = loop {
+        let answer = node
+            .call(
+                "POST",
+                "/v1/runs",
+                Some(&json!({"prompt": "after-outage", "cwd": env.root(), "mode": "bypass"})),
+            )
+            .await;
+        if answer.status != 503 || Instant::now() >= deadline {
+            break answer;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert_eq!(placed.status, 201, "{}", placed.text());
+    let after = placed.json()["run_id"].as_str().unwrap().to_string();
+    let events = node.events(&after, None, |_| false).await;
+    assert_eq!(events.last().unwrap().1["status"], "finished", "{events:?}");
+    assert!(node_of(node, &after).await.is_some());
+    // The refused request left nothing behind: no record, no run.
+    let listed = node.call("GET", "/v1/runs", None).await.json();
+    let prompts: Vec<&str> = listed["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|run| run["prompt"].as_str().unwrap())
+        .collect();
+    assert_eq!(prompts, ["after-outage", "before-outage"], "{listed}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_goes_back_and_forth_between_nodes_and_each_run_sees_every_earlier_one() {
+    if !require(Need::NatsServer) {
+        return;
+    }
+    let nats = NatsServer::start(true, &[]);
+    let parts = ["second-part", "third-part", "fourth-part"];
+    let script = parts.iter().fold(
+        job(Script::new(), "first-part", "echo part one"),
+        |script, part| {
+            script.then(
+                troupe_scripted::Turn::new(troupe_scripted::text(format!("answer to {part}")))
+                    .when(troupe_scripted::Matcher::last_user_contains(*part)),
+            )
+        },
+    );
+    let server = ScriptedServer::start(script).await.unwrap();
+    let nodes = two_nodes(&server, &nats.url(None));
+    let node = |index: usize| (&nodes[index].0, nodes[index].1.as_ref().unwrap());
+    let (env, first) = node(0);
+    let (run_id, session_id) = first
+        .submit(json!({"prompt": "first-part", "cwd": env.root(), "mode": "bypass"}))
+        .await;
+    let events = first.events(&run_id, None, |_| false).await;
+    assert_eq!(events.last().unwrap().1["status"], "finished", "{events:?}");
+    let ran_on = node_of(first, &run_id).await.unwrap();
+    // The other node, then the first run's node (holding a copy older than
+    // the cluster's), then the other again (likewise).
+    let ran_first = if ran_on == "n1" { 0 } else { 1 };
+    let order = [1 - ran_first, ran_first, 1 - ran_first];
+    for (part, index) in parts.iter().zip(order) {
+        let (env, continuing) = node(index);
+        let (next, same) = continuing
+            .submit(json!({
+                "prompt": part,
+                "cwd": env.root(),
+                "mode": "bypass",
+                "session_id": session_id,
+            }))
+            .await;
+        assert_eq!(same, session_id);
+        let events = continuing.events(&next, None, |_| false).await;
+        assert_eq!(events.last().unwrap().1["status"], "finished", "{events:?}");
+    }
+    // Each run's request to the model held every earlier exchange.
+    let requests = server.requests();
+    let sent_for = |part: &str| {
+        let request = requests
+            .iter()
+            .find(|request| {
+                request
+                    .last_user_text()
+                    .is_some_and(|text| text.contains(part))
+            })
+            .unwrap_or_else(|| panic!("no request for {part}"));
+        serde_json::to_string(request.messages()).unwrap()
+    };
+    let mut earlier = vec![
+        "first-part".to_string(),
+        "part one".into(),
+        "done first-part".into(),
+    ];
+    for part in parts {
+        let sent = sent_for(part);
+        for said in &earlier {
+            assert!(
+                sent.contains(said.as_str()),
+                "{part}: {said} missing from {sent}"
+            );
+        }
+        earlier.push(part.to_string());
+        earlier.push(format!("answer to {part}"));
+    }
+    // The cluster's copy of the session ends with the last run's writes,
+    // made by the node that ran it.
+    let (writer, _) = observer(&nats.url(None))
+        .await
+        .last_session_writer(&session_id)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(writer.as_deref(), Some(["n1", "n2"][order[2]]));
 }

@@ -52,6 +52,8 @@ impl HeldWriteError {
 pub struct StoredSession {
     /// Its writes that read, in order.
     pub records: Vec<SessionRecord>,
+    /// The stream sequence of each of `records`.
+    pub sequences: Vec<u64>,
     /// The stream sequence of the last message on its subject (0: none);
     /// the next write names it.
     pub last_seq: u64,
@@ -299,6 +301,7 @@ impl Cluster {
             .await
             .map_err(|err| ClusterError::request("read a session", err))?;
         let mut records = Vec::new();
+        let mut sequences = Vec::new();
         loop {
             let message = match tokio::time::timeout(READ_WAIT, messages.next()).await {
                 Err(_) => return Err(ClusterError::request("read a session", "no answer in time")),
@@ -313,6 +316,7 @@ impl Cluster {
             if let Some(record) = readable::<SessionRecord>(SESSIONS_STREAM, &message.payload) {
                 if record.session_id == session_id {
                     records.push(record);
+                    sequences.push(sequence);
                 } else {
                     tracing::warn!(session = %session_id, "dropped a session write naming another session");
                 }
@@ -321,7 +325,11 @@ impl Cluster {
                 break;
             }
         }
-        Ok(StoredSession { records, last_seq })
+        Ok(StoredSession {
+            records,
+            sequences,
+            last_seq,
+        })
     }
 }
 

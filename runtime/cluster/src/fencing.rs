@@ -111,9 +111,54 @@ pub fn first_seq_after_move(moved_seq: u64) -> u64 {
     moved_seq.saturating_add(1)
 }
 
+/// Which copy of a session a node continues it from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SessionSource {
+    /// The node's own store: it holds the session and the cluster holds
+    /// nothing newer (or nothing at all).
+    Local,
+    /// The cluster's copy, read into the node's store first (replacing an
+    /// older copy the store holds).
+    Cluster,
+    /// Neither holds the session.
+    Missing,
+}
+
+/// Where a node continues a session from: `local_held` whether its store
+/// holds the session, `local_at` the sequence of the session's stream its
+/// store is known to match (the last write it published or read back;
+/// `None` when it does not know, e.g. after a restart), `cluster_last` the
+/// sequence of the stream's last write of the session (0: none). The
+/// stream's sequence decides; a local copy whose place in the stream is
+/// unknown is never replaced, since it may be the newer one.
+pub fn session_source(local_held: bool, local_at: Option<u64>, cluster_last: u64) -> SessionSource {
+    match (local_held, local_at) {
+        (false, _) if cluster_last == 0 => SessionSource::Missing,
+        (false, _) => SessionSource::Cluster,
+        (true, Some(at)) if cluster_last > at => SessionSource::Cluster,
+        (true, _) => SessionSource::Local,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_session_is_continued_from_the_newer_copy_and_never_from_an_older_one() {
+        assert_eq!(session_source(false, None, 0), SessionSource::Missing);
+        assert_eq!(session_source(false, None, 7), SessionSource::Cluster);
+        assert_eq!(session_source(false, Some(3), 7), SessionSource::Cluster);
+        // Another node wrote after this node's copy.
+        assert_eq!(session_source(true, Some(3), 7), SessionSource::Cluster);
+        // This node wrote last, or wrote what never reached the stream.
+        assert_eq!(session_source(true, Some(7), 7), SessionSource::Local);
+        assert_eq!(session_source(true, Some(9), 7), SessionSource::Local);
+        // Unknown place: the local copy stays.
+        assert_eq!(session_source(true, None, 7), SessionSource::Local);
+        assert_eq!(session_source(true, None, 0), SessionSource::Local);
+        assert_eq!(session_source(true, Some(0), 0), SessionSource::Local);
+    }
 
     fn record(status: RunState, node: Option<&str>) -> RunSummary {
         RunSummary {

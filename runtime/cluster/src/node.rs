@@ -176,6 +176,20 @@ impl Cluster {
         &self.masked_url
     }
 
+    /// Whether the node is connected to the server now: an error saying so
+    /// while the client is reconnecting. A write made then would wait in
+    /// the client's buffer and reach the server only once it is back, long
+    /// after its caller gave up on it.
+    pub fn connected(&self) -> Result<(), ClusterError> {
+        match self.client.connection_state() {
+            async_nats::connection::State::Connected => Ok(()),
+            state => Err(ClusterError::request(
+                "reach the server",
+                format!("the node is not connected to the server ({state})"),
+            )),
+        }
+    }
+
     /// Hands a run to the work queue, with the submitter's trace context;
     /// answers once the server stored it.
     pub async fn submit(

@@ -91,7 +91,19 @@ impl NatsServer {
     /// with the same storage directory and arguments; waits until it is
     /// ready.
     pub fn restart(&mut self) {
+        self.stop();
+        self.start_again();
+    }
+
+    /// Stops the server (SIGKILL) and reaps it: its port is free until
+    /// [`NatsServer::start_again`].
+    pub fn stop(&mut self) {
         self.kill();
+    }
+
+    /// Starts a stopped server again on the same port with the same
+    /// storage directory and arguments; waits until it is ready.
+    pub fn start_again(&mut self) {
         let (child, ready) = spawn_child(&self.args, &self.ready_lines);
         self.child = child;
         if let Err(said) = wait(&ready) {
