@@ -334,6 +334,11 @@ async fn daemon_status(State(state): State<ApiState>) -> axum::Json<wire::Daemon
         log_filter: about.log_filter.clone(),
         allowed_hosts: state.allowed_hosts.as_ref().clone(),
         previous_stall: about.previous_stall.clone(),
+        cluster: state.cluster.as_ref().map(|node| wire::ClusterConnection {
+            node: node.name().to_string(),
+            url: node.cluster.masked_url().to_string(),
+            connected: node.cluster.connected().is_ok(),
+        }),
     })
 }
 

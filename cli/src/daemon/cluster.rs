@@ -30,6 +30,7 @@ use axum::http::StatusCode;
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio_util::sync::CancellationToken;
 use troupe_actors::{EventSubscription, SessionTarget};
 use troupe_cluster::fencing::{self, ClaimDecision};
 use troupe_cluster::{ActionRequests, Cluster, ClusterSettings, StoredSession, Taken, rules};
@@ -609,8 +610,12 @@ async fn mirror(
 ) {
     node.set_running(&run_id, true);
     put_record(&state, &node, &run_id, hold.as_deref()).await;
-    let actions = match node.cluster.serve_actions(&run_id).await {
-        Ok(actions) => Some(tokio::spawn(answer_actions(state.clone(), actions))),
+    let mut actions = match node.cluster.serve_actions(&run_id).await {
+        Ok(actions) => {
+            let stop = CancellationToken::new();
+            let task = tokio::spawn(answer_actions(state.clone(), actions, stop.clone()));
+            Some((task, stop))
+        }
         Err(err) => {
             tracing::warn!(run = %run_id, %err, "actions on the run cannot be routed here");
             None
@@ -642,6 +647,14 @@ async fn mirror(
             () = fenced(hold.as_deref()) => None,
         };
         let Some(event) = event else { break };
+        let last =
+            matches!(event.kind, EventKind::RunFinished { .. }) && event.agent_path == "main";
+        if last {
+            // No node sees the run end before this one stops taking its
+            // actions: an action sent after the end finds no one to answer
+            // (409 at once), never a subscription on its way out.
+            stop_answering(actions.take()).await;
+        }
         match &hold {
             Some(hold) => hold.publish_event(&event).await,
             None => {
@@ -650,7 +663,7 @@ async fn mirror(
                 }
             }
         }
-        if matches!(event.kind, EventKind::RunFinished { .. }) && event.agent_path == "main" {
+        if last {
             break;
         }
     }
@@ -661,9 +674,7 @@ async fn mirror(
     if let Some(lease) = lease {
         lease.abort();
     }
-    if let Some(actions) = actions {
-        actions.abort();
-    }
+    stop_answering(actions).await;
     if let Some(hold) = &hold {
         failover::release(hold);
     }
@@ -713,37 +724,72 @@ async fn finish_message(taken: &Taken) {
 
 /// Answers the actions routed to a run this node runs, each with what the
 /// local API answers.
-async fn answer_actions(state: ApiState, mut requests: ActionRequests) {
-    while let Some(request) = requests.next().await {
-        let RunAction { run_id, action, .. } = request.action.clone();
-        let response = match action {
-            Action::Cancel => api::cancel_run(State(state.clone()), Path(run_id)).await,
-            Action::Approve {
-                approval_id,
-                answer,
-            } => match serde_json::to_vec(&answer) {
-                Ok(body) => {
-                    api::approve(
-                        State(state.clone()),
-                        Path((run_id, approval_id)),
-                        Body::from(body),
-                    )
-                    .await
-                }
-                Err(err) => Err(ApiError::internal(err.to_string())),
-            },
-            Action::Message { text } => match serde_json::to_vec(&wire::RunMessage { text }) {
-                Ok(body) => {
-                    api::send_message(State(state.clone()), Path(run_id), Body::from(body)).await
-                }
-                Err(err) => Err(ApiError::internal(err.to_string())),
-            },
+async fn answer_actions(state: ApiState, mut requests: ActionRequests, stop: CancellationToken) {
+    loop {
+        let request = tokio::select! {
+            request = requests.next() => request,
+            () = stop.cancelled() => break,
         };
-        let (status, body) =
-            response_parts(response.unwrap_or_else(IntoResponse::into_response)).await;
-        if let Err(err) = request.answer(status, body).await {
-            tracing::warn!(%err, "an action was not answered");
+        let Some(request) = request else { return };
+        answer_action(&state, request).await;
+    }
+    // The server stops sending the run's actions here; those it sent before
+    // are answered (by the local API, as for any other).
+    let mut left = match requests.close().await {
+        Ok(left) => left,
+        Err(err) => {
+            tracing::warn!(%err, "the run's actions were not unsubscribed");
+            return;
         }
+    };
+    while let Ok(Some(request)) = tokio::time::timeout(CLOSE_DRAIN, left.next()).await {
+        answer_action(&state, request).await;
+    }
+}
+
+/// How long a run's last actions are waited for once it stops taking them.
+const CLOSE_DRAIN: Duration = Duration::from_secs(1);
+
+/// Stops answering a run's actions: once this returns, the unsubscription
+/// is on its way to the server ahead of anything published after it.
+async fn stop_answering(actions: Option<(tokio::task::JoinHandle<()>, CancellationToken)>) {
+    if let Some((task, stop)) = actions {
+        stop.cancel();
+        if let Err(err) = task.await {
+            tracing::warn!(%err, "the task answering a run's actions failed");
+        }
+    }
+}
+
+/// Answers one routed action through the local API.
+async fn answer_action(state: &ApiState, request: troupe_cluster::ActionRequest) {
+    let RunAction { run_id, action, .. } = request.action.clone();
+    let response = match action {
+        Action::Cancel => api::cancel_run(State(state.clone()), Path(run_id)).await,
+        Action::Approve {
+            approval_id,
+            answer,
+        } => match serde_json::to_vec(&answer) {
+            Ok(body) => {
+                api::approve(
+                    State(state.clone()),
+                    Path((run_id, approval_id)),
+                    Body::from(body),
+                )
+                .await
+            }
+            Err(err) => Err(ApiError::internal(err.to_string())),
+        },
+        Action::Message { text } => match serde_json::to_vec(&wire::RunMessage { text }) {
+            Ok(body) => {
+                api::send_message(State(state.clone()), Path(run_id), Body::from(body)).await
+            }
+            Err(err) => Err(ApiError::internal(err.to_string())),
+        },
+    };
+    let (status, body) = response_parts(response.unwrap_or_else(IntoResponse::into_response)).await;
+    if let Err(err) = request.answer(status, body).await {
+        tracing::warn!(%err, "an action was not answered");
     }
 }
 

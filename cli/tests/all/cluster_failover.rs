@@ -469,6 +469,17 @@ async fn while_the_nats_server_is_down_a_submission_is_refused_and_placed_once_i
         .and_then(|((_, node), _)| node.as_ref())
         .unwrap();
     nats.stop();
+    // The node's status says it lost the server once its client noticed.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let status = node.call("GET", "/v1/daemon", None).await.json();
+        assert_eq!(status["cluster"]["node"], "n1", "{status}");
+        if status["cluster"]["connected"] == false {
+            break;
+        }
+        assert!(Instant::now() < deadline, "{status}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     let refused = node
         .call(
             "POST",
@@ -515,6 +526,8 @@ async fn while_the_nats_server_is_down_a_submission_is_refused_and_placed_once_i
         tokio::time::sleep(Duration::from_millis(200)).await;
     };
     assert_eq!(placed.status, 201, "{}", placed.text());
+    let status = node.call("GET", "/v1/daemon", None).await.json();
+    assert_eq!(status["cluster"]["connected"], true, "{status}");
     let after = placed.json()["run_id"].as_str().unwrap().to_string();
     let events = node.events(&after, None, |_| false).await;
     assert_eq!(events.last().unwrap().1["status"], "finished", "{events:?}");

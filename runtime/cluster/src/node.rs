@@ -583,6 +583,17 @@ pub struct ActionRequest {
 }
 
 impl ActionRequests {
+    /// Stops taking the run's actions: the server is told to send no more
+    /// (ahead of anything this connection publishes after this returns),
+    /// and what it already sent is still read, until `next` ends.
+    pub async fn close(mut self) -> Result<Self, ClusterError> {
+        self.subscriber
+            .unsubscribe()
+            .await
+            .map_err(|err| ClusterError::request("stop answering a run's actions", err))?;
+        Ok(self)
+    }
+
     /// The next action on the run; a message that does not read as one, or
     /// names another run, is logged and skipped. `None` once the
     /// subscription ends.

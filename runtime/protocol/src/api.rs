@@ -92,6 +92,23 @@ pub struct DaemonStatus {
     /// write hung (one sentence); `null` otherwise.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub previous_stall: Option<String>,
+    /// The cluster it is a node of (`troupe serve --cluster`); absent
+    /// otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cluster: Option<ClusterConnection>,
+}
+
+/// A node's link to its cluster, in [`DaemonStatus`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClusterConnection {
+    /// The node's name.
+    pub node: String,
+    /// The NATS server's URL, its secret masked.
+    pub url: String,
+    /// Whether the node is connected to the server now (`false` while its
+    /// client reconnects: new runs are refused with 503 meanwhile).
+    pub connected: bool,
 }
 
 /// `POST /v1/runs`: a run to start. The configuration is read for `cwd` with
