@@ -762,17 +762,7 @@ impl Runtime {
         run_id: String,
         parent: tracing::Span,
     ) -> Result<RunHandle, RuntimeError> {
-        if self.store.run(&run_id)?.is_some() {
-            return Err(RuntimeError::Store(StoreError::AlreadyExists {
-                what: format!("run {run_id}"),
-            }));
-        }
-        ractor::call!(
-            self.actor,
-            RuntimeMsg::Submit,
-            Box::new((submission, RunJob::Prompt, Some((run_id, 1)), parent))
-        )
-        .map_err(|_| RuntimeError::Gone)?
+        self.submit_continuing(submission, run_id, 1, parent).await
     }
 
     /// [`Runtime::submit_as`] of a run that goes on here after it ran

@@ -297,3 +297,25 @@ async fn the_man_page_is_roff_and_names_the_subcommands() {
         assert!(page.contains(".TH"), "{file}: {page}");
     }
 }
+
+/// A daemon's reaper acts for the process that started it alone: named
+/// after another process (the variable set by hand or inherited), it exits
+/// with code 2 at once and kills nothing; named after its parent, it waits
+/// for its input to end, then ends.
+#[tokio::test]
+async fn a_reaper_named_after_a_process_that_is_not_its_parent_does_nothing() {
+    let env = Env::new();
+    let mut foreign = env.command(None);
+    foreign.env(troupe_process::reaper::REAPER_VAR, "1");
+    let output = run_with_stdin(foreign, "").await;
+    assert_eq!(output.status.code(), Some(2), "{}", describe(&output));
+    assert!(output.stdout.is_empty(), "{}", describe(&output));
+
+    let mut own = env.command(None);
+    own.env(
+        troupe_process::reaper::REAPER_VAR,
+        std::process::id().to_string(),
+    );
+    let output = run_with_stdin(own, "").await;
+    assert_eq!(output.status.code(), Some(0), "{}", describe(&output));
+}

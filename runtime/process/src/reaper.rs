@@ -9,7 +9,9 @@
 //! named after the parent (`troupe-PID-…`, [`crate::process_tree`]) through
 //! `cgroup.kill`, and the processes tagged with such a name (subreaper
 //! mode) with `SIGKILL`. An executable calls [`run_if_asked`] first thing in
-//! `main`. Which names are the parent's is the pure [`owned_by`].
+//! `main`. Which names are the parent's is the pure [`owned_by`]. A reaper
+//! named after a process that is not its parent exits at once (code 2) and
+//! kills nothing.
 
 use std::io::Read;
 use std::path::Path;
@@ -47,6 +49,13 @@ pub fn start() -> std::io::Result<Reaper> {
 /// to end with. `None` for any other start.
 pub fn run_if_asked() -> Option<u8> {
     let owner: u32 = std::env::var(REAPER_VAR).ok()?.parse().ok()?;
+    // Only the process that started it: a reaper named after any other
+    // process (the variable set by hand, or inherited) kills nothing.
+    // SAFETY: getppid has no preconditions.
+    let parent = unsafe { libc::getppid() };
+    if u32::try_from(parent).ok() != Some(owner) {
+        return Some(2);
+    }
     // Signals meant for the parent's terminal or group are not for the
     // reaper: it ends when its input does.
     for signal in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::SIGQUIT] {
