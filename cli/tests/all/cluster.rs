@@ -546,3 +546,56 @@ async fn a_message_sent_to_a_node_that_does_not_run_the_run_reaches_its_model() 
         .await;
     assert_eq!(late.status, 409, "{}", late.text());
 }
+
+/// A node proves who it is with a `.creds` file (`[cluster] credentials`)
+/// to a server in operator mode: with the account's user it starts and
+/// runs a run; with a user of an account the server does not know it exits
+/// 2, naming the URL and the cause, never the file's secrets.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_connects_with_a_creds_file_and_one_the_server_does_not_know_is_refused() {
+    if !require(Need::NatsServer) {
+        return;
+    }
+    let nats = troupe_test_support::nats_operator::OperatorServer::start();
+    let url = nats.server.url(None);
+
+    let env = Env::new();
+    env.write_user_config(&format!(
+        "[cluster]\ncredentials = \"{}\"\n",
+        nats.foreign_creds.display()
+    ));
+    let mut command = env.command(None);
+    command.args(["serve", "--cluster", &url]);
+    let refused = support::run(command).await;
+    let stderr = support::text(&refused.stderr);
+    assert_eq!(refused.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains(&format!("cannot connect to the cluster at {url}"))
+            && stderr.contains("authorization violation"),
+        "{stderr}"
+    );
+    assert_eq!(stderr.trim().lines().count(), 1, "one sentence: {stderr}");
+    let seed = std::fs::read_to_string(&nats.foreign_creds).unwrap();
+    let seed = seed
+        .lines()
+        .find(|line| line.starts_with("SU"))
+        .unwrap()
+        .to_string();
+    assert!(!stderr.contains(&seed), "{stderr}");
+    assert!(!env.data_dir().join("daemon.json").exists());
+
+    let script = job(Script::new(), "with-creds", "echo creds");
+    let server = ScriptedServer::start(script).await.unwrap();
+    let env = Env::new();
+    env.write_user_config(&format!(
+        "[cluster]\ncredentials = \"{}\"\n",
+        nats.creds.display()
+    ));
+    let node = Daemon::start_with(&env, Some(&server), &["--cluster", &url, "--node", "n1"]);
+    let (run_id, _) = node
+        .submit(json!({"prompt": "with-creds", "cwd": env.root(), "mode": "bypass"}))
+        .await;
+    let events = node.events(&run_id, None, |_| false).await;
+    assert_eq!(events.last().unwrap().1["status"], "finished", "{events:?}");
+    assert_eq!(node_of(&node, &run_id).await.as_deref(), Some("n1"));
+}

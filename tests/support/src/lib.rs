@@ -12,6 +12,7 @@
 pub mod git;
 pub mod nats;
 pub mod nats_cluster;
+pub mod nats_operator;
 
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
