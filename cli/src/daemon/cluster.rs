@@ -313,7 +313,7 @@ async fn run_taken(
     failover::copy_session(&hold, 0);
     failover::stop_when_fenced(&hold, state.runtime.clone());
     let prompt = request.prompt.clone();
-    let request = match super::cluster_ops::with_workspace(&state, request, Some(&run_id)).await {
+    let request = match super::cluster_ops::taken_here(&state, request, &run_id).await {
         Ok(request) => request,
         Err(message) => {
             failover::release(&hold);
@@ -324,7 +324,6 @@ async fn run_taken(
     };
     let prepared = match (state.prepare)(RunRequest {
         session_id: None,
-        env: request.env.map(super::cluster_ops::with_own_secrets),
         ..request
     })
     .await
@@ -471,11 +470,8 @@ async fn take_over(
     failover::stop_when_fenced(&hold, state.runtime.clone());
     // As at a first start: the run's repository checked out here, and this
     // node's own keys in place of the secrets the submission left out.
-    let request = match super::cluster_ops::with_workspace(&state, request, Some(&run_id)).await {
-        Ok(request) => RunRequest {
-            env: request.env.map(super::cluster_ops::with_own_secrets),
-            ..request
-        },
+    let request = match super::cluster_ops::taken_here(&state, request, &run_id).await {
+        Ok(request) => request,
         Err(err) => {
             tracing::warn!(run = %run_id, %err, "a run taken over could not get its workspace");
             failover::release(&hold);

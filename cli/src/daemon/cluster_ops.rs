@@ -205,6 +205,22 @@ pub(crate) fn with_own_secrets(env: BTreeMap<String, String>) -> BTreeMap<String
     with_node_secrets(env, &own_key_names(), |name| paths::ProcessEnv.var(name))
 }
 
+/// A run the queue handed this node, made ready to prepare here: its
+/// repository checked out below this node's home (when it names one) and
+/// this node's own keys in place of the secrets the submission left out.
+/// The error says why, in one sentence.
+pub(crate) async fn taken_here(
+    state: &ApiState,
+    request: RunRequest,
+    run_id: &str,
+) -> Result<RunRequest, String> {
+    let request = with_workspace(state, request, Some(run_id)).await?;
+    Ok(RunRequest {
+        env: request.env.map(with_own_secrets),
+        ..request
+    })
+}
+
 /// This daemon's key variables: the standard ones and those it withheld at
 /// start-up (its user configuration's `api_key_env` among them).
 fn own_key_names() -> BTreeSet<String> {

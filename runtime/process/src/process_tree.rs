@@ -372,27 +372,37 @@ pub(crate) fn descendants(parents: &BTreeMap<i32, i32>, roots: &BTreeSet<i32>) -
 
 /// Whether an `environ` block (NUL-separated) holds `TAG_VAR=tag`.
 pub(crate) fn environ_has_tag(environ: &[u8], tag: &str) -> bool {
-    let wanted = format!("{TAG_VAR}={tag}");
-    environ
-        .split(|&b| b == 0)
-        .any(|entry| entry == wanted.as_bytes())
+    environ_tags(environ).any(|given| given == tag)
+}
+
+/// The values of `TAG_VAR` an `environ` block (NUL-separated) holds.
+pub(crate) fn environ_tags(environ: &[u8]) -> impl Iterator<Item = &str> {
+    let prefix = format!("{TAG_VAR}=");
+    environ.split(|&b| b == 0).filter_map(move |entry| {
+        entry
+            .strip_prefix(prefix.as_bytes())
+            .and_then(|tag| std::str::from_utf8(tag).ok())
+    })
+}
+
+/// Every process's id and `/proc/PID` directory (none when `/proc` cannot
+/// be read).
+pub(crate) fn proc_entries() -> impl Iterator<Item = (i32, PathBuf)> {
+    std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|entry| {
+            let pid = entry.file_name().to_str()?.parse::<i32>().ok()?;
+            Some((pid, entry.path()))
+        })
 }
 
 /// Live processes (not zombies) and their parents, from `/proc`.
 fn live_parents() -> BTreeMap<i32, i32> {
     let mut out = BTreeMap::new();
-    let Ok(entries) = std::fs::read_dir("/proc") else {
-        return out;
-    };
-    for entry in entries.flatten() {
-        let Some(pid) = entry
-            .file_name()
-            .to_str()
-            .and_then(|name| name.parse::<i32>().ok())
-        else {
-            continue;
-        };
-        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
+    for (pid, dir) in proc_entries() {
+        let Ok(stat) = std::fs::read_to_string(dir.join("stat")) else {
             continue;
         };
         if let Some((state, _)) = parse_proc_stat(&stat)

@@ -17,7 +17,9 @@ use std::io::Read;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 
-use crate::process_tree::{CGROUP_PREFIX, TAG_VAR, cgroup_owner, cgroup2_mount, own_cgroup};
+use crate::process_tree::{
+    CGROUP_PREFIX, cgroup_owner, cgroup2_mount, environ_tags, own_cgroup, proc_entries,
+};
 
 /// The environment variable that makes the executable a reaper of the
 /// process it names.
@@ -112,22 +114,12 @@ fn kill_cgroups_of(parent: &Path, owner: u32) {
 }
 
 fn kill_tagged_of(owner: u32) {
-    let Ok(entries) = std::fs::read_dir("/proc") else {
-        return;
-    };
     let me = std::process::id();
-    for entry in entries.flatten() {
-        let Some(pid) = entry
-            .file_name()
-            .to_str()
-            .and_then(|name| name.parse::<i32>().ok())
-        else {
-            continue;
-        };
+    for (pid, dir) in proc_entries() {
         if pid.unsigned_abs() == me {
             continue;
         }
-        let Ok(environ) = std::fs::read(entry.path().join("environ")) else {
+        let Ok(environ) = std::fs::read(dir.join("environ")) else {
             continue;
         };
         if tagged_by(&environ, owner) {
@@ -139,13 +131,7 @@ fn kill_tagged_of(owner: u32) {
 
 /// Whether an `environ` block carries the tag of one of `owner`'s trees.
 fn tagged_by(environ: &[u8], owner: u32) -> bool {
-    let prefix = format!("{TAG_VAR}=");
-    environ.split(|&b| b == 0).any(|entry| {
-        entry
-            .strip_prefix(prefix.as_bytes())
-            .and_then(|tag| std::str::from_utf8(tag).ok())
-            .is_some_and(|tag| owned_by(tag, owner))
-    })
+    environ_tags(environ).any(|tag| owned_by(tag, owner))
 }
 
 #[cfg(test)]
